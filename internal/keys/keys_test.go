@@ -1,0 +1,22 @@
+package keys
+
+import (
+	"testing"
+	"time"
+)
+
+// The strings are a wire contract (DESIGN.md); changing one breaks other tools.
+func TestKeys(t *testing.T) {
+	at := time.Date(2026, 3, 8, 7, 0, 0, 500, time.FixedZone("x", 3600))
+	for _, c := range []struct{ got, want string }{
+		{Invocation("events", "workers", "1700000000000-0"), "relay:invocation:events:workers:1700000000000-0"},
+		{Invocation("a:b", "g%1", "1-0"), "relay:invocation:a%3Ab:g%251:1-0"},
+		{DLQ("events"), "relay:events:dlq"},
+		{ScheduleOccurrence("billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
+		{Stats("events", "workers"), "relay:stats:events:workers"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+// Package telemetry holds the names Relay's logs, metrics and traces share,
+// so every package spells them the same way (reference.md "Observability").
+package telemetry
+
+// Log attribute keys.
+const (
+	App       = "app"
+	Handler   = "handler"
+	MessageID = "message_id"
+	Attempt   = "attempt"
+	Duration  = "duration"
+	ExitCode  = "exit_code"
+)

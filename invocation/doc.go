@@ -1,0 +1,45 @@
+// Package invocation stores per-invocation retry state in Redis.
+//
+// It implements events.md "Invocation state persistence" and the state side
+// of "Delivery, retry, and ACK" and "Dead-letter queue". Each message of a
+// consumer group has one hash (internal/keys.Invocation) with one field per
+// invocation, "<app>/<handler>", whose value is one of (DESIGN.md "Data
+// layout in Redis"):
+//
+//	running:<deadline_ms>:<attempt>:<token>          an attempt is executing
+//	next_attempt_at:<deadline_ms>:<attempt>:<token>  attempt failed; retry from deadline
+//	ok                                               succeeded
+//	exhausted:<attempt>:<token>                      last attempt failed; DLQ entry pending
+//	exhausted:<attempt>:<token>:dlq                  DLQ entry persisted
+//
+// Times are Unix milliseconds from the Redis server's TIME, so worker clock
+// skew cannot change outcomes. attempt counts real handler executions.
+// Every transition is one Lua script in scripts/, run by the Store method of
+// the same name: it first checks the reserved field __terminal (once set,
+// the hash is inert: Claim reports Terminal and every other transition
+// returns ErrTerminal), then fences on attempt and token (ErrStale when they
+// no longer match, so a stale owner never overwrites a newer claim), reads
+// the server time, writes and returns. Nothing is read and then written from
+// Go across round trips. The hash has no TTL while the message is pending;
+// only Retain sets __terminal and the retention TTL.
+//
+// An expired running lease means its owner died or stalled mid-run. Claim
+// counts that attempt as executed and failed: the next claim gets attempt+1,
+// or, when that would exceed the caller's maximum number of attempts, the
+// field becomes exhausted with the expired attempt and Claim returns
+// Exhausted, so the handler is not run again. A live but slow owner that
+// comes back after the takeover gets ErrStale. Release, by contrast, gives an
+// attempt back uncharged (the app was unavailable, the worker is stopping).
+// Finish is strictly fenced: it needs the running value of its own lease,
+// and an "ok" already stored returns ErrStale, since "ok" carries no token.
+//
+// The package does not decide policy beyond the helpers Backoff,
+// DefaultBackoff, DefaultRetries and DefaultRetention: the caller compares
+// attempts with the rule's retries, picks the backoff, and writes the DLQ
+// entry (package dlq) between Exhaust and MarkDLQ. It does not read, ACK or
+// reclaim stream entries, and it never deletes a hash: an un-retained hash is
+// kept for as long as the message is pending, or leaked, never expired early.
+//
+// A Store is safe for concurrent use, also by several workers sharing one
+// Redis: each script runs atomically on the server.
+package invocation

@@ -1,0 +1,130 @@
+package invocation
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// testField is the invocation field every test uses.
+const testField = "app/handler"
+
+// env is one test's Store on the shared redis-server, with a key of its own.
+type env struct {
+	c     rueidis.Client
+	s     *Store
+	key   Key
+	hash  string
+	other Key // a second key of the same test, never seeded
+}
+
+// newEnv returns a Store whose claims all get token "new" (tok) or, when tok
+// is empty, random tokens.
+func newEnv(t *testing.T, tok string) *env {
+	t.Helper()
+	c := redistest.Client(t)
+	var opts []Option
+	if tok != "" {
+		opts = append(opts, WithTokenSource(func() string { return tok }))
+	}
+	e := &env{
+		c:     c,
+		s:     New(c, opts...),
+		key:   Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-0"},
+		other: Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-1"},
+	}
+	e.hash = hashOf(e.key)
+	return e
+}
+
+// nowMS reads the server clock (TIME) in Unix ms, the clock of the scripts.
+func (e *env) nowMS(t *testing.T) int64 {
+	t.Helper()
+	parts, err := e.c.Do(t.Context(), e.c.B().Time().Build()).AsStrSlice()
+	if err != nil || len(parts) != 2 {
+		t.Fatalf("TIME: %v %v", parts, err)
+	}
+	sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+	usec, err2 := strconv.ParseInt(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME: %v", parts)
+	}
+	return sec*1000 + usec/1000
+}
+
+// seed writes fields into the hash with HSET and, when ttl > 0, PEXPIREs it.
+func (e *env) seed(t *testing.T, fields map[string]string, ttl time.Duration) {
+	t.Helper()
+	if len(fields) == 0 {
+		return
+	}
+	cmd := e.c.B().Hset().Key(e.hash).FieldValue()
+	for f, v := range fields {
+		cmd = cmd.FieldValue(f, v)
+	}
+	if err := e.c.Do(t.Context(), cmd.Build()).Error(); err != nil {
+		t.Fatalf("HSET: %v", err)
+	}
+	if ttl > 0 {
+		if err := e.c.Do(t.Context(), e.c.B().Pexpire().Key(e.hash).Milliseconds(ttl.Milliseconds()).Build()).Error(); err != nil {
+			t.Fatalf("PEXPIRE: %v", err)
+		}
+	}
+}
+
+// state returns the full hash (HGETALL) and its PTTL in ms (-1 no TTL,
+// -2 no key).
+func (e *env) state(t *testing.T) (map[string]string, int64) {
+	t.Helper()
+	ctx := t.Context()
+	m, err := e.c.Do(ctx, e.c.B().Hgetall().Key(e.hash).Build()).AsStrMap()
+	if err != nil {
+		t.Fatalf("HGETALL: %v", err)
+	}
+	pttl, err := e.c.Do(ctx, e.c.B().Pttl().Key(e.hash).Build()).AsInt64()
+	if err != nil {
+		t.Fatalf("PTTL: %v", err)
+	}
+	return m, pttl
+}
+
+// lease returns a lease on testField of e.key.
+func (e *env) lease(attempt int, token string) Lease {
+	return Lease{Key: e.key, Field: testField, Attempt: attempt, Token: token}
+}
+
+// waitFor polls cond every few ms until it is true or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// checkPTTL asserts the TTL: -1 (none) and -2 (no key) exactly; a positive
+// want means a TTL of at most want that has run less than 10s.
+func checkPTTL(t *testing.T, want time.Duration, got int64) {
+	t.Helper()
+	switch {
+	case want < 0:
+		if got != int64(want) {
+			t.Errorf("PTTL = %d, want %d", got, int64(want))
+		}
+	case got <= 0 || got > want.Milliseconds() || got < (want-10*time.Second).Milliseconds():
+		t.Errorf("PTTL = %dms, want in (%v-10s, %v]", got, want, want)
+	}
+}

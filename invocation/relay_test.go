@@ -1,0 +1,8 @@
+package invocation_test
+
+import (
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/invocation"
+)
+
+var _ relay.StateStore = (*invocation.Store)(nil)

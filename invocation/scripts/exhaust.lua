@@ -1,0 +1,33 @@
+-- exhaust.lua: record that the last allowed attempt failed (Store.Exhaust).
+--
+-- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
+-- ARGV[1]  field, "<app>/<handler>"
+-- ARGV[2]  attempt of the lease
+-- ARGV[3]  token of the lease
+--
+-- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
+-- attempt and token, the field becomes exhausted:<attempt>:<token>.
+--
+-- Returns {code}:
+--   {1}  exhausted
+--   {2}  stale: the field is not running with this attempt and token
+--   {3}  terminal: __terminal is set; nothing changed
+
+local key, field, token = KEYS[1], ARGV[1], ARGV[3]
+local attempt = tonumber(ARGV[2])
+
+if redis.call('HEXISTS', key, '__terminal') == 1 then
+  return {3}
+end
+
+local v = redis.call('HGET', key, field)
+if not v then
+  return {2}
+end
+local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
+if not a or tonumber(a) ~= attempt or tok ~= token then
+  return {2}
+end
+
+redis.call('HSET', key, field, string.format('exhausted:%d:%s', attempt, token))
+return {1}

@@ -1,0 +1,41 @@
+-- mark_dlq.lua: record that the DLQ entry of an exhausted invocation is
+-- persisted (Store.MarkDLQ). Idempotent.
+--
+-- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
+-- ARGV[1]  field, "<app>/<handler>"
+-- ARGV[2]  attempt of the lease
+-- ARGV[3]  token of the lease
+--
+-- exhausted:<attempt>:<token> with this attempt and token becomes
+-- exhausted:<attempt>:<token>:dlq; that value already stored is left as is.
+--
+-- Returns {code}:
+--   {1}  marked
+--   {2}  stale: the field is not exhausted with this attempt and token
+--   {3}  terminal: __terminal is set; nothing changed
+--   {4}  already marked; nothing changed
+
+local key, field, token = KEYS[1], ARGV[1], ARGV[3]
+local attempt = tonumber(ARGV[2])
+
+if redis.call('HEXISTS', key, '__terminal') == 1 then
+  return {3}
+end
+
+local v = redis.call('HGET', key, field)
+if not v then
+  return {2}
+end
+local a, tok, dlq = string.match(v, '^exhausted:(%d+):([^:]+)(.*)$')
+if not a or tonumber(a) ~= attempt or tok ~= token then
+  return {2}
+end
+if dlq == ':dlq' then
+  return {4}
+end
+if dlq ~= '' then
+  return {2}
+end
+
+redis.call('HSET', key, field, v .. ':dlq')
+return {1}

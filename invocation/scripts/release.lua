@@ -1,0 +1,43 @@
+-- release.lua: give a claimed attempt back without charging it
+-- (Store.Release).
+--
+-- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
+-- ARGV[1]  field, "<app>/<handler>"
+-- ARGV[2]  attempt of the lease
+-- ARGV[3]  token of the lease
+--
+-- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
+-- attempt and token: attempt 1 deletes the field; a later attempt becomes
+-- next_attempt_at:<now_ms>:<attempt-1>:<token>, due at once, so the next
+-- claim runs the same attempt number again. now is the server's TIME in ms.
+--
+-- Returns {code}:
+--   {1}  released
+--   {2}  stale: the field is not running with this attempt and token
+--   {3}  terminal: __terminal is set; nothing changed
+
+local key, field, token = KEYS[1], ARGV[1], ARGV[3]
+local attempt = tonumber(ARGV[2])
+
+if redis.call('HEXISTS', key, '__terminal') == 1 then
+  return {3}
+end
+
+local v = redis.call('HGET', key, field)
+if not v then
+  return {2}
+end
+local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
+if not a or tonumber(a) ~= attempt or tok ~= token then
+  return {2}
+end
+
+if attempt <= 1 then
+  redis.call('HDEL', key, field)
+  return {1}
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', now_ms, attempt - 1, token))
+return {1}

@@ -1,0 +1,40 @@
+-- schedule_retry.lua: record a failed attempt and when the next one may run
+-- (Store.ScheduleRetry).
+--
+-- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
+-- ARGV[1]  field, "<app>/<handler>"
+-- ARGV[2]  attempt of the lease
+-- ARGV[3]  token of the lease
+-- ARGV[4]  backoff, ms (>= 0)
+--
+-- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
+-- attempt and token, the field becomes
+-- next_attempt_at:<now_ms + backoff>:<attempt>:<token>, now being the
+-- server's TIME in ms.
+--
+-- Returns {code, ...}:
+--   {1, next_ms}  scheduled; next_ms is the new deadline
+--   {2}           stale: the field is not running with this attempt and token
+--   {3}           terminal: __terminal is set; nothing changed
+
+local key, field, token = KEYS[1], ARGV[1], ARGV[3]
+local attempt = tonumber(ARGV[2])
+local backoff_ms = tonumber(ARGV[4])
+
+if redis.call('HEXISTS', key, '__terminal') == 1 then
+  return {3}
+end
+
+local v = redis.call('HGET', key, field)
+if not v then
+  return {2}
+end
+local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
+if not a or tonumber(a) ~= attempt or tok ~= token then
+  return {2}
+end
+
+local t = redis.call('TIME')
+local next_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + backoff_ms
+redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', next_ms, attempt, token))
+return {1, next_ms}

@@ -1,0 +1,492 @@
+package invocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TTL expectations of checkPTTL.
+const (
+	ttlNone  time.Duration = -1 // the key has no TTL (pending)
+	ttlNoKey time.Duration = -2 // the key does not exist
+	ttlHour                = time.Hour
+)
+
+const hourMS = int64(time.Hour / time.Millisecond)
+
+func running(deadlineMS int64, attempt int, token string) string {
+	return fmt.Sprintf("running:%d:%d:%s", deadlineMS, attempt, token)
+}
+
+func nextAt(deadlineMS int64, attempt int, token string) string {
+	return fmt.Sprintf("next_attempt_at:%d:%d:%s", deadlineMS, attempt, token)
+}
+
+func exhausted(attempt int, token string) string {
+	return fmt.Sprintf("exhausted:%d:%s", attempt, token)
+}
+
+func dead(attempt int, token string) string { return exhausted(attempt, token) + ":dlq" }
+
+// at is what a row's expectations may depend on: the env's key, the server
+// time before seeding (seed) and the server time the script ran (now).
+type at struct {
+	key       Key
+	seed, now int64
+}
+
+// scriptCase is one row of a script's table test. Times are the server's
+// TIME in Unix ms. The script's now is not known exactly: the runner tries
+// every ms between two TIME reads around the call.
+type scriptCase struct {
+	name string
+	// seed returns the fields to HSET, given the server time; nil leaves
+	// the key missing.
+	seed func(now int64) map[string]string
+	// seedTTL, when > 0, PEXPIREs the seeded hash.
+	seedTTL time.Duration
+	// call runs the Store method; the env's claims get the token "new".
+	call func(ctx context.Context, e *env) (any, error)
+	// wantErr is matched with errors.Is; nil means the call succeeds
+	// unless wantSomeErr asks for an error without a sentinel.
+	wantErr     error
+	wantSomeErr bool
+	// want is the expected result; nil skips the comparison.
+	want func(a at) any
+	// state is the expected HGETALL; nil means the seed, unchanged.
+	state func(a at) map[string]string
+	// pttl is the expected PTTL (ttlNone, ttlNoKey, or an upper bound).
+	pttl time.Duration
+}
+
+func runScriptCases(t *testing.T, cases []scriptCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, "new")
+			a := at{key: e.key, seed: e.nowMS(t)}
+			seeded := map[string]string{}
+			if tc.seed != nil {
+				seeded = tc.seed(a.seed)
+				e.seed(t, seeded, tc.seedTTL)
+			}
+			before := e.nowMS(t)
+			got, err := tc.call(t.Context(), e)
+			after := e.nowMS(t)
+			switch {
+			case tc.wantErr != nil:
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("error = %v, want %v", err, tc.wantErr)
+				}
+			case tc.wantSomeErr:
+				if err == nil {
+					t.Fatalf("error = nil, want one")
+				}
+			case err != nil:
+				t.Fatalf("error = %v, want nil", err)
+			}
+			hash, pttl := e.state(t)
+			checkPTTL(t, tc.pttl, pttl)
+
+			var diff string
+			for a.now = before; a.now <= after; a.now++ {
+				diff = ""
+				if tc.want != nil {
+					diff += cmp.Diff(tc.want(a), got)
+				}
+				wantState := seeded
+				if tc.state != nil {
+					wantState = tc.state(a)
+				}
+				diff += cmp.Diff(wantState, hash)
+				if diff == "" {
+					return
+				}
+			}
+			t.Errorf("result or HGETALL mismatch (-want +got), script time in %d..%d:\n%s", before, after, diff)
+		})
+	}
+}
+
+// field returns a seed or state of testField alone.
+func field(v func(now int64) string) func(now int64) map[string]string {
+	return func(now int64) map[string]string { return map[string]string{testField: v(now)} }
+}
+
+// fieldAt is field for a state, which depends on the script's time.
+func fieldAt(v func(a at) string) func(a at) map[string]string {
+	return func(a at) map[string]string { return map[string]string{testField: v(a)} }
+}
+
+// transition is a fenced Store method under test.
+type transition func(ctx context.Context, s *Store, l Lease) (any, error)
+
+// callWith runs do with the lease of testField at attempt and token.
+func callWith(do transition, attempt int, token string) func(ctx context.Context, e *env) (any, error) {
+	return func(ctx context.Context, e *env) (any, error) { return do(ctx, e.s, e.lease(attempt, token)) }
+}
+
+// fencedRejects are the rows every fenced transition shares. do is called
+// with attempt 2 and token "tok"; accepted(now, attempt, token) is the kind
+// of value do accepts; wrong lists values of other kinds with the same
+// attempt and token.
+func fencedRejects(do transition, accepted func(now int64, attempt int, token string) string, wrong ...func(now int64) string) []scriptCase {
+	call := callWith(do, 2, "tok")
+	cases := []scriptCase{
+		{
+			name: "stale token", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(now int64) string { return accepted(now, 2, "other") }),
+		},
+		{
+			name: "older attempt", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(now int64) string { return accepted(now, 3, "tok") }),
+		},
+		{
+			name: "newer attempt", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(now int64) string { return accepted(now, 1, "tok") }),
+		},
+		{
+			name: "terminal", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: accepted(now, 2, "tok"), terminalField: "1"}
+			},
+		},
+		{
+			name: "terminal without field", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
+			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
+		},
+		{name: "missing key", wantErr: ErrStale, pttl: ttlNoKey, call: call},
+		{
+			name: "missing field", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: func(int64) map[string]string { return map[string]string{"other/handler": "ok"} },
+		},
+		{
+			name: "ok", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(int64) string { return "ok" }),
+		},
+		{
+			name: "next_attempt_at", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "tok") }),
+		},
+		{
+			name: "malformed", wantErr: ErrStale, pttl: ttlNone, call: call,
+			seed: field(func(int64) string { return "garbage" }),
+		},
+	}
+	for _, w := range wrong {
+		v := w(0)
+		name := strings.SplitN(v, ":", 2)[0]
+		if strings.HasSuffix(v, ":dlq") {
+			name += " dlq"
+		}
+		cases = append(cases, scriptCase{
+			name: "other kind " + name, wantErr: ErrStale, pttl: ttlNone, call: call, seed: field(w),
+		})
+	}
+	return cases
+}
+
+// runningLive is a running value with a deadline an hour ahead.
+func runningLive(now int64, attempt int, token string) string {
+	return running(now+hourMS, attempt, token)
+}
+
+func exhaustedValue(_ int64, attempt int, token string) string { return exhausted(attempt, token) }
+
+func exhaustedSame(int64) string { return exhausted(2, "tok") }
+func deadSame(int64) string      { return dead(2, "tok") }
+func runningSame(now int64) string {
+	return runningLive(now, 2, "tok")
+}
+
+func TestClaimScript(t *testing.T) {
+	const lease = 30 * time.Second
+	leaseMS := lease.Milliseconds()
+	claim := func(maxAttempts int) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts)
+		}
+	}
+	claimed := func(attempt int) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: Claimed, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt,
+				Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
+		}
+	}
+	runningNew := func(attempt int) func(a at) map[string]string {
+		return fieldAt(func(a at) string { return running(a.now+leaseMS, attempt, "new") })
+	}
+	found := func(st Status, attempt int, token string) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: st, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
+		}
+	}
+	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+
+	cases := []scriptCase{
+		{
+			name: "missing key", call: claim(5), pttl: ttlNone,
+			want: claimed(1), state: runningNew(1),
+		},
+		{
+			name: "fresh key", call: claim(5), pttl: ttlNone,
+			seed: func(int64) map[string]string { return map[string]string{"other/handler": "ok"} },
+			want: claimed(1),
+			state: func(a at) map[string]string {
+				return map[string]string{"other/handler": "ok", testField: running(a.now+leaseMS, 1, "new")}
+			},
+		},
+		{
+			name: "running live", call: claim(5), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "running live at max attempts", call: claim(2), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "running expired", call: claim(5), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now-1000, 2, "old") }),
+			want: claimed(3), state: runningNew(3),
+		},
+		{
+			name: "running expired at max attempts", call: claim(5), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 5, "old") }),
+			want:  found(Exhausted, 5, "new"),
+			state: fieldAt(func(at) string { return exhausted(5, "new") }),
+		},
+		{
+			name: "running expired beyond max attempts", call: claim(3), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 4, "old") }),
+			want:  found(Exhausted, 4, "new"),
+			state: fieldAt(func(at) string { return exhausted(4, "new") }),
+		},
+		{
+			name: "next_attempt_at future", call: claim(5), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "next_attempt_at due", call: claim(5), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now-1000, 2, "old") }),
+			want: claimed(3), state: runningNew(3),
+		},
+		{
+			name: "next_attempt_at due at max attempts", call: claim(4), pttl: ttlNone,
+			seed:  field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
+			want:  found(Exhausted, 4, "new"),
+			state: fieldAt(func(at) string { return exhausted(4, "new") }),
+		},
+		{
+			name: "released attempt due", call: claim(2), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now, 1, "old") }),
+			want: claimed(2), state: runningNew(2),
+		},
+		{
+			name: "ok", call: claim(5), pttl: ttlNone,
+			seed: field(func(int64) string { return "ok" }),
+			want: fixed(Claim{Status: Succeeded}),
+		},
+		{
+			name: "exhausted", call: claim(5), pttl: ttlNone,
+			seed: field(func(int64) string { return exhausted(3, "old") }),
+			want: found(Exhausted, 3, "old"),
+		},
+		{
+			name: "dead-lettered", call: claim(5), pttl: ttlNone,
+			seed: field(func(int64) string { return dead(3, "old") }),
+			want: found(DeadLettered, 3, "old"),
+		},
+		{
+			name: "terminal", call: claim(5), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: running(now-1000, 1, "old"), terminalField: "1"}
+			},
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "terminal without field", call: claim(5), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
+			want: fixed(Claim{Status: Terminal}),
+		},
+	}
+	for _, v := range []string{"garbage", "ok:", "running:x:1:tok", "running:1:1:", "running:1:1:a:b",
+		"next_attempt_at:1:1", "exhausted:1", "exhausted:1:tok:xyz", "exhausted:x:tok:dlq"} {
+		cases = append(cases, scriptCase{
+			name: "malformed " + v, call: claim(5), pttl: ttlNone, wantSomeErr: true,
+			seed: field(func(int64) string { return v }),
+		})
+	}
+	runScriptCases(t, cases)
+}
+
+func TestReleaseScript(t *testing.T) {
+	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Release(ctx, l) }
+	cases := []scriptCase{
+		{
+			name: "first attempt", call: callWith(do, 1, "tok"), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 1, "tok"), "other/handler": "ok"}
+			},
+			state: func(at) map[string]string { return map[string]string{"other/handler": "ok"} },
+		},
+		{
+			name: "first attempt only field", call: callWith(do, 1, "tok"), pttl: ttlNoKey,
+			seed:  field(func(now int64) string { return runningLive(now, 1, "tok") }),
+			state: func(at) map[string]string { return map[string]string{} },
+		},
+		{
+			name: "later attempt", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
+			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
+		},
+		{
+			name: "expired lease", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
+			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
+		},
+	}
+	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	runScriptCases(t, cases)
+}
+
+func TestFinishScript(t *testing.T) {
+	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Finish(ctx, l) }
+	cases := []scriptCase{
+		{
+			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": running(1, 1, "x")}
+			},
+			state: func(at) map[string]string {
+				return map[string]string{testField: "ok", "other/handler": running(1, 1, "x")}
+			},
+		},
+		{
+			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
+			state: fieldAt(func(at) string { return "ok" }),
+		},
+	}
+	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	runScriptCases(t, cases)
+}
+
+func TestScheduleRetryScript(t *testing.T) {
+	retryIn := func(backoff time.Duration) transition {
+		return func(ctx context.Context, s *Store, l Lease) (any, error) { return s.ScheduleRetry(ctx, l, backoff) }
+	}
+	cases := []scriptCase{
+		{
+			name: "running", call: callWith(retryIn(time.Minute), 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
+			want:  func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			state: fieldAt(func(a at) string { return nextAt(a.now+60_000, 2, "tok") }),
+		},
+		{
+			name: "zero backoff", call: callWith(retryIn(0), 1, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return runningLive(now, 1, "tok") }),
+			want:  func(a at) any { return time.UnixMilli(a.now) },
+			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
+		},
+		{
+			name: "negative backoff", call: callWith(retryIn(-time.Second), 2, "tok"), pttl: ttlNone,
+			wantSomeErr: true,
+			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
+		},
+	}
+	cases = append(cases, fencedRejects(retryIn(time.Minute), runningLive, exhaustedSame, deadSame)...)
+	runScriptCases(t, cases)
+}
+
+func TestExhaustScript(t *testing.T) {
+	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Exhaust(ctx, l) }
+	cases := []scriptCase{
+		{
+			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
+			state: fieldAt(func(at) string { return exhausted(2, "tok") }),
+		},
+		{
+			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
+			state: fieldAt(func(at) string { return exhausted(2, "tok") }),
+		},
+	}
+	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	runScriptCases(t, cases)
+}
+
+func TestMarkDLQScript(t *testing.T) {
+	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.MarkDLQ(ctx, l) }
+	cases := []scriptCase{
+		{
+			name: "exhausted", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed:  field(exhaustedSame),
+			state: fieldAt(func(at) string { return dead(2, "tok") }),
+		},
+		{
+			name: "already marked", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			seed: field(deadSame),
+		},
+		{
+			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			seed: field(func(int64) string { return dead(2, "other") }),
+		},
+		{
+			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			seed: field(func(int64) string { return dead(3, "tok") }),
+		},
+		{
+			name: "unknown suffix", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			seed: field(func(int64) string { return exhausted(2, "tok") + ":xyz" }),
+		},
+	}
+	cases = append(cases, fencedRejects(do, exhaustedValue, runningSame)...)
+	runScriptCases(t, cases)
+}
+
+func TestRetainScript(t *testing.T) {
+	retain := func(ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) { return nil, e.s.Retain(ctx, e.key, ttl) }
+	}
+	const week = 7 * 24 * time.Hour
+	pending := func(now int64) map[string]string {
+		return map[string]string{testField: "ok", "other/handler": running(now+hourMS, 1, "tok")}
+	}
+	cases := []scriptCase{
+		{
+			name: "missing key", call: retain(week), pttl: week,
+			state: func(at) map[string]string { return map[string]string{terminalField: "1"} },
+		},
+		{
+			name: "fresh key", call: retain(week), pttl: week, seed: pending,
+			state: func(a at) map[string]string {
+				m := pending(a.seed)
+				m[terminalField] = "1"
+				return m
+			},
+		},
+		{
+			name: "already retained keeps the TTL", call: retain(week), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
+		},
+		{
+			name: "already retained without TTL", call: retain(week), pttl: week,
+			seed: func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
+		},
+		{
+			name: "zero ttl", call: retain(0), pttl: ttlNone, wantSomeErr: true, seed: pending,
+		},
+	}
+	runScriptCases(t, cases)
+}

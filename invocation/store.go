@@ -1,0 +1,363 @@
+package invocation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/keys"
+)
+
+// terminalField is the reserved hash field that marks a retained hash.
+const terminalField = "__terminal"
+
+// Store keeps per-invocation retry state in Redis, one hash per message and
+// one field per invocation, and implements relay.StateStore. Every method is
+// a single Lua script run atomically on the server, so a Store is safe for
+// concurrent use, and so are several Stores (on several hosts) sharing a
+// server.
+type Store struct {
+	client rueidis.Client
+	token  func() string
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithTokenSource replaces the generator of claim tokens, for tests that
+// assert stored values. f must be safe for concurrent use and return a
+// non-empty string without ':' that no earlier claim of the same field used.
+// A nil f is ignored. Default: 16 random bytes (crypto/rand), hex-encoded.
+func WithTokenSource(f func() string) Option {
+	return func(s *Store) {
+		if f != nil {
+			s.token = f
+		}
+	}
+}
+
+// New returns a Store on client, a ready client that the Store never closes.
+func New(client rueidis.Client, opts ...Option) *Store {
+	s := &Store{client: client, token: randomToken}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error (Go 1.24+)
+	return hex.EncodeToString(b)
+}
+
+// Claim decides whether this delivery may run a new attempt of the
+// invocation field ("<app>/<handler>") of message key, and records the claim
+// when it may (claim.lua):
+//
+//   - no state: attempt 1 is Claimed, running until now+lease;
+//   - running with a live lease: Running, with RunningUntil;
+//   - running with an expired lease: the owner died mid-run, so that attempt
+//     counts as executed and failed, and the next attempt is Claimed;
+//   - next_attempt_at in the future: NotDue, with NextAttemptAt;
+//   - next_attempt_at due: the next attempt is Claimed;
+//   - "ok": Succeeded; exhausted: Exhausted or DeadLettered, with the
+//     exhausted attempt and its token in Lease;
+//   - __terminal set: Terminal, and nothing changes.
+//
+// When the attempt to claim would exceed maxAttempts (the rule's retries
+// plus one), Claim stores exhausted:<attempt>:<token> instead and returns
+// Exhausted, so the caller writes the DLQ entry without running the handler.
+// now is the Redis server's clock; lease must be at least 1ms and is used
+// with millisecond precision. A malformed stored value is an error; the
+// caller must then not run the handler.
+func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Duration, maxAttempts int) (Claim, error) {
+	hash := keys.Invocation(key.Stream, key.Group, key.MessageID)
+	fail := func(err error) (Claim, error) {
+		return Claim{}, fmt.Errorf("claim %s in %s: %w", field, hash, err)
+	}
+	if err := checkField(field); err != nil {
+		return fail(err)
+	}
+	if lease < time.Millisecond {
+		return fail(fmt.Errorf("lease %v: must be >= 1ms", lease))
+	}
+	if maxAttempts < 1 {
+		return fail(fmt.Errorf("max attempts %d: must be >= 1", maxAttempts))
+	}
+	token := s.token()
+	if err := checkToken(token); err != nil {
+		return fail(err)
+	}
+	r, err := exec(ctx, s.client, claimScript, hash,
+		field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts))
+	if err != nil {
+		return fail(err)
+	}
+	base := Lease{Key: key, Field: field}
+	switch r.code {
+	case claimClaimed:
+		attempt, deadlineMS := r.int(1), r.int(2)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		l := base
+		l.Attempt, l.Token, l.Deadline = int(attempt), token, time.UnixMilli(deadlineMS)
+		return Claim{Status: Claimed, Lease: l}, nil
+	case claimRunning:
+		deadlineMS := r.int(1)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		return Claim{Status: Running, RunningUntil: time.UnixMilli(deadlineMS)}, nil
+	case claimNotDue:
+		nextMS := r.int(1)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(nextMS)}, nil
+	case claimSucceeded:
+		return Claim{Status: Succeeded}, nil
+	case claimExhausted, claimDeadLettered:
+		attempt, tok := r.int(1), r.str(2)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		l := base
+		l.Attempt, l.Token = int(attempt), tok
+		st := Exhausted
+		if r.code == claimDeadLettered {
+			st = DeadLettered
+		}
+		return Claim{Status: st, Lease: l}, nil
+	case claimTerminal:
+		return Claim{Status: Terminal}, nil
+	case claimMalformed:
+		v := r.str(1)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		return fail(fmt.Errorf("malformed state %q", v))
+	}
+	return fail(r.unknown())
+}
+
+// Release gives a claimed attempt back without charging it, for a runtime
+// that was unavailable or a worker shutting down (release.lua). Attempt 1
+// deletes the field; a later attempt stores
+// next_attempt_at:<now>:<attempt-1>:<token>, due at once, so the next Claim
+// runs the same attempt number. ErrStale unless the field is running with
+// l's attempt and token; ErrTerminal on a retained hash.
+func (s *Store) Release(ctx context.Context, l Lease) error {
+	_, err := s.transition(ctx, "release", releaseScript, l)
+	return err
+}
+
+// Finish records success: the field becomes "ok" (finish.lua). ErrStale
+// unless the field is running with l's attempt and token, including when it
+// is "ok" already (Finish is not idempotent: "ok" carries no token, so a
+// caller that lost the reply learns the outcome from Claim, which reports
+// Succeeded). ErrTerminal on a retained hash.
+func (s *Store) Finish(ctx context.Context, l Lease) error {
+	_, err := s.transition(ctx, "finish", finishScript, l)
+	return err
+}
+
+// ScheduleRetry records a failed attempt and the earliest time of the next
+// one, now+backoff on the Redis server's clock, and returns that time
+// (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>. backoff
+// must be >= 0 and is used with millisecond precision. ErrStale unless the
+// field is running with l's attempt and token; ErrTerminal on a retained
+// hash.
+func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duration) (time.Time, error) {
+	if backoff < 0 {
+		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0",
+			l.Field, hashOf(l.Key), backoff)
+	}
+	r, err := s.transition(ctx, "schedule_retry", scheduleRetryScript, l,
+		strconv.FormatInt(backoff.Milliseconds(), 10))
+	if err != nil {
+		return time.Time{}, err
+	}
+	nextMS := r.int(1)
+	if r.err != nil {
+		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: %w", l.Field, hashOf(l.Key), r.err)
+	}
+	return time.UnixMilli(nextMS), nil
+}
+
+// Exhaust records a failed last attempt: exhausted:<attempt>:<token>
+// (exhaust.lua). The caller then writes the DLQ entry and calls MarkDLQ with
+// the same lease. ErrStale unless the field is running with l's attempt and
+// token; ErrTerminal on a retained hash.
+func (s *Store) Exhaust(ctx context.Context, l Lease) error {
+	_, err := s.transition(ctx, "exhaust", exhaustScript, l)
+	return err
+}
+
+// MarkDLQ records that the DLQ entry of an exhausted invocation is persisted:
+// exhausted:<attempt>:<token>:dlq (mark_dlq.lua). Idempotent: a field
+// already marked with l's attempt and token is left as is and nil returned.
+// ErrStale unless the field is exhausted with l's attempt and token;
+// ErrTerminal on a retained hash.
+func (s *Store) MarkDLQ(ctx context.Context, l Lease) error {
+	_, err := s.transition(ctx, "mark_dlq", markDLQScript, l)
+	return err
+}
+
+// Retain switches the hash of message key to terminal retention after the
+// message left the PEL (retain.lua): it sets __terminal and a TTL of ttl
+// (>= 1ms, millisecond precision). A missing hash is created with only the
+// marker, so late transitions of stale deliveries stay inert. Idempotent:
+// on a retained hash nothing changes, and the TTL already running is kept.
+// No other method sets or removes a TTL.
+func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
+	hash := hashOf(key)
+	if ttl < time.Millisecond {
+		return fmt.Errorf("retain %s: ttl %v: must be >= 1ms", hash, ttl)
+	}
+	r, err := exec(ctx, s.client, retainScript, hash, strconv.FormatInt(ttl.Milliseconds(), 10))
+	if err != nil {
+		return fmt.Errorf("retain %s: %w", hash, err)
+	}
+	switch r.code {
+	case codeApplied, codeAlready:
+		return nil
+	}
+	return fmt.Errorf("retain %s: %w", hash, r.unknown())
+}
+
+// Get returns every field of the hash of message key (HGETALL), reserved
+// fields included, for diagnostics; an empty map when there is none.
+func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
+	hash := hashOf(key)
+	m, err := s.client.Do(ctx, s.client.B().Hgetall().Key(hash).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", hash, err)
+	}
+	return m, nil
+}
+
+// transition runs one fenced script on l with the arguments field, attempt,
+// token and then extra, and maps the shared reply codes.
+func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Lease, extra ...string) (reply, error) {
+	hash := hashOf(l.Key)
+	fail := func(err error) (reply, error) {
+		return reply{}, fmt.Errorf("%s %s in %s: %w", op, l.Field, hash, err)
+	}
+	if err := checkLease(l); err != nil {
+		return fail(err)
+	}
+	args := append([]string{l.Field, strconv.Itoa(l.Attempt), l.Token}, extra...)
+	r, err := exec(ctx, s.client, sc, hash, args...)
+	if err != nil {
+		return fail(err)
+	}
+	switch r.code {
+	case codeApplied:
+		return r, nil
+	case codeStale:
+		return fail(ErrStale)
+	case codeTerminal:
+		return fail(ErrTerminal)
+	case codeAlready: // an idempotent no-op; only mark_dlq.lua replies it
+		if sc == markDLQScript {
+			return r, nil
+		}
+	}
+	return fail(r.unknown())
+}
+
+func hashOf(k Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
+
+func checkField(field string) error {
+	switch {
+	case field == "":
+		return errors.New("empty field")
+	case strings.HasPrefix(field, "__"):
+		return fmt.Errorf("field %q: the __ prefix is reserved", field)
+	}
+	return nil
+}
+
+func checkToken(token string) error {
+	if token == "" || strings.Contains(token, ":") {
+		return fmt.Errorf("token %q: must be non-empty without ':'", token)
+	}
+	return nil
+}
+
+func checkLease(l Lease) error {
+	if err := checkField(l.Field); err != nil {
+		return err
+	}
+	if l.Attempt < 1 {
+		return fmt.Errorf("lease attempt %d: must be >= 1", l.Attempt)
+	}
+	return checkToken(l.Token)
+}
+
+// reply is a decoded script reply {code, ...}. The accessors record the
+// first decoding error in err, so a caller reads every element it needs and
+// checks err once.
+type reply struct {
+	code int64
+	arr  []rueidis.RedisMessage
+	err  error
+}
+
+func exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, hash string, args ...string) (reply, error) {
+	arr, err := sc.Exec(ctx, c, []string{hash}, args).ToArray()
+	if err != nil {
+		return reply{}, err
+	}
+	if len(arr) == 0 {
+		return reply{}, errors.New("empty script reply")
+	}
+	code, err := arr[0].AsInt64()
+	if err != nil {
+		return reply{}, fmt.Errorf("script reply code: %w", err)
+	}
+	return reply{code: code, arr: arr}, nil
+}
+
+func (r *reply) int(i int) int64 {
+	if r.err != nil {
+		return 0
+	}
+	if i >= len(r.arr) {
+		r.err = fmt.Errorf("script reply code %d: %d elements, want more than %d", r.code, len(r.arr), i)
+		return 0
+	}
+	n, err := r.arr[i].AsInt64()
+	if err != nil {
+		r.err = fmt.Errorf("script reply code %d element %d: %w", r.code, i, err)
+	}
+	return n
+}
+
+func (r *reply) str(i int) string {
+	if r.err != nil {
+		return ""
+	}
+	if i >= len(r.arr) {
+		r.err = fmt.Errorf("script reply code %d: %d elements, want more than %d", r.code, len(r.arr), i)
+		return ""
+	}
+	s, err := r.arr[i].ToString()
+	if err != nil {
+		r.err = fmt.Errorf("script reply code %d element %d: %w", r.code, i, err)
+	}
+	return s
+}
+
+func (r *reply) unknown() error {
+	return fmt.Errorf("unknown script reply code %d", r.code)
+}

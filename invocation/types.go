@@ -1,0 +1,91 @@
+package invocation
+
+import (
+	"errors"
+	"time"
+)
+
+// Key identifies the per-message invocation hash: one hash per stream entry of
+// one consumer group (DESIGN.md "Data layout in Redis").
+type Key struct {
+	Stream    string
+	Group     string
+	MessageID string
+}
+
+// Status is what Claim found for one invocation field.
+type Status int
+
+const (
+	// Claimed: the caller owns a new attempt (Lease is set) and must run it.
+	Claimed Status = iota + 1
+	// Running: another delivery holds an unexpired running lease; do not run.
+	Running
+	// NotDue: a retry is scheduled for NextAttemptAt; do not run yet.
+	NotDue
+	// Succeeded: the invocation finished successfully ("ok").
+	Succeeded
+	// Exhausted: retries are used up but no DLQ entry is recorded yet; the
+	// caller must write one and then call MarkDLQ with Lease.
+	Exhausted
+	// DeadLettered: exhausted and its DLQ entry is persisted.
+	DeadLettered
+	// Terminal: the hash is retained (__terminal set); the message already
+	// left the PEL and every transition is inert.
+	Terminal
+)
+
+func (s Status) String() string {
+	switch s {
+	case Claimed:
+		return "claimed"
+	case Running:
+		return "running"
+	case NotDue:
+		return "not_due"
+	case Succeeded:
+		return "succeeded"
+	case Exhausted:
+		return "exhausted"
+	case DeadLettered:
+		return "dead_lettered"
+	case Terminal:
+		return "terminal"
+	}
+	return "unknown"
+}
+
+// Lease is a fencing handle on one attempt of one invocation. Every
+// transition compares Attempt and Token with the stored value, so a stale
+// owner can never overwrite a newer claim.
+type Lease struct {
+	Key Key
+	// Field is "<app>/<handler>".
+	Field string
+	// Attempt is the 1-based real handler execution count of this attempt.
+	Attempt int
+	// Token is a random value unique to this claim.
+	Token string
+	// Deadline is when the running lease expires (Redis server clock).
+	Deadline time.Time
+}
+
+// Claim is the result of StateStore.Claim.
+type Claim struct {
+	Status Status
+	// Lease is set for Claimed (the new attempt) and for Exhausted and
+	// DeadLettered (the last attempt, for MarkDLQ and DLQ entries).
+	Lease Lease
+	// NextAttemptAt is set for NotDue, and RunningUntil for Running.
+	NextAttemptAt time.Time
+	RunningUntil  time.Time
+}
+
+var (
+	// ErrStale is returned by a transition whose lease no longer matches the
+	// stored attempt and token: another delivery owns the invocation now.
+	ErrStale = errors.New("invocation: stale lease")
+	// ErrTerminal is returned by a transition on a retained hash: the
+	// message already left the PEL and its state is frozen.
+	ErrTerminal = errors.New("invocation: terminal state is retained")
+)
