@@ -1,0 +1,151 @@
+package dlq
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Wire field names of an entry, in the order Write sends them (events.md
+// "Dead-letter queue"). trace is optional.
+const (
+	fieldOriginalStream  = "original_stream"
+	fieldOriginalID      = "original_id"
+	fieldGroup           = "group"
+	fieldConsumer        = "consumer"
+	fieldEvent           = "event"
+	fieldReason          = "reason"
+	fieldApp             = "app"
+	fieldHandler         = "handler"
+	fieldDeliveries      = "deliveries"
+	fieldHandlerAttempts = "handler_attempts"
+	fieldTimestamp       = "timestamp"
+	fieldTrace           = "trace"
+)
+
+var fieldOrder = []string{
+	fieldOriginalStream, fieldOriginalID, fieldGroup, fieldConsumer, fieldEvent, fieldReason,
+	fieldApp, fieldHandler, fieldDeliveries, fieldHandlerAttempts, fieldTimestamp, fieldTrace,
+}
+
+// timestampLayout is RFC 3339 in UTC with milliseconds.
+const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Encode returns the wire fields of e. Timestamp is written in UTC with
+// millisecond precision and omitted when zero; trace is omitted when empty;
+// every other field is always present. e.ID is not a field. Encode does not
+// validate; Write does.
+func Encode(e Entry) map[string]string {
+	m := map[string]string{
+		fieldOriginalStream:  e.OriginalStream,
+		fieldOriginalID:      e.OriginalID,
+		fieldGroup:           e.Group,
+		fieldConsumer:        e.Consumer,
+		fieldEvent:           e.Event,
+		fieldReason:          e.Reason,
+		fieldApp:             e.App,
+		fieldHandler:         e.Handler,
+		fieldDeliveries:      strconv.FormatInt(e.Deliveries, 10),
+		fieldHandlerAttempts: strconv.Itoa(e.HandlerAttempts),
+	}
+	if !e.Timestamp.IsZero() {
+		m[fieldTimestamp] = e.Timestamp.UTC().Format(timestampLayout)
+	}
+	if e.Trace != "" {
+		m[fieldTrace] = e.Trace
+	}
+	return m
+}
+
+// Decode builds the entry with id from its wire fields. original_id, app and
+// handler are required; any other missing field decodes to its zero value,
+// and unknown fields are ignored. A field that is present but unparsable
+// (deliveries, handler_attempts, timestamp) or a missing required field is a
+// *FieldError naming it. The Timestamp is in UTC.
+func Decode(id string, fields map[string]string) (Entry, error) {
+	e := Entry{
+		ID:             id,
+		OriginalStream: fields[fieldOriginalStream],
+		OriginalID:     fields[fieldOriginalID],
+		Group:          fields[fieldGroup],
+		Consumer:       fields[fieldConsumer],
+		Event:          fields[fieldEvent],
+		Reason:         fields[fieldReason],
+		App:            fields[fieldApp],
+		Handler:        fields[fieldHandler],
+		Trace:          fields[fieldTrace],
+	}
+	for _, f := range []string{fieldOriginalID, fieldApp, fieldHandler} {
+		if fields[f] == "" {
+			return Entry{}, &FieldError{ID: id, Field: f, Msg: "missing"}
+		}
+	}
+	if v, ok := fields[fieldDeliveries]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return Entry{}, &FieldError{ID: id, Field: fieldDeliveries, Msg: "not a non-negative integer: " + strconv.Quote(v)}
+		}
+		e.Deliveries = n
+	}
+	if v, ok := fields[fieldHandlerAttempts]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return Entry{}, &FieldError{ID: id, Field: fieldHandlerAttempts, Msg: "not a non-negative integer: " + strconv.Quote(v)}
+		}
+		e.HandlerAttempts = n
+	}
+	if v, ok := fields[fieldTimestamp]; ok {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return Entry{}, &FieldError{ID: id, Field: fieldTimestamp, Msg: "not an RFC 3339 time: " + strconv.Quote(v)}
+		}
+		e.Timestamp = t.UTC()
+	}
+	return e, nil
+}
+
+// validate checks an entry before it is written.
+func validate(e Entry) error {
+	bad := func(field, msg string) error { return &FieldError{Field: field, Msg: msg} }
+	required := []struct{ field, value string }{
+		{fieldOriginalStream, e.OriginalStream},
+		{fieldOriginalID, e.OriginalID},
+		{fieldGroup, e.Group},
+		{fieldConsumer, e.Consumer},
+		{fieldReason, e.Reason},
+		{fieldApp, e.App},
+		{fieldHandler, e.Handler},
+	}
+	for _, r := range required {
+		if r.value == "" {
+			return bad(r.field, "empty")
+		}
+	}
+	if !validID(e.OriginalID) {
+		return bad(fieldOriginalID, "not a stream id: "+strconv.Quote(e.OriginalID))
+	}
+	if e.Deliveries < 0 {
+		return bad(fieldDeliveries, "negative")
+	}
+	malformed := e.App == MalformedName
+	switch {
+	case malformed != (e.Handler == MalformedName):
+		return bad(fieldHandler, "app and handler must both be "+strconv.Quote(MalformedName)+" or neither")
+	case malformed && e.HandlerAttempts != 0:
+		return bad(fieldHandlerAttempts, "must be 0 for a malformed message")
+	case !malformed && e.HandlerAttempts < 1:
+		return bad(fieldHandlerAttempts, "must be >= 1 for an exhausted invocation")
+	}
+	return nil
+}
+
+// validID reports whether id has the full stream id form "<ms>-<seq>".
+func validID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}

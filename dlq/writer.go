@@ -1,0 +1,71 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/keys"
+)
+
+// Writer appends entries to the dead-letter stream of one source stream. It
+// implements relay.DLQWriter and is safe for concurrent use.
+type Writer struct {
+	client rueidis.Client
+	stream string // the source stream
+	key    string // keys.DLQ(stream)
+}
+
+// NewWriter returns a Writer for the dead-letter stream of sourceStream. It
+// never closes client. It panics when client is nil or sourceStream is
+// empty, which are programming errors.
+func NewWriter(client rueidis.Client, sourceStream string) *Writer {
+	if client == nil {
+		panic("dlq: NewWriter: nil client")
+	}
+	if sourceStream == "" {
+		panic("dlq: NewWriter: empty source stream")
+	}
+	return &Writer{client: client, stream: sourceStream, key: keys.DLQ(sourceStream)}
+}
+
+// Key returns the Redis key of the dead-letter stream.
+func (w *Writer) Key() string { return w.key }
+
+// Write validates e and appends it (XADD <dlq> *), returning the new entry
+// id. An empty OriginalStream is taken to be the Writer's source stream and
+// any other value is an error; a zero Timestamp becomes the current time;
+// e.ID is ignored. OriginalID, Group, Consumer, Reason, App and Handler must
+// be non-empty; a malformed-message entry has App and Handler MalformedName
+// and HandlerAttempts 0, any other has HandlerAttempts >= 1. A validation
+// failure is a *FieldError (errors.Is ErrInvalidEntry) and writes nothing.
+//
+// Write is not idempotent: each call appends one entry (see the package doc).
+func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
+	if e.OriginalStream == "" {
+		e.OriginalStream = w.stream
+	}
+	if e.OriginalStream != w.stream {
+		return "", &FieldError{Field: fieldOriginalStream, Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, w.stream)}
+	}
+	if e.Timestamp.IsZero() {
+		e.Timestamp = time.Now()
+	}
+	if err := validate(e); err != nil {
+		return "", err
+	}
+	fields := Encode(e)
+	cmd := w.client.B().Xadd().Key(w.key).Id("*").FieldValue()
+	for _, f := range fieldOrder {
+		if v, ok := fields[f]; ok {
+			cmd = cmd.FieldValue(f, v)
+		}
+	}
+	id, err := w.client.Do(ctx, cmd.Build()).ToString()
+	if err != nil {
+		return "", fmt.Errorf("dlq: write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)
+	}
+	return id, nil
+}

@@ -1,0 +1,15 @@
+// Package stream reads a Redis Stream through a consumer group.
+//
+// A Source owns one (stream, group, consumer) triple and implements the
+// delivery half of events.md "Delivery, retry, and ACK": it creates the group
+// (MKSTREAM, from id 0), reads new entries with a short XREADGROUP BLOCK,
+// reclaims idle pending entries with XAUTOCLAIM (including the ids of entries
+// deleted while pending, events.md "Guarantees summary"), acknowledges,
+// publishes, and keeps live entries from being reclaimed (Heartbeat).
+//
+// It does not decide whether a message is acknowledged, retried or
+// dead-lettered, and it never interprets entry fields; the delivery count it
+// reports is diagnostic only. It never closes the rueidis client it is given.
+//
+// A Source is safe for concurrent use.
+package stream

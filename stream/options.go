@@ -1,0 +1,53 @@
+package stream
+
+import (
+	"fmt"
+	"time"
+)
+
+const (
+	// DefaultBlock is how long Read waits in XREADGROUP BLOCK for new
+	// entries before it returns (nil, nil), so the caller's loop sees its
+	// context at least this often (STYLE §4 "Bound blocking reads").
+	DefaultBlock = 2 * time.Second
+	// DefaultReclaimCount is the XAUTOCLAIM COUNT of one call in Reclaim.
+	DefaultReclaimCount = 100
+)
+
+// maxReclaimCalls bounds the XAUTOCLAIM calls of one Reclaim. A pass that
+// reaches it stops and the next Reclaim continues from the cursor it left.
+const maxReclaimCalls = 100
+
+// Option configures a Source.
+type Option func(*options) error
+
+type options struct {
+	block        time.Duration
+	reclaimCount int64
+}
+
+// WithBlock sets the longest time Read blocks waiting for new entries.
+// d must be at least one millisecond and should be a few seconds at most.
+// Default: DefaultBlock.
+func WithBlock(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("WithBlock: must be >= 1ms, got %s", d)
+		}
+		o.block = d
+		return nil
+	}
+}
+
+// WithReclaimCount sets the XAUTOCLAIM COUNT of each call Reclaim makes
+// (Redis scans at most ten times as many PEL entries per call). n must be
+// > 0. Default: DefaultReclaimCount.
+func WithReclaimCount(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return fmt.Errorf("WithReclaimCount: must be > 0, got %d", n)
+		}
+		o.reclaimCount = int64(n)
+		return nil
+	}
+}

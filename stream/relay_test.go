@@ -1,0 +1,12 @@
+package stream_test
+
+import (
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+var (
+	_ relay.StreamSource = (*stream.Source)(nil)
+	_ relay.Heartbeater  = (*stream.Source)(nil)
+	_ relay.Pinger       = (*stream.Source)(nil)
+)

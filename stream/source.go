@@ -1,0 +1,307 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Source reads one Redis Stream as one consumer of one consumer group. It
+// implements relay.StreamSource, relay.Heartbeater and relay.Pinger.
+//
+// A Source is safe for concurrent use.
+type Source struct {
+	client   rueidis.Client
+	stream   string
+	group    string
+	consumer string
+	opts     options
+
+	mu     sync.Mutex
+	cursor string // where the next Reclaim starts; "0-0" for a new pass
+}
+
+// New returns a Source for consumer of group on stream. It neither connects
+// nor creates the group (see EnsureGroup), and it never closes client.
+//
+// New panics when client is nil, a name is empty or an option is invalid:
+// those are programming errors, never runtime conditions.
+func New(client rueidis.Client, stream, group, consumer string, opts ...Option) *Source {
+	switch {
+	case client == nil:
+		panic("stream: New: nil client")
+	case stream == "":
+		panic("stream: New: empty stream name")
+	case group == "":
+		panic("stream: New: empty group name")
+	case consumer == "":
+		panic("stream: New: empty consumer name")
+	}
+	o := options{block: DefaultBlock, reclaimCount: DefaultReclaimCount}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			panic("stream: " + err.Error())
+		}
+	}
+	return &Source{client: client, stream: stream, group: group, consumer: consumer, opts: o, cursor: "0-0"}
+}
+
+// Stream returns the stream name.
+func (s *Source) Stream() string { return s.stream }
+
+// Group returns the consumer group name.
+func (s *Source) Group() string { return s.group }
+
+// Consumer returns the consumer name.
+func (s *Source) Consumer() string { return s.consumer }
+
+// EnsureGroup creates the consumer group from id 0, creating the stream if it
+// does not exist (XGROUP CREATE ... 0 MKSTREAM). An existing group is left
+// as it is. Idempotent.
+func (s *Source) EnsureGroup(ctx context.Context) error {
+	cmd := s.client.B().XgroupCreate().Key(s.stream).Group(s.group).Id("0").Mkstream().Build()
+	if err := s.client.Do(ctx, cmd).Error(); err != nil && !rueidis.IsRedisBusyGroup(err) {
+		return fmt.Errorf("stream: create group %s on %s: %w", s.group, s.stream, err)
+	}
+	return nil
+}
+
+// Read returns up to count new entries for this consumer (XREADGROUP ... >),
+// blocking at most the WithBlock duration; it returns (nil, nil) when none
+// arrived. Every message has Deliveries 1. If the group is missing (deleted
+// by an operator, or the stream key removed, also while Read was blocked),
+// Read recreates it once with EnsureGroup and reads again; note that a
+// recreated group starts at id 0 and so redelivers every entry still in the
+// stream. count must be > 0.
+func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
+	if count <= 0 {
+		return nil, fmt.Errorf("stream: read %s: count must be > 0, got %d", s.stream, count)
+	}
+	msgs, err := s.read(ctx, count)
+	if errors.Is(err, ErrNoGroup) || errors.Is(err, errUnblocked) {
+		if err := s.EnsureGroup(ctx); err != nil {
+			return nil, err
+		}
+		msgs, err = s.read(ctx, count)
+	}
+	return msgs, err
+}
+
+func (s *Source) read(ctx context.Context, count int) ([]Message, error) {
+	cmd := s.client.B().Xreadgroup().Group(s.group, s.consumer).Count(int64(count)).
+		Block(s.opts.block.Milliseconds()).Streams().Key(s.stream).Id(">").Build()
+	res, err := s.client.Do(ctx, cmd).AsXRead()
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	if isUnblocked(err) {
+		// Redis 7 ends a blocked XREADGROUP with UNBLOCKED when the stream
+		// key is deleted (the group goes with it).
+		return nil, fmt.Errorf("stream: read %s: %w: %w", s.stream, errUnblocked, err)
+	}
+	if err != nil {
+		return nil, s.wrap("read", err)
+	}
+	entries := res[s.stream]
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	msgs := make([]Message, len(entries))
+	for i, e := range entries {
+		msgs[i] = Message{ID: e.ID, Fields: e.FieldValues, Deliveries: 1}
+	}
+	return msgs, nil
+}
+
+// Ack acknowledges ids (XACK). Acknowledging an id that is not pending, or
+// no id at all, is not an error. Idempotent.
+func (s *Source) Ack(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cmd := s.client.B().Xack().Key(s.stream).Group(s.group).Id(ids...).Build()
+	if err := s.client.Do(ctx, cmd).Error(); err != nil {
+		return s.wrap("ack", err)
+	}
+	return nil
+}
+
+// Publish appends an entry with fields to the stream (XADD * in sorted field
+// order) and returns its id. fields must not be empty. Not idempotent: a
+// retried Publish may append a second entry.
+func (s *Source) Publish(ctx context.Context, fields map[string]string) (string, error) {
+	if len(fields) == 0 {
+		return "", fmt.Errorf("stream: publish to %s: no fields", s.stream)
+	}
+	cmd := s.client.B().Xadd().Key(s.stream).Id("*").FieldValue()
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		cmd = cmd.FieldValue(k, fields[k])
+	}
+	id, err := s.client.Do(ctx, cmd.Build()).ToString()
+	if err != nil {
+		return "", fmt.Errorf("stream: publish to %s: %w", s.stream, err)
+	}
+	return id, nil
+}
+
+// Heartbeat resets the PEL idle time of ids so that no Reclaim with a
+// MinPendingIdle longer than the heartbeat interval takes them (XCLAIM
+// <stream> <group> <consumer> 0 <ids> JUSTID). It does not raise the delivery
+// count. Ids that are no longer pending are ignored. The entries become
+// owned by this consumer even if another consumer had reclaimed them, and
+// Redis 7 drops ids whose stream entry was deleted from the PEL.
+func (s *Source) Heartbeat(ctx context.Context, ids ...string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	cmd := s.client.B().Xclaim().Key(s.stream).Group(s.group).Consumer(s.consumer).
+		MinIdleTime("0").Id(ids...).Justid().Build()
+	if err := s.client.Do(ctx, cmd).Error(); err != nil {
+		return s.wrap("heartbeat", err)
+	}
+	return nil
+}
+
+// Ping checks that Redis answers and that the stream and its consumer group
+// exist. The error wraps ErrNoStream or ErrNoGroup and names what is missing.
+func (s *Source) Ping(ctx context.Context) error {
+	b := s.client.B()
+	res := s.client.DoMulti(ctx,
+		b.Ping().Build(),
+		b.Exists().Key(s.stream).Build(),
+		b.XinfoGroups().Key(s.stream).Build(),
+	)
+	if err := res[0].Error(); err != nil {
+		return fmt.Errorf("stream: ping: %w", err)
+	}
+	n, err := res[1].AsInt64()
+	if err != nil {
+		return fmt.Errorf("stream: ping: exists %s: %w", s.stream, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("stream: ping: stream %q: %w", s.stream, ErrNoStream)
+	}
+	groups, err := res[2].ToArray()
+	if err != nil {
+		return fmt.Errorf("stream: ping: xinfo groups %s: %w", s.stream, err)
+	}
+	for _, g := range groups {
+		info, err := g.AsMap()
+		if err != nil {
+			return fmt.Errorf("stream: ping: xinfo groups %s: %w", s.stream, err)
+		}
+		name := info["name"]
+		if v, err := name.ToString(); err == nil && v == s.group {
+			return nil
+		}
+	}
+	return fmt.Errorf("stream: ping: group %q on stream %q: %w", s.group, s.stream, ErrNoGroup)
+}
+
+// Pending returns how many entries of the group are pending (XPENDING
+// summary) and the age of the oldest one: the Redis server's TIME minus the
+// millisecond part of its id, that is, how long ago the oldest
+// unacknowledged entry was added (0 when nothing is pending). Idle time is
+// not used, since every reclaim resets it. The error wraps ErrNoGroup when
+// the group is missing.
+func (s *Source) Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error) {
+	b := s.client.B()
+	res := s.client.DoMulti(ctx,
+		b.Xpending().Key(s.stream).Group(s.group).Build(),
+		b.Time().Build(),
+	)
+	summary, err := res[0].ToArray()
+	if err != nil {
+		return 0, 0, s.wrap("pending", err)
+	}
+	now, err := res[1].AsStrSlice()
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream: pending %s: time: %w", s.stream, err)
+	}
+	if len(summary) < 2 {
+		return 0, 0, fmt.Errorf("stream: pending %s: summary has %d elements, want 4", s.stream, len(summary))
+	}
+	if count, err = summary[0].AsInt64(); err != nil {
+		return 0, 0, fmt.Errorf("stream: pending %s: count: %w", s.stream, err)
+	}
+	if count == 0 {
+		return 0, 0, nil
+	}
+	oldest, err := summary[1].ToString()
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream: pending %s: oldest id: %w", s.stream, err)
+	}
+	nowMS, err := serverMillis(now)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream: pending %s: time: %w", s.stream, err)
+	}
+	idMS, err := idMillis(oldest)
+	if err != nil {
+		return 0, 0, fmt.Errorf("stream: pending %s: %w", s.stream, err)
+	}
+	if age := nowMS - idMS; age > 0 {
+		oldestAge = time.Duration(age) * time.Millisecond
+	}
+	return count, oldestAge, nil
+}
+
+// wrap adds the operation and stream to err and maps NOGROUP to ErrNoGroup.
+func (s *Source) wrap(op string, err error) error {
+	if isNoGroup(err) {
+		return fmt.Errorf("stream: %s %s: group %s: %w", op, s.stream, s.group, ErrNoGroup)
+	}
+	return fmt.Errorf("stream: %s %s: %w", op, s.stream, err)
+}
+
+// errUnblocked marks a blocked read that Redis ended early.
+var errUnblocked = errors.New("blocked read ended by the server")
+
+// isNoGroup reports a Redis NOGROUP error reply: the key or the group does
+// not exist, or the group was destroyed while a read was blocked on it.
+func isNoGroup(err error) bool { return hasErrorCode(err, "NOGROUP") }
+
+// isUnblocked reports a Redis UNBLOCKED error reply: the key of a blocked
+// read was deleted (or CLIENT UNBLOCK ... ERROR was used).
+func isUnblocked(err error) bool { return hasErrorCode(err, "UNBLOCKED") }
+
+// hasErrorCode reports whether err is a Redis error reply with code, its
+// first word. rueidis has helpers only for some codes (BUSYGROUP, NOSCRIPT)
+// and matches them the same way.
+func hasErrorCode(err error, code string) bool {
+	ret, ok := rueidis.IsRedisErr(err)
+	return ok && strings.HasPrefix(ret.Error(), code+" ")
+}
+
+// serverMillis converts a TIME reply (seconds, microseconds) to Unix ms.
+func serverMillis(t []string) (int64, error) {
+	if len(t) != 2 {
+		return 0, fmt.Errorf("reply has %d elements, want 2", len(t))
+	}
+	sec, err := strconv.ParseInt(t[0], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	usec, err := strconv.ParseInt(t[1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return sec*1000 + usec/1000, nil
+}
+
+// idMillis returns the millisecond part of a stream id "<ms>-<seq>".
+func idMillis(id string) (int64, error) {
+	ms, _, _ := strings.Cut(id, "-")
+	v, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad stream id %q", id)
+	}
+	return v, nil
+}

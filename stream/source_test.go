@@ -1,0 +1,414 @@
+package stream_test
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stream"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// fixture is one stream and group of the shared server.
+type fixture struct {
+	c      rueidis.Client
+	stream string
+	group  string
+}
+
+func setup(t *testing.T) fixture {
+	t.Helper()
+	return fixture{c: redistest.Client(t), stream: redistest.Name(t, "s"), group: redistest.Name(t, "g")}
+}
+
+// source returns a Source of consumer on f whose group exists.
+func (f fixture) source(t *testing.T, consumer string, opts ...stream.Option) *stream.Source {
+	t.Helper()
+	opts = append([]stream.Option{stream.WithBlock(20 * time.Millisecond)}, opts...)
+	s := stream.New(f.c, f.stream, f.group, consumer, opts...)
+	if err := s.EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (f fixture) do(t *testing.T, cmd rueidis.Completed) rueidis.RedisResult {
+	t.Helper()
+	res := f.c.Do(t.Context(), cmd)
+	if err := res.Error(); err != nil {
+		t.Fatalf("%v: %v", cmd.Commands(), err)
+	}
+	return res
+}
+
+// publishN appends n entries {"n": i} and returns their ids.
+func (f fixture) publishN(t *testing.T, s *stream.Source, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		id, err := s.Publish(t.Context(), map[string]string{"n": strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
+// pelEntry is one row of extended XPENDING.
+type pelEntry struct {
+	consumer   string
+	deliveries int64
+}
+
+// pel returns the group's whole PEL by id.
+func (f fixture) pel(t *testing.T) map[string]pelEntry {
+	t.Helper()
+	rows, err := f.do(t, f.c.B().Xpending().Key(f.stream).Group(f.group).Start("-").End("+").Count(10000).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]pelEntry, len(rows))
+	for _, r := range rows {
+		v, _ := r.ToArray()
+		id, _ := v[0].ToString()
+		c, _ := v[1].ToString()
+		n, _ := v[3].AsInt64()
+		out[id] = pelEntry{consumer: c, deliveries: n}
+	}
+	return out
+}
+
+// waitIdle polls XPENDING until every id has been idle for at least d.
+func (f fixture) waitIdle(t *testing.T, d time.Duration, ids ...string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, func() bool {
+		rows, err := f.do(t, f.c.B().Xpending().Key(f.stream).Group(f.group).
+			Idle(d.Milliseconds()).Start("-").End("+").Count(10000).Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle := map[string]bool{}
+		for _, r := range rows {
+			v, _ := r.ToArray()
+			id, _ := v[0].ToString()
+			idle[id] = true
+		}
+		for _, id := range ids {
+			if !idle[id] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", timeout)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func ids(msgs []stream.Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.ID
+	}
+	return out
+}
+
+func TestEnsureGroupTwice(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := stream.New(f.c, f.stream, f.group, "c1")
+	for range 2 {
+		if err := s.EnsureGroup(t.Context()); err != nil {
+			t.Fatalf("EnsureGroup: %v", err)
+		}
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping after EnsureGroup: %v", err)
+	}
+}
+
+func TestReadNewEntriesAndTimeout(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+
+	msgs, err := s.Read(t.Context(), 10)
+	if err != nil || msgs != nil {
+		t.Fatalf("Read on empty stream = %v, %v; want nil, nil", msgs, err)
+	}
+
+	want := f.publishN(t, s, 3)
+	got, err := s.Read(t.Context(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := s.Read(t.Context(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, more...)
+	if !slices.Equal(ids(got), want) {
+		t.Fatalf("read ids %v, want %v", ids(got), want)
+	}
+	for i, m := range got {
+		if m.Deliveries != 1 || m.Fields["n"] != strconv.Itoa(i) || len(m.Fields) != 1 {
+			t.Errorf("message %d = %+v", i, m)
+		}
+	}
+	if msgs, err := s.Read(t.Context(), 10); err != nil || msgs != nil {
+		t.Fatalf("Read after draining = %v, %v; want nil, nil", msgs, err)
+	}
+	if _, err := s.Read(t.Context(), 0); err == nil {
+		t.Fatal("Read(0) did not fail")
+	}
+}
+
+func TestReadRecreatesMissingGroup(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	want := f.publishN(t, s, 1)
+
+	f.do(t, f.c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build())
+	msgs, err := s.Read(t.Context(), 10)
+	if err != nil {
+		t.Fatalf("Read without group: %v", err)
+	}
+	// The group is recreated from id 0, so the entry is delivered.
+	if !slices.Equal(ids(msgs), want) {
+		t.Fatalf("read %v, want %v", ids(msgs), want)
+	}
+
+	// Without the stream key at all, MKSTREAM recreates both.
+	f.do(t, f.c.B().Del().Key(f.stream).Build())
+	if msgs, err := s.Read(t.Context(), 10); err != nil || msgs != nil {
+		t.Fatalf("Read without stream = %v, %v; want nil, nil", msgs, err)
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping after recreation: %v", err)
+	}
+}
+
+func TestPingMissingGroupAndStream(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	other := stream.New(f.c, f.stream, f.group+"-other", "c1")
+	err := other.Ping(t.Context())
+	if !errors.Is(err, stream.ErrNoGroup) || !strings.Contains(err.Error(), f.group+"-other") {
+		t.Fatalf("Ping with missing group = %v; want ErrNoGroup naming the group", err)
+	}
+
+	f.do(t, f.c.B().Del().Key(f.stream).Build())
+	err = s.Ping(t.Context())
+	if !errors.Is(err, stream.ErrNoStream) || !strings.Contains(err.Error(), f.stream) {
+		t.Fatalf("Ping with missing stream = %v; want ErrNoStream naming the stream", err)
+	}
+}
+
+func TestMissingGroupErrors(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := stream.New(f.c, f.stream, f.group, "c1")
+	ctx := t.Context()
+
+	if _, _, err := s.Reclaim(ctx, 0); !errors.Is(err, stream.ErrNoGroup) {
+		t.Errorf("Reclaim = %v, want ErrNoGroup", err)
+	}
+	if _, _, err := s.Pending(ctx); !errors.Is(err, stream.ErrNoGroup) {
+		t.Errorf("Pending = %v, want ErrNoGroup", err)
+	}
+	if err := s.Heartbeat(ctx, "1-0"); !errors.Is(err, stream.ErrNoGroup) {
+		t.Errorf("Heartbeat = %v, want ErrNoGroup", err)
+	}
+	// XACK on a missing group replies 0, like an unknown id.
+	if err := s.Ack(ctx, "1-0"); err != nil {
+		t.Errorf("Ack = %v, want nil", err)
+	}
+}
+
+func TestPublishRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	fields := map[string]string{
+		"event":       `{"event_name":"INSERT","table_name":"users"}`,
+		"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+		"b":           "",
+		"a":           "x y\nz",
+	}
+	id, err := s.Publish(t.Context(), fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields are written in sorted order.
+	entries, err := f.do(t, f.c.B().Xrange().Key(f.stream).Start(id).End(id).Build()).AsXRangeSlices()
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("XRANGE = %v, %v", entries, err)
+	}
+	var order []string
+	for _, fv := range entries[0].FieldValues {
+		order = append(order, fv.Field)
+	}
+	if want := []string{"a", "b", "event", "traceparent"}; !slices.Equal(order, want) {
+		t.Errorf("field order %v, want %v", order, want)
+	}
+
+	msgs, err := s.Read(t.Context(), 1)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("Read = %v, %v", msgs, err)
+	}
+	if msgs[0].ID != id || len(msgs[0].Fields) != len(fields) {
+		t.Fatalf("read %+v, want id %s and %v", msgs[0], id, fields)
+	}
+	for k, v := range fields {
+		if msgs[0].Fields[k] != v {
+			t.Errorf("field %q = %q, want %q", k, msgs[0].Fields[k], v)
+		}
+	}
+
+	if _, err := s.Publish(t.Context(), nil); err == nil {
+		t.Error("Publish(nil) did not fail")
+	}
+}
+
+func TestAck(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	ctx := t.Context()
+	want := f.publishN(t, s, 2)
+	if _, err := s.Read(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx); err != nil {
+		t.Errorf("Ack() = %v", err)
+	}
+	if err := s.Ack(ctx, want[0], "1-1", want[0]); err != nil {
+		t.Errorf("Ack with unknown and repeated ids = %v", err)
+	}
+	if err := s.Ack(ctx, want[0]); err != nil {
+		t.Errorf("second Ack = %v", err)
+	}
+	pel := f.pel(t)
+	if _, ok := pel[want[0]]; ok || len(pel) != 1 {
+		t.Errorf("PEL after ack = %v, want only %s", pel, want[1])
+	}
+}
+
+func TestPending(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	ctx := t.Context()
+
+	if n, age, err := s.Pending(ctx); n != 0 || age != 0 || err != nil {
+		t.Fatalf("Pending on empty group = %d, %s, %v", n, age, err)
+	}
+
+	// An entry added an hour ago by its id, then one added now.
+	now, err := f.do(t, f.c.B().Time().Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec, _ := strconv.ParseInt(now[0], 10, 64)
+	old := strconv.FormatInt((sec-3600)*1000, 10) + "-0"
+	f.do(t, f.c.B().Xadd().Key(f.stream).Id(old).FieldValue().FieldValue("n", "old").Build())
+	f.publishN(t, s, 1)
+	if _, err := s.Read(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+
+	n, age, err := s.Pending(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 || age < 59*time.Minute || age > 61*time.Minute {
+		t.Fatalf("Pending = %d, %s; want 2, about 1h", n, age)
+	}
+}
+
+// TestReadBlockedWhenGroupOrStreamVanishes removes the group, then the stream
+// key, while Read is blocked in XREADGROUP; Read recreates the group and
+// reads again instead of failing. It uses a private server so that
+// blocked_clients counts only this test's read.
+func TestReadBlockedWhenGroupOrStreamVanishes(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	c := redistest.Connect(t, srv.Addr)
+	f := fixture{c: c, stream: redistest.Name(t, "s"), group: redistest.Name(t, "g")}
+	s := f.source(t, "c1", stream.WithBlock(5*time.Second))
+
+	// In this order: a destroyed group is recreated from id 0, so the stream
+	// must hold no entry yet.
+	for _, tc := range []struct {
+		name   string
+		remove rueidis.Completed
+	}{
+		{"group destroyed", c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build()},
+		{"stream deleted", c.B().Del().Key(f.stream).Build()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type result struct {
+				msgs []stream.Message
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				msgs, err := s.Read(t.Context(), 10)
+				done <- result{msgs, err}
+			}()
+			waitFor(t, 5*time.Second, func() bool {
+				info, err := c.Do(t.Context(), c.B().Info().Section("clients").Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return strings.Contains(info, "blocked_clients:1\r")
+			})
+			if err := c.Do(t.Context(), tc.remove).Error(); err != nil {
+				t.Fatal(err)
+			}
+			// The retried read blocks again; give it an entry to return.
+			waitFor(t, 5*time.Second, func() bool {
+				if err := s.Ping(t.Context()); err != nil {
+					return false
+				}
+				info, _ := c.Do(t.Context(), c.B().Info().Section("clients").Build()).ToString()
+				return strings.Contains(info, "blocked_clients:1\r")
+			})
+			want := f.publishN(t, s, 1)
+			r := <-done
+			if r.err != nil || !slices.Equal(ids(r.msgs), want) {
+				t.Fatalf("Read = %v, %v; want %v", ids(r.msgs), r.err, want)
+			}
+			if err := s.Ack(t.Context(), want...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
