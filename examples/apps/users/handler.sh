@@ -1,0 +1,23 @@
+# Handlers of the users app; RELAY_HANDLER selects one. The event JSON is on
+# stdin. busybox has no JSON parser, so fields are picked out with sed, which
+# is good enough for a demo.
+set -eu
+
+event=$(cat)
+field() { # field NAME: first string or number value of "NAME" in the event
+	printf '%s' "$event" | sed -n 's/.*"'"$1"'"[[:space:]]*:[[:space:]]*"\{0,1\}\([^",}]*\).*/\1/p' | head -n 1
+}
+
+case "${RELAY_HANDLER:-}" in
+events.created)
+	email=$(field email)
+	echo "$GREETING user ${email:-$(field id)} (message ${RELAY_MESSAGE_ID:-none}, attempt ${RELAY_ATTEMPT:-1})"
+	;;
+events.deleted)
+	echo "goodbye user $(field id)"
+	;;
+*)
+	echo "users: unknown handler $RELAY_HANDLER" >&2
+	exit 127
+	;;
+esac

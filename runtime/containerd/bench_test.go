@@ -1,0 +1,56 @@
+package containerd_test
+
+import (
+	"io"
+	"testing"
+
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/runtime/containerd"
+)
+
+// BenchmarkRun measures one complete busybox invocation: create container
+// and snapshot, start, feed stdin, wait, delete everything.
+func BenchmarkRun(b *testing.B) {
+	f := newFixture(b)
+	r, err := containerd.New(f.client,
+		containerd.WithNamespace(f.client.DefaultNamespace()),
+		containerd.WithHostID("bench"),
+		containerd.WithOutput(io.Discard, io.Discard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := f.request("events.created")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Run(b.Context(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	containerdtest.AssertClean(b, f.client)
+}
+
+// BenchmarkRunParallel runs invocations from several goroutines at once,
+// as the Engine does up to its concurrency limit.
+func BenchmarkRunParallel(b *testing.B) {
+	f := newFixture(b)
+	r, err := containerd.New(f.client,
+		containerd.WithNamespace(f.client.DefaultNamespace()),
+		containerd.WithHostID("bench"),
+		containerd.WithOutput(io.Discard, io.Discard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := f.request("events.created")
+	b.SetParallelism(2) // 2 × GOMAXPROCS goroutines
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := r.Run(b.Context(), req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	containerdtest.AssertClean(b, f.client)
+}

@@ -1,0 +1,340 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// Runner runs invocations in containerd (relay.Runner). Create it with New.
+type Runner struct {
+	client         *client.Client
+	namespace      string
+	snapshotter    string
+	hostID         string
+	stdout, stderr *runtime.Output
+	defaultImages  map[string]string
+	logger         *slog.Logger
+	cleanupTimeout time.Duration
+}
+
+// New returns a Runner using c, a ready client; the Runner never closes it.
+// New does not contact containerd; call Ping to check it and Sweep at
+// startup to remove leftovers of a previous run on this host.
+func New(c *client.Client, opts ...Option) (*Runner, error) {
+	if c == nil {
+		return nil, errors.New("containerd: New: nil client")
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		client:         c,
+		namespace:      o.namespace,
+		snapshotter:    o.snapshotter,
+		hostID:         o.hostID,
+		defaultImages:  o.defaultImages,
+		logger:         o.logger,
+		cleanupTimeout: o.cleanupTimeout,
+	}
+	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
+	return r, nil
+}
+
+// Namespace returns the containerd namespace the Runner works in.
+func (r *Runner) Namespace() string { return r.namespace }
+
+// HostID returns the value of the relay.host label on what the Runner creates.
+func (r *Runner) HostID() string { return r.hostID }
+
+// Run runs one attempt in a new container and waits for it (relay.Runner).
+//
+// Outcomes: nil when the handler exits 0; *runtime.ExitError with the exit
+// code when it exits non-zero, with TimedOut when req.Timeout expired and the
+// container was killed (SIGKILL), with code 127 or 126 when the command
+// cannot be executed. An image that is not in the namespace, an app
+// directory that does not exist and an unreachable containerd are errors
+// wrapping runtime.ErrUnavailable; other containerd failures are plain
+// errors. When ctx is cancelled (shutdown) the container is killed and Run
+// returns an error wrapping ctx.Err(). In every case the container, task
+// and snapshot are removed before Run returns. req.Timeout and
+// Result.Duration count from the start of the handler process, not
+// including container setup (about 150 ms).
+func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	name := req.App + "/" + req.Handler
+	res, err := r.run(namespaces.WithNamespace(ctx, r.namespace), req)
+	if err == nil {
+		return res, nil
+	}
+	if _, ok := errors.AsType[*runtime.ExitError](err); ok {
+		return res, err
+	}
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		// Shutdown interrupted a containerd call: report the cancellation.
+		return res, fmt.Errorf("run %s: %w (%v)", name, ctx.Err(), err)
+	}
+	return res, fmt.Errorf("run %s: %w", name, err)
+}
+
+func (r *Runner) run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	ref, argv, err := r.resolve(req.Spec)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	appDir, err := filepath.Abs(req.Spec.Dir)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	if fi, err := os.Stat(appDir); err != nil || !fi.IsDir() {
+		return runtime.Result{}, fmt.Errorf("app directory %q is not a directory: %w", appDir, runtime.ErrUnavailable)
+	}
+	img, err := r.image(ctx, ref)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	imgSpec, err := img.Spec(ctx)
+	if err != nil {
+		return runtime.Result{}, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+
+	id := containerID(req.App, req.Handler)
+	labels := map[string]string{LabelHost: r.hostID, LabelApp: req.App, LabelHandler: req.Handler}
+	newOpts := []client.NewContainerOpts{
+		client.WithImage(img),
+		client.WithSnapshotter(r.snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(specOpts(req, imgSpec, appDir, argv)...),
+	}
+	cont, err := r.client.NewContainer(ctx, id, newOpts...)
+	if errdefs.IsAlreadyExists(err) {
+		// A leftover with our id (practically never, ids are random): remove
+		// it and try once more.
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", id))
+		if rerr := r.remove(ctx, id); rerr != nil {
+			return runtime.Result{}, fmt.Errorf("create container %s: %w (removing the leftover: %w)", id, err, rerr)
+		}
+		cont, err = r.client.NewContainer(ctx, id, newOpts...)
+	}
+	if err != nil {
+		// NewContainer may have prepared the snapshot before failing.
+		r.cleanup(ctx, req, id, r.remove(ctx, id))
+		return runtime.Result{}, classify(fmt.Errorf("create container %s: %w", id, err))
+	}
+
+	prefix := runtime.Prefix(req.App, req.Handler)
+	stdout, stderr := r.stdout.LineWriter(prefix), r.stderr.LineWriter(prefix)
+	var task client.Task
+	exited := false
+	defer func() {
+		// Always: delete the task (draining its output), flush partial
+		// lines, delete the container and its snapshot; never with ctx,
+		// which may be cancelled.
+		dctx, cancel := r.detached(ctx)
+		defer cancel()
+		var errs []error
+		if task != nil {
+			var delOpts []client.ProcessDeleteOpts
+			if !exited {
+				delOpts = append(delOpts, client.WithProcessKill)
+			}
+			if _, err := task.Delete(dctx, delOpts...); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task: %w", err))
+			}
+		}
+		stdout.Close()
+		stderr.Close()
+		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+		r.cleanup(ctx, req, id, errors.Join(errs...))
+	}()
+
+	ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
+	task, err = cont.NewTask(ctx, ioCreator)
+	if err != nil {
+		if ee := execError(err); ee != nil {
+			return runtime.Result{}, ee
+		}
+		return runtime.Result{}, classify(fmt.Errorf("create task %s: %w", id, err))
+	}
+	// Wait before Start so that the exit cannot be missed. Its context is
+	// detached: after a timeout or cancellation we still wait for the exit
+	// caused by the kill.
+	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWait()
+	statusC, err := task.Wait(waitCtx)
+	if err != nil {
+		return runtime.Result{}, classify(fmt.Errorf("wait task %s: %w", id, err))
+	}
+	if err := task.Start(ctx); err != nil {
+		if ee := execError(err); ee != nil {
+			return runtime.Result{}, ee
+		}
+		return runtime.Result{}, classify(fmt.Errorf("start task %s: %w", id, err))
+	}
+	start := time.Now()
+	// The shim holds stdin open until told otherwise: without this the
+	// handler never sees EOF after the event (DESIGN.md).
+	var status client.ExitStatus
+	var timedOut, cancelled bool
+	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+		// Harmless if the handler already exited; anything else is not.
+		select {
+		case status = <-statusC:
+			statusC = nil
+		case <-time.After(time.Second):
+			return runtime.Result{}, classify(fmt.Errorf("close stdin of %s: %w", id, err))
+		}
+	}
+
+	if statusC != nil {
+		var timeout <-chan time.Time
+		if req.Timeout > 0 {
+			t := time.NewTimer(req.Timeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case status = <-statusC:
+		case <-timeout:
+			timedOut = true
+		case <-ctx.Done():
+			cancelled = true
+		}
+	}
+	if timedOut || cancelled {
+		if status, err = r.kill(ctx, task, statusC); err != nil {
+			return runtime.Result{}, fmt.Errorf("kill task %s: %w", id, err)
+		}
+	}
+	exited = true
+	res := runtime.Result{Duration: time.Since(start)}
+	code, _, err := status.Result()
+	switch {
+	case cancelled:
+		return res, ctx.Err()
+	case err != nil:
+		return res, classify(fmt.Errorf("wait task %s: %w", id, err))
+	case timedOut:
+		return res, &runtime.ExitError{Code: int(code), TimedOut: true}
+	case code != 0:
+		return res, &runtime.ExitError{Code: int(code)}
+	}
+	return res, nil
+}
+
+// resolve returns the image reference and command line for spec; argv is
+// nil when the image's entrypoint runs.
+func (r *Runner) resolve(spec runtime.Spec) (ref string, argv []string, err error) {
+	ref = spec.Image
+	if ref == "" && spec.Runtime != "" {
+		ref = r.defaultImages[spec.Runtime]
+	}
+	if ref == "" {
+		if spec.Runtime != "" {
+			return "", nil, fmt.Errorf("no image for runtime %q: set image in template.yaml or configure a default image: %w", spec.Runtime, runtime.ErrUnavailable)
+		}
+		return "", nil, fmt.Errorf("no image in template.yaml: %w", runtime.ErrUnavailable)
+	}
+	argv, err = runtime.Command(spec)
+	return ref, argv, err
+}
+
+// image returns the image ref, unpacked into the snapshotter.
+func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
+	img, err := r.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("image %s not found in containerd namespace %s; import it with scripts/images.sh or ctr -n %s images import: %w",
+			ref, r.namespace, r.namespace, runtime.ErrUnavailable)
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
+	if err != nil {
+		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+	if !unpacked {
+		if err := img.Unpack(ctx, r.snapshotter); err != nil {
+			return nil, classify(fmt.Errorf("unpack image %s into %s: %w", ref, r.snapshotter, err))
+		}
+	}
+	return img, nil
+}
+
+// killWait bounds the wait for a killed task's exit status.
+const killWait = 10 * time.Second
+
+// kill sends SIGKILL to every process of task and waits for its exit.
+func (r *Runner) kill(ctx context.Context, task client.Task, statusC <-chan client.ExitStatus) (client.ExitStatus, error) {
+	dctx, cancel := r.detached(ctx)
+	defer cancel()
+	if err := task.Kill(dctx, syscall.SIGKILL, client.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		return client.ExitStatus{}, err
+	}
+	select {
+	case st := <-statusC:
+		return st, nil
+	case <-time.After(killWait):
+		return client.ExitStatus{}, fmt.Errorf("no exit %v after SIGKILL", killWait)
+	}
+}
+
+// detached returns a context that survives ctx's cancellation, bounded by
+// the cleanup timeout.
+func (r *Runner) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cleanupTimeout)
+}
+
+// cleanup logs a failed removal: it does not change the attempt's outcome,
+// and Sweep removes the leftover at the next start.
+func (r *Runner) cleanup(ctx context.Context, req runtime.Request, id string, err error) {
+	if err != nil {
+		r.logger.LogAttrs(ctx, slog.LevelError, "container cleanup failed",
+			slog.String("app", req.App), slog.String("handler", req.Handler),
+			slog.String("container_id", id), slog.Any("error", err))
+	}
+}
+
+// classify marks errors that mean containerd cannot be reached.
+func classify(err error) error {
+	if errdefs.IsUnavailable(err) {
+		return fmt.Errorf("%w: %w", runtime.ErrUnavailable, err)
+	}
+	return err
+}
+
+// execError recognises runc's report that the handler's command cannot be
+// executed and turns it into the exit code a shell would give: a broken
+// command is the app's fault, which should use up attempts and reach the
+// DLQ rather than stay pending forever. runc reports it only as text.
+func execError(err error) *runtime.ExitError {
+	msg := err.Error()
+	if !strings.Contains(msg, "exec:") && !strings.Contains(msg, "exec ") {
+		return nil
+	}
+	switch {
+	case strings.Contains(msg, "no such file or directory"), strings.Contains(msg, "executable file not found"):
+		return &runtime.ExitError{Code: 127, Err: err}
+	case strings.Contains(msg, "permission denied"):
+		return &runtime.ExitError{Code: 126, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,415 @@
+package containerd_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/image-spec/identity"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd"
+)
+
+var (
+	_ relay.Runner = (*containerd.Runner)(nil)
+	_ relay.Pinger = (*containerd.Runner)(nil)
+)
+
+const handlerScript = `case "$RELAY_HANDLER" in
+events.created)
+	echo "welcome $(cat)"
+	echo "app=$RELAY_APP id=$RELAY_MESSAGE_ID attempt=$RELAY_ATTEMPT greeting=$GREETING trace=$TRACEPARENT"
+	echo "oops" >&2
+	printf 'no newline'
+	;;
+fail.exit) echo "cannot bill" >&2; exit 3 ;;
+slow.sleep) sleep 30 ;;
+check.sandbox)
+	echo "uid=$(id -u) gid=$(id -g) groups=$(id -G) pwd=$(pwd)"
+	touch /app/x 2>/dev/null && echo app-writable
+	touch /x 2>/dev/null && echo rootfs-writable
+	echo data >/tmp/x && echo tmp-writable
+	echo "caps=$(grep CapEff /proc/self/status | tr -d '\t')"
+	echo "nnp=$(grep NoNewPrivs /proc/self/status | tr -d '\t')"
+	echo "netdevs=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ,)"
+	;;
+exit.now) exit 0 ;;
+count.stdin) wc -c ;;
+fork.many)
+	i=0
+	while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done
+	echo forked
+	;;
+*) echo "unknown handler $RELAY_HANDLER" >&2; exit 127 ;;
+esac
+`
+
+type fixture struct {
+	client *client.Client
+	runner *containerd.Runner
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	dir    string
+}
+
+func newFixture(t testing.TB) *fixture {
+	t.Helper()
+	f := &fixture{client: containerdtest.Client(t)}
+	// The handler runs as nobody: the app directory must be readable by it.
+	f.dir = t.TempDir()
+	if err := os.Chmod(f.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "handler.sh"), []byte(handlerScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	f.runner, err = containerd.New(f.client,
+		containerd.WithNamespace(f.client.DefaultNamespace()),
+		containerd.WithHostID("test-"+randomHex(4)),
+		containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// syncWriter makes a bytes.Buffer safe to read while containerd's copy
+// goroutines may still be writing (they are done before Run returns).
+func syncWriter(b *bytes.Buffer) *runtime.Output { return runtime.NewOutput(b) }
+
+func (f *fixture) request(handler string) runtime.Request {
+	return runtime.Request{
+		App: "users", Handler: handler, MessageID: "1700000000000-0", Attempt: 3,
+		Event:   []byte(`{"id":42}`),
+		Timeout: 20 * time.Second,
+		Env:     map[string]string{"TRACEPARENT": "00-t-s-01"},
+		Spec: runtime.Spec{
+			Dir:     f.dir,
+			Image:   containerdtest.Image,
+			Command: []string{"/bin/sh", "/app/handler.sh"},
+			Env:     map[string]string{"GREETING": "hello"},
+		},
+	}
+}
+
+func (f *fixture) run(t testing.TB, req runtime.Request) (runtime.Result, error) {
+	t.Helper()
+	res, err := f.runner.Run(t.Context(), req)
+	containerdtest.AssertClean(t, f.client)
+	return res, err
+}
+
+func TestRunSuccess(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	res, err := f.run(t, f.request("events.created"))
+	if err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, &f.stderr)
+	}
+	if res.Duration <= 0 {
+		t.Errorf("Duration = %v", res.Duration)
+	}
+	// stdin reached EOF (cat returned) and the env contract holds.
+	wantOut := "[users/events.created] welcome {\"id\":42}\n" +
+		"[users/events.created] app=users id=1700000000000-0 attempt=3 greeting=hello trace=00-t-s-01\n" +
+		"[users/events.created] no newline\n"
+	if got := f.stdout.String(); got != wantOut {
+		t.Errorf("stdout:\n%s\nwant:\n%s", got, wantOut)
+	}
+	if got, want := f.stderr.String(), "[users/events.created] oops\n"; got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+}
+
+func TestRunExitCode(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, err := f.run(t, f.request("fail.exit"))
+	ee, ok := errors.AsType[*runtime.ExitError](err)
+	if !ok || ee.Code != 3 || ee.TimedOut {
+		t.Fatalf("got %v, want ExitError code 3", err)
+	}
+	if !strings.Contains(f.stderr.String(), "[users/fail.exit] cannot bill\n") {
+		t.Errorf("stderr = %q", f.stderr.String())
+	}
+}
+
+func TestRunTimeout(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("slow.sleep")
+	req.Timeout = 500 * time.Millisecond
+	start := time.Now()
+	_, err := f.run(t, req)
+	ee, ok := errors.AsType[*runtime.ExitError](err)
+	if !ok || !ee.TimedOut || ee.Code != 137 {
+		t.Fatalf("got %v, want a timed-out ExitError with code 137", err)
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("Run returned %v after a 500ms timeout", el)
+	}
+}
+
+func TestRunCancelled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	_, err := f.runner.Run(ctx, f.request("slow.sleep"))
+	if _, ok := errors.AsType[*runtime.ExitError](err); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want an infrastructure error wrapping context.Canceled", err)
+	}
+	containerdtest.AssertClean(t, f.client)
+}
+
+func TestRunSandbox(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if _, err := f.run(t, f.request("check.sandbox")); err != nil {
+		t.Fatalf("%v\n%s", err, &f.stderr)
+	}
+	out := f.stdout.String()
+	for _, want := range []string{
+		"uid=65534 gid=65534 groups=65534 pwd=/app\n",
+		"tmp-writable\n",
+		"caps=CapEff:0000000000000000\n",
+		"nnp=NoNewPrivs:1\n",
+		"netdevs=lo,\n", // a new, empty network namespace
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"app-writable", "rootfs-writable"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%s:\n%s", bad, out)
+		}
+	}
+
+	f.stdout.Reset()
+	req := f.request("check.sandbox")
+	req.Spec.Network = "host"
+	if _, err := f.run(t, req); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(f.stdout.String(), "netdevs=lo,\n") {
+		t.Errorf("network: host still sees only lo:\n%s", &f.stdout)
+	}
+}
+
+// TestRunStdin checks a large event arrives whole, and that a handler
+// exiting at once without reading stdin is not an error (stdin is closed
+// after the process may already have exited).
+func TestRunStdin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("count.stdin")
+	req.Event = bytes.Repeat([]byte("x"), 1<<20)
+	if _, err := f.run(t, req); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(strings.TrimPrefix(f.stdout.String(), "[users/count.stdin] ")); got != "1048576" {
+		t.Errorf("handler read %s bytes, want 1048576", got)
+	}
+	for range 10 {
+		req := f.request("exit.now")
+		req.Event = bytes.Repeat([]byte("x"), 1<<20) // more than a pipe holds
+		if _, err := f.run(t, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRunPidsLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("fork.many")
+	req.Spec.PIDs = 10
+	_, err := f.run(t, req)
+	t.Logf("err=%v\nstdout:\n%sstderr (first lines):\n%.300s", err, &f.stdout, f.stderr.String())
+	if !strings.Contains(f.stderr.String(), "fork") {
+		t.Errorf("40 background processes under pids=10 did not fail to fork")
+	}
+}
+
+func TestRunCommandNotFound(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("events.created")
+	req.Spec.Command = []string{"/bin/does-not-exist"}
+	_, err := f.run(t, req)
+	ee, ok := errors.AsType[*runtime.ExitError](err)
+	if !ok || ee.Code != 127 {
+		t.Fatalf("got %v, want ExitError code 127", err)
+	}
+	t.Log(err)
+}
+
+func TestRunUnavailable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	tests := map[string]func(*runtime.Request){
+		"missing image":     func(r *runtime.Request) { r.Spec.Image = "relay.local/missing:latest" },
+		"no image":          func(r *runtime.Request) { r.Spec.Image = "" },
+		"no runtime image":  func(r *runtime.Request) { r.Spec.Image, r.Spec.Runtime = "", "python3" },
+		"missing directory": func(r *runtime.Request) { r.Spec.Dir = filepath.Join(f.dir, "gone") },
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			req := f.request("events.created")
+			mutate(&req)
+			_, err := f.run(t, req)
+			if !errors.Is(err, runtime.ErrUnavailable) {
+				t.Fatalf("got %v, want ErrUnavailable", err)
+			}
+			if _, ok := errors.AsType[*runtime.ExitError](err); ok {
+				t.Fatalf("got an ExitError: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+	req := f.request("events.created")
+	req.Spec.Image = "relay.local/missing:latest"
+	_, err := f.run(t, req)
+	if want := "image relay.local/missing:latest not found in containerd namespace " + f.client.DefaultNamespace() + "; import it with scripts/images.sh"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q lacks the operator hint %q", err, want)
+	}
+}
+
+func TestRunConcurrent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			req := f.request("events.created")
+			req.Event = []byte(fmt.Sprintf(`{"n":%d}`, i))
+			_, err := f.runner.Run(t.Context(), req)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	containerdtest.AssertClean(t, f.client)
+	for _, l := range strings.Split(strings.TrimSuffix(f.stdout.String(), "\n"), "\n") {
+		if !strings.HasPrefix(l, "[users/events.created] ") || strings.Count(l, "[users/") != 1 {
+			t.Errorf("interleaved line %q", l)
+		}
+	}
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if err := f.runner.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := client.New(filepath.Join(t.TempDir(), "nothing.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	r, err := containerd.New(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := r.Ping(ctx); !errors.Is(err, runtime.ErrUnavailable) {
+		t.Errorf("Ping of a dead socket = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	img, err := f.client.GetImage(ctx, containerdtest.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plant := func(id, host string, start bool) {
+		t.Helper()
+		labels := map[string]string{containerd.LabelHost: host}
+		c, err := f.client.NewContainer(ctx, id,
+			client.WithImage(img),
+			client.WithSnapshotter(containerdtest.Snapshotter),
+			client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
+			client.WithContainerLabels(labels),
+			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if start {
+			task, err := c.NewTask(ctx, cio.NullIO)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := task.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	plant("leftover-running", f.runner.HostID(), true)
+	plant("leftover-created", f.runner.HostID(), false)
+	plant("other-host", "someone-else", false)
+	// a snapshot whose container was never created
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sn := f.client.SnapshotService(containerdtest.Snapshotter)
+	if _, err := sn.Prepare(ctx, "leftover-snapshot", identity.ChainID(diffIDs).String(), snapshots.WithLabels(map[string]string{containerd.LabelHost: f.runner.HostID()})); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := f.runner.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := containerdtest.Leftovers(ctx, f.client)
+	if want := []string{"container other-host", "snapshot other-host"}; strings.Join(left, ",") != strings.Join(want, ",") {
+		t.Errorf("after Sweep: %v, want only the other host's %v", left, want)
+	}
+	if err := f.runner.Sweep(ctx); err != nil {
+		t.Errorf("second Sweep: %v", err)
+	}
+	// remove the other host's container ourselves
+	c, err := f.client.LoadContainer(ctx, "other-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

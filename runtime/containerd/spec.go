@@ -1,0 +1,98 @@
+package containerd
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// cpuPeriod is the CFS period (µs) against which Spec.CPUs sets the quota.
+const cpuPeriod = 100_000
+
+// minCPUQuota is the smallest CFS quota (µs) the kernel accepts.
+const minCPUQuota = 1000
+
+// defaultPath is used when the image config sets no PATH.
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// specOpts builds the OCI runtime spec of one invocation's container on top
+// of containerd's default Linux spec (own PID, IPC, UTS, mount and network
+// namespaces; masked /proc paths). appDir is absolute; argv nil runs the
+// image's entrypoint and cmd.
+func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string) []oci.SpecOpts {
+	s := req.Spec
+	mem := s.MemoryBytes
+	if mem <= 0 {
+		mem = DefaultMemoryBytes
+	}
+	cpus := s.CPUs
+	if cpus <= 0 {
+		cpus = DefaultCPUs
+	}
+	pids := s.PIDs
+	if pids <= 0 {
+		pids = DefaultPIDs
+	}
+	if len(argv) == 0 {
+		argv = append(append([]string(nil), img.Config.Entrypoint...), img.Config.Cmd...)
+	}
+	imageEnv := img.Config.Env
+	if len(imageEnv) == 0 {
+		imageEnv = []string{defaultPath}
+	}
+
+	opts := []oci.SpecOpts{
+		oci.WithProcessArgs(argv...),
+		oci.WithProcessCwd("/app"),
+		oci.WithEnv(imageEnv),
+		oci.WithEnv(runtime.Environ(req)), // overrides the image's values
+		oci.WithHostname(sanitizeID(req.App)),
+		oci.WithUIDGID(HandlerUID, HandlerGID),
+		oci.WithRootFSReadonly(),
+		oci.WithNoNewPrivileges,
+		oci.WithCapabilities(nil),
+		withNoAmbientCapabilities,
+		seccomp.WithDefaultProfile(), // after the capabilities, which it reads
+		oci.WithMounts([]specs.Mount{
+			{
+				Destination: "/app",
+				Type:        "bind",
+				Source:      appDir,
+				Options:     []string{"rbind", "ro", "nosuid", "nodev"},
+			},
+			{
+				// tmpfs pages are charged to the container's memory cgroup.
+				Destination: "/tmp",
+				Type:        "tmpfs",
+				Source:      "tmpfs",
+				Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(mem, 10)},
+			},
+		}),
+		oci.WithMemoryLimit(uint64(mem)),
+		oci.WithCPUCFS(max(int64(cpus*cpuPeriod), minCPUQuota), cpuPeriod),
+		oci.WithPidsLimit(pids),
+	}
+	if s.Network == "host" {
+		opts = append(opts,
+			oci.WithHostNamespace(specs.NetworkNamespace),
+			oci.WithHostResolvconf,
+			oci.WithHostHostsFile,
+		)
+	}
+	return opts
+}
+
+func withNoAmbientCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Process != nil && s.Process.Capabilities != nil {
+		s.Process.Capabilities.Ambient = nil
+		s.Process.Capabilities.Inheritable = nil
+	}
+	return nil
+}

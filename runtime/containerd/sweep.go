@@ -1,0 +1,101 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// Ping checks that containerd answers and that the Runner's namespace can be
+// listed. Its error wraps runtime.ErrUnavailable (relay.Pinger).
+func (r *Runner) Ping(ctx context.Context) error {
+	if _, err := r.client.Version(ctx); err != nil {
+		return fmt.Errorf("containerd: ping: %w: %w", runtime.ErrUnavailable, err)
+	}
+	ctx = namespaces.WithNamespace(ctx, r.namespace)
+	if _, err := r.client.ContainerService().List(ctx, r.hostFilter()); err != nil {
+		return fmt.Errorf("containerd: ping namespace %s: %w: %w", r.namespace, runtime.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Sweep removes every container (with its task) and snapshot in the
+// namespace labelled relay.host=<this host id>: leftovers of a process that
+// crashed mid-invocation. Call it at startup, before the first Run; it would
+// also kill invocations in flight. It is idempotent and returns the joined
+// errors of the removals that failed.
+func (r *Runner) Sweep(ctx context.Context) error {
+	ctx = namespaces.WithNamespace(ctx, r.namespace)
+	filter := r.hostFilter()
+	conts, err := r.client.Containers(ctx, filter)
+	if err != nil {
+		return fmt.Errorf("containerd: sweep: list containers: %w", classify(err))
+	}
+	var errs []error
+	for _, c := range conts {
+		if err := r.remove(ctx, c.ID()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Snapshots whose container was never created, or is gone.
+	sn := r.client.SnapshotService(r.snapshotter)
+	var keys []string
+	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		keys = append(keys, info.Name)
+		return nil
+	}, filter)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list snapshots: %w", err))
+	}
+	for _, k := range keys {
+		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", k, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("containerd: sweep: %w", err)
+	}
+	return nil
+}
+
+// hostFilter selects objects labelled with this Runner's host id.
+func (r *Runner) hostFilter() string {
+	return "labels." + strconv.Quote(LabelHost) + "==" + strconv.Quote(r.hostID)
+}
+
+// remove deletes container id with its task (killed first) and snapshot,
+// and the snapshot id alone when there is no container. Missing objects are
+// not errors. It runs detached from ctx's cancellation.
+func (r *Runner) remove(ctx context.Context, id string) error {
+	ctx, cancel := r.detached(ctx)
+	defer cancel()
+	var errs []error
+	c, err := r.client.LoadContainer(ctx, id)
+	switch {
+	case err == nil:
+		if task, err := c.Task(ctx, nil); err == nil {
+			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
+			}
+		} else if !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("load task %s: %w", id, err))
+		}
+		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container %s: %w", id, err))
+		}
+	case !errdefs.IsNotFound(err):
+		errs = append(errs, fmt.Errorf("load container %s: %w", id, err))
+	}
+	if err := r.client.SnapshotService(r.snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("remove snapshot %s: %w", id, err))
+	}
+	return errors.Join(errs...)
+}

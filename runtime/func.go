@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime/debug"
+	"time"
+)
+
+// HandlerFunc is an in-process handler. It gets the request (event, app,
+// handler, attempt) and returns nil on success. ctx is cancelled when the
+// request's timeout expires or the Engine shuts down; a handler must return
+// promptly then, since a Go function cannot be killed.
+type HandlerFunc func(ctx context.Context, req Request) error
+
+// Func is a Runner that calls Go functions in-process instead of starting
+// processes. It is meant for library users embedding Relay without
+// containers, and for tests. Safe for concurrent use.
+type Func struct {
+	handlers map[string]HandlerFunc
+}
+
+// NewFunc returns a Func serving handlers, keyed by "<app>/<handler>" or, to
+// serve a handler name in every app, by "<handler>" alone; the app-specific
+// key wins. The map is copied.
+func NewFunc(handlers map[string]HandlerFunc) *Func {
+	return &Func{handlers: maps.Clone(handlers)}
+}
+
+// PanicError is the cause of an *ExitError for a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// errTimedOut is the context cause set when a request's timeout expires.
+var errTimedOut = errors.New("runtime: handler timeout")
+
+// Run calls the handler registered for req and waits for it to return.
+//
+// Outcomes: nil on success; *ExitError{Code: 127} when no handler is
+// registered; *ExitError{Code: 1, Err: err} when it returns err;
+// *ExitError{Code: 2, Err: *PanicError} when it panics;
+// *ExitError{TimedOut: true} when req.Timeout expired before it returned,
+// whatever it returned. If ctx itself is cancelled (shutdown) and the handler
+// fails, Run returns an infrastructure error wrapping ctx.Err(), which charges
+// no attempt. Result.Duration is the handler's run time in every case.
+func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
+	h, ok := f.handlers[req.App+"/"+req.Handler]
+	if !ok {
+		h, ok = f.handlers[req.Handler]
+	}
+	if !ok {
+		return Result{}, &ExitError{Code: 127, Err: fmt.Errorf("no handler %q registered for app %q", req.Handler, req.App)}
+	}
+	hctx, cancel := withTimeout(ctx, req.Timeout)
+	defer cancel()
+
+	start := time.Now()
+	err := callHandler(hctx, h, req)
+	res := Result{Duration: time.Since(start)}
+	switch {
+	case errors.Is(context.Cause(hctx), errTimedOut) && ctx.Err() == nil:
+		return res, &ExitError{Code: 1, TimedOut: true, Err: err}
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return res, fmt.Errorf("run %s/%s: %w", req.App, req.Handler, ctx.Err())
+	}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return res, &ExitError{Code: 2, Err: err}
+	}
+	return res, &ExitError{Code: 1, Err: err}
+}
+
+func callHandler(ctx context.Context, h HandlerFunc, req Request) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, req)
+}
+
+// withTimeout bounds ctx by d (no bound when d <= 0); expiry sets the cause
+// errTimedOut so that it can be told apart from the parent's cancellation.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeoutCause(ctx, d, errTimedOut)
+}

@@ -1,0 +1,109 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+func TestFunc(t *testing.T) {
+	errBoom := errors.New("boom")
+	var got runtime.Request
+	f := runtime.NewFunc(map[string]runtime.HandlerFunc{
+		"users/events.created": func(ctx context.Context, req runtime.Request) error {
+			got = req
+			return nil
+		},
+		"events.created": func(context.Context, runtime.Request) error {
+			return errors.New("generic handler must not win over the app-specific one")
+		},
+		"generic.any":  func(context.Context, runtime.Request) error { return nil },
+		"billing/fail": func(context.Context, runtime.Request) error { return errBoom },
+		"billing/panic": func(context.Context, runtime.Request) error {
+			panic("kaboom")
+		},
+		"billing/slow": func(ctx context.Context, _ runtime.Request) error {
+			<-ctx.Done()
+			return ctx.Err()
+		},
+		"billing/slow-ok": func(ctx context.Context, _ runtime.Request) error {
+			<-ctx.Done()
+			return nil // returned nil, but too late
+		},
+	})
+	run := func(app, handler string, timeout time.Duration) (runtime.Result, error) {
+		return f.Run(t.Context(), runtime.Request{App: app, Handler: handler, Event: []byte(`{}`), Timeout: timeout, Attempt: 1})
+	}
+
+	t.Run("success", func(t *testing.T) {
+		res, err := run("users", "events.created", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.App != "users" || string(got.Event) != `{}` {
+			t.Errorf("handler got %+v", got)
+		}
+		if res.Duration <= 0 {
+			t.Errorf("Duration = %v", res.Duration)
+		}
+	})
+	t.Run("handler-only key", func(t *testing.T) {
+		if _, err := run("other", "generic.any", time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("error", func(t *testing.T) {
+		_, err := run("billing", "fail", time.Second)
+		ee := asExit(t, err)
+		if ee.Code != 1 || ee.TimedOut || !errors.Is(err, errBoom) {
+			t.Errorf("got %#v, want code 1 wrapping errBoom", ee)
+		}
+	})
+	t.Run("panic", func(t *testing.T) {
+		_, err := run("billing", "panic", time.Second)
+		ee := asExit(t, err)
+		var pe *runtime.PanicError
+		if ee.Code != 2 || !errors.As(err, &pe) || pe.Value != "kaboom" || len(pe.Stack) == 0 {
+			t.Errorf("got %#v, want code 2 wrapping a PanicError", ee)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		for _, h := range []string{"slow", "slow-ok"} {
+			_, err := run("billing", h, 20*time.Millisecond)
+			if ee := asExit(t, err); !ee.TimedOut {
+				t.Errorf("%s: got %#v, want TimedOut", h, ee)
+			}
+		}
+	})
+	t.Run("unknown handler", func(t *testing.T) {
+		_, err := run("billing", "nope.missing", time.Second)
+		ee := asExit(t, err)
+		if ee.Code != 127 || ee.Err == nil {
+			t.Fatalf("got %#v, want code 127", ee)
+		}
+		if want := `handler failed: no handler "nope.missing" registered for app "billing"`; err.Error() != want {
+			t.Errorf("error = %q, want %q", err, want)
+		}
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err := f.Run(ctx, runtime.Request{App: "billing", Handler: "slow", Timeout: time.Minute})
+		var ee *runtime.ExitError
+		if errors.As(err, &ee) || !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want an infrastructure error wrapping context.Canceled", err)
+		}
+	})
+}
+
+func asExit(t *testing.T, err error) *runtime.ExitError {
+	t.Helper()
+	ee, ok := errors.AsType[*runtime.ExitError](err)
+	if !ok {
+		t.Fatalf("error %v (%T) is not an *ExitError", err, err)
+	}
+	return ee
+}

@@ -1,0 +1,78 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Spec is how one app's handlers run: the parts of template.yaml that a
+// Runner needs (reference.md "Apps and template.yaml").
+type Spec struct {
+	// Dir is the app directory on the host, mounted read-only at /app.
+	Dir string
+	// Runtime is "python3", "node" or "" (run Image's entrypoint or Command).
+	Runtime string
+	// Image is an OCI image reference.
+	Image string
+	// Command replaces the image entrypoint when non-empty.
+	Command []string
+	// Env is the app's environment (names never start with RELAY_).
+	Env map[string]string
+	// MemoryBytes, CPUs and PIDs are resource limits; 0 means the default.
+	MemoryBytes int64
+	CPUs        float64
+	PIDs        int64
+	// Network is "none" or "host".
+	Network string
+}
+
+// Request is one attempt of one invocation.
+type Request struct {
+	App     string
+	Handler string // "module.function"
+	// MessageID is the stream entry id ("" for manual invocations).
+	MessageID string
+	Attempt   int
+	// Event is the JSON written to the handler's stdin, followed by EOF.
+	Event []byte
+	// Timeout bounds the attempt; past it the handler is killed (SIGKILL)
+	// and the attempt fails with an *ExitError whose TimedOut is true.
+	Timeout time.Duration
+	// Env holds extra variables such as TRACEPARENT, added after Spec.Env.
+	Env  map[string]string
+	Spec Spec
+}
+
+// Result describes a successful attempt (exit code 0).
+type Result struct {
+	Duration time.Duration
+}
+
+// ExitError is a handler failure: the handler ran and exited non-zero, timed
+// out, or (for in-process handlers) returned an error. It uses up an attempt.
+// Any other error from Runner.Run is an infrastructure failure that charges
+// no attempt.
+type ExitError struct {
+	Code     int
+	TimedOut bool
+	// Err is the underlying cause for in-process handlers, nil otherwise.
+	Err error
+}
+
+func (e *ExitError) Error() string {
+	switch {
+	case e.TimedOut:
+		return "handler timed out"
+	case e.Err != nil:
+		return fmt.Sprintf("handler failed: %v", e.Err)
+	}
+	return fmt.Sprintf("handler exited with code %d", e.Code)
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ErrUnavailable marks an infrastructure error that makes an app unable to
+// run right now (image missing, runtime daemon down). Runners wrap it; the
+// Engine leaves the message pending and charges no attempt.
+var ErrUnavailable = errors.New("runtime: app unavailable")
