@@ -1,0 +1,193 @@
+package relay_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+)
+
+func loadOne(t *testing.T, name, src string) *relay.App {
+	t.Helper()
+	apps := writeApps(t, map[string]string{name: src})
+	a := apps.Get(name)
+	if a == nil {
+		t.Fatalf("app %q not loaded", name)
+	}
+	return a
+}
+
+func TestLoadAppDefaults(t *testing.T) {
+	a := loadOne(t, "users", `
+image: relay.local/busybox:latest
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+`)
+	if !a.Available() {
+		t.Fatalf("errors: %v", a.Errors)
+	}
+	r := a.Rules[0]
+	if r.Timeout != 30*time.Second || r.Retries != 4 || a.Concurrency != 2 {
+		t.Errorf("defaults: timeout %s retries %d concurrency %d", r.Timeout, r.Retries, a.Concurrency)
+	}
+	if a.Spec.MemoryBytes != 128<<20 || a.Spec.CPUs != 1 || a.Spec.PIDs != 128 || a.Spec.Network != "none" {
+		t.Errorf("resource defaults: %+v", a.Spec)
+	}
+	if !filepath.IsAbs(a.Spec.Dir) || filepath.Base(a.Spec.Dir) != "users" {
+		t.Errorf("Dir = %q", a.Spec.Dir)
+	}
+}
+
+func TestLoadAppFull(t *testing.T) {
+	a := loadOne(t, "billing.v2", `
+runtime: python3
+concurrency: 5
+resources: {memory: 1GiB, cpus: 0.5, pids: 64}
+network: host
+env: {API_URL: "https://x", EMPTY: ""}
+events:
+  - handler: pkg.mod.fn
+    pattern: {k: [v]}
+    timeout: 15m
+    retries: 0
+schedules:
+  - name: nightly
+    handler: jobs.nightly
+    cron: "0 3 * * *"
+    timezone: Europe/Berlin
+  - {name: hourly, handler: jobs.hourly, cron: "@hourly"}
+`)
+	if !a.Available() {
+		t.Fatalf("errors: %v", a.Errors)
+	}
+	if a.Spec.Runtime != "python3" || a.Concurrency != 5 || a.Spec.MemoryBytes != 1<<30 || a.Spec.CPUs != 0.5 ||
+		a.Spec.PIDs != 64 || a.Spec.Network != "host" || a.Spec.Env["API_URL"] != "https://x" {
+		t.Errorf("spec = %+v", a.Spec)
+	}
+	if r := a.Rules[0]; r.Handler != "pkg.mod.fn" || r.Timeout != 15*time.Minute || r.Retries != 0 {
+		t.Errorf("rule = %+v", r)
+	}
+	if len(a.Schedules) != 2 || a.Schedules[0].Timezone.String() != "Europe/Berlin" {
+		t.Errorf("schedules = %+v", a.Schedules)
+	}
+}
+
+// Each case is one invalid template and the errors it must produce, as
+// "line:col: fragment".
+func TestLoadAppErrors(t *testing.T) {
+	cases := []struct {
+		name, src string
+		want      []string
+	}{
+		{"unknown top-level key", "image: x\nimgae: y\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:1: imgae: unknown key "imgae" (did you mean "image"?)`}},
+		{"unknown rule key", "image: x\nevents:\n  - handler: a.b\n    pattern: {k: [v]}\n    retry: 2\n",
+			[]string{`5:5: events[0].retry: unknown key "retry" (did you mean "retries"?)`}},
+		{"scalar condition", "image: x\nevents:\n  - handler: a.b\n    pattern:\n      status: COMPLETED\n",
+			[]string{`5:15: events[0].pattern.status`, `status: [COMPLETED]`}},
+		{"unknown operator", "image: x\nevents:\n  - handler: a.b\n    pattern:\n      id: [{prefx: user_}]\n",
+			[]string{`5:13: events[0].pattern.id[0].prefx`, `did you mean "prefix"`}},
+		{"duplicate handler", "image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}}\n  - {handler: a.b, pattern: {k: [w]}}\n",
+			[]string{`4:15: events[1].handler: handler "a.b" is already used by events[0]`}},
+		{"bad handler", "image: x\nevents:\n  - {handler: nodot, pattern: {k: [v]}}\n  - {handler: 'a. b', pattern: {k: [v]}}\n  - {handler: a., pattern: {k: [v]}}\n",
+			[]string{`3:15: events[0].handler: handler "nodot" must be module.function`, `4:15: events[1].handler: handler "a. b" must not contain whitespace`, `5:15: events[2].handler: handler "a." must be module.function`}},
+		{"bad durations", "image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}, timeout: 20}\n  - {handler: a.c, pattern: {k: [v]}, timeout: 16m}\n  - {handler: a.d, pattern: {k: [v]}, timeout: 0s}\n  - {handler: a.e, pattern: {k: [v]}, timeout: soon}\n",
+			[]string{`3:48: events[0].timeout: must be a string`, `4:48: events[1].timeout: timeout 16m0s is longer than the maximum 15m0s`, `5:48: events[2].timeout: timeout must be > 0`, `6:48: events[3].timeout: invalid duration "soon"`}},
+		{"bad retries", "image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}, retries: -1}\n",
+			[]string{`3:48: events[0].retries: retries must be between 0 and 1000`}},
+		{"missing pattern and handler", "image: x\nevents:\n  - {timeout: 5s}\n",
+			[]string{`3:5: events[0]: missing handler`, `3:5: events[0]: missing pattern`}},
+		{"no rules", "image: x\n", []string{`1:1: an app needs at least one event rule`}},
+		{"no image or runtime", "events: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`1:1: set image`}},
+		{"command with runtime", "runtime: python3\ncommand: [x]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:10: command: command is only allowed without runtime`}},
+		{"bad runtime", "runtime: ruby\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`1:10: runtime: unknown runtime "ruby"`}},
+		{"bad resources", "image: x\nresources: {memory: 128MB, cpus: 0, pids: 0, disk: 1}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`resources.memory: memory "128MB" must be a positive whole number with a unit KiB, MiB or GiB`, `resources.cpus: cpus must be a number > 0`, `resources.pids: pids must be a positive integer`, `resources.disk: unknown key "disk"`}},
+		{"bad concurrency", "image: x\nconcurrency: 0\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:14: concurrency: concurrency must be a positive integer`}},
+		{"bad network", "image: x\nnetwork: bridge\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:10: network: network must be none or host`}},
+		{"bad env", "image: x\nenv: {RELAY_X: a, 1BAD: b, PORT: 8080}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`env.RELAY_X: environment variable names starting with RELAY_ are reserved`, `env.1BAD: environment variable name "1BAD" must match`, `env.PORT: environment values must be strings; quote it`}},
+		{"yaml syntax", "image: x\nevents: [\n", []string{`YAML syntax error`}},
+		{"not a mapping", "- a\n- b\n", []string{`1:1: template must be a mapping, not a list`}},
+		{"alias", "image: &i x\ncommand: [*i]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`anchors and aliases are not supported`}},
+		{"bad schedules", "image: x\nschedules:\n  - {name: Bad_Name, handler: a.b, cron: '* * * * *'}\n  - {name: s1, handler: a.b, cron: '0 * * * * *'}\n  - {name: s2, handler: a.b, cron: '@every 5m'}\n  - {name: s3, handler: a.b, cron: 'TZ=UTC * * * * *'}\n  - {name: s4, handler: a.b, cron: '* * * * *', timezone: Local}\n  - {name: s5, handler: a.b, cron: '* * * * *', timezone: Mars/Base}\n  - {name: s5, handler: a.b, cron: '61 * * * *'}\n",
+			[]string{`schedules[0].name: schedule name "Bad_Name"`, `schedules[1].cron: cron "0 * * * * *" has 6 fields, want 5`, `a seconds field is not supported`, `schedules[2].cron: cron "@every 5m": @every is not supported`, `schedules[3].cron: cron "TZ=UTC * * * * *" embeds a time zone`, `schedules[4].timezone: timezone "Local"`, `schedules[5].timezone: timezone "Mars/Base" is not a known IANA zone name`, `schedules[6].name: schedule name "s5" is used twice`, `schedules[6].cron: cron "61 * * * *"`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := loadOne(t, "app", c.src)
+			if a.Available() {
+				t.Fatal("invalid template loaded as available")
+			}
+			all := make([]string, len(a.Errors))
+			for i, e := range a.Errors {
+				all[i] = e.Error()
+				if !strings.HasPrefix(all[i], "app/template.yaml:") {
+					t.Errorf("error %q does not start with the template path", all[i])
+				}
+			}
+			joined := strings.Join(all, "\n")
+			if strings.Contains(joined, "needs at least one event rule") && !strings.Contains(c.name, "no rules") {
+				t.Errorf("rules were declared, yet: %s", joined)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(joined, w) {
+					t.Errorf("missing %q in:\n%s", w, joined)
+				}
+			}
+		})
+	}
+}
+
+func TestInvalidAppDoesNotStopOthers(t *testing.T) {
+	apps := writeApps(t, map[string]string{
+		"good":    "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+		"bad":     "image: x\nevents: [{handler: a.b, pattern: {k: v}}]\n",
+		"Invalid": "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+	})
+	if !apps.Get("good").Available() || apps.Get("bad").Available() || apps.Get("Invalid").Available() {
+		t.Fatal("availability wrong")
+	}
+	if !strings.Contains(apps.Get("Invalid").Errors.Error(), `app name "Invalid"`) {
+		t.Errorf("bad app name not reported: %v", apps.Get("Invalid").Errors)
+	}
+	var names []string
+	for _, a := range apps.List() {
+		names = append(names, a.Name)
+	}
+	if strings.Join(names, ",") != "Invalid,bad,good" {
+		t.Errorf("order = %v", names)
+	}
+}
+
+func TestLoadAppsIgnoresDirsWithoutTemplate(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "notes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "README.md"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := relay.LoadApps(root)
+	if err != nil || len(apps.List()) != 0 {
+		t.Fatalf("apps = %v, err = %v", apps.List(), err)
+	}
+	if _, err := relay.LoadApps(filepath.Join(root, "missing")); err == nil {
+		t.Error("missing apps root is not an error")
+	}
+}
+
+func TestHostileTemplateIsBounded(t *testing.T) {
+	big := "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n# " + strings.Repeat("x", 2<<20) + "\n"
+	a := loadOne(t, "big", big)
+	if a.Available() || !strings.Contains(a.Errors.Error(), "larger than") {
+		t.Errorf("oversized template: %v", a.Errors)
+	}
+	deep := "image: x\nevents: [{handler: a.b, pattern: " + strings.Repeat("{a: ", 5000) + "[v]" + strings.Repeat("}", 5000) + "}]\n"
+	_ = loadOne(t, "deep", deep) // must return, not crash
+}

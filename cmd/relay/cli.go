@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+	"github.com/redis/rueidis"
+)
+
+// Exit codes (reference.md "CLI").
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// Globals are the flags every command shares, with the env fallbacks of
+// reference.md "Configuration".
+type Globals struct {
+	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[/db] or rediss:// for TLS."`
+	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream."`
+	RedisGroup  string `name:"group" env:"REDIS_GROUP" help:"Consumer group."`
+	Apps        string `name:"apps" env:"RELAY_APPS" default:"/apps" help:"Apps root: one directory with a template.yaml per app."`
+	LogLevel    string `name:"log-level" env:"LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
+	LogFormat   string `name:"log-format" env:"LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+
+	stdout, stderr io.Writer
+}
+
+// CLI is the root command.
+type CLI struct {
+	Globals
+
+	Start    StartCmd    `cmd:"" help:"Run a worker in the foreground until SIGINT or SIGTERM."`
+	Validate ValidateCmd `cmd:"" help:"Load the apps root and print every template error; exit 1 on any."`
+	DLQ      DLQCmd      `cmd:"" name:"dlq" help:"Inspect the dead-letter queue."`
+}
+
+// usageError marks an error as the caller's (exit 2).
+type usageError struct{ error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+type exitCode int
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+	var cli CLI
+	cli.stdout, cli.stderr = stdout, stderr
+	defer func() {
+		if r := recover(); r != nil {
+			c, ok := r.(exitCode)
+			if !ok {
+				panic(r)
+			}
+			code = int(c)
+		}
+	}()
+	parser, err := kong.New(&cli,
+		kong.Name("relay"),
+		kong.Description("Relay runs containerised handlers for events in a Redis Stream."),
+		kong.Writers(stdout, stderr),
+		kong.Exit(func(c int) { panic(exitCode(c)) }),
+		kong.BindTo(ctx, (*context.Context)(nil)),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay: %v\n", err)
+		return exitFailure
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay: %v\n", err)
+		var pe *kong.ParseError
+		if errors.As(err, &pe) && pe.Context != nil {
+			fmt.Fprintf(stderr, "Run \"%s --help\" for usage.\n", strings.TrimSpace("relay "+pe.Context.Command()))
+		}
+		return exitUsage
+	}
+	if err := kctx.Run(&cli.Globals); err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "relay: %v\n", err)
+			return exitUsage
+		}
+		var silent silentError
+		if !errors.As(err, &silent) {
+			fmt.Fprintf(stderr, "relay: %v\n", err)
+		}
+		return exitFailure
+	}
+	return exitOK
+}
+
+// silentError is a failure whose details the command already printed.
+type silentError struct{ error }
+
+func (g *Globals) logger() *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(g.LogLevel)) // kong's enum already checked it
+	opts := &slog.HandlerOptions{Level: level}
+	if g.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(g.stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, opts))
+}
+
+// requireStream checks the settings every Redis-backed command needs.
+func (g *Globals) requireStream() error {
+	var missing []string
+	if g.RedisURI == "" {
+		missing = append(missing, "REDIS_URI (--redis-uri)")
+	}
+	if g.RedisStream == "" {
+		missing = append(missing, "REDIS_STREAM (--stream)")
+	}
+	if g.RedisGroup == "" {
+		missing = append(missing, "REDIS_GROUP (--group)")
+	}
+	if len(missing) > 0 {
+		return usagef("missing required configuration: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// redisClient connects to REDIS_URI: host:port, redis://, rediss:// or unix://.
+func (g *Globals) redisClient() (rueidis.Client, error) {
+	uri := g.RedisURI
+	if !strings.Contains(uri, "://") {
+		uri = "redis://" + uri
+	}
+	opt, err := rueidis.ParseURL(uri)
+	if err != nil {
+		return nil, usagef("REDIS_URI %q: %v", g.RedisURI, err)
+	}
+	opt.DisableCache = true // no client-side caching: stream consumers gain nothing from it
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Redis at %s: %w", redactURI(g.RedisURI), err)
+	}
+	return c, nil
+}
+
+// redactURI hides a password in a Redis URI for messages.
+func redactURI(uri string) string {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return uri
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
+			return scheme + "://" + user + ":***@" + rest[at+1:]
+		}
+	}
+	return uri
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "relay"
+	}
+	return h
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	containerd "github.com/containerd/containerd/v2/client"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/stream"
+)
+
+// StartCmd is `relay start`.
+type StartCmd struct {
+	Consumer            string `name:"consumer" env:"RELAY_CONSUMER" help:"Consumer name (default: the hostname)."`
+	StateDir            string `name:"state-dir" env:"RELAY_STATE_DIR" default:"/var/lib/relay" help:"Local state directory."`
+	MaxConcurrency      int    `name:"max-concurrency" env:"MAX_CONCURRENCY" default:"8" help:"Worker-global bound on concurrent invocations."`
+	ContainerdAddress   string `name:"containerd-address" env:"CONTAINERD_ADDRESS" default:"/run/containerd/containerd.sock" help:"containerd socket."`
+	ContainerdNamespace string `name:"containerd-namespace" env:"CONTAINERD_NAMESPACE" default:"relay" help:"containerd namespace."`
+	MetricsAddr         string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
+	Runner              string `name:"runner" env:"RELAY_RUNNER" default:"containerd" enum:"containerd,process" help:"Handler runtime: containerd (isolated, production) or process (local exec, no isolation, development only)."`
+}
+
+// Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
+func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
+	if err := g.requireStream(); err != nil {
+		return err
+	}
+	if c.MaxConcurrency <= 0 {
+		return usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
+	}
+	if c.Consumer == "" {
+		c.Consumer = hostname()
+	}
+	log := g.logger()
+	apps, err := relay.LoadApps(g.Apps)
+	if err != nil {
+		return err
+	}
+	for _, a := range apps.List() {
+		if !a.Available() {
+			for _, e := range a.Errors {
+				log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", a.Name), slog.String("error", e.Error()))
+			}
+			continue
+		}
+		log.LogAttrs(ctx, slog.LevelInfo, "app loaded", slog.String("app", a.Name), slog.Int("rules", len(a.Rules)), slog.Int("schedules", len(a.Schedules)))
+	}
+
+	rc, err := g.redisClient()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+
+	var runner relay.Runner
+	var pingers []namedPinger
+	src := stream.New(rc, g.RedisStream, g.RedisGroup, c.Consumer)
+	pingers = append(pingers, namedPinger{"redis", src})
+	switch c.Runner {
+	case "process":
+		log.Warn("process runner: handlers run as local processes without isolation; use it for development only")
+		pr, err := runtime.NewProcess(runtime.WithOutput(g.stdout, g.stderr))
+		if err != nil {
+			return err
+		}
+		runner = pr
+	default:
+		cc, err := containerd.New(c.ContainerdAddress, containerd.WithDefaultNamespace(c.ContainerdNamespace),
+			containerd.WithTimeout(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("connect to containerd at %s: %w (is containerd running? set CONTAINERD_ADDRESS)", c.ContainerdAddress, err)
+		}
+		defer cc.Close()
+		cr, err := ctrd.New(cc, ctrd.WithNamespace(c.ContainerdNamespace), ctrd.WithOutput(g.stdout, g.stderr))
+		if err != nil {
+			return err
+		}
+		if err := cr.Sweep(ctx); err != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftover containers failed", slog.Any("error", err))
+		}
+		runner = cr
+		pingers = append(pingers, namedPinger{"containerd", cr})
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	engine, err := relay.New(apps, relay.Components{
+		Source: src, State: invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, g.RedisStream),
+		Stream: g.RedisStream, Group: g.RedisGroup, Consumer: c.Consumer,
+	}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLogger(log), relay.WithMetrics(reg))
+	if err != nil {
+		return err
+	}
+	if c.MetricsAddr != "" {
+		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, pingers)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
+	}
+	return engine.Run(ctx)
+}
+
+type namedPinger struct {
+	name string
+	p    relay.Pinger
+}
+
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pingers []namedPinger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("METRICS_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		var errs []error
+		for _, p := range pingers {
+			if err := p.p.Ping(pctx); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}

@@ -1,0 +1,376 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// opTimeout bounds one state, DLQ or ack write. Those writes run under a
+// context detached from shutdown, so a stopping worker still records what
+// its handlers did.
+const opTimeout = 10 * time.Second
+
+// malformedField is the invocation field of a malformed message; it gives
+// the malformed path the same idempotent DLQ marker as handler invocations.
+const malformedField = dlq.MalformedName + "/" + dlq.MalformedName
+
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+}
+
+// delivery is one message being handled by this worker.
+type delivery struct {
+	msg   stream.Message
+	key   invocation.Key
+	event string
+	// held is set when some invocation is not terminal: the message must
+	// stay pending.
+	held bool
+}
+
+func (e *Engine) logAttrs(d *delivery, attrs ...slog.Attr) []slog.Attr {
+	return append([]slog.Attr{slog.String(telemetry.MessageID, d.msg.ID)}, attrs...)
+}
+
+// handle classifies one delivered message and drives each of its
+// invocations (events.md "Dispatch and concurrency").
+func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
+	e.m.received.Inc()
+	d := &delivery{msg: msg, key: invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: msg.ID}}
+	raw, ok := msg.Fields["event"]
+	d.event = raw
+	if !ok {
+		e.malformed(ctx, d, "message has no event field")
+		return
+	}
+	targets, err := e.c.Matcher.Match([]byte(raw))
+	if errors.Is(err, matcher.ErrMalformed) {
+		e.malformed(ctx, d, err.Error())
+		return
+	}
+	if err != nil {
+		// Not the message's fault: leave it pending for a later delivery.
+		e.log.LogAttrs(ctx, slog.LevelError, "match failed; message left pending", e.logAttrs(d, slog.Any("error", err))...)
+		return
+	}
+	if len(targets) == 0 {
+		e.m.unmatched.Inc()
+		e.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", e.logAttrs(d)...)
+		e.ack(ctx, d, false)
+		return
+	}
+	e.m.matched.Inc()
+	for _, t := range targets {
+		e.invoke(ctx, runCtx, d, t)
+	}
+	if d.held {
+		e.log.LogAttrs(ctx, slog.LevelDebug, "message left pending", e.logAttrs(d)...)
+		return
+	}
+	e.ack(ctx, d, true)
+}
+
+// malformed routes a message that can never succeed to the DLQ without
+// running a handler, then acknowledges it (events.md, malformed messages).
+func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
+	e.m.malformed.Inc()
+	e.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", e.logAttrs(d, slog.String("reason", reason))...)
+	c, err := e.claim(ctx, d, malformedField, time.Minute, 1)
+	if err != nil {
+		return
+	}
+	switch c.Status {
+	case invocation.Claimed:
+		if err := e.exhaust(ctx, d, c.Lease); err != nil {
+			return
+		}
+		fallthrough
+	case invocation.Exhausted:
+		entry := e.entry(d, dlq.MalformedName, dlq.MalformedName, 0, reason)
+		if !e.deadLetter(ctx, d, c.Lease, entry) {
+			return
+		}
+	case invocation.DeadLettered, invocation.Terminal:
+	default:
+		// Another delivery is on it right now.
+		return
+	}
+	e.ack(ctx, d, true)
+}
+
+func (e *Engine) entry(d *delivery, app, handler string, attempts int, reason string) dlq.Entry {
+	return dlq.Entry{
+		OriginalStream: e.c.Stream, OriginalID: d.msg.ID, Group: e.c.Group, Consumer: e.c.Consumer,
+		Event: d.event, Reason: reason, App: app, Handler: handler,
+		Deliveries: d.msg.Deliveries, HandlerAttempts: attempts, Timestamp: time.Now().UTC(),
+		Trace: d.msg.Fields["traceparent"],
+	}
+}
+
+// claim asks the state store for the next attempt. An error fails closed:
+// the handler is not run and the message stays pending, since running a
+// duplicate could race a worker that won the same claim (events.md).
+func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease time.Duration, attempts int) (invocation.Claim, error) {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	c, err := e.c.State.Claim(octx, d.key, field, lease, attempts)
+	if err != nil {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "claim failed; handler not run, message left pending",
+			e.logAttrs(d, slog.String("invocation", field), slog.Any("error", err))...)
+	}
+	return c, err
+}
+
+// invoke drives one matched invocation through one step of its lifecycle.
+func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Target) {
+	app := e.apps.Get(t.App)
+	if app == nil || t.Rule < 0 || t.Rule >= len(app.Rules) {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "matcher returned an unknown target; message left pending",
+			e.logAttrs(d, slog.String(telemetry.App, t.App), slog.String(telemetry.Handler, t.Handler))...)
+		return
+	}
+	rule := app.Rules[t.Rule]
+	attrs := func(extra ...slog.Attr) []slog.Attr {
+		return e.logAttrs(d, append([]slog.Attr{slog.String(telemetry.App, app.Name), slog.String(telemetry.Handler, rule.Handler)}, extra...)...)
+	}
+	if !app.Available() {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelWarn, "app unavailable; message left pending", attrs(slog.Any("error", app.Errors.Err()))...)
+		return
+	}
+	if ctx.Err() != nil {
+		d.held = true // shutting down: start nothing new
+		return
+	}
+	field := app.Name + "/" + rule.Handler
+	maxAttempts := rule.Retries + 1
+	c, err := e.claim(ctx, d, field, rule.Timeout+e.o.leaseGrace, maxAttempts)
+	if err != nil {
+		return
+	}
+	switch c.Status {
+	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
+		return
+	case invocation.Running, invocation.NotDue:
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelDebug, "invocation not due", attrs(slog.String("status", c.Status.String()))...)
+		return
+	case invocation.Exhausted:
+		// A previous delivery exhausted it (or its last lease expired) but
+		// the DLQ entry is not recorded yet.
+		reason := fmt.Sprintf("exhausted after %d attempts", c.Lease.Attempt)
+		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, rule.Handler, c.Lease.Attempt, reason))
+		return
+	case invocation.Claimed:
+	default:
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "unknown claim status; message left pending", attrs(slog.Int("status", int(c.Status)))...)
+		return
+	}
+
+	release, ok := e.acquire(ctx, app.Name)
+	if !ok {
+		d.held = true
+		e.releaseLease(ctx, d, c.Lease, attrs)
+		e.log.LogAttrs(ctx, slog.LevelWarn, "no concurrency slot within the wait; message left pending",
+			attrs(slog.Duration("wait", e.o.concurrencyWait))...)
+		return
+	}
+	l := c.Lease
+	req := runtime.Request{
+		App: app.Name, Handler: rule.Handler, MessageID: d.msg.ID, Attempt: l.Attempt,
+		Event: []byte(d.event), Timeout: rule.Timeout, Spec: app.Spec,
+	}
+	if tp := d.msg.Fields["traceparent"]; tp != "" {
+		req.Env = map[string]string{"TRACEPARENT": tp}
+	}
+	e.m.inFlight.Inc()
+	start := time.Now()
+	_, err = e.c.Runner.Run(runCtx, req)
+	took := time.Since(start)
+	e.m.inFlight.Dec()
+	release()
+
+	var exit *runtime.ExitError
+	switch {
+	case err == nil:
+		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeSuccess).Inc()
+		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
+		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation succeeded", attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Duration(telemetry.Duration, took))...)
+		octx, cancel := detached(ctx)
+		defer cancel()
+		if err := e.c.State.Finish(octx, l); err != nil {
+			// The handler ran; without the record it will run again.
+			d.held = true
+			e.log.LogAttrs(ctx, slog.LevelError, "recording success failed; the handler may run again", attrs(slog.Any("error", err))...)
+		}
+	case errors.As(err, &exit):
+		outcome := outcomeFailure
+		if exit.TimedOut {
+			outcome = outcomeTimeout
+		}
+		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
+		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
+		fa := attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Int("max_attempts", maxAttempts),
+			slog.Duration(telemetry.Duration, took), slog.Int(telemetry.ExitCode, exit.Code), slog.Any("error", err))
+		if l.Attempt >= maxAttempts {
+			e.log.LogAttrs(ctx, slog.LevelError, "invocation exhausted; dead-lettering", fa...)
+			if e.exhaust(ctx, d, l) == nil {
+				e.deadLetter(ctx, d, l, e.entry(d, app.Name, rule.Handler, l.Attempt, err.Error()))
+			}
+			return
+		}
+		d.held = true
+		octx, cancel := detached(ctx)
+		defer cancel()
+		next, serr := e.c.State.ScheduleRetry(octx, l, e.backoff(l.Attempt))
+		if serr != nil {
+			e.log.LogAttrs(ctx, slog.LevelError, "recording failure failed", attrs(slog.Any("error", serr))...)
+			return
+		}
+		e.m.retries.WithLabelValues(app.Name, rule.Handler).Inc()
+		e.log.LogAttrs(ctx, slog.LevelWarn, "invocation failed; will retry", append(fa, slog.Time("next_attempt_at", next))...)
+	default:
+		// Infrastructure failure or shutdown: not the handler's fault, so
+		// no attempt is charged and the message stays pending.
+		d.held = true
+		outcome := outcomeError
+		if errors.Is(err, runtime.ErrUnavailable) {
+			outcome = outcomeUnavailable
+		}
+		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
+		e.releaseLease(ctx, d, l, attrs)
+		level := slog.LevelError
+		if runCtx.Err() != nil {
+			level = slog.LevelWarn
+		}
+		e.log.LogAttrs(ctx, level, "invocation could not run; no attempt charged, message left pending",
+			attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Any("error", err))...)
+	}
+}
+
+func (e *Engine) backoff(failedAttempt int) time.Duration {
+	i := min(failedAttempt, len(e.o.backoff)) - 1
+	return e.o.backoff[max(i, 0)]
+}
+
+func (e *Engine) releaseLease(ctx context.Context, d *delivery, l invocation.Lease, attrs func(...slog.Attr) []slog.Attr) {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	if err := e.c.State.Release(octx, l); err != nil {
+		// The lease then expires and counts as a failed attempt.
+		e.log.LogAttrs(ctx, slog.LevelError, "releasing claim failed", attrs(slog.Any("error", err))...)
+	}
+}
+
+func (e *Engine) exhaust(ctx context.Context, d *delivery, l invocation.Lease) error {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	err := e.c.State.Exhaust(octx, l)
+	if err != nil {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "recording exhaustion failed; message left pending",
+			e.logAttrs(d, slog.String("invocation", l.Field), slog.Any("error", err))...)
+	}
+	return err
+}
+
+// deadLetter writes the DLQ entry of an exhausted invocation, then marks
+// it written. The entry is persisted before the message can be acked; a
+// failed write leaves the message pending so a redelivery writes it again
+// (events.md "Dead-letter queue"). It reports whether both steps succeeded.
+func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease, entry dlq.Entry) bool {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	id, err := e.c.DLQ.Write(octx, entry)
+	if err != nil {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "dead-letter write failed; message left pending",
+			e.logAttrs(d, slog.String("invocation", l.Field), slog.Any("error", err))...)
+		return false
+	}
+	e.m.dlqEntries.WithLabelValues(entry.App, entry.Handler).Inc()
+	if err := e.c.State.MarkDLQ(octx, l); err != nil {
+		// The entry exists; a redelivery may write a duplicate.
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "recording dead-letter marker failed; message left pending",
+			e.logAttrs(d, slog.String("invocation", l.Field), slog.String("dlq_id", id), slog.Any("error", err))...)
+		return false
+	}
+	e.log.LogAttrs(ctx, slog.LevelWarn, "dead-lettered", e.logAttrs(d,
+		slog.String(telemetry.App, entry.App), slog.String(telemetry.Handler, entry.Handler),
+		slog.String("dlq_id", id), slog.String("reason", entry.Reason))...)
+	return true
+}
+
+// ack acknowledges a message whose invocations are all terminal, then
+// switches its state to terminal retention (events.md "Invocation state
+// persistence"). A failed retain only leaks the hash.
+func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	if err := e.c.Source.Ack(octx, d.msg.ID); err != nil {
+		e.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", e.logAttrs(d, slog.Any("error", err))...)
+		return
+	}
+	e.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", e.logAttrs(d)...)
+	if hasState {
+		e.retain(ctx, d.msg.ID)
+	}
+}
+
+func (e *Engine) retain(ctx context.Context, id string) {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	key := invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: id}
+	if err := e.c.State.Retain(octx, key, e.o.retention); err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
+			slog.String(telemetry.MessageID, id), slog.Any("error", err))
+	}
+}
+
+// acquire takes the app's and the global concurrency slot, waiting at most
+// the concurrency wait. A wait is counted in concurrency_waits_total.
+func (e *Engine) acquire(ctx context.Context, app string) (release func(), ok bool) {
+	appSlots := e.perApp[app]
+	select {
+	case appSlots <- struct{}{}:
+		select {
+		case e.global <- struct{}{}:
+			return func() { <-e.global; <-appSlots }, true
+		default:
+		}
+		<-appSlots
+	default:
+	}
+	e.m.concurrencyWaits.Inc()
+	timer := time.NewTimer(e.o.concurrencyWait)
+	defer timer.Stop()
+	select {
+	case appSlots <- struct{}{}:
+	case <-timer.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
+	select {
+	case e.global <- struct{}{}:
+		return func() { <-e.global; <-appSlots }, true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	<-appSlots
+	return nil, false
+}

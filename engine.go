@@ -1,0 +1,326 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/stream"
+)
+
+// ErrEngineRunning is returned by Run when the Engine is already running.
+var ErrEngineRunning = errors.New("relay: engine already running")
+
+// Components are the Engine's required parts and the identity of the
+// consumer it runs as. Matcher may be nil: the default matches every rule of
+// the Engine's apps.
+type Components struct {
+	Matcher Matcher
+	Source  StreamSource
+	State   StateStore
+	Runner  Runner
+	DLQ     DLQWriter
+	// Stream, Group and Consumer name the source stream, the consumer group
+	// and this consumer; they key invocation state and fill DLQ entries.
+	Stream, Group, Consumer string
+}
+
+// Engine consumes one stream through one consumer group and runs the
+// matched handlers of its apps with the delivery semantics of events.md.
+// Create it with New and start it with Run.
+type Engine struct {
+	c       Components
+	apps    *Apps
+	o       *options
+	log     *slog.Logger
+	m       *metrics
+	running atomic.Bool
+
+	msgSlots chan struct{}
+	global   chan struct{}
+	perApp   map[string]chan struct{}
+
+	mu       sync.Mutex
+	inFlight map[string]struct{}
+}
+
+// groupEnsurer is implemented by sources that create their consumer group.
+type groupEnsurer interface {
+	EnsureGroup(ctx context.Context) error
+}
+
+// New validates c and opts and returns an Engine for apps. It fails naming
+// the missing component or the bad option.
+func New(apps *Apps, c Components, opts ...Option) (*Engine, error) {
+	var errs []error
+	if apps == nil {
+		errs = append(errs, errors.New("relay: New: nil apps"))
+	}
+	if c.Matcher == nil && apps != nil {
+		c.Matcher = apps.Matcher()
+	}
+	for name, missing := range map[string]bool{
+		"Source": c.Source == nil, "State": c.State == nil, "Runner": c.Runner == nil, "DLQ": c.DLQ == nil,
+		"Stream": c.Stream == "", "Group": c.Group == "", "Consumer": c.Consumer == "",
+	} {
+		if missing {
+			errs = append(errs, fmt.Errorf("relay: New: Components.%s is required", name))
+		}
+	}
+	o, err := buildOptions(opts)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(o.registerer)
+	if err != nil {
+		return nil, fmt.Errorf("relay: register metrics: %w", err)
+	}
+	e := &Engine{
+		c: c, apps: apps, o: o, m: m,
+		log: o.logger,
+		// Messages waiting for an app slot must not starve other apps, so
+		// twice as many messages as invocations may be in flight.
+		msgSlots: make(chan struct{}, 2*o.concurrency),
+		global:   make(chan struct{}, o.concurrency),
+		perApp:   make(map[string]chan struct{}, len(apps.List())),
+		inFlight: map[string]struct{}{},
+	}
+	for _, a := range apps.List() {
+		e.perApp[a.Name] = make(chan struct{}, min(a.Concurrency, o.concurrency))
+	}
+	return e, nil
+}
+
+// Run consumes until ctx is cancelled, then stops gracefully: it stops
+// reading and reclaiming, lets running invocations finish for up to the
+// shutdown timeout, abandons the rest (their messages stay pending, no
+// attempt is charged) and returns nil. It returns an error only when the
+// engine cannot start (for example the consumer group cannot be created).
+func (e *Engine) Run(ctx context.Context) error {
+	if !e.running.CompareAndSwap(false, true) {
+		return ErrEngineRunning
+	}
+	defer e.running.Store(false)
+	if g, ok := e.c.Source.(groupEnsurer); ok {
+		if err := g.EnsureGroup(ctx); err != nil {
+			return fmt.Errorf("relay: ensure consumer group %q on stream %q: %w", e.c.Group, e.c.Stream, err)
+		}
+	}
+	e.log.LogAttrs(ctx, slog.LevelInfo, "worker started",
+		slog.String("stream", e.c.Stream), slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),
+		slog.Int("apps", len(e.apps.List())), slog.Int("max_concurrency", e.o.concurrency))
+
+	// Invocations run under runCtx, which outlives ctx by the shutdown
+	// timeout so running handlers can finish.
+	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	var msgs sync.WaitGroup
+	var loops sync.WaitGroup
+	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
+	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
+	loops.Go(func() { e.heartbeatLoop(ctx) })
+	<-ctx.Done()
+	loops.Wait()
+
+	done := make(chan struct{})
+	go func() { msgs.Wait(); close(done) }()
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopping", slog.Int("in_flight_messages", e.inFlightCount()))
+	select {
+	case <-done:
+	case <-time.After(e.o.shutdownTimeout):
+		e.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown timeout: abandoning running invocations; their messages stay pending",
+			slog.Duration("timeout", e.o.shutdownTimeout))
+		abandon()
+		<-done
+	}
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopped")
+	return nil
+}
+
+func (e *Engine) inFlightCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.inFlight)
+}
+
+// track marks id in flight; false means this worker is already on it (a
+// reclaim of our own slow message).
+func (e *Engine) track(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, busy := e.inFlight[id]; busy {
+		return false
+	}
+	e.inFlight[id] = struct{}{}
+	return true
+}
+
+func (e *Engine) untrack(id string) {
+	e.mu.Lock()
+	delete(e.inFlight, id)
+	e.mu.Unlock()
+}
+
+func (e *Engine) inFlightIDs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ids := make([]string, 0, len(e.inFlight))
+	for id := range e.inFlight {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// readLoop reads new entries whenever a message slot is free. Taking the
+// slot before reading is the back-pressure: nothing is read that cannot be
+// worked on.
+func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+	var fails int
+	for {
+		select {
+		case e.msgSlots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < cap(e.msgSlots) {
+			select {
+			case e.msgSlots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := e.c.Source.Read(ctx, n)
+		if err != nil && ctx.Err() == nil {
+			fails++
+			e.log.LogAttrs(ctx, slog.LevelError, "stream read failed; retrying", slog.Int("failures", fails), slog.Any("error", err))
+		} else {
+			fails = 0
+		}
+		for _, msg := range batch {
+			n--
+			e.dispatch(ctx, runCtx, msgs, msg)
+		}
+		for ; n > 0; n-- {
+			<-e.msgSlots
+		}
+		if fails > 0 && !sleepCtx(ctx, retryDelay(fails)) {
+			return
+		}
+	}
+}
+
+// dispatch starts the goroutine of one message; the caller holds its slot.
+func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg stream.Message) {
+	if !e.track(msg.ID) {
+		<-e.msgSlots
+		return
+	}
+	msgs.Go(func() {
+		defer func() { <-e.msgSlots }()
+		defer e.untrack(msg.ID)
+		e.handle(ctx, runCtx, msg)
+	})
+}
+
+// reclaimLoop is the message-level backstop of events.md "Recovery": it
+// takes over entries idle beyond MinPendingIdle, whoever owned them.
+func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+	t := time.NewTicker(e.o.reclaimInterval)
+	defer t.Stop()
+	var fails int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		batch, deleted, err := e.c.Source.Reclaim(ctx, e.o.minPendingIdle)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			fails++
+			e.log.LogAttrs(ctx, slog.LevelError, "reclaim failed; retrying", slog.Int("failures", fails), slog.Any("error", err))
+		} else {
+			fails = 0
+		}
+		for _, id := range deleted {
+			e.missingPayload(ctx, id)
+		}
+		for i, msg := range batch {
+			select {
+			case e.msgSlots <- struct{}{}:
+				e.dispatch(ctx, runCtx, msgs, msg)
+			case <-ctx.Done():
+				// The rest stay pending for the next reclaim, by any worker.
+				e.log.LogAttrs(ctx, slog.LevelDebug, "shutdown: reclaimed messages left pending", slog.Int("count", len(batch)-i))
+				return
+			}
+		}
+	}
+}
+
+// missingPayload handles a PEL reference whose stream entry is gone: data
+// loss, counted and logged, never a fabricated payload or DLQ entry
+// (events.md "Guarantees summary"). Redis already cleared the reference.
+func (e *Engine) missingPayload(ctx context.Context, id string) {
+	e.m.missingPayload.Inc()
+	e.log.LogAttrs(ctx, slog.LevelError, "pending entry has no payload; it was deleted or trimmed while unacknowledged",
+		slog.String(telemetry.MessageID, id), slog.String("stream", e.c.Stream))
+	e.retain(ctx, id)
+}
+
+// heartbeatLoop keeps the PEL idle time of in-flight messages low so other
+// consumers' XAUTOCLAIM does not take live work.
+func (e *Engine) heartbeatLoop(ctx context.Context) {
+	hb, ok := e.c.Source.(Heartbeater)
+	if !ok {
+		return
+	}
+	t := time.NewTicker(e.o.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids := e.inFlightIDs()
+		if len(ids) == 0 {
+			continue
+		}
+		if err := hb.Heartbeat(ctx, ids...); err != nil && ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat failed; other workers may reclaim running messages",
+				slog.Int("messages", len(ids)), slog.Any("error", err))
+		}
+	}
+}
+
+// retryDelay is a jittered exponential backoff for infrastructure errors:
+// 100ms doubling to 5s.
+func retryDelay(fails int) time.Duration {
+	d := 100 * time.Millisecond << min(fails-1, 6)
+	d = min(d, 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

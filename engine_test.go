@@ -1,0 +1,865 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// calls records handler runs, per "app/handler".
+type calls struct {
+	mu   sync.Mutex
+	runs map[string][]runtime.Request
+}
+
+func (c *calls) add(req runtime.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = map[string][]runtime.Request{}
+	}
+	k := req.App + "/" + req.Handler
+	c.runs[k] = append(c.runs[k], req)
+}
+
+func (c *calls) count(k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.runs[k])
+}
+
+func (c *calls) get(k string) []runtime.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]runtime.Request(nil), c.runs[k]...)
+}
+
+// harness is one Engine on a real redis-server with Go handlers.
+type harness struct {
+	t        *testing.T
+	rc       rueidis.Client
+	stream   string
+	group    string
+	src      *stream.Source
+	dlq      *dlq.Store
+	state    *invocation.Store
+	calls    *calls
+	reg      *prometheus.Registry
+	logs     *syncBuffer
+	handlers map[string]runtime.HandlerFunc
+	apps     *relay.Apps
+	source   relay.StreamSource // what the engine reads through (src unless wrapped)
+	dlqw     relay.DLQWriter
+	last     string // id of the last published entry
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// timing holds the engine timings a test runs with.
+type timing struct {
+	backoff         []time.Duration
+	shutdownTimeout time.Duration
+}
+
+// fastOptions shrink every timing the spec fixes so tests take seconds;
+// mods change single values.
+func fastOptions(mods ...func(*timing)) []relay.Option {
+	tm := timing{backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, shutdownTimeout: 2 * time.Second}
+	for _, m := range mods {
+		m(&tm)
+	}
+	return []relay.Option{
+		relay.WithMinPendingIdle(300 * time.Millisecond),
+		relay.WithReclaimInterval(50 * time.Millisecond),
+		relay.WithHeartbeatInterval(50 * time.Millisecond),
+		relay.WithBackoff(tm.backoff...),
+		relay.WithLeaseGrace(500 * time.Millisecond),
+		relay.WithConcurrencyWait(200 * time.Millisecond),
+		relay.WithShutdownTimeout(tm.shutdownTimeout),
+	}
+}
+
+func backoff(ds ...time.Duration) func(*timing) { return func(tm *timing) { tm.backoff = ds } }
+
+func shutdownTimeout(d time.Duration) func(*timing) {
+	return func(tm *timing) { tm.shutdownTimeout = d }
+}
+
+// writeApps writes templates into a temp apps root and loads it.
+func writeApps(t *testing.T, templates map[string]string) *relay.Apps {
+	t.Helper()
+	root := t.TempDir()
+	for name, src := range templates {
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, relay.TemplateFile), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apps, err := relay.LoadApps(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return apps
+}
+
+func newHarness(t *testing.T, templates map[string]string) *harness {
+	t.Helper()
+	rc := redistest.Client(t)
+	h := &harness{
+		t: t, rc: rc,
+		stream: redistest.Name(t, "events"), group: "workers",
+		calls: &calls{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{},
+		handlers: map[string]runtime.HandlerFunc{},
+		apps:     writeApps(t, templates),
+	}
+	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
+	h.source = h.src
+	h.dlq = dlq.NewStore(rc, h.stream)
+	h.dlqw = dlq.NewWriter(rc, h.stream)
+	h.state = invocation.New(rc)
+	if err := h.src.EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// handle registers fn as the handler "app/handler"; every run is recorded.
+func (h *harness) handle(key string, fn runtime.HandlerFunc) {
+	h.handlers[key] = func(ctx context.Context, req runtime.Request) error {
+		h.calls.add(req)
+		if fn == nil {
+			return nil
+		}
+		return fn(ctx, req)
+	}
+}
+
+// start runs an engine until the test ends (or stop is called).
+func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
+	h.t.Helper()
+	opts := append(fastOptions(mods...), relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	opts = append(opts, relay.WithMetrics(h.reg))
+	src := h.source
+	if consumer != "c1" {
+		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
+	}
+	e, err := relay.New(h.apps, relay.Components{
+		Source: src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Stream: h.stream, Group: h.group, Consumer: consumer,
+	}, opts...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	h.t.Cleanup(func() {
+		if h.t.Failed() {
+			h.t.Logf("engine log:\n%s", h.logs.String())
+		}
+	})
+	return stop
+}
+
+func (h *harness) publish(fields ...string) string {
+	h.t.Helper()
+	m := map[string]string{}
+	for i := 0; i+1 < len(fields); i += 2 {
+		m[fields[i]] = fields[i+1]
+	}
+	id, err := h.src.Publish(context.Background(), m)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.last = id
+	return id
+}
+
+// settled reports whether every published entry was delivered and none is
+// pending any more.
+func (h *harness) settled() bool {
+	h.t.Helper()
+	// One XINFO GROUPS reply holds both facts, read atomically.
+	res, err := h.rc.Do(context.Background(), h.rc.B().XinfoGroups().Key(h.stream).Build()).ToArray()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, g := range res {
+		m, err := g.AsMap()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		name, pend, lastID := m["name"], m["pending"], m["last-delivered-id"]
+		if n, _ := name.ToString(); n != h.group {
+			continue
+		}
+		pending, err := pend.AsInt64()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		last, _ := lastID.ToString()
+		return pending == 0 && !idLess(last, h.last)
+	}
+	return false
+}
+
+// idLess compares stream ids "<ms>-<seq>".
+func idLess(a, b string) bool {
+	am, as, _ := strings.Cut(a, "-")
+	bm, bs, _ := strings.Cut(b, "-")
+	ami, _ := strconv.ParseUint(am, 10, 64)
+	bmi, _ := strconv.ParseUint(bm, 10, 64)
+	if ami != bmi {
+		return ami < bmi
+	}
+	asi, _ := strconv.ParseUint(as, 10, 64)
+	bsi, _ := strconv.ParseUint(bs, 10, 64)
+	return asi < bsi
+}
+
+func (h *harness) pending() int64 {
+	n, _, err := h.src.Pending(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+func (h *harness) dlqEntries() []dlq.Entry {
+	es, err := h.dlq.List(context.Background(), dlq.Filter{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return es
+}
+
+func (h *harness) counter(name string) float64 {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (h *harness) hash(id string) map[string]string {
+	m, err := h.state.Get(context.Background(), invocation.Key{Stream: h.stream, Group: h.group, MessageID: id})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return m
+}
+
+func (h *harness) ttl(id string) time.Duration {
+	ms, err := h.rc.Do(context.Background(), h.rc.B().Pttl().Key(keys.Invocation(h.stream, h.group, id)).Build()).AsInt64()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+const usersApp = `
+image: relay.local/busybox:latest
+events:
+  - handler: events.created
+    pattern:
+      event_name: [INSERT]
+      table_name: [users]
+    timeout: 5s
+`
+
+func TestMatchedEventRunsAndIsAcked(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	event := `{"event_name":"INSERT","table_name":"users","id":7}`
+	id := h.publish("event", event)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("users/events.created") == 1 && h.settled() })
+
+	req := h.calls.get("users/events.created")[0]
+	if string(req.Event) != event || req.MessageID != id || req.Attempt != 1 || req.Timeout != 5*time.Second {
+		t.Errorf("request = %+v", req)
+	}
+	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	if got := h.hash(id)["users/events.created"]; got != "ok" {
+		t.Errorf("state = %q, want ok", got)
+	}
+	if ttl := h.ttl(id); ttl <= 6*24*time.Hour || ttl > relay.DefaultRetention {
+		t.Errorf("retention TTL = %s, want about %s", ttl, relay.DefaultRetention)
+	}
+	if n := h.counter("relay_events_matched_total"); n != 1 {
+		t.Errorf("matched = %v", n)
+	}
+}
+
+func TestUnmatchedIsAckedWithoutRun(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"DELETE","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "unmatched counted", func() bool { return h.counter("relay_events_unmatched_total") == 1 })
+	waitFor(t, 2*time.Second, "ack", func() bool { return h.settled() })
+	if n := h.calls.count("users/events.created"); n != 0 {
+		t.Errorf("handler ran %d times for an unmatched event", n)
+	}
+	if len(h.hash(id)) != 0 {
+		t.Errorf("unmatched event left invocation state %v", h.hash(id))
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("unmatched event was dead-lettered")
+	}
+}
+
+func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
+	cases := map[string][]string{
+		"no event field":   {"payload", `{"a":1}`},
+		"json string":      {"event", `"INSERT"`},
+		"json array":       {"event", `[{"event_name":"INSERT"}]`},
+		"json number":      {"event", `42`},
+		"not json":         {"event", `{event_name: INSERT}`},
+		"trailing garbage": {"event", `{"event_name":"INSERT"} x`},
+		"empty":            {"event", ``},
+	}
+	for name, fields := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, map[string]string{"users": usersApp})
+			h.handle("users/events.created", nil)
+			h.start("c1")
+			id := h.publish(fields...)
+			waitFor(t, 5*time.Second, "dead letter and ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+			e := h.dlqEntries()[0]
+			if e.App != "-" || e.Handler != "-" || e.HandlerAttempts != 0 || e.OriginalID != id ||
+				e.OriginalStream != h.stream || e.Group != h.group || e.Consumer != "c1" || e.Reason == "" {
+				t.Errorf("entry = %+v", e)
+			}
+			if fields[0] == "event" && e.Event != fields[1] {
+				t.Errorf("entry event = %q, want the original %q", e.Event, fields[1])
+			}
+			if h.calls.count("users/events.created") != 0 {
+				t.Error("a handler ran for a malformed message")
+			}
+			if h.counter("relay_events_malformed_total") != 1 {
+				t.Error("malformed not counted")
+			}
+		})
+	}
+}
+
+const billingApp = `
+image: relay.local/busybox:latest
+events:
+  - handler: charges.fail
+    pattern:
+      kind: [charge]
+    retries: 0
+  - handler: charges.audit
+    pattern:
+      kind: [charge]
+`
+
+func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("card declined") })
+	h.handle("billing/charges.audit", nil)
+	h.start("c1")
+	event := `{"kind":"charge","amount":12}`
+	id := h.publish("event", event)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+
+	// The failing handler must not stop the other matched handler.
+	if n := h.calls.count("billing/charges.audit"); n != 1 {
+		t.Errorf("audit ran %d times, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("fail ran %d times, want 1 (retries: 0)", n)
+	}
+	e := h.dlqEntries()[0]
+	if e.App != "billing" || e.Handler != "charges.fail" || e.HandlerAttempts != 1 || e.OriginalID != id ||
+		e.Event != event || !strings.Contains(e.Reason, "card declined") || e.Deliveries < 1 {
+		t.Errorf("entry = %+v", e)
+	}
+	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	st := h.hash(id)
+	if st["billing/charges.audit"] != "ok" || !strings.HasPrefix(st["billing/charges.fail"], "exhausted:1:") || !strings.HasSuffix(st["billing/charges.fail"], ":dlq") {
+		t.Errorf("state = %v", st)
+	}
+	// Nothing more happens afterwards.
+	time.Sleep(500 * time.Millisecond)
+	if len(h.dlqEntries()) != 1 || h.calls.count("billing/charges.fail") != 1 {
+		t.Errorf("after ack: %d DLQ entries, %d runs", len(h.dlqEntries()), h.calls.count("billing/charges.fail"))
+	}
+}
+
+func TestRetriesThenSucceeds(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var mu sync.Mutex
+	var times []time.Time
+	h.handle("users/events.created", func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		if req.Attempt < 3 {
+			return fmt.Errorf("attempt %d fails", req.Attempt)
+		}
+		return nil
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
+	runs := h.calls.get("users/events.created")
+	for i, r := range runs {
+		if r.Attempt != i+1 {
+			t.Errorf("run %d had attempt %d", i, r.Attempt)
+		}
+	}
+	// Each retry waited at least its backoff (200ms, then 400ms).
+	mu.Lock()
+	defer mu.Unlock()
+	if d := times[1].Sub(times[0]); d < 200*time.Millisecond {
+		t.Errorf("second attempt after %s, before the 200ms backoff", d)
+	}
+	if d := times[2].Sub(times[1]); d < 400*time.Millisecond {
+		t.Errorf("third attempt after %s, before the 400ms backoff", d)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a retried success was dead-lettered")
+	}
+	if got := h.counter("relay_retries_total"); got != 2 {
+		t.Errorf("retries_total = %v, want 2", got)
+	}
+	if h.hash(id)["users/events.created"] != "ok" {
+		t.Errorf("state = %v", h.hash(id))
+	}
+}
+
+func TestExhaustsAfterDefaultAttemptsAndDeadLettersWithCount(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: relay.local/busybox:latest
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+    retries: 2
+`})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	h.start("c1", backoff(50*time.Millisecond))
+	h.publish("event", `{"event_name":"INSERT"}`)
+	waitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	if n := h.calls.count("users/events.created"); n != 3 {
+		t.Errorf("ran %d times, want 3 (retries: 2)", n)
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 3 {
+		t.Errorf("handler_attempts = %d, want 3", e.HandlerAttempts)
+	}
+}
+
+func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
+	// A long backoff with a short reclaim threshold: the message is
+	// redelivered many times before its retry is due.
+	h.start("c1", backoff(time.Hour))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
+	waitFor(t, 5*time.Second, "retry recorded", func() bool {
+		return strings.HasPrefix(h.hash(id)["users/events.created"], "next_attempt_at:")
+	})
+	// Let several reclaims redeliver it (MinPendingIdle is 300ms).
+	before := deliveries(t, h, id)
+	waitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times; a redelivery before next_attempt_at must skip it", n)
+	}
+	if h.pending() != 1 {
+		t.Error("message with a pending retry was acknowledged")
+	}
+}
+
+func deliveries(t *testing.T, h *harness, id string) int64 {
+	t.Helper()
+	res, err := h.rc.Do(context.Background(), h.rc.B().Xpending().Key(h.stream).Group(h.group).Start(id).End(id).Count(1).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) == 0 {
+		return 0
+	}
+	row, _ := res[0].ToArray()
+	n, _ := row[3].AsInt64()
+	return n
+}
+
+func TestUnavailableAppKeepsMessagePending(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		// Valid pattern, invalid elsewhere: the app is unavailable but its
+		// rule still matches, so the message must stay pending.
+		"broken": `
+image: relay.local/busybox:latest
+concurrency: 0
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+`,
+		"users": usersApp,
+	})
+	h.handle("broken/events.created", nil)
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	waitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	if h.pending() != 1 {
+		t.Error("message matched by an unavailable app was acknowledged")
+	}
+	if h.calls.count("broken/events.created") != 0 || len(h.dlqEntries()) != 0 {
+		t.Error("unavailable app ran or was dead-lettered")
+	}
+	if st := h.hash(id); st["users/events.created"] != "ok" || st["broken/events.created"] != "" {
+		t.Errorf("state = %v", st)
+	}
+	if h.calls.count("users/events.created") != 1 {
+		t.Error("the succeeded invocation ran again on redelivery")
+	}
+}
+
+func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	ctx := context.Background()
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	// Another consumer read it and died; then the entry was deleted.
+	other := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	if msgs, err := other.Read(ctx, 10); err != nil || len(msgs) != 1 {
+		t.Fatalf("read = %v, %v", msgs, err)
+	}
+	if err := h.rc.Do(ctx, h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.start("c1")
+	waitFor(t, 5*time.Second, "missing payload counted", func() bool { return h.counter("relay_missing_payload_total") == 1 })
+	waitFor(t, 2*time.Second, "PEL cleared", func() bool { return h.settled() })
+	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
+		t.Error("missing payload ran a handler or wrote a DLQ entry")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := h.counter("relay_missing_payload_total"); got != 1 {
+		t.Errorf("missing_payload_total = %v, want 1", got)
+	}
+}
+
+// failingAck fails the first Ack of each id, as if the worker crashed
+// after the DLQ write and before the XACK.
+type failingAck struct {
+	relay.StreamSource
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (f *failingAck) Ack(ctx context.Context, ids ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		if !f.failed[id] {
+			f.failed[id] = true
+			return errors.New("injected: crash before XACK")
+		}
+	}
+	return f.StreamSource.Ack(ctx, ids...)
+}
+
+func TestDLQWriteIsIdempotentAcrossCrashBeforeAck(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("declined") })
+	h.handle("billing/charges.audit", nil)
+	h.source = &failingAck{StreamSource: h.src, failed: map[string]bool{}}
+	h.start("c1")
+	h.publish("event", `{"kind":"charge"}`)
+	waitFor(t, 10*time.Second, "ack on redelivery", func() bool { return h.settled() })
+	if n := len(h.dlqEntries()); n != 1 {
+		t.Errorf("%d DLQ entries after a crash between DLQ write and ack, want 1", n)
+	}
+	if h.calls.count("billing/charges.fail") != 1 || h.calls.count("billing/charges.audit") != 1 {
+		t.Errorf("handlers ran again on redelivery: fail %d, audit %d", h.calls.count("billing/charges.fail"), h.calls.count("billing/charges.audit"))
+	}
+}
+
+// failingDLQ fails the first n writes.
+type failingDLQ struct {
+	relay.DLQWriter
+	mu sync.Mutex
+	n  int
+}
+
+func (f *failingDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	f.mu.Lock()
+	if f.n > 0 {
+		f.n--
+		f.mu.Unlock()
+		return "", errors.New("injected: DLQ unavailable")
+	}
+	f.mu.Unlock()
+	return f.DLQWriter.Write(ctx, e)
+}
+
+func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("declined") })
+	h.handle("billing/charges.audit", nil)
+	h.dlqw = &failingDLQ{DLQWriter: h.dlqw, n: 2}
+	h.start("c1")
+	id := h.publish("event", `{"kind":"charge"}`)
+	waitFor(t, 5*time.Second, "exhausted", func() bool { return strings.HasPrefix(h.hash(id)["billing/charges.fail"], "exhausted:") })
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged although its DLQ entry was not written")
+	}
+	waitFor(t, 10*time.Second, "written on redelivery, then acked", func() bool { return h.settled() })
+	if n := len(h.dlqEntries()); n != 1 {
+		t.Errorf("%d DLQ entries, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("exhausted handler ran %d times, want 1", n)
+	}
+}
+
+func TestTwoAppsBothExhaustWriteOneEntryEach(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 0}
+`,
+		"b": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [{prefix: "x"}]}, retries: 0}
+`,
+	})
+	fail := func(context.Context, runtime.Request) error { return errors.New("no") }
+	h.handle("a/h.one", fail)
+	h.handle("a/h.two", fail)
+	h.handle("b/h.one", fail)
+	h.start("c1")
+	h.publish("event", `{"kind":"x"}`)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	got := map[string]int{}
+	for _, e := range h.dlqEntries() {
+		got[e.App+"/"+e.Handler]++
+	}
+	want := map[string]int{"a/h.one": 1, "a/h.two": 1, "b/h.one": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("DLQ entries by invocation = %v, want %v", got, want)
+	}
+}
+
+func TestDispatchOrderIsAppNameThenDeclaration(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"zeta":  "image: x\nevents:\n  - {handler: m.z1, pattern: {k: [v]}}\n",
+		"alpha": "image: x\nevents:\n  - {handler: m.a2, pattern: {k: [v]}}\n  - {handler: m.a1, pattern: {k: [{exists: true}]}}\n",
+	})
+	var mu sync.Mutex
+	var order []string
+	rec := func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		order = append(order, req.App+"/"+req.Handler)
+		mu.Unlock()
+		return nil
+	}
+	for _, k := range []string{"zeta/m.z1", "alpha/m.a2", "alpha/m.a1"} {
+		h.handle(k, rec)
+	}
+	h.start("c1")
+	h.publish("event", `{"k":"v"}`)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(order, ","); got != "alpha/m.a2,alpha/m.a1,zeta/m.z1" {
+		t.Errorf("order = %s", got)
+	}
+}
+
+func TestPerMessageInvocationsRunOneAtATimeAcrossMessagesConcurrently(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": "image: x\nconcurrency: 4\nevents:\n  - {handler: m.one, pattern: {k: [v]}}\n  - {handler: m.two, pattern: {k: [v]}}\n",
+	})
+	var mu sync.Mutex
+	running := map[string]int{} // per message
+	maxPerMsg, cur, maxAll := 0, 0, 0
+	release := make(chan struct{})
+	fn := func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		running[req.MessageID]++
+		cur++
+		maxPerMsg = max(maxPerMsg, running[req.MessageID])
+		maxAll = max(maxAll, cur)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running[req.MessageID]--
+		cur--
+		mu.Unlock()
+		return nil
+	}
+	h.handle("a/m.one", fn)
+	h.handle("a/m.two", fn)
+	h.start("c1")
+	for range 3 {
+		h.publish("event", `{"k":"v"}`)
+	}
+	waitFor(t, 5*time.Second, "three messages running", func() bool { mu.Lock(); defer mu.Unlock(); return cur == 3 })
+	close(release)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	if maxPerMsg != 1 {
+		t.Errorf("a message ran %d invocations at once, want 1", maxPerMsg)
+	}
+	if maxAll != 3 {
+		t.Errorf("max concurrent = %d, want 3 (one per message)", maxAll)
+	}
+}
+
+func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": "image: x\nconcurrency: 1\nevents:\n  - {handler: m.slow, pattern: {k: [v]}}\n",
+	})
+	var mu sync.Mutex
+	cur, maxCur := 0, 0
+	release := make(chan struct{})
+	h.handle("a/m.slow", func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		cur++
+		maxCur = max(maxCur, cur)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		cur--
+		mu.Unlock()
+		return nil
+	})
+	h.start("c1")
+	first := h.publish("event", `{"k":"v"}`)
+	second := h.publish("event", `{"k":"v"}`)
+	// The second waits for the app's only slot, gives up after the
+	// concurrency wait and stays pending with no attempt charged.
+	waitFor(t, 5*time.Second, "a concurrency wait", func() bool { return h.counter("relay_concurrency_waits_total") >= 1 })
+	waitFor(t, 5*time.Second, "blocked invocation released", func() bool {
+		return strings.Contains(h.logs.String(), "no concurrency slot within the wait")
+	})
+	for _, id := range []string{first, second} {
+		if v := h.hash(id)["a/m.slow"]; strings.HasPrefix(v, "next_attempt_at:") || strings.HasPrefix(v, "exhausted") {
+			t.Errorf("blocked message %s charged an attempt: %q", id, v)
+		}
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "both acked", func() bool { return h.settled() })
+	if maxCur != 1 {
+		t.Errorf("app with concurrency 1 ran %d at once", maxCur)
+	}
+	for _, r := range h.calls.get("a/m.slow") {
+		if r.Attempt != 1 {
+			t.Errorf("message %s ran as attempt %d; a blocked invocation must not be charged", r.MessageID, r.Attempt)
+		}
+	}
+}
+
+func TestGracefulShutdownLeavesUnfinishedPendingWithoutCharge(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	started := make(chan struct{})
+	h.handle("users/events.created", func(ctx context.Context, req runtime.Request) error {
+		close(started)
+		<-ctx.Done() // never finishes on its own
+		return ctx.Err()
+	})
+	stop := h.start("c1", shutdownTimeout(100*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	<-started
+	stop()
+	if h.pending() != 1 {
+		t.Fatal("unfinished message was acknowledged at shutdown")
+	}
+	if v := h.hash(id)["users/events.created"]; v != "" {
+		t.Errorf("abandoned attempt left state %q, want it released", v)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	apps := writeApps(t, map[string]string{"users": usersApp})
+	_, err := relay.New(apps, relay.Components{}, relay.WithConcurrency(0), relay.WithMinPendingIdle(-1))
+	if err == nil {
+		t.Fatal("New accepted missing components")
+	}
+	for _, want := range []string{"Components.Source is required", "Components.Stream is required", "WithConcurrency: must be > 0", "WithMinPendingIdle"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// Matcher classifies one external event (events.md "Pattern syntax",
+// "Combining conditions").
+type Matcher interface {
+	// Match returns every (app, rule) target the event matches, apps in
+	// sorted name order and rules in declaration order; an empty result
+	// means unmatched. event is the raw value of the entry's "event" field.
+	// The error wraps matcher.ErrMalformed when event is not a JSON object.
+	// Safe for concurrent use.
+	Match(event []byte) ([]matcher.Target, error)
+}
+
+// StreamSource reads a Redis Stream through one consumer group
+// (events.md "Delivery, retry, and ACK").
+type StreamSource interface {
+	// Read returns up to count new entries for this consumer, blocking at
+	// most a few seconds; it returns (nil, nil) when none arrived.
+	Read(ctx context.Context, count int) ([]stream.Message, error)
+	// Reclaim takes over entries idle for at least minIdle (XAUTOCLAIM),
+	// walking the cursor once around the PEL. deleted lists PEL ids whose
+	// stream entry no longer exists; their references are cleared.
+	Reclaim(ctx context.Context, minIdle time.Duration) (msgs []stream.Message, deleted []string, err error)
+	// Ack acknowledges ids (XACK). Acking an unknown id is not an error.
+	Ack(ctx context.Context, ids ...string) error
+	// Publish appends an entry and returns its id (XADD).
+	Publish(ctx context.Context, fields map[string]string) (string, error)
+}
+
+// Heartbeater is an optional StreamSource capability: it resets the PEL idle
+// time of entries this consumer is still working on, so other consumers do
+// not reclaim live work.
+type Heartbeater interface {
+	Heartbeat(ctx context.Context, ids ...string) error
+}
+
+// Pinger is an optional capability of a component that can check its
+// backend (relay health, /readyz).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// StateStore keeps durable per-invocation state, one method per transition
+// (events.md "Invocation state persistence"). Every transition on a lease
+// returns invocation.ErrStale when the lease lost its fencing token and
+// invocation.ErrTerminal when the hash is retained. Implementations are safe
+// for concurrent use.
+type StateStore interface {
+	// Claim decides whether this delivery may run a new attempt of the
+	// invocation field ("<app>/<handler>") of message key. On Claimed it
+	// records running with a deadline of now+lease on the store's clock. A
+	// running lease that expired counts as a failed attempt; when that
+	// attempt was the last of maxAttempts the invocation becomes Exhausted.
+	Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int) (invocation.Claim, error)
+	// Release gives a claimed attempt back without charging it (the runtime
+	// was unavailable or the worker is shutting down).
+	Release(ctx context.Context, l invocation.Lease) error
+	// Finish records success ("ok").
+	Finish(ctx context.Context, l invocation.Lease) error
+	// ScheduleRetry records a failed attempt and the earliest time of the
+	// next one, now+backoff on the store's clock; it returns that time.
+	ScheduleRetry(ctx context.Context, l invocation.Lease, backoff time.Duration) (time.Time, error)
+	// Exhaust records a failed last attempt ("exhausted:<attempt>:<token>").
+	Exhaust(ctx context.Context, l invocation.Lease) error
+	// MarkDLQ records that the DLQ entry of an exhausted invocation is
+	// persisted ("exhausted:<attempt>:<token>:dlq"). Idempotent.
+	MarkDLQ(ctx context.Context, l invocation.Lease) error
+	// Retain switches the message's hash to terminal retention (__terminal
+	// plus a TTL of ttl) after the message left the PEL. Idempotent.
+	Retain(ctx context.Context, key invocation.Key, ttl time.Duration) error
+}
+
+// Runner runs one attempt of one invocation (DESIGN.md "Handler contract").
+// It returns nil on success, an error wrapping *runtime.ExitError when the
+// handler failed (an attempt is used), and any other error for an
+// infrastructure failure (no attempt is charged; wrap runtime.ErrUnavailable
+// when the app cannot run at all right now). Safe for concurrent use.
+type Runner interface {
+	Run(ctx context.Context, req runtime.Request) (runtime.Result, error)
+}
+
+// DLQWriter persists one dead-letter entry (events.md "Dead-letter queue")
+// and returns its id. Safe for concurrent use.
+type DLQWriter interface {
+	Write(ctx context.Context, e dlq.Entry) (string, error)
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# make demo: installs what is missing, starts redis-server and containerd
+# under .state/, builds relay, runs a worker on examples/apps, publishes
+# sample events with redis-cli and shows the handlers' output and the DLQ.
+# Stops on exit only what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export STATE_DIR=${STATE_DIR:-$PWD/.state}
+bash scripts/setup.sh
+source scripts/services.sh
+use_go
+
+worker_pid=""
+cleanup() {
+	if [ -n "$worker_pid" ] && kill -0 "$worker_pid" 2>/dev/null; then
+		kill -TERM "$worker_pid" 2>/dev/null || true
+		wait "$worker_pid" 2>/dev/null || true
+	fi
+	services_stop
+}
+trap cleanup EXIT
+services_start redis containerd
+
+echo "demo: building relay"
+mkdir -p "$STATE_DIR/bin" "$STATE_DIR/demo"
+go build -o "$STATE_DIR/bin/relay" ./cmd/relay
+relay="$STATE_DIR/bin/relay"
+
+export REDIS_URI="127.0.0.1:$RELAY_REDIS_PORT" REDIS_STREAM=events REDIS_GROUP=relay-demo
+export RELAY_APPS="$PWD/examples/apps" RELAY_STATE_DIR="$STATE_DIR/relay" RELAY_CONSUMER=demo-worker
+export CONTAINERD_NAMESPACE=relay
+rcli() { redis-cli -p "$RELAY_REDIS_PORT" "$@"; }
+
+echo "demo: relay validate"
+"$relay" validate
+
+# A fresh stream each run, so the output shows this run only.
+rcli DEL "$REDIS_STREAM" "relay:$REDIS_STREAM:dlq" >/dev/null
+
+log="$STATE_DIR/demo/worker.log"
+"$relay" start >"$log" 2>&1 &
+worker_pid=$!
+for _ in $(seq 1 100); do
+	grep -q "worker started" "$log" && break
+	kill -0 "$worker_pid" 2>/dev/null || { cat "$log"; echo "demo: worker exited" >&2; exit 1; }
+	sleep 0.1
+done
+
+echo
+echo "demo: publishing events"
+set -x
+rcli XADD events '*' event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}'
+rcli XADD events '*' event '{"event_name":"INSERT","table_name":"audit_log"}'
+rcli XADD events '*' event 'this is not JSON'
+rcli XADD events '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
+rcli XADD events '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
+{ set +x; } 2>/dev/null
+
+# Wait until every entry was delivered and acknowledged.
+last=$(rcli XREVRANGE events + - COUNT 1 | head -n1)
+settled() {
+	[ "$(rcli XPENDING events relay-demo | head -n1)" = 0 ] || return 1
+	local delivered
+	delivered=$(rcli XINFO GROUPS events | awk 'prev=="last-delivered-id"{print} {prev=$0}')
+	[ "$delivered" = "$last" ]
+}
+for _ in $(seq 1 600); do
+	settled && break
+	kill -0 "$worker_pid" 2>/dev/null || { cat "$log"; echo "demo: worker exited" >&2; exit 1; }
+	sleep 0.1
+done
+settled || { cat "$log"; echo "demo: events were not all acknowledged within 60s" >&2; exit 1; }
+kill -TERM "$worker_pid"
+wait "$worker_pid" || true
+worker_pid=""
+
+echo
+echo "== handler output (each line prefixed [app/handler]) =="
+grep -E '^\[[a-z0-9._-]+/[^]]+\] ' "$log" || true
+echo
+echo "== worker log =="
+grep -vE '^\[[a-z0-9._-]+/[^]]+\] ' "$log" | sed -E 's/^time=[^ ]+ //'
+echo
+echo "== pending entries (XPENDING) =="
+rcli XPENDING events relay-demo | head -n1
+echo
+echo "== dead-letter queue (relay dlq ls) =="
+"$relay" dlq ls
+echo
+echo "demo: done; the full worker log is $log"

@@ -1,0 +1,505 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
+
+	"github.com/relaydev/relay/matcher"
+)
+
+// tpl walks one template's YAML AST, collecting positioned errors. Walking
+// the AST rather than decoding into structs is what lets every error name
+// file:line:col and reject unknown keys.
+type tpl struct {
+	file string
+	errs *matcher.ErrorList
+	// declared counts event rules and schedules written, valid or not.
+	declared int
+}
+
+func (t *tpl) errorf(n ast.Node, path, format string, args ...any) {
+	line, col := 0, 0
+	if n != nil {
+		line, col = matcher.NodePos(n)
+	}
+	t.errs.Add(t.file, line, col, path, fmt.Sprintf(format, args...))
+}
+
+// field is one key of a mapping, with its position.
+type field struct {
+	key   string
+	keyN  ast.Node
+	value ast.Node
+}
+
+// mapping returns the key/value pairs of a mapping node, reporting
+// duplicate keys and non-mapping nodes. ok is false when n is not a mapping.
+func (t *tpl) mapping(n ast.Node, path, what string) (fields []field, ok bool) {
+	n = unwrap(n)
+	switch m := n.(type) {
+	case *ast.MappingNode:
+		seen := map[string]bool{}
+		for _, v := range m.Values {
+			k, kok := scalarKey(v.Key)
+			if !kok {
+				t.errorf(v.Key, path, "%s keys must be plain strings", what)
+				continue
+			}
+			if v.Key.IsMergeKey() {
+				t.errorf(v.Key, path, "YAML merge keys (<<) are not supported in templates")
+				continue
+			}
+			if seen[k] {
+				t.errorf(v.Key, join(path, k), "duplicate key %q", k)
+				continue
+			}
+			seen[k] = true
+			fields = append(fields, field{key: k, keyN: v.Key, value: v.Value})
+		}
+		return fields, true
+	case *ast.MappingValueNode:
+		return t.mapping(&ast.MappingNode{BaseNode: m.BaseNode, Values: []*ast.MappingValueNode{m}}, path, what)
+	case *ast.AliasNode, *ast.AnchorNode:
+		t.errorf(n, path, "YAML anchors and aliases are not supported in templates; write the value out")
+		return nil, false
+	case nil:
+		t.errorf(nil, path, "%s must be a mapping", what)
+		return nil, false
+	}
+	t.errorf(n, path, "%s must be a mapping, not %s", what, describe(n))
+	return nil, false
+}
+
+func unwrap(n ast.Node) ast.Node {
+	for {
+		switch v := n.(type) {
+		case *ast.MappingKeyNode:
+			n = v.Value
+		case *ast.DocumentNode:
+			n = v.Body
+		default:
+			return n
+		}
+	}
+}
+
+func scalarKey(k ast.MapKeyNode) (string, bool) {
+	switch v := unwrap(k).(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode:
+		return v.GetToken().Value, true
+	}
+	return "", false
+}
+
+func describe(n ast.Node) string {
+	switch n.(type) {
+	case *ast.MappingNode, *ast.MappingValueNode:
+		return "a mapping"
+	case *ast.SequenceNode:
+		return "a list"
+	case *ast.NullNode:
+		return "null"
+	case *ast.StringNode, *ast.LiteralNode:
+		return "a string"
+	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+		return "a number"
+	case *ast.BoolNode:
+		return "a boolean"
+	case *ast.AliasNode, *ast.AnchorNode:
+		return "a YAML anchor or alias (anchors and aliases are not supported in templates; write the value out)"
+	case *ast.TagNode:
+		return "a tagged value"
+	}
+	return "an unsupported node"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (t *tpl) str(n ast.Node, path string) (string, bool) {
+	switch v := unwrap(n).(type) {
+	case *ast.StringNode:
+		return v.Value, true
+	case *ast.LiteralNode:
+		return v.Value.Value, true
+	}
+	t.errorf(n, path, "must be a string, not %s", describe(unwrap(n)))
+	return "", false
+}
+
+func (t *tpl) integer(n ast.Node, path string) (int64, bool) {
+	if v, ok := unwrap(n).(*ast.IntegerNode); ok {
+		switch x := v.Value.(type) {
+		case int64:
+			return x, true
+		case uint64:
+			if x <= math.MaxInt64 {
+				return int64(x), true
+			}
+		}
+		t.errorf(n, path, "integer out of range")
+		return 0, false
+	}
+	t.errorf(n, path, "must be an integer, not %s", describe(unwrap(n)))
+	return 0, false
+}
+
+func (t *tpl) number(n ast.Node, path string) (float64, bool) {
+	switch v := unwrap(n).(type) {
+	case *ast.IntegerNode:
+		f, err := strconv.ParseFloat(v.GetToken().Value, 64)
+		return f, err == nil
+	case *ast.FloatNode:
+		return v.Value, true
+	}
+	t.errorf(n, path, "must be a number, not %s", describe(unwrap(n)))
+	return 0, false
+}
+
+func (t *tpl) duration(n ast.Node, path string, def time.Duration) time.Duration {
+	s, ok := t.str(n, path)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		t.errorf(n, path, "invalid duration %q: write a Go duration such as 30s, 2m or 1m30s", s)
+	case d <= 0:
+		t.errorf(n, path, "timeout must be > 0")
+	case d > MaxTimeout:
+		t.errorf(n, path, "timeout %s is longer than the maximum %s", d, MaxTimeout)
+	default:
+		return d
+	}
+	return def
+}
+
+func (t *tpl) retries(n ast.Node, path string) int {
+	v, ok := t.integer(n, path)
+	if !ok {
+		return DefaultRetries
+	}
+	if v < 0 || v > 1000 {
+		t.errorf(n, path, "retries must be between 0 and 1000")
+		return DefaultRetries
+	}
+	return int(v)
+}
+
+// parseTemplate fills app from template source, adding every error found.
+func parseTemplate(app *App, src []byte) {
+	t := &tpl{file: app.File, errs: &app.Errors}
+	app.Concurrency = DefaultAppConcurrency
+	app.Spec.MemoryBytes = DefaultMemoryBytes
+	app.Spec.CPUs = DefaultCPUs
+	app.Spec.PIDs = DefaultPIDs
+	app.Spec.Network = "none"
+
+	f, err := parser.ParseBytes(src, 0)
+	if err != nil {
+		var ye interface {
+			GetToken() *token.Token
+			GetMessage() string
+		}
+		if errors.As(err, &ye) && ye.GetToken() != nil {
+			p := ye.GetToken().Position
+			t.errs.Add(t.file, p.Line, p.Column, "", "YAML syntax error: "+ye.GetMessage())
+		} else {
+			t.errs.Add(t.file, 1, 1, "", "YAML syntax error: "+err.Error())
+		}
+		return
+	}
+	if len(f.Docs) != 1 || f.Docs[0] == nil || f.Docs[0].Body == nil {
+		t.errs.Add(t.file, 1, 1, "", "template must be one YAML document holding a mapping")
+		return
+	}
+	fields, ok := t.mapping(f.Docs[0].Body, "", "template")
+	if !ok {
+		return
+	}
+	var imageN, commandN, runtimeN ast.Node
+	for _, fl := range fields {
+		switch fl.key {
+		case "runtime":
+			runtimeN = fl.value
+			if s, ok := t.str(fl.value, "runtime"); ok {
+				if !validRuntime(s) {
+					t.errorf(fl.value, "runtime", "unknown runtime %q: use python3 or node, or omit runtime and set image", s)
+				}
+				app.Spec.Runtime = s
+			}
+		case "image":
+			imageN = fl.value
+			if s, ok := t.str(fl.value, "image"); ok {
+				if s == "" || strings.IndexFunc(s, isSpace) >= 0 {
+					t.errorf(fl.value, "image", "image must be an OCI reference such as docker.io/library/busybox:1.36")
+				}
+				app.Spec.Image = s
+			}
+		case "command":
+			commandN = fl.value
+			app.Spec.Command = t.stringList(fl.value, "command")
+		case "concurrency":
+			if v, ok := t.integer(fl.value, "concurrency"); ok {
+				if v <= 0 || v > 10000 {
+					t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most 10000)")
+				} else {
+					app.Concurrency = int(v)
+				}
+			}
+		case "resources":
+			t.resources(app, fl.value)
+		case "network":
+			if s, ok := t.str(fl.value, "network"); ok {
+				if s != "none" && s != "host" {
+					t.errorf(fl.value, "network", "network must be none or host, not %q", s)
+				}
+				app.Spec.Network = s
+			}
+		case "env":
+			t.env(app, fl.value)
+		case "events":
+			t.events(app, fl.value)
+		case "schedules":
+			t.schedules(app, fl.value)
+		default:
+			t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
+		}
+	}
+	if runtimeN == nil && imageN == nil {
+		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3 or node)")
+	}
+	if runtimeN != nil && commandN != nil {
+		t.errorf(commandN, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
+	}
+	if t.declared == 0 {
+		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
+	}
+}
+
+var templateKeys = []string{"runtime", "image", "command", "concurrency", "resources", "network", "env", "events", "schedules"}
+
+func (t *tpl) stringList(n ast.Node, path string) []string {
+	seq, ok := unwrap(n).(*ast.SequenceNode)
+	if !ok {
+		t.errorf(n, path, "must be a list of strings, not %s", describe(unwrap(n)))
+		return nil
+	}
+	if len(seq.Values) == 0 {
+		t.errorf(n, path, "must not be empty")
+	}
+	out := make([]string, 0, len(seq.Values))
+	for i, v := range seq.Values {
+		if s, ok := t.str(v, fmt.Sprintf("%s[%d]", path, i)); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (t *tpl) resources(app *App, n ast.Node) {
+	fields, ok := t.mapping(n, "resources", "resources")
+	if !ok {
+		return
+	}
+	for _, fl := range fields {
+		p := "resources." + fl.key
+		switch fl.key {
+		case "memory":
+			if s, ok := t.str(fl.value, p); ok {
+				if b, err := parseSize(s); err != nil {
+					t.errorf(fl.value, p, "%v", err)
+				} else {
+					app.Spec.MemoryBytes = b
+				}
+			}
+		case "cpus":
+			if v, ok := t.number(fl.value, p); ok {
+				if !(v > 0) || v > 1024 {
+					t.errorf(fl.value, p, "cpus must be a number > 0")
+				} else {
+					app.Spec.CPUs = v
+				}
+			}
+		case "pids":
+			if v, ok := t.integer(fl.value, p); ok {
+				if v <= 0 {
+					t.errorf(fl.value, p, "pids must be a positive integer")
+				} else {
+					app.Spec.PIDs = v
+				}
+			}
+		default:
+			t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"memory", "cpus", "pids"}))
+		}
+	}
+}
+
+// parseSize parses "<n>KiB|MiB|GiB" into bytes.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(num, 10, 64)
+			if err != nil || v <= 0 {
+				break
+			}
+			if v > math.MaxInt64/u.mult {
+				return 0, fmt.Errorf("memory %q is too large", s)
+			}
+			return v * u.mult, nil
+		}
+	}
+	return 0, fmt.Errorf("memory %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
+}
+
+func (t *tpl) env(app *App, n ast.Node) {
+	fields, ok := t.mapping(n, "env", "env")
+	if !ok {
+		return
+	}
+	app.Spec.Env = make(map[string]string, len(fields))
+	for _, fl := range fields {
+		p := "env." + fl.key
+		switch {
+		case !envNameRE.MatchString(fl.key):
+			t.errorf(fl.keyN, p, "environment variable name %q must match [A-Za-z_][A-Za-z0-9_]*", fl.key)
+			continue
+		case strings.HasPrefix(fl.key, "RELAY_"):
+			t.errorf(fl.keyN, p, "environment variable names starting with RELAY_ are reserved for Relay")
+			continue
+		}
+		s, ok := unwrap(fl.value).(*ast.StringNode)
+		if !ok {
+			if lit, isLit := unwrap(fl.value).(*ast.LiteralNode); isLit {
+				app.Spec.Env[fl.key] = lit.Value.Value
+				continue
+			}
+			t.errorf(fl.value, p, "environment values must be strings; quote it: %s: %q", fl.key, unwrap(fl.value).GetToken().Value)
+			continue
+		}
+		app.Spec.Env[fl.key] = s.Value
+	}
+}
+
+func (t *tpl) events(app *App, n ast.Node) {
+	seq, ok := unwrap(n).(*ast.SequenceNode)
+	if !ok {
+		t.errorf(n, "events", "events must be a list of rules, not %s", describe(unwrap(n)))
+		return
+	}
+	seen := map[string]string{}
+	t.declared += len(seq.Values)
+	for i, item := range seq.Values {
+		path := fmt.Sprintf("events[%d]", i)
+		fields, ok := t.mapping(item, path, "an event rule")
+		if !ok {
+			continue
+		}
+		r := Rule{Timeout: DefaultTimeout, Retries: DefaultRetries}
+		var handlerN, patternN ast.Node
+		for _, fl := range fields {
+			p := path + "." + fl.key
+			switch fl.key {
+			case "handler":
+				handlerN = fl.value
+				if s, ok := t.str(fl.value, p); ok {
+					if msg := validHandler(s); msg != "" {
+						t.errorf(fl.value, p, "%s", msg)
+					} else if prev, dup := seen[s]; dup {
+						t.errorf(fl.value, p, "handler %q is already used by %s; event handler names are unique within an app", s, prev)
+					} else {
+						seen[s] = path
+					}
+					r.Handler = s
+				}
+			case "pattern":
+				patternN = fl.value
+			case "timeout":
+				r.Timeout = t.duration(fl.value, p, DefaultTimeout)
+			case "retries":
+				r.Retries = t.retries(fl.value, p)
+			default:
+				t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"handler", "pattern", "timeout", "retries"}))
+			}
+		}
+		if handlerN == nil {
+			t.errorf(item, path, "missing handler: write handler: module.function")
+		}
+		if patternN == nil {
+			t.errorf(item, path, "missing pattern: every rule needs a pattern")
+			continue
+		}
+		pat, errs := matcher.ParseNode(t.file, path+".pattern", patternN)
+		*t.errs = append(*t.errs, errs...)
+		if pat != nil && len(errs) == 0 && handlerN != nil && validHandler(r.Handler) == "" {
+			r.Pattern = pat
+			app.Rules = append(app.Rules, r)
+		}
+	}
+}
+
+// suggest returns ` (did you mean "x"?)` for a key close to a known one.
+func suggest(key string, known []string) string {
+	best, bestD := "", 3
+	lower := strings.ToLower(key)
+	for _, k := range known {
+		d := editDistance(lower, k)
+		if commonPrefix(lower, k) >= 4 {
+			d = min(d, 2) // "retry" for "retries", "resource" for "resources"
+		}
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return "; allowed keys: " + strings.Join(known, ", ")
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func commonPrefix(a, b string) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
