@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/relaydev/relay/dlq"
@@ -55,7 +56,9 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	}
 	targets, err := e.c.Matcher.Match([]byte(raw))
 	if errors.Is(err, matcher.ErrMalformed) {
-		e.malformed(ctx, d, err.Error())
+		// The reason is read by operators in relay dlq ls; drop the
+		// package prefix.
+		e.malformed(ctx, d, strings.TrimPrefix(err.Error(), "matcher: "))
 		return
 	}
 	if err != nil {

@@ -21,7 +21,7 @@ func DecodeEvent(b []byte) (map[string]any, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("%w: empty input", ErrMalformed)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: not valid JSON: %v", ErrMalformed, err)
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
