@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -248,23 +247,9 @@ func (h *harness) settled() bool {
 			h.t.Fatal(err)
 		}
 		last, _ := lastID.ToString()
-		return pending == 0 && !idLess(last, h.last)
+		return pending == 0 && stream.CompareID(last, h.last) >= 0
 	}
 	return false
-}
-
-// idLess compares stream ids "<ms>-<seq>".
-func idLess(a, b string) bool {
-	am, as, _ := strings.Cut(a, "-")
-	bm, bs, _ := strings.Cut(b, "-")
-	ami, _ := strconv.ParseUint(am, 10, 64)
-	bmi, _ := strconv.ParseUint(bm, 10, 64)
-	if ami != bmi {
-		return ami < bmi
-	}
-	asi, _ := strconv.ParseUint(as, 10, 64)
-	bsi, _ := strconv.ParseUint(bs, 10, 64)
-	return asi < bsi
 }
 
 func (h *harness) pending() int64 {

@@ -6,10 +6,10 @@ set -euo pipefail
 cmd=${1:?usage: redis.sh start|stop|status STATE_DIR [PORT]}
 state=${2:?usage: redis.sh start|stop|status STATE_DIR [PORT]}
 port=${3:-6390}
-dir="$state/redis"
+mkdir -p "$state/redis"
+# Absolute paths: redis-server changes into --dir before writing its pid file.
+dir=$(cd "$state/redis" && pwd)
 pidf="$dir/redis.pid"
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
 
 running() { [ -f "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; }
 
@@ -19,10 +19,14 @@ start)
 		echo "redis: already running (pid $(cat "$pidf")) on 127.0.0.1:$port"
 		exit 0
 	fi
+	if redis-cli -p "$port" ping >/dev/null 2>&1; then
+		echo "redis: port $port is already used by another server; set RELAY_REDIS_PORT to a free port" >&2
+		exit 1
+	fi
 	redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" --appendonly yes \
 		--daemonize yes --pidfile "$pidf" --logfile "$dir/redis.log" >/dev/null
 	for _ in $(seq 1 100); do
-		if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
+		if running && redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
 			echo "redis: running (pid $(cat "$pidf")) on 127.0.0.1:$port"
 			exit 0
 		fi
