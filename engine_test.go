@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -66,29 +66,12 @@ type harness struct {
 	state    *invocation.Store
 	calls    *calls
 	reg      *prometheus.Registry
-	logs     *syncBuffer
+	logs     *testutil.Buffer
 	handlers map[string]runtime.HandlerFunc
 	apps     *relay.Apps
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
 	dlqw     relay.DLQWriter
 	last     string // id of the last published entry
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // timing holds the engine timings a test runs with.
@@ -147,7 +130,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	h := &harness{
 		t: t, rc: rc,
 		stream: redistest.Name(t, "events"), group: "workers",
-		calls: &calls{}, reg: prometheus.NewRegistry(), logs: &syncBuffer{},
+		calls: &calls{}, reg: prometheus.NewRegistry(), logs: &testutil.Buffer{},
 		handlers: map[string]runtime.HandlerFunc{},
 		apps:     writeApps(t, templates),
 	}
@@ -285,16 +268,9 @@ func (h *harness) counter(name string) float64 {
 	return sum
 }
 
-// waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, timeout, what, cond)
 }
 
 func (h *harness) hash(id string) map[string]string {

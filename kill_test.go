@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -77,7 +78,7 @@ events:
 	cmd.Env = append(os.Environ(), "RELAY_HELPER_WORKER=1",
 		"RELAY_HELPER_REDIS="+redistest.Addr(t), "RELAY_HELPER_STREAM="+h.stream, "RELAY_HELPER_GROUP="+h.group,
 		"RELAY_HELPER_APPS="+appsRoot, "RELAY_HELPER_MARKER="+marker)
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

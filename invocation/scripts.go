@@ -29,13 +29,22 @@ var (
 	retainScript        = script("retain.lua", rueidis.NewLuaScriptRetryable)
 )
 
-func script(name string, newScript func(string, ...rueidis.LuaOption) *rueidis.Lua) *rueidis.Lua {
+// prelude holds the helpers every script may call (fence, now_ms); it is
+// prepended to each script's source.
+var prelude = mustRead("prelude.lua")
+
+func mustRead(name string) string {
 	src, err := scriptFS.ReadFile("scripts/" + name)
 	if err != nil {
 		panic("invocation: missing embedded script " + name)
 	}
-	scriptSources[name] = string(src)
-	return newScript(string(src))
+	return string(src)
+}
+
+func script(name string, newScript func(string, ...rueidis.LuaOption) *rueidis.Lua) *rueidis.Lua {
+	src := mustRead(name)
+	scriptSources[name] = src
+	return newScript(prelude + "\n" + src)
 }
 
 // Reply codes of the transition scripts: the first element of every reply.

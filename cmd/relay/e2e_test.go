@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,38 +14,11 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // buildRelay compiles the binary under test.
 func buildRelay(t *testing.T) string {
@@ -77,7 +49,7 @@ func TestStartEndToEnd(t *testing.T) {
 		"REDIS_URI="+redistest.Addr(t), "REDIS_STREAM="+streamName, "REDIS_GROUP=relay",
 		"RELAY_APPS="+apps, "RELAY_CONSUMER=e2e", "RELAY_STATE_DIR="+t.TempDir(),
 		"CONTAINERD_NAMESPACE="+cc.DefaultNamespace(), "LOG_LEVEL=debug")
-	stdout, stderr := &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr := &testutil.Buffer{}, &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -90,7 +62,7 @@ func TestStartEndToEnd(t *testing.T) {
 			t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 		}
 	})
-	waitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
+	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
 
 	src := stream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
@@ -103,11 +75,11 @@ func TestStartEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := dlq.NewStore(rc, streamName)
-	waitFor(t, 60*time.Second, "handler output and DLQ entry", func() bool {
+	testutil.WaitFor(t, 60*time.Second, "handler output and DLQ entry", func() bool {
 		n, _ := store.Len(ctx)
 		return n == 1 && strings.Contains(stdout.String(), "[users/events.created] welcome user ada@example.com (message "+okID)
 	})
-	waitFor(t, 30*time.Second, "both messages acked", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "both messages acked", func() bool {
 		n, _, err := src.Pending(ctx)
 		return err == nil && n == 0 && strings.Contains(stderr.String(), "message acknowledged")
 	})

@@ -31,11 +31,10 @@ if redis.call('HEXISTS', key, '__terminal') == 1 then
   return {7}
 end
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local function start(attempt)
-  local deadline_ms = now_ms + lease_ms
+  local deadline_ms = now + lease_ms
   redis.call('HSET', key, field, string.format('running:%d:%d:%s', deadline_ms, attempt, token))
   return {1, attempt, deadline_ms}
 end
@@ -60,7 +59,7 @@ end
 local d, a = string.match(v, '^running:(%d+):(%d+):[^:]+$')
 if d then
   d = tonumber(d)
-  if d > now_ms then
+  if d > now then
     return {2, d}
   end
   return next_after(tonumber(a))
@@ -69,7 +68,7 @@ end
 d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
 if d then
   d = tonumber(d)
-  if d > now_ms then
+  if d > now then
     return {3, d}
   end
   return next_after(tonumber(a))

@@ -18,17 +18,9 @@
 local key, field, token = KEYS[1], ARGV[1], ARGV[3]
 local attempt = tonumber(ARGV[2])
 
-if redis.call('HEXISTS', key, '__terminal') == 1 then
-  return {3}
-end
-
-local v = redis.call('HGET', key, field)
-if not v then
-  return {2}
-end
-local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
-if not a or tonumber(a) ~= attempt or tok ~= token then
-  return {2}
+local code = fence(key, field, RUNNING, attempt, token)
+if code ~= 0 then
+  return {code}
 end
 
 redis.call('HSET', key, field, 'ok')

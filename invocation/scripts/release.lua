@@ -19,17 +19,9 @@
 local key, field, token = KEYS[1], ARGV[1], ARGV[3]
 local attempt = tonumber(ARGV[2])
 
-if redis.call('HEXISTS', key, '__terminal') == 1 then
-  return {3}
-end
-
-local v = redis.call('HGET', key, field)
-if not v then
-  return {2}
-end
-local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
-if not a or tonumber(a) ~= attempt or tok ~= token then
-  return {2}
+local code = fence(key, field, RUNNING, attempt, token)
+if code ~= 0 then
+  return {code}
 end
 
 if attempt <= 1 then
@@ -37,7 +29,5 @@ if attempt <= 1 then
   return {1}
 end
 
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', now_ms, attempt - 1, token))
+redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', now_ms(), attempt - 1, token))
 return {1}

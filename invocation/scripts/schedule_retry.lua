@@ -21,20 +21,11 @@ local key, field, token = KEYS[1], ARGV[1], ARGV[3]
 local attempt = tonumber(ARGV[2])
 local backoff_ms = tonumber(ARGV[4])
 
-if redis.call('HEXISTS', key, '__terminal') == 1 then
-  return {3}
+local code = fence(key, field, RUNNING, attempt, token)
+if code ~= 0 then
+  return {code}
 end
 
-local v = redis.call('HGET', key, field)
-if not v then
-  return {2}
-end
-local a, tok = string.match(v, '^running:%d+:(%d+):([^:]+)$')
-if not a or tonumber(a) ~= attempt or tok ~= token then
-  return {2}
-end
-
-local t = redis.call('TIME')
-local next_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + backoff_ms
+local next_ms = now_ms() + backoff_ms
 redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', next_ms, attempt, token))
 return {1, next_ms}

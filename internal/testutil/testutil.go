@@ -1,0 +1,41 @@
+// Package testutil holds small helpers shared by Relay's tests.
+package testutil
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Buffer is a bytes.Buffer safe for concurrent writers, for capturing the
+// output of a worker while a test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// WaitFor polls cond every 10ms until it holds, failing the test after
+// timeout. Tests wait on observable state this way instead of sleeping.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
