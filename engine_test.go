@@ -72,6 +72,9 @@ type harness struct {
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
 	dlqw     relay.DLQWriter
 	last     string // id of the last published entry
+	// stateStore and runner replace h.state and the Func runner when set.
+	stateStore relay.StateStore
+	runner     relay.Runner
 }
 
 // timing holds the engine timings a test runs with.
@@ -165,8 +168,16 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if consumer != "c1" {
 		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
 	}
+	var state relay.StateStore = h.state
+	if h.stateStore != nil {
+		state = h.stateStore
+	}
+	var runner relay.Runner = runtime.NewFunc(h.handlers)
+	if h.runner != nil {
+		runner = h.runner
+	}
 	e, err := relay.New(h.apps, relay.Components{
-		Source: src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: src, State: state, Runner: runner, DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, opts...)
 	if err != nil {

@@ -1,0 +1,89 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+)
+
+// flakyClaims fails Claim while broken is set, as a Redis outage would.
+type flakyClaims struct {
+	relay.StateStore
+	broken atomic.Bool
+}
+
+func (f *flakyClaims) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, max int) (invocation.Claim, error) {
+	if f.broken.Load() {
+		return invocation.Claim{}, errors.New("injected: state store unreachable")
+	}
+	return f.StateStore.Claim(ctx, key, field, lease, max)
+}
+
+func TestClaimErrorFailsClosed(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	flaky := &flakyClaims{StateStore: h.state}
+	flaky.broken.Store(true)
+	h.stateStore = flaky
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "claim failure logged", func() bool {
+		return strings.Contains(h.logs.String(), "claim failed; handler not run")
+	})
+	if h.calls.count("users/events.created") != 0 {
+		t.Fatal("handler ran although its claim failed")
+	}
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged although its claim failed")
+	}
+	flaky.broken.Store(false)
+	waitFor(t, 10*time.Second, "run after recovery", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs after recovery = %+v, want one first attempt", runs)
+	}
+	if h.hash(id)["users/events.created"] != "ok" {
+		t.Errorf("state = %v", h.hash(id))
+	}
+}
+
+func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var down atomic.Bool
+	down.Store(true)
+	h.handle("users/events.created", nil)
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("image relay.local/busybox:latest not found: %w", runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	if h.pending() != 1 || len(h.dlqEntries()) != 0 {
+		t.Fatal("an unavailable app's message was acknowledged or dead-lettered")
+	}
+	if v := h.hash(id)["users/events.created"]; v != "" && !strings.HasPrefix(v, "running:") {
+		t.Errorf("unavailability charged an attempt: %q", v)
+	}
+	down.Store(false)
+	waitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+}
+
+type runnerFunc func(context.Context, runtime.Request) (runtime.Result, error)
+
+func (f runnerFunc) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	return f(ctx, req)
+}
