@@ -164,7 +164,7 @@ func (s *Apps) Matcher() Matcher { return matcher.NewSet(s.Rules()) }
 func LoadApps(root string) (*Apps, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("relay: read apps root: %w", err)
+		return nil, fmt.Errorf("read apps root: %w", err)
 	}
 	var apps []*App
 	for _, e := range entries {

@@ -96,7 +96,7 @@ func TestLoadAppErrors(t *testing.T) {
 		{"bad handler", "image: x\nevents:\n  - {handler: nodot, pattern: {k: [v]}}\n  - {handler: 'a. b', pattern: {k: [v]}}\n  - {handler: a., pattern: {k: [v]}}\n",
 			[]string{`3:15: events[0].handler: handler "nodot" must be module.function`, `4:15: events[1].handler: handler "a. b" must not contain whitespace`, `5:15: events[2].handler: handler "a." must be module.function`}},
 		{"bad durations", "image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}, timeout: 20}\n  - {handler: a.c, pattern: {k: [v]}, timeout: 16m}\n  - {handler: a.d, pattern: {k: [v]}, timeout: 0s}\n  - {handler: a.e, pattern: {k: [v]}, timeout: soon}\n",
-			[]string{`3:48: events[0].timeout: must be a string`, `4:48: events[1].timeout: timeout 16m0s is longer than the maximum 15m0s`, `5:48: events[2].timeout: timeout must be > 0`, `6:48: events[3].timeout: invalid duration "soon"`}},
+			[]string{`3:48: events[0].timeout: a duration needs a unit: write 20s for seconds`, `4:48: events[1].timeout: timeout 16m0s is longer than the maximum 15m0s`, `5:48: events[2].timeout: timeout must be > 0`, `6:48: events[3].timeout: invalid duration "soon"`}},
 		{"bad retries", "image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}, retries: -1}\n",
 			[]string{`3:48: events[0].retries: retries must be between 0 and 1000`}},
 		{"missing pattern and handler", "image: x\nevents:\n  - {timeout: 5s}\n",
@@ -114,7 +114,8 @@ func TestLoadAppErrors(t *testing.T) {
 			[]string{`env.RELAY_X: environment variable names starting with RELAY_ are reserved`, `env.1BAD: environment variable name "1BAD" must match`, `env.PORT: environment values must be strings; quote it`}},
 		{"yaml syntax", "image: x\nevents: [\n", []string{`YAML syntax error`}},
 		{"not a mapping", "- a\n- b\n", []string{`1:1: template must be a mapping, not a list`}},
-		{"alias", "image: &i x\ncommand: [*i]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`anchors and aliases are not supported`}},
+		{"alias", "image: &i x\ncommand: [*i]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:11: command[0]: must be a string, not a YAML alias (aliases are not supported`}},
+		{"fraction", "image: x\nresources: {pids: 1.5}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`resources.pids: must be a whole number, not a fraction`}},
 		{"bad schedules", "image: x\nschedules:\n  - {name: Bad_Name, handler: a.b, cron: '* * * * *'}\n  - {name: s1, handler: a.b, cron: '0 * * * * *'}\n  - {name: s2, handler: a.b, cron: '@every 5m'}\n  - {name: s3, handler: a.b, cron: 'TZ=UTC * * * * *'}\n  - {name: s4, handler: a.b, cron: '* * * * *', timezone: Local}\n  - {name: s5, handler: a.b, cron: '* * * * *', timezone: Mars/Base}\n  - {name: s5, handler: a.b, cron: '61 * * * *'}\n",
 			[]string{`schedules[0].name: schedule name "Bad_Name"`, `schedules[1].cron: cron "0 * * * * *" has 6 fields, want 5`, `a seconds field is not supported`, `schedules[2].cron: cron "@every 5m": @every is not supported`, `schedules[3].cron: cron "TZ=UTC * * * * *" embeds a time zone`, `schedules[4].timezone: timezone "Local"`, `schedules[5].timezone: timezone "Mars/Base" is not a known IANA zone name`, `schedules[6].name: schedule name "s5" is used twice`, `schedules[6].cron: cron "61 * * * *"`}},
 	}
@@ -190,4 +191,11 @@ func TestHostileTemplateIsBounded(t *testing.T) {
 	}
 	deep := "image: x\nevents: [{handler: a.b, pattern: " + strings.Repeat("{a: ", 5000) + "[v]" + strings.Repeat("}", 5000) + "}]\n"
 	_ = loadOne(t, "deep", deep) // must return, not crash
+}
+
+func TestAnchorsAreFollowed(t *testing.T) {
+	a := loadOne(t, "anchored", "image: &img relay.local/busybox:latest\nevents:\n  - handler: a.b\n    pattern: &p {k: [v]}\n")
+	if !a.Available() || a.Spec.Image != "relay.local/busybox:latest" || len(a.Rules) != 1 {
+		t.Errorf("anchored template: %v %+v", a.Errors, a.Spec)
+	}
 }

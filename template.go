@@ -67,8 +67,8 @@ func (t *tpl) mapping(n ast.Node, path, what string) (fields []field, ok bool) {
 		return fields, true
 	case *ast.MappingValueNode:
 		return t.mapping(&ast.MappingNode{BaseNode: m.BaseNode, Values: []*ast.MappingValueNode{m}}, path, what)
-	case *ast.AliasNode, *ast.AnchorNode:
-		t.errorf(n, path, "YAML anchors and aliases are not supported in templates; write the value out")
+	case *ast.AliasNode:
+		t.errorf(n, path, "YAML aliases are not supported in templates; write the value out")
 		return nil, false
 	case nil:
 		t.errorf(nil, path, "%s must be a mapping", what)
@@ -85,6 +85,8 @@ func unwrap(n ast.Node) ast.Node {
 			n = v.Value
 		case *ast.DocumentNode:
 			n = v.Body
+		case *ast.AnchorNode:
+			n = v.Value
 		default:
 			return n
 		}
@@ -115,8 +117,8 @@ func describe(n ast.Node) string {
 		return "a number"
 	case *ast.BoolNode:
 		return "a boolean"
-	case *ast.AliasNode, *ast.AnchorNode:
-		return "a YAML anchor or alias (anchors and aliases are not supported in templates; write the value out)"
+	case *ast.AliasNode:
+		return "a YAML alias (aliases are not supported in templates; write the value out)"
 	case *ast.TagNode:
 		return "a tagged value"
 	}
@@ -154,7 +156,11 @@ func (t *tpl) integer(n ast.Node, path string) (int64, bool) {
 		t.errorf(n, path, "integer out of range")
 		return 0, false
 	}
-	t.errorf(n, path, "must be an integer, not %s", describe(unwrap(n)))
+	what := describe(unwrap(n))
+	if _, isFloat := unwrap(n).(*ast.FloatNode); isFloat {
+		what = "a fraction"
+	}
+	t.errorf(n, path, "must be a whole number, not %s", what)
 	return 0, false
 }
 
@@ -171,6 +177,11 @@ func (t *tpl) number(n ast.Node, path string) (float64, bool) {
 }
 
 func (t *tpl) duration(n ast.Node, path string, def time.Duration) time.Duration {
+	switch v := unwrap(n).(type) {
+	case *ast.IntegerNode, *ast.FloatNode:
+		t.errorf(n, path, "a duration needs a unit: write %ss for seconds (Go duration syntax, such as 30s, 2m or 1m30s)", v.GetToken().Value)
+		return def
+	}
 	s, ok := t.str(n, path)
 	if !ok {
 		return def

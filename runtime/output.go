@@ -86,7 +86,11 @@ type LineWriter struct {
 	buf    []byte // prefix followed by the pending line
 	err    error  // first error from w
 	closed bool
+	last   []byte // the last non-blank line, without prefix, at most maxLastLine bytes
 }
+
+// maxLastLine bounds what LastLine keeps: enough for an error message.
+const maxLastLine = 240
 
 var _ io.WriteCloser = (*LineWriter)(nil)
 
@@ -144,8 +148,20 @@ func (l *LineWriter) Close() error {
 	return l.err
 }
 
+// LastLine returns the last non-blank line written so far (complete or
+// flushed by Close), without the prefix, cut to 240 bytes. Runners put the
+// last line of stderr into ExitError so a failure says why.
+func (l *LineWriter) LastLine() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.last)
+}
+
 // flush writes buf (one complete line) and resets it to the prefix.
 func (l *LineWriter) flush() {
+	if line := bytes.TrimSpace(l.buf[l.prefix:]); len(line) > 0 {
+		l.last = append(l.last[:0], line[:min(len(line), maxLastLine)]...)
+	}
 	if l.err == nil {
 		if _, err := l.w.Write(l.buf); err != nil {
 			l.err = err

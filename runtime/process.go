@@ -79,14 +79,14 @@ func (p *Process) Run(ctx context.Context, req Request) (Result, error) {
 	var exitErr *exec.ExitError
 	switch {
 	case errors.Is(context.Cause(runCtx), errTimedOut) && ctx.Err() == nil:
-		return res, &ExitError{Code: exitCode(cmd), TimedOut: true}
+		return res, &ExitError{Code: exitCode(cmd), TimedOut: true, Stderr: stderr.LastLine()}
 	case ctx.Err() != nil && err != nil:
 		return res, fmt.Errorf("run %s: %w", name, ctx.Err())
 	case err == nil, errors.Is(err, exec.ErrWaitDelay):
 		// ErrWaitDelay: the handler exited 0 but a child kept its output open.
 		return res, nil
 	case errors.As(err, &exitErr):
-		return res, &ExitError{Code: exitCode(cmd)}
+		return res, &ExitError{Code: exitCode(cmd), Stderr: stderr.LastLine()}
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
 		return res, &ExitError{Code: 127, Err: err}
 	case errors.Is(err, fs.ErrPermission):

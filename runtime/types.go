@@ -56,18 +56,27 @@ type Result struct {
 type ExitError struct {
 	Code     int
 	TimedOut bool
+	// Stderr is the last non-blank line the handler wrote to stderr, if
+	// any, so that logs and DLQ entries say why it failed.
+	Stderr string
 	// Err is the underlying cause for in-process handlers, nil otherwise.
 	Err error
 }
 
 func (e *ExitError) Error() string {
+	var msg string
 	switch {
 	case e.TimedOut:
-		return "handler timed out"
+		msg = "handler timed out"
 	case e.Err != nil:
-		return fmt.Sprintf("handler failed: %v", e.Err)
+		msg = fmt.Sprintf("handler failed: %v", e.Err)
+	default:
+		msg = fmt.Sprintf("handler exited with code %d", e.Code)
 	}
-	return fmt.Sprintf("handler exited with code %d", e.Code)
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
 }
 
 func (e *ExitError) Unwrap() error { return e.Err }

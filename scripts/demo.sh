@@ -26,16 +26,15 @@ mkdir -p "$STATE_DIR/bin" "$STATE_DIR/demo"
 go build -o "$STATE_DIR/bin/relay" ./cmd/relay
 relay="$STATE_DIR/bin/relay"
 
-export REDIS_URI="127.0.0.1:$RELAY_REDIS_PORT" REDIS_STREAM=events REDIS_GROUP=relay-demo
+# A fresh stream per run: the output shows this run only, and nothing that
+# was already in Redis is touched.
+export REDIS_URI="127.0.0.1:$RELAY_REDIS_PORT" REDIS_STREAM="relay-demo-$(date +%s)" REDIS_GROUP=relay-demo
 export RELAY_APPS="$PWD/examples/apps" RELAY_STATE_DIR="$STATE_DIR/relay" RELAY_CONSUMER=demo-worker
 export CONTAINERD_NAMESPACE=relay
 rcli() { redis-cli -p "$RELAY_REDIS_PORT" "$@"; }
 
 echo "demo: relay validate"
 "$relay" validate
-
-# A fresh stream each run, so the output shows this run only.
-rcli DEL "$REDIS_STREAM" "relay:$REDIS_STREAM:dlq" >/dev/null
 
 log="$STATE_DIR/demo/worker.log"
 "$relay" start >"$log" 2>&1 &
@@ -49,19 +48,19 @@ done
 echo
 echo "demo: publishing events"
 set -x
-rcli XADD events '*' event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}'
-rcli XADD events '*' event '{"event_name":"INSERT","table_name":"audit_log"}'
-rcli XADD events '*' event 'this is not JSON'
-rcli XADD events '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
-rcli XADD events '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"audit_log"}'
+rcli XADD "$REDIS_STREAM" '*' event 'this is not JSON'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
 { set +x; } 2>/dev/null
 
 # Wait until every entry was delivered and acknowledged.
-last=$(rcli XREVRANGE events + - COUNT 1 | head -n1)
+last=$(rcli XREVRANGE "$REDIS_STREAM" + - COUNT 1 | head -n1)
 settled() {
-	[ "$(rcli XPENDING events relay-demo | head -n1)" = 0 ] || return 1
+	[ "$(rcli XPENDING "$REDIS_STREAM" relay-demo | head -n1)" = 0 ] || return 1
 	local delivered
-	delivered=$(rcli XINFO GROUPS events | awk 'prev=="last-delivered-id"{print} {prev=$0}')
+	delivered=$(rcli XINFO GROUPS "$REDIS_STREAM" | awk 'prev=="last-delivered-id"{print} {prev=$0}')
 	[ "$delivered" = "$last" ]
 }
 for _ in $(seq 1 600); do
@@ -82,7 +81,7 @@ echo "== worker log =="
 grep -vE '^\[[a-z0-9._-]+/[^]]+\] ' "$log" | sed -E 's/^time=[^ ]+ //'
 echo
 echo "== pending entries (XPENDING) =="
-rcli XPENDING events relay-demo | head -n1
+rcli XPENDING "$REDIS_STREAM" relay-demo | head -n1
 echo
 echo "== dead-letter queue (relay dlq ls) =="
 "$relay" dlq ls

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/alecthomas/kong"
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
 )
 
 // Exit codes (reference.md "CLI").
@@ -110,8 +113,9 @@ func (g *Globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, opts))
 }
 
-// requireStream checks the settings every Redis-backed command needs.
-func (g *Globals) requireStream() error {
+// requireStream checks the settings every Redis-backed command needs; the
+// consumer group only when needGroup.
+func (g *Globals) requireStream(needGroup bool) error {
 	var missing []string
 	if g.RedisURI == "" {
 		missing = append(missing, "REDIS_URI (--redis-uri)")
@@ -119,7 +123,7 @@ func (g *Globals) requireStream() error {
 	if g.RedisStream == "" {
 		missing = append(missing, "REDIS_STREAM (--stream)")
 	}
-	if g.RedisGroup == "" {
+	if needGroup && g.RedisGroup == "" {
 		missing = append(missing, "REDIS_GROUP (--group)")
 	}
 	if len(missing) > 0 {
@@ -158,6 +162,23 @@ func redactURI(uri string) string {
 		}
 	}
 	return uri
+}
+
+// loadApps loads the apps root, pointing at the setting when it is missing.
+func (g *Globals) loadApps() (*relay.Apps, error) {
+	apps, err := relay.LoadApps(g.Apps)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
+	}
+	return apps, err
+}
+
+// plural returns "1 app" or "2 apps".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func hostname() string {

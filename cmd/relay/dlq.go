@@ -39,7 +39,7 @@ type dlqJSON struct {
 
 // Run lists entries as ID ORIGINAL APP HANDLER ATTEMPTS AGE REASON.
 func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
-	if err := g.requireStream(); err != nil {
+	if err := g.requireStream(false); err != nil {
 		return err
 	}
 	if c.Limit < 0 {

@@ -89,7 +89,7 @@ func TestStartEndToEnd(t *testing.T) {
 	}
 	e := entries[0]
 	if e.OriginalID != failID || e.App != "billing" || e.Handler != "invoices.charge" || e.HandlerAttempts != 1 ||
-		e.Reason != "handler exited with code 3" || e.Consumer != "e2e" {
+		e.Reason != "handler exited with code 3: billing: payment provider unreachable (demo failure), giving up" || e.Consumer != "e2e" {
 		t.Errorf("DLQ entry = %+v", e)
 	}
 	if !strings.Contains(stdout.String(), "[billing/invoices.charge] charging invoice") {

@@ -36,7 +36,7 @@ type StartCmd struct {
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
-	if err := g.requireStream(); err != nil {
+	if err := g.requireStream(true); err != nil {
 		return err
 	}
 	if c.MaxConcurrency <= 0 {
@@ -46,7 +46,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		c.Consumer = hostname()
 	}
 	log := g.logger()
-	apps, err := relay.LoadApps(g.Apps)
+	apps, err := g.loadApps()
 	if err != nil {
 		return err
 	}
@@ -88,6 +88,14 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		cr, err := ctrd.New(cc, ctrd.WithNamespace(c.ContainerdNamespace), ctrd.WithOutput(g.stdout, g.stderr))
 		if err != nil {
 			return err
+		}
+		// Fail fast: a worker that cannot run anything would only leave
+		// every matched message pending.
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = cr.Ping(pctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("containerd at %s is not usable: %w (is containerd running? set CONTAINERD_ADDRESS)", c.ContainerdAddress, err)
 		}
 		if err := cr.Sweep(ctx); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftover containers failed", slog.Any("error", err))

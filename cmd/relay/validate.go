@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-
-	"github.com/relaydev/relay"
 )
 
 // ValidateCmd is `relay validate`.
@@ -13,7 +11,7 @@ type ValidateCmd struct{}
 // Run loads the apps root and prints every error as
 // app/template.yaml:line:col: message.
 func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
-	apps, err := relay.LoadApps(g.Apps)
+	apps, err := g.loadApps()
 	if err != nil {
 		return err
 	}
@@ -22,8 +20,8 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(g.stdout, e.Error())
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%d template errors", len(errs))
+		return fmt.Errorf("%s", plural(len(errs), "template error"))
 	}
-	fmt.Fprintf(g.stdout, "%d apps OK\n", len(apps.List()))
+	fmt.Fprintf(g.stdout, "%s OK\n", plural(len(apps.List()), "app"))
 	return nil
 }

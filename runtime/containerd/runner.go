@@ -92,7 +92,7 @@ func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, 
 	return res, fmt.Errorf("run %s: %w", name, err)
 }
 
-func (r *Runner) run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result, runErr error) {
 	ref, argv, err := r.resolve(req.Spec)
 	if err != nil {
 		return runtime.Result{}, err
@@ -101,8 +101,15 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (runtime.Result, 
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	if fi, err := os.Stat(appDir); err != nil || !fi.IsDir() {
+	fi, err := os.Stat(appDir)
+	if err != nil || !fi.IsDir() {
 		return runtime.Result{}, fmt.Errorf("app directory %q is not a directory: %w", appDir, runtime.ErrUnavailable)
+	}
+	// The handler runs as HandlerUID, which sees /app through the "other"
+	// permission bits; without them every attempt would fail inside.
+	if fi.Mode().Perm()&0o005 != 0o005 {
+		return runtime.Result{}, fmt.Errorf("app directory %q (mode %s) is not readable by the handler user (uid %d): run chmod -R o+rX %s: %w",
+			appDir, fi.Mode().Perm(), HandlerUID, appDir, runtime.ErrUnavailable)
 	}
 	img, err := r.image(ctx, ref)
 	if err != nil {
@@ -160,6 +167,10 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (runtime.Result, 
 		}
 		stdout.Close()
 		stderr.Close()
+		// Output is fully drained only now, after the task's deletion.
+		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
+			ee.Stderr = stderr.LastLine()
+		}
 		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}

@@ -272,6 +272,16 @@ func TestRunUnavailable(t *testing.T) {
 		"no image":          func(r *runtime.Request) { r.Spec.Image = "" },
 		"no runtime image":  func(r *runtime.Request) { r.Spec.Image, r.Spec.Runtime = "", "python3" },
 		"missing directory": func(r *runtime.Request) { r.Spec.Dir = filepath.Join(f.dir, "gone") },
+		"private directory": func(r *runtime.Request) {
+			private := filepath.Join(t.TempDir(), "app")
+			if err := os.Mkdir(private, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(private, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			r.Spec.Dir = private
+		},
 	}
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -292,6 +302,14 @@ func TestRunUnavailable(t *testing.T) {
 	_, err := f.run(t, req)
 	if want := "image relay.local/missing:latest not found in containerd namespace " + f.client.DefaultNamespace() + "; import it with scripts/images.sh"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q lacks the operator hint %q", err, want)
+	}
+	req = f.request("events.created")
+	req.Spec.Dir = t.TempDir()
+	if err := os.Chmod(req.Spec.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.run(t, req); err == nil || !strings.Contains(err.Error(), "chmod -R o+rX") {
+		t.Errorf("private app directory: error %v lacks the chmod hint", err)
 	}
 }
 
