@@ -260,7 +260,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 			level = slog.LevelWarn
 		}
 		e.log.LogAttrs(ctx, level, "invocation could not run; no attempt charged, message left pending",
-			attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Any("error", err))...)
+			attrs(slog.Any("error", err))...)
 	}
 }
 

@@ -43,8 +43,8 @@ services_start() {
 
 # use_go puts the Go toolchain that setup.sh chose first on PATH.
 use_go() {
-	if [ -x "$PWD/.state/go/bin/go" ]; then
-		export PATH="$PWD/.state/go/bin:$PATH"
+	if [ -x "$STATE_DIR/go/bin/go" ]; then
+		export PATH="$STATE_DIR/go/bin:$PATH"
 	elif ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
 		export PATH="/usr/local/go/bin:$PATH"
 	fi

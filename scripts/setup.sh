@@ -37,7 +37,8 @@ have_go() {
 	local v; v=$("$g" env GOVERSION 2>/dev/null | sed 's/^go//') || return 1
 	[ "$(printf '%s\n%s\n' "$want" "$v" | sort -V | head -1)" = "$want" ]
 }
-for g in "$(command -v go || true)" /usr/local/go/bin/go "$PWD/.state/go/bin/go"; do
+state=${STATE_DIR:-$PWD/.state}
+for g in "$(command -v go || true)" /usr/local/go/bin/go "$state/go/bin/go"; do
 	if [ -n "$g" ] && have_go "$g"; then
 		echo "setup: using $("$g" version) at $g"
 		exit 0
@@ -49,12 +50,12 @@ proxy=${proxy%%,*}
 arch=$(dpkg --print-architecture)
 mod="golang.org/toolchain/@v/v0.0.1-go${want}.linux-${arch}.zip"
 echo "setup: fetching Go ${want} from the module proxy"
-mkdir -p .state
+mkdir -p "$state"
 tmp=$(mktemp -d)
 curl -fsSL "$proxy/$mod" -o "$tmp/go.zip"
 unzip -q "$tmp/go.zip" -d "$tmp"
-rm -rf .state/go
-mv "$tmp/golang.org/toolchain@v0.0.1-go${want}.linux-${arch}" .state/go
-chmod +x .state/go/bin/* .state/go/pkg/tool/*/* 2>/dev/null || true
+rm -rf "$state/go"
+mv "$tmp/golang.org/toolchain@v0.0.1-go${want}.linux-${arch}" "$state/go"
+chmod +x "$state"/go/bin/* "$state"/go/pkg/tool/*/* 2>/dev/null || true
 rm -rf "$tmp"
-echo "setup: using $(.state/go/bin/go version) at .state/go/bin/go"
+echo "setup: using $("$state/go/bin/go" version) at $state/go/bin/go"
