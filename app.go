@@ -55,6 +55,12 @@ type App struct {
 	// Errors lists every template error, position-sorted; empty when the
 	// app is ready.
 	Errors matcher.ErrorList
+	// Incomplete is set when some of the app's event rules could not be
+	// read (the template is unreadable or not valid YAML, or a rule's
+	// pattern is broken). Relay then cannot tell which events the app
+	// would match, so no message may be acknowledged as unmatched or
+	// finished: every message stays pending until the template is fixed.
+	Incomplete bool
 }
 
 // Available reports whether the app's handlers may run.
@@ -153,6 +159,19 @@ func (s *Apps) Rules() []matcher.Rule {
 	return rules
 }
 
+// Incomplete returns the names of the apps whose rules are not all known
+// (see App.Incomplete); while there are any, the Engine acknowledges no
+// matched or unmatched message.
+func (s *Apps) Incomplete() []string {
+	var names []string
+	for _, a := range s.list {
+		if a.Incomplete {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
+
 // Matcher returns the default Matcher over every rule of the set.
 func (s *Apps) Matcher() Matcher { return matcher.NewSet(s.Rules()) }
 
@@ -195,16 +214,26 @@ func LoadApps(root string) (*Apps, error) {
 func LoadApp(dir string) (app *App, ok bool) {
 	name := filepath.Base(dir)
 	file := name + "/" + TemplateFile
-	app = &App{Name: name, File: file}
+	// Incomplete until the template has been parsed and every rule read.
+	app = &App{Name: name, File: file, Incomplete: true}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		abs = dir
 	}
 	app.Spec.Dir = abs
 	path := filepath.Join(dir, TemplateFile)
-	f, err := os.Open(path)
+	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		// A FIFO or device would block or never end.
+		app.Errors.Add(file, 0, 0, "", fmt.Sprintf("template must be a regular file, not %s", fi.Mode().Type()))
+		return app, true
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(path)
 	}
 	if err != nil {
 		app.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
@@ -223,9 +252,72 @@ func LoadApp(dir string) (app *App, ok bool) {
 	if !ValidAppName(name) {
 		app.Errors.Add(file, 1, 1, "", fmt.Sprintf("app name %q (the directory name) must match [a-z0-9][a-z0-9._-]* and be at most 63 characters; rename the directory", name))
 	}
+	if line, col, msg := checkNesting(src); msg != "" {
+		app.Errors.Add(file, line, col, "", msg)
+		return app, true
+	}
 	parseTemplate(app, src)
 	app.Errors.Sort()
 	return app, true
+}
+
+// Nesting limits checked before YAML parsing: the parser's memory grows
+// quickly with depth, and no real template comes near these.
+const (
+	maxFlowDepth = 64
+	maxIndent    = 256
+)
+
+// checkNesting finds the first place where src nests flow collections
+// deeper than maxFlowDepth or indents past maxIndent columns, skipping
+// quoted strings and comments. It returns an empty msg when src is fine.
+func checkNesting(src []byte) (line, col int, msg string) {
+	depth, line, col := 0, 1, 0
+	var quote byte
+	lineStart := true
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		col++
+		if c == '\n' {
+			line, col, lineStart = line+1, 0, true
+			if quote == '\'' {
+				continue
+			}
+			quote = 0 // double-quoted strings may span lines too, but rarely; be lenient
+			continue
+		}
+		if lineStart {
+			if c == ' ' {
+				if col > maxIndent {
+					return line, col, fmt.Sprintf("template is indented more than %d columns; flatten it", maxIndent)
+				}
+				continue
+			}
+			lineStart = false
+		}
+		switch {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+				col++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && (i == 0 || src[i-1] == ' ' || src[i-1] == '\t'):
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+		case c == '[' || c == '{':
+			if depth++; depth > maxFlowDepth {
+				return line, col, fmt.Sprintf("template nests [ and { more than %d deep; flatten it", maxFlowDepth)
+			}
+		case c == ']' || c == '}':
+			depth = max(depth-1, 0)
+		}
+	}
+	return 0, 0, ""
 }
 
 // validHandler checks "module.function": split at the last dot, both parts

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,8 +190,40 @@ func TestHostileTemplateIsBounded(t *testing.T) {
 	if a.Available() || !strings.Contains(a.Errors.Error(), "larger than") {
 		t.Errorf("oversized template: %v", a.Errors)
 	}
-	deep := "image: x\nevents: [{handler: a.b, pattern: " + strings.Repeat("{a: ", 5000) + "[v]" + strings.Repeat("}", 5000) + "}]\n"
-	_ = loadOne(t, "deep", deep) // must return, not crash
+	// Deep nesting is refused before the YAML parser sees it: the parser's
+	// memory grows with the square of the depth.
+	deep := "image: x\nevents: [{handler: a.b, pattern: " + strings.Repeat("{a: ", 400000) + "[v]" + strings.Repeat("}", 400000) + "}]\n"
+	d := loadOne(t, "deep", deep[:min(len(deep), 1<<20)])
+	if d.Available() || !strings.Contains(d.Errors.Error(), "nests [ and { more than 64 deep") {
+		t.Errorf("deep template: %v", d.Errors)
+	}
+	indented := "image: x\nevents:\n" + strings.Repeat(" ", 300) + "- {handler: a.b, pattern: {k: [v]}}\n"
+	if a := loadOne(t, "indented", indented); a.Available() || !strings.Contains(a.Errors.Error(), "indented more than 256") {
+		t.Errorf("indented template: %v", a.Errors)
+	}
+	quoted := "image: x\nenv: {X: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}\nevents: [{handler: a.b, pattern: {k: [v]}}] # {{{{\n"
+	if a := loadOne(t, "quoted", quoted); !a.Available() {
+		t.Errorf("brackets in strings and comments are not nesting: %v", a.Errors)
+	}
+}
+
+func TestTemplateMustBeARegularFile(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "fifo")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, relay.TemplateFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := relay.LoadApps(root) // must not block on the FIFO
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := apps.Get("fifo")
+	if a == nil || a.Available() || !strings.Contains(a.Errors.Error(), "must be a regular file") || !a.Incomplete {
+		t.Errorf("FIFO template: %+v", a)
+	}
 }
 
 func TestAnchorsAreFollowed(t *testing.T) {

@@ -29,6 +29,26 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 }
 
+// persist runs an idempotent or fenced write until it succeeds, fails with
+// a contract error (invocation.ErrStale, ErrTerminal), or opTimeout passes,
+// backing off between tries: a Redis blip as a handler finishes must not
+// turn its recorded outcome into a lost one. A fenced write whose earlier
+// try applied but whose reply was lost comes back ErrStale; callers then
+// keep the message pending, and the next delivery's Claim reads the truth.
+func persist(ctx context.Context, op func(context.Context) error) error {
+	octx, cancel := detached(ctx)
+	defer cancel()
+	for tries := 1; ; tries++ {
+		err := op(octx)
+		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
+			return err
+		}
+		if !sleepCtx(octx, retryDelay(tries)) {
+			return err
+		}
+	}
+}
+
 // delivery is one message being handled by this worker.
 type delivery struct {
 	msg   stream.Message
@@ -67,6 +87,12 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 		return
 	}
 	if len(targets) == 0 {
+		if len(e.incomplete) > 0 {
+			// An app whose rules are unknown might match it.
+			e.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched by known rules; left pending while apps have unreadable rules",
+				e.logAttrs(d, slog.Any("apps", e.incomplete))...)
+			return
+		}
 		e.m.unmatched.Inc()
 		e.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", e.logAttrs(d)...)
 		e.ack(ctx, d, false)
@@ -75,6 +101,9 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	e.m.matched.Inc()
 	for _, t := range targets {
 		e.invoke(ctx, runCtx, d, t)
+	}
+	if len(e.incomplete) > 0 {
+		d.held = true
 	}
 	if d.held {
 		e.log.LogAttrs(ctx, slog.LevelDebug, "message left pending", e.logAttrs(d)...)
@@ -212,9 +241,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeSuccess).Inc()
 		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
 		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation succeeded", attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Duration(telemetry.Duration, took))...)
-		octx, cancel := detached(ctx)
-		defer cancel()
-		if err := e.c.State.Finish(octx, l); err != nil {
+		if err := persist(ctx, func(octx context.Context) error { return e.c.State.Finish(octx, l) }); err != nil {
 			// The handler ran; without the record it will run again.
 			d.held = true
 			e.log.LogAttrs(ctx, slog.LevelError, "recording success failed; the handler may run again", attrs(slog.Any("error", err))...)
@@ -236,9 +263,11 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 			return
 		}
 		d.held = true
-		octx, cancel := detached(ctx)
-		defer cancel()
-		next, serr := e.c.State.ScheduleRetry(octx, l, e.backoff(l.Attempt))
+		var next time.Time
+		serr := persist(ctx, func(octx context.Context) (err error) {
+			next, err = e.c.State.ScheduleRetry(octx, l, e.backoff(l.Attempt))
+			return err
+		})
 		if serr != nil {
 			e.log.LogAttrs(ctx, slog.LevelError, "recording failure failed", attrs(slog.Any("error", serr))...)
 			return
@@ -256,7 +285,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
 		e.releaseLease(ctx, d, l, attrs)
 		level := slog.LevelError
-		if runCtx.Err() != nil {
+		if runCtx.Err() != nil || errors.Is(err, runtime.ErrUnavailable) {
 			level = slog.LevelWarn
 		}
 		e.log.LogAttrs(ctx, level, "invocation could not run; no attempt charged, message left pending",
@@ -270,18 +299,14 @@ func (e *Engine) backoff(failedAttempt int) time.Duration {
 }
 
 func (e *Engine) releaseLease(ctx context.Context, d *delivery, l invocation.Lease, attrs func(...slog.Attr) []slog.Attr) {
-	octx, cancel := detached(ctx)
-	defer cancel()
-	if err := e.c.State.Release(octx, l); err != nil {
+	if err := persist(ctx, func(octx context.Context) error { return e.c.State.Release(octx, l) }); err != nil {
 		// The lease then expires and counts as a failed attempt.
 		e.log.LogAttrs(ctx, slog.LevelError, "releasing claim failed", attrs(slog.Any("error", err))...)
 	}
 }
 
 func (e *Engine) exhaust(ctx context.Context, d *delivery, l invocation.Lease) error {
-	octx, cancel := detached(ctx)
-	defer cancel()
-	err := e.c.State.Exhaust(octx, l)
+	err := persist(ctx, func(octx context.Context) error { return e.c.State.Exhaust(octx, l) })
 	if err != nil {
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "recording exhaustion failed; message left pending",
@@ -305,7 +330,7 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 		return false
 	}
 	e.m.dlqEntries.WithLabelValues(entry.App, entry.Handler).Inc()
-	if err := e.c.State.MarkDLQ(octx, l); err != nil {
+	if err := persist(ctx, func(octx context.Context) error { return e.c.State.MarkDLQ(octx, l) }); err != nil {
 		// The entry exists; a redelivery may write a duplicate.
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "recording dead-letter marker failed; message left pending",
@@ -322,9 +347,7 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 // switches its state to terminal retention (events.md "Invocation state
 // persistence"). A failed retain only leaks the hash.
 func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
-	octx, cancel := detached(ctx)
-	defer cancel()
-	if err := e.c.Source.Ack(octx, d.msg.ID); err != nil {
+	if err := persist(ctx, func(octx context.Context) error { return e.c.Source.Ack(octx, d.msg.ID) }); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", e.logAttrs(d, slog.Any("error", err))...)
 		return
 	}
@@ -335,10 +358,8 @@ func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
 }
 
 func (e *Engine) retain(ctx context.Context, id string) {
-	octx, cancel := detached(ctx)
-	defer cancel()
 	key := invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: id}
-	if err := e.c.State.Retain(octx, key, e.o.retention); err != nil {
+	if err := persist(ctx, func(octx context.Context) error { return e.c.State.Retain(octx, key, e.o.retention) }); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
 			slog.String(telemetry.MessageID, id), slog.Any("error", err))
 	}

@@ -48,6 +48,10 @@ type Engine struct {
 
 	mu       sync.Mutex
 	inFlight map[string]struct{}
+
+	// incomplete names apps whose rules could not all be read; while it is
+	// non-empty no matched or unmatched message is acknowledged.
+	incomplete []string
 }
 
 // groupEnsurer is implemented by sources that create their consumer group.
@@ -87,10 +91,11 @@ func New(apps *Apps, c Components, opts ...Option) (*Engine, error) {
 		log: o.logger,
 		// Messages waiting for an app slot must not starve other apps, so
 		// twice as many messages as invocations may be in flight.
-		msgSlots: make(chan struct{}, 2*o.concurrency),
-		global:   make(chan struct{}, o.concurrency),
-		perApp:   make(map[string]chan struct{}, len(apps.List())),
-		inFlight: map[string]struct{}{},
+		msgSlots:   make(chan struct{}, 2*o.concurrency),
+		global:     make(chan struct{}, o.concurrency),
+		perApp:     make(map[string]chan struct{}, len(apps.List())),
+		inFlight:   map[string]struct{}{},
+		incomplete: apps.Incomplete(),
 	}
 	for _, a := range apps.List() {
 		e.perApp[a.Name] = make(chan struct{}, min(a.Concurrency, o.concurrency))
@@ -112,6 +117,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err := g.EnsureGroup(ctx); err != nil {
 			return fmt.Errorf("relay: ensure consumer group %q on stream %q: %w", e.c.Group, e.c.Stream, err)
 		}
+	}
+	if len(e.incomplete) > 0 {
+		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
+			slog.Any("apps", e.incomplete))
 	}
 	e.log.LogAttrs(ctx, slog.LevelInfo, "worker started",
 		slog.String("stream", e.c.Stream), slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),

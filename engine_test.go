@@ -835,3 +835,41 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+func TestUnreadableTemplateHoldsEveryMessage(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"orders": "image: x\nevents:\n  - {handler: o.created, pattern: {t: [order]}}\n  - {handler: o.other, pattern: {t: [other]\n",
+		"users":  usersApp,
+	})
+	if got := h.apps.Incomplete(); len(got) != 1 || got[0] != "orders" {
+		t.Fatalf("Incomplete = %v", got)
+	}
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	unmatched := h.publish("event", `{"t":"order"}`)
+	matched := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	waitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
+	if h.pending() != 2 {
+		t.Errorf("pending = %d; with an unreadable template nothing may be acknowledged", h.pending())
+	}
+	if h.calls.count("users/events.created") != 1 {
+		t.Error("a succeeded invocation ran again while its message was held")
+	}
+	if !strings.Contains(h.logs.String(), "apps have rules that could not be read") {
+		t.Error("no startup error names the incomplete app")
+	}
+}
+
+func TestRuleWithBadHandlerStillMatchesAndHolds(t *testing.T) {
+	h := newHarness(t, map[string]string{"orders": "image: x\nevents:\n  - {handler: nodot, pattern: {t: [order]}}\n"})
+	if len(h.apps.Incomplete()) != 0 || h.apps.Get("orders").Available() {
+		t.Fatal("a readable pattern with a bad handler should be complete but unavailable")
+	}
+	h.start("c1")
+	id := h.publish("event", `{"t":"order"}`)
+	waitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	if h.pending() != 1 || h.counter("relay_events_unmatched_total") != 0 {
+		t.Error("an event matching an unavailable app's rule was treated as unmatched")
+	}
+}

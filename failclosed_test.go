@@ -87,3 +87,41 @@ type runnerFunc func(context.Context, runtime.Request) (runtime.Result, error)
 func (f runnerFunc) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	return f(ctx, req)
 }
+
+// blinkingFinish fails the first n Finish calls, as a Redis restart would
+// at the moment a handler completes.
+type blinkingFinish struct {
+	relay.StateStore
+	n atomic.Int32
+}
+
+func (b *blinkingFinish) Finish(ctx context.Context, l invocation.Lease) error {
+	if b.n.Add(-1) >= 0 {
+		return errors.New("injected: connection refused")
+	}
+	return b.StateStore.Finish(ctx, l)
+}
+
+func TestSuccessSurvivesRedisBlinkAtFinish(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0}
+`})
+	h.handle("users/events.created", nil)
+	blink := &blinkingFinish{StateStore: h.state}
+	blink.n.Store(2)
+	h.stateStore = blink
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	waitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+	if got := h.hash(id)["users/events.created"]; got != "ok" {
+		t.Errorf("state = %q, want ok: a success must survive a transient failure to record it", got)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a succeeded invocation was dead-lettered")
+	}
+}

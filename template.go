@@ -23,6 +23,8 @@ type tpl struct {
 	errs *matcher.ErrorList
 	// declared counts event rules and schedules written, valid or not.
 	declared int
+	// unreadRules is set when some event rule could not be read.
+	unreadRules bool
 }
 
 func (t *tpl) errorf(n ast.Node, path, format string, args ...any) {
@@ -298,6 +300,7 @@ func parseTemplate(app *App, src []byte) {
 	if runtimeN != nil && commandN != nil {
 		t.errorf(commandN, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
 	}
+	app.Incomplete = t.unreadRules
 	if t.declared == 0 {
 		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
 	}
@@ -415,8 +418,14 @@ func (t *tpl) events(app *App, n ast.Node) {
 	seq, ok := unwrap(n).(*ast.SequenceNode)
 	if !ok {
 		t.errorf(n, "events", "events must be a list of rules, not %s", describe(unwrap(n)))
+		t.unreadRules = true
 		return
 	}
+	defer func() {
+		if len(app.Rules) < len(seq.Values) {
+			t.unreadRules = true
+		}
+	}()
 	seen := map[string]string{}
 	t.declared += len(seq.Values)
 	for i, item := range seq.Values {
@@ -461,7 +470,10 @@ func (t *tpl) events(app *App, n ast.Node) {
 		}
 		pat, errs := matcher.ParseNode(t.file, path+".pattern", patternN)
 		*t.errs = append(*t.errs, errs...)
-		if pat != nil && len(errs) == 0 && handlerN != nil && validHandler(r.Handler) == "" {
+		// A rule whose pattern parsed takes part in matching even when
+		// other keys are wrong: its app is unavailable, so its messages
+		// stay pending instead of being acknowledged as unmatched.
+		if pat != nil && len(errs) == 0 {
 			r.Pattern = pat
 			app.Rules = append(app.Rules, r)
 		}

@@ -10,6 +10,9 @@ import (
 )
 
 func main() {
+	// A closed stdout or stderr (a log shipper restarting, `| head`) must
+	// not kill a worker mid-handler: writes then fail with EPIPE instead.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -85,7 +85,10 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 			return fmt.Errorf("connect to containerd at %s: %w (is containerd running? set CONTAINERD_ADDRESS)", c.ContainerdAddress, err)
 		}
 		defer cc.Close()
-		cr, err := ctrd.New(cc, ctrd.WithNamespace(c.ContainerdNamespace), ctrd.WithOutput(g.stdout, g.stderr))
+		// Containers are labelled per consumer, not per host, so the start-up
+		// sweep of one worker never removes another's running handlers.
+		cr, err := ctrd.New(cc, ctrd.WithNamespace(c.ContainerdNamespace), ctrd.WithOutput(g.stdout, g.stderr),
+			ctrd.WithHostID(hostname()+"/"+c.Consumer), ctrd.WithLogger(log))
 		if err != nil {
 			return err
 		}
