@@ -274,6 +274,13 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		}
 		e.m.retries.WithLabelValues(app.Name, rule.Handler).Inc()
 		e.log.LogAttrs(ctx, slog.LevelWarn, "invocation failed; will retry", append(fa, slog.Time("next_attempt_at", next))...)
+	case errors.Is(err, runtime.ErrOutcomeUnknown):
+		// The handler may have run: keep the claim, whose lease expiry
+		// counts the attempt, rather than start it again uncharged.
+		d.held = true
+		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeError).Inc()
+		e.log.LogAttrs(ctx, slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
+			attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Any("error", err))...)
 	default:
 		// Infrastructure failure or shutdown: not the handler's fault, so
 		// no attempt is charged and the message stays pending.

@@ -188,8 +188,9 @@ func (e *Engine) inFlightIDs() []string {
 }
 
 // readLoop reads new entries whenever a message slot is free. Taking the
-// slot before reading is the back-pressure: nothing is read that cannot be
-// worked on.
+// slot before reading is the back-pressure: a worker holds at most twice
+// MAX_CONCURRENCY messages; one whose app has no free slot waits for it
+// (bounded by the concurrency wait) while other apps' messages proceed.
 func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 	var fails int
 	for {

@@ -125,3 +125,35 @@ events:
 		t.Error("a succeeded invocation was dead-lettered")
 	}
 }
+
+func TestOutcomeUnknownKeepsTheLease(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 200ms}
+`})
+	var lost atomic.Bool
+	lost.Store(true)
+	h.handle("users/events.created", nil)
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if lost.CompareAndSwap(true, false) {
+			h.calls.add(req) // it ran, then the runtime lost track of it
+			return runtime.Result{}, fmt.Errorf("wait task: %w: connection closed", runtime.ErrOutcomeUnknown)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	waitFor(t, 5*time.Second, "first run", func() bool { return h.calls.count("users/events.created") == 1 })
+	if v := h.hash(id)["users/events.created"]; !strings.HasPrefix(v, "running:") {
+		t.Fatalf("after an unknown outcome the claim must be kept, got %q", v)
+	}
+	// The lease (200ms timeout + 500ms grace) expires and counts: the
+	// next run is attempt 2.
+	waitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
+	runs := h.calls.get("users/events.created")
+	if len(runs) != 2 || runs[1].Attempt != 2 {
+		t.Errorf("runs = %d (last attempt %d), want 2 with the second as attempt 2", len(runs), runs[len(runs)-1].Attempt)
+	}
+}

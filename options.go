@@ -18,8 +18,10 @@ const (
 	DefaultConcurrency = 8
 	// DefaultConcurrencyWait bounds how long an invocation waits for a
 	// concurrency slot before its message is left pending (events.md
-	// "Delivery, retry, and ACK").
-	DefaultConcurrencyWait = 5 * time.Second
+	// "Delivery, retry, and ACK"). It matches the reclaim cadence: a
+	// message that gives up waits for a reclaim after MinPendingIdle, so a
+	// short wait turns a burst on one app into minute-long delays.
+	DefaultConcurrencyWait = 30 * time.Second
 	// DefaultMinPendingIdle is how long an entry stays pending before
 	// XAUTOCLAIM takes it (events.md "Recovery").
 	DefaultMinPendingIdle = time.Minute

@@ -81,6 +81,13 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// ErrOutcomeUnknown marks an infrastructure error after the handler
+// started (the runtime lost track of it): it may have run to the end, or may
+// still be running. The Engine then keeps the claim instead of releasing
+// it, so the attempt is counted when its lease expires, as when a worker
+// dies mid-handler, and the handler is not started twice uncharged.
+var ErrOutcomeUnknown = errors.New("runtime: handler outcome unknown")
+
 // ErrUnavailable marks an infrastructure error that makes an app unable to
 // run right now (image missing, runtime daemon down). Runners wrap it; the
 // Engine leaves the message pending and charges no attempt.

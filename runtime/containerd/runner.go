@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +32,9 @@ type Runner struct {
 	defaultImages  map[string]string
 	logger         *slog.Logger
 	cleanupTimeout time.Duration
+
+	mu   sync.Mutex
+	live map[string]struct{} // containers of invocations in flight, which Sweep spares
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
@@ -52,6 +56,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		defaultImages:  o.defaultImages,
 		logger:         o.logger,
 		cleanupTimeout: o.cleanupTimeout,
+		live:           map[string]struct{}{},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	return r, nil
@@ -121,6 +126,8 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}
 
 	id := containerID(req.App, req.Handler)
+	r.track(id, true)
+	defer r.track(id, false)
 	labels := map[string]string{LabelHost: r.hostID, LabelApp: req.App, LabelHandler: req.Handler}
 	newOpts := []client.NewContainerOpts{
 		client.WithImage(img),
@@ -194,6 +201,9 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	if err != nil {
 		return runtime.Result{}, classify(fmt.Errorf("wait task %s: %w", id, err))
 	}
+	// From Start on the handler may be running: if containerd loses track
+	// of it now, its outcome is unknown, not "never ran".
+	unknown := func(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
 	if err := task.Start(ctx); err != nil {
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
@@ -211,7 +221,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		case status = <-statusC:
 			statusC = nil
 		case <-time.After(time.Second):
-			return runtime.Result{}, classify(fmt.Errorf("close stdin of %s: %w", id, err))
+			return runtime.Result{}, unknown(fmt.Errorf("close stdin of %s: %w", id, err))
 		}
 	}
 
@@ -232,7 +242,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}
 	if timedOut || cancelled {
 		if status, err = r.kill(ctx, task, statusC); err != nil {
-			return runtime.Result{}, fmt.Errorf("kill task %s: %w", id, err)
+			return runtime.Result{}, unknown(fmt.Errorf("kill task %s: %w", id, err))
 		}
 	}
 	exited = true
@@ -242,7 +252,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	case cancelled:
 		return res, ctx.Err()
 	case err != nil:
-		return res, classify(fmt.Errorf("wait task %s: %w", id, err))
+		return res, unknown(fmt.Errorf("wait task %s: %w", id, err))
 	case timedOut:
 		return res, &runtime.ExitError{Code: int(code), TimedOut: true}
 	case code != 0:
@@ -312,6 +322,23 @@ func (r *Runner) kill(ctx context.Context, task client.Task, statusC <-chan clie
 // the cleanup timeout.
 func (r *Runner) detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), r.cleanupTimeout)
+}
+
+func (r *Runner) track(id string, live bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if live {
+		r.live[id] = struct{}{}
+	} else {
+		delete(r.live, id)
+	}
+}
+
+func (r *Runner) isLive(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.live[id]
+	return ok
 }
 
 // cleanup logs a failed removal: it does not change the attempt's outcome,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 )
@@ -430,4 +431,30 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// TestSweepSparesRunningInvocations: Sweep runs periodically while the
+// Runner works, so it must leave the containers of invocations in flight.
+func TestSweepSparesRunningInvocations(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("events.created")
+	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 1; echo survived"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.runner.Run(t.Context(), req)
+		done <- err
+	}()
+	ctx := t.Context()
+	testutil.WaitFor(t, 10*time.Second, "the invocation's container", func() bool {
+		conts, err := f.client.Containers(ctx)
+		return err == nil && len(conts) == 1
+	})
+	if err := f.runner.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("invocation in flight was disturbed by Sweep: %v", err)
+	}
+	containerdtest.AssertClean(t, f.client)
 }

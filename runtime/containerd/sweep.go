@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/containerd/containerd/v2/client"
@@ -28,10 +29,12 @@ func (r *Runner) Ping(ctx context.Context) error {
 }
 
 // Sweep removes every container (with its task) and snapshot in the
-// namespace labelled relay.host=<this host id>: leftovers of a process that
-// crashed mid-invocation. Call it at startup, before the first Run; it would
-// also kill invocations in flight. It is idempotent and returns the joined
-// errors of the removals that failed.
+// namespace labelled relay.host=<this host id> that does not belong to an
+// invocation this Runner is running now: leftovers of a process that
+// crashed mid-invocation, and containers whose removal failed while
+// containerd was unavailable (an orphan would otherwise keep running past
+// its timeout). Call it at startup and then periodically. It is idempotent
+// and returns the joined errors of the removals that failed.
 func (r *Runner) Sweep(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
 	filter := r.hostFilter()
@@ -41,6 +44,10 @@ func (r *Runner) Sweep(ctx context.Context) error {
 	}
 	var errs []error
 	for _, c := range conts {
+		if r.isLive(c.ID()) {
+			continue
+		}
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()))
 		if err := r.remove(ctx, c.ID()); err != nil {
 			errs = append(errs, err)
 		}
@@ -56,6 +63,9 @@ func (r *Runner) Sweep(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("list snapshots: %w", err))
 	}
 	for _, k := range keys {
+		if r.isLive(k) {
+			continue
+		}
 		if err := sn.Remove(ctx, k); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove snapshot %s: %w", k, err))
 		}
