@@ -135,6 +135,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.heartbeatLoop(ctx) })
+	loops.Go(func() { e.pendingLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
 

@@ -873,3 +873,28 @@ func TestRuleWithBadHandlerStillMatchesAndHolds(t *testing.T) {
 		t.Error("an event matching an unavailable app's rule was treated as unmatched")
 	}
 }
+
+func TestPendingGauges(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("keep it pending") })
+	h.start("c1", backoff(time.Hour))
+	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "pending gauge", func() bool { return h.gauge("relay_pending_entries") == 2 })
+	if age := h.gauge("relay_pending_oldest_age_seconds"); age < 0 || age > 60 {
+		t.Errorf("oldest pending age = %vs", age)
+	}
+}
+
+func (h *harness) gauge(name string) float64 {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}

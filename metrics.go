@@ -23,7 +23,7 @@ type metrics struct {
 	invocations                             *prometheus.CounterVec
 	duration                                *prometheus.HistogramVec
 	retries, dlqEntries                     *prometheus.CounterVec
-	inFlight                                prometheus.Gauge
+	inFlight, pending, pendingAge           prometheus.Gauge
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -47,13 +47,17 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Dead-letter entries written."}, []string{"app", "handler"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "in_flight_invocations",
 			Help: "Invocations running now."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "pending_entries",
+			Help: "Entries in the consumer group's PEL (delivered, not acknowledged), cluster-wide."}),
+		pendingAge: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "pending_oldest_age_seconds",
+			Help: "Age of the oldest pending entry, from its stream id, cluster-wide."}),
 	}
 	if r == nil {
 		return m, nil
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.received, m.matched, m.unmatched, m.malformed, m.missingPayload,
-		m.concurrencyWaits, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight} {
+		m.concurrencyWaits, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)
