@@ -100,9 +100,13 @@
 //
 // A Set evaluates each rule independently and reports every match, without
 // deduplication, in the order the rules were given. It indexes each rule
-// under one top-level field whose alternatives are all literals, so an event
-// is only matched in full against rules that can match it; results are the
-// same as a scan of every rule.
+// under one field (top-level, or nested under maps) whose alternatives are
+// all literals or prefixes, so an event is only matched in full against
+// rules that can match it; results are the same as a scan of every rule.
+// Matching an event decoded by DecodeEvent allocates little more than the
+// result (Set.AppendMatches reuses the caller's slice; see MatchValue for
+// the exceptions). Explain says, condition by condition, why each rule
+// matched or not.
 //
 // The package does not load templates (the loader calls ParseNode for each
 // rule) and does not run handlers. Patterns and Sets are immutable and safe

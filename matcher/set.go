@@ -2,8 +2,9 @@ package matcher
 
 import (
 	"slices"
-	"sort"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,21 +20,51 @@ type Rule struct {
 // rules were given. A Set is immutable and safe for concurrent use.
 //
 // To avoid evaluating every rule for every event, a Set indexes each rule
-// under one top-level field whose alternatives are all literals, when the
-// rule has one: such a rule can only match an event whose value there (or
-// an element of it, for an array) equals one of them. The other rules are
-// evaluated for every event. The index only selects candidates; each
-// candidate is then matched in full, so results equal a plain scan.
+// under one field condition whose alternatives are all literals or
+// prefixes, when the rule has one: a top-level field, or a field reached
+// through nested maps that are a field's only alternative (new_image.status).
+// Such a rule can only match an event whose value there (or an element of
+// it, for an array) equals one of the literals or starts with one of the
+// prefixes. Of several such fields, NewSet picks the one whose values the
+// fewest other rules share. Rules without one are evaluated for every
+// event. The index only selects candidates; each candidate is then matched
+// in full, so results equal a plain scan, in the same order.
 type Set struct {
 	rules   []Rule
 	targets []Target
-	// index maps a field name and a literal key (see literalKey) to the
-	// ascending indexes of the rules indexed there.
-	index map[string]map[string][]int
-	// fields lists the keys of index in sorted order.
-	fields []string
-	// scan lists, ascending, the rules that are not indexed.
+	// paths holds one index per field path that rules are indexed under.
+	paths []*pathIndex
+	// scan lists, ascending, the rules indexed under no path.
 	scan []int
+	// scratch holds *scratch buffers, so that a match allocates nothing.
+	scratch sync.Pool
+}
+
+// pathIndex maps the values at one field path to the ascending indexes of
+// the rules indexed there.
+type pathIndex struct {
+	path  []string // field names from the top of the event
+	strs  map[string][]int
+	nums  map[uint64][]int // by decimal.hash; collisions only add candidates
+	bools [2][]int         // false, true
+	nulls []int
+	// prefixes maps each prefix to its rules; prefixLens lists the distinct
+	// lengths of its keys, ascending, so that a value is looked up once per
+	// length.
+	prefixes   map[string][]int
+	prefixLens []int
+}
+
+// scratch is the per-match working memory.
+type scratch struct {
+	cand, hits []int
+}
+
+// slot is a field condition a rule can be indexed under: its path and its
+// alternatives, all literals or prefixes.
+type slot struct {
+	path []string
+	alts []alt
 }
 
 // NewSet returns a Set over rules, kept in the given order. Callers pass
@@ -44,85 +75,217 @@ func NewSet(rules []Rule) *Set {
 	s := &Set{
 		rules:   slices.Clone(rules),
 		targets: make([]Target, len(rules)),
-		index:   make(map[string]map[string][]int),
 	}
+	s.scratch.New = func() any { return new(scratch) }
 	next := make(map[string]int)
+	slotsOf := make([][]slot, len(rules))
+	// shared counts the rules listing each (path, value) key, to estimate
+	// how many candidates a slot would bring.
+	shared := make(map[string]int)
 	for i, r := range rules {
 		s.targets[i] = Target{App: r.App, Handler: r.Handler, Rule: next[r.App]}
 		next[r.App]++
 		if r.Pattern == nil {
 			continue
 		}
-		f := indexField(r.Pattern)
-		if f == nil {
-			s.scan = append(s.scan, i)
-			continue
-		}
-		byKey := s.index[f.name]
-		if byKey == nil {
-			byKey = make(map[string][]int)
-			s.index[f.name] = byKey
-			s.fields = append(s.fields, f.name)
-		}
-		for _, a := range f.alts {
-			k := a.lit.key()
-			if ids := byKey[k]; len(ids) == 0 || ids[len(ids)-1] != i {
-				byKey[k] = append(ids, i)
+		slotsOf[i] = collectSlots(r.Pattern.fields, nil, nil)
+		for _, sl := range slotsOf[i] {
+			for _, k := range sl.keys() {
+				shared[k]++
 			}
 		}
 	}
-	sort.Strings(s.fields)
+	byPath := make(map[string]*pathIndex)
+	for i, r := range rules {
+		if r.Pattern == nil {
+			continue
+		}
+		best, bestCost := -1, 0
+		for j, sl := range slotsOf[i] {
+			cost := 0
+			for _, k := range sl.keys() {
+				cost += shared[k]
+			}
+			if best < 0 || cost < bestCost {
+				best, bestCost = j, cost
+			}
+		}
+		if best < 0 {
+			s.scan = append(s.scan, i)
+			continue
+		}
+		sl := slotsOf[i][best]
+		name := strings.Join(sl.path, "\x00")
+		ix := byPath[name]
+		if ix == nil {
+			ix = &pathIndex{path: sl.path}
+			byPath[name] = ix
+			s.paths = append(s.paths, ix)
+		}
+		ix.add(sl.alts, i)
+	}
+	for _, ix := range s.paths {
+		for p := range ix.prefixes {
+			ix.prefixLens = append(ix.prefixLens, len(p))
+		}
+		slices.Sort(ix.prefixLens)
+		ix.prefixLens = slices.Compact(ix.prefixLens)
+	}
 	return s
 }
 
-// indexField returns the top-level field of p whose alternatives are all
-// literals, preferring the one with the fewest; nil when there is none.
-func indexField(p *Pattern) *field {
-	var best *field
-	for i := range p.fields {
-		f := &p.fields[i]
-		if len(f.alts) == 0 || best != nil && len(f.alts) >= len(best.alts) {
+// collectSlots appends the slots of fields under the path prefix: fields
+// whose alternatives are all literals or prefixes, and the slots of the
+// children of a field whose only alternative is a nested map. (A rule can
+// only match when such a child is present and matches.)
+func collectSlots(fields []field, prefix []string, out []slot) []slot {
+	for i := range fields {
+		f := &fields[i]
+		path := append(prefix[:len(prefix):len(prefix)], f.name)
+		if len(f.alts) == 1 && f.alts[0].op == opNested {
+			out = collectSlots(f.alts[0].fields, path, out)
 			continue
 		}
-		if !slices.ContainsFunc(f.alts, func(a alt) bool { return a.op != opEqual }) {
-			best = f
+		if len(f.alts) > 0 && !slices.ContainsFunc(f.alts, func(a alt) bool { return a.op != opEqual && a.op != opPrefix }) {
+			out = append(out, slot{path: path, alts: f.alts})
 		}
 	}
-	return best
+	return out
 }
 
-// key identifies a literal's value: equal values have equal keys.
-func (l literal) key() string {
-	switch l.kind {
-	case litString:
-		return "s" + l.str
-	case litNumber:
-		return "n" + l.num.String()
-	case litBool:
-		return "b" + strconv.FormatBool(l.b)
+// keys identifies the slot's (path, value) pairs for counting.
+func (sl slot) keys() []string {
+	path := strings.Join(sl.path, "\x00") + "\x01"
+	keys := make([]string, len(sl.alts))
+	for i, a := range sl.alts {
+		if a.op == opPrefix {
+			keys[i] = path + "p" + a.str
+			continue
+		}
+		switch a.lit.kind {
+		case litString:
+			keys[i] = path + "s" + a.lit.str
+		case litNumber:
+			keys[i] = path + "n" + a.lit.num.String()
+		case litBool:
+			keys[i] = path + "b" + strconv.FormatBool(a.lit.b)
+		default:
+			keys[i] = path + "z"
+		}
 	}
-	return "z"
+	return keys
 }
 
-// valueKeys calls fn with the literal key of v, or of every scalar element
-// of v when it is an array, as equalLiteral would compare them.
-func valueKeys(v any, fn func(string)) {
+// add indexes rule i under every alternative.
+func (ix *pathIndex) add(alts []alt, i int) {
+	for _, a := range alts {
+		if a.op == opPrefix {
+			ix.prefixes = addRule(ix.prefixes, a.str, i)
+			continue
+		}
+		switch a.lit.kind {
+		case litString:
+			ix.strs = addRule(ix.strs, a.lit.str, i)
+		case litNumber:
+			ix.nums = addRule(ix.nums, a.lit.num.hash(), i)
+		case litBool:
+			b := 0
+			if a.lit.b {
+				b = 1
+			}
+			ix.bools[b] = appendRule(ix.bools[b], i)
+		default:
+			ix.nulls = appendRule(ix.nulls, i)
+		}
+	}
+}
+
+func addRule[K comparable](m map[K][]int, k K, i int) map[K][]int {
+	if m == nil {
+		m = make(map[K][]int)
+	}
+	m[k] = appendRule(m[k], i)
+	return m
+}
+
+// appendRule appends i unless it is already last: rules are added in
+// ascending order, so each list stays sorted and free of duplicates.
+func appendRule(ids []int, i int) []int {
+	if len(ids) > 0 && ids[len(ids)-1] == i {
+		return ids
+	}
+	return append(ids, i)
+}
+
+// collect appends the rules indexed under the values that v holds at
+// ix.path[depth:], walking objects and, as a nested map is matched, every
+// element of an array.
+func (ix *pathIndex) collect(v any, depth int, cand []int) []int {
+	if depth == len(ix.path) {
+		return ix.values(v, cand)
+	}
 	switch v := v.(type) {
-	case nil:
-		fn("z")
-	case string:
-		fn("s" + v)
-	case bool:
-		fn("b" + strconv.FormatBool(v))
+	case map[string]any:
+		if child, ok := v[ix.path[depth]]; ok {
+			return ix.collect(child, depth+1, cand)
+		}
 	case []any:
 		for _, e := range v {
-			valueKeys(e, fn)
-		}
-	default:
-		if d, ok := eventNumber(v); ok {
-			fn("n" + d.String())
+			cand = ix.collect(e, depth, cand)
 		}
 	}
+	return cand
+}
+
+// values appends the rules that a literal or prefix alternative could
+// match v with: v itself or, for an array, any of its elements, as
+// matchValue compares them.
+func (ix *pathIndex) values(v any, cand []int) []int {
+	switch v := v.(type) {
+	case string:
+		cand = append(cand, ix.strs[v]...)
+		for _, n := range ix.prefixLens {
+			if n > len(v) {
+				break
+			}
+			cand = append(cand, ix.prefixes[v[:n]]...)
+		}
+	case bool:
+		if v {
+			cand = append(cand, ix.bools[1]...)
+		} else {
+			cand = append(cand, ix.bools[0]...)
+		}
+	case nil:
+		cand = append(cand, ix.nulls...)
+	case []any:
+		for _, e := range v {
+			cand = ix.values(e, cand)
+		}
+	case map[string]any:
+	default:
+		if len(ix.nums) > 0 {
+			if d, ok := eventNumber(v); ok {
+				cand = append(cand, ix.nums[d.hash()]...)
+			}
+		}
+	}
+	return cand
+}
+
+// hash returns a hash of d's value: equal values have equal hashes (the
+// representation is normalised, see parseDecimal). FNV-1a.
+func (d decimal) hash() uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	for i := range d.ndigits() {
+		h = (h ^ uint64(d.digit(i))) * prime
+	}
+	h = (h ^ uint64(d.exp)) * prime
+	if d.neg {
+		h = (h ^ '-') * prime
+	}
+	return h
 }
 
 // Len returns the number of rules.
@@ -145,28 +308,56 @@ func (s *Set) MatchAt(event []byte, now time.Time) ([]Target, error) {
 	return s.MatchValue(v, now), nil
 }
 
-// MatchValue is MatchAt for an event decoded by DecodeEvent.
+// MatchValue is MatchAt for an event decoded by DecodeEvent. Apart from
+// the slice it returns (none when no rule matches), it allocates nothing,
+// except to parse a timestamp longer than 32 bytes or with an offset that is
+// not a whole number of hours.
 func (s *Set) MatchValue(event map[string]any, now time.Time) []Target {
-	var cand []int
-	for _, name := range s.fields {
-		v, ok := event[name]
-		if !ok {
-			continue
-		}
-		byKey := s.index[name]
-		valueKeys(v, func(k string) { cand = append(cand, byKey[k]...) })
-	}
-	if len(cand) == 0 && len(s.scan) == 0 {
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	hits := s.matches(event, now, sc)
+	if len(hits) == 0 {
 		return nil
 	}
-	cand = append(cand, s.scan...)
-	slices.Sort(cand)
-	cand = slices.Compact(cand)
-	var out []Target
-	for _, i := range cand {
-		if s.rules[i].Pattern.MatchValue(event, now) {
-			out = append(out, s.targets[i])
-		}
+	out := make([]Target, len(hits))
+	for j, i := range hits {
+		out[j] = s.targets[i]
 	}
 	return out
+}
+
+// AppendMatches is MatchValue appending the targets to dst, for callers
+// that reuse a slice: when dst has room, it allocates nothing (with the
+// same timestamp exceptions as MatchValue).
+func (s *Set) AppendMatches(dst []Target, event map[string]any, now time.Time) []Target {
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	for _, i := range s.matches(event, now, sc) {
+		dst = append(dst, s.targets[i])
+	}
+	return dst
+}
+
+// matches returns the ascending indexes of the rules event matches, in
+// sc's memory.
+func (s *Set) matches(event map[string]any, now time.Time, sc *scratch) []int {
+	cand := sc.cand[:0]
+	for _, ix := range s.paths {
+		cand = ix.collect(event, 0, cand)
+	}
+	ids := s.scan
+	if len(cand) > 0 {
+		cand = append(cand, s.scan...)
+		slices.Sort(cand)
+		cand = slices.Compact(cand)
+		ids = cand
+	}
+	hits := sc.hits[:0]
+	for _, i := range ids {
+		if s.rules[i].Pattern.MatchValue(event, now) {
+			hits = append(hits, i)
+		}
+	}
+	sc.cand, sc.hits = cand[:0], hits
+	return hits
 }

@@ -3,6 +3,7 @@ package matcher_test
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -193,5 +194,186 @@ func TestSetIndexAgreesWithScan(t *testing.T) {
 	}
 	if matched == 0 {
 		t.Error("no event matched any rule")
+	}
+}
+
+// scanMatch is the plain evaluation a Set must agree with: every rule's
+// MatchValue, in order.
+func scanMatch(rules []matcher.Rule, ev map[string]any, now time.Time) []matcher.Target {
+	var want []matcher.Target
+	perApp := map[string]int{}
+	for _, r := range rules {
+		if r.Pattern != nil && r.Pattern.MatchValue(ev, now) {
+			want = append(want, matcher.Target{App: r.App, Handler: r.Handler, Rule: perApp[r.App]})
+		}
+		perApp[r.App]++
+	}
+	return want
+}
+
+// TestSetAgreesWithScanRandom is a differential test: random rule sets over
+// a small vocabulary (so that rules share fields and values and events hit
+// them), random events, and the Set's result, order included, must equal a
+// scan of every rule.
+func TestSetAgreesWithScanRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
+	sets, events, matched := 200, 50, 0
+	if testing.Short() {
+		sets = 40
+	}
+	for s := range sets {
+		n := 1 + rng.IntN(60)
+		rules := make([]matcher.Rule, n)
+		for i := range rules {
+			rules[i] = matcher.Rule{App: fmt.Sprintf("app%d", i*4/n), Handler: fmt.Sprintf("h.f%d", i)}
+			if rng.IntN(30) > 0 {
+				rules[i].Pattern = mustParse(t, randomPattern(rng, 2))
+			}
+		}
+		set := matcher.NewSet(rules)
+		for range events {
+			ev := randomEvent(rng, 3)
+			want := scanMatch(rules, ev, now)
+			got := set.MatchValue(ev, now)
+			if diff := cmp.Diff(want, got); diff != "" {
+				var b strings.Builder
+				for _, r := range rules {
+					fmt.Fprintf(&b, "  %s/%s: %v\n", r.App, r.Handler, r.Pattern)
+				}
+				t.Fatalf("set %d, event %v (-scan +set):\n%s\nrules:\n%s", s, ev, diff, &b)
+			}
+			matched += len(got)
+		}
+	}
+	if matched == 0 {
+		t.Fatal("no event matched any rule")
+	}
+	t.Logf("%d matches", matched)
+}
+
+// Vocabulary of the random patterns and events: few names and values, so
+// that they collide often, and values of every JSON type.
+var (
+	randNames   = []string{"a", "b", "id", "status", "n", "t"}
+	randStrings = []string{"x", "y", "user_1", "user_22", "org_3", "", "35", "2026-09-12T09:58:00Z", "2026-09-12T11:58:00+02:00", "1999-01-01T00:00:00Z"}
+	randNumbers = []string{"0", "1", "35", "35.0", "3.5e1", "-1", "1e2", "-0", "9007199254740993"}
+	randAlts    = []string{
+		`{prefix: "user_"}`, `{prefix: "user_2"}`, `{prefix: ""}`, `{prefix: "o"}`, `{suffix: "_1"}`, `{suffix: "Z"}`,
+		"{exists: true}", "{exists: false}", "{gt: 1}", "{gte: 35}", "{lt: 0}", "{lte: 3.5e1}",
+		`{gt: "now()-5m"}`, `{lt: "now()"}`, `{gte: "now()-1h30m"}`,
+		"null", "true", "false",
+	}
+)
+
+// randomPattern returns the YAML flow text of a random pattern with nested
+// maps down to depth.
+func randomPattern(rng *rand.Rand, depth int) string {
+	var b strings.Builder
+	writeRandomFields(rng, &b, depth)
+	return b.String()
+}
+
+func writeRandomFields(rng *rand.Rand, b *strings.Builder, depth int) {
+	names := slices.Clone(randNames)
+	rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	b.WriteByte('{')
+	for i, name := range names[:1+rng.IntN(3)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(name + ": [")
+		for j := range 1 + rng.IntN(3) {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			switch k := rng.IntN(10); {
+			case k < 4:
+				fmt.Fprintf(b, "%q", randStrings[rng.IntN(len(randStrings))])
+			case k < 6:
+				b.WriteString(randNumbers[rng.IntN(len(randNumbers))])
+			case k < 9 || depth == 0:
+				b.WriteString(randAlts[rng.IntN(len(randAlts))])
+			default:
+				writeRandomFields(rng, b, depth-1)
+			}
+		}
+		b.WriteByte(']')
+	}
+	b.WriteByte('}')
+}
+
+// randomEvent returns a random decoded event with objects and arrays down
+// to depth.
+func randomEvent(rng *rand.Rand, depth int) map[string]any {
+	ev, err := matcher.DecodeEvent(randomObject(rng, depth))
+	if err != nil {
+		panic(err)
+	}
+	return ev
+}
+
+func randomObject(rng *rand.Rand, depth int) []byte {
+	b := []byte{'{'}
+	for _, name := range randNames {
+		if rng.IntN(3) == 0 {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%q:", name)
+		b = appendRandomValue(rng, b, depth)
+	}
+	return append(b, '}')
+}
+
+func appendRandomValue(rng *rand.Rand, b []byte, depth int) []byte {
+	switch k := rng.IntN(12); {
+	case k < 5:
+		return fmt.Appendf(b, "%q", randStrings[rng.IntN(len(randStrings))])
+	case k < 7:
+		return append(b, randNumbers[rng.IntN(len(randNumbers))]...)
+	case k == 7:
+		return append(b, []string{"null", "true", "false"}[rng.IntN(3)]...)
+	case k < 10 && depth > 0:
+		return append(b, randomObject(rng, depth-1)...)
+	case depth > 0:
+		b = append(b, '[')
+		for j := range rng.IntN(4) {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = appendRandomValue(rng, b, depth-1)
+		}
+		return append(b, ']')
+	}
+	return append(b, `"x"`...)
+}
+
+func TestSetAppendMatches(t *testing.T) {
+	set := matcher.NewSet([]matcher.Rule{
+		{App: "a", Handler: "h.users", Pattern: mustParse(t, "table_name: [users]")},
+		{App: "a", Handler: "h.ids", Pattern: mustParse(t, `new_image: {id: [{prefix: "user_"}]}`)},
+		{App: "b", Handler: "h.any", Pattern: mustParse(t, "event_name: [{exists: true}]")},
+	})
+	ev, err := matcher.DecodeEvent([]byte(`{"event_name":"INSERT","table_name":"users","new_image":{"id":"user_1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	prev := matcher.Target{App: "x", Handler: "y.z"}
+	dst := make([]matcher.Target, 1, 8)
+	dst[0] = prev
+	got := set.AppendMatches(dst, ev, now)
+	want := append([]matcher.Target{prev}, set.MatchValue(ev, now)...)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("AppendMatches (-want +got):\n%s", diff)
+	}
+	if len(want) != 4 || &got[0] != &dst[0] {
+		t.Errorf("AppendMatches = %v; want 3 targets appended in place", got)
+	}
+	if got := set.AppendMatches(nil, map[string]any{"other": 1}, now); got != nil {
+		t.Errorf("AppendMatches(nil, unmatched) = %v, want nil", got)
 	}
 }

@@ -20,3 +20,4 @@ if [ -n "$unformatted" ]; then
 fi
 echo "test: go test -race ./..."
 go test -race -count=1 -timeout 40m ${GOTESTFLAGS:-} ./...
+bash scripts/fuzz.sh

@@ -43,6 +43,7 @@ type CLI struct {
 	Start    StartCmd    `cmd:"" help:"Run a worker in the foreground until SIGINT or SIGTERM."`
 	Validate ValidateCmd `cmd:"" help:"Load the apps root and print every template error; exit 1 on any."`
 	DLQ      DLQCmd      `cmd:"" name:"dlq" help:"Inspect the dead-letter queue."`
+	Match    MatchCmd    `cmd:"" help:"Print the app/handler targets an event would run, in dispatch order; --explain says why."`
 }
 
 // usageError marks an error as the caller's (exit 2).

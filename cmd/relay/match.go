@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay/matcher"
+)
+
+// maxEventBytes bounds the event `relay match` reads.
+const maxEventBytes = 64 << 20
+
+// MatchCmd is `relay match`: a dry run of event classification.
+type MatchCmd struct {
+	Event   string `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
+	File    string `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
+	Explain bool   `help:"For every rule of every app, print whether it matched and why, condition by condition."`
+	JSON    bool   `name:"json" help:"Print JSON instead of text."`
+	Now     string `placeholder:"TIME" help:"Evaluate now() cutoffs at this RFC 3339 time instead of the current time."`
+}
+
+type matchTargetJSON struct {
+	App       string `json:"app"`
+	Handler   string `json:"handler"`
+	Available bool   `json:"available"`
+}
+
+type matchRuleJSON struct {
+	matchTargetJSON
+	Matched    bool                 `json:"matched"`
+	Conditions []matchConditionJSON `json:"conditions"`
+}
+
+type matchConditionJSON struct {
+	Path    string `json:"path"`
+	Matched bool   `json:"matched"`
+	Reason  string `json:"reason"`
+}
+
+type matchJSON struct {
+	Matches []matchTargetJSON `json:"matches"`
+	Rules   []matchRuleJSON   `json:"rules,omitempty"`
+}
+
+// Run loads the apps root, matches one event against every rule as the
+// worker would (events.md "Dispatch and concurrency") and prints the
+// matching app/handler targets in dispatch order. It needs neither Redis nor
+// containerd. Rules of unavailable apps that parsed still match, as in the
+// worker, and are marked.
+func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
+	now := time.Now()
+	if c.Now != "" {
+		t, err := time.Parse(time.RFC3339Nano, c.Now)
+		if err != nil {
+			return usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
+		}
+		now = t
+	}
+	src, from, err := c.readEvent()
+	if err != nil {
+		return err
+	}
+	event, err := matcher.DecodeEvent(src)
+	if err != nil {
+		if errors.Is(err, matcher.ErrMalformed) {
+			msg := strings.TrimPrefix(err.Error(), matcher.ErrMalformed.Error()+": ")
+			return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
+		}
+		return err
+	}
+	apps, err := g.loadApps()
+	if err != nil {
+		return err
+	}
+	available := make(map[string]bool)
+	for _, a := range apps.List() {
+		available[a.Name] = a.Available()
+		if !a.Available() {
+			fmt.Fprintf(g.stderr, "relay: warning: app %q is unavailable (%s; see relay validate): its handlers do not run, and only its rules without errors are matched\n",
+				a.Name, plural(len(a.Errors), "template error"))
+		}
+	}
+	set := matcher.NewSet(apps.Rules())
+	var explained []matcher.Explanation
+	var matches []matcher.Target
+	if c.Explain {
+		explained = set.Explain(event, now)
+		for _, x := range explained {
+			if x.Matched {
+				matches = append(matches, x.Target)
+			}
+		}
+	} else {
+		matches = set.MatchValue(event, now)
+	}
+
+	if c.JSON {
+		out := matchJSON{Matches: []matchTargetJSON{}}
+		for _, t := range matches {
+			out.Matches = append(out.Matches, matchTargetJSON{t.App, t.Handler, available[t.App]})
+		}
+		for _, x := range explained {
+			r := matchRuleJSON{matchTargetJSON: matchTargetJSON{x.Target.App, x.Target.Handler, available[x.Target.App]},
+				Matched: x.Matched, Conditions: []matchConditionJSON{}}
+			for _, cond := range x.Conditions {
+				r.Conditions = append(r.Conditions, matchConditionJSON{cond.Path, cond.Matched, cond.Reason})
+			}
+			out.Rules = append(out.Rules, r)
+		}
+		// Reasons quote comparisons such as "> 70": keep them readable.
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
+	}
+
+	name := func(t matcher.Target) string {
+		s := t.App + "/" + t.Handler
+		if !available[t.App] {
+			s += " (app unavailable)"
+		}
+		return s
+	}
+	w := g.stdout
+	if c.Explain {
+		for _, x := range explained {
+			verdict := "not matched"
+			if x.Matched {
+				verdict = "matched"
+			}
+			fmt.Fprintf(w, "%s: %s\n", name(x.Target), verdict)
+			for _, cond := range x.Conditions {
+				mark := "✗"
+				if cond.Matched {
+					mark = "✓"
+				}
+				fmt.Fprintf(w, "  %s %s\n", mark, cond)
+			}
+		}
+		if len(explained) == 0 {
+			fmt.Fprintln(w, "No event rules loaded")
+		}
+		fmt.Fprintln(w)
+	}
+	if len(matches) == 0 {
+		fmt.Fprintln(w, "No matching handlers")
+		return nil
+	}
+	if c.Explain {
+		fmt.Fprintf(w, "%s, in dispatch order:\n", plural(len(matches), "matching handler"))
+	}
+	for _, t := range matches {
+		fmt.Fprintln(w, name(t))
+	}
+	return nil
+}
+
+// readEvent returns the event text and where it came from, for messages.
+func (c *MatchCmd) readEvent() (src []byte, from string, err error) {
+	switch {
+	case c.Event != "":
+		return []byte(c.Event), "--event", nil
+	case c.File != "" && c.File != "-":
+		f, err := os.Open(c.File)
+		if err != nil {
+			return nil, "", usagef("--file: %v", err)
+		}
+		defer f.Close()
+		src, err := readLimited(f, c.File)
+		return src, c.File, err
+	}
+	if c.File == "" {
+		if st, err := os.Stdin.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return nil, "", usagef("no event: give --event JSON or --file FILE, or pipe the event on stdin")
+		}
+	}
+	src, err = readLimited(os.Stdin, "stdin")
+	return src, "stdin", err
+}
+
+func readLimited(r io.Reader, name string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxEventBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read event from %s: %w", name, err)
+	}
+	if len(b) > maxEventBytes {
+		return nil, usagef("event in %s is larger than %d MiB", name, maxEventBytes>>20)
+	}
+	return b, nil
+}
