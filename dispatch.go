@@ -67,6 +67,7 @@ func (e *Engine) logAttrs(d *delivery, attrs ...slog.Attr) []slog.Attr {
 // invocations (events.md "Dispatch and concurrency").
 func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	e.m.received.Inc()
+	e.stats.add(countReceived)
 	d := &delivery{msg: msg, key: invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: msg.ID}}
 	raw, ok := msg.Fields["event"]
 	d.event = raw
@@ -94,11 +95,13 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 			return
 		}
 		e.m.unmatched.Inc()
+		e.stats.add(countUnmatched)
 		e.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", e.logAttrs(d)...)
 		e.ack(ctx, d, false)
 		return
 	}
 	e.m.matched.Inc()
+	e.stats.add(countMatched)
 	for _, t := range targets {
 		e.invoke(ctx, runCtx, d, t)
 	}
@@ -116,6 +119,7 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 // running a handler, then acknowledges it (events.md, malformed messages).
 func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
 	e.m.malformed.Inc()
+	e.stats.add(countMalformed)
 	e.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", e.logAttrs(d, slog.String("reason", reason))...)
 	c, err := e.claim(ctx, d, malformedField, time.Minute, 1)
 	if err != nil {
@@ -239,6 +243,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	switch {
 	case err == nil:
 		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeSuccess).Inc()
+		e.stats.add(countSuccesses)
 		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
 		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation succeeded", attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Duration(telemetry.Duration, took))...)
 		if err := persist(ctx, func(octx context.Context) error { return e.c.State.Finish(octx, l) }); err != nil {
@@ -252,6 +257,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 			outcome = outcomeTimeout
 		}
 		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
+		e.stats.add(countFailures)
 		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
 		fa := attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Int("max_attempts", maxAttempts),
 			slog.Duration(telemetry.Duration, took), slog.Int(telemetry.ExitCode, exit.Code), slog.Any("error", err))
@@ -273,6 +279,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 			return
 		}
 		e.m.retries.WithLabelValues(app.Name, rule.Handler).Inc()
+		e.stats.add(countRetries)
 		e.log.LogAttrs(ctx, slog.LevelWarn, "invocation failed; will retry", append(fa, slog.Time("next_attempt_at", next))...)
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
 		// The handler may have run: keep the claim, whose lease expiry
@@ -337,6 +344,7 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 		return false
 	}
 	e.m.dlqEntries.WithLabelValues(entry.App, entry.Handler).Inc()
+	e.stats.add(countDLQEntries)
 	if err := persist(ctx, func(octx context.Context) error { return e.c.State.MarkDLQ(octx, l) }); err != nil {
 		// The entry exists; a redelivery may write a duplicate.
 		d.held = true

@@ -40,6 +40,7 @@ type Engine struct {
 	o       *options
 	log     *slog.Logger
 	m       *metrics
+	stats   *statsRecorder // nil without WithStats
 	running atomic.Bool
 
 	msgSlots chan struct{}
@@ -96,6 +97,7 @@ func New(apps *Apps, c Components, opts ...Option) (*Engine, error) {
 		perApp:     make(map[string]chan struct{}, len(apps.List())),
 		inFlight:   map[string]struct{}{},
 		incomplete: apps.Incomplete(),
+		stats:      newStatsRecorder(o.statsClient, c.Stream, c.Group),
 	}
 	for _, a := range apps.List() {
 		e.perApp[a.Name] = make(chan struct{}, min(a.Concurrency, o.concurrency))
@@ -136,6 +138,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
+	loops.Go(func() { e.statsLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
 
@@ -150,6 +153,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		abandon()
 		<-done
 	}
+	e.flushStats(ctx)
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopped")
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 )
 
 // Defaults of the Engine's options. The reference binary fixes the timing
@@ -57,6 +58,8 @@ type options struct {
 	backoff         []time.Duration
 	logger          *slog.Logger
 	registerer      prometheus.Registerer
+	statsClient     rueidis.Client
+	statsInterval   time.Duration
 	set             map[string]bool
 }
 
@@ -196,6 +199,31 @@ func WithMetrics(r prometheus.Registerer) Option {
 	}
 }
 
+// WithStats keeps the cluster-wide counters read by relay stats (Stats,
+// ReadStats) in Redis through client, in the hash keys.Stats of the
+// Engine's stream and group. The Engine counts in memory and adds its counts
+// every stats interval and once more when Run returns; a failed write is
+// logged and retried with the next one, never charged to a message. Without
+// it no stats are kept. The Engine never closes client.
+func WithStats(client rueidis.Client) Option {
+	return func(o *options) error {
+		if client == nil {
+			return errors.New("relay: WithStats: nil client")
+		}
+		o.statsClient = client
+		return o.once("WithStats")
+	}
+}
+
+// WithStatsInterval sets how often the counts of WithStats are written.
+// d must be > 0. Default: DefaultStatsInterval.
+func WithStatsInterval(d time.Duration) Option {
+	return func(o *options) error {
+		o.statsInterval = d
+		return errors.Join(positive("WithStatsInterval", d), o.once("WithStatsInterval"))
+	}
+}
+
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		concurrency:     DefaultConcurrency,
@@ -205,6 +233,7 @@ func buildOptions(opts []Option) (*options, error) {
 		shutdownTimeout: DefaultShutdownTimeout,
 		retention:       DefaultRetention,
 		backoff:         DefaultBackoff,
+		statsInterval:   DefaultStatsInterval,
 		set:             map[string]bool{},
 	}
 	var errs []error

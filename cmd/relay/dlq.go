@@ -1,24 +1,136 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/runtime"
 )
 
 // DLQCmd groups the dead-letter queue commands.
 type DLQCmd struct {
-	Ls DLQLsCmd `cmd:"" help:"List dead-letter entries, oldest first."`
+	Ls      DLQLsCmd      `cmd:"" help:"List dead-letter entries, oldest first."`
+	Inspect DLQInspectCmd `cmd:"" help:"Show every field of one entry and its event, pretty-printed."`
+	Replay  DLQReplayCmd  `cmd:"" help:"Run an entry's handler once more with its event; delete the entry on success."`
+	Rm      DLQRmCmd      `cmd:"" help:"Delete entries without running anything."`
+}
+
+// DLQFilter holds the entry filters shared by ls, replay --all and rm --all.
+type DLQFilter struct {
+	App     string `help:"Only entries of this app (- selects malformed messages)."`
+	Handler string `help:"Only entries of this handler."`
+	Since   string `placeholder:"AGE|TIME" help:"Only entries written in the last AGE (90s, 30m, 12h, 7d) or since an RFC 3339 TIME."`
+}
+
+// filter builds the dlq.Filter; limit is the command's --limit.
+func (f *DLQFilter) filter(limit int) (dlq.Filter, error) {
+	if limit < 0 {
+		return dlq.Filter{}, usagef("--limit must be >= 0")
+	}
+	since, err := parseSince(f.Since, time.Now())
+	if err != nil {
+		return dlq.Filter{}, err
+	}
+	return dlq.Filter{App: f.App, Handler: f.Handler, Since: since, Limit: limit}, nil
+}
+
+func (f *DLQFilter) set() bool { return f.App != "" || f.Handler != "" || f.Since != "" }
+
+// describe says which entries the filter selects, for messages.
+func (f *DLQFilter) describe() string {
+	var parts []string
+	if f.App != "" {
+		parts = append(parts, "app "+f.App)
+	}
+	if f.Handler != "" {
+		parts = append(parts, "handler "+f.Handler)
+	}
+	if f.Since != "" {
+		parts = append(parts, "since "+f.Since)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// parseSince reads --since: a duration before now (Go syntax plus a "d"
+// suffix for days) or an RFC 3339 time. "" is the zero time (no filter).
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		n, err = strconv.ParseFloat(days, 64)
+		d = time.Duration(n * float64(24*time.Hour))
+	}
+	if err != nil || d < 0 {
+		return time.Time{}, usagef("--since %q: want an age such as 30m, 12h or 7d, or an RFC 3339 time such as 2026-09-12T10:00:00Z", s)
+	}
+	return now.Add(-d), nil
+}
+
+// dlqStore connects to Redis and returns the store of REDIS_STREAM's DLQ,
+// and a function that closes the connection.
+func (g *Globals) dlqStore() (*dlq.Store, func(), error) {
+	if err := g.requireStream(false); err != nil {
+		return nil, nil, err
+	}
+	rc, err := g.redisClient()
+	if err != nil {
+		return nil, nil, err
+	}
+	return dlq.NewStore(rc, g.RedisStream), rc.Close, nil
+}
+
+// notFound rewrites dlq.ErrNotFound for an operator.
+func notFound(store *dlq.Store, err error, id string) error {
+	if errors.Is(err, dlq.ErrNotFound) {
+		return fmt.Errorf("no dead-letter entry %s in %s (relay dlq ls lists them)", id, store.Key())
+	}
+	return err
+}
+
+// nEntries returns "1 entry" or "2 entries".
+func nEntries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return strconv.Itoa(n) + " entries"
 }
 
 // DLQLsCmd is `relay dlq ls`.
 type DLQLsCmd struct {
-	App     string `help:"Only entries of this app."`
-	Handler string `help:"Only entries of this handler."`
-	Limit   int    `default:"100" help:"At most this many entries (0: all)."`
-	JSON    bool   `name:"json" help:"Print JSON instead of a table."`
+	DLQFilter `embed:""`
+	Limit     int  `default:"100" help:"At most this many entries (0: all)."`
+	JSON      bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+// Help shows examples under relay dlq ls --help.
+func (c *DLQLsCmd) Help() string {
+	return `The table shows ID ORIGINAL APP HANDLER ATTEMPTS AGE REASON; AGE is the time since the entry was written. Malformed messages have app and handler "-".
+
+Examples:
+
+    relay dlq ls
+    relay dlq ls --app billing --since 1h
+    relay dlq ls --limit 0 --json | jq -r '.[].id'`
 }
 
 type dlqJSON struct {
@@ -37,37 +149,400 @@ type dlqJSON struct {
 	Trace           string `json:"trace,omitempty"`
 }
 
+func entryJSON(e dlq.Entry) dlqJSON {
+	return dlqJSON{ID: e.ID, OriginalStream: e.OriginalStream, OriginalID: e.OriginalID, Group: e.Group,
+		Consumer: e.Consumer, App: e.App, Handler: e.Handler, HandlerAttempts: e.HandlerAttempts,
+		Deliveries: e.Deliveries, Reason: e.Reason, Timestamp: e.Timestamp.UTC().Format(time.RFC3339Nano),
+		Event: e.Event, Trace: e.Trace}
+}
+
 // Run lists entries as ID ORIGINAL APP HANDLER ATTEMPTS AGE REASON.
 func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
-	if err := g.requireStream(false); err != nil {
-		return err
-	}
-	if c.Limit < 0 {
-		return usagef("--limit must be >= 0")
-	}
-	rc, err := g.redisClient()
+	f, err := c.filter(c.Limit)
 	if err != nil {
 		return err
 	}
-	defer rc.Close()
-	entries, err := dlq.NewStore(rc, g.RedisStream).List(ctx, dlq.Filter{App: c.App, Handler: c.Handler, Limit: c.Limit})
+	store, closeStore, err := g.dlqStore()
 	if err != nil {
 		return err
 	}
-	if c.JSON {
+	defer closeStore()
+	entries, err := store.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	switch {
+	case c.JSON:
 		out := make([]dlqJSON, 0, len(entries))
 		for _, e := range entries {
-			out = append(out, dlqJSON{ID: e.ID, OriginalStream: e.OriginalStream, OriginalID: e.OriginalID, Group: e.Group,
-				Consumer: e.Consumer, App: e.App, Handler: e.Handler, HandlerAttempts: e.HandlerAttempts,
-				Deliveries: e.Deliveries, Reason: e.Reason, Timestamp: e.Timestamp.UTC().Format(time.RFC3339Nano),
-				Event: e.Event, Trace: e.Trace})
+			out = append(out, entryJSON(e))
 		}
-		return writeJSON(g.stdout, out)
+		err = writeJSON(g.stdout, out)
+	case len(entries) == 0:
+		fmt.Fprintf(g.stdout, "No dead-letter entries%s\n", c.describe())
+	default:
+		err = entryTable(g.stdout, entries)
 	}
+	if err == nil && c.Limit > 0 && len(entries) == c.Limit {
+		// A note, not an error: the listing itself succeeded.
+		fmt.Fprintf(g.stderr, "relay: showing the oldest %d entries; --limit 0 lists all\n", c.Limit)
+	}
+	return err
+}
+
+func entryTable(w io.Writer, entries []dlq.Entry) error {
 	rows := make([][]string, 0, len(entries))
 	for _, e := range entries {
 		rows = append(rows, []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts),
 			age(time.Since(e.Timestamp)), oneLine(e.Reason, 60)})
 	}
-	return table(g.stdout, []string{"ID", "ORIGINAL", "APP", "HANDLER", "ATTEMPTS", "AGE", "REASON"}, rows)
+	return table(w, []string{"ID", "ORIGINAL", "APP", "HANDLER", "ATTEMPTS", "AGE", "REASON"}, rows)
+}
+
+// DLQInspectCmd is `relay dlq inspect ID`.
+type DLQInspectCmd struct {
+	ID   string `arg:"" help:"Entry ID (the ID column of relay dlq ls)."`
+	JSON bool   `name:"json" help:"Print JSON instead of text."`
+}
+
+// Help shows examples under relay dlq inspect --help.
+func (c *DLQInspectCmd) Help() string {
+	return `Examples:
+
+    relay dlq inspect 1718000000000-0
+    relay dlq inspect 1718000000000-0 --json | jq -r .event`
+}
+
+// Run prints every field of the entry and its event, pretty-printed.
+func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
+	store, closeStore, err := g.dlqStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	e, err := store.Get(ctx, c.ID)
+	if err != nil {
+		return notFound(store, err, c.ID)
+	}
+	if c.JSON {
+		return writeJSON(g.stdout, entryJSON(e))
+	}
+	written := "-"
+	if !e.Timestamp.IsZero() {
+		written = fmt.Sprintf("%s ago (%s)", age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
+	}
+	trace := e.Trace
+	if trace == "" {
+		trace = "-"
+	}
+	rows := [][]string{
+		{"Written:", written},
+		{"Original stream:", e.OriginalStream},
+		{"Original ID:", e.OriginalID},
+		{"Group:", e.Group},
+		{"Consumer:", e.Consumer},
+		{"App:", e.App},
+		{"Handler:", e.Handler},
+		{"Handler attempts:", strconv.Itoa(e.HandlerAttempts)},
+		{"Deliveries:", strconv.FormatInt(e.Deliveries, 10)},
+		{"Reason:", e.Reason},
+		{"Trace:", trace},
+	}
+	if err := table(g.stdout, []string{"ID:", e.ID}, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(g.stdout, "Event:")
+	fmt.Fprintln(g.stdout, prettyEvent(e.Event))
+	if e.App == dlq.MalformedName {
+		fmt.Fprintf(g.stdout, "\nThis entry records a malformed message: it has no handler and cannot be replayed. Remove it with relay dlq rm %s.\n", e.ID)
+	}
+	return nil
+}
+
+// prettyEvent indents a JSON event, keeping its key order and numbers;
+// anything else is shown verbatim with a note, since malformed messages keep
+// their original bytes.
+func prettyEvent(event string) string {
+	if strings.TrimSpace(event) == "" {
+		return "(empty)"
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, []byte(event), "", "  ") == nil {
+		return strings.TrimSpace(buf.String())
+	}
+	return event + "\n(not valid JSON; shown verbatim)"
+}
+
+// DLQReplayCmd is `relay dlq replay`.
+type DLQReplayCmd struct {
+	ID          string `arg:"" optional:"" help:"Entry ID (the ID column of relay dlq ls)."`
+	All         bool   `help:"Replay every entry that passes --app, --handler and --since, oldest first."`
+	DLQFilter   `embed:""`
+	Limit       int  `default:"0" help:"With --all, at most this many entries (0: all)."`
+	JSON        bool `name:"json" help:"Print the outcome of each entry as JSON; handler output then goes to stderr."`
+	RunnerFlags `embed:""`
+}
+
+// Help shows examples under relay dlq replay --help.
+func (c *DLQReplayCmd) Help() string {
+	return `Runs the entry's app/handler once, outside the stream lifecycle (no retry, no new DLQ entry), through the same runtime as relay start, with the stored event on stdin and RELAY_MESSAGE_ID set to the original message ID. On success the entry is deleted; on failure it is kept and the command exits 1. Entries of malformed messages (app "-") and of handlers no longer in the apps root are refused.
+
+Examples:
+
+    relay dlq replay 1718000000000-0
+    relay dlq replay --all --app billing --since 1h
+    relay dlq replay --all --handler invoices.charge --runner process`
+}
+
+type replayJSON struct {
+	ID       string  `json:"id"`
+	App      string  `json:"app"`
+	Handler  string  `json:"handler"`
+	Result   string  `json:"result"` // replayed, failed or refused
+	Error    string  `json:"error,omitempty"`
+	Duration float64 `json:"duration_seconds"`
+}
+
+// Run replays one entry, or every selected one with --all.
+func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
+	switch {
+	case c.ID == "" && !c.All:
+		return usagef("give an entry ID, or --all to replay every entry that passes --app, --handler and --since")
+	case c.ID != "" && c.All:
+		return usagef("give an entry ID or --all, not both")
+	case c.ID != "" && (c.set() || c.Limit != 0):
+		return usagef("--app, --handler, --since and --limit select entries for --all; leave them out with an ID")
+	}
+	f, err := c.filter(c.Limit)
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := g.dlqStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	apps, err := g.loadApps()
+	if err != nil {
+		return err
+	}
+	var entries []dlq.Entry
+	if c.All {
+		if entries, err = store.List(ctx, f); err != nil {
+			return err
+		}
+	} else {
+		e, err := store.Get(ctx, c.ID)
+		if err != nil {
+			return notFound(store, err, c.ID)
+		}
+		entries = []dlq.Entry{e}
+	}
+	if len(entries) == 0 {
+		if c.JSON {
+			return writeJSON(g.stdout, []replayJSON{})
+		}
+		fmt.Fprintf(g.stdout, "No dead-letter entries%s\n", c.describe())
+		return nil
+	}
+
+	runner := c.manualRunner(ctx, g, c.JSON)
+	defer runner.Close()
+	results := make([]replayJSON, 0, len(entries))
+	replayed := 0
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			break
+		}
+		r := c.replay(ctx, g, apps, runner, store, e)
+		results = append(results, r)
+		if r.Result == "replayed" {
+			replayed++
+		}
+		if runner.err != nil {
+			break // the runtime is unreachable: nothing else can run either
+		}
+	}
+	if c.JSON {
+		if err := writeJSON(g.stdout, results); err != nil {
+			return err
+		}
+	}
+	kept := len(entries) - replayed
+	switch {
+	case kept == 0:
+		return nil
+	case !c.All && len(results) == 1:
+		return errors.New(results[0].Error)
+	case !c.All:
+		return fmt.Errorf("interrupted; %s is kept", c.ID)
+	}
+	if !c.JSON {
+		fmt.Fprintf(g.stdout, "Replayed %d of %s; %d kept.\n", replayed, nEntries(len(entries)), kept)
+	}
+	if len(results) < len(entries) {
+		return fmt.Errorf("%d of %s not replayed (%d not tried)", kept, nEntries(len(entries)), len(entries)-len(results))
+	}
+	return fmt.Errorf("%d of %s not replayed", kept, nEntries(len(entries)))
+}
+
+// replay replays one entry and returns its outcome. In text mode it prints
+// the progress on stdout and, with --all, each failure; a single entry's
+// failure is left to the command's error.
+func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *relay.Apps, runner relay.Runner, store *dlq.Store, e dlq.Entry) replayJSON {
+	r := replayJSON{ID: e.ID, App: e.App, Handler: e.Handler}
+	target := e.App + "/" + e.Handler
+	if !c.JSON {
+		// Announce the run only once Replay has accepted the entry.
+		runner = observed{Runner: runner, before: func(runtime.Request) {
+			fmt.Fprintf(g.stdout, "Replaying %s (%s, attempt %d)\n", e.ID, target, e.HandlerAttempts+1)
+		}}
+	}
+	start := time.Now()
+	err := relay.Replay(ctx, apps, runner, store, e.ID)
+	took := time.Since(start)
+	r.Duration = took.Seconds()
+	switch {
+	case err == nil:
+		r.Result = "replayed"
+		if !c.JSON {
+			fmt.Fprintf(g.stdout, "Replayed %s (%s) in %s; entry deleted\n", e.ID, target, duration(took))
+		}
+		return r
+	case errors.Is(err, relay.ErrReplayMalformed):
+		r.Result = "refused"
+		r.Error = fmt.Sprintf("%s records a malformed message (%s): there is no handler to replay; remove it with relay dlq rm %s",
+			e.ID, e.Reason, e.ID)
+	case errors.Is(err, relay.ErrHandlerGone):
+		r.Result = "refused"
+		r.Error = fmt.Sprintf("%s: handler %s is not in the apps root %s any more (relay app inspect %s lists its handlers); remove the entry with relay dlq rm %s",
+			e.ID, target, g.Apps, e.App, e.ID)
+	case errors.Is(err, relay.ErrAppUnavailable):
+		r.Result = "refused"
+		r.Error = fmt.Sprintf("%s: app %s is unavailable, its template has errors (relay validate shows them); the entry is kept", e.ID, e.App)
+	case errors.Is(err, dlq.ErrNotFound):
+		r.Result = "failed"
+		r.Error = fmt.Sprintf("%s was removed meanwhile by someone else", e.ID)
+	default:
+		r.Result = "failed"
+		cause := errors.Unwrap(err)
+		if cause == nil {
+			cause = err
+		}
+		r.Error = fmt.Sprintf("replay of %s (%s) failed: %v; the entry is kept", e.ID, target, cause)
+	}
+	if c.All && !c.JSON {
+		fmt.Fprintf(g.stdout, "%s: %s\n", strings.ToUpper(r.Result[:1])+r.Result[1:], r.Error)
+	}
+	return r
+}
+
+// duration rounds d for people: 12ms, 1.25s.
+func duration(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// DLQRmCmd is `relay dlq rm`.
+type DLQRmCmd struct {
+	IDs       []string `arg:"" optional:"" name:"id" help:"Entry IDs (the ID column of relay dlq ls)."`
+	All       bool     `help:"Delete every entry that passes --app, --handler and --since."`
+	DLQFilter `embed:""`
+	Limit     int  `default:"0" help:"With --all, at most this many entries, oldest first (0: all)."`
+	Yes       bool `short:"y" help:"With --all, do not ask for confirmation."`
+}
+
+// Help shows examples under relay dlq rm --help.
+func (c *DLQRmCmd) Help() string {
+	return `Deletes entries without running their handlers. With --all the selected entries are listed and you are asked to confirm on stdin, unless --yes is given. An unknown ID is an error.
+
+Examples:
+
+    relay dlq rm 1718000000000-0
+    relay dlq rm --all --app=- --yes          # every malformed-message entry
+    relay dlq rm --all --app billing --since 7d`
+}
+
+// Run deletes the given entries, or the selected ones with --all.
+func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
+	switch {
+	case len(c.IDs) == 0 && !c.All:
+		return usagef("give entry IDs, or --all to delete every entry that passes --app, --handler and --since")
+	case len(c.IDs) > 0 && c.All:
+		return usagef("give entry IDs or --all, not both")
+	case len(c.IDs) > 0 && (c.set() || c.Limit != 0 || c.Yes):
+		return usagef("--app, --handler, --since, --limit and --yes go with --all; leave them out with IDs")
+	}
+	f, err := c.filter(c.Limit)
+	if err != nil {
+		return err
+	}
+	store, closeStore, err := g.dlqStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	if !c.All {
+		var errs []error
+		for _, id := range c.IDs {
+			if err := store.Delete(ctx, id); err != nil {
+				errs = append(errs, notFound(store, err, id))
+				continue
+			}
+			fmt.Fprintf(g.stdout, "Deleted %s\n", id)
+		}
+		return errors.Join(errs...)
+	}
+
+	entries, err := store.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(g.stdout, "No dead-letter entries%s\n", c.describe())
+		return nil
+	}
+	if !c.Yes {
+		if err := entryTable(g.stdout, entries); err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))
+		ok := confirmed(os.Stdin)
+		if st, err := os.Stdin.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+			fmt.Fprintln(g.stdout) // the answer was not typed, so no newline was echoed
+		}
+		if !ok {
+			return errors.New("not confirmed; nothing deleted (--yes skips the question)")
+		}
+	}
+	deleted := 0
+	var errs []error
+	for _, e := range entries {
+		err := store.Delete(ctx, e.ID)
+		switch {
+		case err == nil:
+			deleted++
+		case errors.Is(err, dlq.ErrNotFound):
+			// Replayed or removed meanwhile: gone, as asked.
+		default:
+			errs = append(errs, err)
+		}
+	}
+	fmt.Fprintf(g.stdout, "Deleted %s%s\n", nEntries(deleted), c.describe())
+	return errors.Join(errs...)
+}
+
+// confirmed reads one line and reports whether it is y or yes.
+func confirmed(r io.Reader) bool {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && line == "" {
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }

@@ -14,25 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	containerd "github.com/containerd/containerd/v2/client"
-
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/runtime"
-	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
 )
 
 // StartCmd is `relay start`.
 type StartCmd struct {
-	Consumer            string `name:"consumer" env:"RELAY_CONSUMER" help:"Consumer name (default: the hostname)."`
-	StateDir            string `name:"state-dir" env:"RELAY_STATE_DIR" default:"/var/lib/relay" help:"Local state directory."`
-	MaxConcurrency      int    `name:"max-concurrency" env:"MAX_CONCURRENCY" default:"8" help:"Worker-global bound on concurrent invocations."`
-	ContainerdAddress   string `name:"containerd-address" env:"CONTAINERD_ADDRESS" default:"/run/containerd/containerd.sock" help:"containerd socket."`
-	ContainerdNamespace string `name:"containerd-namespace" env:"CONTAINERD_NAMESPACE" default:"relay" help:"containerd namespace."`
-	MetricsAddr         string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
-	Runner              string `name:"runner" env:"RELAY_RUNNER" default:"containerd" enum:"containerd,process" help:"Handler runtime: containerd (isolated, production) or process (local exec, no isolation, development only)."`
+	Consumer       string `name:"consumer" env:"RELAY_CONSUMER" help:"Consumer name (default: the hostname)."`
+	StateDir       string `name:"state-dir" env:"RELAY_STATE_DIR" default:"/var/lib/relay" help:"Local state directory."`
+	MaxConcurrency int    `name:"max-concurrency" env:"MAX_CONCURRENCY" default:"8" help:"Worker-global bound on concurrent invocations."`
+	RunnerFlags    `embed:""`
+	MetricsAddr    string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
@@ -67,44 +61,20 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer rc.Close()
 
-	var runner relay.Runner
 	var pingers []namedPinger
 	src := stream.New(rc, g.RedisStream, g.RedisGroup, c.Consumer)
 	pingers = append(pingers, namedPinger{"redis", src})
-	switch c.Runner {
-	case "process":
-		log.Warn("process runner: handlers run as local processes without isolation; use it for development only")
-		pr, err := runtime.NewProcess(runtime.WithOutput(g.stdout, g.stderr))
-		if err != nil {
-			return err
-		}
-		runner = pr
-	default:
-		cc, err := containerd.New(c.ContainerdAddress, containerd.WithDefaultNamespace(c.ContainerdNamespace),
-			containerd.WithTimeout(10*time.Second))
-		if err != nil {
-			return fmt.Errorf("connect to containerd at %s: %w (is containerd running? set CONTAINERD_ADDRESS)", c.ContainerdAddress, err)
-		}
-		defer cc.Close()
-		// Containers are labelled per consumer, not per host, so the start-up
-		// sweep of one worker never removes another's running handlers.
-		cr, err := ctrd.New(cc, ctrd.WithNamespace(c.ContainerdNamespace), ctrd.WithOutput(g.stdout, g.stderr),
-			ctrd.WithHostID(hostname()+"/"+c.Consumer), ctrd.WithLogger(log))
-		if err != nil {
-			return err
-		}
-		// Fail fast: a worker that cannot run anything would only leave
-		// every matched message pending.
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = cr.Ping(pctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("containerd at %s is not usable: %w (is containerd running? set CONTAINERD_ADDRESS)", c.ContainerdAddress, err)
-		}
+	// Containers are labelled per consumer, not per host, so the start-up
+	// sweep of one worker never removes another's running handlers.
+	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer)
+	if err != nil {
+		return err
+	}
+	defer runner.Close()
+	if cr := runner.containerd; cr != nil {
 		if err := cr.Sweep(ctx); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftover containers failed", slog.Any("error", err))
 		}
-		runner = cr
 		pingers = append(pingers, namedPinger{"containerd", cr})
 		// Keep sweeping: a container whose removal failed while containerd
 		// was down would otherwise run on past its timeout.
@@ -129,9 +99,10 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	engine, err := relay.New(apps, relay.Components{
-		Source: src, State: invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, g.RedisStream),
+		Source: src, State: invocation.New(rc), Runner: runner.Runner, DLQ: dlq.NewWriter(rc, g.RedisStream),
 		Stream: g.RedisStream, Group: g.RedisGroup, Consumer: c.Consumer,
-	}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLogger(log), relay.WithMetrics(reg))
+	}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLogger(log), relay.WithMetrics(reg),
+		relay.WithStats(rc))
 	if err != nil {
 		return err
 	}

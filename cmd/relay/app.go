@@ -1,0 +1,385 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
+)
+
+// AppCmd groups the app commands.
+type AppCmd struct {
+	Ls      AppLsCmd      `cmd:"" help:"List the apps under the apps root with their status."`
+	Inspect AppInspectCmd `cmd:"" help:"Show an app's resolved template: runtime, limits, rules, schedules, env names."`
+	Invoke  AppInvokeCmd  `cmd:"" help:"Run an app's matching handlers once with an event, outside the stream lifecycle."`
+}
+
+// appStatus is "ready" or "unavailable".
+func appStatus(a *relay.App) string {
+	if a.Available() {
+		return "ready"
+	}
+	return "unavailable"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func errorStrings(l matcher.ErrorList) []string {
+	out := make([]string, 0, len(l))
+	for _, e := range l {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// AppLsCmd is `relay app ls`.
+type AppLsCmd struct {
+	JSON bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+// Help shows examples under relay app ls --help.
+func (c *AppLsCmd) Help() string {
+	return `An app is unavailable when its template has errors: its handlers do not run and its messages stay pending. relay validate prints the errors.
+
+Examples:
+
+    relay app ls
+    relay app ls --apps ./examples/apps --json`
+}
+
+type appSummaryJSON struct {
+	Name      string   `json:"name"`
+	Status    string   `json:"status"`
+	Runtime   string   `json:"runtime,omitempty"`
+	Image     string   `json:"image,omitempty"`
+	Rules     int      `json:"rules"`
+	Schedules int      `json:"schedules"`
+	Errors    []string `json:"errors"`
+}
+
+// Run lists the apps as NAME STATUS RUNTIME IMAGE RULES SCHEDULES.
+func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
+	apps, err := g.loadApps()
+	if err != nil {
+		return err
+	}
+	list := apps.List()
+	if c.JSON {
+		out := make([]appSummaryJSON, 0, len(list))
+		for _, a := range list {
+			out = append(out, appSummaryJSON{Name: a.Name, Status: appStatus(a), Runtime: a.Spec.Runtime, Image: a.Spec.Image,
+				Rules: len(a.Rules), Schedules: len(a.Schedules), Errors: errorStrings(a.Errors)})
+		}
+		return writeJSON(g.stdout, out)
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(g.stdout, "No apps in %s (each app is a directory holding %s)\n", g.Apps, relay.TemplateFile)
+		return nil
+	}
+	rows := make([][]string, 0, len(list))
+	unavailable := 0
+	for _, a := range list {
+		if !a.Available() {
+			unavailable++
+		}
+		rows = append(rows, []string{a.Name, appStatus(a), orDash(a.Spec.Runtime), orDash(a.Spec.Image),
+			strconv.Itoa(len(a.Rules)), strconv.Itoa(len(a.Schedules))})
+	}
+	if err := table(g.stdout, []string{"NAME", "STATUS", "RUNTIME", "IMAGE", "RULES", "SCHEDULES"}, rows); err != nil {
+		return err
+	}
+	if unavailable > 0 {
+		fmt.Fprintf(g.stderr, "relay: %s unavailable; relay validate shows why\n", plural(unavailable, "app"))
+	}
+	return nil
+}
+
+// AppInspectCmd is `relay app inspect NAME`.
+type AppInspectCmd struct {
+	Name string `arg:"" help:"App name (its directory under the apps root)."`
+	JSON bool   `name:"json" help:"Print JSON instead of text."`
+}
+
+// Help shows examples under relay app inspect --help.
+func (c *AppInspectCmd) Help() string {
+	return `Shows the template as Relay resolved it, defaults filled in. Environment variable values are never shown, only their names.
+
+Examples:
+
+    relay app inspect billing
+    relay app inspect billing --json | jq '.rules[].handler'`
+}
+
+type appJSON struct {
+	Name        string         `json:"name"`
+	Status      string         `json:"status"`
+	Template    string         `json:"template"`
+	Dir         string         `json:"dir"`
+	Runtime     string         `json:"runtime,omitempty"`
+	Image       string         `json:"image,omitempty"`
+	Command     []string       `json:"command"`
+	Concurrency int            `json:"concurrency"`
+	MemoryBytes int64          `json:"memory_bytes"`
+	CPUs        float64        `json:"cpus"`
+	PIDs        int64          `json:"pids"`
+	Network     string         `json:"network"`
+	Env         []string       `json:"env"` // names only
+	Rules       []ruleJSON     `json:"rules"`
+	Schedules   []scheduleJSON `json:"schedules"`
+	Errors      []string       `json:"errors"`
+}
+
+type ruleJSON struct {
+	Handler        string  `json:"handler"`
+	Pattern        string  `json:"pattern"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Retries        int     `json:"retries"`
+}
+
+type scheduleJSON struct {
+	Name           string  `json:"name"`
+	Handler        string  `json:"handler"`
+	Cron           string  `json:"cron"`
+	Timezone       string  `json:"timezone"`
+	TimeoutSeconds float64 `json:"timeout_seconds"`
+	Retries        int     `json:"retries"`
+}
+
+// findApp loads the apps root and returns the named app.
+func (g *Globals) findApp(name string) (*relay.App, error) {
+	apps, err := g.loadApps()
+	if err != nil {
+		return nil, err
+	}
+	a := apps.Get(name)
+	if a == nil {
+		return nil, fmt.Errorf("no app %q in the apps root %s (relay app ls lists them)", name, g.Apps)
+	}
+	return a, nil
+}
+
+// Run prints the resolved template of one app, env values hidden.
+func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
+	a, err := g.findApp(c.Name)
+	if err != nil {
+		return err
+	}
+	env := slices.Sorted(maps.Keys(a.Spec.Env))
+	if c.JSON {
+		out := appJSON{Name: a.Name, Status: appStatus(a), Template: a.File, Dir: a.Spec.Dir, Runtime: a.Spec.Runtime,
+			Image: a.Spec.Image, Command: append([]string{}, a.Spec.Command...), Concurrency: a.Concurrency,
+			MemoryBytes: a.Spec.MemoryBytes, CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network,
+			Env: append([]string{}, env...), Rules: []ruleJSON{}, Schedules: []scheduleJSON{}, Errors: errorStrings(a.Errors)}
+		for _, r := range a.Rules {
+			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
+		}
+		for _, s := range a.Schedules {
+			out.Schedules = append(out.Schedules, scheduleJSON{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.Seconds(), s.Retries})
+		}
+		return writeJSON(g.stdout, out)
+	}
+
+	envText := "-"
+	if len(env) > 0 {
+		envText = strings.Join(env, ", ") + " (values hidden)"
+	}
+	status := appStatus(a)
+	if !a.Available() {
+		status += " (" + plural(len(a.Errors), "template error") + ")"
+	}
+	w := g.stdout
+	err = table(w, []string{"App:", a.Name}, [][]string{
+		{"Status:", status},
+		{"Template:", a.File},
+		{"Directory:", a.Spec.Dir},
+		{"Runtime:", orDash(a.Spec.Runtime)},
+		{"Image:", orDash(a.Spec.Image)},
+		{"Command:", orDash(commandLine(a.Spec.Command))},
+		{"Concurrency:", strconv.Itoa(a.Concurrency)},
+		{"Memory:", formatBytes(a.Spec.MemoryBytes)},
+		{"CPUs:", strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64)},
+		{"PIDs:", strconv.FormatInt(a.Spec.PIDs, 10)},
+		{"Network:", a.Spec.Network},
+		{"Env:", envText},
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nEvent rules, in dispatch order (%d):\n", len(a.Rules))
+	if len(a.Rules) > 0 {
+		rows := make([][]string, 0, len(a.Rules))
+		for _, r := range a.Rules {
+			rows = append(rows, []string{r.Handler, r.Timeout.String(), strconv.Itoa(r.Retries), r.Pattern.String()})
+		}
+		if err := table(w, []string{"HANDLER", "TIMEOUT", "RETRIES", "PATTERN"}, rows); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "\nSchedules (%d):\n", len(a.Schedules))
+	if len(a.Schedules) > 0 {
+		rows := make([][]string, 0, len(a.Schedules))
+		for _, s := range a.Schedules {
+			rows = append(rows, []string{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.String(), strconv.Itoa(s.Retries)})
+		}
+		if err := table(w, []string{"NAME", "HANDLER", "CRON", "TIMEZONE", "TIMEOUT", "RETRIES"}, rows); err != nil {
+			return err
+		}
+	}
+	if len(a.Errors) > 0 {
+		fmt.Fprintf(w, "\nTemplate errors (%d):\n", len(a.Errors))
+		for _, e := range a.Errors {
+			fmt.Fprintln(w, e.Error())
+		}
+	}
+	return nil
+}
+
+func tzName(l *time.Location) string {
+	if l == nil {
+		return "UTC"
+	}
+	return l.String()
+}
+
+// commandLine shows argv as a shell would take it.
+func commandLine(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
+			a = strconv.Quote(a)
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+// formatBytes writes n in the largest binary unit that divides it.
+func formatBytes(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10) + "B"
+}
+
+// AppInvokeCmd is `relay app invoke NAME`.
+type AppInvokeCmd struct {
+	Name        string `arg:"" help:"App name."`
+	Event       string `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
+	File        string `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
+	JSON        bool   `name:"json" help:"Print the results as JSON; handler output then goes to stderr."`
+	RunnerFlags `embed:""`
+}
+
+// Help shows examples under relay app invoke --help.
+func (c *AppInvokeCmd) Help() string {
+	return `Runs every event rule of the app that matches the event, once each, in declaration order, through the same runtime as relay start. Nothing is written to Redis: no invocation state, no retry, no dead-letter entry, and RELAY_MESSAGE_ID is empty. Exits 1 if any handler failed, 0 when all succeeded or none matched.
+
+Examples:
+
+    relay app invoke users --event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42}}'
+    relay app invoke billing --file event.json
+    relay dlq inspect 1718000000000-0 --json | jq -r .event | relay app invoke billing`
+}
+
+type invokeJSON struct {
+	App     string             `json:"app"`
+	Results []invokeResultJSON `json:"results"`
+}
+
+type invokeResultJSON struct {
+	Handler  string  `json:"handler"`
+	Result   string  `json:"result"` // ok or failed
+	Error    string  `json:"error,omitempty"`
+	ExitCode *int    `json:"exit_code,omitempty"`
+	TimedOut bool    `json:"timed_out,omitempty"`
+	Duration float64 `json:"duration_seconds"`
+}
+
+// Run invokes the app's matching handlers and prints each result.
+func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
+	// The event is read exactly as relay match reads it.
+	src, from, err := (&MatchCmd{Event: c.Event, File: c.File}).readEvent()
+	if err != nil {
+		return err
+	}
+	a, err := g.findApp(c.Name)
+	if err != nil {
+		return err
+	}
+	runner := c.manualRunner(ctx, g, c.JSON)
+	defer runner.Close()
+	var r relay.Runner = runner
+	if !c.JSON {
+		r = observed{Runner: runner,
+			before: func(req runtime.Request) { fmt.Fprintf(g.stdout, "Running %s/%s\n", req.App, req.Handler) },
+			after: func(req runtime.Request, took time.Duration, err error) {
+				if err == nil {
+					fmt.Fprintf(g.stdout, "%s/%s: ok in %s\n", req.App, req.Handler, duration(took))
+				} else {
+					fmt.Fprintf(g.stdout, "%s/%s: failed after %s: %v\n", req.App, req.Handler, duration(took), err)
+				}
+			},
+		}
+	}
+	results, err := relay.Invoke(ctx, a, r, src)
+	switch {
+	case errors.Is(err, matcher.ErrMalformed):
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, matcher.ErrMalformed.Error()+": "); ok {
+			msg = after
+		}
+		return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
+	case errors.Is(err, relay.ErrAppUnavailable):
+		return fmt.Errorf("app %s is unavailable: its template has %s (relay validate shows them); nothing ran",
+			a.Name, plural(len(a.Errors), "error"))
+	}
+	failed := 0
+	for _, res := range results {
+		if res.Failed() {
+			failed++
+		}
+	}
+	if c.JSON {
+		out := invokeJSON{App: a.Name, Results: []invokeResultJSON{}}
+		for _, res := range results {
+			j := invokeResultJSON{Handler: res.Handler, Result: "ok", Duration: res.Duration.Seconds()}
+			if res.Err != nil {
+				j.Result, j.Error = "failed", res.Err.Error()
+				if exit, ok := errors.AsType[*runtime.ExitError](res.Err); ok {
+					j.ExitCode, j.TimedOut = &exit.Code, exit.TimedOut
+				}
+			}
+			out.Results = append(out.Results, j)
+		}
+		if werr := writeJSON(g.stdout, out); werr != nil {
+			return werr
+		}
+	} else if len(results) == 0 && err == nil {
+		fmt.Fprintln(g.stdout, "No matching handlers")
+	}
+	if err != nil {
+		return err // interrupted
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %s failed", failed, plural(len(results), "handler"))
+	}
+	return nil
+}

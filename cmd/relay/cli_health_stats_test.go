@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// newGroup creates a stream with its consumer group "workers".
+func newGroup(t *testing.T) (name string, src *stream.Source) {
+	t.Helper()
+	name = redistest.Name(t, "events")
+	src = stream.New(redistest.Client(t), name, "workers", "test")
+	if err := src.EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return name, src
+}
+
+func TestCLIHealth(t *testing.T) {
+	isolateEnv(t)
+	addr := redistest.Addr(t)
+	ready, _ := newGroup(t)
+	noGroup := redistest.Name(t, "nogroup")
+	if err := redistest.Client(t).Do(t.Context(), redistest.Client(t).B().Xadd().Key(noGroup).Id("*").FieldValue().FieldValue("k", "v").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	down := redistest.Start(t, redistest.Options{})
+	down.Kill()
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"health_ok", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process"}, exitOK},
+		{"health_ok_json", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--json"}, exitOK},
+		{"health_redis_down", []string{"--redis-uri", down.Addr, "--stream", ready, "--group", "workers", "--runner", "process"}, exitFailure},
+		{"health_redis_down_json", []string{"--redis-uri", down.Addr, "--stream", ready, "--group", "workers", "--runner", "process", "--json"}, exitFailure},
+		{"health_no_group", []string{"--redis-uri", addr, "--stream", noGroup, "--group", "workers", "--runner", "process"}, exitFailure},
+		{"health_no_stream", []string{"--redis-uri", addr, "--stream", "no-such-stream", "--group", "workers", "--runner", "process"}, exitFailure},
+		{"health_containerd_down", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--containerd-address", "testdata/no-such.sock"}, exitFailure},
+		{"health_no_settings", nil, exitUsage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := relayCLI(t, "", append([]string{"health"}, tc.args...)...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d", r.code, tc.code)
+			}
+			checkCLIGolden(t, tc.name, r.transcript(down.Addr, "<down>", addr, "<redis>", ready, "events", noGroup, "events-without-group"))
+		})
+	}
+}
+
+// TestCLIHealthContainerd checks a reachable containerd and namespace.
+func TestCLIHealthContainerd(t *testing.T) {
+	isolateEnv(t)
+	cc := containerdtest.Client(t)
+	ready, _ := newGroup(t)
+	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
+		"--containerd-namespace", cc.DefaultNamespace(), "--json")
+	var got healthJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 2 ||
+		got.Checks[1].Name != "containerd" || !got.Checks[1].OK || !strings.Contains(got.Checks[1].Detail, cc.DefaultNamespace()) {
+		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+}
+
+// TestCLIStats reads seeded counters, a PEL and a DLQ.
+func TestCLIStats(t *testing.T) {
+	isolateEnv(t)
+	rc := redistest.Client(t)
+	ctx := t.Context()
+	name, src := newGroup(t)
+	if err := rc.Do(ctx, rc.B().Hset().Key(keys.Stats(name, "workers")).FieldValue().
+		FieldValue("received", "120").FieldValue("matched", "100").FieldValue("unmatched", "15").FieldValue("malformed", "5").
+		FieldValue("successes", "98").FieldValue("failures", "7").FieldValue("retries", "4").FieldValue("dlq_entries", "6").
+		Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// Three entries delivered, the oldest two hours old; one acknowledged.
+	nowMS := time.Now().UnixMilli()
+	var ids []string
+	for _, ago := range []time.Duration{2*time.Hour + 5*time.Minute, time.Hour, time.Minute} {
+		id := strconv.FormatInt(nowMS-ago.Milliseconds(), 10) + "-0"
+		if err := rc.Do(ctx, rc.B().Xadd().Key(name).Id(id).FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if msgs, err := src.Read(ctx, 10); err != nil || len(msgs) != 3 {
+		t.Fatalf("read %d, %v", len(msgs), err)
+	}
+	if err := src.Ack(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	w := dlq.NewWriter(rc, name)
+	for range 2 {
+		if _, err := w.Write(ctx, dlq.Entry{OriginalID: "1-1", Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty, _ := newGroup(t)
+	ageJSON := regexp.MustCompile(`"oldest_pending_age_seconds": [0-9.e+]+`)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"stats", []string{"--stream", name}, exitOK},
+		{"stats_json", []string{"--stream", name, "--json"}, exitOK},
+		{"stats_empty", []string{"--stream", empty}, exitOK},
+		{"stats_no_group", []string{"--stream", name, "--group", "nobody"}, exitFailure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"stats", "--redis-uri", redistest.Addr(t), "--group", "workers"}, tc.args...)
+			r := relayCLI(t, "", args...)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d", r.code, tc.code)
+			}
+			got := r.transcript(redistest.Addr(t), "<redis>", name, "events", empty, "quiet")
+			checkCLIGolden(t, tc.name, ageJSON.ReplaceAllString(got, `"oldest_pending_age_seconds": <age>`))
+		})
+	}
+	r := relayCLI(t, "", "stats", "--redis-uri", redistest.Addr(t), "--stream", name, "--group", "workers", "--json")
+	var got statsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(time.RFC3339, got.OldestPendingAt)
+	if age := time.Since(at); err != nil || age < 2*time.Hour || age > 2*time.Hour+10*time.Minute ||
+		got.OldestPendingAge < (2*time.Hour).Seconds() || got.Pending != 2 || got.DLQLength != 2 {
+		t.Errorf("stats --json = %+v (%v)", got, err)
+	}
+}
+
+// TestCLIStatsAfterEngine runs a known sequence through an Engine that
+// keeps stats, then reads them with relay stats.
+func TestCLIStatsAfterEngine(t *testing.T) {
+	isolateEnv(t)
+	rc := redistest.Client(t)
+	name, src := newGroup(t)
+	apps := writeTemplates(t, map[string]string{"shop": `
+image: relay.local/busybox:latest
+events:
+  - {handler: ok.run, pattern: {kind: [ok]}}
+  - {handler: bad.run, pattern: {kind: [bad]}, retries: 0}
+`})
+	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
+		"ok.run":  func(context.Context, runtime.Request) error { return nil },
+		"bad.run": func(context.Context, runtime.Request) error { return errors.New("no") },
+	})
+	e, err := relay.New(apps, relay.Components{
+		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
+		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
+		Stream: name, Group: "workers", Consumer: "c1",
+	}, relay.WithStats(rc), relay.WithStatsInterval(20*time.Millisecond), relay.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	for _, ev := range []string{`{"kind":"ok"}`, `{"kind":"ok"}`, `{"kind":"bad"}`, `{"kind":"other"}`, `not json`} {
+		if _, err := src.Publish(t.Context(), map[string]string{"event": ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
+		n, _, err := src.Pending(t.Context())
+		l, _ := dlq.NewStore(rc, name).Len(t.Context())
+		s, _ := relay.ReadStats(t.Context(), rc, name, "workers")
+		return err == nil && n == 0 && l == 2 && s.Received == 5
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r := relayCLI(t, "", "stats", "--redis-uri", redistest.Addr(t), "--stream", name, "--group", "workers", "--json")
+	var got statsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK {
+		t.Fatalf("exit %d, %v: %s", r.code, err, r.stderr)
+	}
+	want := statsJSON{Stream: name, Group: "workers", Received: 5, Matched: 3, Unmatched: 1, Malformed: 1,
+		Successes: 2, Failures: 1, DLQEntries: 2, DLQLength: 2}
+	if got != want {
+		t.Errorf("stats = %+v\nwant    %+v", got, want)
+	}
+}

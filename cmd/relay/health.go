@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// HealthCmd is `relay health`.
+type HealthCmd struct {
+	RunnerFlags `embed:""`
+	JSON        bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+// Help shows examples under relay health --help.
+func (c *HealthCmd) Help() string {
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process). Exits 1 naming each failing part.
+
+Examples:
+
+    relay health
+    relay health --json`
+}
+
+type healthCheckJSON struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+type healthJSON struct {
+	Healthy bool              `json:"healthy"`
+	Checks  []healthCheckJSON `json:"checks"`
+}
+
+// Run runs every check, prints one row each and fails naming the failed ones.
+func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
+	if err := g.requireStream(true); err != nil {
+		return err
+	}
+	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkContainerd(ctx, g)}
+	var failing []string
+	for _, ch := range checks {
+		if !ch.OK {
+			failing = append(failing, ch.Name)
+		}
+	}
+	if c.JSON {
+		if err := writeJSON(g.stdout, healthJSON{Healthy: len(failing) == 0, Checks: checks}); err != nil {
+			return err
+		}
+	} else {
+		rows := make([][]string, 0, len(checks))
+		for _, ch := range checks {
+			status := "ok"
+			if !ch.OK {
+				status = "FAIL"
+			}
+			rows = append(rows, []string{ch.Name, status, strings.Join(strings.Fields(ch.Detail), " ")})
+		}
+		if err := table(g.stdout, []string{"CHECK", "STATUS", "DETAIL"}, rows); err != nil {
+			return err
+		}
+	}
+	if len(failing) > 0 {
+		return fmt.Errorf("unhealthy: %s", strings.Join(failing, ", "))
+	}
+	return nil
+}
+
+func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "redis"}
+	rc, err := g.redisClient()
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			ch.Detail = err.Error()
+			return ch
+		}
+		ch.Detail = fmt.Sprintf("%s is unreachable: %v", redactURI(g.RedisURI), errors.Unwrap(err))
+		return ch
+	}
+	defer rc.Close()
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	err = stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	switch {
+	case errors.Is(err, stream.ErrNoStream):
+		ch.Detail = fmt.Sprintf("stream %q does not exist on %s (relay start creates it with the group)", g.RedisStream, redactURI(g.RedisURI))
+	case errors.Is(err, stream.ErrNoGroup):
+		ch.Detail = fmt.Sprintf("consumer group %q does not exist on stream %q (relay start creates it)", g.RedisGroup, g.RedisStream)
+	case err != nil:
+		ch.Detail = fmt.Sprintf("%s: %v", redactURI(g.RedisURI), err)
+	default:
+		ch.OK = true
+		ch.Detail = fmt.Sprintf("%s, stream %s, group %s", redactURI(g.RedisURI), g.RedisStream, g.RedisGroup)
+	}
+	return ch
+}
+
+func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "containerd"}
+	if c.Runner == "process" {
+		ch.OK = true
+		ch.Detail = "not checked: the process runner is in use"
+		return ch
+	}
+	// Opening the runner is the check: it pings containerd and the namespace.
+	r, err := c.open(ctx, g.logger(), io.Discard, io.Discard, cliHostID())
+	if err != nil {
+		// Ping marks its errors runtime.ErrUnavailable, which reads oddly here.
+		ch.Detail = strings.ReplaceAll(err.Error(), runtime.ErrUnavailable.Error()+": ", "")
+		return ch
+	}
+	r.Close()
+	ch.OK = true
+	ch.Detail = fmt.Sprintf("%s, namespace %s", c.ContainerdAddress, c.ContainerdNamespace)
+	return ch
+}

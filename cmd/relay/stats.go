@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stream"
+)
+
+// StatsCmd is `relay stats`.
+type StatsCmd struct {
+	JSON bool `name:"json" help:"Print JSON instead of a table."`
+}
+
+// Help shows examples under relay stats --help.
+func (c *StatsCmd) Help() string {
+	return `Counters are cluster-wide: every worker of the stream and group adds to them in Redis, from when it first ran. received counts deliveries, so a redelivered message counts again; successes and failures count handler attempts. pending and the age of the oldest pending entry come from XPENDING, dead-letter entries now from the DLQ stream.
+
+Examples:
+
+    relay stats
+    relay stats --json | jq .pending`
+}
+
+type statsJSON struct {
+	Stream           string  `json:"stream"`
+	Group            string  `json:"group"`
+	Received         int64   `json:"received"`
+	Matched          int64   `json:"matched"`
+	Unmatched        int64   `json:"unmatched"`
+	Malformed        int64   `json:"malformed"`
+	Successes        int64   `json:"successes"`
+	Failures         int64   `json:"failures"`
+	Retries          int64   `json:"retries"`
+	DLQEntries       int64   `json:"dlq_entries"`
+	DLQLength        int64   `json:"dlq_length"`
+	Pending          int64   `json:"pending"`
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	OldestPendingAt  string  `json:"oldest_pending_at,omitempty"`
+}
+
+// Run prints the cluster-wide counters, the PEL summary and the DLQ length.
+func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
+	if err := g.requireStream(true); err != nil {
+		return err
+	}
+	rc, err := g.redisClient()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	s, err := relay.ReadStats(ctx, rc, g.RedisStream, g.RedisGroup)
+	if err != nil {
+		return err
+	}
+	pending, oldest, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
+	if errors.Is(err, stream.ErrNoGroup) {
+		return fmt.Errorf("consumer group %q does not exist on stream %q (relay start creates it)", g.RedisGroup, g.RedisStream)
+	}
+	if err != nil {
+		return err
+	}
+	dlqLen, err := dlq.NewStore(rc, g.RedisStream).Len(ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		out := statsJSON{Stream: g.RedisStream, Group: g.RedisGroup, Received: s.Received, Matched: s.Matched,
+			Unmatched: s.Unmatched, Malformed: s.Malformed, Successes: s.Successes, Failures: s.Failures,
+			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds()}
+		if pending > 0 {
+			out.OldestPendingAt = time.Now().Add(-oldest).UTC().Format(time.RFC3339)
+		}
+		return writeJSON(g.stdout, out)
+	}
+	n := func(v int64) string { return strconv.FormatInt(v, 10) }
+	oldestText := "-"
+	if pending > 0 {
+		oldestText = age(oldest)
+	}
+	fmt.Fprintf(g.stdout, "Stream %s, group %s\n\n", g.RedisStream, g.RedisGroup)
+	return table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
+		{"received", n(s.Received)},
+		{"matched", n(s.Matched)},
+		{"unmatched", n(s.Unmatched)},
+		{"malformed", n(s.Malformed)},
+		{"successes", n(s.Successes)},
+		{"failures", n(s.Failures)},
+		{"retries", n(s.Retries)},
+		{"dlq entries written", n(s.DLQEntries)},
+		{"dlq entries now", n(dlqLen)},
+		{"pending", n(pending)},
+		{"oldest pending age", oldestText},
+	})
+}

@@ -1,0 +1,74 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
+)
+
+// InvokeResult is the outcome of one handler run by Invoke.
+type InvokeResult struct {
+	App     string
+	Handler string
+	// Duration is the wall time of the run, runtime setup included.
+	Duration time.Duration
+	// Err is nil when the handler succeeded. It wraps *runtime.ExitError
+	// when the handler failed or timed out, and is any other error when the
+	// handler could not run (see Runner).
+	Err error
+}
+
+// Failed reports whether the handler did not succeed.
+func (r InvokeResult) Failed() bool { return r.Err != nil }
+
+// Invoke runs every rule of app whose pattern matches event once,
+// synchronously and in declaration order, with runner: a manual invocation
+// outside the stream lifecycle (reference.md "CLI", relay app invoke).
+// Nothing is recorded in Redis: no invocation state, no retry, no DLQ entry.
+// A failed rule is reported in its result and the next rule still runs.
+// Each request has no MessageID, Attempt 1 and the rule's timeout; now()
+// cutoffs are evaluated at the current time.
+//
+// It returns no results and a nil error when no rule matches. The error
+// wraps matcher.ErrMalformed when event is not one JSON object and
+// ErrAppUnavailable when the app has template errors; nothing runs then.
+// When ctx is cancelled, the rules not started yet are skipped and the
+// error wraps ctx.Err(), alongside the results so far.
+func Invoke(ctx context.Context, app *App, runner Runner, event []byte) ([]InvokeResult, error) {
+	if app == nil || runner == nil {
+		return nil, errors.New("relay: Invoke: nil app or runner")
+	}
+	obj, err := matcher.DecodeEvent(event)
+	if err != nil {
+		return nil, fmt.Errorf("invoke %s: %w", app.Name, err)
+	}
+	if !app.Available() {
+		return nil, fmt.Errorf("invoke %s: %w: %w", app.Name, ErrAppUnavailable, app.Errors.Err())
+	}
+	now := time.Now()
+	var results []InvokeResult
+	for _, rule := range app.Rules {
+		if !rule.Pattern.MatchValue(obj, now) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return results, fmt.Errorf("invoke %s: %w", app.Name, err)
+		}
+		results = append(results, runManual(ctx, runner, runtime.Request{
+			App: app.Name, Handler: rule.Handler, Attempt: 1,
+			Event: event, Timeout: rule.Timeout, Spec: app.Spec,
+		}))
+	}
+	return results, nil
+}
+
+// runManual runs one request of Invoke or Replay and times it.
+func runManual(ctx context.Context, runner Runner, req runtime.Request) InvokeResult {
+	start := time.Now()
+	_, err := runner.Run(ctx, req)
+	return InvokeResult{App: req.App, Handler: req.Handler, Duration: time.Since(start), Err: err}
+}

@@ -1,0 +1,69 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/runtime"
+)
+
+// Replay runs the invocation recorded by the dead-letter entry id once
+// more: that exact app and handler, with the stored event, through runner
+// (reference.md "CLI", relay dlq replay). Like Invoke it is outside the
+// stream lifecycle: no invocation state, no retry, no new DLQ entry. The
+// request carries the entry's original message id (RELAY_MESSAGE_ID, so a
+// handler can recognise the event) and the attempt after the recorded ones;
+// the current timeout of the handler's event rule applies.
+//
+// On success the entry is deleted, under a context detached from ctx so an
+// interrupt right after the handler finished cannot leave it behind; an
+// entry deleted meanwhile by someone else counts as deleted. On failure the
+// entry is kept and the error wraps the runner's (a *runtime.ExitError when
+// the handler failed).
+//
+// Nothing runs when the entry is missing (dlq.ErrNotFound), records a
+// malformed message (ErrReplayMalformed), names an app or handler that is
+// no longer loaded or has no event rule (ErrHandlerGone: schedule
+// occurrences are not replayed) or an app with template errors
+// (ErrAppUnavailable). Two concurrent Replays of one entry both run it.
+func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id string) error {
+	if apps == nil || runner == nil || store == nil {
+		return errors.New("relay: Replay: nil apps, runner or store")
+	}
+	e, err := store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	target := e.App + "/" + e.Handler
+	if e.App == dlq.MalformedName || e.Handler == dlq.MalformedName {
+		return fmt.Errorf("replay %s: %w", id, ErrReplayMalformed)
+	}
+	app := apps.Get(e.App)
+	if app == nil {
+		return fmt.Errorf("replay %s: %w: app %q is not in the apps root", id, ErrHandlerGone, e.App)
+	}
+	if !app.Available() {
+		return fmt.Errorf("replay %s %s: %w: %w", id, target, ErrAppUnavailable, app.Errors.Err())
+	}
+	i := slices.IndexFunc(app.Rules, func(r Rule) bool { return r.Handler == e.Handler })
+	if i < 0 {
+		return fmt.Errorf("replay %s: %w: app %q has no event rule with handler %q", id, ErrHandlerGone, e.App, e.Handler)
+	}
+	rule := app.Rules[i]
+	res := runManual(ctx, runner, runtime.Request{
+		App: app.Name, Handler: e.Handler, MessageID: e.OriginalID, Attempt: e.HandlerAttempts + 1,
+		Event: []byte(e.Event), Timeout: rule.Timeout, Spec: app.Spec,
+	})
+	if res.Err != nil {
+		return fmt.Errorf("replay %s %s: %w", id, target, res.Err)
+	}
+	dctx, cancel := detached(ctx)
+	defer cancel()
+	if err := store.Delete(dctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
+		return fmt.Errorf("replay %s %s: the handler succeeded but the entry was not deleted: %w", id, target, err)
+	}
+	return nil
+}
