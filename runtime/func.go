@@ -65,7 +65,7 @@ func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
 	res := Result{Duration: time.Since(start)}
 	switch {
 	case errors.Is(context.Cause(hctx), errTimedOut) && ctx.Err() == nil:
-		return res, &ExitError{Code: 1, TimedOut: true, Err: err}
+		return res, &ExitError{Code: 1, TimedOut: true, Timeout: req.Timeout, Err: err}
 	case err == nil:
 		return res, nil
 	case ctx.Err() != nil:

@@ -79,7 +79,7 @@ func (p *Process) Run(ctx context.Context, req Request) (Result, error) {
 	var exitErr *exec.ExitError
 	switch {
 	case errors.Is(context.Cause(runCtx), errTimedOut) && ctx.Err() == nil:
-		return res, &ExitError{Code: exitCode(cmd), TimedOut: true, Stderr: stderr.LastLine()}
+		return res, &ExitError{Code: exitCode(cmd), TimedOut: true, Timeout: req.Timeout, Stderr: stderr.LastLine()}
 	case ctx.Err() != nil && err != nil:
 		return res, fmt.Errorf("run %s: %w", name, ctx.Err())
 	case err == nil, errors.Is(err, exec.ErrWaitDelay):

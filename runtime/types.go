@@ -56,6 +56,8 @@ type Result struct {
 type ExitError struct {
 	Code     int
 	TimedOut bool
+	// Timeout is the limit that was exceeded, when TimedOut.
+	Timeout time.Duration
 	// Stderr is the last non-blank line the handler wrote to stderr, if
 	// any, so that logs and DLQ entries say why it failed.
 	Stderr string
@@ -66,6 +68,8 @@ type ExitError struct {
 func (e *ExitError) Error() string {
 	var msg string
 	switch {
+	case e.TimedOut && e.Timeout > 0:
+		msg = fmt.Sprintf("handler timed out after %s (the rule's timeout)", e.Timeout)
 	case e.TimedOut:
 		msg = "handler timed out"
 	case e.Err != nil:

@@ -177,6 +177,26 @@ func (g *Globals) loadApps() (*relay.Apps, error) {
 	return apps, err
 }
 
+// checkStream fails when the source stream does not exist: a mistyped
+// REDIS_STREAM would otherwise read as an empty DLQ, "all clear".
+func (g *Globals) checkStream(ctx context.Context, rc rueidis.Client) error {
+	n, err := rc.Do(ctx, rc.B().Exists().Key(g.RedisStream).Build()).AsInt64()
+	if err != nil {
+		return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
+	}
+	if n == 0 {
+		return fmt.Errorf("stream %q does not exist on %s: check REDIS_STREAM (--stream)", g.RedisStream, redactURI(g.RedisURI))
+	}
+	return nil
+}
+
+// errNoApps is returned by commands that would be meaningless, or
+// dangerous, with an empty apps root: a worker with no rules acknowledges
+// every event as unmatched.
+func errNoApps(root string) error {
+	return fmt.Errorf("no apps in %s (no directory there holds a %s); is RELAY_APPS (--apps) right?", root, relay.TemplateFile)
+}
+
 // plural returns "1 app" or "2 apps".
 func plural(n int, word string) string {
 	if n == 1 {

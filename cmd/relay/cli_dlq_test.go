@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"maps"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stream"
 )
 
 // dlqFixture is a dead-letter queue on the shared redis-server, seeded
@@ -39,6 +41,11 @@ func newDLQFixture(t *testing.T) *dlqFixture {
 	rc := redistest.Client(t)
 	f := &dlqFixture{t: t, rc: rc, stream: redistest.Name(t, "events")}
 	f.store = dlq.NewStore(rc, f.stream)
+	// A DLQ exists because its source stream does; relay refuses a stream
+	// that is not there (a mistyped REDIS_STREAM).
+	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	f.seed(idRefund, dlq.Entry{OriginalID: "1699999990000-7", App: "shop", Handler: "refunds.run",
 		Event: `{"kind":"refund","id":12}`, Reason: "handler timed out", Deliveries: 5, HandlerAttempts: 5,
@@ -220,5 +227,18 @@ func TestCLIDLQJSONTimes(t *testing.T) {
 	ts, err := time.Parse(time.RFC3339, e.Timestamp)
 	if err != nil || time.Since(ts) < 3*time.Hour || time.Since(ts) > 4*time.Hour {
 		t.Errorf("timestamp %q: %v", e.Timestamp, err)
+	}
+}
+
+// A mistyped REDIS_STREAM must not read as an empty DLQ ("all clear").
+func TestDLQMissingStream(t *testing.T) {
+	t.Setenv("REDIS_URI", redistest.Addr(t))
+	t.Setenv("REDIS_STREAM", redistest.Name(t, "evnets"))
+	for _, args := range [][]string{{"dlq", "ls"}, {"dlq", "inspect", "1-0"}, {"dlq", "rm", "1-0"}} {
+		var out, errb bytes.Buffer
+		code := run(t.Context(), args, &out, &errb)
+		if code != exitFailure || !strings.Contains(errb.String(), "does not exist") || !strings.Contains(errb.String(), "check REDIS_STREAM") {
+			t.Errorf("%v: code %d, stderr %q, stdout %q", args, code, errb.String(), out.String())
+		}
 	}
 }

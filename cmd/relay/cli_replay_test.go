@@ -10,6 +10,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stream"
 )
 
 // TestCLIDLQReplay replays the fixture entries with the process runner:
@@ -88,6 +89,11 @@ func TestCLIDLQReplayContainerd(t *testing.T) {
 
 	f := &dlqFixture{t: t, rc: redistest.Client(t), stream: redistest.Name(t, "events")}
 	f.store = dlq.NewStore(f.rc, f.stream)
+	// A DLQ exists because its source stream does; relay refuses a stream
+	// that is not there (a mistyped REDIS_STREAM).
+	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	const usersID, billingID = "1700000000000-0", "1700000000000-1"
 	f.seed(usersID, dlq.Entry{OriginalID: "1699999990000-1", App: "users", Handler: "events.created",
 		Event:  `{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}`,

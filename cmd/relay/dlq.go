@@ -88,12 +88,16 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // dlqStore connects to Redis and returns the store of REDIS_STREAM's DLQ,
 // and a function that closes the connection.
-func (g *Globals) dlqStore() (*dlq.Store, func(), error) {
+func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
 	if err := g.requireStream(false); err != nil {
 		return nil, nil, err
 	}
 	rc, err := g.redisClient()
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := g.checkStream(ctx, rc); err != nil {
+		rc.Close()
 		return nil, nil, err
 	}
 	return dlq.NewStore(rc, g.RedisStream), rc.Close, nil
@@ -162,7 +166,7 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := g.dlqStore()
+	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
 	}
@@ -215,7 +219,7 @@ func (c *DLQInspectCmd) Help() string {
 
 // Run prints every field of the entry and its event, pretty-printed.
 func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
-	store, closeStore, err := g.dlqStore()
+	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
 	}
@@ -317,7 +321,7 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := g.dlqStore()
+	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
 	}
@@ -479,7 +483,7 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	store, closeStore, err := g.dlqStore()
+	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
 	}

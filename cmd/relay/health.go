@@ -91,9 +91,9 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 	err = stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
 	switch {
 	case errors.Is(err, stream.ErrNoStream):
-		ch.Detail = fmt.Sprintf("stream %q does not exist on %s (relay start creates it with the group)", g.RedisStream, redactURI(g.RedisURI))
+		ch.Detail = fmt.Sprintf("stream %q does not exist on %s: check REDIS_STREAM (a worker's first start creates it)", g.RedisStream, redactURI(g.RedisURI))
 	case errors.Is(err, stream.ErrNoGroup):
-		ch.Detail = fmt.Sprintf("consumer group %q does not exist on stream %q (relay start creates it)", g.RedisGroup, g.RedisStream)
+		ch.Detail = fmt.Sprintf("consumer group %q does not exist on stream %q: check REDIS_GROUP (a worker's first start creates it)", g.RedisGroup, g.RedisStream)
 	case err != nil:
 		ch.Detail = fmt.Sprintf("%s: %v", redactURI(g.RedisURI), err)
 	default:

@@ -45,6 +45,10 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if len(apps.List()) == 0 {
+		// Every event would be acknowledged as unmatched: refuse.
+		return errNoApps(g.Apps)
+	}
 	for _, a := range apps.List() {
 		if !a.Available() {
 			for _, e := range a.Errors {

@@ -54,13 +54,16 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
+	if err := g.checkStream(ctx, rc); err != nil {
+		return err
+	}
 	s, err := relay.ReadStats(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}
 	pending, oldest, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
-		return fmt.Errorf("consumer group %q does not exist on stream %q (relay start creates it)", g.RedisGroup, g.RedisStream)
+		return fmt.Errorf("consumer group %q does not exist on stream %q: check REDIS_GROUP (--group)", g.RedisGroup, g.RedisStream)
 	}
 	if err != nil {
 		return err

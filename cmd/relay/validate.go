@@ -15,6 +15,9 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if len(apps.List()) == 0 {
+		return errNoApps(g.Apps)
+	}
 	errs := apps.Errors()
 	for _, e := range errs {
 		fmt.Fprintln(g.stdout, e.Error())

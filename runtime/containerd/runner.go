@@ -254,7 +254,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	case err != nil:
 		return res, unknown(fmt.Errorf("wait task %s: %w", id, err))
 	case timedOut:
-		return res, &runtime.ExitError{Code: int(code), TimedOut: true}
+		return res, &runtime.ExitError{Code: int(code), TimedOut: true, Timeout: req.Timeout}
 	case code != 0:
 		return res, &runtime.ExitError{Code: int(code)}
 	}
