@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/alecthomas/kong"
 	"github.com/redis/rueidis"
@@ -81,6 +82,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		return exitFailure
 	}
 	kctx, err := parser.Parse(args)
+	if errors.Is(err, syscall.EPIPE) {
+		return exitOK // the reader of --help went away (| head): nothing to report
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "relay: %v\n", err)
 		var pe *kong.ParseError

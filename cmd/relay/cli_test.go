@@ -98,7 +98,7 @@ func TestCLIHelp(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"app", "ls"}, {"app", "inspect"}, {"app", "invoke"},
 		{"dlq", "ls"}, {"dlq", "inspect"}, {"dlq", "replay"}, {"dlq", "rm"},
-		{"health"}, {"stats"},
+		{"health"}, {"stats"}, {"start"}, {"validate"}, {"match"},
 	} {
 		r := relayCLI(t, "", append(cmd, "--help")...)
 		if r.code != exitOK || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "relay "+strings.Join(cmd, " ")) || r.stderr != "" {

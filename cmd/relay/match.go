@@ -194,3 +194,14 @@ func readLimited(r io.Reader, name string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// Help is shown by relay match --help.
+func (c *MatchCmd) Help() string {
+	return `A dry run of matching: prints the app/handler targets the event would run, in dispatch order (apps by name, rules by declaration), or "No matching handlers". With --explain every rule of every app is shown with each condition matched or not, and why. Needs neither Redis nor containerd.
+
+Examples:
+
+    relay match --apps ./apps --event '{"event_name":"INSERT","table_name":"users"}'
+    relay match --explain --file event.json
+    redis-cli XRANGE events <id> <id> | tail -1 | relay match --explain    # an event from the stream, via stdin`
+}

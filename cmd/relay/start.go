@@ -157,3 +157,14 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pi
 	go func() { _ = srv.Serve(ln) }()
 	return srv, nil
 }
+
+// Help is shown by relay start --help.
+func (c *StartCmd) Help() string {
+	return `Consumes REDIS_STREAM through REDIS_GROUP (created from id 0 if missing) and runs the matched handlers of every app under RELAY_APPS. SIGINT or SIGTERM stops reading, lets running handlers finish for up to 30s and leaves unfinished messages pending for another worker. Exits 1 at once when Redis or containerd cannot be reached, or when the apps root holds no app.
+
+Examples:
+
+    REDIS_URI=127.0.0.1:6379 REDIS_STREAM=events REDIS_GROUP=relay relay start --apps /apps
+    relay start --redis-uri redis://user:pass@redis:6379/0 --stream events --group relay --metrics-addr :9090
+    relay start --runner process --log-level debug    # handlers as local processes, for development`
+}

@@ -28,3 +28,13 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 	fmt.Fprintf(g.stdout, "%s OK\n", plural(len(apps.List()), "app"))
 	return nil
 }
+
+// Help is shown by relay validate --help.
+func (c *ValidateCmd) Help() string {
+	return `Prints every template error of every app as app/template.yaml:line:col: message and exits 1 if there is any (or if the apps root holds no app). Needs neither Redis nor containerd.
+
+Examples:
+
+    relay validate --apps ./apps
+    RELAY_APPS=/apps relay validate`
+}
