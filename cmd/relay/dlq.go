@@ -489,15 +489,26 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer closeStore()
 	if !c.All {
-		var errs []error
+		// All or nothing: a typo in one ID must not leave a half-done
+		// deletion behind.
+		var unknown []string
 		for _, id := range c.IDs {
-			if err := store.Delete(ctx, id); err != nil {
-				errs = append(errs, notFound(store, err, id))
-				continue
+			if _, err := store.Get(ctx, id); errors.Is(err, dlq.ErrNotFound) {
+				unknown = append(unknown, id)
+			} else if err != nil {
+				return err
+			}
+		}
+		if len(unknown) > 0 {
+			return fmt.Errorf("no dead-letter entry %s in %s; nothing deleted (relay dlq ls lists them)", strings.Join(unknown, ", "), store.Key())
+		}
+		for _, id := range c.IDs {
+			if err := store.Delete(ctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
+				return err
 			}
 			fmt.Fprintf(g.stdout, "Deleted %s\n", id)
 		}
-		return errors.Join(errs...)
+		return nil
 	}
 
 	entries, err := store.List(ctx, f)
