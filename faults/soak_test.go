@@ -134,13 +134,17 @@ type soak struct {
 	mu       sync.Mutex
 	alive    map[string]*worker
 	kills    int
+	graceful int
 	restarts int
 	starts   int
 }
 
-func (s *soak) start(name string) {
+func (s *soak) start(name string) { s.startAs(name, name) }
+
+// startAs starts the worker process known as name, consuming as consumer.
+func (s *soak) startAs(name, consumer string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$")
-	cmd.Env = append(append(os.Environ(), s.env...), envWorker+"="+name)
+	cmd.Env = append(append(os.Environ(), s.env...), envWorker+"="+consumer)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
@@ -157,8 +161,12 @@ func (s *soak) kill(name string, sig syscall.Signal) {
 	s.mu.Lock()
 	w := s.alive[name]
 	delete(s.alive, name)
-	if sig == syscall.SIGKILL {
+	switch {
+	case w == nil:
+	case sig == syscall.SIGKILL:
 		s.kills++
+	default:
+		s.graceful++
 	}
 	s.mu.Unlock()
 	if w == nil {
@@ -180,8 +188,14 @@ func TestSoakWithRandomKills(t *testing.T) {
 		t.Skip("soak test")
 	}
 	runSoak(t, redistest.Addr(t), soakEvents(10000), func(s *soak, names []string) {
+		// Mostly SIGKILL; every fourth stop is graceful (SIGTERM), which
+		// must lose nothing either.
 		victim := names[rand.IntN(len(names))]
-		s.kill(victim, syscall.SIGKILL)
+		sig := syscall.SIGKILL
+		if rand.IntN(4) == 0 {
+			sig = syscall.SIGTERM
+		}
+		s.kill(victim, sig)
 		s.start(victim)
 	})
 }
@@ -228,6 +242,9 @@ func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []
 	for _, n := range names {
 		s.start(n)
 	}
+	// A misconfigured deployment: a second process with w1's consumer name.
+	s.startAs("w1-twin", "w1")
+	t.Cleanup(func() { s.kill("w1-twin", syscall.SIGKILL) })
 	t.Cleanup(func() {
 		for _, n := range names {
 			s.kill(n, syscall.SIGKILL)
@@ -393,8 +410,8 @@ func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []
 		report("%d duplicate DLQ entries, %d leaked states and %d kill-exhausted invocations from only %d kills and %d Redis restarts",
 			duplicates, leaked, exhaustedByKills, s.kills, s.restarts)
 	}
-	t.Logf("soak: %d events (%d always failing), %d worker kills, %d Redis restarts, %d starts; %d handler runs recorded for %d invocations (%d beyond one each: retries and the at-least-once cost); %d DLQ entries (%d duplicates: a fault between the DLQ write and its marker); %d flaky invocations exhausted because kills used up attempts; %d states leaked by a kill between ack and retention",
-		len(kinds), bad, s.kills, s.restarts, s.starts, totalRuns, minRuns, totalRuns-minRuns, len(entries), duplicates, exhaustedByKills, leaked)
+	t.Logf("soak: %d events (%d always failing), %d worker kills, %d graceful stops, %d Redis restarts, %d starts (one duplicate consumer name); %d handler runs recorded for %d invocations (%d beyond one each: retries and the at-least-once cost); %d DLQ entries (%d duplicates: a fault between the DLQ write and its marker); %d flaky invocations exhausted because kills used up attempts; %d states leaked by a kill between ack and retention",
+		len(kinds), bad, s.kills, s.graceful, s.restarts, s.starts, totalRuns, minRuns, totalRuns-minRuns, len(entries), duplicates, exhaustedByKills, leaked)
 }
 
 // retry runs op until it succeeds or 30s pass: the publisher and the ledger
