@@ -183,6 +183,12 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	return h.run(e)
+}
+
+// run runs e until the test ends or stop is called, and shows the engine
+// log when the test failed.
+func (h *harness) run(e *relay.Engine) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()

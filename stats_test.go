@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,25 +51,7 @@ func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				h.t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	h.t.Cleanup(stop)
-	h.t.Cleanup(func() {
-		if h.t.Failed() {
-			h.t.Logf("engine log:\n%s", h.logs.String())
-		}
-	})
-	return reg, stop
+	return reg, h.run(e)
 }
 
 // promStats reads the Prometheus counters that Stats mirrors, summed over
