@@ -163,7 +163,11 @@ func (h *harness) handle(key string, fn runtime.HandlerFunc) {
 func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	h.t.Helper()
 	opts := append(fastOptions(mods...), relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
-	opts = append(opts, relay.WithMetrics(h.reg))
+	reg := h.reg // the counters tests read are c1's; other engines get their own
+	if consumer != "c1" {
+		reg = prometheus.NewRegistry()
+	}
+	opts = append(opts, relay.WithMetrics(reg))
 	src := h.source
 	if consumer != "c1" {
 		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
@@ -903,4 +907,37 @@ func (h *harness) gauge(name string) float64 {
 		}
 	}
 	return -1
+}
+
+// A handler that runs far longer than MinPendingIdle is kept by its
+// worker's heartbeat: the entry stays with its owner, its delivery count
+// does not rise, and no other worker runs it again. (The state fence alone
+// would stop a second run; the heartbeat is what stops the reclaim.)
+func TestHeartbeatKeepsLiveWorkFromReclaim(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 10s}
+`})
+	started, release := make(chan struct{}), make(chan struct{})
+	h.handle("users/events.created", func(ctx context.Context, req runtime.Request) error {
+		close(started)
+		<-release
+		return nil
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	<-started
+	h.start("c2") // a second worker reclaiming every 50ms
+	// Asserting that something does not happen needs a period: six times
+	// MinPendingIdle (300ms).
+	time.Sleep(1800 * time.Millisecond)
+	if d := deliveries(t, h, id); d != 1 {
+		t.Errorf("live entry was reclaimed: %d deliveries, want 1", d)
+	}
+	close(release)
+	waitFor(t, 15*time.Second, "ack", func() bool { return h.settled() })
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times", n)
+	}
 }
