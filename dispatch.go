@@ -192,7 +192,9 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	}
 	field := app.Name + "/" + rule.Handler
 	maxAttempts := rule.Retries + 1
-	c, err := e.claim(ctx, d, field, rule.Timeout+e.o.leaseGrace, maxAttempts)
+	// The lease covers the wait for a slot, the run and its teardown: a
+	// live attempt must never look expired to another delivery.
+	c, err := e.claim(ctx, d, field, e.o.concurrencyWait+rule.Timeout+e.o.leaseGrace, maxAttempts)
 	if err != nil {
 		return
 	}

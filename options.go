@@ -129,9 +129,9 @@ func WithHeartbeatInterval(d time.Duration) Option {
 	}
 }
 
-// WithLeaseGrace sets what is added to a rule's timeout to form its running
-// lease; a lease that expires counts as a failed attempt. d must be > 0.
-// Default: DefaultLeaseGrace.
+// WithLeaseGrace sets what is added to the concurrency wait and a rule's
+// timeout to form its running lease; a lease that expires counts as a
+// failed attempt. d must be > 0. Default: DefaultLeaseGrace.
 func WithLeaseGrace(d time.Duration) Option {
 	return func(o *options) error {
 		o.leaseGrace = d
