@@ -250,15 +250,8 @@ func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg
 // reclaimLoop is the message-level backstop of events.md "Recovery": it
 // takes over entries idle beyond MinPendingIdle, whoever owned them.
 func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
-	t := time.NewTicker(e.o.reclaimInterval)
-	defer t.Stop()
 	var fails int
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, e.o.reclaimInterval, func() {
 		batch, deleted, err := e.c.Source.Reclaim(ctx, e.o.minPendingIdle)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -282,7 +275,7 @@ func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) 
 				return
 			}
 		}
-	}
+	})
 }
 
 // missingPayload handles a PEL reference whose stream entry is gone: data
@@ -302,7 +295,22 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 	if !ok {
 		return
 	}
-	t := time.NewTicker(e.o.heartbeat)
+	every(ctx, e.o.heartbeat, func() {
+		ids := e.inFlightIDs()
+		if len(ids) == 0 {
+			return
+		}
+		if err := hb.Heartbeat(ctx, ids...); err != nil && ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat failed; other workers may reclaim running messages",
+				slog.Int("messages", len(ids)), slog.Any("error", err))
+		}
+	})
+}
+
+// every calls fn every d until ctx is done; the owner of each background
+// loop (reclaim, heartbeat, pending, stats) waits for it in Run.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -310,14 +318,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ids := e.inFlightIDs()
-		if len(ids) == 0 {
-			continue
-		}
-		if err := hb.Heartbeat(ctx, ids...); err != nil && ctx.Err() == nil {
-			e.log.LogAttrs(ctx, slog.LevelWarn, "heartbeat failed; other workers may reclaim running messages",
-				slog.Int("messages", len(ids)), slog.Any("error", err))
-		}
+		fn()
 	}
 }
 

@@ -21,9 +21,7 @@ func (e *Engine) pendingLoop(ctx context.Context) {
 	if !ok {
 		return
 	}
-	t := time.NewTicker(e.o.reclaimInterval)
-	defer t.Stop()
-	for {
+	sample := func() {
 		n, age, err := pr.Pending(ctx)
 		switch {
 		case err == nil:
@@ -32,10 +30,7 @@ func (e *Engine) pendingLoop(ctx context.Context) {
 		case ctx.Err() == nil:
 			e.log.LogAttrs(ctx, slog.LevelDebug, "sampling pending entries failed", slog.Any("error", err))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	sample()
+	every(ctx, e.o.reclaimInterval, sample)
 }

@@ -160,28 +160,21 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	if e.stats == nil {
 		return
 	}
-	t := time.NewTicker(e.o.statsInterval)
-	defer t.Stop()
 	var fails int
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := e.stats.flush(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
+	every(ctx, e.o.statsInterval, func() {
+		err := e.stats.flush(ctx)
+		switch {
+		case err == nil:
+			fails = 0
+		case ctx.Err() != nil:
+		default:
 			if fails%30 == 0 {
 				e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats failed; the counts are kept and written later",
 					slog.Int("failures", fails+1), slog.Any("error", err))
 			}
 			fails++
-			continue
 		}
-		fails = 0
-	}
+	})
 }
 
 // flushStats writes what is left at shutdown, under a detached context.
