@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/api/types/task"
+
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -46,9 +48,9 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 		done <- err
 	}()
 	ctx := t.Context()
-	testutil.WaitFor(t, 10*time.Second, "the handler's task", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the handler's task running", func() bool {
 		tasks, err := f.client.TaskService().List(ctx, nil)
-		return err == nil && len(tasks.Tasks) == 1
+		return err == nil && len(tasks.Tasks) == 1 && tasks.Tasks[0].Status == task.Status_RUNNING
 	})
 	containerdScript(t, "stop", state)
 	containerdScript(t, "start", state)

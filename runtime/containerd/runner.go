@@ -208,6 +208,11 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
 		}
+		if errdefs.IsUnavailable(err) {
+			// The connection broke during Start: the process may have been
+			// launched. Fail closed rather than run it again uncharged.
+			return runtime.Result{}, unknown(fmt.Errorf("start task %s: %w", id, err))
+		}
 		return runtime.Result{}, classify(fmt.Errorf("start task %s: %w", id, err))
 	}
 	start := time.Now()
