@@ -247,8 +247,11 @@ func TestRunPidsLimit(t *testing.T) {
 	req.Spec.PIDs = 10
 	_, err := f.run(t, req)
 	t.Logf("err=%v\nstdout:\n%sstderr (first lines):\n%.300s", err, &f.stdout, f.stderr.String())
-	if !strings.Contains(f.stderr.String(), "fork") {
-		t.Errorf("40 background processes under pids=10 did not fail to fork")
+	// Without the limit all 40 start and the script prints "forked" and
+	// exits 0. With it the shell fails to fork; its own message may not get
+	// out of a fork-starved container, so only the outcome is asserted.
+	if err == nil || strings.Contains(f.stdout.String(), "forked") {
+		t.Errorf("40 background processes under pids=10 all started (err %v)", err)
 	}
 }
 
