@@ -208,7 +208,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.
-		reason := fmt.Sprintf("exhausted after %d attempts", c.Lease.Attempt)
+		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's own reason was not recorded: its worker stopped, or its DLQ write failed)", c.Lease.Attempt)
 		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, rule.Handler, c.Lease.Attempt, reason))
 		return
 	case invocation.Claimed:
