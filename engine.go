@@ -138,6 +138,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
+	loops.Go(func() { e.sweepLoop(ctx) })
 	loops.Go(func() { e.statsLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
@@ -307,8 +308,25 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 	})
 }
 
+// sweepLoop has a Sweeper runner remove leftovers now and every sweep
+// interval: a container whose removal failed while its runtime was down
+// would otherwise run on past its timeout.
+func (e *Engine) sweepLoop(ctx context.Context) {
+	sw, ok := e.c.Runner.(Sweeper)
+	if !ok {
+		return
+	}
+	sweep := func() {
+		if err := sw.Sweep(ctx); err != nil && ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftovers failed", slog.Any("error", err))
+		}
+	}
+	sweep()
+	every(ctx, e.o.sweepInterval, sweep)
+}
+
 // every calls fn every d until ctx is done; the owner of each background
-// loop (reclaim, heartbeat, pending, stats) waits for it in Run.
+// loop (reclaim, heartbeat, pending, stats, sweep) waits for it in Run.
 func every(ctx context.Context, d time.Duration, fn func()) {
 	t := time.NewTicker(d)
 	defer t.Stop()

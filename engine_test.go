@@ -98,6 +98,7 @@ func fastOptions(mods ...func(*timing)) []relay.Option {
 		relay.WithLeaseGrace(500 * time.Millisecond),
 		relay.WithConcurrencyWait(200 * time.Millisecond),
 		relay.WithShutdownTimeout(tm.shutdownTimeout),
+		relay.WithSweepInterval(50 * time.Millisecond),
 	}
 }
 

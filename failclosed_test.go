@@ -157,3 +157,20 @@ events:
 		t.Errorf("runs = %d (last attempt %d), want 2 with the second as attempt 2", len(runs), runs[len(runs)-1].Attempt)
 	}
 }
+
+// sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
+type sweepingRunner struct {
+	relay.Runner
+	sweeps atomic.Int32
+}
+
+func (s *sweepingRunner) Sweep(context.Context) error { s.sweeps.Add(1); return nil }
+
+func TestEngineSweepsARunnerThatCan(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	sw := &sweepingRunner{Runner: runtime.NewFunc(h.handlers)}
+	h.runner = sw
+	h.start("c1")
+	// Once at start, then every sweep interval (50ms here).
+	waitFor(t, 5*time.Second, "repeated sweeps", func() bool { return sw.sweeps.Load() >= 3 })
+}

@@ -34,6 +34,9 @@ const (
 	// DefaultShutdownTimeout bounds how long Run waits for running
 	// invocations after its context is cancelled.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultSweepInterval is how often the Engine asks a Runner that is a
+	// Sweeper to remove leftovers.
+	DefaultSweepInterval = time.Minute
 	// DefaultRetention is how long a finished message's invocation state is
 	// kept after it left the PEL (events.md "Invocation state persistence").
 	DefaultRetention = 7 * 24 * time.Hour
@@ -54,6 +57,7 @@ type options struct {
 	heartbeat       time.Duration
 	leaseGrace      time.Duration
 	shutdownTimeout time.Duration
+	sweepInterval   time.Duration
 	retention       time.Duration
 	backoff         []time.Duration
 	logger          *slog.Logger
@@ -149,6 +153,15 @@ func WithShutdownTimeout(d time.Duration) Option {
 	}
 }
 
+// WithSweepInterval sets how often a Runner that is a Sweeper removes
+// leftovers. d must be > 0. Default: DefaultSweepInterval.
+func WithSweepInterval(d time.Duration) Option {
+	return func(o *options) error {
+		o.sweepInterval = d
+		return errors.Join(positive("WithSweepInterval", d), o.once("WithSweepInterval"))
+	}
+}
+
 // WithRetention sets the TTL of a message's invocation state after the
 // message left the PEL. d must be > 0. Default: DefaultRetention.
 func WithRetention(d time.Duration) Option {
@@ -231,6 +244,7 @@ func buildOptions(opts []Option) (*options, error) {
 		minPendingIdle:  DefaultMinPendingIdle,
 		leaseGrace:      DefaultLeaseGrace,
 		shutdownTimeout: DefaultShutdownTimeout,
+		sweepInterval:   DefaultSweepInterval,
 		retention:       DefaultRetention,
 		backoff:         DefaultBackoff,
 		statsInterval:   DefaultStatsInterval,

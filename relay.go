@@ -45,6 +45,15 @@ type Heartbeater interface {
 	Heartbeat(ctx context.Context, ids ...string) error
 }
 
+// Sweeper is an optional Runner capability: it removes what earlier or
+// failed invocations left behind (containers whose removal failed while the
+// runtime was down, leftovers of a crashed process) without touching
+// invocations in flight. The Engine calls it at start and then every sweep
+// interval.
+type Sweeper interface {
+	Sweep(ctx context.Context) error
+}
+
 // Pinger is an optional capability of a component that can check its
 // backend (relay health, /readyz).
 type Pinger interface {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,28 +75,8 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer runner.Close()
 	if cr := runner.containerd; cr != nil {
-		if err := cr.Sweep(ctx); err != nil {
-			log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftover containers failed", slog.Any("error", err))
-		}
+		// The Engine sweeps leftovers at start and every minute (Sweeper).
 		pingers = append(pingers, namedPinger{"containerd", cr})
-		// Keep sweeping: a container whose removal failed while containerd
-		// was down would otherwise run on past its timeout.
-		var sweeper sync.WaitGroup
-		defer sweeper.Wait()
-		sweeper.Go(func() {
-			t := time.NewTicker(time.Minute)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := cr.Sweep(ctx); err != nil && ctx.Err() == nil {
-						log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftover containers failed", slog.Any("error", err))
-					}
-				}
-			}
-		})
 	}
 
 	reg := prometheus.NewRegistry()
