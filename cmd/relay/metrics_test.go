@@ -69,7 +69,8 @@ func TestMetricsAndReadiness(t *testing.T) {
 	streamName := "events"
 	cmd := exec.Command(bin, "start", "--runner", "process")
 	cmd.Env = append(os.Environ(), "REDIS_URI="+srv.Addr, "REDIS_STREAM="+streamName, "REDIS_GROUP=relay",
-		"RELAY_APPS="+apps, "RELAY_CONSUMER=metrics", "METRICS_ADDR="+addr)
+		"RELAY_APPS="+apps, "RELAY_CONSUMER=metrics", "METRICS_ADDR="+addr,
+		"LOG_LEVEL=error") // handler output is forwarded at every log level (events.md)
 	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -119,6 +120,9 @@ func TestMetricsAndReadiness(t *testing.T) {
 		}
 		return true
 	})
+	if !strings.Contains(out.String(), "[users/events.created] welcome user") {
+		t.Error("handler output was not forwarded at LOG_LEVEL=error")
+	}
 	if code, body := get(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz = %d %s", code, body)
 	}
