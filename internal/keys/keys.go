@@ -24,10 +24,33 @@ func Invocation(stream, group, messageID string) string {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
-// ScheduleOccurrence is the dedup key of one schedule occurrence:
+// ScheduleOccurrence is the dedup key of one occurrence of a schedule that
+// publishes into stream:
 // relay:schedule:<app>:<schedule>:<RFC3339 UTC instant, whole seconds>.
-func ScheduleOccurrence(app, schedule string, at time.Time) string {
-	return prefix + "schedule:" + app + ":" + schedule + ":" + at.UTC().Truncate(time.Second).Format(time.RFC3339)
+// When stream carries a Redis Cluster hash tag ("{orders}"), the tag is
+// inserted after "schedule:" so the key shares the stream's hash slot and
+// the publish script, which touches both, stays within one slot.
+func ScheduleOccurrence(stream, app, schedule string, at time.Time) string {
+	tag := ""
+	if t, ok := HashTag(stream); ok {
+		tag = "{" + t + "}:"
+	}
+	return prefix + "schedule:" + tag + app + ":" + schedule + ":" + at.UTC().Truncate(time.Second).Format(time.RFC3339)
+}
+
+// HashTag returns the Redis Cluster hash tag of key: the text between the
+// first '{' and the first '}' after it, when that text is not empty. Only
+// that text is hashed, so keys with the same tag share a slot.
+func HashTag(key string) (string, bool) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return "", false
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return "", false
+	}
+	return key[open+1 : open+1+end], true
 }
 
 // Stats is the hash of cluster-wide counters for one stream and group.

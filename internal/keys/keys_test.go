@@ -12,11 +12,31 @@ func TestKeys(t *testing.T) {
 		{Invocation("events", "workers", "1700000000000-0"), "relay:invocation:events:workers:1700000000000-0"},
 		{Invocation("a:b", "g%1", "1-0"), "relay:invocation:a%3Ab:g%251:1-0"},
 		{DLQ("events"), "relay:events:dlq"},
-		{ScheduleOccurrence("billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
+		{ScheduleOccurrence("events", "billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
+		{ScheduleOccurrence("{orders}.in", "billing", "nightly", at), "relay:schedule:{orders}:billing:nightly:2026-03-08T06:00:00Z"},
 		{Stats("events", "workers"), "relay:stats:events:workers"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestHashTag(t *testing.T) {
+	for _, c := range []struct {
+		key, tag string
+		ok       bool
+	}{
+		{"{orders}", "orders", true},
+		{"x{a}{b}", "a", true},
+		{"{}orders", "", false},
+		{"orders{", "", false},
+		{"orders", "", false},
+		{"a}{b}", "b", true},
+	} {
+		tag, ok := HashTag(c.key)
+		if tag != c.tag || ok != c.ok {
+			t.Errorf("HashTag(%q) = %q, %v; want %q, %v", c.key, tag, ok, c.tag, c.ok)
 		}
 	}
 }
