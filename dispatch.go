@@ -168,7 +168,23 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 	return c, err
 }
 
-// invoke drives one matched invocation through one step of its lifecycle.
+// call is one invocation a delivery drives: the handler to run, its limits
+// and its stdin. Event rules and schedule occurrences both end up here.
+type call struct {
+	app     *App
+	handler string
+	timeout time.Duration
+	retries int
+	input   []byte
+}
+
+func (c call) field() string { return c.app.Name + "/" + c.handler }
+
+func (e *Engine) callAttrs(d *delivery, c call, extra ...slog.Attr) []slog.Attr {
+	return e.logAttrs(d, append([]slog.Attr{slog.String(telemetry.App, c.app.Name), slog.String(telemetry.Handler, c.handler)}, extra...)...)
+}
+
+// invoke resolves one matched target to its rule and drives it.
 func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Target) {
 	app := e.apps.Get(t.App)
 	if app == nil || t.Rule < 0 || t.Rule >= len(app.Rules) {
@@ -178,9 +194,14 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		return
 	}
 	rule := app.Rules[t.Rule]
-	attrs := func(extra ...slog.Attr) []slog.Attr {
-		return e.logAttrs(d, append([]slog.Attr{slog.String(telemetry.App, app.Name), slog.String(telemetry.Handler, rule.Handler)}, extra...)...)
-	}
+	e.drive(ctx, runCtx, d, call{app: app, handler: rule.Handler, timeout: rule.Timeout, retries: rule.Retries, input: []byte(d.event)})
+}
+
+// drive takes one invocation through one step of its lifecycle: claim,
+// run, record the outcome (events.md "Retries", "Dead-letter queue").
+func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
+	app := cl.app
+	attrs := func(extra ...slog.Attr) []slog.Attr { return e.callAttrs(d, cl, extra...) }
 	if !app.Available() {
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelWarn, "app unavailable; message left pending", attrs(slog.Any("error", app.Errors.Err()))...)
@@ -190,11 +211,11 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		d.held = true // shutting down: start nothing new
 		return
 	}
-	field := app.Name + "/" + rule.Handler
-	maxAttempts := rule.Retries + 1
+	field := cl.field()
+	maxAttempts := cl.retries + 1
 	// The lease covers the wait for a slot, the run and its teardown: a
 	// live attempt must never look expired to another delivery.
-	c, err := e.claim(ctx, d, field, e.o.concurrencyWait+rule.Timeout+e.o.leaseGrace, maxAttempts)
+	c, err := e.claim(ctx, d, field, e.o.concurrencyWait+cl.timeout+e.o.leaseGrace, maxAttempts)
 	if err != nil {
 		return
 	}
@@ -209,7 +230,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.
 		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's own reason was not recorded: its worker stopped, or its DLQ write failed)", c.Lease.Attempt)
-		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, rule.Handler, c.Lease.Attempt, reason))
+		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, cl.handler, c.Lease.Attempt, reason))
 		return
 	case invocation.Claimed:
 	default:
@@ -228,8 +249,8 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	}
 	l := c.Lease
 	req := runtime.Request{
-		App: app.Name, Handler: rule.Handler, MessageID: d.msg.ID, Attempt: l.Attempt,
-		Event: []byte(d.event), Timeout: rule.Timeout, Spec: app.Spec,
+		App: app.Name, Handler: cl.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
+		Event: cl.input, Timeout: cl.timeout, Spec: app.Spec,
 	}
 	if tp := d.msg.Fields["traceparent"]; tp != "" {
 		req.Env = map[string]string{"TRACEPARENT": tp}
@@ -244,9 +265,9 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:
-		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeSuccess).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcomeSuccess).Inc()
 		e.stats.add(countSuccesses)
-		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
+		e.m.duration.WithLabelValues(app.Name, cl.handler).Observe(took.Seconds())
 		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation succeeded", attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Duration(telemetry.Duration, took))...)
 		if err := persist(ctx, func(octx context.Context) error { return e.c.State.Finish(octx, l) }); err != nil {
 			// The handler ran; without the record it will run again.
@@ -258,15 +279,15 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		if exit.TimedOut {
 			outcome = outcomeTimeout
 		}
-		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcome).Inc()
 		e.stats.add(countFailures)
-		e.m.duration.WithLabelValues(app.Name, rule.Handler).Observe(took.Seconds())
+		e.m.duration.WithLabelValues(app.Name, cl.handler).Observe(took.Seconds())
 		fa := attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Int("max_attempts", maxAttempts),
 			slog.Duration(telemetry.Duration, took), slog.Int(telemetry.ExitCode, exit.Code), slog.Any("error", err))
 		if l.Attempt >= maxAttempts {
 			e.log.LogAttrs(ctx, slog.LevelError, "invocation exhausted; dead-lettering", fa...)
 			if e.exhaust(ctx, d, l) == nil {
-				e.deadLetter(ctx, d, l, e.entry(d, app.Name, rule.Handler, l.Attempt, err.Error()))
+				e.deadLetter(ctx, d, l, e.entry(d, app.Name, cl.handler, l.Attempt, err.Error()))
 			}
 			return
 		}
@@ -280,14 +301,14 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 			e.log.LogAttrs(ctx, slog.LevelError, "recording failure failed", attrs(slog.Any("error", serr))...)
 			return
 		}
-		e.m.retries.WithLabelValues(app.Name, rule.Handler).Inc()
+		e.m.retries.WithLabelValues(app.Name, cl.handler).Inc()
 		e.stats.add(countRetries)
 		e.log.LogAttrs(ctx, slog.LevelWarn, "invocation failed; will retry", append(fa, slog.Time("next_attempt_at", next))...)
 	case errors.Is(err, runtime.ErrOutcomeUnknown):
 		// The handler may have run: keep the claim, whose lease expiry
 		// counts the attempt, rather than start it again uncharged.
 		d.held = true
-		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcomeError).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcomeError).Inc()
 		e.log.LogAttrs(ctx, slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Any("error", err))...)
 	default:
@@ -298,7 +319,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 		if errors.Is(err, runtime.ErrUnavailable) {
 			outcome = outcomeUnavailable
 		}
-		e.m.invocations.WithLabelValues(app.Name, rule.Handler, outcome).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcome).Inc()
 		e.releaseLease(ctx, d, l, attrs)
 		level := slog.LevelError
 		if runCtx.Err() != nil || errors.Is(err, runtime.ErrUnavailable) {

@@ -88,6 +88,12 @@ type StateStore interface {
 	// Retain switches the message's hash to terminal retention (__terminal
 	// plus a TTL of ttl) after the message left the PEL. Idempotent.
 	Retain(ctx context.Context, key invocation.Key, ttl time.Duration) error
+	// Pin stores value in the reserved field ("__<name>") of key's state
+	// unless one is stored already, and returns the stored value: the first
+	// caller wins and later deliveries adopt its value. The schedule path
+	// pins handler, timeout and retries at first claim ("__schedule").
+	// invocation.ErrTerminal on retained state.
+	Pin(ctx context.Context, key invocation.Key, field, value string) (string, error)
 }
 
 // Runner runs one attempt of one invocation (DESIGN.md "Handler contract").

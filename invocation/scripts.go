@@ -27,6 +27,7 @@ var (
 	exhaustScript       = script("exhaust.lua", rueidis.NewLuaScript)
 	markDLQScript       = script("mark_dlq.lua", rueidis.NewLuaScriptRetryable)
 	retainScript        = script("retain.lua", rueidis.NewLuaScriptRetryable)
+	pinScript           = script("pin.lua", rueidis.NewLuaScriptRetryable)
 )
 
 // prelude holds the helpers every script may call (fence, now_ms); it is

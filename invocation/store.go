@@ -234,6 +234,33 @@ func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 	return fmt.Errorf("retain %s: %w", hash, r.unknown())
 }
 
+// Pin stores value in the reserved field of key's hash unless it holds a
+// value already, and returns the value that holds now: the first writer
+// wins and every later caller adopts its value (pin.lua). field must start
+// with "__" and must not be "__terminal". ErrTerminal on a retained hash.
+// Retrying is safe: a lost reply's write is read back as the pin.
+func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, error) {
+	hash := hashOf(key)
+	if !strings.HasPrefix(field, "__") || field == "__terminal" || len(field) < 3 {
+		return "", fmt.Errorf("pin %s in %s: field must be a reserved \"__<name>\" other than __terminal", field, hash)
+	}
+	r, err := exec(ctx, s.client, pinScript, hash, field, value)
+	if err != nil {
+		return "", fmt.Errorf("pin %s in %s: %w", field, hash, err)
+	}
+	switch r.code {
+	case codeApplied, codeAlready:
+		v := r.str(1)
+		if r.err != nil {
+			return "", fmt.Errorf("pin %s in %s: %w", field, hash, r.err)
+		}
+		return v, nil
+	case codeTerminal:
+		return "", fmt.Errorf("pin %s in %s: %w", field, hash, ErrTerminal)
+	}
+	return "", fmt.Errorf("pin %s in %s: %w", field, hash, r.unknown())
+}
+
 // Get returns every field of the hash of message key (HGETALL), reserved
 // fields included, for diagnostics; an empty map when there is none.
 func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {

@@ -386,3 +386,48 @@ func claimWhenNotRunning(t *testing.T, e *env, lease time.Duration, maxAttempts 
 	})
 	return c
 }
+
+func TestPinFirstWriterWins(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	const field = "__schedule"
+	var wg sync.WaitGroup
+	got := make([]string, 8)
+	for i := range got {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := e.s.Pin(ctx, e.key, field, "v"+string(rune('a'+i)))
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = v
+		}()
+	}
+	wg.Wait()
+	for _, v := range got[1:] {
+		if v != got[0] {
+			t.Fatalf("pins disagree: %q", got)
+		}
+	}
+	hash, pttl := e.state(t)
+	if diff := cmp.Diff(map[string]string{field: got[0]}, hash); diff != "" {
+		t.Errorf("hash (-want +got):\n%s", diff)
+	}
+	checkPTTL(t, ttlNone, pttl)
+	if v, err := e.s.Pin(ctx, e.key, field, "later"); err != nil || v != got[0] {
+		t.Errorf("pin after the first = %q %v, want %q", v, err, got[0])
+	}
+
+	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Pin(ctx, e.key, "__other", "x"); !errors.Is(err, ErrTerminal) {
+		t.Errorf("pin on a retained hash: %v, want ErrTerminal", err)
+	}
+	for _, bad := range []string{"app/handler", "__terminal", "__", ""} {
+		if _, err := e.s.Pin(ctx, e.key, bad, "x"); err == nil {
+			t.Errorf("pin of field %q succeeded", bad)
+		}
+	}
+}
