@@ -66,17 +66,27 @@ func (e *Engine) logAttrs(d *delivery, attrs ...slog.Attr) []slog.Attr {
 // handle classifies one delivered message and drives each of its
 // invocations (events.md "Dispatch and concurrency").
 func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
-	e.m.received.Inc()
-	e.stats.add(countReceived)
 	d := &delivery{msg: msg, key: invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: msg.ID}}
 	raw, ok := msg.Fields["event"]
 	d.event = raw
+	if ok && isOccurrence(raw) {
+		// Relay's own schedule occurrence: no classification, no matching,
+		// no event counters (reference.md "Schedules").
+		e.occurrence(ctx, runCtx, d)
+		return
+	}
+	e.m.received.Inc()
+	e.stats.add(countReceived)
 	if !ok {
+		e.m.malformed.Inc()
+		e.stats.add(countMalformed)
 		e.malformed(ctx, d, "message has no event field")
 		return
 	}
 	targets, err := e.c.Matcher.Match([]byte(raw))
 	if errors.Is(err, matcher.ErrMalformed) {
+		e.m.malformed.Inc()
+		e.stats.add(countMalformed)
 		// The reason is read by operators in relay dlq ls; drop the
 		// package prefix.
 		e.malformed(ctx, d, strings.TrimPrefix(err.Error(), "matcher: "))
@@ -116,10 +126,9 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 }
 
 // malformed routes a message that can never succeed to the DLQ without
-// running a handler, then acknowledges it (events.md, malformed messages).
+// running a handler, then acknowledges it (events.md, malformed messages;
+// invalid schedule occurrences). The caller counts it.
 func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
-	e.m.malformed.Inc()
-	e.stats.add(countMalformed)
 	e.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", e.logAttrs(d, slog.String("reason", reason))...)
 	c, err := e.claim(ctx, d, malformedField, time.Minute, 1)
 	if err != nil {
