@@ -2,48 +2,22 @@ package relay
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
 	"github.com/robfig/cron/v3"
+
+	"github.com/relaydev/relay/schedule"
 )
 
 // ParseCron parses a schedule's cron expression: five fields (minute hour
 // day-of-month month day-of-week) or one of @hourly @daily @midnight @weekly
 // @monthly @yearly @annually (reference.md "Schedules"). Seconds fields,
-// @every and embedded TZ=/CRON_TZ= are rejected: the zone is the schedule's
-// timezone key.
-func ParseCron(expr string) (cron.Schedule, error) {
-	e := strings.TrimSpace(expr)
-	switch {
-	case e == "":
-		return nil, fmt.Errorf("cron must not be empty; write five fields such as \"0 3 * * *\"")
-	case strings.HasPrefix(e, "TZ=") || strings.HasPrefix(e, "CRON_TZ="):
-		return nil, fmt.Errorf("cron %q embeds a time zone; remove it and set the schedule's timezone key instead", expr)
-	case strings.HasPrefix(e, "@every"):
-		return nil, fmt.Errorf("cron %q: @every is not supported; write a five-field expression such as \"*/5 * * * *\"", expr)
-	case strings.HasPrefix(e, "@"):
-		switch e {
-		case "@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually":
-		default:
-			return nil, fmt.Errorf("cron %q: unknown descriptor; use @hourly, @daily, @midnight, @weekly, @monthly, @yearly or @annually", expr)
-		}
-	default:
-		if n := len(strings.Fields(e)); n != 5 {
-			hint := ""
-			if n == 6 {
-				hint = " (a seconds field is not supported: schedules have minute precision)"
-			}
-			return nil, fmt.Errorf("cron %q has %d fields, want 5: minute hour day-of-month month day-of-week%s", expr, n, hint)
-		}
-	}
-	s, err := cron.ParseStandard(e)
-	if err != nil {
-		return nil, fmt.Errorf("cron %q: %v", expr, err)
-	}
-	return s, nil
-}
+// @every, embedded TZ=/CRON_TZ= and expressions that never fire are
+// rejected: the zone is the schedule's timezone key. It is
+// schedule.ParseCron, which owns the rules; evaluate the result with
+// schedule.Spec, which applies Relay's DST rules.
+func ParseCron(expr string) (cron.Schedule, error) { return schedule.ParseCron(expr) }
 
 func (t *tpl) schedules(app *App, n ast.Node) {
 	seq, ok := unwrap(n).(*ast.SequenceNode)

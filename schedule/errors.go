@@ -1,0 +1,15 @@
+package schedule
+
+import "errors"
+
+// ErrInvalidEnvelope marks an occurrence envelope that must not be
+// dispatched: a field is missing or malformed, its occurrence_id does not
+// match its app, schedule and scheduled_at, or scheduled_at is not a firing
+// of the schedule. The consumer dead-letters such entries without retrying
+// (reference.md "Schedules"). DecodeEnvelope and Envelope.Validate wrap it;
+// match it with errors.Is.
+var ErrInvalidEnvelope = errors.New("schedule: invalid occurrence envelope")
+
+// ErrRunning is returned by Scheduler.Run when the Scheduler is already
+// running: one Scheduler runs one loop at a time.
+var ErrRunning = errors.New("schedule: scheduler is already running")

@@ -1,0 +1,7 @@
+//go:build !race
+
+package schedule
+
+// raceEnabled is true in -race builds, where pure computations run about
+// ten times slower and gain nothing from the detector.
+const raceEnabled = false

@@ -1,0 +1,231 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
+)
+
+// nightlyApp has one schedule firing at 03:00 in Berlin.
+const nightlyApp = `
+image: relay.local/busybox:latest
+schedules:
+  - name: nightly
+    handler: jobs.nightly
+    cron: "0 3 * * *"
+    timezone: Europe/Berlin
+    timeout: 5s
+    retries: 1
+`
+
+// nightlyAt is a real firing of nightlyApp's schedule (03:00 CET).
+var nightlyAt = time.Date(2026, 1, 15, 2, 0, 0, 0, time.UTC)
+
+func nightlySpec() schedule.Spec {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	return schedule.Spec{App: "billing", Name: "nightly", Handler: "jobs.nightly", Cron: "0 3 * * *", Location: berlin}
+}
+
+// publishOccurrence publishes through the real publish script.
+func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
+	h.t.Helper()
+	pub, err := schedule.NewPublisher(h.rc, h.stream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	// Dedup keys are shared by every test on the server.
+	h.rc.Do(context.Background(), h.rc.B().Del().Key(keys.ScheduleOccurrence(h.stream, spec.App, spec.Name, at)).Build())
+	if ok, err := pub.Publish(context.Background(), spec, at); err != nil || !ok {
+		h.t.Fatalf("publish occurrence: %v %v", ok, err)
+	}
+	entries, err := h.rc.Do(context.Background(), h.rc.B().Xrevrange().Key(h.stream).End("+").Start("-").Count(1).Build()).AsXRange()
+	if err != nil || len(entries) != 1 {
+		h.t.Fatalf("read back the occurrence: %v %v", entries, err)
+	}
+	h.last = entries[0].ID
+	return h.last
+}
+
+func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h.handle("billing/jobs.nightly", nil)
+	h.start("c1")
+	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+
+	req := h.calls.get("billing/jobs.nightly")[0]
+	var in map[string]any
+	if err := json.Unmarshal(req.Event, &in); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"source": "relay.schedule", "schedule": "nightly", "scheduled_at": "2026-01-15T02:00:00Z"}
+	if len(in) != len(want) || in["source"] != want["source"] || in["schedule"] != want["schedule"] || in["scheduled_at"] != want["scheduled_at"] {
+		t.Errorf("handler stdin = %s, want %v", req.Event, want)
+	}
+	if req.MessageID != id || req.Timeout != 5*time.Second {
+		t.Errorf("request = %+v", req)
+	}
+	// Occurrences are not events: no event counter moves.
+	for _, name := range []string{"relay_events_received_total", "relay_events_matched_total", "relay_events_unmatched_total", "relay_events_malformed_total"} {
+		if v := h.counter(name); v != 0 {
+			t.Errorf("%s = %v, want 0", name, v)
+		}
+	}
+	if v := h.counter("relay_invocations_total"); v != 1 {
+		t.Errorf("relay_invocations_total = %v, want 1", v)
+	}
+	if h.ttl(id) <= 0 {
+		t.Errorf("state of the acked occurrence is not retained")
+	}
+}
+
+func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	fail := true
+	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error {
+		if fail {
+			return &runtime.ExitError{Code: 1}
+		}
+		return nil
+	})
+	h.handle("billing/jobs.renamed", nil)
+	stop := h.start("c1", backoff(300*time.Millisecond))
+	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	stop()
+
+	// The template now names another handler, a longer timeout and no
+	// retries; the pinned occurrence keeps the first delivery's.
+	h.apps = writeApps(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
+	fail = false
+	h.reg = prometheus.NewRegistry()
+	h.start("c1")
+	waitFor(t, 10*time.Second, "ack", h.settled)
+	if n := h.calls.count("billing/jobs.renamed"); n != 0 {
+		t.Errorf("the new handler ran %d times", n)
+	}
+	runs := h.calls.get("billing/jobs.nightly")
+	if len(runs) != 2 || runs[1].Attempt != 2 || runs[1].Timeout != 5*time.Second {
+		t.Errorf("runs of the pinned handler = %+v, want attempts 1 and 2 with the pinned 5s timeout", runs)
+	}
+	if got := h.hash(id)["__schedule"]; !strings.Contains(got, `"handler":"jobs.nightly"`) {
+		t.Errorf("__schedule = %q", got)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Errorf("DLQ entries: %+v", h.dlqEntries())
+	}
+}
+
+func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
+	for name, templates := range map[string]map[string]string{
+		"schedule removed": {"billing": strings.Replace(nightlyApp, "name: nightly", "name: weekly", 1)},
+		"app removed":      {"other": nightlyApp},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, templates)
+			h.handle("billing/jobs.nightly", nil)
+			h.handle("other/jobs.nightly", nil)
+			h.start("c1")
+			h.publishOccurrence(nightlySpec(), nightlyAt)
+			waitFor(t, 5*time.Second, "ack", h.settled)
+			if n := h.calls.count("billing/jobs.nightly") + h.calls.count("other/jobs.nightly"); n != 0 {
+				t.Errorf("%d handler runs", n)
+			}
+			if es := h.dlqEntries(); len(es) != 0 {
+				t.Errorf("DLQ entries: %+v", es)
+			}
+		})
+	}
+}
+
+func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
+	valid := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	wrongID := valid
+	wrongID.OccurrenceID = "schedule:billing:nightly:2026-01-16T02:00:00Z"
+	notFiring := schedule.NewEnvelope(nightlySpec(), nightlyAt.Add(time.Hour)) // 04:00 Berlin
+	for name, c := range map[string]struct {
+		event, reason string
+	}{
+		"wrong occurrence_id": {string(wrongID.Marshal()), "occurrence_id"},
+		"not a firing":        {string(notFiring.Marshal()), "not a firing"},
+		"missing field":       {`{"source":"relay.schedule","app":"billing","schedule":"nightly"}`, "handler"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"billing": nightlyApp})
+			h.handle("billing/jobs.nightly", nil)
+			h.start("c1")
+			id := h.publish("event", c.event)
+			waitFor(t, 5*time.Second, "ack", h.settled)
+			if n := h.calls.count("billing/jobs.nightly"); n != 0 {
+				t.Errorf("handler ran %d times", n)
+			}
+			es := h.dlqEntries()
+			if len(es) != 1 || es[0].OriginalID != id || !strings.Contains(es[0].Reason, c.reason) || es[0].Event != c.event {
+				t.Fatalf("DLQ = %+v, want one entry for %s naming %q", es, id, c.reason)
+			}
+			if v := h.counter("relay_events_malformed_total"); v != 0 {
+				t.Errorf("relay_events_malformed_total = %v, want 0 (not an event)", v)
+			}
+		})
+	}
+}
+
+func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
+	broken := nightlyApp + "concurrency: lots\n"
+	h := newHarness(t, map[string]string{"billing": broken})
+	if a := h.apps.Get("billing"); a == nil || a.Available() {
+		t.Fatal("the broken template loaded as available")
+	}
+	h.handle("billing/jobs.nightly", nil)
+	stop := h.start("c1")
+	h.publishOccurrence(nightlySpec(), nightlyAt)
+	waitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
+	stop()
+	if n := h.pending(); n != 1 {
+		t.Errorf("pending = %d, want 1", n)
+	}
+
+	h.apps = writeApps(t, map[string]string{"billing": nightlyApp})
+	h.reg = prometheus.NewRegistry()
+	h.start("c1")
+	waitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+}
+
+func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 3} })
+	h.start("c1", backoff(50*time.Millisecond))
+	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	waitFor(t, 10*time.Second, "ack", h.settled)
+	if n := h.calls.count("billing/jobs.nightly"); n != 2 {
+		t.Errorf("%d attempts, want 2 (retries: 1)", n)
+	}
+	es := h.dlqEntries()
+	if len(es) != 1 || es[0].OriginalID != id || es[0].App != "billing" || es[0].Handler != "jobs.nightly" || es[0].HandlerAttempts != 2 {
+		t.Fatalf("DLQ = %+v", es)
+	}
+	var env schedule.Envelope
+	if err := json.Unmarshal([]byte(es[0].Event), &env); err != nil || env.Schedule != "nightly" {
+		t.Errorf("DLQ event %q is not the envelope: %v", es[0].Event, err)
+	}
+}
+
+func TestScheduleSpecs(t *testing.T) {
+	apps := writeApps(t, map[string]string{"billing": nightlyApp, "users": usersApp})
+	specs := relay.ScheduleSpecs(apps)
+	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Location.String() != "Europe/Berlin" {
+		t.Fatalf("specs = %+v", specs)
+	}
+	if ok, err := specs[0].Fires(nightlyAt); err != nil || !ok {
+		t.Errorf("Fires(%s) = %v %v", nightlyAt, ok, err)
+	}
+}
