@@ -163,7 +163,7 @@ func TestSchedulersRace(t *testing.T) {
 			append(fast(clock, obs, nil), WithStateDir(t.TempDir()), WithCatchUpWindow(0))...)
 		stops = append(stops, run(t, s))
 	}
-	waitFor(t, 10*time.Second, "three outcomes", func() bool { return len(obs.list()) >= 3 })
+	waitFor(t, 30*time.Second, "three outcomes", func() bool { return len(obs.list()) >= 3 })
 	for _, stop := range stops {
 		if err := stop(); err != nil {
 			t.Fatal(err)
