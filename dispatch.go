@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
@@ -54,19 +56,33 @@ type delivery struct {
 	msg   stream.Message
 	key   invocation.Key
 	event string
+	// span is the delivery's stream.message span.
+	span trace.Span
 	// held is set when some invocation is not terminal: the message must
 	// stay pending.
 	held bool
+	// acked is set once the message is acknowledged.
+	acked bool
 }
 
+// logAttrs are the attributes of a log line about d: its message id and
+// its stream.message span (trace_id, span_id), then attrs.
 func (e *Engine) logAttrs(d *delivery, attrs ...slog.Attr) []slog.Attr {
-	return append([]slog.Attr{slog.String(telemetry.MessageID, d.msg.ID)}, attrs...)
+	return spanLogAttrs(d.msg.ID, d.span, attrs...)
+}
+
+// ctxLogAttrs is logAttrs naming the span ctx holds: the attempt's
+// function.invoke when called from drive, else the delivery's span.
+func ctxLogAttrs(ctx context.Context, d *delivery, attrs ...slog.Attr) []slog.Attr {
+	return spanLogAttrs(d.msg.ID, trace.SpanFromContext(ctx), attrs...)
 }
 
 // handle classifies one delivered message and drives each of its
 // invocations (events.md "Dispatch and concurrency").
 func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	d := &delivery{msg: msg, key: invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: msg.ID}}
+	ctx, d.span = e.startMessage(ctx, msg)
+	defer endMessage(d)
 	raw, ok := msg.Fields["event"]
 	d.event = raw
 	if ok && isOccurrence(raw) {
@@ -141,7 +157,7 @@ func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
 		}
 		fallthrough
 	case invocation.Exhausted:
-		entry := e.entry(d, dlq.MalformedName, dlq.MalformedName, 0, reason)
+		entry := e.entry(d, dlq.MalformedName, dlq.MalformedName, 0, reason, dlqTrace(d.span))
 		if !e.deadLetter(ctx, d, c.Lease, entry) {
 			return
 		}
@@ -153,12 +169,14 @@ func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
 	e.ack(ctx, d, true)
 }
 
-func (e *Engine) entry(d *delivery, app, handler string, attempts int, reason string) dlq.Entry {
+// entry builds the DLQ entry of d; trace is the traceparent of the span
+// that dead-lettered it (dlqTrace), which relay dlq replay links to.
+func (e *Engine) entry(d *delivery, app, handler string, attempts int, reason, trace string) dlq.Entry {
 	return dlq.Entry{
 		OriginalStream: e.c.Stream, OriginalID: d.msg.ID, Group: e.c.Group, Consumer: e.c.Consumer,
 		Event: d.event, Reason: reason, App: app, Handler: handler,
 		Deliveries: d.msg.Deliveries, HandlerAttempts: attempts, Timestamp: time.Now().UTC(),
-		Trace: d.msg.Fields["traceparent"],
+		Trace: trace,
 	}
 }
 
@@ -189,8 +207,11 @@ type call struct {
 
 func (c call) field() string { return c.app.Name + "/" + c.handler }
 
-func (e *Engine) callAttrs(d *delivery, c call, extra ...slog.Attr) []slog.Attr {
-	return e.logAttrs(d, append([]slog.Attr{slog.String(telemetry.App, c.app.Name), slog.String(telemetry.Handler, c.handler)}, extra...)...)
+// callAttrs are the attributes of a log line about invocation c of d,
+// naming span (the attempt's function.invoke once it started, else the
+// delivery's stream.message).
+func (e *Engine) callAttrs(d *delivery, span trace.Span, c call, extra ...slog.Attr) []slog.Attr {
+	return spanLogAttrs(d.msg.ID, span, append([]slog.Attr{slog.String(telemetry.App, c.app.Name), slog.String(telemetry.Handler, c.handler)}, extra...)...)
 }
 
 // invoke resolves one matched target to its rule and drives it.
@@ -207,10 +228,14 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 }
 
 // drive takes one invocation through one step of its lifecycle: claim,
-// run, record the outcome (events.md "Retries", "Dead-letter queue").
+// run, record the outcome (events.md "Retries", "Dead-letter queue"). The
+// attempt it runs gets a function.invoke span, a child of the delivery's,
+// linked to the previous attempt's span through the lineage the state store
+// keeps (reference.md "Observability").
 func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	app := cl.app
-	attrs := func(extra ...slog.Attr) []slog.Attr { return e.callAttrs(d, cl, extra...) }
+	span := d.span // the attempt's span once it starts
+	attrs := func(extra ...slog.Attr) []slog.Attr { return e.callAttrs(d, span, cl, extra...) }
 	if !app.Available() {
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelWarn, "app unavailable; message left pending", attrs(slog.Any("error", app.Errors.Err()))...)
@@ -239,7 +264,11 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.
 		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's own reason was not recorded: its worker stopped, or its DLQ write failed)", c.Lease.Attempt)
-		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, cl.handler, c.Lease.Attempt, reason))
+		tr := c.PrevTrace
+		if tr == "" {
+			tr = dlqTrace(d.span)
+		}
+		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, cl.handler, c.Lease.Attempt, reason, tr))
 		return
 	case invocation.Claimed:
 	default:
@@ -257,23 +286,30 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		return
 	}
 	l := c.Lease
+	ctx, span = startAttempt(ctx, e.tracer, app.Name, cl.handler, d.msg.ID, l.Attempt, maxAttempts, c.PrevTrace)
+	result, runErr := outcomeError, error(nil)
+	defer func() { endAttempt(span, result, runErr) }()
+	// The lineage goes with every transition that ends the attempt
+	// unsuccessfully, so the next attempt links to this one.
+	l = withLineage(l, span)
 	req := runtime.Request{
 		App: app.Name, Handler: cl.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
 		Event: cl.input, Timeout: cl.timeout, Spec: app.Spec,
-	}
-	if tp := d.msg.Fields["traceparent"]; tp != "" {
-		req.Env = map[string]string{"TRACEPARENT": tp}
+		// The handler continues the attempt's trace.
+		Env: telemetry.HandlerEnv(span.SpanContext()),
 	}
 	e.m.inFlight.Inc()
 	start := time.Now()
-	_, err = e.c.Runner.Run(runCtx, req)
+	_, err = e.c.Runner.Run(trace.ContextWithSpan(runCtx, span), req)
 	took := time.Since(start)
 	e.m.inFlight.Dec()
 	release()
+	runErr = err
 
 	var exit *runtime.ExitError
 	switch {
 	case err == nil:
+		result = outcomeSuccess
 		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcomeSuccess).Inc()
 		e.stats.add(countSuccesses)
 		e.m.duration.WithLabelValues(app.Name, cl.handler).Observe(took.Seconds())
@@ -284,11 +320,11 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 			e.log.LogAttrs(ctx, slog.LevelError, "recording success failed; the handler may run again", attrs(slog.Any("error", err))...)
 		}
 	case errors.As(err, &exit):
-		outcome := outcomeFailure
+		result = outcomeFailure
 		if exit.TimedOut {
-			outcome = outcomeTimeout
+			result = outcomeTimeout
 		}
-		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcome).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, result).Inc()
 		e.stats.add(countFailures)
 		e.m.duration.WithLabelValues(app.Name, cl.handler).Observe(took.Seconds())
 		fa := attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Int("max_attempts", maxAttempts),
@@ -296,7 +332,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		if l.Attempt >= maxAttempts {
 			e.log.LogAttrs(ctx, slog.LevelError, "invocation exhausted; dead-lettering", fa...)
 			if e.exhaust(ctx, d, l) == nil {
-				e.deadLetter(ctx, d, l, e.entry(d, app.Name, cl.handler, l.Attempt, err.Error()))
+				e.deadLetter(ctx, d, l, e.entry(d, app.Name, cl.handler, l.Attempt, err.Error(), dlqTrace(span)))
 			}
 			return
 		}
@@ -324,11 +360,10 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		// Infrastructure failure or shutdown: not the handler's fault, so
 		// no attempt is charged and the message stays pending.
 		d.held = true
-		outcome := outcomeError
 		if errors.Is(err, runtime.ErrUnavailable) {
-			outcome = outcomeUnavailable
+			result = outcomeUnavailable
 		}
-		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcome).Inc()
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, result).Inc()
 		e.releaseLease(ctx, d, l, attrs)
 		level := slog.LevelError
 		if runCtx.Err() != nil || errors.Is(err, runtime.ErrUnavailable) {
@@ -356,7 +391,7 @@ func (e *Engine) exhaust(ctx context.Context, d *delivery, l invocation.Lease) e
 	if err != nil {
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "recording exhaustion failed; message left pending",
-			e.logAttrs(d, slog.String("invocation", l.Field), slog.Any("error", err))...)
+			ctxLogAttrs(ctx, d, slog.String("invocation", l.Field), slog.Any("error", err))...)
 	}
 	return err
 }
@@ -372,7 +407,7 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 	if err != nil {
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "dead-letter write failed; message left pending",
-			e.logAttrs(d, slog.String("invocation", l.Field), slog.Any("error", err))...)
+			ctxLogAttrs(ctx, d, slog.String("invocation", l.Field), slog.Any("error", err))...)
 		return false
 	}
 	e.m.dlqEntries.WithLabelValues(entry.App, entry.Handler).Inc()
@@ -381,10 +416,10 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 		// The entry exists; a redelivery may write a duplicate.
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "recording dead-letter marker failed; message left pending",
-			e.logAttrs(d, slog.String("invocation", l.Field), slog.String("dlq_id", id), slog.Any("error", err))...)
+			ctxLogAttrs(ctx, d, slog.String("invocation", l.Field), slog.String("dlq_id", id), slog.Any("error", err))...)
 		return false
 	}
-	e.log.LogAttrs(ctx, slog.LevelWarn, "dead-lettered", e.logAttrs(d,
+	e.log.LogAttrs(ctx, slog.LevelWarn, "dead-lettered", ctxLogAttrs(ctx, d,
 		slog.String(telemetry.App, entry.App), slog.String(telemetry.Handler, entry.Handler),
 		slog.String("dlq_id", id), slog.String("reason", entry.Reason))...)
 	return true
@@ -398,17 +433,20 @@ func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
 		e.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", e.logAttrs(d, slog.Any("error", err))...)
 		return
 	}
+	d.acked = true
 	e.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", e.logAttrs(d)...)
 	if hasState {
-		e.retain(ctx, d.msg.ID)
+		e.retain(ctx, d.msg.ID, d.span)
 	}
 }
 
-func (e *Engine) retain(ctx context.Context, id string) {
+// retain switches message id's state to retention; span is its delivery's,
+// nil when there is none (a missing payload).
+func (e *Engine) retain(ctx context.Context, id string, span trace.Span) {
 	key := invocation.Key{Stream: e.c.Stream, Group: e.c.Group, MessageID: id}
 	if err := persist(ctx, func(octx context.Context) error { return e.c.State.Retain(octx, key, e.o.retention) }); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
-			slog.String(telemetry.MessageID, id), slog.Any("error", err))
+			spanLogAttrs(id, span, slog.Any("error", err))...)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/stream"
 )
@@ -40,6 +42,7 @@ type Engine struct {
 	o       *options
 	log     *slog.Logger
 	m       *metrics
+	tracer  trace.Tracer
 	stats   *statsRecorder // nil without WithStats
 	running atomic.Bool
 
@@ -89,7 +92,7 @@ func New(apps *Apps, c Components, opts ...Option) (*Engine, error) {
 	}
 	e := &Engine{
 		c: c, apps: apps, o: o, m: m,
-		log: o.logger,
+		log: o.logger, tracer: newTracer(o.tracerProvider),
 		// Messages waiting for an app slot must not starve other apps, so
 		// twice as many messages as invocations may be in flight.
 		msgSlots:   make(chan struct{}, 2*o.concurrency),
@@ -286,7 +289,7 @@ func (e *Engine) missingPayload(ctx context.Context, id string) {
 	e.m.missingPayload.Inc()
 	e.log.LogAttrs(ctx, slog.LevelError, "pending entry has no payload; it was deleted or trimmed while unacknowledged",
 		slog.String(telemetry.MessageID, id), slog.String("stream", e.c.Stream))
-	e.retain(ctx, id)
+	e.retain(ctx, id, nil)
 }
 
 // heartbeatLoop keeps the PEL idle time of in-flight messages low so other

@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 )
@@ -38,9 +43,19 @@ func (r InvokeResult) Failed() bool { return r.Err != nil }
 // ErrAppUnavailable when the app has template errors; nothing runs then.
 // When ctx is cancelled, the rules not started yet are skipped and the
 // error wraps ctx.Err(), alongside the results so far.
-func Invoke(ctx context.Context, app *App, runner Runner, event []byte) ([]InvokeResult, error) {
+//
+// Tracing (reference.md "Observability"): the call is an app.manual_invoke
+// span, a new root (linked to the span ctx holds, if any), with one
+// function.invoke child per rule run, whose context the handler gets as
+// TRACEPARENT. The only option that applies is WithTracerProvider; any
+// other is an error.
+func Invoke(ctx context.Context, app *App, runner Runner, event []byte, opts ...Option) ([]InvokeResult, error) {
 	if app == nil || runner == nil {
 		return nil, errors.New("relay: Invoke: nil app or runner")
+	}
+	tr, err := manualTracer("Invoke", opts)
+	if err != nil {
+		return nil, err
 	}
 	obj, err := matcher.DecodeEvent(event)
 	if err != nil {
@@ -49,6 +64,8 @@ func Invoke(ctx context.Context, app *App, runner Runner, event []byte) ([]Invok
 	if !app.Available() {
 		return nil, fmt.Errorf("invoke %s: %w: %w", app.Name, ErrAppUnavailable, app.Errors.Err())
 	}
+	ctx, span := startManual(ctx, tr, telemetry.SpanManualInvoke, telemetry.AttrApp.String(app.Name))
+	defer span.End()
 	now := time.Now()
 	var results []InvokeResult
 	for _, rule := range app.Rules {
@@ -58,7 +75,7 @@ func Invoke(ctx context.Context, app *App, runner Runner, event []byte) ([]Invok
 		if err := ctx.Err(); err != nil {
 			return results, fmt.Errorf("invoke %s: %w", app.Name, err)
 		}
-		results = append(results, runManual(ctx, runner, runtime.Request{
+		results = append(results, runManual(ctx, tr, runner, runtime.Request{
 			App: app.Name, Handler: rule.Handler, Attempt: 1,
 			Event: event, Timeout: rule.Timeout, Spec: app.Spec,
 		}))
@@ -66,9 +83,45 @@ func Invoke(ctx context.Context, app *App, runner Runner, event []byte) ([]Invok
 	return results, nil
 }
 
-// runManual runs one request of Invoke or Replay and times it.
-func runManual(ctx context.Context, runner Runner, req runtime.Request) InvokeResult {
+// manualTracer builds the options of Invoke or Replay (named fn), of which
+// only WithTracerProvider applies, and returns the tracer they select.
+func manualTracer(fn string, opts []Option) (trace.Tracer, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(o.set)) {
+		if name != "WithTracerProvider" {
+			return nil, fmt.Errorf("relay: %s: option %s does not apply; only WithTracerProvider does", fn, name)
+		}
+	}
+	return newTracer(o.tracerProvider), nil
+}
+
+// runManual runs one request of Invoke or Replay as a function.invoke span
+// under ctx's span, and times it.
+func runManual(ctx context.Context, tr trace.Tracer, runner Runner, req runtime.Request) InvokeResult {
+	ctx, span := startAttempt(ctx, tr, req.App, req.Handler, req.MessageID, req.Attempt, 0, "")
+	req.Env = telemetry.HandlerEnv(span.SpanContext())
 	start := time.Now()
 	_, err := runner.Run(ctx, req)
-	return InvokeResult{App: req.App, Handler: req.Handler, Duration: time.Since(start), Err: err}
+	res := InvokeResult{App: req.App, Handler: req.Handler, Duration: time.Since(start), Err: err}
+	endAttempt(span, manualResult(err), err)
+	return res
+}
+
+// manualResult is the outcome label of a manual run's error.
+func manualResult(err error) string {
+	exit, isExit := errors.AsType[*runtime.ExitError](err)
+	switch {
+	case err == nil:
+		return outcomeSuccess
+	case isExit && exit.TimedOut:
+		return outcomeTimeout
+	case isExit:
+		return outcomeFailure
+	case errors.Is(err, runtime.ErrUnavailable):
+		return outcomeUnavailable
+	}
+	return outcomeError
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of the Engine's options. The reference binary fixes the timing
@@ -64,6 +66,7 @@ type options struct {
 	registerer      prometheus.Registerer
 	statsClient     rueidis.Client
 	statsInterval   time.Duration
+	tracerProvider  trace.TracerProvider
 	set             map[string]bool
 }
 
@@ -237,6 +240,23 @@ func WithStatsInterval(d time.Duration) Option {
 	}
 }
 
+// WithTracerProvider sets where the Engine's spans go (reference.md
+// "Observability"): stream.message per delivery, function.invoke per
+// attempt, linked to the previous attempt. Given to Invoke or Replay it
+// sets where app.manual_invoke or dlq.replay goes. tp must not be nil.
+// Default: otel.GetTracerProvider(), the global provider, which records
+// nothing unless the program installs one; trace context found in stream
+// entries is still handed on to handlers (TRACEPARENT) and DLQ entries.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) error {
+		if tp == nil {
+			return errors.New("relay: WithTracerProvider: nil provider")
+		}
+		o.tracerProvider = tp
+		return o.once("WithTracerProvider")
+	}
+}
+
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		concurrency:     DefaultConcurrency,
@@ -274,6 +294,9 @@ func buildOptions(opts []Option) (*options, error) {
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
+	}
+	if o.tracerProvider == nil {
+		o.tracerProvider = otel.GetTracerProvider()
 	}
 	return o, nil
 }

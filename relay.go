@@ -65,6 +65,16 @@ type Pinger interface {
 // returns invocation.ErrStale when the lease lost its fencing token and
 // invocation.ErrTerminal when the hash is retained. Implementations are safe
 // for concurrent use.
+//
+// Trace lineage (reference.md "Observability") rides on the existing
+// transitions: the Engine sets Lease.Trace to the traceparent of the
+// attempt's span before Release, ScheduleRetry or Exhaust, and expects the
+// next Claim of that invocation (on any worker) to return the latest one
+// stored in Claim.PrevTrace, for Claimed, Exhausted and DeadLettered. It is
+// opaque to the store, written only when the transition applies and
+// non-empty, and kept under the same retention as the invocation.
+// Implementing it is optional: a store that ignores Lease.Trace and never
+// sets PrevTrace loses only the links between retry spans.
 type StateStore interface {
 	// Claim decides whether this delivery may run a new attempt of the
 	// invocation field ("<app>/<handler>") of message key. On Claimed it

@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -29,13 +34,36 @@ import (
 // no longer loaded or has no event rule (ErrHandlerGone: schedule
 // occurrences are not replayed) or an app with template errors
 // (ErrAppUnavailable). Two concurrent Replays of one entry both run it.
-func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id string) error {
+//
+// Tracing (reference.md "Observability"): the call is a dlq.replay span, a
+// new root linked to the entry's stored trace (the span of the attempt that
+// dead-lettered it, or the producer's context) and to the span ctx holds,
+// if any; the run is its function.invoke child, whose context the handler
+// gets as TRACEPARENT. The only option that applies is WithTracerProvider;
+// any other is an error.
+func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id string, opts ...Option) (err error) {
 	if apps == nil || runner == nil || store == nil {
 		return errors.New("relay: Replay: nil apps, runner or store")
 	}
+	tr, err := manualTracer("Replay", opts)
+	if err != nil {
+		return err
+	}
+	ctx, span := startManual(ctx, tr, telemetry.SpanDLQReplay, telemetry.AttrDLQID.String(id))
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	e, err := store.Get(ctx, id)
 	if err != nil {
 		return err
+	}
+	span.SetAttributes(telemetry.AttrApp.String(e.App), telemetry.AttrHandler.String(e.Handler),
+		telemetry.AttrMessagingMessageID.String(e.OriginalID))
+	if sc := telemetry.ParseTraceparent(e.Trace); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkDeadLettered)}})
 	}
 	target := e.App + "/" + e.Handler
 	if e.App == dlq.MalformedName || e.Handler == dlq.MalformedName {
@@ -53,7 +81,7 @@ func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id
 		return fmt.Errorf("replay %s: %w: app %q has no event rule with handler %q", id, ErrHandlerGone, e.App, e.Handler)
 	}
 	rule := app.Rules[i]
-	res := runManual(ctx, runner, runtime.Request{
+	res := runManual(ctx, tr, runner, runtime.Request{
 		App: app.Name, Handler: e.Handler, MessageID: e.OriginalID, Attempt: e.HandlerAttempts + 1,
 		Event: []byte(e.Event), Timeout: rule.Timeout, Spec: app.Spec,
 	})

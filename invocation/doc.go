@@ -12,6 +12,14 @@
 //	exhausted:<attempt>:<token>                      last attempt failed; DLQ entry pending
 //	exhausted:<attempt>:<token>:dlq                  DLQ entry persisted
 //
+// Fields starting with "__" are reserved and are not invocations:
+// "__terminal" marks a retained hash, "__schedule" is the pin of a schedule
+// occurrence (Store.Pin), and "__trace:<app>/<handler>" holds the trace
+// lineage of the invocation's latest unsuccessful attempt (a W3C traceparent,
+// written by Release, ScheduleRetry and Exhaust from Lease.Trace and returned
+// by the next Claim as Claim.PrevTrace), so a retry on any worker can link
+// its span to the attempt before it.
+//
 // Times are Unix milliseconds from the Redis server's TIME, so worker clock
 // skew cannot change outcomes. attempt counts real handler executions.
 // Every transition is one Lua script in scripts/, run by the Store method of

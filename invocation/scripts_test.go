@@ -206,6 +206,54 @@ func runningSame(now int64) string {
 	return runningLive(now, 2, "tok")
 }
 
+// Trace lineages as the Engine stores them (W3C traceparents), and the
+// reserved field that holds testField's.
+const (
+	tp1 = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	tp2 = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+)
+
+var traceKey = TraceField(testField)
+
+// callTraced is callWith on a lease whose Trace is trace.
+func callTraced(do transition, attempt int, token, trace string) func(ctx context.Context, e *env) (any, error) {
+	return func(ctx context.Context, e *env) (any, error) {
+		l := e.lease(attempt, token)
+		l.Trace = trace
+		return do(ctx, e.s, l)
+	}
+}
+
+// withPrev sets PrevTrace on the Claim want returns.
+func withPrev(want func(a at) any, trace string) func(a at) any {
+	return func(a at) any {
+		c := want(a).(Claim)
+		c.PrevTrace = trace
+		return c
+	}
+}
+
+// traceRejects are the rows of a transition that stores Lease.Trace: a
+// rejected transition leaves the stored trace alone.
+func traceRejects(do transition, accepted func(now int64, attempt int, token string) string) []scriptCase {
+	return []scriptCase{
+		{
+			name: "stale token keeps the stored trace", wantErr: ErrStale, pttl: ttlNone,
+			call: callTraced(do, 2, "tok", tp2),
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: accepted(now, 2, "other"), traceKey: tp1}
+			},
+		},
+		{
+			name: "terminal keeps the stored trace", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour,
+			call: callTraced(do, 2, "tok", tp2),
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: accepted(now, 2, "tok"), terminalField: "1", traceKey: tp1}
+			},
+		},
+	}
+}
+
 func TestClaimScript(t *testing.T) {
 	const lease = 30 * time.Second
 	leaseMS := lease.Milliseconds()
@@ -318,6 +366,44 @@ func TestClaimScript(t *testing.T) {
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
 			want: fixed(Claim{Status: Terminal}),
 		},
+		{
+			name: "retry due returns the stored trace", call: claim(5), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: nextAt(now-1000, 2, "old"), traceKey: tp1}
+			},
+			want: withPrev(claimed(3), tp1),
+			state: func(a at) map[string]string {
+				return map[string]string{testField: running(a.now+leaseMS, 3, "new"), traceKey: tp1}
+			},
+		},
+		{
+			name: "another field's trace is not returned", call: claim(5), pttl: ttlNone,
+			seed: func(int64) map[string]string { return map[string]string{TraceField("other/handler"): tp1} },
+			want: claimed(1),
+			state: func(a at) map[string]string {
+				return map[string]string{testField: running(a.now+leaseMS, 1, "new"), TraceField("other/handler"): tp1}
+			},
+		},
+		{
+			name: "expired lease at max attempts returns the stored trace", call: claim(2), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: running(now-1000, 2, "old"), traceKey: tp1}
+			},
+			want: withPrev(found(Exhausted, 2, "new"), tp1),
+			state: func(at) map[string]string {
+				return map[string]string{testField: exhausted(2, "new"), traceKey: tp1}
+			},
+		},
+		{
+			name: "exhausted returns the stored trace", call: claim(5), pttl: ttlNone,
+			seed: func(int64) map[string]string { return map[string]string{testField: exhausted(3, "old"), traceKey: tp2} },
+			want: withPrev(found(Exhausted, 3, "old"), tp2),
+		},
+		{
+			name: "dead-lettered returns the stored trace", call: claim(5), pttl: ttlNone,
+			seed: func(int64) map[string]string { return map[string]string{testField: dead(3, "old"), traceKey: tp2} },
+			want: withPrev(found(DeadLettered, 3, "old"), tp2),
+		},
 	}
 	for _, v := range []string{"garbage", "ok:", "running:x:1:tok", "running:1:1:", "running:1:1:a:b",
 		"next_attempt_at:1:1", "exhausted:1", "exhausted:1:tok:xyz", "exhausted:x:tok:dlq"} {
@@ -354,8 +440,23 @@ func TestReleaseScript(t *testing.T) {
 			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
 			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
 		},
+		{
+			name: "first attempt stores its trace", call: callTraced(do, 1, "tok", tp2), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 1, "tok"), traceKey: tp1}
+			},
+			state: func(at) map[string]string { return map[string]string{traceKey: tp2} },
+		},
+		{
+			name: "later attempt stores its trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone,
+			seed: field(func(now int64) string { return runningLive(now, 2, "tok") }),
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 1, "tok"), traceKey: tp2}
+			},
+		},
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	cases = append(cases, traceRejects(do, runningLive)...)
 	runScriptCases(t, cases)
 }
 
@@ -403,8 +504,29 @@ func TestScheduleRetryScript(t *testing.T) {
 			wantSomeErr: true,
 			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
+		{
+			name: "stores the trace over an older one", call: callTraced(retryIn(time.Minute), 2, "tok", tp2), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
+			},
+			want: func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now+60_000, 2, "tok"), traceKey: tp2}
+			},
+		},
+		{
+			name: "no trace keeps the stored one", call: callWith(retryIn(time.Minute), 2, "tok"), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
+			},
+			want: func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now+60_000, 2, "tok"), traceKey: tp1}
+			},
+		},
 	}
 	cases = append(cases, fencedRejects(retryIn(time.Minute), runningLive, exhaustedSame, deadSame)...)
+	cases = append(cases, traceRejects(retryIn(time.Minute), runningLive)...)
 	runScriptCases(t, cases)
 }
 
@@ -421,8 +543,16 @@ func TestExhaustScript(t *testing.T) {
 			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
 			state: fieldAt(func(at) string { return exhausted(2, "tok") }),
 		},
+		{
+			name: "stores the trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
+			},
+			state: func(at) map[string]string { return map[string]string{testField: exhausted(2, "tok"), traceKey: tp2} },
+		},
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	cases = append(cases, traceRejects(do, runningLive)...)
 	runScriptCases(t, cases)
 }
 

@@ -18,6 +18,17 @@ import (
 // terminalField is the reserved hash field that marks a retained hash.
 const terminalField = "__terminal"
 
+// tracePrefix starts the reserved field holding an invocation's trace
+// lineage (prelude.lua trace_field).
+const tracePrefix = "__trace:"
+
+// TraceField returns the reserved hash field that holds the trace lineage
+// of invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
+// written by Release, ScheduleRetry and Exhaust from Lease.Trace. Code that
+// reads the whole hash (Get) must skip every field starting with "__": those
+// are not invocations.
+func TraceField(field string) string { return tracePrefix + field }
+
 // Store keeps per-invocation retry state in Redis, one hash per message and
 // one field per invocation, and implements relay.StateStore. Every method is
 // a single Lua script run atomically on the server, so a Store is safe for
@@ -72,6 +83,9 @@ func randomToken() string {
 //     exhausted attempt and its token in Lease;
 //   - __terminal set: Terminal, and nothing changes.
 //
+// Claimed, Exhausted and DeadLettered carry PrevTrace, the lineage the
+// latest unsuccessful attempt stored (Lease.Trace).
+//
 // When the attempt to claim would exceed maxAttempts (the rule's retries
 // plus one), Claim stores exhausted:<attempt>:<token> instead and returns
 // Exhausted, so the caller writes the DLQ entry without running the handler.
@@ -104,13 +118,13 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	base := Lease{Key: key, Field: field}
 	switch r.code {
 	case claimClaimed:
-		attempt, deadlineMS := r.int(1), r.int(2)
+		attempt, deadlineMS, prev := r.int(1), r.int(2), r.str(3)
 		if r.err != nil {
 			return fail(r.err)
 		}
 		l := base
 		l.Attempt, l.Token, l.Deadline = int(attempt), token, time.UnixMilli(deadlineMS)
-		return Claim{Status: Claimed, Lease: l}, nil
+		return Claim{Status: Claimed, Lease: l, PrevTrace: prev}, nil
 	case claimRunning:
 		deadlineMS := r.int(1)
 		if r.err != nil {
@@ -126,7 +140,7 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	case claimSucceeded:
 		return Claim{Status: Succeeded}, nil
 	case claimExhausted, claimDeadLettered:
-		attempt, tok := r.int(1), r.str(2)
+		attempt, tok, prev := r.int(1), r.str(2), r.str(3)
 		if r.err != nil {
 			return fail(r.err)
 		}
@@ -136,7 +150,7 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 		if r.code == claimDeadLettered {
 			st = DeadLettered
 		}
-		return Claim{Status: st, Lease: l}, nil
+		return Claim{Status: st, Lease: l, PrevTrace: prev}, nil
 	case claimTerminal:
 		return Claim{Status: Terminal}, nil
 	case claimMalformed:
@@ -153,10 +167,11 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 // that was unavailable or a worker shutting down (release.lua). Attempt 1
 // deletes the field; a later attempt stores
 // next_attempt_at:<now>:<attempt-1>:<token>, due at once, so the next Claim
-// runs the same attempt number. ErrStale unless the field is running with
+// runs the same attempt number. A non-empty l.Trace is stored in
+// TraceField(l.Field) either way. ErrStale unless the field is running with
 // l's attempt and token; ErrTerminal on a retained hash.
 func (s *Store) Release(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "release", releaseScript, l)
+	_, err := s.transition(ctx, "release", releaseScript, l, l.Trace)
 	return err
 }
 
@@ -172,17 +187,17 @@ func (s *Store) Finish(ctx context.Context, l Lease) error {
 
 // ScheduleRetry records a failed attempt and the earliest time of the next
 // one, now+backoff on the Redis server's clock, and returns that time
-// (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>. backoff
-// must be >= 0 and is used with millisecond precision. ErrStale unless the
-// field is running with l's attempt and token; ErrTerminal on a retained
-// hash.
+// (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>, and a
+// non-empty l.Trace in TraceField(l.Field). backoff must be >= 0 and is used
+// with millisecond precision. ErrStale unless the field is running with l's
+// attempt and token; ErrTerminal on a retained hash.
 func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duration) (time.Time, error) {
 	if backoff < 0 {
 		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0",
 			l.Field, hashOf(l.Key), backoff)
 	}
 	r, err := s.transition(ctx, "schedule_retry", scheduleRetryScript, l,
-		strconv.FormatInt(backoff.Milliseconds(), 10))
+		strconv.FormatInt(backoff.Milliseconds(), 10), l.Trace)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -194,11 +209,12 @@ func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duratio
 }
 
 // Exhaust records a failed last attempt: exhausted:<attempt>:<token>
-// (exhaust.lua). The caller then writes the DLQ entry and calls MarkDLQ with
-// the same lease. ErrStale unless the field is running with l's attempt and
-// token; ErrTerminal on a retained hash.
+// (exhaust.lua), and a non-empty l.Trace in TraceField(l.Field). The caller
+// then writes the DLQ entry and calls MarkDLQ with the same lease. ErrStale
+// unless the field is running with l's attempt and token; ErrTerminal on a
+// retained hash.
 func (s *Store) Exhaust(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "exhaust", exhaustScript, l)
+	_, err := s.transition(ctx, "exhaust", exhaustScript, l, l.Trace)
 	return err
 }
 
@@ -237,12 +253,13 @@ func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 // Pin stores value in the reserved field of key's hash unless it holds a
 // value already, and returns the value that holds now: the first writer
 // wins and every later caller adopts its value (pin.lua). field must start
-// with "__" and must not be "__terminal". ErrTerminal on a retained hash.
-// Retrying is safe: a lost reply's write is read back as the pin.
+// with "__" and must be neither "__terminal" nor a trace field
+// ("__trace:..."). ErrTerminal on a retained hash. Retrying is safe: a lost
+// reply's write is read back as the pin.
 func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, error) {
 	hash := hashOf(key)
-	if !strings.HasPrefix(field, "__") || field == "__terminal" || len(field) < 3 {
-		return "", fmt.Errorf("pin %s in %s: field must be a reserved \"__<name>\" other than __terminal", field, hash)
+	if !strings.HasPrefix(field, "__") || field == terminalField || strings.HasPrefix(field, tracePrefix) || len(field) < 3 {
+		return "", fmt.Errorf("pin %s in %s: field must be a reserved \"__<name>\" other than __terminal and __trace:*", field, hash)
 	}
 	r, err := exec(ctx, s.client, pinScript, hash, field, value)
 	if err != nil {
@@ -262,7 +279,8 @@ func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, 
 }
 
 // Get returns every field of the hash of message key (HGETALL), reserved
-// fields included, for diagnostics; an empty map when there is none.
+// fields ("__terminal", "__schedule", "__trace:<field>") included, for
+// diagnostics; an empty map when there is none.
 func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
 	hash := hashOf(key)
 	m, err := s.client.Do(ctx, s.client.B().Hgetall().Key(hash).Build()).AsStrMap()

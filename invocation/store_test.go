@@ -425,9 +425,67 @@ func TestPinFirstWriterWins(t *testing.T) {
 	if _, err := e.s.Pin(ctx, e.key, "__other", "x"); !errors.Is(err, ErrTerminal) {
 		t.Errorf("pin on a retained hash: %v, want ErrTerminal", err)
 	}
-	for _, bad := range []string{"app/handler", "__terminal", "__", ""} {
+	for _, bad := range []string{"app/handler", "__terminal", "__", "", TraceField("app/handler")} {
 		if _, err := e.s.Pin(ctx, e.key, bad, "x"); err == nil {
 			t.Errorf("pin of field %q succeeded", bad)
 		}
+	}
+}
+
+// TestTraceLineageFollowsAttempts walks one invocation through a released
+// attempt, a failed one and an exhausted one, and checks that each Claim
+// returns the trace the attempt before it stored, which is what the Engine
+// links a retry's span to (events.md "Retries", reference.md
+// "Observability").
+func TestTraceLineageFollowsAttempts(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	const lease = time.Minute
+	claimed := func(wantAttempt int, wantPrev string) Lease {
+		t.Helper()
+		c, err := e.s.Claim(ctx, e.key, testField, lease, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status != Claimed || c.Lease.Attempt != wantAttempt || c.PrevTrace != wantPrev {
+			t.Fatalf("claim = %v attempt %d prev %q, want claimed attempt %d prev %q",
+				c.Status, c.Lease.Attempt, c.PrevTrace, wantAttempt, wantPrev)
+		}
+		return c.Lease
+	}
+	const given, failed, last = "trace-released", "trace-failed", "trace-last"
+
+	l := claimed(1, "")
+	l.Trace = given
+	if err := e.s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	l = claimed(1, given)
+	l.Trace = failed
+	if _, err := e.s.ScheduleRetry(ctx, l, 0); err != nil {
+		t.Fatal(err)
+	}
+	l = claimed(2, failed)
+	l.Trace = last
+	if err := e.s.Exhaust(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.s.Claim(ctx, e.key, testField, lease, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != Exhausted || c.PrevTrace != last {
+		t.Fatalf("claim after exhaust = %v prev %q, want exhausted prev %q", c.Status, c.PrevTrace, last)
+	}
+	if err := e.s.MarkDLQ(ctx, c.Lease); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	hash, _ := e.state(t)
+	want := map[string]string{testField: dead(2, l.Token), TraceField(testField): last, terminalField: "1"}
+	if diff := cmp.Diff(want, hash); diff != "" {
+		t.Errorf("hash (-want +got):\n%s", diff)
 	}
 }

@@ -68,6 +68,13 @@ type Lease struct {
 	Token string
 	// Deadline is when the running lease expires (Redis server clock).
 	Deadline time.Time
+	// Trace is the trace lineage of this attempt, set by the caller after
+	// the claim and opaque to the store (the Engine puts the W3C
+	// traceparent of the attempt's function.invoke span here). Release,
+	// ScheduleRetry and Exhaust store a non-empty Trace beside the field, so
+	// the next Claim returns it in Claim.PrevTrace; no transition fences on
+	// it, and Claim never sets it.
+	Trace string
 }
 
 // Claim is the result of StateStore.Claim.
@@ -79,6 +86,10 @@ type Claim struct {
 	// NextAttemptAt is set for NotDue, and RunningUntil for Running.
 	NextAttemptAt time.Time
 	RunningUntil  time.Time
+	// PrevTrace is set for Claimed, Exhausted and DeadLettered: the
+	// Lease.Trace of the latest attempt that stored one (see Lease.Trace),
+	// or empty. The Engine links the new attempt's span to it.
+	PrevTrace string
 }
 
 var (

@@ -110,6 +110,8 @@ func TestMetricsAndReadiness(t *testing.T) {
 		`relay_dlq_entries_total{app="-",handler="-"}`:                                       1,
 		`relay_invocation_duration_seconds_count{app="users",handler="events.created"}`:      2,
 		`relay_missing_payload_total`:                                                        0,
+		`relay_in_flight_invocations`:                                                        0,
+		`relay_concurrency_waits_total`:                                                      0,
 	}
 	testutil.WaitFor(t, 30*time.Second, "counters", func() bool {
 		_, body := get(base + "/metrics")

@@ -12,14 +12,16 @@
 -- exceed max attempts, the field becomes exhausted:<attempt>:<token> instead.
 --
 -- Returns {code, ...}:
---   {1, attempt, deadline_ms}  claimed: field = running:<deadline_ms>:<attempt>:<token>
---   {2, deadline_ms}           running: a live lease of another delivery
---   {3, deadline_ms}           not due: next attempt allowed at deadline_ms
---   {4}                        succeeded ("ok")
---   {5, attempt, token}        exhausted, DLQ entry not recorded yet
---   {6, attempt, token}        exhausted, DLQ entry recorded (":dlq")
---   {7}                        terminal: __terminal is set
---   {8, value}                 the stored value is malformed
+--   {1, attempt, deadline_ms, trace}  claimed: field = running:<deadline_ms>:<attempt>:<token>
+--   {2, deadline_ms}                  running: a live lease of another delivery
+--   {3, deadline_ms}                  not due: next attempt allowed at deadline_ms
+--   {4}                               succeeded ("ok")
+--   {5, attempt, token, trace}        exhausted, DLQ entry not recorded yet
+--   {6, attempt, token, trace}        exhausted, DLQ entry recorded (":dlq")
+--   {7}                               terminal: __terminal is set
+--   {8, value}                        the stored value is malformed
+-- trace is the lineage of the latest attempt that stored one in
+-- __trace:<field> (release, schedule_retry, exhaust), '' when none.
 -- Only code 1, and code 5 when it follows an expired lease or a due retry,
 -- write; no path touches the TTL.
 
@@ -36,14 +38,14 @@ local now = now_ms()
 local function start(attempt)
   local deadline_ms = now + lease_ms
   redis.call('HSET', key, field, string.format('running:%d:%d:%s', deadline_ms, attempt, token))
-  return {1, attempt, deadline_ms}
+  return {1, attempt, deadline_ms, prev_trace(key, field)}
 end
 
 -- executed attempts are used up; start the next one or exhaust.
 local function next_after(executed)
   if executed >= max_attempts then
     redis.call('HSET', key, field, string.format('exhausted:%d:%s', executed, token))
-    return {5, executed, token}
+    return {5, executed, token, prev_trace(key, field)}
   end
   return start(executed + 1)
 end
@@ -77,11 +79,11 @@ end
 local tok
 a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
 if a then
-  return {5, tonumber(a), tok}
+  return {5, tonumber(a), tok, prev_trace(key, field)}
 end
 a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
 if a then
-  return {6, tonumber(a), tok}
+  return {6, tonumber(a), tok, prev_trace(key, field)}
 end
 
 return {8, v}

@@ -4,9 +4,11 @@
 -- ARGV[1]  field, "<app>/<handler>"
 -- ARGV[2]  attempt of the lease
 -- ARGV[3]  token of the lease
+-- ARGV[4]  trace lineage of the attempt ('' = none; optional)
 --
 -- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
--- attempt and token, the field becomes exhausted:<attempt>:<token>.
+-- attempt and token, the field becomes exhausted:<attempt>:<token>, and a
+-- non-empty trace is stored in __trace:<field>.
 --
 -- Returns {code}:
 --   {1}  exhausted
@@ -22,4 +24,5 @@ if code ~= 0 then
 end
 
 redis.call('HSET', key, field, string.format('exhausted:%d:%s', attempt, token))
+save_trace(key, field, ARGV[4])
 return {1}

@@ -31,3 +31,22 @@ local function fence(key, field, pattern, attempt, token)
   end
   return 0, v, rest
 end
+
+-- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
+-- reference (a W3C traceparent) of the latest attempt of field that ended
+-- without success, so the next attempt, on any worker, can link to it.
+-- trace_field names it; save_trace writes it unless trace is empty, and
+-- prev_trace reads it ('' when none).
+local function trace_field(field)
+  return '__trace:' .. field
+end
+
+local function save_trace(key, field, trace)
+  if trace and trace ~= '' then
+    redis.call('HSET', key, trace_field(field), trace)
+  end
+end
+
+local function prev_trace(key, field)
+  return redis.call('HGET', key, trace_field(field)) or ''
+end

@@ -5,11 +5,14 @@
 -- ARGV[1]  field, "<app>/<handler>"
 -- ARGV[2]  attempt of the lease
 -- ARGV[3]  token of the lease
+-- ARGV[4]  trace lineage of the attempt ('' = none; optional)
 --
 -- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
 -- attempt and token: attempt 1 deletes the field; a later attempt becomes
 -- next_attempt_at:<now_ms>:<attempt-1>:<token>, due at once, so the next
 -- claim runs the same attempt number again. now is the server's TIME in ms.
+-- Either way a non-empty trace is stored in __trace:<field>, so the attempt
+-- run again links to the one given back.
 --
 -- Returns {code}:
 --   {1}  released
@@ -24,6 +27,7 @@ if code ~= 0 then
   return {code}
 end
 
+save_trace(key, field, ARGV[4])
 if attempt <= 1 then
   redis.call('HDEL', key, field)
   return {1}

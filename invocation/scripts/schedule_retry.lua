@@ -6,11 +6,12 @@
 -- ARGV[2]  attempt of the lease
 -- ARGV[3]  token of the lease
 -- ARGV[4]  backoff, ms (>= 0)
+-- ARGV[5]  trace lineage of the attempt ('' = none; optional)
 --
 -- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
 -- attempt and token, the field becomes
 -- next_attempt_at:<now_ms + backoff>:<attempt>:<token>, now being the
--- server's TIME in ms.
+-- server's TIME in ms, and a non-empty trace is stored in __trace:<field>.
 --
 -- Returns {code, ...}:
 --   {1, next_ms}  scheduled; next_ms is the new deadline
@@ -28,4 +29,5 @@ end
 
 local next_ms = now_ms() + backoff_ms
 redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', next_ms, attempt, token))
+save_trace(key, field, ARGV[5])
 return {1, next_ms}

@@ -1,0 +1,180 @@
+package invocation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/relaytest"
+)
+
+// TestStoreContract runs the shared relay.StateStore suite against Store on
+// the shared redis-server. Leases, backoffs and TTLs run on the server's
+// clock, so the suite's short durations pass for real.
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	store := invocation.New(c)
+	now := func(t *testing.T) time.Time {
+		t.Helper()
+		parts, err := c.Do(t.Context(), c.B().Time().Build()).AsStrSlice()
+		if err != nil || len(parts) != 2 {
+			t.Fatalf("TIME: %v, %v", parts, err)
+		}
+		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+		usec, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("TIME: %v", parts)
+		}
+		return time.Unix(sec, usec*1000)
+	}
+	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
+		return relaytest.StateStoreHarness{
+			Store:   store,
+			Now:     now,
+			Advance: relaytest.AdvanceByPolling(now),
+			Short:   200 * time.Millisecond,
+		}
+	})
+}
+
+// TestFakeStoreAgrees replays one sequence of transitions, covering every
+// value a field can hold, on Store and on relaytest.StateStore with the
+// same claim tokens, and compares every result and the whole hash after
+// each step. Deadlines come from different clocks and are compared by
+// shape only; the contract suite checks their values.
+func TestFakeStoreAgrees(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	tokens := func() func() string {
+		var mu sync.Mutex
+		n := 0
+		return func() string { mu.Lock(); defer mu.Unlock(); n++; return "tok" + strconv.Itoa(n) }
+	}
+	key := invocation.Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-0"}
+	type store interface {
+		relay.StateStore
+		get(t *testing.T) map[string]string
+	}
+	real := redisStore{invocation.New(c, invocation.WithTokenSource(tokens())), key}
+	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(tokens())), key}
+	deadline := regexp.MustCompile(`^(running|next_attempt_at):\d+:`)
+	normalize := func(m map[string]string) map[string]string {
+		out := map[string]string{}
+		for k, v := range m {
+			out[k] = deadline.ReplaceAllString(v, "$1:<ms>:")
+		}
+		return out
+	}
+	// A step runs one call on a store and describes its result.
+	type step struct {
+		name string
+		do   func(ctx context.Context, s relay.StateStore, leases map[string]invocation.Lease) string
+	}
+	claim := func(f string, maxAttempts int) func(context.Context, relay.StateStore, map[string]invocation.Lease) string {
+		return func(ctx context.Context, s relay.StateStore, leases map[string]invocation.Lease) string {
+			cl, err := s.Claim(ctx, key, f, time.Hour, maxAttempts)
+			if cl.Status == invocation.Claimed || cl.Status == invocation.Exhausted {
+				leases[f] = cl.Lease
+			}
+			return fmt.Sprintf("%v attempt=%d token=%s prev=%q err=%v", cl.Status, cl.Lease.Attempt, cl.Lease.Token, cl.PrevTrace, errKind(err))
+		}
+	}
+	// lease runs op, a method expression such as relay.StateStore.Finish,
+	// with the latest lease of field f carrying trace.
+	lease := func(f string, trace string, op func(relay.StateStore, context.Context, invocation.Lease) error) func(context.Context, relay.StateStore, map[string]invocation.Lease) string {
+		return func(ctx context.Context, s relay.StateStore, leases map[string]invocation.Lease) string {
+			l := leases[f]
+			l.Trace = trace
+			return "err=" + errKind(op(s, ctx, l))
+		}
+	}
+	retry := func(s relay.StateStore, ctx context.Context, l invocation.Lease) error {
+		_, err := s.ScheduleRetry(ctx, l, 0)
+		return err
+	}
+	steps := []step{
+		{"claim a", claim("a/h", 2)},
+		{"claim b", claim("b/h", 3)},
+		{"claim a again", claim("a/h", 2)},
+		{"retry a with lineage", lease("a/h", "tr-a1", retry)},
+		{"finish a, spent lease", lease("a/h", "", relay.StateStore.Finish)},
+		{"claim a, attempt 2", claim("a/h", 2)},
+		{"release a", lease("a/h", "tr-a2", relay.StateStore.Release)},
+		{"claim a, attempt 2 again", claim("a/h", 2)},
+		{"exhaust a", lease("a/h", "", relay.StateStore.Exhaust)},
+		{"claim a, exhausted", claim("a/h", 2)},
+		{"mark a", lease("a/h", "", relay.StateStore.MarkDLQ)},
+		{"mark a again", lease("a/h", "", relay.StateStore.MarkDLQ)},
+		{"release b", lease("b/h", "tr-b1", relay.StateStore.Release)},
+		{"claim b, attempt 1 again", claim("b/h", 3)},
+		{"pin", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			v, err := s.Pin(ctx, key, "__schedule", "first")
+			w, err2 := s.Pin(ctx, key, "__schedule", "second")
+			return fmt.Sprintf("%s %s err=%v %v", v, w, errKind(err), errKind(err2))
+		}},
+		{"finish b", lease("b/h", "", relay.StateStore.Finish)},
+		{"claim b, succeeded", claim("b/h", 3)},
+		{"retain", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			return "err=" + errKind(s.Retain(ctx, key, time.Hour))
+		}},
+		{"claim c, terminal", claim("c/h", 1)},
+		{"exhaust a, terminal", lease("a/h", "", relay.StateStore.Exhaust)},
+	}
+	ctx := t.Context()
+	leases := map[store]map[string]invocation.Lease{real: {}, fake: {}}
+	for _, st := range steps {
+		want := st.do(ctx, real, leases[real])
+		got := st.do(ctx, fake, leases[fake])
+		if want != got {
+			t.Errorf("%s: Store %s, fake %s", st.name, want, got)
+		}
+		if diff := cmp.Diff(normalize(real.get(t)), normalize(fake.get(t))); diff != "" {
+			t.Fatalf("%s: hash (-Store +fake):\n%s", st.name, diff)
+		}
+	}
+}
+
+type redisStore struct {
+	*invocation.Store
+	key invocation.Key
+}
+
+func (s redisStore) get(t *testing.T) map[string]string {
+	t.Helper()
+	m, err := s.Get(t.Context(), s.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type fakeStore struct {
+	*relaytest.StateStore
+	key invocation.Key
+}
+
+func (s fakeStore) get(*testing.T) map[string]string { return s.Get(s.key) }
+
+// errKind names the contract error err carries, or says whether it is nil.
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return "nil"
+	case errors.Is(err, invocation.ErrStale):
+		return "stale"
+	case errors.Is(err, invocation.ErrTerminal):
+		return "terminal"
+	}
+	return "other: " + err.Error()
+}

@@ -1,0 +1,154 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// Link reasons (telemetry.AttrLink).
+const (
+	linkPreviousAttempt = "previous_attempt"
+	linkDeadLettered    = "dead_lettered"
+	linkCaller          = "caller"
+)
+
+// Delivery outcomes of a stream.message span (telemetry.AttrOutcome).
+const (
+	messageAcked   = "acked"
+	messagePending = "pending"
+)
+
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	return tp.Tracer(telemetry.InstrumentationName)
+}
+
+// startMessage starts the stream.message span of one delivery of msg
+// (reference.md "Observability"). It continues the producer's trace when
+// the entry carries a traceparent; otherwise the span is a new root, never
+// a child of whatever span ctx holds (Run's context lives for the whole
+// worker).
+func (e *Engine) startMessage(ctx context.Context, msg stream.Message) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			telemetry.AttrMessagingSystem.String(telemetry.MessagingSystem),
+			telemetry.AttrMessagingOperationType.String("process"),
+			telemetry.AttrMessagingDestination.String(e.c.Stream),
+			telemetry.AttrMessagingConsumerGroup.String(e.c.Group),
+			telemetry.AttrMessagingConsumerID.String(e.c.Consumer),
+			telemetry.AttrMessagingMessageID.String(msg.ID),
+			telemetry.AttrDeliveryCount.Int64(msg.Deliveries),
+		),
+	}
+	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), msg.Fields)); sc.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
+	return e.tracer.Start(ctx, telemetry.SpanStreamMessage, opts...)
+}
+
+// endMessage ends the delivery's span, recording whether the message was
+// acknowledged or stays pending.
+func endMessage(d *delivery) {
+	outcome := messagePending
+	if d.acked {
+		outcome = messageAcked
+	}
+	d.span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	d.span.End()
+}
+
+// startAttempt starts the function.invoke span of one handler attempt as a
+// child of ctx's span, linked to the span of the invocation's previous
+// attempt when the state store returned its lineage (prev).
+func startAttempt(ctx context.Context, tr trace.Tracer, app, handler, messageID string, attempt, maxAttempts int, prev string) (context.Context, trace.Span) {
+	var links []trace.Link
+	if sc := telemetry.ParseTraceparent(prev); sc.IsValid() {
+		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkPreviousAttempt)}})
+	}
+	attrs := []attribute.KeyValue{
+		telemetry.AttrApp.String(app),
+		telemetry.AttrHandler.String(handler),
+		telemetry.AttrAttempt.Int(attempt),
+	}
+	if maxAttempts > 0 {
+		attrs = append(attrs, telemetry.AttrMaxAttempts.Int(maxAttempts))
+	}
+	if messageID != "" {
+		attrs = append(attrs, telemetry.AttrMessagingMessageID.String(messageID))
+	}
+	return tr.Start(ctx, telemetry.SpanFunctionInvoke,
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...), trace.WithLinks(links...))
+}
+
+// endAttempt records the outcome of an attempt on its span and ends it.
+// result is one of the outcome label values (success, failure, timeout,
+// unavailable, error); err is the runner's error.
+func endAttempt(span trace.Span, result string, err error) {
+	span.SetAttributes(telemetry.AttrResult.String(result))
+	if exit, ok := errors.AsType[*runtime.ExitError](err); ok {
+		span.SetAttributes(telemetry.AttrExitCode.Int(exit.Code))
+	} else if err == nil {
+		span.SetAttributes(telemetry.AttrExitCode.Int(0))
+	}
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
+// lineage is what an attempt leaves for the next one and for its DLQ entry:
+// the traceparent of its span when Relay records it, so nothing is stored
+// while tracing is off.
+func lineage(span trace.Span) string {
+	if !span.IsRecording() {
+		return ""
+	}
+	return telemetry.Traceparent(span.SpanContext())
+}
+
+// dlqTrace is the trace lineage of a DLQ entry: the span of the attempt
+// (or delivery) that dead-lettered it. With tracing off, that span carries
+// the producer's context when the entry had one, so the entry keeps the
+// producer's traceparent.
+func dlqTrace(span trace.Span) string { return telemetry.Traceparent(span.SpanContext()) }
+
+// startManual starts the root span of a manual run (Invoke, Replay). It is
+// a new root even when ctx holds a span; that span, when there is one, is
+// linked as the caller.
+func startManual(ctx context.Context, tr trace.Tracer, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	var links []trace.Link
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkCaller)}})
+	}
+	return tr.Start(ctx, name, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attrs...), trace.WithLinks(links...))
+}
+
+// spanLogAttrs prefixes attrs with the message id and the span ids of a log
+// line about a message; span may be nil.
+func spanLogAttrs(messageID string, span trace.Span, attrs ...slog.Attr) []slog.Attr {
+	out := append(make([]slog.Attr, 0, 3+len(attrs)), slog.String(telemetry.MessageID, messageID))
+	if span != nil {
+		out = append(out, telemetry.SpanAttrs(span)...)
+	}
+	return append(out, attrs...)
+}
+
+// withLineage returns l carrying the lineage of span, for the transition
+// that ends the attempt.
+func withLineage(l invocation.Lease, span trace.Span) invocation.Lease {
+	l.Trace = lineage(span)
+	return l
+}
