@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -13,6 +14,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
 )
 
 // Replay runs the invocation recorded by the dead-letter entry id once
@@ -29,11 +31,16 @@ import (
 // entry is kept and the error wraps the runner's (a *runtime.ExitError when
 // the handler failed).
 //
+// An entry of a schedule occurrence runs the handler with the occurrence's
+// stdin ({"source":"relay.schedule","schedule":...,"scheduled_at":...})
+// and the current timeout of that schedule, which must still exist and
+// still name the handler.
+//
 // Nothing runs when the entry is missing (dlq.ErrNotFound), records a
 // malformed message (ErrReplayMalformed), names an app or handler that is
-// no longer loaded or has no event rule (ErrHandlerGone: schedule
-// occurrences are not replayed) or an app with template errors
-// (ErrAppUnavailable). Two concurrent Replays of one entry both run it.
+// no longer loaded or has no event rule or schedule (ErrHandlerGone), or
+// an app with template errors (ErrAppUnavailable). Two concurrent Replays
+// of one entry both run it.
 //
 // Tracing (reference.md "Observability"): the call is a dlq.replay span, a
 // new root linked to the entry's stored trace (the span of the attempt that
@@ -76,14 +83,13 @@ func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id
 	if !app.Available() {
 		return fmt.Errorf("replay %s %s: %w: %w", id, target, ErrAppUnavailable, app.Errors.Err())
 	}
-	i := slices.IndexFunc(app.Rules, func(r Rule) bool { return r.Handler == e.Handler })
-	if i < 0 {
-		return fmt.Errorf("replay %s: %w: app %q has no event rule with handler %q", id, ErrHandlerGone, e.App, e.Handler)
+	input, timeout, err := replayTarget(app, e)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", id, err)
 	}
-	rule := app.Rules[i]
 	res := runManual(ctx, tr, runner, runtime.Request{
 		App: app.Name, Handler: e.Handler, MessageID: e.OriginalID, Attempt: e.HandlerAttempts + 1,
-		Event: []byte(e.Event), Timeout: rule.Timeout, Spec: app.Spec,
+		Event: input, Timeout: timeout, Spec: app.Spec,
 	})
 	if res.Err != nil {
 		return fmt.Errorf("replay %s %s: %w", id, target, res.Err)
@@ -94,4 +100,25 @@ func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id
 		return fmt.Errorf("replay %s %s: the handler succeeded but the entry was not deleted: %w", id, target, err)
 	}
 	return nil
+}
+
+// replayTarget returns the stdin and timeout of the handler a DLQ entry
+// names: its event rule's, or for a schedule occurrence its schedule's.
+func replayTarget(app *App, e dlq.Entry) ([]byte, time.Duration, error) {
+	if !isOccurrence(e.Event) {
+		i := slices.IndexFunc(app.Rules, func(r Rule) bool { return r.Handler == e.Handler })
+		if i < 0 {
+			return nil, 0, fmt.Errorf("%w: app %q has no event rule with handler %q", ErrHandlerGone, e.App, e.Handler)
+		}
+		return []byte(e.Event), app.Rules[i].Timeout, nil
+	}
+	env, err := schedule.DecodeEnvelope([]byte(e.Event))
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrReplayMalformed, err)
+	}
+	i := slices.IndexFunc(app.Schedules, func(s Schedule) bool { return s.Name == env.Schedule })
+	if i < 0 || app.Schedules[i].Handler != e.Handler {
+		return nil, 0, fmt.Errorf("%w: app %q has no schedule %q with handler %q", ErrHandlerGone, e.App, env.Schedule, e.Handler)
+	}
+	return env.Input(), app.Schedules[i].Timeout, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
 )
 
 // replayFixture is a DLQ on the shared redis-server and the apps its
@@ -159,5 +160,42 @@ func TestReplayRefuses(t *testing.T) {
 	}
 	if len(*reqs) != 0 {
 		t.Errorf("%d handlers ran", len(*reqs))
+	}
+}
+
+// A dead-lettered schedule occurrence is replayed with the occurrence's
+// stdin, not the envelope, under the schedule's timeout.
+func TestReplayScheduleOccurrence(t *testing.T) {
+	t.Parallel()
+	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
+	apps := writeApps(t, map[string]string{"billing": nightlyApp})
+	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
+	env := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	write := func(handler string) string {
+		id, err := store.Write(t.Context(), dlq.Entry{OriginalID: "1700000000000-9", Group: "workers", Consumer: "c1",
+			Event: string(env.Marshal()), Reason: "exit 3", App: "billing", Handler: handler, HandlerAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := write("jobs.nightly")
+	if err := relay.Replay(t.Context(), apps, runner, store, id); err != nil {
+		t.Fatal(err)
+	}
+	want := []runtime.Request{{
+		App: "billing", Handler: "jobs.nightly", MessageID: "1700000000000-9", Attempt: 3,
+		Event: env.Input(), Timeout: 5 * time.Second, Spec: apps.Get("billing").Spec,
+	}}
+	if diff := cmp.Diff(want, *reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	// The schedule no longer names that handler: nothing runs.
+	gone := write("jobs.old")
+	if err := relay.Replay(t.Context(), apps, runner, store, gone); !errors.Is(err, relay.ErrHandlerGone) {
+		t.Errorf("replay of a handler the schedule no longer names = %v, want ErrHandlerGone", err)
+	}
+	if len(*reqs) != 1 {
+		t.Errorf("ran %d times, want 1", len(*reqs))
 	}
 }

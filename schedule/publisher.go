@@ -15,11 +15,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/telemetry"
 )
 
 // SpanPublish is the name of the span around one publish attempt
 // (reference.md "Observability").
-const SpanPublish = "schedule.publish"
+const SpanPublish = telemetry.SpanSchedulePublish
 
 // instrumentationName identifies this package's tracer.
 const instrumentationName = "github.com/relaydev/relay/schedule"
