@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
 )
 
 // AppCmd groups the app commands.
@@ -111,6 +112,7 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 type AppInspectCmd struct {
 	Name string `arg:"" help:"App name (its directory under the apps root)."`
 	JSON bool   `name:"json" help:"Print JSON instead of text."`
+	Now  string `placeholder:"TIME" help:"List schedules' next fire times after this RFC 3339 time instead of the current time."`
 }
 
 // Help shows examples under relay app inspect --help.
@@ -150,12 +152,39 @@ type ruleJSON struct {
 }
 
 type scheduleJSON struct {
-	Name           string  `json:"name"`
-	Handler        string  `json:"handler"`
-	Cron           string  `json:"cron"`
-	Timezone       string  `json:"timezone"`
-	TimeoutSeconds float64 `json:"timeout_seconds"`
-	Retries        int     `json:"retries"`
+	Name           string     `json:"name"`
+	Handler        string     `json:"handler"`
+	Cron           string     `json:"cron"`
+	Timezone       string     `json:"timezone"`
+	TimeoutSeconds float64    `json:"timeout_seconds"`
+	Retries        int        `json:"retries"`
+	Next           []fireJSON `json:"next"`
+}
+
+type fireJSON struct {
+	UTC   string `json:"utc"`
+	Local string `json:"local"`
+}
+
+// nextFires is how many upcoming fire times app inspect lists per schedule.
+const nextFires = 3
+
+// fires returns the next n fire times of s after now, in UTC and in the
+// schedule's zone (RFC 3339, the local one with its zone abbreviation).
+func fires(app string, s relay.Schedule, now time.Time, n int) ([]fireJSON, error) {
+	spec := schedule.Spec{App: app, Name: s.Name, Handler: s.Handler, Cron: s.Cron, Location: s.Timezone}
+	out := make([]fireJSON, 0, n)
+	at := now
+	for range n {
+		next, err := spec.Next(at)
+		if err != nil {
+			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
+		}
+		local := next.In(s.Timezone)
+		out = append(out, fireJSON{UTC: next.UTC().Format(time.RFC3339), Local: local.Format(time.RFC3339) + " " + local.Format("MST")})
+		at = next
+	}
+	return out, nil
 }
 
 // findApp loads the apps root and returns the named app.
@@ -177,6 +206,18 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
+	if c.Now != "" {
+		if now, err = time.Parse(time.RFC3339Nano, c.Now); err != nil {
+			return usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
+		}
+	}
+	next := make([][]fireJSON, len(a.Schedules))
+	for i, s := range a.Schedules {
+		if next[i], err = fires(a.Name, s, now, nextFires); err != nil {
+			return err
+		}
+	}
 	env := slices.Sorted(maps.Keys(a.Spec.Env))
 	if c.JSON {
 		out := appJSON{Name: a.Name, Status: appStatus(a), Template: a.File, Dir: a.Spec.Dir, Runtime: a.Spec.Runtime,
@@ -186,8 +227,8 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		for _, r := range a.Rules {
 			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
 		}
-		for _, s := range a.Schedules {
-			out.Schedules = append(out.Schedules, scheduleJSON{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.Seconds(), s.Retries})
+		for i, s := range a.Schedules {
+			out.Schedules = append(out.Schedules, scheduleJSON{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.Seconds(), s.Retries, next[i]})
 		}
 		return writeJSON(g.stdout, out)
 	}
@@ -235,6 +276,16 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 			rows = append(rows, []string{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.String(), strconv.Itoa(s.Retries)})
 		}
 		if err := table(w, []string{"NAME", "HANDLER", "CRON", "TIMEZONE", "TIMEOUT", "RETRIES"}, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nNext fire times after %s:\n", now.UTC().Format(time.RFC3339))
+		rows = rows[:0]
+		for i, s := range a.Schedules {
+			for _, f := range next[i] {
+				rows = append(rows, []string{s.Name, f.UTC, f.Local})
+			}
+		}
+		if err := table(w, []string{"NAME", "UTC", "LOCAL"}, rows); err != nil {
 			return err
 		}
 	}
@@ -324,6 +375,12 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// The invoke is an app.manual_invoke trace when OTEL_* names an endpoint.
+	_, stopTracing, err := startTracing(ctx, g.logger())
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	runner := c.manualRunner(ctx, g, c.JSON)
 	defer runner.Close()
 	var r relay.Runner = runner

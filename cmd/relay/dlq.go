@@ -321,6 +321,12 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// Each replay is a dlq.replay trace when OTEL_* names an endpoint.
+	_, stopTracing, err := startTracing(ctx, g.logger())
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
