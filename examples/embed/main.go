@@ -3,6 +3,8 @@
 //
 //	go run ./examples/embed -redis 127.0.0.1:6379 -stream events
 //	redis-cli XADD events '*' event '{"type":"signup","email":"ada@example.com"}'
+//
+// main_test.go runs the same wiring against a private redis-server.
 package main
 
 import (
@@ -29,17 +31,29 @@ func main() {
 	streamName := flag.String("stream", "events", "stream to consume")
 	group := flag.String("group", "embed", "consumer group")
 	flag.Parse()
-	if err := run(*addr, *streamName, *group); err != nil {
+	if err := serve(*addr, *streamName, *group); err != nil {
 		fmt.Fprintln(os.Stderr, "embed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, streamName, group string) error {
+// serve connects to Redis and runs until SIGINT or SIGTERM.
+func serve(addr, streamName, group string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		return err
+	}
+	defer rc.Close() // the Engine never closes what it did not open
+	consumer, _ := os.Hostname()
+	return run(ctx, rc, streamName, group, consumer, log)
+}
 
+// run consumes streamName as consumer of group until ctx is cancelled; it
+// returns nil then, once running handlers finished.
+func run(ctx context.Context, rc rueidis.Client, streamName, group, consumer string, log *slog.Logger) error {
 	// Apps can come from template.yaml files (relay.LoadApps) or from Go.
 	pattern, err := matcher.Parse("signups", []byte(`{type: [signup], email: [{suffix: "@example.com"}]}`))
 	if err != nil {
@@ -60,12 +74,6 @@ func run(addr, streamName, group string) error {
 		},
 	})
 
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
-	if err != nil {
-		return err
-	}
-	defer rc.Close() // the Engine never closes what it did not open
-	consumer, _ := os.Hostname()
 	engine, err := relay.New(apps, relay.Components{
 		Source:   stream.New(rc, streamName, group, consumer),
 		State:    invocation.New(rc),

@@ -1,0 +1,134 @@
+package relaytest
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/matcher"
+)
+
+// TestMatcher runs the contract of relay.Matcher (events.md "Combining
+// conditions", "Dispatch and concurrency") against the matchers newMatcher
+// builds for the apps it is given, one per parallel sub-test.
+//
+// It covers: every matching rule reported, apps in sorted name order and
+// rules in declaration order, with the rule's handler and its index in its
+// app; no deduplication across rules and apps; an unmatched event as an
+// empty result without error; anything but one JSON object (an array, a
+// string, null, invalid JSON, trailing data, nothing) as an error wrapping
+// matcher.ErrMalformed; and concurrent matches agreeing.
+func TestMatcher(t *testing.T, newMatcher func(t *testing.T, apps *relay.Apps) relay.Matcher) {
+	run := func(name string, f func(t *testing.T, m relay.Matcher)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			m := newMatcher(t, contractApps(t))
+			if m == nil {
+				t.Fatal("relaytest: newMatcher returned nil")
+			}
+			f(t, m)
+		})
+	}
+
+	run("DispatchOrder", func(t *testing.T, m relay.Matcher) {
+		got := match(t, m, `{"type":"signup","plan":"pro","email":"ada@example.com"}`)
+		want := []matcher.Target{
+			{App: "alpha", Handler: "first", Rule: 0},
+			{App: "alpha", Handler: "third", Rule: 2},
+			{App: "mid", Handler: "only", Rule: 0},
+			{App: "zeta", Handler: "any.signup", Rule: 0},
+			{App: "zeta", Handler: "pro.signup", Rule: 1},
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Match = %v, want %v (apps sorted by name, rules in declaration order)", got, want)
+		}
+	})
+
+	run("OnlyMatchingRules", func(t *testing.T, m relay.Matcher) {
+		got := match(t, m, `{"type":"signup","plan":"free","email":"bob@elsewhere.org"}`)
+		want := []matcher.Target{
+			{App: "alpha", Handler: "first", Rule: 0},
+			{App: "zeta", Handler: "any.signup", Rule: 0},
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Match = %v, want %v", got, want)
+		}
+	})
+
+	run("Unmatched", func(t *testing.T, m relay.Matcher) {
+		for _, ev := range []string{`{"type":"logout"}`, `{}`, ` {"unrelated": [1, 2]} `} {
+			if got := match(t, m, ev); len(got) != 0 {
+				t.Errorf("Match(%s) = %v, want no targets", ev, got)
+			}
+		}
+	})
+
+	run("Malformed", func(t *testing.T, m relay.Matcher) {
+		for _, ev := range []string{`["type","signup"]`, `"signup"`, `null`, `42`, `{"type":`, `{"type":"signup"} {}`, ``, `   `} {
+			got, err := m.Match([]byte(ev))
+			if !errors.Is(err, matcher.ErrMalformed) || len(got) != 0 {
+				t.Errorf("Match(%q) = %v, %v; want no targets and matcher.ErrMalformed", ev, got, err)
+			}
+		}
+	})
+
+	run("Concurrent", func(t *testing.T, m relay.Matcher) {
+		want := fmt.Sprint(match(t, m, `{"type":"signup","plan":"pro"}`))
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 50 {
+					got, err := m.Match([]byte(`{"type":"signup","plan":"pro"}`))
+					if err != nil || fmt.Sprint(got) != want {
+						t.Errorf("concurrent Match = %v, %v; want %s", got, err, want)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// contractApps are three apps given out of name order, with rules that an
+// event can match several of.
+func contractApps(t *testing.T) *relay.Apps {
+	t.Helper()
+	rule := func(handler, pattern string) relay.Rule {
+		t.Helper()
+		p, err := matcher.Parse("relaytest.yaml", []byte(pattern))
+		if err != nil {
+			t.Fatalf("pattern %s: %v", pattern, err)
+		}
+		return relay.Rule{Handler: handler, Pattern: p}
+	}
+	apps, err := relay.NewApps(
+		&relay.App{Name: "zeta", Rules: []relay.Rule{
+			rule("any.signup", `{type: [signup]}`),
+			rule("pro.signup", `{type: [signup], plan: [pro]}`),
+		}},
+		&relay.App{Name: "alpha", Rules: []relay.Rule{
+			rule("first", `{type: [signup]}`),
+			rule("second", `{type: [login]}`),
+			rule("third", `{email: [{suffix: "@example.com"}]}`),
+		}},
+		&relay.App{Name: "mid", Rules: []relay.Rule{
+			rule("only", `{plan: [pro, enterprise], type: [{prefix: "sign"}]}`),
+		}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return apps
+}
+
+func match(t *testing.T, m relay.Matcher, event string) []matcher.Target {
+	t.Helper()
+	got, err := m.Match([]byte(event))
+	if err != nil {
+		t.Fatalf("Match(%s): %v", event, err)
+	}
+	return got
+}

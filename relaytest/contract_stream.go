@@ -1,0 +1,372 @@
+package relaytest
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/stream"
+)
+
+// StreamSourceHarness is one stream and consumer group under test, for
+// TestStreamSource. Every harness must have a stream and group of its own
+// (UniqueName), with the group already created from id 0.
+type StreamSourceHarness struct {
+	// Consumer returns the source of consumer name on the harness's stream
+	// and group. The suite asks for a few names; every source it gets shares
+	// the group's PEL. Read should block briefly (tens of milliseconds):
+	// the suite reads when nothing is new and expects (nil, nil).
+	Consumer func(t *testing.T, name string) relay.StreamSource
+	// Delete removes entries from the stream while they may be pending, as
+	// XDEL by an operator or an unsafe trim would.
+	Delete func(t *testing.T, ids ...string)
+	// Advance lets at least d of PEL idle time pass: AdvanceManual for a
+	// source on a ManualClock, AdvanceByPolling for one on real time.
+	Advance func(t *testing.T, d time.Duration)
+	// Short is the idle threshold the suite lets pass with Advance. On real
+	// time it must be far longer than a few calls to the source take, since
+	// the suite asserts that an entry just claimed or heartbeated is not yet
+	// idle for Short; 250ms suits a local Redis.
+	Short time.Duration
+}
+
+// TestStreamSource runs the contract of relay.StreamSource, and of
+// relay.Heartbeater, relay.PendingReporter and relay.Pinger when the
+// sources implement them (events.md "Delivery, retry, and ACK",
+// "Guarantees summary"), against the harnesses newHarness returns, one per
+// parallel sub-test.
+//
+// It covers: Publish returning increasing ids and Read returning each entry
+// once, in order, with its fields and delivery count 1, count honoured and
+// (nil, nil) when nothing is new; entries split between consumers of the
+// group; Ack removing entries from the PEL, unknown ids included; Reclaim
+// taking only entries idle for minIdle, from any consumer, resetting their
+// idle time and raising their delivery count; Reclaim reporting PEL ids
+// whose entry was deleted, once, and clearing them; Heartbeat keeping
+// entries from being reclaimed without raising their delivery count;
+// Pending counting the PEL; and concurrent readers never sharing an entry.
+func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHarness) {
+	run := func(name string, f func(t *testing.T, h StreamSourceHarness)) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			if h.Consumer == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
+				t.Fatal("relaytest: StreamSourceHarness needs Consumer, Delete, Advance and a positive Short")
+			}
+			f(t, h)
+		})
+	}
+
+	run("PublishThenRead", func(t *testing.T, h StreamSourceHarness) {
+		c1 := h.Consumer(t, "c1")
+		want := []map[string]string{
+			{"event": `{"n":0}`},
+			{"event": `{"n":1,"s":"ü\nx"}`, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+			{"event": ""},
+		}
+		var ids []string
+		for _, f := range want {
+			ids = append(ids, publish(t, c1, f))
+		}
+		for i := 1; i < len(ids); i++ {
+			if stream.CompareID(ids[i-1], ids[i]) >= 0 {
+				t.Fatalf("ids %v are not strictly increasing", ids)
+			}
+		}
+		msgs := read(t, c1, 10)
+		if got := msgIDs(msgs); !slices.Equal(got, ids) {
+			t.Fatalf("Read = %v, want %v", got, ids)
+		}
+		for i, m := range msgs {
+			if !maps.Equal(m.Fields, want[i]) || m.Deliveries != 1 {
+				t.Errorf("entry %s = %v with %d deliveries, want %v with 1", m.ID, m.Fields, m.Deliveries, want[i])
+			}
+		}
+		if again := read(t, c1, 10); len(again) != 0 {
+			t.Errorf("second Read = %v, want nothing new", msgIDs(again))
+		}
+	})
+
+	run("ReadHonoursCount", func(t *testing.T, h StreamSourceHarness) {
+		c1 := h.Consumer(t, "c1")
+		ids := publishN(t, c1, 5)
+		if got := msgIDs(read(t, c1, 2)); !slices.Equal(got, ids[:2]) {
+			t.Fatalf("Read(2) = %v, want %v", got, ids[:2])
+		}
+		if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, ids[2:]) {
+			t.Fatalf("Read(10) = %v, want %v", got, ids[2:])
+		}
+	})
+
+	run("ConsumersShareTheGroup", func(t *testing.T, h StreamSourceHarness) {
+		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+		first := publishN(t, c1, 2)
+		if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, first) {
+			t.Fatalf("c1 Read = %v, want %v", got, first)
+		}
+		// What c1 was given is not new for c2.
+		if got := read(t, c2, 10); len(got) != 0 {
+			t.Fatalf("c2 Read = %v, want nothing new", msgIDs(got))
+		}
+		second := publishN(t, c2, 1)
+		if got := msgIDs(read(t, c2, 10)); !slices.Equal(got, second) {
+			t.Fatalf("c2 Read = %v, want %v", got, second)
+		}
+	})
+
+	run("AckRemovesFromThePEL", func(t *testing.T, h StreamSourceHarness) {
+		ctx := t.Context()
+		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+		ids := publishN(t, c1, 3)
+		read(t, c1, 10)
+		if err := c1.Ack(ctx, ids[0]); err != nil {
+			t.Fatalf("Ack: %v", err)
+		}
+		// Acking again, an id that was never pending, or nothing, is fine.
+		if err := c1.Ack(ctx, ids[0], "1-1"); err != nil {
+			t.Errorf("Ack of ids that are not pending: %v", err)
+		}
+		if err := c1.Ack(ctx); err != nil {
+			t.Errorf("Ack of no ids: %v", err)
+		}
+		// Any consumer of the group may ack.
+		if err := c2.Ack(ctx, ids[1]); err != nil {
+			t.Fatalf("Ack by another consumer: %v", err)
+		}
+		h.Advance(t, h.Short)
+		msgs, deleted := reclaim(t, c2, h.Short)
+		if got := msgIDs(msgs); !slices.Equal(got, ids[2:]) || len(deleted) != 0 {
+			t.Fatalf("Reclaim = %v, deleted %v; want only the unacked %v", got, deleted, ids[2:])
+		}
+	})
+
+	run("ReclaimTakesIdleEntries", func(t *testing.T, h StreamSourceHarness) {
+		c1, c2, c3 := h.Consumer(t, "c1"), h.Consumer(t, "c2"), h.Consumer(t, "c3")
+		ids := publishN(t, c1, 2)
+		read(t, c1, 10)
+		if msgs, deleted := reclaim(t, c2, time.Hour); len(msgs) != 0 || len(deleted) != 0 {
+			t.Fatalf("Reclaim(1h) = %v, %v; want nothing idle that long", msgIDs(msgs), deleted)
+		}
+		h.Advance(t, h.Short)
+		msgs, _ := reclaim(t, c2, h.Short)
+		if got := msgIDs(msgs); !slices.Equal(got, ids) {
+			t.Fatalf("Reclaim = %v, want %v", got, ids)
+		}
+		for i, m := range msgs {
+			if m.Fields["n"] != strconv.Itoa(i) || m.Deliveries != 2 {
+				t.Errorf("reclaimed %s = %v with %d deliveries, want n=%d and 2 deliveries", m.ID, m.Fields, m.Deliveries, i)
+			}
+		}
+		// Claiming reset the idle time.
+		if msgs, _ := reclaim(t, c3, h.Short); len(msgs) != 0 {
+			t.Errorf("Reclaim right after a reclaim = %v, want nothing idle", msgIDs(msgs))
+		}
+		// Reclaims from any consumer count deliveries on.
+		for deliveries := int64(3); deliveries <= 4; deliveries++ {
+			h.Advance(t, h.Short)
+			msgs, _ := reclaim(t, c3, h.Short)
+			if len(msgs) != 2 || msgs[0].Deliveries != deliveries || msgs[1].Deliveries != deliveries {
+				t.Fatalf("Reclaim = %+v, want both entries with %d deliveries", msgs, deliveries)
+			}
+		}
+	})
+
+	run("ReclaimReportsDeletedEntries", func(t *testing.T, h StreamSourceHarness) {
+		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+		all := publishN(t, c1, 5)
+		read(t, c1, 10)
+		gone := []string{all[1], all[3]}
+		h.Delete(t, gone...)
+		h.Advance(t, h.Short)
+		msgs, deleted := reclaim(t, c2, h.Short)
+		kept := []string{all[0], all[2], all[4]}
+		if got := msgIDs(msgs); !slices.Equal(got, kept) {
+			t.Errorf("reclaimed %v, want %v", got, kept)
+		}
+		if !slices.Equal(deleted, gone) {
+			t.Errorf("deleted %v, want %v", deleted, gone)
+		}
+		for _, m := range msgs {
+			if m.Fields == nil {
+				t.Errorf("reclaimed %s without fields", m.ID)
+			}
+		}
+		// The dangling references were cleared: reported once only.
+		h.Advance(t, h.Short)
+		msgs, deleted = reclaim(t, c2, h.Short)
+		if got := msgIDs(msgs); !slices.Equal(got, kept) || len(deleted) != 0 {
+			t.Errorf("second Reclaim = %v, deleted %v; want %v and nothing deleted", got, deleted, kept)
+		}
+	})
+
+	run("Heartbeat", func(t *testing.T, h StreamSourceHarness) {
+		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+		hb, ok := c1.(relay.Heartbeater)
+		if !ok {
+			t.Skip("the source is not a relay.Heartbeater")
+		}
+		ctx := t.Context()
+		ids := publishN(t, c1, 2)
+		live, stuck := ids[0], ids[1]
+		read(t, c1, 10)
+		h.Advance(t, h.Short)
+		if err := hb.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
+			t.Fatalf("Heartbeat: %v", err)
+		}
+		if err := hb.Heartbeat(ctx); err != nil {
+			t.Errorf("Heartbeat of no ids: %v", err)
+		}
+		msgs, _ := reclaim(t, c2, h.Short)
+		if got := msgIDs(msgs); !slices.Equal(got, []string{stuck}) {
+			t.Fatalf("Reclaim after a heartbeat of %s = %v, want only %s", live, got, stuck)
+		}
+		// A heartbeat is not a delivery.
+		h.Advance(t, h.Short)
+		msgs, _ = reclaim(t, c2, h.Short)
+		for _, m := range msgs {
+			if m.ID == live && m.Deliveries != 2 {
+				t.Errorf("%s has %d deliveries after a read, a heartbeat and a reclaim, want 2", live, m.Deliveries)
+			}
+		}
+		if !slices.Contains(msgIDs(msgs), live) {
+			t.Errorf("Reclaim without a heartbeat = %v, want %s included", msgIDs(msgs), live)
+		}
+	})
+
+	run("Pending", func(t *testing.T, h StreamSourceHarness) {
+		c1 := h.Consumer(t, "c1")
+		pr, ok := c1.(relay.PendingReporter)
+		if !ok {
+			t.Skip("the source is not a relay.PendingReporter")
+		}
+		ctx := t.Context()
+		if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
+			t.Fatalf("Pending of an empty PEL = %d, %s, %v; want 0, 0", n, age, err)
+		}
+		ids := publishN(t, c1, 3)
+		read(t, c1, 10)
+		h.Advance(t, h.Short)
+		n, age, err := pr.Pending(ctx)
+		if err != nil || n != 3 || age < h.Short {
+			t.Fatalf("Pending = %d, %s, %v; want 3 entries, the oldest at least %s old", n, age, err, h.Short)
+		}
+		if err := c1.Ack(ctx, ids...); err != nil {
+			t.Fatal(err)
+		}
+		if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
+			t.Errorf("Pending after acking everything = %d, %s, %v; want 0, 0", n, age, err)
+		}
+	})
+
+	run("Ping", func(t *testing.T, h StreamSourceHarness) {
+		p, ok := h.Consumer(t, "c1").(relay.Pinger)
+		if !ok {
+			t.Skip("the source is not a relay.Pinger")
+		}
+		if err := p.Ping(t.Context()); err != nil {
+			t.Errorf("Ping: %v", err)
+		}
+	})
+
+	run("ConcurrentReadersNeverShare", func(t *testing.T, h StreamSourceHarness) {
+		const n, readers = 60, 3
+		ids := publishN(t, h.Consumer(t, "producer"), n)
+		var mu sync.Mutex
+		seen := map[string]string{}
+		var wg sync.WaitGroup
+		for r := range readers {
+			c := h.Consumer(t, "reader"+strconv.Itoa(r))
+			wg.Go(func() {
+				for {
+					msgs, err := c.Read(t.Context(), 7)
+					if err != nil {
+						t.Errorf("Read: %v", err)
+						return
+					}
+					if len(msgs) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, m := range msgs {
+						if prev, dup := seen[m.ID]; dup {
+							t.Errorf("%s delivered to %s and reader%d", m.ID, prev, r)
+						}
+						seen[m.ID] = "reader" + strconv.Itoa(r)
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(seen) != n {
+			t.Errorf("%d of %d entries delivered", len(seen), n)
+		}
+		for _, id := range ids {
+			if _, ok := seen[id]; !ok {
+				t.Errorf("%s never delivered", id)
+			}
+		}
+	})
+
+	run("InvalidArguments", func(t *testing.T, h StreamSourceHarness) {
+		c1 := h.Consumer(t, "c1")
+		if _, err := c1.Publish(t.Context(), nil); err == nil {
+			t.Error("Publish of no fields succeeded, want an error")
+		}
+		if _, err := c1.Read(t.Context(), 0); err == nil {
+			t.Error("Read(0) succeeded, want an error")
+		}
+	})
+}
+
+func publish(t *testing.T, s relay.StreamSource, fields map[string]string) string {
+	t.Helper()
+	id, err := s.Publish(t.Context(), fields)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if _, _, err := stream.ParseID(id); err != nil {
+		t.Fatalf("Publish returned %v", err)
+	}
+	return id
+}
+
+// publishN appends n entries {"n": i} and returns their ids.
+func publishN(t *testing.T, s relay.StreamSource, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = publish(t, s, map[string]string{"n": strconv.Itoa(i)})
+	}
+	return ids
+}
+
+func read(t *testing.T, s relay.StreamSource, count int) []stream.Message {
+	t.Helper()
+	msgs, err := s.Read(t.Context(), count)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	return msgs
+}
+
+func reclaim(t *testing.T, s relay.StreamSource, minIdle time.Duration) ([]stream.Message, []string) {
+	t.Helper()
+	msgs, deleted, err := s.Reclaim(t.Context(), minIdle)
+	if err != nil {
+		t.Fatalf("Reclaim(%s): %v", minIdle, err)
+	}
+	return msgs, deleted
+}
+
+func msgIDs(msgs []stream.Message) []string {
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}

@@ -1,0 +1,124 @@
+package relaytest_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/relaytest"
+	"github.com/relaydev/relay/runtime"
+)
+
+var (
+	_ relay.StateStore      = (*relaytest.StateStore)(nil)
+	_ relay.StreamSource    = (*relaytest.Consumer)(nil)
+	_ relay.Heartbeater     = (*relaytest.Consumer)(nil)
+	_ relay.PendingReporter = (*relaytest.Consumer)(nil)
+	_ relay.Pinger          = (*relaytest.Consumer)(nil)
+	_ relay.DLQWriter       = (*relaytest.DLQ)(nil)
+	_ relay.Runner          = (*relaytest.Runner)(nil)
+)
+
+// start is where the fakes' manual clocks begin.
+var start = time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
+
+func TestStateStoreContract(t *testing.T) {
+	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
+		clock := relaytest.NewManualClock(start)
+		return relaytest.StateStoreHarness{
+			Store:   relaytest.NewStateStore(relaytest.WithClock(clock)),
+			Now:     func(*testing.T) time.Time { return clock.Now() },
+			Advance: relaytest.AdvanceManual(clock),
+			Short:   time.Minute,
+		}
+	})
+}
+
+func TestStreamSourceContract(t *testing.T) {
+	relaytest.TestStreamSource(t, func(t *testing.T) relaytest.StreamSourceHarness {
+		clock := relaytest.NewManualClock(start)
+		s := relaytest.NewStream(relaytest.WithClock(clock), relaytest.WithBlock(10*time.Millisecond))
+		return relaytest.StreamSourceHarness{
+			Consumer: func(_ *testing.T, name string) relay.StreamSource { return s.Consumer(name) },
+			Delete:   func(_ *testing.T, ids ...string) { s.Delete(ids...) },
+			Advance:  relaytest.AdvanceManual(clock),
+			Short:    time.Minute,
+		}
+	})
+}
+
+func TestDLQWriterContract(t *testing.T) {
+	relaytest.TestDLQWriter(t, func(t *testing.T) relaytest.DLQWriterHarness {
+		clock := relaytest.NewManualClock(start)
+		name := relaytest.UniqueName(t)
+		d := relaytest.NewDLQ(name, relaytest.WithClock(clock))
+		return relaytest.DLQWriterHarness{
+			Writer: d,
+			Stream: name,
+			List: func(t *testing.T) []dlq.Entry {
+				t.Helper()
+				entries, err := d.List(context.Background(), dlq.Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return entries
+			},
+			Now: func(*testing.T) time.Time { return clock.Now() },
+		}
+	})
+}
+
+// The suites also hold on the system clock, inside a synctest bubble or not.
+func TestStateStoreContractSystemClock(t *testing.T) {
+	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
+		now := func(*testing.T) time.Time { return time.Now() }
+		return relaytest.StateStoreHarness{
+			Store:   relaytest.NewStateStore(),
+			Now:     now,
+			Advance: relaytest.AdvanceByPolling(now),
+			Short:   50 * time.Millisecond,
+		}
+	})
+}
+
+func TestMatcherContract(t *testing.T) {
+	relaytest.TestMatcher(t, func(_ *testing.T, apps *relay.Apps) relay.Matcher { return apps.Matcher() })
+}
+
+// The fake Runner passes the Runner suite when scripted with outcomes that
+// behave as real handlers do.
+func TestRunnerContract(t *testing.T) {
+	relaytest.TestRunner(t, func(t *testing.T) relaytest.RunnerHarness {
+		r := relaytest.NewRunner()
+		var n atomic.Int32
+		return relaytest.RunnerHarness{
+			Runner: r,
+			Request: func(t *testing.T, b relaytest.Behaviour) runtime.Request {
+				// One handler per request, so each runs its own script.
+				req := runtime.Request{App: "relaytest", Handler: "h" + strconv.Itoa(int(n.Add(1)))}
+				var out relaytest.Outcome
+				switch b {
+				case relaytest.Succeeds:
+					out = relaytest.Succeed()
+				case relaytest.Fails:
+					out = relaytest.Fail(3, "failed")
+				case relaytest.Hangs:
+					out = relaytest.Hang()
+				case relaytest.ChecksEvent:
+					out = func(_ context.Context, req runtime.Request) error {
+						if string(req.Event) != relaytest.CheckEvent {
+							return &runtime.ExitError{Code: 1, Stderr: "unexpected event"}
+						}
+						return nil
+					}
+				}
+				r.Script(req.App+"/"+req.Handler, out)
+				return req
+			},
+		}
+	})
+}

@@ -1,0 +1,196 @@
+package relaytest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/relaydev/relay/dlq"
+)
+
+// DLQ is an in-memory dead-letter queue of one source stream (events.md
+// "Dead-letter queue"). It implements relay.DLQWriter with the validation
+// and defaults of dlq.Writer, and the reading side of dlq.Store with the
+// same method signatures: List, Get, Delete, Len.
+//
+// Entries are stored as a Redis reader would decode them (dlq.Encode, then
+// dlq.Decode): Timestamp in UTC with millisecond precision. Ids are
+// "<ms>-<seq>" from the clock, strictly increasing.
+//
+// Safe for concurrent use.
+type DLQ struct {
+	stream string
+	clock  Clock
+
+	mu      sync.Mutex
+	entries []dlq.Entry // in id order
+	last    streamID
+}
+
+// NewDLQ returns an empty dead-letter queue for sourceStream. Options:
+// WithClock. It panics on an empty sourceStream, as dlq.NewWriter does.
+func NewDLQ(sourceStream string, opts ...Option) *DLQ {
+	if sourceStream == "" {
+		panic("relaytest: NewDLQ: empty source stream")
+	}
+	o := buildConfig("NewDLQ", opts, "WithClock")
+	return &DLQ{stream: sourceStream, clock: o.clock}
+}
+
+// Write validates e as dlq.Writer.Write does and appends it, returning the
+// new entry id. An empty OriginalStream is taken to be the queue's source
+// stream and any other value is an error; a zero Timestamp becomes the
+// clock's time; e.ID is ignored. A validation failure is a *dlq.FieldError
+// (errors.Is dlq.ErrInvalidEntry) naming the wire field, and writes nothing.
+// Not idempotent: each call appends one entry.
+func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	if e.OriginalStream == "" {
+		e.OriginalStream = d.stream
+	}
+	if e.OriginalStream != d.stream {
+		return "", &dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, d.stream)}
+	}
+	if e.Timestamp.IsZero() {
+		e.Timestamp = d.clock.Now()
+	}
+	if err := validateEntry(e); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("relaytest: dlq write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id := streamID{ms: uint64(max(nowMS(d.clock), 0))}
+	if id.compare(d.last) <= 0 {
+		id = streamID{ms: d.last.ms, seq: d.last.seq + 1}
+	}
+	stored, err := dlq.Decode(id.String(), dlq.Encode(e))
+	if err != nil {
+		// validateEntry accepts only entries that decode; this is a bug here.
+		return "", fmt.Errorf("relaytest: dlq write: entry does not read back: %w", err)
+	}
+	d.last = id
+	d.entries = append(d.entries, stored)
+	return stored.ID, nil
+}
+
+// List returns the entries that pass f, oldest first, as dlq.Store.List
+// does: App and Handler match exactly, Since compares with the millisecond
+// part of the entry id, Limit 0 means no limit.
+func (d *DLQ) List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error) {
+	if f.Limit < 0 {
+		return nil, fmt.Errorf("relaytest: dlq list: Limit must be >= 0, got %d", f.Limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("relaytest: dlq list: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []dlq.Entry
+	for _, e := range d.entries {
+		id, _ := parseID(e.ID)
+		if !f.Since.IsZero() && int64(id.ms) < f.Since.UnixMilli() {
+			continue
+		}
+		if (f.App != "" && e.App != f.App) || (f.Handler != "" && e.Handler != f.Handler) {
+			continue
+		}
+		out = append(out, e)
+		if f.Limit > 0 && len(out) == f.Limit {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Get returns the entry with id; an unknown or ill-formed id wraps
+// dlq.ErrNotFound.
+func (d *DLQ) Get(ctx context.Context, id string) (dlq.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return dlq.Entry{}, fmt.Errorf("relaytest: dlq get %s: %w", id, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, err := d.index(id)
+	if err != nil {
+		return dlq.Entry{}, err
+	}
+	return d.entries[i], nil
+}
+
+// Delete removes the entry with id; an unknown or ill-formed id, or one
+// already deleted, wraps dlq.ErrNotFound.
+func (d *DLQ) Delete(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("relaytest: dlq delete %s: %w", id, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i, err := d.index(id)
+	if err != nil {
+		return err
+	}
+	d.entries = append(d.entries[:i], d.entries[i+1:]...)
+	return nil
+}
+
+// Len returns the number of entries.
+func (d *DLQ) Len(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("relaytest: dlq len: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return int64(len(d.entries)), nil
+}
+
+// index finds id among the entries. d.mu must be held.
+func (d *DLQ) index(id string) (int, error) {
+	if _, err := parseID(id); err != nil {
+		return 0, fmt.Errorf("%w: %q is not a stream id", dlq.ErrNotFound, id)
+	}
+	for i, e := range d.entries {
+		if e.ID == id {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s", dlq.ErrNotFound, id)
+}
+
+// validateEntry applies dlq.Writer's rules (package dlq keeps them
+// unexported): the required fields, a stream id as OriginalID, and the
+// malformed-message convention.
+func validateEntry(e dlq.Entry) error {
+	bad := func(field, msg string) error { return &dlq.FieldError{Field: field, Msg: msg} }
+	for _, r := range []struct{ field, value string }{
+		{"original_stream", e.OriginalStream},
+		{"original_id", e.OriginalID},
+		{"group", e.Group},
+		{"consumer", e.Consumer},
+		{"reason", e.Reason},
+		{"app", e.App},
+		{"handler", e.Handler},
+	} {
+		if r.value == "" {
+			return bad(r.field, "empty")
+		}
+	}
+	if _, err := parseID(e.OriginalID); err != nil {
+		return bad("original_id", "not a stream id: "+strconv.Quote(e.OriginalID))
+	}
+	if e.Deliveries < 0 {
+		return bad("deliveries", "negative")
+	}
+	malformed := e.App == dlq.MalformedName
+	switch {
+	case malformed != (e.Handler == dlq.MalformedName):
+		return bad("handler", "app and handler must both be "+strconv.Quote(dlq.MalformedName)+" or neither")
+	case malformed && e.HandlerAttempts != 0:
+		return bad("handler_attempts", "must be 0 for a malformed message")
+	case !malformed && e.HandlerAttempts < 1:
+		return bad("handler_attempts", "must be >= 1 for an exhausted invocation")
+	}
+	return nil
+}

@@ -1,0 +1,441 @@
+package relaytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
+)
+
+// StateStore is an in-memory relay.StateStore with the semantics of
+// invocation.Store (events.md "Invocation state persistence"; see that
+// package's doc for the state machine): one hash per message key, one field
+// per invocation "<app>/<handler>", every transition fenced on the lease's
+// attempt and token, inert once the hash is retained; first-writer-wins pins
+// in reserved fields (Pin); and the trace lineage of the latest unsuccessful
+// attempt (Lease.Trace, returned by the next Claim as Claim.PrevTrace). Its
+// clock plays the part of the Redis server's TIME: deadlines are Unix
+// milliseconds of it.
+//
+// Arguments are checked as invocation.Store checks them, with errors that
+// name the operation, the invocation field and the hash; ErrStale and
+// ErrTerminal are wrapped the same way. A cancelled context fails a call
+// before it changes anything.
+//
+// Safe for concurrent use; every method is atomic, as a Lua script is.
+type StateStore struct {
+	clock Clock
+	token func() string
+
+	mu     sync.Mutex
+	hashes map[invocation.Key]*stateHash
+}
+
+// stateHash is one message's hash.
+type stateHash struct {
+	fields map[string]stateValue
+	// reserved holds the "__" fields other than __terminal: pins
+	// ("__schedule") and trace lineage ("__trace:<field>").
+	reserved map[string]string
+	// terminal is the reserved __terminal marker; expiresMS its TTL (0: none).
+	terminal  bool
+	expiresMS int64
+}
+
+func newHash() *stateHash {
+	return &stateHash{fields: map[string]stateValue{}, reserved: map[string]string{}}
+}
+
+// traceField is invocation.TraceField: where the lineage of field is kept.
+func traceField(field string) string { return invocation.TraceField(field) }
+
+// saveTrace stores a non-empty trace lineage of field, as save_trace in
+// prelude.lua does.
+func (h *stateHash) saveTrace(field, trace string) {
+	if trace != "" {
+		h.reserved[traceField(field)] = trace
+	}
+}
+
+type stateKind int
+
+const (
+	kindRunning stateKind = iota + 1
+	kindNextAttempt
+	kindOK
+	kindExhausted
+)
+
+// stateValue is one field's value, the parsed form of the strings
+// invocation.Store writes (running:<deadline_ms>:<attempt>:<token>, ...).
+type stateValue struct {
+	kind       stateKind
+	deadlineMS int64 // running, next attempt
+	attempt    int
+	token      string
+	dlq        bool // exhausted with its DLQ entry recorded
+}
+
+// String returns the value as invocation.Store stores it.
+func (v stateValue) String() string {
+	switch v.kind {
+	case kindRunning:
+		return fmt.Sprintf("running:%d:%d:%s", v.deadlineMS, v.attempt, v.token)
+	case kindNextAttempt:
+		return fmt.Sprintf("next_attempt_at:%d:%d:%s", v.deadlineMS, v.attempt, v.token)
+	case kindOK:
+		return "ok"
+	case kindExhausted:
+		s := fmt.Sprintf("exhausted:%d:%s", v.attempt, v.token)
+		if v.dlq {
+			s += ":dlq"
+		}
+		return s
+	}
+	return "?"
+}
+
+// NewStateStore returns an empty StateStore. Options: WithClock,
+// WithTokenSource.
+func NewStateStore(opts ...Option) *StateStore {
+	o := buildConfig("NewStateStore", opts, "WithClock", "WithTokenSource")
+	return &StateStore{clock: o.clock, token: o.token, hashes: map[invocation.Key]*stateHash{}}
+}
+
+// hash returns the live hash of key at nowMS, dropping it first when its
+// retention TTL has run out (as Redis expires a key: strictly after the
+// deadline). It returns nil when there is none. s.mu must be held.
+func (s *StateStore) hash(key invocation.Key, nowMS int64) *stateHash {
+	h := s.hashes[key]
+	if h != nil && h.expiresMS != 0 && nowMS > h.expiresMS {
+		delete(s.hashes, key)
+		return nil
+	}
+	return h
+}
+
+// Claim implements relay.StateStore.Claim as claim.lua does; see
+// invocation.Store.Claim for every outcome.
+func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int) (invocation.Claim, error) {
+	fail := func(err error) (invocation.Claim, error) {
+		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
+	}
+	if err := checkField(field); err != nil {
+		return fail(err)
+	}
+	if lease < time.Millisecond {
+		return fail(fmt.Errorf("lease %v: must be >= 1ms", lease))
+	}
+	if maxAttempts < 1 {
+		return fail(fmt.Errorf("max attempts %d: must be >= 1", maxAttempts))
+	}
+	token := s.token()
+	if err := checkToken(token); err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	h := s.hash(key, now)
+	if h != nil && h.terminal {
+		return invocation.Claim{Status: invocation.Terminal}, nil
+	}
+	base := invocation.Lease{Key: key, Field: field}
+	prevTrace := func() string {
+		if h == nil {
+			return ""
+		}
+		return h.reserved[traceField(field)]
+	}
+	start := func(attempt int) invocation.Claim {
+		deadline := now + lease.Milliseconds()
+		if h == nil {
+			h = newHash()
+			s.hashes[key] = h
+		}
+		h.fields[field] = stateValue{kind: kindRunning, deadlineMS: deadline, attempt: attempt, token: token}
+		l := base
+		l.Attempt, l.Token, l.Deadline = attempt, token, time.UnixMilli(deadline)
+		return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: prevTrace()}
+	}
+	// executed attempts are used up: start the next one, or exhaust.
+	nextAfter := func(executed int) invocation.Claim {
+		if executed >= maxAttempts {
+			h.fields[field] = stateValue{kind: kindExhausted, attempt: executed, token: token}
+			l := base
+			l.Attempt, l.Token = executed, token
+			return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: prevTrace()}
+		}
+		return start(executed + 1)
+	}
+
+	var v stateValue
+	var ok bool
+	if h != nil {
+		v, ok = h.fields[field]
+	}
+	if !ok {
+		return start(1), nil
+	}
+	switch v.kind {
+	case kindOK:
+		return invocation.Claim{Status: invocation.Succeeded}, nil
+	case kindRunning:
+		if v.deadlineMS > now {
+			return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
+		}
+		// The owner died or stalled mid-run: that attempt counts as failed.
+		return nextAfter(v.attempt), nil
+	case kindNextAttempt:
+		if v.deadlineMS > now {
+			return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
+		}
+		return nextAfter(v.attempt), nil
+	case kindExhausted:
+		l := base
+		l.Attempt, l.Token = v.attempt, v.token
+		st := invocation.Exhausted
+		if v.dlq {
+			st = invocation.DeadLettered
+		}
+		return invocation.Claim{Status: st, Lease: l, PrevTrace: prevTrace()}, nil
+	}
+	return fail(fmt.Errorf("malformed state %q", v))
+}
+
+// Release implements relay.StateStore.Release as release.lua does: attempt 1
+// deletes the field, a later attempt becomes due at once with attempt-1
+// used; a non-empty l.Trace is kept as the lineage either way. ErrStale
+// unless the field is running with l's attempt and token; ErrTerminal on a
+// retained hash.
+func (s *StateStore) Release(ctx context.Context, l invocation.Lease) error {
+	return s.transition(ctx, "release", l, kindRunning, func(h *stateHash, _ stateValue, now int64) {
+		h.saveTrace(l.Field, l.Trace)
+		if l.Attempt <= 1 {
+			delete(h.fields, l.Field)
+			if len(h.fields) == 0 && len(h.reserved) == 0 {
+				// Redis deletes a hash whose last field is removed.
+				delete(s.hashes, l.Key)
+			}
+			return
+		}
+		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: l.Attempt - 1, token: l.Token}
+	})
+}
+
+// Finish implements relay.StateStore.Finish as finish.lua does: the field
+// becomes "ok". ErrStale unless the field is running with l's attempt and
+// token, including when it is "ok" already; ErrTerminal on a retained hash.
+func (s *StateStore) Finish(ctx context.Context, l invocation.Lease) error {
+	return s.transition(ctx, "finish", l, kindRunning, func(h *stateHash, _ stateValue, _ int64) {
+		h.fields[l.Field] = stateValue{kind: kindOK}
+	})
+}
+
+// ScheduleRetry implements relay.StateStore.ScheduleRetry as
+// schedule_retry.lua does and returns now+backoff (ms precision) on the
+// store's clock; a non-empty l.Trace is kept as the lineage. backoff must be
+// >= 0. ErrStale unless the field is running with l's attempt and token;
+// ErrTerminal on a retained hash.
+func (s *StateStore) ScheduleRetry(ctx context.Context, l invocation.Lease, backoff time.Duration) (time.Time, error) {
+	if backoff < 0 {
+		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0", l.Field, hashName(l.Key), backoff)
+	}
+	var next int64
+	err := s.transition(ctx, "schedule_retry", l, kindRunning, func(h *stateHash, _ stateValue, now int64) {
+		next = now + backoff.Milliseconds()
+		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: next, attempt: l.Attempt, token: l.Token}
+		h.saveTrace(l.Field, l.Trace)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(next), nil
+}
+
+// Exhaust implements relay.StateStore.Exhaust as exhaust.lua does; a
+// non-empty l.Trace is kept as the lineage. ErrStale unless the field is
+// running with l's attempt and token; ErrTerminal on a retained hash.
+func (s *StateStore) Exhaust(ctx context.Context, l invocation.Lease) error {
+	return s.transition(ctx, "exhaust", l, kindRunning, func(h *stateHash, _ stateValue, _ int64) {
+		h.fields[l.Field] = stateValue{kind: kindExhausted, attempt: l.Attempt, token: l.Token}
+		h.saveTrace(l.Field, l.Trace)
+	})
+}
+
+// MarkDLQ implements relay.StateStore.MarkDLQ as mark_dlq.lua does.
+// Idempotent. ErrStale unless the field is exhausted with l's attempt and
+// token; ErrTerminal on a retained hash.
+func (s *StateStore) MarkDLQ(ctx context.Context, l invocation.Lease) error {
+	return s.transition(ctx, "mark_dlq", l, kindExhausted, func(h *stateHash, v stateValue, _ int64) {
+		v.dlq = true
+		h.fields[l.Field] = v
+	})
+}
+
+// Retain implements relay.StateStore.Retain as retain.lua does: it marks the
+// hash of key terminal with a TTL of ttl (>= 1ms, ms precision) on the
+// store's clock, creating it when missing. Idempotent: on a retained hash
+// nothing changes and the running TTL is kept. When the TTL has run out the
+// hash is gone, as if never written.
+func (s *StateStore) Retain(ctx context.Context, key invocation.Key, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("retain %s: ttl %v: must be >= 1ms", hashName(key), ttl)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("retain %s: %w", hashName(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	h := s.hash(key, now)
+	if h == nil {
+		h = newHash()
+		s.hashes[key] = h
+	}
+	if !h.terminal {
+		h.terminal = true
+		h.expiresMS = now + ttl.Milliseconds()
+	}
+	return nil
+}
+
+// Pin implements relay.StateStore.Pin as pin.lua does: it stores value in
+// the reserved field of key's hash unless that holds a value already, and
+// returns the value that holds now (first writer wins). field must start
+// with "__" and be neither "__terminal" nor a trace field ("__trace:...").
+// ErrTerminal on a retained hash.
+func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value string) (string, error) {
+	fail := func(err error) (string, error) {
+		return "", fmt.Errorf("pin %s in %s: %w", field, hashName(key), err)
+	}
+	if !strings.HasPrefix(field, "__") || field == "__terminal" || strings.HasPrefix(field, traceField("")) || len(field) < 3 {
+		return fail(errors.New(`field must be a reserved "__<name>" other than __terminal and __trace:*`))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.hash(key, nowMS(s.clock))
+	if h != nil && h.terminal {
+		return fail(invocation.ErrTerminal)
+	}
+	if h == nil {
+		h = newHash()
+		s.hashes[key] = h
+	}
+	if v, ok := h.reserved[field]; ok {
+		return v, nil
+	}
+	h.reserved[field] = value
+	return value, nil
+}
+
+// Get returns every field of the hash of key as invocation.Store.Get does:
+// invocation fields with values in invocation.Store's wire form
+// ("running:<deadline_ms>:<attempt>:<token>", "ok", ...), the reserved
+// fields ("__terminal" = "1" once retained, pins, "__trace:<field>"); an
+// empty map when there is none. For assertions in tests.
+func (s *StateStore) Get(key invocation.Key) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	h := s.hash(key, nowMS(s.clock))
+	if h == nil {
+		return out
+	}
+	for f, v := range h.fields {
+		out[f] = v.String()
+	}
+	for f, v := range h.reserved {
+		out[f] = v
+	}
+	if h.terminal {
+		out["__terminal"] = "1"
+	}
+	return out
+}
+
+// TTL returns the time left before the retained hash of key expires, and
+// false when the hash does not exist or has no TTL (it is not retained).
+func (s *StateStore) TTL(key invocation.Key) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	h := s.hash(key, now)
+	if h == nil || h.expiresMS == 0 {
+		return 0, false
+	}
+	return time.Duration(h.expiresMS-now) * time.Millisecond, true
+}
+
+// transition runs one fenced write: after the checks invocation.Store makes
+// in Go, it returns ErrTerminal on a retained hash and ErrStale unless the
+// field has kind want with l's attempt and token, and otherwise calls apply
+// with the current value and time.
+func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lease, want stateKind, apply func(h *stateHash, v stateValue, nowMS int64)) error {
+	fail := func(err error) error {
+		return fmt.Errorf("%s %s in %s: %w", op, l.Field, hashName(l.Key), err)
+	}
+	if err := checkLease(l); err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	h := s.hash(l.Key, now)
+	if h != nil && h.terminal {
+		return fail(invocation.ErrTerminal)
+	}
+	if h == nil {
+		return fail(invocation.ErrStale)
+	}
+	v, ok := h.fields[l.Field]
+	if !ok || v.kind != want || v.attempt != l.Attempt || v.token != l.Token {
+		return fail(invocation.ErrStale)
+	}
+	apply(h, v, now)
+	return nil
+}
+
+func hashName(k invocation.Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
+
+func checkField(field string) error {
+	switch {
+	case field == "":
+		return errors.New("empty field")
+	case strings.HasPrefix(field, "__"):
+		return fmt.Errorf("field %q: the __ prefix is reserved", field)
+	}
+	return nil
+}
+
+func checkToken(token string) error {
+	if token == "" || strings.Contains(token, ":") {
+		return fmt.Errorf("token %q: must be non-empty without ':'", token)
+	}
+	return nil
+}
+
+func checkLease(l invocation.Lease) error {
+	if err := checkField(l.Field); err != nil {
+		return err
+	}
+	if l.Attempt < 1 {
+		return fmt.Errorf("lease attempt %d: must be >= 1", l.Attempt)
+	}
+	return checkToken(l.Token)
+}

@@ -1,0 +1,399 @@
+package relaytest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/relaydev/relay/stream"
+)
+
+// Stream is an in-memory Redis Stream with one consumer group, created from
+// id 0: the delivery semantics stream.Source gets from Redis (events.md
+// "Delivery, retry, and ACK"). Consumer returns the relay.StreamSource of
+// one consumer; any number of consumers share the group's PEL.
+//
+//   - Publish appends an entry with id "<ms>-<seq>" from the clock, strictly
+//     increasing even when the clock stands still or goes back (XADD *).
+//   - Read delivers entries no consumer of the group was given yet, in id
+//     order, and records them in the PEL with delivery count 1 (XREADGROUP >).
+//   - Reclaim takes over PEL entries idle for at least minIdle, from any
+//     consumer, and raises their delivery count; PEL entries whose stream
+//     entry was deleted are reported as deleted and dropped (XAUTOCLAIM on
+//     Redis 7).
+//   - Heartbeat resets idle times without raising delivery counts (XCLAIM
+//     ... 0 JUSTID); Ack removes entries from the PEL (XACK).
+//
+// Idle time is measured on the Stream's clock with millisecond precision.
+// Reclaim makes one pass over the whole PEL instead of walking a cursor in
+// pages, which a caller of the interface cannot tell apart.
+//
+// Safe for concurrent use.
+type Stream struct {
+	clock Clock
+	block time.Duration
+
+	mu        sync.Mutex
+	entries   []streamEntry // by id, ascending; deleted ones removed
+	last      streamID      // the newest id ever generated
+	delivered streamID      // the group's last-delivered-id
+	pel       map[streamID]*pelEntry
+	// wake is closed and replaced by every Publish, to end blocked Reads.
+	wake chan struct{}
+}
+
+type streamID struct{ ms, seq uint64 }
+
+func (id streamID) String() string { return fmt.Sprintf("%d-%d", id.ms, id.seq) }
+
+func (id streamID) compare(o streamID) int {
+	if c := cmp.Compare(id.ms, o.ms); c != 0 {
+		return c
+	}
+	return cmp.Compare(id.seq, o.seq)
+}
+
+func parseID(s string) (streamID, error) {
+	ms, seq, err := stream.ParseID(s)
+	return streamID{ms, seq}, err
+}
+
+type streamEntry struct {
+	id     streamID
+	fields map[string]string
+}
+
+type pelEntry struct {
+	consumer    string
+	deliveries  int64
+	deliveredMS int64 // last delivery or heartbeat, Unix ms on the clock
+}
+
+// NewStream returns an empty stream whose consumer group exists. Options:
+// WithClock, WithBlock.
+func NewStream(opts ...Option) *Stream {
+	o := buildConfig("NewStream", opts, "WithClock", "WithBlock")
+	return &Stream{clock: o.clock, block: o.block, pel: map[streamID]*pelEntry{}, wake: make(chan struct{})}
+}
+
+// Consumer returns the source of consumer name, reading through the
+// Stream's group. Consumers are identified by name alone: two calls with one
+// name return sources of the same consumer. It panics on an empty name.
+func (s *Stream) Consumer(name string) *Consumer {
+	if name == "" {
+		panic("relaytest: Stream.Consumer: empty consumer name")
+	}
+	return &Consumer{s: s, name: name}
+}
+
+// Publish appends an entry with a copy of fields and returns its id, as
+// Consumer.Publish does. fields must not be empty.
+func (s *Stream) Publish(ctx context.Context, fields map[string]string) (string, error) {
+	if len(fields) == 0 {
+		return "", fmt.Errorf("relaytest: publish: no fields")
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("relaytest: publish: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := streamID{ms: uint64(max(nowMS(s.clock), 0))}
+	if id.compare(s.last) <= 0 {
+		id = streamID{ms: s.last.ms, seq: s.last.seq + 1}
+	}
+	s.last = id
+	s.entries = append(s.entries, streamEntry{id: id, fields: maps.Clone(fields)})
+	close(s.wake)
+	s.wake = make(chan struct{})
+	return id.String(), nil
+}
+
+// Delete removes entries from the stream, pending or not, as XDEL does (an
+// operator's delete or an unsafe trim): their PEL references stay until a
+// Reclaim reports them as deleted. It returns how many existed; unknown and
+// ill-formed ids are ignored.
+func (s *Stream) Delete(ids ...string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, raw := range ids {
+		id, err := parseID(raw)
+		if err != nil {
+			continue
+		}
+		if i, ok := s.find(id); ok {
+			s.entries = slices.Delete(s.entries, i, i+1)
+			n++
+		}
+	}
+	return n
+}
+
+// Len returns the number of entries in the stream (XLEN).
+func (s *Stream) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries)
+}
+
+// Lag returns how many entries of the stream the group has not delivered
+// to any consumer yet (the lag of XINFO GROUPS). With Pending it tells when
+// a consumer has nothing left to do: Lag() == 0 and no entry pending.
+func (s *Stream) Lag() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries) - s.firstUndelivered()
+}
+
+// PendingEntry is one entry of the group's PEL.
+type PendingEntry struct {
+	ID         string
+	Consumer   string
+	Deliveries int64
+	// Idle is the time since the entry was last delivered or heartbeated,
+	// on the Stream's clock, in whole milliseconds.
+	Idle time.Duration
+}
+
+// Pending returns the group's PEL in id order (extended XPENDING), for
+// assertions: an id that is not in it was acknowledged, or never read.
+func (s *Stream) Pending() []PendingEntry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	out := make([]PendingEntry, 0, len(s.pel))
+	for _, id := range s.pelIDs() {
+		p := s.pel[id]
+		out = append(out, PendingEntry{
+			ID: id.String(), Consumer: p.consumer, Deliveries: p.deliveries,
+			Idle: time.Duration(max(now-p.deliveredMS, 0)) * time.Millisecond,
+		})
+	}
+	return out
+}
+
+// IsPending reports whether id is in the group's PEL.
+func (s *Stream) IsPending(id string) bool {
+	sid, err := parseID(id)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.pel[sid]
+	return ok
+}
+
+// find returns the index of id in s.entries. s.mu must be held.
+func (s *Stream) find(id streamID) (int, bool) {
+	return slices.BinarySearchFunc(s.entries, id, func(e streamEntry, id streamID) int { return e.id.compare(id) })
+}
+
+// firstUndelivered returns the index of the first entry after the group's
+// last-delivered-id. s.mu must be held.
+func (s *Stream) firstUndelivered() int {
+	i, _ := slices.BinarySearchFunc(s.entries, s.delivered, func(e streamEntry, id streamID) int {
+		if e.id.compare(id) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	return i
+}
+
+// pelIDs returns the PEL's ids in ascending order. s.mu must be held.
+func (s *Stream) pelIDs() []streamID {
+	ids := slices.Collect(maps.Keys(s.pel))
+	slices.SortFunc(ids, streamID.compare)
+	return ids
+}
+
+// Consumer is one consumer of a Stream's group. It implements
+// relay.StreamSource, relay.Heartbeater, relay.PendingReporter and
+// relay.Pinger, with the semantics of the same methods of stream.Source.
+// Safe for concurrent use.
+type Consumer struct {
+	s    *Stream
+	name string
+}
+
+// Name returns the consumer's name.
+func (c *Consumer) Name() string { return c.name }
+
+// Read returns up to count entries that no consumer of the group was given
+// yet, oldest first, each with Deliveries 1 and now pending for this
+// consumer (XREADGROUP ... >). When there are none it waits for a Publish
+// for up to the WithBlock duration and then returns (nil, nil); when ctx
+// ends first it returns ctx's error. count must be > 0.
+func (c *Consumer) Read(ctx context.Context, count int) ([]stream.Message, error) {
+	if count <= 0 {
+		return nil, fmt.Errorf("relaytest: read: count must be > 0, got %d", count)
+	}
+	s := c.s
+	var timeout <-chan time.Time
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("relaytest: read: %w", err)
+		}
+		s.mu.Lock()
+		if i := s.firstUndelivered(); i < len(s.entries) {
+			now := nowMS(s.clock)
+			batch := s.entries[i:min(i+count, len(s.entries))]
+			msgs := make([]stream.Message, len(batch))
+			for j, e := range batch {
+				s.pel[e.id] = &pelEntry{consumer: c.name, deliveries: 1, deliveredMS: now}
+				msgs[j] = stream.Message{ID: e.id.String(), Fields: maps.Clone(e.fields), Deliveries: 1}
+			}
+			s.delivered = batch[len(batch)-1].id
+			s.mu.Unlock()
+			return msgs, nil
+		}
+		wake := s.wake
+		s.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(s.block)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-wake:
+		case <-timeout:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("relaytest: read: %w", ctx.Err())
+		}
+	}
+}
+
+// Reclaim takes over every PEL entry of the group idle for at least minIdle
+// (on the Stream's clock, ms precision), whichever consumer held it, in id
+// order: each becomes this consumer's with its idle time reset and its
+// delivery count raised by one, which Deliveries reports. deleted lists the
+// idle PEL ids whose stream entry no longer exists; they are dropped from
+// the PEL. minIdle must be >= 0.
+func (c *Consumer) Reclaim(ctx context.Context, minIdle time.Duration) (msgs []stream.Message, deleted []string, err error) {
+	if minIdle < 0 {
+		return nil, nil, fmt.Errorf("relaytest: reclaim: minIdle must be >= 0, got %s", minIdle)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("relaytest: reclaim: %w", err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	for _, id := range s.pelIDs() {
+		p := s.pel[id]
+		if now-p.deliveredMS < minIdle.Milliseconds() {
+			continue
+		}
+		i, ok := s.find(id)
+		if !ok {
+			delete(s.pel, id)
+			deleted = append(deleted, id.String())
+			continue
+		}
+		p.consumer, p.deliveries, p.deliveredMS = c.name, p.deliveries+1, now
+		msgs = append(msgs, stream.Message{ID: id.String(), Fields: maps.Clone(s.entries[i].fields), Deliveries: p.deliveries})
+	}
+	return msgs, deleted, nil
+}
+
+// Ack removes ids from the group's PEL (XACK). Ids that are not pending, and
+// no ids at all, are not an error; an id that is not of the form
+// "<ms>-<seq>" is, and then nothing is acknowledged. Idempotent.
+func (c *Consumer) Ack(ctx context.Context, ids ...string) error {
+	parsed, err := parseIDs("ack", ids)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("relaytest: ack: %w", err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range parsed {
+		delete(s.pel, id)
+	}
+	return nil
+}
+
+// Publish appends an entry to the Stream; see Stream.Publish.
+func (c *Consumer) Publish(ctx context.Context, fields map[string]string) (string, error) {
+	return c.s.Publish(ctx, fields)
+}
+
+// Heartbeat resets the idle time of those ids that are pending and makes
+// them this consumer's, without raising their delivery count (XCLAIM ... 0
+// JUSTID). Ids that are not pending are ignored; a pending id whose stream
+// entry was deleted is dropped from the PEL, as Redis 7 does.
+func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) error {
+	parsed, err := parseIDs("heartbeat", ids)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("relaytest: heartbeat: %w", err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	for _, id := range parsed {
+		p, ok := s.pel[id]
+		if !ok {
+			continue
+		}
+		if _, exists := s.find(id); !exists {
+			delete(s.pel, id)
+			continue
+		}
+		p.consumer, p.deliveredMS = c.name, now
+	}
+	return nil
+}
+
+// Pending returns the size of the group's PEL and the age of its oldest
+// entry: the clock's time minus the millisecond part of that entry's id, 0
+// when nothing is pending (stream.Source.Pending).
+func (c *Consumer) Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, fmt.Errorf("relaytest: pending: %w", err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pel) == 0 {
+		return 0, 0, nil
+	}
+	oldest := s.pelIDs()[0]
+	if age := nowMS(s.clock) - int64(oldest.ms); age > 0 {
+		oldestAge = time.Duration(age) * time.Millisecond
+	}
+	return int64(len(s.pel)), oldestAge, nil
+}
+
+// Ping returns nil, or ctx's error: an in-memory stream is always there.
+func (c *Consumer) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("relaytest: ping: %w", err)
+	}
+	return nil
+}
+
+func parseIDs(op string, ids []string) ([]streamID, error) {
+	out := make([]streamID, len(ids))
+	for i, raw := range ids {
+		id, err := parseID(raw)
+		if err != nil {
+			return nil, fmt.Errorf("relaytest: %s: %w", op, err)
+		}
+		out[i] = id
+	}
+	return out, nil
+}
