@@ -17,6 +17,14 @@ import (
 	"github.com/relaydev/relay/schedule"
 )
 
+// DLQReader reads and deletes dead-letter entries by id; dlq.Store and
+// relaytest.DLQ implement it. Get returns dlq.ErrNotFound for an unknown
+// id; so may Delete.
+type DLQReader interface {
+	Get(ctx context.Context, id string) (dlq.Entry, error)
+	Delete(ctx context.Context, id string) error
+}
+
 // Replay runs the invocation recorded by the dead-letter entry id once
 // more: that exact app and handler, with the stored event, through runner
 // (reference.md "CLI", relay dlq replay). Like Invoke it is outside the
@@ -48,7 +56,7 @@ import (
 // if any; the run is its function.invoke child, whose context the handler
 // gets as TRACEPARENT. The only option that applies is WithTracerProvider;
 // any other is an error.
-func Replay(ctx context.Context, apps *Apps, runner Runner, store *dlq.Store, id string, opts ...Option) (err error) {
+func Replay(ctx context.Context, apps *Apps, runner Runner, store DLQReader, id string, opts ...Option) (err error) {
 	if apps == nil || runner == nil || store == nil {
 		return errors.New("relay: Replay: nil apps, runner or store")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/relaytest"
@@ -375,3 +376,6 @@ func TestOptionMisuse(t *testing.T) {
 		}()
 	}
 }
+
+// The fake DLQ serves relay.Replay, so replay paths test without Redis.
+var _ relay.DLQReader = (*relaytest.DLQ)(nil)
