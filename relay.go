@@ -50,6 +50,11 @@ type Heartbeater interface {
 // runtime was down, leftovers of a crashed process) without touching
 // invocations in flight. The Engine calls it at start and then every sweep
 // interval.
+//
+// Optional capabilities are found by type assertion on the value passed in
+// Components, so a wrapper (a Runner that adds a circuit breaker, a
+// StreamSource that adds logging) hides them unless it implements them
+// too and forwards the call; examples/custom-runner shows one that does.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }
