@@ -20,6 +20,14 @@ cleanup() {
 }
 trap cleanup EXIT
 services_start redis containerd
+# --- runtime images for the orders (python3) and products (node) apps:
+# relay.local/python3:bookworm and relay.local/node:bookworm, built from
+# Debian packages by scripts/runtime-images.sh (a few minutes the first
+# time, cached under $STATE_DIR/images) and imported into containerd.
+echo "demo: runtime images"
+scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 >/dev/null
+scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node >/dev/null
+# --- end runtime images
 
 echo "demo: building relay"
 mkdir -p "$STATE_DIR/bin" "$STATE_DIR/demo"
@@ -53,6 +61,10 @@ rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"audit_
 rcli XADD "$REDIS_STREAM" '*' event 'this is not JSON'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
+# runtime apps: orders (Python) and products (Node)
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"products","new_image":{"id":"sku-1","name":"Desk lamp"}}'
 { set +x; } 2>/dev/null
 
 # Wait until every entry was delivered and acknowledged.

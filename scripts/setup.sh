@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Relay's demo and tests need and is missing: redis-server,
-# containerd (with ctr), runc, busybox-static (the example image's rootfs)
-# and a Go toolchain new enough for go.mod. Idempotent; needs root for apt.
+# containerd (with ctr), runc, busybox-static (the example image's rootfs),
+# debootstrap (the python3/node runtime images) and a Go toolchain new
+# enough for go.mod. Idempotent; needs root for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,10 @@ command -v curl >/dev/null || need+=(curl)
 command -v unzip >/dev/null || need+=(unzip)
 command -v git >/dev/null || need+=(git)
 command -v gcc >/dev/null || need+=(gcc)   # go test -race needs cgo
+# --- runtime images (scripts/runtime-images.sh): python3/node images are
+# built from Debian packages with debootstrap.
+[ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null || need+=(debootstrap)
+# --- end runtime images
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

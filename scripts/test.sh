@@ -10,6 +10,13 @@ source scripts/services.sh
 use_go
 trap services_stop EXIT
 services_start containerd
+# --- runtime images: relay.local/python3:bookworm and relay.local/node:bookworm,
+# built from Debian packages by scripts/runtime-images.sh (a few minutes the
+# first time, cached under $STATE_DIR/images) and imported into containerd.
+RELAY_TEST_PYTHON_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 | tail -n1)
+RELAY_TEST_NODE_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node | tail -n1)
+export RELAY_TEST_PYTHON_IMAGE_ARCHIVE RELAY_TEST_NODE_IMAGE_ARCHIVE
+# --- end runtime images
 export RELAY_TEST_REQUIRE=1
 echo "test: go vet ./..."
 go vet ./...
@@ -18,6 +25,7 @@ if [ -n "$unformatted" ]; then
 	echo "test: gofmt would change: $unformatted" >&2
 	exit 1
 fi
+# ./... includes the Redis Cluster and Sentinel suites (make test-cluster runs them alone).
 echo "test: go test -race ./..."
 go test -race -count=1 -timeout 40m ${GOTESTFLAGS:-} ./...
 bash scripts/fuzz.sh

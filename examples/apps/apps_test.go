@@ -5,9 +5,16 @@ package apps_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
@@ -49,6 +56,33 @@ var demo = []demoCase{
 		app:   "billing", handler: "invoices.reconcile",
 		wantOut: "reconciling a large invoice", wantTimeout: true,
 	},
+	{
+		event: `{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}`,
+		app:   "orders", handler: "handlers.orders.placed",
+		wantOut: "[orders/handlers.orders.placed] order 1001 placed: 3 items, 59.90 EUR\n",
+	},
+	{
+		event: `{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}`,
+		app:   "orders", handler: "handlers.orders.shipped",
+		wantOut: "[orders/handlers.orders.shipped] order 1001 shipped with DHL\n",
+	},
+	{
+		event: `{"event_name":"INSERT","table_name":"products","new_image":{"id":"sku-1","name":"Desk lamp"}}`,
+		app:   "products", handler: "index.indexed",
+		wantOut: "[products/index.indexed] product sku-1 indexed: \"Desk lamp\"\n",
+	},
+	{
+		event: `{"event_name":"DELETE","table_name":"products","old_image":{"id":"sku-1"}}`,
+		app:   "products", handler: "cache.invalidate",
+		wantOut: "[products/cache.invalidate] cache of product sku-1 invalidated after DELETE\n",
+	},
+}
+
+// runtimeImages are the images of the example runtime apps, built by
+// scripts/runtime-images.sh; the env variables name their archives.
+var runtimeImages = map[string]struct{ ref, env string }{
+	runtime.RuntimePython3: {"relay.local/python3:bookworm", "RELAY_TEST_PYTHON_IMAGE_ARCHIVE"},
+	runtime.RuntimeNode:    {"relay.local/node:bookworm", "RELAY_TEST_NODE_IMAGE_ARCHIVE"},
 }
 
 func loadApps(t *testing.T) *relay.Apps {
@@ -60,7 +94,7 @@ func loadApps(t *testing.T) *relay.Apps {
 	if errs := apps.Errors(); len(errs) > 0 {
 		t.Fatalf("example templates are invalid:\n%v", errs)
 	}
-	for _, name := range []string{"users", "billing"} {
+	for _, name := range []string{"users", "billing", "orders", "products"} {
 		if apps.Get(name) == nil {
 			t.Fatalf("app %s not loaded", name)
 		}
@@ -85,33 +119,93 @@ func TestTemplates(t *testing.T) {
 			t.Errorf("invoices.charge retries = %d, want 0 (straight to the DLQ)", r.Retries)
 		}
 	}
+	for rt, app := range map[string]string{runtime.RuntimePython3: "orders", runtime.RuntimeNode: "products"} {
+		spec := apps.Get(app).Spec
+		if spec.Runtime != rt || spec.Image != runtimeImages[rt].ref {
+			t.Errorf("%s: runtime %q image %q, want %q with the offline image %s", app, spec.Runtime, spec.Image, rt, runtimeImages[rt].ref)
+		}
+	}
 }
 
+// TestHandlersProcess runs every handler locally; runtime apps need python3
+// or node on the PATH and are skipped without them.
 func TestHandlersProcess(t *testing.T) {
 	var out bytes.Buffer
 	p, err := runtime.NewProcess(runtime.WithOutput(&out, &out))
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDemo(t, loadApps(t), p, &out)
+	runDemo(t, loadApps(t), p, &out, func(t *testing.T, rt string) {
+		if _, err := exec.LookPath(rt); err != nil {
+			t.Skipf("%s not installed (TestHandlersContainerd runs it in its image)", rt)
+		}
+	})
 }
 
 func TestHandlersContainerd(t *testing.T) {
 	c := containerdtest.Client(t)
 	var out bytes.Buffer
-	r, err := containerd.New(c, containerd.WithNamespace(c.DefaultNamespace()), containerd.WithOutput(&out, &out))
+	r, err := containerd.New(c, containerd.WithNamespace(c.DefaultNamespace()), containerd.WithOutput(&out, &out),
+		containerd.WithPull(false), containerd.WithStateDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDemo(t, loadApps(t), r, &out)
+	imported := map[string]bool{}
+	runDemo(t, loadApps(t), r, &out, func(t *testing.T, rt string) {
+		if !imported[rt] {
+			importRuntimeImage(t, c, rt)
+			imported[rt] = true
+		}
+	})
 	containerdtest.AssertClean(t, c)
 }
 
-func runDemo(t *testing.T, apps *relay.Apps, runner relay.Runner, out *bytes.Buffer) {
+// importRuntimeImage imports the image of runtime rt into c's namespace
+// from the archive its env variable names; without it the test is skipped,
+// or fails under RELAY_TEST_REQUIRE=1.
+func importRuntimeImage(t *testing.T, c *client.Client, rt string) {
+	t.Helper()
+	img := runtimeImages[rt]
+	path := os.Getenv(img.env)
+	if path == "" {
+		msg := img.env + " is not set (scripts/runtime-images.sh builds the archive)"
+		if os.Getenv(containerdtest.EnvRequire) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), c.DefaultNamespace()), 5*time.Minute)
+	defer cancel()
+	imgs, err := c.Import(ctx, f)
+	if err != nil {
+		t.Fatalf("import %s: %v", path, err)
+	}
+	for _, im := range imgs {
+		if im.Name == img.ref {
+			if err := client.NewImage(c, im).Unpack(ctx, containerdtest.Snapshotter); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s does not hold %s", path, img.ref)
+}
+
+// runDemo runs every demo case through runner; prepare is called before a
+// case of a runtime app with its runtime.
+func runDemo(t *testing.T, apps *relay.Apps, runner relay.Runner, out *bytes.Buffer, prepare func(t *testing.T, runtime string)) {
 	for _, c := range demo {
 		t.Run(c.app+"/"+c.handler, func(t *testing.T) {
 			out.Reset()
 			app := apps.Get(c.app)
+			if rt := app.Spec.Runtime; rt != "" {
+				prepare(t, rt)
+			}
 			var rule relay.Rule
 			for _, r := range app.Rules {
 				if r.Handler == c.handler {

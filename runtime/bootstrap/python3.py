@@ -1,14 +1,124 @@
-# Relay bootstrap for runtime: python3 (DESIGN.md "Handler contract").
-# RELAY_HANDLER is "module.function": import module from the app directory
-# (the working directory) and call function with the event parsed from stdin.
-# An uncaught exception prints a traceback and exits 1.
+# Relay bootstrap for `runtime: python3` (DESIGN.md "Handler contract";
+# docs/runtimes.md). The containerd runner mounts this file read-only at
+# /relay/bootstrap.py and runs `python3 -u -B /relay/bootstrap.py` with the
+# app directory (/app) as working directory.
+#
+# RELAY_HANDLER is "module.function", split at the last dot. The module is
+# imported by its dotted path (a package path such as events.created works)
+# with the app directory first on sys.path. The function is called with the
+# event parsed from stdin (JSON); a coroutine it returns runs to completion
+# under asyncio.run. Its return value is ignored.
+#
+# Exit codes:
+#   0    the function returned
+#   1    the function raised, or the module raised while being imported:
+#        the traceback is on stderr, its last line names the exception
+#   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
+#   127  the module or the function does not exist (message on stderr)
 import importlib
+import inspect
 import json
 import os
 import sys
+import traceback
 
-sys.dont_write_bytecode = True  # /app is read-only
-module_name, _, function_name = os.environ["RELAY_HANDLER"].rpartition(".")
-sys.path.insert(0, os.getcwd())
-event = json.load(sys.stdin)
-getattr(importlib.import_module(module_name), function_name)(event)
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 127
+
+# The bootstrap's own directory (empty when run with -c) must not shadow the
+# app's modules; the app directory takes its place at the head of sys.path.
+_here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else ""
+
+
+def fail(code, message):
+    sys.stderr.write("relay: " + message + "\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def internal(filename):
+    """Whether a traceback frame belongs to this bootstrap or to the machinery
+    it calls the handler through (importlib, asyncio)."""
+    if filename == "<string>" or filename.startswith("<frozen importlib"):
+        return True
+    if _here and os.path.dirname(filename) == _here:
+        return True
+    for name in ("importlib", "asyncio"):
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            if filename.startswith(os.path.dirname(module.__file__) + os.sep):
+                return True
+    return False
+
+
+def report(exc):
+    """Print exc's traceback from the first frame of the app's code on."""
+    tb = exc.__traceback__
+    while tb is not None and internal(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    sys.stderr.flush()
+
+
+def load(handler, app_dir):
+    module_name, _, function_name = handler.rpartition(".")
+    if not module_name or not function_name or module_name.startswith("."):
+        fail(EXIT_USAGE, "RELAY_HANDLER=%r is not module.function" % handler)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        # Only the handler's own module (or a package on its path) missing
+        # means "not found"; a missing import inside the app's code is the
+        # app's error and gets its traceback.
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            fail(EXIT_NOT_FOUND, "handler %s: module %r not found in %s" % (handler, module_name, app_dir))
+        raise
+    function = getattr(module, function_name, None)
+    if function is None:
+        fail(EXIT_NOT_FOUND, "handler %s: module %r has no function %r" % (handler, module_name, function_name))
+    if not callable(function):
+        fail(EXIT_NOT_FOUND, "handler %s: %s.%s is not a function (it is %s)"
+             % (handler, module_name, function_name, type(function).__name__))
+    return function
+
+
+def read_event():
+    raw = sys.stdin.buffer.read()
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        fail(EXIT_USAGE, "stdin is not a JSON event: %s" % e)
+
+
+def call(function, event):
+    result = function(event)
+    if inspect.isawaitable(result):
+        import asyncio
+
+        async def wait():
+            return await result
+
+        asyncio.run(wait())
+
+
+def main():
+    handler = os.environ.get("RELAY_HANDLER", "")
+    app_dir = os.getcwd()
+    if sys.path and sys.path[0] in ("", _here):
+        sys.path[0] = app_dir
+    else:
+        sys.path.insert(0, app_dir)
+    try:
+        function = load(handler, app_dir)
+        event = read_event()
+        call(function, event)
+    except SystemExit:
+        raise
+    except BaseException as e:  # KeyboardInterrupt included: the handler failed
+        report(e)
+        sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    main()

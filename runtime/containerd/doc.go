@@ -16,8 +16,20 @@
 // Handlers run as uid 65534, so the app directory and its files must be
 // readable by others (mode o+rx on directories, o+r on files).
 //
-// The package takes a ready containerd client and never closes it. It does
-// not pull images (no registry is assumed): a missing image is an error
-// wrapping runtime.ErrUnavailable that tells the operator how to import it.
-// A Runner is safe for concurrent use.
+// Apps with `runtime: python3` or `runtime: node` run the bootstrap that
+// package runtime embeds: the Runner writes it once to its state directory
+// (WithStateDir), named by content hash, bind-mounts it read-only at
+// /relay/bootstrap.py or /relay/bootstrap.cjs and runs it with the image's
+// python3 or node. Their image defaults to DefaultPython3Image or
+// DefaultNodeImage (WithDefaultImages); `image:` in the template overrides
+// it. docs/runtimes.md describes the bootstraps and how to build an image.
+//
+// An image that is not in the namespace is pulled from its registry,
+// anonymously, once for all concurrent Runs, with its progress logged
+// (WithPull, WithPullTimeout); a failed pull is an error wrapping
+// runtime.ErrUnavailable that names the image and says how to provide it,
+// and it is not tried again for the retry interval (WithPullRetryInterval).
+//
+// The package takes a ready containerd client and never closes it. A Runner
+// is safe for concurrent use.
 package containerd

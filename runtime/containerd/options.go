@@ -2,11 +2,14 @@ package containerd
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"os"
 	"time"
+
+	"github.com/relaydev/relay/runtime"
 )
 
 // Defaults (reference.md "Apps and template.yaml"; DESIGN.md).
@@ -26,6 +29,23 @@ const (
 	// HandlerUID and HandlerGID are the ids handlers run as (nobody/nogroup).
 	HandlerUID = 65534
 	HandlerGID = 65534
+	// DefaultPullTimeout bounds one image pull, download and unpack.
+	DefaultPullTimeout = 10 * time.Minute
+	// DefaultPullRetryInterval is how long a failed pull of an image is not
+	// tried again; Runs needing the image fail at once meanwhile.
+	DefaultPullRetryInterval = 30 * time.Second
+	// DefaultPullProgressInterval is the period of the progress log line of
+	// an image pull.
+	DefaultPullProgressInterval = 5 * time.Second
+)
+
+// Default images of the language runtimes (reference.md: `image` defaults to
+// the runtime's default image): the official images of Docker Hub, pulled
+// when absent. WithDefaultImages replaces them, e.g. with images built
+// offline by scripts/runtime-images.sh.
+const (
+	DefaultPython3Image = "docker.io/library/python:3.12-slim"
+	DefaultNodeImage    = "docker.io/library/node:22-slim"
 )
 
 // Labels set on every container and snapshot the Runner creates.
@@ -39,13 +59,18 @@ const (
 type Option func(*options) error
 
 type options struct {
-	namespace      string
-	snapshotter    string
-	hostID         string
-	stdout, stderr io.Writer
-	defaultImages  map[string]string
-	logger         *slog.Logger
-	cleanupTimeout time.Duration
+	namespace            string
+	snapshotter          string
+	hostID               string
+	stdout, stderr       io.Writer
+	defaultImages        map[string]string
+	logger               *slog.Logger
+	cleanupTimeout       time.Duration
+	stateDir             string
+	pull                 bool
+	pullTimeout          time.Duration
+	pullRetryInterval    time.Duration
+	pullProgressInterval time.Duration
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -98,16 +123,85 @@ func WithOutput(stdout, stderr io.Writer) Option {
 }
 
 // WithDefaultImages maps a language runtime ("python3", "node") to the image
-// used when an app sets `runtime` but no `image`. The map is copied.
-// Default: none (such apps are unavailable until an image is configured).
+// used when an app sets `runtime` but no `image`; each entry replaces the
+// default of its runtime, the others keep theirs. Default: DefaultPython3Image
+// and DefaultNodeImage.
 func WithDefaultImages(images map[string]string) Option {
 	return func(o *options) error {
 		for rt, ref := range images {
-			if rt == "" || ref == "" {
-				return errors.New("containerd: WithDefaultImages: empty runtime or image")
+			if _, err := runtime.LookupBootstrap(rt); err != nil {
+				return fmt.Errorf("containerd: WithDefaultImages: %w", err)
+			}
+			if ref == "" {
+				return fmt.Errorf("containerd: WithDefaultImages: empty image for runtime %q", rt)
 			}
 		}
-		o.defaultImages = maps.Clone(images)
+		maps.Copy(o.defaultImages, images)
+		return nil
+	}
+}
+
+// WithStateDir sets the directory for the Runner's local files: the copies
+// of the language bootstraps that it bind-mounts read-only into containers,
+// in dir/bootstrap, named by content hash so that Runners of different
+// versions can share dir. dir is created if missing. Default: a private
+// directory made under os.TempDir() at the first use of a bootstrap.
+func WithStateDir(dir string) Option {
+	return func(o *options) error {
+		if dir == "" {
+			return errors.New("containerd: WithStateDir: empty directory")
+		}
+		o.stateDir = dir
+		return nil
+	}
+}
+
+// WithPull sets whether an image that is not in the namespace is pulled
+// from its registry (anonymously, plain HTTP only for localhost) before the
+// first container uses it. Without pulling, such an app is unavailable until
+// the image is imported. Default: true.
+func WithPull(enabled bool) Option {
+	return func(o *options) error {
+		o.pull = enabled
+		return nil
+	}
+}
+
+// WithPullTimeout bounds one image pull (resolve, download and unpack).
+// d must be > 0. Default: DefaultPullTimeout.
+func WithPullTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("containerd: WithPullTimeout: must be > 0")
+		}
+		o.pullTimeout = d
+		return nil
+	}
+}
+
+// WithPullRetryInterval sets how long after a failed pull of an image Runs
+// needing it fail at once with that pull's error instead of trying again, so
+// that a backlog of messages does not hammer an unreachable registry.
+// d must be > 0. Default: DefaultPullRetryInterval.
+func WithPullRetryInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("containerd: WithPullRetryInterval: must be > 0")
+		}
+		o.pullRetryInterval = d
+		return nil
+	}
+}
+
+// WithPullProgressInterval sets the period of the "image pull progress" log
+// line while an image is pulled. d must be > 0.
+// Default: DefaultPullProgressInterval.
+func WithPullProgressInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("containerd: WithPullProgressInterval: must be > 0")
+		}
+		o.pullProgressInterval = d
 		return nil
 	}
 }
@@ -143,6 +237,14 @@ func newOptions(opts []Option) (options, error) {
 		stdout:         os.Stdout,
 		stderr:         os.Stderr,
 		cleanupTimeout: DefaultCleanupTimeout,
+		defaultImages: map[string]string{
+			runtime.RuntimePython3: DefaultPython3Image,
+			runtime.RuntimeNode:    DefaultNodeImage,
+		},
+		pull:                 true,
+		pullTimeout:          DefaultPullTimeout,
+		pullRetryInterval:    DefaultPullRetryInterval,
+		pullProgressInterval: DefaultPullProgressInterval,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {

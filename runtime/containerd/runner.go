@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
 )
@@ -33,13 +34,22 @@ type Runner struct {
 	logger         *slog.Logger
 	cleanupTimeout time.Duration
 
+	pull                 bool
+	pullTimeout          time.Duration
+	pullRetryInterval    time.Duration
+	pullProgressInterval time.Duration
+	pulls                pulls
+
+	bootstraps bootstrapFiles
+
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight, which Sweep spares
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
-// New does not contact containerd; call Ping to check it and Sweep at
-// startup to remove leftovers of a previous run on this host.
+// New does not contact containerd and writes no file; call Ping to check
+// containerd and Sweep at startup to remove leftovers of a previous run on
+// this host.
 func New(c *client.Client, opts ...Option) (*Runner, error) {
 	if c == nil {
 		return nil, errors.New("containerd: New: nil client")
@@ -56,7 +66,15 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		defaultImages:  o.defaultImages,
 		logger:         o.logger,
 		cleanupTimeout: o.cleanupTimeout,
-		live:           map[string]struct{}{},
+
+		pull:                 o.pull,
+		pullTimeout:          o.pullTimeout,
+		pullRetryInterval:    o.pullRetryInterval,
+		pullProgressInterval: o.pullProgressInterval,
+		pulls:                pulls{inflight: map[string]*pullCall{}, failed: map[string]pullFailure{}},
+
+		bootstraps: bootstrapFiles{stateDir: o.stateDir, verified: map[string]bool{}},
+		live:       map[string]struct{}{},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	return r, nil
@@ -73,14 +91,17 @@ func (r *Runner) HostID() string { return r.hostID }
 // Outcomes: nil when the handler exits 0; *runtime.ExitError with the exit
 // code when it exits non-zero, with TimedOut when req.Timeout expired and the
 // container was killed (SIGKILL), with code 127 or 126 when the command
-// cannot be executed. An image that is not in the namespace, an app
-// directory that does not exist and an unreachable containerd are errors
-// wrapping runtime.ErrUnavailable; other containerd failures are plain
-// errors. When ctx is cancelled (shutdown) the container is killed and Run
-// returns an error wrapping ctx.Err(). In every case the container, task
-// and snapshot are removed before Run returns. req.Timeout and
-// Result.Duration count from the start of the handler process, not
-// including container setup (about 150 ms).
+// cannot be executed (for runtime apps, 127 also when the handler's module
+// or function does not exist: runtime.ExitHandlerNotFound). An image that
+// is neither in the namespace nor pullable, an app directory that does not
+// exist, a bootstrap that cannot be written to the state directory and an
+// unreachable containerd are errors wrapping runtime.ErrUnavailable; other
+// containerd failures are plain errors. An absent image is pulled first
+// (WithPull), which Run waits for. When ctx is cancelled (shutdown) the
+// container is killed and Run returns an error wrapping ctx.Err(). In every
+// case the container, task and snapshot are removed before Run returns.
+// req.Timeout and Result.Duration count from the start of the handler
+// process, not including container setup (about 150 ms) nor a pull.
 func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	name := req.App + "/" + req.Handler
 	res, err := r.run(namespaces.WithNamespace(ctx, r.namespace), req)
@@ -98,7 +119,7 @@ func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, 
 }
 
 func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result, runErr error) {
-	ref, argv, err := r.resolve(req.Spec)
+	ref, argv, boot, err := r.resolve(req.Spec)
 	if err != nil {
 		return runtime.Result{}, err
 	}
@@ -124,6 +145,14 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	if err != nil {
 		return runtime.Result{}, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
+	var mounts []specs.Mount
+	if boot != nil {
+		m, err := r.bootstraps.mount(*boot)
+		if err != nil {
+			return runtime.Result{}, err
+		}
+		argv, mounts = boot.Command(m.Destination), []specs.Mount{m}
+	}
 
 	id := containerID(req.App, req.Handler)
 	r.track(id, true)
@@ -134,7 +163,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		client.WithSnapshotter(r.snapshotter),
 		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(specOpts(req, imgSpec, appDir, argv)...),
+		client.WithNewSpec(specOpts(req, imgSpec, appDir, argv, mounts)...),
 	}
 	cont, err := r.client.NewContainer(ctx, id, newOpts...)
 	if errdefs.IsAlreadyExists(err) {
@@ -267,42 +296,27 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 }
 
 // resolve returns the image reference and command line for spec; argv is
-// nil when the image's entrypoint runs.
-func (r *Runner) resolve(spec runtime.Spec) (ref string, argv []string, err error) {
+// nil when the image's entrypoint runs. For a language runtime, boot is its
+// bootstrap, which run mounts and whose command replaces argv.
+func (r *Runner) resolve(spec runtime.Spec) (ref string, argv []string, boot *runtime.Bootstrap, err error) {
 	ref = spec.Image
-	if ref == "" && spec.Runtime != "" {
+	if spec.Runtime == "" {
+		if ref == "" {
+			return "", nil, nil, fmt.Errorf("no image in template.yaml: %w", runtime.ErrUnavailable)
+		}
+		return ref, spec.Command, nil, nil
+	}
+	b, err := runtime.LookupBootstrap(spec.Runtime)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if ref == "" {
 		ref = r.defaultImages[spec.Runtime]
 	}
 	if ref == "" {
-		if spec.Runtime != "" {
-			return "", nil, fmt.Errorf("no image for runtime %q: set image in template.yaml or configure a default image: %w", spec.Runtime, runtime.ErrUnavailable)
-		}
-		return "", nil, fmt.Errorf("no image in template.yaml: %w", runtime.ErrUnavailable)
+		return "", nil, nil, fmt.Errorf("no image for runtime %q: set image in template.yaml or configure a default image: %w", spec.Runtime, runtime.ErrUnavailable)
 	}
-	argv, err = runtime.Command(spec)
-	return ref, argv, err
-}
-
-// image returns the image ref, unpacked into the snapshotter.
-func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
-	img, err := r.client.GetImage(ctx, ref)
-	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("image %s not found in containerd namespace %s; import it with scripts/images.sh or ctr -n %s images import: %w",
-			ref, r.namespace, r.namespace, runtime.ErrUnavailable)
-	}
-	if err != nil {
-		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
-	}
-	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
-	if err != nil {
-		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
-	}
-	if !unpacked {
-		if err := img.Unpack(ctx, r.snapshotter); err != nil {
-			return nil, classify(fmt.Errorf("unpack image %s into %s: %w", ref, r.snapshotter, err))
-		}
-	}
-	return img, nil
+	return ref, nil, &b, nil
 }
 
 // killWait bounds the wait for a killed task's exit status.

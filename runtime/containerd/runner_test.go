@@ -86,6 +86,10 @@ func newFixture(t testing.TB) *fixture {
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("test-"+randomHex(4)),
 		containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
+		// No registry here: an absent image must fail at once (pulling is
+		// tested against a local registry in pull_test.go).
+		containerd.WithPull(false),
+		containerd.WithStateDir(t.TempDir()),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -272,10 +276,11 @@ func TestRunUnavailable(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	tests := map[string]func(*runtime.Request){
-		"missing image":     func(r *runtime.Request) { r.Spec.Image = "relay.local/missing:latest" },
-		"no image":          func(r *runtime.Request) { r.Spec.Image = "" },
-		"no runtime image":  func(r *runtime.Request) { r.Spec.Image, r.Spec.Runtime = "", "python3" },
-		"missing directory": func(r *runtime.Request) { r.Spec.Dir = filepath.Join(f.dir, "gone") },
+		"missing image":        func(r *runtime.Request) { r.Spec.Image = "relay.local/missing:latest" },
+		"no image":             func(r *runtime.Request) { r.Spec.Image = "" },
+		"runtime image absent": func(r *runtime.Request) { r.Spec.Image, r.Spec.Runtime = "", "python3" },
+		"unknown runtime":      func(r *runtime.Request) { r.Spec.Image, r.Spec.Runtime = "", "ruby" },
+		"missing directory":    func(r *runtime.Request) { r.Spec.Dir = filepath.Join(f.dir, "gone") },
 		"private directory": func(r *runtime.Request) {
 			private := filepath.Join(t.TempDir(), "app")
 			if err := os.Mkdir(private, 0o750); err != nil {
@@ -304,7 +309,7 @@ func TestRunUnavailable(t *testing.T) {
 	req := f.request("events.created")
 	req.Spec.Image = "relay.local/missing:latest"
 	_, err := f.run(t, req)
-	if want := "image relay.local/missing:latest not found in containerd namespace " + f.client.DefaultNamespace() + "; import it with scripts/images.sh"; !strings.Contains(err.Error(), want) {
+	if want := "image relay.local/missing:latest: not found in containerd namespace " + f.client.DefaultNamespace() + " and pulling is off; import it (scripts/images.sh"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q lacks the operator hint %q", err, want)
 	}
 	req = f.request("events.created")

@@ -25,8 +25,8 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // specOpts builds the OCI runtime spec of one invocation's container on top
 // of containerd's default Linux spec (own PID, IPC, UTS, mount and network
 // namespaces; masked /proc paths). appDir is absolute; argv nil runs the
-// image's entrypoint and cmd.
-func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string) []oci.SpecOpts {
+// image's entrypoint and cmd; extra are further mounts (the bootstrap).
+func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string, extra []specs.Mount) []oci.SpecOpts {
 	s := req.Spec
 	mem := s.MemoryBytes
 	if mem <= 0 {
@@ -60,7 +60,7 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 		oci.WithCapabilities(nil),
 		withNoAmbientCapabilities,
 		seccomp.WithDefaultProfile(), // after the capabilities, which it reads
-		oci.WithMounts([]specs.Mount{
+		oci.WithMounts(append([]specs.Mount{
 			{
 				Destination: "/app",
 				Type:        "bind",
@@ -74,7 +74,7 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 				Source:      "tmpfs",
 				Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(mem, 10)},
 			},
-		}),
+		}, extra...)),
 		oci.WithMemoryLimit(uint64(mem)),
 		oci.WithCPUCFS(max(int64(cpus*cpuPeriod), minCPUQuota), cpuPeriod),
 		oci.WithPidsLimit(pids),

@@ -1,29 +1,42 @@
-// Command mkimage builds the small offline test image used by Relay's
-// containerd runner tests and examples, without a registry: one layer holding
-// a static busybox, a symlink per busybox applet, a minimal /etc (passwd and
-// group with nobody, 65534) and empty mount points (/app, /tmp, ...). It
-// writes a docker-archive tarball that `ctr images import` and the containerd
-// client's Import accept.
+// Command mkimage builds Relay's offline images without a registry, as a
+// docker-archive tarball that `ctr images import` and the containerd
+// client's Import accept. It has two modes.
 //
-// Usage:
+// By default it builds the small test image of the containerd runner tests
+// and examples: one layer holding a static busybox, a symlink per busybox
+// applet, a minimal /etc (passwd and group with nobody, 65534) and empty
+// mount points (/app, /tmp, ...):
 //
 //	go run ./internal/tools/mkimage -o busybox.tar [-ref relay.local/busybox:latest] [-busybox /bin/busybox]
 //
+// With -rootfs it packs a prepared root filesystem, such as a debootstrap
+// tree (scripts/runtime-images.sh), into a one-layer image; the contents of
+// dev, proc and sys and any device node, FIFO or socket are left out, since
+// the container runtime provides them:
+//
+//	go run ./internal/tools/mkimage -o python3.tar -ref relay.local/python3:bookworm \
+//		-rootfs /tmp/rootfs -env LANG=C.UTF-8 -cmd '["python3"]'
+//
 // The output is reproducible: file times and the image creation time are
-// fixed, so the same busybox binary always gives the same image digest.
+// fixed, so the same input always gives the same image digest.
 package main
 
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -36,18 +49,38 @@ import (
 // epoch is the fixed timestamp of every file and of the image config.
 var epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// defaultRootfsPath is the PATH of -rootfs images when -env sets none.
+const defaultRootfsPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// listFlag collects a repeatable flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
 func main() {
 	var (
-		out     = flag.String("o", "", "output archive path (required)")
-		ref     = flag.String("ref", "relay.local/busybox:latest", "image reference stored in the archive")
-		busybox = flag.String("busybox", "/bin/busybox", "path of a statically linked busybox binary")
+		out         = flag.String("o", "", "output archive path (required)")
+		ref         = flag.String("ref", "relay.local/busybox:latest", "image reference stored in the archive")
+		busybox     = flag.String("busybox", "/bin/busybox", "path of a statically linked busybox binary")
+		rootfsDir   = flag.String("rootfs", "", "pack this root filesystem directory instead of building the busybox image")
+		cmdJSON     = flag.String("cmd", "", `image command as a JSON array, e.g. '["python3"]' (-rootfs only)`)
+		description = flag.String("description", "", "org.opencontainers.image.description label (-rootfs only)")
+		env         listFlag
 	)
+	flag.Var(&env, "env", "NAME=VALUE in the image config, repeatable (-rootfs only; default PATH is the Debian one)")
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*out, *ref, *busybox); err != nil {
+	var err error
+	if *rootfsDir != "" {
+		err = runRootfs(*out, *ref, *rootfsDir, env, *cmdJSON, *description)
+	} else {
+		err = run(*out, *ref, *busybox)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mkimage:", err)
 		os.Exit(1)
 	}
@@ -96,7 +129,12 @@ func run(out, refStr, busyboxPath string) error {
 	if err != nil {
 		return err
 	}
+	return writeArchive(out, ref, img)
+}
 
+// writeArchive writes img as a docker-archive tarball to out, atomically,
+// and prints the path, reference and digest.
+func writeArchive(out string, ref name.Reference, img v1.Image) error {
 	tmp, err := os.CreateTemp(filepath.Dir(out), ".mkimage-*")
 	if err != nil {
 		return err
@@ -206,4 +244,175 @@ func rootfs(busybox []byte, applets []string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// runRootfs packs the directory dir into a one-layer image.
+func runRootfs(out, refStr, dir string, env []string, cmdJSON, description string) error {
+	ref, err := name.ParseReference(refStr, name.WeakValidation)
+	if err != nil {
+		return fmt.Errorf("parse -ref: %w", err)
+	}
+	var cmd []string
+	if cmdJSON != "" {
+		if err := json.Unmarshal([]byte(cmdJSON), &cmd); err != nil {
+			return fmt.Errorf("parse -cmd (want a JSON array of strings): %w", err)
+		}
+	}
+	for _, e := range env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("-env %q: want NAME=VALUE", e)
+		}
+	}
+	if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
+		env = append([]string{defaultRootfsPath}, env...)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("-rootfs %s is not a directory", dir)
+	}
+
+	// The layer goes through a gzip file on disk: a Debian tree is a few
+	// hundred MB, and compressing it once here spares go-containerregistry
+	// from compressing it again for each digest it computes.
+	gz, err := os.CreateTemp(filepath.Dir(out), ".mkimage-layer-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(gz.Name())
+	skipped, err := packTree(gz, dir)
+	if cerr := gz.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pack %s: %w", dir, err)
+	}
+	if skipped > 0 {
+		fmt.Fprintf(os.Stderr, "mkimage: left out %d device nodes, FIFOs or sockets\n", skipped)
+	}
+	layer, err := tarball.LayerFromFile(gz.Name())
+	if err != nil {
+		return fmt.Errorf("layer: %w", err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS = "linux"
+	cfg.Architecture = "amd64"
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.Env = env
+	cfg.Config.Cmd = cmd
+	cfg.Config.WorkingDir = "/"
+	if description != "" {
+		cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": description}
+	}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return err
+	}
+	return writeArchive(out, ref, img)
+}
+
+// virtualDirs are provided by the container runtime; only the empty
+// directories go into the layer, as mount points.
+var virtualDirs = []string{"dev", "proc", "sys"}
+
+// packTree writes dir as a gzip-compressed tar layer to w, in lexical
+// order with fixed times, numeric owners and hard links kept. It returns
+// how many special files (devices, FIFOs, sockets) it left out.
+func packTree(w io.Writer, dir string) (skipped int, err error) {
+	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
+	if err != nil {
+		return 0, err
+	}
+	tw := tar.NewWriter(zw)
+	type inode struct{ dev, ino uint64 }
+	links := map[inode]string{}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if top, rest, _ := strings.Cut(rel, "/"); rest != "" && slices.Contains(virtualDirs, top) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("%s: no stat data", path)
+		}
+		h := &tar.Header{
+			Name:    rel,
+			Mode:    int64(fi.Mode().Perm()),
+			Uid:     int(st.Uid),
+			Gid:     int(st.Gid),
+			ModTime: epoch,
+			Format:  tar.FormatPAX,
+		}
+		if fi.Mode()&fs.ModeSetuid != 0 {
+			h.Mode |= 0o4000
+		}
+		if fi.Mode()&fs.ModeSetgid != 0 {
+			h.Mode |= 0o2000
+		}
+		if fi.Mode()&fs.ModeSticky != 0 {
+			h.Mode |= 0o1000
+		}
+		switch {
+		case fi.Mode().IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, rel+"/"
+			return tw.WriteHeader(h)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			h.Typeflag, h.Linkname = tar.TypeSymlink, target
+			return tw.WriteHeader(h)
+		case fi.Mode().IsRegular():
+			if st.Nlink > 1 {
+				key := inode{uint64(st.Dev), st.Ino}
+				if first, ok := links[key]; ok {
+					h.Typeflag, h.Linkname = tar.TypeLink, first
+					return tw.WriteHeader(h)
+				}
+				links[key] = rel
+			}
+			h.Typeflag, h.Size = tar.TypeReg, fi.Size()
+			if err := tw.WriteHeader(h); err != nil {
+				return err
+			}
+			f, err := os.Open(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			n, err := io.Copy(tw, f)
+			if err == nil && n != fi.Size() {
+				err = fmt.Errorf("%s changed size while being packed", path)
+			}
+			return err
+		default:
+			skipped++
+			return nil
+		}
+	})
+	if err != nil {
+		return skipped, err
+	}
+	return skipped, errors.Join(tw.Close(), zw.Close())
 }

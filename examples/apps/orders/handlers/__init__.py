@@ -1,0 +1,1 @@
+"""The orders app's handlers (template.yaml names them handlers.orders.<function>)."""

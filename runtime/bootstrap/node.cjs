@@ -1,0 +1,149 @@
+// Relay bootstrap for `runtime: node` (DESIGN.md "Handler contract";
+// docs/runtimes.md). The containerd runner mounts this file read-only at
+// /relay/bootstrap.cjs and runs `node /relay/bootstrap.cjs` with the app
+// directory (/app) as working directory.
+//
+// RELAY_HANDLER is "module.function", split at the last dot. The module part
+// is a path relative to the app directory ("events", "lib/events"), looked up
+// as <module>.mjs, <module>.cjs, <module>.js, then <module>/index.{mjs,cjs,js},
+// and loaded with import(): ES modules and CommonJS both work, and a .js
+// file follows the "type" of the nearest package.json. The function is the
+// module's export of that name (for CommonJS, a property of module.exports)
+// and is called with the event parsed from stdin (JSON); a returned promise
+// is awaited. Its value is ignored, and the process exits as soon as it
+// settles, even if timers or sockets are still open.
+//
+// Exit codes:
+//   0    the function returned (or its promise resolved)
+//   1    the function threw (or its promise rejected), or the module threw
+//        while loading: the stack is on stderr, then a last line naming
+//        the error
+//   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
+//   127  the module or the function does not exist (message on stderr)
+"use strict";
+
+const fs = require("node:fs");
+const path = require("node:path");
+const util = require("node:util");
+const { pathToFileURL } = require("node:url");
+
+const EXIT_FAILED = 1;
+const EXIT_USAGE = 2;
+const EXIT_NOT_FOUND = 127;
+
+const EXTENSIONS = [".mjs", ".cjs", ".js"];
+
+// Thrown to end the bootstrap with an exit code and a message.
+class Exit extends Error {
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+// resolveModule returns the file of module name under appDir, or null.
+function resolveModule(appDir, name) {
+  const base = path.resolve(appDir, name);
+  if (base !== appDir && !base.startsWith(appDir + path.sep)) {
+    return null; // outside the app directory
+  }
+  const candidates = [
+    ...EXTENSIONS.map((ext) => base + ext),
+    ...EXTENSIONS.map((ext) => path.join(base, "index" + ext)),
+  ];
+  return candidates.find((file) => {
+    try {
+      return fs.statSync(file).isFile();
+    } catch {
+      return false;
+    }
+  }) ?? null;
+}
+
+// exported returns the export fn of a module namespace: a named export, or
+// for CommonJS whose exports Node could not list statically, an own
+// property of module.exports (the namespace's default).
+function exported(ns, fn) {
+  if (fn in ns && fn !== "default") {
+    return ns[fn];
+  }
+  const def = ns.default;
+  if (def !== null && (typeof def === "object" || typeof def === "function") && Object.hasOwn(def, fn)) {
+    return def[fn];
+  }
+  return undefined;
+}
+
+async function load(handler, appDir) {
+  const dot = handler.lastIndexOf(".");
+  const moduleName = handler.slice(0, dot);
+  const fnName = handler.slice(dot + 1);
+  if (dot <= 0 || fnName === "") {
+    throw new Exit(EXIT_USAGE, `RELAY_HANDLER=${JSON.stringify(handler)} is not module.function`);
+  }
+  const file = resolveModule(appDir, moduleName);
+  if (file === null) {
+    throw new Exit(EXIT_NOT_FOUND,
+      `handler ${handler}: module ${JSON.stringify(moduleName)} not found in ${appDir} ` +
+      `(looked for ${moduleName}{${EXTENSIONS.join(",")}} and ${moduleName}/index{${EXTENSIONS.join(",")}})`);
+  }
+  const ns = await import(pathToFileURL(file).href);
+  const fn = exported(ns, fnName);
+  if (fn === undefined) {
+    throw new Exit(EXIT_NOT_FOUND,
+      `handler ${handler}: module ${path.relative(appDir, file)} has no export ${JSON.stringify(fnName)}`);
+  }
+  if (typeof fn !== "function") {
+    throw new Exit(EXIT_NOT_FOUND,
+      `handler ${handler}: export ${JSON.stringify(fnName)} of ${path.relative(appDir, file)} is ${typeof fn}, not a function`);
+  }
+  return fn;
+}
+
+async function readEvent() {
+  const chunks = [];
+  for await (const chunk of process.stdin) {
+    chunks.push(chunk);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  } catch (err) {
+    throw new Exit(EXIT_USAGE, `stdin is not a JSON event: ${err.message.replace(/\s+/g, " ")}`);
+  }
+}
+
+// report prints err's stack without this bootstrap's frames, then one line
+// naming the error: the line Relay keeps as the failure's reason.
+function report(handler, err) {
+  const self = __filename;
+  if (err instanceof Error && typeof err.stack === "string") {
+    const stack = err.stack.split("\n").filter((line) => !line.includes(self)).join("\n");
+    process.stderr.write(stack + "\n");
+    process.stderr.write(`relay: handler ${handler} failed: ${err.name}: ${err.message.split("\n")[0]}\n`);
+  } else {
+    process.stderr.write(`relay: handler ${handler} failed: thrown ${util.inspect(err)}\n`);
+  }
+}
+
+async function main() {
+  const handler = process.env.RELAY_HANDLER ?? "";
+  const appDir = process.cwd();
+  try {
+    const fn = await load(handler, appDir);
+    const event = await readEvent();
+    await fn(event);
+  } catch (err) {
+    if (err instanceof Exit) {
+      process.stderr.write(`relay: ${err.message}\n`);
+      return err.code;
+    }
+    report(handler, err);
+    return EXIT_FAILED;
+  }
+  return 0;
+}
+
+// Output to pipes is written synchronously on Linux, so nothing is lost by
+// exiting at once; waiting for the event loop to drain would let a stray
+// timer or keep-alive socket hold the invocation until its timeout.
+main().then((code) => process.exit(code));

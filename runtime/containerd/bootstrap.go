@@ -1,0 +1,108 @@
+package containerd
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// bootstrapFiles keeps the host copies of the embedded bootstraps, which
+// Runs bind-mount read-only into containers (DESIGN.md "Handler contract").
+// A copy is named by the hash of its content and written once, atomically,
+// so Runners of different Relay versions can share a directory.
+type bootstrapFiles struct {
+	mu       sync.Mutex
+	stateDir string          // WithStateDir; "" means a private temp dir
+	dir      string          // where copies live, once known
+	verified map[string]bool // copies whose content was checked
+}
+
+// mount returns the bind mount that puts b at b.MountPath(), writing the
+// host copy first if it is missing or damaged. Errors name the directory and
+// wrap runtime.ErrUnavailable: no handler of the runtime can run until the
+// operator fixes the directory.
+func (f *bootstrapFiles) mount(b runtime.Bootstrap) (specs.Mount, error) {
+	host, err := f.file(b)
+	if err != nil {
+		return specs.Mount{}, fmt.Errorf("bootstrap of runtime %s: %w (check the Runner's state directory): %w", b.Runtime, err, runtime.ErrUnavailable)
+	}
+	return specs.Mount{
+		Destination: b.MountPath(),
+		Type:        "bind",
+		Source:      host,
+		// The interpreter reads the script; nothing executes or writes it.
+		Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"},
+	}, nil
+}
+
+func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dir == "" {
+		if f.stateDir == "" {
+			d, err := os.MkdirTemp("", "relay-bootstrap-")
+			if err != nil {
+				return "", err
+			}
+			f.dir = d
+		} else {
+			f.dir = filepath.Join(f.stateDir, "bootstrap")
+		}
+	}
+	path := filepath.Join(f.dir, b.Runtime+"-"+b.Digest()[:16]+filepath.Ext(b.FileName))
+	if f.verified[path] {
+		// Cheap check per Run: a copy removed behind our back (a cleaned
+		// temp dir) would otherwise fail every container's mount.
+		if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(b.Source)) {
+			return path, nil
+		}
+		delete(f.verified, path)
+	}
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, b.Source) {
+		f.verified[path] = true
+		return path, nil
+	}
+	if err := writeFileAtomic(path, b.Source); err != nil {
+		return "", err
+	}
+	f.verified[path] = true
+	return path, nil
+}
+
+// writeFileAtomic writes data to path, mode 0444, through a temporary file
+// renamed into place, so a reader (or a container being created by another
+// process) never sees a partial script.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename: not found, harmless
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	// Readable by the handler user (uid 65534), writable by no one.
+	if err := tmp.Chmod(0o444); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,228 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// pulls deduplicates concurrent pulls of one image and remembers failures
+// for the retry interval.
+type pulls struct {
+	mu       sync.Mutex
+	inflight map[string]*pullCall
+	failed   map[string]pullFailure
+}
+
+type pullCall struct {
+	done chan struct{} // closed when the fields below are set
+	img  client.Image
+	err  error
+	// abandoned: the pulling caller's ctx ended, which says nothing about
+	// the registry.
+	abandoned bool
+}
+
+type pullFailure struct {
+	err error
+	at  time.Time
+}
+
+// normalizeRef returns ref in the fully qualified form that containerd
+// stores and pulls: "python:3.12-slim" is docker.io/library/python:3.12-slim,
+// a reference without tag gets ":latest". References that already name a
+// registry ("relay.local/busybox:latest") are unchanged.
+func normalizeRef(ref string) (string, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return "", err
+	}
+	return named.String(), nil
+}
+
+// image returns image ref, pulling it when it is absent (WithPull), unpacked
+// into the snapshotter.
+func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
+	img, err := r.client.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		img, err = r.absentImage(ctx, ref)
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
+	if err != nil {
+		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+	if !unpacked {
+		if err := img.Unpack(ctx, r.snapshotter); err != nil {
+			return nil, classify(fmt.Errorf("unpack image %s into %s: %w", ref, r.snapshotter, err))
+		}
+	}
+	return img, nil
+}
+
+// absentImage handles an image that is not stored under the name ref: it
+// may be stored under its normalized name, else it is pulled (WithPull).
+// Errors wrap runtime.ErrUnavailable and tell the operator what to do.
+func (r *Runner) absentImage(ctx context.Context, ref string) (client.Image, error) {
+	norm, err := normalizeRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("invalid image reference (fix image: in template.yaml): %w: %w", err, runtime.ErrUnavailable)
+	}
+	if norm != ref {
+		img, err := r.client.GetImage(ctx, norm)
+		if err == nil || !errdefs.IsNotFound(err) {
+			return img, err
+		}
+	}
+	if !r.pull {
+		return nil, fmt.Errorf("not found in containerd namespace %s and pulling is off; import it (scripts/images.sh, scripts/runtime-images.sh or ctr -n %s images import), or set image: in template.yaml to an image that is present: %w",
+			r.namespace, r.namespace, runtime.ErrUnavailable)
+	}
+	return r.pullShared(ctx, norm)
+}
+
+// pullShared pulls ref once for all concurrent callers. A caller whose ctx
+// ends stops waiting; the pull itself runs in the goroutine of the caller
+// that started it and ends with that caller's ctx, after which a waiting
+// caller starts a new one. A failed pull is reported to every Run needing
+// ref, without a new attempt, for the retry interval.
+func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, error) {
+	p := &r.pulls
+	for {
+		p.mu.Lock()
+		if f, ok := p.failed[ref]; ok {
+			if time.Since(f.at) < r.pullRetryInterval {
+				p.mu.Unlock()
+				return nil, f.err
+			}
+			delete(p.failed, ref)
+		}
+		if call, ok := p.inflight[ref]; ok {
+			p.mu.Unlock()
+			select {
+			case <-call.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if call.abandoned && ctx.Err() == nil {
+				continue // the puller went away, not the registry: pull ourselves
+			}
+			return call.img, call.err
+		}
+		call := &pullCall{done: make(chan struct{})}
+		p.inflight[ref] = call
+		p.mu.Unlock()
+
+		call.img, call.err = r.pullImage(ctx, ref)
+		call.abandoned = ctx.Err() != nil
+		p.mu.Lock()
+		delete(p.inflight, ref)
+		if call.err != nil && !call.abandoned {
+			p.failed[ref] = pullFailure{err: call.err, at: time.Now()}
+		}
+		p.mu.Unlock()
+		close(call.done)
+		return call.img, call.err
+	}
+}
+
+// pullImage pulls and unpacks ref, logging its start, its progress every
+// pull progress interval and its end.
+func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error) {
+	pctx, cancel := context.WithTimeout(ctx, r.pullTimeout)
+	defer cancel()
+	start := time.Now()
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "pulling image", slog.String("image", ref), slog.String("namespace", r.namespace))
+
+	// The descriptors of this pull, seen before each is fetched, make the
+	// progress figures.
+	var mu sync.Mutex
+	descs := map[string]ocispec.Descriptor{} // by digest
+	record := images.HandlerFunc(func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+		mu.Lock()
+		descs[d.Digest.String()] = d
+		mu.Unlock()
+		return nil, nil
+	})
+	snapshot := func() map[string]ocispec.Descriptor {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(descs)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(r.pullProgressInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				done, total := r.pullProgress(pctx, snapshot())
+				r.logger.LogAttrs(ctx, slog.LevelInfo, "image pull progress", slog.String("image", ref),
+					slog.Int64("bytes_done", done), slog.Int64("bytes_total", total),
+					slog.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
+			}
+		}
+	})
+	img, err := r.client.Pull(pctx, ref,
+		client.WithPullUnpack,
+		client.WithPullSnapshotter(r.snapshotter),
+		client.WithImageHandler(record),
+	)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("pull %s: %w", ref, ctx.Err())
+		}
+		if pctx.Err() != nil {
+			err = fmt.Errorf("%w after %s (WithPullTimeout)", err, r.pullTimeout)
+		}
+		return nil, fmt.Errorf("not in containerd namespace %s, and pulling %s failed: %w; make its registry reachable, import the image (ctr -n %s images import ARCHIVE), or set image: in template.yaml to an image that is present: %w",
+			r.namespace, ref, err, r.namespace, runtime.ErrUnavailable)
+	}
+	var size int64
+	for _, d := range snapshot() {
+		size += d.Size
+	}
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "image pulled", slog.String("image", ref),
+		slog.Int64("bytes", size), slog.Duration("duration", time.Since(start).Round(time.Millisecond)))
+	return img, nil
+}
+
+// pullProgress returns how many bytes of descs are in the content store or
+// being written to it, and their total size.
+func (r *Runner) pullProgress(ctx context.Context, descs map[string]ocispec.Descriptor) (done, total int64) {
+	cs := r.client.ContentStore()
+	active := map[string]int64{}
+	if statuses, err := cs.ListStatuses(ctx); err == nil {
+		for _, st := range statuses {
+			active[st.Expected.String()] = st.Offset
+		}
+	}
+	for key, d := range descs {
+		total += d.Size
+		if off, ok := active[key]; ok {
+			done += off
+		} else if _, err := cs.Info(ctx, d.Digest); err == nil {
+			done += d.Size
+		}
+	}
+	return done, total
+}

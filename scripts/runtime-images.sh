@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# runtime-images.sh STATE_DIR SOCKET RUNTIME [NAMESPACE]
+#
+# Builds the offline image of a language runtime from Debian packages and
+# imports it into containerd at SOCKET, namespace NAMESPACE (default
+# "relay"). No registry is needed, only a Debian mirror (DEBIAN_MIRROR,
+# default http://deb.debian.org/debian) and root, for debootstrap.
+#
+#   RUNTIME   image                        packages
+#   python3   relay.local/python3:bookworm python3 (interpreter + stdlib)
+#   node      relay.local/node:bookworm    nodejs
+#
+# Recipe: `debootstrap --variant=minbase --include=PACKAGES bookworm`, minus
+# what a handler never needs (apt lists and caches, docs, man pages,
+# translations, logs, the build host's hostname and resolver), packed into
+# one layer by internal/tools/mkimage -rootfs.
+#
+# The archive is cached at STATE_DIR/images/RUNTIME-bookworm-HASH.tar, HASH
+# being a hash of this recipe and of mkimage's source: a rerun with the same
+# recipe skips the build (FORCE=1 rebuilds). The import is skipped when this
+# archive was already imported into SOCKET/NAMESPACE and the image is there.
+# The archive path is printed on stdout last; the runtime tests read it from
+# RELAY_TEST_PYTHON_IMAGE_ARCHIVE and RELAY_TEST_NODE_IMAGE_ARCHIVE:
+#
+#   export RELAY_TEST_PYTHON_IMAGE_ARCHIVE=$(scripts/runtime-images.sh /tmp/relay-dev "$CONTAINERD_ADDRESS" python3 | tail -n1)
+set -euo pipefail
+
+[[ $# -ge 3 && $# -le 4 ]] || { echo "usage: $0 STATE_DIR SOCKET python3|node [NAMESPACE]" >&2; exit 2; }
+state_dir=$1
+sock=$2
+runtime=$3
+ns=${4:-relay}
+suite=bookworm
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+case $runtime in
+python3)
+	ref=relay.local/python3:$suite
+	packages=python3
+	cmd='["python3"]'
+	;;
+node)
+	ref=relay.local/node:$suite
+	packages=nodejs
+	cmd='["node"]'
+	;;
+*)
+	echo "unknown runtime $runtime (want python3 or node)" >&2
+	exit 2
+	;;
+esac
+
+# Paths under the rootfs removed after debootstrap. Changing this list, the
+# packages or anything else above changes the hash and so rebuilds.
+prune=(
+	var/cache/apt var/lib/apt/lists var/cache/debconf/templates.dat-old
+	var/lib/dpkg/status-old var/log
+	usr/share/doc usr/share/man usr/share/info usr/share/locale
+	usr/share/lintian usr/share/bash-completion
+)
+recipe="relay runtime image v1
+suite=$suite variant=minbase include=$packages ref=$ref cmd=$cmd
+env=LANG=C.UTF-8
+prune=${prune[*]}"
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$state_dir/images"
+images=$(cd "$state_dir/images" && pwd)
+hash=$({ printf '%s\n' "$recipe"; cat "$repo/internal/tools/mkimage/main.go"; } | sha256sum | cut -c1-12)
+archive=$images/$runtime-$suite-$hash.tar
+marker=$archive.imported # the SOCKET/NAMESPACE pairs this archive went into
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+
+if [[ ${FORCE:-0} == 1 || ! -s $archive ]]; then
+	[[ $(id -u) -eq 0 ]] || { echo "building $ref needs root (debootstrap)" >&2; exit 1; }
+	command -v debootstrap >/dev/null || { echo "debootstrap not found (apt-get install debootstrap, or run scripts/setup.sh)" >&2; exit 1; }
+	rootfs=$images/.rootfs-$runtime-$hash
+	log=$images/$runtime-$suite.build.log
+	cleanup() { [[ -n ${rootfs:-} ]] && rm -rf "$rootfs"; }
+	trap cleanup EXIT
+	rm -rf "$rootfs"
+	start=$SECONDS
+	echo "building $ref from Debian $suite ($packages); log: $log" >&2
+	if ! debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$mirror" >"$log" 2>&1; then
+		tail -n 20 "$log" >&2
+		echo "debootstrap failed (see $log)" >&2
+		exit 1
+	fi
+	for p in "${prune[@]}"; do
+		rm -rf "${rootfs:?}/$p"
+	done
+	mkdir -p "$rootfs/var/log"
+	rm -f "$rootfs/etc/hostname"
+	: >"$rootfs/etc/resolv.conf"
+	mkdir -p "$rootfs/app" # the mount point of the app directory
+	(cd "$repo" && go run ./internal/tools/mkimage -o "$archive" -ref "$ref" -rootfs "$rootfs" \
+		-env LANG=C.UTF-8 -cmd "$cmd" -description "relay $runtime runtime: Debian $suite minbase + $packages") >&2
+	rm -rf "$rootfs"
+	rootfs=
+	# Older archives of this runtime were built from another recipe.
+	find "$images" -maxdepth 1 -name "$runtime-$suite-*.tar*" ! -name "$(basename "$archive")*" -delete
+	rm -f "$marker"
+	echo "built $archive in $((SECONDS - start))s: $(du -m "$archive" | cut -f1) MB compressed" >&2
+fi
+
+if grep -qxF "$sock $ns" "$marker" 2>/dev/null &&
+	ctr --address "$sock" --namespace "$ns" images check "name==$ref" 2>/dev/null | grep -q complete; then
+	echo "$ref already present in namespace $ns" >&2
+else
+	echo "importing $ref into namespace $ns" >&2
+	ctr --address "$sock" --namespace "$ns" images import "$archive" >&2
+	echo "$sock $ns" >>"$marker"
+fi
+echo "$archive"
