@@ -26,6 +26,9 @@ type RunnerFlags struct {
 	ContainerdAddress   string `name:"containerd-address" env:"CONTAINERD_ADDRESS" default:"/run/containerd/containerd.sock" help:"containerd socket."`
 	ContainerdNamespace string `name:"containerd-namespace" env:"CONTAINERD_NAMESPACE" default:"relay" help:"containerd namespace."`
 	Runner              string `name:"runner" env:"RELAY_RUNNER" default:"containerd" enum:"containerd,process" help:"Handler runtime: containerd (isolated, production) or process (local exec, no isolation, development only)."`
+	// stateDir, when set (relay start's --state-dir), keeps the runner's
+	// files (the python3/node bootstraps) there instead of a temp dir.
+	stateDir string
 }
 
 // openRunner is a Runner built from RunnerFlags; Close releases it.
@@ -62,8 +65,12 @@ func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr
 	if err != nil {
 		return nil, err
 	}
-	cr, err := ctrd.New(cc, ctrd.WithNamespace(f.ContainerdNamespace), ctrd.WithOutput(stdout, stderr),
-		ctrd.WithHostID(hostID), ctrd.WithLogger(log))
+	opts := []ctrd.Option{ctrd.WithNamespace(f.ContainerdNamespace), ctrd.WithOutput(stdout, stderr),
+		ctrd.WithHostID(hostID), ctrd.WithLogger(log)}
+	if f.stateDir != "" {
+		opts = append(opts, ctrd.WithStateDir(f.stateDir))
+	}
+	cr, err := ctrd.New(cc, opts...)
 	if err != nil {
 		cc.Close()
 		return nil, err
