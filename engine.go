@@ -52,6 +52,10 @@ type Engine struct {
 
 	mu       sync.Mutex
 	inFlight map[string]struct{}
+	// waiting holds reclaimed messages this consumer now owns but has not
+	// dispatched yet (no free message slot): they are heartbeated too, or
+	// another worker would reclaim them while they wait.
+	waiting map[string]struct{}
 
 	// incomplete names apps whose rules could not all be read; while it is
 	// non-empty no matched or unmatched message is acknowledged.
@@ -99,6 +103,7 @@ func New(apps *Apps, c Components, opts ...Option) (*Engine, error) {
 		global:     make(chan struct{}, o.concurrency),
 		perApp:     make(map[string]chan struct{}, len(apps.List())),
 		inFlight:   map[string]struct{}{},
+		waiting:    map[string]struct{}{},
 		incomplete: apps.Incomplete(),
 		stats:      newStatsRecorder(o.statsClient, c.Stream, c.Group),
 	}
@@ -186,14 +191,33 @@ func (e *Engine) untrack(id string) {
 	e.mu.Unlock()
 }
 
-func (e *Engine) inFlightIDs() []string {
+// heldIDs lists the messages this worker holds: in flight or waiting for
+// a slot.
+func (e *Engine) heldIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	ids := make([]string, 0, len(e.inFlight))
+	ids := make([]string, 0, len(e.inFlight)+len(e.waiting))
 	for id := range e.inFlight {
 		ids = append(ids, id)
 	}
+	for id := range e.waiting {
+		if _, dup := e.inFlight[id]; !dup {
+			ids = append(ids, id)
+		}
+	}
 	return ids
+}
+
+func (e *Engine) setWaiting(msgs []stream.Message, waiting bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, m := range msgs {
+		if waiting {
+			e.waiting[m.ID] = struct{}{}
+		} else {
+			delete(e.waiting, m.ID)
+		}
+	}
 }
 
 // readLoop reads new entries whenever a message slot is free. Taking the
@@ -269,10 +293,13 @@ func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) 
 		for _, id := range deleted {
 			e.missingPayload(ctx, id)
 		}
+		e.setWaiting(batch, true)
+		defer e.setWaiting(batch, false)
 		for i, msg := range batch {
 			select {
 			case e.msgSlots <- struct{}{}:
 				e.dispatch(ctx, runCtx, msgs, msg)
+				e.setWaiting(batch[i:i+1], false)
 			case <-ctx.Done():
 				// The rest stay pending for the next reclaim, by any worker.
 				e.log.LogAttrs(ctx, slog.LevelDebug, "shutdown: reclaimed messages left pending", slog.Int("count", len(batch)-i))
@@ -300,7 +327,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		return
 	}
 	every(ctx, e.o.heartbeat, func() {
-		ids := e.inFlightIDs()
+		ids := e.heldIDs()
 		if len(ids) == 0 {
 			return
 		}

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 // replayFixture is a DLQ on the shared redis-server and the apps its
 // entries refer to.
 type replayFixture struct {
+	seq   int
 	t     *testing.T
 	store *dlq.Store
 	apps  *relay.Apps
@@ -38,8 +40,9 @@ func newReplayFixture(t *testing.T) *replayFixture {
 // write adds an entry for app/handler (both "-" for a malformed message).
 func (f *replayFixture) write(app, handler string) dlq.Entry {
 	f.t.Helper()
+	f.seq++ // a message of its own: DLQ writes are idempotent per invocation
 	e := dlq.Entry{
-		OriginalID: "1700000000000-5", Group: "workers", Consumer: "c1",
+		OriginalID: fmt.Sprintf("1700000000000-%d", f.seq), Group: "workers", Consumer: "c1",
 		Event: `{"kind":"order","id":7}`, Reason: "handler exited with code 3",
 		App: app, Handler: handler, Deliveries: 4, HandlerAttempts: 3,
 	}

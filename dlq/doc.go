@@ -7,11 +7,12 @@
 // delete (relay dlq ls / inspect / rm). Encode and Decode are the wire format
 // of one entry, shared by both.
 //
-// The package does not make writes idempotent: the invocation state marker
-// exhausted:<attempt>:<token>:dlq does (events.md), so the engine writes an
-// entry before it records the marker and may write it again after a crash in
-// between. It does not replay entries and never trims the queue. It never
-// closes the rueidis client it is given.
+// Writes are idempotent per invocation (original message id, app and
+// handler): Writer records the id of the first entry beside the queue, so
+// overlapping deliveries of an exhausted invocation, or a retry after a crash
+// between the write and the invocation's exhausted:<attempt>:<token>:dlq
+// marker, leave one entry. The package does not replay entries and never
+// trims the queue. It never closes the rueidis client it is given.
 //
 // Writer and Store are safe for concurrent use.
 package dlq

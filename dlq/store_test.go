@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,10 +29,15 @@ func newStore(t *testing.T) (*dlq.Store, rueidis.Client, string) {
 	return dlq.NewStore(c, src), c, src
 }
 
-// entryFor returns fullEntry moved to stream src.
+// entrySeq makes each entryFor a different message: writes are idempotent
+// per message and invocation.
+var entrySeq atomic.Int64
+
+// entryFor returns fullEntry moved to stream src, for a message of its own.
 func entryFor(src string, mutate ...func(*dlq.Entry)) dlq.Entry {
 	e := fullEntry()
 	e.OriginalStream = src
+	e.OriginalID = fmt.Sprintf("1700000000000-%d", entrySeq.Add(1))
 	for _, m := range mutate {
 		m(&e)
 	}

@@ -3,6 +3,7 @@ package dlq
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -42,7 +43,14 @@ func (w *Writer) Key() string { return w.key }
 // and HandlerAttempts 0, any other has HandlerAttempts >= 1. A validation
 // failure is a *FieldError (errors.Is ErrInvalidEntry) and writes nothing.
 //
-// Write is not idempotent: each call appends one entry (see the package doc).
+// Write is idempotent per invocation: the first write for an OriginalID,
+// App and Handler appends the entry and records its id in
+// keys.DLQWritten (kept for WrittenTTL), in one script; a later write of the
+// same invocation appends nothing and returns that first id, even when the
+// entry was deleted since. So two deliveries that both find an invocation
+// exhausted, or a retry after a crash between the write and the
+// invocation's ":dlq" marker, leave one entry (events.md "Dead-letter
+// queue").
 func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 	if e.OriginalStream == "" {
 		e.OriginalStream = w.stream
@@ -57,15 +65,37 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 		return "", err
 	}
 	fields := Encode(e)
-	cmd := w.client.B().Xadd().Key(w.key).Id("*").FieldValue()
+	args := []string{strconv.FormatInt(WrittenTTL.Milliseconds(), 10)}
 	for _, f := range fieldOrder {
 		if v, ok := fields[f]; ok {
-			cmd = cmd.FieldValue(f, v)
+			args = append(args, f, v)
 		}
 	}
-	id, err := w.client.Do(ctx, cmd.Build()).ToString()
+	written := keys.DLQWritten(w.stream, e.OriginalID, e.App, e.Handler)
+	id, err := writeScript.Exec(ctx, w.client, []string{w.key, written}, args).ToString()
 	if err != nil {
 		return "", fmt.Errorf("dlq: write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)
 	}
 	return id, nil
 }
+
+// WrittenTTL is how long Writer remembers that an invocation's entry was
+// written: as long as the invocation state is retained (relay's default
+// retention), after which no delivery of the message can still be running.
+const WrittenTTL = 7 * 24 * time.Hour
+
+// writeScript appends an entry unless the invocation's written marker
+// exists, and sets the marker to the new id (Writer.Write).
+//
+// KEYS[1] the DLQ stream, KEYS[2] keys.DLQWritten
+// ARGV[1] marker TTL in ms, ARGV[2..] the entry's field/value pairs
+// Returns the id of the invocation's entry.
+var writeScript = rueidis.NewLuaScriptRetryable(`
+local id = redis.call('GET', KEYS[2])
+if id then
+  return id
+end
+id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
+return id
+`)

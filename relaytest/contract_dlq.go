@@ -40,8 +40,10 @@ type DLQWriterHarness struct {
 // empty OriginalStream and a zero Timestamp filled in; malformed-message
 // entries (app and handler "-", handler_attempts 0); invalid entries
 // refused with a *dlq.FieldError naming the wire field, writing nothing;
-// writes not being idempotent (the invocation state's ":dlq" marker is);
-// and concurrent writes all kept, with distinct, increasing ids.
+// writes idempotent per invocation (original id, app, handler: a second
+// write returns the first id and appends nothing, even after the entry was
+// deleted) while other invocations of the same message get their own
+// entries; and concurrent writes all kept, with distinct, increasing ids.
 func TestDLQWriter(t *testing.T, newHarness func(t *testing.T) DLQWriterHarness) {
 	run := func(name string, f func(t *testing.T, h DLQWriterHarness)) {
 		t.Run(name, func(t *testing.T) {
@@ -139,14 +141,22 @@ func TestDLQWriter(t *testing.T, newHarness func(t *testing.T) DLQWriterHarness)
 		}
 	})
 
-	run("NotIdempotent", func(t *testing.T, h DLQWriterHarness) {
+	run("IdempotentPerInvocation", func(t *testing.T, h DLQWriterHarness) {
 		e := dlqEntry(h.Stream)
-		a, b := write(t, h, e), write(t, h, e)
-		if stream.CompareID(a, b) >= 0 {
-			t.Errorf("ids %s, %s: want distinct and increasing", a, b)
+		a := write(t, h, e)
+		again := e
+		again.Reason, again.HandlerAttempts = "a later delivery's reason", e.HandlerAttempts+1
+		if b := write(t, h, again); b != a {
+			t.Errorf("second write of one invocation = %s, want the first id %s", b, a)
 		}
-		if got := h.List(t); len(got) != 2 || got[0].ID != a || got[1].ID != b {
-			t.Errorf("entries = %+v, want two, %s then %s", got, a, b)
+		other := e
+		other.Handler = "invoices.refund"
+		b := write(t, h, other)
+		if stream.CompareID(a, b) >= 0 {
+			t.Errorf("ids %s, %s: another invocation of the message wants its own, later entry", a, b)
+		}
+		if got := h.List(t); len(got) != 2 || got[0].ID != a || got[0].Reason != e.Reason || got[1].ID != b {
+			t.Errorf("entries = %+v, want %s (the first write's) then %s", got, a, b)
 		}
 	})
 

@@ -227,9 +227,11 @@ func TestDLQReading(t *testing.T) {
 	ctx := t.Context()
 	clock := relaytest.NewManualClock(time.UnixMilli(10_000))
 	d := relaytest.NewDLQ("events", relaytest.WithClock(clock))
+	msg := 0
 	write := func(app, handler string) string {
 		t.Helper()
-		id, err := d.Write(ctx, dlq.Entry{OriginalID: "1-0", Group: "g", Consumer: "c", Reason: "r", App: app, Handler: handler, HandlerAttempts: 1})
+		msg++ // each a message of its own: writes are idempotent per invocation
+		id, err := d.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", msg), Group: "g", Consumer: "c", Reason: "r", App: app, Handler: handler, HandlerAttempts: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,14 @@ func Invocation(stream, group, messageID string) string {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
+// DLQWritten marks that the dead-letter entry of one invocation of one
+// message is written, holding the entry's id:
+// relay:<stream>:dlq:written:<message-id>:<app>/<handler>. It shares the
+// DLQ stream's hash tag, so the write script stays in one slot.
+func DLQWritten(stream, messageID, app, handler string) string {
+	return DLQ(stream) + ":written:" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
+}
+
 // ScheduleOccurrence is the dedup key of one occurrence of a schedule that
 // publishes into stream:
 // relay:schedule:<app>:<schedule>:<RFC3339 UTC instant, whole seconds>.
