@@ -27,12 +27,23 @@ const (
 // Globals are the flags every command shares, with the env fallbacks of
 // reference.md "Configuration".
 type Globals struct {
-	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[/db] or rediss:// for TLS."`
-	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream."`
+	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[,host:port...][/db] or rediss:// for TLS; several addresses are Redis Cluster seed nodes, or sentinels with --redis-sentinel-master."`
+	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream; relay start also takes a comma list."`
 	RedisGroup  string `name:"group" env:"REDIS_GROUP" help:"Consumer group."`
 	Apps        string `name:"apps" env:"RELAY_APPS" default:"/apps" help:"Apps root: one directory with a template.yaml per app."`
 	LogLevel    string `name:"log-level" env:"LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
 	LogFormat   string `name:"log-format" env:"LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+
+	// Redis connection modes, TLS and ACL (redis.go, docs/deployment.md).
+	RedisCluster          bool   `name:"redis-cluster" env:"REDIS_CLUSTER" help:"Require Redis Cluster: REDIS_URI lists seed nodes and every stream needs a hash tag such as {orders}."`
+	RedisSentinelMaster   string `name:"redis-sentinel-master" env:"REDIS_SENTINEL_MASTER" help:"Sentinel master set name; REDIS_URI then lists the sentinels."`
+	RedisUsername         string `name:"redis-username" env:"REDIS_USERNAME" help:"Redis ACL user (overrides the URI's)."`
+	RedisPassword         string `name:"redis-password" env:"REDIS_PASSWORD" help:"Password of the ACL user or of requirepass (overrides the URI's); prefer the env variable."`
+	RedisSentinelUsername string `name:"redis-sentinel-username" env:"REDIS_SENTINEL_USERNAME" help:"ACL user on the sentinels, when they require one."`
+	RedisSentinelPassword string `name:"redis-sentinel-password" env:"REDIS_SENTINEL_PASSWORD" help:"Password on the sentinels; prefer the env variable."`
+	RedisTLSCAFile        string `name:"redis-tls-ca-file" env:"REDIS_TLS_CA_FILE" help:"PEM CA bundle that signs the servers' certificates (rediss:// only; default: the system pool)."`
+	RedisTLSCertFile      string `name:"redis-tls-cert-file" env:"REDIS_TLS_CERT_FILE" help:"PEM client certificate for servers that require one (rediss:// only)."`
+	RedisTLSKeyFile       string `name:"redis-tls-key-file" env:"REDIS_TLS_KEY_FILE" help:"PEM key of REDIS_TLS_CERT_FILE."`
 
 	stdout, stderr io.Writer
 }
@@ -137,39 +148,16 @@ func (g *Globals) requireStream(needGroup bool) error {
 	if len(missing) > 0 {
 		return usagef("missing required configuration: %s", strings.Join(missing, ", "))
 	}
+	// Only relay start consumes a list (startStreams); the other commands
+	// read one stream's DLQ, stats or group.
+	streams, err := g.streamNames()
+	if err != nil {
+		return err
+	}
+	if len(streams) > 1 {
+		return usagef("REDIS_STREAM names %d streams (%s); only relay start takes a list: pass --stream with one of them", len(streams), strings.Join(streams, ", "))
+	}
 	return nil
-}
-
-// redisClient connects to REDIS_URI: host:port, redis://, rediss:// or unix://.
-func (g *Globals) redisClient() (rueidis.Client, error) {
-	uri := g.RedisURI
-	if !strings.Contains(uri, "://") {
-		uri = "redis://" + uri
-	}
-	opt, err := rueidis.ParseURL(uri)
-	if err != nil {
-		return nil, usagef("REDIS_URI %q: %v", g.RedisURI, err)
-	}
-	opt.DisableCache = true // no client-side caching: stream consumers gain nothing from it
-	c, err := rueidis.NewClient(opt)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Redis at %s: %w", redactURI(g.RedisURI), err)
-	}
-	return c, nil
-}
-
-// redactURI hides a password in a Redis URI for messages.
-func redactURI(uri string) string {
-	scheme, rest, ok := strings.Cut(uri, "://")
-	if !ok {
-		return uri
-	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if user, _, hasPass := strings.Cut(rest[:at], ":"); hasPass {
-			return scheme + "://" + user + ":***@" + rest[at+1:]
-		}
-	}
-	return uri
 }
 
 // loadApps loads the apps root, pointing at the setting when it is missing.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -110,8 +111,8 @@ func TestCLIStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := dlq.NewWriter(rc, name)
-	for range 2 {
-		if _, err := w.Write(ctx, dlq.Entry{OriginalID: "1-1", Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
+	for i := range 2 {
+		if _, err := w.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", i+1), Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

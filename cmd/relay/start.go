@@ -7,39 +7,59 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
 // StartCmd is `relay start`.
 type StartCmd struct {
 	Consumer       string `name:"consumer" env:"RELAY_CONSUMER" help:"Consumer name (default: the hostname)."`
-	StateDir       string `name:"state-dir" env:"RELAY_STATE_DIR" default:"/var/lib/relay" help:"Local state directory."`
+	StateDir       string `name:"state-dir" env:"RELAY_STATE_DIR" default:"/var/lib/relay" help:"Local state directory: the schedule outbox and the python3/node bootstraps."`
 	MaxConcurrency int    `name:"max-concurrency" env:"MAX_CONCURRENCY" default:"8" help:"Worker-global bound on concurrent invocations."`
 	RunnerFlags    `embed:""`
 	MetricsAddr    string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
+	// ShutdownTimeout lets an orchestrator's grace period cover the longest
+	// handler (docs/deployment.md "Graceful termination").
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"RELAY_SHUTDOWN_TIMEOUT" default:"30s" help:"After SIGTERM, how long running handlers may finish before they are abandoned (their messages stay pending)."`
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
-	if err := g.requireStream(true); err != nil {
+	streams, err := g.startStreams()
+	if err != nil {
 		return err
 	}
 	if c.MaxConcurrency <= 0 {
 		return usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
 	}
+	if c.ShutdownTimeout <= 0 {
+		return usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
+	}
+	if c.MaxConcurrency < len(streams) {
+		return usagef("MAX_CONCURRENCY (%d) is below the number of streams (%d): each stream needs at least one concurrency slot", c.MaxConcurrency, len(streams))
+	}
 	if c.Consumer == "" {
 		c.Consumer = hostname()
 	}
 	log := g.logger()
+	// Spans go to the global provider, which the Engines default to.
+	_, stopTracing, err := startTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	apps, err := g.loadApps()
 	if err != nil {
 		return err
@@ -63,31 +83,28 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
+	if err := checkLayout(ctx, log, rc, streams, g.RedisGroup); err != nil {
+		return err
+	}
 
-	var pingers []namedPinger
-	src := stream.New(rc, g.RedisStream, g.RedisGroup, c.Consumer)
-	pingers = append(pingers, namedPinger{"redis", src})
 	// Containers are labelled per consumer, not per host, so the start-up
 	// sweep of one worker never removes another's running handlers.
+	c.RunnerFlags.stateDir = c.StateDir
 	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer)
 	if err != nil {
 		return err
 	}
 	defer runner.Close()
-	if cr := runner.containerd; cr != nil {
-		// The Engine sweeps leftovers at start and every minute (Sweeper).
-		pingers = append(pingers, namedPinger{"containerd", cr})
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engine, err := relay.New(apps, relay.Components{
-		Source: src, State: invocation.New(rc), Runner: runner.Runner, DLQ: dlq.NewWriter(rc, g.RedisStream),
-		Stream: g.RedisStream, Group: g.RedisGroup, Consumer: c.Consumer,
-	}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLogger(log), relay.WithMetrics(reg),
-		relay.WithStats(rc))
+	engines, pingers, err := c.engines(apps, rc, runner.Runner, streams, g.RedisGroup, log, reg)
 	if err != nil {
 		return err
+	}
+	if cr := runner.containerd; cr != nil {
+		// The Engine sweeps leftovers at start and every minute (Sweeper).
+		pingers = append(pingers, namedPinger{"containerd", cr})
 	}
 	if c.MetricsAddr != "" {
 		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, pingers)
@@ -101,7 +118,126 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
-	return engine.Run(ctx)
+	sched, err := c.scheduler(apps, rc, streams[0], log, reg)
+	if err != nil {
+		return err
+	}
+	return runWithScheduler(ctx, sched, engines)
+}
+
+// startStreams checks the settings of relay start and returns the streams
+// of REDIS_STREAM, which may be a comma list.
+func (g *Globals) startStreams() ([]string, error) {
+	var missing []string
+	if g.RedisURI == "" {
+		missing = append(missing, "REDIS_URI (--redis-uri)")
+	}
+	if g.RedisStream == "" {
+		missing = append(missing, "REDIS_STREAM (--stream)")
+	}
+	if g.RedisGroup == "" {
+		missing = append(missing, "REDIS_GROUP (--group)")
+	}
+	if len(missing) > 0 {
+		return nil, usagef("missing required configuration: %s", strings.Join(missing, ", "))
+	}
+	return g.streamNames()
+}
+
+// checkLayout applies the hash-tag rule when the client turned out to be
+// connected to a Redis Cluster, whatever the settings said (one address
+// of a cluster node is enough for rueidis to go cluster-wide), and logs
+// the rule's warnings.
+func checkLayout(ctx context.Context, log *slog.Logger, rc rueidis.Client, streams []string, group string) error {
+	if rc.Mode() != rueidis.ClientModeCluster {
+		return nil
+	}
+	warnings, err := checkClusterLayout(streams, group)
+	if err != nil {
+		return usageError{err}
+	}
+	for _, w := range warnings {
+		log.LogAttrs(ctx, slog.LevelWarn, "streams share a cluster hash slot", slog.String("detail", w))
+	}
+	return nil
+}
+
+// engines builds one Engine per stream: each consumes its stream through
+// the same group name and consumer name, and all share runner and rc.
+//
+// MAX_CONCURRENCY stays a bound for the whole worker: it is split among
+// the engines (the first ones get the remainder), since an Engine's
+// limiter is its own. A stream then cannot borrow the idle slots of
+// another; each needs at least one slot. With several streams, metrics
+// carry a stream label and logs a stream attribute; only the first engine
+// sweeps the runner's leftovers, so the shared runner is swept once per
+// interval.
+func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Runner, streams []string, group string,
+	log *slog.Logger, reg *prometheus.Registry) ([]*relay.Engine, []namedPinger, error) {
+	n := len(streams)
+	var engines []*relay.Engine
+	var pingers []namedPinger
+	for i, name := range streams {
+		src := stream.New(rc, name, group, c.Consumer)
+		slots := c.MaxConcurrency / n
+		if i < c.MaxConcurrency%n {
+			slots++
+		}
+		r, elog, mreg, pingName := runner, log, prometheus.Registerer(reg), "redis"
+		if n > 1 {
+			elog = log.With(slog.String("stream", name))
+			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
+			pingName = "redis " + name
+			if i > 0 {
+				r = runOnly{runner}
+			}
+		}
+		e, err := relay.New(apps, relay.Components{
+			Source: src, State: invocation.New(rc), Runner: r, DLQ: dlq.NewWriter(rc, name),
+			Stream: name, Group: group, Consumer: c.Consumer,
+		}, relay.WithConcurrency(slots), relay.WithLogger(elog), relay.WithMetrics(mreg), relay.WithStats(rc),
+			relay.WithShutdownTimeout(c.ShutdownTimeout))
+		if err != nil {
+			return nil, nil, fmt.Errorf("stream %s: %w", name, err)
+		}
+		engines = append(engines, e)
+		pingers = append(pingers, namedPinger{pingName, src})
+	}
+	return engines, pingers, nil
+}
+
+// runOnly hides a Runner's optional capabilities (Sweeper) from an Engine.
+type runOnly struct{ r relay.Runner }
+
+func (o runOnly) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	return o.r.Run(ctx, req)
+}
+
+// runEngines runs every engine until ctx is done. When one cannot start,
+// the others are stopped gracefully and its error is returned: a worker
+// never runs with some of its streams silently left out.
+func runEngines(ctx context.Context, engines []*relay.Engine) error {
+	if len(engines) == 1 {
+		return engines[0].Run(ctx)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(engines))
+	var wg sync.WaitGroup
+	for i, e := range engines {
+		wg.Go(func() {
+			err := e.Run(ctx)
+			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				err = nil // stopped while starting, because another failed or on a signal
+			}
+			if err != nil {
+				errs[i] = err
+				stop()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 type namedPinger struct {
@@ -139,11 +275,13 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pi
 
 // Help is shown by relay start --help.
 func (c *StartCmd) Help() string {
-	return `Consumes REDIS_STREAM through REDIS_GROUP (created from id 0 if missing) and runs the matched handlers of every app under RELAY_APPS. SIGINT or SIGTERM stops reading, lets running handlers finish for up to 30s and leaves unfinished messages pending for another worker. Exits 1 at once when Redis or containerd cannot be reached, or when the apps root holds no app.
+	return `Consumes REDIS_STREAM through REDIS_GROUP (created from id 0 if missing) and runs the matched handlers of every app under RELAY_APPS. REDIS_STREAM may be a comma list: one consumer group per stream, MAX_CONCURRENCY split among them. Under Redis Cluster every stream needs a hash tag ({orders}). SIGINT or SIGTERM stops reading, lets running handlers finish for up to RELAY_SHUTDOWN_TIMEOUT (30s) and leaves unfinished messages pending for another worker. Exits 1 at once when Redis or containerd cannot be reached, or when the apps root holds no app.
 
 Examples:
 
     REDIS_URI=127.0.0.1:6379 REDIS_STREAM=events REDIS_GROUP=relay relay start --apps /apps
     relay start --redis-uri redis://user:pass@redis:6379/0 --stream events --group relay --metrics-addr :9090
-    relay start --runner process --log-level debug    # handlers as local processes, for development`
+    relay start --runner process --log-level debug    # handlers as local processes, for development
+    REDIS_URI=redis://10.0.0.1:6379,10.0.0.2:6379 REDIS_STREAM='{orders},{payments}' REDIS_GROUP=relay relay start   # Redis Cluster, two streams
+    REDIS_URI=redis://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 REDIS_SENTINEL_MASTER=main relay start           # through Sentinel`
 }
