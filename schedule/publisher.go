@@ -47,13 +47,20 @@ type Publisher struct {
 
 // NewPublisher returns a Publisher of occurrences into stream, the stream
 // the engine consumes. The only option it takes is WithTracerProvider.
-// It fails when client is nil, stream is empty or an option is invalid.
+// It fails when client is nil, stream is empty, client is a Redis Cluster
+// client and stream has no hash tag (docs/deployment.md), or an option is
+// invalid.
 func NewPublisher(client rueidis.Client, stream string, opts ...Option) (*Publisher, error) {
 	if client == nil {
 		return nil, errors.New("schedule: NewPublisher: nil client")
 	}
 	if stream == "" {
 		return nil, errors.New("schedule: NewPublisher: empty stream name")
+	}
+	if _, tagged := keys.HashTag(stream); !tagged && client.Mode() == rueidis.ClientModeCluster {
+		// The publish script touches the stream and the dedup key; only a
+		// shared hash tag puts both in one slot.
+		return nil, fmt.Errorf("schedule: NewPublisher: stream %q has no hash tag, so under Redis Cluster its dedup keys land in other slots; name the stream with a tag such as {%s}", stream, stream)
 	}
 	o := defaultOptions(forPublisher)
 	if err := o.apply(opts); err != nil {

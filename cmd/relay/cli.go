@@ -112,7 +112,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		}
 		var silent silentError
 		if !errors.As(err, &silent) {
-			fmt.Fprintf(stderr, "relay: %v\n", err)
+			// Library errors carry their own "relay: " prefix.
+			fmt.Fprintf(stderr, "relay: %s\n", strings.TrimPrefix(err.Error(), "relay: "))
 		}
 		return exitFailure
 	}

@@ -183,9 +183,8 @@ func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Run
 		if i < c.MaxConcurrency%n {
 			slots++
 		}
-		r, elog, mreg, pingName := runner, log, prometheus.Registerer(reg), "redis"
+		r, mreg, pingName := runner, prometheus.Registerer(reg), "redis"
 		if n > 1 {
-			elog = log.With(slog.String("stream", name))
 			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
 			pingName = "redis " + name
 			if i > 0 {
@@ -195,7 +194,7 @@ func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Run
 		e, err := relay.New(apps, relay.Components{
 			Source: src, State: invocation.New(rc), Runner: r, DLQ: dlq.NewWriter(rc, name),
 			Stream: name, Group: group, Consumer: c.Consumer,
-		}, relay.WithConcurrency(slots), relay.WithLogger(elog), relay.WithMetrics(mreg), relay.WithStats(rc),
+		}, relay.WithConcurrency(slots), relay.WithLogger(log), relay.WithMetrics(mreg), relay.WithStats(rc),
 			relay.WithShutdownTimeout(c.ShutdownTimeout))
 		if err != nil {
 			return nil, nil, fmt.Errorf("stream %s: %w", name, err)
