@@ -48,6 +48,9 @@ type Engine struct {
 	tracer  trace.Tracer
 	stats   *statsRecorder // nil without WithStats
 	running atomic.Bool
+	// consuming is set while Run's read loop is running and its last read
+	// of the stream succeeded (Ping, /readyz).
+	consuming atomic.Bool
 	// ackRetain, when set, acknowledges and retains a message in one round
 	// trip (pipelinedAck).
 	ackRetain ackRetainer
@@ -168,6 +171,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		return ErrEngineRunning
 	}
 	defer e.running.Store(false)
+	defer e.consuming.Store(false)
 	if g, ok := e.c.Source.(groupEnsurer); ok {
 		if err := g.EnsureGroup(ctx); err != nil {
 			return fmt.Errorf("relay: ensure consumer group %q on stream %q: %w", e.c.Group, e.c.Stream, err)
@@ -265,11 +269,31 @@ func (e *Engine) setWaiting(msgs []stream.Message, waiting bool) {
 	}
 }
 
+// ErrNotConsuming is returned by Engine.Ping when the Engine is not
+// running, or its last read of the stream failed.
+var ErrNotConsuming = errors.New("relay: engine not consuming")
+
+// Ping reports whether the Engine is consuming: Run is in its read loop and
+// the last XREADGROUP succeeded. It implements Pinger, for readiness
+// checks beside the Redis and runtime pings. Safe for concurrent use.
+func (e *Engine) Ping(context.Context) error {
+	if !e.running.Load() {
+		return fmt.Errorf("%w: not running", ErrNotConsuming)
+	}
+	if !e.consuming.Load() {
+		return fmt.Errorf("%w: starting, or its last read of stream %q failed", ErrNotConsuming, e.c.Stream)
+	}
+	return nil
+}
+
 // readLoop reads new entries whenever a message slot is free. Taking the
 // slot before reading is the back-pressure: a worker holds at most twice
 // MAX_CONCURRENCY messages; one whose app has no free slot waits for it
 // (bounded by the concurrency wait) while other apps' messages proceed.
 func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+	// The group exists (Run ensured it): consuming until a read fails.
+	e.consuming.Store(true)
+	defer e.consuming.Store(false)
 	var fails int
 	for {
 		select {
@@ -288,6 +312,7 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 			}
 		}
 		batch, err := e.c.Source.Read(ctx, n)
+		e.consuming.Store(err == nil && ctx.Err() == nil)
 		if err != nil && ctx.Err() == nil {
 			fails++
 			e.log.LogAttrs(ctx, slog.LevelError, "stream read failed; retrying", slog.Int("failures", fails), slog.Any("error", err))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -940,5 +941,44 @@ events:
 	waitFor(t, 15*time.Second, "ack", func() bool { return h.settled() })
 	if n := h.calls.count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times", n)
+	}
+}
+
+// toggleSource fails every Read while failing is set.
+type toggleSource struct {
+	relay.StreamSource
+	failing atomic.Bool
+}
+
+func (s *toggleSource) Read(ctx context.Context, n int) ([]stream.Message, error) {
+	if s.failing.Load() {
+		return nil, errors.New("read refused by the test")
+	}
+	return s.StreamSource.Read(ctx, n)
+}
+
+// Ping is the Engine's part of /readyz: consuming only while Run reads.
+func TestPingReportsConsuming(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	src := &toggleSource{StreamSource: h.src}
+	e, err := relay.New(h.apps, relay.Components{
+		Source: src, State: h.state, Runner: runtime.NewFunc(nil), DLQ: h.dlqw,
+		Stream: h.stream, Group: h.group, Consumer: "c1",
+	}, append(fastOptions(), relay.WithMetrics(prometheus.NewRegistry()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
+		t.Errorf("Ping before Run = %v, want ErrNotConsuming", err)
+	}
+	stop := h.run(e)
+	waitFor(t, 5*time.Second, "consuming", func() bool { return e.Ping(t.Context()) == nil })
+	src.failing.Store(true)
+	waitFor(t, 5*time.Second, "not consuming while reads fail", func() bool { return errors.Is(e.Ping(t.Context()), relay.ErrNotConsuming) })
+	src.failing.Store(false)
+	waitFor(t, 10*time.Second, "consuming again", func() bool { return e.Ping(t.Context()) == nil })
+	stop()
+	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
+		t.Errorf("Ping after Run = %v, want ErrNotConsuming", err)
 	}
 }

@@ -200,7 +200,7 @@ func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Run
 			return nil, nil, fmt.Errorf("stream %s: %w", name, err)
 		}
 		engines = append(engines, e)
-		pingers = append(pingers, namedPinger{pingName, src})
+		pingers = append(pingers, namedPinger{pingName, src}, namedPinger{strings.Replace(pingName, "redis", "consuming", 1), e})
 	}
 	return engines, pingers, nil
 }
