@@ -109,6 +109,9 @@ func NewApps(apps ...*App) (*Apps, error) {
 		if a.Concurrency <= 0 {
 			a.Concurrency = DefaultAppConcurrency
 		}
+		if a.Spec.Warm && a.Spec.Runtime == "" {
+			return nil, fmt.Errorf("relay: app %q: Spec.Warm needs Spec.Runtime (python3 or node)", a.Name)
+		}
 		seen := map[string]bool{}
 		for i, r := range a.Rules {
 			if r.Pattern == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/runtime"
 )
 
 func loadOne(t *testing.T, name, src string) *relay.App {
@@ -35,7 +36,7 @@ events:
 	if r.Timeout != 30*time.Second || r.Retries != 4 || a.Concurrency != 2 {
 		t.Errorf("defaults: timeout %s retries %d concurrency %d", r.Timeout, r.Retries, a.Concurrency)
 	}
-	if a.Spec.MemoryBytes != 128<<20 || a.Spec.CPUs != 1 || a.Spec.PIDs != 128 || a.Spec.Network != "none" {
+	if a.Spec.MemoryBytes != 128<<20 || a.Spec.CPUs != 1 || a.Spec.PIDs != 128 || a.Spec.Network != "none" || a.Spec.Warm {
 		t.Errorf("resource defaults: %+v", a.Spec)
 	}
 	if !filepath.IsAbs(a.Spec.Dir) || filepath.Base(a.Spec.Dir) != "users" {
@@ -47,6 +48,7 @@ func TestLoadAppFull(t *testing.T) {
 	a := loadOne(t, "billing.v2", `
 runtime: python3
 concurrency: 5
+warm: true
 resources: {memory: 1GiB, cpus: 0.5, pids: 64}
 network: host
 env: {API_URL: "https://x", EMPTY: ""}
@@ -66,7 +68,7 @@ schedules:
 		t.Fatalf("errors: %v", a.Errors)
 	}
 	if a.Spec.Runtime != "python3" || a.Concurrency != 5 || a.Spec.MemoryBytes != 1<<30 || a.Spec.CPUs != 0.5 ||
-		a.Spec.PIDs != 64 || a.Spec.Network != "host" || a.Spec.Env["API_URL"] != "https://x" {
+		a.Spec.PIDs != 64 || a.Spec.Network != "host" || a.Spec.Env["API_URL"] != "https://x" || !a.Spec.Warm {
 		t.Errorf("spec = %+v", a.Spec)
 	}
 	if r := a.Rules[0]; r.Handler != "pkg.mod.fn" || r.Timeout != 15*time.Minute || r.Retries != 0 {
@@ -106,6 +108,10 @@ func TestLoadAppErrors(t *testing.T) {
 		{"no image or runtime", "events: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`1:1: set image`}},
 		{"command with runtime", "runtime: python3\ncommand: [x]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`2:10: command: command is only allowed without runtime`}},
+		{"warm without runtime", "image: x\nwarm: true\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:7: warm: warm: true is only allowed with runtime (python3 or node)`}},
+		{"warm not a boolean", "runtime: node\nwarm: yes please\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:7: warm: must be true or false, not a string`}},
 		{"bad runtime", "runtime: ruby\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`1:10: runtime: unknown runtime "ruby"`}},
 		{"bad resources", "image: x\nresources: {memory: 128MB, cpus: 0, pids: 0, disk: 1}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`resources.memory: memory "128MB" must be a positive whole number with a unit KiB, MiB or GiB`, `resources.cpus: cpus must be a number > 0`, `resources.pids: pids must be a positive integer`, `resources.disk: unknown key "disk"`}},
@@ -230,5 +236,18 @@ func TestAnchorsAreFollowed(t *testing.T) {
 	a := loadOne(t, "anchored", "image: &img relay.local/busybox:latest\nevents:\n  - handler: a.b\n    pattern: &p {k: [v]}\n")
 	if !a.Available() || a.Spec.Image != "relay.local/busybox:latest" || len(a.Rules) != 1 {
 		t.Errorf("anchored template: %v %+v", a.Errors, a.Spec)
+	}
+}
+
+// TestNewAppsWarm: apps defined in Go follow the template's rule that warm
+// containers need a language runtime.
+func TestNewAppsWarm(t *testing.T) {
+	app := &relay.App{Name: "orders", Spec: runtime.Spec{Image: "x", Warm: true}}
+	if _, err := relay.NewApps(app); err == nil || !strings.Contains(err.Error(), "Spec.Warm needs Spec.Runtime") {
+		t.Fatalf("warm without runtime: got %v", err)
+	}
+	app.Spec.Runtime = runtime.RuntimeNode
+	if _, err := relay.NewApps(app); err != nil {
+		t.Fatalf("warm with runtime: %v", err)
 	}
 }

@@ -166,6 +166,14 @@ func (t *tpl) integer(n ast.Node, path string) (int64, bool) {
 	return 0, false
 }
 
+func (t *tpl) boolean(n ast.Node, path string) (bool, bool) {
+	if v, ok := unwrap(n).(*ast.BoolNode); ok {
+		return v.Value, true
+	}
+	t.errorf(n, path, "must be true or false, not %s", describe(unwrap(n)))
+	return false, false
+}
+
 func (t *tpl) number(n ast.Node, path string) (float64, bool) {
 	switch v := unwrap(n).(type) {
 	case *ast.IntegerNode:
@@ -245,7 +253,7 @@ func parseTemplate(app *App, src []byte) {
 	if !ok {
 		return
 	}
-	var imageN, commandN, runtimeN ast.Node
+	var imageN, commandN, runtimeN, warmN ast.Node
 	for _, fl := range fields {
 		switch fl.key {
 		case "runtime":
@@ -275,6 +283,11 @@ func parseTemplate(app *App, src []byte) {
 					app.Concurrency = int(v)
 				}
 			}
+		case "warm":
+			warmN = fl.value
+			if b, ok := t.boolean(fl.value, "warm"); ok {
+				app.Spec.Warm = b
+			}
 		case "resources":
 			t.resources(app, fl.value)
 		case "network":
@@ -300,13 +313,16 @@ func parseTemplate(app *App, src []byte) {
 	if runtimeN != nil && commandN != nil {
 		t.errorf(commandN, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
 	}
+	if runtimeN == nil && app.Spec.Warm {
+		t.errorf(warmN, "warm", "warm: true is only allowed with runtime (python3 or node): an image's own command runs once per invocation")
+	}
 	app.Incomplete = t.unreadRules
 	if t.declared == 0 {
 		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
 	}
 }
 
-var templateKeys = []string{"runtime", "image", "command", "concurrency", "resources", "network", "env", "events", "schedules"}
+var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "events", "schedules"}
 
 func (t *tpl) stringList(n ast.Node, path string) []string {
 	seq, ok := unwrap(n).(*ast.SequenceNode)

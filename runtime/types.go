@@ -25,6 +25,11 @@ type Spec struct {
 	PIDs        int64
 	// Network is "none" or "host".
 	Network string
+	// Warm asks for long-lived containers that serve invocations one at a
+	// time (template.yaml `warm`, docs/runtimes.md "Warm containers"); only
+	// meaningful with Runtime set. Runners without warm containers ignore
+	// it: the handler contract is the same either way.
+	Warm bool
 }
 
 // Request is one attempt of one invocation.

@@ -20,6 +20,19 @@
 //        the error
 //   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
 //   127  the module or the function does not exist (message on stderr)
+//
+// Warm mode (`warm: true`; argv "--warm"): the process serves invocations
+// one at a time until stdin ends. Each request is one line of JSON on stdin,
+//   {"token": T, "handler": "module.function", "env": {...}, "event": "<JSON text>"}
+// and each outcome is the line `T {"code": N}` on stdout, N being the exit
+// code a one-shot run would have had, after the line `T` on stderr. T is a
+// random token the runner makes for each request: the runner finds the
+// frames by it, anywhere in the byte streams, so handler output (written to
+// pipes synchronously, hence before the frames) can never be taken for one.
+// process.env is reset to its initial content plus "env" before each call;
+// loaded modules stay in Node's cache (that is the point). A handler must
+// not read process.stdin, which carries the requests; process.exit() in a
+// handler ends the container, with that exit code as the outcome.
 "use strict";
 
 const fs = require("node:fs");
@@ -125,9 +138,9 @@ function report(handler, err) {
   }
 }
 
-async function main() {
-  const handler = process.env.RELAY_HANDLER ?? "";
-  const appDir = process.cwd();
+// invoke runs handler with the event that readEvent returns, and returns the
+// exit code of the outcome.
+async function invoke(handler, appDir, readEvent) {
   try {
     const fn = await load(handler, appDir);
     const event = await readEvent();
@@ -143,7 +156,41 @@ async function main() {
   return 0;
 }
 
+function main() {
+  return invoke(process.env.RELAY_HANDLER ?? "", process.cwd(), readEvent);
+}
+
+function parseEvent(text) {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new Exit(EXIT_USAGE, `the event is not JSON: ${err.message.replace(/\s+/g, " ")}`);
+  }
+}
+
+async function serve() {
+  const readline = require("node:readline");
+  const appDir = process.cwd();
+  process.argv.splice(2);
+  const baseline = { ...process.env };
+  const requests = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
+  for await (const line of requests) {
+    const req = JSON.parse(line);
+    for (const name of Object.keys(process.env)) {
+      if (!Object.hasOwn(baseline, name)) {
+        delete process.env[name];
+      }
+    }
+    Object.assign(process.env, baseline, req.env);
+    const code = await invoke(req.handler, appDir, async () => parseEvent(req.event));
+    // Writes to pipes are synchronous: the handler's output is out already.
+    process.stderr.write(req.token + "\n");
+    process.stdout.write(req.token + " " + JSON.stringify({ code }) + "\n");
+  }
+  return 0; // stdin closed: the runner is done with this container
+}
+
 // Output to pipes is written synchronously on Linux, so nothing is lost by
 // exiting at once; waiting for the event loop to drain would let a stray
 // timer or keep-alive socket hold the invocation until its timeout.
-main().then((code) => process.exit(code));
+(process.argv[2] === "--warm" ? serve() : main()).then((code) => process.exit(code));

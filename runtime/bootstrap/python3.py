@@ -15,6 +15,17 @@
 #        the traceback is on stderr, its last line names the exception
 #   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
 #   127  the module or the function does not exist (message on stderr)
+#
+# Warm mode (`warm: true`; argv "--warm"): the process serves invocations
+# one at a time until stdin ends. Each request is one line of JSON on stdin,
+#   {"token": T, "handler": "module.function", "env": {...}, "event": "<JSON text>"}
+# and each outcome is the line `T {"code": N}` on stdout, N being the exit
+# code a one-shot run would have had, after the line `T` on stderr. T is a
+# random token the runner makes for each request: the runner finds the
+# frames by it, anywhere in the byte streams, so handler output (which goes
+# to stdout and stderr as usual, before the frames) can never be taken for
+# one. The environment is reset to the process's initial one plus "env"
+# before each call; imported modules stay loaded (that is the point).
 import importlib
 import inspect
 import json
@@ -102,13 +113,18 @@ def call(function, event):
         asyncio.run(wait())
 
 
-def main():
-    handler = os.environ.get("RELAY_HANDLER", "")
+def setup_path():
     app_dir = os.getcwd()
     if sys.path and sys.path[0] in ("", _here):
         sys.path[0] = app_dir
     else:
         sys.path.insert(0, app_dir)
+    return app_dir
+
+
+def main():
+    handler = os.environ.get("RELAY_HANDLER", "")
+    app_dir = setup_path()
     try:
         function = load(handler, app_dir)
         event = read_event()
@@ -120,5 +136,72 @@ def main():
         sys.exit(EXIT_FAILED)
 
 
+def exit_code(e):
+    """The process exit code SystemExit e would give, printing a message
+    argument as the interpreter does."""
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    sys.stderr.write(str(e.code) + "\n")
+    return EXIT_FAILED
+
+
+def invoke(handler, app_dir, raw_event):
+    """One warm invocation: the exit code a one-shot run would end with."""
+    try:
+        function = load(handler, app_dir)
+        try:
+            event = json.loads(raw_event)
+        except ValueError as e:
+            fail(EXIT_USAGE, "the event is not JSON: %s" % e)
+        call(function, event)
+        return 0
+    except SystemExit as e:  # fail(), or the handler's own sys.exit(n)
+        return exit_code(e)
+    except BaseException as e:
+        report(e)
+        return EXIT_FAILED
+
+
+def flush_output():
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # a handler may have replaced or closed them
+            pass
+
+
+def serve():
+    app_dir = setup_path()
+    del sys.argv[1:]
+    # Requests come on a private copy of stdin; the handler's stdin is
+    # /dev/null, so that a handler reading it cannot swallow the next request.
+    requests = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    baseline = dict(os.environ)
+    while True:
+        line = requests.readline()
+        if not line:
+            return  # stdin closed: the runner is done with this container
+        req = json.loads(line)
+        os.environ.clear()
+        os.environ.update(baseline)
+        os.environ.update(req["env"])
+        code = invoke(req["handler"], app_dir, req["event"])
+        flush_output()
+        token = req["token"].encode()
+        # stderr first: the runner waits for both markers, and the stdout
+        # frame is the one it acts on.
+        os.write(2, token + b"\n")
+        os.write(1, token + b" " + json.dumps({"code": code}).encode() + b"\n")
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--warm"]:
+        serve()
+    else:
+        main()

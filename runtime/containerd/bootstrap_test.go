@@ -31,7 +31,7 @@ const (
 // importArchive imports the image archive named by env into c's namespace
 // and unpacks ref. Without the variable the test is skipped, or fails under
 // RELAY_TEST_REQUIRE=1, as for the busybox image.
-func importArchive(t *testing.T, c *client.Client, env, ref string) {
+func importArchive(t testing.TB, c *client.Client, env, ref string) {
 	t.Helper()
 	path := os.Getenv(env)
 	if path == "" {
@@ -73,7 +73,7 @@ type runtimeFixture struct {
 	runtime        string
 }
 
-func newRuntimeFixture(t *testing.T, rt, env, ref string, files map[string]string) *runtimeFixture {
+func newRuntimeFixture(t testing.TB, rt, env, ref string, files map[string]string) *runtimeFixture {
 	t.Helper()
 	f := &runtimeFixture{client: containerdtest.Client(t), stdout: &testutil.Buffer{}, stderr: &testutil.Buffer{}, runtime: rt}
 	importArchive(t, f.client, env, ref)

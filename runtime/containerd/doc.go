@@ -24,6 +24,11 @@
 // DefaultNodeImage (WithDefaultImages); `image:` in the template overrides
 // it. docs/runtimes.md describes the bootstraps and how to build an image.
 //
+// Apps with `warm: true` (runtime.Spec.Warm) run in long-lived containers
+// of the same sandbox instead, one invocation at a time each, the bootstrap
+// serving requests in a loop: see Runner.Run, the WithWarm options and
+// Close, and docs/runtimes.md "Warm containers".
+//
 // An image that is not in the namespace is pulled from its registry,
 // anonymously, once for all concurrent Runs, with its progress logged
 // (WithPull, WithPullTimeout); a failed pull is an error wrapping

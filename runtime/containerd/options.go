@@ -37,6 +37,12 @@ const (
 	// DefaultPullProgressInterval is the period of the progress log line of
 	// an image pull.
 	DefaultPullProgressInterval = 5 * time.Second
+	// DefaultWarmMaxInvocations is how many invocations a warm container
+	// serves before it is replaced (WithWarmMaxInvocations).
+	DefaultWarmMaxInvocations = 1000
+	// DefaultWarmIdleTimeout is how long a warm container may stay unused
+	// before it is removed (WithWarmIdleTimeout).
+	DefaultWarmIdleTimeout = 5 * time.Minute
 )
 
 // Default images of the language runtimes (reference.md: `image` defaults to
@@ -53,6 +59,9 @@ const (
 	LabelHost    = "relay.host"
 	LabelApp     = "relay.app"
 	LabelHandler = "relay.handler"
+	// LabelWarm is "true" on warm containers, which serve many invocations
+	// (their relay.handler label is empty).
+	LabelWarm = "relay.warm"
 )
 
 // Option configures a Runner.
@@ -71,6 +80,9 @@ type options struct {
 	pullTimeout          time.Duration
 	pullRetryInterval    time.Duration
 	pullProgressInterval time.Duration
+	warmMaxInvocations   int
+	warmIdleTimeout      time.Duration
+	warmMaxContainers    int
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -230,6 +242,47 @@ func WithCleanupTimeout(d time.Duration) Option {
 	}
 }
 
+// WithWarmMaxInvocations sets how many invocations a warm container serves
+// before it is removed and a new one takes its place, which bounds what a
+// leak in an app's code can accumulate. n must be > 0.
+// Default: DefaultWarmMaxInvocations.
+func WithWarmMaxInvocations(n int) Option {
+	return func(o *options) error {
+		if n <= 0 {
+			return errors.New("containerd: WithWarmMaxInvocations: must be > 0")
+		}
+		o.warmMaxInvocations = n
+		return nil
+	}
+}
+
+// WithWarmIdleTimeout sets how long a warm container may wait for its next
+// invocation before it is removed, so that an app that has gone quiet holds
+// no memory. d must be > 0. Default: DefaultWarmIdleTimeout.
+func WithWarmIdleTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("containerd: WithWarmIdleTimeout: must be > 0")
+		}
+		o.warmIdleTimeout = d
+		return nil
+	}
+}
+
+// WithWarmMaxContainers caps the warm containers of one app, busy or idle;
+// a Run that finds them all busy waits for one. n must be >= 0; 0 means no
+// cap other than the number of concurrent Runs, which the Engine bounds by
+// the app's concurrency. Default: 0.
+func WithWarmMaxContainers(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return errors.New("containerd: WithWarmMaxContainers: must be >= 0")
+		}
+		o.warmMaxContainers = n
+		return nil
+	}
+}
+
 func newOptions(opts []Option) (options, error) {
 	o := options{
 		namespace:      DefaultNamespace,
@@ -245,6 +298,8 @@ func newOptions(opts []Option) (options, error) {
 		pullTimeout:          DefaultPullTimeout,
 		pullRetryInterval:    DefaultPullRetryInterval,
 		pullProgressInterval: DefaultPullProgressInterval,
+		warmMaxInvocations:   DefaultWarmMaxInvocations,
+		warmIdleTimeout:      DefaultWarmIdleTimeout,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
@@ -43,7 +44,9 @@ type Runner struct {
 	bootstraps bootstrapFiles
 
 	mu   sync.Mutex
-	live map[string]struct{} // containers of invocations in flight, which Sweep spares
+	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
+
+	warm warmPools
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
@@ -75,6 +78,13 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 
 		bootstraps: bootstrapFiles{stateDir: o.stateDir, verified: map[string]bool{}},
 		live:       map[string]struct{}{},
+		warm: warmPools{
+			maxInvocations: o.warmMaxInvocations,
+			idleTimeout:    o.warmIdleTimeout,
+			maxContainers:  o.warmMaxContainers,
+			apps:           map[string]*warmApp{},
+			all:            map[*warmContainer]struct{}{},
+		},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	return r, nil
@@ -102,9 +112,22 @@ func (r *Runner) HostID() string { return r.hostID }
 // case the container, task and snapshot are removed before Run returns.
 // req.Timeout and Result.Duration count from the start of the handler
 // process, not including container setup (about 150 ms) nor a pull.
+//
+// When req.Spec.Warm is set (a language runtime is then required, or Run
+// fails with an error wrapping runtime.ErrUnavailable) the attempt runs in a
+// warm container of the app instead, started if none is free and kept for
+// later attempts (docs/runtimes.md "Warm containers"): the outcomes are the
+// same, except that a handler failure leaves the container serving, and
+// req.Timeout and Result.Duration count from the request's delivery to the
+// container. A timeout, a cancellation or the death of the bootstrap
+// removes that container before Run returns.
 func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	name := req.App + "/" + req.Handler
-	res, err := r.run(namespaces.WithNamespace(ctx, r.namespace), req)
+	run := r.run
+	if req.Spec.Warm {
+		run = r.runWarm
+	}
+	res, err := run(namespaces.WithNamespace(ctx, r.namespace), req)
 	if err == nil {
 		return res, nil
 	}
@@ -118,41 +141,62 @@ func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, 
 	return res, fmt.Errorf("run %s: %w", name, err)
 }
 
-func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result, runErr error) {
-	ref, argv, boot, err := r.resolve(req.Spec)
+// prepared is what a container of one Spec needs, resolved and checked.
+type prepared struct {
+	ref     string
+	img     client.Image
+	imgSpec ocispec.Image
+	appDir  string   // absolute
+	argv    []string // nil: the image's entrypoint
+	mounts  []specs.Mount
+}
+
+// prepare resolves spec's image and command, checks its app directory and
+// writes the bootstrap a language runtime needs.
+func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, error) {
+	ref, argv, boot, err := r.resolve(spec)
 	if err != nil {
-		return runtime.Result{}, err
+		return prepared{}, err
 	}
-	appDir, err := filepath.Abs(req.Spec.Dir)
+	appDir, err := filepath.Abs(spec.Dir)
 	if err != nil {
-		return runtime.Result{}, err
+		return prepared{}, err
 	}
 	fi, err := os.Stat(appDir)
 	if err != nil || !fi.IsDir() {
-		return runtime.Result{}, fmt.Errorf("app directory %q is not a directory: %w", appDir, runtime.ErrUnavailable)
+		return prepared{}, fmt.Errorf("app directory %q is not a directory: %w", appDir, runtime.ErrUnavailable)
 	}
 	// The handler runs as HandlerUID, which sees /app through the "other"
 	// permission bits; without them every attempt would fail inside.
 	if fi.Mode().Perm()&0o005 != 0o005 {
-		return runtime.Result{}, fmt.Errorf("app directory %q (mode %s) is not readable by the handler user (uid %d): run chmod -R o+rX %s: %w",
+		return prepared{}, fmt.Errorf("app directory %q (mode %s) is not readable by the handler user (uid %d): run chmod -R o+rX %s: %w",
 			appDir, fi.Mode().Perm(), HandlerUID, appDir, runtime.ErrUnavailable)
 	}
 	img, err := r.image(ctx, ref)
 	if err != nil {
-		return runtime.Result{}, err
+		return prepared{}, err
 	}
 	imgSpec, err := img.Spec(ctx)
 	if err != nil {
-		return runtime.Result{}, classify(fmt.Errorf("image %s: %w", ref, err))
+		return prepared{}, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
 	var mounts []specs.Mount
 	if boot != nil {
 		m, err := r.bootstraps.mount(*boot)
 		if err != nil {
-			return runtime.Result{}, err
+			return prepared{}, err
 		}
 		argv, mounts = boot.Command(m.Destination), []specs.Mount{m}
 	}
+	return prepared{ref: ref, img: img, imgSpec: imgSpec, appDir: appDir, argv: argv, mounts: mounts}, nil
+}
+
+func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result, runErr error) {
+	p, err := r.prepare(ctx, req.Spec)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	img := p.img
 
 	id := containerID(req.App, req.Handler)
 	r.track(id, true)
@@ -163,7 +207,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		client.WithSnapshotter(r.snapshotter),
 		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(specOpts(req, imgSpec, appDir, argv, mounts)...),
+		client.WithNewSpec(specOpts(req, p.imgSpec, p.appDir, p.argv, p.mounts)...),
 	}
 	cont, err := r.client.NewContainer(ctx, id, newOpts...)
 	if errdefs.IsAlreadyExists(err) {
@@ -207,7 +251,13 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
 			ee.Stderr = stderr.LastLine()
 		}
-		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		if task == nil {
+			// NewTask failed, possibly after the shim created the task (ctx
+			// cancelled mid-call): remove whatever task exists as well.
+			if err := r.remove(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+		} else if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
 		r.cleanup(ctx, req, id, errors.Join(errs...))
