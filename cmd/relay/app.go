@@ -138,6 +138,7 @@ type appJSON struct {
 	CPUs        float64        `json:"cpus"`
 	PIDs        int64          `json:"pids"`
 	Network     string         `json:"network"`
+	Warm        bool           `json:"warm"`
 	Env         []string       `json:"env"` // names only
 	Rules       []ruleJSON     `json:"rules"`
 	Schedules   []scheduleJSON `json:"schedules"`
@@ -222,7 +223,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := appJSON{Name: a.Name, Status: appStatus(a), Template: a.File, Dir: a.Spec.Dir, Runtime: a.Spec.Runtime,
 			Image: a.Spec.Image, Command: append([]string{}, a.Spec.Command...), Concurrency: a.Concurrency,
-			MemoryBytes: a.Spec.MemoryBytes, CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network,
+			MemoryBytes: a.Spec.MemoryBytes, CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
 			Env: append([]string{}, env...), Rules: []ruleJSON{}, Schedules: []scheduleJSON{}, Errors: errorStrings(a.Errors)}
 		for _, r := range a.Rules {
 			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
@@ -247,6 +248,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"Template:", a.File},
 		{"Directory:", a.Spec.Dir},
 		{"Runtime:", orDash(a.Spec.Runtime)},
+		{"Warm:", strconv.FormatBool(a.Spec.Warm)},
 		{"Image:", orDash(a.Spec.Image)},
 		{"Command:", orDash(commandLine(a.Spec.Command))},
 		{"Concurrency:", strconv.Itoa(a.Concurrency)},

@@ -82,7 +82,16 @@ func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr
 		cc.Close()
 		return nil, fmt.Errorf("containerd at %s is not usable: %w (is containerd running? set CONTAINERD_ADDRESS)", f.ContainerdAddress, err)
 	}
-	return &openRunner{Runner: cr, containerd: cr, close: func() { cc.Close() }}, nil
+	closeRunner := func() {
+		// Warm containers go with the worker, not at the next start's sweep.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := cr.Close(cctx); err != nil {
+			log.LogAttrs(cctx, slog.LevelWarn, "removing warm containers failed; the next start sweeps them", slog.Any("error", err))
+		}
+		cc.Close()
+	}
+	return &openRunner{Runner: cr, containerd: cr, close: closeRunner}, nil
 }
 
 func (f *RunnerFlags) containerdClient() (*containerd.Client, error) {
