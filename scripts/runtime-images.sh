@@ -78,7 +78,8 @@ if [[ ${FORCE:-0} == 1 || ! -s $archive ]]; then
 	command -v debootstrap >/dev/null || { echo "debootstrap not found (apt-get install debootstrap, or run scripts/setup.sh)" >&2; exit 1; }
 	rootfs=$images/.rootfs-$runtime-$hash
 	log=$images/$runtime-$suite.build.log
-	cleanup() { [[ -n ${rootfs:-} ]] && rm -rf "$rootfs"; }
+	# An if, not &&: a false test as the trap's last command would become the exit status.
+	cleanup() { if [[ -n ${rootfs:-} ]]; then rm -rf "$rootfs"; fi; }
 	trap cleanup EXIT
 	rm -rf "$rootfs"
 	start=$SECONDS

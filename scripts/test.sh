@@ -13,8 +13,10 @@ services_start containerd
 # --- runtime images: relay.local/python3:bookworm and relay.local/node:bookworm,
 # built from Debian packages by scripts/runtime-images.sh (a few minutes the
 # first time, cached under $STATE_DIR/images) and imported into containerd.
-RELAY_TEST_PYTHON_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 | tail -n1)
-RELAY_TEST_NODE_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node | tail -n1)
+RELAY_TEST_PYTHON_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 | tail -n1) ||
+	{ echo "test: building the python3 runtime image failed (see above)" >&2; exit 1; }
+RELAY_TEST_NODE_IMAGE_ARCHIVE=$(scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node | tail -n1) ||
+	{ echo "test: building the node runtime image failed (see above)" >&2; exit 1; }
 export RELAY_TEST_PYTHON_IMAGE_ARCHIVE RELAY_TEST_NODE_IMAGE_ARCHIVE
 # --- end runtime images
 export RELAY_TEST_REQUIRE=1
