@@ -277,7 +277,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		return
 	}
 
-	release, ok := e.acquire(ctx, app.Name)
+	release, ok := e.acquire(ctx, app)
 	if !ok {
 		d.held = true
 		e.releaseLease(ctx, d, c.Lease, attrs)
@@ -429,6 +429,10 @@ func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease
 // switches its state to terminal retention (events.md "Invocation state
 // persistence"). A failed retain only leaks the hash.
 func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
+	if hasState && e.ackRetain != nil {
+		e.ackAndRetain(ctx, d)
+		return
+	}
 	if err := persist(ctx, func(octx context.Context) error { return e.c.Source.Ack(octx, d.msg.ID) }); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", e.logAttrs(d, slog.Any("error", err))...)
 		return
@@ -436,6 +440,27 @@ func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) {
 	d.acked = true
 	e.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", e.logAttrs(d)...)
 	if hasState {
+		e.retain(ctx, d.msg.ID, d.span)
+	}
+}
+
+// ackAndRetain is ack with state through the store's pipelined XACK and
+// retain (pipelinedAck): the same order on the server, one round trip. A
+// retry repeats both, which are idempotent; a retain that failed after a
+// successful XACK is retried alone, as ack retries it.
+func (e *Engine) ackAndRetain(ctx context.Context, d *delivery) {
+	var retainErr error
+	err := persist(ctx, func(octx context.Context) (ackErr error) {
+		ackErr, retainErr = e.ackRetain.AckRetain(octx, d.key, e.o.retention)
+		return ackErr
+	})
+	if err != nil {
+		e.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", e.logAttrs(d, slog.Any("error", err))...)
+		return
+	}
+	d.acked = true
+	e.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", e.logAttrs(d)...)
+	if retainErr != nil {
 		e.retain(ctx, d.msg.ID, d.span)
 	}
 }
@@ -452,13 +477,13 @@ func (e *Engine) retain(ctx context.Context, id string, span trace.Span) {
 
 // acquire takes the app's and the global concurrency slot, waiting at most
 // the concurrency wait. A wait is counted in concurrency_waits_total.
-func (e *Engine) acquire(ctx context.Context, app string) (release func(), ok bool) {
-	appSlots := e.perApp[app]
+func (e *Engine) acquire(ctx context.Context, app *App) (release func(), ok bool) {
+	appSlots, global := e.limiter.app(app), e.limiter.global
 	select {
 	case appSlots <- struct{}{}:
 		select {
-		case e.global <- struct{}{}:
-			return func() { <-e.global; <-appSlots }, true
+		case global <- struct{}{}:
+			return func() { <-global; <-appSlots }, true
 		default:
 		}
 		<-appSlots
@@ -475,8 +500,8 @@ func (e *Engine) acquire(ctx context.Context, app string) (release func(), ok bo
 		return nil, false
 	}
 	select {
-	case e.global <- struct{}{}:
-		return func() { <-e.global; <-appSlots }, true
+	case global <- struct{}{}:
+		return func() { <-global; <-appSlots }, true
 	case <-timer.C:
 	case <-ctx.Done():
 	}

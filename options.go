@@ -53,6 +53,7 @@ type Option func(*options) error
 
 type options struct {
 	concurrency     int
+	limiter         *Limiter
 	concurrencyWait time.Duration
 	minPendingIdle  time.Duration
 	reclaimInterval time.Duration
@@ -95,6 +96,20 @@ func WithConcurrency(n int) Option {
 		}
 		o.concurrency = n
 		return o.once("WithConcurrency")
+	}
+}
+
+// WithLimiter makes the Engine take invocation slots from l, shared with
+// other Engines (one per stream of a worker), instead of its own Limiter of
+// WithConcurrency slots. The Engine still holds at most twice
+// WithConcurrency messages. Default: none.
+func WithLimiter(l *Limiter) Option {
+	return func(o *options) error {
+		if l == nil {
+			return errors.New("relay: WithLimiter: nil Limiter")
+		}
+		o.limiter = l
+		return o.once("WithLimiter")
 	}
 }
 

@@ -3,6 +3,7 @@ package invocation
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -239,7 +240,11 @@ func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("retain %s: ttl %v: must be >= 1ms", hash, ttl)
 	}
-	r, err := exec(ctx, s.client, retainScript, hash, strconv.FormatInt(ttl.Milliseconds(), 10))
+	return retainReply(hash, retainScript.Exec(ctx, s.client, []string{hash}, []string{strconv.FormatInt(ttl.Milliseconds(), 10)}))
+}
+
+func retainReply(hash string, res rueidis.RedisResult) error {
+	r, err := decode(res)
 	if err != nil {
 		return fmt.Errorf("retain %s: %w", hash, err)
 	}
@@ -249,6 +254,67 @@ func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 	}
 	return fmt.Errorf("retain %s: %w", hash, r.unknown())
 }
+
+// retainSHA is the SHA1 digest of retain.lua as retainScript sends it
+// (prelude included), for AckRetain's EVALSHA.
+var retainSHA = func() string {
+	sum := sha1.Sum([]byte(prelude + "\n" + mustRead("retain.lua")))
+	return hex.EncodeToString(sum[:])
+}()
+
+// AckRetain acknowledges message key.MessageID in consumer group key.Group
+// of stream key.Stream (XACK) and then switches the message's hash to
+// terminal retention exactly as Retain does, in one round trip instead of
+// two. Call it where XACK would be called followed by Retain: once every
+// invocation of the message is terminal (events.md "Invocation state
+// persistence").
+//
+// The two commands are pipelined on one connection, so Redis runs the
+// retain after the XACK, never before it. Pipelining cannot make the retain
+// depend on the XACK's reply: when the XACK fails with an error reply the
+// retain has still run. The only such reply XACK gives is WRONGTYPE (Redis
+// answers 0 for a missing stream, group or id): the key holds no stream,
+// so no PEL holds the message any more and the retention still follows its
+// leaving the PEL. Errors of the connection or of the server (LOADING,
+// READONLY, OOM) fail both commands alike.
+// Under Redis Cluster, when the stream and the hash are in different slots
+// (the stream name has no hash tag), the two could reach different nodes
+// in any order, so AckRetain sends the XACK and, after its reply, the
+// retain. If Redis lost the script cache (NOSCRIPT), the retain is sent
+// again as Retain sends it.
+//
+// ackErr is the XACK's error; nothing is acknowledged then. retainErr is
+// the retain's, with the message acknowledged; Retain may be retried.
+// Idempotent, like XACK and Retain.
+func (s *Store) AckRetain(ctx context.Context, key Key, ttl time.Duration) (ackErr, retainErr error) {
+	hash := hashOf(key)
+	if ttl < time.Millisecond {
+		err := fmt.Errorf("ack and retain %s: ttl %v: must be >= 1ms", hash, ttl)
+		return err, err
+	}
+	b := s.client.B()
+	xack := b.Xack().Key(key.Stream).Group(key.Group).Id(key.MessageID).Build().ToRetryable()
+	retain := b.Evalsha().Sha1(retainSHA).Numkeys(1).Key(hash).Arg(strconv.FormatInt(ttl.Milliseconds(), 10)).Build().ToRetryable()
+	if s.client.Mode() == rueidis.ClientModeCluster && xack.Slot() != retain.Slot() {
+		if err := s.client.Do(ctx, xack).Error(); err != nil {
+			return fmt.Errorf("ack %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err), nil
+		}
+		return nil, s.Retain(ctx, key, ttl)
+	}
+	res := s.client.DoMulti(ctx, xack, retain)
+	if err := res[0].Error(); err != nil {
+		return fmt.Errorf("ack %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err), nil
+	}
+	if e, ok := rueidis.IsRedisErr(res[1].Error()); ok && e.IsNoScript() {
+		return nil, s.Retain(ctx, key, ttl)
+	}
+	return nil, retainReply(hash, res[1])
+}
+
+// Client returns the Redis client the Store uses, so that a caller can
+// tell whether another component talks to the same server (the Engine
+// uses AckRetain only for a stream.Source on the same client).
+func (s *Store) Client() rueidis.Client { return s.client }
 
 // Pin stores value in the reserved field of key's hash unless it holds a
 // value already, and returns the value that holds now: the first writer
@@ -359,7 +425,12 @@ type reply struct {
 }
 
 func exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, hash string, args ...string) (reply, error) {
-	arr, err := sc.Exec(ctx, c, []string{hash}, args).ToArray()
+	return decode(sc.Exec(ctx, c, []string{hash}, args))
+}
+
+// decode reads a script reply {code, ...}.
+func decode(res rueidis.RedisResult) (reply, error) {
+	arr, err := res.ToArray()
 	if err != nil {
 		return reply{}, err
 	}

@@ -63,6 +63,11 @@ func (s *Source) Group() string { return s.group }
 // Consumer returns the consumer name.
 func (s *Source) Consumer() string { return s.consumer }
 
+// Client returns the Redis client the Source uses, so that a caller can
+// tell whether another component talks to the same server (the Engine then
+// pipelines the XACK with the state store's retain).
+func (s *Source) Client() rueidis.Client { return s.client }
+
 // EnsureGroup creates the consumer group from id 0, creating the stream if it
 // does not exist (XGROUP CREATE ... 0 MKSTREAM). An existing group is left
 // as it is. Idempotent.
@@ -304,4 +309,68 @@ func idMillis(id string) (int64, error) {
 		return 0, fmt.Errorf("bad stream id %q", id)
 	}
 	return v, nil
+}
+
+// ReclaimUpTo is Reclaim claiming at most max entries (max > 0), for a
+// caller that takes over only what it can start at once: relay.Engine asks
+// for as many entries as it has free message slots, so that idle entries
+// it could not start stay in the PEL for any consumer to reclaim instead of
+// waiting in its memory. The pass continues from where the previous
+// Reclaim or ReclaimUpTo stopped; done reports that this call finished
+// going around the PEL, so the next call starts a new pass from "0-0". Like
+// Reclaim it makes at most an internal bound of XAUTOCLAIM calls, each with
+// COUNT min(WithReclaimCount, entries still wanted); a call that returns
+// fewer than max entries without done has reached that bound. msgs,
+// deleted and the error are as for Reclaim.
+func (s *Source) ReclaimUpTo(ctx context.Context, minIdle time.Duration, max int) (msgs []Message, deleted []string, done bool, err error) {
+	if minIdle < 0 {
+		return nil, nil, false, fmt.Errorf("stream: reclaim %s: minIdle must be >= 0, got %s", s.stream, minIdle)
+	}
+	if max <= 0 {
+		return nil, nil, false, fmt.Errorf("stream: reclaim %s: max must be > 0, got %d", s.stream, max)
+	}
+	s.mu.Lock()
+	cursor := s.cursor
+	s.mu.Unlock()
+	// Keep the cursor reached even when an error ends the call: what was
+	// claimed before it belongs to this consumer and must not be skipped.
+	defer func() {
+		s.mu.Lock()
+		s.cursor = cursor
+		s.mu.Unlock()
+	}()
+
+	minIdleMS := strconv.FormatInt(minIdle.Milliseconds(), 10)
+	for range maxReclaimCalls {
+		// A Source whose COUNT is what is still wanted: autoclaim and
+		// fillDeliveries size XAUTOCLAIM and the XPENDING range from it.
+		want := min(s.opts.reclaimCount, int64(max-len(msgs)))
+		call := &Source{client: s.client, stream: s.stream, group: s.group, consumer: s.consumer, opts: s.opts}
+		call.opts.reclaimCount = want
+		next, claimed, gone, err := call.autoclaim(ctx, minIdleMS, cursor)
+		if err != nil {
+			return msgs, deleted, false, err
+		}
+		if len(gone) > 0 {
+			// As in Reclaim: XACK clears deleted ids on every Redis version.
+			if err := s.Ack(ctx, gone...); err != nil {
+				return msgs, deleted, false, fmt.Errorf("stream: reclaim %s: clear deleted ids: %w", s.stream, err)
+			}
+			deleted = append(deleted, gone...)
+		}
+		cursor = next
+		if len(claimed) > 0 {
+			if err := call.fillDeliveries(ctx, claimed); err != nil {
+				return append(msgs, claimed...), deleted, false, err
+			}
+			msgs = append(msgs, claimed...)
+		}
+		if cursor == "0-0" {
+			return msgs, deleted, true, nil
+		}
+		if len(msgs) >= max {
+			return msgs, deleted, false, nil
+		}
+	}
+	return msgs, deleted, false, nil
 }

@@ -334,23 +334,23 @@ func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client
 }
 
 // worker builds what relay start builds for names: one Engine per stream
-// on one client, MAX_CONCURRENCY split among them.
+// on one client, sharing one Limiter of MAX_CONCURRENCY slots.
 func worker(apps *relay.Apps, rc rueidis.Client, names []string, consumer string) ([]*relay.Engine, error) {
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
 		"bench/noop.run": func(context.Context, runtime.Request) error { return nil },
 	})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	limiter, err := relay.NewLimiter(maxConcurrency)
+	if err != nil {
+		return nil, err
+	}
 	var engines []*relay.Engine
-	for i, name := range names {
-		slots := maxConcurrency / len(names)
-		if i < maxConcurrency%len(names) {
-			slots++
-		}
+	for _, name := range names {
 		e, err := relay.New(apps, relay.Components{
 			Source: stream.New(rc, name, group, consumer, stream.WithBlock(200*time.Millisecond)),
 			State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
 			Stream: name, Group: group, Consumer: consumer,
-		}, relay.WithConcurrency(max(slots, 1)), relay.WithLogger(quiet), relay.WithStats(rc),
+		}, relay.WithConcurrency(maxConcurrency), relay.WithLimiter(limiter), relay.WithLogger(quiet), relay.WithStats(rc),
 			relay.WithRetention(time.Minute), relay.WithShutdownTimeout(5*time.Second))
 		if err != nil {
 			return nil, err

@@ -256,9 +256,6 @@ func TestCLIRedisSettings(t *testing.T) {
 		{"repeated name",
 			map[string]string{"REDIS_STREAM": "a, a"},
 			[]string{"validate", "--apps", apps}, `names stream "a" twice`},
-		{"more streams than slots",
-			map[string]string{"REDIS_STREAM": "a,b,c", "REDIS_URI": "127.0.0.1:1", "REDIS_GROUP": "g"},
-			[]string{"start", "--apps", apps, "--runner", "process", "--max-concurrency", "2"}, "MAX_CONCURRENCY (2) is below the number of streams (3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {

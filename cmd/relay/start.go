@@ -47,9 +47,6 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if c.ShutdownTimeout <= 0 {
 		return usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
 	}
-	if c.MaxConcurrency < len(streams) {
-		return usagef("MAX_CONCURRENCY (%d) is below the number of streams (%d): each stream needs at least one concurrency slot", c.MaxConcurrency, len(streams))
-	}
 	if c.Consumer == "" {
 		c.Consumer = hostname()
 	}
@@ -163,26 +160,22 @@ func checkLayout(ctx context.Context, log *slog.Logger, rc rueidis.Client, strea
 }
 
 // engines builds one Engine per stream: each consumes its stream through
-// the same group name and consumer name, and all share runner and rc.
-//
-// MAX_CONCURRENCY stays a bound for the whole worker: it is split among
-// the engines (the first ones get the remainder), since an Engine's
-// limiter is its own. A stream then cannot borrow the idle slots of
-// another; each needs at least one slot. With several streams, metrics
-// carry a stream label and logs a stream attribute; only the first engine
-// sweeps the runner's leftovers, so the shared runner is swept once per
-// interval.
+// the same group name and consumer name, and all share runner, rc and one
+// relay.Limiter, so MAX_CONCURRENCY and each app's concurrency bound the
+// worker as a whole whatever the number of streams. With several streams,
+// metrics carry a stream label; only the first engine sweeps the runner's
+// leftovers, so the shared runner is swept once per interval.
 func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Runner, streams []string, group string,
 	log *slog.Logger, reg *prometheus.Registry) ([]*relay.Engine, []namedPinger, error) {
 	n := len(streams)
+	limiter, err := relay.NewLimiter(c.MaxConcurrency)
+	if err != nil {
+		return nil, nil, err
+	}
 	var engines []*relay.Engine
 	var pingers []namedPinger
 	for i, name := range streams {
 		src := stream.New(rc, name, group, c.Consumer)
-		slots := c.MaxConcurrency / n
-		if i < c.MaxConcurrency%n {
-			slots++
-		}
 		r, mreg, pingName := runner, prometheus.Registerer(reg), "redis"
 		if n > 1 {
 			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
@@ -194,7 +187,7 @@ func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Run
 		e, err := relay.New(apps, relay.Components{
 			Source: src, State: invocation.New(rc), Runner: r, DLQ: dlq.NewWriter(rc, name),
 			Stream: name, Group: group, Consumer: c.Consumer,
-		}, relay.WithConcurrency(slots), relay.WithLogger(log), relay.WithMetrics(mreg), relay.WithStats(rc),
+		}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLimiter(limiter), relay.WithLogger(log), relay.WithMetrics(mreg), relay.WithStats(rc),
 			relay.WithShutdownTimeout(c.ShutdownTimeout))
 		if err != nil {
 			return nil, nil, fmt.Errorf("stream %s: %w", name, err)
@@ -274,7 +267,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pi
 
 // Help is shown by relay start --help.
 func (c *StartCmd) Help() string {
-	return `Consumes REDIS_STREAM through REDIS_GROUP (created from id 0 if missing) and runs the matched handlers of every app under RELAY_APPS. REDIS_STREAM may be a comma list: one consumer group per stream, MAX_CONCURRENCY split among them. Under Redis Cluster every stream needs a hash tag ({orders}). SIGINT or SIGTERM stops reading, lets running handlers finish for up to RELAY_SHUTDOWN_TIMEOUT (30s) and leaves unfinished messages pending for another worker. Exits 1 at once when Redis or containerd cannot be reached, or when the apps root holds no app.
+	return `Consumes REDIS_STREAM through REDIS_GROUP (created from id 0 if missing) and runs the matched handlers of every app under RELAY_APPS. REDIS_STREAM may be a comma list: one consumer group per stream, MAX_CONCURRENCY shared by all. Under Redis Cluster every stream needs a hash tag ({orders}). SIGINT or SIGTERM stops reading, lets running handlers finish for up to RELAY_SHUTDOWN_TIMEOUT (30s) and leaves unfinished messages pending for another worker. Exits 1 at once when Redis or containerd cannot be reached, or when the apps root holds no app.
 
 Examples:
 

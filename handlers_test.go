@@ -1,0 +1,54 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// TestRunLeavesNoMessageGoroutines: goroutines that handle message after
+// message (handleLoop) belong to Run, which returns only after every one
+// of them, busy or idle, has exited.
+func TestRunLeavesNoMessageGoroutines(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	release := make(chan struct{})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error {
+		<-release
+		return nil
+	})
+	stop := h.start("c1")
+	for i := range 40 {
+		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
+	}
+	waitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.count("users/events.created") > 0 })
+	if n := countGoroutines("relay.(*Engine).handleLoop"); n == 0 {
+		t.Fatal("no message goroutine while a handler runs: the test no longer sees them")
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "every message acknowledged", func() bool { return h.settled() })
+	if got := h.calls.count("users/events.created"); got != 40 {
+		t.Fatalf("handler ran %d times for 40 messages", got)
+	}
+	stop()
+	if n := countGoroutines("relay.(*Engine).handleLoop"); n != 0 {
+		t.Errorf("%d message goroutines left after Run returned", n)
+	}
+}
+
+// countGoroutines counts the goroutines whose stack mentions fn.
+func countGoroutines(fn string) int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:goruntime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}

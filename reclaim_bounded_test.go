@@ -1,0 +1,113 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// TestReclaimTakesOnlyWhatItCanStart: entries orphaned by a dead consumer
+// are reclaimed only as message slots free up (2 × MAX_CONCURRENCY), not
+// all at once: the rest stay with the dead consumer, idle, for any worker
+// to take. Every entry is still handled exactly once in the end.
+func TestReclaimTakesOnlyWhatItCanStart(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+concurrency: 2
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 30s}
+`})
+	ctx := context.Background()
+	const n = 30
+	for i := range n {
+		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","n":%d}`, i))
+	}
+	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
+		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
+	}
+
+	var started atomic.Int64
+	release := make(chan struct{})
+	h.handle("users/events.created", func(ctx context.Context, _ runtime.Request) error {
+		started.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	// MAX_CONCURRENCY 2: two handlers run, two more messages wait for a
+	// slot (a minute of concurrency wait), so the worker holds four.
+	e, err := relay.New(h.apps, relay.Components{
+		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Stream: h.stream, Group: h.group, Consumer: "c1",
+	}, relay.WithConcurrency(2), relay.WithConcurrencyWait(time.Minute),
+		relay.WithMinPendingIdle(300*time.Millisecond), relay.WithReclaimInterval(50*time.Millisecond),
+		relay.WithHeartbeatInterval(50*time.Millisecond), relay.WithShutdownTimeout(2*time.Second),
+		relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		relay.WithMetrics(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run(e)
+	waitFor(t, 10*time.Second, "two handlers running", func() bool { return started.Load() == 2 })
+
+	// Asserting that something does not happen needs a period: ten
+	// reclaim intervals, past MinPendingIdle.
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
+		if owned := owners(t, h)["c1"]; owned > 4 {
+			t.Fatalf("c1 owns %d PEL entries with 4 message slots", owned)
+		}
+	}
+	if got := owners(t, h)["dead"]; got < n-4 {
+		t.Errorf("dead consumer still owns %d entries, want at least %d", got, n-4)
+	}
+
+	close(release)
+	waitFor(t, 20*time.Second, "every entry handled and acknowledged", func() bool { return h.settled() })
+	if got := h.calls.count("users/events.created"); got != n {
+		t.Errorf("handler ran %d times for %d entries", got, n)
+	}
+	if started.Load() != n {
+		t.Errorf("%d handler starts, want %d", started.Load(), n)
+	}
+	st, err := h.state.Get(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: h.last})
+	if err != nil || st["users/events.created"] != "ok" || st["__terminal"] != "1" {
+		t.Errorf("state of the last entry = %v, %v; want ok and retained", st, err)
+	}
+}
+
+// owners counts the group's PEL entries per consumer.
+func owners(t *testing.T, h *harness) map[string]int64 {
+	t.Helper()
+	summary, err := h.rc.Do(context.Background(), h.rc.B().Xpending().Key(h.stream).Group(h.group).Build()).ToArray()
+	if err != nil || len(summary) < 4 {
+		t.Fatalf("XPENDING: %v", err)
+	}
+	out := map[string]int64{}
+	rows, _ := summary[3].ToArray()
+	for _, r := range rows {
+		f, err := r.AsStrSlice()
+		if err != nil || len(f) != 2 {
+			t.Fatalf("XPENDING consumer row: %v", err)
+		}
+		var c int64
+		if _, err := fmt.Sscan(f[1], &c); err != nil {
+			t.Fatal(err)
+		}
+		out[f[0]] = c
+	}
+	return out
+}
