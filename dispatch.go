@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -23,12 +24,17 @@ import (
 // its handlers did.
 const opTimeout = 10 * time.Second
 
+// writeTimeout is opTimeout, in nanoseconds; tests shorten it.
+var writeTimeout atomic.Int64
+
+func init() { writeTimeout.Store(int64(opTimeout)) }
+
 // malformedField is the invocation field of a malformed message; it gives
 // the malformed path the same idempotent DLQ marker as handler invocations.
 const malformedField = dlq.MalformedName + "/" + dlq.MalformedName
 
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Duration(writeTimeout.Load()))
 }
 
 // persist runs an idempotent or fenced write until it succeeds, fails with
@@ -40,6 +46,26 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 func persist(ctx context.Context, op func(context.Context) error) error {
 	octx, cancel := detached(ctx)
 	defer cancel()
+	return retryWrite(octx, op)
+}
+
+// persistSuccess is persist for the record of a handler's success, which
+// is worth waiting longer for: a success that is not recorded makes the
+// lease expire and count as a failed attempt, so the handler runs again or
+// is dead-lettered. While this delivery retries, its message stays in
+// flight and heartbeated, so no other delivery claims the invocation, and
+// the fenced write still applies when Redis is back. It retries until the
+// lease's deadline plus MinPendingIdle (at least the write timeout), or
+// until the worker abandons running work (runCtx).
+func (e *Engine) persistSuccess(ctx, runCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
+	patience := max(time.Duration(writeTimeout.Load()), time.Until(l.Deadline)+e.o.minPendingIdle)
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
+	defer cancel()
+	defer context.AfterFunc(runCtx, cancel)()
+	return retryWrite(octx, op)
+}
+
+func retryWrite(octx context.Context, op func(context.Context) error) error {
 	for tries := 1; ; tries++ {
 		err := op(octx)
 		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
@@ -263,7 +289,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.
-		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's own reason was not recorded: its worker stopped, or its DLQ write failed)", c.Lease.Attempt)
+		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", c.Lease.Attempt)
 		tr := c.PrevTrace
 		if tr == "" {
 			tr = dlqTrace(d.span)
@@ -314,10 +340,12 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		e.stats.add(countSuccesses)
 		e.m.duration.WithLabelValues(app.Name, cl.handler).Observe(took.Seconds())
 		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation succeeded", attrs(slog.Int(telemetry.Attempt, l.Attempt), slog.Duration(telemetry.Duration, took))...)
-		if err := persist(ctx, func(octx context.Context) error { return e.c.State.Finish(octx, l) }); err != nil {
-			// The handler ran; without the record it will run again.
+		if err := e.persistSuccess(ctx, runCtx, l, func(octx context.Context) error { return e.c.State.Finish(octx, l) }); err != nil {
+			// The handler ran; without the record its lease expires and
+			// counts as a failed attempt.
 			d.held = true
-			e.log.LogAttrs(ctx, slog.LevelError, "recording success failed; the handler may run again", attrs(slog.Any("error", err))...)
+			e.log.LogAttrs(ctx, slog.LevelError, "recording success failed; its lease will expire and count as a failed attempt, so the handler may run again",
+				attrs(slog.Any("error", err))...)
 		}
 	case errors.As(err, &exit):
 		result = outcomeFailure
