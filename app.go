@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
@@ -335,6 +336,12 @@ func validHandler(h string) string {
 	i := strings.LastIndexByte(h, '.')
 	if i <= 0 || i == len(h)-1 {
 		return fmt.Sprintf("handler %q must be module.function (split at the last dot, both parts non-empty)", h)
+	}
+	// The module names code under /app; a path that leaves it, or a
+	// Python module path with empty parts, fails only at run time.
+	if strings.HasPrefix(h, "/") || strings.HasPrefix(h, ".") || strings.Contains(h, "..") || strings.Contains(h, "/.") ||
+		strings.IndexFunc(h, unicode.IsControl) >= 0 {
+		return fmt.Sprintf("handler %q: the module must be a path inside the app (no leading / or ., no .. or empty parts, no control characters)", h)
 	}
 	return ""
 }

@@ -417,16 +417,22 @@ func (t *tpl) env(app *App, n ast.Node) {
 			t.errorf(fl.keyN, p, "environment variable names starting with RELAY_ are reserved for Relay")
 			continue
 		}
-		s, ok := unwrap(fl.value).(*ast.StringNode)
-		if !ok {
-			if lit, isLit := unwrap(fl.value).(*ast.LiteralNode); isLit {
-				app.Spec.Env[fl.key] = lit.Value.Value
-				continue
-			}
-			t.errorf(fl.value, p, "environment values must be strings; quote it: %s: %q", fl.key, unwrap(fl.value).GetToken().Value)
+		var v string
+		switch n := unwrap(fl.value).(type) {
+		case *ast.StringNode:
+			v = n.Value
+		case *ast.LiteralNode:
+			v = n.Value.Value
+		default:
+			t.errorf(fl.value, p, "environment values must be strings; quote it: %s: %q", fl.key, n.GetToken().Value)
 			continue
 		}
-		app.Spec.Env[fl.key] = s.Value
+		if strings.IndexByte(v, 0) >= 0 {
+			// The kernel cannot pass it: every run would fail to start.
+			t.errorf(fl.value, p, "environment value of %s contains a NUL byte, which no process environment can hold", fl.key)
+			continue
+		}
+		app.Spec.Env[fl.key] = v
 	}
 }
 
