@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // DecodeEvent decodes the JSON text of one external event. The result holds
@@ -13,7 +14,18 @@ import (
 // digits), bool and nil values. The error wraps ErrMalformed unless b is
 // exactly one JSON object, optionally surrounded by whitespace. When a key
 // repeats, the last value wins, as in encoding/json.
+//
+// Text that handlers' JSON parsers would refuse is malformed too, so it is
+// dead-lettered once instead of failing every attempt: invalid UTF-8 (Go
+// would silently replace it) and nesting deeper than MaxEventDepth (Python's
+// parser gives up near 1000 levels).
 func DecodeEvent(b []byte) (map[string]any, error) {
+	if !utf8.Valid(b) {
+		return nil, fmt.Errorf("%w: not valid UTF-8 (first invalid byte at offset %d)", ErrMalformed, invalidUTF8At(b))
+	}
+	if depth(b) > MaxEventDepth {
+		return nil, fmt.Errorf("%w: nested deeper than %d levels", ErrMalformed, MaxEventDepth)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
@@ -31,6 +43,48 @@ func DecodeEvent(b []byte) (map[string]any, error) {
 		return nil, fmt.Errorf("%w: data after the JSON object at offset %d", ErrMalformed, dec.InputOffset())
 	}
 	return obj, nil
+}
+
+// MaxEventDepth is the deepest nesting of objects and arrays an event may
+// have.
+const MaxEventDepth = 512
+
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// depth returns the deepest nesting of [ and { outside strings; it scans
+// the text once, so a deep event costs nothing to reject.
+func depth(b []byte) int {
+	d, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			d++
+			deepest = max(deepest, d)
+		case c == ']' || c == '}':
+			d--
+		}
+	}
+	return deepest
 }
 
 func jsonKind(v any) string {

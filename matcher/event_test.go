@@ -28,6 +28,10 @@ func TestDecodeEvent(t *testing.T) {
 		{"last duplicate key wins", `{"a":1,"a":2}`, map[string]any{"a": json.Number("2")}},
 		{"unicode escapes", `{"k\u00e9":"\ud83d\ude00"}`, map[string]any{"ké": "😀"}},
 	}
+	deep := `{"a":` + strings.Repeat("[", matcher.MaxEventDepth-1) + strings.Repeat("]", matcher.MaxEventDepth-1) + `,"s":"[[[[{{\"[["}`
+	if _, err := matcher.DecodeEvent([]byte(deep)); err != nil {
+		t.Errorf("an event exactly %d deep, with brackets in a string: %v", matcher.MaxEventDepth, err)
+	}
 	for _, tt := range accept {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := matcher.DecodeEvent([]byte(tt.in))
@@ -58,6 +62,8 @@ func TestDecodeEvent(t *testing.T) {
 		{"trailing comma", `{"a":1},`, "data after the JSON object"},
 		{"nan", `{"a":NaN}`, "malformed event"},
 		{"leading zero", `{"a":01}`, "malformed event"},
+		{"invalid UTF-8", "{\"a\":\"ok \xff\xfe\"}", "not valid UTF-8 (first invalid byte at offset 9)"},
+		{"too deep", `{"a":` + strings.Repeat("[", matcher.MaxEventDepth) + strings.Repeat("]", matcher.MaxEventDepth) + `}`, "nested deeper than 512 levels"},
 	}
 	for _, tt := range reject {
 		t.Run("reject/"+tt.name, func(t *testing.T) {
