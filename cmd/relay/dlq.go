@@ -289,7 +289,7 @@ type DLQReplayCmd struct {
 
 // Help shows examples under relay dlq replay --help.
 func (c *DLQReplayCmd) Help() string {
-	return `Runs the entry's app/handler once, outside the stream lifecycle (no retry, no new DLQ entry), through the same runtime as relay start, with the stored event on stdin and RELAY_MESSAGE_ID set to the original message ID. On success the entry is deleted; on failure it is kept and the command exits 1. Entries of malformed messages (app "-") and of handlers no longer in the apps root are refused.
+	return `Runs the entry's app/handler once, outside the stream lifecycle (no retry, no new DLQ entry), through the same runtime as relay start, with the stored event on stdin and RELAY_MESSAGE_ID set to the original message ID. On success the entry is deleted; on failure it is kept and the command exits 1. Entries of malformed messages (app "-") and of handlers no longer in the apps root are refused. Replays take no lock: two replays of one entry at the same time both run it, so run one replay at a time (handlers must be idempotent anyway).
 
 Examples:
 
