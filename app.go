@@ -230,6 +230,12 @@ func LoadApp(dir string) (app *App, ok bool) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false
 	}
+	if err == nil && !insideDir(dir, path) {
+		// Its content would be echoed in error messages: whoever can write
+		// the apps root must not read any file of the worker's user.
+		app.Errors.Add(file, 0, 0, "", "template is a symbolic link to a file outside the app directory; copy the file in instead")
+		return app, true
+	}
 	if err == nil && !fi.Mode().IsRegular() {
 		// A FIFO or device would block or never end.
 		app.Errors.Add(file, 0, 0, "", fmt.Sprintf("template must be a regular file, not %s", fi.Mode().Type()))
@@ -344,6 +350,22 @@ func validHandler(h string) string {
 		return fmt.Sprintf("handler %q: the module must be a path inside the app (no leading / or ., no .. or empty parts, no control characters)", h)
 	}
 	return ""
+}
+
+// insideDir reports whether path, with every symbolic link resolved, lies
+// in dir (also resolved). Links within the app directory are fine: a
+// Kubernetes ConfigMap volume is made of them.
+func insideDir(dir, path string) bool {
+	d, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 func isSpace(r rune) bool {

@@ -255,3 +255,41 @@ func TestNewAppsWarm(t *testing.T) {
 		t.Fatalf("warm with runtime: %v", err)
 	}
 }
+
+// A template that links outside its app directory would have its content
+// echoed in errors (found with a link to /etc/shadow); a link within the
+// directory, as a ConfigMap volume makes, still loads.
+func TestTemplateSymlinks(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(outside, []byte("root:*:20228:0:99999:7:::\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leak := filepath.Join(root, "leak")
+	inside := filepath.Join(root, "inside")
+	for _, d := range []string{leak, filepath.Join(inside, "..data")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(leak, relay.TemplateFile)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inside, "..data", relay.TemplateFile), []byte("image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", relay.TemplateFile), filepath.Join(inside, relay.TemplateFile)); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := relay.LoadApps(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := apps.Get("leak")
+	if l == nil || l.Available() || !strings.Contains(l.Errors.Err().Error(), "outside the app directory") || strings.Contains(l.Errors.Err().Error(), "root:") {
+		t.Errorf("leak: %+v", l)
+	}
+	if in := apps.Get("inside"); in == nil || !in.Available() {
+		t.Errorf("inside: %+v", in)
+	}
+}
