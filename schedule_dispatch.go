@@ -13,6 +13,10 @@ import (
 	"github.com/relaydev/relay/schedule"
 )
 
+// maxOccurrenceLead is how far ahead of this worker's clock an occurrence
+// may be scheduled: room for clock skew between workers and Redis.
+const maxOccurrenceLead = 5 * time.Minute
+
 // scheduleField is the reserved invocation-state field holding the pin of
 // a schedule occurrence (reference.md "Schedules").
 const scheduleField = "__schedule"
@@ -60,6 +64,11 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery) {
 	if err == nil && env.OccurrenceID != schedule.OccurrenceID(env.App, env.Schedule, at) {
 		err = fmt.Errorf("%w: occurrence_id %q is not the identity of app %q schedule %q at %s",
 			schedule.ErrInvalidEnvelope, env.OccurrenceID, env.App, env.Schedule, env.ScheduledAt)
+	}
+	if err == nil && at.After(time.Now().Add(maxOccurrenceLead)) {
+		// Schedulers publish on the Redis clock when an occurrence is due;
+		// one far ahead of this worker's clock was not published by them.
+		err = fmt.Errorf("%w: scheduled_at %s is in the future", schedule.ErrInvalidEnvelope, env.ScheduledAt)
 	}
 	if err != nil {
 		e.malformed(ctx, d, "invalid schedule occurrence: "+err.Error())

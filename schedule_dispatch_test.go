@@ -158,6 +158,7 @@ func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
 		"wrong occurrence_id": {string(wrongID.Marshal()), "occurrence_id"},
 		"not a firing":        {string(notFiring.Marshal()), "not a firing"},
 		"missing field":       {`{"source":"relay.schedule","app":"billing","schedule":"nightly"}`, "handler"},
+		"in the future":       {string(schedule.NewEnvelope(nightlySpec(), time.Date(2031, 1, 1, 2, 0, 0, 0, time.UTC)).Marshal()), "in the future"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, map[string]string{"billing": nightlyApp})
