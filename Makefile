@@ -11,10 +11,35 @@ demo:
 test:
 	@bash scripts/test.sh
 
-# A longer fault soak: 100,000 events through three worker processes that
-# are killed and restarted at random (make test runs 10,000).
+# Longer fault soaks (faults/): 100,000 events through in-process handlers
+# while workers are killed (a third of that under Redis restarts), and 3,000
+# through containerd while workers are killed and containerd restarts;
+# make test runs 10,000 and 300. Like make test it starts containerd under
+# STATE_DIR and stops only what it started. Each soak logs its ledger table.
 soak:
-	RELAY_SOAK_EVENTS=$${RELAY_SOAK_EVENTS:-100000} go test -count=1 -v -timeout 60m -run TestSoakWithRandomKills ./faults/
+	@bash -c 'set -euo pipefail; source scripts/services.sh; use_go; trap services_stop EXIT; \
+		services_start containerd; export RELAY_TEST_REQUIRE=1; \
+		export RELAY_SOAK_EVENTS=$${RELAY_SOAK_EVENTS:-100000} RELAY_SOAK_CONTAINERD_EVENTS=$${RELAY_SOAK_CONTAINERD_EVENTS:-3000}; \
+		go test -race -count=1 -v -timeout 90m -run "Soak" ./faults/'
+
+# The Redis Cluster and Sentinel suites alone: topologies started by
+# scripts/cluster.sh and scripts/sentinel.sh, the cluster end-to-end run,
+# the failover ledger, connection modes and the deployment files. make test
+# runs them too, as part of go test ./...
+.PHONY: test-cluster
+test-cluster:
+	@bash scripts/setup.sh
+	@bash -c 'source scripts/services.sh && use_go && export RELAY_TEST_REQUIRE=1 && \
+		go test -race -count=1 -timeout 20m ./cluster/ ./internal/topology/ ./deploy/ && \
+		go test -race -count=1 -timeout 20m -run "Redis|Cluster|Sentinel|ACL|TLS" ./cmd/relay/'
+
+# Benchmarks (bench/): pipeline throughput against a raw XREADGROUP+XACK
+# loop, end-to-end latency per runner against `ctr run --rm`, and worker
+# memory with 10,000 pending messages, one table each. Starts containerd
+# under STATE_DIR like make test; results of this machine: bench/RESULTS.md.
+.PHONY: bench
+bench:
+	@bash scripts/bench.sh
 
 build:
 	go build -o bin/relay ./cmd/relay

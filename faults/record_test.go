@@ -1,0 +1,324 @@
+package faults_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// The ledger a soak's workers keep in Redis, next to the engine's own state,
+// so that the test can check what happened across kills and restarts. Every
+// key starts with the soak's stream name; ledgerKey builds them. An
+// invocation is named "<message id>/<app>/<handler>" throughout.
+const (
+	// keySeq is one INCR counter: the shared monotonic clock of the ledger.
+	keySeq = "seq"
+	// keyRunIDs makes recording idempotent: a retried record whose first
+	// try was applied (the reply was lost) is not counted twice.
+	keyRunIDs = "run_ids"
+	// keyRuns counts handler runs per invocation (the handler itself
+	// started: the Func body ran, or the container printed its marker).
+	keyRuns = "runs"
+	// keyLastRun holds the sequence number of each invocation's latest run.
+	keyLastRun = "last_run"
+	// keyAttemptRuns counts runs per "<invocation>/<attempt>": more than
+	// one is an attempt re-run without being charged.
+	keyAttemptRuns = "attempt_runs"
+	// keyLateRuns lists runs that started when the invocation was already
+	// terminal (ok or exhausted): "<seq> <attempt> <state>".
+	keyLateRuns = "late_runs"
+	// keyCalls, keyLastCall, keyCallAttempts and keyLateCalls are the same
+	// for Runner.Run calls, which precede container creation.
+	keyCalls        = "calls"
+	keyLastCall     = "last_call"
+	keyCallAttempts = "call_attempts"
+	keyLateCalls    = "late_calls"
+	// keyOKSeq holds, per invocation, a sequence number taken right after
+	// StateStore.Finish returned success: every run of that invocation must
+	// have a smaller one.
+	keyOKSeq = "ok_seq"
+	// keyEnds records "<invocation>/<attempt>" of big-output handlers whose
+	// end marker came through the output forwarding.
+	keyEnds = "ends"
+	// keyEarlyAcks lists messages acknowledged while an invocation was not
+	// terminal: id -> the invocation hash at that moment.
+	keyEarlyAcks = "early_acks"
+	// keyMissing is the set of ids Reclaim reported as deleted, as the
+	// engine was told of them.
+	keyMissing = "missing"
+	// keyMissingMetric holds each worker process's
+	// relay_missing_payload_total, "<consumer>/<pid>" -> value.
+	keyMissingMetric = "missing_metric"
+)
+
+func ledgerKey(streamName, name string) string { return streamName + ":ledger:" + name }
+
+// recordRunScript records one run (or one Runner call) of an invocation and
+// the invocation's state at that moment, atomically: what the script reads
+// is exactly the state when the run started, in Redis's own order.
+//
+// KEYS[1] invocation hash   KEYS[2] seq        KEYS[3] run ids
+// KEYS[4] runs (count)      KEYS[5] last run   KEYS[6] attempt runs
+// KEYS[7] late runs
+// ARGV[1] invocation field "<app>/<handler>"
+// ARGV[2] ledger name "<message id>/<app>/<handler>"
+// ARGV[3] attempt
+// ARGV[4] run id (random, one per run)
+//
+// Returns the run's sequence number, or 0 when run id was recorded before.
+var recordRunScript = rueidis.NewLuaScript(`
+if redis.call('HSETNX', KEYS[3], ARGV[4], 1) == 0 then
+  return 0
+end
+local state = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+local seq = redis.call('INCR', KEYS[2])
+redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
+redis.call('HSET', KEYS[5], ARGV[2], seq)
+redis.call('HINCRBY', KEYS[6], ARGV[2] .. '/' .. ARGV[3], 1)
+if state == 'ok' or string.sub(state, 1, 10) == 'exhausted:' then
+  redis.call('HSET', KEYS[7], ARGV[2] .. '/' .. ARGV[4], seq .. ' ' .. ARGV[3] .. ' ' .. state)
+end
+return seq
+`)
+
+// recorder writes a worker's side of the ledger.
+type recorder struct {
+	rc                rueidis.Client
+	stream, group     string
+	consumer          string
+	pid               int
+	runKeys, callKeys [5]string
+}
+
+func newRecorder(rc rueidis.Client, streamName, group, consumer string, pid int) *recorder {
+	k := func(n string) string { return ledgerKey(streamName, n) }
+	return &recorder{
+		rc: rc, stream: streamName, group: group, consumer: consumer, pid: pid,
+		runKeys:  [5]string{k(keyRunIDs), k(keyRuns), k(keyLastRun), k(keyAttemptRuns), k(keyLateRuns)},
+		callKeys: [5]string{k(keyRunIDs), k(keyCalls), k(keyLastCall), k(keyCallAttempts), k(keyLateCalls)},
+	}
+}
+
+func invocationName(messageID, app, handler string) string {
+	return messageID + "/" + app + "/" + handler
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// persistently retries op for a few seconds: the ledger, not the handler, is
+// under test, so a Redis restart must not lose a record.
+func persistently(ctx context.Context, op func(context.Context) error) error {
+	var err error
+	for range 100 {
+		if err = op(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+func (r *recorder) record(ctx context.Context, ks [5]string, messageID, app, handler string, attempt int) error {
+	scriptKeys := []string{keys.Invocation(r.stream, r.group, messageID), ledgerKey(r.stream, keySeq), ks[0], ks[1], ks[2], ks[3], ks[4]}
+	// One run id for every try: a try applied whose reply was lost is
+	// not counted again.
+	args := []string{app + "/" + handler, invocationName(messageID, app, handler), fmt.Sprint(attempt), randomID()}
+	return persistently(ctx, func(ctx context.Context) error {
+		return recordRunScript.Exec(ctx, r.rc, scriptKeys, args).Error()
+	})
+}
+
+// run records that the handler of one attempt started.
+func (r *recorder) run(ctx context.Context, messageID, app, handler string, attempt int) error {
+	return r.record(ctx, r.runKeys, messageID, app, handler, attempt)
+}
+
+// call records that the engine handed one attempt to the Runner.
+func (r *recorder) call(ctx context.Context, req runtime.Request) error {
+	return r.record(ctx, r.callKeys, req.MessageID, req.App, req.Handler, req.Attempt)
+}
+
+// finished takes a sequence number after Finish applied: an upper bound of
+// the moment the success was recorded.
+func (r *recorder) finished(ctx context.Context, l invocation.Lease) {
+	name := l.Key.MessageID + "/" + l.Field
+	_ = persistently(ctx, func(ctx context.Context) error {
+		seq, err := r.rc.Do(ctx, r.rc.B().Incr().Key(ledgerKey(r.stream, keySeq)).Build()).AsInt64()
+		if err != nil {
+			return err
+		}
+		return r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyOKSeq)).FieldValue().FieldValue(name, fmt.Sprint(seq)).Build()).Error()
+	})
+}
+
+// terminalValue reports whether an invocation field's value is terminal:
+// succeeded, or exhausted with its DLQ entry written.
+func terminalValue(v string) bool {
+	return v == "ok" || strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")
+}
+
+// checkAck records an early ack if some invocation of messageID is not
+// terminal. Its error (Redis unreachable) makes the ack fail, as if XACK
+// had: every ack the engine makes is checked.
+func (r *recorder) checkAck(ctx context.Context, messageID string) error {
+	st, err := r.rc.Do(ctx, r.rc.B().Hgetall().Key(keys.Invocation(r.stream, r.group, messageID)).Build()).AsStrMap()
+	if err != nil {
+		return err
+	}
+	var bad []string
+	n := 0
+	for f, v := range st {
+		if strings.HasPrefix(f, "__") {
+			continue
+		}
+		n++
+		if !terminalValue(v) {
+			bad = append(bad, f+"="+v)
+		}
+	}
+	if n == 0 {
+		bad = append(bad, "no invocation state")
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyEarlyAcks)).FieldValue().
+		FieldValue(messageID, strings.Join(bad, " ")).Build()).Error()
+}
+
+// missing records ids that Reclaim found deleted, before the engine learns
+// of them.
+func (r *recorder) missing(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	_ = persistently(ctx, func(ctx context.Context) error {
+		return r.rc.Do(ctx, r.rc.B().Sadd().Key(ledgerKey(r.stream, keyMissing)).Member(ids...).Build()).Error()
+	})
+}
+
+// pushMissingMetric copies the engine's relay_missing_payload_total into
+// Redis whenever it changes, until ctx is done, and once more then. The
+// counter lives in the worker's memory; the soak pauses its kills until the
+// copy has caught up, so no count dies with its process.
+func (r *recorder) pushMissingMetric(ctx context.Context, reg *prometheus.Registry) {
+	pushed := -1.0
+	field := fmt.Sprintf("%s/%d", r.consumer, r.pid)
+	push := func(ctx context.Context) {
+		if v, ok := missingPayloadTotal(reg); ok && v != pushed {
+			err := r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyMissingMetric)).FieldValue().
+				FieldValue(field, fmt.Sprint(v)).Build()).Error()
+			if err == nil {
+				pushed = v
+			}
+		}
+	}
+	for {
+		push(ctx)
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			push(fctx)
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func missingPayloadTotal(reg *prometheus.Registry) (float64, bool) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "relay_missing_payload_total" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// ledgerSource is the worker's stream source: it records what the engine is
+// told by Reclaim and checks every Ack against the invocation state.
+// Embedding keeps the optional capabilities (Heartbeater, EnsureGroup,
+// ReclaimUpTo); every one that reports deleted entries is wrapped here, or
+// the engine would learn of deletions the ledger misses.
+type ledgerSource struct {
+	*stream.Source
+	rec *recorder
+}
+
+func (s ledgerSource) Reclaim(ctx context.Context, minIdle time.Duration) ([]stream.Message, []string, error) {
+	msgs, deleted, err := s.Source.Reclaim(ctx, minIdle)
+	s.rec.missing(ctx, deleted)
+	return msgs, deleted, err
+}
+
+func (s ledgerSource) ReclaimUpTo(ctx context.Context, minIdle time.Duration, max int) ([]stream.Message, []string, bool, error) {
+	msgs, deleted, done, err := s.Source.ReclaimUpTo(ctx, minIdle, max)
+	s.rec.missing(ctx, deleted)
+	return msgs, deleted, done, err
+}
+
+func (s ledgerSource) Ack(ctx context.Context, ids ...string) error {
+	for _, id := range ids {
+		if err := s.rec.checkAck(ctx, id); err != nil {
+			return fmt.Errorf("faults: check state before ack of %s: %w", id, err)
+		}
+	}
+	return s.Source.Ack(ctx, ids...)
+}
+
+// ledgerState is the worker's state store: it takes a sequence number after
+// each successful Finish.
+type ledgerState struct {
+	relay.StateStore
+	rec *recorder
+}
+
+func (s ledgerState) Finish(ctx context.Context, l invocation.Lease) error {
+	err := s.StateStore.Finish(ctx, l)
+	if err == nil {
+		s.rec.finished(ctx, l)
+	}
+	return err
+}
+
+// ledgerRunner records every attempt handed to the runtime, and keeps the
+// inner Runner's Sweeper capability visible to the engine.
+type ledgerRunner struct {
+	relay.Runner
+	rec *recorder
+}
+
+func (r ledgerRunner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	if err := r.rec.call(ctx, req); err != nil {
+		// Not the handler's fault, and nothing ran: no attempt charged.
+		return runtime.Result{}, fmt.Errorf("faults: record call: %w", err)
+	}
+	return r.Runner.Run(ctx, req)
+}
+
+func (r ledgerRunner) Sweep(ctx context.Context) error {
+	if sw, ok := r.Runner.(relay.Sweeper); ok {
+		return sw.Sweep(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	ctrdclient "github.com/containerd/containerd/v2/client"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/stream"
+)
+
+// Worker-process settings, passed through the environment.
+const (
+	envWorker    = "FAULTS_WORKER"    // consumer name; set only in worker processes
+	envRedis     = "FAULTS_REDIS"     // host:port
+	envStream    = "FAULTS_STREAM"    // stream name; the group is soakGroup
+	envApps      = "FAULTS_APPS"      // apps root
+	envRunner    = "FAULTS_RUNNER"    // "func" (default) or "containerd"
+	envSocket    = "FAULTS_SOCKET"    // containerd socket, for the containerd runner
+	envNamespace = "FAULTS_NAMESPACE" // containerd namespace, for the containerd runner
+)
+
+// soakGroup is the consumer group of every soak; soakAppName its only app.
+const (
+	soakGroup   = "soak"
+	soakAppName = "soak"
+)
+
+// funcWorkerOptions are the Func soak's timings: handlers take milliseconds.
+func funcWorkerOptions() []relay.Option {
+	return []relay.Option{
+		relay.WithMinPendingIdle(500 * time.Millisecond),
+		relay.WithReclaimInterval(100 * time.Millisecond),
+		relay.WithHeartbeatInterval(100 * time.Millisecond),
+		relay.WithBackoff(50 * time.Millisecond),
+		relay.WithLeaseGrace(300 * time.Millisecond),
+		relay.WithConcurrencyWait(time.Second),
+		relay.WithShutdownTimeout(time.Second),
+	}
+}
+
+// containerdWorkerOptions are the containerd soak's timings: a container
+// takes a few hundred milliseconds to set up and tear down on a loaded
+// machine, which the lease grace must cover, or live attempts would look
+// expired.
+func containerdWorkerOptions() []relay.Option {
+	return []relay.Option{
+		relay.WithConcurrency(containerdConcurrency),
+		relay.WithMinPendingIdle(1500 * time.Millisecond),
+		relay.WithReclaimInterval(250 * time.Millisecond),
+		relay.WithHeartbeatInterval(300 * time.Millisecond),
+		relay.WithBackoff(200 * time.Millisecond),
+		relay.WithLeaseGrace(3 * time.Second),
+		relay.WithConcurrencyWait(2 * time.Second),
+		relay.WithShutdownTimeout(2 * time.Second),
+		relay.WithSweepInterval(500 * time.Millisecond),
+	}
+}
+
+// TestWorkerProcess is not a test: the soaks run the test binary again with
+// FAULTS_WORKER set to a consumer name, making this a worker process. It
+// runs one Engine until SIGKILL, or until SIGTERM stops it gracefully.
+// Around the engine's real components it keeps the ledger (record_test.go).
+func TestWorkerProcess(t *testing.T) {
+	consumer := os.Getenv(envWorker)
+	if consumer == "" {
+		t.Skip("worker process only")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	rc := redistest.Connect(t, os.Getenv(envRedis))
+	streamName := os.Getenv(envStream)
+	apps, err := relay.LoadApps(os.Getenv(envApps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := slog.LevelInfo
+	if os.Getenv("FAULTS_LOG_LEVEL") == "debug" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	rec := newRecorder(rc, streamName, soakGroup, consumer, os.Getpid())
+	var runner relay.Runner
+	var opts []relay.Option
+	switch os.Getenv(envRunner) {
+	case "containerd":
+		runner = containerdWorkerRunner(ctx, t, rec, log, consumer)
+		opts = containerdWorkerOptions()
+	default:
+		runner = funcWorkerRunner(rec)
+		opts = funcWorkerOptions()
+	}
+	reg := prometheus.NewRegistry()
+	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
+	e, err := relay.New(apps, relay.Components{
+		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
+		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName),
+		Stream: streamName, Group: soakGroup, Consumer: consumer,
+	}, append(opts, relay.WithLogger(log), relay.WithMetrics(reg), relay.WithStats(rc))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushCtx, stopPush := context.WithCancel(context.WithoutCancel(ctx))
+	pushed := make(chan struct{})
+	go func() { defer close(pushed); rec.pushMissingMetric(pushCtx, reg) }()
+	if err := e.Run(ctx); err != nil {
+		t.Error(err)
+	}
+	stopPush() // after a graceful stop: one last push of the final count
+	<-pushed
+}
+
+// funcWorkerRunner runs the Func soak's handlers in process. Each records
+// its run before doing anything else.
+func funcWorkerRunner(rec *recorder) relay.Runner {
+	start := func(ctx context.Context, req runtime.Request) error {
+		if err := rec.run(ctx, req.MessageID, req.App, req.Handler, req.Attempt); err != nil {
+			return err
+		}
+		// A short random pause widens the window for a kill mid-handler.
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		return nil
+	}
+	return runtime.NewFunc(map[string]runtime.HandlerFunc{
+		soakAppName + "/ok.run": start,
+		soakAppName + "/flaky.run": func(ctx context.Context, req runtime.Request) error {
+			if err := start(ctx, req); err != nil {
+				return err
+			}
+			var ev struct{ Fail int }
+			if err := json.Unmarshal(req.Event, &ev); err != nil {
+				return err
+			}
+			if req.Attempt <= ev.Fail {
+				return fmt.Errorf("planned failure %d of %d", req.Attempt, ev.Fail)
+			}
+			return nil
+		},
+		soakAppName + "/bad.run": func(ctx context.Context, req runtime.Request) error {
+			if err := start(ctx, req); err != nil {
+				return err
+			}
+			return fmt.Errorf("always fails")
+		},
+	})
+}
+
+// containerdWorkerRunner is the real containerd runner, labelled per
+// consumer like relay start does, with handler output going to a
+// markerWriter. Connecting is retried: a worker restarted while the soak
+// restarts containerd must not give up.
+func containerdWorkerRunner(ctx context.Context, t *testing.T, rec *recorder, log *slog.Logger, consumer string) relay.Runner {
+	socket, ns := os.Getenv(envSocket), os.Getenv(envNamespace)
+	var cc *ctrdclient.Client
+	var err error
+	for range 60 {
+		cc, err = ctrdclient.New(socket, ctrdclient.WithDefaultNamespace(ns), ctrdclient.WithTimeout(5*time.Second))
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Skip("stopped while connecting")
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if err != nil {
+		t.Fatalf("connect to containerd at %s: %v", socket, err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	out := &markerWriter{ctx: context.WithoutCancel(ctx), rec: rec}
+	r, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID("faults/"+consumer),
+		ctrd.WithOutput(out, out), ctrd.WithLogger(log), ctrd.WithCleanupTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Markers the containerd soak's handler script prints, each on a line of
+// its own: "<marker> <message id> <attempt>".
+const (
+	markerStart = "FAULTS-START"
+	markerEnd   = "FAULTS-END"
+)
+
+// markerWriter receives every forwarded handler line ("[app/handler] text",
+// one line per Write, serialised by the runner) and records the markers in
+// the ledger; everything else (megabytes, for the big handler) is dropped.
+// The record is written before Write returns, so before the runner returns
+// and the engine records the outcome.
+type markerWriter struct {
+	ctx context.Context
+	rec *recorder
+}
+
+func (w *markerWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if !bytes.Contains(p, []byte("FAULTS-")) || p[0] != '[' {
+		return n, nil
+	}
+	end := bytes.Index(p, []byte("] "))
+	if end < 0 {
+		return n, nil
+	}
+	app, handler, ok := bytes.Cut(p[1:end], []byte("/"))
+	fields := bytes.Fields(p[end+2:])
+	if !ok || len(fields) != 3 {
+		return n, nil
+	}
+	id := string(fields[1])
+	attempt, err := strconv.Atoi(string(fields[2]))
+	if err != nil {
+		return n, nil
+	}
+	switch string(fields[0]) {
+	case markerStart:
+		_ = w.rec.run(w.ctx, id, string(app), string(handler), attempt)
+	case markerEnd:
+		name := invocationName(id, string(app), string(handler)) + "/" + strconv.Itoa(attempt)
+		_ = persistently(w.ctx, func(ctx context.Context) error {
+			rc := w.rec.rc
+			return rc.Do(ctx, rc.B().Hset().Key(ledgerKey(w.rec.stream, keyEnds)).FieldValue().FieldValue(name, "1").Build()).Error()
+		})
+	}
+	return n, nil
+}
