@@ -73,7 +73,7 @@ func (w *slowWriter) String() string {
 // cancellation closes the FIFOs with the rest unread. DESIGN.md: stdout is
 // forwarded verbatim; the last line must arrive.
 func TestReproOutputTailLost(t *testing.T) {
-	knownBug(t, bugOutputTail)
+	// Fixed: the runner drains output before deleting the task (drainOutput).
 	cc := containerdtest.Client(t)
 	out := &slowWriter{}
 	r, err := ctrd.New(cc, ctrd.WithNamespace(cc.DefaultNamespace()), ctrd.WithHostID("faults-repro-"+randomID()),
@@ -327,7 +327,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 // stay. DESIGN.md: every container, task and snapshot Relay creates is
 // removed, and leftovers are swept.
 func TestReproSweepOrphansTask(t *testing.T) {
-	knownBug(t, bugOrphanTask)
+	// Fixed: Sweep also removes tasks whose container is gone (sweepOrphanTasks).
 	cc := containerdtest.Client(t)
 	ctx := t.Context()
 	ns := cc.DefaultNamespace()

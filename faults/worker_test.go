@@ -187,7 +187,9 @@ func containerdWorkerRunner(ctx context.Context, t *testing.T, rec *recorder, lo
 	t.Cleanup(func() { cc.Close() })
 	out := &markerWriter{ctx: context.WithoutCancel(ctx), rec: rec}
 	r, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID("faults/"+consumer),
-		ctrd.WithOutput(out, out), ctrd.WithLogger(log), ctrd.WithCleanupTimeout(10*time.Second))
+		ctrd.WithOutput(out, out), ctrd.WithLogger(log), ctrd.WithCleanupTimeout(10*time.Second),
+		// Short, so the end-of-run leftover check need not wait 30s.
+		ctrd.WithTaskCreationGrace(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

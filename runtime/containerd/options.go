@@ -83,6 +83,7 @@ type options struct {
 	warmMaxInvocations   int
 	warmIdleTimeout      time.Duration
 	warmMaxContainers    int
+	taskCreationGrace    time.Duration
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -242,6 +243,25 @@ func WithCleanupTimeout(d time.Duration) Option {
 	}
 }
 
+// DefaultTaskCreationGrace is WithTaskCreationGrace's default.
+const DefaultTaskCreationGrace = 30 * time.Second
+
+// WithTaskCreationGrace sets how long Sweep leaves a container without a
+// task alone: a worker that died while containerd created the task would
+// otherwise have its container removed first, orphaning the task where no
+// container listing finds it (containerd 1.6 cannot delete a task without
+// its container). A later sweep removes both. d must be >= 0.
+// Default: DefaultTaskCreationGrace.
+func WithTaskCreationGrace(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 {
+			return errors.New("containerd: WithTaskCreationGrace: must be >= 0")
+		}
+		o.taskCreationGrace = d
+		return nil
+	}
+}
+
 // WithWarmMaxInvocations sets how many invocations a warm container serves
 // before it is removed and a new one takes its place, which bounds what a
 // leak in an app's code can accumulate. n must be > 0.
@@ -285,11 +305,12 @@ func WithWarmMaxContainers(n int) Option {
 
 func newOptions(opts []Option) (options, error) {
 	o := options{
-		namespace:      DefaultNamespace,
-		snapshotter:    DefaultSnapshotter,
-		stdout:         os.Stdout,
-		stderr:         os.Stderr,
-		cleanupTimeout: DefaultCleanupTimeout,
+		namespace:         DefaultNamespace,
+		snapshotter:       DefaultSnapshotter,
+		stdout:            os.Stdout,
+		stderr:            os.Stderr,
+		cleanupTimeout:    DefaultCleanupTimeout,
+		taskCreationGrace: DefaultTaskCreationGrace,
 		defaultImages: map[string]string{
 			runtime.RuntimePython3: DefaultPython3Image,
 			runtime.RuntimeNode:    DefaultNodeImage,

@@ -34,6 +34,7 @@ type Runner struct {
 	defaultImages  map[string]string
 	logger         *slog.Logger
 	cleanupTimeout time.Duration
+	taskGrace      time.Duration
 
 	pull                 bool
 	pullTimeout          time.Duration
@@ -69,6 +70,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		defaultImages:  o.defaultImages,
 		logger:         o.logger,
 		cleanupTimeout: o.cleanupTimeout,
+		taskGrace:      o.taskCreationGrace,
 
 		pull:                 o.pull,
 		pullTimeout:          o.pullTimeout,
@@ -240,6 +242,12 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 			var delOpts []client.ProcessDeleteOpts
 			if !exited {
 				delOpts = append(delOpts, client.WithProcessKill)
+			} else {
+				// Delete cancels the task's IO, closing the pipes with
+				// whatever a slow output destination has not taken yet:
+				// let the copy finish first. The container's processes are
+				// gone with its init, so the pipes reach EOF.
+				drainOutput(task, outputDrainTimeout)
 			}
 			if _, err := task.Delete(dctx, delOpts...); err != nil && !errdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
@@ -247,7 +255,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		}
 		stdout.Close()
 		stderr.Close()
-		// Output is fully drained only now, after the task's deletion.
+		// Output is complete now: drained before the task's deletion.
 		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
 			ee.Stderr = stderr.LastLine()
 		}
@@ -444,4 +452,27 @@ func execError(err error) *runtime.ExitError {
 		return &runtime.ExitError{Code: 126, Err: err}
 	}
 	return nil
+}
+
+// outputDrainTimeout bounds the wait for a finished handler's output to
+// reach its destination before the task is deleted.
+const outputDrainTimeout = 10 * time.Second
+
+// drainOutput waits until task's output copy has finished, or d passed.
+func drainOutput(task client.Task, d time.Duration) {
+	io := task.IO()
+	if io == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		io.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

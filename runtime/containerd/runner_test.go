@@ -90,6 +90,8 @@ func newFixture(t testing.TB) *fixture {
 		// tested against a local registry in pull_test.go).
 		containerd.WithPull(false),
 		containerd.WithStateDir(t.TempDir()),
+		// Sweep tests plant task-less containers and expect them gone.
+		containerd.WithTaskCreationGrace(0),
 	)
 	if err != nil {
 		t.Fatal(err)
@@ -465,4 +467,43 @@ func TestSweepSparesRunningInvocations(t *testing.T) {
 		t.Fatalf("invocation in flight was disturbed by Sweep: %v", err)
 	}
 	containerdtest.AssertClean(t, f.client)
+}
+
+// A container without a task yet may be one whose task containerd is still
+// creating for a worker that died: Sweep leaves it for the grace period,
+// so that the task cannot outlive its container (found by the fault soak).
+func TestSweepSparesContainerStillGettingItsTask(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	img, err := f.client.GetImage(ctx, containerdtest.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := "grace-" + randomHex(4)
+	labels := map[string]string{containerd.LabelHost: host}
+	id := "young-" + randomHex(4)
+	if _, err := f.client.NewContainer(ctx, id,
+		client.WithImage(img), client.WithSnapshotter(containerdtest.Snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)), client.WithContainerLabels(labels),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/true"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		grace time.Duration
+		kept  bool
+	}{{time.Hour, true}, {0, false}} {
+		r, err := containerd.New(f.client, containerd.WithNamespace(f.client.DefaultNamespace()), containerd.WithHostID(host),
+			containerd.WithPull(false), containerd.WithTaskCreationGrace(c.grace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.client.LoadContainer(ctx, id)
+		if kept := err == nil; kept != c.kept {
+			t.Errorf("grace %v: container kept = %v, want %v (%v)", c.grace, kept, c.kept, err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
@@ -44,7 +45,7 @@ func (r *Runner) Sweep(ctx context.Context) error {
 	}
 	var errs []error
 	for _, c := range conts {
-		if r.isLive(c.ID()) {
+		if r.isLive(c.ID()) || r.mayGetTask(ctx, c) {
 			continue
 		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()))
@@ -108,4 +109,15 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 		errs = append(errs, fmt.Errorf("remove snapshot %s: %w", id, err))
 	}
 	return errors.Join(errs...)
+}
+
+// mayGetTask reports whether c has no task yet but is younger than the
+// task-creation grace (WithTaskCreationGrace): its task may still be being
+// created.
+func (r *Runner) mayGetTask(ctx context.Context, c client.Container) bool {
+	if _, err := c.Task(ctx, nil); !errdefs.IsNotFound(err) {
+		return false
+	}
+	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+	return err == nil && time.Since(info.CreatedAt) < r.taskGrace
 }
