@@ -5,16 +5,10 @@ package apps_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
@@ -81,8 +75,8 @@ var demo = []demoCase{
 // runtimeImages are the images of the example runtime apps, built by
 // scripts/runtime-images.sh; the env variables name their archives.
 var runtimeImages = map[string]struct{ ref, env string }{
-	runtime.RuntimePython3: {"relay.local/python3:bookworm", "RELAY_TEST_PYTHON_IMAGE_ARCHIVE"},
-	runtime.RuntimeNode:    {"relay.local/node:bookworm", "RELAY_TEST_NODE_IMAGE_ARCHIVE"},
+	runtime.RuntimePython3: {containerdtest.PythonImage, containerdtest.EnvPythonArchive},
+	runtime.RuntimeNode:    {containerdtest.NodeImage, containerdtest.EnvNodeArchive},
 }
 
 func loadApps(t *testing.T) *relay.Apps {
@@ -153,47 +147,11 @@ func TestHandlersContainerd(t *testing.T) {
 	imported := map[string]bool{}
 	runDemo(t, loadApps(t), r, &out, func(t *testing.T, rt string) {
 		if !imported[rt] {
-			importRuntimeImage(t, c, rt)
+			containerdtest.ImportArchive(t, c, runtimeImages[rt].env, runtimeImages[rt].ref)
 			imported[rt] = true
 		}
 	})
 	containerdtest.AssertClean(t, c)
-}
-
-// importRuntimeImage imports the image of runtime rt into c's namespace
-// from the archive its env variable names; without it the test is skipped,
-// or fails under RELAY_TEST_REQUIRE=1.
-func importRuntimeImage(t *testing.T, c *client.Client, rt string) {
-	t.Helper()
-	img := runtimeImages[rt]
-	path := os.Getenv(img.env)
-	if path == "" {
-		msg := img.env + " is not set (scripts/runtime-images.sh builds the archive)"
-		if os.Getenv(containerdtest.EnvRequire) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), c.DefaultNamespace()), 5*time.Minute)
-	defer cancel()
-	imgs, err := c.Import(ctx, f)
-	if err != nil {
-		t.Fatalf("import %s: %v", path, err)
-	}
-	for _, im := range imgs {
-		if im.Name == img.ref {
-			if err := client.NewImage(c, im).Unpack(ctx, containerdtest.Snapshotter); err != nil {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
-	t.Fatalf("%s does not hold %s", path, img.ref)
 }
 
 // runDemo runs every demo case through runner; prepare is called before a

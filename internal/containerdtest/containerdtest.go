@@ -269,3 +269,47 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// Environment variables naming the python3 and node runtime image archives
+// built by scripts/runtime-images.sh, and the references they hold.
+const (
+	EnvPythonArchive = "RELAY_TEST_PYTHON_IMAGE_ARCHIVE"
+	EnvNodeArchive   = "RELAY_TEST_NODE_IMAGE_ARCHIVE"
+	PythonImage      = "relay.local/python3:bookworm"
+	NodeImage        = "relay.local/node:bookworm"
+)
+
+// ImportArchive imports the image archive named by the environment
+// variable env into c's default namespace and unpacks ref from it. Without
+// the variable the test is skipped, or fails under RELAY_TEST_REQUIRE=1.
+func ImportArchive(t testing.TB, c *client.Client, env, ref string) {
+	t.Helper()
+	path := os.Getenv(env)
+	if path == "" {
+		msg := env + " is not set (scripts/runtime-images.sh STATE_DIR SOCKET RUNTIME prints the archive path)"
+		if os.Getenv(EnvRequire) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), c.DefaultNamespace()), 5*time.Minute)
+	defer cancel()
+	imgs, err := c.Import(ctx, f)
+	if err != nil {
+		t.Fatalf("import %s: %v", path, err)
+	}
+	for _, im := range imgs {
+		if im.Name == ref {
+			if err := client.NewImage(c, im).Unpack(ctx, Snapshotter); err != nil {
+				t.Fatalf("unpack %s: %v", ref, err)
+			}
+			return
+		}
+	}
+	t.Fatalf("%s does not contain %s", path, ref)
+}

@@ -2,7 +2,6 @@ package containerd_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -28,41 +26,6 @@ const (
 	nodeImage        = "relay.local/node:bookworm"
 )
 
-// importArchive imports the image archive named by env into c's namespace
-// and unpacks ref. Without the variable the test is skipped, or fails under
-// RELAY_TEST_REQUIRE=1, as for the busybox image.
-func importArchive(t testing.TB, c *client.Client, env, ref string) {
-	t.Helper()
-	path := os.Getenv(env)
-	if path == "" {
-		msg := env + " is not set (scripts/runtime-images.sh STATE_DIR SOCKET RUNTIME prints the archive path)"
-		if os.Getenv(containerdtest.EnvRequire) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(t.Context(), c.DefaultNamespace()), 5*time.Minute)
-	defer cancel()
-	imgs, err := c.Import(ctx, f)
-	if err != nil {
-		t.Fatalf("import %s: %v", path, err)
-	}
-	for _, im := range imgs {
-		if im.Name == ref {
-			if err := client.NewImage(c, im).Unpack(ctx, containerdtest.Snapshotter); err != nil {
-				t.Fatalf("unpack %s: %v", ref, err)
-			}
-			return
-		}
-	}
-	t.Fatalf("%s does not contain %s", path, ref)
-}
-
 // runtimeFixture runs handlers of one language runtime from an app
 // directory, with the image of that runtime as its default image.
 type runtimeFixture struct {
@@ -76,7 +39,7 @@ type runtimeFixture struct {
 func newRuntimeFixture(t testing.TB, rt, env, ref string, files map[string]string) *runtimeFixture {
 	t.Helper()
 	f := &runtimeFixture{client: containerdtest.Client(t), stdout: &testutil.Buffer{}, stderr: &testutil.Buffer{}, runtime: rt}
-	importArchive(t, f.client, env, ref)
+	containerdtest.ImportArchive(t, f.client, env, ref)
 	f.app = t.TempDir()
 	if err := os.Chmod(f.app, 0o755); err != nil {
 		t.Fatal(err)
