@@ -282,9 +282,17 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	switch c.Status {
 	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
 		return
-	case invocation.Running, invocation.NotDue:
+	case invocation.Running:
 		d.held = true
-		e.log.LogAttrs(ctx, slog.LevelDebug, "invocation not due", attrs(slog.String("status", c.Status.String()))...)
+		// A reclaimed message whose attempt is still leased: its worker
+		// may be alive elsewhere, or dead, in which case the attempt is
+		// charged when the lease ends. Say so: the wait can be minutes.
+		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",
+			attrs(slog.Time("lease_until", c.RunningUntil))...)
+		return
+	case invocation.NotDue:
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelDebug, "invocation not due", attrs(slog.Time("next_attempt_at", c.NextAttemptAt))...)
 		return
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
