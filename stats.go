@@ -162,7 +162,12 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	}
 	var fails int
 	every(ctx, e.o.statsInterval, func() {
-		err := e.stats.flush(ctx)
+		// Not under ctx: a stop cancelling a flush whose HINCRBYs Redis
+		// already applied would put the counts back, and the final flush
+		// would add them twice.
+		octx, cancel := detached(ctx)
+		err := e.stats.flush(octx)
+		cancel()
 		switch {
 		case err == nil:
 			fails = 0
