@@ -299,12 +299,21 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 	e.consuming.Store(true)
 	defer e.consuming.Store(false)
 	var fails int
+	idle := true // until a read finds entries
 	for {
-		n, ok := e.takeSlots(ctx)
+		n, ok := e.takeSlots(ctx, !idle)
 		if !ok {
 			return
 		}
 		batch, err := e.c.Source.Read(ctx, n)
+		// A read that finds nothing blocks for seconds holding its slots.
+		// While the stream is idle (at start, and after a read found
+		// nothing) read one entry at a time: as it blocks, the other slots
+		// stay free for reclaimed messages, which otherwise waited for
+		// every block to end (bench/pipeline -modes reclaim). The first
+		// entry of a burst then comes alone and the rest with the next
+		// read, right after.
+		idle = err == nil && len(batch) == 0
 		e.consuming.Store(err == nil && ctx.Err() == nil)
 		if err != nil && ctx.Err() == nil {
 			fails++
@@ -325,24 +334,31 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 	}
 }
 
-// takeSlots waits for a free message slot, then takes every other one free
-// at that moment, and returns how many it holds; false once ctx is done.
-func (e *Engine) takeSlots(ctx context.Context) (int, bool) {
+// takeSlots waits for a free message slot and, when all is set, takes
+// every other one free at that moment; it returns how many it holds, and
+// false once ctx is done.
+func (e *Engine) takeSlots(ctx context.Context, all bool) (int, bool) {
 	select {
 	case e.msgSlots <- struct{}{}:
 	case <-ctx.Done():
 		return 0, false
 	}
-	n := 1
-	for n < cap(e.msgSlots) {
+	if !all {
+		return 1, true
+	}
+	return 1 + e.freeSlots(), true
+}
+
+// freeSlots takes every message slot free at this moment, without waiting,
+// and returns how many it took.
+func (e *Engine) freeSlots() int {
+	for n := 0; ; n++ {
 		select {
 		case e.msgSlots <- struct{}{}:
-			n++
 		default:
-			return n, true
+			return n
 		}
 	}
-	return n, true
 }
 
 // dispatch starts the goroutine of one message; the caller holds its slot.
@@ -371,9 +387,10 @@ const handlerIdle = time.Second
 // idle, until it has waited handlerIdle or Run has stopped dispatching. A
 // goroutine per message spent 14-19% of a worker's CPU growing its stack
 // (bench/pipeline profiles: claim, handler and acknowledgement go deep);
-// one that handles message after message keeps the stack it grew. There
-// are never more of these goroutines than messages dispatched at once,
-// which the message slots bound.
+// one that handles message after message keeps the stack it grew. A new
+// one starts only when none is idle, so there are about as many as
+// messages were in flight in the last handlerIdle, which the message slots
+// bound.
 func (e *Engine) handleLoop(job func()) {
 	idle := time.NewTimer(handlerIdle)
 	defer idle.Stop()
@@ -419,48 +436,61 @@ func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) 
 		for _, id := range deleted {
 			e.missingPayload(ctx, id)
 		}
-		e.setWaiting(batch, true)
-		defer e.setWaiting(batch, false)
-		for i, msg := range batch {
-			select {
-			case e.msgSlots <- struct{}{}:
-				e.dispatch(ctx, runCtx, msgs, msg)
-				e.setWaiting(batch[i:i+1], false)
-			case <-ctx.Done():
-				// The rest stay pending for the next reclaim, by any worker.
-				e.log.LogAttrs(ctx, slog.LevelDebug, "shutdown: reclaimed messages left pending", slog.Int("count", len(batch)-i))
-				return
-			}
-		}
+		e.dispatchWaiting(ctx, runCtx, msgs, batch)
 	})
 }
 
-// reclaimBounded is one reclaim pass that, like the read loop, first takes
-// free message slots and then claims at most that many entries, again and
-// again until the pass has gone around the PEL. A plain Reclaim claims
-// every idle entry at once: bench/memory shows a worker with 8 slots
-// taking all 10,000 entries of a dead consumer, holding them in memory and
-// keeping them from every other worker while it works through them. Here
-// what this worker cannot start stays idle in the PEL for whichever worker
-// has room. A call that returns fewer entries than asked without finishing
-// the pass reached the source's bound of calls: the next tick goes on.
-func (e *Engine) reclaimBounded(ctx, runCtx context.Context, msgs *sync.WaitGroup, br boundedReclaimer, fails *int) {
-	for {
-		n, ok := e.takeSlots(ctx)
-		if !ok {
-			return
+// dispatchWaiting dispatches reclaimed messages as message slots free up.
+// While they wait they count as held, so the heartbeat keeps them from
+// looking idle to other workers. It returns false when ctx ended the wait.
+func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGroup, batch []stream.Message) bool {
+	e.setWaiting(batch, true)
+	defer e.setWaiting(batch, false)
+	for i, msg := range batch {
+		select {
+		case e.msgSlots <- struct{}{}:
+			e.dispatch(ctx, runCtx, msgs, msg)
+			e.setWaiting(batch[i:i+1], false)
+		case <-ctx.Done():
+			// The rest stay pending for the next reclaim, by any worker.
+			e.log.LogAttrs(ctx, slog.LevelDebug, "shutdown: reclaimed messages left pending", slog.Int("count", len(batch)-i))
+			return false
 		}
-		batch, deleted, done, err := br.ReclaimUpTo(ctx, e.o.minPendingIdle, n)
+	}
+	return true
+}
+
+// reclaimBounded is one reclaim pass that claims no more entries than the
+// worker has free message slots, plus one, again and again until the pass
+// has gone around the PEL. A plain Reclaim claims every idle entry at once:
+// bench/memory shows a worker with 8 slots taking all 10,000 entries of a
+// dead consumer, holding them in memory and keeping them from every other
+// worker while it works through them. Here what this worker cannot start
+// stays idle in the PEL for whichever worker has room. The one entry beyond
+// the free slots keeps the backstop moving while new messages fill every
+// slot: it waits for a slot held (and heartbeated) like a reclaimed batch,
+// and the pass goes on once it is dispatched. A call that returns fewer
+// entries than asked without finishing the pass reached the source's bound
+// of calls: the next tick goes on.
+func (e *Engine) reclaimBounded(ctx, runCtx context.Context, msgs *sync.WaitGroup, br boundedReclaimer, fails *int) {
+	for ctx.Err() == nil {
+		n := e.freeSlots()
+		want := n + 1
+		batch, deleted, done, err := br.ReclaimUpTo(ctx, e.o.minPendingIdle, want)
 		for _, id := range deleted {
 			e.missingPayload(ctx, id)
 		}
-		short := len(batch) < n
-		for _, msg := range batch {
+		short := len(batch) < want
+		i := 0
+		for ; i < len(batch) && n > 0; i++ {
 			n--
-			e.dispatch(ctx, runCtx, msgs, msg)
+			e.dispatch(ctx, runCtx, msgs, batch[i])
 		}
 		for ; n > 0; n-- {
 			<-e.msgSlots
+		}
+		if !e.dispatchWaiting(ctx, runCtx, msgs, batch[i:]) {
+			return
 		}
 		if err != nil {
 			if ctx.Err() == nil {

@@ -17,9 +17,10 @@ import (
 )
 
 // TestReclaimTakesOnlyWhatItCanStart: entries orphaned by a dead consumer
-// are reclaimed only as message slots free up (2 × MAX_CONCURRENCY), not
-// all at once: the rest stay with the dead consumer, idle, for any worker
-// to take. Every entry is still handled exactly once in the end.
+// are reclaimed only as message slots free up (2 × MAX_CONCURRENCY, plus
+// the one entry that waits for a slot), not all at once: the rest stay with
+// the dead consumer, idle, for any worker to take. Every entry is still
+// handled exactly once in the end.
 func TestReclaimTakesOnlyWhatItCanStart(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: x
@@ -48,8 +49,9 @@ events:
 			return ctx.Err()
 		}
 	})
-	// MAX_CONCURRENCY 2: two handlers run, two more messages wait for a
-	// slot (a minute of concurrency wait), so the worker holds four.
+	// MAX_CONCURRENCY 2: two handlers run, two more messages wait for an
+	// invocation slot (a minute of concurrency wait) and one reclaimed entry
+	// for a message slot, so the worker holds five.
 	e, err := relay.New(h.apps, relay.Components{
 		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: "c1",
@@ -67,12 +69,12 @@ events:
 	// Asserting that something does not happen needs a period: ten
 	// reclaim intervals, past MinPendingIdle.
 	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
-		if owned := owners(t, h)["c1"]; owned > 4 {
+		if owned := owners(t, h)["c1"]; owned > 5 {
 			t.Fatalf("c1 owns %d PEL entries with 4 message slots", owned)
 		}
 	}
-	if got := owners(t, h)["dead"]; got < n-4 {
-		t.Errorf("dead consumer still owns %d entries, want at least %d", got, n-4)
+	if got := owners(t, h)["dead"]; got < n-5 {
+		t.Errorf("dead consumer still owns %d entries, want at least %d", got, n-5)
 	}
 
 	close(release)
@@ -110,4 +112,28 @@ func owners(t *testing.T, h *harness) map[string]int64 {
 		out[f[0]] = c
 	}
 	return out
+}
+
+// TestIdleReaderLeavesSlotsToReclaim: while the stream has nothing new, the
+// reader's blocking XREADGROUP holds one message slot, not all of them, so
+// entries reclaimed from a dead consumer start at once instead of waiting
+// for the block (8s here) to end.
+func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	ctx := context.Background()
+	const n = 10
+	for i := range n {
+		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
+	}
+	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
+		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
+	}
+	h.handle("users/events.created", nil)
+	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
+	h.start("c1")
+	waitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
+	if got := h.calls.count("users/events.created"); got != n {
+		t.Errorf("handler ran %d times for %d entries", got, n)
+	}
 }

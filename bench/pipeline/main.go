@@ -1,0 +1,369 @@
+// Command pipeline measures how fast Relay drains a stream, in events per
+// second, against the physical limit of its design: a minimal loop of
+// XREADGROUP COUNT k and one XACK of the k ids, over the same Redis, in the
+// same run (issue #8, item 3a).
+//
+// For each mode and worker count it creates a fresh stream and consumer
+// group, appends -events events that the benchmark rule matches, starts the
+// workers, and times them from the moment they are told to go until the
+// group has delivered every entry and none is pending.
+//
+//   - raw: the minimal loop, Batch = -batch (default 2 × -concurrency, the
+//     most an Engine reads at once).
+//   - engine: a relay.Engine wired as relay start wires it (stream source,
+//     Lua invocation state, DLQ writer, cluster stats, Prometheus registry,
+//     a text log at info written to a file, MAX_CONCURRENCY -concurrency)
+//     whose one rule runs a no-op runtime.Func handler, so the figures are
+//     Relay's own cost per event: read, match, claim, run, finish, ack,
+//     retain.
+//
+// Every worker is a separate process (this program re-executed), each with
+// its own Redis client, as relay start workers are; the producer and the
+// measuring loop run in this process. Besides the rate, each row reports
+// the workers' CPU time and the Redis server's CPU time per event, and the
+// Redis commands per event (INFO commandstats deltas, commands run inside
+// scripts included), which is where the optimisations of item 4 come from.
+//
+// Without -redis it starts a private redis-server (no persistence) and
+// stops it at the end:
+//
+//	go run ./bench/pipeline
+//	go run ./bench/pipeline -events 50000 -workers 1,2,3 -runs 5
+//	go run ./bench/pipeline -redis 127.0.0.1:6390 -profile /tmp/prof
+//
+// Against an existing server it uses streams named bench-pipeline-<run>-…
+// and deletes them, their invocation hashes, DLQ and stats afterwards.
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/bench/internal/benchkit"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/stream"
+)
+
+const group = "bench"
+
+// modeReclaim measures the recovery path: every event is pending on a
+// consumer that died, idle past MinPendingIdle, and engine workers take
+// them over by reclaiming (XAUTOCLAIM) instead of reading.
+const modeReclaim = "reclaim"
+
+// reclaimIdle is the MinPendingIdle of the reclaim mode: the default is a
+// minute, which would only add a wait.
+const reclaimIdle = time.Second
+
+func main() {
+	if benchkit.IsWorker() {
+		benchkit.WorkerMain()
+	}
+	var cfg config
+	flag.StringVar(&cfg.redis, "redis", "", "Redis address host:port (default: start a private redis-server)")
+	flag.IntVar(&cfg.events, "events", 20000, "events per measurement")
+	workers := flag.String("workers", "1,3", "worker counts to measure, comma-separated")
+	modes := flag.String("modes", "raw,engine", "modes to measure: raw, engine, reclaim (engine workers taking over events pending on a dead consumer)")
+	flag.IntVar(&cfg.concurrency, "concurrency", 8, "each engine worker's MAX_CONCURRENCY")
+	flag.IntVar(&cfg.batch, "batch", 0, "the raw loop's XREADGROUP COUNT (default 2 × -concurrency, an Engine's largest read)")
+	flag.IntVar(&cfg.runs, "runs", 3, "runs per row; the row shows the run with the median rate")
+	flag.StringVar(&cfg.logLevel, "log-level", "info", "engine log level, as LOG_LEVEL (the log is written to a file in the work directory)")
+	flag.StringVar(&cfg.profile, "profile", "", "write a CPU profile of every engine worker into this directory")
+	flag.Parse()
+	if cfg.batch == 0 {
+		cfg.batch = 2 * cfg.concurrency
+	}
+	var err error
+	if cfg.workers, err = ints(*workers); err == nil {
+		cfg.modes = strings.Split(*modes, ",")
+		err = run(cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pipeline:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	redis       string
+	events      int
+	workers     []int
+	modes       []string
+	concurrency int
+	batch       int
+	runs        int
+	logLevel    string
+	profile     string
+	// dir holds the apps root and the workers' logs.
+	dir  string
+	apps string
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q: want a comma list of positive numbers", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(cfg config) error {
+	for _, m := range cfg.modes {
+		if m != benchkit.KindRaw && m != benchkit.KindEngine && m != modeReclaim {
+			return fmt.Errorf("-modes: unknown mode %q (want raw, engine, reclaim)", m)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "relay-bench-pipeline-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg.dir = dir
+	if cfg.apps, err = benchkit.WriteApps(dir, benchkit.AppSpec{Concurrency: 10000}); err != nil {
+		return err
+	}
+	if cfg.profile != "" {
+		if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
+			return err
+		}
+	}
+	if cfg.redis == "" {
+		srv, err := benchkit.StartRedis(dir)
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		cfg.redis = srv.Addr
+	}
+	admin, err := benchkit.Connect(cfg.redis)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+
+	fmt.Printf("pipeline: %s\n", benchkit.Machine())
+	fmt.Printf("pipeline: redis %s, %d events per run, %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",
+		cfg.redis, cfg.events, cfg.runs, cfg.concurrency, cfg.batch)
+	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	raw := map[int]float64{}
+	t := benchkit.Table{
+		Title:  "pipeline throughput (XREADGROUP → match → claim → run no-op → finish → XACK → retain)",
+		Header: []string{"MODE", "WORKERS", "EVENTS", "SECONDS", "EVENTS/S", "% OF RAW", "WORKER CPU µs/EV", "REDIS CPU µs/EV", "LOAD", "REDIS COMMANDS PER EVENT"},
+	}
+	var notes []string
+	for _, nw := range cfg.workers {
+		for _, mode := range cfg.modes {
+			var results []result
+			for i := range cfg.runs {
+				name := fmt.Sprintf("bench-pipeline-%s-%s-%d-%d", runID, mode, nw, i)
+				r, err := measure(ctx, cfg, admin, mode, name, nw)
+				cleanup(context.WithoutCancel(ctx), admin, name)
+				if err != nil {
+					return fmt.Errorf("%s, %d workers: %w", mode, nw, err)
+				}
+				fmt.Fprintf(os.Stderr, "pipeline: %s workers=%d run=%d %.0f events/s in %.2fs (load %.2f)\n",
+					mode, nw, i+1, r.rate(), r.elapsed.Seconds(), r.load)
+				results = append(results, r)
+			}
+			slices.SortFunc(results, func(a, b result) int { return cmp.Compare(a.rate(), b.rate()) })
+			r := results[len(results)/2]
+			pct := "-"
+			if mode == benchkit.KindRaw {
+				raw[nw] = r.rate()
+			} else if base := raw[nw]; base > 0 {
+				pct = fmt.Sprintf("%.1f%%", 100*r.rate()/base)
+			}
+			notes = append(notes, fmt.Sprintf("%s, %d workers: %s", mode, nw, r.server.TimePerEvent(r.events)))
+			t.Add(mode, nw, r.events, fmt.Sprintf("%.2f", r.elapsed.Seconds()), fmt.Sprintf("%.0f", r.rate()), pct,
+				perEvent(r.workerCPU, r.events), perEvent(r.server.CPU, r.events), fmt.Sprintf("%.2f", r.load),
+				r.server.PerEvent(r.events))
+		}
+	}
+	if err := t.Print(os.Stdout); err != nil {
+		return err
+	}
+	fmt.Println("\nRedis time per event by command (INFO commandstats; a script's time includes the commands it calls):")
+	for _, n := range notes {
+		fmt.Println("  " + n)
+	}
+	return nil
+}
+
+func perEvent(d time.Duration, events int) string {
+	return fmt.Sprintf("%.1f", float64(d.Microseconds())/float64(events))
+}
+
+// result is one measurement.
+type result struct {
+	events    int
+	elapsed   time.Duration
+	workerCPU time.Duration
+	server    benchkit.ServerStats
+	load      float64
+}
+
+func (r result) rate() float64 { return float64(r.events) / r.elapsed.Seconds() }
+
+// measure fills stream name with cfg.events events, runs nw workers of
+// mode until the group has delivered and acknowledged all of them, and
+// returns how long that took and what it cost.
+func measure(ctx context.Context, cfg config, admin rueidis.Client, mode, name string, nw int) (result, error) {
+	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+		return result{}, err
+	}
+	last, err := benchkit.Fill(ctx, admin, name, 0, cfg.events)
+	if err != nil {
+		return result{}, err
+	}
+	kind, minIdle := mode, time.Duration(0)
+	if mode == modeReclaim {
+		kind, minIdle = benchkit.KindEngine, reclaimIdle
+		if err := orphan(ctx, admin, name, cfg.events); err != nil {
+			return result{}, err
+		}
+	}
+	var workers []*benchkit.Worker
+	defer func() {
+		for _, w := range workers {
+			w.Kill()
+		}
+	}()
+	for i := range nw {
+		spec := benchkit.WorkerSpec{
+			Kind: kind, Redis: cfg.redis, Stream: name, Group: group, Consumer: fmt.Sprintf("w%d", i+1),
+			Apps: cfg.apps, Concurrency: cfg.concurrency, Batch: cfg.batch, Handler: benchkit.HandlerNoop,
+			LogFile: filepath.Join(cfg.dir, name+fmt.Sprintf("-w%d.log", i+1)), LogLevel: cfg.logLevel,
+			MinPendingIdle: minIdle,
+		}
+		if cfg.profile != "" && kind == benchkit.KindEngine {
+			spec.CPUProfile = filepath.Join(cfg.profile, fmt.Sprintf("%s-%dw-w%d.pprof", mode, nw, i+1))
+		}
+		w, err := benchkit.StartWorker(ctx, spec)
+		if err != nil {
+			return result{}, err
+		}
+		workers = append(workers, w)
+	}
+
+	before, err := benchkit.ReadServerStats(ctx, admin)
+	if err != nil {
+		return result{}, err
+	}
+	load := benchkit.LoadAverage()
+	start := time.Now()
+	for _, w := range workers {
+		if err := w.Go(); err != nil {
+			return result{}, err
+		}
+	}
+	polls := 0
+	for {
+		polls++
+		done, err := benchkit.Settled(ctx, admin, name, group, last)
+		if err != nil {
+			return result{}, err
+		}
+		if done {
+			break
+		}
+		if time.Since(start) > 10*time.Minute {
+			return result{}, fmt.Errorf("stream %s not drained after 10 minutes", name)
+		}
+		// A short poll interval bounds the error of the end time; one
+		// poll costs the server two cheap commands.
+		if !sleep(ctx, 5*time.Millisecond) {
+			return result{}, ctx.Err()
+		}
+	}
+	elapsed := time.Since(start)
+	after, err := benchkit.ReadServerStats(ctx, admin)
+	if err != nil {
+		return result{}, err
+	}
+	r := result{events: cfg.events, elapsed: elapsed, load: load,
+		server: after.Sub(before).Without(benchkit.SettledCommands, polls)}
+	var handled int64
+	for _, w := range workers {
+		rep, err := w.Stop()
+		if err != nil {
+			return result{}, err
+		}
+		handled += rep.Handled
+		r.workerCPU += rep.CPU
+	}
+	workers = nil
+	if handled != int64(cfg.events) {
+		return result{}, fmt.Errorf("workers handled %d events, want %d", handled, cfg.events)
+	}
+	return r, nil
+}
+
+// orphan delivers the first n entries of name to consumer "dead", which
+// never acknowledges them, and waits until they are idle past reclaimIdle.
+func orphan(ctx context.Context, c rueidis.Client, name string, n int) error {
+	cmd := c.B().Xreadgroup().Group(group, "dead").Count(int64(n)).Streams().Key(name).Id(">").Build()
+	if err := c.Do(ctx, cmd).Error(); err != nil {
+		return fmt.Errorf("deliver to the dead consumer: %w", err)
+	}
+	if !sleep(ctx, reclaimIdle+100*time.Millisecond) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// cleanup deletes the stream, its DLQ and stats and its invocation hashes.
+func cleanup(ctx context.Context, c rueidis.Client, name string) {
+	for _, k := range []string{name, keys.DLQ(name), keys.Stats(name, group)} {
+		if err := c.Do(ctx, c.B().Unlink().Key(k).Build()).Error(); err != nil {
+			fmt.Fprintf(os.Stderr, "pipeline: delete %s: %v\n", k, err)
+		}
+	}
+	// Stream names here hold no glob characters, so the prefix is literal.
+	prefix := keys.Invocation(name, group, "")
+	cursor := uint64(0)
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pipeline: scan %s*: %v\n", prefix, err)
+			return
+		}
+		if len(e.Elements) > 0 {
+			if err := c.Do(ctx, c.B().Unlink().Key(e.Elements...).Build()).Error(); err != nil {
+				fmt.Fprintf(os.Stderr, "pipeline: delete invocation hashes: %v\n", err)
+				return
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return
+		}
+	}
+}

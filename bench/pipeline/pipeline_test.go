@@ -1,0 +1,87 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/relaydev/relay/bench/internal/benchkit"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+)
+
+// TestMain serves as a worker when measure starts this test binary as one.
+func TestMain(m *testing.M) {
+	if benchkit.IsWorker() {
+		benchkit.WorkerMain()
+	}
+	redistest.Main(m)
+}
+
+// TestMeasureDrainsEveryEvent runs every mode on a small stream: measure
+// returns only once the group has delivered and acknowledged every event,
+// and fails unless the workers handled exactly that many; the engine modes
+// leave each message's invocation succeeded and retained, and the command
+// counts show what each mode sent (the reclaim mode takes the events over
+// with XAUTOCLAIM).
+func TestMeasureDrainsEveryEvent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	admin := redistest.Client(t)
+	dir := t.TempDir()
+	apps, err := benchkit.WriteApps(dir, benchkit.AppSpec{Concurrency: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config{redis: redistest.Addr(t), events: 300, concurrency: 4, batch: 8, runs: 1, logLevel: "info", dir: dir, apps: apps}
+	for _, tc := range []struct {
+		mode    string
+		workers int
+		want    []string // commands every event costs, at least once
+	}{
+		{benchkit.KindRaw, 2, []string{"xreadgroup", "xack"}},
+		{benchkit.KindEngine, 2, []string{"evalsha", "xack", "xreadgroup"}},
+		{modeReclaim, 2, []string{"evalsha", "xack", "xautoclaim"}},
+	} {
+		name := redistest.Name(t, tc.mode)
+		r, err := measure(t.Context(), cfg, admin, tc.mode, name, tc.workers)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.mode, err)
+		}
+		if r.events != cfg.events || r.elapsed <= 0 || r.rate() <= 0 {
+			t.Errorf("%s: result %+v", tc.mode, r)
+		}
+		for _, c := range tc.want {
+			if r.server.Calls[c] == 0 {
+				t.Errorf("%s: no %s counted (%s)", tc.mode, c, r.server.PerEvent(r.events))
+			}
+		}
+		if tc.mode == benchkit.KindRaw && r.server.Calls["evalsha"] != 0 {
+			t.Errorf("raw mode ran scripts: %s", r.server.PerEvent(r.events))
+		}
+		if tc.mode != benchkit.KindRaw {
+			if got := r.server.Calls["evalsha"]; got < 3*int64(cfg.events) {
+				t.Errorf("engine: %d EVALSHA for %d events, want claim, finish and retain each", got, cfg.events)
+			}
+			entries, err := admin.Do(t.Context(), admin.B().Xrange().Key(name).Start("-").End("+").Build()).AsXRange()
+			if err != nil || len(entries) != cfg.events {
+				t.Fatalf("engine: XRANGE: %d entries, %v", len(entries), err)
+			}
+			for _, e := range []string{entries[0].ID, entries[len(entries)-1].ID} {
+				st, err := admin.Do(t.Context(), admin.B().Hgetall().Key(keys.Invocation(name, group, e)).Build()).AsStrMap()
+				if err != nil || st[benchkit.AppName+"/"+benchkit.HandlerName] != "ok" || st["__terminal"] != "1" {
+					t.Errorf("engine: state of %s = %v, %v; want ok and retained", e, st, err)
+				}
+			}
+			logs, _ := os.ReadFile(dir + "/" + name + "-w1.log")
+			if !strings.Contains(string(logs), "invocation succeeded") {
+				t.Errorf("engine: worker log lacks the info lines relay start writes:\n%.500s", logs)
+			}
+		}
+		cleanup(t.Context(), admin, name)
+		if n, err := admin.Do(t.Context(), admin.B().Exists().Key(name).Build()).AsInt64(); err != nil || n != 0 {
+			t.Errorf("%s: stream left after cleanup: %d, %v", tc.mode, n, err)
+		}
+	}
+}

@@ -1,0 +1,456 @@
+// Command runners measures end-to-end latency per invocation, XADD to XACK,
+// for each Runner (issue #8, item 3b): the process runner, one-shot
+// containerd and, as its floor, `ctr run --rm` of the same image and
+// command; then a python3 app one-shot and warm (warm: true), the runtime
+// warm containers exist for.
+//
+// Each Runner mode runs a relay.Engine in this process on a fresh stream,
+// wired as relay start wires it (MAX_CONCURRENCY 8, stats and metrics on, a
+// text log at info, discarded), whose one rule runs the handler. Events are
+// published one at a time: the next XADD follows the previous message's
+// XACK, so every invocation finds the worker idle. A message's latency runs
+// from just before its XADD to the return of the Engine's XACK of it (a
+// StreamSource wrapper records it, so no polling adds to it); "run" is the
+// time inside Runner.Run and "overhead" the rest: read, match, claim,
+// finish and acknowledgement. The ctr mode times `ctr run --rm` from Go,
+// with the event on its stdin.
+//
+// The busybox modes (process, oneshot, ctr) run -command, which must not
+// read stdin: ctr run never closes it. The python3 modes run a function
+// that does nothing, from -python-image; they are reported as not measured
+// when that image is not in -namespace (scripts/runtime-images.sh builds
+// and imports it).
+//
+// The first -warmup events of each mode are not counted (image unpack,
+// first connections, script loading, the first warm container). containerd
+// modes need -containerd (default $CONTAINERD_ADDRESS) and the images in
+// -namespace: scripts/bench.sh starts a private containerd and imports
+// them.
+//
+//	go run ./bench/runners -n 100
+//	go run ./bench/runners -modes process -n 500
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	ctrclient "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/bench/internal/benchkit"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/stream"
+)
+
+const group = "bench"
+
+// Modes.
+const (
+	modeProcess       = "process"
+	modeOneShot       = "oneshot"
+	modeCtr           = "ctr"
+	modePythonOneShot = "python3-oneshot"
+	modePythonWarm    = "python3-warm"
+)
+
+var allModes = []string{modeProcess, modeOneShot, modeCtr, modePythonOneShot, modePythonWarm}
+
+type config struct {
+	redis       string
+	containerd  string
+	namespace   string
+	image       string
+	pythonImage string
+	command     []string
+	n, warmup   int
+	modes       []string
+	dir         string
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.redis, "redis", "", "Redis address host:port (default: start a private redis-server)")
+	flag.StringVar(&cfg.containerd, "containerd", os.Getenv("CONTAINERD_ADDRESS"), "containerd socket, for every mode but process")
+	flag.StringVar(&cfg.namespace, "namespace", "relay-bench", "containerd namespace holding -image")
+	flag.StringVar(&cfg.image, "image", "relay.local/busybox:latest", "image of the oneshot and ctr modes (scripts/images.sh builds it)")
+	flag.StringVar(&cfg.pythonImage, "python-image", "relay.local/python3:bookworm", "image of the python3 modes (scripts/runtime-images.sh builds it)")
+	command := flag.String("command", "/bin/true", "handler command, split at spaces; the same in every mode. It should not read stdin: ctr run never closes it")
+	flag.IntVar(&cfg.n, "n", 100, "events per mode, published one at a time")
+	flag.IntVar(&cfg.warmup, "warmup", 3, "events per mode run first and not counted")
+	modes := flag.String("modes", strings.Join(allModes, ","), "modes to measure, comma-separated")
+	flag.Parse()
+	cfg.command = strings.Fields(*command)
+	cfg.modes = strings.Split(*modes, ",")
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "runners:", err)
+		os.Exit(1)
+	}
+}
+
+// row is the outcome of one mode.
+type row struct {
+	mode     string
+	e2e, run benchkit.Summary
+	overhead benchkit.Summary
+	// skipped says why the mode was not measured.
+	skipped string
+}
+
+func run(cfg config) error {
+	if len(cfg.command) == 0 {
+		return errors.New("-command is empty")
+	}
+	for _, m := range cfg.modes {
+		if !slices.Contains(allModes, m) {
+			return fmt.Errorf("-modes: unknown mode %q (want some of %s)", m, strings.Join(allModes, ", "))
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dir, err := os.MkdirTemp("", "relay-bench-runners-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cfg.dir = dir
+	if cfg.redis == "" {
+		srv, err := benchkit.StartRedis(dir)
+		if err != nil {
+			return err
+		}
+		defer srv.Stop()
+		cfg.redis = srv.Addr
+	}
+	rc, err := benchkit.Connect(cfg.redis)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+
+	var cc *ctrclient.Client
+	needsContainerd := false
+	for _, m := range cfg.modes {
+		needsContainerd = needsContainerd || m != modeProcess
+	}
+	if needsContainerd {
+		if cfg.containerd == "" {
+			return errors.New("every mode but process needs containerd: set -containerd or CONTAINERD_ADDRESS (scripts/bench.sh starts one), or pass -modes process")
+		}
+		cc, err = ctrclient.New(cfg.containerd, ctrclient.WithDefaultNamespace(cfg.namespace), ctrclient.WithTimeout(10*time.Second))
+		if err != nil {
+			return fmt.Errorf("connect to containerd at %s: %w", cfg.containerd, err)
+		}
+		defer cc.Close()
+		if _, err := cc.GetImage(namespaces.WithNamespace(ctx, cfg.namespace), cfg.image); err != nil {
+			return fmt.Errorf("image %s in namespace %s: %w (import it: scripts/images.sh STATE_DIR %s %s)", cfg.image, cfg.namespace, err, cfg.containerd, cfg.namespace)
+		}
+	}
+
+	fmt.Printf("runners: %s\n", benchkit.Machine())
+	fmt.Printf("runners: redis %s, containerd %s (namespace %s), images %s and %s, command %q, %d events per mode after %d warm-up, one at a time\n",
+		cfg.redis, orNone(cfg.containerd), cfg.namespace, cfg.image, cfg.pythonImage, strings.Join(cfg.command, " "), cfg.n, cfg.warmup)
+	var rows []row
+	for _, m := range cfg.modes {
+		r, err := measure(ctx, cfg, rc, cc, m)
+		var skip skipError
+		if errors.As(err, &skip) {
+			r = row{mode: m, skipped: skip.reason}
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+		rows = append(rows, r)
+		fmt.Fprintf(os.Stderr, "runners: %s done (load %.2f)\n", m, benchkit.LoadAverage())
+	}
+	return printRows(rows)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func printRows(rows []row) error {
+	t := benchkit.Table{
+		Title: "end-to-end latency per invocation, XADD → XACK, ms",
+		Header: []string{"MODE", "N", "P50", "P90", "P99", "MAX", "RUN P50", "OVERHEAD P50", "OVERHEAD P99",
+			"TARGET"},
+	}
+	var floor time.Duration
+	for _, r := range rows {
+		if r.mode == modeCtr && r.skipped == "" {
+			floor = r.e2e.P50
+		}
+	}
+	for _, r := range rows {
+		if r.skipped != "" {
+			t.Add(r.mode, 0, "-", "-", "-", "-", "-", "-", "-", "not measured: "+r.skipped)
+			continue
+		}
+		target := "-"
+		switch {
+		case r.mode == modeOneShot && floor > 0:
+			ratio := float64(r.e2e.P50) / float64(floor)
+			target = fmt.Sprintf("p50 ≤ 1.3× ctr p50: %.2fx, %s", ratio, verdict(ratio <= 1.3))
+		case r.mode == modePythonWarm:
+			target = fmt.Sprintf("p50 < 10 ms: %s", verdict(r.e2e.P50 < 10*time.Millisecond))
+		}
+		runP50, ovP50, ovP99 := benchkit.Ms(r.run.P50), benchkit.Ms(r.overhead.P50), benchkit.Ms(r.overhead.P99)
+		if r.mode == modeCtr {
+			runP50, ovP50, ovP99 = "-", "-", "-"
+		}
+		t.Add(r.mode, r.e2e.N, benchkit.Ms(r.e2e.P50), benchkit.Ms(r.e2e.P90), benchkit.Ms(r.e2e.P99), benchkit.Ms(r.e2e.Max),
+			runP50, ovP50, ovP99, target)
+	}
+	return t.Print(os.Stdout)
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "not met"
+}
+
+func measure(ctx context.Context, cfg config, rc rueidis.Client, cc *ctrclient.Client, mode string) (row, error) {
+	spec := benchkit.AppSpec{Concurrency: 8, Image: cfg.image, Command: cfg.command, Timeout: "60s"}
+	switch mode {
+	case modeCtr:
+		return measureCtr(ctx, cfg)
+	case modeProcess:
+		runner, err := runtime.NewProcess(runtime.WithOutput(io.Discard, io.Discard))
+		if err != nil {
+			return row{}, err
+		}
+		return measureEngine(ctx, cfg, rc, mode, spec, runner)
+	case modePythonOneShot, modePythonWarm:
+		if _, err := cc.GetImage(namespaces.WithNamespace(ctx, cfg.namespace), cfg.pythonImage); err != nil {
+			return row{}, skipError{fmt.Sprintf("no image %s in namespace %s (scripts/runtime-images.sh STATE_DIR SOCKET python3 %s)", cfg.pythonImage, cfg.namespace, cfg.namespace)}
+		}
+		spec = benchkit.AppSpec{Concurrency: 8, Runtime: "python3", Image: cfg.pythonImage, Warm: mode == modePythonWarm, Timeout: "60s"}
+	}
+	// One Runner per mode, as one worker has one; Close removes its warm
+	// containers afterwards.
+	r, err := containerd.New(cc, containerd.WithNamespace(cfg.namespace), containerd.WithOutput(io.Discard, io.Discard),
+		containerd.WithHostID(fmt.Sprintf("relay-bench-runners-%d", os.Getpid())), containerd.WithPull(false),
+		containerd.WithStateDir(cfg.dir+"/containerd-state"), containerd.WithLogger(quietLog()))
+	if err != nil {
+		return row{}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if err := r.Close(cctx); err != nil {
+			fmt.Fprintf(os.Stderr, "runners: %s: close runner: %v\n", mode, err)
+		}
+	}()
+	return measureEngine(ctx, cfg, rc, mode, spec, r)
+}
+
+// skipError marks a mode that cannot be measured here, and why.
+type skipError struct{ reason string }
+
+func (e skipError) Error() string { return e.reason }
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// measureEngine publishes warmup+n events one at a time to an Engine that
+// runs the app of spec with runner, and returns their latencies.
+func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode string, spec benchkit.AppSpec, runner relay.Runner) (row, error) {
+	name := fmt.Sprintf("bench-runners-%s-%d", mode, time.Now().UnixNano()%1e9)
+	defer cleanup(context.WithoutCancel(ctx), rc, name)
+	appsRoot, err := benchkit.WriteApps(fmt.Sprintf("%s/%s", cfg.dir, mode), spec)
+	if err != nil {
+		return row{}, err
+	}
+	apps, err := benchkit.LoadApps(appsRoot)
+	if err != nil {
+		return row{}, err
+	}
+	src := &timedSource{Source: stream.New(rc, name, group, "bench"), acked: map[string]chan time.Time{}}
+	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
+	e, err := relay.New(apps, relay.Components{
+		Source: src, State: invocation.New(rc), Runner: timed, DLQ: dlq.NewWriter(rc, name),
+		Stream: name, Group: group, Consumer: "bench",
+	}, relay.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), relay.WithMetrics(prometheus.NewRegistry()),
+		relay.WithStats(rc))
+	if err != nil {
+		return row{}, err
+	}
+	if err := src.EnsureGroup(ctx); err != nil {
+		return row{}, err
+	}
+	ectx, stopEngine := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ectx) }()
+	defer func() { stopEngine(); <-done }()
+
+	var e2e, runs, overhead []time.Duration
+	for i := range cfg.warmup + cfg.n {
+		// Register before publishing: the ack can come before XADD returns.
+		ch := make(chan time.Time, 1)
+		start := time.Now()
+		id, err := src.publishAwaited(ctx, benchkit.Event(i), ch)
+		if err != nil {
+			return row{}, err
+		}
+		var at time.Time
+		select {
+		case at = <-ch:
+		case err := <-done:
+			return row{}, fmt.Errorf("engine stopped: %v", err)
+		case err := <-timed.failed:
+			return row{}, fmt.Errorf("message %s: the handler did not succeed: %w", id, err)
+		case <-time.After(2 * time.Minute):
+			return row{}, fmt.Errorf("message %s not acknowledged within 2 minutes (is the runner working? try relay app invoke)", id)
+		}
+		if i < cfg.warmup {
+			continue
+		}
+		d := at.Sub(start)
+		took := timed.get(id)
+		e2e, runs, overhead = append(e2e, d), append(runs, took), append(overhead, d-took)
+	}
+	return row{mode: mode, e2e: benchkit.Summarize(e2e), run: benchkit.Summarize(runs), overhead: benchkit.Summarize(overhead)}, nil
+}
+
+// measureCtr times `ctr run --rm` of the image and command, warmup+n
+// times, each with the event on stdin.
+func measureCtr(ctx context.Context, cfg config) (row, error) {
+	if _, err := exec.LookPath("ctr"); err != nil {
+		return row{}, fmt.Errorf("ctr not found in PATH (it comes with containerd): %w", err)
+	}
+	var lat []time.Duration
+	for i := range cfg.warmup + cfg.n {
+		id := fmt.Sprintf("relay-bench-ctr-%d-%d", os.Getpid(), i)
+		args := append([]string{"-a", cfg.containerd, "-n", cfg.namespace, "run", "--rm", cfg.image, id}, cfg.command...)
+		cmd := exec.CommandContext(ctx, "ctr", args...)
+		cmd.Stdin = strings.NewReader(benchkit.Event(i))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		start := time.Now()
+		err := cmd.Run()
+		d := time.Since(start)
+		if err != nil {
+			return row{}, fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out.String())
+		}
+		if i >= cfg.warmup {
+			lat = append(lat, d)
+		}
+	}
+	s := benchkit.Summarize(lat)
+	return row{mode: modeCtr, e2e: s, run: s}, nil
+}
+
+// timedSource records when the Engine's XACK of an awaited message
+// returned. Embedding keeps every optional capability of *stream.Source
+// (Heartbeater, Pinger, PendingReporter, group creation) visible to the
+// Engine.
+type timedSource struct {
+	*stream.Source
+	mu    sync.Mutex
+	acked map[string]chan time.Time
+	// early holds acks of ids not registered yet: XADD's reply may arrive
+	// after the Engine already acknowledged the entry.
+	early map[string]time.Time
+}
+
+func (s *timedSource) publishAwaited(ctx context.Context, event string, ch chan time.Time) (string, error) {
+	id, err := s.Publish(ctx, map[string]string{"event": event})
+	if err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if at, ok := s.early[id]; ok {
+		delete(s.early, id)
+		ch <- at
+		return id, nil
+	}
+	s.acked[id] = ch
+	return id, nil
+}
+
+func (s *timedSource) Ack(ctx context.Context, ids ...string) error {
+	err := s.Source.Ack(ctx, ids...)
+	if err != nil {
+		return err
+	}
+	at := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if ch, ok := s.acked[id]; ok {
+			delete(s.acked, id)
+			ch <- at
+			continue
+		}
+		if s.early == nil {
+			s.early = map[string]time.Time{}
+		}
+		s.early[id] = at
+	}
+	return nil
+}
+
+// timedRunner records how long Runner.Run took per message, and reports
+// the first failure: a failed handler is retried only after a minute, so
+// the benchmark stops instead of waiting for it.
+type timedRunner struct {
+	r      relay.Runner
+	mu     sync.Mutex
+	took   map[string]time.Duration
+	failed chan error
+}
+
+func (t *timedRunner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	start := time.Now()
+	res, err := t.r.Run(ctx, req)
+	d := time.Since(start)
+	t.mu.Lock()
+	t.took[req.MessageID] = d
+	t.mu.Unlock()
+	if err != nil && ctx.Err() == nil {
+		select {
+		case t.failed <- err:
+		default:
+		}
+	}
+	return res, err
+}
+
+func (t *timedRunner) get(id string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.took[id]
+}
+
+func cleanup(ctx context.Context, c rueidis.Client, name string) {
+	for _, k := range []string{name, keys.DLQ(name), keys.Stats(name, group)} {
+		if err := c.Do(ctx, c.B().Unlink().Key(k).Build()).Error(); err != nil {
+			fmt.Fprintf(os.Stderr, "runners: delete %s: %v\n", k, err)
+		}
+	}
+}

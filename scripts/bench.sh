@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# make bench: runs the benchmarks under bench/ and prints one table each:
+# pipeline throughput against the raw XREADGROUP+XACK loop (bench/pipeline),
+# end-to-end latency per runner with `ctr run --rm` as the floor of one-shot
+# containerd (bench/runners), and the memory of a worker with 10,000 pending
+# messages (bench/memory). Each program starts its own private
+# redis-server. containerd is started under STATE_DIR as make test does,
+# and stopped on exit only if this script started it. The busybox test
+# image and the python3 runtime image (built from Debian packages the first
+# time, a few minutes, then cached) are imported into the namespace the
+# runners benchmark uses.
+#
+# Extra flags per program: BENCH_PIPELINE_FLAGS, BENCH_RUNNERS_FLAGS,
+# BENCH_MEMORY_FLAGS, e.g. BENCH_PIPELINE_FLAGS="-events 50000 -runs 5".
+# The machine's load is printed first: the figures depend on it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export STATE_DIR=${STATE_DIR:-$PWD/.state}
+bash scripts/setup.sh
+source scripts/services.sh
+use_go
+trap services_stop EXIT
+services_start containerd
+namespace=relay-bench
+scripts/images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" "$namespace" >/dev/null
+scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 "$namespace" >/dev/null
+
+mkdir -p "$STATE_DIR/bin"
+for b in pipeline runners memory; do
+	go build -o "$STATE_DIR/bin/bench-$b" "./bench/$b"
+done
+echo "bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$STATE_DIR/bin/bench-pipeline" ${BENCH_PIPELINE_FLAGS:-}
+"$STATE_DIR/bin/bench-runners" -containerd "$CONTAINERD_ADDRESS" -namespace "$namespace" ${BENCH_RUNNERS_FLAGS:-}
+"$STATE_DIR/bin/bench-memory" ${BENCH_MEMORY_FLAGS:-}
+echo "bench: load average after $(cut -d' ' -f1-3 /proc/loadavg)"
