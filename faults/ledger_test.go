@@ -241,7 +241,9 @@ func checkLedger(t *testing.T, in ledgerInput) figures {
 			f.dlqOverlap += overlapping(es)
 			for _, e := range es {
 				if e.HandlerAttempts != r.attempts || e.App != soakAppName || e.Handler != r.handler ||
-					!strings.Contains(e.Reason, r.reason) && !strings.Contains(e.Reason, "exhausted after") {
+					// A handler whose own ledger write outlasts its timeout
+					// during a Redis restart fails by timing out instead.
+					!strings.Contains(e.Reason, r.reason) && !strings.Contains(e.Reason, "exhausted after") && !strings.Contains(e.Reason, "timed out") {
 					report("%s (%s): DLQ entry %+v, want %s/%s after %d attempts, reason with %q", id, ev.kind, e, soakAppName, r.handler, r.attempts, r.reason)
 				}
 			}
