@@ -9,5 +9,12 @@
 // matcher, stream, invocation, runtime/containerd and dlq; runtime.Func runs
 // Go functions in-process, for embedding without containers.
 //
-// The behaviour follows spec/events.md; see docs/ for a tour.
+// Godoc cites the project's specification by file: events.md (matching,
+// dispatch, retry, acknowledgement, invocation state, the DLQ),
+// reference.md (templates, schedules, CLI, configuration, observability) and
+// DESIGN.md (package layout, interfaces, data layout in Redis, the handler
+// contract). What they promise users is written up in docs/: delivery.md,
+// apps.md, schedules.md, runtimes.md, operations.md, observability.md,
+// deployment.md and embedding.md. Package relaytest has in-memory fakes of
+// every interface, and the contract suites they share with the real ones.
 package relay
