@@ -55,6 +55,10 @@ type Heartbeater interface {
 // Components, so a wrapper (a Runner that adds a circuit breaker, a
 // StreamSource that adds logging) hides them unless it implements them
 // too and forwards the call; examples/custom-runner shows one that does.
+// Two speed-ups apply only to the package's own components, unwrapped: a
+// *stream.Source and an *invocation.Store on one client share the XACK and
+// the switch to retention in one round trip, and a *stream.Source reclaims
+// only as many entries as the Engine has free slots for.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }
