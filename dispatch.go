@@ -120,15 +120,11 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	e.m.received.Inc()
 	e.stats.add(countReceived)
 	if !ok {
-		e.m.malformed.Inc()
-		e.stats.add(countMalformed)
 		e.malformed(ctx, d, "message has no event field")
 		return
 	}
 	targets, err := e.c.Matcher.Match([]byte(raw))
 	if errors.Is(err, matcher.ErrMalformed) {
-		e.m.malformed.Inc()
-		e.stats.add(countMalformed)
 		// The reason is read by operators in relay dlq ls; drop the
 		// package prefix.
 		e.malformed(ctx, d, strings.TrimPrefix(err.Error(), "matcher: "))
@@ -167,10 +163,18 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	e.ack(ctx, d, true)
 }
 
-// malformed routes a message that can never succeed to the DLQ without
-// running a handler, then acknowledges it (events.md, malformed messages;
-// invalid schedule occurrences). The caller counts it.
+// malformed counts a malformed event and dead-letters its message.
 func (e *Engine) malformed(ctx context.Context, d *delivery, reason string) {
+	e.m.malformed.Inc()
+	e.stats.add(countMalformed)
+	e.deadLetterMessage(ctx, d, reason)
+}
+
+// deadLetterMessage routes a message that can never succeed to the DLQ
+// without running a handler, then acknowledges it (events.md, malformed
+// messages; invalid schedule occurrences, which are not events and are not
+// counted as such).
+func (e *Engine) deadLetterMessage(ctx context.Context, d *delivery, reason string) {
 	e.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", e.logAttrs(d, slog.String("reason", reason))...)
 	c, err := e.claim(ctx, d, malformedField, time.Minute, 1)
 	if err != nil {

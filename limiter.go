@@ -27,9 +27,6 @@ func NewLimiter(max int) (*Limiter, error) {
 	return &Limiter{max: max, global: make(chan struct{}, max), perApp: map[string]chan struct{}{}}, nil
 }
 
-// Max returns the number of global slots.
-func (l *Limiter) Max() int { return l.max }
-
 // app returns the slots of app, made on first use with the app's
 // concurrency (capped at max); the apps of one worker agree on it.
 func (l *Limiter) app(a *App) chan struct{} {

@@ -71,7 +71,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery) {
 		err = fmt.Errorf("%w: scheduled_at %s is in the future", schedule.ErrInvalidEnvelope, env.ScheduledAt)
 	}
 	if err != nil {
-		e.malformed(ctx, d, "invalid schedule occurrence: "+err.Error())
+		e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+err.Error())
 		return
 	}
 	attrs := func(extra ...slog.Attr) []slog.Attr {
@@ -126,7 +126,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery) {
 			e.log.LogAttrs(ctx, slog.LevelError, "checking schedule occurrence failed; left pending", attrs(slog.Any("error", err))...)
 			return
 		}
-		e.malformed(ctx, d, "invalid schedule occurrence: "+err.Error())
+		e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+err.Error())
 		return
 	}
 	e.drive(ctx, runCtx, d, call{

@@ -136,6 +136,24 @@ func (g *Globals) logger() *slog.Logger {
 // requireStream checks the settings every Redis-backed command needs; the
 // consumer group only when needGroup.
 func (g *Globals) requireStream(needGroup bool) error {
+	if err := g.requireRedis(needGroup); err != nil {
+		return err
+	}
+	// Only relay start consumes a list (startStreams); the other commands
+	// read one stream's DLQ, stats or group.
+	streams, err := g.streamNames()
+	if err != nil {
+		return err
+	}
+	if len(streams) > 1 {
+		return usagef("REDIS_STREAM names %d streams (%s); only relay start takes a list: pass --stream with one of them", len(streams), strings.Join(streams, ", "))
+	}
+	return nil
+}
+
+// requireRedis names every missing setting of REDIS_URI, REDIS_STREAM and,
+// when needGroup, REDIS_GROUP in one usage error.
+func (g *Globals) requireRedis(needGroup bool) error {
 	var missing []string
 	if g.RedisURI == "" {
 		missing = append(missing, "REDIS_URI (--redis-uri)")
@@ -148,15 +166,6 @@ func (g *Globals) requireStream(needGroup bool) error {
 	}
 	if len(missing) > 0 {
 		return usagef("missing required configuration: %s", strings.Join(missing, ", "))
-	}
-	// Only relay start consumes a list (startStreams); the other commands
-	// read one stream's DLQ, stats or group.
-	streams, err := g.streamNames()
-	if err != nil {
-		return err
-	}
-	if len(streams) > 1 {
-		return usagef("REDIS_STREAM names %d streams (%s); only relay start takes a list: pass --stream with one of them", len(streams), strings.Join(streams, ", "))
 	}
 	return nil
 }

@@ -125,18 +125,8 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 // startStreams checks the settings of relay start and returns the streams
 // of REDIS_STREAM, which may be a comma list.
 func (g *Globals) startStreams() ([]string, error) {
-	var missing []string
-	if g.RedisURI == "" {
-		missing = append(missing, "REDIS_URI (--redis-uri)")
-	}
-	if g.RedisStream == "" {
-		missing = append(missing, "REDIS_STREAM (--stream)")
-	}
-	if g.RedisGroup == "" {
-		missing = append(missing, "REDIS_GROUP (--group)")
-	}
-	if len(missing) > 0 {
-		return nil, usagef("missing required configuration: %s", strings.Join(missing, ", "))
+	if err := g.requireRedis(true); err != nil {
+		return nil, err
 	}
 	return g.streamNames()
 }
