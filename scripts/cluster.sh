@@ -36,21 +36,11 @@ mkdir -p "$state/cluster"
 # Absolute paths: redis-server changes into --dir before writing its pid file.
 root=$(cd "$state/cluster" && pwd)
 
-dir_of() { echo "$root/$1"; }
 
-# running_pid PORT prints the PID of the node on PORT when it runs.
-running_pid() {
-	local pidf pid
-	pidf="$(dir_of "$1")/redis.pid"
-	[[ -f $pidf ]] || return 1
-	pid=$(<"$pidf")
-	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-	# Guard against PID reuse: the process must be a redis-server on PORT.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "redis-server.*:$1" || return 1
-	echo "$pid"
-}
+# dir_of, rcli, running_pid and stop_nodes.
+# shellcheck source=scripts/redis-nodes.sh
+source "$(dirname "$0")/redis-nodes.sh"
 
-rcli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
 
 start_node() {
 	local port=$1 dir
@@ -122,24 +112,7 @@ start() {
 	exit 1
 }
 
-stop() {
-	# SIGTERM every process first, then wait: each takes a moment to exit.
-	local p pid stopping=()
-	for p in "${ports[@]}"; do
-		if pid=$(running_pid "$p"); then
-			kill "$pid"
-			stopping+=("$p:$pid")
-		fi
-		rm -f "$(dir_of "$p")/redis.pid"
-	done
-	local entry
-	for entry in "${stopping[@]}"; do
-		p=${entry%:*} pid=${entry#*:}
-		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$pid" 2>/dev/null || true
-		echo "cluster: stopped node $p (pid $pid)" >&2
-	done
-}
+stop() { stop_nodes "cluster: stopped node" "${ports[@]}"; }
 
 status() {
 	local p pid rc=0

@@ -43,20 +43,10 @@ mkdir -p "$state/sentinel"
 # Absolute paths: redis-server changes into its dir before writing files.
 root=$(cd "$state/sentinel" && pwd)
 
-dir_of() { echo "$root/$1"; }
-rcli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
 
-# running_pid PORT prints the PID of the process on PORT when it runs.
-running_pid() {
-	local pidf pid
-	pidf="$(dir_of "$1")/redis.pid"
-	[[ -f $pidf ]] || return 1
-	pid=$(<"$pidf")
-	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
-	# Guard against PID reuse: the process must be a redis-server on PORT.
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "redis-server.*:$1" || return 1
-	echo "$pid"
-}
+# dir_of, rcli, running_pid and stop_nodes.
+# shellcheck source=scripts/redis-nodes.sh
+source "$(dirname "$0")/redis-nodes.sh"
 
 port_free() {
 	if rcli "$1" ping >/dev/null 2>&1; then
@@ -189,24 +179,7 @@ kill_master() {
 	echo "$m"
 }
 
-stop() {
-	# SIGTERM every process first, then wait: each takes a moment to exit.
-	local p pid stopping=()
-	for p in "${sentinel_ports[@]}" "${data_ports[@]}"; do
-		if pid=$(running_pid "$p"); then
-			kill "$pid"
-			stopping+=("$p:$pid")
-		fi
-		rm -f "$(dir_of "$p")/redis.pid"
-	done
-	local entry
-	for entry in "${stopping[@]}"; do
-		p=${entry%:*} pid=${entry#*:}
-		for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$pid" 2>/dev/null || true
-		echo "sentinel: stopped $p (pid $pid)" >&2
-	done
-}
+stop() { stop_nodes "sentinel: stopped" "${sentinel_ports[@]}" "${data_ports[@]}"; }
 
 status() {
 	local p pid rc=0
