@@ -249,7 +249,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 				// gone with its init, so the pipes reach EOF.
 				drainOutput(task, outputDrainTimeout)
 			}
-			if _, err := task.Delete(dctx, delOpts...); err != nil && !errdefs.IsNotFound(err) {
+			if err := deleteTask(dctx, cont, task, delOpts...); err != nil {
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
 			}
 		}

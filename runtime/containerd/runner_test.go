@@ -382,28 +382,7 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plant := func(id, host string, start bool) {
-		t.Helper()
-		labels := map[string]string{containerd.LabelHost: host}
-		c, err := f.client.NewContainer(ctx, id,
-			client.WithImage(img),
-			client.WithSnapshotter(containerdtest.Snapshotter),
-			client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
-			client.WithContainerLabels(labels),
-			client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if start {
-			task, err := c.NewTask(ctx, cio.NullIO)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := task.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	plant := func(id, host string, start bool) { f.plant(t, id, host, start) }
 	plant("leftover-running", f.runner.HostID(), true)
 	plant("leftover-created", f.runner.HostID(), false)
 	plant("other-host", "someone-else", false)
@@ -434,6 +413,71 @@ func TestSweep(t *testing.T) {
 	}
 	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// plant creates a busybox container labelled with host, as a crashed
+// Runner would leave it; start also starts its task (sleep 1000).
+func (f *fixture) plant(t *testing.T, id, host string, start bool) {
+	t.Helper()
+	ctx := t.Context()
+	img, err := f.client.GetImage(ctx, containerdtest.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{containerd.LabelHost: host}
+	c, err := f.client.NewContainer(ctx, id,
+		client.WithImage(img),
+		client.WithSnapshotter(containerdtest.Snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start {
+		task, err := c.NewTask(ctx, cio.NullIO)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := task.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestConcurrentSweeps: two processes with one host id (a restarted worker
+// while its predecessor still runs, or two workers given the same consumer
+// name) sweep the same leftovers at once. containerd 1.6 answers the loser
+// of a task deletion with "ttrpc: closed"; that is not a failure when the
+// task is gone.
+func TestConcurrentSweeps(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := t.Context()
+	other, err := containerd.New(f.client,
+		containerd.WithNamespace(f.client.DefaultNamespace()),
+		containerd.WithHostID(f.runner.HostID()),
+		containerd.WithPull(false),
+		containerd.WithStateDir(t.TempDir()),
+		containerd.WithTaskCreationGrace(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		for i := range 3 {
+			f.plant(t, fmt.Sprintf("leftover-%d-%d", round, i), f.runner.HostID(), true)
+		}
+		errs := make(chan error, 2)
+		for _, r := range []*containerd.Runner{f.runner, other} {
+			go func() { errs <- r.Sweep(ctx) }()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: concurrent Sweep: %v", round, err)
+			}
+		}
+		containerdtest.AssertClean(t, f.client)
 	}
 }
 

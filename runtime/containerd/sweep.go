@@ -93,7 +93,7 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 	switch {
 	case err == nil:
 		if task, err := c.Task(ctx, nil); err == nil {
-			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			if err := deleteTask(ctx, c, task, client.WithProcessKill); err != nil {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
 			}
 		} else if !errdefs.IsNotFound(err) {
@@ -120,4 +120,24 @@ func (r *Runner) mayGetTask(ctx context.Context, c client.Container) bool {
 	}
 	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
 	return err == nil && time.Since(info.CreatedAt) < r.taskGrace
+}
+
+// deleteTask deletes c's task and treats an error as success when the task
+// is gone afterwards. Two processes with the same host id (a Sweep and the
+// Runner whose warm container it removes) can delete one task at once, and
+// containerd 1.6 then answers the loser with "ttrpc: closed" because the
+// shim exited mid-call. A task still present after an error gets one more
+// Delete.
+func deleteTask(ctx context.Context, c client.Container, task client.Task, opts ...client.ProcessDeleteOpts) error {
+	var err error
+	for range 2 {
+		if _, err = task.Delete(ctx, opts...); err == nil || errdefs.IsNotFound(err) {
+			return nil
+		}
+		_, terr := c.Task(ctx, nil)
+		if errdefs.IsNotFound(terr) {
+			return nil
+		}
+	}
+	return err
 }

@@ -442,7 +442,7 @@ func (r *Runner) discard(w *warmContainer) {
 				delOpts = append(delOpts, client.WithProcessKill)
 			}
 			// Deleting the task waits for its output to be copied.
-			if _, err := w.task.Delete(ctx, delOpts...); err != nil && !errdefs.IsNotFound(err) {
+			if err := deleteTask(ctx, w.cont, w.task, delOpts...); err != nil {
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
 			}
 		}
