@@ -11,7 +11,9 @@
 // stdout and stderr are forwarded line by line with the "[<app>/<handler>] "
 // prefix. The container, its task and its snapshot are always removed
 // afterwards, under a context detached from the caller's, and Sweep removes
-// what a crashed process of the same host left behind (label relay.host).
+// what a crashed process of the same host id left behind (label relay.host),
+// and what one of another host id left once its presence label on the
+// namespace went stale (LabelPresencePrefix, WithOrphanTimeout).
 //
 // Handlers run as uid 65534, so the app directory and its files must be
 // readable by others (mode o+rx on directories, o+r on files).

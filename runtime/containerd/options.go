@@ -43,6 +43,10 @@ const (
 	// DefaultWarmIdleTimeout is how long a warm container may stay unused
 	// before it is removed (WithWarmIdleTimeout).
 	DefaultWarmIdleTimeout = 5 * time.Minute
+	// DefaultOrphanTimeout is how long a host's presence label may go
+	// unrefreshed before other Runners sweep its containers
+	// (WithOrphanTimeout).
+	DefaultOrphanTimeout = 5 * time.Minute
 )
 
 // Default images of the language runtimes (reference.md: `image` defaults to
@@ -84,6 +88,7 @@ type options struct {
 	warmIdleTimeout      time.Duration
 	warmMaxContainers    int
 	taskCreationGrace    time.Duration
+	orphanTimeout        time.Duration
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -262,6 +267,24 @@ func WithTaskCreationGrace(d time.Duration) Option {
 	}
 }
 
+// WithOrphanTimeout sets how long the presence label of another host id may
+// go unrefreshed before this Runner's Sweep removes that host's containers
+// and snapshots, and how often this Runner refreshes its own (every d/5,
+// from its first Run or Sweep until Close; every 5 s while refreshing
+// fails). A worker stalled for longer than d, or cut off from containerd,
+// loses its containers: its running attempts then fail. Runners sharing a
+// namespace should use the same d. d must be > 0.
+// Default: DefaultOrphanTimeout.
+func WithOrphanTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return errors.New("containerd: WithOrphanTimeout: must be > 0")
+		}
+		o.orphanTimeout = d
+		return nil
+	}
+}
+
 // WithWarmMaxInvocations sets how many invocations a warm container serves
 // before it is removed and a new one takes its place, which bounds what a
 // leak in an app's code can accumulate. n must be > 0.
@@ -311,6 +334,7 @@ func newOptions(opts []Option) (options, error) {
 		stderr:            os.Stderr,
 		cleanupTimeout:    DefaultCleanupTimeout,
 		taskCreationGrace: DefaultTaskCreationGrace,
+		orphanTimeout:     DefaultOrphanTimeout,
 		defaultImages: map[string]string{
 			runtime.RuntimePython3: DefaultPython3Image,
 			runtime.RuntimeNode:    DefaultNodeImage,

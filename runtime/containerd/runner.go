@@ -35,6 +35,8 @@ type Runner struct {
 	logger         *slog.Logger
 	cleanupTimeout time.Duration
 	taskGrace      time.Duration
+	orphanTimeout  time.Duration
+	presence       presence
 
 	pull                 bool
 	pullTimeout          time.Duration
@@ -71,6 +73,8 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		logger:         o.logger,
 		cleanupTimeout: o.cleanupTimeout,
 		taskGrace:      o.taskCreationGrace,
+		orphanTimeout:  o.orphanTimeout,
+		presence:       presence{stop: make(chan struct{})},
 
 		pull:                 o.pull,
 		pullTimeout:          o.pullTimeout,
@@ -125,6 +129,7 @@ func (r *Runner) HostID() string { return r.hostID }
 // removes that container before Run returns.
 func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	name := req.App + "/" + req.Handler
+	r.announce(ctx)
 	run := r.run
 	if req.Spec.Warm {
 		run = r.runWarm

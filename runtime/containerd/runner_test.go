@@ -406,14 +406,7 @@ func TestSweep(t *testing.T) {
 	if err := f.runner.Sweep(ctx); err != nil {
 		t.Errorf("second Sweep: %v", err)
 	}
-	// remove the other host's container ourselves
-	c, err := f.client.LoadContainer(ctx, "other-host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-		t.Fatal(err)
-	}
+	f.unplant(t, "other-host")
 }
 
 // plant creates a busybox container labelled with host, as a crashed
@@ -441,6 +434,27 @@ func (f *fixture) plant(t *testing.T, id, host string, start bool) {
 			t.Fatal(err)
 		}
 		if err := task.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// unplant removes containers planted by plant, with their tasks and
+// snapshots.
+func (f *fixture) unplant(t *testing.T, ids ...string) {
+	t.Helper()
+	ctx := t.Context()
+	for _, id := range ids {
+		c, err := f.client.LoadContainer(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task, err := c.Task(ctx, nil); err == nil {
+			if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			t.Fatal(err)
 		}
 	}

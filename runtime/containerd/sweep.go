@@ -23,7 +23,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 		return fmt.Errorf("containerd: ping: %w: %w", runtime.ErrUnavailable, err)
 	}
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
-	if _, err := r.client.ContainerService().List(ctx, r.hostFilter()); err != nil {
+	if _, err := r.client.ContainerService().List(ctx, hostFilter(r.hostID)); err != nil {
 		return fmt.Errorf("containerd: ping namespace %s: %w: %w", r.namespace, runtime.ErrUnavailable, err)
 	}
 	return nil
@@ -34,11 +34,26 @@ func (r *Runner) Ping(ctx context.Context) error {
 // invocation this Runner is running now: leftovers of a process that
 // crashed mid-invocation, and containers whose removal failed while
 // containerd was unavailable (an orphan would otherwise keep running past
-// its timeout). Call it at startup and then periodically. It is idempotent
-// and returns the joined errors of the removals that failed.
+// its timeout). It also removes those of any other host id whose presence
+// label (LabelPresencePrefix) is older than the orphan timeout: a crashed
+// worker that was replaced under another id. Call it at startup and then
+// periodically. It is idempotent and returns the joined errors of the
+// removals that failed.
 func (r *Runner) Sweep(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
-	filter := r.hostFilter()
+	r.announce(ctx)
+	err := r.sweepHost(ctx, r.hostID)
+	if gerr := r.sweepGoneHosts(ctx); gerr != nil {
+		err = errors.Join(err, fmt.Errorf("containerd: sweep gone workers: %w", classify(gerr)))
+	}
+	return err
+}
+
+// sweepHost removes the containers and snapshots labelled relay.host=host,
+// except this Runner's live ones and task-less containers younger than the
+// task-creation grace.
+func (r *Runner) sweepHost(ctx context.Context, host string) error {
+	filter := hostFilter(host)
 	conts, err := r.client.Containers(ctx, filter)
 	if err != nil {
 		return fmt.Errorf("containerd: sweep: list containers: %w", classify(err))
@@ -48,7 +63,7 @@ func (r *Runner) Sweep(ctx context.Context) error {
 		if r.isLive(c.ID()) || r.mayGetTask(ctx, c) {
 			continue
 		}
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()))
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()), slog.String("host_id", host))
 		if err := r.remove(ctx, c.ID()); err != nil {
 			errs = append(errs, err)
 		}
@@ -77,9 +92,9 @@ func (r *Runner) Sweep(ctx context.Context) error {
 	return nil
 }
 
-// hostFilter selects objects labelled with this Runner's host id.
-func (r *Runner) hostFilter() string {
-	return "labels." + strconv.Quote(LabelHost) + "==" + strconv.Quote(r.hostID)
+// hostFilter selects objects labelled relay.host=host.
+func hostFilter(host string) string {
+	return "labels." + strconv.Quote(LabelHost) + "==" + strconv.Quote(host)
 }
 
 // remove deletes container id with its task (killed first) and snapshot,

@@ -487,7 +487,11 @@ func (r *Runner) logWarmCleanup(ctx context.Context, app, id string, err error) 
 // Runs of warm apps fail after Close with an error wrapping
 // runtime.ErrUnavailable; one-shot Runs are unaffected. Close returns
 // ctx.Err() when it had to kill busy containers, nil otherwise; it is
-// idempotent and does not close the containerd client.
+// idempotent and does not close the containerd client. Close then stops
+// refreshing the Runner's presence label and removes it
+// (LabelPresencePrefix), so call it after the Runner's last Run. A process
+// that dies without Close leaves a label that goes stale, and other
+// Runners' Sweep removes its containers after the orphan timeout.
 func (r *Runner) Close(ctx context.Context) error {
 	p := &r.warm
 	p.mu.Lock()
@@ -521,5 +525,8 @@ func (r *Runner) Close(ctx context.Context) error {
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
+	if werr := r.withdraw(ctx); werr != nil && err == nil {
+		err = fmt.Errorf("containerd: remove presence label: %w", werr)
+	}
 	return err
 }

@@ -1,0 +1,176 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+)
+
+// LabelPresencePrefix + host id is a label of the containerd namespace whose
+// value is the Unix time, in seconds, at which the Runner with that host id
+// last said it was alive. Sweep removes the containers of a host whose
+// presence is older than the orphan timeout (WithOrphanTimeout), so that a
+// worker replaced under another host id (a Kubernetes pod of a new name, a
+// killed CLI) does not leave warm containers or hung handlers running
+// forever. The Runners sharing a namespace share a machine, hence a clock.
+const LabelPresencePrefix = "relay.presence/"
+
+// presence keeps this Runner's presence label fresh from its first Run or
+// Sweep until Close.
+type presence struct {
+	once sync.Once
+	stop chan struct{} // closed by Close
+	done chan struct{} // closed when the refresh loop returned
+
+	mu      sync.Mutex
+	closed  bool
+	healthy time.Time // since when refreshes have been succeeding; zero after a failure
+}
+
+// presenceRetry is the pause after a failed refresh: short, so that after a
+// containerd outage the label is fresh again before other Runners judge it.
+const presenceRetry = 5 * time.Second
+
+// announce writes the presence label once and starts its refresh loop; a
+// Run calls it before creating anything, so a host with containers has a
+// label. It does nothing after Close.
+func (r *Runner) announce(ctx context.Context) {
+	p := &r.presence
+	p.once.Do(func() {
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return
+		}
+		p.done = make(chan struct{})
+		r.refreshPresence(ctx)
+		go r.presenceLoop()
+	})
+}
+
+func (r *Runner) presenceLoop() {
+	p := &r.presence
+	defer close(p.done)
+	every := r.orphanTimeout / 5
+	for {
+		wait := every
+		p.mu.Lock()
+		if p.healthy.IsZero() {
+			wait = min(every, presenceRetry)
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(wait):
+			r.refreshPresence(context.Background())
+		}
+	}
+}
+
+func (r *Runner) refreshPresence(ctx context.Context) {
+	ctx, cancel := r.detached(ctx)
+	defer cancel()
+	now := time.Now()
+	err := r.client.NamespaceService().SetLabel(ctx, r.namespace, LabelPresencePrefix+r.hostID, strconv.FormatInt(now.Unix(), 10))
+	p := &r.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil:
+		if !p.healthy.IsZero() {
+			r.logger.LogAttrs(ctx, slog.LevelWarn, "cannot refresh this worker's presence in containerd; other workers may take its containers for a crashed worker's",
+				slog.String("namespace", r.namespace), slog.Any("error", err))
+		}
+		p.healthy = time.Time{}
+	case p.healthy.IsZero():
+		p.healthy = now
+	}
+}
+
+// healthyFor reports whether this Runner's own refreshes have succeeded for
+// at least d: only then has every live Runner had the time to refresh its
+// label after a containerd outage, and a stale label means a gone host.
+func (r *Runner) healthyFor(d time.Duration) bool {
+	p := &r.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.healthy.IsZero() && time.Since(p.healthy) >= d
+}
+
+// withdraw stops the refresh loop and removes the label (Close).
+func (r *Runner) withdraw(ctx context.Context) error {
+	if !r.stopPresence() {
+		return nil
+	}
+	ctx, cancel := r.detached(namespaces.WithNamespace(ctx, r.namespace))
+	defer cancel()
+	return r.client.NamespaceService().SetLabel(ctx, r.namespace, LabelPresencePrefix+r.hostID, "")
+}
+
+// stopPresence stops the refresh loop for good and reports whether the
+// label was ever written. It is idempotent.
+func (r *Runner) stopPresence() (announced bool) {
+	p := &r.presence
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	p.closed = true
+	close(p.stop)
+	p.mu.Unlock()
+	p.once.Do(func() {}) // waits for an announce in progress; none from now on
+	if p.done == nil {
+		return false
+	}
+	<-p.done
+	return true
+}
+
+// sweepGoneHosts removes the containers and snapshots of every other host
+// whose presence label is older than the orphan timeout, then the label.
+// Hosts without a label (a Relay from before presence labels, another
+// tool) are left alone.
+func (r *Runner) sweepGoneHosts(ctx context.Context) error {
+	if !r.healthyFor(r.orphanTimeout / 2) {
+		return nil
+	}
+	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for k, v := range labels {
+		host, ok := strings.CutPrefix(k, LabelPresencePrefix)
+		if !ok || host == r.hostID {
+			continue
+		}
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue // not ours to interpret
+		}
+		age := time.Since(time.Unix(sec, 0))
+		if age < r.orphanTimeout {
+			continue
+		}
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing the containers of a worker gone without cleaning up",
+			slog.String("host_id", host), slog.Duration("last_seen_ago", age.Truncate(time.Second)))
+		if err := r.sweepHost(ctx, host); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// A host that comes back writes its label again at its next refresh.
+		if err := r.client.NamespaceService().SetLabel(ctx, r.namespace, k, ""); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
