@@ -104,8 +104,14 @@ func Decode(id string, fields map[string]string) (Entry, error) {
 	return e, nil
 }
 
-// validate checks an entry before it is written.
-func validate(e Entry) error {
+// Validate reports whether e may be written (Writer.Write refuses it
+// otherwise): every identifying field and the reason set, OriginalID a full
+// stream id "<ms>-<seq>", Deliveries >= 0, and either App and Handler both
+// MalformedName with HandlerAttempts 0 (a malformed message) or neither,
+// with HandlerAttempts >= 1 (an exhausted invocation). The error is a
+// *FieldError naming the field. Other DLQWriter implementations
+// (relaytest's) call it to refuse the same entries.
+func (e Entry) Validate() error {
 	bad := func(field, msg string) error { return &FieldError{Field: field, Msg: msg} }
 	required := []struct{ field, value string }{
 		{fieldOriginalStream, e.OriginalStream},

@@ -61,7 +61,7 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 	if e.Timestamp.IsZero() {
 		e.Timestamp = time.Now()
 	}
-	if err := validate(e); err != nil {
+	if err := e.Validate(); err != nil {
 		return "", err
 	}
 	fields := Encode(e)

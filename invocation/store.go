@@ -98,17 +98,11 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	fail := func(err error) (Claim, error) {
 		return Claim{}, fmt.Errorf("claim %s in %s: %w", field, hash, err)
 	}
-	if err := checkField(field); err != nil {
+	if err := CheckClaim(field, lease, maxAttempts); err != nil {
 		return fail(err)
 	}
-	if lease < time.Millisecond {
-		return fail(fmt.Errorf("lease %v: must be >= 1ms", lease))
-	}
-	if maxAttempts < 1 {
-		return fail(fmt.Errorf("max attempts %d: must be >= 1", maxAttempts))
-	}
 	token := s.token()
-	if err := checkToken(token); err != nil {
+	if err := CheckToken(token); err != nil {
 		return fail(err)
 	}
 	r, err := exec(ctx, s.client, claimScript, hash,
@@ -363,7 +357,7 @@ func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Le
 	fail := func(err error) (reply, error) {
 		return reply{}, fmt.Errorf("%s %s in %s: %w", op, l.Field, hash, err)
 	}
-	if err := checkLease(l); err != nil {
+	if err := l.Check(); err != nil {
 		return fail(err)
 	}
 	args := append([]string{l.Field, strconv.Itoa(l.Attempt), l.Token}, extra...)
@@ -388,6 +382,23 @@ func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Le
 
 func hashOf(k Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
 
+// CheckClaim reports whether Claim's arguments are well-formed: field
+// non-empty and without the reserved "__" prefix, lease >= 1 ms,
+// maxAttempts >= 1. Every StateStore refuses what it refuses, with its
+// error wrapped; other implementations (relaytest's) call it for that.
+func CheckClaim(field string, lease time.Duration, maxAttempts int) error {
+	if err := checkField(field); err != nil {
+		return err
+	}
+	if lease < time.Millisecond {
+		return fmt.Errorf("lease %v: must be >= 1ms", lease)
+	}
+	if maxAttempts < 1 {
+		return fmt.Errorf("max attempts %d: must be >= 1", maxAttempts)
+	}
+	return nil
+}
+
 func checkField(field string) error {
 	switch {
 	case field == "":
@@ -398,21 +409,26 @@ func checkField(field string) error {
 	return nil
 }
 
-func checkToken(token string) error {
+// CheckToken reports whether token can fence a lease: non-empty, without
+// ':' (the separator of a lease's hash value).
+func CheckToken(token string) error {
 	if token == "" || strings.Contains(token, ":") {
 		return fmt.Errorf("token %q: must be non-empty without ':'", token)
 	}
 	return nil
 }
 
-func checkLease(l Lease) error {
+// Check reports whether l is well-formed for a transition: a field as
+// CheckClaim wants it, Attempt >= 1 and a token as CheckToken wants it.
+// Every StateStore refuses a malformed lease before touching state.
+func (l Lease) Check() error {
 	if err := checkField(l.Field); err != nil {
 		return err
 	}
 	if l.Attempt < 1 {
 		return fmt.Errorf("lease attempt %d: must be >= 1", l.Attempt)
 	}
-	return checkToken(l.Token)
+	return CheckToken(l.Token)
 }
 
 // reply is a decoded script reply {code, ...}. The accessors record the

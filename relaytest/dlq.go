@@ -3,7 +3,6 @@ package relaytest
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"github.com/relaydev/relay/dlq"
@@ -57,7 +56,7 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	if e.Timestamp.IsZero() {
 		e.Timestamp = d.clock.Now()
 	}
-	if err := validateEntry(e); err != nil {
+	if err := e.Validate(); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -75,7 +74,7 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	}
 	stored, err := dlq.Decode(id.String(), dlq.Encode(e))
 	if err != nil {
-		// validateEntry accepts only entries that decode; this is a bug here.
+		// Entry.Validate accepts only entries that decode; this is a bug here.
 		return "", fmt.Errorf("relaytest: dlq write: entry does not read back: %w", err)
 	}
 	d.last = id
@@ -168,40 +167,4 @@ func (d *DLQ) index(id string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: %s", dlq.ErrNotFound, id)
-}
-
-// validateEntry applies dlq.Writer's rules (package dlq keeps them
-// unexported): the required fields, a stream id as OriginalID, and the
-// malformed-message convention.
-func validateEntry(e dlq.Entry) error {
-	bad := func(field, msg string) error { return &dlq.FieldError{Field: field, Msg: msg} }
-	for _, r := range []struct{ field, value string }{
-		{"original_stream", e.OriginalStream},
-		{"original_id", e.OriginalID},
-		{"group", e.Group},
-		{"consumer", e.Consumer},
-		{"reason", e.Reason},
-		{"app", e.App},
-		{"handler", e.Handler},
-	} {
-		if r.value == "" {
-			return bad(r.field, "empty")
-		}
-	}
-	if _, err := parseID(e.OriginalID); err != nil {
-		return bad("original_id", "not a stream id: "+strconv.Quote(e.OriginalID))
-	}
-	if e.Deliveries < 0 {
-		return bad("deliveries", "negative")
-	}
-	malformed := e.App == dlq.MalformedName
-	switch {
-	case malformed != (e.Handler == dlq.MalformedName):
-		return bad("handler", "app and handler must both be "+strconv.Quote(dlq.MalformedName)+" or neither")
-	case malformed && e.HandlerAttempts != 0:
-		return bad("handler_attempts", "must be 0 for a malformed message")
-	case !malformed && e.HandlerAttempts < 1:
-		return bad("handler_attempts", "must be >= 1 for an exhausted invocation")
-	}
-	return nil
 }

@@ -125,17 +125,11 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	fail := func(err error) (invocation.Claim, error) {
 		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
 	}
-	if err := checkField(field); err != nil {
+	if err := invocation.CheckClaim(field, lease, maxAttempts); err != nil {
 		return fail(err)
 	}
-	if lease < time.Millisecond {
-		return fail(fmt.Errorf("lease %v: must be >= 1ms", lease))
-	}
-	if maxAttempts < 1 {
-		return fail(fmt.Errorf("max attempts %d: must be >= 1", maxAttempts))
-	}
 	token := s.token()
-	if err := checkToken(token); err != nil {
+	if err := invocation.CheckToken(token); err != nil {
 		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -387,7 +381,7 @@ func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lea
 	fail := func(err error) error {
 		return fmt.Errorf("%s %s in %s: %w", op, l.Field, hashName(l.Key), err)
 	}
-	if err := checkLease(l); err != nil {
+	if err := l.Check(); err != nil {
 		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -412,30 +406,3 @@ func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lea
 }
 
 func hashName(k invocation.Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
-
-func checkField(field string) error {
-	switch {
-	case field == "":
-		return errors.New("empty field")
-	case strings.HasPrefix(field, "__"):
-		return fmt.Errorf("field %q: the __ prefix is reserved", field)
-	}
-	return nil
-}
-
-func checkToken(token string) error {
-	if token == "" || strings.Contains(token, ":") {
-		return fmt.Errorf("token %q: must be non-empty without ':'", token)
-	}
-	return nil
-}
-
-func checkLease(l invocation.Lease) error {
-	if err := checkField(l.Field); err != nil {
-		return err
-	}
-	if l.Attempt < 1 {
-		return fmt.Errorf("lease attempt %d: must be >= 1", l.Attempt)
-	}
-	return checkToken(l.Token)
-}
