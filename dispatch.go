@@ -283,6 +283,13 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	if err != nil {
 		return
 	}
+	if c.Lost > 0 {
+		// Charged by this claim alone, so counted once cluster-wide.
+		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcomeLost).Inc()
+		e.stats.add(countFailures)
+		e.log.LogAttrs(ctx, slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
+			attrs(slog.Int("lost_attempt", c.Lost))...)
+	}
 	switch c.Status {
 	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
 		return

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
@@ -97,7 +99,7 @@ events:
 
 	// A second worker takes over after MinPendingIdle and the lease expiry.
 	h.handle("users/events.created", nil)
-	h.start("survivor")
+	h.start("c1") // the harness's metrics registry is c1's
 	waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
 	runs := h.calls.get("users/events.created")
 	if len(runs) != 1 {
@@ -112,5 +114,9 @@ events:
 	}
 	if len(h.dlqEntries()) != 0 {
 		t.Error("killed-and-recovered invocation was dead-lettered")
+	}
+	// The lost attempt is counted once, by the claim that charged it.
+	if got := sumCounter(t, []*prometheus.Registry{h.reg}, "relay_invocations_total", "lost"); got != 1 {
+		t.Errorf(`relay_invocations_total{outcome="lost"} = %d, want 1`, got)
 	}
 }

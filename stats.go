@@ -28,8 +28,9 @@ type Stats struct {
 	// Matched, Unmatched and Malformed classify them.
 	Matched, Unmatched, Malformed int64
 	// Successes and Failures count handler attempts that ran: Failures are
-	// the ones that exited non-zero or timed out. Attempts that could not
-	// run (app unavailable, runtime down) count in neither.
+	// the ones that exited non-zero or timed out, and the ones lost with
+	// their worker (charged when their lease expired). Attempts that could
+	// not run (app unavailable, runtime down) count in neither.
 	Successes, Failures int64
 	// Retries counts failed attempts scheduled for another try.
 	Retries int64

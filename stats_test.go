@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,43 +55,46 @@ func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *
 	return reg, h.run(e)
 }
 
+// sumCounter sums counter name over the registries, only its series with
+// one of outcomes as outcome label when outcomes are given.
+func sumCounter(t *testing.T, regs []*prometheus.Registry, name string, outcomes ...string) int64 {
+	t.Helper()
+	var n float64
+	for _, reg := range regs {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				keep := len(outcomes) == 0
+				for _, l := range m.GetLabel() {
+					keep = keep || (l.GetName() == "outcome" && slices.Contains(outcomes, l.GetValue()))
+				}
+				if keep {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int64(n)
+}
+
 // promStats reads the Prometheus counters that Stats mirrors, summed over
 // the registries of several workers.
 func promStats(t *testing.T, regs ...*prometheus.Registry) relay.Stats {
 	t.Helper()
-	sum := func(name string, outcomes ...string) int64 {
-		var n float64
-		for _, reg := range regs {
-			mfs, err := reg.Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, mf := range mfs {
-				if mf.GetName() != name {
-					continue
-				}
-				for _, m := range mf.GetMetric() {
-					keep := len(outcomes) == 0
-					for _, l := range m.GetLabel() {
-						for _, o := range outcomes {
-							keep = keep || (l.GetName() == "outcome" && l.GetValue() == o)
-						}
-					}
-					if keep {
-						n += m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return int64(n)
-	}
+	sum := func(name string, outcomes ...string) int64 { return sumCounter(t, regs, name, outcomes...) }
 	return relay.Stats{
 		Received:   sum("relay_events_received_total"),
 		Matched:    sum("relay_events_matched_total"),
 		Unmatched:  sum("relay_events_unmatched_total"),
 		Malformed:  sum("relay_events_malformed_total"),
 		Successes:  sum("relay_invocations_total", "success"),
-		Failures:   sum("relay_invocations_total", "failure", "timeout"),
+		Failures:   sum("relay_invocations_total", "failure", "timeout", "lost"),
 		Retries:    sum("relay_retries_total"),
 		DLQEntries: sum("relay_dlq_entries_total"),
 	}

@@ -277,6 +277,13 @@ func TestClaimScript(t *testing.T) {
 		}
 	}
 	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+	lost := func(attempt int, want func(a at) any) func(a at) any {
+		return func(a at) any {
+			c := want(a).(Claim)
+			c.Lost = attempt
+			return c
+		}
+	}
 
 	cases := []scriptCase{
 		{
@@ -304,18 +311,18 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "running expired", call: claim(5), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now-1000, 2, "old") }),
-			want: claimed(3), state: runningNew(3),
+			want: lost(2, claimed(3)), state: runningNew(3),
 		},
 		{
 			name: "running expired at max attempts", call: claim(5), pttl: ttlNone,
 			seed:  field(func(now int64) string { return running(now-1000, 5, "old") }),
-			want:  found(Exhausted, 5, "new"),
+			want:  lost(5, found(Exhausted, 5, "new")),
 			state: fieldAt(func(at) string { return exhausted(5, "new") }),
 		},
 		{
 			name: "running expired beyond max attempts", call: claim(3), pttl: ttlNone,
 			seed:  field(func(now int64) string { return running(now-1000, 4, "old") }),
-			want:  found(Exhausted, 4, "new"),
+			want:  lost(4, found(Exhausted, 4, "new")),
 			state: fieldAt(func(at) string { return exhausted(4, "new") }),
 		},
 		{
@@ -389,7 +396,7 @@ func TestClaimScript(t *testing.T) {
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: running(now-1000, 2, "old"), traceKey: tp1}
 			},
-			want: withPrev(found(Exhausted, 2, "new"), tp1),
+			want: lost(2, withPrev(found(Exhausted, 2, "new"), tp1)),
 			state: func(at) map[string]string {
 				return map[string]string{testField: exhausted(2, "new"), traceKey: tp1}
 			},

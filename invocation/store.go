@@ -77,7 +77,8 @@ func randomToken() string {
 //   - no state: attempt 1 is Claimed, running until now+lease;
 //   - running with a live lease: Running, with RunningUntil;
 //   - running with an expired lease: the owner died mid-run, so that attempt
-//     counts as executed and failed, and the next attempt is Claimed;
+//     counts as executed and failed (Lost), and the next attempt is Claimed,
+//     or Exhausted when it was the last;
 //   - next_attempt_at in the future: NotDue, with NextAttemptAt;
 //   - next_attempt_at due: the next attempt is Claimed;
 //   - "ok": Succeeded; exhausted: Exhausted or DeadLettered, with the
@@ -113,13 +114,13 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	base := Lease{Key: key, Field: field}
 	switch r.code {
 	case claimClaimed:
-		attempt, deadlineMS, prev := r.int(1), r.int(2), r.str(3)
+		attempt, deadlineMS, prev, lost := r.int(1), r.int(2), r.str(3), r.int(4)
 		if r.err != nil {
 			return fail(r.err)
 		}
 		l := base
 		l.Attempt, l.Token, l.Deadline = int(attempt), token, time.UnixMilli(deadlineMS)
-		return Claim{Status: Claimed, Lease: l, PrevTrace: prev}, nil
+		return Claim{Status: Claimed, Lease: l, PrevTrace: prev, Lost: int(lost)}, nil
 	case claimRunning:
 		deadlineMS := r.int(1)
 		if r.err != nil {
@@ -136,6 +137,10 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 		return Claim{Status: Succeeded}, nil
 	case claimExhausted, claimDeadLettered:
 		attempt, tok, prev := r.int(1), r.str(2), r.str(3)
+		var lost int64
+		if len(r.arr) > 4 { // only when this claim exhausted the invocation
+			lost = r.int(4)
+		}
 		if r.err != nil {
 			return fail(r.err)
 		}
@@ -145,7 +150,7 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 		if r.code == claimDeadLettered {
 			st = DeadLettered
 		}
-		return Claim{Status: st, Lease: l, PrevTrace: prev}, nil
+		return Claim{Status: st, Lease: l, PrevTrace: prev, Lost: int(lost)}, nil
 	case claimTerminal:
 		return Claim{Status: Terminal}, nil
 	case claimMalformed:

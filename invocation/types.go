@@ -90,6 +90,12 @@ type Claim struct {
 	// Lease.Trace of the latest attempt that stored one (see Lease.Trace),
 	// or empty. The Engine links the new attempt's span to it.
 	PrevTrace string
+	// Lost is set for Claimed and Exhausted when this claim found the
+	// previous attempt running with an expired lease: its worker died (or
+	// stalled) mid-run, and the attempt, number Lost, is charged as failed.
+	// Exactly one claim reports each lost attempt, so callers count them
+	// (outcome "lost" of relay_invocations_total). 0 otherwise.
+	Lost int
 }
 
 var (

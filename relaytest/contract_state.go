@@ -132,8 +132,8 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		}
 		s.h.Advance(t, s.h.Short)
 		c2 := s.claim(t, field, time.Hour, 3)
-		if c2.Status != invocation.Claimed || c2.Lease.Attempt != 2 || c2.Lease.Token == c.Lease.Token {
-			t.Fatalf("claim of a due retry = %+v, want attempt 2 with a new token", c2)
+		if c2.Status != invocation.Claimed || c2.Lease.Attempt != 2 || c2.Lease.Token == c.Lease.Token || c2.Lost != 0 {
+			t.Fatalf("claim of a due retry = %+v, want attempt 2 with a new token, nothing lost", c2)
 		}
 		// A zero backoff is due at once.
 		if _, err := s.h.Store.ScheduleRetry(t.Context(), c2.Lease, 0); err != nil {
@@ -148,8 +148,11 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		old := s.claim(t, field, s.h.Short, 3)
 		s.h.Advance(t, s.h.Short)
 		c := s.claim(t, field, time.Hour, 3)
-		if c.Status != invocation.Claimed || c.Lease.Attempt != 2 || c.Lease.Token == old.Lease.Token {
-			t.Fatalf("claim after the lease expired = %+v, want attempt 2 with a new token", c)
+		if c.Status != invocation.Claimed || c.Lease.Attempt != 2 || c.Lease.Token == old.Lease.Token || c.Lost != 1 {
+			t.Fatalf("claim after the lease expired = %+v, want attempt 2 with a new token, Lost 1", c)
+		}
+		if old.Lost != 0 {
+			t.Errorf("first claim reports Lost %d, want 0", old.Lost)
 		}
 		// The slow owner of attempt 1 comes back: every write is refused.
 		s.wantAllStale(t, old.Lease, invocation.ErrStale)
@@ -165,14 +168,14 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		first := s.claim(t, field, s.h.Short, 2)
 		s.h.Advance(t, s.h.Short)
 		second := s.claim(t, field, s.h.Short, 2)
-		if second.Status != invocation.Claimed || second.Lease.Attempt != 2 {
-			t.Fatalf("claim after attempt 1 expired = %+v, want attempt 2", second)
+		if second.Status != invocation.Claimed || second.Lease.Attempt != 2 || second.Lost != 1 {
+			t.Fatalf("claim after attempt 1 expired = %+v, want attempt 2, Lost 1", second)
 		}
 		s.h.Advance(t, s.h.Short)
 		ex := s.claim(t, field, time.Hour, 2)
 		if ex.Status != invocation.Exhausted || ex.Lease.Attempt != 2 || ex.Lease.Token == "" ||
-			ex.Lease.Token == first.Lease.Token || ex.Lease.Token == second.Lease.Token {
-			t.Fatalf("claim after the last attempt expired = %+v, want exhausted at attempt 2 with a new token", ex)
+			ex.Lease.Token == first.Lease.Token || ex.Lease.Token == second.Lease.Token || ex.Lost != 2 {
+			t.Fatalf("claim after the last attempt expired = %+v, want exhausted at attempt 2 with a new token, Lost 2", ex)
 		}
 		if ex.Lease.Key != s.key || ex.Lease.Field != field {
 			t.Errorf("exhausted lease = %+v, want key %+v and field %q", ex.Lease, s.key, field)
@@ -180,8 +183,8 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		// Every later delivery sees the same exhausted attempt and token,
 		// so they all write the DLQ entry under one marker.
 		again := s.claim(t, field, time.Hour, 2)
-		if again.Status != invocation.Exhausted || again.Lease.Attempt != 2 || again.Lease.Token != ex.Lease.Token {
-			t.Fatalf("second claim = %+v, want %+v", again, ex)
+		if again.Status != invocation.Exhausted || again.Lease.Attempt != 2 || again.Lease.Token != ex.Lease.Token || again.Lost != 0 {
+			t.Fatalf("second claim = %+v, want %+v without Lost (reported once)", again, ex)
 		}
 		s.wantErr(t, "exhaust with the expired lease", invocation.ErrStale, s.h.Store.Exhaust(t.Context(), second.Lease))
 		if err := s.h.Store.MarkDLQ(t.Context(), ex.Lease); err != nil {

@@ -161,15 +161,18 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 		l.Attempt, l.Token, l.Deadline = attempt, token, time.UnixMilli(deadline)
 		return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: prevTrace()}
 	}
-	// executed attempts are used up: start the next one, or exhaust.
-	nextAfter := func(executed int) invocation.Claim {
+	// executed attempts are used up: start the next one, or exhaust. lost
+	// is the attempt whose expired lease this claim charges, or 0.
+	nextAfter := func(executed, lost int) invocation.Claim {
 		if executed >= maxAttempts {
 			h.fields[field] = stateValue{kind: kindExhausted, attempt: executed, token: token}
 			l := base
 			l.Attempt, l.Token = executed, token
-			return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: prevTrace()}
+			return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: prevTrace(), Lost: lost}
 		}
-		return start(executed + 1)
+		c := start(executed + 1)
+		c.Lost = lost
+		return c
 	}
 
 	var v stateValue
@@ -188,12 +191,12 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 			return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		// The owner died or stalled mid-run: that attempt counts as failed.
-		return nextAfter(v.attempt), nil
+		return nextAfter(v.attempt, v.attempt), nil
 	case kindNextAttempt:
 		if v.deadlineMS > now {
 			return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
 		}
-		return nextAfter(v.attempt), nil
+		return nextAfter(v.attempt, 0), nil
 	case kindExhausted:
 		l := base
 		l.Attempt, l.Token = v.attempt, v.token

@@ -12,16 +12,18 @@
 -- exceed max attempts, the field becomes exhausted:<attempt>:<token> instead.
 --
 -- Returns {code, ...}:
---   {1, attempt, deadline_ms, trace}  claimed: field = running:<deadline_ms>:<attempt>:<token>
+--   {1, attempt, deadline_ms, trace, lost}  claimed: field = running:<deadline_ms>:<attempt>:<token>
 --   {2, deadline_ms}                  running: a live lease of another delivery
 --   {3, deadline_ms}                  not due: next attempt allowed at deadline_ms
 --   {4}                               succeeded ("ok")
---   {5, attempt, token, trace}        exhausted, DLQ entry not recorded yet
+--   {5, attempt, token, trace[, lost]} exhausted, DLQ entry not recorded yet
 --   {6, attempt, token, trace}        exhausted, DLQ entry recorded (":dlq")
 --   {7}                               terminal: __terminal is set
 --   {8, value}                        the stored value is malformed
 -- trace is the lineage of the latest attempt that stored one in
--- __trace:<field> (release, schedule_retry, exhaust), '' when none.
+-- __trace:<field> (release, schedule_retry, exhaust), '' when none. lost is
+-- the attempt whose expired lease this claim charged (its worker died
+-- mid-run), 0 when none: counted once, by the claim that saw it.
 -- Only code 1, and code 5 when it follows an expired lease or a due retry,
 -- write; no path touches the TTL.
 
@@ -35,24 +37,24 @@ end
 
 local now = now_ms()
 
-local function start(attempt)
+local function start(attempt, lost)
   local deadline_ms = now + lease_ms
   redis.call('HSET', key, field, string.format('running:%d:%d:%s', deadline_ms, attempt, token))
-  return {1, attempt, deadline_ms, prev_trace(key, field)}
+  return {1, attempt, deadline_ms, prev_trace(key, field), lost}
 end
 
 -- executed attempts are used up; start the next one or exhaust.
-local function next_after(executed)
+local function next_after(executed, lost)
   if executed >= max_attempts then
     redis.call('HSET', key, field, string.format('exhausted:%d:%s', executed, token))
-    return {5, executed, token, prev_trace(key, field)}
+    return {5, executed, token, prev_trace(key, field), lost}
   end
-  return start(executed + 1)
+  return start(executed + 1, lost)
 end
 
 local v = redis.call('HGET', key, field)
 if not v then
-  return start(1)
+  return start(1, 0)
 end
 if v == 'ok' then
   return {4}
@@ -64,7 +66,7 @@ if d then
   if d > now then
     return {2, d}
   end
-  return next_after(tonumber(a))
+  return next_after(tonumber(a), tonumber(a))
 end
 
 d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
@@ -73,7 +75,7 @@ if d then
   if d > now then
     return {3, d}
   end
-  return next_after(tonumber(a))
+  return next_after(tonumber(a), 0)
 end
 
 local tok
