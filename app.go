@@ -142,6 +142,15 @@ func (s *Apps) List() []*App { return s.list }
 // Get returns the named app or nil.
 func (s *Apps) Get(name string) *App { return s.byName[name] }
 
+// ruleIndex returns the index of the rule of handler in a's events, or -1;
+// -1 for a nil a.
+func (a *App) ruleIndex(handler string) int {
+	if a == nil {
+		return -1
+	}
+	return slices.IndexFunc(a.Rules, func(r Rule) bool { return r.Handler == handler })
+}
+
 // Errors returns the template errors of every app, in app order.
 func (s *Apps) Errors() matcher.ErrorList {
 	var all matcher.ErrorList

@@ -1,10 +1,12 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -135,7 +137,13 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 		e.log.LogAttrs(ctx, slog.LevelError, "match failed; message left pending", e.logAttrs(d, slog.Any("error", err))...)
 		return
 	}
-	if len(targets) == 0 {
+	targets, orphans, err := e.withUnfinished(ctx, d, targets)
+	if err != nil {
+		e.log.LogAttrs(ctx, slog.LevelError, "reading the message's unfinished invocations failed; message left pending",
+			e.logAttrs(d, slog.Any("error", err))...)
+		return
+	}
+	if len(targets) == 0 && len(orphans) == 0 {
 		if len(e.incomplete) > 0 {
 			// An app whose rules are unknown might match it.
 			e.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched by known rules; left pending while apps have unreadable rules",
@@ -153,6 +161,9 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 	for _, t := range targets {
 		e.invoke(ctx, runCtx, d, t)
 	}
+	for _, f := range orphans {
+		e.orphan(ctx, d, f)
+	}
 	if len(e.incomplete) > 0 {
 		d.held = true
 	}
@@ -161,6 +172,87 @@ func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
 		return
 	}
 	e.ack(ctx, d, true)
+}
+
+// withUnfinished adds to targets, on a redelivery, the invocations the
+// state store records as unfinished that this match did not return. The
+// event was classified at its first delivery: a now() cutoff that passed
+// since, or a changed template, must not drop an invocation that waits for
+// its retry, nor get the message acknowledged as unmatched (events.md
+// "Guarantees summary"). Recorded invocations whose app or rule is no
+// longer loaded are returned as orphans. A first delivery has no state and
+// costs nothing here.
+func (e *Engine) withUnfinished(ctx context.Context, d *delivery, targets []matcher.Target) ([]matcher.Target, []string, error) {
+	if d.msg.Deliveries < 2 {
+		return targets, nil, nil
+	}
+	octx, cancel := detached(ctx)
+	defer cancel()
+	fields, err := e.c.State.Unfinished(octx, d.key)
+	if err != nil {
+		return nil, nil, err
+	}
+	matched := make(map[string]bool, len(targets))
+	for _, t := range targets {
+		matched[t.App+"/"+t.Handler] = true
+	}
+	var orphans []string
+	added := false
+	for _, f := range fields {
+		if matched[f] || f == malformedField {
+			continue
+		}
+		name, handler, _ := strings.Cut(f, "/")
+		if i := e.apps.Get(name).ruleIndex(handler); i >= 0 {
+			targets = append(targets, matcher.Target{App: name, Handler: handler, Rule: i})
+			added = true
+			continue
+		}
+		orphans = append(orphans, f)
+	}
+	if added {
+		// Dispatch order: apps by name, rules by declaration.
+		slices.SortStableFunc(targets, func(a, b matcher.Target) int {
+			return cmp.Or(strings.Compare(a.App, b.App), cmp.Compare(a.Rule, b.Rule))
+		})
+	}
+	return targets, orphans, nil
+}
+
+// orphan dead-letters an unfinished invocation whose app or rule is no
+// longer loaded: it cannot run again, and acknowledging its message
+// without an entry would lose it. Claiming it with one allowed attempt
+// exhausts it once any retry is due or any lease expired; until then the
+// message stays pending.
+func (e *Engine) orphan(ctx context.Context, d *delivery, field string) {
+	if len(e.incomplete) > 0 {
+		d.held = true // its rule may be in a template that cannot be read now
+		return
+	}
+	name, handler, _ := strings.Cut(field, "/")
+	attrs := func(extra ...slog.Attr) []slog.Attr {
+		return e.logAttrs(d, append([]slog.Attr{slog.String(telemetry.App, name), slog.String(telemetry.Handler, handler)}, extra...)...)
+	}
+	c, err := e.claim(ctx, d, field, time.Minute, 1)
+	if err != nil {
+		return
+	}
+	switch c.Status {
+	case invocation.Exhausted:
+		reason := fmt.Sprintf("app %q no longer declares handler %q (the invocation was unfinished after %d attempts)", name, handler, c.Lease.Attempt)
+		tr := c.PrevTrace
+		if tr == "" {
+			tr = dlqTrace(d.span)
+		}
+		e.log.LogAttrs(ctx, slog.LevelWarn, "unfinished invocation of a handler no longer declared; dead-lettering it", attrs()...)
+		e.deadLetter(ctx, d, c.Lease, e.entry(d, name, handler, c.Lease.Attempt, reason, tr))
+	case invocation.Claimed:
+		// Its state went away since Unfinished read it: nothing to run.
+		d.held = true
+		e.releaseLease(ctx, d, c.Lease, attrs)
+	case invocation.Running, invocation.NotDue:
+		d.held = true
+	}
 }
 
 // malformed counts a malformed event and dead-letters its message.
@@ -221,8 +313,17 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 		d.held = true
 		e.log.LogAttrs(ctx, slog.LevelError, "claim failed; handler not run, message left pending",
 			e.logAttrs(d, slog.String("invocation", field), slog.Any("error", err))...)
+		return c, err
 	}
-	return c, err
+	if c.Lost > 0 {
+		// Charged by this claim alone, so counted once cluster-wide.
+		app, handler, _ := strings.Cut(field, "/")
+		e.m.invocations.WithLabelValues(app, handler, outcomeLost).Inc()
+		e.stats.add(countFailures)
+		e.log.LogAttrs(ctx, slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
+			e.logAttrs(d, slog.String(telemetry.App, app), slog.String(telemetry.Handler, handler), slog.Int("lost_attempt", c.Lost))...)
+	}
+	return c, nil
 }
 
 // call is one invocation a delivery drives: the handler to run, its limits
@@ -282,13 +383,6 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	c, err := e.claim(ctx, d, field, e.o.concurrencyWait+cl.timeout+e.o.leaseGrace, maxAttempts)
 	if err != nil {
 		return
-	}
-	if c.Lost > 0 {
-		// Charged by this claim alone, so counted once cluster-wide.
-		e.m.invocations.WithLabelValues(app.Name, cl.handler, outcomeLost).Inc()
-		e.stats.add(countFailures)
-		e.log.LogAttrs(ctx, slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
-			attrs(slog.Int("lost_attempt", c.Lost))...)
 	}
 	switch c.Status {
 	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:

@@ -113,6 +113,14 @@ type StateStore interface {
 	// pins handler, timeout and retries at first claim ("__schedule").
 	// invocation.ErrTerminal on retained state.
 	Pin(ctx context.Context, key invocation.Key, field, value string) (string, error)
+	// Unfinished returns, sorted, the invocation fields of key whose state
+	// is not final: running, waiting for a retry, or exhausted without a
+	// recorded DLQ entry; none once retained. On a redelivery the Engine
+	// drives these too, even when the event no longer matches their rule
+	// (a now() cutoff passed, a template changed), so that no message is
+	// acknowledged while an invocation is unresolved (events.md
+	// "Guarantees summary").
+	Unfinished(ctx context.Context, key invocation.Key) ([]string, error)
 }
 
 // Runner runs one attempt of one invocation (DESIGN.md "Handler contract").

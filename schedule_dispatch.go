@@ -81,7 +81,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery) {
 	app := e.apps.Get(env.App)
 	if app == nil {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "schedule occurrence obsolete: app no longer exists; acknowledged", attrs()...)
-		e.ack(ctx, d, false)
+		e.ack(ctx, d, true) // an earlier delivery may have left state: retain it
 		return
 	}
 	if !app.Available() {

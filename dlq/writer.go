@@ -43,8 +43,8 @@ func (w *Writer) Key() string { return w.key }
 // and HandlerAttempts 0, any other has HandlerAttempts >= 1. A validation
 // failure is a *FieldError (errors.Is ErrInvalidEntry) and writes nothing.
 //
-// Write is idempotent per invocation: the first write for an OriginalID,
-// App and Handler appends the entry and records its id in
+// Write is idempotent per invocation: the first write for a Group,
+// OriginalID, App and Handler appends the entry and records its id in
 // keys.DLQWritten (kept for WrittenTTL), in one script; a later write of the
 // same invocation appends nothing and returns that first id, even when the
 // entry was deleted since. So two deliveries that both find an invocation
@@ -71,7 +71,7 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 			args = append(args, f, v)
 		}
 	}
-	written := keys.DLQWritten(w.stream, e.OriginalID, e.App, e.Handler)
+	written := keys.DLQWritten(w.stream, e.Group, e.OriginalID, e.App, e.Handler)
 	id, err := writeScript.Exec(ctx, w.client, []string{w.key, written}, args).ToString()
 	if err != nil {
 		return "", fmt.Errorf("dlq: write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)

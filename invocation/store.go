@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -353,6 +354,31 @@ func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
 		return nil, fmt.Errorf("get %s: %w", hash, err)
 	}
 	return m, nil
+}
+
+// Unfinished returns, sorted, the invocation fields ("<app>/<handler>") of
+// message key whose state is not final: running, waiting for a retry, or
+// exhausted without a recorded DLQ entry (HGETALL, then read here). None
+// for a retained (terminal) hash or when there is no hash. A value this
+// package does not recognise counts as unfinished, so that the Claim that
+// follows reports it instead of the message being acknowledged.
+func (s *Store) Unfinished(ctx context.Context, key Key) ([]string, error) {
+	m, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("unfinished: %w", err)
+	}
+	if _, ok := m[terminalField]; ok {
+		return nil, nil
+	}
+	var out []string
+	for f, v := range m {
+		if strings.HasPrefix(f, "__") || v == "ok" || (strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")) {
+			continue
+		}
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // transition runs one fenced script on l with the arguments field, attempt,

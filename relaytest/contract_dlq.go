@@ -155,8 +155,16 @@ func TestDLQWriter(t *testing.T, newHarness func(t *testing.T) DLQWriterHarness)
 		if stream.CompareID(a, b) >= 0 {
 			t.Errorf("ids %s, %s: another invocation of the message wants its own, later entry", a, b)
 		}
-		if got := h.List(t); len(got) != 2 || got[0].ID != a || got[0].Reason != e.Reason || got[1].ID != b {
-			t.Errorf("entries = %+v, want %s (the first write's) then %s", got, a, b)
+		// Each consumer group reading the stream runs, and exhausts, its own
+		// invocations: the same invocation in another group is another entry.
+		otherGroup := e
+		otherGroup.Group = "analytics"
+		c := write(t, h, otherGroup)
+		if stream.CompareID(b, c) >= 0 {
+			t.Errorf("ids %s, %s: the invocation in another consumer group wants its own, later entry", b, c)
+		}
+		if got := h.List(t); len(got) != 3 || got[0].ID != a || got[0].Reason != e.Reason || got[1].ID != b || got[2].ID != c || got[2].Group != "analytics" {
+			t.Errorf("entries = %+v, want %s (the first write's), %s, then %s of group analytics", got, a, b, c)
 		}
 	})
 

@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,6 +293,54 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		s.wantAllStale(t, invocation.Lease{Key: s.key, Field: field, Attempt: 1, Token: "never-claimed"}, invocation.ErrStale)
 		if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
 			t.Fatalf("claim after refused writes = %+v, want attempt 1", got)
+		}
+	})
+
+	run("UnfinishedListsWhatIsNotFinal", func(t *testing.T, s *stateSuite) {
+		ctx := t.Context()
+		unfinished := func(what string) []string {
+			t.Helper()
+			got, err := s.h.Store.Unfinished(ctx, s.key)
+			if err != nil {
+				t.Fatalf("unfinished %s: %v", what, err)
+			}
+			return got
+		}
+		if got := unfinished("without state"); len(got) != 0 {
+			t.Fatalf("unfinished without state = %v, want none", got)
+		}
+		s.claim(t, "a/running", time.Hour, 3)
+		retry := s.claim(t, "a/retrying", time.Hour, 3)
+		if _, err := s.h.Store.ScheduleRetry(ctx, retry.Lease, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		done := s.claim(t, "a/done", time.Hour, 3)
+		if err := s.h.Store.Finish(ctx, done.Lease); err != nil {
+			t.Fatal(err)
+		}
+		ex := s.claim(t, "a/exhausted", time.Hour, 1)
+		if err := s.h.Store.Exhaust(ctx, ex.Lease); err != nil {
+			t.Fatal(err)
+		}
+		dl := s.claim(t, "a/dead", time.Hour, 1)
+		if err := s.h.Store.Exhaust(ctx, dl.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.h.Store.MarkDLQ(ctx, dl.Lease); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.h.Store.Pin(ctx, s.key, "__schedule", "x"); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"a/exhausted", "a/retrying", "a/running"}
+		if got := unfinished("with state"); !slices.Equal(got, want) {
+			t.Errorf("unfinished = %v, want %v (sorted; no ok, dead-lettered or reserved fields)", got, want)
+		}
+		if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if got := unfinished("after retain"); len(got) != 0 {
+			t.Errorf("unfinished after retain = %v, want none", got)
 		}
 	})
 

@@ -25,9 +25,9 @@ type DLQ struct {
 	mu      sync.Mutex
 	entries []dlq.Entry // in id order
 	last    streamID
-	// written maps an invocation (original id, app, handler) to the id of
+	// written maps an invocation (group, original id, app, handler) to the id of
 	// its entry, as dlq.Writer's marker keys do.
-	written map[[3]string]string
+	written map[[4]string]string
 }
 
 // NewDLQ returns an empty dead-letter queue for sourceStream. Options:
@@ -42,7 +42,7 @@ func NewDLQ(sourceStream string, opts ...Option) *DLQ {
 
 // Write validates e as dlq.Writer.Write does and appends it, returning the
 // new entry id; like dlq.Writer it is idempotent per invocation (a second
-// write for the same OriginalID, App and Handler returns the first id). An empty OriginalStream is taken to be the queue's source
+// write for the same Group, OriginalID, App and Handler returns the first id). An empty OriginalStream is taken to be the queue's source
 // stream and any other value is an error; a zero Timestamp becomes the
 // clock's time; e.ID is ignored. A validation failure is a *dlq.FieldError
 // (errors.Is dlq.ErrInvalidEntry) naming the wire field, and writes nothing.
@@ -64,7 +64,7 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	inv := [3]string{e.OriginalID, e.App, e.Handler}
+	inv := [4]string{e.Group, e.OriginalID, e.App, e.Handler}
 	if id, ok := d.written[inv]; ok {
 		return id, nil
 	}
@@ -80,7 +80,7 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	d.last = id
 	d.entries = append(d.entries, stored)
 	if d.written == nil {
-		d.written = map[[3]string]string{}
+		d.written = map[[4]string]string{}
 	}
 	d.written[inv] = stored.ID
 	return stored.ID, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -336,6 +337,30 @@ func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value s
 	}
 	h.reserved[field] = value
 	return value, nil
+}
+
+// Unfinished implements relay.StateStore.Unfinished as invocation.Store
+// does: the fields that are running, waiting for a retry or exhausted
+// without a recorded DLQ entry, sorted; none once retained.
+func (s *StateStore) Unfinished(ctx context.Context, key invocation.Key) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("unfinished %s: %w", hashName(key), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.hash(key, nowMS(s.clock))
+	if h == nil || h.terminal {
+		return nil, nil
+	}
+	var out []string
+	for f, v := range h.fields {
+		if v.kind == kindOK || (v.kind == kindExhausted && v.dlq) {
+			continue
+		}
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // Get returns every field of the hash of key as invocation.Store.Get does:

@@ -25,11 +25,13 @@ func Invocation(stream, group, messageID string) string {
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
 // DLQWritten marks that the dead-letter entry of one invocation of one
-// message is written, holding the entry's id:
-// relay:<stream>:dlq:written:<message-id>:<app>/<handler>. It shares the
-// DLQ stream's hash tag, so the write script stays in one slot.
-func DLQWritten(stream, messageID, app, handler string) string {
-	return DLQ(stream) + ":written:" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
+// message, as consumed by one group, is written, holding the entry's id:
+// relay:<stream>:dlq:written:<group>:<message-id>:<app>/<handler>. Groups
+// reading one stream each run their invocations, so each gets its entry.
+// It shares the DLQ stream's hash tag, so the write script stays in one
+// slot.
+func DLQWritten(stream, group, messageID, app, handler string) string {
+	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
 }
 
 // ScheduleOccurrence is the dedup key of one occurrence of a schedule that

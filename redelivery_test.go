@@ -1,0 +1,141 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// TestRedeliveryDrivesInvocationsTheEventNoLongerMatches: an event is
+// classified at its first delivery. Its rule's now() cutoff passes while
+// the failed invocation waits for its retry; the redelivery must still run
+// the retry rather than acknowledge the message as unmatched and drop the
+// invocation (events.md "Guarantees summary": no message is acknowledged
+// while any invocation is unresolved).
+func TestRedeliveryDrivesInvocationsTheEventNoLongerMatches(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.recent, pattern: {at: [{gt: "now()-1s"}]}, retries: 1}
+`})
+	var failed atomic.Bool
+	h.handle("users/events.recent", func(context.Context, runtime.Request) error {
+		if !failed.Swap(true) {
+			return &runtime.ExitError{Code: 1}
+		}
+		return nil
+	})
+	// The retry is due after the cutoff has passed.
+	h.start("c1", backoff(1500*time.Millisecond))
+	id := h.publish("event", fmt.Sprintf(`{"at":%q}`, time.Now().UTC().Format(time.RFC3339Nano)))
+	waitFor(t, 10*time.Second, "the message settled", h.settled)
+
+	runs := h.calls.get("users/events.recent")
+	if len(runs) != 2 || runs[1].Attempt != 2 {
+		t.Fatalf("runs = %+v, want attempts 1 and 2", runs)
+	}
+	if got := h.hash(id)["users/events.recent"]; got != "ok" {
+		t.Errorf("state = %q, want ok", got)
+	}
+	if n := h.counter("relay_events_unmatched_total"); n != 0 {
+		t.Errorf("relay_events_unmatched_total = %v, want 0: the redelivery was taken for an unmatched event", n)
+	}
+	if ttl := h.ttl(id); ttl <= 0 {
+		t.Errorf("state TTL after the ack = %v, want the retention TTL", ttl)
+	}
+	if es := h.dlqEntries(); len(es) != 0 {
+		t.Errorf("DLQ entries: %+v, want none", es)
+	}
+}
+
+// TestUnfinishedInvocationOfARemovedHandlerIsDeadLettered: a handler (or its
+// whole app) is removed from the templates while one of its invocations
+// waits for a retry. It cannot run any more, and acknowledging the message
+// without it would lose the event: the restarted worker dead-letters it,
+// attributed to the removed handler, and acknowledges the message. The
+// other invocation of the message, finished already, does not run again.
+func TestUnfinishedInvocationOfARemovedHandlerIsDeadLettered(t *testing.T) {
+	const before = `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 3}
+`
+	for name, after := range map[string]map[string]string{
+		"rule removed": {"a": "image: x\nevents:\n  - {handler: h.one, pattern: {kind: [x]}}\n"},
+		"app removed":  {"other": "image: x\nevents:\n  - {handler: h.one, pattern: {kind: [y]}}\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, map[string]string{"a": before})
+			h.handle("a/h.one", nil)
+			h.handle("a/h.two", func(context.Context, runtime.Request) error { return errors.New("transient") })
+			stop := h.start("c1", backoff(300*time.Millisecond))
+			id := h.publish("event", `{"kind":"x"}`)
+			waitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
+			stop()
+			if h.pending() != 1 {
+				t.Fatalf("pending after the first worker stopped = %d, want 1", h.pending())
+			}
+
+			h.apps = writeApps(t, after)
+			h.reg = prometheus.NewRegistry()
+			h.start("c1")
+			waitFor(t, 10*time.Second, "the message settled", h.settled)
+
+			es := h.dlqEntries()
+			if len(es) != 1 {
+				t.Fatalf("DLQ entries: %+v, want one for a/h.two", es)
+			}
+			e := es[0]
+			if e.OriginalID != id || e.App != "a" || e.Handler != "h.two" || e.HandlerAttempts != 1 ||
+				!strings.Contains(e.Reason, "no longer declares handler") {
+				t.Errorf("DLQ entry = %+v, want a/h.two of %s after 1 attempt, reason naming the removed handler", e, id)
+			}
+			if n := h.calls.count("a/h.one"); n != 1 {
+				t.Errorf("a/h.one ran %d times, want 1: it had succeeded", n)
+			}
+			if n := h.calls.count("a/h.two"); n != 1 {
+				t.Errorf("a/h.two ran %d times, want 1: it was removed", n)
+			}
+			if ttl := h.ttl(id); ttl <= 0 {
+				t.Errorf("state TTL after the ack = %v, want the retention TTL", ttl)
+			}
+		})
+	}
+}
+
+// TestObsoleteOccurrenceOfARemovedAppIsRetained: an occurrence whose first
+// attempt failed, redelivered after its app was removed, is acknowledged
+// as obsolete, and its state switched to retention like every other
+// acknowledged message's (events.md "Invocation state persistence"), not
+// leaked without a TTL.
+func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })
+	stop := h.start("c1", backoff(time.Hour))
+	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	waitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	stop()
+	if ttl := h.ttl(id); ttl >= 0 {
+		t.Fatalf("state TTL while pending = %v, want none", ttl)
+	}
+
+	h.apps = writeApps(t, map[string]string{"other": usersApp})
+	h.reg = prometheus.NewRegistry()
+	h.start("c1")
+	waitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
+	if ttl := h.ttl(id); ttl <= 0 {
+		t.Errorf("state TTL after the ack = %v, want the retention TTL: %v", ttl, h.hash(id))
+	}
+	if es := h.dlqEntries(); len(es) != 0 {
+		t.Errorf("DLQ entries: %+v, want none for an obsolete occurrence", es)
+	}
+}
