@@ -358,6 +358,45 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, t matcher.Targ
 	e.drive(ctx, runCtx, d, call{app: app, handler: rule.Handler, timeout: rule.Timeout, retries: rule.Retries, input: []byte(d.event)})
 }
 
+// claimToRun claims the next attempt of cl and reports whether it may run.
+// Every other status is dealt with here: nothing to do (succeeded,
+// dead-lettered, retained), wait (leased elsewhere, retry not due: the
+// message is held), or the dead-letter entry of an exhausted invocation.
+func (e *Engine) claimToRun(ctx context.Context, d *delivery, cl call, attrs func(...slog.Attr) []slog.Attr, lease time.Duration, maxAttempts int) (invocation.Claim, bool) {
+	c, err := e.claim(ctx, d, cl.field(), lease, maxAttempts)
+	if err != nil {
+		return c, false
+	}
+	switch c.Status {
+	case invocation.Claimed:
+		return c, true
+	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
+	case invocation.Running:
+		d.held = true
+		// A reclaimed message whose attempt is still leased: its worker
+		// may be alive elsewhere, or dead, in which case the attempt is
+		// charged when the lease ends. Say so: the wait can be minutes.
+		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",
+			attrs(slog.Time("lease_until", c.RunningUntil))...)
+	case invocation.NotDue:
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelDebug, "invocation not due", attrs(slog.Time("next_attempt_at", c.NextAttemptAt))...)
+	case invocation.Exhausted:
+		// A previous delivery exhausted it (or its last lease expired) but
+		// the DLQ entry is not recorded yet.
+		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", c.Lease.Attempt)
+		tr := c.PrevTrace
+		if tr == "" {
+			tr = dlqTrace(d.span)
+		}
+		e.deadLetter(ctx, d, c.Lease, e.entry(d, cl.app.Name, cl.handler, c.Lease.Attempt, reason, tr))
+	default:
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelError, "unknown claim status; message left pending", attrs(slog.Int("status", int(c.Status)))...)
+	}
+	return c, false
+}
+
 // drive takes one invocation through one step of its lifecycle: claim,
 // run, record the outcome (events.md "Retries", "Dead-letter queue"). The
 // attempt it runs gets a function.invoke span, a child of the delivery's,
@@ -376,53 +415,31 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		d.held = true // shutting down: start nothing new
 		return
 	}
-	field := cl.field()
 	maxAttempts := cl.retries + 1
-	// The lease covers the wait for a slot, the run and its teardown: a
-	// live attempt must never look expired to another delivery.
-	c, err := e.claim(ctx, d, field, e.o.concurrencyWait+cl.timeout+e.o.leaseGrace, maxAttempts)
-	if err != nil {
-		return
-	}
-	switch c.Status {
-	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
-		return
-	case invocation.Running:
-		d.held = true
-		// A reclaimed message whose attempt is still leased: its worker
-		// may be alive elsewhere, or dead, in which case the attempt is
-		// charged when the lease ends. Say so: the wait can be minutes.
-		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",
-			attrs(slog.Time("lease_until", c.RunningUntil))...)
-		return
-	case invocation.NotDue:
-		d.held = true
-		e.log.LogAttrs(ctx, slog.LevelDebug, "invocation not due", attrs(slog.Time("next_attempt_at", c.NextAttemptAt))...)
-		return
-	case invocation.Exhausted:
-		// A previous delivery exhausted it (or its last lease expired) but
-		// the DLQ entry is not recorded yet.
-		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", c.Lease.Attempt)
-		tr := c.PrevTrace
-		if tr == "" {
-			tr = dlqTrace(d.span)
-		}
-		e.deadLetter(ctx, d, c.Lease, e.entry(d, app.Name, cl.handler, c.Lease.Attempt, reason, tr))
-		return
-	case invocation.Claimed:
-	default:
-		d.held = true
-		e.log.LogAttrs(ctx, slog.LevelError, "unknown claim status; message left pending", attrs(slog.Int("status", int(c.Status)))...)
-		return
-	}
-
-	release, ok := e.acquire(ctx, app)
+	// The lease covers the run and its teardown: a live attempt must never
+	// look expired to another delivery.
+	lease := cl.timeout + e.o.leaseGrace
+	c, ok := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts)
 	if !ok {
-		d.held = true
-		e.releaseLease(ctx, d, c.Lease, attrs)
-		e.log.LogAttrs(ctx, slog.LevelWarn, "no concurrency slot within the wait; message left pending",
-			attrs(slog.Duration("wait", e.o.concurrencyWait))...)
 		return
+	}
+	release, ok := e.tryAcquire(app)
+	if !ok {
+		// Every slot is busy. Were this worker to die while it waits, a
+		// claim held through the wait would be charged as a failed attempt
+		// although nothing ran (the attempt count is the number of runs):
+		// give the claim back, wait, and claim again with the slot in hand.
+		e.releaseLease(ctx, d, c.Lease, attrs)
+		if release, ok = e.waitAcquire(ctx, app); !ok {
+			d.held = true
+			e.log.LogAttrs(ctx, slog.LevelWarn, "no concurrency slot within the wait; message left pending",
+				attrs(slog.Duration("wait", e.o.concurrencyWait))...)
+			return
+		}
+		if c, ok = e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts); !ok {
+			release()
+			return
+		}
 	}
 	l := c.Lease
 	ctx, span = startAttempt(ctx, e.tracer, app.Name, cl.handler, d.msg.ID, l.Attempt, maxAttempts, c.PrevTrace)
@@ -439,7 +456,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	}
 	e.m.inFlight.Inc()
 	start := time.Now()
-	_, err = e.c.Runner.Run(trace.ContextWithSpan(runCtx, span), req)
+	_, err := e.c.Runner.Run(trace.ContextWithSpan(runCtx, span), req)
 	took := time.Since(start)
 	e.m.inFlight.Dec()
 	release()
@@ -516,8 +533,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 }
 
 func (e *Engine) backoff(failedAttempt int) time.Duration {
-	i := min(failedAttempt, len(e.o.backoff)) - 1
-	return e.o.backoff[max(i, 0)]
+	return invocation.Backoff(e.o.backoff, failedAttempt)
 }
 
 func (e *Engine) releaseLease(ctx context.Context, d *delivery, l invocation.Lease, attrs func(...slog.Attr) []slog.Attr) {
@@ -616,9 +632,9 @@ func (e *Engine) retain(ctx context.Context, id string, span trace.Span) {
 	}
 }
 
-// acquire takes the app's and the global concurrency slot, waiting at most
-// the concurrency wait. A wait is counted in concurrency_waits_total.
-func (e *Engine) acquire(ctx context.Context, app *App) (release func(), ok bool) {
+// tryAcquire takes the app's and the global concurrency slot if both are
+// free now.
+func (e *Engine) tryAcquire(app *App) (release func(), ok bool) {
 	appSlots, global := e.limiter.app(app), e.limiter.global
 	select {
 	case appSlots <- struct{}{}:
@@ -630,6 +646,14 @@ func (e *Engine) acquire(ctx context.Context, app *App) (release func(), ok bool
 		<-appSlots
 	default:
 	}
+	return nil, false
+}
+
+// waitAcquire takes the app's and the global concurrency slot, waiting at
+// most the concurrency wait; the wait is counted in
+// concurrency_waits_total.
+func (e *Engine) waitAcquire(ctx context.Context, app *App) (release func(), ok bool) {
+	appSlots, global := e.limiter.app(app), e.limiter.global
 	e.m.concurrencyWaits.Inc()
 	timer := time.NewTimer(e.o.concurrencyWait)
 	defer timer.Stop()

@@ -82,12 +82,14 @@ type harness struct {
 type timing struct {
 	backoff         []time.Duration
 	shutdownTimeout time.Duration
+	concurrencyWait time.Duration
 }
 
 // fastOptions shrink every timing the spec fixes so tests take seconds;
 // mods change single values.
 func fastOptions(mods ...func(*timing)) []relay.Option {
-	tm := timing{backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, shutdownTimeout: 2 * time.Second}
+	tm := timing{backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, shutdownTimeout: 2 * time.Second,
+		concurrencyWait: 200 * time.Millisecond}
 	for _, m := range mods {
 		m(&tm)
 	}
@@ -97,7 +99,7 @@ func fastOptions(mods ...func(*timing)) []relay.Option {
 		relay.WithHeartbeatInterval(50 * time.Millisecond),
 		relay.WithBackoff(tm.backoff...),
 		relay.WithLeaseGrace(500 * time.Millisecond),
-		relay.WithConcurrencyWait(200 * time.Millisecond),
+		relay.WithConcurrencyWait(tm.concurrencyWait),
 		relay.WithShutdownTimeout(tm.shutdownTimeout),
 		relay.WithSweepInterval(50 * time.Millisecond),
 	}
@@ -396,8 +398,38 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 			if h.counter("relay_events_malformed_total") != 1 {
 				t.Error("malformed not counted")
 			}
+			// Dead-lettered on first encounter: the entry was written by
+			// the first delivery, not after a reclaim (MinPendingIdle is
+			// 300ms).
+			if e.Deliveries != 1 {
+				t.Errorf("entry deliveries = %d, want 1 (first encounter)", e.Deliveries)
+			}
+			// Acked with state: the malformed marker is retained, not
+			// leaked.
+			waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
 		})
 	}
+	// Acked only after the DLQ entry is persisted: a failed write leaves
+	// the message pending and a redelivery writes it.
+	t.Run("DLQ write fails", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, map[string]string{"users": usersApp})
+		h.handle("users/events.created", nil)
+		f := &failingDLQ{DLQWriter: h.dlqw, n: 2}
+		h.dlqw = f
+		h.start("c1")
+		id := h.publish("event", `not json`)
+		// One write per delivery: the second failure needs a redelivery,
+		// which an ack after the first failure would have prevented.
+		waitFor(t, 5*time.Second, "two failed writes", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.n == 0 })
+		waitFor(t, 5*time.Second, "written, then acked", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+		if e := h.dlqEntries()[0]; e.OriginalID != id || e.App != "-" || e.Deliveries < 3 {
+			t.Errorf("entry = %+v, want the message's, written on its 3rd delivery", e)
+		}
+		if h.calls.count("users/events.created") != 0 {
+			t.Error("a handler ran for a malformed message")
+		}
+	})
 }
 
 const billingApp = `
@@ -586,6 +618,14 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	if msgs, err := other.Read(ctx, 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}
+	// The dead consumer had claimed an invocation: its hash is pending,
+	// without a TTL.
+	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := h.ttl(id); ttl >= 0 {
+		t.Fatalf("pending hash has TTL %s", ttl)
+	}
 	if err := h.rc.Do(ctx, h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
@@ -595,6 +635,8 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
 		t.Error("missing payload ran a handler or wrote a DLQ entry")
 	}
+	// Leaving the PEL switches the hash to retention; it must not leak.
+	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
 	time.Sleep(300 * time.Millisecond)
 	if got := h.counter("relay_missing_payload_total"); got != 1 {
 		t.Errorf("missing_payload_total = %v, want 1", got)
@@ -790,6 +832,11 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 		return nil
 	})
 	h.start("c1")
+	// A failed wait must not leave the handler blocked: the engine's stop
+	// (an earlier cleanup, so run later) waits for it.
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
 	first := h.publish("event", `{"k":"v"}`)
 	second := h.publish("event", `{"k":"v"}`)
 	// The second waits for the app's only slot, gives up after the
@@ -798,20 +845,34 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 	waitFor(t, 5*time.Second, "blocked invocation released", func() bool {
 		return strings.Contains(h.logs.String(), "no concurrency slot within the wait")
 	})
+	// Released means left pending, not acked: the blocked message comes
+	// back through a reclaim while the slot is still taken.
+	waitFor(t, 5*time.Second, "blocked message redelivered", func() bool {
+		return deliveries(t, h, first) >= 2 || deliveries(t, h, second) >= 2
+	})
+	if n := h.pending(); n != 2 {
+		t.Errorf("pending = %d while one message runs and one is blocked, want 2", n)
+	}
 	for _, id := range []string{first, second} {
 		if v := h.hash(id)["a/m.slow"]; strings.HasPrefix(v, "next_attempt_at:") || strings.HasPrefix(v, "exhausted") {
 			t.Errorf("blocked message %s charged an attempt: %q", id, v)
 		}
 	}
-	close(release)
+	unblock()
 	waitFor(t, 10*time.Second, "both acked", func() bool { return h.settled() })
 	if maxCur != 1 {
 		t.Errorf("app with concurrency 1 ran %d at once", maxCur)
 	}
+	// The blocked message was replayed and ran once, as attempt 1.
+	runs := map[string]int{}
 	for _, r := range h.calls.get("a/m.slow") {
+		runs[r.MessageID]++
 		if r.Attempt != 1 {
 			t.Errorf("message %s ran as attempt %d; a blocked invocation must not be charged", r.MessageID, r.Attempt)
 		}
+	}
+	if len(runs) != 2 || runs[first] != 1 || runs[second] != 1 {
+		t.Errorf("runs per message = %v, want one each for %s and %s", runs, first, second)
 	}
 }
 

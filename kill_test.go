@@ -43,48 +43,65 @@ func TestHelperWorker(t *testing.T) {
 			select {} // killed here
 		},
 	})
+	var mods []func(*timing)
+	if w := os.Getenv("RELAY_HELPER_CONCURRENCY_WAIT"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mods = append(mods, func(tm *timing) { tm.concurrencyWait = d })
+	}
+	opts := fastOptions(mods...)
 	e, err := relay.New(apps, relay.Components{
 		Source: stream.New(rc, streamName, group, "doomed", stream.WithBlock(50*time.Millisecond)),
 		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
 		Stream: streamName, Group: group, Consumer: "doomed",
-	}, fastOptions()...)
+	}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = e.Run(context.Background())
 }
 
-func TestWorkerKilledMidHandler(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a worker process")
-	}
-	h := newHarness(t, map[string]string{"users": `
-image: x
-events:
-  - handler: events.created
-    pattern: {event_name: [INSERT]}
-    timeout: 1s
-`})
+// startDoomed runs TestHelperWorker as consumer "doomed" in a process of
+// its own, on apps written from templates (name → template.yaml). Its
+// handler users/events.created writes the message id to the returned
+// marker file and then blocks until the process is killed.
+func startDoomed(t *testing.T, h *harness, templates map[string]string, env ...string) (cmd *exec.Cmd, marker string) {
+	t.Helper()
 	appsRoot := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(appsRoot, "users"), 0o755); err != nil {
-		t.Fatal(err)
+	for name, tmpl := range templates {
+		if err := os.MkdirAll(filepath.Join(appsRoot, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(appsRoot, name, relay.TemplateFile), []byte(tmpl), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	tmpl := "image: x\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s}\n"
-	if err := os.WriteFile(filepath.Join(appsRoot, "users", relay.TemplateFile), []byte(tmpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	marker := filepath.Join(t.TempDir(), "started")
-	id := h.publish("event", `{"event_name":"INSERT"}`)
-
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperWorker$", "-test.v")
+	marker = filepath.Join(t.TempDir(), "started")
+	cmd = exec.Command(os.Args[0], "-test.run=^TestHelperWorker$", "-test.v")
 	cmd.Env = append(os.Environ(), "RELAY_HELPER_WORKER=1",
 		"RELAY_HELPER_REDIS="+redistest.Addr(t), "RELAY_HELPER_STREAM="+h.stream, "RELAY_HELPER_GROUP="+h.group,
 		"RELAY_HELPER_APPS="+appsRoot, "RELAY_HELPER_MARKER="+marker)
+	cmd.Env = append(cmd.Env, env...)
 	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("doomed worker output:\n%s", out)
+		}
+	})
+	return cmd, marker
+}
+
+// kill SIGKILLs the doomed worker once its handler started on message id.
+func kill(t *testing.T, cmd *exec.Cmd, marker, id string) {
+	t.Helper()
 	waitFor(t, 20*time.Second, "handler started in the worker process", func() bool {
 		b, err := os.ReadFile(marker)
 		return err == nil && string(b) == id
@@ -93,6 +110,17 @@ events:
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
+}
+
+func TestWorkerKilledMidHandler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process")
+	}
+	const tmpl = "image: x\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s}\n"
+	h := newHarness(t, map[string]string{"users": tmpl})
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	cmd, marker := startDoomed(t, h, map[string]string{"users": tmpl})
+	kill(t, cmd, marker, id)
 	if !strings.HasPrefix(h.hash(id)["users/events.created"], "running:") {
 		t.Fatalf("state after kill = %v, want running", h.hash(id))
 	}
@@ -118,5 +146,52 @@ events:
 	// The lost attempt is counted once, by the claim that charged it.
 	if got := sumCounter(t, []*prometheus.Registry{h.reg}, "relay_invocations_total", "lost"); got != 1 {
 		t.Errorf(`relay_invocations_total{outcome="lost"} = %d, want 1`, got)
+	}
+}
+
+// TestWorkerKilledWhileWaitingForASlotChargesNothing: with the app's one
+// slot taken by a handler, a second message waits for it. The waiting
+// invocation holds no claim, so when the worker is killed only the
+// attempt that ran is charged: the attempt count is the number of handler
+// runs (events.md "Delivery, retry, and ACK"), even with retries: 0.
+func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process")
+	}
+	const tmpl = "image: x\nconcurrency: 1\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s, retries: 0}\n"
+	h := newHarness(t, map[string]string{"users": tmpl})
+	first := h.publish("event", `{"event_name":"INSERT","n":1}`)
+	second := h.publish("event", `{"event_name":"INSERT","n":2}`)
+	// A wait far longer than the test: a claim held through it would stay.
+	cmd, marker := startDoomed(t, h, map[string]string{"users": tmpl}, "RELAY_HELPER_CONCURRENCY_WAIT=1h")
+	// Either message may get the slot.
+	var running, waiting string
+	waitFor(t, 20*time.Second, "a handler started in the doomed worker", func() bool {
+		b, err := os.ReadFile(marker)
+		running = string(b)
+		return err == nil && (running == first || running == second)
+	})
+	waiting = first
+	if running == first {
+		waiting = second
+	}
+	waitFor(t, 20*time.Second, "both messages delivered to the doomed worker", func() bool { return h.pending() == 2 })
+	waitFor(t, 20*time.Second, "the waiting message without a claim", func() bool {
+		_, claimed := h.hash(waiting)["users/events.created"]
+		return !claimed
+	})
+	kill(t, cmd, marker, running)
+
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
+	runs := h.calls.get("users/events.created")
+	if len(runs) != 1 || runs[0].MessageID != waiting || runs[0].Attempt != 1 {
+		t.Fatalf("survivor runs = %+v, want only attempt 1 of %s", runs, waiting)
+	}
+	// The killed run used the only attempt of the first message.
+	es := h.dlqEntries()
+	if len(es) != 1 || es[0].OriginalID != running || es[0].HandlerAttempts != 1 {
+		t.Errorf("DLQ entries = %+v, want one for %s after 1 attempt", es, running)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/invocation"
 )
 
 // Defaults of the Engine's options. The reference binary fixes the timing
@@ -41,12 +43,13 @@ const (
 	DefaultSweepInterval = time.Minute
 	// DefaultRetention is how long a finished message's invocation state is
 	// kept after it left the PEL (events.md "Invocation state persistence").
-	DefaultRetention = 7 * 24 * time.Hour
+	DefaultRetention = invocation.DefaultRetention
 )
 
 // DefaultBackoff is the fixed retry schedule after the 1st, 2nd, 3rd and
-// later failed attempts (events.md "Delivery, retry, and ACK").
-var DefaultBackoff = []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
+// later failed attempts (events.md "Delivery, retry, and ACK"):
+// invocation.DefaultBackoff.
+var DefaultBackoff = invocation.DefaultBackoff
 
 // Option configures an Engine.
 type Option func(*options) error

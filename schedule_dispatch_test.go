@@ -56,8 +56,13 @@ func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
 }
 
 func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) {
-	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	// An event rule that matches the occurrence envelope: occurrences
+	// bypass pattern matching, so it must not run.
+	h := newHarness(t, map[string]string{"billing": nightlyApp + `events:
+  - {handler: jobs.spy, pattern: {source: [{exists: true}]}}
+`})
 	h.handle("billing/jobs.nightly", nil)
+	h.handle("billing/jobs.spy", nil)
 	h.start("c1")
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
 	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
@@ -85,6 +90,9 @@ func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) 
 	}
 	if h.ttl(id) <= 0 {
 		t.Errorf("state of the acked occurrence is not retained")
+	}
+	if n := h.calls.count("billing/jobs.spy"); n != 0 {
+		t.Errorf("an event rule matching the envelope ran %d times for an occurrence", n)
 	}
 }
 
