@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 )
@@ -23,7 +24,7 @@ const (
 	DefaultAppConcurrency = 2
 	DefaultTimeout        = 30 * time.Second
 	MaxTimeout            = 15 * time.Minute
-	DefaultRetries        = 4
+	DefaultRetries        = invocation.DefaultRetries
 	DefaultMemoryBytes    = 128 << 20
 	DefaultCPUs           = 1.0
 	DefaultPIDs           = 128
@@ -247,7 +248,18 @@ func LoadApp(dir string) (app *App, ok bool) {
 	}
 	if err == nil && !fi.Mode().IsRegular() {
 		// A FIFO or device would block or never end.
-		app.Errors.Add(file, 0, 0, "", fmt.Sprintf("template must be a regular file, not %s", fi.Mode().Type()))
+		kind := "a special file"
+		switch m := fi.Mode(); {
+		case m.IsDir():
+			kind = "a directory"
+		case m&fs.ModeNamedPipe != 0:
+			kind = "a named pipe"
+		case m&fs.ModeDevice != 0:
+			kind = "a device"
+		case m&fs.ModeSocket != 0:
+			kind = "a socket"
+		}
+		app.Errors.Add(file, 0, 0, "", "template must be a regular file, not "+kind)
 		return app, true
 	}
 	var f *os.File

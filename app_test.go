@@ -124,6 +124,12 @@ func TestLoadAppErrors(t *testing.T) {
 		{"bad env", "image: x\nenv: {RELAY_X: a, 1BAD: b, PORT: 8080}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`env.RELAY_X: environment variable names starting with RELAY_ are reserved`, `env.1BAD: environment variable name "1BAD" must match`, `env.PORT: environment values must be strings; quote it`}},
 		{"yaml syntax", "image: x\nevents: [\n", []string{`YAML syntax error`}},
+		{"bad image", "image: \"Not_A_Valid/Ref!!\"\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`1:8: image: "Not_A_Valid/Ref!!" is not a valid OCI reference`}},
+		{"merge key", "image: x\nevents:\n  - <<: {handler: a.b}\n    pattern: {k: [v]}\n",
+			[]string{`3:5: events[0]: YAML merge keys (<<) are not supported in templates`}},
+		{"env value not a scalar", "image: x\nenv: {C: [1]}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`env.C: environment values must be strings, not a list`}},
 		{"not a mapping", "- a\n- b\n", []string{`1:1: template must be a mapping, not a list`}},
 		{"alias", "image: &i x\ncommand: [*i]\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:11: command[0]: must be a string, not a YAML alias (aliases are not supported`}},
 		{"fraction", "image: x\nresources: {pids: 1.5}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`resources.pids: must be a whole number, not a fraction`}},
@@ -231,8 +237,31 @@ func TestTemplateMustBeARegularFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := apps.Get("fifo")
-	if a == nil || a.Available() || !strings.Contains(a.Errors.Error(), "must be a regular file") || !a.Incomplete {
+	if a == nil || a.Available() || !strings.Contains(a.Errors.Error(), "must be a regular file, not a named pipe") || !a.Incomplete {
 		t.Errorf("FIFO template: %+v", a)
+	}
+}
+
+// TestByteOrderMark: a template saved with a UTF-8 byte order mark loads.
+func TestByteOrderMark(t *testing.T) {
+	a := loadOne(t, "bom", "\xef\xbb\xbfimage: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n")
+	if !a.Available() {
+		t.Fatalf("template with a BOM: %v", a.Errors.Err())
+	}
+}
+
+// TestTemplateDirectory: a directory named template.yaml is named as one.
+func TestTemplateDirectory(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "dir", relay.TemplateFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := relay.LoadApps(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := apps.Get("dir"); a == nil || a.Available() || !strings.Contains(a.Errors.Error(), "must be a regular file, not a directory") {
+		t.Errorf("directory as template: %+v", a)
 	}
 }
 

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
@@ -50,13 +52,13 @@ func (t *tpl) mapping(n ast.Node, path, what string) (fields []field, ok bool) {
 	case *ast.MappingNode:
 		seen := map[string]bool{}
 		for _, v := range m.Values {
-			k, kok := scalarKey(v.Key)
-			if !kok {
-				t.errorf(v.Key, path, "%s keys must be plain strings", what)
+			if v.Key.IsMergeKey() {
+				t.errorf(v.Key, path, "YAML merge keys (<<) are not supported in templates; write the keys out")
 				continue
 			}
-			if v.Key.IsMergeKey() {
-				t.errorf(v.Key, path, "YAML merge keys (<<) are not supported in templates")
+			k, kok := scalarKey(v.Key)
+			if !kok {
+				t.errorf(v.Key, path, "the keys of %s must be plain strings", what)
 				continue
 			}
 			if seen[k] {
@@ -231,6 +233,9 @@ func parseTemplate(app *App, src []byte) {
 	app.Spec.PIDs = DefaultPIDs
 	app.Spec.Network = "none"
 
+	// Some editors on Windows start files with a UTF-8 byte order mark,
+	// which YAML would take for part of the first key.
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
 	f, err := parser.ParseBytes(src, 0)
 	if err != nil {
 		var ye interface {
@@ -269,6 +274,10 @@ func parseTemplate(app *App, src []byte) {
 			if s, ok := t.str(fl.value, "image"); ok {
 				if s == "" || strings.IndexFunc(s, isSpace) >= 0 {
 					t.errorf(fl.value, "image", "image must be an OCI reference such as docker.io/library/busybox:1.36")
+				} else if _, err := reference.ParseDockerRef(s); err != nil {
+					// The runtime parses it the same way; caught here, the
+					// app is refused at load instead of holding every message.
+					t.errorf(fl.value, "image", "%q is not a valid OCI reference (%v); use e.g. docker.io/library/busybox:1.36", s, err)
 				}
 				app.Spec.Image = s
 			}
@@ -423,6 +432,9 @@ func (t *tpl) env(app *App, n ast.Node) {
 			v = n.Value
 		case *ast.LiteralNode:
 			v = n.Value.Value
+		case *ast.MappingNode, *ast.MappingValueNode, *ast.SequenceNode:
+			t.errorf(fl.value, p, "environment values must be strings, not %s", describe(n))
+			continue
 		default:
 			t.errorf(fl.value, p, "environment values must be strings; quote it: %s: %q", fl.key, n.GetToken().Value)
 			continue
