@@ -13,9 +13,7 @@ const maxIDLen = 76
 // "<app>-<handler>-<16 hex>", sanitised to containerd's identifier syntax,
 // letters and digits separated by single '.', '_' or '-'.
 func containerID(app, handler string) string {
-	var b [8]byte
-	rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
+	suffix := randomHex(8)
 	base := sanitizeID(app + "-" + handler)
 	if max := maxIDLen - len(suffix) - 1; len(base) > max {
 		base = strings.TrimRight(base[:max], "._-")
@@ -46,4 +44,11 @@ func sanitizeID(s string) string {
 		}
 	}
 	return strings.TrimRight(sb.String(), "._-")
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b) // never fails (Go 1.24+)
+	return hex.EncodeToString(b)
 }

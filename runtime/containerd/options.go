@@ -115,13 +115,22 @@ func WithSnapshotter(name string) Option {
 	}
 }
 
+// MaxHostIDBytes bounds WithHostID's id: it is a label value, and part of
+// the presence label's key, which containerd limits to 4 KiB together.
+const MaxHostIDBytes = 1024
+
 // WithHostID sets the value of the relay.host label that marks what this
 // process creates, so that Sweep finds its leftovers after a crash. Processes
-// sharing a containerd must use different ids. Default: the hostname.
+// sharing a containerd must use different ids. At most MaxHostIDBytes.
+// Default: the hostname.
 func WithHostID(id string) Option {
 	return func(o *options) error {
 		if id == "" {
 			return errors.New("containerd: WithHostID: empty id")
+		}
+		if len(id) > MaxHostIDBytes {
+			// containerd refuses labels over 4 KiB: nothing could run.
+			return fmt.Errorf("containerd: WithHostID: id of %d bytes; at most %d (a hostname and consumer name that long cannot label containers)", len(id), MaxHostIDBytes)
 		}
 		o.hostID = id
 		return nil

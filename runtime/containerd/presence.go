@@ -13,8 +13,9 @@ import (
 )
 
 // LabelPresencePrefix + host id is a label of the containerd namespace whose
-// value is the Unix time, in seconds, at which the Runner with that host id
-// last said it was alive. Sweep removes the containers of a host whose
+// value is "<Unix milliseconds> <nonce>": when the Runner with that host id last
+// said it was alive, and a random word of that Runner, which tells it when
+// another process writes the same label (two workers given one host id). Sweep removes the containers of a host whose
 // presence is older than the orphan timeout (WithOrphanTimeout), so that a
 // worker replaced under another host id (a Kubernetes pod of a new name, a
 // killed CLI) does not leave warm containers or hung handlers running
@@ -28,9 +29,14 @@ type presence struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the refresh loop returned
 
-	mu      sync.Mutex
-	closed  bool
-	healthy time.Time // since when refreshes have been succeeding; zero after a failure
+	nonce string // this Runner's, in the label's value
+
+	mu        sync.Mutex
+	closed    bool
+	healthy   time.Time // since when refreshes have been succeeding; zero after a failure
+	written   string    // the value this Runner wrote last
+	twinUntil time.Time // until then, another live process may share the host id
+	twinNoted bool      // the skipped sweep was logged for the current suspicion
 }
 
 // presenceRetry is the pause after a failed refresh: short, so that after a
@@ -79,10 +85,19 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	ctx, cancel := r.detached(ctx)
 	defer cancel()
 	now := time.Now()
-	err := r.client.NamespaceService().SetLabel(ctx, r.namespace, LabelPresencePrefix+r.hostID, strconv.FormatInt(now.Unix(), 10))
+	key := LabelPresencePrefix + r.hostID
+	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + r.presence.nonce
+	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	if err == nil {
+		r.noteTwin(ctx, labels[key], now)
+		err = r.client.NamespaceService().SetLabel(ctx, r.namespace, key, value)
+	}
 	p := &r.presence
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err == nil {
+		p.written = value
+	}
 	switch {
 	case err != nil:
 		if !p.healthy.IsZero() {
@@ -93,6 +108,61 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	case p.healthy.IsZero():
 		p.healthy = now
 	}
+}
+
+// noteTwin looks at the label's value before this Runner writes it. Another
+// value than the one this Runner wrote last means another process with the
+// same host id refreshed it: while it may be alive, Sweep must not take its
+// containers for leftovers. At the first write, a recent value may be a
+// live twin's or a predecessor's that just died: the suspicion then lasts
+// one refresh interval and a half, long enough to see a live twin write.
+func (r *Runner) noteTwin(ctx context.Context, current string, now time.Time) {
+	p := &r.presence
+	every := r.orphanTimeout / 5
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if current == "" || current == p.written {
+		return
+	}
+	at, _, ok := parsePresence(current)
+	switch {
+	case p.written == "" && ok && now.Sub(at) < every*3/2:
+		p.twinUntil = now.Add(every * 3 / 2)
+	case p.written != "":
+		if now.After(p.twinUntil) {
+			p.twinNoted = false
+		}
+		p.twinUntil = now.Add(2 * every)
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "another process uses this worker's host id: each worker sharing a containerd needs its own (relay start: RELAY_CONSUMER)",
+			slog.String("host_id", r.hostID))
+	}
+}
+
+// twinSuspected reports whether another live process may share the host id;
+// the first call for a suspicion logs that the sweep is skipped.
+func (r *Runner) twinSuspected(ctx context.Context) bool {
+	p := &r.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Now().After(p.twinUntil) {
+		return false
+	}
+	if !p.twinNoted {
+		p.twinNoted = true
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "another live process may use this worker's host id; its containers are left alone until that is settled",
+			slog.String("host_id", r.hostID), slog.Time("until", p.twinUntil))
+	}
+	return true
+}
+
+// parsePresence reads a presence label value, "<Unix milliseconds> <nonce>".
+func parsePresence(v string) (at time.Time, nonce string, ok bool) {
+	ms, nonce, _ := strings.Cut(v, " ")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return time.UnixMilli(n), nonce, true
 }
 
 // healthyFor reports whether this Runner's own refreshes have succeeded for
@@ -112,7 +182,18 @@ func (r *Runner) withdraw(ctx context.Context) error {
 	}
 	ctx, cancel := r.detached(namespaces.WithNamespace(ctx, r.namespace))
 	defer cancel()
-	return r.client.NamespaceService().SetLabel(ctx, r.namespace, LabelPresencePrefix+r.hostID, "")
+	key := LabelPresencePrefix + r.hostID
+	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	if err != nil {
+		return err
+	}
+	r.presence.mu.Lock()
+	mine := labels[key] == r.presence.written
+	r.presence.mu.Unlock()
+	if !mine {
+		return nil // a live twin's now: it keeps its containers covered
+	}
+	return r.client.NamespaceService().SetLabel(ctx, r.namespace, key, "")
 }
 
 // stopPresence stops the refresh loop for good and reports whether the
@@ -153,11 +234,11 @@ func (r *Runner) sweepGoneHosts(ctx context.Context) error {
 		if !ok || host == r.hostID {
 			continue
 		}
-		sec, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
+		at, _, ok := parsePresence(v)
+		if !ok {
 			continue // not ours to interpret
 		}
-		age := time.Since(time.Unix(sec, 0))
+		age := time.Since(at)
 		if age < r.orphanTimeout {
 			continue
 		}

@@ -32,7 +32,7 @@ func presenceLabels(t *testing.T, f *fixture) map[string]string {
 func setPresence(t *testing.T, f *fixture, host string, at time.Time) {
 	t.Helper()
 	err := f.client.NamespaceService().SetLabel(t.Context(), f.client.DefaultNamespace(),
-		containerd.LabelPresencePrefix+host, strconv.FormatInt(at.Unix(), 10))
+		containerd.LabelPresencePrefix+host, strconv.FormatInt(at.UnixMilli(), 10)+" test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,5 +142,68 @@ func TestWarmContainersOfAGoneWorker(t *testing.T) {
 	}
 	if err := replacement.Close(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTwinHostIDIsNotSwept: two live processes given one host id (two
+// workers with one consumer name) must not take each other's running
+// containers for leftovers. The second sees the first's presence label
+// change under it and leaves the host id's containers alone; once the
+// first stops refreshing (a predecessor that died), its leftovers go.
+func TestTwinHostIDIsNotSwept(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	host := "twin-" + randomHex(4)
+	const orphan = 5 * time.Second // refreshes every second
+	newRunner := func() *containerd.Runner {
+		r, err := containerd.New(f.client,
+			containerd.WithNamespace(f.client.DefaultNamespace()),
+			containerd.WithHostID(host),
+			containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
+			containerd.WithPull(false),
+			containerd.WithStateDir(t.TempDir()),
+			containerd.WithTaskCreationGrace(0),
+			containerd.WithOrphanTimeout(orphan))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first, second := newRunner(), newRunner()
+	req := f.request("events.created")
+	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 3; echo survived"}
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.Run(t.Context(), req)
+		done <- err
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the first runner's container", func() bool {
+		return len(containerdtest.Leftovers(t.Context(), f.client)) > 0
+	})
+	// The second sweeps again and again while the first runs and refreshes.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err := second.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the first runner's handler: %v (its container was swept by its twin?)", err)
+	}
+	if !strings.Contains(f.stdout.String(), "survived") {
+		t.Errorf("handler output %q, want survived", f.stdout.String())
+	}
+
+	// The first dies leaving a container: the second sweeps it once the
+	// label stops changing under it.
+	f.plant(t, "left-by-first", host, true)
+	containerd.StopPresence(first)
+	testutil.WaitFor(t, 20*time.Second, "the dead twin's leftover swept", func() bool {
+		return second.Sweep(t.Context()) == nil && len(containerdtest.Leftovers(t.Context(), f.client)) == 0
+	})
+	if err := second.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := presenceLabels(t, f)[host]; ok {
+		t.Error("Close left the presence label it wrote last")
 	}
 }

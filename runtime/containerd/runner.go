@@ -74,7 +74,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		cleanupTimeout: o.cleanupTimeout,
 		taskGrace:      o.taskCreationGrace,
 		orphanTimeout:  o.orphanTimeout,
-		presence:       presence{stop: make(chan struct{})},
+		presence:       presence{stop: make(chan struct{}), nonce: randomHex(6)},
 
 		pull:                 o.pull,
 		pullTimeout:          o.pullTimeout,

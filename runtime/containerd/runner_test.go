@@ -352,6 +352,23 @@ func TestRunConcurrent(t *testing.T) {
 	}
 }
 
+// TestHostIDBound: a host id too long for a containerd label is refused by
+// New, not by every Run.
+func TestHostIDBound(t *testing.T) {
+	c, err := client.New(filepath.Join(t.TempDir(), "nothing.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := containerd.New(c, containerd.WithHostID(strings.Repeat("x", containerd.MaxHostIDBytes))); err != nil {
+		t.Errorf("host id of MaxHostIDBytes: %v", err)
+	}
+	_, err = containerd.New(c, containerd.WithHostID(strings.Repeat("x", containerd.MaxHostIDBytes+1)))
+	if err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Errorf("host id over MaxHostIDBytes: err = %v, want the bound named", err)
+	}
+}
+
 func TestPing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -562,6 +579,12 @@ func TestSweepSparesContainerStillGettingItsTask(t *testing.T) {
 		_, err = f.client.LoadContainer(ctx, id)
 		if kept := err == nil; kept != c.kept {
 			t.Errorf("grace %v: container kept = %v, want %v (%v)", c.grace, kept, c.kept, err)
+		}
+		// Gone before the next process of this host id starts, which would
+		// otherwise take a live twin's fresh presence label for a reason
+		// to wait.
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -42,7 +42,10 @@ func (r *Runner) Ping(ctx context.Context) error {
 func (r *Runner) Sweep(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
 	r.announce(ctx)
-	err := r.sweepHost(ctx, r.hostID)
+	var err error
+	if !r.twinSuspected(ctx) {
+		err = r.sweepHost(ctx, r.hostID)
+	}
 	if gerr := r.sweepGoneHosts(ctx); gerr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep gone workers: %w", classify(gerr)))
 	}

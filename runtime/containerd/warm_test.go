@@ -351,12 +351,13 @@ func TestWarmSweep(t *testing.T) {
 	if i, s := f.count(t, crashed, req); i != a || s != "2" {
 		t.Fatalf("after Sweep: ran in %s (served %s), want the same warm container", i, s)
 	}
-	// The next process on this host sweeps what the first left.
-	next := f.newRunner(t, host)
-	if err := next.Sweep(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	containerdtest.AssertClean(t, f.client)
+	// The first dies (its presence stops); the next process on this host
+	// sweeps what it left, once the label shows no live twin.
+	containerd.StopPresence(crashed)
+	next := f.newRunner(t, host, containerd.WithOrphanTimeout(time.Second))
+	testutil.WaitFor(t, 20*time.Second, "the next process to sweep the first's container", func() bool {
+		return next.Sweep(t.Context()) == nil && len(containerdtest.Leftovers(t.Context(), f.client)) == 0
+	})
 	// The first Runner finds its container gone and starts another.
 	if i, s := f.count(t, crashed, req); i == a || s != "1" {
 		t.Fatalf("after its container was swept: ran in %s (served %s), want a new container", i, s)
