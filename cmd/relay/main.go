@@ -13,7 +13,8 @@ func main() {
 	// A closed stdout or stderr (a log shipper restarting, `| head`) must
 	// not kill a worker mid-handler: writes then fail with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a worker started by hand must not die with its terminal.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
