@@ -523,12 +523,17 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		}
 		e.m.invocations.WithLabelValues(app.Name, cl.handler, result).Inc()
 		e.releaseLease(ctx, d, l, attrs)
-		level := slog.LevelError
-		if runCtx.Err() != nil || errors.Is(err, runtime.ErrUnavailable) {
-			level = slog.LevelWarn
+		switch {
+		case runCtx.Err() != nil:
+			e.log.LogAttrs(ctx, slog.LevelWarn, "handler stopped by the shutdown timeout; no attempt charged, message left pending for another worker",
+				attrs(slog.Duration("ran", took), slog.Any("error", err))...)
+		case errors.Is(err, runtime.ErrUnavailable):
+			e.log.LogAttrs(ctx, slog.LevelWarn, "invocation could not run; no attempt charged, message left pending",
+				attrs(slog.Any("error", err))...)
+		default:
+			e.log.LogAttrs(ctx, slog.LevelError, "invocation could not run; no attempt charged, message left pending",
+				attrs(slog.Any("error", err))...)
 		}
-		e.log.LogAttrs(ctx, level, "invocation could not run; no attempt charged, message left pending",
-			attrs(slog.Any("error", err))...)
 	}
 }
 
