@@ -4,18 +4,21 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 )
 
 // LabelPresencePrefix + host id is a label of the containerd namespace whose
-// value is "<Unix milliseconds> <nonce>": when the Runner with that host id last
-// said it was alive, and a random word of that Runner, which tells it when
-// another process writes the same label (two workers given one host id). Sweep removes the containers of a host whose
+// value is "<Unix milliseconds> <pid>-<random>": when the Runner with that
+// host id last said it was alive, and which process and Runner wrote it, so
+// that a Runner notices another live process writing the same label (two
+// workers given one host id). Sweep removes the containers of a host whose
 // presence is older than the orphan timeout (WithOrphanTimeout), so that a
 // worker replaced under another host id (a Kubernetes pod of a new name, a
 // killed CLI) does not leave warm containers or hung handlers running
@@ -114,8 +117,9 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 // value than the one this Runner wrote last means another process with the
 // same host id refreshed it: while it may be alive, Sweep must not take its
 // containers for leftovers. At the first write, a recent value may be a
-// live twin's or a predecessor's that just died: the suspicion then lasts
-// one refresh interval and a half, long enough to see a live twin write.
+// live twin's or a predecessor's that just died; unless its writer's
+// process is gone, the suspicion then lasts one refresh interval and a
+// half, long enough to see a live twin write.
 func (r *Runner) noteTwin(ctx context.Context, current string, now time.Time) {
 	p := &r.presence
 	every := r.orphanTimeout / 5
@@ -124,9 +128,9 @@ func (r *Runner) noteTwin(ctx context.Context, current string, now time.Time) {
 	if current == "" || current == p.written {
 		return
 	}
-	at, _, ok := parsePresence(current)
+	at, nonce, ok := parsePresence(current)
 	switch {
-	case p.written == "" && ok && now.Sub(at) < every*3/2:
+	case p.written == "" && ok && now.Sub(at) < every*3/2 && writerMayLive(nonce):
 		p.twinUntil = now.Add(every * 3 / 2)
 	case p.written != "":
 		if now.After(p.twinUntil) {
@@ -153,6 +157,24 @@ func (r *Runner) twinSuspected(ctx context.Context) bool {
 			slog.String("host_id", r.hostID), slog.Time("until", p.twinUntil))
 	}
 	return true
+}
+
+// writerMayLive reports whether the process that wrote a presence nonce
+// ("<pid>-<random>") may still run: it is this one (another Runner here),
+// or a process with its pid exists. A worker restarted after a crash finds
+// its predecessor gone and sweeps at once; a twin in another pid namespace
+// may be taken for gone, which is the behaviour without presence labels.
+func writerMayLive(nonce string) bool {
+	pidStr, _, ok := strings.Cut(nonce, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 {
+		return true // not ours to interpret: be careful
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // parsePresence reads a presence label value, "<Unix milliseconds> <nonce>".

@@ -1,6 +1,8 @@
 package containerd_test
 
 import (
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,16 +58,7 @@ func TestSweepRemovesGoneHosts(t *testing.T) {
 	setPresence(t, f, gone, time.Now().Add(-time.Hour))
 
 	const orphan = 2 * time.Second
-	sweeper, err := containerd.New(f.client,
-		containerd.WithNamespace(f.client.DefaultNamespace()),
-		containerd.WithHostID("sweeper-"+suffix),
-		containerd.WithPull(false),
-		containerd.WithStateDir(t.TempDir()),
-		containerd.WithTaskCreationGrace(0),
-		containerd.WithOrphanTimeout(orphan))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sweeper := f.newRunner(t, "sweeper-"+suffix, containerd.WithOrphanTimeout(orphan))
 	all := []string{"container alive-running", "container gone-created", "container gone-running", "container silent-running",
 		"snapshot alive-running", "snapshot gone-created", "snapshot gone-running", "snapshot silent-running"}
 	// The first Sweep announces the sweeper; it has not been healthy long
@@ -155,21 +148,8 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 	f := newFixture(t)
 	host := "twin-" + randomHex(4)
 	const orphan = 5 * time.Second // refreshes every second
-	newRunner := func() *containerd.Runner {
-		r, err := containerd.New(f.client,
-			containerd.WithNamespace(f.client.DefaultNamespace()),
-			containerd.WithHostID(host),
-			containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
-			containerd.WithPull(false),
-			containerd.WithStateDir(t.TempDir()),
-			containerd.WithTaskCreationGrace(0),
-			containerd.WithOrphanTimeout(orphan))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	first, second := newRunner(), newRunner()
+	first := f.newRunner(t, host, containerd.WithOrphanTimeout(orphan))
+	second := f.newRunner(t, host, containerd.WithOrphanTimeout(orphan))
 	req := f.request("events.created")
 	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 3; echo survived"}
 	done := make(chan error, 1)
@@ -205,5 +185,25 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 	}
 	if _, ok := presenceLabels(t, f)[host]; ok {
 		t.Error("Close left the presence label it wrote last")
+	}
+}
+
+// TestWriterMayLive: a worker restarted under its name right after a crash
+// finds its predecessor's process gone and need not wait to sweep.
+func TestWriterMayLive(t *testing.T) {
+	done := exec.Command("true")
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for nonce, want := range map[string]bool{
+		strconv.Itoa(os.Getpid()) + "-ab":      true,  // another Runner of this process
+		strconv.Itoa(done.Process.Pid) + "-ab": false, // exited
+		"1-ab":                                 true,  // exists (init)
+		"garbage":                              true,  // cannot tell: careful
+		strconv.Itoa(os.Getpid()) + "x-ab":     true,
+	} {
+		if got := containerd.WriterMayLive(nonce); got != want {
+			t.Errorf("WriterMayLive(%q) = %v, want %v", nonce, got, want)
+		}
 	}
 }

@@ -81,10 +81,17 @@ func newFixture(t testing.TB) *fixture {
 	if err := os.WriteFile(filepath.Join(f.dir, "handler.sh"), []byte(handlerScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var err error
-	f.runner, err = containerd.New(f.client,
+	f.runner = f.newRunner(t, "test-"+randomHex(4))
+	return f
+}
+
+// newRunner returns a Runner on the fixture's namespace and output with
+// host id host, then opts.
+func (f *fixture) newRunner(t testing.TB, host string, opts ...containerd.Option) *containerd.Runner {
+	t.Helper()
+	r, err := containerd.New(f.client, append([]containerd.Option{
 		containerd.WithNamespace(f.client.DefaultNamespace()),
-		containerd.WithHostID("test-"+randomHex(4)),
+		containerd.WithHostID(host),
 		containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
 		// No registry here: an absent image must fail at once (pulling is
 		// tested against a local registry in pull_test.go).
@@ -92,11 +99,11 @@ func newFixture(t testing.TB) *fixture {
 		containerd.WithStateDir(t.TempDir()),
 		// Sweep tests plant task-less containers and expect them gone.
 		containerd.WithTaskCreationGrace(0),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f
+	return r
 }
 
 // syncWriter makes a bytes.Buffer safe to read while containerd's copy
@@ -486,15 +493,7 @@ func TestConcurrentSweeps(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := t.Context()
-	other, err := containerd.New(f.client,
-		containerd.WithNamespace(f.client.DefaultNamespace()),
-		containerd.WithHostID(f.runner.HostID()),
-		containerd.WithPull(false),
-		containerd.WithStateDir(t.TempDir()),
-		containerd.WithTaskCreationGrace(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := f.newRunner(t, f.runner.HostID())
 	for round := range 5 {
 		for i := range 3 {
 			f.plant(t, fmt.Sprintf("leftover-%d-%d", round, i), f.runner.HostID(), true)
