@@ -419,11 +419,35 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	// The lease covers the run and its teardown: a live attempt must never
 	// look expired to another delivery.
 	lease := cl.timeout + e.o.leaseGrace
+	noSlot := func() {
+		d.held = true
+		if ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "no concurrency slot within the wait; message left pending",
+				attrs(slog.Duration("wait", e.o.concurrencyWait))...)
+		}
+	}
+	var release func()
+	if d.msg.Deliveries < 2 {
+		// A first delivery has no state, so its claim can only be attempt
+		// 1: take the slot first, and the wait holds no claim.
+		var ok bool
+		if release, ok = e.tryAcquire(app); !ok {
+			if release, ok = e.waitAcquire(ctx, app); !ok {
+				noSlot()
+				return
+			}
+		}
+	}
 	c, ok := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts)
 	if !ok {
+		if release != nil {
+			release()
+		}
 		return
 	}
-	release, ok := e.tryAcquire(app)
+	if release == nil {
+		release, ok = e.tryAcquire(app)
+	}
 	if !ok {
 		// Every slot is busy. Were this worker to die while it waits, a
 		// claim held through the wait would be charged as a failed attempt
@@ -431,9 +455,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		// give the claim back, wait, and claim again with the slot in hand.
 		e.releaseLease(ctx, d, c.Lease, attrs)
 		if release, ok = e.waitAcquire(ctx, app); !ok {
-			d.held = true
-			e.log.LogAttrs(ctx, slog.LevelWarn, "no concurrency slot within the wait; message left pending",
-				attrs(slog.Duration("wait", e.o.concurrencyWait))...)
+			noSlot()
 			return
 		}
 		if c, ok = e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts); !ok {

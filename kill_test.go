@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,45 +154,76 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 // slot taken by a handler, a second message waits for it. The waiting
 // invocation holds no claim, so when the worker is killed only the
 // attempt that ran is charged: the attempt count is the number of handler
-// runs (events.md "Delivery, retry, and ACK"), even with retries: 0.
+// runs (events.md "Delivery, retry, and ACK"), even with retries: 0. A
+// first delivery takes the slot before claiming; a redelivery, which may
+// find state, claims first and gives the claim back for the wait.
 func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a worker process")
 	}
-	const tmpl = "image: x\nconcurrency: 1\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s, retries: 0}\n"
-	h := newHarness(t, map[string]string{"users": tmpl})
-	first := h.publish("event", `{"event_name":"INSERT","n":1}`)
-	second := h.publish("event", `{"event_name":"INSERT","n":2}`)
-	// A wait far longer than the test: a claim held through it would stay.
-	cmd, marker := startDoomed(t, h, map[string]string{"users": tmpl}, "RELAY_HELPER_CONCURRENCY_WAIT=1h")
-	// Either message may get the slot.
-	var running, waiting string
-	waitFor(t, 20*time.Second, "a handler started in the doomed worker", func() bool {
-		b, err := os.ReadFile(marker)
-		running = string(b)
-		return err == nil && (running == first || running == second)
-	})
-	waiting = first
-	if running == first {
-		waiting = second
-	}
-	waitFor(t, 20*time.Second, "both messages delivered to the doomed worker", func() bool { return h.pending() == 2 })
-	waitFor(t, 20*time.Second, "the waiting message without a claim", func() bool {
-		_, claimed := h.hash(waiting)["users/events.created"]
-		return !claimed
-	})
-	kill(t, cmd, marker, running)
+	for _, redelivered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("redelivered=%v", redelivered), func(t *testing.T) {
+			const tmpl = "image: x\nconcurrency: 1\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s, retries: 0}\n"
+			h := newHarness(t, map[string]string{"users": tmpl})
+			first := h.publish("event", `{"event_name":"INSERT","n":1}`)
+			second := h.publish("event", `{"event_name":"INSERT","n":2}`)
+			if redelivered {
+				// A consumer that dies at once: the doomed worker reclaims
+				// both, so they reach it as redeliveries.
+				cmd := h.rc.B().Xreadgroup().Group(h.group, "ghost").Count(2).Streams().Key(h.stream).Id(">").Build()
+				if err := h.rc.Do(t.Context(), cmd).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A wait far longer than the test: a claim held through it would stay.
+			cmd, marker := startDoomed(t, h, map[string]string{"users": tmpl}, "RELAY_HELPER_CONCURRENCY_WAIT=1h")
+			// Either message may get the slot.
+			var running, waiting string
+			waitFor(t, 20*time.Second, "a handler started in the doomed worker", func() bool {
+				b, err := os.ReadFile(marker)
+				running = string(b)
+				return err == nil && (running == first || running == second)
+			})
+			waiting = first
+			if running == first {
+				waiting = second
+			}
+			waitFor(t, 20*time.Second, "the waiting message delivered to the doomed worker, without a claim", func() bool {
+				_, claimed := h.hash(waiting)["users/events.created"]
+				return h.owner(waiting) == "doomed" && !claimed
+			})
+			kill(t, cmd, marker, running)
 
-	h.handle("users/events.created", nil)
-	h.start("c1")
-	waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
-	runs := h.calls.get("users/events.created")
-	if len(runs) != 1 || runs[0].MessageID != waiting || runs[0].Attempt != 1 {
-		t.Fatalf("survivor runs = %+v, want only attempt 1 of %s", runs, waiting)
+			h.handle("users/events.created", nil)
+			h.start("c1")
+			waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
+			runs := h.calls.get("users/events.created")
+			if len(runs) != 1 || runs[0].MessageID != waiting || runs[0].Attempt != 1 {
+				t.Fatalf("survivor runs = %+v, want only attempt 1 of %s", runs, waiting)
+			}
+			// The killed run used the only attempt of the first message.
+			es := h.dlqEntries()
+			if len(es) != 1 || es[0].OriginalID != running || es[0].HandlerAttempts != 1 {
+				t.Errorf("DLQ entries = %+v, want one for %s after 1 attempt", es, running)
+			}
+		})
 	}
-	// The killed run used the only attempt of the first message.
-	es := h.dlqEntries()
-	if len(es) != 1 || es[0].OriginalID != running || es[0].HandlerAttempts != 1 {
-		t.Errorf("DLQ entries = %+v, want one for %s after 1 attempt", es, running)
+}
+
+// owner returns the consumer whose PEL holds id, "" when it is not pending.
+func (h *harness) owner(id string) string {
+	h.t.Helper()
+	rows, err := h.rc.Do(context.Background(), h.rc.B().Xpending().Key(h.stream).Group(h.group).Start(id).End(id).Count(1).Build()).ToArray()
+	if err != nil {
+		h.t.Fatal(err)
 	}
+	if len(rows) == 0 {
+		return ""
+	}
+	row, err := rows[0].ToArray()
+	if err != nil || len(row) < 2 {
+		h.t.Fatalf("XPENDING row for %s: %v", id, err)
+	}
+	c, _ := row[1].ToString()
+	return c
 }
