@@ -433,6 +433,12 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		var ok bool
 		if release, ok = e.tryAcquire(app); !ok {
 			if release, ok = e.waitAcquire(ctx, app); !ok {
+				// Record the invocation, uncharged, before leaving: its
+				// redelivery may no longer match the rule (a now() cutoff
+				// passes) and must still drive it.
+				if c, claimed := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts); claimed {
+					e.releaseLease(ctx, d, c.Lease, attrs)
+				}
 				noSlot()
 				return
 			}

@@ -139,3 +139,48 @@ func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 		t.Errorf("DLQ entries: %+v, want none for an obsolete occurrence", es)
 	}
 }
+
+// TestInvocationThatWaitedForASlotSurvivesTheCutoff: a first delivery that
+// gave up waiting for a concurrency slot, or whose attempt was given back,
+// leaves its invocation recorded, uncharged; its redelivery after the
+// rule's now() cutoff still runs it instead of acknowledging the message as
+// unmatched (found by a hostile trial).
+func TestInvocationThatWaitedForASlotSurvivesTheCutoff(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+concurrency: 1
+events:
+  - {handler: events.recent, pattern: {at: [{gt: "now()-1s"}]}, retries: 0}
+`})
+	var slow atomic.Bool
+	h.handle("users/events.recent", func(ctx context.Context, req runtime.Request) error {
+		if !slow.Swap(true) {
+			// Holds the only slot past the other message's first wait,
+			// which itself outlasts the cutoff.
+			time.Sleep(2500 * time.Millisecond)
+		}
+		return nil
+	})
+	h.start("c1", func(tm *timing) { tm.concurrencyWait = 1200 * time.Millisecond })
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	first := h.publish("event", fmt.Sprintf(`{"at":%q,"n":1}`, at))
+	second := h.publish("event", fmt.Sprintf(`{"at":%q,"n":2}`, at))
+	waitFor(t, 15*time.Second, "both messages settled", h.settled)
+
+	ran := map[string]int{}
+	for _, r := range h.calls.get("users/events.recent") {
+		ran[r.MessageID]++
+		if r.Attempt != 1 {
+			t.Errorf("%s ran attempt %d, want 1: waiting charged nothing", r.MessageID, r.Attempt)
+		}
+	}
+	if ran[first] != 1 || ran[second] != 1 {
+		t.Errorf("runs per message = %v, want one each of %s and %s", ran, first, second)
+	}
+	if n := h.counter("relay_events_unmatched_total"); n != 0 {
+		t.Errorf("relay_events_unmatched_total = %v, want 0", n)
+	}
+	if es := h.dlqEntries(); len(es) != 0 {
+		t.Errorf("DLQ entries: %+v, want none", es)
+	}
+}

@@ -426,16 +426,14 @@ func TestReleaseScript(t *testing.T) {
 	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Release(ctx, l) }
 	cases := []scriptCase{
 		{
+			// Due at once with none used, and still listed by Unfinished.
 			name: "first attempt", call: callWith(do, 1, "tok"), pttl: ttlNone,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 1, "tok"), "other/handler": "ok"}
 			},
-			state: func(at) map[string]string { return map[string]string{"other/handler": "ok"} },
-		},
-		{
-			name: "first attempt only field", call: callWith(do, 1, "tok"), pttl: ttlNoKey,
-			seed:  field(func(now int64) string { return runningLive(now, 1, "tok") }),
-			state: func(at) map[string]string { return map[string]string{} },
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 0, "tok"), "other/handler": "ok"}
+			},
 		},
 		{
 			name: "later attempt", call: callWith(do, 2, "tok"), pttl: ttlNone,
@@ -452,7 +450,9 @@ func TestReleaseScript(t *testing.T) {
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 1, "tok"), traceKey: tp1}
 			},
-			state: func(at) map[string]string { return map[string]string{traceKey: tp2} },
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 0, "tok"), traceKey: tp2}
+			},
 		},
 		{
 			name: "later attempt stores its trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone,

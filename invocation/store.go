@@ -165,10 +165,10 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 }
 
 // Release gives a claimed attempt back without charging it, for a runtime
-// that was unavailable or a worker shutting down (release.lua). Attempt 1
-// deletes the field; a later attempt stores
-// next_attempt_at:<now>:<attempt-1>:<token>, due at once, so the next Claim
-// runs the same attempt number. A non-empty l.Trace is stored in
+// that was unavailable or a worker shutting down (release.lua). The field
+// becomes next_attempt_at:<now>:<attempt-1>:<token>, due at once, so the
+// next Claim runs the same attempt number; for attempt 1 (0 used) too, so
+// that Unfinished still lists the invocation. A non-empty l.Trace is stored in
 // TraceField(l.Field) either way. ErrStale unless the field is running with
 // l's attempt and token; ErrTerminal on a retained hash.
 func (s *Store) Release(ctx context.Context, l Lease) error {

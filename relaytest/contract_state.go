@@ -247,9 +247,14 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 			t.Fatalf("release: %v", err)
 		}
 		s.wantErr(t, "second release", invocation.ErrStale, s.h.Store.Release(t.Context(), c.Lease))
+		// Still recorded, so that a redelivery that no longer matches the
+		// rule drives it anyway.
+		if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || !slices.Equal(u, []string{field}) {
+			t.Fatalf("unfinished after releasing attempt 1 = %v, %v; want [%s]", u, err, field)
+		}
 		got := s.claim(t, field, time.Hour, 2)
-		if got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
-			t.Fatalf("claim after releasing attempt 1 = %+v, want attempt 1 again", got)
+		if got.Status != invocation.Claimed || got.Lease.Attempt != 1 || got.Lost != 0 {
+			t.Fatalf("claim after releasing attempt 1 = %+v, want attempt 1 again, nothing lost", got)
 		}
 	})
 

@@ -210,22 +210,14 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	return fail(fmt.Errorf("malformed state %q", v))
 }
 
-// Release implements relay.StateStore.Release as release.lua does: attempt 1
-// deletes the field, a later attempt becomes due at once with attempt-1
-// used; a non-empty l.Trace is kept as the lineage either way. ErrStale
+// Release implements relay.StateStore.Release as release.lua does: the
+// attempt becomes due at once with attempt-1 used (0 for attempt 1, which
+// stays recorded as unfinished); a non-empty l.Trace is kept as the lineage. ErrStale
 // unless the field is running with l's attempt and token; ErrTerminal on a
 // retained hash.
 func (s *StateStore) Release(ctx context.Context, l invocation.Lease) error {
 	return s.transition(ctx, "release", l, kindRunning, func(h *stateHash, _ stateValue, now int64) {
 		h.saveTrace(l.Field, l.Trace)
-		if l.Attempt <= 1 {
-			delete(h.fields, l.Field)
-			if len(h.fields) == 0 && len(h.reserved) == 0 {
-				// Redis deletes a hash whose last field is removed.
-				delete(s.hashes, l.Key)
-			}
-			return
-		}
 		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: l.Attempt - 1, token: l.Token}
 	})
 }

@@ -8,9 +8,11 @@
 -- ARGV[4]  trace lineage of the attempt ('' = none; optional)
 --
 -- Only when the field is running:<deadline_ms>:<attempt>:<token> with this
--- attempt and token: attempt 1 deletes the field; a later attempt becomes
+-- attempt and token: the field becomes
 -- next_attempt_at:<now_ms>:<attempt-1>:<token>, due at once, so the next
--- claim runs the same attempt number again. now is the server's TIME in ms.
+-- claim runs the same attempt number again; attempt 1 too (0 used), so the
+-- invocation stays recorded as unfinished for a redelivery that no longer
+-- matches its rule. now is the server's TIME in ms.
 -- Either way a non-empty trace is stored in __trace:<field>, so the attempt
 -- run again links to the one given back.
 --
@@ -28,10 +30,5 @@ if code ~= 0 then
 end
 
 save_trace(key, field, ARGV[4])
-if attempt <= 1 then
-  redis.call('HDEL', key, field)
-  return {1}
-end
-
 redis.call('HSET', key, field, string.format('next_attempt_at:%d:%d:%s', now_ms(), attempt - 1, token))
 return {1}
