@@ -1,8 +1,15 @@
 package containerd
 
+import "context"
+
 // StopPresence stops r refreshing its presence label and leaves the label
 // and every container in place, as a SIGKILL of its process would.
 func StopPresence(r *Runner) { r.stopPresence() }
 
-// WriterMayLive exposes writerMayLive.
-var WriterMayLive = writerMayLive
+// OwnedByAnotherLiveRunner exposes ownedByAnotherLiveRunner.
+func OwnedByAnotherLiveRunner(r *Runner, owner string) bool {
+	return r.ownedByAnotherLiveRunner(context.Background(), owner)
+}
+
+// Owner returns r's relay.owner value.
+func Owner(r *Runner) string { return r.presence.nonce }

@@ -34,12 +34,10 @@ type presence struct {
 
 	nonce string // this Runner's, in the label's value
 
-	mu        sync.Mutex
-	closed    bool
-	healthy   time.Time // since when refreshes have been succeeding; zero after a failure
-	written   string    // the value this Runner wrote last
-	twinUntil time.Time // until then, another live process may share the host id
-	twinNoted bool      // the skipped sweep was logged for the current suspicion
+	mu      sync.Mutex
+	closed  bool
+	healthy time.Time // since when refreshes have been succeeding; zero after a failure
+	written string    // the value this Runner wrote last
 }
 
 // presenceRetry is the pause after a failed refresh: short, so that after a
@@ -92,7 +90,7 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + r.presence.nonce
 	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
 	if err == nil {
-		r.noteTwin(ctx, labels[key], now)
+		r.noteTwin(ctx, labels[key])
 		err = r.client.NamespaceService().SetLabel(ctx, r.namespace, key, value)
 	}
 	p := &r.presence
@@ -113,68 +111,48 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	}
 }
 
-// noteTwin looks at the label's value before this Runner writes it. Another
-// value than the one this Runner wrote last means another process with the
-// same host id refreshed it: while it may be alive, Sweep must not take its
-// containers for leftovers. At the first write, a recent value may be a
-// live twin's or a predecessor's that just died; unless its writer's
-// process is gone, the suspicion then lasts one refresh interval and a
-// half, long enough to see a live twin write.
-func (r *Runner) noteTwin(ctx context.Context, current string, now time.Time) {
+// noteTwin warns when the label holds another value than the one this
+// Runner wrote last: another process with the same host id refreshed it.
+// Sweep itself tells their containers apart by relay.owner.
+func (r *Runner) noteTwin(ctx context.Context, current string) {
 	p := &r.presence
-	every := r.orphanTimeout / 5
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if current == "" || current == p.written {
-		return
-	}
-	at, nonce, ok := parsePresence(current)
-	switch {
-	case p.written == "" && ok && now.Sub(at) < every*3/2 && writerMayLive(nonce):
-		p.twinUntil = now.Add(every * 3 / 2)
-	case p.written != "":
-		if now.After(p.twinUntil) {
-			p.twinNoted = false
-		}
-		p.twinUntil = now.Add(2 * every)
+	twin := current != "" && p.written != "" && current != p.written
+	p.mu.Unlock()
+	if twin {
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "another process uses this worker's host id: each worker sharing a containerd needs its own (relay start: RELAY_CONSUMER)",
 			slog.String("host_id", r.hostID))
 	}
 }
 
-// twinSuspected reports whether another live process may share the host id;
-// the first call for a suspicion logs that the sweep is skipped.
-func (r *Runner) twinSuspected(ctx context.Context) bool {
-	p := &r.presence
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if time.Now().After(p.twinUntil) {
+// liveRunners holds the owner ids (LabelOwner) of this process's Runners
+// from New until Close.
+var liveRunners sync.Map
+
+// ownedByAnotherLiveRunner reports whether owner, a relay.owner value, is
+// another Runner that may still run: one of this process, or a process
+// with its pid. A pid equal to this process's that is not one of its
+// Runners was a previous process's: a worker restarted in a container gets
+// pid 1 again. An empty or foreign owner is nobody's.
+func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) bool {
+	if owner == "" || owner == r.presence.nonce {
 		return false
 	}
-	if !p.twinNoted {
-		p.twinNoted = true
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "another live process may use this worker's host id; its containers are left alone until that is settled",
-			slog.String("host_id", r.hostID), slog.Time("until", p.twinUntil))
-	}
-	return true
-}
-
-// writerMayLive reports whether the process that wrote a presence nonce
-// ("<pid>-<random>") may still run: it is this one (another Runner here),
-// or a process with its pid exists. A worker restarted after a crash finds
-// its predecessor gone and sweeps at once; a twin in another pid namespace
-// may be taken for gone, which is the behaviour without presence labels.
-func writerMayLive(nonce string) bool {
-	pidStr, _, ok := strings.Cut(nonce, "-")
-	pid, err := strconv.Atoi(pidStr)
-	if !ok || err != nil || pid <= 0 {
-		return true // not ours to interpret: be careful
-	}
-	if pid == os.Getpid() {
+	if _, ok := liveRunners.Load(owner); ok {
 		return true
 	}
+	pidStr, _, ok := strings.Cut(owner, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
 	err = syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err == nil || errors.Is(err, syscall.EPERM) {
+		r.logger.LogAttrs(ctx, slog.LevelDebug, "sparing a container of another live process with this host id",
+			slog.String("owner", owner))
+		return true
+	}
+	return false
 }
 
 // parsePresence reads a presence label value, "<Unix milliseconds> <nonce>".
@@ -230,6 +208,7 @@ func (r *Runner) stopPresence() (announced bool) {
 	p.closed = true
 	close(p.stop)
 	p.mu.Unlock()
+	liveRunners.Delete(p.nonce)
 	p.once.Do(func() {}) // waits for an announce in progress; none from now on
 	if p.done == nil {
 		return false

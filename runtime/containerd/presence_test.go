@@ -138,11 +138,10 @@ func TestWarmContainersOfAGoneWorker(t *testing.T) {
 	}
 }
 
-// TestTwinHostIDIsNotSwept: two live processes given one host id (two
-// workers with one consumer name) must not take each other's running
-// containers for leftovers. The second sees the first's presence label
-// change under it and leaves the host id's containers alone; once the
-// first stops refreshing (a predecessor that died), its leftovers go.
+// TestTwinHostIDIsNotSwept: two live Runners given one host id (two workers
+// with one consumer name) must not take each other's running containers
+// for leftovers: Sweep spares what another live owner (relay.owner)
+// created. Once the first is gone, its leftovers go at the next sweep.
 func TestTwinHostIDIsNotSwept(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -173,9 +172,15 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 		t.Errorf("handler output %q, want survived", f.stdout.String())
 	}
 
-	// The first dies leaving a container: the second sweeps it once the
-	// label stops changing under it.
-	f.plant(t, "left-by-first", host, true)
+	// The first dies leaving a container: spared while it lived, swept
+	// once it is gone.
+	f.plantOwned(t, "left-by-first", host, containerd.Owner(first), true)
+	if err := second.Sweep(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if left := containerdtest.Leftovers(t.Context(), f.client); len(left) == 0 {
+		t.Fatal("a live twin's container was swept")
+	}
 	containerd.StopPresence(first)
 	testutil.WaitFor(t, 20*time.Second, "the dead twin's leftover swept", func() bool {
 		return second.Sweep(t.Context()) == nil && len(containerdtest.Leftovers(t.Context(), f.client)) == 0
@@ -188,22 +193,32 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 	}
 }
 
-// TestWriterMayLive: a worker restarted under its name right after a crash
-// finds its predecessor's process gone and need not wait to sweep.
-func TestWriterMayLive(t *testing.T) {
+// TestOwnerLiveness: Sweep spares, under its own host id, the objects of
+// another Runner that may still run, and not those of a process that is
+// gone, even one that had this process's pid (a restart in a container).
+func TestOwnerLiveness(t *testing.T) {
+	f := newFixture(t)
+	other := f.newRunner(t, f.runner.HostID())
 	done := exec.Command("true")
 	if err := done.Run(); err != nil {
 		t.Fatal(err)
 	}
-	for nonce, want := range map[string]bool{
-		strconv.Itoa(os.Getpid()) + "-ab":      true,  // another Runner of this process
-		strconv.Itoa(done.Process.Pid) + "-ab": false, // exited
-		"1-ab":                                 true,  // exists (init)
-		"garbage":                              true,  // cannot tell: careful
-		strconv.Itoa(os.Getpid()) + "x-ab":     true,
+	pid := strconv.Itoa(os.Getpid())
+	for owner, want := range map[string]bool{
+		containerd.Owner(f.runner):                   false, // its own: isLive decides
+		containerd.Owner(other):                      true,  // another Runner of this process
+		pid + "-feedface":                            false, // a previous process with this pid
+		strconv.Itoa(done.Process.Pid) + "-feedface": false, // exited
+		"1-feedface":                                 true,  // init runs
+		"garbage":                                    false,
+		"":                                           false, // a Relay before owner labels
 	} {
-		if got := containerd.WriterMayLive(nonce); got != want {
-			t.Errorf("WriterMayLive(%q) = %v, want %v", nonce, got, want)
+		if got := containerd.OwnedByAnotherLiveRunner(f.runner, owner); got != want {
+			t.Errorf("owner %q: spared = %v, want %v", owner, got, want)
 		}
+	}
+	containerd.StopPresence(other)
+	if containerd.OwnedByAnotherLiveRunner(f.runner, containerd.Owner(other)) {
+		t.Error("a stopped Runner's objects are still spared")
 	}
 }

@@ -437,12 +437,21 @@ func TestSweep(t *testing.T) {
 // Runner would leave it; start also starts its task (sleep 1000).
 func (f *fixture) plant(t *testing.T, id, host string, start bool) {
 	t.Helper()
+	f.plantOwned(t, id, host, "", start)
+}
+
+// plantOwned is plant with a relay.owner label, unless owner is empty.
+func (f *fixture) plantOwned(t *testing.T, id, host, owner string, start bool) {
+	t.Helper()
 	ctx := t.Context()
 	img, err := f.client.GetImage(ctx, containerdtest.Image)
 	if err != nil {
 		t.Fatal(err)
 	}
 	labels := map[string]string{containerd.LabelHost: host}
+	if owner != "" {
+		labels[containerd.LabelOwner] = owner
+	}
 	c, err := f.client.NewContainer(ctx, id,
 		client.WithImage(img),
 		client.WithSnapshotter(containerdtest.Snapshotter),

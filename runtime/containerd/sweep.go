@@ -42,10 +42,7 @@ func (r *Runner) Ping(ctx context.Context) error {
 func (r *Runner) Sweep(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
 	r.announce(ctx)
-	var err error
-	if !r.twinSuspected(ctx) {
-		err = r.sweepHost(ctx, r.hostID)
-	}
+	err := r.sweepHost(ctx, r.hostID)
 	if gerr := r.sweepGoneHosts(ctx); gerr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep gone workers: %w", classify(gerr)))
 	}
@@ -53,17 +50,29 @@ func (r *Runner) Sweep(ctx context.Context) error {
 }
 
 // sweepHost removes the containers and snapshots labelled relay.host=host,
-// except this Runner's live ones and task-less containers younger than the
-// task-creation grace.
+// except this Runner's live ones, task-less containers younger than the
+// task-creation grace and, under this Runner's own host id, those of
+// another live process (relay.owner).
 func (r *Runner) sweepHost(ctx context.Context, host string) error {
 	filter := hostFilter(host)
 	conts, err := r.client.Containers(ctx, filter)
 	if err != nil {
 		return fmt.Errorf("containerd: sweep: list containers: %w", classify(err))
 	}
+	// Only under its own host id: others' pids may be in another pid
+	// namespace (another pod), where they mean nothing here.
+	spare := func(labels map[string]string) bool {
+		return host == r.hostID && r.ownedByAnotherLiveRunner(ctx, labels[LabelOwner])
+	}
 	var errs []error
 	for _, c := range conts {
-		if r.isLive(c.ID()) || r.mayGetTask(ctx, c) {
+		if r.isLive(c.ID()) {
+			continue
+		}
+		if labels, err := c.Labels(ctx); err == nil && spare(labels) {
+			continue
+		}
+		if r.mayGetTask(ctx, c) {
 			continue
 		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()), slog.String("host_id", host))
@@ -75,7 +84,9 @@ func (r *Runner) sweepHost(ctx context.Context, host string) error {
 	sn := r.client.SnapshotService(r.snapshotter)
 	var keys []string
 	err = sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		keys = append(keys, info.Name)
+		if !spare(info.Labels) {
+			keys = append(keys, info.Name)
+		}
 		return nil
 	}, filter)
 	if err != nil {
