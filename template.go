@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/distribution/reference"
 	"github.com/goccy/go-yaml/ast"
@@ -224,6 +225,12 @@ func (t *tpl) retries(n ast.Node, path string) int {
 	return int(v)
 }
 
+// notRefChar reports a character outside every part of an OCI reference
+// (name, tag, digest).
+func notRefChar(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:@", r))
+}
+
 // parseTemplate fills app from template source, adding every error found.
 func parseTemplate(app *App, src []byte) {
 	t := &tpl{file: app.File, errs: &app.Errors}
@@ -274,6 +281,9 @@ func parseTemplate(app *App, src []byte) {
 			if s, ok := t.str(fl.value, "image"); ok {
 				if s == "" || strings.IndexFunc(s, isSpace) >= 0 {
 					t.errorf(fl.value, "image", "image must be an OCI reference such as docker.io/library/busybox:1.36")
+				} else if i := strings.IndexFunc(s, notRefChar); i >= 0 {
+					r, _ := utf8.DecodeRuneInString(s[i:])
+					t.errorf(fl.value, "image", "%q contains %q, which no OCI reference can; use e.g. docker.io/library/busybox:1.36", s, r)
 				} else if _, err := reference.ParseDockerRef(s); err != nil {
 					// The runtime parses it the same way; caught here, the
 					// app is refused at load instead of holding every message.
