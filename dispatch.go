@@ -247,9 +247,13 @@ func (e *Engine) orphan(ctx context.Context, d *delivery, field string) {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "unfinished invocation of a handler no longer declared; dead-lettering it", attrs()...)
 		e.deadLetter(ctx, d, c.Lease, e.entry(d, name, handler, c.Lease.Attempt, reason, tr))
 	case invocation.Claimed:
-		// Its state went away since Unfinished read it: nothing to run.
-		d.held = true
+		// With one attempt allowed, only an invocation that never ran is
+		// claimed (given back uncharged, or its state went away): its rule
+		// is gone, as if the event had arrived after the change, which
+		// would have left it unmatched. Give the claim back; the message is
+		// acknowledged without it.
 		e.releaseLease(ctx, d, c.Lease, attrs)
+		e.log.LogAttrs(ctx, slog.LevelInfo, "invocation of a handler no longer declared had no attempt charged; dropped with its rule", attrs()...)
 	case invocation.Running, invocation.NotDue:
 		d.held = true
 	}
@@ -406,19 +410,29 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 	app := cl.app
 	span := d.span // the attempt's span once it starts
 	attrs := func(extra ...slog.Attr) []slog.Attr { return e.callAttrs(d, span, cl, extra...) }
-	if !app.Available() {
-		d.held = true
-		e.log.LogAttrs(ctx, slog.LevelWarn, "app unavailable; message left pending", attrs(slog.Any("error", app.Errors.Err()))...)
-		return
-	}
-	if ctx.Err() != nil {
-		d.held = true // shutting down: start nothing new
-		return
-	}
 	maxAttempts := cl.retries + 1
 	// The lease covers the run and its teardown: a live attempt must never
 	// look expired to another delivery.
 	lease := cl.timeout + e.o.leaseGrace
+	// record leaves an invocation that does not start now recorded,
+	// uncharged, for its redelivery, which may no longer match the rule (a
+	// now() cutoff passes): Unfinished then still lists it.
+	record := func() {
+		if c, claimed := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts); claimed {
+			e.releaseLease(ctx, d, c.Lease, attrs)
+		}
+	}
+	if !app.Available() {
+		d.held = true
+		e.log.LogAttrs(ctx, slog.LevelWarn, "app unavailable; message left pending", attrs(slog.Any("error", app.Errors.Err()))...)
+		record()
+		return
+	}
+	if ctx.Err() != nil {
+		d.held = true // shutting down: start nothing new
+		record()
+		return
+	}
 	noSlot := func() {
 		d.held = true
 		if ctx.Err() == nil {
@@ -433,12 +447,7 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		var ok bool
 		if release, ok = e.tryAcquire(app); !ok {
 			if release, ok = e.waitAcquire(ctx, app); !ok {
-				// Record the invocation, uncharged, before leaving: its
-				// redelivery may no longer match the rule (a now() cutoff
-				// passes) and must still drive it.
-				if c, claimed := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts); claimed {
-					e.releaseLease(ctx, d, c.Lease, attrs)
-				}
+				record()
 				noSlot()
 				return
 			}

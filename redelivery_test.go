@@ -184,3 +184,50 @@ events:
 		t.Errorf("DLQ entries: %+v, want none", es)
 	}
 }
+
+// TestShutdownRecordsWhatItDoesNotStart: a graceful stop abandons the
+// running handler and starts none of the message's later invocations; each
+// stays recorded with no attempt used, so the redelivery drives them even
+// past the rules' now() cutoff. An invocation whose rule was removed
+// meanwhile, never charged an attempt, is dropped with its rule, as an
+// event arriving after the change would be unmatched: no DLQ entry, no
+// message left pending forever (both found by a hostile trial).
+func TestShutdownRecordsWhatItDoesNotStart(t *testing.T) {
+	const before = `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}}
+  - {handler: h.two, pattern: {kind: [x]}}
+`
+	h := newHarness(t, map[string]string{"a": before})
+	h.handle("a/h.one", func(ctx context.Context, _ runtime.Request) error {
+		<-ctx.Done() // abandoned at the shutdown timeout
+		return ctx.Err()
+	})
+	h.handle("a/h.two", nil)
+	stop := h.start("c1", shutdownTimeout(200*time.Millisecond))
+	id := h.publish("event", `{"kind":"x"}`)
+	waitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
+	stop()
+	st := h.hash(id)
+	for _, f := range []string{"a/h.one", "a/h.two"} {
+		if !strings.HasPrefix(st[f], "next_attempt_at:") || attemptsUsed(t, st[f]) != 0 {
+			t.Errorf("%s after the stop = %q, want recorded with no attempt used", f, st[f])
+		}
+	}
+
+	// h.one removed, h.two's rule no longer matching the event.
+	h.apps = writeApps(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
+	h.reg = prometheus.NewRegistry()
+	h.start("c1")
+	waitFor(t, 10*time.Second, "the message settled", h.settled)
+	if n := h.calls.count("a/h.two"); n != 1 {
+		t.Errorf("h.two ran %d times, want 1: recorded, it runs though the event no longer matches", n)
+	}
+	if n := h.calls.count("a/h.one"); n != 1 {
+		t.Errorf("h.one ran %d times, want only the abandoned run", n)
+	}
+	if es := h.dlqEntries(); len(es) != 0 {
+		t.Errorf("DLQ entries: %+v, want none", es)
+	}
+}
