@@ -1,6 +1,9 @@
 package containerd
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // StopPresence stops r refreshing its presence label and leaves the label
 // and every container in place, as a SIGKILL of its process would.
@@ -13,3 +16,10 @@ func OwnedByAnotherLiveRunner(r *Runner, owner string) bool {
 
 // Owner returns r's relay.owner value.
 func Owner(r *Runner) string { return r.presence.nonce }
+
+// OwnerOf returns the "<pid>-<start time>" prefix of a relay.owner value
+// for process pid.
+func OwnerOf(pid int) string {
+	start, _, _ := procStat(pid)
+	return strconv.Itoa(pid) + "-" + start
+}

@@ -66,7 +66,8 @@ const (
 	// LabelWarm is "true" on warm containers, which serve many invocations
 	// (their relay.handler label is empty).
 	LabelWarm = "relay.warm"
-	// LabelOwner names the Runner that created the object, "<pid>-<random>":
+	// LabelOwner names the Runner that created the object,
+	// "<pid>-<start time>-<random>":
 	// Sweep spares another live process's objects under its own host id (two
 	// workers given one consumer name), and sweeps at once those of a
 	// process that is gone (a restart after a crash).

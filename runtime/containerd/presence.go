@@ -1,8 +1,11 @@
 package containerd
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strconv"
@@ -129,11 +132,12 @@ func (r *Runner) noteTwin(ctx context.Context, current string) {
 // from New until Close.
 var liveRunners sync.Map
 
-// ownedByAnotherLiveRunner reports whether owner, a relay.owner value, is
-// another Runner that may still run: one of this process, or a process
-// with its pid. A pid equal to this process's that is not one of its
-// Runners was a previous process's: a worker restarted in a container gets
-// pid 1 again. An empty or foreign owner is nobody's.
+// ownedByAnotherLiveRunner reports whether owner, a relay.owner value
+// ("<pid>-<start time>-<random>"), is another Runner that may still run:
+// one of this process, or a live process with its pid and start time. A
+// pid equal to this process's that is not one of its Runners was a
+// previous process's: a worker restarted in a container gets pid 1 again.
+// An empty or foreign owner is nobody's.
 func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) bool {
 	if owner == "" || owner == r.presence.nonce {
 		return false
@@ -141,18 +145,63 @@ func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) boo
 	if _, ok := liveRunners.Load(owner); ok {
 		return true
 	}
-	pidStr, _, ok := strings.Cut(owner, "-")
-	pid, err := strconv.Atoi(pidStr)
-	if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
+	parts := strings.Split(owner, "-")
+	pid, err := strconv.Atoi(parts[0])
+	if len(parts) < 2 || err != nil || pid <= 0 || pid == os.Getpid() {
 		return false
 	}
-	err = syscall.Kill(pid, 0)
-	if err == nil || errors.Is(err, syscall.EPERM) {
+	start := ""
+	if len(parts) == 3 {
+		start = parts[1]
+	}
+	if processLives(pid, start) {
 		r.logger.LogAttrs(ctx, slog.LevelDebug, "sparing a container of another live process with this host id",
 			slog.String("owner", owner))
 		return true
 	}
 	return false
+}
+
+// ownerPrefix returns this process's relay.owner prefix, "<pid>-<start time>",
+// the start time empty where /proc cannot tell it.
+func ownerPrefix() string {
+	start, _, _ := procStat(os.Getpid())
+	return strconv.Itoa(os.Getpid()) + "-" + start
+}
+
+// processLives reports whether process pid runs and, when start is set,
+// is the one that started then (not a later process given the same pid).
+// A zombie, killed but not yet reaped by its parent, is gone.
+func processLives(pid int, start string) bool {
+	st, state, err := procStat(pid)
+	switch {
+	case err == nil:
+		return state != 'Z' && state != 'X' && (start == "" || st == start)
+	case errors.Is(err, fs.ErrNotExist):
+		return false
+	}
+	// No /proc to read: whether the pid exists is all one can know.
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// procStat returns the start time (clock ticks after boot) and the state
+// of process pid from /proc/<pid>/stat (proc(5)).
+func procStat(pid int) (start string, state byte, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold anything.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 > len(b) {
+		return "", 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 20 || len(f[0]) == 0 {
+		return "", 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return f[19], f[0][0], nil
 }
 
 // parsePresence reads a presence label value, "<Unix milliseconds> <nonce>".

@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -195,7 +196,9 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 
 // TestOwnerLiveness: Sweep spares, under its own host id, the objects of
 // another Runner that may still run, and not those of a process that is
-// gone, even one that had this process's pid (a restart in a container).
+// gone: exited, a zombie its parent has not reaped yet, a later process
+// given the same pid, or a previous process that had this process's pid
+// (a restart in a container).
 func TestOwnerLiveness(t *testing.T) {
 	f := newFixture(t)
 	other := f.newRunner(t, f.runner.HostID())
@@ -203,15 +206,31 @@ func TestOwnerLiveness(t *testing.T) {
 	if err := done.Run(); err != nil {
 		t.Fatal(err)
 	}
+	// A child that exits and is not waited for stays a zombie.
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	zombieOwner := containerd.OwnerOf(zombie.Process.Pid) + "-feedface"
+	testutil.WaitFor(t, 10*time.Second, "the child to exit", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", zombie.Process.Pid))
+		return err == nil && strings.Contains(string(b), ") Z ")
+	})
+	defer zombie.Wait()
 	pid := strconv.Itoa(os.Getpid())
+	initOwner := containerd.OwnerOf(1)
 	for owner, want := range map[string]bool{
-		containerd.Owner(f.runner):                   false, // its own: isLive decides
-		containerd.Owner(other):                      true,  // another Runner of this process
-		pid + "-feedface":                            false, // a previous process with this pid
-		strconv.Itoa(done.Process.Pid) + "-feedface": false, // exited
-		"1-feedface":                                 true,  // init runs
-		"garbage":                                    false,
-		"":                                           false, // a Relay before owner labels
+		containerd.Owner(f.runner):                     false, // its own: isLive decides
+		containerd.Owner(other):                        true,  // another Runner of this process
+		containerd.OwnerOf(os.Getpid()) + "-feedface":  false, // a previous process with this pid
+		pid + "-feedface":                              false,
+		strconv.Itoa(done.Process.Pid) + "-1-feedface": false, // exited
+		zombieOwner:             false, // killed, not reaped
+		initOwner + "-feedface": true,  // init runs
+		"1-12345-feedface":      false, // another process that had pid 1
+		"1-feedface":            true,  // pid only (no start time): init runs
+		"garbage":               false,
+		"":                      false, // a Relay before owner labels
 	} {
 		if got := containerd.OwnedByAnotherLiveRunner(f.runner, owner); got != want {
 			t.Errorf("owner %q: spared = %v, want %v", owner, got, want)

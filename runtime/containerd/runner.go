@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -75,7 +74,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		cleanupTimeout: o.cleanupTimeout,
 		taskGrace:      o.taskCreationGrace,
 		orphanTimeout:  o.orphanTimeout,
-		presence:       presence{stop: make(chan struct{}), nonce: strconv.Itoa(os.Getpid()) + "-" + randomHex(6)},
+		presence:       presence{stop: make(chan struct{}), nonce: ownerPrefix() + "-" + randomHex(6)},
 
 		pull:                 o.pull,
 		pullTimeout:          o.pullTimeout,
