@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
@@ -73,7 +74,7 @@ func retryWrite(octx context.Context, op func(context.Context) error) error {
 		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 			return err
 		}
-		if !sleepCtx(octx, retryDelay(tries)) {
+		if !ctxtime.Sleep(octx, retryDelay(tries)) {
 			return err
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stream"
@@ -328,7 +329,7 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 		for ; n > 0; n-- {
 			<-e.msgSlots
 		}
-		if fails > 0 && !sleepCtx(ctx, retryDelay(fails)) {
+		if fails > 0 && !ctxtime.Sleep(ctx, retryDelay(fails)) {
 			return
 		}
 	}
@@ -573,15 +574,4 @@ func retryDelay(fails int) time.Duration {
 	d := 100 * time.Millisecond << min(fails-1, 6)
 	d = min(d, 5*time.Second)
 	return d/2 + rand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
 )
 
@@ -336,7 +337,7 @@ func (s *Scheduler) publishAll(ctx context.Context, batch []occurrence) {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule publish failed; retrying",
 				s.attrs(f.occurrence, slog.Int(telemetry.Attempt, attempt+1), slog.Duration("retry_in", wait), slog.String("error", f.err.Error()))...)
 		}
-		if !sleep(ctx, wait) {
+		if !ctxtime.Sleep(ctx, wait) {
 			break
 		}
 		pending = pending[:0]
@@ -428,17 +429,5 @@ func (s *Scheduler) drain(ctx context.Context) {
 			s.log.LogAttrs(ctx, slog.LevelError, "cannot remove a published occurrence from the schedule outbox", s.attrs(oc, slog.String("error", err.Error()))...)
 		}
 		s.report(ctx, oc, published)
-	}
-}
-
-// sleep waits d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

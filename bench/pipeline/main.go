@@ -52,6 +52,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/bench/internal/benchkit"
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stream"
 )
@@ -289,7 +290,7 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode, name s
 		}
 		// A short poll interval bounds the error of the end time; one
 		// poll costs the server two cheap commands.
-		if !sleep(ctx, 5*time.Millisecond) {
+		if !ctxtime.Sleep(ctx, 5*time.Millisecond) {
 			return result{}, ctx.Err()
 		}
 	}
@@ -323,21 +324,10 @@ func orphan(ctx context.Context, c rueidis.Client, name string, n int) error {
 	if err := c.Do(ctx, cmd).Error(); err != nil {
 		return fmt.Errorf("deliver to the dead consumer: %w", err)
 	}
-	if !sleep(ctx, reclaimIdle+100*time.Millisecond) {
+	if !ctxtime.Sleep(ctx, reclaimIdle+100*time.Millisecond) {
 		return ctx.Err()
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // cleanup deletes the stream, its DLQ and stats and its invocation hashes.
