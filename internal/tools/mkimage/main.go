@@ -109,6 +109,13 @@ func run(out, refStr, busyboxPath string) error {
 	if err != nil {
 		return fmt.Errorf("layer: %w", err)
 	}
+	return writeImage(out, ref, layer, []string{"PATH=/bin"}, []string{"/bin/sh"}, "relay test image: static busybox")
+}
+
+// writeImage builds a linux/amd64 image of the single layer with a fixed
+// creation time, env, cmd, working directory / and, when description is
+// set, an image description label, and writes it with writeArchive.
+func writeImage(out string, ref name.Reference, layer v1.Layer, env, cmd []string, description string) error {
 	img, err := mutate.AppendLayers(empty.Image, layer)
 	if err != nil {
 		return err
@@ -121,10 +128,12 @@ func run(out, refStr, busyboxPath string) error {
 	cfg.OS = "linux"
 	cfg.Architecture = "amd64"
 	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config.Env = []string{"PATH=/bin"}
-	cfg.Config.Cmd = []string{"/bin/sh"}
+	cfg.Config.Env = env
+	cfg.Config.Cmd = cmd
 	cfg.Config.WorkingDir = "/"
-	cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": "relay test image: static busybox"}
+	if description != "" {
+		cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": description}
+	}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return err
@@ -292,29 +301,7 @@ func runRootfs(out, refStr, dir string, env []string, cmdJSON, description strin
 	if err != nil {
 		return fmt.Errorf("layer: %w", err)
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS = "linux"
-	cfg.Architecture = "amd64"
-	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config.Env = env
-	cfg.Config.Cmd = cmd
-	cfg.Config.WorkingDir = "/"
-	if description != "" {
-		cfg.Config.Labels = map[string]string{"org.opencontainers.image.description": description}
-	}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return err
-	}
-	return writeArchive(out, ref, img)
+	return writeImage(out, ref, layer, env, cmd, description)
 }
 
 // virtualDirs are provided by the container runtime; only the empty
