@@ -1,6 +1,7 @@
 package benchkit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -107,19 +108,19 @@ func (s ServerStats) Without(cmds map[string]int, n int) ServerStats {
 	return s
 }
 
+// largestFirst returns m's keys by value, largest first, ties by name.
+func largestFirst[V int64 | time.Duration](m map[string]V) []string {
+	names := slices.Collect(maps.Keys(m))
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(cmp.Compare(m[b], m[a]), strings.Compare(a, b))
+	})
+	return names
+}
+
 // PerEvent formats the calls per event, most frequent first, as
 // "evalsha=3.00 xack=1.00 ...", leaving out commands below 0.005 per event.
 func (s ServerStats) PerEvent(events int) string {
-	names := slices.Collect(maps.Keys(s.Calls))
-	slices.SortFunc(names, func(a, b string) int {
-		if c := s.Calls[b] - s.Calls[a]; c != 0 {
-			if c > 0 {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
+	names := largestFirst(s.Calls)
 	var parts []string
 	for _, n := range names {
 		if per := float64(s.Calls[n]) / float64(events); per >= 0.005 {
@@ -134,16 +135,7 @@ func (s ServerStats) PerEvent(events int) string {
 // largest first, as "evalsha 31.2µs, xack 1.1µs, ...", leaving out
 // commands under 0.05µs per event.
 func (s ServerStats) TimePerEvent(events int) string {
-	names := slices.Collect(maps.Keys(s.Time))
-	slices.SortFunc(names, func(a, b string) int {
-		if c := s.Time[b] - s.Time[a]; c != 0 {
-			if c > 0 {
-				return 1
-			}
-			return -1
-		}
-		return strings.Compare(a, b)
-	})
+	names := largestFirst(s.Time)
 	var parts []string
 	for _, n := range names {
 		if scriptCalled[n] {

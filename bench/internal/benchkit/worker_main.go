@@ -198,7 +198,7 @@ func (w *child) buildEngine() error {
 
 	s := w.spec
 	opts := []relay.Option{
-		relay.WithConcurrency(cmp(s.Concurrency, 8)), relay.WithLogger(log), relay.WithMetrics(reg),
+		relay.WithConcurrency(positiveOr(s.Concurrency, 8)), relay.WithLogger(log), relay.WithMetrics(reg),
 		relay.WithStats(w.rc), relay.WithShutdownTimeout(10 * time.Second),
 	}
 	if s.MinPendingIdle > 0 {
@@ -212,7 +212,8 @@ func (w *child) buildEngine() error {
 	return err
 }
 
-func cmp(v, def int) int {
+// positiveOr returns v when it is set (> 0), else def.
+func positiveOr(v, def int) int {
 	if v > 0 {
 		return v
 	}
