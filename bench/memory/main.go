@@ -125,19 +125,11 @@ func run(addr string, n, concurrency int) error {
 	if err != nil {
 		return err
 	}
-	if addr == "" {
-		srv, err := benchkit.StartRedis(dir)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		addr = srv.Addr
-	}
-	admin, err := benchkit.Connect(addr)
+	addr, admin, closeRedis, err := benchkit.OpenRedis(addr, dir)
 	if err != nil {
 		return err
 	}
-	defer admin.Close()
+	defer closeRedis()
 
 	scenarios := scenarios(concurrency)
 	fmt.Printf("memory: %s\n", benchkit.Machine())

@@ -146,19 +146,12 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	if cfg.redis == "" {
-		srv, err := benchkit.StartRedis(dir)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		cfg.redis = srv.Addr
-	}
-	admin, err := benchkit.Connect(cfg.redis)
-	if err != nil {
+	var admin rueidis.Client
+	var closeRedis func()
+	if cfg.redis, admin, closeRedis, err = benchkit.OpenRedis(cfg.redis, dir); err != nil {
 		return err
 	}
-	defer admin.Close()
+	defer closeRedis()
 
 	fmt.Printf("pipeline: %s\n", benchkit.Machine())
 	fmt.Printf("pipeline: redis %s, %d events per run, %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",

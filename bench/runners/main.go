@@ -134,19 +134,12 @@ func run(cfg config) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg.dir = dir
-	if cfg.redis == "" {
-		srv, err := benchkit.StartRedis(dir)
-		if err != nil {
-			return err
-		}
-		defer srv.Stop()
-		cfg.redis = srv.Addr
-	}
-	rc, err := benchkit.Connect(cfg.redis)
-	if err != nil {
+	var rc rueidis.Client
+	var closeRedis func()
+	if cfg.redis, rc, closeRedis, err = benchkit.OpenRedis(cfg.redis, dir); err != nil {
 		return err
 	}
-	defer rc.Close()
+	defer closeRedis()
 
 	var cc *ctrclient.Client
 	needsContainerd := false

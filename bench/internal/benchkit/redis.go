@@ -110,3 +110,23 @@ func freePort() (int, error) {
 	}
 	return a.Port, nil
 }
+
+// OpenRedis connects to the server at addr, or, when addr is empty, to one
+// started with StartRedis in dir. It returns the address, a client, and a
+// close that closes the client and stops a server it started.
+func OpenRedis(addr, dir string) (string, rueidis.Client, func(), error) {
+	stop := func() {}
+	if addr == "" {
+		srv, err := StartRedis(dir)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		addr, stop = srv.Addr, srv.Stop
+	}
+	c, err := Connect(addr)
+	if err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return addr, c, func() { c.Close(); stop() }, nil
+}
