@@ -15,7 +15,7 @@ func OwnedByAnotherLiveRunner(r *Runner, owner string) bool {
 }
 
 // Owner returns r's relay.owner value.
-func Owner(r *Runner) string { return r.presence.nonce }
+func Owner(r *Runner) string { return r.presence.owner }
 
 // OwnerOf returns the "<pid>-<start time>" prefix of a relay.owner value
 // for process pid.

@@ -18,10 +18,10 @@ import (
 )
 
 // LabelPresencePrefix + host id is a label of the containerd namespace whose
-// value is "<Unix milliseconds> <pid>-<random>": when the Runner with that
-// host id last said it was alive, and which process and Runner wrote it, so
-// that a Runner notices another live process writing the same label (two
-// workers given one host id). Sweep removes the containers of a host whose
+// value is "<Unix milliseconds> <owner>": when the Runner with that host id
+// last said it was alive, and its LabelOwner value, so that a Runner
+// notices another process writing the same label (two workers given one
+// host id). Sweep removes the containers of a host whose
 // presence is older than the orphan timeout (WithOrphanTimeout), so that a
 // worker replaced under another host id (a Kubernetes pod of a new name, a
 // killed CLI) does not leave warm containers or hung handlers running
@@ -35,7 +35,7 @@ type presence struct {
 	stop chan struct{} // closed by Close
 	done chan struct{} // closed when the refresh loop returned
 
-	nonce string // this Runner's, in the label's value
+	owner string // this Runner's LabelOwner value, also in the label's value
 
 	mu      sync.Mutex
 	closed  bool
@@ -90,7 +90,7 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	defer cancel()
 	now := time.Now()
 	key := LabelPresencePrefix + r.hostID
-	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + r.presence.nonce
+	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + r.presence.owner
 	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
 	if err == nil {
 		r.noteTwin(ctx, labels[key])
@@ -139,7 +139,7 @@ var liveRunners sync.Map
 // previous process's: a worker restarted in a container gets pid 1 again.
 // An empty or foreign owner is nobody's.
 func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) bool {
-	if owner == "" || owner == r.presence.nonce {
+	if owner == "" || owner == r.presence.owner {
 		return false
 	}
 	if _, ok := liveRunners.Load(owner); ok {
@@ -204,14 +204,15 @@ func procStat(pid int) (start string, state byte, err error) {
 	return f[19], f[0][0], nil
 }
 
-// parsePresence reads a presence label value, "<Unix milliseconds> <nonce>".
-func parsePresence(v string) (at time.Time, nonce string, ok bool) {
-	ms, nonce, _ := strings.Cut(v, " ")
+// parsePresence reads the time of a presence label value,
+// "<Unix milliseconds> <owner>".
+func parsePresence(v string) (at time.Time, ok bool) {
+	ms, _, _ := strings.Cut(v, " ")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if err != nil {
-		return time.Time{}, "", false
+		return time.Time{}, false
 	}
-	return time.UnixMilli(n), nonce, true
+	return time.UnixMilli(n), true
 }
 
 // healthyFor reports whether this Runner's own refreshes have succeeded for
@@ -257,7 +258,7 @@ func (r *Runner) stopPresence() (announced bool) {
 	p.closed = true
 	close(p.stop)
 	p.mu.Unlock()
-	liveRunners.Delete(p.nonce)
+	liveRunners.Delete(p.owner)
 	p.once.Do(func() {}) // waits for an announce in progress; none from now on
 	if p.done == nil {
 		return false
@@ -284,7 +285,7 @@ func (r *Runner) sweepGoneHosts(ctx context.Context) error {
 		if !ok || host == r.hostID {
 			continue
 		}
-		at, _, ok := parsePresence(v)
+		at, ok := parsePresence(v)
 		if !ok {
 			continue // not ours to interpret
 		}

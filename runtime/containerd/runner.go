@@ -74,7 +74,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		cleanupTimeout: o.cleanupTimeout,
 		taskGrace:      o.taskCreationGrace,
 		orphanTimeout:  o.orphanTimeout,
-		presence:       presence{stop: make(chan struct{}), nonce: ownerPrefix() + "-" + randomHex(6)},
+		presence:       presence{stop: make(chan struct{}), owner: ownerPrefix() + "-" + randomHex(6)},
 
 		pull:                 o.pull,
 		pullTimeout:          o.pullTimeout,
@@ -93,7 +93,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
-	liveRunners.Store(r.presence.nonce, struct{}{})
+	liveRunners.Store(r.presence.owner, struct{}{})
 	return r, nil
 }
 
@@ -209,7 +209,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	id := containerID(req.App, req.Handler)
 	r.track(id, true)
 	defer r.track(id, false)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.nonce, LabelApp: req.App, LabelHandler: req.Handler}
+	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelHandler: req.Handler}
 	newOpts := []client.NewContainerOpts{
 		client.WithImage(img),
 		client.WithSnapshotter(r.snapshotter),

@@ -69,10 +69,9 @@ func (r *Runner) sweepHost(ctx context.Context, host string) error {
 		if r.isLive(c.ID()) {
 			continue
 		}
-		if labels, err := c.Labels(ctx); err == nil && spare(labels) {
-			continue
-		}
-		if r.mayGetTask(ctx, c) {
+		// The listing's metadata: no call to containerd.
+		info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+		if err == nil && (spare(info.Labels) || r.mayGetTask(ctx, c, info.CreatedAt)) {
 			continue
 		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()), slog.String("host_id", host))
@@ -143,12 +142,12 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 // mayGetTask reports whether c has no task yet but is younger than the
 // task-creation grace (WithTaskCreationGrace): its task may still be being
 // created.
-func (r *Runner) mayGetTask(ctx context.Context, c client.Container) bool {
-	if _, err := c.Task(ctx, nil); !errdefs.IsNotFound(err) {
+func (r *Runner) mayGetTask(ctx context.Context, c client.Container, created time.Time) bool {
+	if time.Since(created) >= r.taskGrace {
 		return false
 	}
-	info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
-	return err == nil && time.Since(info.CreatedAt) < r.taskGrace
+	_, err := c.Task(ctx, nil)
+	return errdefs.IsNotFound(err)
 }
 
 // deleteTask deletes c's task and treats an error as success when the task

@@ -258,7 +258,7 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 	}
 	id := containerID(req.App, "warm")
 	r.track(id, true)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.nonce, LabelApp: req.App, LabelWarm: "true"}
+	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelWarm: "true"}
 	// The container's environment is the app's, without the variables of
 	// any one request: the bootstrap resets to it before each invocation.
 	base := runtime.Request{App: req.App, Spec: req.Spec}
