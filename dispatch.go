@@ -446,12 +446,10 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		// A first delivery has no state, so its claim can only be attempt
 		// 1: take the slot first, and the wait holds no claim.
 		var ok bool
-		if release, ok = e.tryAcquire(app); !ok {
-			if release, ok = e.waitAcquire(ctx, app); !ok {
-				record()
-				noSlot()
-				return
-			}
+		if release, ok = e.acquire(ctx, app); !ok {
+			record()
+			noSlot()
+			return
 		}
 	}
 	c, ok := e.claimToRun(ctx, d, cl, attrs, lease, maxAttempts)
@@ -673,6 +671,15 @@ func (e *Engine) retain(ctx context.Context, id string, span trace.Span) {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
 			spanLogAttrs(id, span, slog.Any("error", err))...)
 	}
+}
+
+// acquire takes the app's and the global concurrency slot, at once when
+// both are free, else waiting as waitAcquire does.
+func (e *Engine) acquire(ctx context.Context, app *App) (release func(), ok bool) {
+	if release, ok = e.tryAcquire(app); ok {
+		return release, true
+	}
+	return e.waitAcquire(ctx, app)
 }
 
 // tryAcquire takes the app's and the global concurrency slot if both are
