@@ -78,7 +78,7 @@ func TestClusterEndToEnd(t *testing.T) {
 
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	apps := writeApp(t, "shop", fmt.Sprintf(clusterApp, ledger), map[string]string{"handler.sh": clusterHandler})
-	metricsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	metricsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(testutil.FreePort(t)))
 
 	type worker struct {
 		cmd    *exec.Cmd
@@ -396,16 +396,6 @@ func httpGet(t *testing.T, url string) string {
 		t.Errorf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	return string(b)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestClusterSchedulePublish runs the schedule publisher's script, which

@@ -548,7 +548,7 @@ func TestTLS(t *testing.T) {
 	}
 	dir := t.TempDir()
 	pki := newTestPKI(t, dir)
-	port := freeLoopbackPort(t)
+	port := testutil.FreePort(t)
 	cmd := exec.Command("redis-server", "--port", "0", "--tls-port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey, "--tls-ca-cert-file", pki.ca,
 		"--tls-auth-clients", "yes", "--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
@@ -650,16 +650,6 @@ func newTestPKI(t *testing.T, dir string) testPKI {
 	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
 	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
 	return p
-}
-
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestStartStreamListOneFails: relay start with a stream list runs one
