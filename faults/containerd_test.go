@@ -179,35 +179,23 @@ func TestContainerdSoak(t *testing.T) {
 		return len(cs)
 	}
 	restartTasks := 0 // handlers running when containerd went down
-	stopKills := make(chan struct{})
-	killerDone := make(chan struct{})
-	go func() {
-		defer close(killerDone)
-		for {
-			select {
-			case <-stopKills:
-				return
-			case <-time.After(time.Duration(1500+rand.IntN(1500)) * time.Millisecond):
+	stopKills := s.faultEvery(1500*time.Millisecond, 1500*time.Millisecond, func() {
+		// Kill mid-handler when some worker runs a container.
+		var busy []string
+		for _, n := range names {
+			if containersOf(n) > 0 {
+				busy = append(busy, n)
 			}
-			s.fault(func() {
-				// Kill mid-handler when some worker runs a container.
-				var busy []string
-				for _, n := range names {
-					if containersOf(n) > 0 {
-						busy = append(busy, n)
-					}
-				}
-				victim := names[rand.IntN(len(names))]
-				if len(busy) > 0 {
-					victim = busy[rand.IntN(len(busy))]
-					s.mu.Lock()
-					s.killsMidHandler++
-					s.mu.Unlock()
-				}
-				s.restart(victim, syscall.SIGKILL)
-			})
 		}
-	}()
+		victim := names[rand.IntN(len(names))]
+		if len(busy) > 0 {
+			victim = busy[rand.IntN(len(busy))]
+			s.mu.Lock()
+			s.killsMidHandler++
+			s.mu.Unlock()
+		}
+		s.restart(victim, syscall.SIGKILL)
+	})
 	restartContainerd := func() {
 		s.fault(func() {
 			if resp, err := cc.TaskService().List(nsCtx, nil); err == nil {
@@ -262,8 +250,7 @@ func TestContainerdSoak(t *testing.T) {
 		newest = id
 		time.Sleep(100 * time.Millisecond) // about 10 events a second, spread over the faults
 	}
-	close(stopKills)
-	<-killerDone
+	stopKills()
 	waitQuiet(t, rc, src, newest, 5*time.Minute)
 
 	// Every container is gone once the sweeps of the live workers and the

@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,6 +192,24 @@ func (s *soak) fault(f func()) {
 	s.faultMu.Lock()
 	defer s.faultMu.Unlock()
 	f()
+}
+
+// faultEvery runs f as a fault every "every" plus up to jitter, until the
+// returned stop, which waits for the fault under way to end.
+func (s *soak) faultEvery(every, jitter time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(every + rand.N(jitter)):
+			}
+			s.fault(f)
+		}
+	}()
+	return func() { close(quit); <-done }
 }
 
 func tail(path string, lines int) string {

@@ -148,19 +148,7 @@ func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []
 	deleted := map[string]bool{}
 	var newest string
 	deletions := faultCount(events, 5, 2000)
-	stopKills := make(chan struct{})
-	killerDone := make(chan struct{})
-	go func() {
-		defer close(killerDone)
-		for {
-			select {
-			case <-stopKills:
-				return
-			case <-time.After(time.Duration(300+rand.IntN(400)) * time.Millisecond):
-			}
-			s.fault(func() { fault(s, names) })
-		}
-	}()
+	stopKills := s.faultEvery(300*time.Millisecond, 400*time.Millisecond, func() { fault(s, names) })
 	payload := func(kind string, fail, i int) string {
 		return fmt.Sprintf(`{"kind":%q,"fail":%d,"n":%d}`, kind, fail, i)
 	}
@@ -192,8 +180,7 @@ func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []
 	}
 	// Keep killing a little longer, then let the survivors drain.
 	time.Sleep(2 * time.Second)
-	close(stopKills)
-	<-killerDone
+	stopKills()
 	waitQuiet(t, rc, src, newest, 3*time.Minute)
 	s.stopAll()
 	s.checkCrashes()
