@@ -27,3 +27,15 @@ func TestDefaultBackoffSchedule(t *testing.T) {
 		t.Errorf("backoff after failed attempt 100 = %s, want the 10m cap", got)
 	}
 }
+
+// TestDefaultMinPendingIdle pins events.md "Delivery, retry, and ACK":
+// recovery reclaims messages idle beyond MinPendingIdle, default 1m.
+func TestDefaultMinPendingIdle(t *testing.T) {
+	o, err := buildOptions(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.minPendingIdle != time.Minute {
+		t.Errorf("default MinPendingIdle = %s, want 1m", o.minPendingIdle)
+	}
+}
