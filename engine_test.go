@@ -5,14 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -70,7 +71,7 @@ type harness struct {
 	reg      *prometheus.Registry
 	logs     *testutil.Buffer
 	handlers map[string]runtime.HandlerFunc
-	apps     *relay.Apps
+	apps     *app.Set
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
 	dlqw     relay.DLQWriter
 	last     string // id of the last published entry
@@ -84,27 +85,30 @@ type timing struct {
 	backoff         []time.Duration
 	shutdownTimeout time.Duration
 	concurrencyWait time.Duration
+	writeTimeout    time.Duration
 }
 
-// fastOptions shrink every timing the spec fixes so tests take seconds;
-// mods change single values.
-func fastOptions(mods ...func(*timing)) []relay.Option {
+// fastConfig shrinks every timing docs/delivery.md fixes so tests take
+// seconds; mods change single values.
+func fastConfig(mods ...func(*timing)) relay.Config {
 	tm := timing{backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, shutdownTimeout: 2 * time.Second,
 		concurrencyWait: 200 * time.Millisecond}
 	for _, m := range mods {
 		m(&tm)
 	}
-	return []relay.Option{
-		relay.WithMinPendingIdle(300 * time.Millisecond),
-		relay.WithReclaimInterval(50 * time.Millisecond),
-		relay.WithHeartbeatInterval(50 * time.Millisecond),
-		relay.WithBackoff(tm.backoff...),
-		relay.WithLeaseGrace(500 * time.Millisecond),
-		relay.WithConcurrencyWait(tm.concurrencyWait),
-		relay.WithShutdownTimeout(tm.shutdownTimeout),
-		relay.WithSweepInterval(50 * time.Millisecond),
+	return relay.Config{
+		MinPendingIdle:    300 * time.Millisecond,
+		ReclaimInterval:   50 * time.Millisecond,
+		HeartbeatInterval: 50 * time.Millisecond,
+		Backoff:           tm.backoff,
+		LeaseGrace:        500 * time.Millisecond,
+		ConcurrencyWait:   tm.concurrencyWait,
+		ShutdownTimeout:   tm.shutdownTimeout,
+		WriteTimeout:      tm.writeTimeout,
 	}
 }
+
+func writeTimeout(d time.Duration) func(*timing) { return func(tm *timing) { tm.writeTimeout = d } }
 
 func backoff(ds ...time.Duration) func(*timing) { return func(tm *timing) { tm.backoff = ds } }
 
@@ -113,23 +117,23 @@ func shutdownTimeout(d time.Duration) func(*timing) {
 }
 
 // writeApps writes templates into a temp apps root and loads it.
-func writeApps(t *testing.T, templates map[string]string) *relay.Apps {
+func writeApps(t *testing.T, templates map[string]string) *app.Set {
 	t.Helper()
-	root := t.TempDir()
-	for name, src := range templates {
-		dir := filepath.Join(root, name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, relay.TemplateFile), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(testutil.AppsRoot(t, templates))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return apps
+}
+
+// loadOne loads one app from its template source.
+func loadOne(t *testing.T, name, src string) *app.App {
+	t.Helper()
+	a := writeApps(t, map[string]string{name: src}).Get(name)
+	if a == nil {
+		t.Fatalf("app %q not loaded", name)
+	}
+	return a
 }
 
 func newHarness(t *testing.T, templates map[string]string) *harness {
@@ -167,12 +171,13 @@ func (h *harness) handle(key string, fn runtime.HandlerFunc) {
 // start runs an engine until the test ends (or stop is called).
 func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	h.t.Helper()
-	opts := append(fastOptions(mods...), relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	cfg := fastConfig(mods...)
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := h.reg // the counters tests read are c1's; other engines get their own
 	if consumer != "c1" {
 		reg = prometheus.NewRegistry()
 	}
-	opts = append(opts, relay.WithMetrics(reg))
+	cfg.Metrics = reg
 	src := h.source
 	if consumer != "c1" {
 		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
@@ -185,10 +190,16 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if h.runner != nil {
 		runner = h.runner
 	}
-	e, err := relay.New(h.apps, relay.Components{
-		Source: src, State: state, Runner: runner, DLQ: h.dlqw,
+	// Pair XACK and retention in one round trip as a Worker does, unless
+	// the test replaced the source or the store.
+	var ackRetainer relay.AckRetainer
+	if _, plain := src.(*stream.Source); plain && h.stateStore == nil {
+		ackRetainer = h.state
+	}
+	e, err := relay.NewEngine(h.apps, relay.Components{
+		Source: src, State: state, Runner: runner, DLQ: h.dlqw, AckRetainer: ackRetainer,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
-	}, opts...)
+	}, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -934,11 +945,11 @@ func attemptsUsed(t *testing.T, v string) int {
 
 func TestNewValidates(t *testing.T) {
 	apps := writeApps(t, map[string]string{"users": usersApp})
-	_, err := relay.New(apps, relay.Components{}, relay.WithConcurrency(0), relay.WithMinPendingIdle(-1))
+	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{MaxConcurrency: -1, MinPendingIdle: -1})
 	if err == nil {
-		t.Fatal("New accepted missing components")
+		t.Fatal("NewEngine accepted missing components")
 	}
-	for _, want := range []string{"Components.Source is required", "Components.Stream is required", "WithConcurrency: must be > 0", "WithMinPendingIdle"} {
+	for _, want := range []string{"Components.Source is required", "Components.Stream is required", "Config.MaxConcurrency: must be >= 0", "Config.MinPendingIdle"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
@@ -1058,10 +1069,10 @@ func (s *toggleSource) Read(ctx context.Context, n int) ([]stream.Message, error
 func TestPingReportsConsuming(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	src := &toggleSource{StreamSource: h.src}
-	e, err := relay.New(h.apps, relay.Components{
+	e, err := relay.NewEngine(h.apps, relay.Components{
 		Source: src, State: h.state, Runner: runtime.NewFunc(nil), DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: "c1",
-	}, append(fastOptions(), relay.WithMetrics(prometheus.NewRegistry()))...)
+	}, fastConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/matcher"
@@ -33,7 +35,7 @@ func ExampleEngine() {
 		fmt.Println(err)
 		return
 	}
-	apps, err := relay.NewApps(&relay.App{Name: "signups", Rules: []relay.Rule{
+	apps, err := app.NewSet(&app.App{Name: "signups", Rules: []app.Rule{
 		{Handler: "mail.welcome", Pattern: signup, Retries: 2},
 		{Handler: "crm.sync", Pattern: signup, Retries: 1},
 	}})
@@ -56,16 +58,16 @@ func ExampleEngine() {
 		},
 	})
 
-	engine, err := relay.New(apps, relay.Components{
+	engine, err := relay.NewEngine(apps, relay.Components{
 		Source: src.Consumer("worker-1"), State: state, Runner: runner, DLQ: dead,
 		Stream: "events", Group: "workers", Consumer: "worker-1",
-	},
-		relay.WithLogger(slog.New(slog.DiscardHandler)),
-		// The spec's timings are minutes; shrink them so retries come fast.
-		relay.WithMinPendingIdle(50*time.Millisecond),
-		relay.WithReclaimInterval(10*time.Millisecond),
-		relay.WithBackoff(10*time.Millisecond),
-	)
+	}, relay.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		// The production timings are minutes; shrink them so retries come fast.
+		MinPendingIdle:  50 * time.Millisecond,
+		ReclaimInterval: 10 * time.Millisecond,
+		Backoff:         []time.Duration{10 * time.Millisecond},
+	})
 	if err != nil {
 		fmt.Println(err)
 		return

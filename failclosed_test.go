@@ -158,23 +158,6 @@ events:
 	}
 }
 
-// sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
-type sweepingRunner struct {
-	relay.Runner
-	sweeps atomic.Int32
-}
-
-func (s *sweepingRunner) Sweep(context.Context) error { s.sweeps.Add(1); return nil }
-
-func TestEngineSweepsARunnerThatCan(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": usersApp})
-	sw := &sweepingRunner{Runner: runtime.NewFunc(h.handlers)}
-	h.runner = sw
-	h.start("c1")
-	// Once at start, then every sweep interval (50ms here).
-	waitFor(t, 5*time.Second, "repeated sweeps", func() bool { return sw.sweeps.Load() >= 3 })
-}
-
 // failingFinishFor fails every Finish until a deadline, as a Redis outage
 // longer than one write's timeout would.
 type failingFinishFor struct {
@@ -196,7 +179,6 @@ func (f *failingFinishFor) Finish(ctx context.Context, l invocation.Lease) error
 // instead of letting the lease expire into a failed attempt (found by a
 // fresh-user trial: the success was dead-lettered).
 func TestSuccessSurvivesOutageLongerThanWriteTimeout(t *testing.T) {
-	relay.SetWriteTimeout(t, 200*time.Millisecond)
 	h := newHarness(t, map[string]string{"users": `
 image: x
 events:
@@ -205,7 +187,7 @@ events:
 	h.handle("users/events.created", nil)
 	down := &failingFinishFor{StateStore: h.state, until: time.Now().Add(1500 * time.Millisecond)}
 	h.stateStore = down
-	h.start("c1")
+	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	waitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("users/events.created"); n != 1 {

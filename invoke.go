@@ -4,124 +4,390 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/telemetry"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 )
 
-// InvokeResult is the outcome of one handler run by Invoke.
-type InvokeResult struct {
-	App     string
-	Handler string
-	// Duration is the wall time of the run, runtime setup included.
-	Duration time.Duration
-	// Err is nil when the handler succeeded. It wraps *runtime.ExitError
-	// when the handler failed or timed out, and is any other error when the
-	// handler could not run (see Runner).
-	Err error
+// invoke is the third stage: it takes one invocation through one step of
+// its lifecycle (docs/delivery.md#attempts-retries-backoff) and returns
+// what happened. When the invocation is due it claims the next attempt,
+// runs the handler in a concurrency slot and records the result: success,
+// a retry, or exhaustion and its dead-letter entry. Otherwise it returns why
+// it did not run: the invocation is finished, leased elsewhere, not due, or
+// cannot start now (app unavailable, no slot, shutting down), in which case
+// it stays recorded uncharged for its redelivery.
+func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call) Outcome {
+	o := Outcome{App: c.app, Handler: c.handler, MaxAttempts: c.retries + 1}
+	a := d.gen.apps.Get(c.app)
+	switch {
+	case !a.Available():
+		o.Kind, o.Err = Unavailable, a.Errors.Err()
+		return e.notStarted(ctx, d, c, o)
+	case ctx.Err() != nil:
+		o.Kind = Stopping // start nothing new
+		return e.notStarted(ctx, d, c, o)
+	}
+	l, release, o, ok := e.start(ctx, d, a, c, o)
+	if !ok {
+		return o
+	}
+	ctx, o.span = startAttempt(ctx, e.tracer, c.app, c.handler, d.msg.ID, l.Attempt, o.MaxAttempts, l.Trace)
+	// The lineage goes with every transition that ends the attempt
+	// unsuccessfully, so the next attempt links to this one.
+	l = withLineage(l, o.span)
+	o.Attempt = l.Attempt
+	err := e.run(runCtx, d, a, c, l, &o)
+	release()
+	return e.record(ctx, runCtx, d, c, l, o, err)
 }
 
-// Failed reports whether the handler did not succeed.
-func (r InvokeResult) Failed() bool { return r.Err != nil }
+// lease is how long an attempt of c may run before it counts as lost: its
+// timeout plus the grace that covers the runtime's setup and teardown. A
+// live attempt must never look expired to another delivery.
+func (e *Engine) lease(c call) time.Duration { return c.timeout + e.cfg.LeaseGrace }
 
-// Invoke runs every rule of app whose pattern matches event once,
-// synchronously and in declaration order, with runner: a manual invocation
-// outside the stream lifecycle (reference.md "CLI", relay app invoke).
-// Nothing is recorded in Redis: no invocation state, no retry, no DLQ entry.
-// A failed rule is reported in its result and the next rule still runs.
-// Each request has no MessageID, Attempt 1 and the rule's timeout; now()
-// cutoffs are evaluated at the current time.
-//
-// It returns no results and a nil error when no rule matches. The error
-// wraps matcher.ErrMalformed when event is not one JSON object and
-// ErrAppUnavailable when the app has template errors; nothing runs then.
-// When ctx is cancelled, the rules not started yet are skipped and the
-// error wraps ctx.Err(), alongside the results so far.
-//
-// Tracing (reference.md "Observability"): the call is an app.manual_invoke
-// span, a new root (linked to the span ctx holds, if any), with one
-// function.invoke child per rule run, whose context the handler gets as
-// TRACEPARENT. The only option that applies is WithTracerProvider; any
-// other is an error.
-func Invoke(ctx context.Context, app *App, runner Runner, event []byte, opts ...Option) ([]InvokeResult, error) {
-	if app == nil || runner == nil {
-		return nil, errors.New("relay: Invoke: nil app or runner")
-	}
-	tr, err := manualTracer("Invoke", opts)
-	if err != nil {
-		return nil, err
-	}
-	obj, err := matcher.DecodeEvent(event)
-	if err != nil {
-		return nil, fmt.Errorf("invoke %s: %w", app.Name, err)
-	}
-	if !app.Available() {
-		return nil, fmt.Errorf("invoke %s: %w: %w", app.Name, ErrAppUnavailable, app.Errors.Err())
-	}
-	ctx, span := startManual(ctx, tr, telemetry.SpanManualInvoke, telemetry.AttrApp.String(app.Name))
-	defer span.End()
-	now := time.Now()
-	var results []InvokeResult
-	for _, rule := range app.Rules {
-		if !rule.Pattern.MatchValue(obj, now) {
-			continue
+// start takes a concurrency slot and claims the next attempt, in the order
+// that never charges an attempt for a wait: a first delivery has no state,
+// so its claim can only be attempt 1, and it takes the slot first; a
+// redelivery, which may find state, claims first and, when it must wait for
+// a slot, gives the claim back, waits, and claims again with the slot in
+// hand. Were the worker to die while waiting with a claim held, the lease
+// would expire and count as a failed attempt although nothing ran. ok
+// reports a claimed attempt (its lease, with PrevTrace in Lease.Trace) and a
+// held slot; otherwise o says why not.
+func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o Outcome) (l invocation.Lease, release func(), _ Outcome, ok bool) {
+	var cl invocation.Claim
+	if d.msg.Deliveries < 2 {
+		if release, ok = e.cfg.Limiter.tryAcquire(a); !ok {
+			o.Waited = true
+			if release, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
+				return l, nil, e.notStarted(ctx, d, c, noSlot(ctx, o)), false
+			}
 		}
-		if err := ctx.Err(); err != nil {
-			return results, fmt.Errorf("invoke %s: %w", app.Name, err)
+		if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+			release()
+			return l, nil, o, false
 		}
-		results = append(results, runManual(ctx, tr, runner, runtime.Request{
-			App: app.Name, Handler: rule.Handler, Attempt: 1,
-			Event: event, Timeout: rule.Timeout, Spec: app.Spec,
-		}))
+		return leaseOf(cl), release, o, true
 	}
-	return results, nil
+	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+		return l, nil, o, false
+	}
+	if release, ok = e.cfg.Limiter.tryAcquire(a); ok {
+		return leaseOf(cl), release, o, true
+	}
+	o.Waited = true
+	if err := e.release(ctx, leaseOf(cl)); err != nil {
+		// The claim stays; its lease expires and counts as an attempt.
+		o.Kind, o.Op, o.Err = WriteFailed, "release", err
+		return l, nil, o, false
+	}
+	if release, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
+		return l, nil, noSlot(ctx, o), false
+	}
+	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+		release()
+		return l, nil, o, false
+	}
+	return leaseOf(cl), release, o, true
 }
 
-// manualTracer builds the options of Invoke or Replay (named fn), of which
-// only WithTracerProvider applies, and returns the tracer they select.
-func manualTracer(fn string, opts []Option) (trace.Tracer, error) {
-	o, err := buildOptions(opts)
-	if err != nil {
-		return nil, err
+// noSlot is o for a wait for a slot that ended without one.
+func noSlot(ctx context.Context, o Outcome) Outcome {
+	o.Kind = NoSlot
+	if ctx.Err() != nil {
+		o.Kind = Stopping
 	}
-	for _, name := range slices.Sorted(maps.Keys(o.set)) {
-		if name != "WithTracerProvider" {
-			return nil, fmt.Errorf("relay: %s: option %s does not apply; only WithTracerProvider does", fn, name)
-		}
-	}
-	return newTracer(o.tracerProvider), nil
+	return o
 }
 
-// runManual runs one request of Invoke or Replay as a function.invoke span
-// under ctx's span, and times it.
-func runManual(ctx context.Context, tr trace.Tracer, runner Runner, req runtime.Request) InvokeResult {
-	ctx, span := startAttempt(ctx, tr, req.App, req.Handler, req.MessageID, req.Attempt, 0, "")
-	req.Env = telemetry.HandlerEnv(span.SpanContext())
+// leaseOf is the claim's lease, carrying the previous attempt's lineage in
+// Trace until the attempt's own span replaces it.
+func leaseOf(c invocation.Claim) invocation.Lease {
+	l := c.Lease
+	l.Trace = c.PrevTrace
+	return l
+}
+
+// claim asks the state store for the next attempt of field, adding to o an
+// attempt the claim found lost. A store error fails closed
+// (docs/delivery.md#claim-errors-fail-closed): o becomes WriteFailed, the
+// handler is not run and the message stays pending, since running a
+// duplicate could race a worker that won the same claim.
+func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease time.Duration, maxAttempts int, o Outcome) (invocation.Claim, Outcome, error) {
+	octx, cancel := e.detached(ctx)
+	defer cancel()
+	cl, err := e.c.State.Claim(octx, d.key, field, lease, maxAttempts)
+	if err != nil {
+		o.Kind, o.Op, o.Err = WriteFailed, "claim", err
+		return cl, o, err
+	}
+	if cl.Lost > 0 {
+		o.Lost = cl.Lost
+	}
+	return cl, o, nil
+}
+
+// claimToRun claims the next attempt of c. ok reports a claimed attempt;
+// otherwise the claim's status is turned into o: finished, leased
+// elsewhere, not due, or exhausted, in which case the dead-letter entry the
+// earlier delivery could not write is written now.
+func (e *Engine) claimToRun(ctx context.Context, d *delivery, c call, o Outcome) (invocation.Claim, Outcome, bool) {
+	cl, o, err := e.claim(ctx, d, c.field(), e.lease(c), o.MaxAttempts, o)
+	if err != nil {
+		return cl, o, false
+	}
+	if cl.Status == invocation.Claimed {
+		return cl, o, true
+	}
+	o.Attempt = cl.Lease.Attempt
+	switch cl.Status {
+	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
+		o.Kind = Done
+	case invocation.Running:
+		// A reclaimed message whose attempt is still leased: its worker
+		// may be alive elsewhere, or dead, in which case the attempt is
+		// charged when the lease ends.
+		o.Kind, o.Next = Leased, cl.RunningUntil
+	case invocation.NotDue:
+		o.Kind, o.Next = NotDue, cl.NextAttemptAt
+	case invocation.Exhausted:
+		// A previous delivery exhausted it (or its last lease expired) but
+		// the DLQ entry is not recorded yet.
+		reason := fmt.Sprintf("exhausted after %d attempts (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", cl.Lease.Attempt)
+		o = e.deadLetter(ctx, d, cl.Lease, e.entry(d, c.app, c.handler, cl.Lease.Attempt, reason, e.prevTrace(cl, d)), o)
+	default:
+		o.Kind, o.Op, o.Err = WriteFailed, "claim", fmt.Errorf("unknown claim status %d", int(cl.Status))
+	}
+	return cl, o, false
+}
+
+// prevTrace is the lineage a dead-letter entry written from a claim links
+// to: the last attempt's, or the delivery's when none was stored.
+func (e *Engine) prevTrace(cl invocation.Claim, d *delivery) string {
+	if cl.PrevTrace != "" {
+		return cl.PrevTrace
+	}
+	return dlqTrace(d.span)
+}
+
+// notStarted leaves an invocation that does not start now (o.Kind says
+// why) recorded, uncharged, as next_attempt_at:<now>:<attempts used>, so its
+// redelivery drives it even if the event no longer matches its rule (a now()
+// cutoff passed). When the claim shows the invocation did not need to run
+// (finished, leased, not due, exhausted) that is the outcome instead.
+func (e *Engine) notStarted(ctx context.Context, d *delivery, c call, o Outcome) Outcome {
+	cl, claimed, ok := e.claimToRun(ctx, d, c, o)
+	if !ok {
+		return claimed
+	}
+	o.Lost = claimed.Lost
+	if err := e.release(ctx, leaseOf(cl)); err != nil {
+		o.Op, o.WriteErr = "record", err
+	}
+	return o
+}
+
+// run runs attempt l of c under runCtx, which outlives the Engine's stop by
+// the shutdown timeout; it fills o's result and duration and returns the
+// runner's error.
+func (e *Engine) run(runCtx context.Context, d *delivery, a *app.App, c call, l invocation.Lease, o *Outcome) error {
+	req := runtime.Request{
+		App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
+		Event: c.input, Timeout: c.timeout, Spec: a.Spec,
+		// The handler continues the attempt's trace.
+		Env: telemetry.HandlerEnv(o.span.SpanContext()),
+	}
+	e.m.inFlight.Inc()
 	start := time.Now()
-	_, err := runner.Run(ctx, req)
-	res := InvokeResult{App: req.App, Handler: req.Handler, Duration: time.Since(start), Err: err}
-	endAttempt(span, manualResult(err), err)
-	return res
+	_, err := e.c.Runner.Run(trace.ContextWithSpan(runCtx, o.span), req)
+	o.Duration = time.Since(start)
+	e.m.inFlight.Dec()
+	o.Result, o.Err = resultOf(err), err
+	return err
 }
 
-// manualResult is the outcome label of a manual run's error.
-func manualResult(err error) string {
+// resultOf is the Result of a runner's error.
+func resultOf(err error) Result {
 	exit, isExit := errors.AsType[*runtime.ExitError](err)
 	switch {
 	case err == nil:
-		return outcomeSuccess
+		return ResultSuccess
 	case isExit && exit.TimedOut:
-		return outcomeTimeout
+		return ResultTimeout
 	case isExit:
-		return outcomeFailure
+		return ResultFailure
 	case errors.Is(err, runtime.ErrUnavailable):
-		return outcomeUnavailable
+		return ResultUnavailable
 	}
-	return outcomeError
+	return ResultError
+}
+
+// record writes what attempt l's run (runErr) means for the invocation: ok,
+// the next attempt's due time, or exhaustion and the dead-letter entry; or,
+// when the handler could not run, gives the attempt back uncharged.
+func (e *Engine) record(ctx, runCtx context.Context, d *delivery, c call, l invocation.Lease, o Outcome, runErr error) Outcome {
+	switch o.Result {
+	case ResultSuccess:
+		err := e.persistSuccess(ctx, runCtx, l, func(octx context.Context) error { return e.c.State.Finish(octx, l) })
+		if err != nil {
+			// The handler ran; without the record its lease expires and
+			// counts as a failed attempt.
+			o.Kind, o.Op, o.Err = WriteFailed, "finish", err
+			return o
+		}
+		o.Kind = Succeeded
+		return o
+	case ResultFailure, ResultTimeout, ResultOOM:
+		if l.Attempt >= o.MaxAttempts {
+			if err := e.persist(ctx, func(octx context.Context) error { return e.c.State.Exhaust(octx, l) }); err != nil {
+				o.Kind, o.Op, o.WriteErr = WriteFailed, "exhaust", err
+				return o
+			}
+			return e.deadLetter(ctx, d, l, e.entry(d, c.app, c.handler, l.Attempt, runErr.Error(), dlqTrace(o.span)), o)
+		}
+		err := e.persist(ctx, func(octx context.Context) (err error) {
+			o.Next, err = e.c.State.ScheduleRetry(octx, l, invocation.Backoff(e.cfg.Backoff, l.Attempt))
+			return err
+		})
+		if err != nil {
+			o.Kind, o.Op, o.WriteErr = WriteFailed, "retry", err
+			return o
+		}
+		o.Kind = Retrying
+		return o
+	}
+	if errors.Is(runErr, runtime.ErrOutcomeUnknown) {
+		// The handler may have run: keep the claim, whose lease expiry
+		// counts the attempt, rather than start it again uncharged.
+		o.Kind = OutcomeUnknown
+		return o
+	}
+	// Infrastructure failure or shutdown: not the handler's fault, so no
+	// attempt is charged and the message stays pending.
+	o.Kind = NotRun
+	if runCtx.Err() != nil {
+		o.Kind = Stopping
+	}
+	if err := e.release(ctx, l); err != nil {
+		// The lease then expires and counts as a failed attempt.
+		o.Op, o.WriteErr = "release", err
+	}
+	return o
+}
+
+// release gives attempt l back uncharged.
+func (e *Engine) release(ctx context.Context, l invocation.Lease) error {
+	return e.persist(ctx, func(octx context.Context) error { return e.c.State.Release(octx, l) })
+}
+
+// deadLetter writes the DLQ entry of exhausted invocation l, then records
+// it written (docs/delivery.md#dead-letter-queue). The entry is persisted
+// before the message can be acknowledged; a failed write leaves the message
+// pending so a redelivery writes it again, and the marker keeps a
+// redelivery from writing it twice.
+func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease, entry dlq.Entry, o Outcome) Outcome {
+	octx, cancel := e.detached(ctx)
+	defer cancel()
+	o.Reason = entry.Reason
+	id, err := e.c.DLQ.Write(octx, entry)
+	if err != nil {
+		o.Kind, o.Op, o.WriteErr = WriteFailed, "dlq", err
+		return o
+	}
+	o.DLQID = id
+	if err := e.persist(ctx, func(octx context.Context) error { return e.c.State.MarkDLQ(octx, l) }); err != nil {
+		// The entry exists; a redelivery may write a duplicate.
+		o.Kind, o.Op, o.WriteErr = WriteFailed, "mark_dlq", err
+		return o
+	}
+	o.Kind = DeadLettered
+	return o
+}
+
+// entry builds a DLQ entry of d; trace is the traceparent of the span that
+// dead-lettered it (dlqTrace), which relay dlq replay links to.
+func (e *Engine) entry(d *delivery, app, handler string, attempts int, reason, trace string) dlq.Entry {
+	return dlq.Entry{
+		OriginalStream: e.c.Stream, OriginalID: d.msg.ID, Group: e.c.Group, Consumer: e.c.Consumer,
+		Event: d.event, Reason: reason, App: app, Handler: handler,
+		Deliveries: d.msg.Deliveries, HandlerAttempts: attempts, Timestamp: time.Now().UTC(),
+		Trace: trace,
+	}
+}
+
+// deadLetterMessage routes a message that can never succeed (a malformed
+// event, an invalid schedule occurrence) to the DLQ without running a
+// handler, through the malformed pseudo-invocation, so a redelivery writes
+// its entry only once.
+func (e *Engine) deadLetterMessage(ctx context.Context, d *delivery, reason string) Outcome {
+	o := Outcome{App: dlq.MalformedName, Handler: dlq.MalformedName, MaxAttempts: 1}
+	cl, o, err := e.claim(ctx, d, malformedField, time.Minute, 1, o)
+	if err != nil {
+		return o
+	}
+	switch cl.Status {
+	case invocation.Claimed:
+		if err := e.persist(ctx, func(octx context.Context) error { return e.c.State.Exhaust(octx, cl.Lease) }); err != nil {
+			o.Kind, o.Op, o.Err = WriteFailed, "exhaust", err
+			return o
+		}
+		fallthrough
+	case invocation.Exhausted:
+		return e.deadLetter(ctx, d, cl.Lease, e.entry(d, dlq.MalformedName, dlq.MalformedName, 0, reason, dlqTrace(d.span)), o)
+	case invocation.DeadLettered, invocation.Terminal:
+		o.Kind = Done
+	default:
+		// Another delivery is on it right now.
+		o.Kind, o.Next = Leased, cl.RunningUntil
+	}
+	return o
+}
+
+// orphan drives an unfinished invocation whose app or rule is no longer
+// loaded. It cannot run again, and acknowledging its message without an
+// entry would lose it, so it is dead-lettered once any retry is due or any
+// lease expired (claiming it with one allowed attempt exhausts it); until
+// then the message stays pending. One that never had an attempt charged is
+// dropped with its rule, as if the event had arrived after the change.
+func (e *Engine) orphan(ctx context.Context, d *delivery, field string) Outcome {
+	name, handler, _ := strings.Cut(field, "/")
+	o := Outcome{App: name, Handler: handler, Orphan: true}
+	if inc := d.gen.incomplete; len(inc) > 0 {
+		// Its rule may be in a template that cannot be read now.
+		o.Kind, o.Err = Unavailable, fmt.Errorf("apps %v have rules that could not be read; the rule may be there", inc)
+		return o
+	}
+	cl, o, err := e.claim(ctx, d, field, time.Minute, 1, o)
+	if err != nil {
+		return o
+	}
+	o.Attempt = cl.Lease.Attempt
+	switch cl.Status {
+	case invocation.Exhausted:
+		reason := fmt.Sprintf("app %q no longer declares handler %q (the invocation was unfinished after %d attempts)", name, handler, cl.Lease.Attempt)
+		return e.deadLetter(ctx, d, cl.Lease, e.entry(d, name, handler, cl.Lease.Attempt, reason, e.prevTrace(cl, d)), o)
+	case invocation.Claimed:
+		// With one attempt allowed, only an invocation that never ran is
+		// claimed (given back uncharged, or its state went away).
+		o.Kind = Dropped
+		if err := e.release(ctx, cl.Lease); err != nil {
+			o.Op, o.WriteErr = "release", err
+		}
+	case invocation.Running:
+		o.Kind, o.Next = Leased, cl.RunningUntil
+	case invocation.NotDue:
+		o.Kind, o.Next = NotDue, cl.NextAttemptAt
+	default:
+		o.Kind = Done
+	}
+	return o
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 )
@@ -48,14 +49,14 @@ func recorder(t *testing.T, handlers map[string]runtime.HandlerFunc) (relay.Runn
 }
 
 func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
-	app := loadOne(t, "shop", shopApp)
+	a := loadOne(t, "shop", shopApp)
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
 		"orders.audit":  func(context.Context, runtime.Request) error { return errors.New("audit log full") },
 		"orders.charge": nil,
 		"refunds.run":   nil,
 	})
 	event := []byte(`{"kind":"order","id":7}`)
-	res, err := relay.Invoke(t.Context(), app, runner, event)
+	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, event)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +75,8 @@ func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
 		t.Fatalf("ran %d handlers, want 2", len(got))
 	}
 	want := []runtime.Request{
-		{App: "shop", Handler: "orders.audit", Attempt: 1, Event: event, Timeout: 3 * time.Second, Spec: app.Spec},
-		{App: "shop", Handler: "orders.charge", Attempt: 1, Event: event, Timeout: 7 * time.Second, Spec: app.Spec},
+		{App: "shop", Handler: "orders.audit", Attempt: 1, Event: event, Timeout: 3 * time.Second, Spec: a.Spec},
+		{App: "shop", Handler: "orders.charge", Attempt: 1, Event: event, Timeout: 7 * time.Second, Spec: a.Spec},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
@@ -83,16 +84,16 @@ func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
 }
 
 func TestInvokeNoMatch(t *testing.T) {
-	app := loadOne(t, "shop", shopApp)
+	a := loadOne(t, "shop", shopApp)
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil})
-	res, err := relay.Invoke(t.Context(), app, runner, []byte(`{"kind":"nothing"}`))
+	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, []byte(`{"kind":"nothing"}`))
 	if err != nil || len(res) != 0 || len(*reqs) != 0 {
 		t.Errorf("Invoke = %v, %v after %d runs; want nothing", res, err, len(*reqs))
 	}
 }
 
 func TestInvokeRefuses(t *testing.T) {
-	app := loadOne(t, "shop", shopApp)
+	a := loadOne(t, "shop", shopApp)
 	broken := loadOne(t, "broken", "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n")
 	if broken.Available() || len(broken.Rules) != 1 {
 		t.Fatalf("broken app: available %v, %d rules", broken.Available(), len(broken.Rules))
@@ -100,18 +101,18 @@ func TestInvokeRefuses(t *testing.T) {
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil, "orders.charge": nil, "a.b": nil})
 	for _, tc := range []struct {
 		name  string
-		app   *relay.App
+		app   *app.App
 		event string
 		want  error
 	}{
-		{"array", app, `[{"kind":"order"}]`, matcher.ErrMalformed},
-		{"string", app, `"order"`, matcher.ErrMalformed},
-		{"not json", app, `{kind: order}`, matcher.ErrMalformed},
-		{"empty", app, ``, matcher.ErrMalformed},
+		{"array", a, `[{"kind":"order"}]`, matcher.ErrMalformed},
+		{"string", a, `"order"`, matcher.ErrMalformed},
+		{"not json", a, `{kind: order}`, matcher.ErrMalformed},
+		{"empty", a, ``, matcher.ErrMalformed},
 		{"unavailable app", broken, `{"kind":"order"}`, relay.ErrAppUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := relay.Invoke(t.Context(), tc.app, runner, []byte(tc.event))
+			res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), tc.app, []byte(tc.event))
 			if !errors.Is(err, tc.want) || res != nil {
 				t.Errorf("Invoke = %v, %v; want %v", res, err, tc.want)
 			}
@@ -123,13 +124,13 @@ func TestInvokeRefuses(t *testing.T) {
 }
 
 func TestInvokeStopsWhenCancelled(t *testing.T) {
-	app := loadOne(t, "shop", shopApp)
+	a := loadOne(t, "shop", shopApp)
 	ctx, cancel := context.WithCancel(t.Context())
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
 		"orders.audit":  func(context.Context, runtime.Request) error { cancel(); return nil },
 		"orders.charge": nil,
 	})
-	res, err := relay.Invoke(ctx, app, runner, []byte(`{"kind":"order"}`))
+	res, err := relay.Manual{Runner: runner}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	if !errors.Is(err, context.Canceled) || len(res) != 1 || res[0].Err != nil || len(*reqs) != 1 {
 		t.Errorf("Invoke = %+v, %v after %d runs; want the first result and context.Canceled", res, err, len(*reqs))
 	}

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
@@ -32,7 +35,7 @@ func TestHelperWorker(t *testing.T) {
 	rc := redistest.Connect(t, os.Getenv("RELAY_HELPER_REDIS"))
 	streamName, group := os.Getenv("RELAY_HELPER_STREAM"), os.Getenv("RELAY_HELPER_GROUP")
 	marker := os.Getenv("RELAY_HELPER_MARKER")
-	apps, err := relay.LoadApps(os.Getenv("RELAY_HELPER_APPS"))
+	apps, err := template.LoadDir(os.Getenv("RELAY_HELPER_APPS"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +55,11 @@ func TestHelperWorker(t *testing.T) {
 		}
 		mods = append(mods, func(tm *timing) { tm.concurrencyWait = d })
 	}
-	opts := fastOptions(mods...)
-	e, err := relay.New(apps, relay.Components{
+	e, err := relay.NewEngine(apps, relay.Components{
 		Source: stream.New(rc, streamName, group, "doomed", stream.WithBlock(50*time.Millisecond)),
 		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
 		Stream: streamName, Group: group, Consumer: "doomed",
-	}, opts...)
+	}, fastConfig(mods...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func startDoomed(t *testing.T, h *harness, templates map[string]string, env ...s
 		if err := os.MkdirAll(filepath.Join(appsRoot, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(appsRoot, name, relay.TemplateFile), []byte(tmpl), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(appsRoot, name, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}

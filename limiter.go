@@ -1,22 +1,34 @@
 package relay
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"time"
+
+	"github.com/relaydev/relay/app"
 )
 
-// Limiter holds the concurrency slots of invocations (events.md "Dispatch
-// and concurrency"): at most max run at once, and at most min(app
-// concurrency, max) of one app. An Engine makes its own; Engines of one
-// worker that consume several streams share one through WithLimiter, so
-// MAX_CONCURRENCY and each app's concurrency bound the worker as a whole.
+// Limiter holds the concurrency slots of invocations
+// (docs/delivery.md#concurrency-and-heartbeat): at most max run at once, and at most
+// min(app concurrency, max) of one app. An Engine makes its own; the
+// Engines of a Worker share one, so MAX_CONCURRENCY and each app's
+// concurrency bound the worker as a whole whatever the number of streams.
 // Safe for concurrent use.
 type Limiter struct {
 	max    int
 	global chan struct{}
 
 	mu     sync.Mutex
-	perApp map[string]chan struct{}
+	perApp map[appSlotsKey]chan struct{}
+}
+
+// appSlotsKey names one app's slots. An app whose concurrency changes (a
+// reloaded template) gets new slots; invocations running under the old
+// bound release the old ones.
+type appSlotsKey struct {
+	name        string
+	concurrency int
 }
 
 // NewLimiter returns a Limiter of max slots; max must be > 0.
@@ -24,18 +36,60 @@ func NewLimiter(max int) (*Limiter, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("relay: NewLimiter: max must be > 0, got %d", max)
 	}
-	return &Limiter{max: max, global: make(chan struct{}, max), perApp: map[string]chan struct{}{}}, nil
+	return &Limiter{max: max, global: make(chan struct{}, max), perApp: map[appSlotsKey]chan struct{}{}}, nil
 }
 
-// app returns the slots of app, made on first use with the app's
-// concurrency (capped at max); the apps of one worker agree on it.
-func (l *Limiter) app(a *App) chan struct{} {
+// Max returns the worker-global bound.
+func (l *Limiter) Max() int { return l.max }
+
+// app returns the slots of a, made on first use with the app's concurrency
+// (capped at max).
+func (l *Limiter) app(a *app.App) chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, ok := l.perApp[a.Name]
+	k := appSlotsKey{a.Name, a.Concurrency}
+	s, ok := l.perApp[k]
 	if !ok {
 		s = make(chan struct{}, max(1, min(a.Concurrency, l.max)))
-		l.perApp[a.Name] = s
+		l.perApp[k] = s
 	}
 	return s
+}
+
+// tryAcquire takes a's slot and a global one if both are free now.
+func (l *Limiter) tryAcquire(a *app.App) (release func(), ok bool) {
+	appSlots := l.app(a)
+	select {
+	case appSlots <- struct{}{}:
+		select {
+		case l.global <- struct{}{}:
+			return func() { <-l.global; <-appSlots }, true
+		default:
+		}
+		<-appSlots
+	default:
+	}
+	return nil, false
+}
+
+// waitAcquire takes a's slot and a global one, waiting at most wait.
+func (l *Limiter) waitAcquire(ctx context.Context, a *app.App, wait time.Duration) (release func(), ok bool) {
+	appSlots := l.app(a)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case appSlots <- struct{}{}:
+	case <-timer.C:
+		return nil, false
+	case <-ctx.Done():
+		return nil, false
+	}
+	select {
+	case l.global <- struct{}{}:
+		return func() { <-l.global; <-appSlots }, true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	<-appSlots
+	return nil, false
 }

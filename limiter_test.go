@@ -45,11 +45,12 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, h := range []*harness{a, b} {
-				e, err := relay.New(h.apps, relay.Components{
+				cfg := fastConfig()
+				cfg.MaxConcurrency, cfg.Limiter, cfg.Metrics = 8, limiter, prometheus.NewRegistry()
+				e, err := relay.NewEngine(h.apps, relay.Components{
 					Source: stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond)),
 					State:  h.state, Runner: runner, DLQ: h.dlqw, Stream: h.stream, Group: h.group, Consumer: "c1",
-				}, append(fastOptions(), relay.WithConcurrency(8), relay.WithLimiter(limiter),
-					relay.WithMetrics(prometheus.NewRegistry()))...)
+				}, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -52,14 +52,14 @@ events:
 	// MAX_CONCURRENCY 2: two handlers run, two more messages wait for an
 	// invocation slot (a minute of concurrency wait) and one reclaimed entry
 	// for a message slot, so the worker holds five.
-	e, err := relay.New(h.apps, relay.Components{
+	e, err := relay.NewEngine(h.apps, relay.Components{
 		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: "c1",
-	}, relay.WithConcurrency(2), relay.WithConcurrencyWait(time.Minute),
-		relay.WithMinPendingIdle(300*time.Millisecond), relay.WithReclaimInterval(50*time.Millisecond),
-		relay.WithHeartbeatInterval(50*time.Millisecond), relay.WithShutdownTimeout(2*time.Second),
-		relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-		relay.WithMetrics(prometheus.NewRegistry()))
+	}, relay.Config{MaxConcurrency: 2, ConcurrencyWait: time.Minute,
+		MinPendingIdle: 300 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
+		HeartbeatInterval: 50 * time.Millisecond, ShutdownTimeout: 2 * time.Second,
+		Logger:  slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,11 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// Matcher classifies one external event (events.md "Pattern syntax",
-// "Combining conditions").
+// The five parts an Engine wires (docs/embedding.md#engine). Each has a
+// production implementation in its own package and an in-memory fake in
+// relaytest; the contract suites of relaytest run against both.
+
+// Matcher classifies one external event (docs/apps.md#patterns).
 type Matcher interface {
 	// Match returns every (app, rule) target the event matches, apps in
 	// sorted name order and rules in declaration order; an empty result
@@ -22,60 +25,36 @@ type Matcher interface {
 	Match(event []byte) ([]matcher.Target, error)
 }
 
-// StreamSource reads a Redis Stream through one consumer group
-// (events.md "Delivery, retry, and ACK").
+// StreamSource consumes one stream through one consumer group as one
+// consumer (docs/delivery.md#from-entry-to-acknowledgement). It never
+// publishes: producers write to the stream on their own. Implementations
+// are safe for concurrent use.
 type StreamSource interface {
 	// Read returns up to count new entries for this consumer, blocking at
 	// most a few seconds; it returns (nil, nil) when none arrived.
 	Read(ctx context.Context, count int) ([]stream.Message, error)
-	// Reclaim takes over entries idle for at least minIdle (XAUTOCLAIM),
-	// walking the cursor once around the PEL. deleted lists PEL ids whose
-	// stream entry no longer exists; their references are cleared.
-	Reclaim(ctx context.Context, minIdle time.Duration) (msgs []stream.Message, deleted []string, err error)
+	// Reclaim takes over at most max (> 0) entries that have been pending
+	// for at least minIdle, whoever holds them (XAUTOCLAIM). Successive
+	// calls walk the PEL from where the last one stopped; done reports that
+	// this call reached its end, so the next starts over. deleted lists PEL
+	// ids whose stream entry no longer exists; their references are
+	// cleared.
+	Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []stream.Message, deleted []string, done bool, err error)
 	// Ack acknowledges ids (XACK). Acking an unknown id is not an error.
 	Ack(ctx context.Context, ids ...string) error
-	// Publish appends an entry and returns its id (XADD).
-	Publish(ctx context.Context, fields map[string]string) (string, error)
-}
-
-// Heartbeater is an optional StreamSource capability: it resets the PEL idle
-// time of entries this consumer is still working on, so other consumers do
-// not reclaim live work.
-type Heartbeater interface {
+	// Heartbeat resets the idle time of entries this consumer is still
+	// working on, so that no other consumer reclaims live work. Ids that
+	// are no longer pending are ignored.
 	Heartbeat(ctx context.Context, ids ...string) error
 }
 
-// Sweeper is an optional Runner capability: it removes what earlier or
-// failed invocations left behind (containers whose removal failed while the
-// runtime was down, leftovers of a crashed process) without touching
-// invocations in flight. The Engine calls it at start and then every sweep
-// interval.
-//
-// Optional capabilities are found by type assertion on the value passed in
-// Components, so a wrapper (a Runner that adds a circuit breaker, a
-// StreamSource that adds logging) hides them unless it implements them
-// too and forwards the call; examples/custom-runner shows one that does.
-// Two speed-ups apply only to the package's own components, unwrapped: a
-// *stream.Source and an *invocation.Store on one client share the XACK and
-// the switch to retention in one round trip, and a *stream.Source reclaims
-// only as many entries as the Engine has free slots for.
-type Sweeper interface {
-	Sweep(ctx context.Context) error
-}
-
-// Pinger is an optional capability of a component that can check its
-// backend (relay health, /readyz).
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // StateStore keeps durable per-invocation state, one method per transition
-// (events.md "Invocation state persistence"). Every transition on a lease
-// returns invocation.ErrStale when the lease lost its fencing token and
+// (docs/delivery.md#invocation-state). Every transition on a lease returns
+// invocation.ErrStale when the lease lost its fencing token and
 // invocation.ErrTerminal when the hash is retained. Implementations are safe
 // for concurrent use.
 //
-// Trace lineage (reference.md "Observability") rides on the existing
+// Trace lineage (docs/observability.md#traces) rides on the existing
 // transitions: the Engine sets Lease.Trace to the traceparent of the
 // attempt's span before Release, ScheduleRetry or Exhaust, and expects the
 // next Claim of that invocation (on any worker) to return the latest one
@@ -118,22 +97,73 @@ type StateStore interface {
 	// recorded DLQ entry; none once retained. On a redelivery the Engine
 	// drives these too, even when the event no longer matches their rule
 	// (a now() cutoff passed, a template changed), so that no message is
-	// acknowledged while an invocation is unresolved (events.md
-	// "Guarantees summary").
+	// acknowledged while an invocation is unresolved
+	// (docs/delivery.md#from-entry-to-acknowledgement).
 	Unfinished(ctx context.Context, key invocation.Key) ([]string, error)
 }
 
-// Runner runs one attempt of one invocation (DESIGN.md "Handler contract").
+// Runner runs one attempt of one invocation (docs/apps.md#the-handler-contract).
 // It returns nil on success, an error wrapping *runtime.ExitError when the
 // handler failed (an attempt is used), and any other error for an
 // infrastructure failure (no attempt is charged; wrap runtime.ErrUnavailable
-// when the app cannot run at all right now). Safe for concurrent use.
+// when the app cannot run at all right now, runtime.ErrOutcomeUnknown when
+// the handler may have run but its result was lost). Safe for concurrent
+// use.
 type Runner interface {
 	Run(ctx context.Context, req runtime.Request) (runtime.Result, error)
 }
 
-// DLQWriter persists one dead-letter entry (events.md "Dead-letter queue")
+// DLQWriter persists one dead-letter entry (docs/delivery.md#dead-letter-queue)
 // and returns its id. Safe for concurrent use.
 type DLQWriter interface {
 	Write(ctx context.Context, e dlq.Entry) (string, error)
+}
+
+// AckRetainer acknowledges a message and switches its invocation state to
+// retention in one step, where StreamSource.Ack followed by
+// StateStore.Retain would take two round trips. Set it in
+// Components.AckRetainer only when it acts on the same stream, group and
+// state as the Components' Source and State: invocation.Store.AckRetain does
+// for a stream.Source on the same Redis client, which is how NewWorker pairs
+// them. ackErr is the acknowledgement's error; a retainErr after a
+// successful acknowledgement only delays retention (the Engine retries it
+// through StateStore.Retain).
+type AckRetainer interface {
+	AckRetain(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error)
+}
+
+// Optional capabilities, found by type assertion on the value passed in
+// Components or WorkerConfig. A wrapper (a Runner that adds a circuit
+// breaker, a StreamSource that adds logging) hides them unless it
+// implements them too and forwards the call; examples/custom-runner shows
+// one that does. Engine.Run logs at start which of them are missing where
+// that changes behaviour.
+
+// GroupEnsurer is an optional StreamSource capability: it creates the
+// consumer group (from id 0, with the stream) when it does not exist. Without
+// it the group must exist before Engine.Run.
+type GroupEnsurer interface {
+	EnsureGroup(ctx context.Context) error
+}
+
+// PendingReporter is an optional StreamSource capability: the size of the
+// consumer group's PEL and the age of its oldest entry (XPENDING), for the
+// relay_pending_entries and relay_pending_oldest_age_seconds gauges.
+type PendingReporter interface {
+	Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error)
+}
+
+// Sweeper is an optional Runner capability: it removes what earlier or
+// failed invocations left behind (containers whose removal failed while the
+// runtime was down, leftovers of a crashed process) without touching
+// invocations in flight. A Worker calls it at start and then every sweep
+// interval.
+type Sweeper interface {
+	Sweep(ctx context.Context) error
+}
+
+// Pinger is an optional capability of any part that can check its backend
+// (relay health, Worker.Ready).
+type Pinger interface {
+	Ping(ctx context.Context) error
 }

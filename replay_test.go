@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay"
@@ -22,7 +24,7 @@ type replayFixture struct {
 	seq   int
 	t     *testing.T
 	store *dlq.Store
-	apps  *relay.Apps
+	apps  *app.Set
 }
 
 func newReplayFixture(t *testing.T) *replayFixture {
@@ -72,7 +74,7 @@ func TestReplaySuccessDeletesTheEntry(t *testing.T) {
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.charge": nil})
 	e := f.write("shop", "orders.charge")
 	other := f.write("shop", "orders.charge")
-	if err := relay.Replay(t.Context(), f.apps, runner, f.store, e.ID); err != nil {
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); err != nil {
 		t.Fatal(err)
 	}
 	want := []runtime.Request{{
@@ -89,7 +91,7 @@ func TestReplaySuccessDeletesTheEntry(t *testing.T) {
 		t.Error("another entry was deleted")
 	}
 	// Replaying it again finds nothing and runs nothing.
-	if err := relay.Replay(t.Context(), f.apps, runner, f.store, e.ID); !errors.Is(err, dlq.ErrNotFound) {
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, dlq.ErrNotFound) {
 		t.Errorf("second Replay = %v, want dlq.ErrNotFound", err)
 	}
 	if len(*reqs) != 1 {
@@ -110,14 +112,14 @@ func TestReplayFailureKeepsTheEntry(t *testing.T) {
 		{"handler times out", func(ctx context.Context, _ runtime.Request) error { <-ctx.Done(); return ctx.Err() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app := loadOne(t, "shop", shopApp)
-			app.Rules[2].Timeout = 50 * time.Millisecond
-			apps, err := relay.NewApps(app)
+			a := loadOne(t, "shop", shopApp)
+			a.Rules[2].Timeout = 50 * time.Millisecond
+			apps, err := app.NewSet(a)
 			if err != nil {
 				t.Fatal(err)
 			}
 			runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": tc.handler})
-			err = relay.Replay(t.Context(), apps, runner, f.store, e.ID)
+			err = relay.Manual{Runner: runner}.Replay(t.Context(), apps, f.store, e.ID)
 			if _, ok := errors.AsType[*runtime.ExitError](err); ok != tc.exit {
 				t.Errorf("Replay = %v; want an ExitError: %v", err, tc.exit)
 			}
@@ -130,7 +132,7 @@ func TestReplayFailureKeepsTheEntry(t *testing.T) {
 	down := runnerFunc(func(context.Context, runtime.Request) (runtime.Result, error) {
 		return runtime.Result{}, runtime.ErrUnavailable
 	})
-	if err := relay.Replay(t.Context(), f.apps, down, f.store, e.ID); !errors.Is(err, runtime.ErrUnavailable) || !f.exists(e.ID) {
+	if err := (relay.Manual{Runner: down}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, runtime.ErrUnavailable) || !f.exists(e.ID) {
 		t.Errorf("Replay with the runtime down = %v (entry kept: %v)", err, f.exists(e.ID))
 	}
 }
@@ -152,7 +154,7 @@ func TestReplayRefuses(t *testing.T) {
 		{"not an id", "bogus", dlq.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := relay.Replay(t.Context(), f.apps, runner, f.store, tc.id)
+			err := relay.Manual{Runner: runner}.Replay(t.Context(), f.apps, f.store, tc.id)
 			if !errors.Is(err, tc.want) {
 				t.Errorf("Replay = %v, want %v", err, tc.want)
 			}
@@ -183,7 +185,7 @@ func TestReplayScheduleOccurrence(t *testing.T) {
 		return id
 	}
 	id := write("jobs.nightly")
-	if err := relay.Replay(t.Context(), apps, runner, store, id); err != nil {
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, id); err != nil {
 		t.Fatal(err)
 	}
 	want := []runtime.Request{{
@@ -195,7 +197,7 @@ func TestReplayScheduleOccurrence(t *testing.T) {
 	}
 	// The schedule no longer names that handler: nothing runs.
 	gone := write("jobs.old")
-	if err := relay.Replay(t.Context(), apps, runner, store, gone); !errors.Is(err, relay.ErrHandlerGone) {
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, gone); !errors.Is(err, relay.ErrHandlerGone) {
 		t.Errorf("replay of a handler the schedule no longer names = %v, want ErrHandlerGone", err)
 	}
 	if len(*reqs) != 1 {

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/schedule/cron"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -32,7 +33,7 @@ var nightlyAt = time.Date(2026, 1, 15, 2, 0, 0, 0, time.UTC)
 
 func nightlySpec() schedule.Spec {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
-	return schedule.Spec{App: "billing", Name: "nightly", Handler: "jobs.nightly", Cron: "0 3 * * *", Location: berlin}
+	return schedule.Spec{App: "billing", Name: "nightly", Handler: "jobs.nightly", Cron: cron.MustParse("0 3 * * *", berlin)}
 }
 
 // publishOccurrence publishes through the real publish script.
@@ -230,8 +231,8 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 
 func TestScheduleSpecs(t *testing.T) {
 	apps := writeApps(t, map[string]string{"billing": nightlyApp, "users": usersApp})
-	specs := relay.ScheduleSpecs(apps)
-	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Location.String() != "Europe/Berlin" {
+	specs := apps.ScheduleSpecs()
+	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Cron.Location().String() != "Europe/Berlin" {
 		t.Fatalf("specs = %+v", specs)
 	}
 	if ok, err := specs[0].Fires(nightlyAt); err != nil || !ok {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/stats"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
@@ -42,13 +44,14 @@ events:
 func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *prometheus.Registry, stop func()) {
 	h.t.Helper()
 	reg = prometheus.NewRegistry()
-	opts := append(fastOptions(), relay.WithMetrics(reg), relay.WithStats(statsClient), relay.WithStatsInterval(20*time.Millisecond),
-		relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
-	e, err := relay.New(h.apps, relay.Components{
+	cfg := fastConfig()
+	cfg.Metrics, cfg.Stats, cfg.StatsInterval = reg, stats.NewRecorder(statsClient, h.stream, h.group), 20*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e, err := relay.NewEngine(h.apps, relay.Components{
 		Source: stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond)),
 		State:  h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
-	}, opts...)
+	}, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -85,10 +88,10 @@ func sumCounter(t *testing.T, regs []*prometheus.Registry, name string, outcomes
 
 // promStats reads the Prometheus counters that Stats mirrors, summed over
 // the registries of several workers.
-func promStats(t *testing.T, regs ...*prometheus.Registry) relay.Stats {
+func promStats(t *testing.T, regs ...*prometheus.Registry) stats.Counts {
 	t.Helper()
 	sum := func(name string, outcomes ...string) int64 { return sumCounter(t, regs, name, outcomes...) }
-	return relay.Stats{
+	return stats.Counts{
 		Received:   sum("relay_events_received_total"),
 		Matched:    sum("relay_events_matched_total"),
 		Unmatched:  sum("relay_events_unmatched_total"),
@@ -100,9 +103,9 @@ func promStats(t *testing.T, regs ...*prometheus.Registry) relay.Stats {
 	}
 }
 
-func (h *harness) readStats() relay.Stats {
+func (h *harness) readStats() stats.Counts {
 	h.t.Helper()
-	s, err := relay.ReadStats(context.Background(), h.rc, h.stream, h.group)
+	s, err := stats.Read(context.Background(), h.rc, h.stream, h.group)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -144,7 +147,7 @@ func TestStatsCountAKnownSequence(t *testing.T) {
 		t.Errorf("received %d, matched %d: want >= 6 and >= 4, received = matched+unmatched+malformed", got.Received, got.Matched)
 	}
 	got.Received, got.Matched = 0, 0
-	want := relay.Stats{Unmatched: 1, Malformed: 1, Successes: 2, Failures: 2, Retries: 1, DLQEntries: 2}
+	want := stats.Counts{Unmatched: 1, Malformed: 1, Successes: 2, Failures: 2, Retries: 1, DLQEntries: 2}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
@@ -168,11 +171,11 @@ func TestStatsNeverHoldUpMessages(t *testing.T) {
 	})
 
 	statsSrv.Restart(t)
-	want := relay.Stats{Received: 2, Matched: 1, Unmatched: 1, Successes: 1}
-	var got relay.Stats
+	want := stats.Counts{Received: 2, Matched: 1, Unmatched: 1, Successes: 1}
+	var got stats.Counts
 	waitFor(t, 10*time.Second, "counts written after the outage", func() bool {
 		var err error
-		got, err = relay.ReadStats(context.Background(), statsClient, h.stream, h.group)
+		got, err = stats.Read(context.Background(), statsClient, h.stream, h.group)
 		return err == nil && got == want
 	})
 }
@@ -182,7 +185,7 @@ func TestReadStats(t *testing.T) {
 	rc := redistest.Client(t)
 	ctx := t.Context()
 	s := redistest.Name(t, "events")
-	if got, err := relay.ReadStats(ctx, rc, s, "g"); err != nil || got != (relay.Stats{}) {
+	if got, err := stats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{}) {
 		t.Errorf("ReadStats without a hash = %+v, %v; want zeros", got, err)
 	}
 	key := keys.Stats(s, "g")
@@ -190,23 +193,21 @@ func TestReadStats(t *testing.T) {
 		FieldValue("future_counter", "1").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := relay.ReadStats(ctx, rc, s, "g"); err != nil || got != (relay.Stats{Received: 5, DLQEntries: 2}) {
+	if got, err := stats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{Received: 5, DLQEntries: 2}) {
 		t.Errorf("ReadStats = %+v, %v", got, err)
 	}
 	if err := rc.Do(ctx, rc.B().Hset().Key(key).FieldValue().FieldValue("retries", "many").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := relay.ReadStats(ctx, rc, s, "g"); err == nil || !strings.Contains(err.Error(), `"retries"`) {
+	if _, err := stats.Read(ctx, rc, s, "g"); err == nil || !strings.Contains(err.Error(), `"retries"`) {
 		t.Errorf("ReadStats with a bad field = %v; want an error naming it", err)
 	}
 }
 
-func TestStatsOptionsValidate(t *testing.T) {
+func TestStatsIntervalValidates(t *testing.T) {
 	apps := writeApps(t, map[string]string{"users": usersApp})
-	_, err := relay.New(apps, relay.Components{}, relay.WithStats(nil), relay.WithStatsInterval(0))
-	for _, want := range []string{"WithStats: nil client", "WithStatsInterval: must be > 0"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("New error %v does not name %q", err, want)
-		}
+	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{StatsInterval: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "Config.StatsInterval") {
+		t.Errorf("NewEngine error %v does not name Config.StatsInterval", err)
 	}
 }

@@ -22,30 +22,22 @@ const (
 	linkCaller          = "caller"
 )
 
-// Delivery outcomes of a stream.message span (telemetry.AttrOutcome).
-const (
-	messageAcked   = "acked"
-	messagePending = "pending"
-)
-
 func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(telemetry.InstrumentationName)
 }
 
-// startMessage starts the stream.message span of one delivery of msg
-// (reference.md "Observability"). It continues the producer's trace when
-// the entry carries a traceparent; otherwise the span is a new root, never
-// a child of whatever span ctx holds (Run's context lives for the whole
-// worker).
-func (e *Engine) startMessage(ctx context.Context, msg stream.Message) (context.Context, trace.Span) {
+// startMessageSpan starts the stream.message span of one delivery of msg.
+// It continues the producer's trace when the entry carries a traceparent;
+// otherwise the span is a new root.
+func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, consumer string, msg stream.Message) (context.Context, trace.Span) {
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
 			telemetry.AttrMessagingSystem.String(telemetry.MessagingSystem),
 			telemetry.AttrMessagingOperationType.String("process"),
-			telemetry.AttrMessagingDestination.String(e.c.Stream),
-			telemetry.AttrMessagingConsumerGroup.String(e.c.Group),
-			telemetry.AttrMessagingConsumerID.String(e.c.Consumer),
+			telemetry.AttrMessagingDestination.String(streamName),
+			telemetry.AttrMessagingConsumerGroup.String(group),
+			telemetry.AttrMessagingConsumerID.String(consumer),
 			telemetry.AttrMessagingMessageID.String(msg.ID),
 			telemetry.AttrDeliveryCount.Int64(msg.Deliveries),
 		),
@@ -55,18 +47,18 @@ func (e *Engine) startMessage(ctx context.Context, msg stream.Message) (context.
 	} else {
 		opts = append(opts, trace.WithNewRoot())
 	}
-	return e.tracer.Start(ctx, telemetry.SpanStreamMessage, opts...)
+	return tr.Start(ctx, telemetry.SpanStreamMessage, opts...)
 }
 
-// endMessage ends the delivery's span, recording whether the message was
-// acknowledged or stays pending.
-func endMessage(d *delivery) {
-	outcome := messagePending
-	if d.acked {
-		outcome = messageAcked
+// endMessageSpan records whether the message was acknowledged or stays
+// pending on its delivery's span, and ends it.
+func endMessageSpan(span trace.Span, acked bool) {
+	outcome := "pending"
+	if acked {
+		outcome = "acked"
 	}
-	d.span.SetAttributes(telemetry.AttrOutcome.String(outcome))
-	d.span.End()
+	span.SetAttributes(telemetry.AttrOutcome.String(outcome))
+	span.End()
 }
 
 // startAttempt starts the function.invoke span of one handler attempt as a
@@ -92,11 +84,10 @@ func startAttempt(ctx context.Context, tr trace.Tracer, app, handler, messageID 
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...), trace.WithLinks(links...))
 }
 
-// endAttempt records the outcome of an attempt on its span and ends it.
-// result is one of the outcome label values (success, failure, timeout,
-// unavailable, error); err is the runner's error.
-func endAttempt(span trace.Span, result string, err error) {
-	span.SetAttributes(telemetry.AttrResult.String(result))
+// endAttempt records how an attempt ended on its span and ends it; err is
+// the runner's error.
+func endAttempt(span trace.Span, result Result, err error) {
+	span.SetAttributes(telemetry.AttrResult.String(string(result)))
 	if exit, ok := errors.AsType[*runtime.ExitError](err); ok {
 		span.SetAttributes(telemetry.AttrExitCode.Int(exit.Code))
 	} else if err == nil {

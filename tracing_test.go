@@ -95,13 +95,13 @@ func traceparentOf(sc trace.SpanContext) string {
 // startTraced runs an Engine on h whose spans go to tp.
 func (h *harness) startTraced(tp trace.TracerProvider, mods ...func(*timing)) {
 	h.t.Helper()
-	opts := append(fastOptions(mods...),
-		relay.WithLogger(slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
-		relay.WithMetrics(h.reg), relay.WithTracerProvider(tp))
-	e, err := relay.New(h.apps, relay.Components{
+	cfg := fastConfig(mods...)
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Metrics, cfg.TracerProvider = h.reg, tp
+	e, err := relay.NewEngine(h.apps, relay.Components{
 		Source: h.source, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
 		Stream: h.stream, Group: h.group, Consumer: "c1",
-	}, opts...)
+	}, cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ events:
 		env = req.Env
 		return nil
 	}})
-	if err := relay.Replay(t.Context(), h.apps, runner, h.dlq, entry.ID, relay.WithTracerProvider(replays.tp)); err != nil {
+	if err := (relay.Manual{Runner: runner, TracerProvider: replays.tp}).Replay(t.Context(), h.apps, h.dlq, entry.ID); err != nil {
 		t.Fatal(err)
 	}
 	roots, runs := replays.named(telemetry.SpanDLQReplay), replays.named(telemetry.SpanFunctionInvoke)
@@ -311,7 +311,7 @@ events:
 // TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
 // one function.invoke child per matching rule, linked to a caller's span.
 func TestTracingManualInvoke(t *testing.T) {
-	app := loadOne(t, "shop", shopApp)
+	a := loadOne(t, "shop", shopApp)
 	tr := newTracing(t)
 	envs := map[string]map[string]string{}
 	handler := func(_ context.Context, req runtime.Request) error {
@@ -323,7 +323,7 @@ func TestTracingManualInvoke(t *testing.T) {
 	}
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.audit": handler, "orders.charge": handler})
 	ctx, caller := tr.tp.Tracer("caller").Start(t.Context(), "caller")
-	res, err := relay.Invoke(ctx, app, runner, []byte(`{"kind":"order"}`), relay.WithTracerProvider(tr.tp))
+	res, err := relay.Manual{Runner: runner, TracerProvider: tr.tp}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	caller.End()
 	if err != nil || len(res) != 2 {
 		t.Fatalf("Invoke = %v, %v; want two results", res, err)
@@ -358,10 +358,6 @@ func TestTracingManualInvoke(t *testing.T) {
 		if got, want := envs[h]["TRACEPARENT"], traceparentOf(run.SpanContext); got != want {
 			t.Errorf("%s TRACEPARENT %q, want its span %q", h, got, want)
 		}
-	}
-
-	if _, err := relay.Invoke(ctx, app, runner, []byte(`{}`), relay.WithConcurrency(2)); err == nil || !strings.Contains(err.Error(), "WithConcurrency does not apply") {
-		t.Errorf("Invoke with an engine option: %v, want an error naming it", err)
 	}
 }
 
@@ -424,7 +420,7 @@ schedules:
 		return nil
 	})
 	h.startTraced(tr.tp)
-	specs := relay.ScheduleSpecs(h.apps)
+	specs := h.apps.ScheduleSpecs()
 	if len(specs) != 1 {
 		t.Fatalf("schedule specs %+v, want one", specs)
 	}

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/schedule/cron"
+
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
@@ -407,7 +409,7 @@ func TestClusterSchedulePublish(t *testing.T) {
 	c := topology.NewCluster(t)
 	rc := topology.Connect(t, c.ClientOption())
 	ctx := context.Background()
-	spec := schedule.Spec{App: "billing", Name: "nightly", Handler: "reports.nightly", Cron: "0 3 * * *", Location: time.UTC}
+	spec := schedule.Spec{App: "billing", Name: "nightly", Handler: "reports.nightly", Cron: cron.MustParse("0 3 * * *", time.UTC)}
 	at := time.Date(2026, 3, 8, 3, 0, 0, 0, time.UTC)
 
 	pub, err := schedule.NewPublisher(rc, "{billing}.events")

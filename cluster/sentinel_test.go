@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
@@ -31,17 +33,18 @@ events:
   - {handler: ok.run, pattern: {kind: [ok]}, timeout: 5s}
 `
 
-// failoverOptions shrink the Engine's timings so that whatever a failover
+// failoverConfig shrinks the Engine's timings so that whatever a failover
 // leaves pending is reclaimed within a second, not a minute.
-func failoverOptions() []relay.Option {
-	return []relay.Option{
-		relay.WithMinPendingIdle(500 * time.Millisecond),
-		relay.WithReclaimInterval(100 * time.Millisecond),
-		relay.WithHeartbeatInterval(100 * time.Millisecond),
-		relay.WithBackoff(50 * time.Millisecond),
-		relay.WithLeaseGrace(300 * time.Millisecond),
-		relay.WithConcurrencyWait(time.Second),
-		relay.WithShutdownTimeout(time.Second),
+func failoverConfig(log *slog.Logger) relay.Config {
+	return relay.Config{
+		MinPendingIdle:    500 * time.Millisecond,
+		ReclaimInterval:   100 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond,
+		Backoff:           []time.Duration{50 * time.Millisecond},
+		LeaseGrace:        300 * time.Millisecond,
+		ConcurrencyWait:   time.Second,
+		ShutdownTimeout:   time.Second,
+		Logger:            log,
 	}
 }
 
@@ -64,7 +67,7 @@ func TestSentinelFailover(t *testing.T) {
 		events     = 400
 		killAt     = 150
 	)
-	apps, err := relay.LoadApps(writeApp(t, "app", failoverApp, map[string]string{}))
+	apps, err := template.LoadDir(writeApp(t, "app", failoverApp, map[string]string{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,11 +101,11 @@ func TestSentinelFailover(t *testing.T) {
 	var workers sync.WaitGroup
 	for _, consumer := range []string{"w1", "w2"} {
 		rc := topology.Connect(t, s.ClientOption())
-		e, err := relay.New(apps, relay.Components{
+		e, err := relay.NewEngine(apps, relay.Components{
 			Source: stream.New(rc, streamName, group, consumer, stream.WithBlock(100*time.Millisecond)),
 			State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
 			Stream: streamName, Group: group, Consumer: consumer,
-		}, append(failoverOptions(), relay.WithLogger(log.With(slog.String("consumer", consumer))))...)
+		}, failoverConfig(log.With(slog.String("consumer", consumer))))
 		if err != nil {
 			t.Fatal(err)
 		}

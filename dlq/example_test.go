@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
@@ -56,7 +58,7 @@ func ExampleStore_List() {
 		fmt.Println(err)
 		return
 	}
-	apps, err := relay.NewApps(&relay.App{Name: "billing", Rules: []relay.Rule{{Handler: "invoices.charge", Pattern: pattern}}})
+	apps, err := app.NewSet(&app.App{Name: "billing", Rules: []app.Rule{{Handler: "invoices.charge", Pattern: pattern}}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -68,7 +70,7 @@ func ExampleStore_List() {
 		},
 	})
 	for _, e := range entries {
-		switch err := relay.Replay(ctx, apps, runner, store, e.ID); {
+		switch err := (relay.Manual{Runner: runner}).Replay(ctx, apps, store, e.ID); {
 		case err == nil:
 			fmt.Printf("replayed %s/%s; its entry is deleted\n", e.App, e.Handler)
 		case errors.Is(err, relay.ErrReplayMalformed):

@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	taskapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images/archive"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
@@ -142,7 +143,7 @@ func TestContainerdSoak(t *testing.T) {
 	if err := os.Mkdir(appDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range map[string]string{relay.TemplateFile: containerdApp, "handler.sh": containerdHandler} {
+	for name, text := range map[string]string{app.TemplateFile: containerdApp, "handler.sh": containerdHandler} {
 		if err := os.WriteFile(filepath.Join(appDir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -257,22 +257,16 @@ func missingPayloadTotal(reg *prometheus.Registry) (float64, bool) {
 
 // ledgerSource is the worker's stream source: it records what the engine is
 // told by Reclaim and checks every Ack against the invocation state.
-// Embedding keeps the optional capabilities (Heartbeater, EnsureGroup,
-// ReclaimUpTo); every one that reports deleted entries is wrapped here, or
-// the engine would learn of deletions the ledger misses.
+// Embedding keeps Heartbeat and the optional capabilities (EnsureGroup,
+// Pending); Reclaim, which reports deleted entries, is wrapped here, or the
+// engine would learn of deletions the ledger misses.
 type ledgerSource struct {
 	*stream.Source
 	rec *recorder
 }
 
-func (s ledgerSource) Reclaim(ctx context.Context, minIdle time.Duration) ([]stream.Message, []string, error) {
-	msgs, deleted, err := s.Source.Reclaim(ctx, minIdle)
-	s.rec.missing(ctx, deleted)
-	return msgs, deleted, err
-}
-
-func (s ledgerSource) ReclaimUpTo(ctx context.Context, minIdle time.Duration, max int) ([]stream.Message, []string, bool, error) {
-	msgs, deleted, done, err := s.Source.ReclaimUpTo(ctx, minIdle, max)
+func (s ledgerSource) Reclaim(ctx context.Context, minIdle time.Duration, max int) ([]stream.Message, []string, bool, error) {
+	msgs, deleted, done, err := s.Source.Reclaim(ctx, minIdle, max)
 	s.rec.missing(ctx, deleted)
 	return msgs, deleted, done, err
 }

@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 
@@ -108,16 +111,16 @@ events:
   - {handler: slow.run, pattern: {kind: [slow]}, timeout: 30s, retries: 0}
 `
 
-func reproApps(t *testing.T) *relay.Apps {
+func reproApps(t *testing.T) *app.Set {
 	t.Helper()
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "repro"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "repro", relay.TemplateFile), []byte(reproApp), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "repro", app.TemplateFile), []byte(reproApp), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,11 +156,11 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 		return nil
 	}
 	const minIdle = 300 * time.Millisecond
-	e, err := relay.New(reproApps(t), relay.Components{
+	e, err := relay.NewEngine(reproApps(t), relay.Components{
 		Source: src, State: invocation.New(rc), Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"repro/slow.run": slow}),
 		DLQ: dlq.NewWriter(rc, streamName), Stream: streamName, Group: soakGroup, Consumer: "w",
-	}, relay.WithConcurrency(1), relay.WithMinPendingIdle(minIdle), relay.WithReclaimInterval(50*time.Millisecond),
-		relay.WithHeartbeatInterval(50*time.Millisecond), relay.WithConcurrencyWait(30*time.Second), relay.WithShutdownTimeout(time.Second))
+	}, relay.Config{MaxConcurrency: 1, MinPendingIdle: minIdle, ReclaimInterval: 50 * time.Millisecond,
+		HeartbeatInterval: 50 * time.Millisecond, ConcurrencyWait: 30 * time.Second, ShutdownTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +233,8 @@ func (s *onceSource) Read(ctx context.Context, _ int) ([]stream.Message, error) 
 	return nil, nil
 }
 
-func (s *onceSource) Reclaim(context.Context, time.Duration) ([]stream.Message, []string, error) {
-	return nil, nil, nil
+func (s *onceSource) Reclaim(context.Context, time.Duration, int) ([]stream.Message, []string, bool, error) {
+	return nil, nil, true, nil
 }
 
 // barrierDLQ holds each Write until two writers arrived or a few seconds
@@ -292,10 +295,10 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, consumer := range []string{"a", "b"} {
 		src := &onceSource{Source: stream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
-		e, err := relay.New(apps, relay.Components{
+		e, err := relay.NewEngine(apps, relay.Components{
 			Source: src, State: invocation.New(rc), Runner: runtime.NewFunc(nil), DLQ: w,
 			Stream: streamName, Group: soakGroup, Consumer: consumer,
-		}, relay.WithShutdownTimeout(time.Second))
+		}, relay.Config{ShutdownTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

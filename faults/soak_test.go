@@ -34,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stream"
@@ -121,7 +123,7 @@ func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []
 	if err := os.MkdirAll(filepath.Join(appsRoot, soakAppName), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, relay.TemplateFile), []byte(soakApp), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(soakApp), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/stats"
+
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,16 +46,16 @@ const (
 	soakAppName = "soak"
 )
 
-// funcWorkerOptions are the Func soak's timings: handlers take milliseconds.
-func funcWorkerOptions() []relay.Option {
-	return []relay.Option{
-		relay.WithMinPendingIdle(500 * time.Millisecond),
-		relay.WithReclaimInterval(100 * time.Millisecond),
-		relay.WithHeartbeatInterval(100 * time.Millisecond),
-		relay.WithBackoff(50 * time.Millisecond),
-		relay.WithLeaseGrace(300 * time.Millisecond),
-		relay.WithConcurrencyWait(time.Second),
-		relay.WithShutdownTimeout(time.Second),
+// funcWorkerConfig is the Func soak's timings: handlers take milliseconds.
+func funcWorkerConfig() relay.Config {
+	return relay.Config{
+		MinPendingIdle:    500 * time.Millisecond,
+		ReclaimInterval:   100 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond,
+		Backoff:           []time.Duration{50 * time.Millisecond},
+		LeaseGrace:        300 * time.Millisecond,
+		ConcurrencyWait:   time.Second,
+		ShutdownTimeout:   time.Second,
 	}
 }
 
@@ -60,19 +63,22 @@ func funcWorkerOptions() []relay.Option {
 // takes a few hundred milliseconds to set up and tear down on a loaded
 // machine, which the lease grace must cover, or live attempts would look
 // expired.
-func containerdWorkerOptions() []relay.Option {
-	return []relay.Option{
-		relay.WithConcurrency(containerdConcurrency),
-		relay.WithMinPendingIdle(1500 * time.Millisecond),
-		relay.WithReclaimInterval(250 * time.Millisecond),
-		relay.WithHeartbeatInterval(300 * time.Millisecond),
-		relay.WithBackoff(200 * time.Millisecond),
-		relay.WithLeaseGrace(3 * time.Second),
-		relay.WithConcurrencyWait(2 * time.Second),
-		relay.WithShutdownTimeout(2 * time.Second),
-		relay.WithSweepInterval(500 * time.Millisecond),
+func containerdWorkerConfig() relay.Config {
+	return relay.Config{
+		MaxConcurrency:    containerdConcurrency,
+		MinPendingIdle:    1500 * time.Millisecond,
+		ReclaimInterval:   250 * time.Millisecond,
+		HeartbeatInterval: 300 * time.Millisecond,
+		Backoff:           []time.Duration{200 * time.Millisecond},
+		LeaseGrace:        3 * time.Second,
+		ConcurrencyWait:   2 * time.Second,
+		ShutdownTimeout:   2 * time.Second,
 	}
 }
+
+// containerdSweepInterval is how often a soak worker sweeps its
+// containerd runner's leftovers, as a relay.Worker does every minute.
+const containerdSweepInterval = 500 * time.Millisecond
 
 // TestWorkerProcess is not a test: the soaks run the test binary again with
 // FAULTS_WORKER set to a consumer name, making this a worker process. It
@@ -87,7 +93,7 @@ func TestWorkerProcess(t *testing.T) {
 	defer stop()
 	rc := redistest.Connect(t, os.Getenv(envRedis))
 	streamName := os.Getenv(envStream)
-	apps, err := relay.LoadApps(os.Getenv(envApps))
+	apps, err := template.LoadDir(os.Getenv(envApps))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,28 +104,36 @@ func TestWorkerProcess(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	rec := newRecorder(rc, streamName, soakGroup, consumer, os.Getpid())
 	var runner relay.Runner
-	var opts []relay.Option
+	var cfg relay.Config
 	switch os.Getenv(envRunner) {
 	case "containerd":
 		runner = containerdWorkerRunner(ctx, t, rec, log, consumer)
-		opts = containerdWorkerOptions()
+		cfg = containerdWorkerConfig()
 	default:
 		runner = funcWorkerRunner(rec)
-		opts = funcWorkerOptions()
+		cfg = funcWorkerConfig()
 	}
 	reg := prometheus.NewRegistry()
 	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
-	e, err := relay.New(apps, relay.Components{
+	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
+	// The ledger wraps each component, so the soak builds the Engine that a
+	// relay.Worker would, and sweeps its runner as the Worker does.
+	e, err := relay.NewEngine(apps, relay.Components{
 		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
 		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName),
 		Stream: streamName, Group: soakGroup, Consumer: consumer,
-	}, append(opts, relay.WithLogger(log), relay.WithMetrics(reg), relay.WithStats(rc))...)
+	}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pushCtx, stopPush := context.WithCancel(context.WithoutCancel(ctx))
 	pushed := make(chan struct{})
 	go func() { defer close(pushed); rec.pushMissingMetric(pushCtx, reg) }()
+	if sw, ok := runner.(relay.Sweeper); ok {
+		swept := make(chan struct{})
+		defer func() { <-swept }()
+		go func() { defer close(swept); sweepEvery(ctx, sw, containerdSweepInterval, log) }()
+	}
 	if err := e.Run(ctx); err != nil {
 		t.Error(err)
 	}
@@ -243,4 +257,20 @@ func (w *markerWriter) Write(p []byte) (int, error) {
 		})
 	}
 	return n, nil
+}
+
+// sweepEvery sweeps sw now and every d until ctx ends.
+func sweepEvery(ctx context.Context, sw relay.Sweeper, d time.Duration, log *slog.Logger) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		if err := sw.Sweep(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("sweeping leftovers failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
 )
@@ -20,7 +22,7 @@ import (
 // empty result without error; anything but one JSON object (an array, a
 // string, null, invalid JSON, trailing data, nothing) as an error wrapping
 // matcher.ErrMalformed; and concurrent matches agreeing.
-func TestMatcher(t *testing.T, newMatcher func(t *testing.T, apps *relay.Apps) relay.Matcher) {
+func TestMatcher(t *testing.T, newMatcher func(t *testing.T, apps *app.Set) relay.Matcher) {
 	run := func(name string, f func(t *testing.T, m relay.Matcher)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -94,27 +96,27 @@ func TestMatcher(t *testing.T, newMatcher func(t *testing.T, apps *relay.Apps) r
 
 // contractApps are three apps given out of name order, with rules that an
 // event can match several of.
-func contractApps(t *testing.T) *relay.Apps {
+func contractApps(t *testing.T) *app.Set {
 	t.Helper()
-	rule := func(handler, pattern string) relay.Rule {
+	rule := func(handler, pattern string) app.Rule {
 		t.Helper()
 		p, err := matcher.Parse("relaytest.yaml", []byte(pattern))
 		if err != nil {
 			t.Fatalf("pattern %s: %v", pattern, err)
 		}
-		return relay.Rule{Handler: handler, Pattern: p}
+		return app.Rule{Handler: handler, Pattern: p}
 	}
-	apps, err := relay.NewApps(
-		&relay.App{Name: "zeta", Rules: []relay.Rule{
+	apps, err := app.NewSet(
+		&app.App{Name: "zeta", Rules: []app.Rule{
 			rule("any.signup", `{type: [signup]}`),
 			rule("pro.signup", `{type: [signup], plan: [pro]}`),
 		}},
-		&relay.App{Name: "alpha", Rules: []relay.Rule{
+		&app.App{Name: "alpha", Rules: []app.Rule{
 			rule("first", `{type: [signup]}`),
 			rule("second", `{type: [login]}`),
 			rule("third", `{email: [{suffix: "@example.com"}]}`),
 		}},
-		&relay.App{Name: "mid", Rules: []relay.Rule{
+		&app.App{Name: "mid", Rules: []app.Rule{
 			rule("only", `{plan: [pro, enterprise], type: [{prefix: "sign"}]}`),
 		}},
 	)

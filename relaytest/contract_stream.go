@@ -16,6 +16,9 @@ import (
 // TestStreamSource. Every harness must have a stream and group of its own
 // (UniqueName), with the group already created from id 0.
 type StreamSourceHarness struct {
+	// Publish appends an entry with fields to the harness's stream (XADD)
+	// and returns its id; producers publish, not the source.
+	Publish func(t *testing.T, fields map[string]string) string
 	// Consumer returns the source of consumer name on the harness's stream
 	// and group. The suite asks for a few names; every source it gets shares
 	// the group's PEL. Read should block briefly (tens of milliseconds):
@@ -35,27 +38,27 @@ type StreamSourceHarness struct {
 }
 
 // TestStreamSource runs the contract of relay.StreamSource, and of
-// relay.Heartbeater, relay.PendingReporter and relay.Pinger when the
-// sources implement them (events.md "Delivery, retry, and ACK",
-// "Guarantees summary"), against the harnesses newHarness returns, one per
+// relay.PendingReporter and relay.Pinger when the sources implement them
+// (docs/delivery.md), against the harnesses newHarness returns, one per
 // parallel sub-test.
 //
-// It covers: Publish returning increasing ids and Read returning each entry
-// once, in order, with its fields and delivery count 1, count honoured and
-// (nil, nil) when nothing is new; entries split between consumers of the
-// group; Ack removing entries from the PEL, unknown ids included; Reclaim
-// taking only entries idle for minIdle, from any consumer, resetting their
-// idle time and raising their delivery count; Reclaim reporting PEL ids
-// whose entry was deleted, once, and clearing them; Heartbeat keeping
-// entries from being reclaimed without raising their delivery count;
-// Pending counting the PEL; and concurrent readers never sharing an entry.
+// It covers: Read returning each published entry once, in order, with its
+// fields and delivery count 1, count honoured and (nil, nil) when nothing
+// is new; entries split between consumers of the group; Ack removing
+// entries from the PEL, unknown ids included; Reclaim taking only entries
+// idle for minIdle, from any consumer, resetting their idle time and
+// raising their delivery count, at most max per call, walking the PEL
+// across calls until done; Reclaim reporting PEL ids whose entry was
+// deleted, once, and clearing them; Heartbeat keeping entries from being
+// reclaimed without raising their delivery count; Pending counting the
+// PEL; and concurrent readers never sharing an entry.
 func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHarness) {
 	run := func(name string, f func(t *testing.T, h StreamSourceHarness)) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			if h.Consumer == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
-				t.Fatal("relaytest: StreamSourceHarness needs Consumer, Delete, Advance and a positive Short")
+			if h.Publish == nil || h.Consumer == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
+				t.Fatal("relaytest: StreamSourceHarness needs Publish, Consumer, Delete, Advance and a positive Short")
 			}
 			f(t, h)
 		})
@@ -70,7 +73,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 		}
 		var ids []string
 		for _, f := range want {
-			ids = append(ids, publish(t, c1, f))
+			ids = append(ids, publish(t, h, f))
 		}
 		for i := 1; i < len(ids); i++ {
 			if stream.CompareID(ids[i-1], ids[i]) >= 0 {
@@ -93,7 +96,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("ReadHonoursCount", func(t *testing.T, h StreamSourceHarness) {
 		c1 := h.Consumer(t, "c1")
-		ids := publishN(t, c1, 5)
+		ids := publishN(t, h, 5)
 		if got := msgIDs(read(t, c1, 2)); !slices.Equal(got, ids[:2]) {
 			t.Fatalf("Read(2) = %v, want %v", got, ids[:2])
 		}
@@ -104,7 +107,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("ConsumersShareTheGroup", func(t *testing.T, h StreamSourceHarness) {
 		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		first := publishN(t, c1, 2)
+		first := publishN(t, h, 2)
 		if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, first) {
 			t.Fatalf("c1 Read = %v, want %v", got, first)
 		}
@@ -112,7 +115,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 		if got := read(t, c2, 10); len(got) != 0 {
 			t.Fatalf("c2 Read = %v, want nothing new", msgIDs(got))
 		}
-		second := publishN(t, c2, 1)
+		second := publishN(t, h, 1)
 		if got := msgIDs(read(t, c2, 10)); !slices.Equal(got, second) {
 			t.Fatalf("c2 Read = %v, want %v", got, second)
 		}
@@ -121,7 +124,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 	run("AckRemovesFromThePEL", func(t *testing.T, h StreamSourceHarness) {
 		ctx := t.Context()
 		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		ids := publishN(t, c1, 3)
+		ids := publishN(t, h, 3)
 		read(t, c1, 10)
 		if err := c1.Ack(ctx, ids[0]); err != nil {
 			t.Fatalf("Ack: %v", err)
@@ -146,7 +149,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("ReclaimTakesIdleEntries", func(t *testing.T, h StreamSourceHarness) {
 		c1, c2, c3 := h.Consumer(t, "c1"), h.Consumer(t, "c2"), h.Consumer(t, "c3")
-		ids := publishN(t, c1, 2)
+		ids := publishN(t, h, 2)
 		read(t, c1, 10)
 		if msgs, deleted := reclaim(t, c2, time.Hour); len(msgs) != 0 || len(deleted) != 0 {
 			t.Fatalf("Reclaim(1h) = %v, %v; want nothing idle that long", msgIDs(msgs), deleted)
@@ -177,7 +180,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("ReclaimReportsDeletedEntries", func(t *testing.T, h StreamSourceHarness) {
 		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		all := publishN(t, c1, 5)
+		all := publishN(t, h, 5)
 		read(t, c1, 10)
 		gone := []string{all[1], all[3]}
 		h.Delete(t, gone...)
@@ -205,19 +208,15 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("Heartbeat", func(t *testing.T, h StreamSourceHarness) {
 		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		hb, ok := c1.(relay.Heartbeater)
-		if !ok {
-			t.Skip("the source is not a relay.Heartbeater")
-		}
 		ctx := t.Context()
-		ids := publishN(t, c1, 2)
+		ids := publishN(t, h, 2)
 		live, stuck := ids[0], ids[1]
 		read(t, c1, 10)
 		h.Advance(t, h.Short)
-		if err := hb.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
+		if err := c1.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
 			t.Fatalf("Heartbeat: %v", err)
 		}
-		if err := hb.Heartbeat(ctx); err != nil {
+		if err := c1.Heartbeat(ctx); err != nil {
 			t.Errorf("Heartbeat of no ids: %v", err)
 		}
 		msgs, _ := reclaim(t, c2, h.Short)
@@ -247,7 +246,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 		if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
 			t.Fatalf("Pending of an empty PEL = %d, %s, %v; want 0, 0", n, age, err)
 		}
-		ids := publishN(t, c1, 3)
+		ids := publishN(t, h, 3)
 		read(t, c1, 10)
 		h.Advance(t, h.Short)
 		n, age, err := pr.Pending(ctx)
@@ -274,7 +273,7 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 
 	run("ConcurrentReadersNeverShare", func(t *testing.T, h StreamSourceHarness) {
 		const n, readers = 60, 3
-		ids := publishN(t, h.Consumer(t, "producer"), n)
+		ids := publishN(t, h, n)
 		var mu sync.Mutex
 		seen := map[string]string{}
 		var wg sync.WaitGroup
@@ -312,23 +311,53 @@ func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHa
 		}
 	})
 
+	run("ReclaimIsBounded", func(t *testing.T, h StreamSourceHarness) {
+		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+		ids := publishN(t, h, 5)
+		read(t, c1, 10)
+		h.Advance(t, h.Short)
+		// Each call takes at most max entries and goes on where the last
+		// stopped, until done says the walk reached the end of the PEL.
+		var got []string
+		for calls := 0; ; calls++ {
+			if calls == 10 {
+				t.Fatalf("no done after %d calls of Reclaim(max 2); reclaimed %v", calls, got)
+			}
+			msgs, deleted, done, err := c2.Reclaim(t.Context(), h.Short, 2)
+			if err != nil || len(deleted) != 0 {
+				t.Fatalf("Reclaim: %v, deleted %v", err, deleted)
+			}
+			if len(msgs) > 2 {
+				t.Fatalf("Reclaim(max 2) returned %d entries", len(msgs))
+			}
+			got = append(got, msgIDs(msgs)...)
+			if done {
+				break
+			}
+		}
+		if !slices.Equal(got, ids) {
+			t.Fatalf("one walk reclaimed %v, want each of %v once, in order", got, ids)
+		}
+		// The next walk starts over; nothing is idle again yet.
+		if msgs, _, done, err := c2.Reclaim(t.Context(), h.Short, 2); err != nil || len(msgs) != 0 || !done {
+			t.Errorf("Reclaim right after a walk = %v, done %v, %v; want nothing and done", msgIDs(msgs), done, err)
+		}
+	})
+
 	run("InvalidArguments", func(t *testing.T, h StreamSourceHarness) {
 		c1 := h.Consumer(t, "c1")
-		if _, err := c1.Publish(t.Context(), nil); err == nil {
-			t.Error("Publish of no fields succeeded, want an error")
-		}
 		if _, err := c1.Read(t.Context(), 0); err == nil {
 			t.Error("Read(0) succeeded, want an error")
+		}
+		if _, _, _, err := c1.Reclaim(t.Context(), time.Second, 0); err == nil {
+			t.Error("Reclaim(max 0) succeeded, want an error")
 		}
 	})
 }
 
-func publish(t *testing.T, s relay.StreamSource, fields map[string]string) string {
+func publish(t *testing.T, h StreamSourceHarness, fields map[string]string) string {
 	t.Helper()
-	id, err := s.Publish(t.Context(), fields)
-	if err != nil {
-		t.Fatalf("Publish: %v", err)
-	}
+	id := h.Publish(t, fields)
 	if _, _, err := stream.ParseID(id); err != nil {
 		t.Fatalf("Publish returned %v", err)
 	}
@@ -336,11 +365,11 @@ func publish(t *testing.T, s relay.StreamSource, fields map[string]string) strin
 }
 
 // publishN appends n entries {"n": i} and returns their ids.
-func publishN(t *testing.T, s relay.StreamSource, n int) []string {
+func publishN(t *testing.T, h StreamSourceHarness, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range n {
-		ids[i] = publish(t, s, map[string]string{"n": strconv.Itoa(i)})
+		ids[i] = publish(t, h, map[string]string{"n": strconv.Itoa(i)})
 	}
 	return ids
 }
@@ -356,7 +385,7 @@ func read(t *testing.T, s relay.StreamSource, count int) []stream.Message {
 
 func reclaim(t *testing.T, s relay.StreamSource, minIdle time.Duration) ([]stream.Message, []string) {
 	t.Helper()
-	msgs, deleted, err := s.Reclaim(t.Context(), minIdle)
+	msgs, deleted, _, err := s.Reclaim(t.Context(), minIdle, 1000)
 	if err != nil {
 		t.Fatalf("Reclaim(%s): %v", minIdle, err)
 	}

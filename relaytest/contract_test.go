@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/relaytest"
@@ -16,7 +18,6 @@ import (
 var (
 	_ relay.StateStore      = (*relaytest.StateStore)(nil)
 	_ relay.StreamSource    = (*relaytest.Consumer)(nil)
-	_ relay.Heartbeater     = (*relaytest.Consumer)(nil)
 	_ relay.PendingReporter = (*relaytest.Consumer)(nil)
 	_ relay.Pinger          = (*relaytest.Consumer)(nil)
 	_ relay.DLQWriter       = (*relaytest.DLQ)(nil)
@@ -43,6 +44,13 @@ func TestStreamSourceContract(t *testing.T) {
 		clock := relaytest.NewManualClock(start)
 		s := relaytest.NewStream(relaytest.WithClock(clock), relaytest.WithBlock(10*time.Millisecond))
 		return relaytest.StreamSourceHarness{
+			Publish: func(t *testing.T, fields map[string]string) string {
+				id, err := s.Publish(t.Context(), fields)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			},
 			Consumer: func(_ *testing.T, name string) relay.StreamSource { return s.Consumer(name) },
 			Delete:   func(_ *testing.T, ids ...string) { s.Delete(ids...) },
 			Advance:  relaytest.AdvanceManual(clock),
@@ -86,7 +94,7 @@ func TestStateStoreContractSystemClock(t *testing.T) {
 }
 
 func TestMatcherContract(t *testing.T) {
-	relaytest.TestMatcher(t, func(_ *testing.T, apps *relay.Apps) relay.Matcher { return apps.Matcher() })
+	relaytest.TestMatcher(t, func(_ *testing.T, apps *app.Set) relay.Matcher { return apps.Matcher() })
 }
 
 // The fake Runner passes the Runner suite when scripted with outcomes that

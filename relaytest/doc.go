@@ -31,7 +31,7 @@
 // the fakes in this package's tests, and in the tests of the real
 // implementations against them: invocation.Store, stream.Source and
 // dlq.Writer on a real redis-server, runtime.Func, runtime.Process and the
-// containerd runner, and the matcher of relay.Apps. Run them against your
+// containerd runner, and the matcher of app.Set. Run them against your
 // own implementation too. A fake is trusted only because it passes the
 // same suite as the real thing. Each suite takes a harness constructor,
 // called once per parallel sub-test; the harness gives the suite what the

@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
@@ -59,9 +61,9 @@ func TestEngineOnFakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apps, err := relay.NewApps(&relay.App{
+		apps, err := app.NewSet(&app.App{
 			Name:  "signups",
-			Rules: []relay.Rule{{Handler: "mail.welcome", Pattern: pattern, Retries: 2, Timeout: 10 * time.Second}},
+			Rules: []app.Rule{{Handler: "mail.welcome", Pattern: pattern, Retries: 2, Timeout: 10 * time.Second}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -86,10 +88,10 @@ func TestEngineOnFakes(t *testing.T) {
 				return nil
 			},
 		})
-		engine, err := relay.New(apps, relay.Components{
+		engine, err := relay.NewEngine(apps, relay.Components{
 			Source: src.Consumer("worker-1"), State: state, Runner: runner, DLQ: dead,
 			Stream: streamName, Group: group, Consumer: "worker-1",
-		}, relay.WithLogger(slog.New(slog.DiscardHandler)))
+		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,16 +216,16 @@ func TestEngineUnavailableChargesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apps, err := relay.NewApps(&relay.App{Name: "orders", Rules: []relay.Rule{{Handler: "ship", Pattern: pattern, Retries: 0}}})
+		apps, err := app.NewSet(&app.App{Name: "orders", Rules: []app.Rule{{Handler: "ship", Pattern: pattern, Retries: 0}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		runner := relaytest.NewRunner()
 		runner.Script("orders/ship", relaytest.Unavailable("image missing"), relaytest.Unavailable("image missing"), relaytest.Succeed())
-		engine, err := relay.New(apps, relay.Components{
+		engine, err := relay.NewEngine(apps, relay.Components{
 			Source: src.Consumer("w"), State: state, Runner: runner, DLQ: relaytest.NewDLQ("events"),
 			Stream: "events", Group: "g", Consumer: "w",
-		}, relay.WithLogger(slog.New(slog.DiscardHandler)))
+		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,7 +51,7 @@ func ExampleStream() {
 	fmt.Println(id, len(msgs), msgs[0].Deliveries)
 
 	clock.Advance(time.Minute) // worker-1 stalls
-	msgs, _, _ = c2.Reclaim(ctx, time.Minute)
+	msgs, _, _, _ = c2.Reclaim(ctx, time.Minute, 10)
 	fmt.Println(msgs[0].ID, msgs[0].Deliveries, s.Pending()[0].Consumer)
 
 	_ = c2.Ack(ctx, id)

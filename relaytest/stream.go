@@ -21,16 +21,14 @@ import (
 //     increasing even when the clock stands still or goes back (XADD *).
 //   - Read delivers entries no consumer of the group was given yet, in id
 //     order, and records them in the PEL with delivery count 1 (XREADGROUP >).
-//   - Reclaim takes over PEL entries idle for at least minIdle, from any
-//     consumer, and raises their delivery count; PEL entries whose stream
-//     entry was deleted are reported as deleted and dropped (XAUTOCLAIM on
-//     Redis 7).
+//   - Reclaim takes over at most max PEL entries idle for at least minIdle,
+//     from any consumer, walking the PEL across calls, and raises their
+//     delivery count; PEL entries whose stream entry was deleted are
+//     reported as deleted and dropped (XAUTOCLAIM on Redis 7).
 //   - Heartbeat resets idle times without raising delivery counts (XCLAIM
 //     ... 0 JUSTID); Ack removes entries from the PEL (XACK).
 //
 // Idle time is measured on the Stream's clock with millisecond precision.
-// Reclaim makes one pass over the whole PEL instead of walking a cursor in
-// pages, which a caller of the interface cannot tell apart.
 //
 // Safe for concurrent use.
 type Stream struct {
@@ -219,6 +217,8 @@ func (s *Stream) pelIDs() []streamID {
 type Consumer struct {
 	s    *Stream
 	name string
+	// cursor is where the next Reclaim walks the PEL from; guarded by s.mu.
+	cursor streamID
 }
 
 // Name returns the consumer's name.
@@ -269,24 +269,36 @@ func (c *Consumer) Read(ctx context.Context, count int) ([]stream.Message, error
 	}
 }
 
-// Reclaim takes over every PEL entry of the group idle for at least minIdle
-// (on the Stream's clock, ms precision), whichever consumer held it, in id
-// order: each becomes this consumer's with its idle time reset and its
-// delivery count raised by one, which Deliveries reports. deleted lists the
-// idle PEL ids whose stream entry no longer exists; they are dropped from
-// the PEL. minIdle must be >= 0.
-func (c *Consumer) Reclaim(ctx context.Context, minIdle time.Duration) (msgs []stream.Message, deleted []string, err error) {
+// Reclaim takes over at most max PEL entries of the group idle for at
+// least minIdle (on the Stream's clock, ms precision), whichever consumer
+// held them, in id order, walking the PEL from where this Consumer's last
+// Reclaim stopped: each becomes this consumer's with its idle time reset and
+// its delivery count raised by one, which Deliveries reports. done reports
+// that the walk reached the end of the PEL; the next call starts over.
+// deleted lists the idle PEL ids passed whose stream entry no longer
+// exists; they are dropped from the PEL. minIdle must be >= 0 and max > 0.
+func (c *Consumer) Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []stream.Message, deleted []string, done bool, err error) {
 	if minIdle < 0 {
-		return nil, nil, fmt.Errorf("relaytest: reclaim: minIdle must be >= 0, got %s", minIdle)
+		return nil, nil, false, fmt.Errorf("relaytest: reclaim: minIdle must be >= 0, got %s", minIdle)
+	}
+	if max <= 0 {
+		return nil, nil, false, fmt.Errorf("relaytest: reclaim: max must be > 0, got %d", max)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("relaytest: reclaim: %w", err)
+		return nil, nil, false, fmt.Errorf("relaytest: reclaim: %w", err)
 	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
 	for _, id := range s.pelIDs() {
+		if id.compare(c.cursor) < 0 {
+			continue
+		}
+		if len(msgs) == max {
+			c.cursor = id // the next call goes on from here
+			return msgs, deleted, false, nil
+		}
 		p := s.pel[id]
 		if now-p.deliveredMS < minIdle.Milliseconds() {
 			continue
@@ -300,7 +312,8 @@ func (c *Consumer) Reclaim(ctx context.Context, minIdle time.Duration) (msgs []s
 		p.consumer, p.deliveries, p.deliveredMS = c.name, p.deliveries+1, now
 		msgs = append(msgs, stream.Message{ID: id.String(), Fields: maps.Clone(s.entries[i].fields), Deliveries: p.deliveries})
 	}
-	return msgs, deleted, nil
+	c.cursor = streamID{}
+	return msgs, deleted, true, nil
 }
 
 // Ack removes ids from the group's PEL (XACK). Ids that are not pending, and

@@ -1,17 +1,13 @@
 // Package schedule turns cron schedules into occurrences in the engine's
-// stream, each exactly once across all workers (reference.md "Schedules",
-// issue #6).
+// stream, each exactly once across all workers (docs/schedules.md).
 //
 // It owns four things:
 //
-//   - Occurrence math. Spec.Next, Spec.Fires and Spec.Latest evaluate a cron
-//     expression (ParseCron: five fields or @hourly-style descriptors,
-//     minute precision) in the schedule's IANA zone with Relay's DST rules:
-//     a wall-clock time skipped by a spring-forward fires once, at the
-//     instant of the jump; a wall-clock time repeated by a fall-back fires
-//     once, the first time. robfig/cron parses the expressions and matches
-//     wall-clock times, but its own Next drops skipped times and fires
-//     repeated ones twice, so Spec maps wall-clock times to instants itself.
+//   - When a schedule fires. A Spec's Cron (package schedule/cron parses
+//     expressions and applies Relay's DST rules) gives its firings;
+//     Spec.Next, Spec.Fires and Spec.Latest wrap them with the schedule's
+//     name. This package does not parse cron expressions itself, so the
+//     engine, which imports it, needs no cron parser.
 //   - Identity and envelope. An occurrence is
 //     "schedule:<app>:<schedule>:<RFC3339 UTC instant>" (OccurrenceID); its
 //     stream entry's "event" is an Envelope with source "relay.schedule".

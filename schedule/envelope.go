@@ -205,7 +205,7 @@ func (e Envelope) Validate(s Spec) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: field \"scheduled_at\" %s is not a firing of cron %q in %s", ErrInvalidEnvelope, e.ScheduledAt, s.Cron, zoneName(s.Location))
+		return fmt.Errorf("%w: field \"scheduled_at\" %s is not a firing of cron %q in %s", ErrInvalidEnvelope, e.ScheduledAt, s.Cron, zoneName(s.Cron.Location()))
 	}
 	return nil
 }

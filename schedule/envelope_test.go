@@ -3,6 +3,7 @@ package schedule
 import (
 	"encoding/json"
 	"errors"
+	"github.com/relaydev/relay/schedule/cron"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 )
 
 func nightly(t testing.TB) Spec {
-	return Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: "30 2 * * *", Location: mustZone(t, "America/New_York")}
+	return Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: cron.MustParse("30 2 * * *", mustZone(t, "America/New_York"))}
 }
 
 func TestOccurrenceID(t *testing.T) {
@@ -192,14 +193,15 @@ func TestValidateRejects(t *testing.T) {
 	// The cron is evaluated as it is now: after a cron change, an old
 	// occurrence no longer validates.
 	changed := s
-	changed.Cron = "0 4 * * *"
+	changed.Cron = cron.MustParse("0 4 * * *", s.Cron.Location())
 	if err := real.Validate(changed); !errors.Is(err, ErrInvalidEnvelope) {
 		t.Errorf("Validate after a cron change = %v, want ErrInvalidEnvelope", err)
 	}
-	// A broken spec is reported as such, not blamed on the envelope.
+	// A spec that cannot be evaluated is reported as such, not blamed on
+	// the envelope.
 	broken := s
-	broken.Cron = "nonsense"
+	broken.Cron = nil
 	if err := real.Validate(broken); err == nil || errors.Is(err, ErrInvalidEnvelope) {
-		t.Errorf("Validate against an unparsable cron = %v; want a non-envelope error", err)
+		t.Errorf("Validate against a spec without a cron = %v; want a non-envelope error", err)
 	}
 }

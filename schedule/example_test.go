@@ -2,6 +2,7 @@ package schedule_test
 
 import (
 	"fmt"
+	"github.com/relaydev/relay/schedule/cron"
 	"time"
 
 	"github.com/relaydev/relay/schedule"
@@ -14,7 +15,7 @@ func ExampleSpec_Next() {
 	if err != nil {
 		panic(err)
 	}
-	s := schedule.Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: "30 2 * * *", Location: ny}
+	s := schedule.Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: cron.MustParse("30 2 * * *", ny)}
 	at := time.Date(2026, 3, 7, 12, 0, 0, 0, time.UTC)
 	for range 3 {
 		if at, err = s.Next(at); err != nil {
@@ -31,7 +32,7 @@ func ExampleSpec_Next() {
 // The consumer's side: recognise an occurrence, decode it, check it against
 // the schedule's current definition, and build the handler's stdin.
 func ExampleDecodeEnvelope() {
-	s := schedule.Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: "0 3 * * *"}
+	s := schedule.Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: cron.MustParse("0 3 * * *", nil)}
 	event := []byte(`{"source":"relay.schedule","app":"billing","schedule":"nightly","handler":"invoice.run",` +
 		`"scheduled_at":"2026-03-08T03:00:00Z","occurrence_id":"schedule:billing:nightly:2026-03-08T03:00:00Z"}`)
 	if !schedule.IsEnvelope(event) {

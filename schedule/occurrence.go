@@ -1,238 +1,75 @@
 package schedule
 
 import (
+	"errors"
 	"fmt"
 	"time"
-
-	"github.com/robfig/cron/v3"
 )
 
-// Spec is one schedule of one app: the part of template.yaml's schedules[]
-// entry that decides when it fires and where an occurrence goes
-// (reference.md "Schedules").
+// Cron says when a schedule fires: instants in UTC on whole minutes, with
+// Relay's daylight-saving rules (docs/schedules.md#missed-occurrences-and-daylight-saving-time).
+// Package schedule/cron implements it (cron.Parse); the interface keeps this
+// package, and the engine that imports it, free of a cron parser.
+type Cron interface {
+	// Next returns the first firing strictly after after.
+	Next(after time.Time) (time.Time, error)
+	// Fires reports whether at is a firing.
+	Fires(at time.Time) (bool, error)
+	// Latest returns the latest firing in (now-window, now], if any.
+	Latest(now time.Time, window time.Duration) (time.Time, bool, error)
+	// String returns the expression as written.
+	String() string
+	// Location returns the zone the expression is evaluated in.
+	Location() *time.Location
+}
+
+// Spec is one schedule of one app: the part of an app's schedules[] entry
+// that decides when it fires and where an occurrence goes
+// (docs/schedules.md).
 //
 // App and Name identify the schedule (they are part of the occurrence
-// identity and the dedup key); Handler is copied into each envelope; Cron is
-// a ParseCron expression evaluated in Location. A nil Location means UTC.
+// identity and the dedup key); Handler is copied into each envelope; Cron
+// says when it fires, in the schedule's zone.
 type Spec struct {
-	App      string
-	Name     string
-	Handler  string
-	Cron     string
-	Location *time.Location
+	App     string
+	Name    string
+	Handler string
+	Cron    Cron
 }
 
-// maxSteps bounds the wall-clock candidates one Next call examines. Real
-// zones need a handful (an hour of */1 minutes across a DST shift is 60);
-// only a day-long shift such as Samoa's in 2011 comes near a few thousand.
-const maxSteps = 10000
+var errNoCron = errors.New("no cron")
 
-// lookAround is how far either side of an instant the zone is inspected.
-// Every real UTC offset lies within ±14h, so an instant whose wall-clock
-// time is c lies within 15h of c read as UTC.
-const lookAround = 15 * time.Hour
-
-// occurrences is a Spec with its cron expression parsed once.
-type occurrences struct {
-	spec  Spec
-	cron  *cron.SpecSchedule // floating: evaluates wall-clock times written as UTC
-	loc   *time.Location
-	label string // "app/name", for errors
-}
-
-func (s Spec) compile() (*occurrences, error) {
-	label := s.App + "/" + s.Name
-	c, err := parseSpec(s.Cron)
-	if err != nil {
-		return nil, fmt.Errorf("schedule %s: %w", label, err)
-	}
-	loc := s.Location
-	if loc == nil {
-		loc = time.UTC
-	}
-	return &occurrences{spec: s, cron: floating(c), loc: loc, label: label}, nil
-}
-
-// Next returns the first firing instant of s strictly after after, in UTC,
-// on a whole minute.
-//
-// Firings follow Relay's DST rules (reference.md "Schedules"): every
-// wall-clock time in s.Location that matches the cron expression fires
-// exactly once. A wall time skipped by a spring-forward fires at the
-// instant of the jump (a daily 02:30 in America/New_York fires at 03:00 EDT
-// on the day clocks go forward); a wall time repeated by a fall-back fires
-// only the first time it occurs (01:30 EDT, not again at 01:30 EST). So
-// "*/15 * * * *" fires at 01:45 EST and then 03:00 EDT when New York springs
-// forward, and has no firings between 01:45 EDT and 02:00 EST when it falls
-// back. Several skipped wall times that map to the same instant fire once.
-//
-// It returns an error when s.Cron does not parse or no firing is found
-// within five years.
+// Next returns the first firing instant of s strictly after after (Cron.Next).
 func (s Spec) Next(after time.Time) (time.Time, error) {
-	o, err := s.compile()
-	if err != nil {
-		return time.Time{}, err
+	if s.Cron == nil {
+		return time.Time{}, s.wrap(errNoCron)
 	}
-	return o.next(after)
+	t, err := s.Cron.Next(after)
+	return t, s.wrap(err)
 }
 
-// Fires reports whether at is a firing instant of s, that is, whether Next
-// would return exactly at for some earlier instant. Instants that are not
-// whole minutes never fire. The error is Next's.
+// Fires reports whether at is a firing instant of s (Cron.Fires).
 func (s Spec) Fires(at time.Time) (bool, error) {
-	o, err := s.compile()
-	if err != nil {
-		return false, err
+	if s.Cron == nil {
+		return false, s.wrap(errNoCron)
 	}
-	return o.fires(at)
+	ok, err := s.Cron.Fires(at)
+	return ok, s.wrap(err)
 }
 
-// Latest returns the latest firing instant of s in the interval
-// (now-window, now], in UTC, and whether there is one. A window <= 0 holds
-// no instant. It is the occurrence startup catch-up publishes
-// (reference.md "Schedules": only the latest missed occurrence within 24h).
+// Latest returns the latest firing instant of s in (now-window, now]
+// (Cron.Latest): the occurrence start-up catch-up publishes.
 func (s Spec) Latest(now time.Time, window time.Duration) (time.Time, bool, error) {
-	o, err := s.compile()
-	if err != nil {
-		return time.Time{}, false, err
+	if s.Cron == nil {
+		return time.Time{}, false, s.wrap(errNoCron)
 	}
-	return o.latest(now, window)
+	t, ok, err := s.Cron.Latest(now, window)
+	return t, ok, s.wrap(err)
 }
 
-func (o *occurrences) next(after time.Time) (time.Time, error) {
-	// instant() never maps a wall-clock time c to an instant later than c
-	// minus the smallest offset in force around it, so no wall-clock time at
-	// or before after+minOffset can fire after `after`. Starting there skips
-	// everything that cannot qualify while still seeing the occurrences
-	// that a fall-back or spring-forward moves across `after`.
-	c := after.UTC().Add(o.minOffset(after))
-	for range maxSteps {
-		c = o.cron.Next(c)
-		if c.IsZero() {
-			return time.Time{}, fmt.Errorf("schedule %s: cron %q has no firing within five years after %s", o.label, o.spec.Cron, after.UTC().Format(time.RFC3339))
-		}
-		// Instants never decrease as wall-clock times increase, so the first
-		// candidate past `after` is the earliest firing.
-		if t := o.instant(c); t.After(after) {
-			return t, nil
-		}
+func (s Spec) wrap(err error) error {
+	if err == nil {
+		return nil
 	}
-	return time.Time{}, fmt.Errorf("schedule %s: no firing found after %s within %d candidate times", o.label, after.UTC().Format(time.RFC3339), maxSteps)
-}
-
-func (o *occurrences) fires(at time.Time) (bool, error) {
-	if !at.Truncate(time.Minute).Equal(at) {
-		return false, nil
-	}
-	t, err := o.next(at.Add(-time.Nanosecond))
-	if err != nil {
-		return false, err
-	}
-	return t.Equal(at), nil
-}
-
-func (o *occurrences) latest(now time.Time, window time.Duration) (time.Time, bool, error) {
-	if window <= 0 {
-		return time.Time{}, false, nil
-	}
-	lo := now.Add(-window)
-	// Look back a growing distance, so a frequent schedule walks a few
-	// firings forward instead of a whole window's worth.
-	for back := time.Hour; ; back *= 4 {
-		from := now.Add(-back)
-		if back >= window {
-			from = lo
-		}
-		t, err := o.next(from)
-		if err != nil {
-			return time.Time{}, false, err
-		}
-		if !t.After(now) {
-			for {
-				n, err := o.next(t)
-				if err != nil {
-					return time.Time{}, false, err
-				}
-				if n.After(now) {
-					return t, true, nil
-				}
-				t = n
-			}
-		}
-		if from.Equal(lo) {
-			return time.Time{}, false, nil
-		}
-	}
-}
-
-// instant maps the wall-clock time c (written as a UTC value) to the instant
-// it fires at in o.loc: the first instant whose wall clock reads c, or, when
-// a forward shift skips c, the instant of that shift.
-func (o *occurrences) instant(c time.Time) time.Time {
-	var prev period
-	first := true
-	for p := range periods(o.loc, c.Add(-lookAround), c.Add(lookAround)) {
-		if !first && prev.offset < p.offset {
-			// Wall-clock times in [start+before, start+after) do not exist:
-			// the clock jumped over them at p.start.
-			if !c.Before(p.start.Add(prev.offset)) && c.Before(p.start.Add(p.offset)) {
-				return p.start.UTC()
-			}
-		}
-		// The candidate whose wall clock reads c under this period's offset
-		// is real only if it falls inside the period. Periods come in time
-		// order, so the first hit is the earliest (the first pass through a
-		// repeated wall time).
-		if t := c.Add(-p.offset); p.contains(t) {
-			return t.UTC()
-		}
-		prev, first = p, false
-	}
-	// Unreachable for real zone data: every wall-clock time either exists
-	// or lies in a gap. Fall back to Go's own choice rather than fail.
-	return time.Date(c.Year(), c.Month(), c.Day(), c.Hour(), c.Minute(), c.Second(), 0, o.loc).UTC()
-}
-
-// minOffset returns the smallest UTC offset o.loc uses within a day and a
-// half of t.
-func (o *occurrences) minOffset(t time.Time) time.Duration {
-	low, first := time.Duration(0), true
-	for p := range periods(o.loc, t.Add(-36*time.Hour), t.Add(36*time.Hour)) {
-		if first || p.offset < low {
-			low, first = p.offset, false
-		}
-	}
-	return low
-}
-
-// period is a span of instants during which a zone keeps one UTC offset.
-// A zero start or end means unbounded.
-type period struct {
-	start, end time.Time
-	offset     time.Duration
-}
-
-func (p period) contains(t time.Time) bool {
-	return (p.start.IsZero() || !t.Before(p.start)) && (p.end.IsZero() || t.Before(p.end))
-}
-
-// periods yields, in time order, the periods of loc that overlap [from, to].
-// Consecutive periods with the same offset (a change of abbreviation only)
-// are yielded separately; callers handle that.
-func periods(loc *time.Location, from, to time.Time) func(yield func(period) bool) {
-	return func(yield func(period) bool) {
-		t := from
-		for {
-			lt := t.In(loc)
-			_, off := lt.Zone()
-			start, end := lt.ZoneBounds()
-			if !yield(period{start: start, end: end, offset: time.Duration(off) * time.Second}) {
-				return
-			}
-			if end.IsZero() || end.After(to) {
-				return
-			}
-			t = end
-		}
-	}
+	return fmt.Errorf("schedule %s/%s: %w", s.App, s.Name, err)
 }

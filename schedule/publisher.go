@@ -86,8 +86,8 @@ func (p *Publisher) Stream() string { return p.stream }
 //
 // at must be a whole second; the caller is responsible for it being a
 // firing of spec (Spec.Next, Spec.Latest), since the consumer rejects
-// anything else. spec.App, Name and Handler must not be empty; Cron and
-// Location are not used.
+// anything else. spec.App, Name and Handler must not be empty; Cron is not
+// used.
 //
 // The entry has the field "event" (the Envelope JSON) and, when the span
 // around the call is valid, "traceparent" and "tracestate" (if any). Publish

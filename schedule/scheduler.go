@@ -38,7 +38,7 @@ import (
 type Scheduler struct {
 	pub    *Publisher
 	tracer trace.Tracer
-	specs  []*occurrences
+	specs  []Spec
 	byName map[[2]string]Spec // (app, name) → spec, for outbox records
 	o      options
 	log    *slog.Logger
@@ -52,8 +52,8 @@ type Scheduler struct {
 }
 
 // New returns a Scheduler that publishes the occurrences of specs through
-// pub. Every spec must have App, Name, Handler and a valid Cron (ParseCron),
-// and (App, Name) must be unique; a nil Location means UTC. An empty list is
+// pub. Every spec must have App, Name, Handler and a Cron (cron.Parse),
+// and (App, Name) must be unique. An empty list is
 // allowed: Run then only retries the outbox until its context ends.
 func New(pub *Publisher, specs []Spec, opts ...Option) (*Scheduler, error) {
 	if pub == nil {
@@ -86,12 +86,11 @@ func New(pub *Publisher, specs []Spec, opts ...Option) (*Scheduler, error) {
 		if _, dup := s.byName[k]; dup {
 			return nil, fmt.Errorf("schedule: New: schedule %s/%s is listed twice", sp.App, sp.Name)
 		}
-		oc, err := sp.compile()
-		if err != nil {
-			return nil, fmt.Errorf("schedule: New: %w", err)
+		if sp.Cron == nil {
+			return nil, fmt.Errorf("schedule: New: schedule %s/%s has no Cron", sp.App, sp.Name)
 		}
 		s.byName[k] = sp
-		s.specs = append(s.specs, oc)
+		s.specs = append(s.specs, sp)
 	}
 	return s, nil
 }
@@ -174,10 +173,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	next := make([]time.Time, len(s.specs))
 	var catchUp []occurrence
 	for i, oc := range s.specs {
-		if at, ok, err := oc.latest(now, s.o.catchUpWindow); err != nil {
+		if at, ok, err := oc.Latest(now, s.o.catchUpWindow); err != nil {
 			s.specError(ctx, oc, err)
 		} else if ok {
-			catchUp = append(catchUp, occurrence{oc.spec, at})
+			catchUp = append(catchUp, occurrence{oc, at})
 		}
 		next[i] = s.nextAfter(ctx, oc, now)
 	}
@@ -223,15 +222,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			at := next[i]
 			// Several firings passed while the process was stopped or the
 			// clock stepped: as at startup, only the latest counts.
-			if n, err := oc.next(at); err == nil && !n.After(now) {
-				latest, ok, err := oc.latest(now, now.Sub(at)+time.Nanosecond)
+			if n, err := oc.Next(at); err == nil && !n.After(now) {
+				latest, ok, err := oc.Latest(now, now.Sub(at)+time.Nanosecond)
 				if err == nil && ok {
 					s.log.LogAttrs(ctx, slog.LevelWarn, "schedule fell behind; publishing only the latest missed occurrence",
-						s.attrs(occurrence{oc.spec, latest}, slog.String("first_missed", formatAt(at)))...)
+						s.attrs(occurrence{oc, latest}, slog.String("first_missed", formatAt(at)))...)
 					at = latest
 				}
 			}
-			batch = append(batch, occurrence{oc.spec, at})
+			batch = append(batch, occurrence{oc, at})
 			next[i] = s.nextAfter(ctx, oc, now)
 		}
 		s.publishAll(ctx, batch)
@@ -266,8 +265,8 @@ func earliest(ts []time.Time) time.Time {
 
 // nextAfter is the schedule's first firing after t, or zero (the schedule
 // is then idle for the rest of this run) when there is none.
-func (s *Scheduler) nextAfter(ctx context.Context, oc *occurrences, t time.Time) time.Time {
-	n, err := oc.next(t)
+func (s *Scheduler) nextAfter(ctx context.Context, oc Spec, t time.Time) time.Time {
+	n, err := oc.Next(t)
 	if err != nil {
 		s.specError(ctx, oc, err)
 		return time.Time{}
@@ -275,9 +274,9 @@ func (s *Scheduler) nextAfter(ctx context.Context, oc *occurrences, t time.Time)
 	return n
 }
 
-func (s *Scheduler) specError(ctx context.Context, oc *occurrences, err error) {
+func (s *Scheduler) specError(ctx context.Context, oc Spec, err error) {
 	s.log.LogAttrs(ctx, slog.LevelError, "schedule cannot be evaluated; it will not fire until the scheduler is rebuilt",
-		slog.String(telemetry.App, oc.spec.App), slog.String(attrSchedule, oc.spec.Name), slog.String("error", err.Error()))
+		slog.String(telemetry.App, oc.App), slog.String(attrSchedule, oc.Name), slog.String("error", err.Error()))
 }
 
 // serverNow reads the authoritative clock and records its offset from the

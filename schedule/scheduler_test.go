@@ -3,6 +3,7 @@ package schedule
 import (
 	"context"
 	"errors"
+	"github.com/relaydev/relay/schedule/cron"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -146,7 +147,7 @@ func newScheduler(t *testing.T, c rueidis.Client, stream string, specs []Spec, o
 }
 
 func every5(t *testing.T) Spec {
-	return Spec{App: redistest.Name(t, "app"), Name: "every5", Handler: "h.run", Cron: "*/5 * * * *"}
+	return Spec{App: redistest.Name(t, "app"), Name: "every5", Handler: "h.run", Cron: cron.MustParse("*/5 * * * *", nil)}
 }
 
 // Three workers evaluate the same schedule and reach the same occurrence at
@@ -194,10 +195,10 @@ func TestCatchUp(t *testing.T) {
 	c := redistest.Client(t)
 	stream := redistest.Name(t, "stream")
 	app := redistest.Name(t, "app")
-	yearly := Spec{App: app, Name: "yearly", Handler: "h.y", Cron: "0 0 1 1 *"} // last fired 68 days ago
-	tenMin := Spec{App: app, Name: "ten", Handler: "h.t", Cron: "*/10 * * * *"} // fired 150 times in 24h
-	daily := Spec{App: app, Name: "daily", Handler: "h.d", Cron: "0 13 * * *"}  // fired 23h35m ago
-	stale := Spec{App: app, Name: "stale", Handler: "h.s", Cron: "30 12 9 3 *"} // fired 24h04m56s ago
+	yearly := Spec{App: app, Name: "yearly", Handler: "h.y", Cron: cron.MustParse("0 0 1 1 *", nil)} // last fired 68 days ago
+	tenMin := Spec{App: app, Name: "ten", Handler: "h.t", Cron: cron.MustParse("*/10 * * * *", nil)} // fired 150 times in 24h
+	daily := Spec{App: app, Name: "daily", Handler: "h.d", Cron: cron.MustParse("0 13 * * *", nil)}  // fired 23h35m ago
+	stale := Spec{App: app, Name: "stale", Handler: "h.s", Cron: cron.MustParse("30 12 9 3 *", nil)} // fired 24h04m56s ago
 	now := mustTime(t, "2026-03-10T12:34:56Z")
 	obs := &observed{}
 	clock := newFakeClock(now)
@@ -239,7 +240,7 @@ func TestCatchUp(t *testing.T) {
 func TestCatchUpUsesServerTime(t *testing.T) {
 	c := redistest.Client(t)
 	stream := redistest.Name(t, "stream")
-	spec := Spec{App: redistest.Name(t, "app"), Name: "minutely", Handler: "h.m", Cron: "* * * * *"}
+	spec := Spec{App: redistest.Name(t, "app"), Name: "minutely", Handler: "h.m", Cron: cron.MustParse("* * * * *", nil)}
 	pub := newPublisher(t, c, stream)
 	before, err := pub.ServerTime(t.Context())
 	if err != nil {
@@ -407,7 +408,7 @@ func TestSchedulerDST(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := redistest.Client(t)
 			stream := redistest.Name(t, "stream")
-			spec := Spec{App: redistest.Name(t, "app"), Name: "dst", Handler: "h.d", Cron: c.cron, Location: mustZone(t, c.zone)}
+			spec := Spec{App: redistest.Name(t, "app"), Name: "dst", Handler: "h.d", Cron: cron.MustParse(c.cron, mustZone(t, c.zone))}
 			obs := &observed{}
 			clock := newFakeClock(mustTime(t, c.start))
 			stop := run(t, newScheduler(t, cl, stream, []Spec{spec}, append(fast(clock, obs, nil), WithCatchUpWindow(0))...))
@@ -572,15 +573,15 @@ func TestMemoryOutbox(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	pub := newPublisher(t, redistest.Client(t), "s")
-	ok := Spec{App: "a", Name: "n", Handler: "h", Cron: "@daily"}
+	ok := Spec{App: "a", Name: "n", Handler: "h", Cron: cron.MustParse("@daily", nil)}
 	for name, c := range map[string]struct {
 		specs []Spec
 		opts  []Option
 		want  string
 	}{
 		"duplicate schedule": {[]Spec{ok, ok}, nil, "schedule a/n is listed twice"},
-		"empty handler":      {[]Spec{{App: "a", Name: "n", Cron: "@daily"}}, nil, "app, name and handler must not be empty"},
-		"bad cron":           {[]Spec{{App: "a", Name: "n", Handler: "h", Cron: "@every 1m"}}, nil, `schedule a/n: cron "@every 1m": @every is not supported`},
+		"empty handler":      {[]Spec{{App: "a", Name: "n", Cron: cron.MustParse("@daily", nil)}}, nil, "app, name and handler must not be empty"},
+		"no cron":            {[]Spec{{App: "a", Name: "n", Handler: "h"}}, nil, "schedule a/n has no Cron"},
 		"negative window":    {[]Spec{ok}, []Option{WithCatchUpWindow(-time.Second)}, "WithCatchUpWindow: must be >= 0"},
 		"zero backoff wait":  {[]Spec{ok}, []Option{WithPublishBackoff([]time.Duration{time.Second, 0})}, "WithPublishBackoff: wait 1 is 0s, must be > 0"},
 		"empty state dir":    {[]Spec{ok}, []Option{WithStateDir("")}, "WithStateDir: directory must not be empty"},

@@ -33,6 +33,14 @@ func TestSourceContract(t *testing.T) {
 	relaytest.TestStreamSource(t, func(t *testing.T) relaytest.StreamSourceHarness {
 		name, group := relaytest.UniqueName(t), "group"
 		return relaytest.StreamSourceHarness{
+			Publish: func(t *testing.T, fields map[string]string) string {
+				t.Helper()
+				id, err := stream.New(c, name, group, "producer").Publish(t.Context(), fields)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			},
 			Consumer: func(t *testing.T, consumer string) relay.StreamSource {
 				t.Helper()
 				s := stream.New(c, name, group, consumer, stream.WithBlock(20*time.Millisecond))

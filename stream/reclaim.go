@@ -9,62 +9,84 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Reclaim takes over the group's entries that have been pending for at least
-// minIdle, whichever consumer held them (XAUTOCLAIM, events.md "Delivery,
-// retry, and ACK": the message-level recovery backstop). It walks the
-// XAUTOCLAIM cursor from "0-0" once around the PEL, WithReclaimCount entries
-// per call; a pass cut short after an internal bound of calls is continued by
-// the next Reclaim.
+// Reclaim takes over at most max (> 0) of the group's entries that have been
+// pending for at least minIdle, whichever consumer held them (XAUTOCLAIM: the
+// message-level recovery backstop of docs/delivery.md). relay.Engine asks
+// for as many entries as it has free message slots, so that idle entries it
+// could not start stay in the PEL for any consumer to reclaim instead of
+// waiting in its memory.
+//
+// Successive calls walk the XAUTOCLAIM cursor around the PEL, each
+// XAUTOCLAIM with COUNT min(WithReclaimCount, entries still wanted); done
+// reports that this call finished going around, so the next starts a new
+// pass from "0-0". A call makes at most an internal bound of XAUTOCLAIM
+// calls: one that returns fewer than max entries without done has reached
+// that bound, and the next call goes on.
 //
 // msgs are the claimed entries, now owned by this consumer with their idle
 // time reset, in PEL order. Deliveries is the delivery count after this claim
 // as XPENDING reports it (diagnostic only; 0 if XPENDING did not list the
 // entry). deleted lists the PEL ids whose stream entry no longer exists
-// (deleted or trimmed while pending, events.md "Guarantees summary"). Redis 7
-// drops those from the PEL itself; Reclaim also acknowledges them, so no
-// dangling reference remains on any Redis version.
+// (deleted or trimmed while pending, docs/delivery.md#missing-payloads).
+// Redis 7 drops those from the PEL itself; Reclaim also acknowledges them, so
+// no dangling reference remains on any Redis version.
 //
-// When an error ends the pass, msgs and deleted hold what was claimed before
+// When an error ends the call, msgs and deleted hold what was claimed before
 // it: those entries now belong to this consumer. The error wraps ErrNoGroup
 // when the group is missing.
-func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration) (msgs []Message, deleted []string, err error) {
+func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []Message, deleted []string, done bool, err error) {
 	if minIdle < 0 {
-		return nil, nil, fmt.Errorf("stream: reclaim %s: minIdle must be >= 0, got %s", s.stream, minIdle)
+		return nil, nil, false, fmt.Errorf("stream: reclaim %s: minIdle must be >= 0, got %s", s.stream, minIdle)
+	}
+	if max <= 0 {
+		return nil, nil, false, fmt.Errorf("stream: reclaim %s: max must be > 0, got %d", s.stream, max)
 	}
 	s.mu.Lock()
 	cursor := s.cursor
 	s.mu.Unlock()
+	// Keep the cursor reached even when an error ends the call: what was
+	// claimed before it belongs to this consumer and must not be skipped.
+	defer func() {
+		s.mu.Lock()
+		s.cursor = cursor
+		s.mu.Unlock()
+	}()
 
 	minIdleMS := strconv.FormatInt(minIdle.Milliseconds(), 10)
 	for range maxReclaimCalls {
-		next, claimed, gone, err := s.autoclaim(ctx, minIdleMS, cursor)
+		// A Source whose COUNT is what is still wanted: autoclaim and
+		// fillDeliveries size XAUTOCLAIM and the XPENDING range from it.
+		want := min(s.opts.reclaimCount, int64(max-len(msgs)))
+		call := &Source{client: s.client, stream: s.stream, group: s.group, consumer: s.consumer, opts: s.opts}
+		call.opts.reclaimCount = want
+		next, claimed, gone, err := call.autoclaim(ctx, minIdleMS, cursor)
 		if err != nil {
-			return msgs, deleted, err
+			return msgs, deleted, false, err
 		}
 		if len(gone) > 0 {
 			// Redis 7 already removed these from the PEL; Redis 6.2 reports
 			// them as entries without fields and keeps them. XACK clears
 			// both and is a no-op for ids that are not pending.
 			if err := s.Ack(ctx, gone...); err != nil {
-				return msgs, deleted, fmt.Errorf("stream: reclaim %s: clear deleted ids: %w", s.stream, err)
+				return msgs, deleted, false, fmt.Errorf("stream: reclaim %s: clear deleted ids: %w", s.stream, err)
 			}
 			deleted = append(deleted, gone...)
 		}
+		cursor = next
 		if len(claimed) > 0 {
-			if err := s.fillDeliveries(ctx, claimed); err != nil {
-				return append(msgs, claimed...), deleted, err
+			if err := call.fillDeliveries(ctx, claimed); err != nil {
+				return append(msgs, claimed...), deleted, false, err
 			}
 			msgs = append(msgs, claimed...)
 		}
-		cursor = next
 		if cursor == "0-0" {
-			break
+			return msgs, deleted, true, nil
+		}
+		if len(msgs) >= max {
+			return msgs, deleted, false, nil
 		}
 	}
-	s.mu.Lock()
-	s.cursor = cursor
-	s.mu.Unlock()
-	return msgs, deleted, nil
+	return msgs, deleted, false, nil
 }
 
 // autoclaim runs one XAUTOCLAIM and splits its reply. The reply is

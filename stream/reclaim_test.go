@@ -27,7 +27,7 @@ func TestReclaimOnlyIdleEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	msgs, deleted, err := c2.Reclaim(ctx, minIdle)
+	msgs, deleted, _, err := c2.Reclaim(ctx, minIdle, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestReclaimIteratesCursorPastCount(t *testing.T) {
 	}
 	f.waitIdle(t, minIdle, want...)
 
-	msgs, deleted, err := c2.Reclaim(ctx, minIdle)
+	msgs, deleted, _, err := c2.Reclaim(ctx, minIdle, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestReclaimIteratesCursorPastCount(t *testing.T) {
 		}
 	}
 	// Claiming reset the idle time: an immediate second pass finds nothing.
-	msgs, deleted, err = c2.Reclaim(ctx, minIdle)
+	msgs, deleted, _, err = c2.Reclaim(ctx, minIdle, 1000)
 	if err != nil || len(msgs) != 0 || len(deleted) != 0 {
 		t.Fatalf("second Reclaim = %v, %v, %v; want nothing", ids(msgs), deleted, err)
 	}
@@ -92,7 +92,7 @@ func TestReclaimDeliveriesCount(t *testing.T) {
 	}
 	for deliveries := int64(2); deliveries <= 4; deliveries++ {
 		f.waitIdle(t, minIdle, want...)
-		msgs, _, err := c2.Reclaim(ctx, minIdle)
+		msgs, _, _, err := c2.Reclaim(ctx, minIdle, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestReclaimReportsDeletedEntries(t *testing.T) {
 			f.do(t, f.c.B().Xdel().Key(f.stream).Id(gone...).Build())
 			f.waitIdle(t, minIdle, all...)
 
-			msgs, deleted, err := c2.Reclaim(ctx, minIdle)
+			msgs, deleted, _, err := c2.Reclaim(ctx, minIdle, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestHeartbeatPreventsReclaim(t *testing.T) {
 		if err := c1.Heartbeat(ctx, live); err != nil {
 			t.Fatal(err)
 		}
-		msgs, _, err := c2.Reclaim(ctx, minIdle)
+		msgs, _, _, err := c2.Reclaim(ctx, minIdle, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,11 +229,11 @@ func TestReclaimBoundedPassResumes(t *testing.T) {
 	f.waitIdle(t, minIdle, want...)
 
 	// One pass makes at most 100 XAUTOCLAIM calls of COUNT 1.
-	first, _, err := c2.Reclaim(ctx, minIdle)
+	first, _, _, err := c2.Reclaim(ctx, minIdle, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, _, err := c2.Reclaim(ctx, minIdle)
+	second, _, _, err := c2.Reclaim(ctx, minIdle, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

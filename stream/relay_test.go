@@ -6,7 +6,8 @@ import (
 )
 
 var (
-	_ relay.StreamSource = (*stream.Source)(nil)
-	_ relay.Heartbeater  = (*stream.Source)(nil)
-	_ relay.Pinger       = (*stream.Source)(nil)
+	_ relay.StreamSource    = (*stream.Source)(nil)
+	_ relay.GroupEnsurer    = (*stream.Source)(nil)
+	_ relay.PendingReporter = (*stream.Source)(nil)
+	_ relay.Pinger          = (*stream.Source)(nil)
 )

@@ -237,7 +237,7 @@ func TestMissingGroupErrors(t *testing.T) {
 	s := stream.New(f.c, f.stream, f.group, "c1")
 	ctx := t.Context()
 
-	if _, _, err := s.Reclaim(ctx, 0); !errors.Is(err, stream.ErrNoGroup) {
+	if _, _, _, err := s.Reclaim(ctx, 0, 10); !errors.Is(err, stream.ErrNoGroup) {
 		t.Errorf("Reclaim = %v, want ErrNoGroup", err)
 	}
 	if _, _, err := s.Pending(ctx); !errors.Is(err, stream.ErrNoGroup) {

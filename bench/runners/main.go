@@ -60,6 +60,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -284,11 +285,10 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	}
 	src := &timedSource{Source: stream.New(rc, name, group, "bench"), acked: map[string]chan time.Time{}}
 	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
-	e, err := relay.New(apps, relay.Components{
+	e, err := relay.NewEngine(apps, relay.Components{
 		Source: src, State: invocation.New(rc), Runner: timed, DLQ: dlq.NewWriter(rc, name),
 		Stream: name, Group: group, Consumer: "bench",
-	}, relay.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), relay.WithMetrics(prometheus.NewRegistry()),
-		relay.WithStats(rc))
+	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: stats.NewRecorder(rc, name, group)})
 	if err != nil {
 		return row{}, err
 	}

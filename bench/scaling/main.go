@@ -40,13 +40,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/topology"
-	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -170,7 +171,7 @@ func run(seeds string, events, runs int, workers, streamCounts []int) error {
 }
 
 // benchApps is one app whose single rule matches every benchmark event.
-func benchApps() (*relay.Apps, error) {
+func benchApps() (*app.Set, error) {
 	dir, err := os.MkdirTemp("", "relay-scaling-apps-")
 	if err != nil {
 		return nil, err
@@ -180,10 +181,10 @@ func benchApps() (*relay.Apps, error) {
 		return nil, err
 	}
 	tmpl := "image: unused\nconcurrency: 64\nevents:\n  - {handler: noop.run, pattern: {kind: [bench]}, timeout: 10s}\n"
-	if err := os.WriteFile(dir+"/bench/"+relay.TemplateFile, []byte(tmpl), 0o644); err != nil {
+	if err := os.WriteFile(dir+"/bench/"+app.TemplateFile, []byte(tmpl), 0o644); err != nil {
 		return nil, err
 	}
-	return relay.LoadApps(dir)
+	return template.LoadDir(dir)
 }
 
 // spreadStreams returns n stream names {prefix-i} whose slots cover as many
@@ -256,7 +257,7 @@ type measurement struct {
 
 // measure fills the streams, runs nw workers until every message is
 // acknowledged and returns what that took.
-func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client, apps *relay.Apps, names []string, nw, events int) (measurement, error) {
+func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client, apps *app.Set, names []string, nw, events int) (measurement, error) {
 	last := map[string]string{}
 	for i, name := range names {
 		if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
@@ -289,17 +290,15 @@ func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client
 			return measurement{}, err
 		}
 		defer rc.Close()
-		engines, err := worker(apps, rc, names, fmt.Sprintf("w%d", w+1))
+		wk, err := worker(apps, rc, names, fmt.Sprintf("w%d", w+1))
 		if err != nil {
 			return measurement{}, err
 		}
-		for _, e := range engines {
-			wg.Go(func() {
-				if err := e.Run(wctx); err != nil {
-					errs <- err
-				}
-			})
-		}
+		wg.Go(func() {
+			if err := wk.Run(wctx); err != nil {
+				errs <- err
+			}
+		})
 	}
 	for {
 		done := true
@@ -333,31 +332,20 @@ func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client
 	return m, nil
 }
 
-// worker builds what relay start builds for names: one Engine per stream
-// on one client, sharing one Limiter of MAX_CONCURRENCY slots.
-func worker(apps *relay.Apps, rc rueidis.Client, names []string, consumer string) ([]*relay.Engine, error) {
+// worker builds what relay start builds for names: a relay.Worker, one
+// Engine per stream on one client, sharing MAX_CONCURRENCY slots.
+func worker(apps *app.Set, rc rueidis.Client, names []string, consumer string) (*relay.Worker, error) {
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
 		"bench/noop.run": func(context.Context, runtime.Request) error { return nil },
 	})
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limiter, err := relay.NewLimiter(maxConcurrency)
-	if err != nil {
-		return nil, err
-	}
-	var engines []*relay.Engine
-	for _, name := range names {
-		e, err := relay.New(apps, relay.Components{
-			Source: stream.New(rc, name, group, consumer, stream.WithBlock(200*time.Millisecond)),
-			State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
-			Stream: name, Group: group, Consumer: consumer,
-		}, relay.WithConcurrency(maxConcurrency), relay.WithLimiter(limiter), relay.WithLogger(quiet), relay.WithStats(rc),
-			relay.WithRetention(time.Minute), relay.WithShutdownTimeout(5*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		engines = append(engines, e)
-	}
-	return engines, nil
+	return relay.NewWorker(relay.WorkerConfig{
+		Redis: rc, Streams: names, Group: group, Consumer: consumer,
+		Apps: relay.Static(apps), Runner: runner,
+		Config: relay.Config{
+			MaxConcurrency: maxConcurrency, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Retention: time.Minute, ShutdownTimeout: 5 * time.Second,
+		},
+	})
 }
 
 // fill appends n events to name in pipelined batches and returns the last id.

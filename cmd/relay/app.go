@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
@@ -24,7 +26,7 @@ type AppCmd struct {
 }
 
 // appStatus is "ready" or "unavailable".
-func appStatus(a *relay.App) string {
+func appStatus(a *app.App) string {
 	if a.Available() {
 		return "ready"
 	}
@@ -87,7 +89,7 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 		return writeJSON(g.stdout, out)
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(g.stdout, "No apps in %s (each app is a directory holding %s)\n", g.Apps, relay.TemplateFile)
+		fmt.Fprintf(g.stdout, "No apps in %s (each app is a directory holding %s)\n", g.Apps, app.TemplateFile)
 		return nil
 	}
 	rows := make([][]string, 0, len(list))
@@ -172,8 +174,8 @@ const nextFires = 3
 
 // fires returns the next n fire times of s after now, in UTC and in the
 // schedule's zone (RFC 3339, the local one with its zone abbreviation).
-func fires(app string, s relay.Schedule, now time.Time, n int) ([]fireJSON, error) {
-	spec := schedule.Spec{App: app, Name: s.Name, Handler: s.Handler, Cron: s.Cron, Location: s.Timezone}
+func fires(appName string, s app.Schedule, now time.Time, n int) ([]fireJSON, error) {
+	spec := schedule.Spec{App: appName, Name: s.Name, Handler: s.Handler, Cron: s.Cron}
 	out := make([]fireJSON, 0, n)
 	at := now
 	for range n {
@@ -181,7 +183,7 @@ func fires(app string, s relay.Schedule, now time.Time, n int) ([]fireJSON, erro
 		if err != nil {
 			return nil, fmt.Errorf("schedule %s: %w", s.Name, err)
 		}
-		local := next.In(s.Timezone)
+		local := next.In(s.Timezone())
 		out = append(out, fireJSON{UTC: next.UTC().Format(time.RFC3339), Local: local.Format(time.RFC3339) + " " + local.Format("MST")})
 		at = next
 	}
@@ -189,7 +191,7 @@ func fires(app string, s relay.Schedule, now time.Time, n int) ([]fireJSON, erro
 }
 
 // findApp loads the apps root and returns the named app.
-func (g *Globals) findApp(name string) (*relay.App, error) {
+func (g *Globals) findApp(name string) (*app.App, error) {
 	apps, err := g.loadApps()
 	if err != nil {
 		return nil, err
@@ -229,7 +231,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
 		}
 		for i, s := range a.Schedules {
-			out.Schedules = append(out.Schedules, scheduleJSON{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.Seconds(), s.Retries, next[i]})
+			out.Schedules = append(out.Schedules, scheduleJSON{s.Name, s.Handler, s.Cron.String(), tzName(s.Timezone()), s.Timeout.Seconds(), s.Retries, next[i]})
 		}
 		return writeJSON(g.stdout, out)
 	}
@@ -275,7 +277,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if len(a.Schedules) > 0 {
 		rows := make([][]string, 0, len(a.Schedules))
 		for _, s := range a.Schedules {
-			rows = append(rows, []string{s.Name, s.Handler, s.Cron, tzName(s.Timezone), s.Timeout.String(), strconv.Itoa(s.Retries)})
+			rows = append(rows, []string{s.Name, s.Handler, s.Cron.String(), tzName(s.Timezone()), s.Timeout.String(), strconv.Itoa(s.Retries)})
 		}
 		if err := table(w, []string{"NAME", "HANDLER", "CRON", "TIMEZONE", "TIMEOUT", "RETRIES"}, rows); err != nil {
 			return err
@@ -398,7 +400,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			},
 		}
 	}
-	results, err := relay.Invoke(ctx, a, r, src)
+	results, err := relay.Manual{Runner: r}.Invoke(ctx, a, src)
 	switch {
 	case errors.Is(err, matcher.ErrMalformed):
 		msg := err.Error()

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/alecthomas/kong"
 	"github.com/redis/rueidis"
-
-	"github.com/relaydev/relay"
 )
 
 // Exit codes (reference.md "CLI").
@@ -27,23 +28,23 @@ const (
 // Globals are the flags every command shares, with the env fallbacks of
 // reference.md "Configuration".
 type Globals struct {
-	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[,host:port...][/db] or rediss:// for TLS; several addresses are Redis Cluster seed nodes, or sentinels with --redis-sentinel-master."`
-	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream; relay start also takes a comma list."`
-	RedisGroup  string `name:"group" env:"REDIS_GROUP" help:"Consumer group."`
+	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[,host:port...][/db] or rediss:// for TLS; several addresses are Redis Cluster seed nodes, or sentinels with --redis-sentinel-master." group:"redis"`
+	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream; relay start also takes a comma list." group:"redis"`
+	RedisGroup  string `name:"group" env:"REDIS_GROUP" help:"Consumer group." group:"redis"`
 	Apps        string `name:"apps" env:"RELAY_APPS" default:"/apps" help:"Apps root: one directory with a template.yaml per app."`
-	LogLevel    string `name:"log-level" env:"LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error."`
-	LogFormat   string `name:"log-format" env:"LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json."`
+	LogLevel    string `name:"log-level" env:"LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level: debug, info, warn or error." group:"logging"`
+	LogFormat   string `name:"log-format" env:"LOG_FORMAT" default:"text" enum:"text,json" help:"Log format: text or json." group:"logging"`
 
 	// Redis connection modes, TLS and ACL (redis.go, docs/deployment.md).
-	RedisCluster          bool   `name:"redis-cluster" env:"REDIS_CLUSTER" help:"Require Redis Cluster: REDIS_URI lists seed nodes and every stream needs a hash tag such as {orders}."`
-	RedisSentinelMaster   string `name:"redis-sentinel-master" env:"REDIS_SENTINEL_MASTER" help:"Sentinel master set name; REDIS_URI then lists the sentinels."`
-	RedisUsername         string `name:"redis-username" env:"REDIS_USERNAME" help:"Redis ACL user (overrides the URI's)."`
-	RedisPassword         string `name:"redis-password" env:"REDIS_PASSWORD" help:"Password of the ACL user or of requirepass (overrides the URI's); prefer the env variable."`
-	RedisSentinelUsername string `name:"redis-sentinel-username" env:"REDIS_SENTINEL_USERNAME" help:"ACL user on the sentinels, when they require one."`
-	RedisSentinelPassword string `name:"redis-sentinel-password" env:"REDIS_SENTINEL_PASSWORD" help:"Password on the sentinels; prefer the env variable."`
-	RedisTLSCAFile        string `name:"redis-tls-ca-file" env:"REDIS_TLS_CA_FILE" help:"PEM CA bundle that signs the servers' certificates (rediss:// only; default: the system pool)."`
-	RedisTLSCertFile      string `name:"redis-tls-cert-file" env:"REDIS_TLS_CERT_FILE" help:"PEM client certificate for servers that require one (rediss:// only)."`
-	RedisTLSKeyFile       string `name:"redis-tls-key-file" env:"REDIS_TLS_KEY_FILE" help:"PEM key of REDIS_TLS_CERT_FILE."`
+	RedisCluster          bool   `name:"redis-cluster" env:"REDIS_CLUSTER" help:"Require Redis Cluster: REDIS_URI lists seed nodes and every stream needs a hash tag such as {orders}." group:"redis"`
+	RedisSentinelMaster   string `name:"redis-sentinel-master" env:"REDIS_SENTINEL_MASTER" help:"Sentinel master set name; REDIS_URI then lists the sentinels." group:"redis"`
+	RedisUsername         string `name:"redis-username" env:"REDIS_USERNAME" help:"Redis ACL user (overrides the URI's)." group:"redis"`
+	RedisPassword         string `name:"redis-password" env:"REDIS_PASSWORD" help:"Password of the ACL user or of requirepass (overrides the URI's); prefer the env variable." group:"redis"`
+	RedisSentinelUsername string `name:"redis-sentinel-username" env:"REDIS_SENTINEL_USERNAME" help:"ACL user on the sentinels, when they require one." group:"redis"`
+	RedisSentinelPassword string `name:"redis-sentinel-password" env:"REDIS_SENTINEL_PASSWORD" help:"Password on the sentinels; prefer the env variable." group:"redis"`
+	RedisTLSCAFile        string `name:"redis-tls-ca-file" env:"REDIS_TLS_CA_FILE" help:"PEM CA bundle that signs the servers' certificates (rediss:// only; default: the system pool)." group:"redis"`
+	RedisTLSCertFile      string `name:"redis-tls-cert-file" env:"REDIS_TLS_CERT_FILE" help:"PEM client certificate for servers that require one (rediss:// only)." group:"redis"`
+	RedisTLSKeyFile       string `name:"redis-tls-key-file" env:"REDIS_TLS_KEY_FILE" help:"PEM key of REDIS_TLS_CERT_FILE." group:"redis"`
 
 	stdout, stderr io.Writer
 }
@@ -87,6 +88,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		kong.Exit(func(c int) { panic(exitCode(c)) }),
 		kong.BindTo(ctx, (*context.Context)(nil)),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		// A command's own flags come first; the shared connection and
+		// logging flags follow under their own headings.
+		kong.ExplicitGroups([]kong.Group{
+			{Key: "redis", Title: "Redis connection (env REDIS_*; see docs/deployment.md):"},
+			{Key: "logging", Title: "Logging:"},
+		}),
 	)
 	if err != nil {
 		fmt.Fprintf(stderr, "relay: %v\n", err)
@@ -171,8 +178,8 @@ func (g *Globals) requireRedis(needGroup bool) error {
 }
 
 // loadApps loads the apps root, pointing at the setting when it is missing.
-func (g *Globals) loadApps() (*relay.Apps, error) {
-	apps, err := relay.LoadApps(g.Apps)
+func (g *Globals) loadApps() (*app.Set, error) {
+	apps, err := template.LoadDir(g.Apps)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
 	}
@@ -196,7 +203,7 @@ func (g *Globals) checkStream(ctx context.Context, rc rueidis.Client) error {
 // dangerous, with an empty apps root: a worker with no rules acknowledges
 // every event as unmatched.
 func errNoApps(root string) error {
-	return fmt.Errorf("no apps in %s (no directory there holds a %s); is RELAY_APPS (--apps) right?", root, relay.TemplateFile)
+	return fmt.Errorf("no apps in %s (no directory there holds a %s); is RELAY_APPS (--apps) right?", root, app.TemplateFile)
 }
 
 // plural returns "1 app" or "2 apps".

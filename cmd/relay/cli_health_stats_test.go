@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/stats"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/containerdtest"
@@ -166,11 +168,11 @@ events:
 		"ok.run":  func(context.Context, runtime.Request) error { return nil },
 		"bad.run": func(context.Context, runtime.Request) error { return errors.New("no") },
 	})
-	e, err := relay.New(apps, relay.Components{
+	e, err := relay.NewEngine(apps, relay.Components{
 		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
 		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
 		Stream: name, Group: "workers", Consumer: "c1",
-	}, relay.WithStats(rc), relay.WithStatsInterval(20*time.Millisecond), relay.WithLogger(slog.New(slog.DiscardHandler)))
+	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +187,7 @@ events:
 	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		n, _, err := src.Pending(t.Context())
 		l, _ := dlq.NewStore(rc, name).Len(t.Context())
-		s, _ := relay.ReadStats(t.Context(), rc, name, "workers")
+		s, _ := stats.Read(t.Context(), rc, name, "workers")
 		return err == nil && n == 0 && l == 2 && s.Received == 5
 	})
 	cancel()

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
 )
 
 // Helpers of the operator CLI tests (app, dlq, health, stats). The golden
@@ -112,18 +113,18 @@ func TestCLIHelp(t *testing.T) {
 
 // writeTemplates writes one template.yaml per app into a temporary apps
 // root and loads it.
-func writeTemplates(t *testing.T, templates map[string]string) *relay.Apps {
+func writeTemplates(t *testing.T, templates map[string]string) *app.Set {
 	t.Helper()
 	root := t.TempDir()
 	for name, src := range templates {
 		if err := os.MkdirAll(filepath.Join(root, name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(root, name, relay.TemplateFile), []byte(src), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(root, name, app.TemplateFile), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/schedule"
+
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -74,13 +77,11 @@ type unusedComponents struct{}
 func (unusedComponents) Read(context.Context, int) ([]stream.Message, error) {
 	return nil, errUnusedComponent
 }
-func (unusedComponents) Reclaim(context.Context, time.Duration) ([]stream.Message, []string, error) {
-	return nil, nil, errUnusedComponent
+func (unusedComponents) Reclaim(context.Context, time.Duration, int) ([]stream.Message, []string, bool, error) {
+	return nil, nil, false, errUnusedComponent
 }
-func (unusedComponents) Ack(context.Context, ...string) error { return errUnusedComponent }
-func (unusedComponents) Publish(context.Context, map[string]string) (string, error) {
-	return "", errUnusedComponent
-}
+func (unusedComponents) Ack(context.Context, ...string) error       { return errUnusedComponent }
+func (unusedComponents) Heartbeat(context.Context, ...string) error { return errUnusedComponent }
 
 func (unusedComponents) Write(context.Context, dlq.Entry) (string, error) {
 	return "", errUnusedComponent
@@ -93,20 +94,20 @@ var errUnusedComponent = errors.New("the engine of this test never runs")
 // the components are never called.
 func registeredMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	apps, err := relay.NewApps()
+	apps, err := app.NewSet()
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &metricNames{names: map[string]bool{}}
-	_, err = relay.New(apps, relay.Components{
+	_, err = relay.NewEngine(apps, relay.Components{
 		Source: unusedComponents{}, State: invocation.New(nil),
 		Runner: runtime.NewFunc(nil), DLQ: unusedComponents{},
 		Stream: "events", Group: "relay", Consumer: "c1",
-	}, relay.WithMetrics(r))
+	}, relay.Config{Metrics: r})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newScheduleCounters(r); err != nil {
+	if _, err := schedule.NewMetrics(r); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.names) == 0 {

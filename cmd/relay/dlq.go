@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/runtime"
@@ -399,7 +401,7 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 // replay replays one entry and returns its outcome. In text mode it prints
 // the progress on stdout and, with --all, each failure; a single entry's
 // failure is left to the command's error.
-func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *relay.Apps, runner relay.Runner, store *dlq.Store, e dlq.Entry) replayJSON {
+func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, runner relay.Runner, store *dlq.Store, e dlq.Entry) replayJSON {
 	r := replayJSON{ID: e.ID, App: e.App, Handler: e.Handler}
 	target := e.App + "/" + e.Handler
 	if !c.JSON {
@@ -409,7 +411,7 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *relay.Apps,
 		}}
 	}
 	start := time.Now()
-	err := relay.Replay(ctx, apps, runner, store, e.ID)
+	err := relay.Manual{Runner: runner}.Replay(ctx, apps, store, e.ID)
 	took := time.Since(start)
 	r.Duration = took.Seconds()
 	switch {

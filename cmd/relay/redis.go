@@ -42,7 +42,7 @@ func (g *Globals) AfterApply() error {
 		return err
 	}
 	if g.clusterConfigured() {
-		if _, err := checkClusterLayout(streams, g.RedisGroup); err != nil {
+		if _, err := keys.CheckClusterLayout(streams, g.RedisGroup); err != nil {
 			return usageError{err}
 		}
 	}
@@ -259,83 +259,4 @@ func redactURI(uri string) string {
 		}
 	}
 	return uri
-}
-
-// checkClusterLayout enforces the Redis Cluster rule of docs/deployment.md:
-// every key Relay derives from a stream (its DLQ stream, invocation hashes,
-// stats hash and schedule dedup keys) must hash to the stream's own slot,
-// because Lua scripts and the schedule publisher touch several of them at
-// once and a cluster refuses cross-slot scripts. That holds when the stream
-// name carries a hash tag ("{orders}", "{orders}.events") free of ':' and
-// '%', which internal/keys escapes. It returns one warning per hash tag
-// that several streams share: legal, but those streams then live on one
-// master and do not spread the load.
-func checkClusterLayout(streams []string, group string) (warnings []string, err error) {
-	if group == "" {
-		group = "relay" // the group follows the stream in every key: it cannot move the slot
-	}
-	var errs []error
-	byTag := map[string][]string{}
-	var tags []string
-	for _, s := range streams {
-		tag, ok := keys.HashTag(s)
-		if !ok {
-			errs = append(errs, fmt.Errorf("stream %q has no hash tag, so under Redis Cluster its invocation state, DLQ and schedule keys would land in other hash slots than the stream: rename it to %q, in REDIS_STREAM and in the publishers",
-				s, "{"+s+"}"))
-			continue
-		}
-		want := clusterSlot(s)
-		for _, k := range derivedKeys(s, group) {
-			if got := clusterSlot(k); got != want {
-				errs = append(errs, fmt.Errorf("stream %q: key %s hashes to slot %d, not the stream's slot %d: a hash tag must not contain ':' or '%%' (Relay escapes them in key names); use a tag such as {%s}",
-					s, k, got, want, strings.NewReplacer(":", "-", "%", "-").Replace(tag)))
-				break
-			}
-		}
-		if byTag[tag] == nil {
-			tags = append(tags, tag)
-		}
-		byTag[tag] = append(byTag[tag], s)
-	}
-	for _, tag := range tags {
-		if ss := byTag[tag]; len(ss) > 1 {
-			warnings = append(warnings, fmt.Sprintf("streams %s share the hash tag {%s}: they live in one slot on one master, so they do not spread the load; give each its own tag to scale out", strings.Join(ss, ", "), tag))
-		}
-	}
-	return warnings, errors.Join(errs...)
-}
-
-// derivedKeys are the keys Relay builds from a stream, with placeholder ids
-// where only their shape matters.
-func derivedKeys(stream, group string) []string {
-	return []string{
-		keys.DLQ(stream),
-		keys.Invocation(stream, group, "0-0"),
-		keys.Stats(stream, group),
-		keys.ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),
-	}
-}
-
-// clusterSlotCount is the number of Redis Cluster hash slots.
-const clusterSlotCount = 16384
-
-// clusterSlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM)
-// of its hash tag, or of the whole key without one, modulo 16384 (Redis
-// Cluster specification, "Key distribution model").
-func clusterSlot(key string) uint16 {
-	if tag, ok := keys.HashTag(key); ok {
-		key = tag
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc % clusterSlotCount
 }

@@ -158,69 +158,6 @@ func TestRedactURI(t *testing.T) {
 	}
 }
 
-// TestClusterSlot checks the CRC16 slot function against values from the
-// Redis Cluster specification (and, in TestClusterConnect, against
-// CLUSTER KEYSLOT on a real cluster).
-func TestClusterSlot(t *testing.T) {
-	for key, want := range map[string]uint16{
-		"123456789":         0x31C3 % clusterSlotCount, // the CRC16/XMODEM check value
-		"somekey":           11058,
-		"foo{hash_tag}":     2515,
-		"{hash_tag}.events": 2515,
-		"{}hash_tag":        clusterSlot("{}hash_tag"), // empty tag: the whole key, see below
-	} {
-		if got := clusterSlot(key); got != want {
-			t.Errorf("clusterSlot(%q) = %d, want %d", key, got, want)
-		}
-	}
-	if clusterSlot("{}a") == clusterSlot("a") {
-		t.Error("an empty hash tag must not reduce the key to its tag")
-	}
-}
-
-func TestCheckClusterLayout(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		streams  []string
-		err      []string
-		warnings int
-	}{
-		{"tagged", []string{"{orders}", "{payments}.events"}, nil, 0},
-		{"no tag", []string{"orders"}, []string{`stream "orders" has no hash tag`, `rename it to "{orders}"`}, 0},
-		{"empty tag", []string{"{}orders"}, []string{"has no hash tag"}, 0},
-		{"colon in tag", []string{"{a:b}"}, []string{"hashes to slot", "use a tag such as {a-b}"}, 0},
-		{"percent in tag", []string{"{a%b}.x"}, []string{"must not contain ':' or '%'"}, 0},
-		{"shared tag", []string{"{o}.a", "{o}.b", "{p}"}, nil, 1},
-		{"one bad of two", []string{"{ok}", "bad"}, []string{`"bad" has no hash tag`}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			warnings, err := checkClusterLayout(tc.streams, "workers")
-			if len(warnings) != tc.warnings {
-				t.Errorf("warnings %q, want %d", warnings, tc.warnings)
-			}
-			if tc.err == nil {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
-				// The claim behind a clean result: every derived key shares the stream's slot.
-				for _, s := range tc.streams {
-					for _, k := range derivedKeys(s, "workers") {
-						if clusterSlot(k) != clusterSlot(s) {
-							t.Errorf("%s: slot %d, stream %s: slot %d", k, clusterSlot(k), s, clusterSlot(s))
-						}
-					}
-				}
-				return
-			}
-			for _, w := range tc.err {
-				if err == nil || !strings.Contains(err.Error(), w) {
-					t.Errorf("error %v, want it to contain %q", err, w)
-				}
-			}
-		})
-	}
-}
-
 // TestCLIRedisSettings runs the CLI with settings that are wrong without
 // a connection: each is a usage error that says what to change.
 func TestCLIRedisSettings(t *testing.T) {
@@ -300,8 +237,8 @@ func TestClusterConnect(t *testing.T) {
 				t.Errorf("SET %s: %v", k, err)
 			}
 			slot, err := rc.Do(ctx, rc.B().ClusterKeyslot().Key(k).Build()).AsInt64()
-			if err != nil || slot != int64(clusterSlot(k)) {
-				t.Errorf("CLUSTER KEYSLOT %s = %d (%v), clusterSlot = %d", k, slot, err, clusterSlot(k))
+			if err != nil || slot != int64(keys.Slot(k)) {
+				t.Errorf("CLUSTER KEYSLOT %s = %d (%v), keys.Slot = %d", k, slot, err, keys.Slot(k))
 			}
 		}
 		rc.Close()

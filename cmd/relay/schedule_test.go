@@ -4,9 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/schedule/cron"
 
-	"github.com/relaydev/relay"
+	"github.com/google/go-cmp/cmp"
 )
 
 // The golden files mask times; the values themselves are checked here,
@@ -16,7 +17,7 @@ func TestFiresListsUTCAndLocalAcrossDST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := relay.Schedule{Name: "nightly", Handler: "reports.nightly", Cron: "30 2 * * *", Timezone: paris}
+	s := app.Schedule{Name: "nightly", Handler: "reports.nightly", Cron: cron.MustParse("30 2 * * *", paris)}
 	got, err := fires("shop", s, time.Date(2026, 3, 27, 12, 0, 0, 0, time.UTC), 3)
 	if err != nil {
 		t.Fatal(err)

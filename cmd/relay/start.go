@@ -4,23 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/internal/keys"
 )
 
 // StartCmd is `relay start`.
@@ -36,6 +32,7 @@ type StartCmd struct {
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
+// It turns the flags into a relay.WorkerConfig; the Worker does the rest.
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	streams, err := g.startStreams()
 	if err != nil {
@@ -57,32 +54,11 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer stopTracing()
-	apps, err := g.loadApps()
-	if err != nil {
-		return err
-	}
-	if len(apps.List()) == 0 {
-		// Every event would be acknowledged as unmatched: refuse.
-		return errNoApps(g.Apps)
-	}
-	for _, a := range apps.List() {
-		if !a.Available() {
-			for _, e := range a.Errors {
-				log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", a.Name), slog.String("error", e.Error()))
-			}
-			continue
-		}
-		log.LogAttrs(ctx, slog.LevelInfo, "app loaded", slog.String("app", a.Name), slog.Int("rules", len(a.Rules)), slog.Int("schedules", len(a.Schedules)))
-	}
-
 	rc, err := g.redisClient()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := checkLayout(ctx, log, rc, streams, g.RedisGroup); err != nil {
-		return err
-	}
 
 	// Containers are labelled per consumer, not per host, so the start-up
 	// sweep of one worker never removes another's running handlers.
@@ -95,16 +71,19 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	engines, pingers, err := c.engines(apps, rc, runner.Runner, streams, g.RedisGroup, log, reg)
+	w, err := relay.NewWorker(relay.WorkerConfig{
+		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
+		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
+		Config: relay.Config{
+			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
+			Logger: log, Metrics: reg,
+		},
+	})
 	if err != nil {
 		return err
 	}
-	if cr := runner.containerd; cr != nil {
-		// The Engine sweeps leftovers at start and every minute (Sweeper).
-		pingers = append(pingers, namedPinger{"containerd", cr})
-	}
 	if c.MetricsAddr != "" {
-		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, pingers)
+		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, w)
 		if err != nil {
 			return err
 		}
@@ -115,11 +94,16 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
-	sched, err := c.scheduler(apps, rc, streams[0], log, reg)
-	if err != nil {
+	switch err := w.Run(ctx); {
+	case errors.Is(err, relay.ErrNoApps):
+		return errNoApps(g.Apps)
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
+	case errors.Is(err, keys.ErrClusterLayout):
+		return usageError{err}
+	default:
 		return err
 	}
-	return runWithScheduler(ctx, sched, engines)
 }
 
 // startStreams checks the settings of relay start and returns the streams
@@ -131,124 +115,24 @@ func (g *Globals) startStreams() ([]string, error) {
 	return g.streamNames()
 }
 
-// checkLayout applies the hash-tag rule when the client turned out to be
-// connected to a Redis Cluster, whatever the settings said (one address
-// of a cluster node is enough for rueidis to go cluster-wide), and logs
-// the rule's warnings.
-func checkLayout(ctx context.Context, log *slog.Logger, rc rueidis.Client, streams []string, group string) error {
-	if rc.Mode() != rueidis.ClientModeCluster {
-		return nil
-	}
-	warnings, err := checkClusterLayout(streams, group)
-	if err != nil {
-		return usageError{err}
-	}
-	for _, w := range warnings {
-		log.LogAttrs(ctx, slog.LevelWarn, "streams share a cluster hash slot", slog.String("detail", w))
-	}
-	return nil
-}
-
-// engines builds one Engine per stream: each consumes its stream through
-// the same group name and consumer name, and all share runner, rc and one
-// relay.Limiter, so MAX_CONCURRENCY and each app's concurrency bound the
-// worker as a whole whatever the number of streams. With several streams,
-// metrics carry a stream label; only the first engine sweeps the runner's
-// leftovers, so the shared runner is swept once per interval.
-func (c *StartCmd) engines(apps *relay.Apps, rc rueidis.Client, runner relay.Runner, streams []string, group string,
-	log *slog.Logger, reg *prometheus.Registry) ([]*relay.Engine, []namedPinger, error) {
-	n := len(streams)
-	limiter, err := relay.NewLimiter(c.MaxConcurrency)
-	if err != nil {
-		return nil, nil, err
-	}
-	var engines []*relay.Engine
-	var pingers []namedPinger
-	for i, name := range streams {
-		src := stream.New(rc, name, group, c.Consumer)
-		r, mreg, pingName := runner, prometheus.Registerer(reg), "redis"
-		if n > 1 {
-			mreg = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
-			pingName = "redis " + name
-			if i > 0 {
-				r = runOnly{runner}
-			}
-		}
-		e, err := relay.New(apps, relay.Components{
-			Source: src, State: invocation.New(rc), Runner: r, DLQ: dlq.NewWriter(rc, name),
-			Stream: name, Group: group, Consumer: c.Consumer,
-		}, relay.WithConcurrency(c.MaxConcurrency), relay.WithLimiter(limiter), relay.WithLogger(log), relay.WithMetrics(mreg), relay.WithStats(rc),
-			relay.WithShutdownTimeout(c.ShutdownTimeout))
-		if err != nil {
-			return nil, nil, fmt.Errorf("stream %s: %w", name, err)
-		}
-		engines = append(engines, e)
-		pingers = append(pingers, namedPinger{pingName, src}, namedPinger{strings.Replace(pingName, "redis", "consuming", 1), e})
-	}
-	return engines, pingers, nil
-}
-
-// runOnly hides a Runner's optional capabilities (Sweeper) from an Engine.
-type runOnly struct{ r relay.Runner }
-
-func (o runOnly) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-	return o.r.Run(ctx, req)
-}
-
-// runEngines runs every engine until ctx is done. When one cannot start,
-// the others are stopped gracefully and its error is returned: a worker
-// never runs with some of its streams silently left out.
-func runEngines(ctx context.Context, engines []*relay.Engine) error {
-	if len(engines) == 1 {
-		return engines[0].Run(ctx)
-	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	errs := make([]error, len(engines))
-	var wg sync.WaitGroup
-	for i, e := range engines {
-		wg.Go(func() {
-			err := e.Run(ctx)
-			if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
-				err = nil // stopped while starting, because another failed or on a signal
-			}
-			if err != nil {
-				errs[i] = err
-				stop()
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-type namedPinger struct {
-	name string
-	p    relay.Pinger
-}
-
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, pingers []namedPinger) (*http.Server, error) {
+// serveMetrics serves /metrics of reg, /healthz, and /readyz from the
+// Worker's readiness, on addr.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *relay.Worker) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("METRICS_ADDR %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, r *http.Request) { fmt.Fprintln(rw, "ok") })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, r *http.Request) {
 		pctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		var errs []error
-		for _, p := range pingers {
-			if err := p.p.Ping(pctx); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		if err := w.Ready(pctx); err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ready")
+		fmt.Fprintln(rw, "ready")
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) }}
 	go func() { _ = srv.Serve(ln) }()

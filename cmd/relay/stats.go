@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/stats"
+
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
@@ -57,7 +58,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.checkStream(ctx, rc); err != nil {
 		return err
 	}
-	s, err := relay.ReadStats(ctx, rc, g.RedisStream, g.RedisGroup)
+	s, err := stats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}

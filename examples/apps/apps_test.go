@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/runtime"
@@ -79,9 +82,9 @@ var runtimeImages = map[string]struct{ ref, env string }{
 	runtime.RuntimeNode:    {containerdtest.NodeImage, containerdtest.EnvNodeArchive},
 }
 
-func loadApps(t *testing.T) *relay.Apps {
+func loadApps(t *testing.T) *app.Set {
 	t.Helper()
-	apps, err := relay.LoadApps(".")
+	apps, err := template.LoadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,10 +116,10 @@ func TestTemplates(t *testing.T) {
 			t.Errorf("invoices.charge retries = %d, want 0 (straight to the DLQ)", r.Retries)
 		}
 	}
-	for rt, app := range map[string]string{runtime.RuntimePython3: "orders", runtime.RuntimeNode: "products"} {
-		spec := apps.Get(app).Spec
+	for rt, name := range map[string]string{runtime.RuntimePython3: "orders", runtime.RuntimeNode: "products"} {
+		spec := apps.Get(name).Spec
 		if spec.Runtime != rt || spec.Image != runtimeImages[rt].ref {
-			t.Errorf("%s: runtime %q image %q, want %q with the offline image %s", app, spec.Runtime, spec.Image, rt, runtimeImages[rt].ref)
+			t.Errorf("%s: runtime %q image %q, want %q with the offline image %s", name, spec.Runtime, spec.Image, rt, runtimeImages[rt].ref)
 		}
 	}
 }
@@ -156,23 +159,23 @@ func TestHandlersContainerd(t *testing.T) {
 
 // runDemo runs every demo case through runner; prepare is called before a
 // case of a runtime app with its runtime.
-func runDemo(t *testing.T, apps *relay.Apps, runner relay.Runner, out *bytes.Buffer, prepare func(t *testing.T, runtime string)) {
+func runDemo(t *testing.T, apps *app.Set, runner relay.Runner, out *bytes.Buffer, prepare func(t *testing.T, runtime string)) {
 	for _, c := range demo {
 		t.Run(c.app+"/"+c.handler, func(t *testing.T) {
 			out.Reset()
-			app := apps.Get(c.app)
-			if rt := app.Spec.Runtime; rt != "" {
+			a := apps.Get(c.app)
+			if rt := a.Spec.Runtime; rt != "" {
 				prepare(t, rt)
 			}
-			var rule relay.Rule
-			for _, r := range app.Rules {
+			var rule app.Rule
+			for _, r := range a.Rules {
 				if r.Handler == c.handler {
 					rule = r
 				}
 			}
 			req := runtime.Request{
 				App: c.app, Handler: c.handler, MessageID: "1-0", Attempt: 1,
-				Event: []byte(c.event), Timeout: rule.Timeout, Spec: app.Spec,
+				Event: []byte(c.event), Timeout: rule.Timeout, Spec: a.Spec,
 			}
 			_, err := runner.Run(t.Context(), req)
 			ee, isExit := errors.AsType[*runtime.ExitError](err)

@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/matcher"
@@ -245,16 +247,16 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apps, err := relay.NewApps(&relay.App{Name: "payments", Rules: []relay.Rule{{Handler: "charge", Pattern: pattern, Retries: 2}}})
+		apps, err := app.NewSet(&app.App{Name: "payments", Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 2}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		src := relaytest.NewStream()
 		dead := relaytest.NewDLQ("events")
-		engine, err := relay.New(apps, relay.Components{
+		engine, err := relay.NewEngine(apps, relay.Components{
 			Source: src.Consumer("w"), State: relaytest.NewStateStore(), Runner: counter, DLQ: dead,
 			Stream: "events", Group: "g", Consumer: "w",
-		}, relay.WithLogger(slog.New(slog.DiscardHandler)))
+		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,6 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/app"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/relaytest"
@@ -66,9 +68,9 @@ func run(w io.Writer, tm timings) error {
 	if err != nil {
 		return err
 	}
-	apps, err := relay.NewApps(&relay.App{
+	apps, err := app.NewSet(&app.App{
 		Name:  "payments",
-		Rules: []relay.Rule{{Handler: "charge", Pattern: pattern, Retries: 4}},
+		Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 4}},
 	})
 	if err != nil {
 		return err
@@ -94,16 +96,16 @@ func run(w io.Writer, tm timings) error {
 	}
 
 	src := relaytest.NewStream()
-	engine, err := relay.New(apps, relay.Components{
+	engine, err := relay.NewEngine(apps, relay.Components{
 		Source: src.Consumer("worker-1"), State: relaytest.NewStateStore(), Runner: breaker,
 		DLQ:    relaytest.NewDLQ("events"),
 		Stream: "events", Group: "payments", Consumer: "worker-1",
-	},
-		relay.WithLogger(slog.New(slog.DiscardHandler)),
-		relay.WithMinPendingIdle(tm.minPendingIdle),
-		relay.WithReclaimInterval(tm.reclaim),
-		relay.WithBackoff(tm.backoff),
-	)
+	}, relay.Config{
+		Logger:          slog.New(slog.DiscardHandler),
+		MinPendingIdle:  tm.minPendingIdle,
+		ReclaimInterval: tm.reclaim,
+		Backoff:         []time.Duration{tm.backoff},
+	})
 	if err != nil {
 		return err
 	}

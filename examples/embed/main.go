@@ -1,8 +1,10 @@
-// Command embed runs a Relay Engine inside an ordinary Go program, with a Go
-// function as the handler and no containers:
+// Command embed runs a Relay Worker inside an ordinary Go program, with Go
+// functions as handlers and no containers: one app consumes two streams and
+// has a schedule.
 //
-//	go run ./examples/embed -redis 127.0.0.1:6379 -stream events
-//	redis-cli XADD events '*' event '{"type":"signup","email":"ada@example.com"}'
+//	go run ./examples/embed -redis 127.0.0.1:6379 -streams signups,orders
+//	redis-cli XADD signups '*' event '{"type":"signup","email":"ada@example.com"}'
+//	redis-cli XADD orders '*' event '{"type":"order","total":42}'
 //
 // main_test.go runs the same wiring against a private redis-server.
 package main
@@ -14,31 +16,31 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/schedule/cron"
 )
 
 func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "Redis address")
-	streamName := flag.String("stream", "events", "stream to consume")
+	streams := flag.String("streams", "signups,orders", "streams to consume, comma-separated")
 	group := flag.String("group", "embed", "consumer group")
 	flag.Parse()
-	if err := serve(*addr, *streamName, *group); err != nil {
+	if err := serve(*addr, strings.Split(*streams, ","), *group); err != nil {
 		fmt.Fprintln(os.Stderr, "embed:", err)
 		os.Exit(1)
 	}
 }
 
 // serve connects to Redis and runs until SIGINT or SIGTERM.
-func serve(addr, streamName, group string) error {
+func serve(addr string, streams []string, group string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -46,45 +48,58 @@ func serve(addr, streamName, group string) error {
 	if err != nil {
 		return err
 	}
-	defer rc.Close() // the Engine never closes what it did not open
-	consumer, _ := os.Hostname()
-	return run(ctx, rc, streamName, group, consumer, log)
+	defer rc.Close() // the Worker never closes what it did not open
+	return run(ctx, rc, streams, group, "", log)
 }
 
-// run consumes streamName as consumer of group until ctx is cancelled; it
-// returns nil then, once running handlers finished.
-func run(ctx context.Context, rc rueidis.Client, streamName, group, consumer string, log *slog.Logger) error {
-	// Apps can come from template.yaml files (relay.LoadApps) or from Go.
-	pattern, err := matcher.Parse("signups", []byte(`{type: [signup], email: [{suffix: "@example.com"}]}`))
+// shop is the example's one app, defined in Go rather than in a
+// template.yaml: a rule for signups, one for orders and an hourly report.
+func shop() (*app.Set, error) {
+	signup, err := matcher.Parse("shop", []byte(`{type: [signup], email: [{suffix: "@example.com"}]}`))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	apps, err := relay.NewApps(&relay.App{
-		Name:  "signups",
-		Rules: []relay.Rule{{Handler: "mail.welcome", Pattern: pattern, Retries: 2}},
+	order, err := matcher.Parse("shop", []byte(`{type: [order], total: [{gt: 0}]}`))
+	if err != nil {
+		return nil, err
+	}
+	return app.NewSet(&app.App{
+		Name: "shop",
+		Rules: []app.Rule{
+			{Handler: "mail.welcome", Pattern: signup, Retries: 2},
+			{Handler: "orders.record", Pattern: order},
+		},
+		Schedules: []app.Schedule{{Name: "report", Handler: "reports.hourly", Cron: cron.MustParse("@hourly", nil)}},
 	})
+}
+
+// run consumes every stream of streams as consumer of group until ctx is
+// cancelled; it returns nil then, once running handlers finished. An empty
+// consumer means the hostname.
+func run(ctx context.Context, rc rueidis.Client, streams []string, group, consumer string, log *slog.Logger) error {
+	apps, err := shop()
 	if err != nil {
 		return err
 	}
 	// Handlers are keyed "app/handler". An error fails the attempt.
-	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
-		"signups/mail.welcome": func(ctx context.Context, req runtime.Request) error {
-			log.Info("sending welcome mail", "message_id", req.MessageID, "attempt", req.Attempt, "event", string(req.Event))
+	handler := func(msg string) runtime.HandlerFunc {
+		return func(_ context.Context, req runtime.Request) error {
+			log.Info(msg, "message_id", req.MessageID, "attempt", req.Attempt, "event", string(req.Event))
 			return nil
-		},
+		}
+	}
+	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
+		"shop/mail.welcome":   handler("sending welcome mail"),
+		"shop/orders.record":  handler("recording order"),
+		"shop/reports.hourly": handler("writing hourly report"),
 	})
-
-	engine, err := relay.New(apps, relay.Components{
-		Source:   stream.New(rc, streamName, group, consumer),
-		State:    invocation.New(rc),
-		Runner:   runner,
-		DLQ:      dlq.NewWriter(rc, streamName),
-		Stream:   streamName,
-		Group:    group,
-		Consumer: consumer,
-	}, relay.WithLogger(log), relay.WithConcurrency(4))
+	w, err := relay.NewWorker(relay.WorkerConfig{
+		Redis: rc, Streams: streams, Group: group, Consumer: consumer,
+		Apps: relay.Static(apps), Runner: runner,
+		Config: relay.Config{Logger: log, MaxConcurrency: 4},
+	})
 	if err != nil {
 		return err
 	}
-	return engine.Run(ctx) // returns nil after SIGINT/SIGTERM, once running handlers finished
+	return w.Run(ctx) // returns nil after SIGINT/SIGTERM, once running handlers finished
 }

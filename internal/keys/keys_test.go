@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,5 +40,68 @@ func TestHashTag(t *testing.T) {
 		if tag != c.tag || ok != c.ok {
 			t.Errorf("HashTag(%q) = %q, %v; want %q, %v", c.key, tag, ok, c.tag, c.ok)
 		}
+	}
+}
+
+// TestSlot checks the CRC16 slot function against values from the
+// Redis Cluster specification (and, in cmd/relay's TestClusterConnect, against
+// CLUSTER KEYSLOT on a real cluster).
+func TestSlot(t *testing.T) {
+	for key, want := range map[string]uint16{
+		"123456789":         0x31C3 % slotCount, // the CRC16/XMODEM check value
+		"somekey":           11058,
+		"foo{hash_tag}":     2515,
+		"{hash_tag}.events": 2515,
+		"{}hash_tag":        Slot("{}hash_tag"), // empty tag: the whole key, see below
+	} {
+		if got := Slot(key); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if Slot("{}a") == Slot("a") {
+		t.Error("an empty hash tag must not reduce the key to its tag")
+	}
+}
+
+func TestCheckClusterLayout(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		streams  []string
+		err      []string
+		warnings int
+	}{
+		{"tagged", []string{"{orders}", "{payments}.events"}, nil, 0},
+		{"no tag", []string{"orders"}, []string{`stream "orders" has no hash tag`, `rename it to "{orders}"`}, 0},
+		{"empty tag", []string{"{}orders"}, []string{"has no hash tag"}, 0},
+		{"colon in tag", []string{"{a:b}"}, []string{"hashes to slot", "use a tag such as {a-b}"}, 0},
+		{"percent in tag", []string{"{a%b}.x"}, []string{"must not contain ':' or '%'"}, 0},
+		{"shared tag", []string{"{o}.a", "{o}.b", "{p}"}, nil, 1},
+		{"one bad of two", []string{"{ok}", "bad"}, []string{`"bad" has no hash tag`}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			warnings, err := CheckClusterLayout(tc.streams, "workers")
+			if len(warnings) != tc.warnings {
+				t.Errorf("warnings %q, want %d", warnings, tc.warnings)
+			}
+			if tc.err == nil {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				// The claim behind a clean result: every derived key shares the stream's slot.
+				for _, s := range tc.streams {
+					for _, k := range derived(s, "workers") {
+						if Slot(k) != Slot(s) {
+							t.Errorf("%s: slot %d, stream %s: slot %d", k, Slot(k), s, Slot(s))
+						}
+					}
+				}
+				return
+			}
+			for _, w := range tc.err {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %v, want it to contain %q", err, w)
+				}
+			}
+		})
 	}
 }

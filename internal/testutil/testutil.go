@@ -4,6 +4,8 @@ package testutil
 import (
 	"bytes"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -50,4 +52,21 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// AppsRoot writes templates (app name → template.yaml source) into a new
+// temporary apps root and returns its path.
+func AppsRoot(t testing.TB, templates map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, src := range templates {
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }

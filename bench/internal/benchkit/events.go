@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -88,7 +90,7 @@ func WriteApps(dir string, spec AppSpec) (string, error) {
 	}
 	fmt.Fprintf(&b, "concurrency: %d\n", max(spec.Concurrency, 1))
 	fmt.Fprintf(&b, "events:\n  - handler: %s\n    timeout: %s\n    pattern: {event_name: [INSERT], table_name: [users]}\n", HandlerName, spec.Timeout)
-	if err := os.WriteFile(filepath.Join(appDir, relay.TemplateFile), []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(appDir, app.TemplateFile), []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("write bench app: %w", err)
 	}
 	return root, nil
@@ -104,8 +106,8 @@ func quoteList(args []string) string {
 
 // LoadApps loads the apps root written by WriteApps and fails unless the
 // benchmark app is available.
-func LoadApps(root string) (*relay.Apps, error) {
-	apps, err := relay.LoadApps(root)
+func LoadApps(root string) (*app.Set, error) {
+	apps, err := template.LoadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("load bench apps %s: %w", root, err)
 	}

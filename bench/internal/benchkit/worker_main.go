@@ -20,8 +20,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -115,7 +113,7 @@ commands:
 type child struct {
 	spec     WorkerSpec
 	rc       rueidis.Client
-	engine   *relay.Engine
+	worker   *relay.Worker
 	logFile  *os.File
 	handled  atomic.Int64
 	begun    atomic.Int64
@@ -197,18 +195,14 @@ func (w *child) buildEngine() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := w.spec
-	opts := []relay.Option{
-		relay.WithConcurrency(positiveOr(s.Concurrency, 8)), relay.WithLogger(log), relay.WithMetrics(reg),
-		relay.WithStats(w.rc), relay.WithShutdownTimeout(10 * time.Second),
-	}
-	if s.MinPendingIdle > 0 {
-		opts = append(opts, relay.WithMinPendingIdle(s.MinPendingIdle))
-	}
-	w.engine, err = relay.New(apps, relay.Components{
-		Source: stream.New(w.rc, s.Stream, s.Group, s.Consumer),
-		State:  invocation.New(w.rc), Runner: runner, DLQ: dlq.NewWriter(w.rc, s.Stream),
-		Stream: s.Stream, Group: s.Group, Consumer: s.Consumer,
-	}, opts...)
+	w.worker, err = relay.NewWorker(relay.WorkerConfig{
+		Redis: w.rc, Streams: []string{s.Stream}, Group: s.Group, Consumer: s.Consumer,
+		Apps: relay.Static(apps), Runner: runner,
+		Config: relay.Config{
+			MaxConcurrency: positiveOr(s.Concurrency, 8), Logger: log, Metrics: reg,
+			ShutdownTimeout: 10 * time.Second, MinPendingIdle: s.MinPendingIdle,
+		},
+	})
 	return err
 }
 
@@ -221,8 +215,8 @@ func positiveOr(v, def int) int {
 }
 
 func (w *child) run(ctx context.Context) error {
-	if w.engine != nil {
-		return w.engine.Run(ctx)
+	if w.worker != nil {
+		return w.worker.Run(ctx)
 	}
 	return w.rawLoop(ctx)
 }

@@ -1,4 +1,4 @@
-package relay
+package template
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 	"github.com/goccy/go-yaml/token"
 
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
 )
 
@@ -205,8 +206,8 @@ func (t *tpl) duration(n ast.Node, path string, def time.Duration) time.Duration
 		t.errorf(n, path, "invalid duration %q: write a Go duration such as 30s, 2m or 1m30s", s)
 	case d <= 0:
 		t.errorf(n, path, "timeout must be > 0")
-	case d > MaxTimeout:
-		t.errorf(n, path, "timeout %s is longer than the maximum %s", d, MaxTimeout)
+	case d > app.MaxTimeout:
+		t.errorf(n, path, "timeout %s is longer than the maximum %s", d, app.MaxTimeout)
 	default:
 		return d
 	}
@@ -216,11 +217,11 @@ func (t *tpl) duration(n ast.Node, path string, def time.Duration) time.Duration
 func (t *tpl) retries(n ast.Node, path string) int {
 	v, ok := t.integer(n, path)
 	if !ok {
-		return DefaultRetries
+		return app.DefaultRetries
 	}
 	if v < 0 || v > 1000 {
 		t.errorf(n, path, "retries must be between 0 and 1000")
-		return DefaultRetries
+		return app.DefaultRetries
 	}
 	return int(v)
 }
@@ -232,13 +233,13 @@ func notRefChar(r rune) bool {
 }
 
 // parseTemplate fills app from template source, adding every error found.
-func parseTemplate(app *App, src []byte) {
-	t := &tpl{file: app.File, errs: &app.Errors}
-	app.Concurrency = DefaultAppConcurrency
-	app.Spec.MemoryBytes = DefaultMemoryBytes
-	app.Spec.CPUs = DefaultCPUs
-	app.Spec.PIDs = DefaultPIDs
-	app.Spec.Network = "none"
+func parseTemplate(a *app.App, src []byte) {
+	t := &tpl{file: a.File, errs: &a.Errors}
+	a.Concurrency = app.DefaultConcurrency
+	a.Spec.MemoryBytes = app.DefaultMemoryBytes
+	a.Spec.CPUs = app.DefaultCPUs
+	a.Spec.PIDs = app.DefaultPIDs
+	a.Spec.Network = "none"
 
 	// Some editors on Windows start files with a UTF-8 byte order mark,
 	// which YAML would take for part of the first key.
@@ -274,7 +275,7 @@ func parseTemplate(app *App, src []byte) {
 				if !validRuntime(s) {
 					t.errorf(fl.value, "runtime", "unknown runtime %q: use python3 or node, or omit runtime and set image", s)
 				}
-				app.Spec.Runtime = s
+				a.Spec.Runtime = s
 			}
 		case "image":
 			imageN = fl.value
@@ -289,39 +290,39 @@ func parseTemplate(app *App, src []byte) {
 					// app is refused at load instead of holding every message.
 					t.errorf(fl.value, "image", "%q is not a valid OCI reference (%v); use e.g. docker.io/library/busybox:1.36", s, err)
 				}
-				app.Spec.Image = s
+				a.Spec.Image = s
 			}
 		case "command":
 			commandN = fl.value
-			app.Spec.Command = t.stringList(fl.value, "command")
+			a.Spec.Command = t.stringList(fl.value, "command")
 		case "concurrency":
 			if v, ok := t.integer(fl.value, "concurrency"); ok {
 				if v <= 0 || v > 10000 {
 					t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most 10000)")
 				} else {
-					app.Concurrency = int(v)
+					a.Concurrency = int(v)
 				}
 			}
 		case "warm":
 			warmN = fl.value
 			if b, ok := t.boolean(fl.value, "warm"); ok {
-				app.Spec.Warm = b
+				a.Spec.Warm = b
 			}
 		case "resources":
-			t.resources(app, fl.value)
+			t.resources(a, fl.value)
 		case "network":
 			if s, ok := t.str(fl.value, "network"); ok {
 				if s != "none" && s != "host" {
 					t.errorf(fl.value, "network", "network must be none or host, not %q", s)
 				}
-				app.Spec.Network = s
+				a.Spec.Network = s
 			}
 		case "env":
-			t.env(app, fl.value)
+			t.env(a, fl.value)
 		case "events":
-			t.events(app, fl.value)
+			t.events(a, fl.value)
 		case "schedules":
-			t.schedules(app, fl.value)
+			t.schedules(a, fl.value)
 		default:
 			t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
 		}
@@ -332,10 +333,10 @@ func parseTemplate(app *App, src []byte) {
 	if runtimeN != nil && commandN != nil {
 		t.errorf(commandN, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
 	}
-	if runtimeN == nil && app.Spec.Warm {
+	if runtimeN == nil && a.Spec.Warm {
 		t.errorf(warmN, "warm", "warm: true is only allowed with runtime (python3 or node): an image's own command runs once per invocation")
 	}
-	app.Incomplete = t.unreadRules
+	a.Incomplete = t.unreadRules
 	if t.declared == 0 {
 		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
 	}
@@ -361,7 +362,7 @@ func (t *tpl) stringList(n ast.Node, path string) []string {
 	return out
 }
 
-func (t *tpl) resources(app *App, n ast.Node) {
+func (t *tpl) resources(a *app.App, n ast.Node) {
 	fields, ok := t.mapping(n, "resources", "resources")
 	if !ok {
 		return
@@ -374,7 +375,7 @@ func (t *tpl) resources(app *App, n ast.Node) {
 				if b, err := parseSize(s); err != nil {
 					t.errorf(fl.value, p, "%v", err)
 				} else {
-					app.Spec.MemoryBytes = b
+					a.Spec.MemoryBytes = b
 				}
 			}
 		case "cpus":
@@ -382,7 +383,7 @@ func (t *tpl) resources(app *App, n ast.Node) {
 				if !(v > 0) || v > 1024 {
 					t.errorf(fl.value, p, "cpus must be a number > 0")
 				} else {
-					app.Spec.CPUs = v
+					a.Spec.CPUs = v
 				}
 			}
 		case "pids":
@@ -390,7 +391,7 @@ func (t *tpl) resources(app *App, n ast.Node) {
 				if v <= 0 {
 					t.errorf(fl.value, p, "pids must be a positive integer")
 				} else {
-					app.Spec.PIDs = v
+					a.Spec.PIDs = v
 				}
 			}
 		default:
@@ -420,12 +421,12 @@ func parseSize(s string) (int64, error) {
 	return 0, fmt.Errorf("memory %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
 }
 
-func (t *tpl) env(app *App, n ast.Node) {
+func (t *tpl) env(a *app.App, n ast.Node) {
 	fields, ok := t.mapping(n, "env", "env")
 	if !ok {
 		return
 	}
-	app.Spec.Env = make(map[string]string, len(fields))
+	a.Spec.Env = make(map[string]string, len(fields))
 	for _, fl := range fields {
 		p := "env." + fl.key
 		switch {
@@ -454,11 +455,11 @@ func (t *tpl) env(app *App, n ast.Node) {
 			t.errorf(fl.value, p, "environment value of %s contains a NUL byte, which no process environment can hold", fl.key)
 			continue
 		}
-		app.Spec.Env[fl.key] = v
+		a.Spec.Env[fl.key] = v
 	}
 }
 
-func (t *tpl) events(app *App, n ast.Node) {
+func (t *tpl) events(a *app.App, n ast.Node) {
 	seq, ok := unwrap(n).(*ast.SequenceNode)
 	if !ok {
 		t.errorf(n, "events", "events must be a list of rules, not %s", describe(unwrap(n)))
@@ -466,7 +467,7 @@ func (t *tpl) events(app *App, n ast.Node) {
 		return
 	}
 	defer func() {
-		if len(app.Rules) < len(seq.Values) {
+		if len(a.Rules) < len(seq.Values) {
 			t.unreadRules = true
 		}
 	}()
@@ -478,7 +479,7 @@ func (t *tpl) events(app *App, n ast.Node) {
 		if !ok {
 			continue
 		}
-		r := Rule{Timeout: DefaultTimeout, Retries: DefaultRetries}
+		r := app.Rule{Timeout: app.DefaultTimeout, Retries: app.DefaultRetries}
 		var handlerN, patternN ast.Node
 		for _, fl := range fields {
 			p := path + "." + fl.key
@@ -498,7 +499,7 @@ func (t *tpl) events(app *App, n ast.Node) {
 			case "pattern":
 				patternN = fl.value
 			case "timeout":
-				r.Timeout = t.duration(fl.value, p, DefaultTimeout)
+				r.Timeout = t.duration(fl.value, p, app.DefaultTimeout)
 			case "retries":
 				r.Retries = t.retries(fl.value, p)
 			default:
@@ -519,7 +520,7 @@ func (t *tpl) events(app *App, n ast.Node) {
 		// stay pending instead of being acknowledged as unmatched.
 		if pat != nil && len(errs) == 0 {
 			r.Pattern = pat
-			app.Rules = append(app.Rules, r)
+			a.Rules = append(a.Rules, r)
 		}
 	}
 }

@@ -1,25 +1,16 @@
-package relay
+package template
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/robfig/cron/v3"
 
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/schedule/cron"
 )
 
-// ParseCron parses a schedule's cron expression: five fields (minute hour
-// day-of-month month day-of-week) or one of @hourly @daily @midnight @weekly
-// @monthly @yearly @annually (reference.md "Schedules"). Seconds fields,
-// @every, embedded TZ=/CRON_TZ= and expressions that never fire are
-// rejected: the zone is the schedule's timezone key. It is
-// schedule.ParseCron, which owns the rules; evaluate the result with
-// schedule.Spec, which applies Relay's DST rules.
-func ParseCron(expr string) (cron.Schedule, error) { return schedule.ParseCron(expr) }
-
-func (t *tpl) schedules(app *App, n ast.Node) {
+func (t *tpl) schedules(a *app.App, n ast.Node) {
 	seq, ok := unwrap(n).(*ast.SequenceNode)
 	if !ok {
 		t.errorf(n, "schedules", "schedules must be a list, not %s", describe(unwrap(n)))
@@ -33,7 +24,10 @@ func (t *tpl) schedules(app *App, n ast.Node) {
 		if !ok {
 			continue
 		}
-		s := Schedule{Timezone: time.UTC, Timeout: DefaultTimeout, Retries: DefaultRetries}
+		s := app.Schedule{Timeout: app.DefaultTimeout, Retries: app.DefaultRetries}
+		loc := time.UTC
+		var expr string
+		var exprN ast.Node
 		valid := true
 		have := map[string]bool{}
 		for _, fl := range fields {
@@ -43,7 +37,7 @@ func (t *tpl) schedules(app *App, n ast.Node) {
 			case "name":
 				if v, ok := t.str(fl.value, p); ok {
 					switch {
-					case !ValidAppName(v):
+					case !app.ValidName(v):
 						t.errorf(fl.value, p, "schedule name %q must match [a-z0-9][a-z0-9._-]* and be at most 63 characters", v)
 						valid = false
 					case seen[v]:
@@ -66,32 +60,37 @@ func (t *tpl) schedules(app *App, n ast.Node) {
 					valid = false
 				}
 			case "cron":
+				// Parsed below, once the zone is known.
 				if v, ok := t.str(fl.value, p); ok {
-					if _, err := ParseCron(v); err != nil {
-						t.errorf(fl.value, p, "%v", err)
-						valid = false
-					}
-					s.Cron = v
+					expr, exprN = v, fl.value
 				} else {
 					valid = false
 				}
 			case "timezone":
 				if v, ok := t.str(fl.value, p); ok {
-					loc, err := loadZone(v)
+					l, err := loadZone(v)
 					if err != nil {
 						t.errorf(fl.value, p, "%v", err)
 						valid = false
 					} else {
-						s.Timezone = loc
+						loc = l
 					}
 				}
 			case "timeout":
-				s.Timeout = t.duration(fl.value, p, DefaultTimeout)
+				s.Timeout = t.duration(fl.value, p, app.DefaultTimeout)
 			case "retries":
 				s.Retries = t.retries(fl.value, p)
 			default:
 				t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"name", "handler", "cron", "timezone", "timeout", "retries"}))
 			}
+		}
+		if exprN != nil {
+			c, err := cron.Parse(expr, loc)
+			if err != nil {
+				t.errorf(exprN, path+".cron", "%v", err)
+				valid = false
+			}
+			s.Cron = c
 		}
 		for _, req := range []string{"name", "handler", "cron"} {
 			if !have[req] {
@@ -100,7 +99,7 @@ func (t *tpl) schedules(app *App, n ast.Node) {
 			}
 		}
 		if valid {
-			app.Schedules = append(app.Schedules, s)
+			a.Schedules = append(a.Schedules, s)
 		}
 	}
 }

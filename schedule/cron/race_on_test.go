@@ -1,7 +1,7 @@
-//go:build !race
+//go:build race
 
-package schedule
+package cron
 
 // raceEnabled is true in -race builds, where pure computations run about
 // ten times slower and gain nothing from the detector.
-const raceEnabled = false
+const raceEnabled = true

@@ -1,4 +1,4 @@
-package schedule
+package cron
 
 import (
 	"strings"
@@ -6,15 +6,15 @@ import (
 	"time"
 )
 
-func TestParseCron(t *testing.T) {
+func TestParse(t *testing.T) {
 	accept := []string{
 		"* * * * *", "0 3 * * *", "*/15 * * * *", "0 9-17 * * mon-fri", "30 2 1,15 * *",
 		"0 0 29 2 *", " 0 3 * * * ",
 		"@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually",
 	}
 	for _, expr := range accept {
-		if _, err := ParseCron(expr); err != nil {
-			t.Errorf("ParseCron(%q): %v", expr, err)
+		if _, err := Parse(expr, nil); err != nil {
+			t.Errorf("Parse(%q): %v", expr, err)
 		}
 	}
 	// Each rejection names the problem and what to write instead; the texts
@@ -34,18 +34,18 @@ func TestParseCron(t *testing.T) {
 		{"0 0 31 4,6,9,11 *", `never fires`},
 	}
 	for _, c := range reject {
-		_, err := ParseCron(c.expr)
+		_, err := Parse(c.expr, nil)
 		if err == nil {
-			t.Errorf("ParseCron(%q): no error, want %q", c.expr, c.want)
+			t.Errorf("Parse(%q): no error, want %q", c.expr, c.want)
 			continue
 		}
 		if !strings.Contains(err.Error(), c.want) {
-			t.Errorf("ParseCron(%q) = %q, want it to contain %q", c.expr, err, c.want)
+			t.Errorf("Parse(%q) = %q, want it to contain %q", c.expr, err, c.want)
 		}
 	}
 }
 
-// The descriptors mean what reference.md says, evaluated in the schedule's
+// The descriptors mean what docs/schedules.md says, evaluated in the schedule's
 // zone.
 func TestDescriptors(t *testing.T) {
 	berlin := mustZone(t, "Europe/Berlin")
@@ -59,7 +59,7 @@ func TestDescriptors(t *testing.T) {
 		{"@yearly", "2026-12-31T23:00:00Z"}, // 1 January 00:00 CET
 		{"@annually", "2026-12-31T23:00:00Z"},
 	} {
-		got, err := Spec{App: "a", Name: "s", Handler: "h", Cron: c.cron, Location: berlin}.Next(from)
+		got, err := MustParse(c.cron, berlin).Next(from)
 		if err != nil || got.Format(time.RFC3339) != c.want {
 			t.Errorf("%s: Next = %v, %v; want %s", c.cron, got, err, c.want)
 		}

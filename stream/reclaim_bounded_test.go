@@ -8,11 +8,11 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// TestReclaimUpToClaimsAtMostMax walks one pass in bounded steps: each call
+// TestReclaimClaimsAtMostMax walks one pass in bounded steps: each call
 // claims at most max idle entries, in PEL order, continuing where the
 // previous call stopped, and reports the end of the pass; what was not
 // claimed yet stays with its old owner.
-func TestReclaimUpToClaimsAtMostMax(t *testing.T) {
+func TestReclaimClaimsAtMostMax(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	dead := f.source(t, "dead")
@@ -26,12 +26,12 @@ func TestReclaimUpToClaimsAtMostMax(t *testing.T) {
 	}
 	f.waitIdle(t, minIdle, want...)
 
-	msgs, deleted, done, err := c2.ReclaimUpTo(ctx, minIdle, 5)
+	msgs, deleted, done, err := c2.Reclaim(ctx, minIdle, 5)
 	if err != nil || done || len(deleted) != 0 {
-		t.Fatalf("first ReclaimUpTo: done %v, deleted %v, err %v; want a partial pass", done, deleted, err)
+		t.Fatalf("first Reclaim: done %v, deleted %v, err %v; want a partial pass", done, deleted, err)
 	}
 	if !slices.Equal(ids(msgs), want[:5]) {
-		t.Fatalf("first ReclaimUpTo claimed %v, want %v", ids(msgs), want[:5])
+		t.Fatalf("first Reclaim claimed %v, want %v", ids(msgs), want[:5])
 	}
 	for _, m := range msgs {
 		if m.Deliveries != 2 || m.Fields["n"] == "" {
@@ -51,12 +51,12 @@ func TestReclaimUpToClaimsAtMostMax(t *testing.T) {
 
 	var rest []string
 	for range 10 {
-		msgs, _, done, err = c2.ReclaimUpTo(ctx, minIdle, 5)
+		msgs, _, done, err = c2.Reclaim(ctx, minIdle, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(msgs) > 5 {
-			t.Fatalf("ReclaimUpTo(5) claimed %d", len(msgs))
+			t.Fatalf("Reclaim(5) claimed %d", len(msgs))
 		}
 		rest = append(rest, ids(msgs)...)
 		if done {
@@ -68,15 +68,15 @@ func TestReclaimUpToClaimsAtMostMax(t *testing.T) {
 	}
 	// The pass is over and every claim reset the idle time: a new pass
 	// starts from the beginning and finds nothing idle.
-	msgs, deleted, done, err = c2.ReclaimUpTo(ctx, minIdle, 5)
+	msgs, deleted, done, err = c2.Reclaim(ctx, minIdle, 5)
 	if err != nil || len(msgs) != 0 || len(deleted) != 0 || !done {
 		t.Fatalf("next pass = %v, %v, done %v, %v; want nothing and done", ids(msgs), deleted, done, err)
 	}
 }
 
-// TestReclaimUpToReportsDeletedEntries: entries deleted while pending are
+// TestReclaimBoundedReportsDeletedEntries: entries deleted while pending are
 // reported, cleared from the PEL and do not count against max.
-func TestReclaimUpToReportsDeletedEntries(t *testing.T) {
+func TestReclaimBoundedReportsDeletedEntries(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	dead := f.source(t, "dead")
@@ -91,7 +91,7 @@ func TestReclaimUpToReportsDeletedEntries(t *testing.T) {
 	f.do(t, f.c.B().Xdel().Key(f.stream).Id(all[0], all[2]).Build())
 	f.waitIdle(t, minIdle, all[1], all[3])
 
-	msgs, deleted, done, err := c2.ReclaimUpTo(ctx, minIdle, 2)
+	msgs, deleted, done, err := c2.Reclaim(ctx, minIdle, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +110,14 @@ func TestReclaimUpToReportsDeletedEntries(t *testing.T) {
 	}
 }
 
-func TestReclaimUpToRefusesBadArguments(t *testing.T) {
+func TestReclaimRefusesBadArguments(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c := f.source(t, "c")
-	if _, _, _, err := c.ReclaimUpTo(t.Context(), time.Second, 0); err == nil {
+	if _, _, _, err := c.Reclaim(t.Context(), time.Second, 0); err == nil {
 		t.Error("max 0: no error")
 	}
-	if _, _, _, err := c.ReclaimUpTo(t.Context(), -time.Second, 1); err == nil {
+	if _, _, _, err := c.Reclaim(t.Context(), -time.Second, 1); err == nil {
 		t.Error("negative minIdle: no error")
 	}
 }

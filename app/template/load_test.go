@@ -1,4 +1,4 @@
-package relay_test
+package template_test
 
 import (
 	"os"
@@ -8,11 +8,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/internal/testutil"
 )
 
-func loadOne(t *testing.T, name, src string) *relay.App {
+// writeApps writes templates into a temp apps root and loads it.
+func writeApps(t *testing.T, templates map[string]string) *app.Set {
+	t.Helper()
+	apps, err := template.LoadDir(testutil.AppsRoot(t, templates))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return apps
+}
+
+func loadOne(t *testing.T, name, src string) *app.App {
 	t.Helper()
 	apps := writeApps(t, map[string]string{name: src})
 	a := apps.Get(name)
@@ -74,7 +85,7 @@ schedules:
 	if r := a.Rules[0]; r.Handler != "pkg.mod.fn" || r.Timeout != 15*time.Minute || r.Retries != 0 {
 		t.Errorf("rule = %+v", r)
 	}
-	if len(a.Schedules) != 2 || a.Schedules[0].Timezone.String() != "Europe/Berlin" {
+	if len(a.Schedules) != 2 || a.Schedules[0].Timezone().String() != "Europe/Berlin" || a.Schedules[0].Cron.String() == "" {
 		t.Errorf("schedules = %+v", a.Schedules)
 	}
 }
@@ -193,11 +204,11 @@ func TestLoadAppsIgnoresDirsWithoutTemplate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "README.md"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(root)
 	if err != nil || len(apps.List()) != 0 {
 		t.Fatalf("apps = %v, err = %v", apps.List(), err)
 	}
-	if _, err := relay.LoadApps(filepath.Join(root, "missing")); err == nil {
+	if _, err := template.LoadDir(filepath.Join(root, "missing")); err == nil {
 		t.Error("missing apps root is not an error")
 	}
 }
@@ -231,10 +242,10 @@ func TestTemplateMustBeARegularFile(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mkfifo(filepath.Join(dir, relay.TemplateFile), 0o644); err != nil {
+	if err := syscall.Mkfifo(filepath.Join(dir, app.TemplateFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	apps, err := relay.LoadApps(root) // must not block on the FIFO
+	apps, err := template.LoadDir(root) // must not block on the FIFO
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,10 +266,10 @@ func TestByteOrderMark(t *testing.T) {
 // TestTemplateDirectory: a directory named template.yaml is named as one.
 func TestTemplateDirectory(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "dir", relay.TemplateFile), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "dir", app.TemplateFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,21 +285,6 @@ func TestAnchorsAreFollowed(t *testing.T) {
 	}
 }
 
-// TestNewAppsWarm: apps defined in Go follow the template's rule that warm
-// containers need a language runtime.
-func TestNewAppsWarm(t *testing.T) {
-	app := &relay.App{Name: "orders", Spec: runtime.Spec{Image: "x", Warm: true}}
-	if _, err := relay.NewApps(app); err == nil || !strings.Contains(err.Error(), "Spec.Warm needs Spec.Runtime") {
-		t.Fatalf("warm without runtime: got %v", err)
-	}
-	app.Spec.Runtime = runtime.RuntimeNode
-	if _, err := relay.NewApps(app); err != nil {
-		t.Fatalf("warm with runtime: %v", err)
-	}
-}
-
-// A template that links outside its app directory would have its content
-// echoed in errors (found with a link to /etc/shadow); a link within the
 // directory, as a ConfigMap volume makes, still loads.
 func TestTemplateSymlinks(t *testing.T) {
 	root := t.TempDir()
@@ -303,16 +299,16 @@ func TestTemplateSymlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Symlink(outside, filepath.Join(leak, relay.TemplateFile)); err != nil {
+	if err := os.Symlink(outside, filepath.Join(leak, app.TemplateFile)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(inside, "..data", relay.TemplateFile), []byte("image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}}\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(inside, "..data", app.TemplateFile), []byte("image: x\nevents:\n  - {handler: a.b, pattern: {k: [v]}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join("..data", relay.TemplateFile), filepath.Join(inside, relay.TemplateFile)); err != nil {
+	if err := os.Symlink(filepath.Join("..data", app.TemplateFile), filepath.Join(inside, app.TemplateFile)); err != nil {
 		t.Fatal(err)
 	}
-	apps, err := relay.LoadApps(root)
+	apps, err := template.LoadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package schedule
+package cron
 
 import (
 	"fmt"
@@ -25,7 +25,7 @@ func mustTime(t testing.TB, s string) time.Time {
 }
 
 // chain returns n successive firings of s after from, in RFC3339 UTC.
-func chain(t *testing.T, s Spec, from time.Time, n int) []string {
+func chain(t *testing.T, s *Schedule, from time.Time, n int) []string {
 	t.Helper()
 	var got []string
 	at := from
@@ -122,10 +122,11 @@ func TestNextDST(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := Spec{App: "a", Name: "s", Handler: "h", Cron: c.cron}
+			var loc *time.Location
 			if c.zone != "" {
-				s.Location = mustZone(t, c.zone)
+				loc = mustZone(t, c.zone)
 			}
+			s := MustParse(c.cron, loc)
 			got := chain(t, s, mustTime(t, c.from), len(c.want))
 			if fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Errorf("firings after %s:\n got  %v\n want %v", c.from, got, c.want)
@@ -142,16 +143,12 @@ func TestNextDST(t *testing.T) {
 // jump), and a fall-back moves it back, so repeated times never fire again.
 // Only cron matching of single wall-clock times comes from robfig (in UTC,
 // where it has no DST to get wrong).
-func oracle(t *testing.T, s Spec, from, to time.Time) []time.Time {
+func oracle(t *testing.T, s *Schedule, from, to time.Time) []time.Time {
 	t.Helper()
-	c, err := parseSpec(s.Cron)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fl := floating(c)
+	fl := s.spec
 	matches := func(wall time.Time) bool { return fl.Next(wall.Add(-time.Second)).Equal(wall) }
 	wallOf := func(at time.Time) time.Time {
-		l := at.In(s.Location)
+		l := at.In(s.loc)
 		y, mo, d := l.Date()
 		h, mi, _ := l.Clock()
 		return time.Date(y, mo, d, h, mi, 0, 0, time.UTC)
@@ -198,7 +195,7 @@ func TestOccurrencesAgainstOracle(t *testing.T) {
 		for _, ts := range ts {
 			for _, cr := range crons {
 				t.Run(zone+"/"+ts+"/"+cr, func(t *testing.T) {
-					s := Spec{App: "a", Name: "s", Handler: "h", Cron: cr, Location: loc}
+					s := MustParse(cr, loc)
 					center := mustTime(t, ts)
 					from, to := center.Add(-30*time.Hour), center.Add(30*time.Hour)
 					want := oracle(t, s, from, to)
@@ -209,7 +206,7 @@ func TestOccurrencesAgainstOracle(t *testing.T) {
 	}
 }
 
-func checkAgainst(t *testing.T, s Spec, center, from, to time.Time, want []time.Time) {
+func checkAgainst(t *testing.T, s *Schedule, center, from, to time.Time, want []time.Time) {
 	t.Helper()
 	// The chain of Next from just before `from` is exactly the oracle's list.
 	var got []time.Time
@@ -288,7 +285,7 @@ func checkAgainst(t *testing.T, s Spec, center, from, to time.Time, want []time.
 }
 
 func TestLatestWindow(t *testing.T) {
-	s := Spec{App: "a", Name: "s", Handler: "h", Cron: "0 12 * * *"}
+	s := MustParse("0 12 * * *", nil)
 	noon := mustTime(t, "2026-03-10T12:00:00Z")
 	for _, c := range []struct {
 		name   string
@@ -313,29 +310,12 @@ func TestLatestWindow(t *testing.T) {
 	}
 }
 
-func TestSpecErrors(t *testing.T) {
-	bad := Spec{App: "a", Name: "s", Handler: "h", Cron: "* * *"}
-	if _, err := bad.Next(time.Now()); err == nil {
-		t.Error("Next of an unparsable cron: no error")
-	}
-	if _, err := bad.Fires(time.Now()); err == nil {
-		t.Error("Fires of an unparsable cron: no error")
-	}
-	if _, _, err := bad.Latest(time.Now(), time.Hour); err == nil {
-		t.Error("Latest of an unparsable cron: no error")
-	}
-}
-
 func BenchmarkNext(b *testing.B) {
-	s := Spec{App: "a", Name: "s", Handler: "h", Cron: "*/15 * * * *", Location: mustZone(b, "America/New_York")}
-	o, err := s.compile()
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := MustParse("*/15 * * * *", mustZone(b, "America/New_York"))
 	at := mustTime(b, "2026-03-08T05:00:00Z")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := o.next(at); err != nil {
+		if _, err := s.Next(at); err != nil {
 			b.Fatal(err)
 		}
 	}

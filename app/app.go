@@ -1,0 +1,262 @@
+package app
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
+)
+
+// Defaults and limits of an app (docs/apps.md#templateyaml).
+const (
+	// DefaultConcurrency bounds the app's concurrent invocations on one
+	// worker; the effective bound is min(concurrency, MAX_CONCURRENCY).
+	DefaultConcurrency = 2
+	// DefaultTimeout bounds one attempt of a rule or schedule.
+	DefaultTimeout = 30 * time.Second
+	// MaxTimeout is the largest timeout a template may set.
+	MaxTimeout = 15 * time.Minute
+	// DefaultRetries allows DefaultRetries+1 attempts.
+	DefaultRetries = invocation.DefaultRetries
+	// DefaultMemoryBytes, DefaultCPUs and DefaultPIDs are the resource
+	// limits of a handler's container.
+	DefaultMemoryBytes = 128 << 20
+	DefaultCPUs        = 1.0
+	DefaultPIDs        = 128
+	// TemplateFile is the name of an app's template inside its directory.
+	TemplateFile = "template.yaml"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// ValidName reports whether name is a valid app or schedule name:
+// [a-z0-9][a-z0-9._-]*, at most 63 characters.
+func ValidName(name string) bool {
+	return len(name) <= 63 && nameRE.MatchString(name)
+}
+
+// App is one loaded app. An app whose template has errors is unavailable:
+// its rules that did parse still take part in matching (so their messages
+// stay pending instead of being acknowledged as unmatched), but none of its
+// handlers run (docs/delivery.md#attempts-retries-backoff).
+type App struct {
+	Name string
+	// File names the template in messages: "<name>/template.yaml".
+	File        string
+	Spec        runtime.Spec
+	Concurrency int
+	Rules       []Rule
+	Schedules   []Schedule
+	// Errors lists every template error, position-sorted; empty when the
+	// app is ready.
+	Errors matcher.ErrorList
+	// Incomplete is set when some of the app's event rules could not be
+	// read (the template is unreadable or not valid YAML, or a rule's
+	// pattern is broken). Relay then cannot tell which events the app
+	// would match, so no message may be acknowledged as unmatched or
+	// finished: every message stays pending until the template is fixed.
+	Incomplete bool
+}
+
+// Available reports whether the app's handlers may run.
+func (a *App) Available() bool { return len(a.Errors) == 0 }
+
+// RuleIndex returns the index of handler's event rule in a.Rules, or -1
+// (also for a nil a).
+func (a *App) RuleIndex(handler string) int {
+	if a == nil {
+		return -1
+	}
+	return slices.IndexFunc(a.Rules, func(r Rule) bool { return r.Handler == handler })
+}
+
+// Schedule returns the schedule named name, or nil (also for a nil a).
+func (a *App) Schedule(name string) *Schedule {
+	if a == nil {
+		return nil
+	}
+	for i := range a.Schedules {
+		if a.Schedules[i].Name == name {
+			return &a.Schedules[i]
+		}
+	}
+	return nil
+}
+
+// Rule is one event rule of an app.
+type Rule struct {
+	// Handler is "module.function", unique within the app.
+	Handler string
+	Pattern *matcher.Pattern
+	// Timeout bounds one attempt, in (0, MaxTimeout].
+	Timeout time.Duration
+	// Retries is how many times a failed invocation is retried (attempts =
+	// Retries+1).
+	Retries int
+}
+
+// Schedule is one cron schedule of an app (docs/schedules.md).
+type Schedule struct {
+	Name    string
+	Handler string
+	// Cron says when it fires, in its zone: package schedule/cron parses
+	// template expressions (cron.Parse).
+	Cron    schedule.Cron
+	Timeout time.Duration
+	Retries int
+}
+
+// Timezone returns the zone the schedule fires in (UTC without a Cron).
+func (s *Schedule) Timezone() *time.Location {
+	if s.Cron == nil {
+		return time.UTC
+	}
+	return s.Cron.Location()
+}
+
+// Set is an immutable set of apps in sorted name order. Safe for
+// concurrent use.
+type Set struct {
+	list   []*App
+	byName map[string]*App
+}
+
+// NewSet builds a set from apps defined in Go (for example by a service
+// that embeds Relay with runtime.Func handlers). Names must be valid and
+// unique, patterns present, handlers unique per app; a zero Concurrency or
+// Timeout takes its default. NewSet fills those defaults in place.
+func NewSet(apps ...*App) (*Set, error) {
+	for _, a := range apps {
+		if err := check(a); err != nil {
+			return nil, err
+		}
+	}
+	return collect(apps)
+}
+
+// Loaded returns the set of apps a loader read from templates. Unlike
+// NewSet it accepts apps with errors (unavailable apps keep their place in
+// matching); only duplicate or invalid names are refused.
+func Loaded(apps []*App) (*Set, error) { return collect(apps) }
+
+func collect(apps []*App) (*Set, error) {
+	s := &Set{byName: make(map[string]*App, len(apps))}
+	for _, a := range apps {
+		if a == nil {
+			return nil, fmt.Errorf("app: nil app")
+		}
+		if _, dup := s.byName[a.Name]; dup {
+			return nil, fmt.Errorf("app: app %q defined twice", a.Name)
+		}
+		s.byName[a.Name] = a
+		s.list = append(s.list, a)
+	}
+	sort.Slice(s.list, func(i, j int) bool { return s.list[i].Name < s.list[j].Name })
+	return s, nil
+}
+
+// check validates and completes an app defined in Go.
+func check(a *App) error {
+	if a == nil {
+		return fmt.Errorf("app: nil app")
+	}
+	if !ValidName(a.Name) {
+		return fmt.Errorf("app: app name %q: must match [a-z0-9][a-z0-9._-]* and be at most 63 characters", a.Name)
+	}
+	if a.Concurrency <= 0 {
+		a.Concurrency = DefaultConcurrency
+	}
+	if a.Spec.Warm && a.Spec.Runtime == "" {
+		return fmt.Errorf("app: app %q: Spec.Warm needs Spec.Runtime (python3 or node)", a.Name)
+	}
+	seen := map[string]bool{}
+	for i, r := range a.Rules {
+		if r.Pattern == nil {
+			return fmt.Errorf("app: app %q rule %d (%s): nil pattern", a.Name, i, r.Handler)
+		}
+		if seen[r.Handler] {
+			return fmt.Errorf("app: app %q: handler %q defined twice", a.Name, r.Handler)
+		}
+		seen[r.Handler] = true
+		if r.Timeout <= 0 {
+			a.Rules[i].Timeout = DefaultTimeout
+		}
+		if r.Retries < 0 {
+			return fmt.Errorf("app: app %q handler %q: retries must be >= 0", a.Name, r.Handler)
+		}
+	}
+	for i, s := range a.Schedules {
+		if !ValidName(s.Name) || s.Handler == "" || s.Cron == nil {
+			return fmt.Errorf("app: app %q schedule %d (%s): needs a valid name, a handler and a Cron", a.Name, i, s.Name)
+		}
+		if s.Timeout <= 0 {
+			a.Schedules[i].Timeout = DefaultTimeout
+		}
+		if s.Retries < 0 {
+			return fmt.Errorf("app: app %q schedule %q: retries must be >= 0", a.Name, s.Name)
+		}
+	}
+	return nil
+}
+
+// List returns the apps in sorted name order.
+func (s *Set) List() []*App { return s.list }
+
+// Get returns the named app or nil.
+func (s *Set) Get(name string) *App { return s.byName[name] }
+
+// Errors returns the template errors of every app, in app order.
+func (s *Set) Errors() matcher.ErrorList {
+	var all matcher.ErrorList
+	for _, a := range s.list {
+		all = append(all, a.Errors...)
+	}
+	return all
+}
+
+// Rules returns every rule with a pattern, apps in sorted name order and
+// rules in declaration order: the dispatch order of
+// docs/delivery.md#from-entry-to-acknowledgement.
+func (s *Set) Rules() []matcher.Rule {
+	var rules []matcher.Rule
+	for _, a := range s.list {
+		for _, r := range a.Rules {
+			rules = append(rules, matcher.Rule{App: a.Name, Handler: r.Handler, Pattern: r.Pattern})
+		}
+	}
+	return rules
+}
+
+// Incomplete returns the names of the apps whose rules are not all known
+// (see App.Incomplete); while there are any, no matched or unmatched
+// message is acknowledged.
+func (s *Set) Incomplete() []string {
+	var names []string
+	for _, a := range s.list {
+		if a.Incomplete {
+			names = append(names, a.Name)
+		}
+	}
+	return names
+}
+
+// Matcher returns the compiled matcher over every rule of the set.
+func (s *Set) Matcher() *matcher.Set { return matcher.NewSet(s.Rules()) }
+
+// ScheduleSpecs returns the schedules of every app in the shape package
+// schedule publishes them.
+func (s *Set) ScheduleSpecs() []schedule.Spec {
+	var specs []schedule.Spec
+	for _, a := range s.list {
+		for _, sc := range a.Schedules {
+			specs = append(specs, schedule.Spec{App: a.Name, Name: sc.Name, Handler: sc.Handler, Cron: sc.Cron})
+		}
+	}
+	return specs
+}

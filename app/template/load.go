@@ -1,0 +1,230 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/relaydev/relay/app"
+)
+
+// maxTemplateBytes bounds what a hostile template can make us parse.
+const maxTemplateBytes = 1 << 20
+
+// LoadDir loads every app under root: each direct child directory holding
+// template.yaml (docs/apps.md). A directory without a
+// template is ignored. An invalid template does not fail the load: the app
+// is returned unavailable with its errors, so the others keep running. The
+// error is non-nil only when root itself cannot be read.
+func LoadDir(root string) (*app.Set, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("read apps root: %w", err)
+	}
+	var apps []*app.App
+	for _, e := range entries {
+		dir := filepath.Join(root, e.Name())
+		if !e.IsDir() {
+			// Follow a symlink to a directory, as operators mount apps that way.
+			st, err := os.Stat(dir)
+			if err != nil || !st.IsDir() {
+				continue
+			}
+		}
+		if a, ok := LoadApp(dir); ok {
+			apps = append(apps, a)
+		}
+	}
+	return app.Loaded(apps)
+}
+
+// LoadApp loads the app in dir; ok is false when dir has no template.yaml.
+// Template errors are reported in app.Errors, never as a failure to load.
+func LoadApp(dir string) (a *app.App, ok bool) {
+	name := filepath.Base(dir)
+	file := name + "/" + app.TemplateFile
+	// Incomplete until the template has been parsed and every rule read.
+	a = &app.App{Name: name, File: file, Incomplete: true}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	a.Spec.Dir = abs
+	path := filepath.Join(dir, app.TemplateFile)
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false
+	}
+	if err == nil && !insideDir(dir, path) {
+		// Its content would be echoed in error messages: whoever can write
+		// the apps root must not read any file of the worker's user.
+		a.Errors.Add(file, 0, 0, "", "template is a symbolic link to a file outside the app directory; copy the file in instead")
+		return a, true
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		// A FIFO or device would block or never end.
+		kind := "a special file"
+		switch m := fi.Mode(); {
+		case m.IsDir():
+			kind = "a directory"
+		case m&fs.ModeNamedPipe != 0:
+			kind = "a named pipe"
+		case m&fs.ModeDevice != 0:
+			kind = "a device"
+		case m&fs.ModeSocket != 0:
+			kind = "a socket"
+		}
+		a.Errors.Add(file, 0, 0, "", "template must be a regular file, not "+kind)
+		return a, true
+	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(path)
+	}
+	if err != nil {
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
+		return a, true
+	}
+	defer f.Close()
+	src, err := io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
+	if err != nil {
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
+		return a, true
+	}
+	if len(src) > maxTemplateBytes {
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("template is larger than %d bytes", maxTemplateBytes))
+		return a, true
+	}
+	if !app.ValidName(name) {
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("app name %q (the directory name) must match [a-z0-9][a-z0-9._-]* and be at most 63 characters; rename the directory", name))
+	}
+	if line, col, msg := checkNesting(src); msg != "" {
+		a.Errors.Add(file, line, col, "", msg)
+		return a, true
+	}
+	parseTemplate(a, src)
+	a.Errors.Sort()
+	return a, true
+}
+
+// Nesting limits checked before YAML parsing: the parser's memory grows
+// quickly with depth, and no real template comes near these.
+const (
+	maxFlowDepth = 64
+	maxIndent    = 256
+)
+
+// checkNesting finds the first place where src nests flow collections
+// deeper than maxFlowDepth or indents past maxIndent columns, skipping
+// quoted strings and comments. It returns an empty msg when src is fine.
+func checkNesting(src []byte) (line, col int, msg string) {
+	depth, line, col := 0, 1, 0
+	var quote byte
+	lineStart := true
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		col++
+		if c == '\n' {
+			line, col, lineStart = line+1, 0, true
+			if quote == '\'' {
+				continue
+			}
+			quote = 0 // double-quoted strings may span lines too, but rarely; be lenient
+			continue
+		}
+		if lineStart {
+			if c == ' ' {
+				if col > maxIndent {
+					return line, col, fmt.Sprintf("template is indented more than %d columns; flatten it", maxIndent)
+				}
+				continue
+			}
+			lineStart = false
+		}
+		switch {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+				col++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#' && (i == 0 || src[i-1] == ' ' || src[i-1] == '\t'):
+			for i+1 < len(src) && src[i+1] != '\n' {
+				i++
+			}
+		case c == '[' || c == '{':
+			if depth++; depth > maxFlowDepth {
+				return line, col, fmt.Sprintf("template nests [ and { more than %d deep; flatten it", maxFlowDepth)
+			}
+		case c == ']' || c == '}':
+			depth = max(depth-1, 0)
+		}
+	}
+	return 0, 0, ""
+}
+
+// validHandler checks "module.function": split at the last dot, both parts
+// non-empty, no whitespace.
+func validHandler(h string) string {
+	if h == "" {
+		return "handler must not be empty; write module.function"
+	}
+	if strings.IndexFunc(h, isSpace) >= 0 {
+		return fmt.Sprintf("handler %q must not contain whitespace", h)
+	}
+	i := strings.LastIndexByte(h, '.')
+	if i <= 0 || i == len(h)-1 {
+		return fmt.Sprintf("handler %q must be module.function (split at the last dot, both parts non-empty)", h)
+	}
+	// The module names code under /app; a path that leaves it, or a
+	// Python module path with empty parts, fails only at run time.
+	if strings.HasPrefix(h, "/") || strings.HasPrefix(h, ".") || strings.Contains(h, "..") || strings.Contains(h, "/.") ||
+		strings.IndexFunc(h, unicode.IsControl) >= 0 {
+		return fmt.Sprintf("handler %q: the module must be a path inside the app (no leading / or ., no .. or empty parts, no control characters)", h)
+	}
+	return ""
+}
+
+// insideDir reports whether path, with every symbolic link resolved, lies
+// in dir (also resolved). Links within the app directory are fine: a
+// Kubernetes ConfigMap volume is made of them.
+func insideDir(dir, path string) bool {
+	d, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return false
+	}
+	p, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+func isSpace(r rune) bool {
+	return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f'
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+var runtimes = []string{"python3", "node"}
+
+func validRuntime(r string) bool { return slices.Contains(runtimes, r) }
+
+// Dir is an apps root read as a source of apps: it implements
+// relay.AppSource, loading the root anew on each Load (LoadDir).
+type Dir string
+
+// Load loads every app under the root (LoadDir).
+func (d Dir) Load(context.Context) (*app.Set, error) { return LoadDir(string(d)) }

@@ -1,0 +1,192 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/stats"
+)
+
+// Defaults of Config. The reference binary fixes the timing ones
+// (docs/operations.md#configuration); the library exposes them so tests and
+// embedders can shrink them.
+const (
+	// DefaultConcurrency is the worker-global bound on concurrent
+	// invocations (MAX_CONCURRENCY).
+	DefaultConcurrency = 8
+	// DefaultConcurrencyWait bounds how long an invocation waits for a
+	// concurrency slot before its message is left pending
+	// (docs/delivery.md#attempts-retries-backoff). It matches the reclaim
+	// cadence: a message that gives up waits for a reclaim after
+	// MinPendingIdle, so a short wait turns a burst on one app into
+	// minute-long delays.
+	DefaultConcurrencyWait = 30 * time.Second
+	// DefaultMinPendingIdle is how long an entry stays pending before
+	// XAUTOCLAIM takes it (docs/delivery.md#from-entry-to-acknowledgement).
+	DefaultMinPendingIdle = time.Minute
+	// DefaultReclaimInterval is the reclaim cadence.
+	DefaultReclaimInterval = 30 * time.Second
+	// DefaultLeaseGrace is added to a rule's timeout to form the running
+	// lease, covering container start and teardown.
+	DefaultLeaseGrace = 30 * time.Second
+	// DefaultShutdownTimeout bounds how long Run waits for running
+	// invocations after its context is cancelled.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultRetention is how long a finished message's invocation state is
+	// kept after it left the PEL (docs/delivery.md#invocation-state).
+	DefaultRetention = invocation.DefaultRetention
+	// DefaultWriteTimeout bounds the retries of one write that records an
+	// outcome (state, dead-letter entry, acknowledgement), so a Redis
+	// restart as a handler finishes does not lose its result.
+	DefaultWriteTimeout = 10 * time.Second
+	// DefaultStatsInterval is how often an Engine adds what it counted to
+	// the cluster-wide counters (Config.Stats).
+	DefaultStatsInterval = stats.DefaultFlushInterval
+)
+
+// DefaultBackoff is the fixed retry schedule after the 1st, 2nd, 3rd and
+// later failed attempts (docs/delivery.md#attempts-retries-backoff):
+// invocation.DefaultBackoff.
+var DefaultBackoff = invocation.DefaultBackoff
+
+// Config holds an Engine's tunables. The zero value is the production
+// configuration: every zero field takes its default. A negative duration
+// or count is an error naming the field.
+type Config struct {
+	// MaxConcurrency bounds concurrent invocations; each app's bound is
+	// min(its concurrency, MaxConcurrency). The Engine holds at most twice
+	// as many messages, so that messages waiting for one app's slot do not
+	// starve other apps. Default: Limiter.Max() when Limiter is set, else
+	// DefaultConcurrency.
+	MaxConcurrency int
+	// Limiter, when set, is where the Engine takes invocation slots,
+	// shared with the other Engines of a worker (one per stream). Default:
+	// the Engine's own Limiter of MaxConcurrency slots.
+	Limiter *Limiter
+	// ConcurrencyWait bounds the wait for a concurrency slot. Default:
+	// DefaultConcurrencyWait.
+	ConcurrencyWait time.Duration
+	// MinPendingIdle is the reclaim threshold. Default:
+	// DefaultMinPendingIdle.
+	MinPendingIdle time.Duration
+	// ReclaimInterval is how often idle pending entries are reclaimed.
+	// Default: DefaultReclaimInterval, or MinPendingIdle/2 when shorter.
+	ReclaimInterval time.Duration
+	// HeartbeatInterval is how often the Engine resets the PEL idle time of
+	// the messages it holds; it must be shorter than MinPendingIdle.
+	// Default: MinPendingIdle/3.
+	HeartbeatInterval time.Duration
+	// LeaseGrace is added to a rule's timeout to form its running lease; a
+	// lease that expires counts as a failed attempt. Default:
+	// DefaultLeaseGrace.
+	LeaseGrace time.Duration
+	// ShutdownTimeout bounds how long Run lets running invocations finish
+	// after its context is cancelled; then they are abandoned and their
+	// messages stay pending. Default: DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+	// Retention is the TTL of a message's invocation state after the
+	// message left the PEL. Default: DefaultRetention.
+	Retention time.Duration
+	// WriteTimeout bounds the retries of one outcome write. Default:
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// Backoff is the retry schedule: entry i is the wait after the (i+1)th
+	// failed attempt; the last entry repeats. Every entry must be > 0.
+	// Default: DefaultBackoff.
+	Backoff []time.Duration
+	// Logger receives the Engine's log lines; each carries a stream
+	// attribute. Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics is where the Engine registers its Prometheus collectors
+	// (docs/observability.md#metrics). Default: none (kept, not exported).
+	Metrics prometheus.Registerer
+	// TracerProvider is where the Engine's spans go
+	// (docs/observability.md#traces). Default: otel.GetTracerProvider(),
+	// which records nothing unless the program installs a provider; trace
+	// context found in stream entries is still handed on to handlers
+	// (TRACEPARENT) and DLQ entries.
+	TracerProvider trace.TracerProvider
+	// Stats, when set, keeps the cluster-wide counters of relay stats. The
+	// Engine counts in memory and flushes every StatsInterval and once more
+	// when Run returns; a failed write is logged and retried with the next,
+	// never charged to a message. Default: none.
+	Stats *stats.Recorder
+	// StatsInterval is how often Stats is flushed. Default:
+	// DefaultStatsInterval.
+	StatsInterval time.Duration
+}
+
+// withDefaults returns c with every zero field set, or an error naming each
+// invalid field.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	nonNegative := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		}
+	}
+	orDefault := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
+	}
+	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
+	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	nonNegative("LeaseGrace", c.LeaseGrace)
+	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	nonNegative("Retention", c.Retention)
+	nonNegative("WriteTimeout", c.WriteTimeout)
+	nonNegative("StatsInterval", c.StatsInterval)
+	for i, d := range c.Backoff {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = DefaultConcurrency
+		if c.Limiter != nil {
+			c.MaxConcurrency = c.Limiter.Max()
+		}
+	}
+	orDefault(&c.ConcurrencyWait, DefaultConcurrencyWait)
+	orDefault(&c.MinPendingIdle, DefaultMinPendingIdle)
+	orDefault(&c.ReclaimInterval, min(DefaultReclaimInterval, c.MinPendingIdle/2))
+	orDefault(&c.HeartbeatInterval, c.MinPendingIdle/3)
+	orDefault(&c.LeaseGrace, DefaultLeaseGrace)
+	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	orDefault(&c.Retention, DefaultRetention)
+	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&c.StatsInterval, DefaultStatsInterval)
+	if c.HeartbeatInterval >= c.MinPendingIdle {
+		return c, fmt.Errorf("relay: Config.HeartbeatInterval: %s must be shorter than MinPendingIdle %s", c.HeartbeatInterval, c.MinPendingIdle)
+	}
+	if len(c.Backoff) == 0 {
+		c.Backoff = DefaultBackoff
+	}
+	c.Backoff = append([]time.Duration(nil), c.Backoff...)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Limiter == nil {
+		c.Limiter, _ = NewLimiter(c.MaxConcurrency) // > 0 here
+	}
+	return c, nil
+}

@@ -1,0 +1,72 @@
+package relay
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/invocation"
+)
+
+// TestDefaultBackoffSchedule pins the retry schedule of
+// docs/delivery.md#attempts-retries-backoff: 1m, 2m, 5m, then 10m for every
+// later failure. The values are literals, not DefaultBackoff, so a change
+// to the default fails here.
+func TestDefaultBackoffSchedule(t *testing.T) {
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute, 10 * time.Minute}
+	for i, w := range want {
+		failed := i + 1
+		if got := invocation.Backoff(cfg.Backoff, failed); got != w {
+			t.Errorf("backoff after failed attempt %d = %s, want %s", failed, got, w)
+		}
+	}
+	// The cap holds for rules with many retries.
+	if got := invocation.Backoff(cfg.Backoff, 100); got != 10*time.Minute {
+		t.Errorf("backoff after failed attempt 100 = %s, want the 10m cap", got)
+	}
+}
+
+// TestConfigDefaults pins the defaults docs/delivery.md states: recovery
+// reclaims messages idle beyond 1m, every 30s, heartbeats at a third of
+// that; 8 concurrent invocations; a 7-day retention.
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := Config{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MinPendingIdle != time.Minute || cfg.ReclaimInterval != 30*time.Second || cfg.HeartbeatInterval != 20*time.Second {
+		t.Errorf("MinPendingIdle %s, ReclaimInterval %s, HeartbeatInterval %s; want 1m, 30s, 20s",
+			cfg.MinPendingIdle, cfg.ReclaimInterval, cfg.HeartbeatInterval)
+	}
+	if cfg.MaxConcurrency != 8 || cfg.Limiter == nil || cfg.Limiter.Max() != 8 || cfg.Retention != 7*24*time.Hour {
+		t.Errorf("MaxConcurrency %d, Retention %s; want 8, 168h", cfg.MaxConcurrency, cfg.Retention)
+	}
+	// A short MinPendingIdle shortens the derived intervals.
+	cfg, err = Config{MinPendingIdle: 300 * time.Millisecond}.withDefaults()
+	if err != nil || cfg.ReclaimInterval != 150*time.Millisecond || cfg.HeartbeatInterval != 100*time.Millisecond {
+		t.Errorf("derived intervals %s, %s (%v); want 150ms, 100ms", cfg.ReclaimInterval, cfg.HeartbeatInterval, err)
+	}
+	// A shared Limiter sets the default bound.
+	l, _ := NewLimiter(3)
+	if cfg, _ := (Config{Limiter: l}).withDefaults(); cfg.MaxConcurrency != 3 {
+		t.Errorf("MaxConcurrency with a Limiter of 3 = %d", cfg.MaxConcurrency)
+	}
+}
+
+// TestConfigErrorsNameTheField: every invalid setting is reported, by name.
+func TestConfigErrorsNameTheField(t *testing.T) {
+	_, err := Config{MaxConcurrency: -1, MinPendingIdle: -time.Second, Backoff: []time.Duration{time.Second, 0}}.withDefaults()
+	for _, want := range []string{"Config.MaxConcurrency", "Config.MinPendingIdle", "Config.Backoff[1]"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	if _, err := (Config{MinPendingIdle: time.Second, HeartbeatInterval: time.Second}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), "HeartbeatInterval") {
+		t.Errorf("a heartbeat as long as MinPendingIdle: %v", err)
+	}
+}

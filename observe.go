@@ -1,0 +1,294 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
+)
+
+// The observer seam (docs/observability.md): every fact about a delivery is
+// reported once, as a value, to each observer; none of the delivery stages
+// writes a log line, a metric, a cluster stat or a span attribute itself.
+
+// msgKind is a message-level fact.
+type msgKind int
+
+const (
+	msgReceived     msgKind = iota // an external event (or malformed entry) was delivered
+	msgMatched                     // it matched at least one rule, or has unfinished invocations
+	msgUnmatched                   // it matched nothing
+	msgMalformed                   // it is not a JSON object (reason)
+	msgObsolete                    // a schedule occurrence whose app or schedule is gone (reason)
+	msgHeld                        // it stays pending (hold)
+	msgAcked                       // it was acknowledged
+	msgAckFailed                   // acknowledging it failed (err)
+	msgRetainFailed                // it was acknowledged but its state not retained (err)
+)
+
+type msgEvent struct {
+	kind   msgKind
+	reason string
+	app    string
+	hold   *hold
+	err    error
+	attrs  []slog.Attr
+}
+
+// observer receives the facts of deliveries.
+type observer interface {
+	message(ctx context.Context, d *delivery, ev msgEvent)
+	invocation(ctx context.Context, d *delivery, o Outcome)
+}
+
+// observers reports to each observer in turn.
+type observers []observer
+
+func (os observers) message(ctx context.Context, d *delivery, ev msgEvent) {
+	for _, o := range os {
+		o.message(ctx, d, ev)
+	}
+}
+
+func (os observers) invocation(ctx context.Context, d *delivery, out Outcome) {
+	for _, o := range os {
+		o.invocation(ctx, d, out)
+	}
+}
+
+// metricsObserver counts in Prometheus (docs/observability.md#metrics).
+type metricsObserver struct{ m *metrics }
+
+func (mo metricsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
+	switch ev.kind {
+	case msgReceived:
+		mo.m.received.Inc()
+	case msgMatched:
+		mo.m.matched.Inc()
+	case msgUnmatched:
+		mo.m.unmatched.Inc()
+	case msgMalformed:
+		mo.m.malformed.Inc()
+	}
+}
+
+func (mo metricsObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
+	m := mo.m
+	if o.Lost > 0 {
+		// Charged by this delivery's claim alone, so counted once
+		// cluster-wide.
+		m.invocations.WithLabelValues(o.App, o.Handler, string(ResultLost)).Inc()
+	}
+	if o.Waited {
+		m.concurrencyWaits.Inc()
+	}
+	if o.Result != "" {
+		m.invocations.WithLabelValues(o.App, o.Handler, string(o.Result)).Inc()
+	}
+	if ran(o.Result) {
+		m.duration.WithLabelValues(o.App, o.Handler).Observe(o.Duration.Seconds())
+	}
+	if o.Kind == Retrying {
+		m.retries.WithLabelValues(o.App, o.Handler).Inc()
+	}
+	if o.DLQID != "" {
+		m.dlqEntries.WithLabelValues(o.App, o.Handler).Inc()
+	}
+}
+
+// ran reports whether a handler ran to a result of its own.
+func ran(r Result) bool {
+	return r == ResultSuccess || r == ResultFailure || r == ResultTimeout || r == ResultOOM
+}
+
+// statsObserver counts in the cluster-wide stats hash
+// (docs/delivery.md#cluster-wide-counters).
+type statsObserver struct{ r *stats.Recorder }
+
+func (so statsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
+	switch ev.kind {
+	case msgReceived:
+		so.r.Add(stats.Received)
+	case msgMatched:
+		so.r.Add(stats.Matched)
+	case msgUnmatched:
+		so.r.Add(stats.Unmatched)
+	case msgMalformed:
+		so.r.Add(stats.Malformed)
+	}
+}
+
+func (so statsObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
+	if o.Lost > 0 {
+		so.r.Add(stats.Failures)
+	}
+	switch {
+	case o.Result == ResultSuccess:
+		so.r.Add(stats.Successes)
+	case ran(o.Result):
+		so.r.Add(stats.Failures)
+	}
+	if o.Kind == Retrying {
+		so.r.Add(stats.Retries)
+	}
+	if o.DLQID != "" {
+		so.r.Add(stats.DLQEntries)
+	}
+}
+
+// spanObserver ends an attempt's function.invoke span with its result
+// (docs/observability.md#traces).
+type spanObserver struct{}
+
+func (spanObserver) message(context.Context, *delivery, msgEvent) {}
+
+func (spanObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
+	if o.span != nil {
+		endAttempt(o.span, o.Result, o.Err)
+	}
+}
+
+// logObserver writes one log line per fact worth a line, with the message
+// id and the trace of the span concerned (docs/observability.md#logs).
+type logObserver struct{ log *slog.Logger }
+
+func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
+	attrs := func(extra ...slog.Attr) []slog.Attr { return spanLogAttrs(d.msg.ID, d.span, extra...) }
+	switch ev.kind {
+	case msgMalformed:
+		lo.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", attrs(slog.String("reason", ev.reason))...)
+	case msgUnmatched:
+		lo.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", attrs()...)
+	case msgObsolete:
+		lo.log.LogAttrs(ctx, slog.LevelInfo, "schedule occurrence obsolete: "+ev.reason+"; acknowledged",
+			attrs(append([]slog.Attr{slog.String(telemetry.App, ev.app)}, ev.attrs...)...)...)
+	case msgHeld:
+		h := ev.hold
+		extra := h.attrs
+		if h.err != nil {
+			extra = append(extra, slog.Any("error", h.err))
+		}
+		lo.log.LogAttrs(ctx, h.level, h.msg, attrs(extra...)...)
+	case msgAcked:
+		lo.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", attrs()...)
+	case msgAckFailed:
+		lo.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", attrs(slog.Any("error", ev.err))...)
+	case msgRetainFailed:
+		lo.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
+			attrs(slog.Any("error", ev.err))...)
+	}
+}
+
+func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
+	span := o.span
+	if span == nil {
+		span = d.span
+	}
+	log := func(level slog.Level, msg string, extra ...slog.Attr) {
+		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
+		lo.log.LogAttrs(ctx, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
+	}
+	if o.Lost > 0 {
+		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
+			slog.Int("lost_attempt", o.Lost))
+	}
+	run := runAttrs(o)
+	switch o.Kind {
+	case Succeeded:
+		log(slog.LevelInfo, "invocation succeeded", run...)
+	case Retrying:
+		log(slog.LevelWarn, "invocation failed; will retry", append(run, slog.Time("next_attempt_at", o.Next))...)
+	case DeadLettered:
+		switch {
+		case o.Result != "":
+			log(slog.LevelError, "invocation exhausted; dead-lettered", append(run, slog.String("dlq_id", o.DLQID))...)
+		case o.Orphan:
+			log(slog.LevelWarn, "unfinished invocation of a handler no longer declared; dead-lettered",
+				slog.String("dlq_id", o.DLQID), slog.String("reason", o.Reason))
+		default:
+			log(slog.LevelWarn, "dead-lettered", slog.String("dlq_id", o.DLQID), slog.String("reason", o.Reason))
+		}
+	case Dropped:
+		log(slog.LevelInfo, "invocation of a handler no longer declared had no attempt charged; dropped with its rule")
+	case NotDue:
+		log(slog.LevelDebug, "invocation not due", slog.Time("next_attempt_at", o.Next))
+	case Leased:
+		// The wait can be minutes: say so.
+		log(slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",
+			slog.Time("lease_until", o.Next))
+	case Unavailable:
+		msg := "app unavailable; message left pending"
+		if o.Orphan {
+			msg = "unfinished invocation of a handler not declared by any readable template; message left pending"
+		}
+		log(slog.LevelWarn, msg, slog.Any("error", o.Err))
+	case NoSlot:
+		log(slog.LevelWarn, "no concurrency slot within the wait; message left pending")
+	case Stopping:
+		if o.Result != "" {
+			log(slog.LevelWarn, "handler stopped by the shutdown timeout; no attempt charged, message left pending for another worker",
+				append(run, slog.Any("error", o.Err))...)
+		}
+	case NotRun:
+		level := slog.LevelError
+		if errors.Is(o.Err, runtime.ErrUnavailable) {
+			level = slog.LevelWarn
+		}
+		log(level, "invocation could not run; no attempt charged, message left pending", slog.Any("error", o.Err))
+	case OutcomeUnknown:
+		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
+			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
+	case WriteFailed:
+		lo.writeFailed(log, o, run)
+	}
+	if o.WriteErr != nil && o.Kind != WriteFailed {
+		log(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
+			slog.String("op", o.Op), slog.Any("error", o.WriteErr))
+	}
+}
+
+// writeFailed logs a failed write, saying what it means for the invocation.
+func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o Outcome, run []slog.Attr) {
+	err := o.Err
+	if o.WriteErr != nil {
+		err = o.WriteErr
+	}
+	msg := map[string]string{
+		"claim":    "claim failed; handler not run, message left pending",
+		"release":  "giving the claim back before waiting for a slot failed; its lease will expire and count as an attempt",
+		"finish":   "recording success failed; its lease will expire and count as a failed attempt, so the handler may run again",
+		"retry":    "recording failure failed; message left pending",
+		"exhaust":  "recording exhaustion failed; message left pending",
+		"dlq":      "dead-letter write failed; message left pending",
+		"mark_dlq": "recording dead-letter marker failed; message left pending",
+	}[o.Op]
+	if msg == "" {
+		msg = "recording invocation state failed; message left pending"
+	}
+	attrs := append(run, slog.String("op", o.Op), slog.Any("error", err))
+	if o.DLQID != "" {
+		attrs = append(attrs, slog.String("dlq_id", o.DLQID))
+	}
+	if o.Op == "claim" || o.Result == "" {
+		attrs = []slog.Attr{slog.String("invocation", o.field()), slog.Any("error", err)}
+	}
+	log(slog.LevelError, msg, attrs...)
+}
+
+// runAttrs describe the attempt o ran, if any.
+func runAttrs(o Outcome) []slog.Attr {
+	if o.Result == "" {
+		return nil
+	}
+	attrs := []slog.Attr{slog.Int(telemetry.Attempt, o.Attempt), slog.Duration(telemetry.Duration, o.Duration)}
+	if o.MaxAttempts > 0 && o.Result != ResultSuccess {
+		attrs = append(attrs, slog.Int("max_attempts", o.MaxAttempts))
+	}
+	if exit, ok := errors.AsType[*runtime.ExitError](o.Err); ok {
+		attrs = append(attrs, slog.Int(telemetry.ExitCode, exit.Code), slog.Any("error", o.Err))
+	}
+	return attrs
+}

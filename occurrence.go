@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/schedule"
+)
+
+// maxOccurrenceLead is how far ahead of this worker's clock an occurrence
+// may be scheduled: room for clock skew between workers and Redis.
+const maxOccurrenceLead = 5 * time.Minute
+
+// scheduleField is the reserved invocation-state field holding the pin of
+// a schedule occurrence (docs/schedules.md#the-stream-entry).
+const scheduleField = "__schedule"
+
+// schedulePin is what the first delivery of an occurrence fixes for every
+// later one: a template change after that does not change which handler
+// runs, with which limits. Cron and Timezone record what the occurrence was
+// checked against.
+type schedulePin struct {
+	Handler   string `json:"handler"`
+	TimeoutMS int64  `json:"timeout_ms"`
+	Retries   int    `json:"retries"`
+	Cron      string `json:"cron"`
+	Timezone  string `json:"timezone"`
+}
+
+// occurrence is the match stage of a schedule occurrence
+// (docs/schedules.md#the-stream-entry): instead of matching patterns it resolves the
+// occurrence to its schedule's handler and invokes it. An invalid envelope
+// is dead-lettered; an occurrence of a schedule or app that no longer exists
+// is obsolete (acknowledged without a DLQ entry); one of an unavailable app
+// stays pending.
+func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) verdict {
+	env, err := e.checkEnvelope([]byte(d.event))
+	if err != nil {
+		return e.invalidOccurrence(ctx, d, err)
+	}
+	attrs := []slog.Attr{slog.String("schedule", env.Schedule), slog.String("scheduled_at", env.ScheduledAt)}
+	a := d.gen.apps.Get(env.App)
+	if a == nil {
+		e.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "app no longer exists", app: env.App, attrs: attrs})
+		return verdict{hasState: true} // an earlier delivery may have left state: retain it
+	}
+	if !a.Available() {
+		return verdict{held: &hold{level: slog.LevelWarn, msg: "app unavailable; schedule occurrence left pending", err: a.Errors.Err(),
+			attrs: append(attrs, slog.String("app", a.Name))}}
+	}
+	s := a.Schedule(env.Schedule)
+	if s == nil {
+		e.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "schedule no longer exists", app: env.App, attrs: attrs})
+		return verdict{hasState: true}
+	}
+	pin, err := e.pin(ctx, d, s)
+	if errors.Is(err, invocation.ErrTerminal) {
+		// Another delivery finished it and the message left the PEL.
+		return verdict{}
+	}
+	if err != nil {
+		return verdict{held: &hold{level: slog.LevelError, msg: "pinning schedule occurrence failed; left pending", err: err,
+			attrs: append(attrs, slog.String("app", a.Name))}}
+	}
+	// The occurrence must be a firing of the cron it is pinned to. The
+	// first delivery pinned the schedule's cron as it was then and checked
+	// it; a later one whose template still has that cron checks it the same
+	// way. One whose template changed since adopts the pin: its first
+	// delivery checked it against that cron, and dead-lettered it if it
+	// did not fire then.
+	if pin.Cron == s.Cron.String() && pin.Timezone == s.Timezone().String() {
+		err := env.Validate(schedule.Spec{App: a.Name, Name: s.Name, Handler: pin.Handler, Cron: s.Cron})
+		if errors.Is(err, schedule.ErrInvalidEnvelope) {
+			return e.invalidOccurrence(ctx, d, err)
+		}
+		if err != nil {
+			return verdict{held: &hold{level: slog.LevelError, msg: "checking schedule occurrence failed; left pending", err: err,
+				attrs: append(attrs, slog.String("app", a.Name))}}
+		}
+	}
+	o := e.invoke(ctx, runCtx, d, call{
+		app: a.Name, handler: pin.Handler, timeout: time.Duration(pin.TimeoutMS) * time.Millisecond,
+		retries: pin.Retries, input: env.Input(),
+	})
+	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
+}
+
+// checkEnvelope decodes an occurrence envelope and checks what needs no
+// schedule: its identity, and that it is not far in the future. The
+// identity is checked before the schedule is looked up, so a forged entry
+// is dead-lettered rather than passed off as obsolete.
+func (e *Engine) checkEnvelope(event []byte) (schedule.Envelope, error) {
+	env, err := schedule.DecodeEnvelope(event)
+	if err != nil {
+		return env, err
+	}
+	at, err := env.Time()
+	if err != nil {
+		return env, err
+	}
+	if env.OccurrenceID != schedule.OccurrenceID(env.App, env.Schedule, at) {
+		return env, fmt.Errorf("%w: occurrence_id %q is not the identity of app %q schedule %q at %s",
+			schedule.ErrInvalidEnvelope, env.OccurrenceID, env.App, env.Schedule, env.ScheduledAt)
+	}
+	if at.After(time.Now().Add(maxOccurrenceLead)) {
+		// Schedulers publish on the Redis clock when an occurrence is due;
+		// one far ahead of this worker's clock was not published by them.
+		return env, fmt.Errorf("%w: scheduled_at %s is in the future", schedule.ErrInvalidEnvelope, env.ScheduledAt)
+	}
+	return env, nil
+}
+
+// invalidOccurrence dead-letters an occurrence that must not run.
+func (e *Engine) invalidOccurrence(ctx context.Context, d *delivery, err error) verdict {
+	o := e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+err.Error())
+	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
+}
+
+// pin fixes the schedule's current handler, limits and cron for this
+// occurrence unless an earlier delivery did, and returns what is pinned.
+func (e *Engine) pin(ctx context.Context, d *delivery, s *app.Schedule) (schedulePin, error) {
+	want, err := json.Marshal(schedulePin{
+		Handler: s.Handler, TimeoutMS: s.Timeout.Milliseconds(), Retries: s.Retries,
+		Cron: s.Cron.String(), Timezone: s.Timezone().String(),
+	})
+	if err != nil {
+		return schedulePin{}, err
+	}
+	var stored string
+	err = e.persist(ctx, func(octx context.Context) (err error) {
+		stored, err = e.c.State.Pin(octx, d.key, scheduleField, string(want))
+		return err
+	})
+	if err != nil {
+		return schedulePin{}, err
+	}
+	var p schedulePin
+	if err := json.Unmarshal([]byte(stored), &p); err != nil || p.Handler == "" || p.TimeoutMS <= 0 || p.Retries < 0 {
+		return schedulePin{}, fmt.Errorf("stored pin %q is malformed", stored)
+	}
+	return p, nil
+}

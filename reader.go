@@ -1,0 +1,128 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/relaydev/relay/internal/ctxtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// readLoop reads new entries whenever a message slot is free. Taking the
+// slot before reading is the back-pressure: a worker holds at most twice
+// MAX_CONCURRENCY messages; one whose app has no free slot waits for it
+// (bounded by the concurrency wait) while other apps' messages proceed.
+func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+	// The group exists (Run ensured it): consuming until a read fails.
+	e.consuming.Store(true)
+	defer e.consuming.Store(false)
+	var fails int
+	idle := true // until a read finds entries
+	for {
+		n, ok := e.takeSlots(ctx, !idle)
+		if !ok {
+			return
+		}
+		batch, err := e.c.Source.Read(ctx, n)
+		// A read that finds nothing blocks for seconds holding its slots.
+		// While the stream is idle (at start, and after a read found
+		// nothing) read one entry at a time: as it blocks, the other slots
+		// stay free for reclaimed messages, which otherwise waited for
+		// every block to end (bench/pipeline -modes reclaim). The first
+		// entry of a burst then comes alone and the rest with the next
+		// read, right after.
+		idle = err == nil && len(batch) == 0
+		e.consuming.Store(err == nil && ctx.Err() == nil)
+		if err != nil && ctx.Err() == nil {
+			fails++
+			e.log.LogAttrs(ctx, slog.LevelError, "stream read failed; retrying", slog.Int("failures", fails), slog.Any("error", err))
+		} else {
+			fails = 0
+		}
+		for _, msg := range batch {
+			n--
+			e.dispatch(ctx, runCtx, msgs, msg)
+		}
+		for ; n > 0; n-- {
+			<-e.msgSlots
+		}
+		if fails > 0 && !ctxtime.Sleep(ctx, retryDelay(fails)) {
+			return
+		}
+	}
+}
+
+// takeSlots waits for a free message slot and, when all is set, takes
+// every other one free at that moment; it returns how many it holds, and
+// false once ctx is done.
+func (e *Engine) takeSlots(ctx context.Context, all bool) (int, bool) {
+	select {
+	case e.msgSlots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	if !all {
+		return 1, true
+	}
+	return 1 + e.freeSlots(), true
+}
+
+// freeSlots takes every message slot free at this moment, without waiting,
+// and returns how many it took.
+func (e *Engine) freeSlots() int {
+	for n := 0; ; n++ {
+		select {
+		case e.msgSlots <- struct{}{}:
+		default:
+			return n
+		}
+	}
+}
+
+// dispatch starts the goroutine of one message; the caller holds its slot.
+func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg stream.Message) {
+	if !e.track(msg.ID) {
+		<-e.msgSlots
+		return
+	}
+	job := func() {
+		defer func() { <-e.msgSlots }()
+		defer e.untrack(msg.ID)
+		e.deliver(ctx, runCtx, msg)
+	}
+	select {
+	case e.handlers <- job: // a handler goroutine was idle and took it
+	default:
+		msgs.Go(func() { e.handleLoop(job) })
+	}
+}
+
+// handlerIdle is how long a message goroutine waits for another message
+// before it exits.
+const handlerIdle = time.Second
+
+// handleLoop handles job and then every message handed to it while it is
+// idle, until it has waited handlerIdle or Run has stopped dispatching. A
+// goroutine per message spent 14-19% of a worker's CPU growing its stack
+// (bench/pipeline profiles: claim, handler and acknowledgement go deep);
+// one that handles message after message keeps the stack it grew. A new
+// one starts only when none is idle, so there are about as many as
+// messages were in flight in the last handlerIdle, which the message slots
+// bound.
+func (e *Engine) handleLoop(job func()) {
+	idle := time.NewTimer(handlerIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(handlerIdle)
+		select {
+		case job = <-e.handlers:
+		case <-idle.C:
+			return
+		case <-e.dispatchDone:
+			return
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/stream"
+)
+
+// reclaimLoop is the message-level backstop of
+// docs/delivery.md#from-entry-to-acknowledgement: every reclaim interval it
+// takes over entries idle beyond MinPendingIdle, whoever owned them.
+func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+	var fails int
+	every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, runCtx, msgs, &fails) })
+}
+
+// dispatchWaiting dispatches reclaimed messages as message slots free up.
+// While they wait they count as held, so the heartbeat keeps them from
+// looking idle to other workers. It returns false when ctx ended the wait.
+func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGroup, batch []stream.Message) bool {
+	e.setWaiting(batch, true)
+	defer e.setWaiting(batch, false)
+	for i, msg := range batch {
+		select {
+		case e.msgSlots <- struct{}{}:
+			e.dispatch(ctx, runCtx, msgs, msg)
+			e.setWaiting(batch[i:i+1], false)
+		case <-ctx.Done():
+			// The rest stay pending for the next reclaim, by any worker.
+			e.log.LogAttrs(ctx, slog.LevelDebug, "shutdown: reclaimed messages left pending", slog.Int("count", len(batch)-i))
+			return false
+		}
+	}
+	return true
+}
+
+// reclaimPass is one reclaim pass that claims no more entries than the
+// worker has free message slots, plus one, again and again until the pass
+// has gone around the PEL. Claiming every idle entry at once would let a
+// worker with 8 slots take all 10,000 entries of a dead consumer
+// (bench/memory), holding them in memory and keeping them from every other
+// worker while it works through them. Here what this worker cannot start
+// stays idle in the PEL for whichever worker has room. The one entry beyond
+// the free slots keeps the backstop moving while new messages fill every
+// slot: it waits for a slot held (and heartbeated) like a reclaimed batch,
+// and the pass goes on once it is dispatched. A call that returns fewer
+// entries than asked without finishing the pass reached the source's bound
+// of calls: the next tick goes on.
+func (e *Engine) reclaimPass(ctx, runCtx context.Context, msgs *sync.WaitGroup, fails *int) {
+	for ctx.Err() == nil {
+		n := e.freeSlots()
+		want := n + 1
+		batch, deleted, done, err := e.c.Source.Reclaim(ctx, e.cfg.MinPendingIdle, want)
+		for _, id := range deleted {
+			e.missingPayload(ctx, id)
+		}
+		short := len(batch) < want
+		i := 0
+		for ; i < len(batch) && n > 0; i++ {
+			n--
+			e.dispatch(ctx, runCtx, msgs, batch[i])
+		}
+		for ; n > 0; n-- {
+			<-e.msgSlots
+		}
+		if !e.dispatchWaiting(ctx, runCtx, msgs, batch[i:]) {
+			return
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				*fails++
+				e.log.LogAttrs(ctx, slog.LevelError, "reclaim failed; retrying", slog.Int("failures", *fails), slog.Any("error", err))
+			}
+			return
+		}
+		*fails = 0
+		if done || short {
+			return
+		}
+	}
+}
+
+// missingPayload handles a PEL reference whose stream entry is gone: data
+// loss, counted and logged, never a fabricated payload or DLQ entry
+// (docs/delivery.md#missing-payloads). The source already cleared the
+// reference; the message's state, if any, is retained.
+func (e *Engine) missingPayload(ctx context.Context, id string) {
+	e.m.missingPayload.Inc()
+	e.log.LogAttrs(ctx, slog.LevelError, "pending entry has no payload; it was deleted or trimmed while unacknowledged",
+		slog.String(telemetry.MessageID, id))
+	if err := e.retain(ctx, e.key(id)); err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
+			slog.String(telemetry.MessageID, id), slog.Any("error", err))
+	}
+}

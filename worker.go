@@ -1,0 +1,348 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+)
+
+// DefaultSweepInterval is how often a Worker asks a Runner that is a
+// Sweeper to remove leftovers.
+const DefaultSweepInterval = time.Minute
+
+// ErrNoApps is returned by Worker.Run when its AppSource holds no app:
+// every event would be acknowledged as unmatched.
+var ErrNoApps = errors.New("relay: no apps")
+
+// ErrWorkerRan is returned by a second call of Worker.Run.
+var ErrWorkerRan = errors.New("relay: worker already ran")
+
+// AppSource supplies a Worker's apps. Package app/template reads them from
+// an apps root (template.Dir); Static serves a set built in Go.
+type AppSource interface {
+	// Load returns the apps as they are now. An error means the source
+	// itself cannot be read (a missing apps root), not that an app is
+	// invalid: invalid apps come back unavailable, with their errors.
+	Load(ctx context.Context) (*app.Set, error)
+}
+
+// Static is an AppSource that always returns its set.
+func Static(set *app.Set) AppSource { return staticApps{set} }
+
+type staticApps struct{ set *app.Set }
+
+func (s staticApps) Load(context.Context) (*app.Set, error) { return s.set, nil }
+
+// WorkerConfig configures a Worker (docs/embedding.md#worker). Redis,
+// Streams, Group, Apps and Runner are required; every other zero field
+// takes its default.
+type WorkerConfig struct {
+	// Redis is the client every part of the worker shares. The Worker never
+	// closes it.
+	Redis rueidis.Client
+	// Streams are consumed through Group, one Engine each. Under Redis
+	// Cluster every stream needs a hash tag (docs/deployment.md#redis-cluster-one-hash-slot-per-stream).
+	Streams []string
+	Group   string
+	// Consumer names this worker in every group. Default: the hostname.
+	Consumer string
+	// Apps supplies the apps every stream serves.
+	Apps AppSource
+	// Runner runs the handlers of every stream. When it is a Sweeper, the
+	// Worker sweeps its leftovers at start and every SweepInterval.
+	Runner Runner
+	// StateDir holds the schedule outbox, so occurrences that could not be
+	// published survive a restart. Default: none (the outbox is in memory).
+	StateDir string
+	// SweepInterval is how often the Runner is swept. Default:
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+	// DisableStats turns off the cluster-wide counters of relay stats.
+	DisableStats bool
+	// ScheduleOptions are passed to every schedule.Scheduler the worker
+	// runs (after its own), so tests can shrink its timings.
+	ScheduleOptions []schedule.Option
+	// Config holds the tunables of every stream's Engine. MaxConcurrency
+	// and each app's concurrency bound the worker as a whole, whatever the
+	// number of streams; with several streams, metrics carry a stream
+	// label.
+	Config
+}
+
+// Worker runs what one relay start process runs (docs/operations.md): an
+// Engine per stream sharing one concurrency Limiter, the Scheduler of
+// every app's schedules publishing into the first stream, and one sweeper
+// of the Runner's leftovers. Create it with NewWorker and run it with Run.
+// Safe for concurrent use.
+type Worker struct {
+	cfg         WorkerConfig
+	log         *slog.Logger
+	engines     []*Engine
+	sources     []*stream.Source
+	scheduleObs func(schedule.Spec, time.Time, schedule.Result)
+	ran         atomic.Bool
+	mu          sync.Mutex
+	apps        *app.Set
+}
+
+// NewWorker validates cfg and builds the Worker's Engines, registering
+// their metrics. It does no I/O: Run loads the apps and connects.
+func NewWorker(cfg WorkerConfig) (*Worker, error) {
+	var errs []error
+	for name, missing := range map[string]bool{
+		"Redis": cfg.Redis == nil, "Streams": len(cfg.Streams) == 0, "Group": cfg.Group == "",
+		"Apps": cfg.Apps == nil, "Runner": cfg.Runner == nil,
+	} {
+		if missing {
+			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.%s is required", name))
+		}
+	}
+	for i, s := range cfg.Streams {
+		if s == "" || slices.Contains(cfg.Streams[:i], s) {
+			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.Streams: %q is empty or listed twice", s))
+		}
+	}
+	if cfg.SweepInterval < 0 {
+		errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.SweepInterval: must be >= 0, got %s", cfg.SweepInterval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.Consumer == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return nil, errors.New("relay: NewWorker: WorkerConfig.Consumer is empty and the hostname cannot be read; set a consumer name")
+		}
+		cfg.Consumer = h
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.Limiter == nil {
+		n := cfg.MaxConcurrency
+		if n == 0 {
+			n = DefaultConcurrency
+		}
+		l, err := NewLimiter(n)
+		if err != nil {
+			return nil, fmt.Errorf("relay: NewWorker: WorkerConfig.MaxConcurrency: %w", err)
+		}
+		cfg.Limiter = l
+	}
+	w := &Worker{cfg: cfg}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry() // kept, not exported
+	}
+	sm, err := schedule.NewMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("relay: register schedule metrics: %w", err)
+	}
+	w.scheduleObs = sm.Observe
+	empty, _ := app.NewSet()
+	for _, name := range cfg.Streams {
+		ecfg := cfg.Config
+		if len(cfg.Streams) > 1 {
+			ecfg.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
+		}
+		if !cfg.DisableStats {
+			ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
+		}
+		src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer)
+		store := invocation.New(cfg.Redis)
+		e, err := NewEngine(empty, Components{
+			Source: src, State: store, Runner: cfg.Runner, DLQ: dlq.NewWriter(cfg.Redis, name),
+			// The source and the store share the client: XACK and the switch
+			// to retention go in one round trip.
+			AckRetainer: store,
+			Stream:      name, Group: cfg.Group, Consumer: cfg.Consumer,
+		}, ecfg)
+		if err != nil {
+			return nil, fmt.Errorf("relay: NewWorker: stream %s: %w", name, err)
+		}
+		w.engines = append(w.engines, e)
+		w.sources = append(w.sources, src)
+	}
+	w.log = w.engines[0].cfg.Logger
+	return w, nil
+}
+
+// Run loads the apps and runs the Worker until ctx is cancelled, then stops
+// every part gracefully (Engine.Run) and returns nil. It returns an error
+// when the worker cannot start: the apps cannot be loaded or there are none
+// (ErrNoApps), a stream violates the Redis Cluster key layout, a consumer
+// group cannot be created, or the Scheduler fails. When one part fails the
+// others are stopped: a worker never runs with a stream or its schedules
+// silently left out. Run runs once (ErrWorkerRan).
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.ran.CompareAndSwap(false, true) {
+		return ErrWorkerRan
+	}
+	apps, err := w.cfg.Apps.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("relay: load apps: %w", err)
+	}
+	if len(apps.List()) == 0 {
+		return ErrNoApps
+	}
+	if err := w.checkLayout(ctx); err != nil {
+		return err
+	}
+	w.setApps(ctx, apps)
+	sched, err := w.scheduler(apps)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errs := make([]error, len(w.engines)+1)
+	var parts sync.WaitGroup
+	for i, e := range w.engines {
+		parts.Go(func() {
+			if err := e.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+				errs[i] = err
+				stop()
+			}
+		})
+	}
+	if sched != nil {
+		parts.Go(func() {
+			if err := sched.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errs[len(w.engines)] = fmt.Errorf("schedules: %w", err)
+				stop()
+			}
+		})
+	}
+	parts.Go(func() { w.sweepLoop(ctx) })
+	parts.Wait()
+	return errors.Join(errs...)
+}
+
+// setApps makes apps the Worker's apps and logs what each app is.
+func (w *Worker) setApps(ctx context.Context, apps *app.Set) {
+	for _, a := range apps.List() {
+		if !a.Available() {
+			for _, e := range a.Errors {
+				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", a.Name), slog.String("error", e.Error()))
+			}
+			continue
+		}
+		w.log.LogAttrs(ctx, slog.LevelInfo, "app loaded", slog.String("app", a.Name),
+			slog.Int("rules", len(a.Rules)), slog.Int("schedules", len(a.Schedules)))
+	}
+	w.mu.Lock()
+	w.apps = apps
+	w.mu.Unlock()
+	for _, e := range w.engines {
+		e.SetApps(apps)
+	}
+}
+
+// Apps returns the apps the Worker serves; nil before Run loaded them.
+func (w *Worker) Apps() *app.Set {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.apps
+}
+
+// checkLayout applies the Redis Cluster key layout rule when the client is
+// connected to a cluster, whatever the settings said (one address of a
+// cluster node is enough for rueidis to go cluster-wide), and logs its
+// warnings.
+func (w *Worker) checkLayout(ctx context.Context) error {
+	if w.cfg.Redis.Mode() != rueidis.ClientModeCluster {
+		return nil
+	}
+	warnings, err := keys.CheckClusterLayout(w.cfg.Streams, w.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	for _, warning := range warnings {
+		w.log.LogAttrs(ctx, slog.LevelWarn, "streams share a cluster hash slot", slog.String("detail", warning))
+	}
+	return nil
+}
+
+// scheduler builds the Scheduler of every app's schedules, publishing into
+// the first stream, or nil when no app has a schedule.
+func (w *Worker) scheduler(apps *app.Set) (*schedule.Scheduler, error) {
+	specs := apps.ScheduleSpecs()
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	pub, err := schedule.NewPublisher(w.cfg.Redis, w.cfg.Streams[0], schedule.WithTracerProvider(w.engines[0].cfg.TracerProvider))
+	if err != nil {
+		return nil, fmt.Errorf("relay: schedules: %w", err)
+	}
+	opts := []schedule.Option{schedule.WithLogger(w.log), schedule.WithObserver(w.scheduleObs)}
+	if w.cfg.StateDir != "" {
+		opts = append(opts, schedule.WithStateDir(w.cfg.StateDir))
+	}
+	s, err := schedule.New(pub, specs, append(opts, w.cfg.ScheduleOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("relay: schedules: %w", err)
+	}
+	return s, nil
+}
+
+// sweepLoop has a Sweeper runner remove leftovers now and every sweep
+// interval: a container whose removal failed while its runtime was down
+// would otherwise run on past its timeout.
+func (w *Worker) sweepLoop(ctx context.Context) {
+	sw, ok := w.cfg.Runner.(Sweeper)
+	if !ok {
+		return
+	}
+	sweep := func() {
+		if err := sw.Sweep(ctx); err != nil && ctx.Err() == nil {
+			w.log.LogAttrs(ctx, slog.LevelWarn, "sweeping leftovers failed", slog.Any("error", err))
+		}
+	}
+	sweep()
+	every(ctx, w.cfg.SweepInterval, sweep)
+}
+
+// Ready reports whether the Worker can do its job now
+// (docs/embedding.md#worker): Redis answers on every stream,
+// every Engine is consuming, and the Runner answers when it is a Pinger.
+// The error names each part that is not ready.
+func (w *Worker) Ready(ctx context.Context) error {
+	var errs []error
+	several := len(w.engines) > 1
+	for i, e := range w.engines {
+		redisName, consumingName := "redis", "consuming"
+		if several {
+			redisName, consumingName = "redis "+e.c.Stream, "consuming "+e.c.Stream
+		}
+		if err := w.sources[i].Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", redisName, err))
+		}
+		if err := e.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", consumingName, err))
+		}
+	}
+	if p, ok := w.cfg.Runner.(Pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("runner: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

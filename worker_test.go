@@ -1,0 +1,218 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+)
+
+// sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
+type sweepingRunner struct {
+	relay.Runner
+	sweeps atomic.Int32
+}
+
+func (s *sweepingRunner) Sweep(context.Context) error { s.sweeps.Add(1); return nil }
+
+const workerApp = `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}}
+schedules:
+  - {name: tick, handler: jobs.tick, cron: "* * * * *"}
+`
+
+// workerHarness runs a Worker over streams on a private redis-server.
+type workerHarness struct {
+	t       *testing.T
+	cfg     relay.WorkerConfig
+	calls   *calls
+	logs    *testutil.Buffer
+	reg     *prometheus.Registry
+	runner  *sweepingRunner
+	streams []string
+}
+
+func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
+	t.Helper()
+	h := &workerHarness{t: t, calls: &calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
+	for _, s := range streams {
+		h.streams = append(h.streams, redistest.Name(t, s))
+	}
+	record := func(context.Context, runtime.Request) error { return nil }
+	handlers := map[string]runtime.HandlerFunc{}
+	for _, k := range []string{"users/events.created", "users/jobs.tick"} {
+		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.add(req); return record(ctx, req) }
+	}
+	h.runner = &sweepingRunner{Runner: runtime.NewFunc(handlers)}
+	cfg := fastConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Metrics = h.reg
+	h.cfg = relay.WorkerConfig{
+		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
+		Apps: relay.Static(writeApps(t, map[string]string{"users": workerApp})), Runner: h.runner,
+		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
+	}
+	return h
+}
+
+// run runs a Worker of h.cfg until the test ends; stop stops it and
+// returns Run's error.
+func (h *workerHarness) run() (w *relay.Worker, stop func() error) {
+	h.t.Helper()
+	w, err := relay.NewWorker(h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var result error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			result = <-done
+		}
+		return result
+	}
+	h.t.Cleanup(func() { _ = stop() })
+	h.t.Cleanup(func() {
+		if h.t.Failed() {
+			h.t.Logf("worker log:\n%s", h.logs.String())
+		}
+	})
+	return w, stop
+}
+
+// TestWorkerRunsStreamsAndSchedules: one Worker consumes two streams with
+// one app, runs the app's schedule (its latest occurrence, caught up at
+// start, published into the first stream), acknowledges and retains every
+// message, keeps cluster stats per stream, and labels metrics by stream.
+func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
+	h := newWorkerHarness(t, "orders", "payments")
+	w, stop := h.run()
+	rc := h.cfg.Redis
+	ids := map[string]string{}
+	for _, s := range h.streams {
+		id, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[s] = id
+	}
+	waitFor(t, 10*time.Second, "both events and the tick", func() bool {
+		return h.calls.count("users/events.created") == 2 && h.calls.count("users/jobs.tick") >= 1
+	})
+	for _, s := range h.streams {
+		waitFor(t, 10*time.Second, s+" acknowledged", func() bool {
+			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
+			return err == nil && n == 0
+		})
+		// The Worker pairs XACK and retention: the state is retained.
+		waitFor(t, 5*time.Second, s+" retained", func() bool {
+			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
+			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
+		})
+	}
+	if err := w.Ready(t.Context()); err != nil {
+		t.Errorf("Ready while running: %v", err)
+	}
+	if w.Apps() == nil || w.Apps().Get("users") == nil {
+		t.Error("Apps() does not return the loaded apps")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := w.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "consuming "+h.streams[0]) {
+		t.Errorf("Ready after the stop = %v, want the engines named as not consuming", err)
+	}
+	// The occurrence went to the first stream.
+	c, err := stats.Read(t.Context(), rc, h.streams[0], "workers")
+	if err != nil || c.Received != 1 || c.Successes < 2 {
+		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
+	}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "relay_events_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
+					labelled[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if !labelled[h.streams[0]] || !labelled[h.streams[1]] {
+		t.Errorf("relay_events_received_total by stream = %v, want 1 for each of %v", labelled, h.streams)
+	}
+}
+
+// TestWorkerSweepsTheRunnerOnce: a Runner that is a Sweeper is swept at
+// start and then every sweep interval, once per interval whatever the
+// number of streams.
+func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
+	h := newWorkerHarness(t, "a", "b", "c")
+	h.cfg.SweepInterval = 200 * time.Millisecond
+	start := time.Now()
+	_, stop := h.run()
+	waitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
+	_ = stop()
+	// Sweeps per stream would be three at start alone and three per tick.
+	if n, max := h.runner.sweeps.Load(), int32(time.Since(start)/(200*time.Millisecond))+1; n > max {
+		t.Errorf("%d sweeps in %s: more than one per interval", n, time.Since(start))
+	}
+}
+
+func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	empty, _ := app.NewSet()
+	h.cfg.Apps = relay.Static(empty)
+	w, err := relay.NewWorker(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrNoApps) {
+		t.Errorf("Run with no apps = %v, want ErrNoApps", err)
+	}
+	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrWorkerRan) {
+		t.Errorf("second Run = %v, want ErrWorkerRan", err)
+	}
+}
+
+func TestNewWorkerValidates(t *testing.T) {
+	_, err := relay.NewWorker(relay.WorkerConfig{Streams: []string{"a", "a"}, Config: relay.Config{MinPendingIdle: -1}})
+	for _, want := range []string{"WorkerConfig.Redis is required", "WorkerConfig.Group is required", "WorkerConfig.Apps is required",
+		"WorkerConfig.Runner is required", `"a" is empty or listed twice`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewWorker error %v does not say %q", err, want)
+		}
+	}
+	h := newWorkerHarness(t, "events")
+	h.cfg.MinPendingIdle = -time.Second
+	if _, err := relay.NewWorker(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
+		t.Errorf("NewWorker with a bad engine setting = %v, want it named", err)
+	}
+}
