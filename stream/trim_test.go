@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -557,5 +558,31 @@ func BenchmarkTrimNothingDue(b *testing.B) {
 		if _, err := src.Trim(ctx, time.Hour); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestTrimOutOfMemory: a Redis at maxmemory with noeviction refuses new
+// entries, but Trim needs no memory (XTRIM may not grow it), so retention
+// still frees what no group needs.
+func TestTrimOutOfMemory(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	f := fixture{c: redistest.Connect(t, srv.Addr), stream: "events", group: "relay"}
+	src := f.source(t, "c1")
+	all := f.publishFast(t, 100)
+	f.ack(t, f.group, f.readAll(t, f.group)...)
+	f.waitOlder(t, all[99], time.Millisecond)
+	f.do(t, f.c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "noeviction").ParameterValue("maxmemory", "1").Build())
+
+	_, err := src.Publish(t.Context(), map[string]string{"n": "x"})
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "OOM ") {
+		t.Fatalf("Publish on a full Redis: %v, want an OOM error", err)
+	}
+	r, err := src.Trim(t.Context(), time.Millisecond)
+	if err != nil || r.Trimmed != 99 {
+		t.Fatalf("Trim on a full Redis = %+v, %v; want 99 trimmed", r, err)
+	}
+	if n := f.xlen(t); n != 1 {
+		t.Errorf("XLEN %d, want 1", n)
 	}
 }
