@@ -87,7 +87,9 @@ type TrimResult struct {
 // entries left in the boundary node exactly; when the node pass may have
 // stopped at the limit it skips the exact step and reports More.
 // XTRIM leaves the stream's entries-added counter and the groups'
-// entries-read and lag as they are.
+// entries-read and lag as they are. Trim does not use XTRIM ACKED (Redis
+// 8.2+): the script gives the same guarantee on Redis 7.0 and reports
+// which group holds the floor.
 //
 // retention 0 disables trimming: Trim returns a zero TrimResult without
 // calling Redis; a negative retention is an error. When the stream or
