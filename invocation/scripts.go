@@ -31,8 +31,8 @@ var (
 	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
 )
 
-// prelude holds the helpers every script may call (fence, now_ms, retain); it is
-// prepended to each script's source.
+// prelude holds the helpers every script may call (fence, now_ms,
+// retain); it is prepended to each script's source.
 var prelude = mustRead("prelude.lua")
 
 func mustRead(name string) string {
