@@ -11,8 +11,10 @@
 // handler): Writer records the id of the first entry beside the queue, so
 // overlapping deliveries of an exhausted invocation, or a retry after a crash
 // between the write and the invocation's exhausted:<attempt>:<token>:dlq
-// marker, leave one entry. The package does not replay entries and never
-// trims the queue. It never closes the rueidis client it is given.
+// marker, leave one entry. Writer.Trim removes entries older than a
+// retention (docs/operations.md "Retention"); the caller decides how often
+// to run it. The package does not replay entries. It never closes the
+// rueidis client it is given.
 //
 // Writer and Store are safe for concurrent use.
 package dlq

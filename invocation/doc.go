@@ -29,7 +29,8 @@
 // no longer match, so a stale owner never overwrites a newer claim), reads
 // the server time, writes and returns. Nothing is read and then written from
 // Go across round trips. The hash has no TTL while the message is pending;
-// only Retain sets __terminal and the retention TTL.
+// only Retain (and AckRetain) and, for a hash its message left the PEL
+// without, RetainAcked set __terminal and the retention TTL.
 //
 // An expired running lease means its owner died or stalled mid-run. Claim
 // counts that attempt as executed and failed: the next claim gets attempt+1,
@@ -46,7 +47,10 @@
 // attempts with the rule's retries, picks the backoff, and writes the DLQ
 // entry (package dlq) between Exhaust and MarkDLQ. It does not read, ACK or
 // reclaim stream entries, and it never deletes a hash: an un-retained hash is
-// kept for as long as the message is pending, or leaked, never expired early.
+// kept for as long as the message is pending, never expired early. A hash
+// leaked by a crash between the XACK and Retain is found by RetainLeaked, a
+// janitor step the caller runs now and then, which retains it once an atomic
+// check shows its message is in no PEL of its group.
 //
 // A Store is safe for concurrent use, also by several workers sharing one
 // Redis: each script runs atomically on the server.

@@ -28,10 +28,11 @@ var (
 	markDLQScript       = script("mark_dlq.lua", rueidis.NewLuaScriptRetryable)
 	retainScript        = script("retain.lua", rueidis.NewLuaScriptRetryable)
 	pinScript           = script("pin.lua", rueidis.NewLuaScriptRetryable)
+	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
 )
 
-// prelude holds the helpers every script may call (fence, now_ms); it is
-// prepended to each script's source.
+// prelude holds the helpers every script may call (fence, now_ms,
+// retain); it is prepended to each script's source.
 var prelude = mustRead("prelude.lua")
 
 func mustRead(name string) string {
@@ -54,7 +55,10 @@ const (
 	codeApplied  = 1 // the transition was written
 	codeStale    = 2 // attempt or token did not match: ErrStale
 	codeTerminal = 3 // __terminal is set: ErrTerminal
-	codeAlready  = 4 // idempotent no-op (mark_dlq.lua, retain.lua)
+	codeAlready  = 4 // idempotent no-op (mark_dlq.lua, retain.lua); has a TTL (retain_acked.lua)
+	codePending  = 5 // the message is still pending (retain_acked.lua)
+	codeMissing  = 6 // the hash does not exist (retain_acked.lua)
+	codeNoGroup  = 7 // the stream or the group does not exist (retain_acked.lua)
 )
 
 // Reply codes of claim.lua.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
 )
 
 // TTL expectations of checkPTTL.
@@ -623,6 +624,104 @@ func TestRetainScript(t *testing.T) {
 		},
 		{
 			name: "zero ttl", call: retain(0), pttl: ttlNone, wantSomeErr: true, seed: pending,
+		},
+	}
+	runScriptCases(t, cases)
+}
+
+// messageIn puts e.key's message into its stream and, unless state is
+// "no group" or "no stream", delivers it to e.key.Group: "pending" leaves
+// it in the PEL, "acked" acknowledges it.
+func messageIn(ctx context.Context, e *env, state string) error {
+	c, k := e.c, e.key
+	if state == "no stream" {
+		return nil
+	}
+	if err := c.Do(ctx, c.B().Xadd().Key(k.Stream).Id(k.MessageID).FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
+		return err
+	}
+	if state == "no group" {
+		return c.Do(ctx, c.B().XgroupCreate().Key(k.Stream).Group("another").Id("0").Build()).Error()
+	}
+	cmds := rueidis.Commands{
+		c.B().XgroupCreate().Key(k.Stream).Group(k.Group).Id("0").Build(),
+		c.B().Xreadgroup().Group(k.Group, "c1").Count(1).Streams().Key(k.Stream).Id(">").Build(),
+	}
+	if state == "acked" {
+		cmds = append(cmds, c.B().Xack().Key(k.Stream).Group(k.Group).Id(k.MessageID).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestRetainAckedScript(t *testing.T) {
+	const week = 7 * 24 * time.Hour
+	retainAcked := func(message string, ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			if err := messageIn(ctx, e, message); err != nil {
+				return nil, err
+			}
+			return e.s.RetainAcked(ctx, e.key, ttl)
+		}
+	}
+	status := func(st LeakStatus) func(at) any { return func(at) any { return st } }
+	leaked := func(int64) map[string]string {
+		return map[string]string{testField: "ok", "other/handler": dead(2, "tok")}
+	}
+	retainedLeak := func(at) map[string]string {
+		m := leaked(0)
+		m[terminalField] = "1"
+		return m
+	}
+	terminal := func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} }
+	cases := []scriptCase{
+		{
+			name: "acked without TTL", call: retainAcked("acked", week), pttl: week,
+			seed: leaked, want: status(LeakRetained), state: retainedLeak,
+		},
+		{
+			name: "pending", call: retainAcked("pending", week), pttl: ttlNone,
+			seed: leaked, want: status(LeakPending),
+		},
+		{
+			name: "pending unfinished", call: retainAcked("pending", week), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 1, "tok") }), want: status(LeakPending),
+		},
+		{
+			name: "acked with TTL", call: retainAcked("acked", week), pttl: ttlHour, seedTTL: ttlHour,
+			seed: leaked, want: status(LeakHasTTL),
+		},
+		{
+			name: "terminal with TTL", call: retainAcked("acked", week), pttl: ttlHour, seedTTL: ttlHour,
+			seed: terminal, want: status(LeakHasTTL),
+		},
+		{
+			name: "terminal without TTL", call: retainAcked("acked", week), pttl: week,
+			seed: terminal, want: status(LeakRetained),
+		},
+		{
+			name: "terminal without TTL, pending again", call: retainAcked("pending", week), pttl: ttlNone,
+			seed: terminal, want: status(LeakPending),
+		},
+		{
+			name: "missing key", call: retainAcked("acked", week), pttl: ttlNoKey,
+			want: status(LeakMissing),
+		},
+		{
+			name: "no group", call: retainAcked("no group", week), pttl: ttlNone,
+			seed: leaked, want: status(LeakNoGroup),
+		},
+		{
+			name: "no stream", call: retainAcked("no stream", week), pttl: ttlNone,
+			seed: leaked, want: status(LeakNoGroup),
+		},
+		{
+			name: "zero ttl", call: retainAcked("acked", 0), pttl: ttlNone, wantSomeErr: true,
+			seed: leaked,
 		},
 	}
 	runScriptCases(t, cases)

@@ -234,7 +234,8 @@ func (s *Store) MarkDLQ(ctx context.Context, l Lease) error {
 // (>= 1ms, millisecond precision). A missing hash is created with only the
 // marker, so late transitions of stale deliveries stay inert. Idempotent:
 // on a retained hash nothing changes, and the TTL already running is kept.
-// No other method sets or removes a TTL.
+// No other method removes a TTL; only AckRetain and RetainAcked (for a
+// leaked hash) also set one.
 func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 	hash := hashOf(key)
 	if ttl < time.Millisecond {

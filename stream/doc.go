@@ -5,7 +5,10 @@
 // (MKSTREAM, from id 0), reads new entries with a short XREADGROUP BLOCK,
 // reclaims idle pending entries with XAUTOCLAIM (including the ids of entries
 // deleted while pending, events.md "Guarantees summary"), acknowledges,
-// publishes, and keeps live entries from being reclaimed (Heartbeat).
+// publishes, and keeps live entries from being reclaimed (Heartbeat). Trim
+// removes entries older than a retention but never one that any consumer
+// group of the stream still holds pending or has not been delivered
+// (docs/operations.md "Retention"); the caller decides how often to run it.
 //
 // It does not decide whether a message is acknowledged, retried or
 // dead-lettered, and it never interprets entry fields; the delivery count it

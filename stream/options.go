@@ -24,6 +24,7 @@ type Option func(*options) error
 type options struct {
 	block        time.Duration
 	reclaimCount int64
+	trimLimit    int64
 }
 
 // WithBlock sets the longest time Read blocks waiting for new entries.
@@ -48,6 +49,22 @@ func WithReclaimCount(n int) Option {
 			return fmt.Errorf("WithReclaimCount: must be > 0, got %d", n)
 		}
 		o.reclaimCount = int64(n)
+		return nil
+	}
+}
+
+// WithTrimLimit sets the most entries one Trim removes as whole stream
+// nodes; a Trim that may have reached it skips the exact step and reports
+// TrimResult.More. The exact step trusts that a node pass removing at most
+// n/2 entries stopped at the node holding the bound, so n must stay far
+// above the entries of one stream node (Redis' stream-node-max-entries,
+// 100 by default): n must be >= 1000. Default: DefaultTrimLimit.
+func WithTrimLimit(n int) Option {
+	return func(o *options) error {
+		if n < 1000 {
+			return fmt.Errorf("WithTrimLimit: must be >= 1000, got %d", n)
+		}
+		o.trimLimit = int64(n)
 		return nil
 	}
 }

@@ -202,6 +202,7 @@ func TestNewPanicsOnInvalidOption(t *testing.T) {
 	for name, opt := range map[string]stream.Option{
 		"block":        stream.WithBlock(0),
 		"reclaimCount": stream.WithReclaimCount(0),
+		"trimLimit":    stream.WithTrimLimit(999),
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

@@ -45,7 +45,7 @@ func New(client rueidis.Client, stream, group, consumer string, opts ...Option) 
 	case consumer == "":
 		panic("stream: New: empty consumer name")
 	}
-	o := options{block: DefaultBlock, reclaimCount: DefaultReclaimCount}
+	o := options{block: DefaultBlock, reclaimCount: DefaultReclaimCount, trimLimit: DefaultTrimLimit}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			panic("stream: " + err.Error())

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,8 @@ func TestCLIDLQ(t *testing.T) {
 		{name: "dlq_ls_handler", args: []string{"dlq", "ls", "--handler", "orders.charge"}},
 		{name: "dlq_ls_malformed", args: []string{"dlq", "ls", "--app=-"}},
 		{name: "dlq_ls_limit", args: []string{"dlq", "ls", "--limit", "2"}},
+		{name: "dlq_ls_keep_forever", args: []string{"dlq", "ls", "--dlq-retention", "0"}},
+		{name: "dlq_ls_bad_retention", args: []string{"dlq", "ls", "--dlq-retention=-1h"}, code: exitUsage},
 		{name: "dlq_ls_none", args: []string{"dlq", "ls", "--app", "none", "--since", "2h"}},
 		{name: "dlq_ls_bad_since", args: []string{"dlq", "ls", "--since", "yesterday"}, code: exitUsage},
 		{name: "dlq_ls_bad_limit", args: []string{"dlq", "ls", "--limit", "-1"}, code: exitUsage},
@@ -211,6 +214,71 @@ func TestCLIDLQSince(t *testing.T) {
 	r := f.relay("", "dlq", "rm", "--all", "--since", "30m", "--yes")
 	if r.code != exitOK || !strings.Contains(r.stdout, "Deleted 1 entry (since 30m)") || slices.Contains(f.ids(), newID) || !slices.Contains(f.ids(), oldID) {
 		t.Errorf("rm --all --since 30m: exit %d, stdout %q, left %v", r.code, r.stdout, f.ids())
+	}
+}
+
+// TestCLIDLQExpires: ls and inspect show when the retention removes each
+// entry, from the time in its id; REDIS_DLQ_RETENTION sets the retention
+// like --dlq-retention, and 0 keeps entries forever.
+func TestCLIDLQExpires(t *testing.T) {
+	isolateEnv(t)
+	f := newDLQFixture(t)
+	nowMS := time.Now().UnixMilli()
+	day := 24 * time.Hour.Milliseconds()
+	half := 30 * time.Minute.Milliseconds()                         // a margin for the test's own run time
+	soonID := strconv.FormatInt(nowMS-13*day-day/2+half, 10) + "-0" // expires in 12h30m
+	laterID := strconv.FormatInt(nowMS-day+half, 10) + "-0"         // expires in 13d and 30m
+	for _, id := range []string{soonID, laterID} {
+		f.seed(id, dlq.Entry{OriginalID: "1-1", App: "shop", Handler: "refunds.run", Event: `{}`, Reason: "r", HandlerAttempts: 1, Timestamp: time.Now()})
+	}
+	expiresOf := func(t *testing.T, args ...string) map[string]string {
+		t.Helper()
+		r := f.relay("", append([]string{"dlq", "ls"}, args...)...)
+		if r.code != exitOK {
+			t.Fatalf("%v: exit %d, stderr %s", args, r.code, r.stderr)
+		}
+		out := map[string]string{}
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		col := strings.Index(lines[0], "EXPIRES")
+		for _, l := range lines[1:] {
+			v := strings.Fields(l[col:])
+			if v[0] == "in" {
+				v[0] += " " + v[1]
+			}
+			out[strings.Fields(l)[0]] = v[0]
+		}
+		return out
+	}
+	got := expiresOf(t)
+	if got[soonID] != "in 12h" || got[laterID] != "in 13d" || got[idRefund] != "due" {
+		t.Errorf("EXPIRES with the default retention: %v", got)
+	}
+	// The default is the workers' default.
+	r := f.relay("", "dlq", "ls", "--json")
+	var es []dlqJSON
+	if err := json.Unmarshal([]byte(r.stdout), &es); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		ms, _, _ := strings.Cut(e.ID, "-")
+		n, _ := strconv.ParseInt(ms, 10, 64)
+		if want := time.UnixMilli(n).Add(dlq.DefaultRetention).UTC().Format(time.RFC3339Nano); e.Expires != want {
+			t.Errorf("%s: expires %q, want %q", e.ID, e.Expires, want)
+		}
+	}
+	t.Setenv("REDIS_DLQ_RETENTION", "48h")
+	if got := expiresOf(t); got[laterID] != "in 24h" || got[soonID] != "due" {
+		t.Errorf("EXPIRES with REDIS_DLQ_RETENTION=48h: %v", got)
+	}
+
+	r = f.relay("", "dlq", "inspect", laterID, "--json", "--dlq-retention", "0")
+	var e dlqJSON
+	if err := json.Unmarshal([]byte(r.stdout), &e); err != nil || e.Expires != "" || strings.Contains(r.stdout, "expires") {
+		t.Errorf("inspect --json with retention 0: %v, %s", err, r.stdout)
+	}
+	r = f.relay("", "dlq", "inspect", laterID, "--dlq-retention", "24h")
+	if !regexp.MustCompile(`\nExpires: +in 2[89]m \(`).MatchString(r.stdout) {
+		t.Errorf("inspect with 24h:\n%s", r.stdout)
 	}
 }
 

@@ -88,6 +88,42 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
+// DLQRetention is the dead-letter retention the workers apply, which ls
+// and inspect use to show when each entry expires.
+type DLQRetention struct {
+	Retention time.Duration `name:"dlq-retention" env:"REDIS_DLQ_RETENTION" default:"336h" placeholder:"DURATION" help:"The workers' dead-letter retention, to show when each entry expires (0: kept forever)."`
+}
+
+// expires returns when retention removes e, for a table: "in 13d", "due"
+// (the next trim removes it) or "never".
+func (r DLQRetention) expires(e dlq.Entry, now time.Time) string {
+	at := e.Expires(r.Retention)
+	switch {
+	case r.Retention == 0:
+		return "never"
+	case at.IsZero():
+		return "-"
+	case !at.After(now):
+		return "due"
+	}
+	return "in " + age(at.Sub(now))
+}
+
+// expiresJSON is expires as an RFC 3339 time; "" when kept forever.
+func (r DLQRetention) expiresJSON(e dlq.Entry) string {
+	if at := e.Expires(r.Retention); !at.IsZero() {
+		return at.UTC().Format(time.RFC3339Nano)
+	}
+	return ""
+}
+
+func (r DLQRetention) check() error {
+	if r.Retention < 0 {
+		return usagef("--dlq-retention must be >= 0 (0 keeps entries forever), got %s", r.Retention)
+	}
+	return nil
+}
+
 // dlqStore connects to Redis and returns the store of REDIS_STREAM's DLQ,
 // and a function that closes the connection.
 func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
@@ -123,14 +159,15 @@ func nEntries(n int) string {
 
 // DLQLsCmd is `relay dlq ls`.
 type DLQLsCmd struct {
-	DLQFilter `embed:""`
-	Limit     int  `default:"100" help:"At most this many entries (0: all)."`
-	JSON      bool `name:"json" help:"Print JSON instead of a table."`
+	DLQFilter    `embed:""`
+	DLQRetention `embed:""`
+	Limit        int  `default:"100" help:"At most this many entries (0: all)."`
+	JSON         bool `name:"json" help:"Print JSON instead of a table."`
 }
 
 // Help shows examples under relay dlq ls --help.
 func (c *DLQLsCmd) Help() string {
-	return `The table shows ID ORIGINAL APP HANDLER ATTEMPTS AGE REASON; AGE is the time since the entry was written. Malformed messages have app and handler "-".
+	return `The table shows ID ORIGINAL APP HANDLER ATTEMPTS AGE EXPIRES REASON; AGE is the time since the entry was written, EXPIRES when the workers' retention (REDIS_DLQ_RETENTION, default 336h) removes it ("due": at their next trim). Malformed messages have app and handler "-".
 
 Examples:
 
@@ -153,19 +190,23 @@ type dlqJSON struct {
 	Timestamp       string `json:"timestamp"`
 	Event           string `json:"event"`
 	Trace           string `json:"trace,omitempty"`
+	Expires         string `json:"expires,omitempty"` // absent when kept forever
 }
 
-func entryJSON(e dlq.Entry) dlqJSON {
+func entryJSON(e dlq.Entry, r DLQRetention) dlqJSON {
 	return dlqJSON{ID: e.ID, OriginalStream: e.OriginalStream, OriginalID: e.OriginalID, Group: e.Group,
 		Consumer: e.Consumer, App: e.App, Handler: e.Handler, HandlerAttempts: e.HandlerAttempts,
 		Deliveries: e.Deliveries, Reason: e.Reason, Timestamp: e.Timestamp.UTC().Format(time.RFC3339Nano),
-		Event: e.Event, Trace: e.Trace}
+		Event: e.Event, Trace: e.Trace, Expires: r.expiresJSON(e)}
 }
 
-// Run lists entries as ID ORIGINAL APP HANDLER ATTEMPTS AGE REASON.
+// Run lists entries as ID ORIGINAL APP HANDLER ATTEMPTS AGE EXPIRES REASON.
 func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	f, err := c.filter(c.Limit)
 	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
 		return err
 	}
 	store, closeStore, err := g.dlqStore(ctx)
@@ -181,13 +222,13 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	case c.JSON:
 		out := make([]dlqJSON, 0, len(entries))
 		for _, e := range entries {
-			out = append(out, entryJSON(e))
+			out = append(out, entryJSON(e, c.DLQRetention))
 		}
 		err = writeJSON(g.stdout, out)
 	case len(entries) == 0:
 		fmt.Fprintf(g.stdout, "No dead-letter entries%s\n", c.describe())
 	default:
-		err = entryTable(g.stdout, entries)
+		err = entryTable(g.stdout, entries, &c.DLQRetention)
 	}
 	if err == nil && c.Limit > 0 && len(entries) == c.Limit {
 		// A note, not an error: the listing itself succeeded.
@@ -196,19 +237,30 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	return err
 }
 
-func entryTable(w io.Writer, entries []dlq.Entry) error {
+// entryTable lists entries; with a retention, an EXPIRES column too.
+func entryTable(w io.Writer, entries []dlq.Entry, r *DLQRetention) error {
+	header := []string{"ID", "ORIGINAL", "APP", "HANDLER", "ATTEMPTS", "AGE"}
+	if r != nil {
+		header = append(header, "EXPIRES")
+	}
+	header = append(header, "REASON")
+	now := time.Now()
 	rows := make([][]string, 0, len(entries))
 	for _, e := range entries {
-		rows = append(rows, []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts),
-			age(time.Since(e.Timestamp)), oneLine(e.Reason, 60)})
+		row := []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts), age(now.Sub(e.Timestamp))}
+		if r != nil {
+			row = append(row, r.expires(e, now))
+		}
+		rows = append(rows, append(row, oneLine(e.Reason, 60)))
 	}
-	return table(w, []string{"ID", "ORIGINAL", "APP", "HANDLER", "ATTEMPTS", "AGE", "REASON"}, rows)
+	return table(w, header, rows)
 }
 
 // DLQInspectCmd is `relay dlq inspect ID`.
 type DLQInspectCmd struct {
-	ID   string `arg:"" help:"Entry ID (the ID column of relay dlq ls)."`
-	JSON bool   `name:"json" help:"Print JSON instead of text."`
+	ID           string `arg:"" help:"Entry ID (the ID column of relay dlq ls)."`
+	JSON         bool   `name:"json" help:"Print JSON instead of text."`
+	DLQRetention `embed:""`
 }
 
 // Help shows examples under relay dlq inspect --help.
@@ -221,6 +273,9 @@ func (c *DLQInspectCmd) Help() string {
 
 // Run prints every field of the entry and its event, pretty-printed.
 func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
+	if err := c.check(); err != nil {
+		return err
+	}
 	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
@@ -231,11 +286,15 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 		return notFound(store, err, c.ID)
 	}
 	if c.JSON {
-		return writeJSON(g.stdout, entryJSON(e))
+		return writeJSON(g.stdout, entryJSON(e, c.DLQRetention))
 	}
 	written := "-"
 	if !e.Timestamp.IsZero() {
 		written = fmt.Sprintf("%s ago (%s)", age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
+	}
+	expires := c.expires(e, time.Now())
+	if at := e.Expires(c.Retention); !at.IsZero() {
+		expires += " (" + at.UTC().Format(time.RFC3339) + ")"
 	}
 	trace := e.Trace
 	if trace == "" {
@@ -243,6 +302,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	rows := [][]string{
 		{"Written:", written},
+		{"Expires:", expires},
 		{"Original stream:", e.OriginalStream},
 		{"Original ID:", e.OriginalID},
 		{"Group:", e.Group},
@@ -528,7 +588,7 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	if !c.Yes {
-		if err := entryTable(g.stdout, entries); err != nil {
+		if err := entryTable(g.stdout, entries, nil); err != nil {
 			return err
 		}
 		fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))

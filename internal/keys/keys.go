@@ -21,6 +21,26 @@ func Invocation(stream, group, messageID string) string {
 	return prefix + "invocation:" + Escape(stream) + ":" + Escape(group) + ":" + Escape(messageID)
 }
 
+// InvocationPattern is a SCAN MATCH glob for every invocation hash of
+// stream and group: the prefix of Invocation with the glob's special
+// characters ('*', '?', '[', ']', '\') backslash-escaped, then "*".
+func InvocationPattern(stream, group string) string {
+	return globEscaper.Replace(Invocation(stream, group, "")) + "*"
+}
+
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
+
+// InvocationMessageID returns the message id of key, an invocation hash
+// of stream and group, and whether key is one: false for any other key,
+// and for one whose id part would not be built back into key.
+func InvocationMessageID(stream, group, key string) (string, bool) {
+	id, ok := strings.CutPrefix(key, Invocation(stream, group, ""))
+	if !ok || id == "" || Invocation(stream, group, id) != key {
+		return "", false
+	}
+	return id, true
+}
+
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 

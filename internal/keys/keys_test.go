@@ -17,6 +17,8 @@ func TestKeys(t *testing.T) {
 		{ScheduleOccurrence("events", "billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
 		{ScheduleOccurrence("{orders}.in", "billing", "nightly", at), "relay:schedule:{orders}:billing:nightly:2026-03-08T06:00:00Z"},
 		{Stats("events", "workers"), "relay:stats:events:workers"},
+		{InvocationPattern("{orders}", "relay"), "relay:invocation:{orders}:relay:*"},
+		{InvocationPattern(`a*b?[c]\d`, "g:1"), `relay:invocation:a\*b\?\[c\]\\d:g%3A1:*`},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
@@ -103,5 +105,25 @@ func TestCheckClusterLayout(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestInvocationMessageID(t *testing.T) {
+	for _, c := range []struct {
+		key, id string
+		ok      bool
+	}{
+		{Invocation("{orders}", "relay", "1700000000000-0"), "1700000000000-0", true},
+		{Invocation("{orders}", "relay", ""), "", false},
+		{Invocation("{orders}", "other", "1-0"), "", false},
+		{Invocation("{orders}", "relay:x", "1-0"), "", false}, // another group, "relay%3Ax"
+		{Invocation("{orders}", "relay", "1-0") + ":x", "", false},
+		{"relay:invocation:{orders}:relay:1%3A0", "", false}, // not built by Invocation
+		{Stats("{orders}", "relay"), "", false},
+	} {
+		id, ok := InvocationMessageID("{orders}", "relay", c.key)
+		if id != c.id || ok != c.ok {
+			t.Errorf("InvocationMessageID(%q) = %q, %v; want %q, %v", c.key, id, ok, c.id, c.ok)
+		}
 	}
 }

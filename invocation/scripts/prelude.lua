@@ -50,3 +50,18 @@ end
 local function prev_trace(key, field)
   return redis.call('HGET', key, trace_field(field)) or ''
 end
+
+-- retain switches key to terminal retention (retain.lua, retain_acked.lua):
+-- it sets __terminal and a TTL of ttl_ms, creating the hash if it is
+-- missing, and returns 1. On a hash already retained it changes nothing
+-- but a TTL removed from outside, put back (a running TTL is never
+-- extended), and returns 4.
+local function retain(key, ttl_ms)
+  if redis.call('HEXISTS', key, '__terminal') == 1 then
+    redis.call('PEXPIRE', key, ttl_ms, 'NX')
+    return 4
+  end
+  redis.call('HSET', key, '__terminal', '1')
+  redis.call('PEXPIRE', key, ttl_ms)
+  return 1
+end

@@ -7,19 +7,11 @@
 -- Sets __terminal and a TTL of ttl, creating the hash if it is missing so
 -- that late transitions of stale deliveries stay inert. Once __terminal is
 -- set nothing changes: a running TTL is kept (a repeated Retain cannot
--- extend it); only a TTL removed from outside is put back.
+-- extend it); only a TTL removed from outside is put back (prelude.lua
+-- retain).
 --
 -- Returns {code}:
 --   {1}  retained now
 --   {4}  already retained
 
-local key = KEYS[1]
-
-if redis.call('HEXISTS', key, '__terminal') == 1 then
-  redis.call('PEXPIRE', key, ARGV[1], 'NX')
-  return {4}
-end
-
-redis.call('HSET', key, '__terminal', '1')
-redis.call('PEXPIRE', key, ARGV[1])
-return {1}
+return {retain(KEYS[1], ARGV[1])}

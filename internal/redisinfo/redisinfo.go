@@ -1,0 +1,110 @@
+// Package redisinfo reads facts about the Redis servers a client talks to
+// that Relay's guarantees depend on, for relay start and relay health to
+// warn about (docs/operations.md "Redis memory").
+//
+// It reads INFO, not CONFIG GET, since managed Redis services often
+// disable CONFIG. It never changes a server and never closes the client.
+package redisinfo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// NoEviction is the maxmemory-policy under which Redis refuses writes
+// instead of evicting keys when it reaches maxmemory.
+const NoEviction = "noeviction"
+
+// Memory is the memory policy of one Redis server (INFO memory).
+type Memory struct {
+	// Addr is the server's address as the client knows it.
+	Addr string
+	// Policy is maxmemory_policy, for example "noeviction" or
+	// "allkeys-lru".
+	Policy string
+	// MaxMemory is maxmemory in bytes; 0 means no limit.
+	MaxMemory int64
+}
+
+// Evicts reports whether the server may evict keys to stay under
+// maxmemory: any policy but noeviction. Eviction can remove a stream, a
+// pending message's invocation state or a dead-letter marker, which
+// breaks Relay's delivery guarantees; volatile-* policies evict only keys
+// with a TTL (retained invocation state, dedup markers), which weakens
+// them. With noeviction a full Redis refuses writes and Relay fails
+// closed: messages stay pending until memory is freed.
+func (m Memory) Evicts() bool { return m.Policy != NoEviction }
+
+func (m Memory) String() string {
+	limit := "no maxmemory"
+	if m.MaxMemory > 0 {
+		limit = "maxmemory " + strconv.FormatInt(m.MaxMemory, 10) + " bytes"
+	}
+	return fmt.Sprintf("%s: maxmemory-policy %s, %s", m.Addr, m.Policy, limit)
+}
+
+// MemoryPolicies returns the memory policy of every server client knows
+// (client.Nodes(): the server, the Sentinel master, or every node of a
+// Cluster), sorted by address. The error names the servers whose INFO
+// memory could not be read; what was read is returned with it.
+func MemoryPolicies(ctx context.Context, client rueidis.Client) ([]Memory, error) {
+	nodes := client.Nodes()
+	var out []Memory
+	var errs []error
+	for _, addr := range slices.Sorted(maps.Keys(nodes)) {
+		n := nodes[addr]
+		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("redisinfo: INFO memory on %s: %w", addr, err))
+			continue
+		}
+		m, err := ParseMemory(info)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("redisinfo: INFO memory on %s: %w", addr, err))
+			continue
+		}
+		m.Addr = addr
+		out = append(out, m)
+	}
+	return out, errors.Join(errs...)
+}
+
+// Evicting returns the servers of MemoryPolicies that may evict keys.
+func Evicting(ctx context.Context, client rueidis.Client) ([]Memory, error) {
+	all, err := MemoryPolicies(ctx, client)
+	return slices.DeleteFunc(all, func(m Memory) bool { return !m.Evicts() }), err
+}
+
+// ParseMemory reads maxmemory_policy and maxmemory from the text of INFO
+// memory ("field:value" lines). Addr is left empty.
+func ParseMemory(info string) (Memory, error) {
+	var m Memory
+	var havePolicy, haveMax bool
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "maxmemory_policy":
+			m.Policy, havePolicy = v, true
+		case "maxmemory":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return Memory{}, fmt.Errorf("maxmemory %q: %w", v, err)
+			}
+			m.MaxMemory, haveMax = n, true
+		}
+	}
+	if !havePolicy || !haveMax {
+		return Memory{}, errors.New("no maxmemory_policy or maxmemory field")
+	}
+	return m, nil
+}

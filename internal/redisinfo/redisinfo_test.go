@@ -1,0 +1,89 @@
+package redisinfo_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/redisinfo"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/topology"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+func configSet(t *testing.T, c rueidis.Client, kv ...string) {
+	t.Helper()
+	for i := 0; i < len(kv); i += 2 {
+		if err := c.Do(t.Context(), c.B().ConfigSet().ParameterValue().ParameterValue(kv[i], kv[i+1]).Build()).Error(); err != nil {
+			t.Fatalf("CONFIG SET %s %s: %v", kv[i], kv[i+1], err)
+		}
+	}
+}
+
+// TestMemoryPolicies reads the policy a private server has, before and
+// after CONFIG SET changes it.
+func TestMemoryPolicies(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	c := redistest.Connect(t, srv.Addr)
+	got, err := redisinfo.MemoryPolicies(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]redisinfo.Memory{{Addr: srv.Addr, Policy: "noeviction"}}, got); diff != "" {
+		t.Errorf("default server (-want +got):\n%s", diff)
+	}
+	if ev, err := redisinfo.Evicting(t.Context(), c); err != nil || len(ev) != 0 {
+		t.Errorf("Evicting = %v, %v; want none", ev, err)
+	}
+
+	configSet(t, c, "maxmemory-policy", "allkeys-lru", "maxmemory", "104857600")
+	ev, err := redisinfo.Evicting(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []redisinfo.Memory{{Addr: srv.Addr, Policy: "allkeys-lru", MaxMemory: 100 << 20}}
+	if diff := cmp.Diff(want, ev); diff != "" {
+		t.Errorf("after CONFIG SET (-want +got):\n%s", diff)
+	}
+	if s := ev[0].String(); s != srv.Addr+": maxmemory-policy allkeys-lru, maxmemory 104857600 bytes" {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+// TestEvictingCluster finds the one node of a cluster that may evict.
+func TestEvictingCluster(t *testing.T) {
+	cl := topology.NewCluster(t)
+	c := topology.Connect(t, cl.ClientOption())
+	all, err := redisinfo.MemoryPolicies(t.Context(), c)
+	if err != nil || len(all) < 3 {
+		t.Fatalf("MemoryPolicies = %v, %v; want every node", all, err)
+	}
+	one := all[1].Addr
+	// A client of that node alone: rueidis would find the cluster again.
+	node := topology.Connect(t, rueidis.ClientOption{InitAddress: []string{one}, ForceSingleClient: true, DisableCache: true})
+	configSet(t, node, "maxmemory-policy", "volatile-lru")
+	ev, err := redisinfo.Evicting(t.Context(), c)
+	if err != nil || len(ev) != 1 || ev[0].Addr != one || ev[0].Policy != "volatile-lru" {
+		t.Errorf("Evicting = %v, %v; want only %s with volatile-lru", ev, err, one)
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	for name, c := range map[string]struct {
+		info string
+		want redisinfo.Memory
+		ok   bool
+	}{
+		"info":     {"# Memory\r\nused_memory:1000\r\nmaxmemory:0\r\nmaxmemory_human:0B\r\nmaxmemory_policy:noeviction\r\n", redisinfo.Memory{Policy: "noeviction"}, true},
+		"verbatim": {"txt:# Memory\r\nmaxmemory:5\r\nmaxmemory_policy:allkeys-lfu\r\n", redisinfo.Memory{Policy: "allkeys-lfu", MaxMemory: 5}, true},
+		"missing":  {"# Memory\r\nused_memory:1000\r\n", redisinfo.Memory{}, false},
+		"bad":      {"maxmemory:x\r\nmaxmemory_policy:noeviction\r\n", redisinfo.Memory{}, false},
+	} {
+		got, err := redisinfo.ParseMemory(c.info)
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("%s: ParseMemory = %+v, %v; want %+v, ok %v", name, got, err, c.want, c.ok)
+		}
+	}
+}
