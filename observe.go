@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/runtime"
@@ -104,9 +105,12 @@ func ran(r Result) bool {
 	return r == ResultSuccess || r == ResultFailure || r == ResultTimeout || r == ResultOOM
 }
 
-// statsObserver counts in the cluster-wide stats hash
-// (docs/delivery.md#cluster-wide-counters).
-type statsObserver struct{ r *stats.Recorder }
+// statsObserver counts in the cluster-wide stats hash and adds outcomes to
+// the feed relay console tails (docs/delivery.md#cluster-wide-counters).
+type statsObserver struct {
+	r        *stats.Recorder
+	consumer string
+}
 
 func (so statsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
 	switch ev.kind {
@@ -121,7 +125,7 @@ func (so statsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
 	}
 }
 
-func (so statsObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
+func (so statsObserver) invocation(_ context.Context, d *delivery, o Outcome) {
 	if o.Lost > 0 {
 		so.r.Add(stats.Failures)
 	}
@@ -137,6 +141,33 @@ func (so statsObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
 	if o.DLQID != "" {
 		so.r.Add(stats.DLQEntries)
 	}
+	if outcome := feedOutcome(o); outcome != "" {
+		ev := stats.Event{
+			Time: time.Now(), Consumer: so.consumer, MessageID: d.msg.ID, App: o.App, Handler: o.Handler,
+			Outcome: outcome, Result: string(o.Result), Attempt: o.Attempt, MaxAttempts: o.MaxAttempts,
+			Duration: o.Duration, Reason: o.Reason, DLQID: o.DLQID,
+		}
+		if ev.Reason == "" && o.Err != nil {
+			ev.Reason = o.Err.Error()
+		}
+		so.r.Record(ev)
+	}
+}
+
+// feedOutcome is how the feed names o, or "" for an outcome it leaves out
+// (nothing ran and nothing was dead-lettered).
+func feedOutcome(o Outcome) string {
+	switch {
+	case o.Kind == Succeeded:
+		return "succeeded"
+	case o.Kind == Retrying:
+		return "failed"
+	case o.Kind == DeadLettered:
+		return "dead-lettered"
+	case o.Result != "":
+		return "error"
+	}
+	return ""
 }
 
 // spanObserver ends an attempt's function.invoke span with its result

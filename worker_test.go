@@ -148,6 +148,12 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	if err != nil || c.Received != 1 || c.Successes < 2 {
 		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
 	}
+	// The feed relay console tails has the event's outcome.
+	feed, err := stats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
+	if err != nil || len(feed) != 1 || feed[0].MessageID != ids[h.streams[1]] || feed[0].Outcome != "succeeded" ||
+		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
+		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)
+	}
 	mfs, err := h.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 // Package stats keeps the cluster-wide delivery counters of one stream and
 // consumer group in Redis, the numbers relay stats shows
-// (docs/delivery.md#cluster-wide-counters).
+// (docs/delivery.md#cluster-wide-counters), and a sampled feed of recent
+// invocation outcomes that relay console tails.
 //
 // Every worker counts in memory (Recorder.Add never waits for Redis or
 // fails) and adds its counts to one hash every second (Recorder.Flush);
@@ -110,14 +111,16 @@ func Read(ctx context.Context, client rueidis.Client, stream, group string) (Cou
 // message. Counts that could not be written are kept for the next flush.
 // A nil *Recorder counts nothing.
 type Recorder struct {
-	client rueidis.Client
-	key    string
-	counts [numCounters]atomic.Int64
+	client  rueidis.Client
+	key     string
+	feedKey string
+	counts  [numCounters]atomic.Int64
+	feed    feedBuffer
 }
 
 // NewRecorder returns a Recorder of stream and group's counters.
 func NewRecorder(client rueidis.Client, stream, group string) *Recorder {
-	return &Recorder{client: client, key: keys.Stats(stream, group)}
+	return &Recorder{client: client, key: keys.Stats(stream, group), feedKey: keys.Feed(stream, group)}
 }
 
 // Add counts one more of c.
@@ -128,10 +131,11 @@ func (r *Recorder) Add(c Counter) {
 }
 
 // Flush adds the counts taken so far to the hash (one HINCRBY per non-zero
-// counter, pipelined). A counter whose HINCRBY failed is put back. A reply
-// lost after Redis applied it can count twice: these are statistics. Run
-// it under a context that a stop does not cancel mid-call, or counts that
-// Redis applied are put back and added twice.
+// counter) and the events recorded to the feed, in one pipelined round
+// trip. A counter whose HINCRBY failed is put back; feed events are not
+// retried. A reply lost after Redis applied it can count twice: these are
+// statistics. Run it under a context that a stop does not cancel mid-call,
+// or counts that Redis applied are put back and added twice.
 func (r *Recorder) Flush(ctx context.Context) error {
 	if r == nil {
 		return nil
@@ -146,13 +150,17 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			cmds = append(cmds, r.client.B().Hincrby().Key(r.key).Field(fields[c]).Increment(n).Build())
 		}
 	}
+	counted := len(cmds)
+	cmds = append(cmds, r.takeFeed()...)
 	if len(cmds) == 0 {
 		return nil
 	}
 	var errs []error
 	for i, res := range r.client.DoMulti(ctx, cmds...) {
 		if err := res.Error(); err != nil {
-			r.counts[taken[i]].Add(deltas[i])
+			if i < counted {
+				r.counts[taken[i]].Add(deltas[i])
+			}
 			errs = append(errs, err)
 		}
 	}

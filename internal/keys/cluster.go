@@ -66,6 +66,7 @@ func derived(stream, group string) []string {
 		DLQ(stream),
 		Invocation(stream, group, "0-0"),
 		Stats(stream, group),
+		Feed(stream, group),
 		ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),
 	}
 }

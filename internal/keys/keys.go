@@ -68,6 +68,12 @@ func ScheduleOccurrence(stream, app, schedule string, at time.Time) string {
 	return prefix + "schedule:" + tag + app + ":" + schedule + ":" + at.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
+// Feed is the capped stream of recent invocation outcomes of one stream
+// and group, which relay console tails: relay:feed:<stream>:<group>.
+func Feed(stream, group string) string {
+	return prefix + "feed:" + Escape(stream) + ":" + Escape(group)
+}
+
 // HashTag returns the Redis Cluster hash tag of key: the text between the
 // first '{' and the first '}' after it, when that text is not empty. Only
 // that text is hashed, so keys with the same tag share a slot.

@@ -17,6 +17,8 @@ func TestKeys(t *testing.T) {
 		{ScheduleOccurrence("events", "billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
 		{ScheduleOccurrence("{orders}.in", "billing", "nightly", at), "relay:schedule:{orders}:billing:nightly:2026-03-08T06:00:00Z"},
 		{Stats("events", "workers"), "relay:stats:events:workers"},
+		{Feed("events", "workers"), "relay:feed:events:workers"},
+		{Feed("a:b", "g%"), "relay:feed:a%3Ab:g%25"},
 		{InvocationPattern("{orders}", "relay"), "relay:invocation:{orders}:relay:*"},
 		{InvocationPattern(`a*b?[c]\d`, "g:1"), `relay:invocation:a\*b\?\[c\]\\d:g%3A1:*`},
 	} {
