@@ -46,6 +46,9 @@ const (
 	// outcome (state, dead-letter entry, acknowledgement), so a Redis
 	// restart as a handler finishes does not lose its result.
 	DefaultWriteTimeout = 10 * time.Second
+	// DefaultMaxEventBytes is the largest "event" field decoded
+	// (MAX_EVENT_BYTES); a larger one is dead-lettered undecoded.
+	DefaultMaxEventBytes = 1 << 20
 	// DefaultStatsInterval is how often an Engine adds what it counted to
 	// the cluster-wide counters (Config.Stats).
 	DefaultStatsInterval = stats.DefaultFlushInterval
@@ -121,6 +124,11 @@ type Config struct {
 	// StatsInterval is how often Stats is flushed. Default:
 	// DefaultStatsInterval.
 	StatsInterval time.Duration
+	// MaxEventBytes bounds the "event" field the Engine decodes; a larger
+	// event is dead-lettered once, undecoded, with a summary in place of
+	// its payload, and acknowledged (docs/delivery.md#oversized-events).
+	// Default: DefaultMaxEventBytes; a negative value means no limit.
+	MaxEventBytes int
 }
 
 // withDefaults returns c with every zero field set, or an error naming each
@@ -172,6 +180,9 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.Retention, DefaultRetention)
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
+	if c.MaxEventBytes == 0 {
+		c.MaxEventBytes = DefaultMaxEventBytes
+	}
 	if c.HeartbeatInterval >= c.MinPendingIdle {
 		return c, fmt.Errorf("relay: Config.HeartbeatInterval: %s must be shorter than MinPendingIdle %s", c.HeartbeatInterval, c.MinPendingIdle)
 	}

@@ -45,12 +45,19 @@ func (e *Engine) deliver(ctx, runCtx context.Context, msg stream.Message) {
 	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load()}
 	ctx = e.startMessage(ctx, d)
 	var v verdict
-	switch c := classify(msg); c.kind {
+	switch c := classify(msg, e.cfg.MaxEventBytes); c.kind {
 	case classOccurrence:
 		v = e.occurrence(ctx, runCtx, d, c)
 	case classMalformed:
 		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
 		v = e.malformed(ctx, d, c.reason)
+	case classOversized:
+		// The payload goes nowhere: not into the DLQ entry, a log line or
+		// a span.
+		d.event = c.summary
+		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
+		e.obs.message(ctx, d, msgEvent{kind: msgOversized, reason: c.reason})
+		v = verdict{outcomes: []Outcome{e.report(ctx, d, e.deadLetterMessage(ctx, d, c.reason))}, hasState: true}
 	default:
 		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
 		v = e.event(ctx, runCtx, d)

@@ -86,6 +86,7 @@ type timing struct {
 	shutdownTimeout time.Duration
 	concurrencyWait time.Duration
 	writeTimeout    time.Duration
+	maxEventBytes   int
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
@@ -105,8 +106,11 @@ func fastConfig(mods ...func(*timing)) relay.Config {
 		ConcurrencyWait:   tm.concurrencyWait,
 		ShutdownTimeout:   tm.shutdownTimeout,
 		WriteTimeout:      tm.writeTimeout,
+		MaxEventBytes:     tm.maxEventBytes,
 	}
 }
+
+func maxEventBytes(n int) func(*timing) { return func(tm *timing) { tm.maxEventBytes = n } }
 
 func writeTimeout(d time.Duration) func(*timing) { return func(tm *timing) { tm.writeTimeout = d } }
 

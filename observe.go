@@ -23,6 +23,7 @@ const (
 	msgMatched                     // it matched at least one rule, or has unfinished invocations
 	msgUnmatched                   // it matched nothing
 	msgMalformed                   // it is not a JSON object (reason)
+	msgOversized                   // its event is larger than MaxEventBytes (reason)
 	msgObsolete                    // a schedule occurrence whose app or schedule is gone (reason)
 	msgHeld                        // it stays pending (hold)
 	msgAcked                       // it was acknowledged
@@ -73,6 +74,8 @@ func (mo metricsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
 		mo.m.unmatched.Inc()
 	case msgMalformed:
 		mo.m.malformed.Inc()
+	case msgOversized:
+		mo.m.oversized.Inc()
 	}
 }
 
@@ -120,7 +123,7 @@ func (so statsObserver) message(_ context.Context, _ *delivery, ev msgEvent) {
 		so.r.Add(stats.Matched)
 	case msgUnmatched:
 		so.r.Add(stats.Unmatched)
-	case msgMalformed:
+	case msgMalformed, msgOversized:
 		so.r.Add(stats.Malformed)
 	}
 }
@@ -191,6 +194,8 @@ func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 	switch ev.kind {
 	case msgMalformed:
 		lo.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", attrs(slog.String("reason", ev.reason))...)
+	case msgOversized:
+		lo.log.LogAttrs(ctx, slog.LevelWarn, "oversized event; dead-lettering it without decoding", attrs(slog.String("reason", ev.reason))...)
 	case msgUnmatched:
 		lo.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", attrs()...)
 	case msgObsolete:

@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stats"
@@ -79,6 +80,24 @@ type WorkerConfig struct {
 	// ScheduleOptions are passed to every schedule.Scheduler the worker
 	// runs (after its own), so tests can shrink its timings.
 	ScheduleOptions []schedule.Option
+	// ReloadInterval is how often the apps are rescanned even when the
+	// AppSource reported no change (docs/apps.md#changing-apps). Default:
+	// DefaultReloadInterval.
+	ReloadInterval time.Duration
+	// StreamRetention is how long an entry stays in each source stream once
+	// no consumer group needs it; entries still pending or not yet
+	// delivered to any group are never removed (docs/operations.md#retention).
+	// Default: DefaultStreamRetention; Disabled keeps every entry.
+	StreamRetention time.Duration
+	// DLQRetention is how long a dead-letter entry is kept. Default:
+	// DefaultDLQRetention; Disabled keeps every entry.
+	DLQRetention time.Duration
+	// RetentionInterval is how often the streams and dead-letter streams
+	// are trimmed. Default: DefaultRetentionInterval.
+	RetentionInterval time.Duration
+	// JanitorInterval is how often the scan for leaked invocation state
+	// takes a step. Default: DefaultJanitorInterval.
+	JanitorInterval time.Duration
 	// Config holds the tunables of every stream's Engine. MaxConcurrency
 	// and each app's concurrency bound the worker as a whole, whatever the
 	// number of streams; with several streams, metrics carry a stream
@@ -88,18 +107,23 @@ type WorkerConfig struct {
 
 // Worker runs what one relay start process runs (docs/operations.md): an
 // Engine per stream sharing one concurrency Limiter, the Scheduler of
-// every app's schedules publishing into the first stream, and one sweeper
-// of the Runner's leftovers. Create it with NewWorker and run it with Run.
+// every app's schedules publishing into the first stream, one sweeper of the
+// Runner's leftovers, the reload of changed apps, and per stream the
+// retention of the stream and its dead-letter stream and the janitor of
+// leaked invocation state. Create it with NewWorker and run it with Run.
 // Safe for concurrent use.
 type Worker struct {
-	cfg         WorkerConfig
-	log         *slog.Logger
-	engines     []*Engine
-	sources     []*stream.Source
-	scheduleObs func(schedule.Spec, time.Time, schedule.Result)
-	ran         atomic.Bool
-	mu          sync.Mutex
-	apps        *app.Set
+	cfg          WorkerConfig
+	log          *slog.Logger
+	engines      []*Engine
+	streams      []streamParts
+	scheduleObs  func(schedule.Spec, time.Time, schedule.Result)
+	reloadErrors *prometheus.CounterVec
+	// reloads holds a pending request to reload (Reload).
+	reloads chan struct{}
+	ran     atomic.Bool
+	mu      sync.Mutex
+	apps    *app.Set
 }
 
 // NewWorker validates cfg and builds the Worker's Engines, registering
@@ -119,8 +143,13 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.Streams: %q is empty or listed twice", s))
 		}
 	}
-	if cfg.SweepInterval < 0 {
-		errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.SweepInterval: must be >= 0, got %s", cfg.SweepInterval))
+	for name, d := range map[string]time.Duration{
+		"SweepInterval": cfg.SweepInterval, "ReloadInterval": cfg.ReloadInterval,
+		"RetentionInterval": cfg.RetentionInterval, "JanitorInterval": cfg.JanitorInterval,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.%s: must be >= 0, got %s", name, d))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -132,8 +161,17 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		cfg.Consumer = h
 	}
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&cfg.SweepInterval, DefaultSweepInterval}, {&cfg.ReloadInterval, DefaultReloadInterval},
+		{&cfg.RetentionInterval, DefaultRetentionInterval}, {&cfg.JanitorInterval, DefaultJanitorInterval},
+		{&cfg.StreamRetention, DefaultStreamRetention}, {&cfg.DLQRetention, DefaultDLQRetention},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	if cfg.Limiter == nil {
 		n := cfg.MaxConcurrency
@@ -146,7 +184,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		cfg.Limiter = l
 	}
-	w := &Worker{cfg: cfg}
+	w := &Worker{cfg: cfg, reloads: make(chan struct{}, 1)}
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
@@ -156,6 +194,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		return nil, fmt.Errorf("relay: register schedule metrics: %w", err)
 	}
 	w.scheduleObs = sm.Observe
+	w.reloadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "app_reload_errors_total",
+		Help: "Reloads that found an app's template invalid (its previous version, if any, keeps serving)."}, []string{"app"})
+	if err := reg.Register(w.reloadErrors); err != nil {
+		return nil, fmt.Errorf("relay: register reload metrics: %w", err)
+	}
 	empty, _ := app.NewSet()
 	for _, name := range cfg.Streams {
 		ecfg := cfg.Config
@@ -167,8 +210,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer)
 		store := invocation.New(cfg.Redis)
+		dlqw := dlq.NewWriter(cfg.Redis, name)
 		e, err := NewEngine(empty, Components{
-			Source: src, State: store, Runner: cfg.Runner, DLQ: dlq.NewWriter(cfg.Redis, name),
+			Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
 			// The source and the store share the client: XACK and the switch
 			// to retention go in one round trip.
 			AckRetainer: store,
@@ -178,7 +222,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			return nil, fmt.Errorf("relay: NewWorker: stream %s: %w", name, err)
 		}
 		w.engines = append(w.engines, e)
-		w.sources = append(w.sources, src)
+		w.streams = append(w.streams, streamParts{engine: e, source: src, dlq: dlqw, state: store})
 	}
 	w.log = w.engines[0].cfg.Logger
 	return w, nil
@@ -205,39 +249,46 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkLayout(ctx); err != nil {
 		return err
 	}
-	w.setApps(ctx, apps)
-	sched, err := w.scheduler(apps)
-	if err != nil {
-		return err
-	}
+	w.checkMemoryPolicy(ctx)
+	w.logApps(ctx, apps)
+	w.setApps(apps)
 
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	errs := make([]error, len(w.engines)+1)
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		stop()
+	}
 	var parts sync.WaitGroup
-	for i, e := range w.engines {
+	for _, e := range w.engines {
 		parts.Go(func() {
 			if err := e.Run(ctx); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
-				errs[i] = err
-				stop()
+				fail(err)
 			}
 		})
 	}
-	if sched != nil {
-		parts.Go(func() {
-			if err := sched.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				errs[len(w.engines)] = fmt.Errorf("schedules: %w", err)
-				stop()
-			}
-		})
-	}
+	sched := &scheduleRunner{w: w, fail: fail}
+	sched.replace(ctx, apps)
+	defer sched.stop()
+	parts.Go(func() { w.reloadLoop(ctx, sched) })
 	parts.Go(func() { w.sweepLoop(ctx) })
+	for _, p := range w.streams {
+		parts.Go(func() { w.retainLoop(ctx, p) })
+		parts.Go(func() { w.janitorLoop(ctx, p) })
+	}
 	parts.Wait()
+	sched.stop()
+	mu.Lock()
+	defer mu.Unlock()
 	return errors.Join(errs...)
 }
 
-// setApps makes apps the Worker's apps and logs what each app is.
-func (w *Worker) setApps(ctx context.Context, apps *app.Set) {
+// logApps logs what each app is, at start.
+func (w *Worker) logApps(ctx context.Context, apps *app.Set) {
 	for _, a := range apps.List() {
 		if !a.Available() {
 			for _, e := range a.Errors {
@@ -248,6 +299,25 @@ func (w *Worker) setApps(ctx context.Context, apps *app.Set) {
 		w.log.LogAttrs(ctx, slog.LevelInfo, "app loaded", slog.String("app", a.Name),
 			slog.Int("rules", len(a.Rules)), slog.Int("schedules", len(a.Schedules)))
 	}
+}
+
+// checkMemoryPolicy warns when a Redis server may evict keys; a server that
+// does not tell (INFO refused) is logged at debug level.
+func (w *Worker) checkMemoryPolicy(ctx context.Context) {
+	mems, err := redisinfo.MemoryPolicies(ctx, w.cfg.Redis)
+	if err != nil {
+		w.log.LogAttrs(ctx, slog.LevelInfo, "cannot read Redis's maxmemory-policy; make sure it is noeviction", slog.Any("error", err))
+		return
+	}
+	for _, m := range mems {
+		if m.Evicts() {
+			warnEviction(ctx, w.log, m)
+		}
+	}
+}
+
+// setApps makes apps the set every Engine uses for deliveries from now on.
+func (w *Worker) setApps(apps *app.Set) {
 	w.mu.Lock()
 	w.apps = apps
 	w.mu.Unlock()
@@ -332,7 +402,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 		if several {
 			redisName, consumingName = "redis "+e.c.Stream, "consuming "+e.c.Stream
 		}
-		if err := w.sources[i].Ping(ctx); err != nil {
+		if err := w.streams[i].source.Ping(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", redisName, err))
 		}
 		if err := e.Ping(ctx); err != nil {

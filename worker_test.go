@@ -3,7 +3,9 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -29,13 +31,19 @@ type sweepingRunner struct {
 
 func (s *sweepingRunner) Sweep(context.Context) error { s.sweeps.Add(1); return nil }
 
-const workerApp = `
+// workerApp has a rule and a schedule that fires every minute. Schedule
+// dedup keys are not per stream, so each test names its schedule apart
+// (tick-<n>) or another test's occurrence of the same minute would take its
+// place.
+func workerApp() string {
+	return fmt.Sprintf(`
 image: x
 events:
   - {handler: events.created, pattern: {event_name: [INSERT]}}
 schedules:
-  - {name: tick, handler: jobs.tick, cron: "* * * * *"}
-`
+  - {name: tick-%d, handler: jobs.tick, cron: "* * * * *"}
+`, rand.Uint64())
+}
 
 // workerHarness runs a Worker over streams on a private redis-server.
 type workerHarness struct {
@@ -65,10 +73,28 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	cfg.Metrics = h.reg
 	h.cfg = relay.WorkerConfig{
 		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
-		Apps: relay.Static(writeApps(t, map[string]string{"users": workerApp})), Runner: h.runner,
+		Apps: relay.Static(writeApps(t, map[string]string{"users": workerApp()})), Runner: h.runner,
 		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
 	}
 	return h
+}
+
+// counter sums the counter name over every label set in h's registry.
+func (h *workerHarness) counter(name string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // run runs a Worker of h.cfg until the test ends; stop stops it and

@@ -56,6 +56,10 @@ type App struct {
 	// Errors lists every template error, position-sorted; empty when the
 	// app is ready.
 	Errors matcher.ErrorList
+	// Digest identifies the template source the app was loaded from (hex
+	// SHA-256); empty for an app defined in Go. An unchanged template loads
+	// with the same digest, so a reload can tell what changed.
+	Digest string
 	// Incomplete is set when some of the app's event rules could not be
 	// read (the template is unreadable or not valid YAML, or a rule's
 	// pattern is broken). Relay then cannot tell which events the app

@@ -2,6 +2,8 @@ package template
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -99,6 +101,8 @@ func LoadApp(dir string) (a *app.App, ok bool) {
 		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
 		return a, true
 	}
+	sum := sha256.Sum256(src)
+	a.Digest = hex.EncodeToString(sum[:])
 	if len(src) > maxTemplateBytes {
 		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("template is larger than %d bytes", maxTemplateBytes))
 		return a, true

@@ -78,8 +78,8 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 2 ||
-		got.Checks[1].Name != "containerd" || !got.Checks[1].OK || !strings.Contains(got.Checks[1].Detail, cc.DefaultNamespace()) {
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 3 ||
+		got.Checks[2].Name != "containerd" || !got.Checks[2].OK || !strings.Contains(got.Checks[2].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
 }
@@ -203,5 +203,31 @@ events:
 		Successes: 2, Failures: 1, DLQEntries: 2, DLQLength: 2}
 	if got != want {
 		t.Errorf("stats = %+v\nwant    %+v", got, want)
+	}
+}
+
+// TestCLIHealthWarnsOnEviction: a Redis whose maxmemory-policy may evict
+// keys passes the health check with a warning that names the policy and
+// the fix; the exit code stays 0.
+func TestCLIHealthWarnsOnEviction(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "allkeys-lru").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	ready := redistest.Name(t, "events")
+	if err := stream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r := relayCLI(t, "", "health", "--redis-uri", srv.Addr, "--stream", ready, "--group", "workers", "--runner", "process", "--json")
+	var got healthJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy {
+		t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	mem := got.Checks[1]
+	if mem.Name != "redis memory" || !mem.OK || !mem.Warning || !strings.Contains(mem.Detail, "allkeys-lru") ||
+		!strings.Contains(mem.Detail, "noeviction") {
+		t.Errorf("memory check = %+v, want a warning naming allkeys-lru and noeviction", mem)
 	}
 }

@@ -4,9 +4,7 @@ package main
 // metrics this binary registers and reference.md "Observability".
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,19 +12,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/internal/redistest"
 
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
 )
 
 // referenceMetricNames are the Prometheus names reference.md "Observability"
@@ -71,24 +65,6 @@ func (r *metricNames) MustRegister(cs ...prometheus.Collector) {
 
 func (r *metricNames) Unregister(prometheus.Collector) bool { return false }
 
-// unusedComponents is the StreamSource and DLQWriter of an Engine that never runs.
-type unusedComponents struct{}
-
-func (unusedComponents) Read(context.Context, int) ([]stream.Message, error) {
-	return nil, errUnusedComponent
-}
-func (unusedComponents) Reclaim(context.Context, time.Duration, int) ([]stream.Message, []string, bool, error) {
-	return nil, nil, false, errUnusedComponent
-}
-func (unusedComponents) Ack(context.Context, ...string) error       { return errUnusedComponent }
-func (unusedComponents) Heartbeat(context.Context, ...string) error { return errUnusedComponent }
-
-func (unusedComponents) Write(context.Context, dlq.Entry) (string, error) {
-	return "", errUnusedComponent
-}
-
-var errUnusedComponent = errors.New("the engine of this test never runs")
-
 // registeredMetrics returns the relay_ metric names relay start registers on its
 // /metrics registry: an Engine's and the schedule counters. Nothing is run:
 // the components are never called.
@@ -99,19 +75,16 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	r := &metricNames{names: map[string]bool{}}
-	_, err = relay.NewEngine(apps, relay.Components{
-		Source: unusedComponents{}, State: invocation.New(nil),
-		Runner: runtime.NewFunc(nil), DLQ: unusedComponents{},
-		Stream: "events", Group: "relay", Consumer: "c1",
-	}, relay.Config{Metrics: r})
+	// NewWorker registers everything relay start does and connects nowhere.
+	_, err = relay.NewWorker(relay.WorkerConfig{
+		Redis: redistest.Client(t), Streams: []string{"events"}, Group: "relay", Consumer: "c1",
+		Apps: relay.Static(apps), Runner: runtime.NewFunc(nil), Config: relay.Config{Metrics: r},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := schedule.NewMetrics(r); err != nil {
-		t.Fatal(err)
-	}
 	if len(r.names) == 0 {
-		t.Fatal("the Engine registered no metric")
+		t.Fatal("the Worker registered no metric")
 	}
 	return r.names
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -31,6 +32,9 @@ type healthCheckJSON struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+	// Warning marks a check that passed with a risk an operator should
+	// fix (a Redis that may evict keys).
+	Warning bool `json:"warning,omitempty"`
 }
 
 type healthJSON struct {
@@ -43,7 +47,7 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.requireStream(true); err != nil {
 		return err
 	}
-	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkContainerd(ctx, g)}
+	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkMemory(ctx, g), c.checkContainerd(ctx, g)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -58,8 +62,11 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 		rows := make([][]string, 0, len(checks))
 		for _, ch := range checks {
 			status := "ok"
-			if !ch.OK {
+			switch {
+			case !ch.OK:
 				status = "FAIL"
+			case ch.Warning:
+				status = "WARN"
 			}
 			rows = append(rows, []string{ch.Name, status, strings.Join(strings.Fields(ch.Detail), " ")})
 		}
@@ -100,6 +107,41 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 		ch.OK = true
 		ch.Detail = fmt.Sprintf("%s, stream %s, group %s", redactURI(g.RedisURI), g.RedisStream, g.RedisGroup)
 	}
+	return ch
+}
+
+// checkMemory warns when a Redis server may evict keys
+// (docs/operations.md#redis-memory): eviction can drop invocation state,
+// dedup keys or the stream itself. A server that does not tell is not a
+// failure.
+func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "redis memory", OK: true}
+	rc, err := g.redisClient()
+	if err != nil {
+		ch.Detail = "not checked: Redis is unreachable"
+		return ch
+	}
+	defer rc.Close()
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	mems, err := redisinfo.MemoryPolicies(pctx, rc)
+	if err != nil {
+		ch.Warning = true
+		ch.Detail = fmt.Sprintf("cannot read maxmemory-policy (%v); make sure it is noeviction", err)
+		return ch
+	}
+	var evicting []string
+	for _, m := range mems {
+		if m.Evicts() {
+			evicting = append(evicting, fmt.Sprintf("%s has maxmemory-policy %s", m.Addr, m.Policy))
+		}
+	}
+	if len(evicting) > 0 {
+		ch.Warning = true
+		ch.Detail = strings.Join(evicting, "; ") + ": Redis may evict invocation state, dedup keys or the stream; set maxmemory-policy noeviction"
+		return ch
+	}
+	ch.Detail = "maxmemory-policy noeviction"
 	return ch
 }
 

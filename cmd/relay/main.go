@@ -13,8 +13,10 @@ func main() {
 	// A closed stdout or stderr (a log shipper restarting, `| head`) must
 	// not kill a worker mid-handler: writes then fail with EPIPE instead.
 	signal.Ignore(syscall.SIGPIPE)
-	// SIGHUP too: a worker started by hand must not die with its terminal.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// relay start handles SIGHUP itself (it reloads the apps); until then,
+	// and for the other commands, a hangup must not kill a handler's run.
+	signal.Ignore(syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

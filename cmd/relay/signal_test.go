@@ -13,10 +13,10 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 )
 
-// TestSignalsStopGracefully: SIGINT, SIGTERM and SIGHUP (the terminal of a
-// worker started by hand closing) each stop relay start gracefully, exit 0
-// with the engine's "worker stopped", instead of killing it mid-handler
-// with its warm containers and presence label left behind.
+// TestSignalsStopGracefully: SIGINT and SIGTERM each stop relay start
+// gracefully, exit 0 with the engine's "worker stopped", instead of killing
+// it mid-handler with its warm containers and presence label left behind.
+// SIGHUP reloads the apps and leaves the worker running.
 func TestSignalsStopGracefully(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs relay")
@@ -28,6 +28,10 @@ func TestSignalsStopGracefully(t *testing.T) {
 	}
 	srv := redistest.Start(t, redistest.Options{})
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		stopSig := sig
+		if sig == syscall.SIGHUP {
+			stopSig = syscall.SIGTERM
+		}
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd := exec.Command(bin, "start", "--runner", "process")
 			cmd.Env = append(os.Environ(), "REDIS_URI="+srv.Addr, "REDIS_STREAM=signals", "REDIS_GROUP=relay",
@@ -44,7 +48,16 @@ func TestSignalsStopGracefully(t *testing.T) {
 				}
 			}()
 			testutil.WaitFor(t, 30*time.Second, "the worker started", func() bool { return strings.Contains(out.String(), "worker started") })
-			if err := cmd.Process.Signal(sig); err != nil {
+			if sig == syscall.SIGHUP {
+				if err := cmd.Process.Signal(sig); err != nil {
+					t.Fatal(err)
+				}
+				testutil.WaitFor(t, 30*time.Second, "the reload", func() bool { return strings.Contains(out.String(), "SIGHUP: reloading the apps") })
+				if strings.Contains(out.String(), "worker stopping") {
+					t.Fatalf("SIGHUP stopped the worker:\n%s", out)
+				}
+			}
+			if err := cmd.Process.Signal(stopSig); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)

@@ -8,13 +8,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/alecthomas/kong"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/keys"
 )
@@ -27,8 +32,27 @@ type StartCmd struct {
 	RunnerFlags    `embed:""`
 	MetricsAddr    string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
 	// ShutdownTimeout lets an orchestrator's grace period cover the longest
-	// handler (docs/deployment.md "Graceful termination").
+	// handler (docs/deployment.md#graceful-termination).
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"RELAY_SHUTDOWN_TIMEOUT" default:"30s" help:"After SIGTERM, how long running handlers may finish before they are abandoned (their messages stay pending)."`
+	StreamRetention time.Duration `name:"stream-retention" env:"REDIS_STREAM_RETENTION" default:"24h" placeholder:"DURATION" help:"Trim each stream to entries younger than this, never past an entry any consumer group holds pending or has not been delivered (0: never trim)."`
+	DLQRetention    `embed:""`
+	MaxEventBytes   byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" placeholder:"SIZE" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
+}
+
+// byteSize is a flag value in bytes, written with a KiB, MiB or GiB unit.
+type byteSize int64
+
+func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
+	var s string
+	if err := ctx.Scan.PopValueInto("size", &s); err != nil {
+		return err
+	}
+	n, err := app.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(n)
+	return nil
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
@@ -43,6 +67,12 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		return usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
+	}
+	if c.StreamRetention < 0 {
+		return usagef("REDIS_STREAM_RETENTION must be >= 0 (0: never trim), got %s", c.StreamRetention)
+	}
+	if err := c.DLQRetention.check(); err != nil {
+		return err
 	}
 	if c.Consumer == "" {
 		c.Consumer = hostname()
@@ -74,14 +104,26 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	w, err := relay.NewWorker(relay.WorkerConfig{
 		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
 		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
+		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
 		Config: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
-			Logger: log, Metrics: reg,
+			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
 		},
 	})
 	if err != nil {
 		return err
 	}
+	// SIGHUP rescans the apps root, as it reloads the configuration of
+	// nginx or Prometheus; SIGINT and SIGTERM stop the worker.
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	defer signal.Stop(hangups)
+	go func() {
+		for range hangups {
+			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
+			w.Reload()
+		}
+	}()
 	if c.MetricsAddr != "" {
 		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, w)
 		if err != nil {
@@ -104,6 +146,14 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	default:
 		return err
 	}
+}
+
+// orDisabled maps a retention flag's 0 (never trim) to relay.Disabled.
+func orDisabled(d time.Duration) time.Duration {
+	if d == 0 {
+		return relay.Disabled
+	}
+	return d
 }
 
 // startStreams checks the settings of relay start and returns the streams

@@ -1,0 +1,31 @@
+package app
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// ParseSize parses a size written as a positive whole number with a unit,
+// "<n>KiB", "<n>MiB" or "<n>GiB", into bytes: the form of resources.memory
+// in a template and of MAX_EVENT_BYTES.
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(num, 10, 64)
+			if err != nil || v <= 0 {
+				break
+			}
+			if v > math.MaxInt64/u.mult {
+				return 0, fmt.Errorf("size %q is too large", s)
+			}
+			return v * u.mult, nil
+		}
+	}
+	return 0, fmt.Errorf("size %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
+}

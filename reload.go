@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/schedule"
+)
+
+// DefaultReloadInterval is how often a Worker rescans its apps even when
+// nothing reported a change: the backstop for a watch that missed one.
+const DefaultReloadInterval = 30 * time.Second
+
+// AppWatcher is an optional AppSource capability: Watch calls changed
+// whenever the source may have changed, until ctx ends (template.Dir
+// watches the apps root). A Worker reloads then, as well as every
+// ReloadInterval and on Reload.
+type AppWatcher interface {
+	Watch(ctx context.Context, changed func()) error
+}
+
+// Reload asks the Worker to load its apps again now (relay start does on
+// SIGHUP). It does not wait for the reload; a reload already asked for and
+// not yet done absorbs the new request. Safe for concurrent use.
+func (w *Worker) Reload() {
+	select {
+	case w.reloads <- struct{}{}:
+	default:
+	}
+}
+
+// reloadLoop reloads the apps whenever a reload is asked for (Reload, the
+// source's watch) and every ReloadInterval, until ctx ends
+// (docs/apps.md#changing-apps).
+func (w *Worker) reloadLoop(ctx context.Context, sched *scheduleRunner) {
+	if aw, ok := w.cfg.Apps.(AppWatcher); ok {
+		go func() {
+			if err := aw.Watch(ctx, w.Reload); err != nil && ctx.Err() == nil {
+				w.log.LogAttrs(ctx, slog.LevelWarn, "watching the apps for changes failed; rescanning every reload interval only",
+					slog.Duration("interval", w.cfg.ReloadInterval), slog.Any("error", err))
+			}
+		}()
+	}
+	t := time.NewTicker(w.cfg.ReloadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.reloads:
+		}
+		w.reload(ctx, sched)
+	}
+}
+
+// reload loads the apps and, when they changed, makes the new generation
+// the one new deliveries use.
+func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
+	loaded, err := w.cfg.Apps.Load(ctx)
+	if err != nil {
+		w.log.LogAttrs(ctx, slog.LevelError, "reloading the apps failed; the previous apps keep serving", slog.Any("error", err))
+		return
+	}
+	prev := w.Apps()
+	next, changes := nextGeneration(prev, loaded)
+	for _, c := range changes {
+		switch {
+		case c.kept:
+			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
+			for _, e := range c.app.Errors {
+				w.log.LogAttrs(ctx, slog.LevelError, "app template invalid; its previous version keeps serving",
+					slog.String("app", c.app.Name), slog.String("error", e.Error()))
+			}
+		case c.what == "removed":
+			w.log.LogAttrs(ctx, slog.LevelInfo, "app removed", slog.String("app", c.app.Name))
+		case !c.app.Available():
+			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
+			for _, e := range c.app.Errors {
+				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", c.app.Name), slog.String("error", e.Error()))
+			}
+		default:
+			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+c.what, slog.String("app", c.app.Name),
+				slog.Int("rules", len(c.app.Rules)), slog.Int("schedules", len(c.app.Schedules)))
+		}
+	}
+	if next == prev {
+		return
+	}
+	w.setApps(next)
+	if inc := next.Incomplete(); len(inc) > 0 {
+		w.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
+			slog.Any("apps", inc))
+	}
+	if !sameSchedules(prev, next) {
+		sched.replace(ctx, next)
+	}
+}
+
+// appChange is what a reload found for one app.
+type appChange struct {
+	app  *app.App
+	what string // added, changed, removed
+	// kept: the new template is invalid, and the previous version keeps
+	// serving.
+	kept bool
+}
+
+// nextGeneration returns the apps to serve after loading loaded, given the
+// ones served before (prev), and what changed. An app whose template
+// became invalid keeps its previous, valid version; an app that never had
+// a valid template is served unavailable, as at start. It returns prev
+// itself when nothing changed.
+func nextGeneration(prev, loaded *app.Set) (*app.Set, []appChange) {
+	var changes []appChange
+	var apps []*app.App
+	changed := false
+	for _, a := range loaded.List() {
+		old := prev.Get(a.Name)
+		switch {
+		case old != nil && sameApp(old, a):
+			apps = append(apps, old)
+		case old != nil && !a.Available() && old.Available():
+			apps = append(apps, old)
+			changes = append(changes, appChange{app: a, what: "changed", kept: true})
+		case old == nil:
+			apps = append(apps, a)
+			changes = append(changes, appChange{app: a, what: "added"})
+			changed = true
+		default:
+			apps = append(apps, a)
+			changes = append(changes, appChange{app: a, what: "changed"})
+			changed = true
+		}
+	}
+	for _, old := range prev.List() {
+		if loaded.Get(old.Name) == nil {
+			changes = append(changes, appChange{app: old, what: "removed"})
+			changed = true
+		}
+	}
+	if !changed {
+		return prev, changes
+	}
+	next, err := app.Loaded(apps)
+	if err != nil {
+		return prev, nil // names are unique in loaded: unreachable
+	}
+	return next, changes
+}
+
+// sameApp reports whether b is a of an unchanged template.
+func sameApp(a, b *app.App) bool {
+	if a == b {
+		return true
+	}
+	return a.Digest != "" && a.Digest == b.Digest && a.Spec.Dir == b.Spec.Dir
+}
+
+// sameSchedules reports whether a and b publish the same occurrences.
+func sameSchedules(a, b *app.Set) bool {
+	key := func(s schedule.Spec) string {
+		return strings.Join([]string{s.App, s.Name, s.Handler, s.Cron.String(), s.Cron.Location().String()}, "\x00")
+	}
+	var ka, kb []string
+	for _, s := range a.ScheduleSpecs() {
+		ka = append(ka, key(s))
+	}
+	for _, s := range b.ScheduleSpecs() {
+		kb = append(kb, key(s))
+	}
+	return slices.Equal(ka, kb)
+}
+
+// scheduleRunner runs the Scheduler of the current apps' schedules and
+// replaces it when they change. A Scheduler that fails ends the worker:
+// running without its schedules would silently drop occurrences.
+type scheduleRunner struct {
+	w    *Worker
+	fail func(error)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// replace stops the running Scheduler, if any, and starts one for apps'
+// schedules, if they have any. The outbox carries over: it lives in the
+// state directory, not in the Scheduler.
+func (s *scheduleRunner) replace(ctx context.Context, apps *app.Set) {
+	s.stop()
+	sched, err := s.w.scheduler(apps)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	if sched == nil {
+		return
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel, s.done = cancel, make(chan struct{})
+	go func(done chan struct{}) {
+		defer close(done)
+		if err := sched.Run(sctx); err != nil && sctx.Err() == nil {
+			s.fail(fmt.Errorf("schedules: %w", err))
+		}
+	}(s.done)
+}
+
+// stop stops the running Scheduler and waits for it.
+func (s *scheduleRunner) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+		s.cancel, s.done = nil, nil
+	}
+}

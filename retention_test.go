@@ -1,0 +1,201 @@
+package relay_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stream"
+)
+
+// TestWorkerStreamRetention: with a 3s retention, 2,000 events acknowledged
+// by the worker's group and a second group that read them all but holds
+// the last 5 pending, the worker trims the stream down to those 5 (plus at
+// most the approximate trim's slack), and they stay readable with their
+// bodies. The relay_stream_trimmed_total counter says how many went.
+func TestWorkerStreamRetention(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.StreamRetention = 3 * time.Second
+	h.cfg.RetentionInterval = 100 * time.Millisecond
+	rc := h.cfg.Redis
+	name := h.streams[0]
+	ctx := t.Context()
+	// The second group exists before any entry, from id 0.
+	other := stream.New(rc, name, "audit", "a1")
+	if err := other.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2000
+	cmds := make(rueidis.Commands, 0, n)
+	for range n {
+		cmds = append(cmds, rc.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", `{"event_name":"INSERT"}`).Build())
+	}
+	for _, r := range rc.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other group reads everything and acknowledges all but the last 5.
+	var read []stream.Message
+	for len(read) < n {
+		msgs, err := other.Read(ctx, 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read = append(read, msgs...)
+	}
+	held := read[n-5:]
+	var ackIDs []string
+	for _, m := range read[:n-5] {
+		ackIDs = append(ackIDs, m.ID)
+	}
+	if err := other.Ack(ctx, ackIDs...); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := h.run()
+	waitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.count("users/events.created") >= n })
+	// Approximate trimming removes whole stream nodes (100 entries by
+	// default) before the exact pass on the boundary node.
+	waitFor(t, 30*time.Second, "the stream trimmed to the held entries", func() bool {
+		l, err := rc.Do(ctx, rc.B().Xlen().Key(name).Build()).AsInt64()
+		return err == nil && l <= 5+100
+	})
+	for _, m := range held {
+		rs, err := rc.Do(ctx, rc.B().Xrange().Key(name).Start(m.ID).End(m.ID).Build()).AsXRange()
+		if err != nil || len(rs) != 1 || rs[0].FieldValues["event"] == "" {
+			t.Errorf("held entry %s after the trim: %+v, %v; want it with its body", m.ID, rs, err)
+		}
+	}
+	if got := h.counter("relay_stream_trimmed_total"); got < n-5-100 {
+		t.Errorf("relay_stream_trimmed_total = %v, want about %d", got, n-5)
+	}
+	_ = stop()
+}
+
+// TestWorkerStuckGroupIsLogged: a consumer group that holds retention back
+// for longer than the retention is named in a warning with its floor.
+func TestWorkerStuckGroupIsLogged(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.StreamRetention = 500 * time.Millisecond
+	h.cfg.RetentionInterval = 50 * time.Millisecond
+	rc := h.cfg.Redis
+	stuck := stream.New(rc, h.streams[0], "stuck", "s1")
+	if err := stuck.EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stuck.Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := h.run()
+	waitFor(t, 20*time.Second, "the stuck-group warning", func() bool {
+		return strings.Contains(h.logs.String(), "a consumer group holds stream retention back") &&
+			strings.Contains(h.logs.String(), "group=stuck")
+	})
+	_ = stop()
+}
+
+// TestWorkerDLQRetention: dead-letter entries older than the retention are
+// trimmed, newer ones kept.
+func TestWorkerDLQRetention(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.DLQRetention = 2 * time.Second
+	h.cfg.RetentionInterval = 100 * time.Millisecond
+	rc := h.cfg.Redis
+	name := h.streams[0]
+	// Three entries written an hour ago (their ids carry the time).
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range 3 {
+		if err := rc.Do(t.Context(), rc.B().Xadd().Key(keys.DLQ(name)).Id(strconv.FormatInt(old+int64(i), 10)+"-0").
+			FieldValue().FieldValue("app", "users").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stop := h.run()
+	waitFor(t, 20*time.Second, "old dead letters trimmed", func() bool {
+		l, err := rc.Do(t.Context(), rc.B().Xlen().Key(keys.DLQ(name)).Build()).AsInt64()
+		return err == nil && l == 0
+	})
+	if got := h.counter("relay_dlq_trimmed_total"); got != 3 {
+		t.Errorf("relay_dlq_trimmed_total = %v, want 3", got)
+	}
+	_ = stop()
+}
+
+// TestWorkerJanitorRetainsLeakedState: a hash left without a TTL after its
+// message was acknowledged (a worker that died in the ack-to-retain
+// window) gets its retention from the janitor; the hash of a message still
+// pending is left alone.
+func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.JanitorInterval = 50 * time.Millisecond
+	rc := h.cfg.Redis
+	ctx := t.Context()
+	name := h.streams[0]
+	src := stream.New(rc, name, "workers", "old-worker")
+	if err := src.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Two messages delivered to a worker that is gone: one it acked, one
+	// still pending, each with state and no TTL.
+	leaked, err := src.Publish(ctx, map[string]string{"event": `{"other":1}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := src.Publish(ctx, map[string]string{"event": `{"other":2}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Read(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Ack(ctx, leaked); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{leaked, pending} {
+		if err := rc.Do(ctx, rc.B().Hset().Key(keys.Invocation(name, "workers", id)).FieldValue().FieldValue("users/events.created", "ok").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Long enough that the worker does not reclaim the pending one.
+	h.cfg.MinPendingIdle = time.Hour
+	h.cfg.ReclaimInterval = time.Hour
+	h.cfg.HeartbeatInterval = time.Minute
+	_, stop := h.run()
+	ttl := func(id string) int64 {
+		n, err := rc.Do(ctx, rc.B().Pttl().Key(keys.Invocation(name, "workers", id)).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor(t, 20*time.Second, "the leaked hash retained", func() bool { return ttl(leaked) > 0 })
+	if n := ttl(pending); n != -1 {
+		t.Errorf("the pending message's state has TTL %dms; live state must keep none", n)
+	}
+	if got := h.counter("relay_invocation_state_repaired_total"); got != 1 {
+		t.Errorf("relay_invocation_state_repaired_total = %v, want 1", got)
+	}
+	_ = stop()
+}
+
+// TestWorkerWarnsWhenRedisMayEvict: a Redis whose maxmemory-policy may
+// evict keys is named in a warning at start.
+func TestWorkerWarnsWhenRedisMayEvict(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "volatile-lru").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Redis = rc
+	_, stop := h.run()
+	waitFor(t, 10*time.Second, "the eviction warning", func() bool {
+		return strings.Contains(h.logs.String(), "Redis may evict keys") && strings.Contains(h.logs.String(), "maxmemory_policy=volatile-lru")
+	})
+	_ = stop()
+}
