@@ -235,7 +235,7 @@ func TestBrowser(t *testing.T) {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		v, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll(` + strconv.Quote(sel) + `).length`))
+		v, err := chromedp.Run(tctx, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
 		if err != nil {
 			t.Fatalf("count %s: %v", sel, err)
 		}
