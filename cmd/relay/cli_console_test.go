@@ -61,7 +61,9 @@ func TestCLIConsole(t *testing.T) {
 	defer cancel()
 	var stdout, stderr testutil.Buffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"console", "--listen", addr, "--runner", "process"}, &stdout, &stderr) }()
+	go func() {
+		done <- run(ctx, []string{"console", "--listen", addr, "--runner", "process"}, &stdout, &stderr)
+	}()
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
 		if token != "" {
