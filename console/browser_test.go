@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +67,8 @@ esac
 echo "billing: refund rejected" >&2
 exit 3
 `
+
+var pointsRE = regexp.MustCompile(`<polyline points="([^"]*)"`)
 
 // chromium returns the path of a headless-capable Chromium: the test
 // fails without one under RELAY_TEST_REQUIRE=1 (make test installs it)
@@ -264,16 +267,22 @@ func TestBrowser(t *testing.T) {
 	if got := text(`a.tile.bad .v`); got != "2" {
 		t.Errorf("dead letters tile = %q, want 2", got)
 	}
-	// The rates need samples over time: wait until the console has drawn
-	// a sparkline, then load the page that shows it.
-	testutil.WaitFor(t, 20*time.Second, "a sparkline", func() bool {
+	// The rates need samples over time: keep unmatched events coming (one
+	// per 100ms) until the console has drawn ten samples.
+	last := time.Now()
+	testutil.WaitFor(t, 30*time.Second, "a sparkline of ten samples", func() bool {
+		if time.Since(last) > 100*time.Millisecond {
+			publish(`{"event_name":"UPDATE","table_name":"users","new_image":{"id":2}}`)
+			last = time.Now()
+		}
 		resp, err := http.Get(hs.URL + "/")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `<svg class="spark`)
+		m := pointsRE.FindSubmatch(b)
+		return m != nil && strings.Count(string(m[1]), ",") >= 10
 	})
 	run("reload the overview", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`svg.spark`)))
 	shot("overview")

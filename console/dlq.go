@@ -262,7 +262,7 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 	}
 	start := time.Now()
 	err := relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
-	row.Duration = time.Since(start)
+	row.Duration = time.Since(start).Round(time.Millisecond)
 	switch {
 	case err == nil:
 		row.Result, row.Message = "replayed", "the handler succeeded; the entry is deleted"

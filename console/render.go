@@ -45,6 +45,12 @@ var funcs = template.FuncMap{
 	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"streamURL": streamURL,
 	"since":     ago,
+	"span": func(d time.Duration) string {
+		if d > 0 && d < time.Second {
+			return d.Round(time.Millisecond).String()
+		}
+		return age(d)
+	},
 	"dict2":     func(v any, now time.Time) map[string]any { return map[string]any{"V": v, "Now": now} },
 	"firstID": func(evs []feedEvent) string {
 		if len(evs) == 0 {
