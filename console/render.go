@@ -51,7 +51,7 @@ var funcs = template.FuncMap{
 		}
 		return age(d)
 	},
-	"dict2":     func(v any, now time.Time) map[string]any { return map[string]any{"V": v, "Now": now} },
+	"dict2": func(v any, now time.Time) map[string]any { return map[string]any{"V": v, "Now": now} },
 	"firstID": func(evs []feedEvent) string {
 		if len(evs) == 0 {
 			return ""
