@@ -3,10 +3,16 @@
 STATE_DIR ?= $(CURDIR)/.state
 export STATE_DIR
 
-.PHONY: demo test soak build vet fmt clean
+.PHONY: demo console test soak build vet fmt clean
 
 demo:
 	@bash scripts/demo.sh
+
+# relay console on the newest demo run (docs/console.md): starts Redis and
+# containerd under STATE_DIR if they are not running, serves
+# http://127.0.0.1:8089 until Ctrl-C, then stops what it started.
+console:
+	@bash scripts/console.sh
 
 test:
 	@bash scripts/test.sh

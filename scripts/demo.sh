@@ -39,6 +39,8 @@ relay="$STATE_DIR/bin/relay"
 export REDIS_URI="127.0.0.1:$RELAY_REDIS_PORT" REDIS_STREAM="relay-demo-$(date +%s)" REDIS_GROUP=relay-demo
 export RELAY_APPS="$PWD/examples/apps" RELAY_STATE_DIR="$STATE_DIR/relay" RELAY_CONSUMER=demo-worker
 export CONTAINERD_NAMESPACE=relay
+# make console shows the newest demo run's stream.
+echo "$REDIS_STREAM" >"$STATE_DIR/demo/stream"
 rcli() { redis-cli -p "$RELAY_REDIS_PORT" "$@"; }
 
 echo "demo: relay validate"
@@ -61,6 +63,7 @@ rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"audit_
 rcli XADD "$REDIS_STREAM" '*' event 'this is not JSON'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoice_mails","new_image":{"invoice":7,"to":"ada@example.com"}}'
 # runtime apps: orders (Python) and products (Node)
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}'
@@ -99,3 +102,4 @@ echo "== dead-letter queue (relay dlq ls) =="
 "$relay" dlq ls
 echo
 echo "demo: done; the full worker log is $log"
+echo "demo: to look at this run in the browser (replay the dead letters, test patterns), run: make console"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Relay's demo and tests need and is missing: redis-server,
 # containerd (with ctr), runc, busybox-static (the example image's rootfs),
-# debootstrap (the python3/node runtime images) and a Go toolchain new
-# enough for go.mod. Idempotent; needs root for apt.
+# debootstrap (the python3/node runtime images), chromium (the console's
+# browser test) and a Go toolchain new enough for go.mod. Idempotent; needs
+# root for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,11 @@ command -v gcc >/dev/null || need+=(gcc)   # go test -race needs cgo
 # built from Debian packages with debootstrap.
 [ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null || need+=(debootstrap)
 # --- end runtime images
+# --- console: the browser test (console/browser_test.go) drives Debian's
+# headless chromium; fonts-dejavu-core gives its screenshots legible text.
+command -v chromium >/dev/null || need+=(chromium)
+dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need+=(fonts-dejavu-core)
+# --- end console
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ]; then

@@ -60,6 +60,7 @@ type CLI struct {
 	App      AppCmd      `cmd:"" help:"List, inspect and manually invoke apps."`
 	Health   HealthCmd   `cmd:"" help:"Check that Redis (stream and group) and containerd are usable; exit 1 naming what is not."`
 	Stats    StatsCmd    `cmd:"" help:"Show the cluster-wide counters, the pending entries and the DLQ length."`
+	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: pipeline overview, apps, pending, DLQ, pattern playground, live outcomes."`
 }
 
 // usageError marks an error as the caller's (exit 2).

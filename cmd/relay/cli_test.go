@@ -37,7 +37,7 @@ func isolateEnv(t *testing.T) {
 		"CONTAINERD_NAMESPACE", "LOG_LEVEL", "LOG_FORMAT", "COLUMNS",
 		"REDIS_CLUSTER", "REDIS_SENTINEL_MASTER", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_SENTINEL_USERNAME",
 		"REDIS_SENTINEL_PASSWORD", "REDIS_TLS_CA_FILE", "REDIS_TLS_CERT_FILE", "REDIS_TLS_KEY_FILE", "RELAY_STATE_DIR",
-		"RELAY_SHUTDOWN_TIMEOUT", "MAX_CONCURRENCY", "METRICS_ADDR", "REDIS_DLQ_RETENTION"} {
+		"RELAY_SHUTDOWN_TIMEOUT", "MAX_CONCURRENCY", "METRICS_ADDR", "REDIS_DLQ_RETENTION", "RELAY_CONSOLE_TOKEN"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}
@@ -102,7 +102,7 @@ func TestCLIHelp(t *testing.T) {
 	for _, cmd := range [][]string{
 		{"app", "ls"}, {"app", "inspect"}, {"app", "invoke"},
 		{"dlq", "ls"}, {"dlq", "inspect"}, {"dlq", "replay"}, {"dlq", "rm"},
-		{"health"}, {"stats"}, {"start"}, {"validate"}, {"match"},
+		{"health"}, {"stats"}, {"start"}, {"validate"}, {"match"}, {"console"},
 	} {
 		r := relayCLI(t, "", append(cmd, "--help")...)
 		if r.code != exitOK || !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "relay "+strings.Join(cmd, " ")) || r.stderr != "" {

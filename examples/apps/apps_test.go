@@ -49,6 +49,11 @@ var demo = []demoCase{
 		wantOut: "[billing/invoices.refund] billing: refund rejected on attempt 1", wantCode: 3,
 	},
 	{
+		event: `{"event_name":"INSERT","table_name":"invoice_mails","new_image":{"invoice":"inv_1"}}`,
+		app:   "billing", handler: "invoices.notify",
+		wantOut: "[billing/invoices.notify] billing: mail relay busy (demo failure)", wantCode: 75,
+	},
+	{
 		event: `{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":"inv_2","amount":5000}}`,
 		app:   "billing", handler: "invoices.reconcile",
 		wantOut: "reconciling a large invoice", wantTimeout: true,

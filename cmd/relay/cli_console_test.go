@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/stream"
+)
+
+// TestCLIConsoleRefuses checks the settings relay console refuses before
+// it connects: an address off loopback without a token, a bad address.
+func TestCLIConsoleRefuses(t *testing.T) {
+	isolateEnv(t)
+	t.Setenv("REDIS_URI", "127.0.0.1:1")
+	t.Setenv("REDIS_STREAM", "a,b")
+	t.Setenv("REDIS_GROUP", "g")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:8089"}, "is not a loopback address: set RELAY_CONSOLE_TOKEN"},
+		{[]string{"--listen", "8089"}, "want HOST:PORT"},
+		{[]string{"--dlq-retention=-1h"}, "--dlq-retention must be >= 0"},
+	} {
+		r := relayCLI(t, "", append([]string{"console"}, tc.args...)...)
+		if r.code != exitUsage || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("relay console %v: exit %d, stderr %q; want exit 2 with %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	isolateEnv(t)
+	if r := relayCLI(t, "", "console"); r.code != exitUsage || !strings.Contains(r.stderr, "missing required configuration") {
+		t.Errorf("relay console without settings: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestCLIConsole serves two streams, with a token, until it is stopped.
+func TestCLIConsole(t *testing.T) {
+	isolateEnv(t)
+	rc := redistest.Client(t)
+	a, b := redistest.Name(t, "a"), redistest.Name(t, "b")
+	for _, s := range []string{a, b} {
+		if err := stream.New(rc, s, "g", "c").EnsureGroup(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("REDIS_URI", "redis://:"+"hunter2@"+redistest.Addr(t))
+	t.Setenv("REDIS_STREAM", a+","+b)
+	t.Setenv("REDIS_GROUP", "g")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	t.Setenv("RELAY_CONSOLE_TOKEN", "s3cret")
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testutil.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "--listen", addr, "--runner", "process"}, &stdout, &stderr)
+	}()
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
+		code, _ := get("/", "s3cret")
+		return code == http.StatusOK
+	})
+	code, body := get("/", "s3cret")
+	if code != http.StatusOK || !strings.Contains(body, a) || !strings.Contains(body, b) {
+		t.Errorf("overview: %d, want both streams", code)
+	}
+	if strings.Contains(body, "hunter2") {
+		t.Error("the overview shows the Redis password")
+	}
+	if code, _ := get("/apps", ""); code != http.StatusSeeOther {
+		t.Errorf("without the token: %d, want a redirect to the login", code)
+	}
+	cancel()
+	select {
+	case c := <-done:
+		if c != exitOK {
+			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("relay console did not stop")
+	}
+	if !strings.Contains(stdout.String(), "relay console on http://"+addr) {
+		t.Errorf("stdout %q", stdout.String())
+	}
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/stream"
+)
+
+// ConsoleCmd is `relay console`.
+type ConsoleCmd struct {
+	Listen       string `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
+	Token        string `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
+	ReadOnly     bool   `name:"read-only" help:"Hide and refuse replay and remove."`
+	DLQRetention `embed:""`
+	RunnerFlags  `embed:""`
+}
+
+// Help shows examples under relay console --help.
+func (c *ConsoleCmd) Help() string {
+	return `Serves a web console for on-call work: the pipeline of every stream in REDIS_STREAM (a comma list) for the group REDIS_GROUP, the apps under RELAY_APPS, pending messages, the dead-letter queue (filter, inspect, replay, remove: the semantics of relay dlq replay and rm), a pattern playground and a live tail of outcomes. Replays run through the same runner as relay start (--runner, CONTAINERD_*). See docs/console.md.
+
+Examples:
+
+    relay console
+    relay console --read-only --listen 127.0.0.1:9000
+    RELAY_CONSOLE_TOKEN=$(openssl rand -hex 16) relay console --listen 0.0.0.0:8089`
+}
+
+// consoleShutdown bounds the wait for open requests at a stop; the live
+// tails end at once with their context.
+const consoleShutdown = 5 * time.Second
+
+// Run serves the console until ctx is cancelled (SIGINT, SIGTERM).
+func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
+	streams, err := g.startStreams()
+	if err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8089", c.Listen)
+	}
+	if !loopback(host) && c.Token == "" {
+		return usagef("--listen %s is not a loopback address: set RELAY_CONSOLE_TOKEN so that every request must carry it (the console shows event payloads and can replay work)", c.Listen)
+	}
+	if _, err := g.loadApps(); err != nil {
+		return err
+	}
+	rc, err := g.redisClient()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	for _, st := range streams {
+		if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
+			return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
+		}
+	}
+	log := g.logger()
+	cfg := console.Config{Redis: rc, Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
+		ReadOnly: c.ReadOnly, Token: c.Token, DLQRetention: c.Retention, Logger: log}
+	if !c.ReadOnly {
+		// Handler output of replays goes to the console's stderr, prefixed
+		// [app/handler], like relay dlq replay --json.
+		runner := c.manualRunner(ctx, g, true)
+		defer runner.Close()
+		cfg.Runner = runner
+	}
+	srv, err := console.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", c.Listen, err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	go srv.Sample(ctx)
+	done := make(chan error, 1)
+	go func() { done <- hs.Serve(ln) }()
+	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", ln.Addr(), streams, g.RedisGroup)
+	select {
+	case err := <-done:
+		return fmt.Errorf("console server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), consoleShutdown)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	return nil
+}
+
+// loopback reports whether host is a loopback address or localhost.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

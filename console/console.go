@@ -1,0 +1,295 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSampleInterval is how often the console reads the cluster
+	// counters to draw their rates.
+	DefaultSampleInterval = 10 * time.Second
+	// DefaultSampleWindow is how far back the rates and sparklines reach.
+	DefaultSampleWindow = time.Hour
+	// DefaultPageSize is how many rows a DLQ or pending page shows.
+	DefaultPageSize = 50
+	// DefaultReplayTimeout bounds one replay request (all its entries).
+	DefaultReplayTimeout = 15 * time.Minute
+)
+
+// Cookie names.
+const (
+	sessionCookie = "relay_console_session"
+	csrfCookie    = "relay_console_csrf"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed assets
+var assetFS embed.FS
+
+// ErrConfig marks an unusable Config.
+var ErrConfig = errors.New("console: invalid configuration")
+
+// Config is what a console serves and how.
+type Config struct {
+	// Redis is the client every page reads through; the console never
+	// closes it.
+	Redis rueidis.Client
+	// Streams are the source streams shown; Group is their consumer group.
+	Streams []string
+	Group   string
+	// Apps loads the apps root: every page and every replay loads it anew,
+	// so a fixed template is used at once (template.Dir(root)).
+	Apps relay.AppSource
+	// Runner runs replayed handlers, the same Runner relay dlq replay
+	// uses. Nil disables replay (removing entries still works).
+	Runner relay.Runner
+	// ReadOnly hides and refuses replay and remove.
+	ReadOnly bool
+	// Token, when set, is required by every request: as
+	// "Authorization: Bearer <token>", or the session cookie the login
+	// form sets.
+	Token string
+	// DLQRetention is the workers' dead-letter retention, to show when
+	// entries expire; 0 means kept forever.
+	DLQRetention time.Duration
+	// SampleInterval and SampleWindow set the rate sampling
+	// (DefaultSampleInterval, DefaultSampleWindow when 0).
+	SampleInterval, SampleWindow time.Duration
+	// PageSize is the rows per DLQ and pending page (DefaultPageSize).
+	PageSize int
+	// Logger gets request failures and actions (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// Server is the console: an http.Handler, and a sampler that Sample runs.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	session string // the session cookie value when a Token is set
+	sampler *sampler
+}
+
+// New checks cfg and returns a console. It errs (wrapping ErrConfig) on a
+// missing client, stream, group or apps source.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Redis == nil:
+		return nil, fmt.Errorf("%w: no Redis client", ErrConfig)
+	case len(cfg.Streams) == 0:
+		return nil, fmt.Errorf("%w: no stream", ErrConfig)
+	case cfg.Group == "":
+		return nil, fmt.Errorf("%w: no consumer group", ErrConfig)
+	case cfg.Apps == nil:
+		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
+	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0:
+		return nil, fmt.Errorf("%w: negative interval, window, page size or retention", ErrConfig)
+	}
+	if cfg.SampleInterval == 0 {
+		cfg.SampleInterval = DefaultSampleInterval
+	}
+	if cfg.SampleWindow == 0 {
+		cfg.SampleWindow = DefaultSampleWindow
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = DefaultPageSize
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if cfg.Token != "" {
+		m := hmac.New(sha256.New, []byte(cfg.Token))
+		m.Write([]byte("relay console session"))
+		s.session = hex.EncodeToString(m.Sum(nil))
+	}
+	var err error
+	if s.pages, err = parsePages(); err != nil {
+		return nil, err
+	}
+	s.sampler = newSampler(cfg.Streams, cfg.SampleWindow, cfg.SampleInterval)
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	assets, _ := fs.Sub(assetFS, "assets")
+	m := http.NewServeMux()
+	m.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	m.HandleFunc("GET /login", s.loginForm)
+	m.HandleFunc("POST /login", s.login)
+	m.HandleFunc("POST /logout", s.logout)
+	m.HandleFunc("GET /{$}", s.overview)
+	m.HandleFunc("GET /apps", s.apps)
+	m.HandleFunc("GET /pending", s.pending)
+	m.HandleFunc("GET /event", s.event)
+	m.HandleFunc("GET /dlq", s.dlqList)
+	m.HandleFunc("GET /dlq/entry", s.dlqEntry)
+	m.HandleFunc("POST /dlq/replay", s.dlqReplay)
+	m.HandleFunc("POST /dlq/remove", s.dlqRemove)
+	m.HandleFunc("GET /playground", s.playground)
+	m.HandleFunc("POST /playground", s.playground)
+	m.HandleFunc("GET /live", s.live)
+	m.HandleFunc("GET /live/events", s.liveEvents)
+	s.mux = m
+}
+
+// ServeHTTP serves the console: security headers on every response, the
+// token check when a Token is set, and the CSRF check on every POST.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// No inline script or style anywhere, and nothing from elsewhere:
+	// event payloads are hostile input, and this is the second line of
+	// defence behind html/template's escaping.
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if !strings.HasPrefix(r.URL.Path, "/assets/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	public := strings.HasPrefix(r.URL.Path, "/assets/") || r.URL.Path == "/login"
+	if s.cfg.Token != "" && !public && !s.authorized(r) {
+		if r.Method == http.MethodGet && r.URL.Path != "/live/events" {
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		http.Error(w, "unauthorized: send Authorization: Bearer <RELAY_CONSOLE_TOKEN>, or log in at /login", http.StatusUnauthorized)
+		return
+	}
+	token := s.csrfToken(w, r)
+	if r.Method == http.MethodPost {
+		if err := checkOrigin(r); err != nil {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
+		// Double submit: the form's token must equal the cookie, which a
+		// page of another site can neither read nor send (SameSite=Strict).
+		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) != 1 {
+			http.Error(w, "forbidden: missing or stale CSRF token; reload the page and try again", http.StatusForbidden)
+			return
+		}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, token))
+	s.mux.ServeHTTP(w, r)
+}
+
+type csrfKey struct{}
+
+// csrfToken returns the request's CSRF cookie, setting a new one when it
+// has none.
+func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(csrfCookie); err == nil && len(c.Value) == 64 {
+		return c.Value
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	v := hex.EncodeToString(b)
+	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	return v
+}
+
+// checkOrigin refuses a POST that a browser says comes from another site.
+func checkOrigin(r *http.Request) error {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return fmt.Errorf("forbidden: cross-site request (Sec-Fetch-Site %s)", site)
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return fmt.Errorf("forbidden: request from origin %q, not this console", o)
+		}
+	}
+	return nil
+}
+
+// authorized reports whether r carries the token or the session cookie.
+func (s *Server) authorized(r *http.Request) bool {
+	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return subtle.ConstantTimeCompare([]byte(b), []byte(s.cfg.Token)) == 1
+	}
+	c, err := r.Cookie(sessionCookie)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.session)) == 1
+}
+
+func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
+	s.render(w, r, "login", "Log in", loginView{Next: localPath(r.URL.Query().Get("next"))})
+}
+
+type loginView struct {
+	Next  string
+	Error string
+}
+
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	next := localPath(r.PostFormValue("next"))
+	if s.cfg.Token == "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(s.cfg.Token)) != 1 {
+		w.WriteHeader(http.StatusUnauthorized)
+		s.render(w, r, "login", "Log in", loginView{Next: next, Error: "That is not the console's token (RELAY_CONSOLE_TOKEN)."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// localPath keeps a redirect target on this console: a path, never
+// another host ("//evil", "/\evil", "https://...").
+func localPath(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.ContainsAny(p, "\\\r\n") {
+		return "/"
+	}
+	return p
+}
+
+// Sample reads the cluster counters of every stream every SampleInterval
+// until ctx is done, for the overview's rates and sparklines. Without it
+// the overview shows the counters without rates.
+func (s *Server) Sample(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		s.sampleOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

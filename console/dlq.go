@@ -1,0 +1,381 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+// maxSelection bounds how many entries one replay or remove takes.
+const maxSelection = 500
+
+type dlqFilter struct {
+	App, Handler, Reason, Newer, Older string
+}
+
+type dlqRow struct {
+	dlq.Entry
+	Age     time.Duration
+	Expires string
+	// Problem is set for an entry that cannot be decoded; only its ID is
+	// meaningful then.
+	Problem string
+}
+
+type dlqView struct {
+	Stream  string
+	Filter  dlqFilter
+	Rows    []dlqRow
+	Total   int64
+	After   string
+	Next    string
+	Scanned int
+	Short   bool // the scan budget ended the page before it was full
+	Problem string
+}
+
+func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	now := time.Now()
+	f := dlqFilter{App: r.FormValue("app"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"),
+		Newer: r.FormValue("newer"), Older: r.FormValue("older")}
+	shown := dlqFilter{App: clean(f.App), Handler: clean(f.Handler), Reason: clean(f.Reason), Newer: clean(f.Newer), Older: clean(f.Older)}
+	v := dlqView{Stream: st, Filter: shown, After: r.FormValue("after")}
+	q := dlq.PageQuery{Filter: dlq.Filter{App: f.App, Handler: f.Handler}, Reason: f.Reason, After: v.After, Count: s.cfg.PageSize}
+	var err error
+	if q.Since, err = parseAge(f.Newer, now); err != nil {
+		v.Problem = "newer than: " + err.Error()
+	} else if q.Before, err = parseAge(f.Older, now); err != nil {
+		v.Problem = "older than: " + err.Error()
+	} else if v.After != "" && !isStreamID(v.After) {
+		v.Problem = "after: not a stream id"
+	}
+	if v.Problem != "" {
+		w.WriteHeader(http.StatusBadRequest)
+		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
+		return
+	}
+	store := dlq.NewStore(s.cfg.Redis, st)
+	p, err := store.Page(r.Context(), q)
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, err.Error())
+		return
+	}
+	v.Total, _ = store.Len(r.Context())
+	v.Next, v.Scanned = p.Next, p.Scanned
+	v.Short = p.Next != "" && len(p.Entries) < s.cfg.PageSize
+	for _, bad := range p.Undecodable {
+		id, _ := dlq.IsUndecodable(bad)
+		v.Rows = append(v.Rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: bad.Error()})
+	}
+	for _, e := range p.Entries {
+		v.Rows = append(v.Rows, s.dlqRow(e, now))
+	}
+	sortRows(v.Rows)
+	s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
+}
+
+func sortRows(rows []dlqRow) {
+	// Undecodable entries were listed first; put every row in id order.
+	slices.SortStableFunc(rows, func(a, b dlqRow) int { return stream.CompareID(a.ID, b.ID) })
+}
+
+func (s *Server) dlqRow(e dlq.Entry, now time.Time) dlqRow {
+	e = cleanEntry(e)
+	row := dlqRow{Entry: e, Age: now.Sub(e.Timestamp), Expires: "never"}
+	if e.Timestamp.IsZero() {
+		row.Age = 0
+	}
+	if s.cfg.DLQRetention > 0 {
+		at := e.Expires(s.cfg.DLQRetention)
+		switch {
+		case at.IsZero():
+			row.Expires = "-"
+		case !at.After(now):
+			row.Expires = "due"
+		default:
+			row.Expires = "in " + age(at.Sub(now))
+		}
+	}
+	return row
+}
+
+// cleanEntry makes every text field valid UTF-8 for display.
+func cleanEntry(e dlq.Entry) dlq.Entry {
+	for _, p := range []*string{&e.OriginalStream, &e.OriginalID, &e.Group, &e.Consumer, &e.Reason, &e.App, &e.Handler, &e.Trace} {
+		*p = clean(*p)
+	}
+	return e
+}
+
+type dlqEntryView struct {
+	Stream    string
+	Entry     dlq.Entry
+	Row       dlqRow
+	Event     string // pretty-printed
+	Malformed bool
+	Expires   time.Time
+}
+
+func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	id := r.FormValue("id")
+	store := dlq.NewStore(s.cfg.Redis, st)
+	e, err := store.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, dlq.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no dead-letter entry %s in %s: it was replayed or removed, or retention expired it", id, store.Key()))
+		return
+	case err != nil:
+		if bad, ok := dlq.IsUndecodable(err); ok {
+			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Sprintf("entry %s cannot be decoded (%v); remove it from the list", bad, err))
+			return
+		}
+		s.fail(w, r, http.StatusBadGateway, err.Error())
+		return
+	}
+	row := s.dlqRow(e, time.Now())
+	v := dlqEntryView{Stream: st, Entry: row.Entry, Row: row, Event: prettyEvent(e.Event),
+		Malformed: e.App == dlq.MalformedName || e.Handler == dlq.MalformedName}
+	if s.cfg.DLQRetention > 0 {
+		v.Expires = e.Expires(s.cfg.DLQRetention)
+	}
+	s.renderPage(w, r, "dlq_entry", page{Title: "Dead letter " + id, Active: "dlq", Stream: st, Data: v})
+}
+
+// selection reads the entry ids of a replay or remove form.
+func selection(r *http.Request) ([]string, error) {
+	if err := r.ParseForm(); err != nil {
+		return nil, err
+	}
+	ids := r.PostForm["id"]
+	if len(ids) == 0 {
+		return nil, errors.New("no entry selected: tick the entries to act on")
+	}
+	if len(ids) > maxSelection {
+		return nil, fmt.Errorf("%d entries selected; at most %d at a time", len(ids), maxSelection)
+	}
+	seen := map[string]bool{}
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !isStreamID(id) {
+			return nil, fmt.Errorf("%q is not an entry id", clean(id))
+		}
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// resultRow is the outcome of replaying or removing one entry.
+type resultRow struct {
+	ID, Target string
+	// Result is replayed, removed, failed or refused.
+	Result   string
+	Message  string
+	Duration time.Duration
+}
+
+type resultView struct {
+	Stream  string
+	Action  string // "Replay" or "Remove"
+	Rows    []resultRow
+	Done    int
+	Stopped string // why the rest of a selection was not tried
+}
+
+// dlqReplay replays the selected entries one after another, as relay dlq
+// replay does: Manual.Replay with the apps loaded now and the Runner the
+// command wired; success deletes the entry, failure keeps it.
+func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	switch {
+	case s.cfg.ReadOnly:
+		s.fail(w, r, http.StatusForbidden, "the console runs read-only (--read-only): replay is off")
+		return
+	case s.cfg.Runner == nil:
+		s.fail(w, r, http.StatusForbidden, "this console has no runner to replay with")
+		return
+	}
+	ids, err := selection(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	// A closed browser tab must not abandon a handler half way.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), DefaultReplayTimeout)
+	defer cancel()
+	apps, err := s.cfg.Apps.Load(ctx)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "loading the apps failed: "+err.Error())
+		return
+	}
+	store := dlq.NewStore(s.cfg.Redis, st)
+	v := resultView{Stream: st, Action: "Replay"}
+	for i, id := range ids {
+		row, fatal := s.replayOne(ctx, apps, store, id)
+		v.Rows = append(v.Rows, row)
+		if row.Result == "replayed" {
+			v.Done++
+		}
+		if fatal {
+			if rest := len(ids) - i - 1; rest > 0 {
+				v.Stopped = fmt.Sprintf("the runtime could not run the handler, so the other %s were not tried", plural(rest, "entry"))
+			}
+			break
+		}
+	}
+	s.renderPage(w, r, "result", page{Title: "Replay", Active: "dlq", Stream: st, Data: v})
+}
+
+// replayOne replays one entry; fatal is true when the runtime could not
+// run it at all, so the rest of a selection would fail the same way.
+func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store, id string) (row resultRow, fatal bool) {
+	row = resultRow{ID: id}
+	if e, err := store.Get(ctx, id); err == nil {
+		row.Target = clean(e.App + "/" + e.Handler)
+	}
+	start := time.Now()
+	err := relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
+	row.Duration = time.Since(start).Round(time.Millisecond)
+	switch {
+	case err == nil:
+		row.Result, row.Message = "replayed", "the handler succeeded; the entry is deleted"
+	case errors.Is(err, relay.ErrReplayMalformed):
+		row.Result, row.Message = "refused", "the entry records a malformed message: there is no handler to replay; remove it instead"
+	case errors.Is(err, relay.ErrHandlerGone):
+		row.Result, row.Message = "refused", "handler "+row.Target+" is not in the apps root any more; remove the entry instead"
+	case errors.Is(err, relay.ErrAppUnavailable):
+		row.Result, row.Message = "refused", "the app is unavailable, its template has errors (see Apps); the entry is kept"
+	case errors.Is(err, dlq.ErrNotFound):
+		row.Result, row.Message = "failed", "no such entry: it was replayed or removed meanwhile"
+	default:
+		row.Result = "failed"
+		cause := errors.Unwrap(err) // the replay's own prefix repeats the id and target
+		if cause == nil {
+			cause = err
+		}
+		row.Message = clean(cause.Error()) + "; the entry is kept"
+		var exit *runtime.ExitError
+		fatal = !errors.As(err, &exit)
+	}
+	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result)
+	return row, fatal
+}
+
+type confirmView struct {
+	Stream string
+	Rows   []dlqRow
+	IDs    []string
+}
+
+// dlqRemove deletes the selected entries after a confirmation page, as
+// relay dlq rm ID... does: all or nothing, an unknown id deletes none.
+func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	if s.cfg.ReadOnly {
+		s.fail(w, r, http.StatusForbidden, "the console runs read-only (--read-only): remove is off")
+		return
+	}
+	ids, err := selection(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx := r.Context()
+	store := dlq.NewStore(s.cfg.Redis, st)
+	now := time.Now()
+	var rows []dlqRow
+	var unknown []string
+	for _, id := range ids {
+		e, err := store.Get(ctx, id)
+		switch {
+		case errors.Is(err, dlq.ErrNotFound):
+			unknown = append(unknown, id)
+		case err != nil:
+			if _, bad := dlq.IsUndecodable(err); !bad {
+				s.fail(w, r, http.StatusBadGateway, err.Error())
+				return
+			}
+			rows = append(rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: err.Error()})
+		default:
+			rows = append(rows, s.dlqRow(e, now))
+		}
+	}
+	if len(unknown) > 0 {
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("no dead-letter entry %s in %s; nothing deleted (replayed or removed meanwhile?)",
+			strings.Join(unknown, ", "), store.Key()))
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		s.renderPage(w, r, "confirm", page{Title: "Remove dead letters?", Active: "dlq", Stream: st,
+			Data: confirmView{Stream: st, Rows: rows, IDs: ids}})
+		return
+	}
+	v := resultView{Stream: st, Action: "Remove"}
+	for _, row := range rows {
+		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: "deleted without running"}
+		if err := store.Delete(ctx, row.ID); errors.Is(err, dlq.ErrNotFound) {
+			res.Message = "already gone (replayed or removed meanwhile)"
+		} else if err != nil {
+			res.Result, res.Message = "failed", err.Error()
+		} else {
+			v.Done++
+		}
+		v.Rows = append(v.Rows, res)
+	}
+	s.log.Info("console: remove", "stream", store.Key(), "entries", v.Done)
+	s.renderPage(w, r, "result", page{Title: "Remove", Active: "dlq", Stream: st, Data: v})
+}
+
+// parseAge reads an age filter: a duration before now (Go syntax plus a
+// "d" suffix for days, as relay dlq ls --since) or an RFC 3339 time. ""
+// is the zero time (no filter).
+func parseAge(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		n, err = strconv.ParseFloat(days, 64)
+		d = time.Duration(n * float64(24*time.Hour))
+	}
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q: want an age such as 30m, 12h or 7d, or an RFC 3339 time", clean(s))
+	}
+	return now.Add(-d), nil
+}

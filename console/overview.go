@@ -1,0 +1,154 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+)
+
+// streamView is one stream of the overview.
+type streamView struct {
+	Name string
+	// Problem says what could not be read (the stream or group is missing,
+	// Redis failed); the rest is then partly empty.
+	Problem string
+	Length  int64
+	// Lag is the group's entries not delivered yet; LagKnown is false
+	// when Redis cannot tell (after a deletion in the stream).
+	Lag           int64
+	LagKnown      bool
+	LastDelivered string
+	Pending       int64
+	OldestPending time.Duration
+	Consumers     []consumerView
+	DLQ           int64
+	Counters      []counterView
+	Sampled       time.Duration // the span the rates cover
+	Samples       int
+}
+
+type consumerView struct {
+	Name     string
+	Pending  int64
+	Idle     time.Duration
+	Inactive time.Duration // since its last successful read; -1 unknown
+}
+
+type overviewView struct {
+	Streams  []streamView
+	Interval time.Duration
+	Window   time.Duration
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	v := overviewView{Interval: s.cfg.SampleInterval, Window: s.cfg.SampleWindow}
+	for _, st := range s.cfg.Streams {
+		v.Streams = append(v.Streams, s.streamOverview(r.Context(), st))
+	}
+	s.render(w, r, "overview", "Overview", v)
+}
+
+// streamOverview reads what the overview shows of one stream: XINFO
+// GROUPS and CONSUMERS, the PEL summary (as relay stats), the DLQ length
+// and the counters.
+func (s *Server) streamOverview(ctx context.Context, name string) streamView {
+	v := streamView{Name: name}
+	rc := s.cfg.Redis
+	b := rc.B()
+	res := rc.DoMulti(ctx,
+		b.Xlen().Key(name).Build(),
+		b.XinfoGroups().Key(name).Build(),
+		b.XinfoConsumers().Key(name).Group(s.cfg.Group).Build(),
+	)
+	n, err := res[0].AsInt64()
+	if err != nil {
+		v.Problem = "reading the stream failed: " + err.Error()
+		return v
+	}
+	v.Length = n
+	groups, err := res[1].ToArray()
+	if err != nil {
+		if rueidis.IsRedisNil(err) || isNoSuchKey(err) {
+			v.Problem = "the stream does not exist yet (a worker's first start creates it)"
+		} else {
+			v.Problem = "XINFO GROUPS failed: " + err.Error()
+		}
+		return v
+	}
+	found := false
+	for _, g := range groups {
+		m, err := g.AsMap()
+		if err != nil {
+			continue
+		}
+		if gn, _ := field(m, "name").ToString(); gn != s.cfg.Group {
+			continue
+		}
+		found = true
+		if lag, err := field(m, "lag").AsInt64(); err == nil {
+			v.Lag, v.LagKnown = lag, true
+		}
+		v.LastDelivered, _ = field(m, "last-delivered-id").ToString()
+	}
+	if !found {
+		v.Problem = "consumer group " + s.cfg.Group + " does not exist on this stream (a worker's first start creates it)"
+		return v
+	}
+	if cs, err := res[2].ToArray(); err == nil {
+		for _, c := range cs {
+			m, err := c.AsMap()
+			if err != nil {
+				continue
+			}
+			cv := consumerView{Inactive: -1}
+			cv.Name, _ = field(m, "name").ToString()
+			cv.Name = clean(cv.Name)
+			cv.Pending, _ = field(m, "pending").AsInt64()
+			idle, _ := field(m, "idle").AsInt64()
+			cv.Idle = time.Duration(idle) * time.Millisecond
+			if in, err := field(m, "inactive").AsInt64(); err == nil && in >= 0 {
+				cv.Inactive = time.Duration(in) * time.Millisecond
+			}
+			v.Consumers = append(v.Consumers, cv)
+		}
+		sort.Slice(v.Consumers, func(i, j int) bool { return v.Consumers[i].Name < v.Consumers[j].Name })
+	}
+	v.Pending, v.OldestPending, err = stream.New(rc, name, s.cfg.Group, "relay-console").Pending(ctx)
+	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
+		v.Problem = "XPENDING failed: " + err.Error()
+	}
+	if v.DLQ, err = dlq.NewStore(rc, name).Len(ctx); err != nil {
+		v.Problem = "reading the dead-letter queue failed: " + err.Error()
+	}
+	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
+	if err != nil {
+		v.Problem = "reading the counters failed: " + err.Error()
+	}
+	v.Counters = s.counterViews(name, c)
+	if sm := s.sampler.get(name); len(sm) > 0 {
+		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
+	}
+	return v
+}
+
+func isNoSuchKey(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && (re.IsNil() || containsFold(re.Error(), "no such key"))
+}
+
+// field returns m[k] addressable, or a nil message when absent.
+func field(m map[string]rueidis.RedisMessage, k string) *rueidis.RedisMessage {
+	v, ok := m[k]
+	if !ok {
+		return &rueidis.RedisMessage{}
+	}
+	return &v
+}

@@ -1,0 +1,443 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/stats"
+)
+
+func TestOverview(t *testing.T) {
+	f := newFixture(t)
+	f.publish(`{"kind":"order","amount":5}`)
+	f.publish(`{"kind":"order","amount":500}`)
+	f.deliver("worker-1")
+	f.publish(`{"kind":"refund"}`) // not delivered: lag 1
+	f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
+	f.record()
+
+	code, body := f.get("/")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "overview", body, f.stream, "worker-1", ">dead letters<", "received", "sampling…")
+
+	// Sampling draws the rates: once two samples span an increase, the
+	// received sparkline is drawn and its rate is not "-".
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go f.srv.Sample(ctx)
+	testutil.WaitFor(t, 5*time.Second, "three samples", func() bool {
+		_, body = f.get("/")
+		return strings.Count(body, "sampling…") == 0
+	})
+	f.record()
+	testutil.WaitFor(t, 5*time.Second, "a drawn increase", func() bool {
+		_, body = f.get("/")
+		return strings.Contains(body, `aria-label="received per sample, peak 5"`)
+	})
+	contains(t, "overview", body, `<svg class="spark `, "<polyline points=")
+}
+
+// TestOverviewTiles checks the numbers of the tiles against what was set up.
+func TestOverviewTiles(t *testing.T) {
+	f := newFixture(t)
+	for range 3 {
+		f.publish(`{"kind":"order"}`)
+	}
+	f.deliver("worker-a")
+	f.publish(`{"kind":"order"}`)
+	f.publish(`{"kind":"order"}`)
+	f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
+	_, body := f.get("/")
+	tile := func(name, want string) {
+		t.Helper()
+		if !strings.Contains(body, `<span class="k">`+name+`</span><span class="v">`+want+`</span>`) {
+			t.Errorf("tile %s: want %s", name, want)
+		}
+	}
+	tile("entries", "6") // 5 events and the dead letter's original
+	tile("lag", "3")
+	tile("pending", "3")
+	tile("dead letters", "1")
+}
+
+func TestOverviewMissingGroup(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.Group = "nobody"
+	srv, err := console.New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := httptestRecorder(srv, "GET", "/")
+	contains(t, "overview", w, "consumer group nobody does not exist")
+}
+
+func TestApps(t *testing.T) {
+	f := newFixture(t)
+	code, body := f.get("/apps")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "apps", body,
+		`id="app-shop"`, "ready", "<code>relay.local/busybox:latest</code>", "<dt>concurrency</dt><dd>3</dd>",
+		"<code>orders.charge</code>", "kind: [&#34;order&#34;]", "amount:\n  - gte: 100", "id:\n  - prefix: &#34;ord_&#34;",
+		"nightly", "<code>reports.nightly</code>", "0 3 * * *", "Europe/Paris", "API_TOKEN", "(values hidden)",
+		"unavailable", "1 template error", "<code>broken/template.yaml:7:14</code>", "timeout")
+	lacks(t, "apps", body, "s3cret-token-value")
+	// The next fire time, in UTC and in the schedule's zone: 03:00 Paris.
+	if !strings.Contains(body, " 03:00 CET") && !strings.Contains(body, " 03:00 CEST") {
+		t.Error("apps: no 03:00 Paris fire time")
+	}
+	if !strings.Contains(body, " 01:00 UTC") && !strings.Contains(body, " 02:00 UTC") {
+		t.Error("apps: no UTC fire time")
+	}
+}
+
+func TestPending(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.PageSize = 2 })
+	running := f.publish(`{"kind":"order","amount":500,"id":"ord_1"}`)
+	waiting := f.publish(`{"kind":"order","amount":700,"id":"ord_2"}`)
+	fresh := f.publish(`{"kind":"refund"}`)
+	f.deliver("worker-1")
+	f.claim(running, "shop/orders.charge", 0)
+	f.claim(waiting, "shop/orders.charge", 10*time.Minute)
+	f.record(stats.Event{Time: time.Now(), Consumer: "worker-1", MessageID: waiting, App: "shop", Handler: "orders.charge",
+		Outcome: "failed", Attempt: 1, MaxAttempts: 3, Reason: "payment provider unreachable"})
+
+	code, body := f.get("/pending?stream=" + url.QueryEscape(f.stream))
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "pending page 1", body, "3 messages delivered", running, waiting,
+		`<span class="badge running">running</span>`, "attempt 1 of 3, lease until",
+		`<span class="badge waiting">waiting</span>`, "attempt 1 of 3 failed; next attempt at", "(in 9m)",
+		"last error", "payment provider unreachable",
+		`href="/event?id=`+running)
+	lacks(t, "pending page 1", body, fresh)
+	next := "/pending?after=" + waiting + "&amp;stream="
+	if !strings.Contains(body, next) {
+		t.Fatalf("pending page 1: no next link %q", next)
+	}
+	_, body = f.get("/pending?after=" + waiting + "&stream=" + url.QueryEscape(f.stream))
+	contains(t, "pending page 2", body, fresh, "no invocation claimed yet")
+	lacks(t, "pending page 2", body, running+"</code>", "next 1")
+
+	if code, _ := f.get("/pending?after=zzz"); code != http.StatusBadRequest {
+		t.Errorf("a bad cursor: status %d, want 400", code)
+	}
+	if code, _ := f.get("/pending?stream=other"); code != http.StatusNotFound {
+		t.Errorf("an unknown stream: status %d, want 404", code)
+	}
+}
+
+func TestEvent(t *testing.T) {
+	f := newFixture(t)
+	id := f.publish(`{"kind":"order","amount":500,"id":"ord_1"}`, "traceparent", "00-abc-def-01")
+	f.deliver("worker-9")
+	f.claim(id, "shop/orders.charge", time.Minute)
+	code, body := f.get("/event?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "event", body, "yes, held by <code>worker-9</code>", "&#34;amount&#34;: 500", "traceparent",
+		"00-abc-def-01", "<code>shop/orders.charge</code>", "waiting", "/playground?id="+id)
+	_, body = f.get("/event?id=1-1&stream=" + url.QueryEscape(f.stream))
+	contains(t, "a trimmed event", body, "no longer in the stream")
+	if code, _ := f.get("/event?id=x"); code != http.StatusBadRequest {
+		t.Errorf("a bad id: status %d", code)
+	}
+}
+
+func TestDLQList(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.PageSize = 2 })
+	a := f.deadLetter("shop", "orders.charge", `{"n":1}`, "exit 3: Payment provider down")
+	b := f.deadLetter("shop", "refunds.run", `{"n":2}`, "exit 1: refund rejected")
+	c := f.deadLetter("shop", "orders.charge", `{"n":3}`, "timeout after 5s")
+	s := "&stream=" + url.QueryEscape(f.stream)
+
+	_, body := f.get("/dlq?x=1" + s)
+	contains(t, "page 1", body, "3 entries", a, b, `name="id" value="`+a+`"`, "Replay selected", "Remove selected", "in 13d")
+	lacks(t, "page 1", body, c)
+	_, body = f.get("/dlq?after=" + b + s)
+	contains(t, "page 2", body, c, "« oldest")
+
+	for _, tc := range []struct {
+		query    string
+		want     []string
+		notWants []string
+	}{
+		{"app=shop&handler=refunds.run", []string{b}, []string{a, c}},
+		{"reason=PAYMENT", []string{a}, []string{b, c}},
+		{"newer=1h", []string{a, b}, nil},
+		{"older=1h", nil, []string{a, b, c}},
+		{"app=nobody", []string{"No dead-letter entries that pass the filter"}, nil},
+	} {
+		_, body := f.get("/dlq?" + tc.query + s)
+		contains(t, tc.query, body, tc.want...)
+		lacks(t, tc.query, body, tc.notWants...)
+	}
+	code, body := f.get("/dlq?newer=yesterday" + s)
+	if code != http.StatusBadRequest || !strings.Contains(body, "want an age such as 30m") {
+		t.Errorf("a bad age: status %d", code)
+	}
+}
+
+func TestDLQInspect(t *testing.T) {
+	f := newFixture(t)
+	id := f.deadLetter("shop", "orders.charge", `{"kind":"order","amount":500}`, "handler exited with code 3: payment provider unreachable")
+	code, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "inspect", body, "<code>shop/orders.charge</code>", "payment provider unreachable", "worker-1",
+		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3</dd>",
+		`formaction="/dlq/replay"`, `formaction="/dlq/remove"`, "/playground?dlq="+id)
+	code, body = f.get("/dlq/entry?id=1-1&stream=" + url.QueryEscape(f.stream))
+	if code != http.StatusNotFound || !strings.Contains(body, "no dead-letter entry 1-1") {
+		t.Errorf("unknown entry: status %d", code)
+	}
+}
+
+// TestDLQReplay replays as relay dlq replay does: a failing handler keeps
+// the entry, a fixed one deletes it; malformed, gone and unavailable
+// entries are refused without running anything.
+func TestDLQReplay(t *testing.T) {
+	f := newFixture(t)
+	charge := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
+	malformed := f.deadLetter("-", "-", `not json`, "malformed event")
+	gone := f.deadLetter("shop", "orders.gone", `{}`, "exit 3")
+	broken := f.deadLetter("broken", "orders.audit", `{}`, "exit 3")
+
+	code, body := f.post("/dlq/replay", url.Values{"id": {charge}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	contains(t, "failing replay", body, "Replay: 0 of 1 done", "failed", "handler exited with code 3; the entry is kept")
+	if f.ran.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1", f.ran.Load())
+	}
+
+	f.failing.Store(false) // the app is fixed
+	_, body = f.post("/dlq/replay", url.Values{"id": {charge, malformed, gone, broken}})
+	contains(t, "replay", body, "Replay: 1 of 4 done", "replayed", "the entry is deleted",
+		"malformed message", "is not in the apps root any more", "the app is unavailable")
+	if f.ran.Load() != 2 {
+		t.Errorf("handler ran %d times, want 2", f.ran.Load())
+	}
+	if got := f.dlqIDs(); strings.Join(got, " ") != strings.Join([]string{malformed, gone, broken}, " ") {
+		t.Errorf("entries left %v, want the three refused", got)
+	}
+	code, _ = f.post("/dlq/replay", nil)
+	if code != http.StatusBadRequest {
+		t.Errorf("empty selection: status %d, want 400", code)
+	}
+	code, _ = f.post("/dlq/replay", url.Values{"id": {"<x>"}})
+	if code != http.StatusBadRequest {
+		t.Errorf("bad id: status %d, want 400", code)
+	}
+}
+
+// TestDLQReplayAfterTemplateFix loads the apps at each replay: an app
+// whose template was broken replays once it is fixed, without a restart.
+func TestDLQReplayAfterTemplateFix(t *testing.T) {
+	f := newFixture(t)
+	f.failing.Store(false)
+	f.writeTemplate("shop", strings.Replace(shopTemplate, "timeout: 5s", "timeout: soon", 1))
+	id := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
+	_, body := f.post("/dlq/replay", url.Values{"id": {id}})
+	contains(t, "broken template", body, "refused", "the app is unavailable")
+	f.writeTemplate("shop", shopTemplate)
+	_, body = f.post("/dlq/replay", url.Values{"id": {id}})
+	contains(t, "fixed template", body, "Replay: 1 of 1 done")
+	if ids := f.dlqIDs(); len(ids) != 0 {
+		t.Errorf("entries left %v", ids)
+	}
+}
+
+func TestDLQRemove(t *testing.T) {
+	f := newFixture(t)
+	a := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
+	b := f.deadLetter("shop", "refunds.run", `{}`, "exit 1")
+	c := f.deadLetter("shop", "refunds.run", `{}`, "exit 1")
+
+	code, body := f.post("/dlq/remove", url.Values{"id": {a, b}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "confirmation", body, "Remove 2 dead-letter entries?", `name="confirm" value="yes"`, "Delete 2 entries",
+		`name="id" value="`+a+`"`, `name="id" value="`+b+`"`)
+	if len(f.dlqIDs()) != 3 {
+		t.Fatal("the confirmation page deleted entries")
+	}
+	// An unknown id deletes nothing, like relay dlq rm ID...
+	code, body = f.post("/dlq/remove", url.Values{"id": {a, "1-1"}, "confirm": {"yes"}})
+	if code != http.StatusNotFound || !strings.Contains(body, "nothing deleted") || len(f.dlqIDs()) != 3 {
+		t.Fatalf("unknown id: status %d, %d entries left", code, len(f.dlqIDs()))
+	}
+	_, body = f.post("/dlq/remove", url.Values{"id": {a, b}, "confirm": {"yes"}})
+	contains(t, "removed", body, "Remove: 2 of 2 done")
+	if got := f.dlqIDs(); len(got) != 1 || got[0] != c {
+		t.Errorf("entries left %v, want [%s]", got, c)
+	}
+	if f.ran.Load() != 0 {
+		t.Error("remove ran a handler")
+	}
+}
+
+func TestReadOnly(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
+	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
+	s := "&stream=" + url.QueryEscape(f.stream)
+	for _, p := range []string{"/dlq?x=1" + s, "/dlq/entry?id=" + id + s} {
+		_, body := f.get(p)
+		contains(t, p, body, "read-only")
+		lacks(t, p, body, "/dlq/replay", "/dlq/remove", `name="id"`)
+	}
+	for _, p := range []string{"/dlq/replay", "/dlq/remove"} {
+		code, body := f.post(p, url.Values{"id": {id}, "confirm": {"yes"}})
+		if code != http.StatusForbidden || !strings.Contains(body, "read-only") {
+			t.Errorf("%s: status %d, want 403", p, code)
+		}
+	}
+	if len(f.dlqIDs()) != 1 || f.ran.Load() != 0 {
+		t.Error("a read-only console changed the DLQ or ran a handler")
+	}
+}
+
+func TestNoRunner(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.Runner = nil })
+	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
+	_, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	lacks(t, "entry", body, "/dlq/replay")
+	contains(t, "entry", body, "/dlq/remove")
+	if code, _ := f.post("/dlq/replay", url.Values{"id": {id}}); code != http.StatusForbidden {
+		t.Errorf("replay without a runner: status %d", code)
+	}
+}
+
+func TestPlayground(t *testing.T) {
+	f := newFixture(t)
+	code, body := f.post("/playground", url.Values{"event": {`{"kind":"order","amount":50,"id":"ord_7","created_at":"2026-01-01T00:00:00Z"}`}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "playground", body, "2 matching handlers, in dispatch order", "<code>shop/orders.stale</code> matched",
+		"<code>shop/orders.charge</code> not matched", "<code>amount</code>: 50 is not &gt;= 100", "<code>kind</code>:",
+		"<code>shop/refunds.run</code> not matched", "<code>broken/orders.audit</code> matched <span class=\"badge bad\">app unavailable</span>")
+
+	// --now moves the cutoff of the temporal rule: an hour after the event
+	// it is not yet stale.
+	_, body = f.post("/playground", url.Values{"event": {`{"kind":"order","created_at":"2026-01-01T00:00:00Z"}`}, "now": {"2026-01-01T00:30:00Z"}})
+	contains(t, "playground --now", body, "<code>shop/orders.stale</code> not matched", "at 2026-01-01 00:30:00Z")
+
+	_, body = f.post("/playground", url.Values{"event": {`[1,2]`}})
+	contains(t, "malformed", body, "malformed event", "one JSON object")
+	_, body = f.post("/playground", url.Values{"event": {`{}`}, "now": {"noon"}})
+	contains(t, "bad now", body, "want an RFC 3339 time")
+
+	// Picking an event from the stream or the DLQ loads and evaluates it.
+	id := f.publish(`{"kind":"refund"}`)
+	dl := f.deadLetter("shop", "orders.charge", `{"kind":"order","amount":100,"id":"ord_1"}`, "exit 3")
+	s := "&stream=" + url.QueryEscape(f.stream)
+	_, body = f.get("/playground?id=" + id + s)
+	contains(t, "from the stream", body, "from stream entry "+id, "<code>shop/refunds.run</code> matched", "/playground?id="+id)
+	_, body = f.get("/playground?dlq=" + dl + s)
+	contains(t, "from the DLQ", body, "from dead-letter entry "+dl, "<code>shop/orders.charge</code> matched", "/playground?dlq="+dl)
+}
+
+func TestLivePage(t *testing.T) {
+	f := newFixture(t)
+	f.record(stats.Event{Time: time.Now(), Consumer: "worker-1", MessageID: "1-1", App: "shop", Handler: "orders.charge",
+		Outcome: "dead-lettered", Attempt: 3, MaxAttempts: 3, Reason: "exit 3", DLQID: "5-5"})
+	code, body := f.get("/live?stream=" + url.QueryEscape(f.stream))
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	contains(t, "live", body, `<span class="badge dead-lettered">dead-lettered</span>`, "<code>shop/orders.charge</code>",
+		"3 of 3", `href="/dlq/entry?id=5-5`, `data-src="/live/events?after=`)
+}
+
+// TestLiveEvents reads the server-sent event stream: the outcomes after
+// the cursor, then a new one as a worker records it.
+func TestLiveEvents(t *testing.T) {
+	f := newFixture(t)
+	f.record(stats.Event{Time: time.Now(), MessageID: "1-1", App: "shop", Handler: "orders.charge", Outcome: "failed", Reason: "first"})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.http.URL+"/live/events?after=0-0&stream="+url.QueryEscape(f.stream), nil)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		var acc string
+		for {
+			n, err := resp.Body.Read(buf)
+			acc += string(buf[:n])
+			for {
+				i := strings.IndexByte(acc, '\n')
+				if i < 0 {
+					break
+				}
+				lines <- acc[:i]
+				acc = acc[i+1:]
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	wait := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("stream ended before %q", want)
+				}
+				if strings.HasPrefix(l, "data: ") && strings.Contains(l, want) {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no event with %q", want)
+			}
+		}
+	}
+	wait(`"reason":"first"`)
+	f.record(stats.Event{Time: time.Now(), MessageID: "2-2", App: "shop", Handler: "refunds.run", Outcome: "succeeded", Reason: xss})
+	wait(`"target":"shop/refunds.run"`)
+}
+
+func TestErrorsAndNotFound(t *testing.T) {
+	f := newFixture(t)
+	if code, _ := f.get("/nope"); code != http.StatusNotFound {
+		t.Errorf("unknown path: %d", code)
+	}
+	if code, _ := f.do(http.MethodDelete, "/dlq", nil); code != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE /dlq: %d", code)
+	}
+	if _, err := console.New(console.Config{}); err == nil {
+		t.Error("New accepted an empty config")
+	}
+	code, body := f.get("/assets/style.css")
+	if code != http.StatusOK || !strings.Contains(body, "--accent") {
+		t.Errorf("style.css: %d", code)
+	}
+	if code, _ := f.get("/assets/console.js"); code != http.StatusOK {
+		t.Errorf("console.js: %d", code)
+	}
+}

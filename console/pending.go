@@ -1,0 +1,231 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+)
+
+// feedScan is how many of the newest feed events the pending page reads
+// for each invocation's last error (the feed keeps about stats.FeedLength).
+const feedScan = stats.FeedLength
+
+// pendingRow is one pending message.
+type pendingRow struct {
+	ID          string
+	Consumer    string
+	Idle        time.Duration
+	Deliveries  int64
+	Invocations []invocationView
+	// NoState: the message has no invocation state: no invocation was
+	// claimed yet (it waits for a slot, or its worker died first).
+	NoState bool
+}
+
+// invocationView is one invocation of a pending message, from its field
+// in the invocation hash (docs/delivery.md#invocation-state).
+type invocationView struct {
+	Field string // app/handler
+	// State is running, waiting, succeeded, exhausted, dead-lettered or
+	// unknown (a value this console does not know).
+	State string
+	// Until is the running lease's end or the next attempt's due time.
+	Until       time.Time
+	Attempt     int
+	MaxAttempts int // 0 when the app or rule is gone
+	// LastError is the newest failure of this invocation that the sampled
+	// feed holds, "" when it holds none.
+	LastError string
+	LastAt    time.Time
+	Raw       string
+}
+
+type pendingView struct {
+	Stream  string
+	Count   int64
+	Oldest  time.Duration
+	Rows    []pendingRow
+	After   string
+	Next    string
+	Problem string
+	Now     time.Time
+}
+
+func (s *Server) pending(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	after := r.FormValue("after")
+	if after != "" && !isStreamID(after) {
+		s.fail(w, r, http.StatusBadRequest, "after: not a stream id")
+		return
+	}
+	v, err := s.pendingPage(r.Context(), st, after)
+	if err != nil {
+		v.Problem = err.Error()
+	}
+	s.renderPage(w, r, "pending", page{Title: "Pending", Stream: st, Data: v})
+}
+
+// pendingPage reads one page of the PEL after the cursor (XPENDING with a
+// range and COUNT), the invocation hash of each message in one pipeline,
+// and the feed's newest events for the last errors.
+func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView, error) {
+	v := pendingView{Stream: st, After: after, Now: time.Now()}
+	rc := s.cfg.Redis
+	var err error
+	v.Count, v.Oldest, err = stream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
+	if errors.Is(err, stream.ErrNoGroup) {
+		return v, errors.New("consumer group " + s.cfg.Group + " does not exist on stream " + st)
+	}
+	if err != nil {
+		return v, err
+	}
+	start := "-"
+	if after != "" {
+		start = "(" + after
+	}
+	size := s.cfg.PageSize
+	entries, err := rc.Do(ctx, rc.B().Xpending().Key(st).Group(s.cfg.Group).Start(start).End("+").Count(int64(size+1)).Build()).ToArray()
+	if err != nil {
+		return v, err
+	}
+	if len(entries) > size {
+		entries = entries[:size]
+		v.Next = "more"
+	}
+	for _, e := range entries {
+		f, err := e.ToArray()
+		if err != nil || len(f) < 4 {
+			continue
+		}
+		var row pendingRow
+		row.ID, _ = f[0].ToString()
+		row.Consumer, _ = f[1].ToString()
+		row.Consumer = clean(row.Consumer)
+		idle, _ := f[2].AsInt64()
+		row.Idle = time.Duration(idle) * time.Millisecond
+		row.Deliveries, _ = f[3].AsInt64()
+		v.Rows = append(v.Rows, row)
+	}
+	if v.Next != "" && len(v.Rows) > 0 {
+		v.Next = v.Rows[len(v.Rows)-1].ID
+	}
+	if len(v.Rows) == 0 {
+		return v, nil
+	}
+	cmds := make([]rueidis.Completed, 0, len(v.Rows))
+	for _, row := range v.Rows {
+		cmds = append(cmds, rc.B().Hgetall().Key(keys.Invocation(st, s.cfg.Group, row.ID)).Build())
+	}
+	hashes := rc.DoMulti(ctx, cmds...)
+	apps, _ := s.cfg.Apps.Load(ctx) // without apps, attempts show no maximum
+	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
+	lastErr := map[string]stats.Event{}
+	for _, ev := range feed { // newest first: keep the first seen
+		if ev.Outcome == "succeeded" {
+			continue
+		}
+		k := ev.MessageID + " " + ev.App + "/" + ev.Handler
+		if _, ok := lastErr[k]; !ok {
+			lastErr[k] = ev
+		}
+	}
+	for i := range v.Rows {
+		row := &v.Rows[i]
+		m, err := hashes[i].AsStrMap()
+		if err != nil {
+			return v, err
+		}
+		for field, val := range m {
+			if strings.HasPrefix(field, "__") {
+				continue
+			}
+			iv := parseInvocation(field, val)
+			iv.MaxAttempts = maxAttempts(apps, field)
+			if ev, ok := lastErr[row.ID+" "+field]; ok {
+				iv.LastError, iv.LastAt = clean(ev.Reason), ev.Time
+			}
+			row.Invocations = append(row.Invocations, iv)
+		}
+		sort.Slice(row.Invocations, func(a, b int) bool { return row.Invocations[a].Field < row.Invocations[b].Field })
+		row.NoState = len(row.Invocations) == 0
+	}
+	return v, nil
+}
+
+// parseInvocation reads one field of the invocation hash
+// (docs/delivery.md#invocation-state).
+func parseInvocation(field, val string) invocationView {
+	v := invocationView{Field: clean(field), State: "unknown", Raw: clean(val)}
+	parts := strings.Split(val, ":")
+	num := func(i int) int64 {
+		if i >= len(parts) {
+			return 0
+		}
+		n, _ := strconv.ParseInt(parts[i], 10, 64)
+		return n
+	}
+	switch {
+	case val == "ok":
+		v.State = "succeeded"
+	case parts[0] == "running" && len(parts) == 4:
+		v.State, v.Until, v.Attempt = "running", time.UnixMilli(num(1)), int(num(2))
+	case parts[0] == "next_attempt_at" && len(parts) == 4:
+		v.State, v.Until, v.Attempt = "waiting", time.UnixMilli(num(1)), int(num(2))
+	case parts[0] == "exhausted" && len(parts) == 4 && parts[3] == "dlq":
+		v.State, v.Attempt = "dead-lettered", int(num(1))
+	case parts[0] == "exhausted" && len(parts) == 3:
+		v.State, v.Attempt = "exhausted", int(num(1))
+	}
+	return v
+}
+
+// maxAttempts is the attempts the invocation's rule (or, for a schedule
+// occurrence, its schedule) allows now; 0 when unknown.
+func maxAttempts(apps *app.Set, field string) int {
+	if apps == nil {
+		return 0
+	}
+	appName, handler, ok := strings.Cut(field, "/")
+	if !ok {
+		return 0
+	}
+	a := apps.Get(appName)
+	if a == nil {
+		return 0
+	}
+	if i := a.RuleIndex(handler); i >= 0 {
+		return a.Rules[i].Retries + 1
+	}
+	for _, sc := range a.Schedules {
+		if sc.Handler == handler {
+			return sc.Retries + 1
+		}
+	}
+	return 0
+}
+
+// isStreamID reports whether id has the form ms-seq.
+func isStreamID(id string) bool {
+	ms, seq, ok := strings.Cut(id, "-")
+	if !ok {
+		return false
+	}
+	_, err1 := strconv.ParseUint(ms, 10, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}

@@ -1,0 +1,167 @@
+package console
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/matcher"
+)
+
+// maxEventBytes bounds an event pasted into the playground.
+const maxEventBytes = 1 << 20
+
+// recentPicks is how many recent stream and DLQ entries the playground
+// offers to load.
+const recentPicks = 8
+
+type pick struct {
+	Label, URL string
+}
+
+type ruleResult struct {
+	App, Handler string
+	Available    bool
+	Matched      bool
+	Conditions   []matcher.Condition
+	Pattern      string
+}
+
+type playgroundView struct {
+	Stream    string
+	Event     string
+	Now       string // the form's --now, "" for the current time
+	From      string // where the event was loaded from
+	Evaluated bool
+	At        time.Time
+	Error     string
+	Rules     []ruleResult
+	Matches   []string
+	Recent    []pick
+	RecentDLQ []pick
+	AppsError string
+}
+
+// playground matches an event against every rule of every app and says
+// why each matched or not, condition by condition (matcher.Explain, as
+// relay match --explain). GET loads an event from the stream (?id=) or
+// the DLQ (?dlq=) into the form; POST evaluates the form.
+func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
+	st, ok := s.stream(r)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
+		return
+	}
+	ctx := r.Context()
+	v := playgroundView{Stream: st}
+	if r.Method == http.MethodGet {
+		switch id, dlqID := r.FormValue("id"), r.FormValue("dlq"); {
+		case id != "":
+			if !isStreamID(id) {
+				v.Error = "id: not a stream id"
+				break
+			}
+			raw, found, err := s.streamEntry(ctx, st, id)
+			switch {
+			case err != nil:
+				v.Error = err.Error()
+			case !found:
+				v.Error = "entry " + id + " is no longer in stream " + st
+			default:
+				v.Event, v.From = prettyEvent(raw["event"]), "stream entry "+id
+			}
+		case dlqID != "":
+			e, err := dlq.NewStore(s.cfg.Redis, st).Get(ctx, dlqID)
+			if err != nil {
+				v.Error = clean(err.Error())
+				break
+			}
+			v.Event, v.From = prettyEvent(e.Event), "dead-letter entry "+dlqID
+		}
+		if v.Event != "" && v.Error == "" {
+			s.evaluate(r, &v)
+		}
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, maxEventBytes+64<<10)
+		v.Event, v.Now = r.PostFormValue("event"), strings.TrimSpace(r.PostFormValue("now"))
+		s.evaluate(r, &v)
+	}
+	v.Event = clean(v.Event)
+	s.recentPicks(r, &v)
+	s.renderPage(w, r, "playground", page{Title: "Pattern playground", Stream: st, Data: v})
+}
+
+func (s *Server) evaluate(r *http.Request, v *playgroundView) {
+	v.At = time.Now()
+	if v.Now != "" {
+		t, err := time.Parse(time.RFC3339Nano, v.Now)
+		if err != nil {
+			v.Error = "now: want an RFC 3339 time such as 2026-09-12T10:00:00Z"
+			return
+		}
+		v.At = t
+	}
+	if len(v.Event) > maxEventBytes {
+		v.Error = "the event is larger than 1 MiB"
+		return
+	}
+	event, err := matcher.DecodeEvent([]byte(v.Event))
+	if err != nil {
+		msg := err.Error()
+		if errors.Is(err, matcher.ErrMalformed) {
+			msg = strings.TrimPrefix(msg, matcher.ErrMalformed.Error()+": ")
+			msg = "malformed event: " + msg + `; an event is one JSON object, e.g. {"event_name":"INSERT"}`
+		}
+		v.Error = clean(msg)
+		return
+	}
+	apps, err := s.cfg.Apps.Load(r.Context())
+	if err != nil {
+		v.AppsError = err.Error()
+		return
+	}
+	v.Evaluated = true
+	available := map[string]bool{}
+	patterns := map[matcher.Target]string{}
+	for _, a := range apps.List() {
+		available[a.Name] = a.Available()
+		for _, rule := range a.Rules {
+			patterns[matcher.Target{App: a.Name, Handler: rule.Handler}] = patternYAML(rule.Pattern.String())
+		}
+	}
+	for _, x := range matcher.NewSet(apps.Rules()).Explain(event, v.At) {
+		rr := ruleResult{App: x.Target.App, Handler: x.Target.Handler, Available: available[x.Target.App],
+			Matched: x.Matched, Pattern: patterns[x.Target]}
+		for _, c := range x.Conditions {
+			c.Path, c.Reason = clean(c.Path), clean(c.Reason)
+			rr.Conditions = append(rr.Conditions, c)
+		}
+		v.Rules = append(v.Rules, rr)
+		if x.Matched {
+			v.Matches = append(v.Matches, x.Target.App+"/"+x.Target.Handler)
+		}
+	}
+}
+
+// recentPicks lists the newest entries of the stream and its DLQ to load.
+func (s *Server) recentPicks(r *http.Request, v *playgroundView) {
+	rc := s.cfg.Redis
+	b := rc.B()
+	res := rc.DoMulti(r.Context(),
+		b.Xrevrange().Key(v.Stream).End("+").Start("-").Count(recentPicks).Build(),
+		b.Xrevrange().Key(dlq.NewStore(rc, v.Stream).Key()).End("+").Start("-").Count(recentPicks).Build())
+	if es, err := res[0].AsXRange(); err == nil {
+		for _, e := range es {
+			v.Recent = append(v.Recent, pick{Label: e.ID + "  " + oneLine(clean(e.FieldValues["event"]), 60),
+				URL: query("/playground", "stream", v.Stream, "id", e.ID)})
+		}
+	}
+	if es, err := res[1].AsXRange(); err == nil {
+		for _, e := range es {
+			label := e.ID + "  " + clean(e.FieldValues["app"]+"/"+e.FieldValues["handler"]) + "  " + oneLine(clean(e.FieldValues["event"]), 40)
+			v.RecentDLQ = append(v.RecentDLQ, pick{Label: label, URL: query("/playground", "stream", v.Stream, "dlq", e.ID)})
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package console
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/relaydev/relay/stats"
+)
+
+// sample is the cluster counters of one stream at one time.
+type sample struct {
+	at     time.Time
+	counts stats.Counts
+}
+
+// sampler keeps, per stream, the counters read over the last window, in
+// memory: the console's rates start empty when it starts and need two
+// samples.
+type sampler struct {
+	mu      sync.Mutex
+	window  time.Duration
+	max     int
+	samples map[string][]sample
+}
+
+func newSampler(streams []string, window, interval time.Duration) *sampler {
+	s := &sampler{window: window, max: int(window/interval) + 2, samples: map[string][]sample{}}
+	for _, st := range streams {
+		s.samples[st] = nil
+	}
+	return s
+}
+
+func (s *sampler) add(stream string, at time.Time, c stats.Counts) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := append(s.samples[stream], sample{at, c})
+	// Keep one sample at or before the window's start, so the rate covers
+	// the whole window.
+	cut := 0
+	for cut+1 < len(l) && !l[cut+1].at.After(at.Add(-s.window)) {
+		cut++
+	}
+	l = l[cut:]
+	if len(l) > s.max {
+		l = l[len(l)-s.max:]
+	}
+	s.samples[stream] = l
+}
+
+func (s *sampler) get(stream string) []sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sample(nil), s.samples[stream]...)
+}
+
+// sampleOnce reads every stream's counters once.
+func (s *Server) sampleOnce(ctx context.Context) {
+	for _, st := range s.cfg.Streams {
+		c, err := stats.Read(ctx, s.cfg.Redis, st, s.cfg.Group)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("console: reading the counters failed; the rates skip this sample", "stream", st, "error", err)
+			}
+			continue
+		}
+		s.sampler.add(st, time.Now(), c)
+	}
+}
+
+// counterView is one counter of the overview: its total, its rate over
+// the sampled window and a sparkline of its per-interval increments.
+type counterView struct {
+	Name  string
+	Class string // "bad" for failures and dead letters, for colour
+	Total int64
+	// PerMin is the rate over the sampled window; Rated is false with
+	// fewer than two samples.
+	PerMin float64
+	Rated  bool
+	Spark  spark
+}
+
+// spark is an inline SVG sparkline: a polyline in a 0..sparkW × 0..sparkH
+// box.
+type spark struct {
+	Points string
+	Max    int64 // the largest increment drawn, for the title
+	Empty  bool
+}
+
+const (
+	sparkW = 120
+	sparkH = 24
+)
+
+// counterViews builds the overview's counters of stream from the latest
+// counts and the samples.
+func (s *Server) counterViews(stream string, now stats.Counts) []counterView {
+	samples := s.sampler.get(stream)
+	type def struct {
+		name, class string
+		get         func(stats.Counts) int64
+	}
+	defs := []def{
+		{"received", "", func(c stats.Counts) int64 { return c.Received }},
+		{"matched", "", func(c stats.Counts) int64 { return c.Matched }},
+		{"unmatched", "", func(c stats.Counts) int64 { return c.Unmatched }},
+		{"succeeded", "good", func(c stats.Counts) int64 { return c.Successes }},
+		{"failed", "bad", func(c stats.Counts) int64 { return c.Failures }},
+		{"dead-lettered", "bad", func(c stats.Counts) int64 { return c.DLQEntries }},
+	}
+	out := make([]counterView, 0, len(defs))
+	for _, d := range defs {
+		v := counterView{Name: d.name, Class: d.class, Total: d.get(now)}
+		if len(samples) >= 2 {
+			first, last := samples[0], samples[len(samples)-1]
+			if el := last.at.Sub(first.at); el > 0 {
+				v.PerMin, v.Rated = float64(d.get(last.counts)-d.get(first.counts))/el.Minutes(), true
+			}
+		}
+		vals := make([]int64, 0, len(samples))
+		for i := 1; i < len(samples); i++ {
+			vals = append(vals, max(d.get(samples[i].counts)-d.get(samples[i-1].counts), 0))
+		}
+		v.Spark = sparkline(vals)
+		out = append(out, v)
+	}
+	return out
+}
+
+// sparkline draws vals (at least two) left to right, scaled to the
+// largest; fewer is an empty sparkline.
+func sparkline(vals []int64) spark {
+	if len(vals) < 2 {
+		return spark{Empty: true}
+	}
+	var top int64 = 1
+	for _, v := range vals {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for i, v := range vals {
+		x := float64(i) * sparkW / float64(len(vals)-1)
+		y := sparkH - 1 - float64(v)*(sparkH-2)/float64(top)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.FormatFloat(x, 'f', 1, 64) + "," + strconv.FormatFloat(y, 'f', 1, 64))
+	}
+	m := top
+	if m == 1 {
+		m = 0
+		for _, v := range vals {
+			m = max(m, v)
+		}
+	}
+	return spark{Points: b.String(), Max: m}
+}

@@ -1,0 +1,209 @@
+package console_test
+
+import (
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/relaydev/relay/console"
+)
+
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t)
+	for _, p := range []string{"/", "/apps", "/dlq", "/login", "/nope", "/assets/style.css"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.http.URL+p, nil)
+		resp, err := f.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "script-src 'self'", "style-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: CSP %q lacks %q", p, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe") {
+			t.Errorf("%s: CSP allows unsafe sources: %q", p, csp)
+		}
+		if resp.Header.Get("X-Content-Type-Options") != "nosniff" || resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: missing nosniff or frame denial", p)
+		}
+	}
+}
+
+// TestCSRF: a POST needs the form's token matching the cookie, and no
+// cross-site markers.
+func TestCSRF(t *testing.T) {
+	f := newFixture(t)
+	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
+	token := f.csrf()
+	base := url.Values{"stream": {f.stream}, "id": {id}, "confirm": {"yes"}}
+	for _, tc := range []struct {
+		name   string
+		csrf   string
+		header []string
+	}{
+		{"no token", "", nil},
+		{"wrong token", strings.Repeat("0", 64), nil},
+		{"other origin", token, []string{"Origin", "https://evil.example"}},
+		{"cross-site fetch", token, []string{"Sec-Fetch-Site", "cross-site"}},
+	} {
+		form := url.Values{}
+		for k, v := range base {
+			form[k] = v
+		}
+		if tc.csrf != "" {
+			form.Set("csrf", tc.csrf)
+		}
+		code, _ := f.do(http.MethodPost, "/dlq/remove", form, tc.header...)
+		if code != http.StatusForbidden {
+			t.Errorf("%s: status %d, want 403", tc.name, code)
+		}
+	}
+	if len(f.dlqIDs()) != 1 {
+		t.Fatal("a forged request deleted the entry")
+	}
+	// The same request with the token and this origin works.
+	form := url.Values{"csrf": {token}}
+	for k, v := range base {
+		form[k] = v
+	}
+	code, _ := f.do(http.MethodPost, "/dlq/remove", form, "Origin", f.http.URL, "Sec-Fetch-Site", "same-origin")
+	if code != http.StatusOK || len(f.dlqIDs()) != 0 {
+		t.Errorf("a genuine request: status %d, %d entries left", code, len(f.dlqIDs()))
+	}
+}
+
+// TestToken: with a token every request needs it, as a bearer header or
+// the login form's cookie.
+func TestToken(t *testing.T) {
+	const token = "t0ken-for-tests"
+	f := newFixture(t, func(c *console.Config) { c.Token = token })
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.http.URL+"/dlq?x=1", nil)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login?next=%2Fdlq%3Fx%3D1" {
+		t.Errorf("page without token: %d to %q, want a redirect to the login", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, p := range []string{"/live/events", "/apps"} {
+		if code, _ := f.do(http.MethodGet, p, nil, "Authorization", "Bearer wrong"); code == http.StatusOK {
+			t.Errorf("%s with a wrong bearer: 200", p)
+		}
+	}
+	if code, _ := f.do(http.MethodGet, "/live/events?after=0-0", nil); code != http.StatusUnauthorized {
+		t.Errorf("live events without token: %d, want 401", code)
+	}
+	if code, body := f.do(http.MethodGet, "/apps", nil, "Authorization", "Bearer "+token); code != http.StatusOK || !strings.Contains(body, "shop") {
+		t.Errorf("bearer: %d", code)
+	}
+	if code, _ := f.get("/assets/style.css"); code != http.StatusOK {
+		t.Errorf("assets need no token: %d", code)
+	}
+
+	// The login form: a wrong token is refused, the right one sets the cookie.
+	code, body := f.get("/login?next=/apps")
+	if code != http.StatusOK {
+		t.Fatalf("login form: %d", code)
+	}
+	csrf := csrfRE.FindStringSubmatch(body)[1]
+	code, _ = f.do(http.MethodPost, "/login", url.Values{"csrf": {csrf}, "token": {"nope"}, "next": {"/apps"}})
+	if code != http.StatusUnauthorized {
+		t.Errorf("wrong login: %d", code)
+	}
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPost, f.http.URL+"/login",
+		strings.NewReader(url.Values{"csrf": {csrf}, "token": {token}, "next": {"//evil.example/x"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err = f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); loc != "/" {
+		t.Errorf("login redirects to %q, want / (never another host)", loc)
+	}
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "relay_console_session" {
+			session = c
+		}
+	}
+	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || strings.Contains(session.Value, token) {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, not the token itself", session)
+	}
+	if code, body := f.get("/apps"); code != http.StatusOK || !strings.Contains(body, "Log out") {
+		t.Errorf("with the session cookie: %d", code)
+	}
+}
+
+var hrefRE = regexp.MustCompile(`(?i)(href|src|action|formaction)="([^"]*)"`)
+
+// TestHostileContent puts markup, quotes, javascript: URLs and invalid
+// UTF-8 in every place event content reaches, and checks that every page
+// shows them as text.
+func TestHostileContent(t *testing.T) {
+	f := newFixture(t)
+	hostile := xss + `"'` + xssURL + invalidU8
+	event := `{"name":"` + xss + `","url":"` + xssURL + `","q":"\"'"}`
+	rawEvent := "not json " + xss + invalidU8
+	id := f.deadLetter(hostile, hostile, event, hostile)
+	bad := f.deadLetter("shop", "orders.charge", rawEvent, "reason "+xss)
+	msg := f.publish(event, "extra", hostile)
+	f.deliver(xss + invalidU8)
+	f.claim(msg, "shop/"+xss, 0)
+
+	s := "&stream=" + url.QueryEscape(f.stream)
+	pages := map[string]string{
+		"overview":  "/",
+		"pending":   "/pending?x=1" + s,
+		"event":     "/event?id=" + msg + s,
+		"dlq":       "/dlq?x=1" + s,
+		"entry":     "/dlq/entry?id=" + id + s,
+		"raw entry": "/dlq/entry?id=" + bad + s,
+		"pg stream": "/playground?id=" + msg + s,
+		"pg dlq":    "/playground?dlq=" + bad + s,
+		"filter":    "/dlq?reason=" + url.QueryEscape(hostile) + "&app=" + url.QueryEscape(hostile) + s,
+		"bad age":   "/dlq?newer=" + url.QueryEscape(hostile) + s,
+	}
+	for name, p := range pages {
+		_, body := f.get(p)
+		checkEscaped(t, name, body)
+	}
+	_, body := f.get(pages["dlq"])
+	contains(t, "dlq", body, "&lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;")
+	_, body = f.post("/dlq/remove", url.Values{"id": {id, bad}})
+	checkEscaped(t, "confirm", body)
+	_, body = f.post("/dlq/replay", url.Values{"id": {id}})
+	checkEscaped(t, "replay result", body)
+	_, body = f.post("/playground", url.Values{"event": {event}})
+	checkEscaped(t, "playground", body)
+	_, body = f.post("/playground", url.Values{"event": {rawEvent}})
+	checkEscaped(t, "playground malformed", body)
+}
+
+func checkEscaped(t *testing.T, name, body string) {
+	t.Helper()
+	if strings.Contains(body, "<script>alert") || strings.Contains(body, "</script>alert") {
+		t.Errorf("%s: markup from an event reached the page unescaped", name)
+	}
+	if strings.Count(body, "<script") != 1 {
+		t.Errorf("%s: %d script elements, want only the console's own", name, strings.Count(body, "<script"))
+	}
+	if strings.Contains(body, " on") && regexp.MustCompile(`<[^>]+\son[a-z]+=`).MatchString(body) {
+		t.Errorf("%s: an inline event handler", name)
+	}
+	for _, m := range hrefRE.FindAllStringSubmatch(body, -1) {
+		if u := strings.ToLower(m[2]); strings.Contains(u, "javascript:") || !(strings.HasPrefix(u, "/") || strings.HasPrefix(u, "#") || u == "") {
+			t.Errorf("%s: %s=%q leaves the console", name, m[1], m[2])
+		}
+	}
+	if !utf8.ValidString(body) {
+		t.Errorf("%s: the page is not valid UTF-8", name)
+	}
+}

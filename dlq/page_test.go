@@ -1,0 +1,118 @@
+package dlq_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/dlq"
+)
+
+// addRaw writes a DLQ entry with an explicit id, so tests control the time
+// in it; fields are the wire fields.
+func addRaw(t *testing.T, c rueidis.Client, s *dlq.Store, id string, fields ...string) {
+	t.Helper()
+	cmd := c.B().Xadd().Key(s.Key()).Id(id).FieldValue()
+	for i := 0; i+1 < len(fields); i += 2 {
+		cmd = cmd.FieldValue(fields[i], fields[i+1])
+	}
+	if err := c.Do(t.Context(), cmd.Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func entryFields(app, handler, reason string) []string {
+	return []string{"original_id", "1-1", "app", app, "handler", handler, "reason", reason, "event", "{}"}
+}
+
+func ids(p dlq.Page) []string {
+	var out []string
+	for _, e := range p.Entries {
+		out = append(out, e.ID)
+	}
+	return out
+}
+
+// TestPage walks the stream page by page with every filter, and checks that
+// a page never reads more than its scan budget.
+func TestPage(t *testing.T) {
+	t.Parallel()
+	s, c, _ := newStore(t)
+	ctx := t.Context()
+	for i := 1; i <= 10; i++ {
+		app := "shop"
+		if i%2 == 0 {
+			app = "billing"
+		}
+		addRaw(t, c, s, fmt.Sprintf("%d-0", i*1000), entryFields(app, "h"+fmt.Sprint(i%3), fmt.Sprintf("exit %d: Payment Provider down", i))...)
+	}
+	addRaw(t, c, s, "11000-0", "app", "shop") // undecodable: no original_id
+
+	// Unfiltered, three per page: the cursor walks everything once.
+	var all []string
+	var undecodable int
+	q := dlq.PageQuery{Count: 3}
+	for range 10 {
+		p, err := s.Page(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ids(p)...)
+		undecodable += len(p.Undecodable)
+		if p.Next == "" {
+			break
+		}
+		q.After = p.Next
+	}
+	want := []string{"1000-0", "2000-0", "3000-0", "4000-0", "5000-0", "6000-0", "7000-0", "8000-0", "9000-0", "10000-0"}
+	if !slices.Equal(all, want) {
+		t.Errorf("walk = %v, want %v", all, want)
+	}
+	if undecodable != 1 {
+		t.Errorf("undecodable = %d, want 1", undecodable)
+	}
+
+	for _, tc := range []struct {
+		name string
+		q    dlq.PageQuery
+		want []string
+		next string
+	}{
+		{"app", dlq.PageQuery{Filter: dlq.Filter{App: "billing"}, Count: 2}, []string{"2000-0", "4000-0"}, "4000-0"},
+		{"handler", dlq.PageQuery{Filter: dlq.Filter{Handler: "h0"}}, []string{"3000-0", "6000-0", "9000-0"}, ""},
+		{"reason ignores case", dlq.PageQuery{Reason: "EXIT 1"}, []string{"1000-0", "10000-0"}, ""},
+		{"since", dlq.PageQuery{Filter: dlq.Filter{Since: time.UnixMilli(9000)}}, []string{"9000-0", "10000-0"}, ""},
+		{"before", dlq.PageQuery{Before: time.UnixMilli(3000)}, []string{"1000-0", "2000-0"}, ""},
+		{"since and before", dlq.PageQuery{Filter: dlq.Filter{Since: time.UnixMilli(4000)}, Before: time.UnixMilli(6000)}, []string{"4000-0", "5000-0"}, ""},
+		{"empty range", dlq.PageQuery{Filter: dlq.Filter{Since: time.UnixMilli(6000)}, Before: time.UnixMilli(4000)}, nil, ""},
+		{"cursor before since", dlq.PageQuery{Filter: dlq.Filter{Since: time.UnixMilli(9000)}, After: "1000-0"}, []string{"9000-0", "10000-0"}, ""},
+		// The scan budget ends the page early, with a cursor to go on.
+		{"scan budget", dlq.PageQuery{Filter: dlq.Filter{App: "nobody"}, Count: 2, Scan: 4}, nil, "4000-0"},
+		{"scan budget partial", dlq.PageQuery{Filter: dlq.Filter{App: "billing"}, Count: 5, Scan: 5}, []string{"2000-0", "4000-0"}, "5000-0"},
+	} {
+		p, err := s.Page(ctx, tc.q)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := ids(p); !slices.Equal(got, tc.want) || p.Next != tc.next {
+			t.Errorf("%s: entries %v next %q, want %v next %q", tc.name, got, p.Next, tc.want, tc.next)
+		}
+		if tc.q.Scan > 0 && p.Scanned > max(tc.q.Scan, tc.q.Count) {
+			t.Errorf("%s: scanned %d entries, budget %d", tc.name, p.Scanned, tc.q.Scan)
+		}
+	}
+
+	if _, err := s.Page(ctx, dlq.PageQuery{After: "nope"}); err == nil {
+		t.Error("a cursor that is no stream id was accepted")
+	}
+	p, err := s.Page(ctx, dlq.PageQuery{After: "10000-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := dlq.IsUndecodable(p.Undecodable[0]); !ok || id != "11000-0" || len(p.Entries) != 0 || p.Next != "" {
+		t.Errorf("last page = %+v, want only the undecodable 11000-0", p)
+	}
+}
