@@ -236,6 +236,35 @@ func BenchmarkDecodeMatch(b *testing.B) {
 			}
 		}
 	})
+	// The parts of MatchAt: validating the text, validating it and
+	// building the referenced values, matching those values.
+	for _, part := range []struct {
+		name         string
+		validateOnly bool
+	}{{"part=validate", true}, {"part=decode", false}} {
+		b.Run(part.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(benchEvent)))
+			for b.Loop() {
+				if !set.ScanLoop(benchEvent, part.validateOnly, 1) {
+					b.Fatal("malformed")
+				}
+			}
+		})
+	}
+	b.Run("part=match", func(b *testing.B) {
+		event, ok := set.DecodeReferenced(benchEvent)
+		if !ok {
+			b.Fatal("malformed")
+		}
+		var dst []matcher.Target
+		b.ReportAllocs()
+		for b.Loop() {
+			if dst = set.AppendMatches(dst[:0], event, benchNow); len(dst) != 5 {
+				b.Fatalf("%d targets, want 5", len(dst))
+			}
+		}
+	})
 }
 
 func BenchmarkDecodeEvent(b *testing.B) {
