@@ -1,11 +1,46 @@
 package matcher
 
+import "encoding/json"
+
 // DecodeReferenced decodes event as Set.Match does: only the values under
 // the field paths s's rules reference. ok is false when the decoder finds
 // event malformed.
 func (s *Set) DecodeReferenced(event []byte) (obj map[string]any, ok bool) {
 	var sc scanner
-	return sc.decode(event, s.fields)
+	obj, ok = sc.decode(event, s.fields)
+	return asDecoded(obj), ok
+}
+
+// asDecoded returns v as DecodeEvent would build it: *string and *json.Number
+// (see eventString) replaced by the values they point to, and without the
+// scanner's memory.
+func asDecoded[T any](v T) T {
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			if v == nil {
+				return v
+			}
+			out := make(map[string]any, len(v))
+			for k, e := range v {
+				out[k] = walk(e)
+			}
+			return out
+		case []any:
+			out := make([]any, len(v))
+			for i, e := range v {
+				out[i] = walk(e)
+			}
+			return out
+		case *string:
+			return *v
+		case *json.Number:
+			return *v
+		}
+		return v
+	}
+	return walk(v).(T)
 }
 
 // ReferencedPaths lists the field paths s decodes, each from the top of the
@@ -35,7 +70,8 @@ func DecodePaths(event []byte, paths [][]string) (obj map[string]any, ok bool) {
 		}
 	}
 	var sc scanner
-	return sc.decode(event, root)
+	obj, ok = sc.decode(event, root)
+	return asDecoded(obj), ok
 }
 
 // ScanLoop runs the decoder of Set.Match n times on event, with its pooled

@@ -13,10 +13,18 @@ import (
 // surrounded by optional whitespace, valid UTF-8, at most MaxEventDepth
 // deep) but builds only the values under the field paths some rule
 // references. Everything else is validated and skipped. The values it does
-// build equal DecodeEvent's: strings unescaped the same way, numbers as
-// json.Number with their text, the last of duplicate keys winning. So the
-// matching code, which only ever looks up referenced paths, decides the
-// same on the partial object as on the whole one.
+// build equal DecodeEvent's (strings unescaped the same way, numbers as
+// json.Number with their text, the last of duplicate keys winning), except
+// that strings and numbers are held through pointers: a *string or a
+// *json.Number fits in an interface without an allocation of its own (see
+// eventString). The matching code only ever looks up referenced paths, so
+// it decides the same on the partial object as on the whole one.
+//
+// The memory of the objects, arrays and values built is reused from one
+// event to the next (scanner.reset), which is safe because matching keeps
+// nothing of the event. What remains allocated per event is one string
+// holding the text of every string and number built, and the header of
+// each array built.
 
 // pathNode is one field of the paths that a Set's rules reference: a
 // trie of field names whose root stands for the event itself.
@@ -29,10 +37,6 @@ type pathNode struct {
 	// lens has bit min(len(name), 63) set for every child's name, so that
 	// most keys no rule references are passed over without a comparison.
 	lens uint64
-	// strs holds, as values ready to store in an object, the strings that
-	// rules compare this field with for equality: an event value equal to
-	// one of them is taken from here instead of being allocated.
-	strs map[string]any
 }
 
 // linearChildren is the number of children up to which child compares
@@ -46,14 +50,8 @@ func (n *pathNode) addFields(fields []field) {
 		f := &fields[i]
 		c := n.add(f.name)
 		for j := range f.alts {
-			switch a := &f.alts[j]; {
-			case a.op == opNested:
-				c.addFields(a.fields)
-			case a.op == opEqual && a.lit.kind == litString:
-				if c.strs == nil {
-					c.strs = make(map[string]any)
-				}
-				c.strs[a.lit.str] = a.lit.str
+			if f.alts[j].op == opNested {
+				c.addFields(f.alts[j].fields)
 			}
 		}
 	}
@@ -119,8 +117,27 @@ type scanner struct {
 	nmaps int
 	// elems holds the elements of the arrays being built, innermost last.
 	elems []any
-	// buf holds the unescaped text of the string being read.
+	// slab, strs and nums hold the arrays, strings and numbers built,
+	// reused across events: an object holds a *string pointing into strs
+	// rather than a string, which would take an allocation to put in an
+	// interface (see eventString).
+	slab []any
+	strs []string
+	nums []json.Number
+	// text collects the (unescaped) text of the strings and numbers built,
+	// in order, and pending their places; decode makes all of it one string
+	// at the end and sets each of them to its part.
+	text    []byte
+	pending []pending
+	// buf holds the unescaped text of the key being read.
 	buf []byte
+}
+
+// pending is a string or number value whose text ends at text[end].
+type pending struct {
+	str *string
+	num *json.Number
+	end int
 }
 
 // decode decodes b, building only the values under the paths of root, and
@@ -136,6 +153,15 @@ func (s *scanner) decode(b []byte, root *pathNode) (map[string]any, bool) {
 	if i < 0 || space(b, i) != len(b) {
 		return nil, false
 	}
+	all, start := string(s.text), 0
+	for _, p := range s.pending {
+		if p.str != nil {
+			*p.str = all[start:p.end]
+		} else {
+			*p.num = json.Number(all[start:p.end])
+		}
+		start = p.end
+	}
 	return obj, true
 }
 
@@ -148,10 +174,22 @@ func (s *scanner) reset() {
 	}
 	s.maps = s.maps[:min(len(s.maps), keepMaps)]
 	s.nmaps = 0
-	clear(s.elems[:cap(s.elems)])
+	clear(s.elems) // left over only when the event was malformed
 	s.elems = s.elems[:0]
 	if cap(s.elems) > keepElems {
 		s.elems = nil
+	}
+	s.slab = resetSlab(s.slab)
+	s.strs = resetSlab(s.strs)
+	s.nums = resetSlab(s.nums)
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	if cap(s.pending) > keepElems {
+		s.pending = nil
+	}
+	s.text = s.text[:0]
+	if cap(s.text) > keepBuf {
+		s.text = nil
 	}
 	if cap(s.buf) > keepBuf {
 		s.buf = nil
@@ -166,6 +204,18 @@ const (
 	keepElems = 1024
 	keepBuf   = 64 << 10
 )
+
+// resetSlab empties slab, dropping it when it has grown past keepElems.
+func resetSlab[T any](slab []T) []T {
+	if cap(slab) > keepElems {
+		return nil
+	}
+	clear(slab)
+	return slab[:0]
+}
+
+// slabSize is the number of values a slab of a scanner holds at first.
+const slabSize = 64
 
 // emptyObject stands for an object at a path that no rule looks into
 // (only at the object itself, as a value): nothing ever writes to it.
@@ -193,9 +243,8 @@ func space(b []byte, i int) int {
 	return i
 }
 
-// value builds the value at i for the paths under n, or only validates it
-// when n is nil (the result is then nil). depth is the nesting of the
-// enclosing object or array.
+// value builds the value at i for the paths under n (not nil). depth is
+// the nesting of the enclosing object or array.
 func (s *scanner) value(n *pathNode, depth, i int) (any, int) {
 	b := s.b
 	if i >= len(b) {
@@ -203,32 +252,29 @@ func (s *scanner) value(n *pathNode, depth, i int) (any, int) {
 	}
 	switch c := b[i]; c {
 	case '{':
-		switch {
-		case n == nil:
-			return nil, s.skipObject(depth+1, i)
-		case len(n.names) == 0:
-			return emptyObject, s.skipObject(depth+1, i)
+		if len(n.names) == 0 {
+			return emptyObject, skipObject(b, depth+1, i)
 		}
 		return s.object(n, depth+1, i)
 	case '[':
-		if n == nil {
-			return nil, s.skipArray(depth+1, i)
-		}
 		return s.array(n, depth+1, i)
 	case '"':
 		end, escaped := str(b, i)
-		if end < 0 || n == nil {
-			return nil, end
+		if end < 0 {
+			return nil, -1
 		}
-		raw := b[i+1 : end-1]
 		if escaped {
-			s.buf = unescape(s.buf[:0], raw)
-			raw = s.buf
+			s.text = unescape(s.text, b[i+1:end-1])
+		} else {
+			s.text = append(s.text, b[i+1:end-1]...)
 		}
-		if v, ok := n.strs[string(raw)]; ok {
-			return v, end
+		if len(s.strs) == cap(s.strs) {
+			s.strs = make([]string, 0, slabSize)
 		}
-		return string(raw), end
+		s.strs = s.strs[:len(s.strs)+1]
+		p := &s.strs[len(s.strs)-1]
+		s.pending = append(s.pending, pending{str: p, end: len(s.text)})
+		return p, end
 	case 't':
 		return true, word(b, i, "true")
 	case 'f':
@@ -237,10 +283,17 @@ func (s *scanner) value(n *pathNode, depth, i int) (any, int) {
 		return nil, word(b, i, "null")
 	default:
 		end := number(b, i)
-		if end < 0 || n == nil {
-			return nil, end
+		if end < 0 {
+			return nil, -1
 		}
-		return json.Number(b[i:end]), end
+		s.text = append(s.text, b[i:end]...)
+		if len(s.nums) == cap(s.nums) {
+			s.nums = make([]json.Number, 0, slabSize)
+		}
+		s.nums = s.nums[:len(s.nums)+1]
+		p := &s.nums[len(s.nums)-1]
+		s.pending = append(s.pending, pending{num: p, end: len(s.text)})
+		return p, end
 	}
 }
 
@@ -273,11 +326,15 @@ func (s *scanner) object(n *pathNode, depth, i int) (map[string]any, int) {
 		if i = colon(b, end); i < 0 {
 			return nil, -1
 		}
-		var v any
-		if v, i = s.value(c, depth, i); i < 0 {
-			return nil, -1
-		}
-		if c != nil {
+		if c == nil {
+			if i = skip(b, depth, i); i < 0 {
+				return nil, -1
+			}
+		} else {
+			var v any
+			if v, i = s.value(c, depth, i); i < 0 {
+				return nil, -1
+			}
 			obj[name] = v // a later duplicate replaces it, as in DecodeEvent
 		}
 		i = space(b, i)
@@ -325,7 +382,12 @@ func (s *scanner) array(n *pathNode, depth, i int) ([]any, int) {
 		if b[i] != ']' {
 			return nil, -1
 		}
-		arr := make([]any, len(s.elems)-base)
+		k := len(s.elems) - base
+		if cap(s.slab)-len(s.slab) < k {
+			s.slab = make([]any, 0, max(slabSize, k))
+		}
+		arr := s.slab[len(s.slab) : len(s.slab)+k : len(s.slab)+k]
+		s.slab = s.slab[:len(s.slab)+k]
 		copy(arr, s.elems[base:])
 		clear(s.elems[base:])
 		s.elems = s.elems[:base]
@@ -333,12 +395,35 @@ func (s *scanner) array(n *pathNode, depth, i int) ([]any, int) {
 	}
 }
 
+// skip validates the value at i. depth is the nesting of the enclosing
+// object or array.
+func skip(b []byte, depth, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '{':
+		return skipObject(b, depth+1, i)
+	case '[':
+		return skipArray(b, depth+1, i)
+	case '"':
+		end, _ := str(b, i)
+		return end
+	case 't':
+		return word(b, i, "true")
+	case 'f':
+		return word(b, i, "false")
+	case 'n':
+		return word(b, i, "null")
+	}
+	return number(b, i)
+}
+
 // skipObject validates the object at i, which starts with '{'.
-func (s *scanner) skipObject(depth, i int) int {
+func skipObject(b []byte, depth, i int) int {
 	if depth > MaxEventDepth {
 		return -1
 	}
-	b := s.b
 	i = space(b, i+1)
 	if i < len(b) && b[i] == '}' {
 		return i + 1
@@ -353,7 +438,7 @@ func (s *scanner) skipObject(depth, i int) int {
 		if i = colon(b, i); i < 0 {
 			return -1
 		}
-		if _, i = s.value(nil, depth, i); i < 0 {
+		if i = skip(b, depth, i); i < 0 {
 			return -1
 		}
 		i = space(b, i)
@@ -372,17 +457,16 @@ func (s *scanner) skipObject(depth, i int) int {
 }
 
 // skipArray validates the array at i, which starts with '['.
-func (s *scanner) skipArray(depth, i int) int {
+func skipArray(b []byte, depth, i int) int {
 	if depth > MaxEventDepth {
 		return -1
 	}
-	b := s.b
 	i = space(b, i+1)
 	if i < len(b) && b[i] == ']' {
 		return i + 1
 	}
 	for {
-		if _, i = s.value(nil, depth, i); i < 0 {
+		if i = skip(b, depth, i); i < 0 {
 			return -1
 		}
 		i = space(b, i)

@@ -247,15 +247,17 @@ func (ix *pathIndex) collect(v any, depth int, cand []int) []int {
 // match v with: v itself or, for an array, any of its elements, as
 // matchValue compares them.
 func (ix *pathIndex) values(v any, cand []int) []int {
-	switch v := v.(type) {
-	case string:
-		cand = append(cand, ix.strs[v]...)
+	if s, ok := eventString(v); ok {
+		cand = append(cand, ix.strs[s]...)
 		for _, n := range ix.prefixLens {
-			if n > len(v) {
+			if n > len(s) {
 				break
 			}
-			cand = append(cand, ix.prefixes[v[:n]]...)
+			cand = append(cand, ix.prefixes[s[:n]]...)
 		}
+		return cand
+	}
+	switch v := v.(type) {
 	case bool:
 		if v {
 			cand = append(cand, ix.bools[1]...)
@@ -313,9 +315,9 @@ func (s *Set) Match(event []byte) ([]Target, error) {
 // MatchValue would on DecodeEvent's result. But it decodes in one pass that
 // validates the whole text and builds only the values under the field
 // paths some rule references, reusing its memory across calls: apart from
-// the returned slice it allocates only for those values (a string unless a
-// rule compares that field with an equal literal, a number, an array), and
-// a malformed event costs a second decode with DecodeEvent for the error.
+// the returned slice it allocates one string for the text of those values
+// and one slice header per array among them. A malformed event costs a
+// second decode, with DecodeEvent, for the error.
 func (s *Set) MatchAt(event []byte, now time.Time) ([]Target, error) {
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
