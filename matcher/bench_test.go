@@ -1,9 +1,14 @@
 package matcher_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/goccy/go-yaml"
 
 	"github.com/relaydev/relay/matcher"
 )
@@ -155,6 +160,111 @@ func BenchmarkMatchBytes(b *testing.B) {
 			b.SetBytes(int64(len(benchEvent)))
 		})
 	}
+}
+
+// exampleRules returns the event rules of the example apps under
+// examples/apps, in dispatch order (apps by name, rules as declared).
+func exampleRules(tb testing.TB) []matcher.Rule {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "examples", "apps", "*", "template.yaml"))
+	if err != nil || len(files) == 0 {
+		tb.Fatalf("no example templates: %v", err)
+	}
+	var rules []matcher.Rule
+	for _, f := range files { // Glob sorts, so apps come in name order
+		src, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var tmpl struct {
+			Events []struct {
+				Handler string         `yaml:"handler"`
+				Pattern map[string]any `yaml:"pattern"`
+			} `yaml:"events"`
+		}
+		if err := yaml.Unmarshal(src, &tmpl); err != nil {
+			tb.Fatalf("%s: %v", f, err)
+		}
+		for _, e := range tmpl.Events {
+			text, err := yaml.Marshal(e.Pattern)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			p, err := matcher.Parse(f, text)
+			if err != nil {
+				tb.Fatalf("%s: %v", f, err)
+			}
+			rules = append(rules, matcher.Rule{App: filepath.Base(filepath.Dir(f)), Handler: e.Handler, Pattern: p})
+		}
+	}
+	return rules
+}
+
+// BenchmarkDecodeMatch measures what the worker does per event: Set.Match
+// on the JSON text of benchEvent (decode and match), against the example
+// apps' rules plus 100 mixed rules. The anchors run in the same process so
+// that the figure can be read as a ratio on a shared machine: json.Valid
+// (validation alone) and json.Unmarshal into map[string]any (a full decode
+// with encoding/json).
+func BenchmarkDecodeMatch(b *testing.B) {
+	set := matcher.NewSet(append(exampleRules(b), mixedRules(b, 100)...))
+	b.Run("anchor=json.Valid", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(benchEvent)))
+		for b.Loop() {
+			if !json.Valid(benchEvent) {
+				b.Fatal("invalid")
+			}
+		}
+	})
+	b.Run("anchor=json.Unmarshal", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(benchEvent)))
+		for b.Loop() {
+			var v map[string]any
+			if err := json.Unmarshal(benchEvent, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("MatchAt", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(benchEvent)))
+		for b.Loop() {
+			if got, err := set.MatchAt(benchEvent, benchNow); err != nil || len(got) != 5 {
+				b.Fatalf("MatchAt = %v, %v; want 5 targets", got, err)
+			}
+		}
+	})
+	// The parts of MatchAt: validating the text, validating it and
+	// building the referenced values, matching those values.
+	for _, part := range []struct {
+		name         string
+		validateOnly bool
+	}{{"part=validate", true}, {"part=decode", false}} {
+		b.Run(part.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(benchEvent)))
+			for b.Loop() {
+				if !set.ScanLoop(benchEvent, part.validateOnly, 1) {
+					b.Fatal("malformed")
+				}
+			}
+		})
+	}
+	b.Run("part=match", func(b *testing.B) {
+		event, ok := set.DecodeReferenced(benchEvent)
+		if !ok {
+			b.Fatal("malformed")
+		}
+		var dst []matcher.Target
+		b.ReportAllocs()
+		for b.Loop() {
+			if dst = set.AppendMatches(dst[:0], event, benchNow); len(dst) != 5 {
+				b.Fatalf("%d targets, want 5", len(dst))
+			}
+		}
+	})
 }
 
 func BenchmarkDecodeEvent(b *testing.B) {

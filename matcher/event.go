@@ -12,13 +12,21 @@ import (
 // DecodeEvent decodes the JSON text of one external event. The result holds
 // map[string]any, []any, string, json.Number (so numbers keep their exact
 // digits), bool and nil values. The error wraps ErrMalformed unless b is
-// exactly one JSON object, optionally surrounded by whitespace. When a key
-// repeats, the last value wins, as in encoding/json.
+// exactly one JSON object (RFC 8259 syntax), optionally surrounded by JSON
+// whitespace (space, tab, CR, LF). When a key repeats, the last value wins
+// whole, as in encoding/json. Strings are unescaped as encoding/json does:
+// a \u escape of a UTF-16 surrogate that does not pair with the \u escape
+// right after it stands for U+FFFD and is not an error.
 //
 // Text that handlers' JSON parsers would refuse is malformed too, so it is
-// dead-lettered once instead of failing every attempt: invalid UTF-8 (Go
-// would silently replace it) and nesting deeper than MaxEventDepth (Python's
-// parser gives up near 1000 levels).
+// dead-lettered once instead of failing every attempt: invalid UTF-8
+// anywhere in b (Go would silently replace it) and nesting of objects and
+// arrays deeper than MaxEventDepth (Python's parser gives up near 1000
+// levels).
+//
+// Set.Match decodes events by these same rules, with the same errors, but
+// builds only what its rules look at; DecodeEvent is the reference it is
+// tested against.
 func DecodeEvent(b []byte) (map[string]any, error) {
 	if !utf8.Valid(b) {
 		return nil, fmt.Errorf("%w: not valid UTF-8 (first invalid byte at offset %d)", ErrMalformed, invalidUTF8At(b))
@@ -46,7 +54,7 @@ func DecodeEvent(b []byte) (map[string]any, error) {
 }
 
 // MaxEventDepth is the deepest nesting of objects and arrays an event may
-// have.
+// have; the event object itself is level 1.
 const MaxEventDepth = 512
 
 func invalidUTF8At(b []byte) int {

@@ -59,8 +59,11 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// FuzzMatch checks that matching never panics and that the canonical form
-// of a pattern and a Set agree with the pattern itself.
+// FuzzMatch checks that matching never panics, that the canonical form of a
+// pattern and a Set agree with the pattern itself, and that a Set, which
+// decodes only what its rules reference, takes the event for malformed
+// exactly when DecodeEvent does (with its error) and decodes the same
+// values.
 func FuzzMatch(f *testing.F) {
 	addCorpusSeeds(f, func(p, ev string) { f.Add(p, ev) })
 	f.Add("a: {b: [{exists: false}]}", `{"a":[[],[{"b":1}],null]}`)
@@ -74,7 +77,15 @@ func FuzzMatch(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// In a Set the pattern is indexed or scanned; either way the Set must
+		// agree with MatchValue. The Set decodes only the paths its rules
+		// reference; that must agree with DecodeEvent.
+		set := matcher.NewSet([]matcher.Rule{
+			{App: "a", Handler: "h.f", Pattern: p},
+			{App: "a", Handler: "h.g", Pattern: always},
+		})
 		ev, err := matcher.DecodeEvent([]byte(event))
+		checkSetDecode(t, set, []byte(event), ev, err, now)
 		if err != nil {
 			if !errors.Is(err, matcher.ErrMalformed) {
 				t.Fatalf("DecodeEvent error %v does not wrap ErrMalformed", err)
@@ -89,12 +100,6 @@ func FuzzMatch(f *testing.F) {
 		if q.MatchValue(ev, now) != got {
 			t.Fatalf("canonical form %q disagrees on %s", p.String(), event)
 		}
-		// In a Set the pattern is indexed or scanned; either way the Set must
-		// agree with MatchValue.
-		set := matcher.NewSet([]matcher.Rule{
-			{App: "a", Handler: "h.f", Pattern: p},
-			{App: "a", Handler: "h.g", Pattern: always},
-		})
 		targets, err := set.MatchAt([]byte(event), now)
 		want := []matcher.Target{{App: "a", Handler: "h.g", Rule: 1}}
 		if got {

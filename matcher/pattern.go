@@ -143,15 +143,15 @@ func matchValue(a *alt, v any, now time.Time) bool {
 	case opEqual:
 		return equalLiteral(&a.lit, v)
 	case opPrefix:
-		s, ok := v.(string)
+		s, ok := eventString(v)
 		return ok && strings.HasPrefix(s, a.str)
 	case opSuffix:
-		s, ok := v.(string)
+		s, ok := eventString(v)
 		return ok && strings.HasSuffix(s, a.str)
 	case opGT, opGTE, opLT, opLTE:
 		var c int
 		if a.temporal {
-			s, ok := v.(string)
+			s, ok := eventString(v)
 			if !ok {
 				return false
 			}
@@ -186,7 +186,7 @@ func equalLiteral(l *literal, v any) bool {
 	case litNull:
 		return v == nil
 	case litString:
-		s, ok := v.(string)
+		s, ok := eventString(v)
 		return ok && s == l.str
 	case litBool:
 		b, ok := v.(bool)
@@ -198,11 +198,28 @@ func equalLiteral(l *literal, v any) bool {
 	return false
 }
 
-// eventNumber converts a decoded JSON number to a decimal.
+// eventString returns the text of an event's string value: a string, or
+// a *string as the decoder of Set.Match builds them (scan.go) to spare an
+// allocation per value. Matching code reads strings only through it.
+func eventString(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case *string:
+		return *s, true
+	}
+	return "", false
+}
+
+// eventNumber converts an event's number value to a decimal: a
+// json.Number, a *json.Number as the decoder of Set.Match builds them, or
+// a Go number as MatchValue accepts them.
 func eventNumber(v any) (decimal, bool) {
 	switch n := v.(type) {
 	case json.Number:
 		return parseDecimal(string(n), false)
+	case *json.Number:
+		return parseDecimal(string(*n), false)
 	case float64:
 		if math.IsNaN(n) || math.IsInf(n, 0) {
 			return decimal{}, false

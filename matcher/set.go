@@ -36,6 +36,9 @@ type Set struct {
 	paths []*pathIndex
 	// scan lists, ascending, the rules indexed under no path.
 	scan []int
+	// fields is the trie of every field path some rule references: Match
+	// decodes only the values under these paths.
+	fields *pathNode
 	// scratch holds *scratch buffers, so that a match allocates nothing.
 	scratch sync.Pool
 }
@@ -58,6 +61,7 @@ type pathIndex struct {
 // scratch is the per-match working memory.
 type scratch struct {
 	cand, hits []int
+	scan       scanner
 }
 
 // slot is a field condition a rule can be indexed under: its path and its
@@ -75,6 +79,7 @@ func NewSet(rules []Rule) *Set {
 	s := &Set{
 		rules:   slices.Clone(rules),
 		targets: make([]Target, len(rules)),
+		fields:  new(pathNode),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	next := make(map[string]int)
@@ -88,6 +93,7 @@ func NewSet(rules []Rule) *Set {
 		if r.Pattern == nil {
 			continue
 		}
+		s.fields.addFields(r.Pattern.fields)
 		slotsOf[i] = collectSlots(r.Pattern.fields, nil, nil)
 		for _, sl := range slotsOf[i] {
 			for _, k := range sl.keys() {
@@ -241,15 +247,17 @@ func (ix *pathIndex) collect(v any, depth int, cand []int) []int {
 // match v with: v itself or, for an array, any of its elements, as
 // matchValue compares them.
 func (ix *pathIndex) values(v any, cand []int) []int {
-	switch v := v.(type) {
-	case string:
-		cand = append(cand, ix.strs[v]...)
+	if s, ok := eventString(v); ok {
+		cand = append(cand, ix.strs[s]...)
 		for _, n := range ix.prefixLens {
-			if n > len(v) {
+			if n > len(s) {
 				break
 			}
-			cand = append(cand, ix.prefixes[v[:n]]...)
+			cand = append(cand, ix.prefixes[s[:n]]...)
 		}
+		return cand
+	}
+	switch v := v.(type) {
 	case bool:
 		if v {
 			cand = append(cand, ix.bools[1]...)
@@ -300,12 +308,40 @@ func (s *Set) Match(event []byte) ([]Target, error) {
 }
 
 // MatchAt is Match with now() cutoffs relative to now.
+//
+// It accepts and rejects exactly the events DecodeEvent does, with the
+// same errors (a malformed event is dead-lettered,
+// docs/delivery.md#from-entry-to-acknowledgement), and matches as
+// MatchValue would on DecodeEvent's result. But it decodes in one pass that
+// validates the whole text and builds only the values under the field
+// paths some rule references, reusing its memory across calls: apart from
+// the returned slice it allocates one string for the text of those values
+// and one slice header per array among them. A malformed event costs a
+// second decode, with DecodeEvent, for the error.
 func (s *Set) MatchAt(event []byte, now time.Time) ([]Target, error) {
-	v, err := DecodeEvent(event)
-	if err != nil {
-		return nil, err
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	obj, ok := sc.scan.decode(event, s.fields)
+	defer sc.scan.reset()
+	if !ok {
+		// The scanner only tells that the event is malformed; DecodeEvent
+		// says how. Should the two ever disagree (FuzzDecodeReferenced and
+		// FuzzMatch look for that), DecodeEvent, the reference, wins.
+		full, err := DecodeEvent(event)
+		if err != nil {
+			return nil, err
+		}
+		obj = full
 	}
-	return s.MatchValue(v, now), nil
+	hits := s.matches(obj, now, sc)
+	if len(hits) == 0 {
+		return nil, nil
+	}
+	out := make([]Target, len(hits))
+	for j, i := range hits {
+		out[j] = s.targets[i]
+	}
+	return out, nil
 }
 
 // MatchValue is MatchAt for an event decoded by DecodeEvent. Apart from

@@ -1,6 +1,7 @@
 package matcher_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -135,14 +136,27 @@ func TestSetConcurrent(t *testing.T) {
 		})
 	}
 	set := matcher.NewSet(rules)
-	ev := fmt.Appendf(nil, `{"n":25,"t":%q}`, time.Now().Format(time.RFC3339))
+	now := time.Now().Format(time.RFC3339)
+	// Matches reuse decoding memory across calls: events of different
+	// shapes, and malformed ones, must not see each other's values.
+	events := []struct {
+		text      []byte
+		want      int
+		malformed bool
+	}{
+		{fmt.Appendf(nil, `{"n":25,"t":%q}`, now), 26, false},
+		{fmt.Appendf(nil, `{"t":%q,"n":[3,{"n":49}],"x":{"n":49}}`, now), 4, false},
+		{fmt.Appendf(nil, `{"n":49,"t":%q,"n":`, now), 0, true},
+		{fmt.Appendf(nil, `{"t":[%q],"m":49}`, now), 0, false},
+	}
 	var wg sync.WaitGroup
-	for range 8 {
+	for g := range 8 {
 		wg.Go(func() {
-			for range 200 {
-				got, err := set.Match(ev)
-				if err != nil || len(got) != 26 {
-					t.Errorf("Match = %d targets, %v; want 26", len(got), err)
+			for i := range 400 {
+				ev := events[(g+i)%len(events)]
+				got, err := set.Match(ev.text)
+				if errors.Is(err, matcher.ErrMalformed) != ev.malformed || len(got) != ev.want {
+					t.Errorf("Match(%s) = %d targets, %v; want %d", ev.text, len(got), err, ev.want)
 					return
 				}
 			}
@@ -236,6 +250,15 @@ func TestSetAgreesWithScanRandom(t *testing.T) {
 			ev := randomEvent(rng, 3)
 			want := scanMatch(rules, ev, now)
 			got := set.MatchValue(ev, now)
+			// The same event as JSON text, through the decoder of Match.
+			text, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromText, err := set.MatchAt(text, now)
+			if err != nil || !slices.Equal(fromText, got) {
+				t.Fatalf("set %d, MatchAt(%s) = %v, %v; MatchValue: %v", s, text, fromText, err, got)
+			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				var b strings.Builder
 				for _, r := range rules {
