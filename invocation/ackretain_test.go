@@ -58,7 +58,7 @@ func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int6
 // Redis computes for retain.lua as the Store loads it.
 func TestAckRetainSHA(t *testing.T) {
 	c := redistest.Client(t)
-	sha, err := c.Do(t.Context(), c.B().ScriptLoad().Script(prelude+"\n"+scriptSources["retain.lua"]).Build()).ToString()
+	sha, err := c.Do(t.Context(), c.B().ScriptLoad().Script(withHelpers(scriptSources["retain.lua"])).Build()).ToString()
 	if err != nil {
 		t.Fatalf("SCRIPT LOAD: %v", err)
 	}

@@ -2,6 +2,8 @@ package invocation
 
 import (
 	"embed"
+	"regexp"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -12,7 +14,8 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// scriptSources maps the name of every script a Go var uses to its source.
+// scriptSources maps the name of every script a Go var uses to its source
+// as written, without the helpers withHelpers puts in front.
 // It is filled during package initialisation and read-only afterwards.
 var scriptSources = map[string]string{}
 
@@ -31,9 +34,50 @@ var (
 	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
 )
 
-// prelude holds the helpers every script may call (fence, now_ms,
-// retain); it is prepended to each script's source.
-var prelude = mustRead("prelude.lua")
+// helpers are the blocks of prelude.lua by name, in file order: the
+// functions and patterns scripts share.
+var helpers = splitHelpers(mustRead("prelude.lua"))
+
+type helper struct{ name, src string }
+
+// splitHelpers cuts prelude.lua at its "-- helper: <name>" lines.
+func splitHelpers(prelude string) []helper {
+	var out []helper
+	for _, block := range strings.Split(prelude, "-- helper: ")[1:] {
+		name, _, _ := strings.Cut(block, "\n")
+		out = append(out, helper{name: strings.TrimSpace(name), src: "-- helper: " + block})
+	}
+	return out
+}
+
+var word = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+
+// withHelpers returns src preceded by the helpers it uses, directly or
+// through another helper, in prelude order (a helper only uses earlier
+// ones).
+func withHelpers(src string) string {
+	used := map[string]bool{}
+	mark := func(text string) {
+		for _, w := range word.FindAllString(text, -1) {
+			used[w] = true
+		}
+	}
+	mark(src)
+	for i := len(helpers) - 1; i >= 0; i-- {
+		if used[helpers[i].name] {
+			mark(helpers[i].src)
+		}
+	}
+	var b strings.Builder
+	for _, h := range helpers {
+		if used[h.name] {
+			b.WriteString(h.src)
+			b.WriteString("\n")
+		}
+	}
+	b.WriteString(src)
+	return b.String()
+}
 
 func mustRead(name string) string {
 	src, err := scriptFS.ReadFile("scripts/" + name)
@@ -46,7 +90,7 @@ func mustRead(name string) string {
 func script(name string, newScript func(string, ...rueidis.LuaOption) *rueidis.Lua) *rueidis.Lua {
 	src := mustRead(name)
 	scriptSources[name] = src
-	return newScript(prelude + "\n" + src)
+	return newScript(withHelpers(src))
 }
 
 // Reply codes of the transition scripts: the first element of every reply.

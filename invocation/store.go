@@ -21,7 +21,7 @@ import (
 const terminalField = "__terminal"
 
 // tracePrefix starts the reserved field holding an invocation's trace
-// lineage (prelude.lua trace_field).
+// lineage (prelude.lua save_trace).
 const tracePrefix = "__trace:"
 
 // TraceField returns the reserved hash field that holds the trace lineage
@@ -257,9 +257,9 @@ func retainReply(hash string, res rueidis.RedisResult) error {
 }
 
 // retainSHA is the SHA1 digest of retain.lua as retainScript sends it
-// (prelude included), for AckRetain's EVALSHA.
+// (helpers included), for AckRetain's EVALSHA.
 var retainSHA = func() string {
-	sum := sha1.Sum([]byte(prelude + "\n" + mustRead("retain.lua")))
+	sum := sha1.Sum([]byte(withHelpers(mustRead("retain.lua"))))
 	return hex.EncodeToString(sum[:])
 }()
 

@@ -1,6 +1,11 @@
--- prelude.lua: helpers that scripts.go prepends to every transition script
--- (Redis scripts cannot load one another). It defines functions only.
+-- prelude.lua: helpers that scripts.go puts in front of the transition
+-- scripts that use them (Redis scripts cannot load one another). Every
+-- helper is one block that starts with a "-- helper: <name>" line; a script
+-- gets the blocks whose names it mentions, and those the blocks mention. A
+-- script runs its whole chunk on every call, so helpers it does not use
+-- would cost it time on each one.
 
+-- helper: now_ms
 -- now_ms returns the Redis server clock in Unix milliseconds, so worker
 -- clock skew cannot change outcomes.
 local function now_ms()
@@ -8,20 +13,26 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Patterns of fenced values; captures are attempt, token and (for
--- EXHAUSTED) the rest of the value.
+-- helper: RUNNING
+-- The pattern of a running value; captures are attempt and token.
 local RUNNING = '^running:%d+:(%d+):([^:]+)$'
+
+-- helper: EXHAUSTED
+-- The pattern of an exhausted value; captures are attempt, token and the
+-- rest of the value (':dlq' once the entry is written).
 local EXHAUSTED = '^exhausted:(%d+):([^:]+)(.*)$'
 
+-- helper: fence
 -- fence checks that the hash is not retained and that field matches
--- pattern with this attempt and token. It returns 0, the stored value and
--- the third capture when it does; otherwise the reply code, 3 (terminal)
--- or 2 (stale).
+-- pattern with this attempt and token, in one HMGET. It returns 0, the
+-- stored value and the third capture when it does; otherwise the reply
+-- code, 3 (terminal) or 2 (stale).
 local function fence(key, field, pattern, attempt, token)
-  if redis.call('HEXISTS', key, '__terminal') == 1 then
+  local got = redis.call('HMGET', key, '__terminal', field)
+  if got[1] then
     return 3
   end
-  local v = redis.call('HGET', key, field)
+  local v = got[2]
   if not v then
     return 2
   end
@@ -32,25 +43,24 @@ local function fence(key, field, pattern, attempt, token)
   return 0, v, rest
 end
 
+-- helper: save_trace
 -- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
 -- reference (a W3C traceparent) of the latest attempt of field that ended
 -- without success, so the next attempt, on any worker, can link to it.
--- trace_field names it; save_trace writes it unless trace is empty, and
--- prev_trace reads it ('' when none).
-local function trace_field(field)
-  return '__trace:' .. field
-end
-
+-- save_trace writes it unless trace is empty.
 local function save_trace(key, field, trace)
   if trace and trace ~= '' then
-    redis.call('HSET', key, trace_field(field), trace)
+    redis.call('HSET', key, '__trace:' .. field, trace)
   end
 end
 
+-- helper: prev_trace
+-- prev_trace reads the lineage save_trace wrote ('' when none).
 local function prev_trace(key, field)
-  return redis.call('HGET', key, trace_field(field)) or ''
+  return redis.call('HGET', key, '__trace:' .. field) or ''
 end
 
+-- helper: retain
 -- retain switches key to terminal retention (retain.lua, retain_acked.lua):
 -- it sets __terminal and a TTL of ttl_ms, creating the hash if it is
 -- missing, and returns 1. On a hash already retained it changes nothing
