@@ -156,7 +156,7 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 // slot taken by a handler, a second message waits for it. The waiting
 // invocation holds no claim, so when the worker is killed only the
 // attempt that ran is charged: the attempt count is the number of handler
-// runs (events.md "Delivery, retry, and ACK"), even with retries: 0. A
+// runs (docs/delivery.md#attempts-retries-backoff), even with retries: 0. A
 // first delivery takes the slot before claiming; a redelivery, which may
 // find state, claims first and gives the claim back for the wait.
 func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {

@@ -18,8 +18,8 @@ import (
 // classified at its first delivery. Its rule's now() cutoff passes while
 // the failed invocation waits for its retry; the redelivery must still run
 // the retry rather than acknowledge the message as unmatched and drop the
-// invocation (events.md "Guarantees summary": no message is acknowledged
-// while any invocation is unresolved).
+// invocation (docs/delivery.md#outcomes: a message is acknowledged only
+// when every outcome is terminal).
 func TestRedeliveryDrivesInvocationsTheEventNoLongerMatches(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: x
@@ -122,8 +122,8 @@ events:
 // TestObsoleteOccurrenceOfARemovedAppIsRetained: an occurrence whose first
 // attempt failed, redelivered after its app was removed, is acknowledged
 // as obsolete, and its state switched to retention like every other
-// acknowledged message's (events.md "Invocation state persistence"), not
-// leaked without a TTL.
+// acknowledged message's (docs/delivery.md#invocation-state), not leaked
+// without a TTL.
 func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 	h := newHarness(t, map[string]string{"billing": nightlyApp})
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })

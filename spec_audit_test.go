@@ -45,7 +45,7 @@ func (c *countingDLQ) counts() map[string]int {
 	return m
 }
 
-// events.md "Dead-letter queue": a redelivery skips entries already
+// docs/delivery.md#dead-letter-queue: a redelivery skips entries already
 // written (their :dlq marker) and writes only the missing ones. Counting
 // Write calls is what shows it: dlq.Writer's own dedupe would hide a
 // rewrite from a look at the DLQ stream alone.

@@ -132,7 +132,7 @@ func (l *envLog) get() []map[string]string {
 // span in the producer's trace, each with one function.invoke child; every
 // retry links to the attempt before it, through the lineage kept in the
 // invocation hash, and every handler run continues its own span
-// (reference.md "Observability").
+// (docs/observability.md#spans).
 func TestTracingFollowsAnEventThroughRetries(t *testing.T) {
 	h := newHarness(t, map[string]string{"shop": flakyApp})
 	tr := newTracing(t)

@@ -96,10 +96,10 @@ var containerdRules = map[string]rule{
 // runner against a private containerd, publishes a few hundred events whose
 // busybox handlers succeed, fail a few times, always fail, hang past their
 // timeout or write megabytes to stdout, and meanwhile SIGKILLs workers
-// (preferably while they run containers), restarts containerd (twice for
-// 300 events) and deletes pending entries. The ledger check then holds
-// Redis to events.md, and no container, task or snapshot may be left once
-// the workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
+// (preferably while they run containers), restarts containerd (twice for 300
+// events) and deletes pending entries. The ledger check then holds Redis to
+// docs/delivery.md, and no container, task or snapshot may be left once the
+// workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
 // counted). Idle shims containerd leaves behind are counted and stopped.
 func TestContainerdSoak(t *testing.T) {
 	if testing.Short() {

@@ -73,8 +73,9 @@ func (w *slowWriter) String() string {
 // TestReproOutputTailLost: a handler writes 2,000 short lines and a last
 // one, then exits. It fits the pipe, so it exits at once, long before a
 // slow destination took it all; the runner then deletes the task, whose IO
-// cancellation closes the FIFOs with the rest unread. DESIGN.md: stdout is
-// forwarded verbatim; the last line must arrive.
+// cancellation closes the FIFOs with the rest unread. Standard output is
+// forwarded verbatim (docs/apps.md#the-handler-contract): the last line
+// must arrive.
 func TestReproOutputTailLost(t *testing.T) {
 	// Fixed: the runner drains output before deleting the task (drainOutput).
 	cc := containerdtest.Client(t)
@@ -134,7 +135,7 @@ func reproApps(t *testing.T) *app.Set {
 // waited, the entry was not in flight, so the heartbeat skipped it and its
 // idle time passed MinPendingIdle: another worker reclaimed it and
 // delivered it a second time while this one still held it.
-// docs/delivery.md "Concurrency and heartbeat": other workers must not
+// docs/delivery.md#concurrency-and-heartbeat: other workers must not
 // reclaim live work. Either fix passes: a busy worker leaves the entry in
 // the PEL for others (bounded reclaim), or it heartbeats what it holds;
 // what may not happen is that the worker owns the entry and lets it go
@@ -327,8 +328,8 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 // Sweep finds the container without a task yet, deletes it, and the task
 // containerd then finishes creating has no container: Sweep, which lists
 // containers and snapshots, never removes it, and its shim and runc init
-// stay. DESIGN.md: every container, task and snapshot Relay creates is
-// removed, and leftovers are swept.
+// stay. Every container, task and snapshot Relay creates is removed, and
+// leftovers are swept (docs/operations.md#containerd).
 func TestReproSweepOrphansTask(t *testing.T) {
 	// Fixed: Sweep also removes tasks whose container is gone (sweepOrphanTasks).
 	cc := containerdtest.Client(t)

@@ -441,8 +441,7 @@ func TestPinFirstWriterWins(t *testing.T) {
 // TestTraceLineageFollowsAttempts walks one invocation through a released
 // attempt, a failed one and an exhausted one, and checks that each Claim
 // returns the trace the attempt before it stored, which is what the Engine
-// links a retry's span to (events.md "Retries", reference.md
-// "Observability").
+// links a retry's span to (docs/observability.md#spans).
 func TestTraceLineageFollowsAttempts(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()

@@ -31,9 +31,9 @@ type DLQWriterHarness struct {
 	Now func(t *testing.T) time.Time
 }
 
-// TestDLQWriter runs the contract of relay.DLQWriter (events.md
-// "Dead-letter queue") against the harnesses newHarness returns, one per
-// parallel sub-test.
+// TestDLQWriter runs the contract of relay.DLQWriter
+// (docs/delivery.md#dead-letter-queue) against the harnesses newHarness
+// returns, one per parallel sub-test.
 //
 // It covers: an entry reading back field for field under the id Write
 // returned (Timestamp in UTC, millisecond precision; trace optional); an

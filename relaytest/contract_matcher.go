@@ -12,9 +12,10 @@ import (
 	"github.com/relaydev/relay/matcher"
 )
 
-// TestMatcher runs the contract of relay.Matcher (events.md "Combining
-// conditions", "Dispatch and concurrency") against the matchers newMatcher
-// builds for the apps it is given, one per parallel sub-test.
+// TestMatcher runs the contract of relay.Matcher (docs/apps.md#patterns;
+// the dispatch order of docs/delivery.md#from-entry-to-acknowledgement)
+// against the matchers newMatcher builds for the apps it is given, one per
+// parallel sub-test.
 //
 // It covers: every matching rule reported, apps in sorted name order and
 // rules in declaration order, with the rule's handler and its index in its

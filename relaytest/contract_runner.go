@@ -41,9 +41,10 @@ type RunnerHarness struct {
 	Request func(t *testing.T, b Behaviour) runtime.Request
 }
 
-// TestRunner runs the contract of relay.Runner (DESIGN.md "Handler
-// contract"; relay.go) against the runners newHarness returns, one per
-// parallel sub-test.
+// TestRunner runs the contract of relay.Runner (relay.go;
+// docs/apps.md#the-handler-contract and
+// docs/embedding.md#handlers-as-go-functions) against the runners
+// newHarness returns, one per parallel sub-test.
 //
 // It covers: success as a nil error; a handler failure as an error
 // wrapping *runtime.ExitError with a non-zero Code, so that an attempt is

@@ -39,10 +39,11 @@ type StateStoreHarness struct {
 	NoTraceLineage bool
 }
 
-// TestStateStore runs the contract of relay.StateStore (events.md
-// "Invocation state persistence", "Delivery, retry, and ACK" and
-// "Dead-letter queue"; the state machine in invocation's package doc)
-// against the stores newHarness returns, one per parallel sub-test.
+// TestStateStore runs the contract of relay.StateStore
+// (docs/delivery.md#invocation-state, docs/delivery.md#attempts-retries-backoff
+// and docs/delivery.md#dead-letter-queue; the state machine in invocation's
+// package doc) against the stores newHarness returns, one per parallel
+// sub-test.
 //
 // It covers: a first claim and a live lease; success, and Finish being
 // strictly fenced; retries that are not yet due and then due; an expired

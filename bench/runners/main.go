@@ -1,5 +1,5 @@
 // Command runners measures end-to-end latency per invocation, XADD to XACK,
-// for each Runner (issue #8, item 3b): the process runner, one-shot
+// for each Runner (bench/RESULTS.md, section 2): the process runner, one-shot
 // containerd and, as its floor, `ctr run --rm` of the same image and
 // command; then a python3 app one-shot and warm (warm: true), the runtime
 // warm containers exist for.

@@ -27,7 +27,7 @@ type StartCmd struct {
 	RunnerFlags    `embed:""`
 	MetricsAddr    string `name:"metrics-addr" env:"METRICS_ADDR" help:"Serve /metrics, /healthz and /readyz on this address."`
 	// ShutdownTimeout lets an orchestrator's grace period cover the longest
-	// handler (docs/deployment.md "Graceful termination").
+	// handler (docs/deployment.md#graceful-termination).
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"RELAY_SHUTDOWN_TIMEOUT" default:"30s" help:"After SIGTERM, how long running handlers may finish before they are abandoned (their messages stay pending)."`
 }
 
