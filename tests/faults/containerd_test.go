@@ -120,7 +120,7 @@ func TestContainerdSoak(t *testing.T) {
 	state := t.TempDir()
 	containerdScript(t, "start", state)
 	// Registered first, so it runs after containerdtest's own cleanup.
-	t.Cleanup(func() { _ = exec.Command("bash", "../scripts/containerd.sh", "stop", state).Run() })
+	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
 	socket := filepath.Join(state, "containerd", "containerd.sock")
 	t.Setenv(containerdtest.EnvAddress, socket)
 	var ns string
@@ -421,7 +421,7 @@ func containerdEvents() int {
 // daemon under a state directory and stops only the PID it started.
 func containerdScript(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := exec.Command("bash", append([]string{"../scripts/containerd.sh"}, args...)...).CombinedOutput()
+	out, err := exec.Command("bash", append([]string{"../../scripts/containerd.sh"}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
 	}
