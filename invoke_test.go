@@ -5,14 +5,197 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 )
+
+func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("card declined") })
+	h.handle("billing/charges.audit", nil)
+	h.start("c1")
+	event := `{"kind":"charge","amount":12}`
+	id := h.publish("event", event)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+
+	// The failing handler must not stop the other matched handler.
+	if n := h.calls.count("billing/charges.audit"); n != 1 {
+		t.Errorf("audit ran %d times, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("fail ran %d times, want 1 (retries: 0)", n)
+	}
+	e := h.dlqEntries()[0]
+	if e.App != "billing" || e.Handler != "charges.fail" || e.HandlerAttempts != 1 || e.OriginalID != id ||
+		e.Event != event || !strings.Contains(e.Reason, "card declined") || e.Deliveries < 1 {
+		t.Errorf("entry = %+v", e)
+	}
+	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	st := h.hash(id)
+	if st["billing/charges.audit"] != "ok" || !strings.HasPrefix(st["billing/charges.fail"], "exhausted:1:") || !strings.HasSuffix(st["billing/charges.fail"], ":dlq") {
+		t.Errorf("state = %v", st)
+	}
+	// Nothing more happens afterwards.
+	time.Sleep(500 * time.Millisecond)
+	if len(h.dlqEntries()) != 1 || h.calls.count("billing/charges.fail") != 1 {
+		t.Errorf("after ack: %d DLQ entries, %d runs", len(h.dlqEntries()), h.calls.count("billing/charges.fail"))
+	}
+}
+
+func TestRetriesThenSucceeds(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var mu sync.Mutex
+	var times []time.Time
+	h.handle("users/events.created", func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		if req.Attempt < 3 {
+			return fmt.Errorf("attempt %d fails", req.Attempt)
+		}
+		return nil
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
+	runs := h.calls.get("users/events.created")
+	for i, r := range runs {
+		if r.Attempt != i+1 {
+			t.Errorf("run %d had attempt %d", i, r.Attempt)
+		}
+	}
+	// Each retry waited at least its backoff (200ms, then 400ms).
+	mu.Lock()
+	defer mu.Unlock()
+	if d := times[1].Sub(times[0]); d < 200*time.Millisecond {
+		t.Errorf("second attempt after %s, before the 200ms backoff", d)
+	}
+	if d := times[2].Sub(times[1]); d < 400*time.Millisecond {
+		t.Errorf("third attempt after %s, before the 400ms backoff", d)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a retried success was dead-lettered")
+	}
+	if got := h.counter("relay_retries_total"); got != 2 {
+		t.Errorf("retries_total = %v, want 2", got)
+	}
+	if h.hash(id)["users/events.created"] != "ok" {
+		t.Errorf("state = %v", h.hash(id))
+	}
+}
+
+func TestExhaustsAfterDefaultAttemptsAndDeadLettersWithCount(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: relay.local/busybox:latest
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+    retries: 2
+`})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	h.start("c1", backoff(50*time.Millisecond))
+	h.publish("event", `{"event_name":"INSERT"}`)
+	waitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	if n := h.calls.count("users/events.created"); n != 3 {
+		t.Errorf("ran %d times, want 3 (retries: 2)", n)
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 3 {
+		t.Errorf("handler_attempts = %d, want 3", e.HandlerAttempts)
+	}
+}
+
+func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
+	// A long backoff with a short reclaim threshold: the message is
+	// redelivered many times before its retry is due.
+	h.start("c1", backoff(time.Hour))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
+	waitFor(t, 5*time.Second, "retry recorded", func() bool {
+		return strings.HasPrefix(h.hash(id)["users/events.created"], "next_attempt_at:")
+	})
+	// Let several reclaims redeliver it (MinPendingIdle is 300ms).
+	before := deliveries(t, h, id)
+	waitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times; a redelivery before next_attempt_at must skip it", n)
+	}
+	if h.pending() != 1 {
+		t.Error("message with a pending retry was acknowledged")
+	}
+}
+
+func TestUnavailableAppKeepsMessagePending(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		// Valid pattern, invalid elsewhere: the app is unavailable but its
+		// rule still matches, so the message must stay pending.
+		"broken": `
+image: relay.local/busybox:latest
+concurrency: 0
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+`,
+		"users": usersApp,
+	})
+	h.handle("broken/events.created", nil)
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	waitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	if h.pending() != 1 {
+		t.Error("message matched by an unavailable app was acknowledged")
+	}
+	if h.calls.count("broken/events.created") != 0 || len(h.dlqEntries()) != 0 {
+		t.Error("unavailable app ran or was dead-lettered")
+	}
+	// The unavailable app's invocation is recorded with no attempt used, so
+	// a redelivery that no longer matches its rule still drives it.
+	if st := h.hash(id); st["users/events.created"] != "ok" || attemptsUsed(t, st["broken/events.created"]) != 0 ||
+		!strings.HasPrefix(st["broken/events.created"], "next_attempt_at:") {
+		t.Errorf("state = %v", st)
+	}
+	if h.calls.count("users/events.created") != 1 {
+		t.Error("the succeeded invocation ran again on redelivery")
+	}
+}
+
+func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var down atomic.Bool
+	down.Store(true)
+	h.handle("users/events.created", nil)
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("image relay.local/busybox:latest not found: %w", runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	waitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	if h.pending() != 1 || len(h.dlqEntries()) != 0 {
+		t.Fatal("an unavailable app's message was acknowledged or dead-lettered")
+	}
+	if v := h.hash(id)["users/events.created"]; attemptsUsed(t, v) > 0 {
+		t.Errorf("unavailability charged an attempt: %q", v)
+	}
+	down.Store(false)
+	waitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+}
 
 // flakyClaims fails Claim while broken is set, as a Redis outage would.
 type flakyClaims struct {
@@ -54,78 +237,6 @@ func TestClaimErrorFailsClosed(t *testing.T) {
 	}
 }
 
-func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": usersApp})
-	var down atomic.Bool
-	down.Store(true)
-	h.handle("users/events.created", nil)
-	inner := runtime.NewFunc(h.handlers)
-	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-		if down.Load() {
-			return runtime.Result{}, fmt.Errorf("image relay.local/busybox:latest not found: %w", runtime.ErrUnavailable)
-		}
-		return inner.Run(ctx, req)
-	})
-	h.start("c1")
-	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
-	if h.pending() != 1 || len(h.dlqEntries()) != 0 {
-		t.Fatal("an unavailable app's message was acknowledged or dead-lettered")
-	}
-	if v := h.hash(id)["users/events.created"]; attemptsUsed(t, v) > 0 {
-		t.Errorf("unavailability charged an attempt: %q", v)
-	}
-	down.Store(false)
-	waitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
-	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
-		t.Errorf("runs = %+v, want exactly attempt 1", runs)
-	}
-}
-
-type runnerFunc func(context.Context, runtime.Request) (runtime.Result, error)
-
-func (f runnerFunc) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-	return f(ctx, req)
-}
-
-// blinkingFinish fails the first n Finish calls, as a Redis restart would
-// at the moment a handler completes.
-type blinkingFinish struct {
-	relay.StateStore
-	n atomic.Int32
-}
-
-func (b *blinkingFinish) Finish(ctx context.Context, l invocation.Lease) error {
-	if b.n.Add(-1) >= 0 {
-		return errors.New("injected: connection refused")
-	}
-	return b.StateStore.Finish(ctx, l)
-}
-
-func TestSuccessSurvivesRedisBlinkAtFinish(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": `
-image: x
-events:
-  - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0}
-`})
-	h.handle("users/events.created", nil)
-	blink := &blinkingFinish{StateStore: h.state}
-	blink.n.Store(2)
-	h.stateStore = blink
-	h.start("c1")
-	id := h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
-	if n := h.calls.count("users/events.created"); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
-	}
-	if got := h.hash(id)["users/events.created"]; got != "ok" {
-		t.Errorf("state = %q, want ok: a success must survive a transient failure to record it", got)
-	}
-	if len(h.dlqEntries()) != 0 {
-		t.Error("a succeeded invocation was dead-lettered")
-	}
-}
-
 func TestOutcomeUnknownKeepsTheLease(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: x
@@ -158,48 +269,125 @@ events:
 	}
 }
 
-// failingFinishFor fails every Finish until a deadline, as a Redis outage
-// longer than one write's timeout would.
-type failingFinishFor struct {
-	relay.StateStore
-	until time.Time
-	tries atomic.Int32
-}
-
-func (f *failingFinishFor) Finish(ctx context.Context, l invocation.Lease) error {
-	f.tries.Add(1)
-	if time.Now().Before(f.until) {
-		return errors.New("injected: connection refused")
+func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("declined") })
+	h.handle("billing/charges.audit", nil)
+	h.dlqw = &failingDLQ{DLQWriter: h.dlqw, n: 2}
+	h.start("c1")
+	id := h.publish("event", `{"kind":"charge"}`)
+	waitFor(t, 5*time.Second, "exhausted", func() bool { return strings.HasPrefix(h.hash(id)["billing/charges.fail"], "exhausted:") })
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged although its DLQ entry was not written")
 	}
-	return f.StateStore.Finish(ctx, l)
+	waitFor(t, 10*time.Second, "written on redelivery, then acked", func() bool { return h.settled() })
+	if n := len(h.dlqEntries()); n != 1 {
+		t.Errorf("%d DLQ entries, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("exhausted handler ran %d times, want 1", n)
+	}
 }
 
-// A success outlives an outage longer than one write's timeout: the worker
-// keeps retrying the fenced write while it still holds the message,
-// instead of letting the lease expire into a failed attempt (found by a
-// fresh-user trial: the success was dead-lettered).
-func TestSuccessSurvivesOutageLongerThanWriteTimeout(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": `
+func TestTwoAppsBothExhaustWriteOneEntryEach(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": `
 image: x
 events:
-  - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0, timeout: 20s}
+  - {handler: h.one, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 0}
+`,
+		"b": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [{prefix: "x"}]}, retries: 0}
+`,
+	})
+	fail := func(context.Context, runtime.Request) error { return errors.New("no") }
+	h.handle("a/h.one", fail)
+	h.handle("a/h.two", fail)
+	h.handle("b/h.one", fail)
+	h.start("c1")
+	h.publish("event", `{"kind":"x"}`)
+	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	got := map[string]int{}
+	for _, e := range h.dlqEntries() {
+		got[e.App+"/"+e.Handler]++
+	}
+	want := map[string]int{"a/h.one": 1, "a/h.two": 1, "b/h.one": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("DLQ entries by invocation = %v, want %v", got, want)
+	}
+}
+
+// countingDLQ counts Write calls per "app/handler" and fails the first
+// fail[k] writes of k.
+type countingDLQ struct {
+	relay.DLQWriter
+	mu     sync.Mutex
+	writes map[string]int
+	fail   map[string]int
+}
+
+func (c *countingDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	k := e.App + "/" + e.Handler
+	c.mu.Lock()
+	c.writes[k]++
+	if c.fail[k] > 0 {
+		c.fail[k]--
+		c.mu.Unlock()
+		return "", errors.New("injected: DLQ write failed")
+	}
+	c.mu.Unlock()
+	return c.DLQWriter.Write(ctx, e)
+}
+
+func (c *countingDLQ) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range c.writes {
+		m[k] = v
+	}
+	return m
+}
+
+// docs/delivery.md#dead-letter-queue: a redelivery skips entries already
+// written (their :dlq marker) and writes only the missing ones. Counting
+// Write calls is what shows it: dlq.Writer's own dedupe would hide a
+// rewrite from a look at the DLQ stream alone.
+func TestRedeliveryWritesOnlyTheMissingDLQEntries(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 0}
 `})
-	h.handle("users/events.created", nil)
-	down := &failingFinishFor{StateStore: h.state, until: time.Now().Add(1500 * time.Millisecond)}
-	h.stateStore = down
-	h.start("c1", writeTimeout(200*time.Millisecond))
-	id := h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "ack", h.settled)
-	if n := h.calls.count("users/events.created"); n != 1 {
-		t.Errorf("handler ran %d times, want 1", n)
+	fail := func(context.Context, runtime.Request) error { return errors.New("no") }
+	h.handle("a/h.one", fail)
+	h.handle("a/h.two", fail)
+	// h.one's entry is written on the first delivery; h.two's write fails
+	// once, so the message stays pending and comes back.
+	c := &countingDLQ{DLQWriter: h.dlqw, writes: map[string]int{}, fail: map[string]int{"a/h.two": 1}}
+	h.dlqw = c
+	h.start("c1")
+	id := h.publish("event", `{"kind":"x"}`)
+	waitFor(t, 5*time.Second, "written on redelivery, then acked", func() bool { return h.settled() && len(h.dlqEntries()) == 2 })
+
+	if got, want := fmt.Sprint(c.counts()), fmt.Sprint(map[string]int{"a/h.one": 1, "a/h.two": 2}); got != want {
+		t.Errorf("DLQ writes = %s, want %s: the redelivery must skip h.one, whose entry is marked written", got, want)
 	}
-	if got := h.hash(id)["users/events.created"]; got != "ok" {
-		t.Errorf("state = %q, want ok", got)
+	got := map[string]dlq.Entry{}
+	for _, e := range h.dlqEntries() {
+		got[e.App+"/"+e.Handler] = e
 	}
-	if es := h.dlqEntries(); len(es) != 0 {
-		t.Errorf("a succeeded invocation was dead-lettered: %+v", es)
+	if len(got) != 2 || got["a/h.one"].OriginalID != id || got["a/h.two"].OriginalID != id {
+		t.Errorf("DLQ entries = %+v, want one each for a/h.one and a/h.two", got)
 	}
-	if n := down.tries.Load(); n < 3 {
-		t.Errorf("Finish tried %d times; the outage was not exercised", n)
+	if d := got["a/h.two"].Deliveries; d < 2 {
+		t.Errorf("h.two's entry has deliveries %d; it can only have been written on a redelivery", d)
+	}
+	if h.calls.count("a/h.one") != 1 || h.calls.count("a/h.two") != 1 {
+		t.Errorf("runs: h.one %d, h.two %d, want 1 each", h.calls.count("a/h.one"), h.calls.count("a/h.two"))
 	}
 }

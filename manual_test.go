@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,8 +11,11 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule"
 )
 
 // shopApp has three rules, two of which match kind "order".
@@ -133,5 +137,192 @@ func TestInvokeStopsWhenCancelled(t *testing.T) {
 	res, err := relay.Manual{Runner: runner}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	if !errors.Is(err, context.Canceled) || len(res) != 1 || res[0].Err != nil || len(*reqs) != 1 {
 		t.Errorf("Invoke = %+v, %v after %d runs; want the first result and context.Canceled", res, err, len(*reqs))
+	}
+}
+
+// replayFixture is a DLQ on the shared redis-server and the apps its
+// entries refer to.
+type replayFixture struct {
+	seq   int
+	t     *testing.T
+	store *dlq.Store
+	apps  *app.Set
+}
+
+func newReplayFixture(t *testing.T) *replayFixture {
+	t.Helper()
+	return &replayFixture{
+		t:     t,
+		store: dlq.NewStore(redistest.Client(t), redistest.Name(t, "events")),
+		apps: writeApps(t, map[string]string{
+			"shop":   shopApp,
+			"broken": "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n",
+		}),
+	}
+}
+
+// write adds an entry for app/handler (both "-" for a malformed message).
+func (f *replayFixture) write(app, handler string) dlq.Entry {
+	f.t.Helper()
+	f.seq++ // a message of its own: DLQ writes are idempotent per invocation
+	e := dlq.Entry{
+		OriginalID: fmt.Sprintf("1700000000000-%d", f.seq), Group: "workers", Consumer: "c1",
+		Event: `{"kind":"order","id":7}`, Reason: "handler exited with code 3",
+		App: app, Handler: handler, Deliveries: 4, HandlerAttempts: 3,
+	}
+	if app == dlq.MalformedName {
+		e.HandlerAttempts, e.Event, e.Reason = 0, `[1]`, "malformed event: want a JSON object, got an array"
+	}
+	id, err := f.store.Write(f.t.Context(), e)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	e.ID = id
+	return e
+}
+
+func (f *replayFixture) exists(id string) bool {
+	f.t.Helper()
+	_, err := f.store.Get(context.Background(), id)
+	if err != nil && !errors.Is(err, dlq.ErrNotFound) {
+		f.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func TestReplaySuccessDeletesTheEntry(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t)
+	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.charge": nil})
+	e := f.write("shop", "orders.charge")
+	other := f.write("shop", "orders.charge")
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); err != nil {
+		t.Fatal(err)
+	}
+	want := []runtime.Request{{
+		App: "shop", Handler: "orders.charge", MessageID: e.OriginalID, Attempt: 4,
+		Event: []byte(e.Event), Timeout: 7 * time.Second, Spec: f.apps.Get("shop").Spec,
+	}}
+	if diff := cmp.Diff(want, *reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	if f.exists(e.ID) {
+		t.Error("the replayed entry is still in the DLQ")
+	}
+	if !f.exists(other.ID) {
+		t.Error("another entry was deleted")
+	}
+	// Replaying it again finds nothing and runs nothing.
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, dlq.ErrNotFound) {
+		t.Errorf("second Replay = %v, want dlq.ErrNotFound", err)
+	}
+	if len(*reqs) != 1 {
+		t.Errorf("ran %d times, want 1", len(*reqs))
+	}
+}
+
+func TestReplayFailureKeepsTheEntry(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t)
+	e := f.write("shop", "orders.charge")
+	for _, tc := range []struct {
+		name    string
+		handler runtime.HandlerFunc
+		exit    bool // the error wraps a *runtime.ExitError
+	}{
+		{"handler fails", func(context.Context, runtime.Request) error { return errors.New("card declined") }, true},
+		{"handler times out", func(ctx context.Context, _ runtime.Request) error { <-ctx.Done(); return ctx.Err() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := loadOne(t, "shop", shopApp)
+			a.Rules[2].Timeout = 50 * time.Millisecond
+			apps, err := app.NewSet(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": tc.handler})
+			err = relay.Manual{Runner: runner}.Replay(t.Context(), apps, f.store, e.ID)
+			if _, ok := errors.AsType[*runtime.ExitError](err); ok != tc.exit {
+				t.Errorf("Replay = %v; want an ExitError: %v", err, tc.exit)
+			}
+			if !f.exists(e.ID) {
+				t.Fatal("the entry of a failed replay was deleted")
+			}
+		})
+	}
+	// An infrastructure failure keeps it too.
+	down := runnerFunc(func(context.Context, runtime.Request) (runtime.Result, error) {
+		return runtime.Result{}, runtime.ErrUnavailable
+	})
+	if err := (relay.Manual{Runner: down}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, runtime.ErrUnavailable) || !f.exists(e.ID) {
+		t.Errorf("Replay with the runtime down = %v (entry kept: %v)", err, f.exists(e.ID))
+	}
+}
+
+func TestReplayRefuses(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t)
+	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.charge": nil, "gone.handler": nil, "a.b": nil})
+	for _, tc := range []struct {
+		name string
+		id   string
+		want error
+	}{
+		{"malformed entry", f.write(dlq.MalformedName, dlq.MalformedName).ID, relay.ErrReplayMalformed},
+		{"app gone", f.write("gone", "orders.charge").ID, relay.ErrHandlerGone},
+		{"handler gone", f.write("shop", "gone.handler").ID, relay.ErrHandlerGone},
+		{"app unavailable", f.write("broken", "a.b").ID, relay.ErrAppUnavailable},
+		{"unknown id", "1-1", dlq.ErrNotFound},
+		{"not an id", "bogus", dlq.ErrNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := relay.Manual{Runner: runner}.Replay(t.Context(), f.apps, f.store, tc.id)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("Replay = %v, want %v", err, tc.want)
+			}
+			if tc.want != dlq.ErrNotFound && !f.exists(tc.id) {
+				t.Error("a refused entry was deleted")
+			}
+		})
+	}
+	if len(*reqs) != 0 {
+		t.Errorf("%d handlers ran", len(*reqs))
+	}
+}
+
+// A dead-lettered schedule occurrence is replayed with the occurrence's
+// stdin, not the envelope, under the schedule's timeout.
+func TestReplayScheduleOccurrence(t *testing.T) {
+	t.Parallel()
+	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
+	apps := writeApps(t, map[string]string{"billing": nightlyApp})
+	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
+	env := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	write := func(handler string) string {
+		id, err := store.Write(t.Context(), dlq.Entry{OriginalID: "1700000000000-9", Group: "workers", Consumer: "c1",
+			Event: string(env.Marshal()), Reason: "exit 3", App: "billing", Handler: handler, HandlerAttempts: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := write("jobs.nightly")
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, id); err != nil {
+		t.Fatal(err)
+	}
+	want := []runtime.Request{{
+		App: "billing", Handler: "jobs.nightly", MessageID: "1700000000000-9", Attempt: 3,
+		Event: env.Input(), Timeout: 5 * time.Second, Spec: apps.Get("billing").Spec,
+	}}
+	if diff := cmp.Diff(want, *reqs); diff != "" {
+		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	// The schedule no longer names that handler: nothing runs.
+	gone := write("jobs.old")
+	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, gone); !errors.Is(err, relay.ErrHandlerGone) {
+		t.Errorf("replay of a handler the schedule no longer names = %v, want ErrHandlerGone", err)
+	}
+	if len(*reqs) != 1 {
+		t.Errorf("ran %d times, want 1", len(*reqs))
 	}
 }

@@ -114,26 +114,37 @@ func owners(t *testing.T, h *harness) map[string]int64 {
 	return out
 }
 
-// TestIdleReaderLeavesSlotsToReclaim: while the stream has nothing new, the
-// reader's blocking XREADGROUP holds one message slot, not all of them, so
-// entries reclaimed from a dead consumer start at once instead of waiting
-// for the block (8s here) to end.
-func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
+func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
-	ctx := context.Background()
-	const n = 10
-	for i := range n {
-		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
-	}
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
-	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
-		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
-	}
 	h.handle("users/events.created", nil)
-	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
+	ctx := context.Background()
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	// Another consumer read it and died; then the entry was deleted.
+	other := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	if msgs, err := other.Read(ctx, 10); err != nil || len(msgs) != 1 {
+		t.Fatalf("read = %v, %v", msgs, err)
+	}
+	// The dead consumer had claimed an invocation: its hash is pending,
+	// without a TTL.
+	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := h.ttl(id); ttl >= 0 {
+		t.Fatalf("pending hash has TTL %s", ttl)
+	}
+	if err := h.rc.Do(ctx, h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	h.start("c1")
-	waitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
-	if got := h.calls.count("users/events.created"); got != n {
-		t.Errorf("handler ran %d times for %d entries", got, n)
+	waitFor(t, 5*time.Second, "missing payload counted", func() bool { return h.counter("relay_missing_payload_total") == 1 })
+	waitFor(t, 2*time.Second, "PEL cleared", func() bool { return h.settled() })
+	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
+		t.Error("missing payload ran a handler or wrote a DLQ entry")
+	}
+	// Leaving the PEL switches the hash to retention; it must not leak.
+	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
+	time.Sleep(300 * time.Millisecond)
+	if got := h.counter("relay_missing_payload_total"); got != 1 {
+		t.Errorf("missing_payload_total = %v, want 1", got)
 	}
 }

@@ -1,0 +1,88 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
+)
+
+func TestNewValidates(t *testing.T) {
+	apps := writeApps(t, map[string]string{"users": usersApp})
+	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{MaxConcurrency: -1, MinPendingIdle: -1})
+	if err == nil {
+		t.Fatal("NewEngine accepted missing components")
+	}
+	for _, want := range []string{"Components.Source is required", "Components.Stream is required", "Config.MaxConcurrency: must be >= 0", "Config.MinPendingIdle"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+func TestGracefulShutdownLeavesUnfinishedPendingWithoutCharge(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	started := make(chan struct{})
+	h.handle("users/events.created", func(ctx context.Context, req runtime.Request) error {
+		close(started)
+		<-ctx.Done() // never finishes on its own
+		return ctx.Err()
+	})
+	stop := h.start("c1", shutdownTimeout(100*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	<-started
+	stop()
+	if h.pending() != 1 {
+		t.Fatal("unfinished message was acknowledged at shutdown")
+	}
+	// Released: due at once with no attempt used, still recorded as
+	// unfinished for a redelivery that no longer matches.
+	if v := h.hash(id)["users/events.created"]; !strings.HasPrefix(v, "next_attempt_at:") || attemptsUsed(t, v) != 0 {
+		t.Errorf("abandoned attempt left state %q, want it released", v)
+	}
+}
+
+// toggleSource fails every Read while failing is set.
+type toggleSource struct {
+	relay.StreamSource
+	failing atomic.Bool
+}
+
+func (s *toggleSource) Read(ctx context.Context, n int) ([]stream.Message, error) {
+	if s.failing.Load() {
+		return nil, errors.New("read refused by the test")
+	}
+	return s.StreamSource.Read(ctx, n)
+}
+
+// Ping is the Engine's part of /readyz: consuming only while Run reads.
+func TestPingReportsConsuming(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	src := &toggleSource{StreamSource: h.src}
+	e, err := relay.NewEngine(h.apps, relay.Components{
+		Source: src, State: h.state, Runner: runtime.NewFunc(nil), DLQ: h.dlqw,
+		Stream: h.stream, Group: h.group, Consumer: "c1",
+	}, fastConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
+		t.Errorf("Ping before Run = %v, want ErrNotConsuming", err)
+	}
+	stop := h.run(e)
+	waitFor(t, 5*time.Second, "consuming", func() bool { return e.Ping(t.Context()) == nil })
+	src.failing.Store(true)
+	waitFor(t, 5*time.Second, "not consuming while reads fail", func() bool { return errors.Is(e.Ping(t.Context()), relay.ErrNotConsuming) })
+	src.failing.Store(false)
+	waitFor(t, 10*time.Second, "consuming again", func() bool { return e.Ping(t.Context()) == nil })
+	stop()
+	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
+		t.Errorf("Ping after Run = %v, want ErrNotConsuming", err)
+	}
+}
