@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -16,13 +17,13 @@ func TestMatchedEventRunsAndIsAcked(t *testing.T) {
 	h.start("c1")
 	event := `{"event_name":"INSERT","table_name":"users","id":7}`
 	id := h.publish("event", event)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("users/events.created") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("users/events.created") == 1 && h.settled() })
 
 	req := h.calls.get("users/events.created")[0]
 	if string(req.Event) != event || req.MessageID != id || req.Attempt != 1 || req.Timeout != 5*time.Second {
 		t.Errorf("request = %+v", req)
 	}
-	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	testutil.WaitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
 	if got := h.hash(id)["users/events.created"]; got != "ok" {
 		t.Errorf("state = %q, want ok", got)
 	}
@@ -39,8 +40,8 @@ func TestUnmatchedIsAckedWithoutRun(t *testing.T) {
 	h.handle("users/events.created", nil)
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"DELETE","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "unmatched counted", func() bool { return h.counter("relay_events_unmatched_total") == 1 })
-	waitFor(t, 2*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "unmatched counted", func() bool { return h.counter("relay_events_unmatched_total") == 1 })
+	testutil.WaitFor(t, 2*time.Second, "ack", func() bool { return h.settled() })
 	if n := h.calls.count("users/events.created"); n != 0 {
 		t.Errorf("handler ran %d times for an unmatched event", n)
 	}
@@ -69,7 +70,7 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 			h.handle("users/events.created", nil)
 			h.start("c1")
 			id := h.publish(fields...)
-			waitFor(t, 5*time.Second, "dead letter and ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+			testutil.WaitFor(t, 5*time.Second, "dead letter and ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
 			e := h.dlqEntries()[0]
 			if e.App != "-" || e.Handler != "-" || e.HandlerAttempts != 0 || e.OriginalID != id ||
 				e.OriginalStream != h.stream || e.Group != h.group || e.Consumer != "c1" || e.Reason == "" {
@@ -92,7 +93,7 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 			}
 			// Acked with state: the malformed marker is retained, not
 			// leaked.
-			waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
+			testutil.WaitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
 		})
 	}
 	// Acked only after the DLQ entry is persisted: a failed write leaves
@@ -107,8 +108,8 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 		id := h.publish("event", `not json`)
 		// One write per delivery: the second failure needs a redelivery,
 		// which an ack after the first failure would have prevented.
-		waitFor(t, 5*time.Second, "two failed writes", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.n == 0 })
-		waitFor(t, 5*time.Second, "written, then acked", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+		testutil.WaitFor(t, 5*time.Second, "two failed writes", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.n == 0 })
+		testutil.WaitFor(t, 5*time.Second, "written, then acked", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
 		if e := h.dlqEntries()[0]; e.OriginalID != id || e.App != "-" || e.Deliveries < 3 {
 			t.Errorf("entry = %+v, want the message's, written on its 3rd delivery", e)
 		}
@@ -146,9 +147,9 @@ func TestPerMessageInvocationsRunOneAtATimeAcrossMessagesConcurrently(t *testing
 	for range 3 {
 		h.publish("event", `{"k":"v"}`)
 	}
-	waitFor(t, 5*time.Second, "three messages running", func() bool { mu.Lock(); defer mu.Unlock(); return cur == 3 })
+	testutil.WaitFor(t, 5*time.Second, "three messages running", func() bool { mu.Lock(); defer mu.Unlock(); return cur == 3 })
 	close(release)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
 	if maxPerMsg != 1 {
 		t.Errorf("a message ran %d invocations at once, want 1", maxPerMsg)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -76,11 +77,11 @@ func TestPingReportsConsuming(t *testing.T) {
 		t.Errorf("Ping before Run = %v, want ErrNotConsuming", err)
 	}
 	stop := h.run(e)
-	waitFor(t, 5*time.Second, "consuming", func() bool { return e.Ping(t.Context()) == nil })
+	testutil.WaitFor(t, 5*time.Second, "consuming", func() bool { return e.Ping(t.Context()) == nil })
 	src.failing.Store(true)
-	waitFor(t, 5*time.Second, "not consuming while reads fail", func() bool { return errors.Is(e.Ping(t.Context()), relay.ErrNotConsuming) })
+	testutil.WaitFor(t, 5*time.Second, "not consuming while reads fail", func() bool { return errors.Is(e.Ping(t.Context()), relay.ErrNotConsuming) })
 	src.failing.Store(false)
-	waitFor(t, 10*time.Second, "consuming again", func() bool { return e.Ping(t.Context()) == nil })
+	testutil.WaitFor(t, 10*time.Second, "consuming again", func() bool { return e.Ping(t.Context()) == nil })
 	stop()
 	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
 		t.Errorf("Ping after Run = %v, want ErrNotConsuming", err)

@@ -403,11 +403,6 @@ func attemptsUsed(t *testing.T, v string) int {
 	return n
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testutil.WaitFor(t, timeout, what, cond)
-}
-
 const usersApp = `
 image: relay.local/busybox:latest
 events:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -36,7 +37,7 @@ events:
 		t.Errorf("live entry was reclaimed: %d deliveries, want 1", d)
 	}
 	close(release)
-	waitFor(t, 15*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 15*time.Second, "ack", func() bool { return h.settled() })
 	if n := h.calls.count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times", n)
 	}
@@ -48,7 +49,7 @@ func TestPendingGauges(t *testing.T) {
 	h.start("c1", backoff(time.Hour))
 	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "pending gauge", func() bool { return h.gauge("relay_pending_entries") == 2 })
+	testutil.WaitFor(t, 5*time.Second, "pending gauge", func() bool { return h.gauge("relay_pending_entries") == 2 })
 	if age := h.gauge("relay_pending_oldest_age_seconds"); age < 0 || age > 60 {
 		t.Errorf("oldest pending age = %vs", age)
 	}

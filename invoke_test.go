@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 )
@@ -23,7 +24,7 @@ func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
 	h.start("c1")
 	event := `{"kind":"charge","amount":12}`
 	id := h.publish("event", event)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
 
 	// The failing handler must not stop the other matched handler.
 	if n := h.calls.count("billing/charges.audit"); n != 1 {
@@ -37,7 +38,7 @@ func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
 		e.Event != event || !strings.Contains(e.Reason, "card declined") || e.Deliveries < 1 {
 		t.Errorf("entry = %+v", e)
 	}
-	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	testutil.WaitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
 	st := h.hash(id)
 	if st["billing/charges.audit"] != "ok" || !strings.HasPrefix(st["billing/charges.fail"], "exhausted:1:") || !strings.HasSuffix(st["billing/charges.fail"], ":dlq") {
 		t.Errorf("state = %v", st)
@@ -64,7 +65,7 @@ func TestRetriesThenSucceeds(t *testing.T) {
 	})
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
+	testutil.WaitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
 	runs := h.calls.get("users/events.created")
 	for i, r := range runs {
 		if r.Attempt != i+1 {
@@ -102,7 +103,7 @@ events:
 	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
 	h.start("c1", backoff(50*time.Millisecond))
 	h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
 	if n := h.calls.count("users/events.created"); n != 3 {
 		t.Errorf("ran %d times, want 3 (retries: 2)", n)
 	}
@@ -118,13 +119,13 @@ func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	// redelivered many times before its retry is due.
 	h.start("c1", backoff(time.Hour))
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
-	waitFor(t, 5*time.Second, "retry recorded", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "retry recorded", func() bool {
 		return strings.HasPrefix(h.hash(id)["users/events.created"], "next_attempt_at:")
 	})
 	// Let several reclaims redeliver it (MinPendingIdle is 300ms).
 	before := deliveries(t, h, id)
-	waitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
+	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
 	if n := h.calls.count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times; a redelivery before next_attempt_at must skip it", n)
 	}
@@ -150,8 +151,8 @@ events:
 	h.handle("users/events.created", nil)
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
-	waitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
 	if h.pending() != 1 {
 		t.Error("message matched by an unavailable app was acknowledged")
 	}
@@ -183,7 +184,7 @@ func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
 	})
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	testutil.WaitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
 	if h.pending() != 1 || len(h.dlqEntries()) != 0 {
 		t.Fatal("an unavailable app's message was acknowledged or dead-lettered")
 	}
@@ -191,7 +192,7 @@ func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
 		t.Errorf("unavailability charged an attempt: %q", v)
 	}
 	down.Store(false)
-	waitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
 	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs = %+v, want exactly attempt 1", runs)
 	}
@@ -218,7 +219,7 @@ func TestClaimErrorFailsClosed(t *testing.T) {
 	h.stateStore = flaky
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "claim failure logged", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "claim failure logged", func() bool {
 		return strings.Contains(h.logs.String(), "claim failed; handler not run")
 	})
 	if h.calls.count("users/events.created") != 0 {
@@ -228,7 +229,7 @@ func TestClaimErrorFailsClosed(t *testing.T) {
 		t.Fatal("message acknowledged although its claim failed")
 	}
 	flaky.broken.Store(false)
-	waitFor(t, 10*time.Second, "run after recovery", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "run after recovery", func() bool { return h.settled() })
 	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs after recovery = %+v, want one first attempt", runs)
 	}
@@ -256,13 +257,13 @@ events:
 	})
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 5*time.Second, "first run", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first run", func() bool { return h.calls.count("users/events.created") == 1 })
 	if v := h.hash(id)["users/events.created"]; !strings.HasPrefix(v, "running:") {
 		t.Fatalf("after an unknown outcome the claim must be kept, got %q", v)
 	}
 	// The lease (200ms timeout + 500ms grace) expires and counts: the
 	// next run is attempt 2.
-	waitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
 	runs := h.calls.get("users/events.created")
 	if len(runs) != 2 || runs[1].Attempt != 2 {
 		t.Errorf("runs = %d (last attempt %d), want 2 with the second as attempt 2", len(runs), runs[len(runs)-1].Attempt)
@@ -276,11 +277,11 @@ func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
 	h.dlqw = &failingDLQ{DLQWriter: h.dlqw, n: 2}
 	h.start("c1")
 	id := h.publish("event", `{"kind":"charge"}`)
-	waitFor(t, 5*time.Second, "exhausted", func() bool { return strings.HasPrefix(h.hash(id)["billing/charges.fail"], "exhausted:") })
+	testutil.WaitFor(t, 5*time.Second, "exhausted", func() bool { return strings.HasPrefix(h.hash(id)["billing/charges.fail"], "exhausted:") })
 	if h.pending() != 1 {
 		t.Fatal("message acknowledged although its DLQ entry was not written")
 	}
-	waitFor(t, 10*time.Second, "written on redelivery, then acked", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "written on redelivery, then acked", func() bool { return h.settled() })
 	if n := len(h.dlqEntries()); n != 1 {
 		t.Errorf("%d DLQ entries, want 1", n)
 	}
@@ -309,7 +310,7 @@ events:
 	h.handle("b/h.one", fail)
 	h.start("c1")
 	h.publish("event", `{"kind":"x"}`)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
 	got := map[string]int{}
 	for _, e := range h.dlqEntries() {
 		got[e.App+"/"+e.Handler]++
@@ -372,7 +373,7 @@ events:
 	h.dlqw = c
 	h.start("c1")
 	id := h.publish("event", `{"kind":"x"}`)
-	waitFor(t, 5*time.Second, "written on redelivery, then acked", func() bool { return h.settled() && len(h.dlqEntries()) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "written on redelivery, then acked", func() bool { return h.settled() && len(h.dlqEntries()) == 2 })
 
 	if got, want := fmt.Sprint(c.counts()), fmt.Sprint(map[string]int{"a/h.one": 1, "a/h.two": 2}); got != want {
 		t.Errorf("DLQ writes = %s, want %s: the redelivery must skip h.one, whose entry is marked written", got, want)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -63,7 +64,7 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 				a.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 				b.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 			}
-			waitFor(t, 20*time.Second, "all handled", func() bool { return done.Load() == 2*each && a.settled() && b.settled() })
+			testutil.WaitFor(t, 20*time.Second, "all handled", func() bool { return done.Load() == 2*each && a.settled() && b.settled() })
 			if got := peak.Load(); got != c.wantPeak {
 				t.Errorf("peak concurrent invocations = %d, want %d", got, c.wantPeak)
 			}
@@ -102,13 +103,13 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 	second := h.publish("event", `{"k":"v"}`)
 	// The second waits for the app's only slot, gives up after the
 	// concurrency wait and stays pending with no attempt charged.
-	waitFor(t, 5*time.Second, "a concurrency wait", func() bool { return h.counter("relay_concurrency_waits_total") >= 1 })
-	waitFor(t, 5*time.Second, "blocked invocation released", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "a concurrency wait", func() bool { return h.counter("relay_concurrency_waits_total") >= 1 })
+	testutil.WaitFor(t, 5*time.Second, "blocked invocation released", func() bool {
 		return strings.Contains(h.logs.String(), "no concurrency slot within the wait")
 	})
 	// Released means left pending, not acked: the blocked message comes
 	// back through a reclaim while the slot is still taken.
-	waitFor(t, 5*time.Second, "blocked message redelivered", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "blocked message redelivered", func() bool {
 		return deliveries(t, h, first) >= 2 || deliveries(t, h, second) >= 2
 	})
 	if n := h.pending(); n != 2 {
@@ -120,7 +121,7 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 		}
 	}
 	unblock()
-	waitFor(t, 10*time.Second, "both acked", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "both acked", func() bool { return h.settled() })
 	if maxCur != 1 {
 		t.Errorf("app with concurrency 1 ran %d at once", maxCur)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -33,7 +34,7 @@ func TestDispatchOrderIsAppNameThenDeclaration(t *testing.T) {
 	}
 	h.start("c1")
 	h.publish("event", `{"k":"v"}`)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
 	mu.Lock()
 	defer mu.Unlock()
 	if got := strings.Join(order, ","); got != "alpha/m.a2,alpha/m.a1,zeta/m.z1" {
@@ -53,8 +54,8 @@ func TestUnreadableTemplateHoldsEveryMessage(t *testing.T) {
 	h.start("c1")
 	unmatched := h.publish("event", `{"t":"order"}`)
 	matched := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
-	waitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
 	if h.pending() != 2 {
 		t.Errorf("pending = %d; with an unreadable template nothing may be acknowledged", h.pending())
 	}
@@ -73,7 +74,7 @@ func TestRuleWithBadHandlerStillMatchesAndHolds(t *testing.T) {
 	}
 	h.start("c1")
 	id := h.publish("event", `{"t":"order"}`)
-	waitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	testutil.WaitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
 	if h.pending() != 1 || h.counter("relay_events_unmatched_total") != 0 {
 		t.Error("an event matching an unavailable app's rule was treated as unmatched")
 	}
@@ -101,7 +102,7 @@ events:
 	// The retry is due after the cutoff has passed.
 	h.start("c1", backoff(1500*time.Millisecond))
 	id := h.publish("event", fmt.Sprintf(`{"at":%q}`, time.Now().UTC().Format(time.RFC3339Nano)))
-	waitFor(t, 10*time.Second, "the message settled", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 
 	runs := h.calls.get("users/events.recent")
 	if len(runs) != 2 || runs[1].Attempt != 2 {
@@ -151,7 +152,7 @@ events:
 			h.handle("a/h.two", func(context.Context, runtime.Request) error { return errors.New("transient") })
 			stop := h.start("c1", backoff(300*time.Millisecond))
 			id := h.publish("event", `{"kind":"x"}`)
-			waitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
+			testutil.WaitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
 			stop()
 			if h.pending() != 1 {
 				t.Fatalf("pending after the first worker stopped = %d, want 1", h.pending())
@@ -160,7 +161,7 @@ events:
 			h.apps = writeApps(t, after)
 			h.reg = prometheus.NewRegistry()
 			h.start("c1")
-			waitFor(t, 10*time.Second, "the message settled", h.settled)
+			testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 
 			es := h.dlqEntries()
 			if len(es) != 1 {
@@ -209,7 +210,7 @@ events:
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	first := h.publish("event", fmt.Sprintf(`{"at":%q,"n":1}`, at))
 	second := h.publish("event", fmt.Sprintf(`{"at":%q,"n":2}`, at))
-	waitFor(t, 15*time.Second, "both messages settled", h.settled)
+	testutil.WaitFor(t, 15*time.Second, "both messages settled", h.settled)
 
 	ran := map[string]int{}
 	for _, r := range h.calls.get("users/events.recent") {
@@ -246,7 +247,7 @@ events:
 	h.handle("a/h.two", nil)
 	stop := h.start("c1", shutdownTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"kind":"x"}`)
-	waitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
 	stop()
 	st := h.hash(id)
 	for _, f := range []string{"a/h.one", "a/h.two"} {
@@ -259,7 +260,7 @@ events:
 	h.apps = writeApps(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 10*time.Second, "the message settled", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 	if n := h.calls.count("a/h.two"); n != 1 {
 		t.Errorf("h.two ran %d times, want 1: recorded, it runs though the event no longer matches", n)
 	}

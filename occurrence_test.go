@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 )
@@ -23,7 +24,7 @@ func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) 
 	h.handle("billing/jobs.spy", nil)
 	h.start("c1")
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
 
 	req := h.calls.get("billing/jobs.nightly")[0]
 	var in map[string]any
@@ -66,7 +67,7 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 	h.handle("billing/jobs.renamed", nil)
 	stop := h.start("c1", backoff(300*time.Millisecond))
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
 	stop()
 
 	// The template now names another handler, a longer timeout and no
@@ -75,7 +76,7 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 	fail = false
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 10*time.Second, "ack", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("billing/jobs.renamed"); n != 0 {
 		t.Errorf("the new handler ran %d times", n)
 	}
@@ -102,7 +103,7 @@ func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 			h.handle("other/jobs.nightly", nil)
 			h.start("c1")
 			h.publishOccurrence(nightlySpec(), nightlyAt)
-			waitFor(t, 5*time.Second, "ack", h.settled)
+			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
 			if n := h.calls.count("billing/jobs.nightly") + h.calls.count("other/jobs.nightly"); n != 0 {
 				t.Errorf("%d handler runs", n)
 			}
@@ -123,7 +124,7 @@ func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })
 	stop := h.start("c1", backoff(time.Hour))
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
 	stop()
 	if ttl := h.ttl(id); ttl >= 0 {
 		t.Fatalf("state TTL while pending = %v, want none", ttl)
@@ -132,7 +133,7 @@ func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 	h.apps = writeApps(t, map[string]string{"other": usersApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
 	if ttl := h.ttl(id); ttl <= 0 {
 		t.Errorf("state TTL after the ack = %v, want the retention TTL: %v", ttl, h.hash(id))
 	}
@@ -159,7 +160,7 @@ func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
 			h.handle("billing/jobs.nightly", nil)
 			h.start("c1")
 			id := h.publish("event", c.event)
-			waitFor(t, 5*time.Second, "ack", h.settled)
+			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
 			if n := h.calls.count("billing/jobs.nightly"); n != 0 {
 				t.Errorf("handler ran %d times", n)
 			}
@@ -183,7 +184,7 @@ func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
 	h.handle("billing/jobs.nightly", nil)
 	stop := h.start("c1")
 	h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
+	testutil.WaitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
 	stop()
 	if n := h.pending(); n != 1 {
 		t.Errorf("pending = %d, want 1", n)
@@ -192,7 +193,7 @@ func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
 	h.apps = writeApps(t, map[string]string{"billing": nightlyApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
 }
 
 func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
@@ -200,7 +201,7 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 3} })
 	h.start("c1", backoff(50*time.Millisecond))
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 10*time.Second, "ack", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("billing/jobs.nightly"); n != 2 {
 		t.Errorf("%d attempts, want 2 (retries: 1)", n)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 )
 
@@ -37,7 +38,7 @@ events:
 	h.stateStore = blink
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
 	if n := h.calls.count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
@@ -80,7 +81,7 @@ events:
 	h.stateStore = down
 	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "ack", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -64,7 +65,7 @@ events:
 		t.Fatal(err)
 	}
 	h.run(e)
-	waitFor(t, 10*time.Second, "two handlers running", func() bool { return started.Load() == 2 })
+	testutil.WaitFor(t, 10*time.Second, "two handlers running", func() bool { return started.Load() == 2 })
 
 	// Asserting that something does not happen needs a period: ten
 	// reclaim intervals, past MinPendingIdle.
@@ -78,7 +79,7 @@ events:
 	}
 
 	close(release)
-	waitFor(t, 20*time.Second, "every entry handled and acknowledged", func() bool { return h.settled() })
+	testutil.WaitFor(t, 20*time.Second, "every entry handled and acknowledged", func() bool { return h.settled() })
 	if got := h.calls.count("users/events.created"); got != n {
 		t.Errorf("handler ran %d times for %d entries", got, n)
 	}
@@ -136,13 +137,13 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start("c1")
-	waitFor(t, 5*time.Second, "missing payload counted", func() bool { return h.counter("relay_missing_payload_total") == 1 })
-	waitFor(t, 2*time.Second, "PEL cleared", func() bool { return h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "missing payload counted", func() bool { return h.counter("relay_missing_payload_total") == 1 })
+	testutil.WaitFor(t, 2*time.Second, "PEL cleared", func() bool { return h.settled() })
 	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
 		t.Error("missing payload ran a handler or wrote a DLQ entry")
 	}
 	// Leaving the PEL switches the hash to retention; it must not leak.
-	waitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
+	testutil.WaitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" && h.ttl(id) > 0 })
 	time.Sleep(300 * time.Millisecond)
 	if got := h.counter("relay_missing_payload_total"); got != 1 {
 		t.Errorf("missing_payload_total = %v, want 1", got)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -38,7 +39,7 @@ func TestDLQWriteIsIdempotentAcrossCrashBeforeAck(t *testing.T) {
 	h.source = &failingAck{StreamSource: h.src, failed: map[string]bool{}}
 	h.start("c1")
 	h.publish("event", `{"kind":"charge"}`)
-	waitFor(t, 10*time.Second, "ack on redelivery", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "ack on redelivery", func() bool { return h.settled() })
 	if n := len(h.dlqEntries()); n != 1 {
 		t.Errorf("%d DLQ entries after a crash between DLQ write and ack, want 1", n)
 	}

@@ -117,16 +117,16 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		}
 		ids[s] = id
 	}
-	waitFor(t, 10*time.Second, "both events and the tick", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "both events and the tick", func() bool {
 		return h.calls.count("users/events.created") == 2 && h.calls.count("users/jobs.tick") >= 1
 	})
 	for _, s := range h.streams {
-		waitFor(t, 10*time.Second, s+" acknowledged", func() bool {
+		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
 			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
 			return err == nil && n == 0
 		})
 		// The Worker pairs XACK and retention: the state is retained.
-		waitFor(t, 5*time.Second, s+" retained", func() bool {
+		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
 			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
 			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
 		})
@@ -184,7 +184,7 @@ func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
 	h.cfg.SweepInterval = 200 * time.Millisecond
 	start := time.Now()
 	_, stop := h.run()
-	waitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
+	testutil.WaitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
 	_ = stop()
 	// Sweeps per stream would be three at start alone and three per tick.
 	if n, max := h.runner.sweeps.Load(), int32(time.Since(start)/(200*time.Millisecond))+1; n > max {
