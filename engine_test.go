@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
 func TestNewValidates(t *testing.T) {
-	apps := writeApps(t, map[string]string{"users": usersApp})
+	apps := apptest.Load(t, map[string]string{"users": usersApp})
 	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{MaxConcurrency: -1, MinPendingIdle: -1})
 	if err == nil {
 		t.Fatal("NewEngine accepted missing components")

@@ -15,8 +15,8 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -121,26 +121,6 @@ func shutdownTimeout(d time.Duration) func(*timing) {
 	return func(tm *timing) { tm.shutdownTimeout = d }
 }
 
-// writeApps writes templates into a temp apps root and loads it.
-func writeApps(t *testing.T, templates map[string]string) *app.Set {
-	t.Helper()
-	apps, err := template.LoadDir(testutil.AppsRoot(t, templates))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return apps
-}
-
-// loadOne loads one app from its template source.
-func loadOne(t *testing.T, name, src string) *app.App {
-	t.Helper()
-	a := writeApps(t, map[string]string{name: src}).Get(name)
-	if a == nil {
-		t.Fatalf("app %q not loaded", name)
-	}
-	return a
-}
-
 func newHarness(t *testing.T, templates map[string]string) *harness {
 	t.Helper()
 	rc := redistest.Client(t)
@@ -149,7 +129,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 		stream: redistest.Name(t, "events"), group: "workers",
 		calls: &calls{}, reg: prometheus.NewRegistry(), logs: &testutil.Buffer{},
 		handlers: map[string]runtime.HandlerFunc{},
-		apps:     writeApps(t, templates),
+		apps:     apptest.Load(t, templates),
 	}
 	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
 	h.source = h.src

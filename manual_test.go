@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
@@ -53,7 +54,7 @@ func recorder(t *testing.T, handlers map[string]runtime.HandlerFunc) (relay.Runn
 }
 
 func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
+	a := apptest.One(t, "shop", shopApp)
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
 		"orders.audit":  func(context.Context, runtime.Request) error { return errors.New("audit log full") },
 		"orders.charge": nil,
@@ -88,7 +89,7 @@ func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
 }
 
 func TestInvokeNoMatch(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
+	a := apptest.One(t, "shop", shopApp)
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil})
 	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, []byte(`{"kind":"nothing"}`))
 	if err != nil || len(res) != 0 || len(*reqs) != 0 {
@@ -97,8 +98,8 @@ func TestInvokeNoMatch(t *testing.T) {
 }
 
 func TestInvokeRefuses(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
-	broken := loadOne(t, "broken", "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n")
+	a := apptest.One(t, "shop", shopApp)
+	broken := apptest.One(t, "broken", "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n")
 	if broken.Available() || len(broken.Rules) != 1 {
 		t.Fatalf("broken app: available %v, %d rules", broken.Available(), len(broken.Rules))
 	}
@@ -128,7 +129,7 @@ func TestInvokeRefuses(t *testing.T) {
 }
 
 func TestInvokeStopsWhenCancelled(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
+	a := apptest.One(t, "shop", shopApp)
 	ctx, cancel := context.WithCancel(t.Context())
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
 		"orders.audit":  func(context.Context, runtime.Request) error { cancel(); return nil },
@@ -154,7 +155,7 @@ func newReplayFixture(t *testing.T) *replayFixture {
 	return &replayFixture{
 		t:     t,
 		store: dlq.NewStore(redistest.Client(t), redistest.Name(t, "events")),
-		apps: writeApps(t, map[string]string{
+		apps: apptest.Load(t, map[string]string{
 			"shop":   shopApp,
 			"broken": "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n",
 		}),
@@ -234,7 +235,7 @@ func TestReplayFailureKeepsTheEntry(t *testing.T) {
 		{"handler times out", func(ctx context.Context, _ runtime.Request) error { <-ctx.Done(); return ctx.Err() }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := loadOne(t, "shop", shopApp)
+			a := apptest.One(t, "shop", shopApp)
 			a.Rules[2].Timeout = 50 * time.Millisecond
 			apps, err := app.NewSet(a)
 			if err != nil {
@@ -295,7 +296,7 @@ func TestReplayRefuses(t *testing.T) {
 func TestReplayScheduleOccurrence(t *testing.T) {
 	t.Parallel()
 	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
-	apps := writeApps(t, map[string]string{"billing": nightlyApp})
+	apps := apptest.Load(t, map[string]string{"billing": nightlyApp})
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
 	env := schedule.NewEnvelope(nightlySpec(), nightlyAt)
 	write := func(handler string) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
@@ -158,7 +159,7 @@ events:
 				t.Fatalf("pending after the first worker stopped = %d, want 1", h.pending())
 			}
 
-			h.apps = writeApps(t, after)
+			h.apps = apptest.Load(t, after)
 			h.reg = prometheus.NewRegistry()
 			h.start("c1")
 			testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
@@ -257,7 +258,7 @@ events:
 	}
 
 	// h.one removed, h.two's rule no longer matching the event.
-	h.apps = writeApps(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
+	h.apps = apptest.Load(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
 	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)

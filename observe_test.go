@@ -15,6 +15,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -205,7 +206,7 @@ func TestReadStats(t *testing.T) {
 }
 
 func TestStatsIntervalValidates(t *testing.T) {
-	apps := writeApps(t, map[string]string{"users": usersApp})
+	apps := apptest.Load(t, map[string]string{"users": usersApp})
 	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{StatsInterval: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "Config.StatsInterval") {
 		t.Errorf("NewEngine error %v does not name Config.StatsInterval", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -72,7 +73,7 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 
 	// The template now names another handler, a longer timeout and no
 	// retries; the pinned occurrence keeps the first delivery's.
-	h.apps = writeApps(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
+	h.apps = apptest.Load(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
 	fail = false
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
@@ -130,7 +131,7 @@ func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 		t.Fatalf("state TTL while pending = %v, want none", ttl)
 	}
 
-	h.apps = writeApps(t, map[string]string{"other": usersApp})
+	h.apps = apptest.Load(t, map[string]string{"other": usersApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
 	testutil.WaitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
@@ -190,7 +191,7 @@ func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
 		t.Errorf("pending = %d, want 1", n)
 	}
 
-	h.apps = writeApps(t, map[string]string{"billing": nightlyApp})
+	h.apps = apptest.Load(t, map[string]string{"billing": nightlyApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
 	testutil.WaitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
@@ -216,7 +217,7 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 }
 
 func TestScheduleSpecs(t *testing.T) {
-	apps := writeApps(t, map[string]string{"billing": nightlyApp, "users": usersApp})
+	apps := apptest.Load(t, map[string]string{"billing": nightlyApp, "users": usersApp})
 	specs := apps.ScheduleSpecs()
 	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Cron.Location().String() != "Europe/Berlin" {
 		t.Fatalf("specs = %+v", specs)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -312,7 +313,7 @@ events:
 // TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
 // one function.invoke child per matching rule, linked to a caller's span.
 func TestTracingManualInvoke(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
+	a := apptest.One(t, "shop", shopApp)
 	tr := newTracing(t)
 	envs := map[string]map[string]string{}
 	handler := func(_ context.Context, req runtime.Request) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -65,7 +66,7 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	cfg.Metrics = h.reg
 	h.cfg = relay.WorkerConfig{
 		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
-		Apps: relay.Static(writeApps(t, map[string]string{"users": workerApp})), Runner: h.runner,
+		Apps: relay.Static(apptest.Load(t, map[string]string{"users": workerApp})), Runner: h.runner,
 		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
 	}
 	return h
