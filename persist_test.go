@@ -12,18 +12,20 @@ import (
 	"github.com/relaydev/relay/invocation"
 )
 
-// blinkingFinish fails the first n Finish calls, as a Redis restart would
-// at the moment a handler completes.
-type blinkingFinish struct {
+// failingFinish fails Finish while down reports true, as Redis would while
+// it is unreachable at the moment a handler completes, and counts the calls.
+type failingFinish struct {
 	relay.StateStore
-	n atomic.Int32
+	down  func() bool
+	tries atomic.Int32
 }
 
-func (b *blinkingFinish) Finish(ctx context.Context, l invocation.Lease) error {
-	if b.n.Add(-1) >= 0 {
+func (f *failingFinish) Finish(ctx context.Context, l invocation.Lease) error {
+	f.tries.Add(1)
+	if f.down() {
 		return errors.New("injected: connection refused")
 	}
-	return b.StateStore.Finish(ctx, l)
+	return f.StateStore.Finish(ctx, l)
 }
 
 func TestSuccessSurvivesRedisBlinkAtFinish(t *testing.T) {
@@ -33,9 +35,10 @@ events:
   - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0}
 `})
 	h.handle("users/events.created", nil)
-	blink := &blinkingFinish{StateStore: h.state}
-	blink.n.Store(2)
-	h.stateStore = blink
+	// A restart: the first two writes fail.
+	var fails atomic.Int32
+	fails.Store(2)
+	h.stateStore = &failingFinish{StateStore: h.state, down: func() bool { return fails.Add(-1) >= 0 }}
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
@@ -50,22 +53,6 @@ events:
 	}
 }
 
-// failingFinishFor fails every Finish until a deadline, as a Redis outage
-// longer than one write's timeout would.
-type failingFinishFor struct {
-	relay.StateStore
-	until time.Time
-	tries atomic.Int32
-}
-
-func (f *failingFinishFor) Finish(ctx context.Context, l invocation.Lease) error {
-	f.tries.Add(1)
-	if time.Now().Before(f.until) {
-		return errors.New("injected: connection refused")
-	}
-	return f.StateStore.Finish(ctx, l)
-}
-
 // A success outlives an outage longer than one write's timeout: the worker
 // keeps retrying the fenced write while it still holds the message,
 // instead of letting the lease expire into a failed attempt (found by a
@@ -77,7 +64,9 @@ events:
   - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0, timeout: 20s}
 `})
 	h.handle("users/events.created", nil)
-	down := &failingFinishFor{StateStore: h.state, until: time.Now().Add(1500 * time.Millisecond)}
+	// An outage longer than one write's timeout (200ms).
+	until := time.Now().Add(1500 * time.Millisecond)
+	down := &failingFinish{StateStore: h.state, down: func() bool { return time.Now().Before(until) }}
 	h.stateStore = down
 	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)

@@ -374,35 +374,32 @@ func TestReproSweepOrphansTask(t *testing.T) {
 			_ = sweeper.Sweep(ctx)
 		}
 	})
-	for try := 0; try < 200 && len(orphans) == 0; try++ {
-		req := runtime.Request{App: "repro", Handler: "orphan.run", MessageID: "1-0", Attempt: 1, Event: []byte(`{}`), Timeout: 10 * time.Second,
-			Spec: runtime.Spec{Dir: dir, Image: containerdtest.Image, Command: []string{"/bin/true"}}}
-		_, _ = r.Run(ctx, req)
+	// orphanTasks lists the namespace's tasks whose container is gone.
+	orphanTasks := func() []string {
 		resp, err := cc.TaskService().List(nsCtx, &tasks.ListTasksRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var ids []string
 		for _, tk := range resp.Tasks {
 			if _, err := cc.LoadContainer(nsCtx, tk.ID); err != nil {
-				orphans = append(orphans, tk.ID)
+				ids = append(ids, tk.ID)
 			}
 		}
+		return ids
+	}
+	for try := 0; try < 200 && len(orphans) == 0; try++ {
+		req := runtime.Request{App: "repro", Handler: "orphan.run", MessageID: "1-0", Attempt: 1, Event: []byte(`{}`), Timeout: 10 * time.Second,
+			Spec: runtime.Spec{Dir: dir, Image: containerdtest.Image, Command: []string{"/bin/true"}}}
+		_, _ = r.Run(ctx, req)
+		orphans = orphanTasks()
 	}
 	close(stop)
 	sweeps.Wait()
 	_ = sweeper.Sweep(ctx)
 	if len(orphans) > 0 {
 		// Give Sweep its chance: whatever it leaves now stays for good.
-		orphans = orphans[:0]
-		resp, err := cc.TaskService().List(nsCtx, &tasks.ListTasksRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tk := range resp.Tasks {
-			if _, err := cc.LoadContainer(nsCtx, tk.ID); err != nil {
-				orphans = append(orphans, tk.ID)
-			}
-		}
+		orphans = orphanTasks()
 	}
 	if len(orphans) > 0 {
 		t.Errorf("tasks left without their container after Sweep: %v", orphans)
