@@ -6,8 +6,8 @@
 // relay.Engine, without Redis or containers:
 //
 //   - Stream is a Redis Stream with one consumer group; Stream.Consumer
-//     returns a relay.StreamSource (also a relay.Heartbeater,
-//     relay.PendingReporter and relay.Pinger) for one consumer of it.
+//     returns a relay.StreamSource (also a relay.PendingReporter and a
+//     relay.Pinger) for one consumer of it.
 //   - StateStore is a relay.StateStore with the semantics of
 //     invocation.Store: claims with leases and fencing tokens, ErrStale and
 //     ErrTerminal, exhaustion when the last attempt's lease expired,

@@ -212,8 +212,8 @@ func (s *Stream) pelIDs() []streamID {
 }
 
 // Consumer is one consumer of a Stream's group. It implements
-// relay.StreamSource, relay.Heartbeater, relay.PendingReporter and
-// relay.Pinger, with the semantics of the same methods of stream.Source.
+// relay.StreamSource, relay.PendingReporter and relay.Pinger, with the
+// semantics of the same methods of stream.Source.
 // Safe for concurrent use.
 type Consumer struct {
 	s    *Stream

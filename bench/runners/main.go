@@ -359,8 +359,7 @@ func measureCtr(ctx context.Context, cfg config) (row, error) {
 
 // timedSource records when the Engine's XACK of an awaited message
 // returned. Embedding keeps every optional capability of *stream.Source
-// (Heartbeater, Pinger, PendingReporter, group creation) visible to the
-// Engine.
+// (GroupEnsurer, PendingReporter, Pinger) visible to the Engine.
 type timedSource struct {
 	*stream.Source
 	mu    sync.Mutex
