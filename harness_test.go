@@ -91,18 +91,19 @@ type timing struct {
 	shutdownTimeout time.Duration
 	concurrencyWait time.Duration
 	writeTimeout    time.Duration
+	minPendingIdle  time.Duration
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
 // seconds; mods change single values.
 func fastConfig(mods ...func(*timing)) relay.Config {
 	tm := timing{backoff: []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}, shutdownTimeout: 2 * time.Second,
-		concurrencyWait: 200 * time.Millisecond}
+		concurrencyWait: 200 * time.Millisecond, minPendingIdle: 300 * time.Millisecond}
 	for _, m := range mods {
 		m(&tm)
 	}
 	return relay.Config{
-		MinPendingIdle:    300 * time.Millisecond,
+		MinPendingIdle:    tm.minPendingIdle,
 		ReclaimInterval:   50 * time.Millisecond,
 		HeartbeatInterval: 50 * time.Millisecond,
 		Backoff:           tm.backoff,
@@ -119,6 +120,10 @@ func backoff(ds ...time.Duration) func(*timing) { return func(tm *timing) { tm.b
 
 func shutdownTimeout(d time.Duration) func(*timing) {
 	return func(tm *timing) { tm.shutdownTimeout = d }
+}
+
+func minPendingIdle(d time.Duration) func(*timing) {
+	return func(tm *timing) { tm.minPendingIdle = d }
 }
 
 func newHarness(t *testing.T, templates map[string]string) *harness {

@@ -26,13 +26,18 @@ events:
 		<-release
 		return nil
 	})
-	h.start("c1")
+	// Twenty heartbeats (50ms) per MinPendingIdle, so that a stall of a
+	// loaded test machine is not taken for a dead worker;
+	// TestFakesHeartbeatKeepsALongHandlerFromReclaim checks the production
+	// timings exactly.
+	idle := minPendingIdle(time.Second)
+	h.start("c1", idle)
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	<-started
-	h.start("c2") // a second worker reclaiming every 50ms
-	// Asserting that something does not happen needs a period: six times
-	// MinPendingIdle (300ms).
-	time.Sleep(1800 * time.Millisecond)
+	h.start("c2", idle) // a second worker reclaiming every 50ms
+	// Asserting that something does not happen needs a period: three
+	// times MinPendingIdle.
+	time.Sleep(3 * time.Second)
 	if d := deliveries(t, h, id); d != 1 {
 		t.Errorf("live entry was reclaimed: %d deliveries, want 1", d)
 	}
