@@ -93,8 +93,8 @@ func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes 
 }
 
 // run starts an Engine as consumer with cfg (zero fields are the
-// production defaults; the log is discarded unless cfg sets a Logger).
-// stop cancels it and waits for Run, failing the test on its error.
+// production defaults; the log is discarded unless cfg sets a Logger)
+// until the test ends or stop is called.
 func (f *onFakes) run(consumer string, cfg relay.Config) (stop func()) {
 	f.t.Helper()
 	if cfg.Logger == nil {
@@ -107,20 +107,7 @@ func (f *onFakes) run(consumer string, cfg relay.Config) (stop func()) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				f.t.Errorf("Run of %s: %v", consumer, err)
-			}
-		})
-	}
-	f.t.Cleanup(stop)
-	return stop
+	return runEngine(f.t, e)
 }
 
 // publish appends an order event and returns its id.

@@ -196,9 +196,9 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	return h.run(e)
 }
 
-// run runs e until the test ends or stop is called, and shows the engine
-// log when the test failed.
-func (h *harness) run(e *relay.Engine) (stop func()) {
+// runEngine runs e until stop is called or t ends; stop cancels it, waits
+// for Run and fails t with Run's error.
+func runEngine(t *testing.T, e *relay.Engine) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -207,11 +207,18 @@ func (h *harness) run(e *relay.Engine) (stop func()) {
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				h.t.Errorf("Run: %v", err)
+				t.Errorf("Run: %v", err)
 			}
 		})
 	}
-	h.t.Cleanup(stop)
+	t.Cleanup(stop)
+	return stop
+}
+
+// run runs e until the test ends or stop is called, and shows the engine
+// log when the test failed.
+func (h *harness) run(e *relay.Engine) (stop func()) {
+	stop = runEngine(h.t, e)
 	h.t.Cleanup(func() {
 		if h.t.Failed() {
 			h.t.Logf("engine log:\n%s", h.logs.String())
