@@ -119,9 +119,10 @@ func TestGoFilesCiteExistingDocs(t *testing.T) {
 }
 
 // TestNothingCitesDocumentsOutsideTheRepository: a comment or a page that
-// sends its reader to events.md, reference.md, DESIGN.md, STYLE.md or an
-// issue number sends them nowhere; cite docs/<page>.md#<anchor>, and write
-// the sentence into docs/ when it is not there yet.
+// sends its reader to one of the contract documents the project was built
+// from (the names external matches) or to an issue number sends them
+// nowhere; cite docs/<page>.md#<anchor>, and write the sentence into docs/
+// when it is not there yet.
 func TestNothingCitesDocumentsOutsideTheRepository(t *testing.T) {
 	checked := func(path string) bool {
 		top, _, _ := strings.Cut(path, "/")
