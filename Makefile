@@ -17,7 +17,7 @@ console:
 test:
 	@bash scripts/test.sh
 
-# Longer fault soaks (faults/): 100,000 events through in-process handlers
+# Longer fault soaks (tests/faults/): 100,000 events through in-process handlers
 # while workers are killed (a third of that under Redis restarts), and 3,000
 # through containerd while workers are killed and containerd restarts;
 # make test runs 10,000 and 300. Like make test it starts containerd under
@@ -26,7 +26,7 @@ soak:
 	@bash -c 'set -euo pipefail; source scripts/services.sh; use_go; trap services_stop EXIT; \
 		services_start containerd; export RELAY_TEST_REQUIRE=1; \
 		export RELAY_SOAK_EVENTS=$${RELAY_SOAK_EVENTS:-100000} RELAY_SOAK_CONTAINERD_EVENTS=$${RELAY_SOAK_CONTAINERD_EVENTS:-3000}; \
-		go test -race -count=1 -v -timeout 90m -run "Soak" ./faults/'
+		go test -race -count=1 -v -timeout 90m -run "Soak" ./tests/faults/'
 
 # The Redis Cluster and Sentinel suites alone: topologies started by
 # scripts/cluster.sh and scripts/sentinel.sh, the cluster end-to-end run,
@@ -36,7 +36,7 @@ soak:
 test-cluster:
 	@bash scripts/setup.sh
 	@bash -c 'source scripts/services.sh && use_go && export RELAY_TEST_REQUIRE=1 && \
-		go test -race -count=1 -timeout 20m ./cluster/ ./internal/topology/ ./deploy/ && \
+		go test -race -count=1 -timeout 20m ./tests/cluster/ ./internal/topology/ ./deploy/ && \
 		go test -race -count=1 -timeout 20m -run "Redis|Cluster|Sentinel|ACL|TLS" ./cmd/relay/'
 
 # Benchmarks (bench/): pipeline throughput against a raw XREADGROUP+XACK

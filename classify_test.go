@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // TestOversizedEvent: an event larger than MaxEventBytes gets one DLQ entry
@@ -18,7 +20,7 @@ func TestOversizedEvent(t *testing.T) {
 	big := `{"event_name":"INSERT","pad":"` + strings.Repeat("x", 5000) + `"}`
 	bigID := h.publish("event", big)
 	next := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	waitFor(t, 10*time.Second, "both settled", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "both settled", h.settled)
 	runs := h.calls.get("users/events.created")
 	if len(runs) != 1 || runs[0].MessageID != next {
 		t.Fatalf("runs = %+v; want only the small event %s", runs, next)
@@ -65,7 +67,7 @@ func TestOversizedEventsKeepMemoryFlat(t *testing.T) {
 	var peaks []uint64
 	for i := range 6 {
 		id := h.publish("event", big)
-		waitFor(t, 60*time.Second, "the event settled", h.settled)
+		testutil.WaitFor(t, 60*time.Second, "the event settled", h.settled)
 		// Free Redis's copy; the worker's is what this test watches.
 		if err := h.rc.Do(t.Context(), h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
 			t.Fatal(err)

@@ -9,12 +9,13 @@
 // matcher, stream, invocation, runtime/containerd and dlq; runtime.Func runs
 // Go functions in-process, for embedding without containers.
 //
-// Godoc cites the project's specification by file: events.md (matching,
-// dispatch, retry, acknowledgement, invocation state, the DLQ),
-// reference.md (templates, schedules, CLI, configuration, observability) and
-// DESIGN.md (package layout, interfaces, data layout in Redis, the handler
-// contract). What they promise users is written up in docs/: delivery.md,
-// apps.md, schedules.md, runtimes.md, operations.md, observability.md,
-// deployment.md and embedding.md. Package relaytest has in-memory fakes of
-// every interface, and the contract suites they share with the real ones.
+// Godoc cites the repository's documentation by section, as
+// docs/<page>.md#<heading>: docs/delivery.md (dispatch, retries,
+// acknowledgement, invocation state, the DLQ, the data layout in Redis),
+// docs/apps.md (templates, patterns, the handler contract),
+// docs/schedules.md, docs/runtimes.md, docs/operations.md (configuration,
+// the CLI, retention), docs/observability.md (traces, logs, metrics),
+// docs/deployment.md and docs/embedding.md (this package's API). Package
+// relaytest has in-memory fakes of every interface, and the contract suites
+// they share with the real ones.
 package relay

@@ -3,135 +3,392 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 )
 
-// shopApp has three rules, two of which match kind "order".
-const shopApp = `
-image: relay.local/busybox:latest
-env:
-  TOKEN: secret
-events:
-  - handler: orders.audit
-    pattern: {kind: [order]}
-    timeout: 3s
-  - handler: refunds.run
-    pattern: {kind: [refund]}
-  - handler: orders.charge
-    pattern: {kind: [order]}
-    timeout: 7s
-    retries: 9
-`
+func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("card declined") })
+	h.handle("billing/charges.audit", nil)
+	h.start("c1")
+	event := `{"kind":"charge","amount":12}`
+	id := h.publish("event", event)
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
 
-// recorder is a Func runner that records every request, in order.
-func recorder(t *testing.T, handlers map[string]runtime.HandlerFunc) (relay.Runner, *[]runtime.Request) {
-	t.Helper()
-	var reqs []runtime.Request
-	wrapped := map[string]runtime.HandlerFunc{}
-	for k, fn := range handlers {
-		wrapped[k] = func(ctx context.Context, req runtime.Request) error {
-			reqs = append(reqs, req)
-			if fn == nil {
-				return nil
-			}
-			return fn(ctx, req)
+	// The failing handler must not stop the other matched handler.
+	if n := h.calls.count("billing/charges.audit"); n != 1 {
+		t.Errorf("audit ran %d times, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("fail ran %d times, want 1 (retries: 0)", n)
+	}
+	e := h.dlqEntries()[0]
+	if e.App != "billing" || e.Handler != "charges.fail" || e.HandlerAttempts != 1 || e.OriginalID != id ||
+		e.Event != event || !strings.Contains(e.Reason, "card declined") || e.Deliveries < 1 {
+		t.Errorf("entry = %+v", e)
+	}
+	testutil.WaitFor(t, 2*time.Second, "retention", func() bool { return h.hash(id)["__terminal"] != "" })
+	st := h.hash(id)
+	if st["billing/charges.audit"] != "ok" || !strings.HasPrefix(st["billing/charges.fail"], "exhausted:1:") || !strings.HasSuffix(st["billing/charges.fail"], ":dlq") {
+		t.Errorf("state = %v", st)
+	}
+	// Nothing more happens afterwards.
+	time.Sleep(500 * time.Millisecond)
+	if len(h.dlqEntries()) != 1 || h.calls.count("billing/charges.fail") != 1 {
+		t.Errorf("after ack: %d DLQ entries, %d runs", len(h.dlqEntries()), h.calls.count("billing/charges.fail"))
+	}
+}
+
+func TestRetriesThenSucceeds(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var mu sync.Mutex
+	var times []time.Time
+	h.handle("users/events.created", func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		times = append(times, time.Now())
+		mu.Unlock()
+		if req.Attempt < 3 {
+			return fmt.Errorf("attempt %d fails", req.Attempt)
+		}
+		return nil
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
+	runs := h.calls.get("users/events.created")
+	for i, r := range runs {
+		if r.Attempt != i+1 {
+			t.Errorf("run %d had attempt %d", i, r.Attempt)
 		}
 	}
-	return runtime.NewFunc(wrapped), &reqs
+	// Each retry waited at least its backoff (200ms, then 400ms).
+	mu.Lock()
+	defer mu.Unlock()
+	if d := times[1].Sub(times[0]); d < 200*time.Millisecond {
+		t.Errorf("second attempt after %s, before the 200ms backoff", d)
+	}
+	if d := times[2].Sub(times[1]); d < 400*time.Millisecond {
+		t.Errorf("third attempt after %s, before the 400ms backoff", d)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a retried success was dead-lettered")
+	}
+	if got := h.counter("relay_retries_total"); got != 2 {
+		t.Errorf("retries_total = %v, want 2", got)
+	}
+	if h.hash(id)["users/events.created"] != "ok" {
+		t.Errorf("state = %v", h.hash(id))
+	}
 }
 
-func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
-	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
-		"orders.audit":  func(context.Context, runtime.Request) error { return errors.New("audit log full") },
-		"orders.charge": nil,
-		"refunds.run":   nil,
+func TestExhaustsAfterDefaultAttemptsAndDeadLettersWithCount(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: relay.local/busybox:latest
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+    retries: 2
+`})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	h.start("c1", backoff(50*time.Millisecond))
+	h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	if n := h.calls.count("users/events.created"); n != 3 {
+		t.Errorf("ran %d times, want 3 (retries: 2)", n)
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 3 {
+		t.Errorf("handler_attempts = %d, want 3", e.HandlerAttempts)
+	}
+}
+
+func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
+	// A long backoff with a short reclaim threshold: the message is
+	// redelivered many times before its retry is due.
+	h.start("c1", backoff(time.Hour))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "retry recorded", func() bool {
+		return strings.HasPrefix(h.hash(id)["users/events.created"], "next_attempt_at:")
 	})
-	event := []byte(`{"kind":"order","id":7}`)
-	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, event)
-	if err != nil {
-		t.Fatal(err)
+	// Let several reclaims redeliver it (MinPendingIdle is 300ms).
+	before := deliveries(t, h, id)
+	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times; a redelivery before next_attempt_at must skip it", n)
 	}
-	if len(res) != 2 || res[0].Handler != "orders.audit" || res[1].Handler != "orders.charge" {
-		t.Fatalf("results = %+v; want orders.audit then orders.charge", res)
-	}
-	// The first failed; the second still ran and succeeded.
-	if exit, ok := errors.AsType[*runtime.ExitError](res[0].Err); !ok || !res[0].Failed() || exit.Code != 1 {
-		t.Errorf("orders.audit result = %v; want an ExitError", res[0].Err)
-	}
-	if res[1].Err != nil || res[1].Failed() || res[1].App != "shop" || res[1].Duration <= 0 {
-		t.Errorf("orders.charge result = %+v", res[1])
-	}
-	got := *reqs
-	if len(got) != 2 {
-		t.Fatalf("ran %d handlers, want 2", len(got))
-	}
-	want := []runtime.Request{
-		{App: "shop", Handler: "orders.audit", Attempt: 1, Event: event, Timeout: 3 * time.Second, Spec: a.Spec},
-		{App: "shop", Handler: "orders.charge", Attempt: 1, Event: event, Timeout: 7 * time.Second, Spec: a.Spec},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("requests (-want +got):\n%s", diff)
+	if h.pending() != 1 {
+		t.Error("message with a pending retry was acknowledged")
 	}
 }
 
-func TestInvokeNoMatch(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
-	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil})
-	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, []byte(`{"kind":"nothing"}`))
-	if err != nil || len(res) != 0 || len(*reqs) != 0 {
-		t.Errorf("Invoke = %v, %v after %d runs; want nothing", res, err, len(*reqs))
-	}
-}
-
-func TestInvokeRefuses(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
-	broken := loadOne(t, "broken", "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n")
-	if broken.Available() || len(broken.Rules) != 1 {
-		t.Fatalf("broken app: available %v, %d rules", broken.Available(), len(broken.Rules))
-	}
-	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil, "orders.charge": nil, "a.b": nil})
-	for _, tc := range []struct {
-		name  string
-		app   *app.App
-		event string
-		want  error
-	}{
-		{"array", a, `[{"kind":"order"}]`, matcher.ErrMalformed},
-		{"string", a, `"order"`, matcher.ErrMalformed},
-		{"not json", a, `{kind: order}`, matcher.ErrMalformed},
-		{"empty", a, ``, matcher.ErrMalformed},
-		{"unavailable app", broken, `{"kind":"order"}`, relay.ErrAppUnavailable},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), tc.app, []byte(tc.event))
-			if !errors.Is(err, tc.want) || res != nil {
-				t.Errorf("Invoke = %v, %v; want %v", res, err, tc.want)
-			}
-		})
-	}
-	if len(*reqs) != 0 {
-		t.Errorf("%d handlers ran", len(*reqs))
-	}
-}
-
-func TestInvokeStopsWhenCancelled(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
-	ctx, cancel := context.WithCancel(t.Context())
-	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{
-		"orders.audit":  func(context.Context, runtime.Request) error { cancel(); return nil },
-		"orders.charge": nil,
+func TestUnavailableAppKeepsMessagePending(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		// Valid pattern, invalid elsewhere: the app is unavailable but its
+		// rule still matches, so the message must stay pending.
+		"broken": `
+image: relay.local/busybox:latest
+concurrency: 0
+events:
+  - handler: events.created
+    pattern: {event_name: [INSERT]}
+`,
+		"users": usersApp,
 	})
-	res, err := relay.Manual{Runner: runner}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
-	if !errors.Is(err, context.Canceled) || len(res) != 1 || res[0].Err != nil || len(*reqs) != 1 {
-		t.Errorf("Invoke = %+v, %v after %d runs; want the first result and context.Canceled", res, err, len(*reqs))
+	h.handle("broken/events.created", nil)
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	if h.pending() != 1 {
+		t.Error("message matched by an unavailable app was acknowledged")
+	}
+	if h.calls.count("broken/events.created") != 0 || len(h.dlqEntries()) != 0 {
+		t.Error("unavailable app ran or was dead-lettered")
+	}
+	// The unavailable app's invocation is recorded with no attempt used, so
+	// a redelivery that no longer matches its rule still drives it.
+	if st := h.hash(id); st["users/events.created"] != "ok" || attemptsUsed(t, st["broken/events.created"]) != 0 ||
+		!strings.HasPrefix(st["broken/events.created"], "next_attempt_at:") {
+		t.Errorf("state = %v", st)
+	}
+	if h.calls.count("users/events.created") != 1 {
+		t.Error("the succeeded invocation ran again on redelivery")
+	}
+}
+
+func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	var down atomic.Bool
+	down.Store(true)
+	h.handle("users/events.created", nil)
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("image relay.local/busybox:latest not found: %w", runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	if h.pending() != 1 || len(h.dlqEntries()) != 0 {
+		t.Fatal("an unavailable app's message was acknowledged or dead-lettered")
+	}
+	if v := h.hash(id)["users/events.created"]; attemptsUsed(t, v) > 0 {
+		t.Errorf("unavailability charged an attempt: %q", v)
+	}
+	down.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+}
+
+// flakyClaims fails Claim while broken is set, as a Redis outage would.
+type flakyClaims struct {
+	relay.StateStore
+	broken atomic.Bool
+}
+
+func (f *flakyClaims) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, max int) (invocation.Claim, error) {
+	if f.broken.Load() {
+		return invocation.Claim{}, errors.New("injected: state store unreachable")
+	}
+	return f.StateStore.Claim(ctx, key, field, lease, max)
+}
+
+func TestClaimErrorFailsClosed(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	flaky := &flakyClaims{StateStore: h.state}
+	flaky.broken.Store(true)
+	h.stateStore = flaky
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "claim failure logged", func() bool {
+		return strings.Contains(h.logs.String(), "claim failed; handler not run")
+	})
+	if h.calls.count("users/events.created") != 0 {
+		t.Fatal("handler ran although its claim failed")
+	}
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged although its claim failed")
+	}
+	flaky.broken.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "run after recovery", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs after recovery = %+v, want one first attempt", runs)
+	}
+	if h.hash(id)["users/events.created"] != "ok" {
+		t.Errorf("state = %v", h.hash(id))
+	}
+}
+
+func TestOutcomeUnknownKeepsTheLease(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 200ms}
+`})
+	var lost atomic.Bool
+	lost.Store(true)
+	h.handle("users/events.created", nil)
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if lost.CompareAndSwap(true, false) {
+			h.calls.add(req) // it ran, then the runtime lost track of it
+			return runtime.Result{}, fmt.Errorf("wait task: %w: connection closed", runtime.ErrOutcomeUnknown)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 5*time.Second, "first run", func() bool { return h.calls.count("users/events.created") == 1 })
+	if v := h.hash(id)["users/events.created"]; !strings.HasPrefix(v, "running:") {
+		t.Fatalf("after an unknown outcome the claim must be kept, got %q", v)
+	}
+	// The lease (200ms timeout + 500ms grace) expires and counts: the
+	// next run is attempt 2.
+	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
+	runs := h.calls.get("users/events.created")
+	if len(runs) != 2 || runs[1].Attempt != 2 {
+		t.Errorf("runs = %d (last attempt %d), want 2 with the second as attempt 2", len(runs), runs[len(runs)-1].Attempt)
+	}
+}
+
+func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": billingApp})
+	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("declined") })
+	h.handle("billing/charges.audit", nil)
+	h.dlqw = &failingDLQ{DLQWriter: h.dlqw, n: 2}
+	h.start("c1")
+	id := h.publish("event", `{"kind":"charge"}`)
+	testutil.WaitFor(t, 5*time.Second, "exhausted", func() bool { return strings.HasPrefix(h.hash(id)["billing/charges.fail"], "exhausted:") })
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged although its DLQ entry was not written")
+	}
+	testutil.WaitFor(t, 10*time.Second, "written on redelivery, then acked", func() bool { return h.settled() })
+	if n := len(h.dlqEntries()); n != 1 {
+		t.Errorf("%d DLQ entries, want 1", n)
+	}
+	if n := h.calls.count("billing/charges.fail"); n != 1 {
+		t.Errorf("exhausted handler ran %d times, want 1", n)
+	}
+}
+
+func TestTwoAppsBothExhaustWriteOneEntryEach(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 0}
+`,
+		"b": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [{prefix: "x"}]}, retries: 0}
+`,
+	})
+	fail := func(context.Context, runtime.Request) error { return errors.New("no") }
+	h.handle("a/h.one", fail)
+	h.handle("a/h.two", fail)
+	h.handle("b/h.one", fail)
+	h.start("c1")
+	h.publish("event", `{"kind":"x"}`)
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	got := map[string]int{}
+	for _, e := range h.dlqEntries() {
+		got[e.App+"/"+e.Handler]++
+	}
+	want := map[string]int{"a/h.one": 1, "a/h.two": 1, "b/h.one": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("DLQ entries by invocation = %v, want %v", got, want)
+	}
+}
+
+// countingDLQ counts Write calls per "app/handler" and fails the first
+// fail[k] writes of k.
+type countingDLQ struct {
+	relay.DLQWriter
+	mu     sync.Mutex
+	writes map[string]int
+	fail   map[string]int
+}
+
+func (c *countingDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	k := e.App + "/" + e.Handler
+	c.mu.Lock()
+	c.writes[k]++
+	if c.fail[k] > 0 {
+		c.fail[k]--
+		c.mu.Unlock()
+		return "", errors.New("injected: DLQ write failed")
+	}
+	c.mu.Unlock()
+	return c.DLQWriter.Write(ctx, e)
+}
+
+func (c *countingDLQ) counts() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range c.writes {
+		m[k] = v
+	}
+	return m
+}
+
+// docs/delivery.md#dead-letter-queue: a redelivery skips entries already
+// written (their :dlq marker) and writes only the missing ones. Counting
+// Write calls is what shows it: dlq.Writer's own dedupe would hide a
+// rewrite from a look at the DLQ stream alone.
+func TestRedeliveryWritesOnlyTheMissingDLQEntries(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.two, pattern: {kind: [x]}, retries: 0}
+`})
+	fail := func(context.Context, runtime.Request) error { return errors.New("no") }
+	h.handle("a/h.one", fail)
+	h.handle("a/h.two", fail)
+	// h.one's entry is written on the first delivery; h.two's write fails
+	// once, so the message stays pending and comes back.
+	c := &countingDLQ{DLQWriter: h.dlqw, writes: map[string]int{}, fail: map[string]int{"a/h.two": 1}}
+	h.dlqw = c
+	h.start("c1")
+	id := h.publish("event", `{"kind":"x"}`)
+	testutil.WaitFor(t, 5*time.Second, "written on redelivery, then acked", func() bool { return h.settled() && len(h.dlqEntries()) == 2 })
+
+	if got, want := fmt.Sprint(c.counts()), fmt.Sprint(map[string]int{"a/h.one": 1, "a/h.two": 2}); got != want {
+		t.Errorf("DLQ writes = %s, want %s: the redelivery must skip h.one, whose entry is marked written", got, want)
+	}
+	got := map[string]dlq.Entry{}
+	for _, e := range h.dlqEntries() {
+		got[e.App+"/"+e.Handler] = e
+	}
+	if len(got) != 2 || got["a/h.one"].OriginalID != id || got["a/h.two"].OriginalID != id {
+		t.Errorf("DLQ entries = %+v, want one each for a/h.one and a/h.two", got)
+	}
+	if d := got["a/h.two"].Deliveries; d < 2 {
+		t.Errorf("h.two's entry has deliveries %d; it can only have been written on a redelivery", d)
+	}
+	if h.calls.count("a/h.one") != 1 || h.calls.count("a/h.two") != 1 {
+		t.Errorf("runs: h.one %d, h.two %d, want 1 each", h.calls.count("a/h.one"), h.calls.count("a/h.two"))
 	}
 }

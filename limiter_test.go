@@ -2,6 +2,8 @@ package relay_test
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -61,7 +64,7 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 				a.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 				b.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 			}
-			waitFor(t, 20*time.Second, "all handled", func() bool { return done.Load() == 2*each && a.settled() && b.settled() })
+			testutil.WaitFor(t, 20*time.Second, "all handled", func() bool { return done.Load() == 2*each && a.settled() && b.settled() })
 			if got := peak.Load(); got != c.wantPeak {
 				t.Errorf("peak concurrent invocations = %d, want %d", got, c.wantPeak)
 			}
@@ -69,5 +72,68 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 	}
 	if _, err := relay.NewLimiter(0); err == nil {
 		t.Error("NewLimiter(0) succeeded")
+	}
+}
+
+func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": "image: x\nconcurrency: 1\nevents:\n  - {handler: m.slow, pattern: {k: [v]}}\n",
+	})
+	var mu sync.Mutex
+	cur, maxCur := 0, 0
+	release := make(chan struct{})
+	h.handle("a/m.slow", func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		cur++
+		maxCur = max(maxCur, cur)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		cur--
+		mu.Unlock()
+		return nil
+	})
+	h.start("c1")
+	// A failed wait must not leave the handler blocked: the engine's stop
+	// (an earlier cleanup, so run later) waits for it.
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	first := h.publish("event", `{"k":"v"}`)
+	second := h.publish("event", `{"k":"v"}`)
+	// The second waits for the app's only slot, gives up after the
+	// concurrency wait and stays pending with no attempt charged.
+	testutil.WaitFor(t, 5*time.Second, "a concurrency wait", func() bool { return h.counter("relay_concurrency_waits_total") >= 1 })
+	testutil.WaitFor(t, 5*time.Second, "blocked invocation released", func() bool {
+		return strings.Contains(h.logs.String(), "no concurrency slot within the wait")
+	})
+	// Released means left pending, not acked: the blocked message comes
+	// back through a reclaim while the slot is still taken.
+	testutil.WaitFor(t, 5*time.Second, "blocked message redelivered", func() bool {
+		return deliveries(t, h, first) >= 2 || deliveries(t, h, second) >= 2
+	})
+	if n := h.pending(); n != 2 {
+		t.Errorf("pending = %d while one message runs and one is blocked, want 2", n)
+	}
+	for _, id := range []string{first, second} {
+		if v := h.hash(id)["a/m.slow"]; attemptsUsed(t, v) > 0 {
+			t.Errorf("blocked message %s charged an attempt: %q", id, v)
+		}
+	}
+	unblock()
+	testutil.WaitFor(t, 10*time.Second, "both acked", func() bool { return h.settled() })
+	if maxCur != 1 {
+		t.Errorf("app with concurrency 1 ran %d at once", maxCur)
+	}
+	// The blocked message was replayed and ran once, as attempt 1.
+	runs := map[string]int{}
+	for _, r := range h.calls.get("a/m.slow") {
+		runs[r.MessageID]++
+		if r.Attempt != 1 {
+			t.Errorf("message %s ran as attempt %d; a blocked invocation must not be charged", r.MessageID, r.Attempt)
+		}
+	}
+	if len(runs) != 2 || runs[first] != 1 || runs[second] != 1 {
+		t.Errorf("runs per message = %v, want one each for %s and %s", runs, first, second)
 	}
 }

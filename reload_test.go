@@ -11,6 +11,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -84,16 +85,16 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 	h, root := reloadHarness(t)
 	w, stop := h.run()
 	defer stop()
-	waitFor(t, 10*time.Second, "the worker to start", func() bool { return w.Apps() != nil })
+	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() bool { return w.Apps() != nil })
 
 	writeTemplate(t, root, "billing", invoicesApp)
-	waitFor(t, 10*time.Second, "billing to be served", func() bool { return w.Apps().Get("billing") != nil })
+	testutil.WaitFor(t, 10*time.Second, "billing to be served", func() bool { return w.Apps().Get("billing") != nil })
 	h.publish(`{"kind":"invoice"}`)
-	waitFor(t, 10*time.Second, "billing's handler", func() bool { return h.calls.count("billing/invoices.charge") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler", func() bool { return h.calls.count("billing/invoices.charge") == 1 })
 
 	// A broken edit: the previous rules keep serving.
 	writeTemplate(t, root, "billing", "image: x\nevents:\n  - {handler: invoices.charge, pattern: {kind: invoice}}\n")
-	waitFor(t, 10*time.Second, "the reload error", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the reload error", func() bool {
 		return strings.Contains(h.logs.String(), "app template invalid; its previous version keeps serving") &&
 			strings.Contains(h.logs.String(), "billing/template.yaml:3:")
 	})
@@ -104,25 +105,25 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 		t.Fatalf("billing after a broken edit = %+v, want the previous, valid version", a)
 	}
 	h.publish(`{"kind":"invoice"}`)
-	waitFor(t, 10*time.Second, "billing's handler under the previous rules", func() bool { return h.calls.count("billing/invoices.charge") == 2 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler under the previous rules", func() bool { return h.calls.count("billing/invoices.charge") == 2 })
 
 	// The fix is served: the rule now wants another kind.
 	writeTemplate(t, root, "billing", "image: x\nevents:\n  - {handler: invoices.charge, pattern: {kind: [bill]}}\n")
-	waitFor(t, 10*time.Second, "the fixed billing", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the fixed billing", func() bool {
 		a := w.Apps().Get("billing")
 		return a != nil && a.Available() && strings.Contains(a.Rules[0].Pattern.String(), "bill")
 	})
 	h.publish(`{"kind":"bill"}`)
-	waitFor(t, 10*time.Second, "billing's handler under the new rule", func() bool { return h.calls.count("billing/invoices.charge") == 3 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler under the new rule", func() bool { return h.calls.count("billing/invoices.charge") == 3 })
 
 	// Removed: its events no longer match.
 	if err := os.RemoveAll(filepath.Join(root, "billing")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "billing removed", func() bool { return w.Apps().Get("billing") == nil })
+	testutil.WaitFor(t, 10*time.Second, "billing removed", func() bool { return w.Apps().Get("billing") == nil })
 	h.publish(`{"kind":"bill"}`)
 	h.publish(`{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 1 })
 	if n := h.calls.count("billing/invoices.charge"); n != 3 {
 		t.Errorf("billing ran %d times, want 3: a removed app matched", n)
 	}
@@ -151,7 +152,7 @@ func TestReloadFollowsAConfigMapSwap(t *testing.T) {
 	}
 	w, stop := h.run()
 	defer stop()
-	waitFor(t, 10*time.Second, "billing served", func() bool { return w.Apps() != nil && w.Apps().Get("billing") != nil })
+	testutil.WaitFor(t, 10*time.Second, "billing served", func() bool { return w.Apps() != nil && w.Apps().Get("billing") != nil })
 
 	// The update: a new timestamped directory, a new link renamed over
 	// ..data, the old directory removed.
@@ -165,7 +166,7 @@ func TestReloadFollowsAConfigMapSwap(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "..2026_12_01_1")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the swapped template", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the swapped template", func() bool {
 		a := w.Apps().Get("billing")
 		return a != nil && strings.Contains(a.Rules[0].Pattern.String(), "bill")
 	})
@@ -187,13 +188,13 @@ func (s switchableApps) Load(context.Context) (*app.Set, error) {
 // removed still runs.
 func TestReloadOnRequestAndRunningDeliveriesKeepTheirRules(t *testing.T) {
 	h := newWorkerHarness(t, "events")
-	two := writeApps(t, map[string]string{"users": `
+	two := apptest.Load(t, map[string]string{"users": `
 image: x
 events:
   - {handler: events.created, pattern: {event_name: [INSERT]}}
   - {handler: events.audited, pattern: {event_name: [INSERT]}}
 `})
-	one := writeApps(t, map[string]string{"users": `
+	one := apptest.Load(t, map[string]string{"users": `
 image: x
 events:
   - {handler: events.created, pattern: {event_name: [INSERT]}}
@@ -210,16 +211,16 @@ events:
 	w, stop := h.run()
 	defer stop()
 	h.publish(`{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "the first handler running", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the first handler running", func() bool { return h.calls.count("users/events.created") == 1 })
 	<-src.apps
 	src.apps <- one
 	w.Reload()
-	waitFor(t, 10*time.Second, "the reload", func() bool { return len(w.Apps().Get("users").Rules) == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the reload", func() bool { return len(w.Apps().Get("users").Rules) == 1 })
 	close(release)
-	waitFor(t, 10*time.Second, "the second rule of the running delivery", func() bool { return h.calls.count("users/events.audited") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the second rule of the running delivery", func() bool { return h.calls.count("users/events.audited") == 1 })
 	// A new event matches the new rules only.
 	h.publish(`{"event_name":"INSERT"}`)
-	waitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 2 })
+	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 2 })
 	if n := h.calls.count("users/events.audited"); n != 1 {
 		t.Errorf("the removed rule ran %d times, want once (for the delivery that started before the reload)", n)
 	}

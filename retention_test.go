@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -58,10 +59,10 @@ func TestWorkerStreamRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := h.run()
-	waitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.count("users/events.created") >= n })
+	testutil.WaitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.count("users/events.created") >= n })
 	// Approximate trimming removes whole stream nodes (100 entries by
 	// default) before the exact pass on the boundary node.
-	waitFor(t, 30*time.Second, "the stream trimmed to the held entries", func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the stream trimmed to the held entries", func() bool {
 		l, err := rc.Do(ctx, rc.B().Xlen().Key(name).Build()).AsInt64()
 		return err == nil && l <= 5+100
 	})
@@ -92,7 +93,7 @@ func TestWorkerStuckGroupIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := h.run()
-	waitFor(t, 20*time.Second, "the stuck-group warning", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the stuck-group warning", func() bool {
 		return strings.Contains(h.logs.String(), "a consumer group holds stream retention back") &&
 			strings.Contains(h.logs.String(), "group=stuck")
 	})
@@ -116,7 +117,7 @@ func TestWorkerDLQRetention(t *testing.T) {
 		}
 	}
 	_, stop := h.run()
-	waitFor(t, 20*time.Second, "old dead letters trimmed", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "old dead letters trimmed", func() bool {
 		l, err := rc.Do(t.Context(), rc.B().Xlen().Key(keys.DLQ(name)).Build()).AsInt64()
 		return err == nil && l == 0
 	})
@@ -173,7 +174,7 @@ func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, 20*time.Second, "the leaked hash retained", func() bool { return ttl(leaked) > 0 })
+	testutil.WaitFor(t, 20*time.Second, "the leaked hash retained", func() bool { return ttl(leaked) > 0 })
 	if n := ttl(pending); n != -1 {
 		t.Errorf("the pending message's state has TTL %dms; live state must keep none", n)
 	}
@@ -194,7 +195,7 @@ func TestWorkerWarnsWhenRedisMayEvict(t *testing.T) {
 	}
 	h.cfg.Redis = rc
 	_, stop := h.run()
-	waitFor(t, 10*time.Second, "the eviction warning", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the eviction warning", func() bool {
 		return strings.Contains(h.logs.String(), "Redis may evict keys") && strings.Contains(h.logs.String(), "maxmemory_policy=volatile-lru")
 	})
 	_ = stop()

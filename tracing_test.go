@@ -19,7 +19,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -132,7 +134,7 @@ func (l *envLog) get() []map[string]string {
 // span in the producer's trace, each with one function.invoke child; every
 // retry links to the attempt before it, through the lineage kept in the
 // invocation hash, and every handler run continues its own span
-// (reference.md "Observability").
+// (docs/observability.md#spans).
 func TestTracingFollowsAnEventThroughRetries(t *testing.T) {
 	h := newHarness(t, map[string]string{"shop": flakyApp})
 	tr := newTracing(t)
@@ -147,11 +149,11 @@ func TestTracingFollowsAnEventThroughRetries(t *testing.T) {
 	// delivery after the first runs an attempt.
 	h.startTraced(tr.tp, backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order","id":7}`, "traceparent", producerParent, "tracestate", producerState)
-	waitFor(t, 15*time.Second, "three attempts and the ack", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "three attempts and the ack", func() bool {
 		return h.calls.count("shop/orders.charge") == 3 && h.settled()
 	})
 	// The span of the last delivery ends right after its ack.
-	waitFor(t, 5*time.Second, "three stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 3 })
+	testutil.WaitFor(t, 5*time.Second, "three stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 3 })
 
 	msgs, invokes := tr.named(telemetry.SpanStreamMessage), tr.named(telemetry.SpanFunctionInvoke)
 	if len(msgs) != 3 || len(invokes) != 3 {
@@ -255,8 +257,8 @@ events:
 	h.handle("shop/orders.charge", func(context.Context, runtime.Request) error { return errors.New("card declined") })
 	h.startTraced(tr.tp, backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order"}`, "traceparent", producerParent)
-	waitFor(t, 15*time.Second, "the DLQ entry and the ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
-	waitFor(t, 5*time.Second, "two stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 2 })
+	testutil.WaitFor(t, 15*time.Second, "the DLQ entry and the ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "two stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 2 })
 
 	invokes := tr.named(telemetry.SpanFunctionInvoke)
 	if len(invokes) != 2 {
@@ -311,7 +313,7 @@ events:
 // TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
 // one function.invoke child per matching rule, linked to a caller's span.
 func TestTracingManualInvoke(t *testing.T) {
-	a := loadOne(t, "shop", shopApp)
+	a := apptest.One(t, "shop", shopApp)
 	tr := newTracing(t)
 	envs := map[string]map[string]string{}
 	handler := func(_ context.Context, req runtime.Request) error {
@@ -376,11 +378,11 @@ func TestTracingOffHandsOnTheProducersContext(t *testing.T) {
 	})
 	h.start("c1", backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order"}`, "traceparent", producerParent)
-	waitFor(t, 15*time.Second, "two attempts and the ack", func() bool {
+	testutil.WaitFor(t, 15*time.Second, "two attempts and the ack", func() bool {
 		return h.calls.count("shop/orders.charge") == 2 && h.settled()
 	})
 	bad := h.publish("event", `{"kind":"order"}`, "traceparent", "00-not-a-trace-01")
-	waitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.count("shop/orders.charge") == 3 && h.settled() })
+	testutil.WaitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.count("shop/orders.charge") == 3 && h.settled() })
 
 	envs := seen.get()
 	want := []map[string]string{{"TRACEPARENT": producerParent}, {"TRACEPARENT": producerParent}, nil}
@@ -435,7 +437,7 @@ schedules:
 	if ok, err := pub.Publish(t.Context(), specs[0], at); err != nil || !ok {
 		t.Fatalf("Publish = %v, %v", ok, err)
 	}
-	waitFor(t, 10*time.Second, "the handler's run and the stream.message span", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "the handler's run and the stream.message span", func() bool {
 		return h.calls.count("reports/reports.build") == 1 && len(tr.named(telemetry.SpanStreamMessage)) == 1
 	})
 	pubs, msgs, runs := tr.named(telemetry.SpanSchedulePublish), tr.named(telemetry.SpanStreamMessage), tr.named(telemetry.SpanFunctionInvoke)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -73,7 +74,7 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	cfg.Metrics = h.reg
 	h.cfg = relay.WorkerConfig{
 		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
-		Apps: relay.Static(writeApps(t, map[string]string{"users": workerApp()})), Runner: h.runner,
+		Apps: relay.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
 		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
 	}
 	return h
@@ -143,16 +144,16 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		}
 		ids[s] = id
 	}
-	waitFor(t, 10*time.Second, "both events and the tick", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "both events and the tick", func() bool {
 		return h.calls.count("users/events.created") == 2 && h.calls.count("users/jobs.tick") >= 1
 	})
 	for _, s := range h.streams {
-		waitFor(t, 10*time.Second, s+" acknowledged", func() bool {
+		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
 			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
 			return err == nil && n == 0
 		})
 		// The Worker pairs XACK and retention: the state is retained.
-		waitFor(t, 5*time.Second, s+" retained", func() bool {
+		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
 			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
 			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
 		})
@@ -210,7 +211,7 @@ func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
 	h.cfg.SweepInterval = 200 * time.Millisecond
 	start := time.Now()
 	_, stop := h.run()
-	waitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
+	testutil.WaitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
 	_ = stop()
 	// Sweeps per stream would be three at start alone and three per tick.
 	if n, max := h.runner.sweeps.Load(), int32(time.Since(start)/(200*time.Millisecond))+1; n > max {

@@ -428,7 +428,7 @@ func toString(v any) string {
 
 // checkRedisSettings applies the rules relay start applies to env: the
 // required settings are there and, under Redis Cluster, every stream has a
-// hash tag (docs/deployment.md "Redis Cluster").
+// hash tag (docs/deployment.md#redis-cluster-one-hash-slot-per-stream).
 func checkRedisSettings(t *testing.T, env map[string]string) {
 	t.Helper()
 	for _, k := range []string{"REDIS_URI", "REDIS_STREAM", "REDIS_GROUP"} {

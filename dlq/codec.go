@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Wire field names of an entry, in the order Write sends them (events.md
-// "Dead-letter queue"). trace is optional.
+// Wire field names of an entry, in the order Write sends them
+// (docs/delivery.md#dead-letter-queue). trace is optional.
 const (
 	fieldOriginalStream  = "original_stream"
 	fieldOriginalID      = "original_id"

@@ -10,7 +10,7 @@ const MalformedName = "-"
 
 // Entry is one dead-letter record: one exhausted invocation, or one malformed
 // message (App and Handler MalformedName, HandlerAttempts 0). Field names on
-// the wire are in events.md "Dead-letter queue".
+// the wire are in docs/delivery.md#dead-letter-queue.
 type Entry struct {
 	// ID is the DLQ stream entry id; empty before the entry is written.
 	ID              string

@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultRetention is how long the dead-letter stream keeps an entry: 14
-// days (REDIS_DLQ_RETENTION, docs/operations.md "Retention").
+// days (REDIS_DLQ_RETENTION, docs/operations.md#retention).
 const DefaultRetention = 14 * 24 * time.Hour
 
 // trimLimit is the most entries one Trim removes as whole stream nodes
@@ -33,7 +33,7 @@ type TrimResult struct {
 
 // Trim removes the dead-letter entries older than retention, by the time
 // in their ids (the Redis server's clock when they were written) against
-// the server's TIME now, in one script (docs/operations.md "Retention").
+// the server's TIME now, in one script (docs/operations.md#retention).
 // It is by age only: consumer groups an operator created on the
 // dead-letter stream are not consulted. Whole stream nodes go first, at
 // most an internal bound of entries per call, then the expired entries

@@ -49,8 +49,8 @@ func (w *Writer) Key() string { return w.key }
 // same invocation appends nothing and returns that first id, even when the
 // entry was deleted since. So two deliveries that both find an invocation
 // exhausted, or a retry after a crash between the write and the
-// invocation's ":dlq" marker, leave one entry (events.md "Dead-letter
-// queue").
+// invocation's ":dlq" marker, leave one entry
+// (docs/delivery.md#dead-letter-queue).
 func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 	if e.OriginalStream == "" {
 		e.OriginalStream = w.stream

@@ -1,10 +1,11 @@
 // Package invocation stores per-invocation retry state in Redis.
 //
-// It implements events.md "Invocation state persistence" and the state side
-// of "Delivery, retry, and ACK" and "Dead-letter queue". Each message of a
-// consumer group has one hash (internal/keys.Invocation) with one field per
-// invocation, "<app>/<handler>", whose value is one of (DESIGN.md "Data
-// layout in Redis"):
+// It implements docs/delivery.md#invocation-state and the state side of
+// docs/delivery.md#attempts-retries-backoff and
+// docs/delivery.md#dead-letter-queue. Each message of a consumer group has
+// one hash (internal/keys.Invocation) with one field per invocation,
+// "<app>/<handler>", whose value is one of
+// (docs/delivery.md#data-layout-in-redis):
 //
 //	running:<deadline_ms>:<attempt>:<token>          an attempt is executing
 //	next_attempt_at:<deadline_ms>:<attempt>:<token>  attempt failed; retry from deadline

@@ -57,7 +57,7 @@ func (s LeakStatus) String() string {
 // RetainAcked switches the hash of message key to terminal retention, as
 // Retain does, if it has no TTL and the message is no longer in the PEL
 // of key.Group (retain_acked.lua): the repair of a hash leaked by a crash
-// between the XACK and Retain (docs/delivery.md "Invocation state"). The
+// between the XACK and Retain (docs/delivery.md#invocation-state). The
 // PEL check (XPENDING <stream> <group> <id> <id> 1) and the write are one
 // script, so a hash whose message is pending is never retained. ttl must
 // be >= 1ms. Under Redis Cluster the stream and the hash must share a
@@ -125,16 +125,16 @@ type LeakScan struct {
 	Keys int64
 }
 
-// RetainLeaked is one step of the janitor that gives leaked invocation
-// hashes of stream and group their terminal retention (docs/delivery.md
-// "Invocation state"): hashes left without a TTL after their message was
-// acknowledged, by a crash between the XACK and Retain. It runs SCAN
-// cursor MATCH <the stream and group's invocation hashes> COUNT count
-// on the node that owns the stream (under Redis Cluster the stream's
-// keys share its hash tag, docs/deployment.md), reads the PTTL of what
-// it found and runs RetainAcked's script on each hash without a TTL:
-// a hash whose message is still pending is never retained. Pass the
-// returned Cursor to the next call; start a pass with cursor 0.
+// RetainLeaked is one step of the janitor that gives leaked invocation hashes
+// of stream and group their terminal retention
+// (docs/delivery.md#invocation-state): hashes left without a TTL after their
+// message was acknowledged, by a crash between the XACK and Retain. It runs
+// SCAN cursor MATCH <the stream and group's invocation hashes> COUNT count on
+// the node that owns the stream (under Redis Cluster the stream's keys share
+// its hash tag, docs/deployment.md), reads the PTTL of what it found and runs
+// RetainAcked's script on each hash without a TTL: a hash whose message is
+// still pending is never retained. Pass the returned Cursor to the next call;
+// start a pass with cursor 0.
 //
 // One call examines about count keys of the node (count > 0), whatever
 // they are. A pass over a node with LeakScan.Keys keys takes about

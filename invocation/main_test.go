@@ -99,22 +99,6 @@ func (e *env) lease(attempt int, token string) Lease {
 	return Lease{Key: e.key, Field: testField, Attempt: attempt, Token: token}
 }
 
-// waitFor polls cond every few ms until it is true or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 // checkPTTL asserts the TTL: -1 (none) and -2 (no key) exactly; a positive
 // want means a TTL of at most want that has run less than 10s.
 func checkPTTL(t *testing.T, want time.Duration, got int64) {

@@ -40,7 +40,7 @@ func isOOM(err error) bool {
 // TestOutOfMemoryFailsClosed: a Redis at maxmemory with noeviction
 // refuses Claim's write, so Claim returns the OOM error and nothing is
 // written: the caller does not run the handler and the message stays
-// pending (docs/delivery.md "Claim errors fail closed"). AckRetain in that
+// pending (docs/delivery.md#claim-errors-fail-closed). AckRetain in that
 // state acknowledges (XACK may not grow memory) but cannot retain: the
 // hash leaks, and RetainLeaked repairs it once memory is free.
 func TestOutOfMemoryFailsClosed(t *testing.T) {

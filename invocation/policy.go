@@ -3,16 +3,17 @@ package invocation
 import "time"
 
 // DefaultRetries is how many times a failed invocation is retried when its
-// rule sets no retries: 4, so at most 5 attempts (events.md "Delivery, retry,
-// and ACK").
+// rule sets no retries: 4, so at most 5 attempts
+// (docs/delivery.md#attempts-retries-backoff).
 const DefaultRetries = 4
 
 // DefaultRetention is how long a message's hash is kept after the message
-// left the PEL (events.md "Invocation state persistence": ~7 days).
+// left the PEL: 7 days (docs/delivery.md#invocation-state).
 const DefaultRetention = 7 * 24 * time.Hour
 
-// DefaultBackoff is the fixed retry schedule of events.md "Delivery, retry,
-// and ACK": 1m, 2m, 5m, then 10m capped. Read-only; copy it to change it.
+// DefaultBackoff is the fixed retry schedule of
+// docs/delivery.md#attempts-retries-backoff: 1m, 2m, 5m, then 10m capped.
+// Read-only; copy it to change it.
 var DefaultBackoff = []time.Duration{time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute}
 
 // Backoff returns the wait after attempt failedAttempt (1-based) failed:

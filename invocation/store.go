@@ -267,8 +267,7 @@ var retainSHA = func() string {
 // of stream key.Stream (XACK) and then switches the message's hash to
 // terminal retention exactly as Retain does, in one round trip instead of
 // two. Call it where XACK would be called followed by Retain: once every
-// invocation of the message is terminal (events.md "Invocation state
-// persistence").
+// invocation of the message is terminal (docs/delivery.md#invocation-state).
 //
 // The two commands are pipelined on one connection, so Redis runs the
 // retain after the XACK, never before it. Pipelining cannot make the retain

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // TestScriptsLoad runs SCRIPT LOAD on every embedded script and fails on a
@@ -147,7 +149,7 @@ func TestClaimRetryFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c3 Claim
-	waitFor(t, 5*time.Second, "the retry to become due", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the retry to become due", func() bool {
 		c3 = mustClaim(t, e, time.Minute, 3)
 		return c3.Status != NotDue
 	})
@@ -386,7 +388,7 @@ func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim
 func claimWhenNotRunning(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim {
 	t.Helper()
 	var c Claim
-	waitFor(t, 5*time.Second, "the running lease to expire", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the running lease to expire", func() bool {
 		c = mustClaim(t, e, lease, maxAttempts)
 		return c.Status != Running
 	})
@@ -441,8 +443,7 @@ func TestPinFirstWriterWins(t *testing.T) {
 // TestTraceLineageFollowsAttempts walks one invocation through a released
 // attempt, a failed one and an exhausted one, and checks that each Claim
 // returns the trace the attempt before it stored, which is what the Engine
-// links a retry's span to (events.md "Retries", reference.md
-// "Observability").
+// links a retry's span to (docs/observability.md#spans).
 func TestTraceLineageFollowsAttempts(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()

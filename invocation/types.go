@@ -6,7 +6,7 @@ import (
 )
 
 // Key identifies the per-message invocation hash: one hash per stream entry of
-// one consumer group (DESIGN.md "Data layout in Redis").
+// one consumer group (docs/delivery.md#data-layout-in-redis).
 type Key struct {
 	Stream    string
 	Group     string

@@ -25,9 +25,12 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // Advance ignores a negative d. Safe for concurrent use.
 //
 // Only the fakes read a ManualClock. An Engine's own timers (reclaim and
-// heartbeat intervals, concurrency wait, shutdown timeout) run on real time;
-// to control those too, run the test in a testing/synctest bubble with the
-// default SystemClock instead.
+// heartbeat intervals, concurrency wait, shutdown timeout) run on real
+// time, or on the bubble's time inside a testing/synctest bubble. In a
+// bubble the default SystemClock moves the fakes with the Engine; a
+// ManualClock keeps them apart, as the Redis server's clock and a worker's
+// are, so a test can let the worker's time pass while the server's stands
+// still (package relay's TestFakesRetryWaitsForTheServersClock).
 type ManualClock struct {
 	mu  sync.Mutex
 	now time.Time

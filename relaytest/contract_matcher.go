@@ -12,9 +12,10 @@ import (
 	"github.com/relaydev/relay/matcher"
 )
 
-// TestMatcher runs the contract of relay.Matcher (events.md "Combining
-// conditions", "Dispatch and concurrency") against the matchers newMatcher
-// builds for the apps it is given, one per parallel sub-test.
+// TestMatcher runs the contract of relay.Matcher (docs/apps.md#patterns;
+// the dispatch order of docs/delivery.md#from-entry-to-acknowledgement)
+// against the matchers newMatcher builds for the apps it is given, one per
+// parallel sub-test.
 //
 // It covers: every matching rule reported, apps in sorted name order and
 // rules in declaration order, with the rule's handler and its index in its
@@ -23,75 +24,89 @@ import (
 // string, null, invalid JSON, trailing data, nothing) as an error wrapping
 // matcher.ErrMalformed; and concurrent matches agreeing.
 func TestMatcher(t *testing.T, newMatcher func(t *testing.T, apps *app.Set) relay.Matcher) {
-	run := func(name string, f func(t *testing.T, m relay.Matcher)) {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range matcherCases {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			m := newMatcher(t, contractApps(t))
 			if m == nil {
 				t.Fatal("relaytest: newMatcher returned nil")
 			}
-			f(t, m)
+			c.run(t, m)
 		})
 	}
+}
 
-	run("DispatchOrder", func(t *testing.T, m relay.Matcher) {
-		got := match(t, m, `{"type":"signup","plan":"pro","email":"ada@example.com"}`)
-		want := []matcher.Target{
-			{App: "alpha", Handler: "first", Rule: 0},
-			{App: "alpha", Handler: "third", Rule: 2},
-			{App: "mid", Handler: "only", Rule: 0},
-			{App: "zeta", Handler: "any.signup", Rule: 0},
-			{App: "zeta", Handler: "pro.signup", Rule: 1},
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("Match = %v, want %v (apps sorted by name, rules in declaration order)", got, want)
-		}
-	})
+// matcherCases are the cases of TestMatcher, in the order they run. Each is a
+// function below named matcher<case>; a failure names the calling test and
+// the case.
+var matcherCases = []struct {
+	name string
+	run  func(t *testing.T, m relay.Matcher)
+}{
+	{"DispatchOrder", matcherDispatchOrder},
+	{"OnlyMatchingRules", matcherOnlyMatchingRules},
+	{"Unmatched", matcherUnmatched},
+	{"Malformed", matcherMalformed},
+	{"Concurrent", matcherConcurrent},
+}
 
-	run("OnlyMatchingRules", func(t *testing.T, m relay.Matcher) {
-		got := match(t, m, `{"type":"signup","plan":"free","email":"bob@elsewhere.org"}`)
-		want := []matcher.Target{
-			{App: "alpha", Handler: "first", Rule: 0},
-			{App: "zeta", Handler: "any.signup", Rule: 0},
-		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("Match = %v, want %v", got, want)
-		}
-	})
+func matcherDispatchOrder(t *testing.T, m relay.Matcher) {
+	got := match(t, m, `{"type":"signup","plan":"pro","email":"ada@example.com"}`)
+	want := []matcher.Target{
+		{App: "alpha", Handler: "first", Rule: 0},
+		{App: "alpha", Handler: "third", Rule: 2},
+		{App: "mid", Handler: "only", Rule: 0},
+		{App: "zeta", Handler: "any.signup", Rule: 0},
+		{App: "zeta", Handler: "pro.signup", Rule: 1},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Match = %v, want %v (apps sorted by name, rules in declaration order)", got, want)
+	}
+}
 
-	run("Unmatched", func(t *testing.T, m relay.Matcher) {
-		for _, ev := range []string{`{"type":"logout"}`, `{}`, ` {"unrelated": [1, 2]} `} {
-			if got := match(t, m, ev); len(got) != 0 {
-				t.Errorf("Match(%s) = %v, want no targets", ev, got)
-			}
-		}
-	})
+func matcherOnlyMatchingRules(t *testing.T, m relay.Matcher) {
+	got := match(t, m, `{"type":"signup","plan":"free","email":"bob@elsewhere.org"}`)
+	want := []matcher.Target{
+		{App: "alpha", Handler: "first", Rule: 0},
+		{App: "zeta", Handler: "any.signup", Rule: 0},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Match = %v, want %v", got, want)
+	}
+}
 
-	run("Malformed", func(t *testing.T, m relay.Matcher) {
-		for _, ev := range []string{`["type","signup"]`, `"signup"`, `null`, `42`, `{"type":`, `{"type":"signup"} {}`, ``, `   `} {
-			got, err := m.Match([]byte(ev))
-			if !errors.Is(err, matcher.ErrMalformed) || len(got) != 0 {
-				t.Errorf("Match(%q) = %v, %v; want no targets and matcher.ErrMalformed", ev, got, err)
-			}
+func matcherUnmatched(t *testing.T, m relay.Matcher) {
+	for _, ev := range []string{`{"type":"logout"}`, `{}`, ` {"unrelated": [1, 2]} `} {
+		if got := match(t, m, ev); len(got) != 0 {
+			t.Errorf("Match(%s) = %v, want no targets", ev, got)
 		}
-	})
+	}
+}
 
-	run("Concurrent", func(t *testing.T, m relay.Matcher) {
-		want := fmt.Sprint(match(t, m, `{"type":"signup","plan":"pro"}`))
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for range 50 {
-					got, err := m.Match([]byte(`{"type":"signup","plan":"pro"}`))
-					if err != nil || fmt.Sprint(got) != want {
-						t.Errorf("concurrent Match = %v, %v; want %s", got, err, want)
-						return
-					}
+func matcherMalformed(t *testing.T, m relay.Matcher) {
+	for _, ev := range []string{`["type","signup"]`, `"signup"`, `null`, `42`, `{"type":`, `{"type":"signup"} {}`, ``, `   `} {
+		got, err := m.Match([]byte(ev))
+		if !errors.Is(err, matcher.ErrMalformed) || len(got) != 0 {
+			t.Errorf("Match(%q) = %v, %v; want no targets and matcher.ErrMalformed", ev, got, err)
+		}
+	}
+}
+
+func matcherConcurrent(t *testing.T, m relay.Matcher) {
+	want := fmt.Sprint(match(t, m, `{"type":"signup","plan":"pro"}`))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				got, err := m.Match([]byte(`{"type":"signup","plan":"pro"}`))
+				if err != nil || fmt.Sprint(got) != want {
+					t.Errorf("concurrent Match = %v, %v; want %s", got, err, want)
+					return
 				}
-			})
-		}
-		wg.Wait()
-	})
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // contractApps are three apps given out of name order, with rules that an

@@ -53,306 +53,327 @@ type StreamSourceHarness struct {
 // reclaimed without raising their delivery count; Pending counting the
 // PEL; and concurrent readers never sharing an entry.
 func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHarness) {
-	run := func(name string, f func(t *testing.T, h StreamSourceHarness)) {
-		t.Run(name, func(t *testing.T) {
+	for _, c := range streamCases {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
 			if h.Publish == nil || h.Consumer == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
 				t.Fatal("relaytest: StreamSourceHarness needs Publish, Consumer, Delete, Advance and a positive Short")
 			}
-			f(t, h)
+			c.run(t, h)
 		})
 	}
+}
 
-	run("PublishThenRead", func(t *testing.T, h StreamSourceHarness) {
-		c1 := h.Consumer(t, "c1")
-		want := []map[string]string{
-			{"event": `{"n":0}`},
-			{"event": `{"n":1,"s":"ü\nx"}`, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-			{"event": ""},
-		}
-		var ids []string
-		for _, f := range want {
-			ids = append(ids, publish(t, h, f))
-		}
-		for i := 1; i < len(ids); i++ {
-			if stream.CompareID(ids[i-1], ids[i]) >= 0 {
-				t.Fatalf("ids %v are not strictly increasing", ids)
-			}
-		}
-		msgs := read(t, c1, 10)
-		if got := msgIDs(msgs); !slices.Equal(got, ids) {
-			t.Fatalf("Read = %v, want %v", got, ids)
-		}
-		for i, m := range msgs {
-			if !maps.Equal(m.Fields, want[i]) || m.Deliveries != 1 {
-				t.Errorf("entry %s = %v with %d deliveries, want %v with 1", m.ID, m.Fields, m.Deliveries, want[i])
-			}
-		}
-		if again := read(t, c1, 10); len(again) != 0 {
-			t.Errorf("second Read = %v, want nothing new", msgIDs(again))
-		}
-	})
+// streamCases are the cases of TestStreamSource, in the order they run. Each
+// is a function below named stream<case>; a failure names the calling test
+// and the case, such as TestSourceContract/PublishThenRead.
+var streamCases = []struct {
+	name string
+	run  func(t *testing.T, h StreamSourceHarness)
+}{
+	{"PublishThenRead", streamPublishThenRead},
+	{"ReadHonoursCount", streamReadHonoursCount},
+	{"ConsumersShareTheGroup", streamConsumersShareTheGroup},
+	{"AckRemovesFromThePEL", streamAckRemovesFromThePEL},
+	{"ReclaimTakesIdleEntries", streamReclaimTakesIdleEntries},
+	{"ReclaimReportsDeletedEntries", streamReclaimReportsDeletedEntries},
+	{"Heartbeat", streamHeartbeat},
+	{"Pending", streamPending},
+	{"Ping", streamPing},
+	{"ConcurrentReadersNeverShare", streamConcurrentReadersNeverShare},
+	{"ReclaimIsBounded", streamReclaimIsBounded},
+	{"InvalidArguments", streamInvalidArguments},
+}
 
-	run("ReadHonoursCount", func(t *testing.T, h StreamSourceHarness) {
-		c1 := h.Consumer(t, "c1")
-		ids := publishN(t, h, 5)
-		if got := msgIDs(read(t, c1, 2)); !slices.Equal(got, ids[:2]) {
-			t.Fatalf("Read(2) = %v, want %v", got, ids[:2])
+func streamPublishThenRead(t *testing.T, h StreamSourceHarness) {
+	c1 := h.Consumer(t, "c1")
+	want := []map[string]string{
+		{"event": `{"n":0}`},
+		{"event": `{"n":1,"s":"ü\nx"}`, "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		{"event": ""},
+	}
+	var ids []string
+	for _, f := range want {
+		ids = append(ids, publish(t, h, f))
+	}
+	for i := 1; i < len(ids); i++ {
+		if stream.CompareID(ids[i-1], ids[i]) >= 0 {
+			t.Fatalf("ids %v are not strictly increasing", ids)
 		}
-		if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, ids[2:]) {
-			t.Fatalf("Read(10) = %v, want %v", got, ids[2:])
+	}
+	msgs := read(t, c1, 10)
+	if got := msgIDs(msgs); !slices.Equal(got, ids) {
+		t.Fatalf("Read = %v, want %v", got, ids)
+	}
+	for i, m := range msgs {
+		if !maps.Equal(m.Fields, want[i]) || m.Deliveries != 1 {
+			t.Errorf("entry %s = %v with %d deliveries, want %v with 1", m.ID, m.Fields, m.Deliveries, want[i])
 		}
-	})
+	}
+	if again := read(t, c1, 10); len(again) != 0 {
+		t.Errorf("second Read = %v, want nothing new", msgIDs(again))
+	}
+}
 
-	run("ConsumersShareTheGroup", func(t *testing.T, h StreamSourceHarness) {
-		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		first := publishN(t, h, 2)
-		if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, first) {
-			t.Fatalf("c1 Read = %v, want %v", got, first)
-		}
-		// What c1 was given is not new for c2.
-		if got := read(t, c2, 10); len(got) != 0 {
-			t.Fatalf("c2 Read = %v, want nothing new", msgIDs(got))
-		}
-		second := publishN(t, h, 1)
-		if got := msgIDs(read(t, c2, 10)); !slices.Equal(got, second) {
-			t.Fatalf("c2 Read = %v, want %v", got, second)
-		}
-	})
+func streamReadHonoursCount(t *testing.T, h StreamSourceHarness) {
+	c1 := h.Consumer(t, "c1")
+	ids := publishN(t, h, 5)
+	if got := msgIDs(read(t, c1, 2)); !slices.Equal(got, ids[:2]) {
+		t.Fatalf("Read(2) = %v, want %v", got, ids[:2])
+	}
+	if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, ids[2:]) {
+		t.Fatalf("Read(10) = %v, want %v", got, ids[2:])
+	}
+}
 
-	run("AckRemovesFromThePEL", func(t *testing.T, h StreamSourceHarness) {
-		ctx := t.Context()
-		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		ids := publishN(t, h, 3)
-		read(t, c1, 10)
-		if err := c1.Ack(ctx, ids[0]); err != nil {
-			t.Fatalf("Ack: %v", err)
+func streamConsumersShareTheGroup(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	first := publishN(t, h, 2)
+	if got := msgIDs(read(t, c1, 10)); !slices.Equal(got, first) {
+		t.Fatalf("c1 Read = %v, want %v", got, first)
+	}
+	// What c1 was given is not new for c2.
+	if got := read(t, c2, 10); len(got) != 0 {
+		t.Fatalf("c2 Read = %v, want nothing new", msgIDs(got))
+	}
+	second := publishN(t, h, 1)
+	if got := msgIDs(read(t, c2, 10)); !slices.Equal(got, second) {
+		t.Fatalf("c2 Read = %v, want %v", got, second)
+	}
+}
+
+func streamAckRemovesFromThePEL(t *testing.T, h StreamSourceHarness) {
+	ctx := t.Context()
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	ids := publishN(t, h, 3)
+	read(t, c1, 10)
+	if err := c1.Ack(ctx, ids[0]); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	// Acking again, an id that was never pending, or nothing, is fine.
+	if err := c1.Ack(ctx, ids[0], "1-1"); err != nil {
+		t.Errorf("Ack of ids that are not pending: %v", err)
+	}
+	if err := c1.Ack(ctx); err != nil {
+		t.Errorf("Ack of no ids: %v", err)
+	}
+	// Any consumer of the group may ack.
+	if err := c2.Ack(ctx, ids[1]); err != nil {
+		t.Fatalf("Ack by another consumer: %v", err)
+	}
+	h.Advance(t, h.Short)
+	msgs, deleted := reclaim(t, c2, h.Short)
+	if got := msgIDs(msgs); !slices.Equal(got, ids[2:]) || len(deleted) != 0 {
+		t.Fatalf("Reclaim = %v, deleted %v; want only the unacked %v", got, deleted, ids[2:])
+	}
+}
+
+func streamReclaimTakesIdleEntries(t *testing.T, h StreamSourceHarness) {
+	c1, c2, c3 := h.Consumer(t, "c1"), h.Consumer(t, "c2"), h.Consumer(t, "c3")
+	ids := publishN(t, h, 2)
+	read(t, c1, 10)
+	if msgs, deleted := reclaim(t, c2, time.Hour); len(msgs) != 0 || len(deleted) != 0 {
+		t.Fatalf("Reclaim(1h) = %v, %v; want nothing idle that long", msgIDs(msgs), deleted)
+	}
+	h.Advance(t, h.Short)
+	msgs, _ := reclaim(t, c2, h.Short)
+	if got := msgIDs(msgs); !slices.Equal(got, ids) {
+		t.Fatalf("Reclaim = %v, want %v", got, ids)
+	}
+	for i, m := range msgs {
+		if m.Fields["n"] != strconv.Itoa(i) || m.Deliveries != 2 {
+			t.Errorf("reclaimed %s = %v with %d deliveries, want n=%d and 2 deliveries", m.ID, m.Fields, m.Deliveries, i)
 		}
-		// Acking again, an id that was never pending, or nothing, is fine.
-		if err := c1.Ack(ctx, ids[0], "1-1"); err != nil {
-			t.Errorf("Ack of ids that are not pending: %v", err)
-		}
-		if err := c1.Ack(ctx); err != nil {
-			t.Errorf("Ack of no ids: %v", err)
-		}
-		// Any consumer of the group may ack.
-		if err := c2.Ack(ctx, ids[1]); err != nil {
-			t.Fatalf("Ack by another consumer: %v", err)
-		}
+	}
+	// Claiming reset the idle time.
+	if msgs, _ := reclaim(t, c3, h.Short); len(msgs) != 0 {
+		t.Errorf("Reclaim right after a reclaim = %v, want nothing idle", msgIDs(msgs))
+	}
+	// Reclaims from any consumer count deliveries on.
+	for deliveries := int64(3); deliveries <= 4; deliveries++ {
 		h.Advance(t, h.Short)
-		msgs, deleted := reclaim(t, c2, h.Short)
-		if got := msgIDs(msgs); !slices.Equal(got, ids[2:]) || len(deleted) != 0 {
-			t.Fatalf("Reclaim = %v, deleted %v; want only the unacked %v", got, deleted, ids[2:])
+		msgs, _ := reclaim(t, c3, h.Short)
+		if len(msgs) != 2 || msgs[0].Deliveries != deliveries || msgs[1].Deliveries != deliveries {
+			t.Fatalf("Reclaim = %+v, want both entries with %d deliveries", msgs, deliveries)
 		}
-	})
+	}
+}
 
-	run("ReclaimTakesIdleEntries", func(t *testing.T, h StreamSourceHarness) {
-		c1, c2, c3 := h.Consumer(t, "c1"), h.Consumer(t, "c2"), h.Consumer(t, "c3")
-		ids := publishN(t, h, 2)
-		read(t, c1, 10)
-		if msgs, deleted := reclaim(t, c2, time.Hour); len(msgs) != 0 || len(deleted) != 0 {
-			t.Fatalf("Reclaim(1h) = %v, %v; want nothing idle that long", msgIDs(msgs), deleted)
+func streamReclaimReportsDeletedEntries(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	all := publishN(t, h, 5)
+	read(t, c1, 10)
+	gone := []string{all[1], all[3]}
+	h.Delete(t, gone...)
+	h.Advance(t, h.Short)
+	msgs, deleted := reclaim(t, c2, h.Short)
+	kept := []string{all[0], all[2], all[4]}
+	if got := msgIDs(msgs); !slices.Equal(got, kept) {
+		t.Errorf("reclaimed %v, want %v", got, kept)
+	}
+	if !slices.Equal(deleted, gone) {
+		t.Errorf("deleted %v, want %v", deleted, gone)
+	}
+	for _, m := range msgs {
+		if m.Fields == nil {
+			t.Errorf("reclaimed %s without fields", m.ID)
 		}
-		h.Advance(t, h.Short)
-		msgs, _ := reclaim(t, c2, h.Short)
-		if got := msgIDs(msgs); !slices.Equal(got, ids) {
-			t.Fatalf("Reclaim = %v, want %v", got, ids)
-		}
-		for i, m := range msgs {
-			if m.Fields["n"] != strconv.Itoa(i) || m.Deliveries != 2 {
-				t.Errorf("reclaimed %s = %v with %d deliveries, want n=%d and 2 deliveries", m.ID, m.Fields, m.Deliveries, i)
-			}
-		}
-		// Claiming reset the idle time.
-		if msgs, _ := reclaim(t, c3, h.Short); len(msgs) != 0 {
-			t.Errorf("Reclaim right after a reclaim = %v, want nothing idle", msgIDs(msgs))
-		}
-		// Reclaims from any consumer count deliveries on.
-		for deliveries := int64(3); deliveries <= 4; deliveries++ {
-			h.Advance(t, h.Short)
-			msgs, _ := reclaim(t, c3, h.Short)
-			if len(msgs) != 2 || msgs[0].Deliveries != deliveries || msgs[1].Deliveries != deliveries {
-				t.Fatalf("Reclaim = %+v, want both entries with %d deliveries", msgs, deliveries)
-			}
-		}
-	})
+	}
+	// The dangling references were cleared: reported once only.
+	h.Advance(t, h.Short)
+	msgs, deleted = reclaim(t, c2, h.Short)
+	if got := msgIDs(msgs); !slices.Equal(got, kept) || len(deleted) != 0 {
+		t.Errorf("second Reclaim = %v, deleted %v; want %v and nothing deleted", got, deleted, kept)
+	}
+}
 
-	run("ReclaimReportsDeletedEntries", func(t *testing.T, h StreamSourceHarness) {
-		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		all := publishN(t, h, 5)
-		read(t, c1, 10)
-		gone := []string{all[1], all[3]}
-		h.Delete(t, gone...)
-		h.Advance(t, h.Short)
-		msgs, deleted := reclaim(t, c2, h.Short)
-		kept := []string{all[0], all[2], all[4]}
-		if got := msgIDs(msgs); !slices.Equal(got, kept) {
-			t.Errorf("reclaimed %v, want %v", got, kept)
+func streamHeartbeat(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	ctx := t.Context()
+	ids := publishN(t, h, 2)
+	live, stuck := ids[0], ids[1]
+	read(t, c1, 10)
+	h.Advance(t, h.Short)
+	if err := c1.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if err := c1.Heartbeat(ctx); err != nil {
+		t.Errorf("Heartbeat of no ids: %v", err)
+	}
+	msgs, _ := reclaim(t, c2, h.Short)
+	if got := msgIDs(msgs); !slices.Equal(got, []string{stuck}) {
+		t.Fatalf("Reclaim after a heartbeat of %s = %v, want only %s", live, got, stuck)
+	}
+	// A heartbeat is not a delivery.
+	h.Advance(t, h.Short)
+	msgs, _ = reclaim(t, c2, h.Short)
+	for _, m := range msgs {
+		if m.ID == live && m.Deliveries != 2 {
+			t.Errorf("%s has %d deliveries after a read, a heartbeat and a reclaim, want 2", live, m.Deliveries)
 		}
-		if !slices.Equal(deleted, gone) {
-			t.Errorf("deleted %v, want %v", deleted, gone)
-		}
-		for _, m := range msgs {
-			if m.Fields == nil {
-				t.Errorf("reclaimed %s without fields", m.ID)
-			}
-		}
-		// The dangling references were cleared: reported once only.
-		h.Advance(t, h.Short)
-		msgs, deleted = reclaim(t, c2, h.Short)
-		if got := msgIDs(msgs); !slices.Equal(got, kept) || len(deleted) != 0 {
-			t.Errorf("second Reclaim = %v, deleted %v; want %v and nothing deleted", got, deleted, kept)
-		}
-	})
+	}
+	if !slices.Contains(msgIDs(msgs), live) {
+		t.Errorf("Reclaim without a heartbeat = %v, want %s included", msgIDs(msgs), live)
+	}
+}
 
-	run("Heartbeat", func(t *testing.T, h StreamSourceHarness) {
-		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		ctx := t.Context()
-		ids := publishN(t, h, 2)
-		live, stuck := ids[0], ids[1]
-		read(t, c1, 10)
-		h.Advance(t, h.Short)
-		if err := c1.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
-			t.Fatalf("Heartbeat: %v", err)
-		}
-		if err := c1.Heartbeat(ctx); err != nil {
-			t.Errorf("Heartbeat of no ids: %v", err)
-		}
-		msgs, _ := reclaim(t, c2, h.Short)
-		if got := msgIDs(msgs); !slices.Equal(got, []string{stuck}) {
-			t.Fatalf("Reclaim after a heartbeat of %s = %v, want only %s", live, got, stuck)
-		}
-		// A heartbeat is not a delivery.
-		h.Advance(t, h.Short)
-		msgs, _ = reclaim(t, c2, h.Short)
-		for _, m := range msgs {
-			if m.ID == live && m.Deliveries != 2 {
-				t.Errorf("%s has %d deliveries after a read, a heartbeat and a reclaim, want 2", live, m.Deliveries)
-			}
-		}
-		if !slices.Contains(msgIDs(msgs), live) {
-			t.Errorf("Reclaim without a heartbeat = %v, want %s included", msgIDs(msgs), live)
-		}
-	})
+func streamPending(t *testing.T, h StreamSourceHarness) {
+	c1 := h.Consumer(t, "c1")
+	pr, ok := c1.(relay.PendingReporter)
+	if !ok {
+		t.Skip("the source is not a relay.PendingReporter")
+	}
+	ctx := t.Context()
+	if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
+		t.Fatalf("Pending of an empty PEL = %d, %s, %v; want 0, 0", n, age, err)
+	}
+	ids := publishN(t, h, 3)
+	read(t, c1, 10)
+	h.Advance(t, h.Short)
+	n, age, err := pr.Pending(ctx)
+	if err != nil || n != 3 || age < h.Short {
+		t.Fatalf("Pending = %d, %s, %v; want 3 entries, the oldest at least %s old", n, age, err, h.Short)
+	}
+	if err := c1.Ack(ctx, ids...); err != nil {
+		t.Fatal(err)
+	}
+	if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
+		t.Errorf("Pending after acking everything = %d, %s, %v; want 0, 0", n, age, err)
+	}
+}
 
-	run("Pending", func(t *testing.T, h StreamSourceHarness) {
-		c1 := h.Consumer(t, "c1")
-		pr, ok := c1.(relay.PendingReporter)
-		if !ok {
-			t.Skip("the source is not a relay.PendingReporter")
-		}
-		ctx := t.Context()
-		if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
-			t.Fatalf("Pending of an empty PEL = %d, %s, %v; want 0, 0", n, age, err)
-		}
-		ids := publishN(t, h, 3)
-		read(t, c1, 10)
-		h.Advance(t, h.Short)
-		n, age, err := pr.Pending(ctx)
-		if err != nil || n != 3 || age < h.Short {
-			t.Fatalf("Pending = %d, %s, %v; want 3 entries, the oldest at least %s old", n, age, err, h.Short)
-		}
-		if err := c1.Ack(ctx, ids...); err != nil {
-			t.Fatal(err)
-		}
-		if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
-			t.Errorf("Pending after acking everything = %d, %s, %v; want 0, 0", n, age, err)
-		}
-	})
+func streamPing(t *testing.T, h StreamSourceHarness) {
+	p, ok := h.Consumer(t, "c1").(relay.Pinger)
+	if !ok {
+		t.Skip("the source is not a relay.Pinger")
+	}
+	if err := p.Ping(t.Context()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+}
 
-	run("Ping", func(t *testing.T, h StreamSourceHarness) {
-		p, ok := h.Consumer(t, "c1").(relay.Pinger)
-		if !ok {
-			t.Skip("the source is not a relay.Pinger")
-		}
-		if err := p.Ping(t.Context()); err != nil {
-			t.Errorf("Ping: %v", err)
-		}
-	})
-
-	run("ConcurrentReadersNeverShare", func(t *testing.T, h StreamSourceHarness) {
-		const n, readers = 60, 3
-		ids := publishN(t, h, n)
-		var mu sync.Mutex
-		seen := map[string]string{}
-		var wg sync.WaitGroup
-		for r := range readers {
-			c := h.Consumer(t, "reader"+strconv.Itoa(r))
-			wg.Go(func() {
-				for {
-					msgs, err := c.Read(t.Context(), 7)
-					if err != nil {
-						t.Errorf("Read: %v", err)
-						return
-					}
-					if len(msgs) == 0 {
-						return
-					}
-					mu.Lock()
-					for _, m := range msgs {
-						if prev, dup := seen[m.ID]; dup {
-							t.Errorf("%s delivered to %s and reader%d", m.ID, prev, r)
-						}
-						seen[m.ID] = "reader" + strconv.Itoa(r)
-					}
-					mu.Unlock()
+func streamConcurrentReadersNeverShare(t *testing.T, h StreamSourceHarness) {
+	const n, readers = 60, 3
+	ids := publishN(t, h, n)
+	var mu sync.Mutex
+	seen := map[string]string{}
+	var wg sync.WaitGroup
+	for r := range readers {
+		c := h.Consumer(t, "reader"+strconv.Itoa(r))
+		wg.Go(func() {
+			for {
+				msgs, err := c.Read(t.Context(), 7)
+				if err != nil {
+					t.Errorf("Read: %v", err)
+					return
 				}
-			})
-		}
-		wg.Wait()
-		if len(seen) != n {
-			t.Errorf("%d of %d entries delivered", len(seen), n)
-		}
-		for _, id := range ids {
-			if _, ok := seen[id]; !ok {
-				t.Errorf("%s never delivered", id)
+				if len(msgs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, m := range msgs {
+					if prev, dup := seen[m.ID]; dup {
+						t.Errorf("%s delivered to %s and reader%d", m.ID, prev, r)
+					}
+					seen[m.ID] = "reader" + strconv.Itoa(r)
+				}
+				mu.Unlock()
 			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Errorf("%d of %d entries delivered", len(seen), n)
+	}
+	for _, id := range ids {
+		if _, ok := seen[id]; !ok {
+			t.Errorf("%s never delivered", id)
 		}
-	})
+	}
+}
 
-	run("ReclaimIsBounded", func(t *testing.T, h StreamSourceHarness) {
-		c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-		ids := publishN(t, h, 5)
-		read(t, c1, 10)
-		h.Advance(t, h.Short)
-		// Each call takes at most max entries and goes on where the last
-		// stopped, until done says the walk reached the end of the PEL.
-		var got []string
-		for calls := 0; ; calls++ {
-			if calls == 10 {
-				t.Fatalf("no done after %d calls of Reclaim(max 2); reclaimed %v", calls, got)
-			}
-			msgs, deleted, done, err := c2.Reclaim(t.Context(), h.Short, 2)
-			if err != nil || len(deleted) != 0 {
-				t.Fatalf("Reclaim: %v, deleted %v", err, deleted)
-			}
-			if len(msgs) > 2 {
-				t.Fatalf("Reclaim(max 2) returned %d entries", len(msgs))
-			}
-			got = append(got, msgIDs(msgs)...)
-			if done {
-				break
-			}
+func streamReclaimIsBounded(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	ids := publishN(t, h, 5)
+	read(t, c1, 10)
+	h.Advance(t, h.Short)
+	// Each call takes at most max entries and goes on where the last
+	// stopped, until done says the walk reached the end of the PEL.
+	var got []string
+	for calls := 0; ; calls++ {
+		if calls == 10 {
+			t.Fatalf("no done after %d calls of Reclaim(max 2); reclaimed %v", calls, got)
 		}
-		if !slices.Equal(got, ids) {
-			t.Fatalf("one walk reclaimed %v, want each of %v once, in order", got, ids)
+		msgs, deleted, done, err := c2.Reclaim(t.Context(), h.Short, 2)
+		if err != nil || len(deleted) != 0 {
+			t.Fatalf("Reclaim: %v, deleted %v", err, deleted)
 		}
-		// The next walk starts over; nothing is idle again yet.
-		if msgs, _, done, err := c2.Reclaim(t.Context(), h.Short, 2); err != nil || len(msgs) != 0 || !done {
-			t.Errorf("Reclaim right after a walk = %v, done %v, %v; want nothing and done", msgIDs(msgs), done, err)
+		if len(msgs) > 2 {
+			t.Fatalf("Reclaim(max 2) returned %d entries", len(msgs))
 		}
-	})
+		got = append(got, msgIDs(msgs)...)
+		if done {
+			break
+		}
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("one walk reclaimed %v, want each of %v once, in order", got, ids)
+	}
+	// The next walk starts over; nothing is idle again yet.
+	if msgs, _, done, err := c2.Reclaim(t.Context(), h.Short, 2); err != nil || len(msgs) != 0 || !done {
+		t.Errorf("Reclaim right after a walk = %v, done %v, %v; want nothing and done", msgIDs(msgs), done, err)
+	}
+}
 
-	run("InvalidArguments", func(t *testing.T, h StreamSourceHarness) {
-		c1 := h.Consumer(t, "c1")
-		if _, err := c1.Read(t.Context(), 0); err == nil {
-			t.Error("Read(0) succeeded, want an error")
-		}
-		if _, _, _, err := c1.Reclaim(t.Context(), time.Second, 0); err == nil {
-			t.Error("Reclaim(max 0) succeeded, want an error")
-		}
-	})
+func streamInvalidArguments(t *testing.T, h StreamSourceHarness) {
+	c1 := h.Consumer(t, "c1")
+	if _, err := c1.Read(t.Context(), 0); err == nil {
+		t.Error("Read(0) succeeded, want an error")
+	}
+	if _, _, _, err := c1.Reclaim(t.Context(), time.Second, 0); err == nil {
+		t.Error("Reclaim(max 0) succeeded, want an error")
+	}
 }
 
 func publish(t *testing.T, h StreamSourceHarness, fields map[string]string) string {

@@ -8,10 +8,10 @@ import (
 	"github.com/relaydev/relay/dlq"
 )
 
-// DLQ is an in-memory dead-letter queue of one source stream (events.md
-// "Dead-letter queue"). It implements relay.DLQWriter with the validation
-// and defaults of dlq.Writer, and the reading side of dlq.Store with the
-// same method signatures: List, Get, Delete, Len.
+// DLQ is an in-memory dead-letter queue of one source stream
+// (docs/delivery.md#dead-letter-queue). It implements relay.DLQWriter with
+// the validation and defaults of dlq.Writer, and the reading side of
+// dlq.Store with the same method signatures: List, Get, Delete, Len.
 //
 // Entries are stored as a Redis reader would decode them (dlq.Encode, then
 // dlq.Decode): Timestamp in UTC with millisecond precision. Ids are

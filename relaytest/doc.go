@@ -6,8 +6,8 @@
 // relay.Engine, without Redis or containers:
 //
 //   - Stream is a Redis Stream with one consumer group; Stream.Consumer
-//     returns a relay.StreamSource (also a relay.Heartbeater,
-//     relay.PendingReporter and relay.Pinger) for one consumer of it.
+//     returns a relay.StreamSource (also a relay.PendingReporter and a
+//     relay.Pinger) for one consumer of it.
 //   - StateStore is a relay.StateStore with the semantics of
 //     invocation.Store: claims with leases and fencing tokens, ErrStale and
 //     ErrTerminal, exhaustion when the last attempt's lease expired,
@@ -24,10 +24,11 @@
 // MinPendingIdle) runs a test in microseconds of real time.
 //
 // The contract suites TestStateStore, TestStreamSource, TestDLQWriter,
-// TestRunner and TestMatcher state what relay.go, DESIGN.md "Handler
-// contract" and events.md ("Delivery, retry, and ACK", "Invocation state
-// persistence", "Dead-letter queue", "Dispatch and concurrency") require of
-// an implementation, from the interface's point of view. They run against
+// TestRunner and TestMatcher state what relay.go,
+// docs/apps.md#the-handler-contract and docs/delivery.md (from
+// docs/delivery.md#from-entry-to-acknowledgement through
+// docs/delivery.md#concurrency-and-heartbeat) require of an
+// implementation, from the interface's point of view. They run against
 // the fakes in this package's tests, and in the tests of the real
 // implementations against them: invocation.Store, stream.Source and
 // dlq.Writer on a real redis-server, runtime.Func, runtime.Process and the

@@ -14,14 +14,14 @@ import (
 )
 
 // StateStore is an in-memory relay.StateStore with the semantics of
-// invocation.Store (events.md "Invocation state persistence"; see that
-// package's doc for the state machine): one hash per message key, one field
-// per invocation "<app>/<handler>", every transition fenced on the lease's
-// attempt and token, inert once the hash is retained; first-writer-wins pins
-// in reserved fields (Pin); and the trace lineage of the latest unsuccessful
-// attempt (Lease.Trace, returned by the next Claim as Claim.PrevTrace). Its
-// clock plays the part of the Redis server's TIME: deadlines are Unix
-// milliseconds of it.
+// invocation.Store (docs/delivery.md#invocation-state; see that package's doc
+// for the state machine): one hash per message key, one field per invocation
+// "<app>/<handler>", every transition fenced on the lease's attempt and
+// token, inert once the hash is retained; first-writer-wins pins in reserved
+// fields (Pin); and the trace lineage of the latest unsuccessful attempt
+// (Lease.Trace, returned by the next Claim as Claim.PrevTrace). Its clock
+// plays the part of the Redis server's TIME: deadlines are Unix milliseconds
+// of it.
 //
 // Arguments are checked as invocation.Store checks them, with errors that
 // name the operation, the invocation field and the hash; ErrStale and

@@ -13,9 +13,10 @@ import (
 )
 
 // Stream is an in-memory Redis Stream with one consumer group, created from
-// id 0: the delivery semantics stream.Source gets from Redis (events.md
-// "Delivery, retry, and ACK"). Consumer returns the relay.StreamSource of
-// one consumer; any number of consumers share the group's PEL.
+// id 0: the delivery semantics stream.Source gets from Redis
+// (docs/delivery.md#from-entry-to-acknowledgement). Consumer returns the
+// relay.StreamSource of one consumer; any number of consumers share the
+// group's PEL.
 //
 //   - Publish appends an entry with id "<ms>-<seq>" from the clock, strictly
 //     increasing even when the clock stands still or goes back (XADD *).
@@ -211,8 +212,8 @@ func (s *Stream) pelIDs() []streamID {
 }
 
 // Consumer is one consumer of a Stream's group. It implements
-// relay.StreamSource, relay.Heartbeater, relay.PendingReporter and
-// relay.Pinger, with the semantics of the same methods of stream.Source.
+// relay.StreamSource, relay.PendingReporter and relay.Pinger, with the
+// semantics of the same methods of stream.Source.
 // Safe for concurrent use.
 type Consumer struct {
 	s    *Stream

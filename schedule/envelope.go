@@ -9,11 +9,12 @@ import (
 
 // Source is the "source" field of every occurrence envelope and of the
 // handler's stdin; it is how the consumer tells Relay's own occurrences
-// from external events (reference.md "Schedules").
+// from external events (docs/schedules.md#the-stream-entry).
 const Source = "relay.schedule"
 
-// OccurrenceID returns the identity of one occurrence (reference.md
-// "Schedules"): "schedule:<app>:<schedule>:<scheduled_at>", with
+// OccurrenceID returns the identity of one occurrence
+// (docs/schedules.md#one-occurrence-however-many-workers):
+// "schedule:<app>:<schedule>:<scheduled_at>", with
 // scheduled_at the firing instant in RFC3339 UTC, whole seconds (any
 // fraction is dropped). The dedup key is "relay:" plus the same parts, built
 // by internal/keys.
@@ -27,7 +28,7 @@ func formatAt(at time.Time) string {
 }
 
 // Envelope is the JSON object in the "event" field of a schedule
-// occurrence's stream entry (reference.md "Schedules"):
+// occurrence's stream entry (docs/schedules.md#the-stream-entry):
 //
 //	{"source":"relay.schedule","app":"billing","schedule":"nightly",
 //	 "handler":"invoice.run","scheduled_at":"2026-03-08T07:00:00Z",
@@ -174,7 +175,7 @@ func jsonKind(raw json.RawMessage) string {
 }
 
 // Validate checks that e is a genuine occurrence of s, as the consumer must
-// before dispatching it (reference.md "Schedules"): source is
+// before dispatching it (docs/schedules.md#the-stream-entry): source is
 // "relay.schedule", app and schedule name s, occurrence_id equals
 // OccurrenceID(app, schedule, scheduled_at), and scheduled_at is a firing
 // instant of s's current cron expression in its zone (Spec.Fires). The
@@ -217,8 +218,9 @@ func zoneName(loc *time.Location) string {
 	return loc.String()
 }
 
-// Input returns the handler's stdin for this occurrence (reference.md
-// "Schedules"): {"source":"relay.schedule","schedule":...,"scheduled_at":...}.
+// Input returns the handler's stdin for this occurrence
+// (docs/schedules.md#what-the-handler-receives):
+// {"source":"relay.schedule","schedule":...,"scheduled_at":...}.
 func (e Envelope) Input() []byte {
 	b, err := json.Marshal(struct {
 		Source      string `json:"source"`

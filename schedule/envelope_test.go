@@ -27,7 +27,8 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	at := mustTime(t, "2026-03-08T07:00:00Z") // the skipped 02:30, fired at the jump
 	e := NewEnvelope(s, at)
 	raw := e.Marshal()
-	// Field names and order are the wire format of reference.md.
+	// Field names and order are the wire format of
+	// docs/schedules.md#the-stream-entry.
 	want := `{"source":"relay.schedule","app":"billing","schedule":"nightly","handler":"invoice.run",` +
 		`"scheduled_at":"2026-03-08T07:00:00Z","occurrence_id":"schedule:billing:nightly:2026-03-08T07:00:00Z"}`
 	if string(raw) != want {

@@ -6,8 +6,8 @@ import "errors"
 // dispatched: a field is missing or malformed, its occurrence_id does not
 // match its app, schedule and scheduled_at, or scheduled_at is not a firing
 // of the schedule. The consumer dead-letters such entries without retrying
-// (reference.md "Schedules"). DecodeEnvelope and Envelope.Validate wrap it;
-// match it with errors.Is.
+// (docs/schedules.md#the-stream-entry). DecodeEnvelope and Envelope.Validate
+// wrap it; match it with errors.Is.
 var ErrInvalidEnvelope = errors.New("schedule: invalid occurrence envelope")
 
 // ErrRunning is returned by Scheduler.Run when the Scheduler is already

@@ -79,18 +79,6 @@ func checkDedupTTL(t *testing.T, c rueidis.Client, key string) {
 	}
 }
 
-// waitFor polls cond every few ms until it holds, failing after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // keysFor is the dedup key of spec's occurrence at at in stream.
 func keysFor(stream string, spec Spec, at time.Time) string {
 	return keys.ScheduleOccurrence(stream, spec.App, spec.Name, at)

@@ -11,7 +11,8 @@ import (
 
 const (
 	// DefaultCatchUpWindow is how far back startup catch-up looks for the
-	// latest missed occurrence of each schedule (reference.md "Schedules").
+	// latest missed occurrence of each schedule
+	// (docs/schedules.md#missed-occurrences-and-daylight-saving-time).
 	DefaultCatchUpWindow = 24 * time.Hour
 	// DefaultOutboxInterval is how often a running Scheduler retries the
 	// occurrences in its outbox.
@@ -23,16 +24,17 @@ const (
 	// its clock again, so a clock step or a suspended host is noticed
 	// within this time rather than after a long timer.
 	DefaultMaxSleep = time.Second
-	// DedupTTL is the lifetime of an occurrence's dedup key (reference.md
-	// "Schedules"). An occurrence is published at most once while its key
-	// lives. It is not configurable: every worker must agree on it.
+	// DedupTTL is the lifetime of an occurrence's dedup key
+	// (docs/schedules.md#one-occurrence-however-many-workers). An occurrence
+	// is published at most once while its key lives. It is not configurable:
+	// every worker must agree on it.
 	DedupTTL = 7 * 24 * time.Hour
 )
 
 // DefaultPublishBackoff returns the waits between publish attempts of one
-// occurrence, from reference.md "Schedules": 100ms, 500ms, 2s, 5s, so an
-// occurrence is tried five times before it goes to the outbox. A new slice
-// is returned on each call.
+// occurrence, from docs/schedules.md#when-redis-is-unreachable: 100ms, 500ms,
+// 2s, 5s, so an occurrence is tried five times before it goes to the outbox.
+// A new slice is returned on each call.
 func DefaultPublishBackoff() []time.Duration {
 	return []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second, 5 * time.Second}
 }
@@ -158,7 +160,7 @@ func WithOutboxInterval(d time.Duration) Option {
 // WithCatchUpWindow sets how far back startup catch-up looks: at start, each
 // schedule publishes its latest firing in (now-d, now], if any. d must be
 // >= 0; 0 turns catch-up off. Default: DefaultCatchUpWindow (24h, fixed by
-// reference.md "Schedules").
+// docs/schedules.md#missed-occurrences-and-daylight-saving-time).
 func WithCatchUpWindow(d time.Duration) Option {
 	return func(o *options) error {
 		if err := o.check("WithCatchUpWindow", forScheduler); err != nil {
@@ -257,7 +259,7 @@ func WithNow(now func(context.Context) (time.Time, error)) Option {
 // attempt is one span (attributes app, schedule, scheduled_at, published),
 // and the stream entry it writes carries the span's W3C trace context in the
 // fields traceparent and tracestate, so the consumer continues the trace
-// (reference.md "Observability"). Accepted by NewPublisher and New; given to
+// (docs/observability.md#spans). Accepted by NewPublisher and New; given to
 // New, it applies to the publishes that Scheduler makes. Default:
 // otel.GetTracerProvider() at construction time.
 func WithTracerProvider(tp trace.TracerProvider) Option {

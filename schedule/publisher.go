@@ -19,7 +19,7 @@ import (
 )
 
 // SpanPublish is the name of the span around one publish attempt
-// (reference.md "Observability").
+// (docs/observability.md#spans).
 const SpanPublish = telemetry.SpanSchedulePublish
 
 // instrumentationName identifies this package's tracer.
@@ -34,9 +34,9 @@ const (
 )
 
 // Publisher writes schedule occurrences into one stream, each at most once
-// across all workers (reference.md "Schedules"): one Lua script checks the
-// occurrence's dedup key, XADDs the envelope and sets the key with a
-// DedupTTL lifetime. It never closes the client.
+// across all workers (docs/schedules.md#one-occurrence-however-many-workers):
+// one Lua script checks the occurrence's dedup key, XADDs the envelope and
+// sets the key with a DedupTTL lifetime. It never closes the client.
 //
 // A Publisher is safe for concurrent use.
 type Publisher struct {

@@ -15,9 +15,9 @@ import (
 )
 
 // Scheduler publishes the occurrences of a fixed set of schedules when they
-// fall due (reference.md "Schedules"). Every worker runs one over every
-// schedule; the Publisher's dedup key makes each occurrence one stream entry
-// however many workers publish it.
+// fall due (docs/schedules.md#one-occurrence-however-many-workers). Every
+// worker runs one over every schedule; the Publisher's dedup key makes each
+// occurrence one stream entry however many workers publish it.
 //
 // Time: an occurrence is due when the authoritative clock (the Redis
 // server's TIME, see WithNow) reaches its instant. The Scheduler keeps the
@@ -143,10 +143,11 @@ func (s *Scheduler) attrs(oc occurrence, more ...slog.Attr) []slog.Attr {
 
 // Run publishes occurrences until ctx ends, then returns nil. At start it
 // prepares the outbox (an unusable state directory is an error naming it),
-// retries the outbox, and publishes each schedule's latest firing within
-// the catch-up window (reference.md "Schedules"); that occurrence is usually
-// a duplicate already published by a running worker. It returns ErrRunning
-// when called while already running.
+// retries the outbox, and publishes each schedule's latest firing within the
+// catch-up window
+// (docs/schedules.md#missed-occurrences-and-daylight-saving-time); that
+// occurrence is usually a duplicate already published by a running worker. It
+// returns ErrRunning when called while already running.
 //
 // An occurrence being retried when ctx ends goes to the outbox, so a
 // shutdown does not lose it.

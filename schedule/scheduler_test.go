@@ -3,7 +3,6 @@ package schedule
 import (
 	"context"
 	"errors"
-	"github.com/relaydev/relay/schedule/cron"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/schedule/cron"
 )
 
 // fakeClock runs at real speed from an instant the test chooses, and can be
@@ -164,7 +164,7 @@ func TestSchedulersRace(t *testing.T) {
 			append(fast(clock, obs, nil), WithStateDir(t.TempDir()), WithCatchUpWindow(0))...)
 		stops = append(stops, run(t, s))
 	}
-	waitFor(t, 30*time.Second, "three outcomes", func() bool { return len(obs.list()) >= 3 })
+	testutil.WaitFor(t, 30*time.Second, "three outcomes", func() bool { return len(obs.list()) >= 3 })
 	for _, stop := range stops {
 		if err := stop(); err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestCatchUp(t *testing.T) {
 	stop := run(t, s)
 	// Catch-up handles the schedules in order, so once the last one is
 	// reported, all are.
-	waitFor(t, 10*time.Second, "catch-up of the daily schedule", func() bool { return obs.count("/daily@2026-03-09T13:00:00Z=published") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "catch-up of the daily schedule", func() bool { return obs.count("/daily@2026-03-09T13:00:00Z=published") == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestCatchUp(t *testing.T) {
 	obs2 := &observed{}
 	s2 := newScheduler(t, c, stream, []Spec{yearly, tenMin, stale, daily}, append(fast(newFakeClock(now.Add(time.Minute)), obs2, nil), WithStateDir(t.TempDir()))...)
 	stop2 := run(t, s2)
-	waitFor(t, 10*time.Second, "second catch-up", func() bool { return len(obs2.list()) == 2 })
+	testutil.WaitFor(t, 10*time.Second, "second catch-up", func() bool { return len(obs2.list()) == 2 })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestCatchUpUsesServerTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := run(t, s)
-	waitFor(t, 10*time.Second, "catch-up", func() bool { return len(obs.list()) >= 1 })
+	testutil.WaitFor(t, 10*time.Second, "catch-up", func() bool { return len(obs.list()) >= 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	s1 := newScheduler(t, c1, stream, []Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs1, logs), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop1 := run(t, s1)
-	waitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs1.count("=outboxed") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs1.count("=outboxed") == 1 })
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,8 +312,8 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	s2 := newScheduler(t, c2, stream, []Spec{spec},
 		append(fast(newFakeClock(due.Add(time.Minute)), obs2, nil), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop2 := run(t, s2)
-	waitFor(t, 10*time.Second, "the outbox to publish", func() bool { return obs2.count("=published") == 1 })
-	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return len(outboxFiles(t, outboxDir)) == 0 })
+	testutil.WaitFor(t, 10*time.Second, "the outbox to publish", func() bool { return obs2.count("=published") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "an empty outbox", func() bool { return len(outboxFiles(t, outboxDir)) == 0 })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
@@ -339,10 +339,10 @@ func TestOutboxRetriedWhileRunning(t *testing.T) {
 	s := newScheduler(t, c, stream, []Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, nil), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop := run(t, s)
-	waitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
 	srv.Restart(t)
-	waitFor(t, 20*time.Second, "the outbox retry to publish", func() bool { return obs.count("=published") == 1 })
-	waitFor(t, 10*time.Second, "an empty outbox", func() bool { return len(outboxFiles(t, filepath.Join(state, OutboxDir))) == 0 })
+	testutil.WaitFor(t, 20*time.Second, "the outbox retry to publish", func() bool { return obs.count("=published") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "an empty outbox", func() bool { return len(outboxFiles(t, filepath.Join(state, OutboxDir))) == 0 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestShutdownKeepsRetryingOccurrence(t *testing.T) {
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, logs), WithStateDir(state), WithCatchUpWindow(0),
 			WithPublishBackoff([]time.Duration{time.Hour}))...)
 	stop := run(t, s)
-	waitFor(t, 10*time.Second, "the first failed attempt", func() bool { return strings.Contains(logs.String(), "retrying") })
+	testutil.WaitFor(t, 10*time.Second, "the first failed attempt", func() bool { return strings.Contains(logs.String(), "retrying") })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -412,20 +412,20 @@ func TestSchedulerDST(t *testing.T) {
 			obs := &observed{}
 			clock := newFakeClock(mustTime(t, c.start))
 			stop := run(t, newScheduler(t, cl, stream, []Spec{spec}, append(fast(clock, obs, nil), WithCatchUpWindow(0))...))
-			waitFor(t, 10*time.Second, "the first firing", func() bool { return len(obs.list()) >= 1 })
+			testutil.WaitFor(t, 10*time.Second, "the first firing", func() bool { return len(obs.list()) >= 1 })
 			want := []string{c.first}
 			if c.repeat != "" {
 				// Let the Scheduler watch its clock pass the repeated wall
 				// time, then move on to the next day's firing.
 				repeat := mustTime(t, c.repeat)
 				clock.Set(repeat.Add(-100 * time.Millisecond))
-				waitFor(t, 10*time.Second, "the clock to pass the repeated wall time", func() bool {
+				testutil.WaitFor(t, 10*time.Second, "the clock to pass the repeated wall time", func() bool {
 					return clock.Peek().After(repeat.Add(100 * time.Millisecond))
 				})
 				reads := clock.Reads()
-				waitFor(t, 10*time.Second, "the scheduler to read the clock", func() bool { return clock.Reads() > reads+5 })
+				testutil.WaitFor(t, 10*time.Second, "the scheduler to read the clock", func() bool { return clock.Reads() > reads+5 })
 				clock.Set(mustTime(t, c.nextDay).Add(-100 * time.Millisecond))
-				waitFor(t, 10*time.Second, "the next day's firing", func() bool { return len(obs.list()) >= 2 })
+				testutil.WaitFor(t, 10*time.Second, "the next day's firing", func() bool { return len(obs.list()) >= 2 })
 				want = append(want, c.nextDay)
 			}
 			if err := stop(); err != nil {
@@ -448,9 +448,9 @@ func TestSchedulerFellBehind(t *testing.T) {
 	logs := &testutil.Buffer{}
 	clock := newFakeClock(mustTime(t, "2026-03-10T12:04:59.900Z"))
 	stop := run(t, newScheduler(t, c, stream, []Spec{spec}, append(fast(clock, obs, logs), WithCatchUpWindow(0))...))
-	waitFor(t, 10*time.Second, "12:05", func() bool { return len(obs.list()) >= 1 })
+	testutil.WaitFor(t, 10*time.Second, "12:05", func() bool { return len(obs.list()) >= 1 })
 	clock.Set(mustTime(t, "2026-03-10T12:31:00Z"))
-	waitFor(t, 10*time.Second, "the latest missed firing", func() bool { return len(obs.list()) >= 2 })
+	testutil.WaitFor(t, 10*time.Second, "the latest missed firing", func() bool { return len(obs.list()) >= 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestOutboxCorruptFile(t *testing.T) {
 	logs := &testutil.Buffer{}
 	stop := run(t, newScheduler(t, c, stream, []Spec{spec},
 		append(fast(newFakeClock(mustTime(t, "2026-03-10T12:01:00Z")), obs, logs), WithStateDir(state), WithCatchUpWindow(0))...))
-	waitFor(t, 10*time.Second, "the valid record", func() bool { return obs.count("=published") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the valid record", func() bool { return obs.count("=published") == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func TestRunWithoutSchedules(t *testing.T) {
 	if _, err := (&outbox{dir: dir}).put(NewEnvelope(gone, mustTime(t, "2026-03-10T11:00:00Z"))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the outbox record", func() bool { return len(obs.list()) == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the outbox record", func() bool { return len(obs.list()) == 1 })
 	if got := obs.list()[0]; got != gone.App+"/old@2026-03-10T11:00:00Z=published" {
 		t.Errorf("outcome %s", got)
 	}
@@ -560,9 +560,9 @@ func TestMemoryOutbox(t *testing.T) {
 	obs := &observed{}
 	stop := run(t, newScheduler(t, c, stream, []Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, nil), WithCatchUpWindow(0))...))
-	waitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
 	srv.Restart(t)
-	waitFor(t, 20*time.Second, "the outbox retry", func() bool { return obs.count("=published") == 1 })
+	testutil.WaitFor(t, 20*time.Second, "the outbox retry", func() bool { return obs.count("=published") == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

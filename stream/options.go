@@ -8,7 +8,8 @@ import (
 const (
 	// DefaultBlock is how long Read waits in XREADGROUP BLOCK for new
 	// entries before it returns (nil, nil), so the caller's loop sees its
-	// context at least this often (STYLE §4 "Bound blocking reads").
+	// context at least this often
+	// (docs/delivery.md#from-entry-to-acknowledgement: at most 2 s per call).
 	DefaultBlock = 2 * time.Second
 	// DefaultReclaimCount is the XAUTOCLAIM COUNT of one call in Reclaim.
 	DefaultReclaimCount = 100

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -168,7 +169,7 @@ func TestHeartbeatPreventsReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// c1 keeps working on live; stuck is abandoned and must be reclaimed.
-	waitFor(t, 5*time.Second, func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the abandoned entry reclaimed", func() bool {
 		if err := c1.Heartbeat(ctx, live); err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,8 @@ import (
 )
 
 // Source reads one Redis Stream as one consumer of one consumer group. It
-// implements relay.StreamSource, relay.Heartbeater and relay.Pinger.
+// implements relay.StreamSource and the optional relay.GroupEnsurer,
+// relay.PendingReporter and relay.Pinger.
 //
 // A Source is safe for concurrent use.
 type Source struct {

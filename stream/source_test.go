@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -89,7 +90,7 @@ func (f fixture) pel(t *testing.T) map[string]pelEntry {
 // waitIdle polls XPENDING until every id has been idle for at least d.
 func (f fixture) waitIdle(t *testing.T, d time.Duration, ids ...string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, func() bool {
+	testutil.WaitFor(t, 5*time.Second, "every entry idle for "+d.String(), func() bool {
 		rows, err := f.do(t, f.c.B().Xpending().Key(f.stream).Group(f.group).
 			Idle(d.Milliseconds()).Start("-").End("+").Count(10000).Build()).ToArray()
 		if err != nil {
@@ -108,22 +109,6 @@ func (f fixture) waitIdle(t *testing.T, d time.Duration, ids ...string) {
 		}
 		return true
 	})
-}
-
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatal(t.Context().Err())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 func ids(msgs []stream.Message) []string {
@@ -383,7 +368,7 @@ func TestReadBlockedWhenGroupOrStreamVanishes(t *testing.T) {
 				msgs, err := s.Read(t.Context(), 10)
 				done <- result{msgs, err}
 			}()
-			waitFor(t, 5*time.Second, func() bool {
+			testutil.WaitFor(t, 5*time.Second, "the read blocked in XREADGROUP", func() bool {
 				info, err := c.Do(t.Context(), c.B().Info().Section("clients").Build()).ToString()
 				if err != nil {
 					t.Fatal(err)
@@ -394,7 +379,7 @@ func TestReadBlockedWhenGroupOrStreamVanishes(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The retried read blocks again; give it an entry to return.
-			waitFor(t, 5*time.Second, func() bool {
+			testutil.WaitFor(t, 5*time.Second, "the retried read blocked again", func() bool {
 				if err := s.Ping(t.Context()); err != nil {
 					return false
 				}

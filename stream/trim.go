@@ -11,8 +11,8 @@ import (
 )
 
 // DefaultRetention is how long the source stream keeps an entry that no
-// consumer group still needs (REDIS_STREAM_RETENTION, docs/operations.md
-// "Retention").
+// consumer group still needs (REDIS_STREAM_RETENTION,
+// docs/operations.md#retention).
 const DefaultRetention = 24 * time.Hour
 
 // DefaultTrimLimit is the most entries one Trim removes as whole stream
@@ -61,7 +61,7 @@ type TrimResult struct {
 	// HeldBack reports that Floor is older than Cutoff: FloorGroup keeps
 	// entries the retention would remove. Cutoff.Sub(FloorTime) says by
 	// how much; a value that keeps growing is a stuck or abandoned group
-	// (docs/operations.md "Retention").
+	// (docs/operations.md#retention).
 	HeldBack bool
 	// More reports that the call stopped at its limit (WithTrimLimit)
 	// with due entries left: call Trim again.
@@ -70,7 +70,7 @@ type TrimResult struct {
 
 // Trim removes the entries of the stream that are older than retention
 // (by the time in their ids, against the Redis server's TIME) and that no
-// consumer group still needs (docs/operations.md "Retention"): it never
+// consumer group still needs (docs/operations.md#retention): it never
 // removes an entry at or after the safe floor, the smallest, over every
 // consumer group of the stream (Relay's or not), of the group's oldest
 // pending id and its last-delivered-id. So nothing pending and nothing

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -35,7 +36,7 @@ func (f fixture) waitOlder(t *testing.T, id string, d time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return f.serverMS(t) > int64(ms)+d.Milliseconds() })
+	testutil.WaitFor(t, 5*time.Second, "the entry older than "+d.String(), func() bool { return f.serverMS(t) > int64(ms)+d.Milliseconds() })
 }
 
 // publishFast appends n entries {"n": i} in one pipeline and returns

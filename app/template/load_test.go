@@ -10,31 +10,11 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/internal/apptest"
 )
 
-// writeApps writes templates into a temp apps root and loads it.
-func writeApps(t *testing.T, templates map[string]string) *app.Set {
-	t.Helper()
-	apps, err := template.LoadDir(testutil.AppsRoot(t, templates))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return apps
-}
-
-func loadOne(t *testing.T, name, src string) *app.App {
-	t.Helper()
-	apps := writeApps(t, map[string]string{name: src})
-	a := apps.Get(name)
-	if a == nil {
-		t.Fatalf("app %q not loaded", name)
-	}
-	return a
-}
-
 func TestLoadAppDefaults(t *testing.T) {
-	a := loadOne(t, "users", `
+	a := apptest.One(t, "users", `
 image: relay.local/busybox:latest
 events:
   - handler: events.created
@@ -56,7 +36,7 @@ events:
 }
 
 func TestLoadAppFull(t *testing.T) {
-	a := loadOne(t, "billing.v2", `
+	a := apptest.One(t, "billing.v2", `
 runtime: python3
 concurrency: 5
 warm: true
@@ -151,7 +131,7 @@ func TestLoadAppErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a := loadOne(t, "app", c.src)
+			a := apptest.One(t, "app", c.src)
 			if a.Available() {
 				t.Fatal("invalid template loaded as available")
 			}
@@ -176,7 +156,7 @@ func TestLoadAppErrors(t *testing.T) {
 }
 
 func TestInvalidAppDoesNotStopOthers(t *testing.T) {
-	apps := writeApps(t, map[string]string{
+	apps := apptest.Load(t, map[string]string{
 		"good":    "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 		"bad":     "image: x\nevents: [{handler: a.b, pattern: {k: v}}]\n",
 		"Invalid": "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
@@ -215,23 +195,23 @@ func TestLoadAppsIgnoresDirsWithoutTemplate(t *testing.T) {
 
 func TestHostileTemplateIsBounded(t *testing.T) {
 	big := "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n# " + strings.Repeat("x", 2<<20) + "\n"
-	a := loadOne(t, "big", big)
+	a := apptest.One(t, "big", big)
 	if a.Available() || !strings.Contains(a.Errors.Error(), "larger than") {
 		t.Errorf("oversized template: %v", a.Errors)
 	}
 	// Deep nesting is refused before the YAML parser sees it: the parser's
 	// memory grows with the square of the depth.
 	deep := "image: x\nevents: [{handler: a.b, pattern: " + strings.Repeat("{a: ", 400000) + "[v]" + strings.Repeat("}", 400000) + "}]\n"
-	d := loadOne(t, "deep", deep[:min(len(deep), 1<<20)])
+	d := apptest.One(t, "deep", deep[:min(len(deep), 1<<20)])
 	if d.Available() || !strings.Contains(d.Errors.Error(), "nests [ and { more than 64 deep") {
 		t.Errorf("deep template: %v", d.Errors)
 	}
 	indented := "image: x\nevents:\n" + strings.Repeat(" ", 300) + "- {handler: a.b, pattern: {k: [v]}}\n"
-	if a := loadOne(t, "indented", indented); a.Available() || !strings.Contains(a.Errors.Error(), "indented more than 256") {
+	if a := apptest.One(t, "indented", indented); a.Available() || !strings.Contains(a.Errors.Error(), "indented more than 256") {
 		t.Errorf("indented template: %v", a.Errors)
 	}
 	quoted := "image: x\nenv: {X: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}\nevents: [{handler: a.b, pattern: {k: [v]}}] # {{{{\n"
-	if a := loadOne(t, "quoted", quoted); !a.Available() {
+	if a := apptest.One(t, "quoted", quoted); !a.Available() {
 		t.Errorf("brackets in strings and comments are not nesting: %v", a.Errors)
 	}
 }
@@ -257,7 +237,7 @@ func TestTemplateMustBeARegularFile(t *testing.T) {
 
 // TestByteOrderMark: a template saved with a UTF-8 byte order mark loads.
 func TestByteOrderMark(t *testing.T) {
-	a := loadOne(t, "bom", "\xef\xbb\xbfimage: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n")
+	a := apptest.One(t, "bom", "\xef\xbb\xbfimage: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n")
 	if !a.Available() {
 		t.Fatalf("template with a BOM: %v", a.Errors.Err())
 	}
@@ -279,7 +259,7 @@ func TestTemplateDirectory(t *testing.T) {
 }
 
 func TestAnchorsAreFollowed(t *testing.T) {
-	a := loadOne(t, "anchored", "image: &img relay.local/busybox:latest\nevents:\n  - handler: a.b\n    pattern: &p {k: [v]}\n")
+	a := apptest.One(t, "anchored", "image: &img relay.local/busybox:latest\nevents:\n  - handler: a.b\n    pattern: &p {k: [v]}\n")
 	if !a.Available() || a.Spec.Image != "relay.local/busybox:latest" || len(a.Rules) != 1 {
 		t.Errorf("anchored template: %v %+v", a.Errors, a.Spec)
 	}

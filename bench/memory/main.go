@@ -1,9 +1,9 @@
-// Command memory measures the memory of one worker while 10,000 messages
-// are pending for it (issue #8, item 3c). The worker is a separate process
-// (this program re-executed) running a relay.Engine wired as relay start
-// wires it, with an in-process handler that blocks until released, so that
-// what is pending stays pending while it is measured. Each scenario gets a
-// fresh stream and a fresh worker process:
+// Command memory measures the memory of one worker while 10,000 messages are
+// pending for it (bench/RESULTS.md, section 3). The worker is a separate
+// process (this program re-executed) running a relay.Engine wired as relay
+// start wires it, with an in-process handler that blocks until released, so
+// that what is pending stays pending while it is measured. Each scenario gets
+// a fresh stream and a fresh worker process:
 //
 //   - idle: the worker started and read nothing; the baseline.
 //   - backlog: -messages new entries wait in the stream. The reader takes a

@@ -1,7 +1,7 @@
 // Command pipeline measures how fast Relay drains a stream, in events per
 // second, against the physical limit of its design: a minimal loop of
 // XREADGROUP COUNT k and one XACK of the k ids, over the same Redis, in the
-// same run (issue #8, item 3a).
+// same run (bench/RESULTS.md, section 1).
 //
 // For each mode and worker count it creates a fresh stream and consumer
 // group, appends -events events that the benchmark rule matches, starts the
@@ -22,7 +22,8 @@
 // measuring loop run in this process. Besides the rate, each row reports
 // the workers' CPU time and the Redis server's CPU time per event, and the
 // Redis commands per event (INFO commandstats deltas, commands run inside
-// scripts included), which is where the optimisations of item 4 come from.
+// scripts included), which is where the optimisations of section 4 of
+// bench/RESULTS.md come from.
 //
 // Without -redis it starts a private redis-server (no persistence) and
 // stops it at the end:

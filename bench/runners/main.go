@@ -1,5 +1,5 @@
 // Command runners measures end-to-end latency per invocation, XADD to XACK,
-// for each Runner (issue #8, item 3b): the process runner, one-shot
+// for each Runner (bench/RESULTS.md, section 2): the process runner, one-shot
 // containerd and, as its floor, `ctr run --rm` of the same image and
 // command; then a python3 app one-shot and warm (warm: true), the runtime
 // warm containers exist for.
@@ -359,8 +359,7 @@ func measureCtr(ctx context.Context, cfg config) (row, error) {
 
 // timedSource records when the Engine's XACK of an awaited message
 // returned. Embedding keeps every optional capability of *stream.Source
-// (Heartbeater, Pinger, PendingReporter, group creation) visible to the
-// Engine.
+// (GroupEnsurer, PendingReporter, Pinger) visible to the Engine.
 type timedSource struct {
 	*stream.Source
 	mu    sync.Mutex

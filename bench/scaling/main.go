@@ -1,5 +1,5 @@
 // Command scaling measures how Relay's throughput grows with workers and
-// streams on a 3-master Redis Cluster (docs/deployment.md "Scaling figures").
+// streams on a 3-master Redis Cluster (docs/deployment.md#scaling-figures).
 //
 // For each number of streams (-streams) and of workers (-workers) it fills
 // the streams with -events events in total, starts the workers, and times

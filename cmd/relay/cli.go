@@ -18,7 +18,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Exit codes (reference.md "CLI").
+// Exit codes (docs/operations.md#commands).
 const (
 	exitOK      = 0
 	exitFailure = 1
@@ -26,7 +26,7 @@ const (
 )
 
 // Globals are the flags every command shares, with the env fallbacks of
-// reference.md "Configuration".
+// docs/operations.md#configuration.
 type Globals struct {
 	RedisURI    string `name:"redis-uri" env:"REDIS_URI" help:"Redis address: host:port, redis://[user:pass@]host:port[,host:port...][/db] or rediss:// for TLS; several addresses are Redis Cluster seed nodes, or sentinels with --redis-sentinel-master." group:"redis"`
 	RedisStream string `name:"stream" env:"REDIS_STREAM" help:"Source stream; relay start also takes a comma list." group:"redis"`

@@ -1,7 +1,7 @@
 package main
 
 // Checks of the deployment files in deploy/observability against the
-// metrics this binary registers and reference.md "Observability".
+// metrics this binary registers and docs/observability.md#metrics.
 
 import (
 	"encoding/json"
@@ -23,9 +23,9 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// referenceMetricNames are the Prometheus names reference.md "Observability"
-// lists, without the relay_ prefix.
-var referenceMetricNames = []string{
+// documentedMetricNames are the Prometheus names
+// docs/observability.md#metrics lists, without the relay_ prefix.
+var documentedMetricNames = []string{
 	"events_received_total", "events_matched_total", "events_unmatched_total", "events_malformed_total",
 	"invocations_total", "invocation_duration_seconds", "retries_total", "dlq_entries_total",
 	"missing_payload_total", "pending_entries", "pending_oldest_age_seconds",
@@ -111,8 +111,8 @@ func histogramBase(series string) string {
 	return series
 }
 
-// TestDeployGrafanaDashboard: every metric reference.md lists has a panel, and
-// every relay_ metric a panel queries exists.
+// TestDeployGrafanaDashboard: every metric docs/observability.md lists has a
+// panel, and every relay_ metric a panel queries exists.
 func TestDeployGrafanaDashboard(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(deployDir, "grafana-dashboard.json"))
 	if err != nil {
@@ -168,9 +168,9 @@ func TestDeployGrafanaDashboard(t *testing.T) {
 	}
 	walk(dash.Panels)
 
-	for _, m := range referenceMetricNames {
+	for _, m := range documentedMetricNames {
 		if len(queried["relay_"+m]) == 0 {
-			t.Errorf("no panel shows relay_%s (reference.md \"Observability\")", m)
+			t.Errorf("no panel shows relay_%s (docs/observability.md#metrics)", m)
 		}
 	}
 	reg := registeredMetrics(t)

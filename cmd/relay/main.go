@@ -1,5 +1,6 @@
 // Command relay is the reference worker and operator CLI of Relay
-// (reference.md "CLI"). It only parses flags and wires the library.
+// (docs/operations.md#commands). It only parses flags and wires the
+// library.
 package main
 
 import (

@@ -48,8 +48,8 @@ type matchJSON struct {
 	Rules   []matchRuleJSON   `json:"rules,omitempty"`
 }
 
-// Run loads the apps root, matches one event against every rule as the
-// worker would (events.md "Dispatch and concurrency") and prints the
+// Run loads the apps root, matches one event against every rule as the worker
+// would (docs/delivery.md#from-entry-to-acknowledgement) and prints the
 // matching app/handler targets in dispatch order. It needs neither Redis nor
 // containerd. Rules of unavailable apps that parsed still match, as in the
 // worker, and are marked.

@@ -64,7 +64,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	cmd := exec.Command(bin, "start", "--runner", "process")
 	cmd.Env = append(os.Environ(), "REDIS_URI="+srv.Addr, "REDIS_STREAM="+streamName, "REDIS_GROUP=relay",
 		"RELAY_APPS="+apps, "RELAY_CONSUMER=metrics", "METRICS_ADDR="+addr,
-		"LOG_LEVEL=error") // handler output is forwarded at every log level (events.md)
+		"LOG_LEVEL=error") // handler output is forwarded at every log level (docs/observability.md#logs)
 	out := &testutil.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

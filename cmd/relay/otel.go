@@ -33,7 +33,7 @@ const (
 )
 
 // tracingSetup is what the standard OpenTelemetry variables ask for
-// (reference.md "Configuration", OTEL_*).
+// (docs/observability.md#turning-it-on).
 type tracingSetup struct {
 	// protocol is protoGRPC or protoHTTP; "" means tracing is off.
 	protocol string

@@ -16,7 +16,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 )
 
-// Connection modes (docs/deployment.md "Connecting to Redis"). REDIS_URI
+// Connection modes (docs/deployment.md#connecting-to-redis). REDIS_URI
 // always lists the addresses to dial first: the server itself, the seed
 // nodes of a Redis Cluster, or the sentinels when a master set is named.
 

@@ -41,7 +41,7 @@ func isolateRedisEnv(t *testing.T) {
 }
 
 // TestRedisOptions pins how each documented REDIS_URI form and setting
-// becomes client options (docs/deployment.md "Connecting to Redis").
+// becomes client options (docs/deployment.md#connecting-to-redis).
 func TestRedisOptions(t *testing.T) {
 	type want struct {
 		Addrs              []string

@@ -1,4 +1,5 @@
-// Package containerdtest connects tests to a real containerd (STYLE.md §8).
+// Package containerdtest connects tests to a real containerd
+// (docs/operations.md#local-services-for-development).
 //
 // Tests need root and CONTAINERD_ADDRESS, the socket of a running daemon:
 //

@@ -1,6 +1,6 @@
 // Package keys builds every Redis key name Relay uses. It is the only place
-// that spells the "relay:" prefix (DESIGN.md "Data layout in Redis", a wire
-// contract that other tools read).
+// that spells the "relay:" prefix (docs/delivery.md#data-layout-in-redis, a
+// wire contract that other tools read).
 package keys
 
 import (

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The strings are a wire contract (DESIGN.md); changing one breaks other tools.
+// The strings are a wire contract (docs/delivery.md#data-layout-in-redis);
+// changing one breaks other tools.
 func TestKeys(t *testing.T) {
 	at := time.Date(2026, 3, 8, 7, 0, 0, 500, time.FixedZone("x", 3600))
 	for _, c := range []struct{ got, want string }{

@@ -1,6 +1,6 @@
 // Package redisinfo reads facts about the Redis servers a client talks to
 // that Relay's guarantees depend on, for relay start and relay health to
-// warn about (docs/operations.md "Redis memory").
+// warn about (docs/operations.md#redis-memory).
 //
 // It reads INFO, not CONFIG GET, since managed Redis services often
 // disable CONFIG. It never changes a server and never closes the client.

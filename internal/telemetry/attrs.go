@@ -1,5 +1,5 @@
 // Package telemetry holds the names Relay's logs, metrics and traces share,
-// so every package spells them the same way (reference.md "Observability"),
+// so every package spells them the same way (docs/observability.md),
 // and the W3C Trace Context codec for stream fields, handler environments
 // and stored lineages (trace.go). It starts no exporter and reads no env.
 package telemetry

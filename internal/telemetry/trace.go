@@ -13,7 +13,7 @@ import (
 // creates.
 const InstrumentationName = "github.com/relaydev/relay"
 
-// Span names (reference.md "Observability").
+// Span names (docs/observability.md#spans).
 const (
 	// SpanStreamMessage covers one delivery of one stream entry: classify,
 	// run the due attempts, record, acknowledge. Kind consumer; a child of
@@ -46,9 +46,10 @@ const (
 )
 
 // Span attribute keys. The messaging ones follow the OpenTelemetry
-// messaging semantic conventions. Relay's own facts (reference.md lists app,
-// handler, attempt, result) use the keys of the log attributes above, so a
-// span and the log lines about it are searched with the same names.
+// messaging semantic conventions. Relay's own facts (app, handler, attempt,
+// result: docs/observability.md#spans) use the keys of the log attributes
+// above, so a span and the log lines about it are searched with the same
+// names.
 const (
 	AttrMessagingSystem        = attribute.Key("messaging.system")
 	AttrMessagingOperationType = attribute.Key("messaging.operation.type")

@@ -1,6 +1,6 @@
 -- pin.lua: store a reserved value once per message, first writer wins
--- (Store.Pin; the __schedule pin of a schedule occurrence, reference.md
--- "Schedules").
+-- (Store.Pin; the __schedule pin of a schedule occurrence,
+-- docs/schedules.md#pinning).
 --
 -- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
 -- ARGV[1]  reserved field, "__<name>"

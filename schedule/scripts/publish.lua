@@ -1,5 +1,5 @@
 -- publish.lua: publish one schedule occurrence at most once (Publisher.Publish,
--- reference.md "Schedules").
+-- docs/schedules.md#one-occurrence-however-many-workers).
 --
 -- KEYS[1]  dedup key, keys.ScheduleOccurrence(stream, app, schedule, at)
 -- KEYS[2]  the stream the occurrence goes to

@@ -73,8 +73,9 @@ func (w *slowWriter) String() string {
 // TestReproOutputTailLost: a handler writes 2,000 short lines and a last
 // one, then exits. It fits the pipe, so it exits at once, long before a
 // slow destination took it all; the runner then deletes the task, whose IO
-// cancellation closes the FIFOs with the rest unread. DESIGN.md: stdout is
-// forwarded verbatim; the last line must arrive.
+// cancellation closes the FIFOs with the rest unread. Standard output is
+// forwarded verbatim (docs/apps.md#the-handler-contract): the last line
+// must arrive.
 func TestReproOutputTailLost(t *testing.T) {
 	// Fixed: the runner drains output before deleting the task (drainOutput).
 	cc := containerdtest.Client(t)
@@ -134,7 +135,7 @@ func reproApps(t *testing.T) *app.Set {
 // waited, the entry was not in flight, so the heartbeat skipped it and its
 // idle time passed MinPendingIdle: another worker reclaimed it and
 // delivered it a second time while this one still held it.
-// docs/delivery.md "Concurrency and heartbeat": other workers must not
+// docs/delivery.md#concurrency-and-heartbeat: other workers must not
 // reclaim live work. Either fix passes: a busy worker leaves the entry in
 // the PEL for others (bounded reclaim), or it heartbeats what it holds;
 // what may not happen is that the worker owns the entry and lets it go
@@ -327,8 +328,8 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 // Sweep finds the container without a task yet, deletes it, and the task
 // containerd then finishes creating has no container: Sweep, which lists
 // containers and snapshots, never removes it, and its shim and runc init
-// stay. DESIGN.md: every container, task and snapshot Relay creates is
-// removed, and leftovers are swept.
+// stay. Every container, task and snapshot Relay creates is removed, and
+// leftovers are swept (docs/operations.md#containerd).
 func TestReproSweepOrphansTask(t *testing.T) {
 	// Fixed: Sweep also removes tasks whose container is gone (sweepOrphanTasks).
 	cc := containerdtest.Client(t)
@@ -373,35 +374,32 @@ func TestReproSweepOrphansTask(t *testing.T) {
 			_ = sweeper.Sweep(ctx)
 		}
 	})
-	for try := 0; try < 200 && len(orphans) == 0; try++ {
-		req := runtime.Request{App: "repro", Handler: "orphan.run", MessageID: "1-0", Attempt: 1, Event: []byte(`{}`), Timeout: 10 * time.Second,
-			Spec: runtime.Spec{Dir: dir, Image: containerdtest.Image, Command: []string{"/bin/true"}}}
-		_, _ = r.Run(ctx, req)
+	// orphanTasks lists the namespace's tasks whose container is gone.
+	orphanTasks := func() []string {
 		resp, err := cc.TaskService().List(nsCtx, &tasks.ListTasksRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		var ids []string
 		for _, tk := range resp.Tasks {
 			if _, err := cc.LoadContainer(nsCtx, tk.ID); err != nil {
-				orphans = append(orphans, tk.ID)
+				ids = append(ids, tk.ID)
 			}
 		}
+		return ids
+	}
+	for try := 0; try < 200 && len(orphans) == 0; try++ {
+		req := runtime.Request{App: "repro", Handler: "orphan.run", MessageID: "1-0", Attempt: 1, Event: []byte(`{}`), Timeout: 10 * time.Second,
+			Spec: runtime.Spec{Dir: dir, Image: containerdtest.Image, Command: []string{"/bin/true"}}}
+		_, _ = r.Run(ctx, req)
+		orphans = orphanTasks()
 	}
 	close(stop)
 	sweeps.Wait()
 	_ = sweeper.Sweep(ctx)
 	if len(orphans) > 0 {
 		// Give Sweep its chance: whatever it leaves now stays for good.
-		orphans = orphans[:0]
-		resp, err := cc.TaskService().List(nsCtx, &tasks.ListTasksRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tk := range resp.Tasks {
-			if _, err := cc.LoadContainer(nsCtx, tk.ID); err != nil {
-				orphans = append(orphans, tk.ID)
-			}
-		}
+		orphans = orphanTasks()
 	}
 	if len(orphans) > 0 {
 		t.Errorf("tasks left without their container after Sweep: %v", orphans)

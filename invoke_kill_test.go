@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/app/template"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -105,7 +104,7 @@ func startDoomed(t *testing.T, h *harness, templates map[string]string, env ...s
 // kill SIGKILLs the doomed worker once its handler started on message id.
 func kill(t *testing.T, cmd *exec.Cmd, marker, id string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "handler started in the worker process", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "handler started in the worker process", func() bool {
 		b, err := os.ReadFile(marker)
 		return err == nil && string(b) == id
 	})
@@ -131,7 +130,7 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 	// A second worker takes over after MinPendingIdle and the lease expiry.
 	h.handle("users/events.created", nil)
 	h.start("c1") // the harness's metrics registry is c1's
-	waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
+	testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
 	runs := h.calls.get("users/events.created")
 	if len(runs) != 1 {
 		t.Fatalf("survivor ran the handler %d times, want 1", len(runs))
@@ -156,7 +155,7 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 // slot taken by a handler, a second message waits for it. The waiting
 // invocation holds no claim, so when the worker is killed only the
 // attempt that ran is charged: the attempt count is the number of handler
-// runs (events.md "Delivery, retry, and ACK"), even with retries: 0. A
+// runs (docs/delivery.md#attempts-retries-backoff), even with retries: 0. A
 // first delivery takes the slot before claiming; a redelivery, which may
 // find state, claims first and gives the claim back for the wait.
 func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
@@ -181,7 +180,7 @@ func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
 			cmd, marker := startDoomed(t, h, map[string]string{"users": tmpl}, "RELAY_HELPER_CONCURRENCY_WAIT=1h")
 			// Either message may get the slot.
 			var running, waiting string
-			waitFor(t, 20*time.Second, "a handler started in the doomed worker", func() bool {
+			testutil.WaitFor(t, 20*time.Second, "a handler started in the doomed worker", func() bool {
 				b, err := os.ReadFile(marker)
 				running = string(b)
 				return err == nil && (running == first || running == second)
@@ -190,7 +189,7 @@ func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
 			if running == first {
 				waiting = second
 			}
-			waitFor(t, 20*time.Second, "the waiting message delivered to the doomed worker, without a claim", func() bool {
+			testutil.WaitFor(t, 20*time.Second, "the waiting message delivered to the doomed worker, without a claim", func() bool {
 				claimed := strings.HasPrefix(h.hash(waiting)["users/events.created"], "running:")
 				return h.owner(waiting) == "doomed" && !claimed
 			})
@@ -198,7 +197,7 @@ func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
 
 			h.handle("users/events.created", nil)
 			h.start("c1")
-			waitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
+			testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
 			runs := h.calls.get("users/events.created")
 			if len(runs) != 1 || runs[0].MessageID != waiting || runs[0].Attempt != 1 {
 				t.Fatalf("survivor runs = %+v, want only attempt 1 of %s", runs, waiting)

@@ -7,54 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay/schedule/cron"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 )
-
-// nightlyApp has one schedule firing at 03:00 in Berlin.
-const nightlyApp = `
-image: relay.local/busybox:latest
-schedules:
-  - name: nightly
-    handler: jobs.nightly
-    cron: "0 3 * * *"
-    timezone: Europe/Berlin
-    timeout: 5s
-    retries: 1
-`
-
-// nightlyAt is a real firing of nightlyApp's schedule (03:00 CET).
-var nightlyAt = time.Date(2026, 1, 15, 2, 0, 0, 0, time.UTC)
-
-func nightlySpec() schedule.Spec {
-	berlin, _ := time.LoadLocation("Europe/Berlin")
-	return schedule.Spec{App: "billing", Name: "nightly", Handler: "jobs.nightly", Cron: cron.MustParse("0 3 * * *", berlin)}
-}
-
-// publishOccurrence publishes through the real publish script.
-func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
-	h.t.Helper()
-	pub, err := schedule.NewPublisher(h.rc, h.stream)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	// Dedup keys are shared by every test on the server.
-	h.rc.Do(context.Background(), h.rc.B().Del().Key(keys.ScheduleOccurrence(h.stream, spec.App, spec.Name, at)).Build())
-	if ok, err := pub.Publish(context.Background(), spec, at); err != nil || !ok {
-		h.t.Fatalf("publish occurrence: %v %v", ok, err)
-	}
-	entries, err := h.rc.Do(context.Background(), h.rc.B().Xrevrange().Key(h.stream).End("+").Start("-").Count(1).Build()).AsXRange()
-	if err != nil || len(entries) != 1 {
-		h.t.Fatalf("read back the occurrence: %v %v", entries, err)
-	}
-	h.last = entries[0].ID
-	return h.last
-}
 
 func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) {
 	// An event rule that matches the occurrence envelope: occurrences
@@ -66,7 +25,7 @@ func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) 
 	h.handle("billing/jobs.spy", nil)
 	h.start("c1")
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
 
 	req := h.calls.get("billing/jobs.nightly")[0]
 	var in map[string]any
@@ -109,16 +68,16 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 	h.handle("billing/jobs.renamed", nil)
 	stop := h.start("c1", backoff(300*time.Millisecond))
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
 	stop()
 
 	// The template now names another handler, a longer timeout and no
 	// retries; the pinned occurrence keeps the first delivery's.
-	h.apps = writeApps(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
+	h.apps = apptest.Load(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
 	fail = false
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 10*time.Second, "ack", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("billing/jobs.renamed"); n != 0 {
 		t.Errorf("the new handler ran %d times", n)
 	}
@@ -145,7 +104,7 @@ func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 			h.handle("other/jobs.nightly", nil)
 			h.start("c1")
 			h.publishOccurrence(nightlySpec(), nightlyAt)
-			waitFor(t, 5*time.Second, "ack", h.settled)
+			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
 			if n := h.calls.count("billing/jobs.nightly") + h.calls.count("other/jobs.nightly"); n != 0 {
 				t.Errorf("%d handler runs", n)
 			}
@@ -153,6 +112,34 @@ func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 				t.Errorf("DLQ entries: %+v", es)
 			}
 		})
+	}
+}
+
+// TestObsoleteOccurrenceOfARemovedAppIsRetained: an occurrence whose first
+// attempt failed, redelivered after its app was removed, is acknowledged
+// as obsolete, and its state switched to retention like every other
+// acknowledged message's (docs/delivery.md#invocation-state), not leaked
+// without a TTL.
+func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })
+	stop := h.start("c1", backoff(time.Hour))
+	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	testutil.WaitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	stop()
+	if ttl := h.ttl(id); ttl >= 0 {
+		t.Fatalf("state TTL while pending = %v, want none", ttl)
+	}
+
+	h.apps = apptest.Load(t, map[string]string{"other": usersApp})
+	h.reg = prometheus.NewRegistry()
+	h.start("c1")
+	testutil.WaitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
+	if ttl := h.ttl(id); ttl <= 0 {
+		t.Errorf("state TTL after the ack = %v, want the retention TTL: %v", ttl, h.hash(id))
+	}
+	if es := h.dlqEntries(); len(es) != 0 {
+		t.Errorf("DLQ entries: %+v, want none for an obsolete occurrence", es)
 	}
 }
 
@@ -174,7 +161,7 @@ func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
 			h.handle("billing/jobs.nightly", nil)
 			h.start("c1")
 			id := h.publish("event", c.event)
-			waitFor(t, 5*time.Second, "ack", h.settled)
+			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
 			if n := h.calls.count("billing/jobs.nightly"); n != 0 {
 				t.Errorf("handler ran %d times", n)
 			}
@@ -198,16 +185,16 @@ func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
 	h.handle("billing/jobs.nightly", nil)
 	stop := h.start("c1")
 	h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
+	testutil.WaitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
 	stop()
 	if n := h.pending(); n != 1 {
 		t.Errorf("pending = %d, want 1", n)
 	}
 
-	h.apps = writeApps(t, map[string]string{"billing": nightlyApp})
+	h.apps = apptest.Load(t, map[string]string{"billing": nightlyApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
 }
 
 func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
@@ -215,7 +202,7 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 3} })
 	h.start("c1", backoff(50*time.Millisecond))
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 10*time.Second, "ack", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
 	if n := h.calls.count("billing/jobs.nightly"); n != 2 {
 		t.Errorf("%d attempts, want 2 (retries: 1)", n)
 	}
@@ -230,7 +217,7 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 }
 
 func TestScheduleSpecs(t *testing.T) {
-	apps := writeApps(t, map[string]string{"billing": nightlyApp, "users": usersApp})
+	apps := apptest.Load(t, map[string]string{"billing": nightlyApp, "users": usersApp})
 	specs := apps.ScheduleSpecs()
 	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Cron.Location().String() != "Europe/Berlin" {
 		t.Fatalf("specs = %+v", specs)

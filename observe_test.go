@@ -10,16 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay/stats"
-
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -131,7 +132,7 @@ func TestStatsCountAKnownSequence(t *testing.T) {
 		h.publish("event", fmt.Sprintf(`{"kind":%q}`, kind))
 	}
 	h.publish("event", `[1]`)
-	waitFor(t, 10*time.Second, "all settled", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "all settled", func() bool {
 		return h.settled() && len(h.dlqEntries()) == 2 && h.calls.count("shop/flaky.run") == 2
 	})
 	stop1()
@@ -165,15 +166,15 @@ func TestStatsNeverHoldUpMessages(t *testing.T) {
 	statsWorker(h, "c1", statsClient)
 	h.publish("event", `{"kind":"ok"}`)
 	h.publish("event", `{"kind":"other"}`)
-	waitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.count("shop/ok.run") == 1 })
-	waitFor(t, 5*time.Second, "stats failure logged", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.count("shop/ok.run") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "stats failure logged", func() bool {
 		return strings.Contains(h.logs.String(), "writing stats failed")
 	})
 
 	statsSrv.Restart(t)
 	want := stats.Counts{Received: 2, Matched: 1, Unmatched: 1, Successes: 1}
 	var got stats.Counts
-	waitFor(t, 10*time.Second, "counts written after the outage", func() bool {
+	testutil.WaitFor(t, 10*time.Second, "counts written after the outage", func() bool {
 		var err error
 		got, err = stats.Read(context.Background(), statsClient, h.stream, h.group)
 		return err == nil && got == want
@@ -205,7 +206,7 @@ func TestReadStats(t *testing.T) {
 }
 
 func TestStatsIntervalValidates(t *testing.T) {
-	apps := writeApps(t, map[string]string{"users": usersApp})
+	apps := apptest.Load(t, map[string]string{"users": usersApp})
 	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{StatsInterval: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "Config.StatsInterval") {
 		t.Errorf("NewEngine error %v does not name Config.StatsInterval", err)

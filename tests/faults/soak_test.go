@@ -6,7 +6,7 @@
 // ledger in Redis: every handler run and runtime call, the invocation state
 // each started under, every acknowledgement checked against the state, and
 // the deletions the reclaim found. Once the run quiesces, checkLedger
-// compares Redis with what events.md guarantees and the soak logs the
+// compares Redis with what docs/delivery.md promises and the soak logs the
 // figures as a table.
 //
 // TestSoakWithRandomKills and TestSoakWithRedisRestarts run in-process Go

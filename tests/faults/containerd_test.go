@@ -96,10 +96,10 @@ var containerdRules = map[string]rule{
 // runner against a private containerd, publishes a few hundred events whose
 // busybox handlers succeed, fail a few times, always fail, hang past their
 // timeout or write megabytes to stdout, and meanwhile SIGKILLs workers
-// (preferably while they run containers), restarts containerd (twice for
-// 300 events) and deletes pending entries. The ledger check then holds
-// Redis to events.md, and no container, task or snapshot may be left once
-// the workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
+// (preferably while they run containers), restarts containerd (twice for 300
+// events) and deletes pending entries. The ledger check then holds Redis to
+// docs/delivery.md, and no container, task or snapshot may be left once the
+// workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
 // counted). Idle shims containerd leaves behind are counted and stopped.
 func TestContainerdSoak(t *testing.T) {
 	if testing.Short() {
@@ -120,7 +120,7 @@ func TestContainerdSoak(t *testing.T) {
 	state := t.TempDir()
 	containerdScript(t, "start", state)
 	// Registered first, so it runs after containerdtest's own cleanup.
-	t.Cleanup(func() { _ = exec.Command("bash", "../scripts/containerd.sh", "stop", state).Run() })
+	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
 	socket := filepath.Join(state, "containerd", "containerd.sock")
 	t.Setenv(containerdtest.EnvAddress, socket)
 	var ns string
@@ -421,7 +421,7 @@ func containerdEvents() int {
 // daemon under a state directory and stops only the PID it started.
 func containerdScript(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := exec.Command("bash", append([]string{"../scripts/containerd.sh"}, args...)...).CombinedOutput()
+	out, err := exec.Command("bash", append([]string{"../../scripts/containerd.sh"}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
 	}

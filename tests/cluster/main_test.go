@@ -33,7 +33,7 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 func buildRelay(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "relay")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/relay").CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, "../../cmd/relay").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -5,21 +5,88 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
+
+func TestDispatchOrderIsAppNameThenDeclaration(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"zeta":  "image: x\nevents:\n  - {handler: m.z1, pattern: {k: [v]}}\n",
+		"alpha": "image: x\nevents:\n  - {handler: m.a2, pattern: {k: [v]}}\n  - {handler: m.a1, pattern: {k: [{exists: true}]}}\n",
+	})
+	var mu sync.Mutex
+	var order []string
+	rec := func(_ context.Context, req runtime.Request) error {
+		mu.Lock()
+		order = append(order, req.App+"/"+req.Handler)
+		mu.Unlock()
+		return nil
+	}
+	for _, k := range []string{"zeta/m.z1", "alpha/m.a2", "alpha/m.a1"} {
+		h.handle(k, rec)
+	}
+	h.start("c1")
+	h.publish("event", `{"k":"v"}`)
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() })
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(order, ","); got != "alpha/m.a2,alpha/m.a1,zeta/m.z1" {
+		t.Errorf("order = %s", got)
+	}
+}
+
+func TestUnreadableTemplateHoldsEveryMessage(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"orders": "image: x\nevents:\n  - {handler: o.created, pattern: {t: [order]}}\n  - {handler: o.other, pattern: {t: [other]\n",
+		"users":  usersApp,
+	})
+	if got := h.apps.Incomplete(); len(got) != 1 || got[0] != "orders" {
+		t.Fatalf("Incomplete = %v", got)
+	}
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	unmatched := h.publish("event", `{"t":"order"}`)
+	matched := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
+	if h.pending() != 2 {
+		t.Errorf("pending = %d; with an unreadable template nothing may be acknowledged", h.pending())
+	}
+	if h.calls.count("users/events.created") != 1 {
+		t.Error("a succeeded invocation ran again while its message was held")
+	}
+	if !strings.Contains(h.logs.String(), "apps have rules that could not be read") {
+		t.Error("no startup error names the incomplete app")
+	}
+}
+
+func TestRuleWithBadHandlerStillMatchesAndHolds(t *testing.T) {
+	h := newHarness(t, map[string]string{"orders": "image: x\nevents:\n  - {handler: nodot, pattern: {t: [order]}}\n"})
+	if len(h.apps.Incomplete()) != 0 || h.apps.Get("orders").Available() {
+		t.Fatal("a readable pattern with a bad handler should be complete but unavailable")
+	}
+	h.start("c1")
+	id := h.publish("event", `{"t":"order"}`)
+	testutil.WaitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
+	if h.pending() != 1 || h.counter("relay_events_unmatched_total") != 0 {
+		t.Error("an event matching an unavailable app's rule was treated as unmatched")
+	}
+}
 
 // TestRedeliveryDrivesInvocationsTheEventNoLongerMatches: an event is
 // classified at its first delivery. Its rule's now() cutoff passes while
 // the failed invocation waits for its retry; the redelivery must still run
 // the retry rather than acknowledge the message as unmatched and drop the
-// invocation (events.md "Guarantees summary": no message is acknowledged
-// while any invocation is unresolved).
+// invocation (docs/delivery.md#outcomes: a message is acknowledged only
+// when every outcome is terminal).
 func TestRedeliveryDrivesInvocationsTheEventNoLongerMatches(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: x
@@ -36,7 +103,7 @@ events:
 	// The retry is due after the cutoff has passed.
 	h.start("c1", backoff(1500*time.Millisecond))
 	id := h.publish("event", fmt.Sprintf(`{"at":%q}`, time.Now().UTC().Format(time.RFC3339Nano)))
-	waitFor(t, 10*time.Second, "the message settled", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 
 	runs := h.calls.get("users/events.recent")
 	if len(runs) != 2 || runs[1].Attempt != 2 {
@@ -86,16 +153,16 @@ events:
 			h.handle("a/h.two", func(context.Context, runtime.Request) error { return errors.New("transient") })
 			stop := h.start("c1", backoff(300*time.Millisecond))
 			id := h.publish("event", `{"kind":"x"}`)
-			waitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
+			testutil.WaitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
 			stop()
 			if h.pending() != 1 {
 				t.Fatalf("pending after the first worker stopped = %d, want 1", h.pending())
 			}
 
-			h.apps = writeApps(t, after)
+			h.apps = apptest.Load(t, after)
 			h.reg = prometheus.NewRegistry()
 			h.start("c1")
-			waitFor(t, 10*time.Second, "the message settled", h.settled)
+			testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 
 			es := h.dlqEntries()
 			if len(es) != 1 {
@@ -116,34 +183,6 @@ events:
 				t.Errorf("state TTL after the ack = %v, want the retention TTL", ttl)
 			}
 		})
-	}
-}
-
-// TestObsoleteOccurrenceOfARemovedAppIsRetained: an occurrence whose first
-// attempt failed, redelivered after its app was removed, is acknowledged
-// as obsolete, and its state switched to retention like every other
-// acknowledged message's (events.md "Invocation state persistence"), not
-// leaked without a TTL.
-func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
-	h := newHarness(t, map[string]string{"billing": nightlyApp})
-	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })
-	stop := h.start("c1", backoff(time.Hour))
-	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	waitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
-	stop()
-	if ttl := h.ttl(id); ttl >= 0 {
-		t.Fatalf("state TTL while pending = %v, want none", ttl)
-	}
-
-	h.apps = writeApps(t, map[string]string{"other": usersApp})
-	h.reg = prometheus.NewRegistry()
-	h.start("c1")
-	waitFor(t, 10*time.Second, "the occurrence acknowledged", h.settled)
-	if ttl := h.ttl(id); ttl <= 0 {
-		t.Errorf("state TTL after the ack = %v, want the retention TTL: %v", ttl, h.hash(id))
-	}
-	if es := h.dlqEntries(); len(es) != 0 {
-		t.Errorf("DLQ entries: %+v, want none for an obsolete occurrence", es)
 	}
 }
 
@@ -172,7 +211,7 @@ events:
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	first := h.publish("event", fmt.Sprintf(`{"at":%q,"n":1}`, at))
 	second := h.publish("event", fmt.Sprintf(`{"at":%q,"n":2}`, at))
-	waitFor(t, 15*time.Second, "both messages settled", h.settled)
+	testutil.WaitFor(t, 15*time.Second, "both messages settled", h.settled)
 
 	ran := map[string]int{}
 	for _, r := range h.calls.get("users/events.recent") {
@@ -209,7 +248,7 @@ events:
 	h.handle("a/h.two", nil)
 	stop := h.start("c1", shutdownTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"kind":"x"}`)
-	waitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
 	stop()
 	st := h.hash(id)
 	for _, f := range []string{"a/h.one", "a/h.two"} {
@@ -219,10 +258,10 @@ events:
 	}
 
 	// h.one removed, h.two's rule no longer matching the event.
-	h.apps = writeApps(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
+	h.apps = apptest.Load(t, map[string]string{"a": "image: x\nevents:\n  - {handler: h.two, pattern: {kind: [y]}}\n"})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	waitFor(t, 10*time.Second, "the message settled", h.settled)
+	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 	if n := h.calls.count("a/h.two"); n != 1 {
 		t.Errorf("h.two ran %d times, want 1: recorded, it runs though the event no longer matches", n)
 	}

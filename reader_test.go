@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // TestRunLeavesNoMessageGoroutines: goroutines that handle message after
@@ -25,12 +27,12 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 	for i := range 40 {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
-	waitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.count("users/events.created") > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.count("users/events.created") > 0 })
 	if n := countGoroutines("relay.(*Engine).handleLoop"); n == 0 {
 		t.Fatal("no message goroutine while a handler runs: the test no longer sees them")
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "every message acknowledged", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "every message acknowledged", func() bool { return h.settled() })
 	if got := h.calls.count("users/events.created"); got != 40 {
 		t.Fatalf("handler ran %d times for 40 messages", got)
 	}
@@ -51,4 +53,28 @@ func countGoroutines(fn string) int {
 		}
 	}
 	return n
+}
+
+// TestIdleReaderLeavesSlotsToReclaim: while the stream has nothing new, the
+// reader's blocking XREADGROUP holds one message slot, not all of them, so
+// entries reclaimed from a dead consumer start at once instead of waiting
+// for the block (8s here) to end.
+func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	ctx := context.Background()
+	const n = 10
+	for i := range n {
+		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
+	}
+	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
+		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
+	}
+	h.handle("users/events.created", nil)
+	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
+	h.start("c1")
+	testutil.WaitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
+	if got := h.calls.count("users/events.created"); got != n {
+		t.Errorf("handler ran %d times for %d entries", got, n)
+	}
 }

@@ -78,7 +78,7 @@ type figures struct {
 	orphanTasks, idleShims                   int
 }
 
-// checkLedger compares Redis with the expectation of events.md after the
+// checkLedger compares Redis with the promises of docs/delivery.md after the
 // soak quiesced, reports every violation with t.Errorf (the first 20 in
 // detail) and returns the figures.
 func checkLedger(t *testing.T, in ledgerInput) figures {
@@ -254,8 +254,9 @@ func checkLedger(t *testing.T, in ledgerInput) figures {
 			report("%s (%s): state %q with %d DLQ entries, want ok and none", id, ev.kind, v, len(es))
 		}
 		if st["__terminal"] == "" {
-			// A kill between XACK and retain leaks the hash (events.md);
-			// it must then never expire early, so it has no TTL.
+			// A kill between XACK and retain leaks the hash
+			// (docs/delivery.md#invocation-state); it must then never
+			// expire early, so it has no TTL.
 			f.leakedStates++
 			ttl, err := rc.Do(ctx, rc.B().Pttl().Key(keys.Invocation(in.stream, soakGroup, id)).Build()).AsInt64()
 			if err != nil || ttl != -1 {

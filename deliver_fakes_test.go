@@ -1,0 +1,425 @@
+package relay_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/relaytest"
+	"github.com/relaydev/relay/runtime"
+)
+
+// The tests in this file drive an Engine with its production timings (1m
+// MinPendingIdle, 30s reclaim interval, 1m/2m/... backoff, 30s lease
+// grace) on relaytest's fakes, inside a testing/synctest bubble: the
+// Engine's timers and the fakes' clock are the bubble's, so the minutes
+// pass in virtual time and the times the tests assert are exact. The
+// integration tests beside them run the same paths on a real redis-server
+// with shrunk timings.
+
+// The fake world has one app, "shop", with one rule: orders.charge on
+// {"kind":"order"}.
+const (
+	fakeStream = "events"
+	fakeGroup  = "workers"
+	fakeField  = "shop/orders.charge"
+)
+
+// onFakes is one stream and consumer group, its invocation state, its
+// dead-letter queue and a scripted Runner, all in memory. Build it inside
+// the bubble.
+type onFakes struct {
+	t      *testing.T
+	src    *relaytest.Stream
+	state  *relaytest.StateStore
+	dlq    *relaytest.DLQ
+	runner *startTimes
+	apps   *app.Set
+}
+
+// startTimes is a fake Runner that also records when each run started.
+type startTimes struct {
+	*relaytest.Runner
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *startTimes) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	s.mu.Lock()
+	s.at = append(s.at, time.Now())
+	s.mu.Unlock()
+	return s.Runner.Run(ctx, req)
+}
+
+func (s *startTimes) starts() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.at...)
+}
+
+// newOnFakes builds the fakes, with opts (WithClock) for the stream, the
+// state store and the DLQ, and the shop app with rule (its Handler and
+// Pattern are filled in).
+func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes {
+	t.Helper()
+	pattern, err := matcher.Parse("shop", []byte(`{kind: [order]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule.Handler, rule.Pattern = "orders.charge", pattern
+	apps, err := app.NewSet(&app.App{Name: "shop", Rules: []app.Rule{rule}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &onFakes{
+		t:      t,
+		src:    relaytest.NewStream(opts...),
+		state:  relaytest.NewStateStore(opts...),
+		dlq:    relaytest.NewDLQ(fakeStream, opts...),
+		runner: &startTimes{Runner: relaytest.NewRunner()},
+		apps:   apps,
+	}
+}
+
+// run starts an Engine as consumer with cfg (zero fields are the
+// production defaults; the log is discarded unless cfg sets a Logger)
+// until the test ends or stop is called.
+func (f *onFakes) run(consumer string, cfg relay.Config) (stop func()) {
+	f.t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e, err := relay.NewEngine(f.apps, relay.Components{
+		Source: f.src.Consumer(consumer), State: f.state, Runner: f.runner, DLQ: f.dlq,
+		Stream: fakeStream, Group: fakeGroup, Consumer: consumer,
+	}, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return runEngine(f.t, e)
+}
+
+// publish appends an order event and returns its id.
+func (f *onFakes) publish() string {
+	f.t.Helper()
+	id, err := f.src.Publish(context.Background(), map[string]string{"event": `{"kind":"order"}`})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return id
+}
+
+// settle lets virtual time pass until every entry was delivered and
+// nothing is pending, failing after limit, and then until every goroutine
+// of the bubble is blocked: the Engine retains a message's state after its
+// XACK, in a step of its own.
+func (f *onFakes) settle(limit time.Duration) {
+	f.t.Helper()
+	for deadline := time.Now().Add(limit); f.src.Lag() > 0 || len(f.src.Pending()) > 0; {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("still pending after %s of virtual time: %+v", limit, f.src.Pending())
+		}
+		time.Sleep(time.Second)
+	}
+	synctest.Wait()
+}
+
+// value returns the state of the shop/orders.charge invocation of id.
+func (f *onFakes) value(id string) string {
+	return f.state.Get(invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id})[fakeField]
+}
+
+// wantRetained fails the test unless id's state is retained with the
+// production retention TTL and its invocation's value starts with prefix.
+func (f *onFakes) wantRetained(id, prefix string) {
+	f.t.Helper()
+	key := invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}
+	st := f.state.Get(key)
+	if !strings.HasPrefix(st[fakeField], prefix) || st["__terminal"] != "1" {
+		f.t.Errorf("state of %s = %v, want %s... and retained", id, st, prefix)
+	}
+	if ttl, ok := f.state.TTL(key); !ok || ttl <= relay.DefaultRetention-time.Hour || ttl > relay.DefaultRetention {
+		f.t.Errorf("retention TTL of %s = %s (%v), want about %s", id, ttl, ok, relay.DefaultRetention)
+	}
+}
+
+// A failed attempt's retry runs no earlier than its backoff and no later
+// than the first reclaim that finds the message idle after it: the retry
+// timing is quantized by MinPendingIdle and the reclaim interval
+// (docs/delivery.md#attempts-retries-backoff).
+func TestFakesRetryRunsAtTheFirstReclaimAfterItsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Retries: 2})
+		f.runner.Script(fakeField, relaytest.Fail(1, "card declined"), relaytest.Fail(1, "card declined"))
+		f.run("c1", relay.Config{})
+		id := f.publish()
+		f.settle(time.Hour)
+
+		reqs, at := f.runner.Requests(fakeField), f.runner.starts()
+		if len(reqs) != 3 {
+			t.Fatalf("runs = %+v, want attempts 1, 2 and 3", reqs)
+		}
+		for i, r := range reqs {
+			if r.Attempt != i+1 || r.MessageID != id {
+				t.Errorf("run %d = attempt %d of %s, want attempt %d of %s", i+1, r.Attempt, r.MessageID, i+1, id)
+			}
+		}
+		for i, backoff := range relay.DefaultBackoff[:2] {
+			gap := at[i+1].Sub(at[i])
+			latest := backoff + relay.DefaultMinPendingIdle + relay.DefaultReclaimInterval
+			if gap < backoff || gap > latest {
+				t.Errorf("attempt %d ran %s after attempt %d, want between its backoff %s and %s", i+2, gap, i+1, backoff, latest)
+			}
+		}
+		f.wantRetained(id, "ok")
+		if es, _ := f.dlq.List(context.Background(), dlq.Filter{}); len(es) != 0 {
+			t.Errorf("DLQ = %+v, want nothing: the last attempt succeeded", es)
+		}
+	})
+}
+
+// Leases, backoffs and PEL idle times are read from the server's clock
+// (docs/delivery.md#invocation-state), here a ManualClock of the fakes,
+// not from the worker's: an hour on the worker's clock (the bubble's)
+// redelivers nothing and runs no retry while the server's clock stands
+// still; once it passes the backoff, the next reclaim runs the retry.
+func TestFakesRetryWaitsForTheServersClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		server := relaytest.NewManualClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+		f := newOnFakes(t, app.Rule{Retries: 1}, relaytest.WithClock(server))
+		f.runner.Script(fakeField, relaytest.Fail(1, "busy"))
+		f.run("c1", relay.Config{})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+
+		time.Sleep(time.Hour)
+		if reqs := f.runner.Requests(fakeField); len(reqs) != 1 {
+			t.Fatalf("runs after an hour of worker time = %+v, want only attempt 1", reqs)
+		}
+		if p := f.src.Pending(); len(p) != 1 || p[0].Deliveries != 1 {
+			t.Fatalf("PEL = %+v, want %s delivered once", p, id)
+		}
+		if v := f.value(id); !strings.HasPrefix(v, "next_attempt_at:") {
+			t.Fatalf("state = %q, want the retry recorded", v)
+		}
+
+		server.Advance(relay.DefaultBackoff[0])
+		reqs, err := f.runner.WaitRuns(t.Context(), fakeField, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reqs[1].Attempt != 2 {
+			t.Errorf("second run = attempt %d, want 2", reqs[1].Attempt)
+		}
+		f.settle(time.Hour)
+		f.wantRetained(id, "ok")
+	})
+}
+
+// A handler that runs for ten times MinPendingIdle is kept by its worker's
+// heartbeat: another worker reclaiming every 30s never takes the entry,
+// its delivery count stays 1 and the handler runs once
+// (docs/delivery.md#concurrency-and-heartbeat).
+func TestFakesHeartbeatKeepsALongHandlerFromReclaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 15 * time.Minute})
+		release := make(chan struct{})
+		f.runner.Script(fakeField, relaytest.Block(release, relaytest.Succeed()))
+		f.run("c1", relay.Config{})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		f.run("c2", relay.Config{})
+
+		time.Sleep(10 * relay.DefaultMinPendingIdle)
+		if p := f.src.Pending(); len(p) != 1 || p[0].ID != id || p[0].Consumer != "c1" || p[0].Deliveries != 1 {
+			t.Errorf("PEL after 10m of a running handler = %+v, want %s with c1, delivered once", p, id)
+		}
+		close(release)
+		f.settle(time.Hour)
+		if reqs := f.runner.Requests(fakeField); len(reqs) != 1 {
+			t.Errorf("runs = %+v, want one", reqs)
+		}
+		f.wantRetained(id, "ok")
+	})
+}
+
+// Entries a consumer read and then left (it died before claiming
+// anything) are taken over by a live worker once they have been idle for
+// MinPendingIdle, at the next reclaim, and run as attempt 1
+// (docs/delivery.md#from-entry-to-acknowledgement).
+func TestFakesDeadConsumersEntriesAreReclaimedAfterMinPendingIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		var ids []string
+		for range 3 {
+			ids = append(ids, f.publish())
+		}
+		if msgs, err := f.src.Consumer("dead").Read(t.Context(), 3); err != nil || len(msgs) != 3 {
+			t.Fatalf("dead consumer read %d entries (%v), want 3", len(msgs), err)
+		}
+		readAt := time.Now()
+		f.run("c1", relay.Config{})
+		f.settle(time.Hour)
+
+		reqs, at := f.runner.Requests(fakeField), f.runner.starts()
+		if len(reqs) != 3 {
+			t.Fatalf("runs = %+v, want one per entry", reqs)
+		}
+		latest := relay.DefaultMinPendingIdle + relay.DefaultReclaimInterval
+		for i, r := range reqs {
+			if r.Attempt != 1 {
+				t.Errorf("%s ran as attempt %d, want 1: the dead consumer claimed nothing", r.MessageID, r.Attempt)
+			}
+			if after := at[i].Sub(readAt); after < relay.DefaultMinPendingIdle || after > latest {
+				t.Errorf("%s ran %s after the dead consumer read it, want between %s and %s", r.MessageID, after, relay.DefaultMinPendingIdle, latest)
+			}
+		}
+		for _, id := range ids {
+			f.wantRetained(id, "ok")
+		}
+	})
+}
+
+// A worker that dies mid-handler leaves its claim running. The next
+// delivery finds the lease expired only after the rule's timeout plus the
+// lease grace, and then charges the lost attempt
+// (docs/delivery.md#attempts-retries-backoff): with a retry left, attempt
+// 2 runs; when it was the last attempt, the invocation is dead-lettered
+// without running again. Either way the loss is counted once, as
+// relay_invocations_total{outcome="lost"}.
+func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		retries int
+	}{{"retry left", 1}, {"last attempt", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newOnFakes(t, app.Rule{Retries: c.retries})
+				id := f.publish()
+				// The dead worker read the entry and claimed attempt 1 with
+				// the lease an Engine takes: timeout (the default 30s) plus
+				// the lease grace.
+				if _, err := f.src.Consumer("dead").Read(t.Context(), 1); err != nil {
+					t.Fatal(err)
+				}
+				lease := app.DefaultTimeout + relay.DefaultLeaseGrace
+				claim, err := f.state.Claim(t.Context(), invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}, fakeField, lease, c.retries+1)
+				if err != nil || claim.Status != invocation.Claimed {
+					t.Fatalf("dead worker's claim = %+v, %v", claim, err)
+				}
+				claimedAt := time.Now()
+
+				reg := prometheus.NewRegistry()
+				f.run("c1", relay.Config{Metrics: reg})
+				f.settle(time.Hour)
+
+				reqs, at := f.runner.Requests(fakeField), f.runner.starts()
+				es, err := f.dlq.List(context.Background(), dlq.Filter{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.retries > 0 {
+					if len(reqs) != 1 || reqs[0].Attempt != 2 {
+						t.Fatalf("runs = %+v, want attempt 2 only", reqs)
+					}
+					if after := at[0].Sub(claimedAt); after < lease {
+						t.Errorf("attempt 2 ran %s after the lost claim, before its lease of %s expired", after, lease)
+					}
+					if len(es) != 0 {
+						t.Errorf("DLQ = %+v, want nothing", es)
+					}
+					f.wantRetained(id, "ok")
+				} else {
+					if len(reqs) != 0 {
+						t.Errorf("runs = %+v, want none: the lost attempt was the last", reqs)
+					}
+					if len(es) != 1 || es[0].OriginalID != id || es[0].App != "shop" || es[0].Handler != "orders.charge" || es[0].HandlerAttempts != 1 {
+						t.Errorf("DLQ = %+v, want one entry for %s after 1 attempt", es, id)
+					}
+					f.wantRetained(id, "exhausted:1:")
+				}
+				if n := invocationsTotal(t, reg, "lost"); n != 1 {
+					t.Errorf(`relay_invocations_total{outcome="lost"} = %v, want 1`, n)
+				}
+			})
+		})
+	}
+}
+
+// invocationsTotal returns relay_invocations_total{app="shop",
+// handler="orders.charge",outcome=outcome} as gathered from reg.
+func invocationsTotal(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "relay_invocations_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["app"] == "shop" && labels["handler"] == "orders.charge" && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// A graceful stop waits DefaultShutdownTimeout for a running handler, then
+// abandons it: the attempt is given back uncharged and the message stays
+// pending, so the next worker runs attempt 1 again
+// (docs/delivery.md#shutdown).
+func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 10 * time.Minute})
+		f.runner.Script(fakeField, relaytest.Hang())
+		stop := f.run("c1", relay.Config{})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		stoppedAt := time.Now()
+		stop()
+		if took := time.Since(stoppedAt); took != relay.DefaultShutdownTimeout {
+			t.Errorf("Run returned %s after the stop, want the shutdown timeout %s", took, relay.DefaultShutdownTimeout)
+		}
+		if !f.src.IsPending(id) {
+			t.Fatal("an abandoned message was acknowledged")
+		}
+		if v := f.value(id); !strings.HasPrefix(v, "next_attempt_at:") || attemptsUsed(t, v) != 0 {
+			t.Fatalf("state after the stop = %q, want the attempt given back uncharged", v)
+		}
+
+		f.run("c2", relay.Config{})
+		reqs, err := f.runner.WaitRuns(t.Context(), fakeField, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reqs[1].Attempt != 1 {
+			t.Errorf("the next worker ran attempt %d, want 1", reqs[1].Attempt)
+		}
+		f.settle(time.Hour)
+		f.wantRetained(id, "ok")
+	})
+}
