@@ -38,6 +38,11 @@ type delivery struct {
 	gen *generation
 	// span is the delivery's stream.message span.
 	span trace.Span
+	// record lists a first delivery's invocations until a claim recorded
+	// them (invocation.Record); recordComplete says they are all the
+	// message has.
+	record         []string
+	recordComplete bool
 }
 
 // deliver handles one delivery of msg.
@@ -74,17 +79,25 @@ func (e *Engine) event(ctx, runCtx context.Context, d *delivery) verdict {
 		return verdict{held: h}
 	case plan.malformed != "":
 		return e.malformed(ctx, d, plan.malformed)
-	case plan.empty():
+	case plan.unmatched():
 		e.obs.message(ctx, d, msgEvent{kind: msgUnmatched})
 		return verdict{classified: true}
 	}
 	e.obs.message(ctx, d, msgEvent{kind: msgMatched})
+	if d.msg.Deliveries < 2 {
+		// The first claim records every invocation, so a redelivery runs
+		// exactly these.
+		d.record, d.recordComplete = plan.fields(), len(d.gen.incomplete) == 0 && len(plan.unknown) == 0
+	}
 	outcomes := make([]Outcome, 0, len(plan.calls)+len(plan.orphans)+len(plan.unknown))
 	for _, t := range plan.unknown {
 		outcomes = append(outcomes, e.report(ctx, d, unknownTarget(t)))
 	}
-	for _, c := range plan.calls {
-		outcomes = append(outcomes, e.report(ctx, d, e.invoke(ctx, runCtx, d, c)))
+	for i, c := range plan.calls {
+		// The last invocation, after terminal ones, settles the message
+		// with its own transition when it succeeds.
+		last := i == len(plan.calls)-1 && len(plan.orphans) == 0 && len(d.gen.incomplete) == 0 && allTerminal(outcomes)
+		outcomes = append(outcomes, e.report(ctx, d, e.invoke(ctx, runCtx, d, c, last)))
 	}
 	for _, f := range plan.orphans {
 		outcomes = append(outcomes, e.report(ctx, d, e.orphan(ctx, d, f)))

@@ -318,7 +318,7 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 					t.Fatal(err)
 				}
 				lease := app.DefaultTimeout + relay.DefaultLeaseGrace
-				claim, err := f.state.Claim(t.Context(), invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}, fakeField, lease, c.retries+1)
+				claim, err := f.state.Claim(t.Context(), invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}, fakeField, lease, c.retries+1, invocation.Record{})
 				if err != nil || claim.Status != invocation.Claimed {
 					t.Fatalf("dead worker's claim = %+v, %v", claim, err)
 				}

@@ -32,11 +32,11 @@ type Components struct {
 	State   StateStore
 	Runner  Runner
 	DLQ     DLQWriter
-	// AckRetainer, when set, acknowledges a message and retains its state
-	// in one step instead of Source.Ack and State.Retain. It must act on
-	// Source's stream and group and on State's hashes (see AckRetainer).
-	// Optional.
-	AckRetainer AckRetainer
+	// Settler, when set, settles a message in one step where the Engine
+	// would otherwise call Source.Ack and State.Retain, or State.Finish
+	// before them. It must act on Source's stream and group and on State's
+	// hashes (see Settler). Optional.
+	Settler Settler
 	// Stream, Group and Consumer name the source stream, the consumer group
 	// and this consumer; they key invocation state and fill DLQ entries.
 	Stream, Group, Consumer string

@@ -80,9 +80,11 @@ type harness struct {
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
 	dlqw     relay.DLQWriter
 	last     string // id of the last published entry
-	// stateStore and runner replace h.state and the Func runner when set.
+	// stateStore and runner replace h.state and the Func runner when set;
+	// settler replaces the Settler (h.state, for a plain source and store).
 	stateStore relay.StateStore
 	runner     relay.Runner
+	settler    relay.Settler
 }
 
 // timing holds the engine timings a test runs with.
@@ -184,14 +186,14 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if h.runner != nil {
 		runner = h.runner
 	}
-	// Pair XACK and retention in one round trip as a Worker does, unless
-	// the test replaced the source or the store.
-	var ackRetainer relay.AckRetainer
-	if _, plain := src.(*stream.Source); plain && h.stateStore == nil {
-		ackRetainer = h.state
+	// Settle in one step as a Worker does, unless the test replaced the
+	// source or the store.
+	settler := h.settler
+	if _, plain := src.(*stream.Source); plain && h.stateStore == nil && settler == nil {
+		settler = h.state
 	}
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: src, State: state, Runner: runner, DLQ: h.dlqw, AckRetainer: ackRetainer,
+		Source: src, State: state, Runner: runner, DLQ: h.dlqw, Settler: settler,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)
 	if err != nil {

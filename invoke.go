@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 // it did not run: the invocation is finished, leased elsewhere, not due, or
 // cannot start now (app unavailable, no slot, shutting down), in which case
 // it stays recorded uncharged for its redelivery.
-func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call) Outcome {
+// With settle set, the invocation is the last of its message still to
+// finish, after terminal ones: its success also acknowledges the message
+// (Settler.FinishSettle) when the Engine has a Settler.
+func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call, settle bool) Outcome {
 	o := Outcome{App: c.app, Handler: c.handler, MaxAttempts: c.retries + 1}
 	a := d.gen.apps.Get(c.app)
 	switch {
@@ -46,7 +50,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call) Outcom
 	o.Attempt = l.Attempt
 	err := e.run(runCtx, d, a, c, l, &o)
 	release()
-	return e.record(ctx, runCtx, d, c, l, o, err)
+	return e.record(ctx, runCtx, d, c, l, o, err, settle)
 }
 
 // lease is how long an attempt of c may run before it counts as lost: its
@@ -125,11 +129,16 @@ func leaseOf(c invocation.Claim) invocation.Lease {
 func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease time.Duration, maxAttempts int, o Outcome) (invocation.Claim, Outcome, error) {
 	octx, cancel := e.detached(ctx)
 	defer cancel()
-	cl, err := e.c.State.Claim(octx, d.key, field, lease, maxAttempts)
+	var rec invocation.Record
+	if i := slices.Index(d.record, field); i >= 0 {
+		rec = invocation.Record{Fields: slices.Delete(slices.Clone(d.record), i, i+1), Complete: d.recordComplete}
+	}
+	cl, err := e.c.State.Claim(octx, d.key, field, lease, maxAttempts, rec)
 	if err != nil {
 		o.Kind, o.Op, o.Err = WriteFailed, "claim", err
 		return cl, o, err
 	}
+	d.record = nil // recorded
 	if cl.Lost > 0 {
 		o.Lost = cl.Lost
 	}
@@ -234,14 +243,19 @@ func resultOf(err error) Result {
 // record writes what attempt l's run (runErr) means for the invocation: ok,
 // the next attempt's due time, or exhaustion and the dead-letter entry; or,
 // when the handler could not run, gives the attempt back uncharged.
-func (e *Engine) record(ctx, runCtx context.Context, d *delivery, c call, l invocation.Lease, o Outcome, runErr error) Outcome {
+func (e *Engine) record(ctx, runCtx context.Context, d *delivery, c call, l invocation.Lease, o Outcome, runErr error, settle bool) Outcome {
 	switch o.Result {
 	case ResultSuccess:
-		err := e.persistSuccess(ctx, runCtx, l, func(octx context.Context) error { return e.c.State.Finish(octx, l) })
+		finish := func(octx context.Context) error { return e.c.State.Finish(octx, l) }
+		if settle && e.c.Settler != nil {
+			finish = func(octx context.Context) error { return e.c.Settler.FinishSettle(octx, l, e.cfg.Retention) }
+			o.Settled = true
+		}
+		err := e.persistSuccess(ctx, runCtx, l, finish)
 		if err != nil {
 			// The handler ran; without the record its lease expires and
 			// counts as a failed attempt.
-			o.Kind, o.Op, o.Err = WriteFailed, "finish", err
+			o.Kind, o.Op, o.Err, o.Settled = WriteFailed, "finish", err, false
 			return o
 		}
 		o.Kind = Succeeded

@@ -228,3 +228,55 @@ func (h *harness) owner(id string) string {
 	c, _ := row[1].ToString()
 	return c
 }
+
+// TestRedeliveryRunsWhatTheFirstDeliveryMatched: a worker is killed while
+// the first of a message's two invocations runs, before it could claim
+// the second. The templates then change so that the event no longer
+// matches either rule, and matches a new one. The redelivery runs exactly
+// what the first delivery matched: the first invocation again (its lost
+// attempt charged) and the second, never claimed, as attempt 1; the new
+// rule does not run for this message (docs/delivery.md#from-entry-to-acknowledgement).
+func TestRedeliveryRunsWhatTheFirstDeliveryMatched(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a worker process")
+	}
+	const before = `image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, timeout: 1s}
+  - {handler: events.audited, pattern: {event_name: [INSERT]}, timeout: 1s}
+`
+	const after = `image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT], table_name: [orders]}, timeout: 1s}
+  - {handler: events.audited, pattern: {event_name: [INSERT], table_name: [orders]}, timeout: 1s}
+  - {handler: events.new, pattern: {event_name: [INSERT]}, timeout: 1s}
+`
+	h := newHarness(t, map[string]string{"users": after})
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	cmd, marker := startDoomed(t, h, map[string]string{"users": before})
+	kill(t, cmd, marker, id)
+	st := h.hash(id)
+	if !strings.HasPrefix(st["users/events.created"], "running:") || !strings.HasPrefix(st["users/events.audited"], "next_attempt_at:") ||
+		st["__matched"] != "1" {
+		t.Fatalf("state after the kill = %v; want the first running, the second recorded, the record complete", st)
+	}
+
+	for _, k := range []string{"users/events.created", "users/events.audited", "users/events.new"} {
+		h.handle(k, nil)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
+	created, audited := h.calls.get("users/events.created"), h.calls.get("users/events.audited")
+	if len(created) != 1 || created[0].Attempt != 2 {
+		t.Errorf("events.created ran %+v, want once, as attempt 2", created)
+	}
+	if len(audited) != 1 || audited[0].Attempt != 1 {
+		t.Errorf("events.audited ran %+v, want once, as attempt 1", audited)
+	}
+	if n := h.calls.count("users/events.new"); n != 0 {
+		t.Errorf("events.new, which the first delivery did not match, ran %d times", n)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Errorf("dead letters: %+v", h.dlqEntries())
+	}
+}

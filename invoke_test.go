@@ -204,11 +204,11 @@ type flakyClaims struct {
 	broken atomic.Bool
 }
 
-func (f *flakyClaims) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, max int) (invocation.Claim, error) {
+func (f *flakyClaims) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, max int, rec invocation.Record) (invocation.Claim, error) {
 	if f.broken.Load() {
 		return invocation.Claim{}, errors.New("injected: state store unreachable")
 	}
-	return f.StateStore.Claim(ctx, key, field, lease, max)
+	return f.StateStore.Claim(ctx, key, field, lease, max, rec)
 }
 
 func TestClaimErrorFailsClosed(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
 )
 
@@ -28,32 +29,62 @@ type plan struct {
 	// malformed says why the event is not a JSON object; it is then
 	// dead-lettered instead.
 	malformed string
+	// recorded is set when the plan is what the first delivery recorded
+	// (invocation.Record.Complete): a redelivery with nothing left is then
+	// a matched message whose invocations are all done, not an unmatched
+	// one.
+	recorded bool
 }
 
-func (p plan) empty() bool { return len(p.calls) == 0 && len(p.orphans) == 0 && len(p.unknown) == 0 }
+// unmatched reports that the event matched nothing.
+func (p plan) unmatched() bool {
+	return !p.recorded && len(p.calls) == 0 && len(p.orphans) == 0 && len(p.unknown) == 0
+}
+
+// fields are the invocation fields of the plan's calls, in dispatch order.
+func (p plan) fields() []string {
+	out := make([]string, len(p.calls))
+	for i, c := range p.calls {
+		out[i] = c.field()
+	}
+	return out
+}
 
 // match is the second stage of an external event's delivery: every rule the
 // event matches, apps in name order and rules in declaration order
-// (docs/delivery.md#from-entry-to-acknowledgement), plus, on a redelivery,
-// every invocation an earlier delivery left unfinished. An event that is not
-// a JSON object gets a plan with only malformed set; a hold says the message
-// must stay pending because classifying it failed.
+// (docs/delivery.md#from-entry-to-acknowledgement). A redelivery drives
+// what the first delivery recorded: exactly the recorded invocations still
+// unfinished when the record is complete, without matching again;
+// otherwise the rules the event matches now plus the unfinished ones. An
+// event that is not a JSON object gets a plan with only malformed set; a
+// hold says the message must stay pending because classifying it failed.
 func (e *Engine) match(ctx context.Context, d *delivery) (plan, *hold) {
-	targets, err := d.gen.matcher.Match([]byte(d.event))
-	if errors.Is(err, matcher.ErrMalformed) {
-		// The reason is read by operators in relay dlq ls; drop the
-		// package prefix.
-		return plan{malformed: strings.TrimPrefix(err.Error(), "matcher: ")}, nil
+	var unfinished invocation.Unfinished
+	if d.msg.Deliveries >= 2 {
+		octx, cancel := e.detached(ctx)
+		u, err := e.c.State.Unfinished(octx, d.key)
+		cancel()
+		if err != nil {
+			return plan{}, &hold{level: slog.LevelError, msg: "reading the message's unfinished invocations failed; message left pending", err: err}
+		}
+		unfinished = u
 	}
-	if err != nil {
-		// Not the message's fault: leave it pending for a later delivery.
-		return plan{}, &hold{level: slog.LevelError, msg: "match failed; message left pending", err: err}
+	var targets []matcher.Target
+	if !unfinished.Complete {
+		var err error
+		targets, err = d.gen.matcher.Match([]byte(d.event))
+		if errors.Is(err, matcher.ErrMalformed) {
+			// The reason is read by operators in relay dlq ls; drop the
+			// package prefix.
+			return plan{malformed: strings.TrimPrefix(err.Error(), "matcher: ")}, nil
+		}
+		if err != nil {
+			// Not the message's fault: leave it pending for a later delivery.
+			return plan{}, &hold{level: slog.LevelError, msg: "match failed; message left pending", err: err}
+		}
 	}
-	targets, orphans, err := e.withUnfinished(ctx, d, targets)
-	if err != nil {
-		return plan{}, &hold{level: slog.LevelError, msg: "reading the message's unfinished invocations failed; message left pending", err: err}
-	}
-	p := plan{orphans: orphans}
+	targets, orphans := withUnfinished(d, targets, unfinished.Fields)
+	p := plan{orphans: orphans, recorded: unfinished.Complete}
 	for _, t := range targets {
 		a := d.gen.apps.Get(t.App)
 		if a == nil || t.Rule < 0 || t.Rule >= len(a.Rules) {
@@ -66,22 +97,15 @@ func (e *Engine) match(ctx context.Context, d *delivery) (plan, *hold) {
 	return p, nil
 }
 
-// withUnfinished adds to targets, on a redelivery, the invocations the
-// state store records as unfinished that this match did not return. The
-// event was classified at its first delivery: a now() cutoff that passed
-// since, or a changed template, must not drop an invocation that waits for
-// its retry, nor get the message acknowledged as unmatched. Recorded
-// invocations whose app or rule is no longer loaded are returned as
-// orphans. A first delivery has no state and costs nothing here.
-func (e *Engine) withUnfinished(ctx context.Context, d *delivery, targets []matcher.Target) ([]matcher.Target, []string, error) {
-	if d.msg.Deliveries < 2 {
-		return targets, nil, nil
-	}
-	octx, cancel := e.detached(ctx)
-	defer cancel()
-	fields, err := e.c.State.Unfinished(octx, d.key)
-	if err != nil {
-		return nil, nil, err
+// withUnfinished adds to targets the unfinished invocations of a
+// redelivered message that this match did not return. The event was
+// classified at its first delivery: a now() cutoff that passed since, or a
+// changed template, must not drop an invocation that waits for its retry,
+// nor get the message acknowledged as unmatched. Unfinished invocations
+// whose app or rule is no longer loaded are returned as orphans.
+func withUnfinished(d *delivery, targets []matcher.Target, unfinished []string) ([]matcher.Target, []string) {
+	if len(unfinished) == 0 {
+		return targets, nil
 	}
 	matched := make(map[string]bool, len(targets))
 	for _, t := range targets {
@@ -89,7 +113,7 @@ func (e *Engine) withUnfinished(ctx context.Context, d *delivery, targets []matc
 	}
 	var orphans []string
 	added := false
-	for _, f := range fields {
+	for _, f := range unfinished {
 		if matched[f] || f == malformedField {
 			continue
 		}
@@ -107,7 +131,7 @@ func (e *Engine) withUnfinished(ctx context.Context, d *delivery, targets []matc
 			return cmp.Or(strings.Compare(a.App, b.App), cmp.Compare(a.Rule, b.Rule))
 		})
 	}
-	return targets, orphans, nil
+	return targets, orphans
 }
 
 // unknownTarget is the outcome of a target the Matcher returned that names

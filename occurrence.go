@@ -87,7 +87,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) v
 	o := e.invoke(ctx, runCtx, d, call{
 		app: a.Name, handler: pin.Handler, timeout: time.Duration(pin.TimeoutMS) * time.Millisecond,
 		retries: pin.Retries, input: env.Input(),
-	})
+	}, true)
 	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
 }
 

@@ -130,6 +130,10 @@ type Outcome struct {
 	// Orphan is set for an unfinished invocation whose app or rule is no
 	// longer loaded.
 	Orphan bool
+	// Settled is set when recording this outcome also acknowledged the
+	// message and retained its state (Settler.FinishSettle): it was the
+	// last invocation to finish.
+	Settled bool
 
 	// span is the attempt's function.invoke span when a handler ran;
 	// reporting the outcome ends it.

@@ -86,7 +86,7 @@ events:
 	if started.Load() != n {
 		t.Errorf("%d handler starts, want %d", started.Load(), n)
 	}
-	// This engine has no AckRetainer: the retention follows the XACK in a
+	// This engine has no Settler: the retention follows the XACK in a
 	// second round trip, so settled can be seen before it.
 	testutil.WaitFor(t, 5*time.Second, "the last entry's state retained", func() bool { return h.hash(h.last)["__terminal"] == "1" })
 	if st := h.hash(h.last); st["users/events.created"] != "ok" {
@@ -129,7 +129,7 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	}
 	// The dead consumer had claimed an invocation: its hash is pending,
 	// without a TTL.
-	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5); err != nil {
+	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5, invocation.Record{}); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := h.ttl(id); ttl >= 0 {

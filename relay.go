@@ -69,7 +69,10 @@ type StateStore interface {
 	// records running with a deadline of now+lease on the store's clock. A
 	// running lease that expired counts as a failed attempt; when that
 	// attempt was the last of maxAttempts the invocation becomes Exhausted.
-	Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int) (invocation.Claim, error)
+	// rec, given by a message's first delivery only, records its other
+	// invocations in the same write (invocation.Record), so a redelivery
+	// drives exactly what the message matched at first.
+	Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error)
 	// Release gives a claimed attempt back without charging it (the runtime
 	// was unavailable or the worker is shutting down).
 	Release(ctx context.Context, l invocation.Lease) error
@@ -93,13 +96,16 @@ type StateStore interface {
 	// invocation.ErrTerminal on retained state.
 	Pin(ctx context.Context, key invocation.Key, field, value string) (string, error)
 	// Unfinished returns, sorted, the invocation fields of key whose state
-	// is not final: running, waiting for a retry, or exhausted without a
-	// recorded DLQ entry; none once retained. On a redelivery the Engine
-	// drives these too, even when the event no longer matches their rule
-	// (a now() cutoff passed, a template changed), so that no message is
-	// acknowledged while an invocation is unresolved
+	// is not final: running, waiting for a retry (recorded ones included),
+	// or exhausted without a recorded DLQ entry; none once retained. It
+	// also says whether the first delivery recorded every invocation of
+	// the message (invocation.Record.Complete). On a redelivery the Engine
+	// drives these, even when the event no longer matches their rule (a
+	// now() cutoff passed, a template changed), so that no message is
+	// acknowledged while an invocation is unresolved; when the record is
+	// complete it drives exactly these
 	// (docs/delivery.md#from-entry-to-acknowledgement).
-	Unfinished(ctx context.Context, key invocation.Key) ([]string, error)
+	Unfinished(ctx context.Context, key invocation.Key) (invocation.Unfinished, error)
 }
 
 // Runner runs one attempt of one invocation (docs/apps.md#the-handler-contract).
@@ -119,17 +125,27 @@ type DLQWriter interface {
 	Write(ctx context.Context, e dlq.Entry) (string, error)
 }
 
-// AckRetainer acknowledges a message and switches its invocation state to
-// retention in one step, where StreamSource.Ack followed by
-// StateStore.Retain would take two round trips. Set it in
-// Components.AckRetainer only when it acts on the same stream, group and
-// state as the Components' Source and State: invocation.Store.AckRetain does
-// for a stream.Source on the same Redis client, which is how NewWorker pairs
-// them. ackErr is the acknowledgement's error; a retainErr after a
-// successful acknowledgement only delays retention (the Engine retries it
-// through StateStore.Retain).
-type AckRetainer interface {
-	AckRetain(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error)
+// Settler is an explicit pairing of a StreamSource and a StateStore that
+// can settle a message, its acknowledgement and the last transitions of its
+// invocation state, in one step where separate calls would take a round
+// trip each (docs/delivery.md#outcomes). Set it in Components.Settler only
+// when it acts on the same stream, group and state as the Components'
+// Source and State: invocation.Store does for a stream.Source on the same
+// Redis client (and, under Redis Cluster, a stream with a hash tag), which
+// is how NewWorker pairs them.
+type Settler interface {
+	// Settle acknowledges the message of key and switches its state to
+	// retention with a TTL of ttl, in place of Source.Ack then
+	// State.Retain. ackErr is the acknowledgement's error; a retainErr
+	// after a successful acknowledgement only delays retention (the Engine
+	// retries it through State.Retain).
+	Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error)
+	// FinishSettle records the success of lease l, the last unfinished
+	// invocation of its message, acknowledges the message and switches its
+	// state to retention, in place of State.Finish then Settle. Errors are
+	// Finish's: invocation.ErrStale and invocation.ErrTerminal, after which
+	// nothing was acknowledged.
+	FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error
 }
 
 // Optional capabilities, found by type assertion on the value passed in

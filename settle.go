@@ -37,6 +37,27 @@ var (
 	holdIncomplete = &hold{level: slog.LevelDebug, msg: "event left pending while apps have rules that could not be read"}
 )
 
+// allTerminal reports whether every outcome is terminal.
+func allTerminal(outcomes []Outcome) bool {
+	for _, o := range outcomes {
+		if !o.Kind.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// settled reports whether an outcome's transition already acknowledged the
+// message (Settler.FinishSettle).
+func settled(outcomes []Outcome) bool {
+	for _, o := range outcomes {
+		if o.Settled {
+			return true
+		}
+	}
+	return false
+}
+
 // decide is the one place that says whether a message is acknowledged
 // (docs/delivery.md#from-entry-to-acknowledgement): only when nothing held
 // it, every invocation's outcome is terminal, and, for a classified event,
@@ -45,10 +66,8 @@ func decide(v verdict, g *generation) *hold {
 	if v.held != nil {
 		return v.held
 	}
-	for _, o := range v.outcomes {
-		if !o.Kind.Terminal() {
-			return holdUnfinished
-		}
+	if !allTerminal(v.outcomes) {
+		return holdUnfinished
 	}
 	if v.classified && len(g.incomplete) > 0 {
 		// An app whose rules are unknown might match the event, or declare
@@ -67,6 +86,10 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
 		e.obs.message(ctx, d, msgEvent{kind: msgHeld, hold: h})
 		return false
 	}
+	if settled(v.outcomes) {
+		e.obs.message(ctx, d, msgEvent{kind: msgAcked})
+		return true
+	}
 	if err := e.ack(ctx, d, v.hasState); err != nil {
 		e.obs.message(ctx, d, msgEvent{kind: msgAckFailed, err: err})
 		return false
@@ -77,14 +100,14 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
 
 // ack acknowledges d's message and, when it may have state, switches that
 // state to terminal retention (docs/delivery.md#invocation-state): through
-// Components.AckRetainer in one step when set, else XACK then Retain. A
-// failed retention only leaks the hash, so it does not fail the ack.
+// Components.Settler in one step when set, else XACK then Retain. A failed
+// retention only leaks the hash, so it does not fail the ack.
 func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) error {
 	var retainErr error
 	var err error
-	if hasState && e.c.AckRetainer != nil {
+	if hasState && e.c.Settler != nil {
 		err = e.persist(ctx, func(octx context.Context) (ackErr error) {
-			ackErr, retainErr = e.c.AckRetainer.AckRetain(octx, d.key, e.cfg.Retention)
+			ackErr, retainErr = e.c.Settler.Settle(octx, d.key, e.cfg.Retention)
 			return ackErr
 		})
 		if err == nil && retainErr != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -45,5 +47,55 @@ func TestDLQWriteIsIdempotentAcrossCrashBeforeAck(t *testing.T) {
 	}
 	if h.calls.count("billing/charges.fail") != 1 || h.calls.count("billing/charges.audit") != 1 {
 		t.Errorf("handlers ran again on redelivery: fail %d, audit %d", h.calls.count("billing/charges.fail"), h.calls.count("billing/charges.audit"))
+	}
+}
+
+// countingSettler counts the calls of each Settler method.
+type countingSettler struct {
+	relay.Settler
+	settles, finishSettles atomic.Int32
+}
+
+func (c *countingSettler) Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (error, error) {
+	c.settles.Add(1)
+	return c.Settler.Settle(ctx, key, ttl)
+}
+
+func (c *countingSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
+	c.finishSettles.Add(1)
+	return c.Settler.FinishSettle(ctx, l, ttl)
+}
+
+// TestLastSuccessSettlesTheMessage: the success of a message's last
+// invocation, after terminal ones, is recorded with its acknowledgement and
+// retention in one step (Settler.FinishSettle); a message whose last
+// invocation fails and is dead-lettered is settled afterwards (Settle).
+func TestLastSuccessSettlesTheMessage(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}}
+  - {handler: events.audited, pattern: {event_name: [INSERT]}}
+  - {handler: events.failed, pattern: {event_name: [FAIL]}, retries: 0}
+`})
+	cs := &countingSettler{Settler: h.state}
+	h.settler = cs
+	h.handle("users/events.created", nil)
+	h.handle("users/events.audited", nil)
+	h.handle("users/events.failed", func(context.Context, runtime.Request) error { return errors.New("no") })
+	h.start("c1")
+	ok := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
+	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 0 {
+		t.Fatalf("FinishSettle %d, Settle %d; want the second invocation's success to settle the message alone", n, m)
+	}
+	st := h.hash(ok)
+	if st["users/events.created"] != "ok" || st["users/events.audited"] != "ok" || st["__terminal"] != "1" {
+		t.Errorf("state = %v, want both ok and retained", st)
+	}
+	h.publish("event", `{"event_name":"FAIL"}`)
+	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
+	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 1 {
+		t.Errorf("after a dead-lettered message: FinishSettle %d, Settle %d; want 1, 1", n, m)
 	}
 }

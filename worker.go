@@ -213,9 +213,9 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		dlqw := dlq.NewWriter(cfg.Redis, name)
 		e, err := NewEngine(empty, Components{
 			Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
-			// The source and the store share the client: XACK and the switch
-			// to retention go in one round trip.
-			AckRetainer: store,
+			// The source and the store share the client: a message's last
+			// transition, its XACK and its retention take one script.
+			Settler: store,
 			Stream:      name, Group: cfg.Group, Consumer: cfg.Consumer,
 		}, ecfg)
 		if err != nil {

@@ -178,7 +178,7 @@ func (f *fixture) claim(msgID, field string, retryIn time.Duration) {
 	f.t.Helper()
 	st := invocation.New(f.rc)
 	key := invocation.Key{Stream: f.stream, Group: f.group, MessageID: msgID}
-	c, err := st.Claim(f.t.Context(), key, field, time.Hour, 3)
+	c, err := st.Claim(f.t.Context(), key, field, time.Hour, 3, invocation.Record{})
 	if err != nil {
 		f.t.Fatal(err)
 	}

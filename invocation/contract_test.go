@@ -83,7 +83,7 @@ func TestFakeStoreAgrees(t *testing.T) {
 	}
 	claim := func(f string, maxAttempts int) func(context.Context, relay.StateStore, map[string]invocation.Lease) string {
 		return func(ctx context.Context, s relay.StateStore, leases map[string]invocation.Lease) string {
-			cl, err := s.Claim(ctx, key, f, time.Hour, maxAttempts)
+			cl, err := s.Claim(ctx, key, f, time.Hour, maxAttempts, invocation.Record{})
 			if cl.Status == invocation.Claimed || cl.Status == invocation.Exhausted {
 				leases[f] = cl.Lease
 			}

@@ -23,7 +23,7 @@ func ExampleStore_Claim() {
 
 	key := invocation.Key{Stream: "events", Group: "relay", MessageID: "1700000000000-0"}
 	maxAttempts := invocation.DefaultRetries + 1
-	c, err := store.Claim(ctx, key, "billing/charge", time.Minute, maxAttempts)
+	c, err := store.Claim(ctx, key, "billing/charge", time.Minute, maxAttempts, invocation.Record{})
 	if err != nil {
 		log.Fatal(err) // fail closed: do not run the handler
 	}

@@ -40,7 +40,7 @@ func isOOM(err error) bool {
 // TestOutOfMemoryFailsClosed: a Redis at maxmemory with noeviction
 // refuses Claim's write, so Claim returns the OOM error and nothing is
 // written: the caller does not run the handler and the message stays
-// pending (docs/delivery.md#claim-errors-fail-closed). AckRetain in that
+// pending (docs/delivery.md#claim-errors-fail-closed). Settle in that
 // state acknowledges (XACK may not grow memory) but cannot retain: the
 // hash leaks, and RetainLeaked repairs it once memory is free.
 func TestOutOfMemoryFailsClosed(t *testing.T) {
@@ -53,7 +53,7 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	ackKey := f.message("relay", false, 0)
 	free := outOfMemory(t, c)
 
-	_, err := s.Claim(ctx, claimKey, "app/other", time.Minute, 5)
+	_, err := s.Claim(ctx, claimKey, "app/other", time.Minute, 5, Record{})
 	if !isOOM(err) {
 		t.Fatalf("Claim on a full Redis: %v, want an OOM error", err)
 	}
@@ -64,9 +64,9 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 		t.Errorf("%d pending, want both messages", n)
 	}
 
-	ackErr, retainErr := s.AckRetain(ctx, ackKey, time.Hour)
+	ackErr, retainErr := s.Settle(ctx, ackKey, time.Hour)
 	if ackErr != nil || !isOOM(retainErr) {
-		t.Fatalf("AckRetain on a full Redis = %v, %v; want the XACK done and an OOM retain", ackErr, retainErr)
+		t.Fatalf("Settle on a full Redis = %v, %v; want the XACK done and an OOM retain", ackErr, retainErr)
 	}
 	if _, pttl := hashState(t, c, ackKey); pttl != -1 {
 		t.Fatalf("PTTL %d after the refused retain, want -1 (leaked)", pttl)
@@ -84,7 +84,7 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 		t.Errorf("leaked hash %v, want retained", got)
 	}
 	checkPTTL(t, time.Hour, pttl)
-	if cl, err := s.Claim(ctx, claimKey, "app/other", time.Minute, 5); err != nil || cl.Status != Claimed {
+	if cl, err := s.Claim(ctx, claimKey, "app/other", time.Minute, 5, Record{}); err != nil || cl.Status != Claimed {
 		t.Errorf("Claim after memory was freed = %+v, %v; want Claimed", cl, err)
 	}
 }

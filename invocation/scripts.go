@@ -26,6 +26,7 @@ var (
 	claimScript         = script("claim.lua", rueidis.NewLuaScript)
 	releaseScript       = script("release.lua", rueidis.NewLuaScript)
 	finishScript        = script("finish.lua", rueidis.NewLuaScript)
+	finishSettleScript  = script("finish_settle.lua", rueidis.NewLuaScript)
 	scheduleRetryScript = script("schedule_retry.lua", rueidis.NewLuaScript)
 	exhaustScript       = script("exhaust.lua", rueidis.NewLuaScript)
 	markDLQScript       = script("mark_dlq.lua", rueidis.NewLuaScriptRetryable)

@@ -260,7 +260,7 @@ func TestClaimScript(t *testing.T) {
 	leaseMS := lease.Milliseconds()
 	claim := func(maxAttempts int) func(ctx context.Context, e *env) (any, error) {
 		return func(ctx context.Context, e *env) (any, error) {
-			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts)
+			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts, Record{})
 		}
 	}
 	claimed := func(attempt int) func(a at) any {

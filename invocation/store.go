@@ -20,6 +20,10 @@ import (
 // terminalField is the reserved hash field that marks a retained hash.
 const terminalField = "__terminal"
 
+// matchedField is the reserved hash field that says the first delivery
+// recorded every invocation of the message (Record.Complete).
+const matchedField = "__matched"
+
 // tracePrefix starts the reserved field holding an invocation's trace
 // lineage (prelude.lua save_trace).
 const tracePrefix = "__trace:"
@@ -92,10 +96,14 @@ func randomToken() string {
 // When the attempt to claim would exceed maxAttempts (the rule's retries
 // plus one), Claim stores exhausted:<attempt>:<token> instead and returns
 // Exhausted, so the caller writes the DLQ entry without running the handler.
+//
+// rec, given by a message's first delivery, records the message's other
+// invocations in the same script (see Record); it must not name field or a
+// reserved "__" field.
 // now is the Redis server's clock; lease must be at least 1ms and is used
 // with millisecond precision. A malformed stored value is an error; the
 // caller must then not run the handler.
-func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Duration, maxAttempts int) (Claim, error) {
+func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Duration, maxAttempts int, rec Record) (Claim, error) {
 	hash := keys.Invocation(key.Stream, key.Group, key.MessageID)
 	fail := func(err error) (Claim, error) {
 		return Claim{}, fmt.Errorf("claim %s in %s: %w", field, hash, err)
@@ -103,12 +111,22 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	if err := CheckClaim(field, lease, maxAttempts); err != nil {
 		return fail(err)
 	}
+	if err := CheckRecord(field, rec); err != nil {
+		return fail(err)
+	}
 	token := s.token()
 	if err := CheckToken(token); err != nil {
 		return fail(err)
 	}
-	r, err := exec(ctx, s.client, claimScript, hash,
-		field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts))
+	args := []string{field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts)}
+	if rec.Complete || len(rec.Fields) > 0 {
+		complete := "0"
+		if rec.Complete {
+			complete = "1"
+		}
+		args = append(append(args, complete), rec.Fields...)
+	}
+	r, err := exec(ctx, s.client, claimScript, hash, args...)
 	if err != nil {
 		return fail(err)
 	}
@@ -186,6 +204,41 @@ func (s *Store) Finish(ctx context.Context, l Lease) error {
 	return err
 }
 
+// FinishSettle records the success of the last unfinished invocation of a
+// message (the field becomes "ok"), acknowledges the message in its group
+// (XACK) and switches its hash to terminal retention with a TTL of ttl, all
+// in one script (finish_settle.lua): Finish, then the acknowledgement and
+// Retain, without a round trip or a crash between them. The caller must
+// know every other invocation of the message is terminal. ErrStale unless
+// the field is running with l's attempt and token, and then nothing is
+// acknowledged; ErrTerminal on a retained hash. Under Redis Cluster the
+// stream and the hash must share a hash slot (a stream name with a hash
+// tag).
+func (s *Store) FinishSettle(ctx context.Context, l Lease, ttl time.Duration) error {
+	hash := hashOf(l.Key)
+	fail := func(err error) error { return fmt.Errorf("finish and settle %s in %s: %w", l.Field, hash, err) }
+	if err := l.Check(); err != nil {
+		return fail(err)
+	}
+	if ttl < time.Millisecond {
+		return fail(fmt.Errorf("ttl %v: must be >= 1ms", ttl))
+	}
+	r, err := decode(finishSettleScript.Exec(ctx, s.client, []string{hash, l.Key.Stream},
+		[]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.Group, l.Key.MessageID, strconv.FormatInt(ttl.Milliseconds(), 10)}))
+	if err != nil {
+		return fail(err)
+	}
+	switch r.code {
+	case codeApplied:
+		return nil
+	case codeStale:
+		return fail(ErrStale)
+	case codeTerminal:
+		return fail(ErrTerminal)
+	}
+	return fail(r.unknown())
+}
+
 // ScheduleRetry records a failed attempt and the earliest time of the next
 // one, now+backoff on the Redis server's clock, and returns that time
 // (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>, and a
@@ -234,7 +287,7 @@ func (s *Store) MarkDLQ(ctx context.Context, l Lease) error {
 // (>= 1ms, millisecond precision). A missing hash is created with only the
 // marker, so late transitions of stale deliveries stay inert. Idempotent:
 // on a retained hash nothing changes, and the TTL already running is kept.
-// No other method removes a TTL; only AckRetain and RetainAcked (for a
+// No other method removes a TTL; only Settle, FinishSettle and RetainAcked (for a
 // leaked hash) also set one.
 func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
 	hash := hashOf(key)
@@ -257,13 +310,13 @@ func retainReply(hash string, res rueidis.RedisResult) error {
 }
 
 // retainSHA is the SHA1 digest of retain.lua as retainScript sends it
-// (helpers included), for AckRetain's EVALSHA.
+// (helpers included), for Settle's EVALSHA.
 var retainSHA = func() string {
 	sum := sha1.Sum([]byte(withHelpers(mustRead("retain.lua"))))
 	return hex.EncodeToString(sum[:])
 }()
 
-// AckRetain acknowledges message key.MessageID in consumer group key.Group
+// Settle acknowledges message key.MessageID in consumer group key.Group
 // of stream key.Stream (XACK) and then switches the message's hash to
 // terminal retention exactly as Retain does, in one round trip instead of
 // two. Call it where XACK would be called followed by Retain: once every
@@ -279,14 +332,14 @@ var retainSHA = func() string {
 // READONLY, OOM) fail both commands alike.
 // Under Redis Cluster, when the stream and the hash are in different slots
 // (the stream name has no hash tag), the two could reach different nodes
-// in any order, so AckRetain sends the XACK and, after its reply, the
+// in any order, so Settle sends the XACK and, after its reply, the
 // retain. If Redis lost the script cache (NOSCRIPT), the retain is sent
 // again as Retain sends it.
 //
 // ackErr is the XACK's error; nothing is acknowledged then. retainErr is
 // the retain's, with the message acknowledged; Retain may be retried.
 // Idempotent, like XACK and Retain.
-func (s *Store) AckRetain(ctx context.Context, key Key, ttl time.Duration) (ackErr, retainErr error) {
+func (s *Store) Settle(ctx context.Context, key Key, ttl time.Duration) (ackErr, retainErr error) {
 	hash := hashOf(key)
 	if ttl < time.Millisecond {
 		err := fmt.Errorf("ack and retain %s: ttl %v: must be >= 1ms", hash, ttl)
@@ -313,7 +366,7 @@ func (s *Store) AckRetain(ctx context.Context, key Key, ttl time.Duration) (ackE
 
 // Client returns the Redis client the Store uses, so that a caller can
 // tell whether another component talks to the same server (the Engine
-// uses AckRetain only for a stream.Source on the same client).
+// pairs the Store with a stream.Source on the same client as its Settler).
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // Pin stores value in the reserved field of key's hash unless it holds a
@@ -357,28 +410,37 @@ func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
 }
 
 // Unfinished returns, sorted, the invocation fields ("<app>/<handler>") of
-// message key whose state is not final: running, waiting for a retry, or
-// exhausted without a recorded DLQ entry (HGETALL, then read here). None
+// message key whose state is not final: running, waiting for a retry
+// (recorded ones included), or exhausted without a recorded DLQ entry
+// (HGETALL, then read here), and whether the first delivery recorded every
+// invocation of the message (Record.Complete, the __matched field). Nothing
 // for a retained (terminal) hash or when there is no hash. A value this
 // package does not recognise counts as unfinished, so that the Claim that
 // follows reports it instead of the message being acknowledged.
-func (s *Store) Unfinished(ctx context.Context, key Key) ([]string, error) {
+func (s *Store) Unfinished(ctx context.Context, key Key) (Unfinished, error) {
 	m, err := s.Get(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("unfinished: %w", err)
+		return Unfinished{}, fmt.Errorf("unfinished: %w", err)
 	}
+	return UnfinishedOf(m), nil
+}
+
+// UnfinishedOf reads Unfinished from the fields of a message's hash, as
+// Store.Unfinished does; other StateStores call it on their own copy.
+func UnfinishedOf(m map[string]string) Unfinished {
 	if _, ok := m[terminalField]; ok {
-		return nil, nil
+		return Unfinished{}
 	}
-	var out []string
+	var u Unfinished
 	for f, v := range m {
 		if strings.HasPrefix(f, "__") || v == "ok" || (strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")) {
 			continue
 		}
-		out = append(out, f)
+		u.Fields = append(u.Fields, f)
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(u.Fields)
+	u.Complete = m[matchedField] == "1"
+	return u
 }
 
 // transition runs one fenced script on l with the arguments field, attempt,
@@ -412,6 +474,20 @@ func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Le
 }
 
 func hashOf(k Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
+
+// CheckRecord reports whether rec may go with a Claim of field: its fields
+// non-empty, without the reserved "__" prefix, other than field and each
+// other. Every StateStore refuses what it refuses.
+func CheckRecord(field string, rec Record) error {
+	seen := map[string]bool{field: true}
+	for _, f := range rec.Fields {
+		if f == "" || strings.HasPrefix(f, "__") || seen[f] {
+			return fmt.Errorf("record %q: a recorded field must be non-empty, not reserved, and listed once, not the claimed field", f)
+		}
+		seen[f] = true
+	}
+	return nil
+}
 
 // CheckClaim reports whether Claim's arguments are well-formed: field
 // non-empty and without the reserved "__" prefix, lease >= 1 ms,

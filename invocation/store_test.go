@@ -222,7 +222,7 @@ func TestClaimConcurrent(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			c, err := e.s.Claim(t.Context(), e.key, testField, time.Minute, 5)
+			c, err := e.s.Claim(t.Context(), e.key, testField, time.Minute, 5, Record{})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -255,7 +255,7 @@ func TestRetainMakesEveryTransitionInert(t *testing.T) {
 	if got := mustClaim(t, e, time.Minute, 5); got.Status != Terminal {
 		t.Errorf("claim = %v, want terminal", got.Status)
 	}
-	if got, err := e.s.Claim(ctx, e.key, "new/handler", time.Minute, 5); err != nil || got.Status != Terminal {
+	if got, err := e.s.Claim(ctx, e.key, "new/handler", time.Minute, 5, Record{}); err != nil || got.Status != Terminal {
 		t.Errorf("claim of a new field = %v %v, want terminal", got.Status, err)
 	}
 	exLease := Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
@@ -325,7 +325,7 @@ func TestInvalidArguments(t *testing.T) {
 	bad := func(f func(l *Lease)) Lease { l := good; f(&l); return l }
 	_, retryErr := e.s.ScheduleRetry(ctx, good, -time.Millisecond)
 	claimErr := func(field string, lease time.Duration, max int) error {
-		_, err := e.s.Claim(ctx, e.key, field, lease, max)
+		_, err := e.s.Claim(ctx, e.key, field, lease, max, Record{})
 		return err
 	}
 	for name, err := range map[string]error{
@@ -351,7 +351,7 @@ func TestInvalidArguments(t *testing.T) {
 	}
 
 	bt := New(e.c, WithTokenSource(func() string { return "a:b" }))
-	if _, err := bt.Claim(ctx, e.key, testField, time.Minute, 5); err == nil {
+	if _, err := bt.Claim(ctx, e.key, testField, time.Minute, 5, Record{}); err == nil {
 		t.Error("claim with a token containing ':' succeeded")
 	}
 }
@@ -377,7 +377,7 @@ func TestRandomToken(t *testing.T) {
 
 func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim {
 	t.Helper()
-	c, err := e.s.Claim(t.Context(), e.key, testField, lease, maxAttempts)
+	c, err := e.s.Claim(t.Context(), e.key, testField, lease, maxAttempts, Record{})
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -450,7 +450,7 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 	const lease = time.Minute
 	claimed := func(wantAttempt int, wantPrev string) Lease {
 		t.Helper()
-		c, err := e.s.Claim(ctx, e.key, testField, lease, 2)
+		c, err := e.s.Claim(ctx, e.key, testField, lease, 2, Record{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,7 +477,7 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 	if err := e.s.Exhaust(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	c, err := e.s.Claim(ctx, e.key, testField, lease, 2)
+	c, err := e.s.Claim(ctx, e.key, testField, lease, 2, Record{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,29 @@ type Lease struct {
 	Trace string
 }
 
+// Record is what a message's first delivery records with its first claim
+// (docs/delivery.md#from-entry-to-acknowledgement): the message's other
+// invocation fields, stored as due and with no attempt used unless they have
+// state, so that a redelivery drives them even if it no longer matches
+// them, or if the first delivery's worker died before claiming them.
+// Complete says Fields and the claimed field are every invocation the
+// message has (no app's rules were unreadable); a redelivery then drives
+// exactly those (Unfinished.Complete) instead of matching the event again.
+// The zero Record records nothing.
+type Record struct {
+	Fields   []string
+	Complete bool
+}
+
+// Unfinished is the result of StateStore.Unfinished.
+type Unfinished struct {
+	// Fields are the invocation fields whose state is not final, sorted.
+	Fields []string
+	// Complete reports that the message's first delivery recorded every
+	// invocation it has (Record.Complete): Fields are all that is left.
+	Complete bool
+}
+
 // Claim is the result of StateStore.Claim.
 type Claim struct {
 	Status Status

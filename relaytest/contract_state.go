@@ -89,6 +89,9 @@ var stateCases = []struct {
 	{"FencingRejectsAnotherLease", stateFencingRejectsAnotherLease},
 	{"TransitionsWithoutState", stateTransitionsWithoutState},
 	{"UnfinishedListsWhatIsNotFinal", stateUnfinishedListsWhatIsNotFinal},
+	{"ClaimRecordsTheMessagesInvocations", stateClaimRecords},
+	{"IncompleteRecord", stateIncompleteRecord},
+	{"RecordArgumentsChecked", stateRecordArguments},
 	{"RetainMakesStateInert", stateRetainMakesStateInert},
 	{"RetainWithoutState", stateRetainWithoutState},
 	{"RetentionExpires", stateRetentionExpires},
@@ -112,7 +115,7 @@ type stateSuite struct {
 
 func (s *stateSuite) claim(t *testing.T, f string, lease time.Duration, maxAttempts int) invocation.Claim {
 	t.Helper()
-	c, err := s.h.Store.Claim(t.Context(), s.key, f, lease, maxAttempts)
+	c, err := s.h.Store.Claim(t.Context(), s.key, f, lease, maxAttempts, invocation.Record{})
 	if err != nil {
 		t.Fatalf("claim %s: %v", f, err)
 	}

@@ -194,7 +194,7 @@ func stateReleaseFirstAttempt(t *testing.T, s *stateSuite) {
 	s.wantErr(t, "second release", invocation.ErrStale, s.h.Store.Release(t.Context(), c.Lease))
 	// Still recorded, so that a redelivery that no longer matches the
 	// rule drives it anyway.
-	if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || !slices.Equal(u, []string{field}) {
+	if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || !slices.Equal(u.Fields, []string{field}) || u.Complete {
 		t.Fatalf("unfinished after releasing attempt 1 = %v, %v; want [%s]", u, err, field)
 	}
 	got := s.claim(t, field, time.Hour, 2)
@@ -231,7 +231,10 @@ func stateUnfinishedListsWhatIsNotFinal(t *testing.T, s *stateSuite) {
 		if err != nil {
 			t.Fatalf("unfinished %s: %v", what, err)
 		}
-		return got
+		if got.Complete {
+			t.Fatalf("unfinished %s: Complete without a record", what)
+		}
+		return got.Fields
 	}
 	if got := unfinished("without state"); len(got) != 0 {
 		t.Fatalf("unfinished without state = %v, want none", got)
@@ -317,5 +320,60 @@ func stateTraceLineage(t *testing.T, s *stateSuite) {
 	// Lineage is per invocation field.
 	if c := s.claim(t, otherField, time.Hour, 2); c.Status != invocation.Claimed || c.PrevTrace != "" {
 		t.Errorf("claim of another field = %+v, want claimed without PrevTrace", c)
+	}
+}
+
+// stateClaimRecords: a first delivery's claim records the message's other
+// invocations as due with no attempt used, leaves one that has state alone,
+// and marks the record complete, so Unfinished lists exactly what is left.
+func stateClaimRecords(t *testing.T, s *stateSuite) {
+	ctx := t.Context()
+	done := s.claim(t, "b/done", time.Hour, 3)
+	if err := s.h.Store.Finish(ctx, done.Lease); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.h.Store.Claim(ctx, s.key, "a/first", time.Hour, 3, invocation.Record{Fields: []string{"a/second", "b/done"}, Complete: true})
+	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 1 {
+		t.Fatalf("claim with a record = %+v, %v; want attempt 1 claimed", c, err)
+	}
+	u, err := s.h.Store.Unfinished(ctx, s.key)
+	if err != nil || !u.Complete || !slices.Equal(u.Fields, []string{"a/first", "a/second"}) {
+		t.Fatalf("unfinished after the record = %+v, %v; want [a/first a/second], complete", u, err)
+	}
+	// The recorded invocation runs as attempt 1: recording charged nothing.
+	second := s.claim(t, "a/second", time.Hour, 3)
+	if second.Status != invocation.Claimed || second.Lease.Attempt != 1 || second.Lost != 0 {
+		t.Fatalf("claim of a recorded invocation = %+v, want attempt 1, nothing lost", second)
+	}
+	if got := s.claim(t, "b/done", time.Hour, 3); got.Status != invocation.Succeeded {
+		t.Errorf("a finished invocation named in the record = %+v, want it still succeeded", got)
+	}
+}
+
+// stateIncompleteRecord: a record that is not complete (some app's rules
+// could not be read) stores the invocations but not the mark, so a
+// redelivery matches the event again.
+func stateIncompleteRecord(t *testing.T, s *stateSuite) {
+	if _, err := s.h.Store.Claim(t.Context(), s.key, "a/first", time.Hour, 3, invocation.Record{Fields: []string{"a/second"}}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := s.h.Store.Unfinished(t.Context(), s.key)
+	if err != nil || u.Complete || !slices.Equal(u.Fields, []string{"a/first", "a/second"}) {
+		t.Fatalf("unfinished after an incomplete record = %+v, %v; want both fields, not complete", u, err)
+	}
+}
+
+// stateRecordArguments: a record naming the claimed field, a reserved
+// field or a field twice is refused, and nothing is written.
+func stateRecordArguments(t *testing.T, s *stateSuite) {
+	for _, rec := range []invocation.Record{
+		{Fields: []string{"a/first"}}, {Fields: []string{"__matched"}}, {Fields: []string{"a/x", "a/x"}}, {Fields: []string{""}},
+	} {
+		if _, err := s.h.Store.Claim(t.Context(), s.key, "a/first", time.Hour, 3, rec); err == nil {
+			t.Errorf("claim with record %v: no error", rec.Fields)
+		}
+	}
+	if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || len(u.Fields) != 0 {
+		t.Errorf("after refused claims: unfinished %+v, %v; want nothing written", u, err)
 	}
 }

@@ -107,7 +107,7 @@ func stateFieldsAndKeysAreIndependent(t *testing.T, s *stateSuite) {
 	}
 	otherKey := s.key
 	otherKey.MessageID = "1700000000000-1"
-	c, err := s.h.Store.Claim(t.Context(), otherKey, field, time.Hour, 3)
+	c, err := s.h.Store.Claim(t.Context(), otherKey, field, time.Hour, 3, invocation.Record{})
 	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 1 || c.Lease.Key != otherKey {
 		t.Fatalf("claim on another message = %+v, %v; want claimed attempt 1", c, err)
 	}
@@ -136,7 +136,7 @@ func stateConcurrentClaimsHaveOneWinner(t *testing.T, s *stateSuite) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			results[i], errs[i] = s.h.Store.Claim(t.Context(), s.key, field, time.Hour, 3)
+			results[i], errs[i] = s.h.Store.Claim(t.Context(), s.key, field, time.Hour, 3, invocation.Record{})
 		})
 	}
 	wg.Wait()
@@ -220,7 +220,7 @@ func stateInvalidArguments(t *testing.T, s *stateSuite) {
 		{"lease below 1ms", field, 0, 3},
 		{"no attempts", field, time.Hour, 0},
 	} {
-		if got, err := s.h.Store.Claim(ctx, s.key, c.field, c.lease, c.maxAttempts); err == nil || isContractErr(err) {
+		if got, err := s.h.Store.Claim(ctx, s.key, c.field, c.lease, c.maxAttempts, invocation.Record{}); err == nil || isContractErr(err) {
 			t.Errorf("claim with %s = %+v, %v; want an argument error", c.name, got, err)
 		}
 	}

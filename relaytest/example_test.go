@@ -18,18 +18,18 @@ func ExampleStateStore() {
 	store := relaytest.NewStateStore(relaytest.WithClock(clock))
 	key := invocation.Key{Stream: "events", Group: "workers", MessageID: "1700000000000-0"}
 
-	first, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2)
+	first, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
 	fmt.Println(first.Status, first.Lease.Attempt, first.Lease.Deadline.UTC().Format(time.TimeOnly))
 
 	clock.Advance(2 * time.Minute) // the worker died mid-run
-	second, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2)
+	second, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
 	fmt.Println(second.Status, second.Lease.Attempt)
 
 	err := store.Finish(ctx, first.Lease) // the first worker comes back
 	fmt.Println(errors.Is(err, invocation.ErrStale))
 
 	clock.Advance(2 * time.Minute) // attempt 2 expires too: that was the last
-	last, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2)
+	last, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
 	fmt.Println(last.Status, last.Lease.Attempt)
 	// Output:
 	// claimed 1 10:01:00

@@ -152,7 +152,7 @@ func TestStateStoreWireForm(t *testing.T) {
 	key := invocation.Key{Stream: "events", Group: "g", MessageID: "1-0"}
 	claim := func(field string) invocation.Lease {
 		t.Helper()
-		c, err := s.Claim(ctx, key, field, time.Minute, 2)
+		c, err := s.Claim(ctx, key, field, time.Minute, 2, invocation.Record{})
 		if err != nil || c.Status != invocation.Claimed {
 			t.Fatalf("claim %s = %+v, %v", field, c, err)
 		}
@@ -206,7 +206,7 @@ func TestFakesHonourCancelledContexts(t *testing.T) {
 	cancel()
 	key := invocation.Key{Stream: "s", Group: "g", MessageID: "1-0"}
 	st := relaytest.NewStateStore()
-	if _, err := st.Claim(ctx, key, "a/h", time.Minute, 1); !errors.Is(err, context.Canceled) {
+	if _, err := st.Claim(ctx, key, "a/h", time.Minute, 1, invocation.Record{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("Claim: %v, want context.Canceled", err)
 	}
 	if got := st.Get(key); len(got) != 0 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -120,13 +119,20 @@ func (s *StateStore) hash(key invocation.Key, nowMS int64) *stateHash {
 	return h
 }
 
+// matchedField is the reserved field that marks a complete record of a
+// message's invocations (invocation.Record).
+const matchedField = "__matched"
+
 // Claim implements relay.StateStore.Claim as claim.lua does; see
-// invocation.Store.Claim for every outcome.
-func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int) (invocation.Claim, error) {
+// invocation.Store.Claim for every outcome, and for rec.
+func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
 	fail := func(err error) (invocation.Claim, error) {
 		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
 	}
 	if err := invocation.CheckClaim(field, lease, maxAttempts); err != nil {
+		return fail(err)
+	}
+	if err := invocation.CheckRecord(field, rec); err != nil {
 		return fail(err)
 	}
 	token := s.token()
@@ -143,6 +149,20 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	h := s.hash(key, now)
 	if h != nil && h.terminal {
 		return invocation.Claim{Status: invocation.Terminal}, nil
+	}
+	if rec.Complete || len(rec.Fields) > 0 {
+		if h == nil {
+			h = newHash()
+			s.hashes[key] = h
+		}
+		for _, f := range rec.Fields {
+			if _, ok := h.fields[f]; !ok {
+				h.fields[f] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: 0, token: token}
+			}
+		}
+		if rec.Complete {
+			h.reserved[matchedField] = "1"
+		}
 	}
 	base := invocation.Lease{Key: key, Field: field}
 	prevTrace := func() string {
@@ -332,27 +352,14 @@ func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value s
 }
 
 // Unfinished implements relay.StateStore.Unfinished as invocation.Store
-// does: the fields that are running, waiting for a retry or exhausted
-// without a recorded DLQ entry, sorted; none once retained.
-func (s *StateStore) Unfinished(ctx context.Context, key invocation.Key) ([]string, error) {
+// does: the fields that are running, waiting for a retry (recorded ones
+// included) or exhausted without a recorded DLQ entry, sorted, and whether
+// the first delivery's record is complete; nothing once retained.
+func (s *StateStore) Unfinished(ctx context.Context, key invocation.Key) (invocation.Unfinished, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("unfinished %s: %w", hashName(key), err)
+		return invocation.Unfinished{}, fmt.Errorf("unfinished %s: %w", hashName(key), err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h := s.hash(key, nowMS(s.clock))
-	if h == nil || h.terminal {
-		return nil, nil
-	}
-	var out []string
-	for f, v := range h.fields {
-		if v.kind == kindOK || (v.kind == kindExhausted && v.dlq) {
-			continue
-		}
-		out = append(out, f)
-	}
-	slices.Sort(out)
-	return out, nil
+	return invocation.UnfinishedOf(s.Get(key)), nil
 }
 
 // Get returns every field of the hash of key as invocation.Store.Get does:

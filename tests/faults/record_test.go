@@ -177,6 +177,13 @@ func terminalValue(v string) bool {
 // terminal. Its error (Redis unreachable) makes the ack fail, as if XACK
 // had: every ack the engine makes is checked.
 func (r *recorder) checkAck(ctx context.Context, messageID string) error {
+	return r.checkAckFinishing(ctx, messageID, "")
+}
+
+// checkAckFinishing is checkAck for an ack that comes with the success of
+// invocation finishing (relay.Settler.FinishSettle): that one is still
+// running when checked, every other must be terminal.
+func (r *recorder) checkAckFinishing(ctx context.Context, messageID, finishing string) error {
 	st, err := r.rc.Do(ctx, r.rc.B().Hgetall().Key(keys.Invocation(r.stream, r.group, messageID)).Build()).AsStrMap()
 	if err != nil {
 		return err
@@ -188,6 +195,9 @@ func (r *recorder) checkAck(ctx context.Context, messageID string) error {
 			continue
 		}
 		n++
+		if f == finishing && strings.HasPrefix(v, "running:") {
+			continue
+		}
 		if !terminalValue(v) {
 			bad = append(bad, f+"="+v)
 		}
@@ -289,6 +299,33 @@ type ledgerState struct {
 
 func (s ledgerState) Finish(ctx context.Context, l invocation.Lease) error {
 	err := s.StateStore.Finish(ctx, l)
+	if err == nil {
+		s.rec.finished(ctx, l)
+	}
+	return err
+}
+
+// ledgerSettler is the worker's Settler, the invocation.Store a Worker
+// pairs with its source: every acknowledgement it makes is checked as
+// ledgerSource.Ack checks the others, and a success it records is in the
+// ledger like ledgerState.Finish's.
+type ledgerSettler struct {
+	store *invocation.Store
+	rec   *recorder
+}
+
+func (s ledgerSettler) Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error) {
+	if err := s.rec.checkAck(ctx, key.MessageID); err != nil {
+		return fmt.Errorf("faults: check state before ack of %s: %w", key.MessageID, err), nil
+	}
+	return s.store.Settle(ctx, key, ttl)
+}
+
+func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
+	if err := s.rec.checkAckFinishing(ctx, l.Key.MessageID, l.Field); err != nil {
+		return fmt.Errorf("faults: check state before ack of %s: %w", l.Key.MessageID, err)
+	}
+	err := s.store.FinishSettle(ctx, l, ttl)
 	if err == nil {
 		s.rec.finished(ctx, l)
 	}

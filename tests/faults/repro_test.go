@@ -285,7 +285,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	// Its only attempt was claimed by a worker that then died: the lease
 	// expires at once.
 	key := invocation.Key{Stream: streamName, Group: soakGroup, MessageID: id}
-	if c, err := invocation.New(rc).Claim(ctx, key, "repro/bad.run", time.Millisecond, 1); err != nil || c.Status != invocation.Claimed {
+	if c, err := invocation.New(rc).Claim(ctx, key, "repro/bad.run", time.Millisecond, 1, invocation.Record{}); err != nil || c.Status != invocation.Claimed {
 		t.Fatalf("seed claim: %+v %v", c, err)
 	}
 	time.Sleep(10 * time.Millisecond)

@@ -118,10 +118,14 @@ func TestWorkerProcess(t *testing.T) {
 	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// relay.Worker would, and sweeps its runner as the Worker does.
+	store := invocation.New(rc)
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
+		Source: ledgerSource{src, rec}, State: ledgerState{store, rec},
 		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName),
-		Stream: streamName, Group: soakGroup, Consumer: consumer,
+		// Paired as a Worker pairs them, so the soak runs the production
+		// path: the last invocation's success settles its message.
+		Settler: ledgerSettler{store, rec},
+		Stream:  streamName, Group: soakGroup, Consumer: consumer,
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)

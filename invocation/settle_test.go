@@ -2,6 +2,7 @@ package invocation
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -54,9 +55,9 @@ func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int6
 	return e.state(t)
 }
 
-// TestAckRetainSHA pins the digest AckRetain sends in EVALSHA to the one
+// TestSettleSHA pins the digest Settle sends in EVALSHA to the one
 // Redis computes for retain.lua as the Store loads it.
-func TestAckRetainSHA(t *testing.T) {
+func TestSettleSHA(t *testing.T) {
 	c := redistest.Client(t)
 	sha, err := c.Do(t.Context(), c.B().ScriptLoad().Script(withHelpers(scriptSources["retain.lua"])).Build()).ToString()
 	if err != nil {
@@ -67,21 +68,21 @@ func TestAckRetainSHA(t *testing.T) {
 	}
 }
 
-// TestAckRetain: the message leaves the PEL and its hash keeps its fields
+// TestSettle: the message leaves the PEL and its hash keeps its fields
 // and gains __terminal and the TTL, as XACK followed by Retain would leave
 // them; a repeated call changes nothing, TTL included.
-func TestAckRetain(t *testing.T) {
+func TestSettle(t *testing.T) {
 	e := newEnv(t, "")
 	key := pendingMessage(t, e.c, e.key)
 	e.key, e.hash = key, hashOf(key)
 	e.seed(t, map[string]string{testField: "ok"}, 0)
 
-	ackErr, retainErr := e.s.AckRetain(t.Context(), key, time.Hour)
+	ackErr, retainErr := e.s.Settle(t.Context(), key, time.Hour)
 	if ackErr != nil || retainErr != nil {
-		t.Fatalf("AckRetain = %v, %v", ackErr, retainErr)
+		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
 	}
 	if n := pending(t, e.c, key); n != 0 {
-		t.Errorf("%d entries pending after AckRetain, want 0", n)
+		t.Errorf("%d entries pending after Settle, want 0", n)
 	}
 	got, pttl := e.state(t)
 	if diff := cmp.Diff(map[string]string{testField: "ok", terminalField: "1"}, got); diff != "" {
@@ -89,17 +90,17 @@ func TestAckRetain(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
-	ackErr, retainErr = e.s.AckRetain(t.Context(), key, 2*time.Hour)
+	ackErr, retainErr = e.s.Settle(t.Context(), key, 2*time.Hour)
 	if ackErr != nil || retainErr != nil {
-		t.Fatalf("second AckRetain = %v, %v", ackErr, retainErr)
+		t.Fatalf("second Settle = %v, %v", ackErr, retainErr)
 	}
 	_, again := e.state(t)
 	checkPTTL(t, time.Hour, again) // the running TTL is kept, not extended
 }
 
-// TestAckRetainWithoutScriptCache: after SCRIPT FLUSH (a restarted server)
+// TestSettleWithoutScriptCache: after SCRIPT FLUSH (a restarted server)
 // the EVALSHA fails with NOSCRIPT and the retain is sent again in full.
-func TestAckRetainWithoutScriptCache(t *testing.T) {
+func TestSettleWithoutScriptCache(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redistest.Connect(t, srv.Addr)
 	s := New(c)
@@ -107,9 +108,9 @@ func TestAckRetainWithoutScriptCache(t *testing.T) {
 	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
 	}
-	ackErr, retainErr := s.AckRetain(t.Context(), key, time.Hour)
+	ackErr, retainErr := s.Settle(t.Context(), key, time.Hour)
 	if ackErr != nil || retainErr != nil {
-		t.Fatalf("AckRetain = %v, %v", ackErr, retainErr)
+		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
 	}
 	if n := pending(t, c, key); n != 0 {
 		t.Errorf("%d entries pending, want 0", n)
@@ -121,17 +122,17 @@ func TestAckRetainWithoutScriptCache(t *testing.T) {
 	checkPTTL(t, time.Hour, pttl)
 }
 
-// TestAckRetainWrongType: an XACK error reply is ackErr. The pipelined
-// retain has run anyway (documented on AckRetain): a key that holds no
+// TestSettleWrongType: an XACK error reply is ackErr. The pipelined
+// retain has run anyway (documented on Settle): a key that holds no
 // stream holds no PEL either.
-func TestAckRetainWrongType(t *testing.T) {
+func TestSettleWrongType(t *testing.T) {
 	e := newEnv(t, "")
 	if err := e.c.Do(t.Context(), e.c.B().Set().Key(e.key.Stream).Value("not a stream").Build()).Error(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
-	ackErr, retainErr := e.s.AckRetain(t.Context(), e.key, time.Hour)
+	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
 	if ackErr == nil {
-		t.Fatalf("AckRetain on a string key: ackErr = nil, want WRONGTYPE")
+		t.Fatalf("Settle on a string key: ackErr = nil, want WRONGTYPE")
 	}
 	if retainErr != nil {
 		t.Errorf("retainErr = %v, want nil when the ack failed", retainErr)
@@ -142,13 +143,13 @@ func TestAckRetainWrongType(t *testing.T) {
 	}
 }
 
-// TestAckRetainUnknownGroup: Redis acknowledges ids of a group it does not
+// TestSettleUnknownGroup: Redis acknowledges ids of a group it does not
 // know with 0, so this is no error; the hash is retained.
-func TestAckRetainUnknownGroup(t *testing.T) {
+func TestSettleUnknownGroup(t *testing.T) {
 	e := newEnv(t, "")
-	ackErr, retainErr := e.s.AckRetain(t.Context(), e.key, time.Hour)
+	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
 	if ackErr != nil || retainErr != nil {
-		t.Fatalf("AckRetain = %v, %v", ackErr, retainErr)
+		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
 	}
 	got, pttl := e.state(t)
 	if diff := cmp.Diff(map[string]string{terminalField: "1"}, got); diff != "" {
@@ -157,22 +158,22 @@ func TestAckRetainUnknownGroup(t *testing.T) {
 	checkPTTL(t, time.Hour, pttl)
 }
 
-func TestAckRetainInvalidTTL(t *testing.T) {
+func TestSettleInvalidTTL(t *testing.T) {
 	e := newEnv(t, "")
-	ackErr, retainErr := e.s.AckRetain(t.Context(), e.key, 0)
+	ackErr, retainErr := e.s.Settle(t.Context(), e.key, 0)
 	if ackErr == nil || retainErr == nil {
-		t.Fatalf("AckRetain with ttl 0 = %v, %v; want both errors", ackErr, retainErr)
+		t.Fatalf("Settle with ttl 0 = %v, %v; want both errors", ackErr, retainErr)
 	}
 	if got, pttl := e.state(t); len(got) != 0 || pttl != -2 {
 		t.Errorf("hash after a refused call: %v (PTTL %d), want none", got, pttl)
 	}
 }
 
-// TestAckRetainCluster runs AckRetain on Redis Cluster for a stream with a
+// TestSettleCluster runs Settle on Redis Cluster for a stream with a
 // hash tag, whose hash shares its slot (one pipeline), and for one without,
 // whose hash lives elsewhere (XACK, then the retain): both end acknowledged
 // and retained.
-func TestAckRetainCluster(t *testing.T) {
+func TestSettleCluster(t *testing.T) {
 	cl := topology.NewCluster(t)
 	c := topology.Connect(t, cl.ClientOption())
 	s := New(c)
@@ -180,10 +181,10 @@ func TestAckRetainCluster(t *testing.T) {
 		key := pendingMessage(t, c, Key{Stream: name, Group: "group"})
 		t.Logf("stream %s: hash in the same slot: %v", name, slot(t, c, key.Stream) == slot(t, c, keys.Invocation(key.Stream, key.Group, key.MessageID)))
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		ackErr, retainErr := s.AckRetain(ctx, key, time.Hour)
+		ackErr, retainErr := s.Settle(ctx, key, time.Hour)
 		cancel()
 		if ackErr != nil || retainErr != nil {
-			t.Fatalf("%s: AckRetain = %v, %v", name, ackErr, retainErr)
+			t.Fatalf("%s: Settle = %v, %v", name, ackErr, retainErr)
 		}
 		if n := pending(t, c, key); n != 0 {
 			t.Errorf("%s: %d entries pending, want 0", name, n)
@@ -203,4 +204,77 @@ func slot(t *testing.T, c rueidis.Client, key string) int64 {
 		t.Fatalf("CLUSTER KEYSLOT %s: %v", key, err)
 	}
 	return n
+}
+
+// TestFinishSettleScript: the last invocation's success, the XACK and the
+// retention are one script. A running lease of this attempt and token
+// finishes, leaves the PEL and gets the TTL; a stale lease or a retained
+// hash changes nothing and acknowledges nothing.
+func TestFinishSettleScript(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		seed    func(l Lease) map[string]string
+		wantErr error
+	}{
+		{"running", func(l Lease) map[string]string {
+			return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), "other/done": "ok"}
+		}, nil},
+		{"expired lease nobody took", func(l Lease) map[string]string {
+			return map[string]string{l.Field: running(1, l.Attempt, l.Token)}
+		}, nil},
+		{"another token", func(l Lease) map[string]string {
+			return map[string]string{l.Field: running(9999999999999, l.Attempt, "other")}
+		}, ErrStale},
+		{"another attempt", func(l Lease) map[string]string {
+			return map[string]string{l.Field: running(9999999999999, l.Attempt+1, l.Token)}
+		}, ErrStale},
+		{"already ok", func(l Lease) map[string]string { return map[string]string{l.Field: "ok"} }, ErrStale},
+		{"no state", func(Lease) map[string]string { return nil }, ErrStale},
+		{"retained", func(l Lease) map[string]string {
+			return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), terminalField: "1"}
+		}, ErrTerminal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, "")
+			key := pendingMessage(t, e.c, e.key)
+			l := Lease{Key: key, Field: testField, Attempt: 2, Token: "tok"}
+			seeded := tc.seed(l)
+			if seeded != nil {
+				(&env{c: e.c, hash: hashOf(key)}).seed(t, seeded, 0)
+			}
+			err := e.s.FinishSettle(t.Context(), l, time.Hour)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("FinishSettle = %v, want %v", err, tc.wantErr)
+			}
+			st, pttl := hashState(t, e.c, key)
+			if tc.wantErr != nil {
+				if n := pending(t, e.c, key); n != 1 {
+					t.Errorf("a refused FinishSettle acknowledged the message (%d pending)", n)
+				}
+				if seeded == nil {
+					seeded = map[string]string{}
+				}
+				if diff := cmp.Diff(seeded, st); diff != "" {
+					t.Errorf("a refused FinishSettle changed the hash (-want +got):\n%s", diff)
+				}
+				return
+			}
+			if n := pending(t, e.c, key); n != 0 {
+				t.Errorf("%d entries pending after FinishSettle, want 0", n)
+			}
+			want := map[string]string{l.Field: "ok", terminalField: "1"}
+			for f, v := range seeded {
+				if f != l.Field {
+					want[f] = v
+				}
+			}
+			if diff := cmp.Diff(want, st); diff != "" {
+				t.Errorf("hash (-want +got):\n%s", diff)
+			}
+			if pttl <= 0 || pttl > int64(time.Hour/time.Millisecond) {
+				t.Errorf("PTTL %d, want the retention of 1h", pttl)
+			}
+		})
+	}
 }
