@@ -216,7 +216,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			// The source and the store share the client: a message's last
 			// transition, its XACK and its retention take one script.
 			Settler: store,
-			Stream:      name, Group: cfg.Group, Consumer: cfg.Consumer,
+			Stream:  name, Group: cfg.Group, Consumer: cfg.Consumer,
 		}, ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("relay: NewWorker: stream %s: %w", name, err)
