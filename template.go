@@ -16,6 +16,7 @@ import (
 	"github.com/goccy/go-yaml/token"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
 )
 
 // tpl walks one template's YAML AST, collecting positioned errors. Walking
@@ -366,15 +367,18 @@ func (t *tpl) resources(app *App, n ast.Node) {
 	if !ok {
 		return
 	}
+	var tmpNode ast.Node
 	for _, fl := range fields {
 		p := "resources." + fl.key
 		switch fl.key {
-		case "memory":
+		case "memory", "tmp":
 			if s, ok := t.str(fl.value, p); ok {
-				if b, err := parseSize(s); err != nil {
+				if b, err := parseSize(fl.key, s); err != nil {
 					t.errorf(fl.value, p, "%v", err)
-				} else {
+				} else if fl.key == "memory" {
 					app.Spec.MemoryBytes = b
+				} else {
+					app.Spec.TmpBytes, tmpNode = b, fl.value
 				}
 			}
 		case "cpus":
@@ -394,13 +398,20 @@ func (t *tpl) resources(app *App, n ast.Node) {
 				}
 			}
 		default:
-			t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"memory", "cpus", "pids"}))
+			t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"memory", "tmp", "cpus", "pids"}))
 		}
+	}
+	// /tmp is a tmpfs whose files count against the memory limit
+	// (docs/apps.md): larger, it could never fill before the limit kills.
+	if app.Spec.TmpBytes > app.Spec.MemoryBytes {
+		t.errorf(tmpNode, "resources.tmp", "tmp %s is larger than memory %s; files in /tmp count against the memory limit, so tmp must be at most memory",
+			runtime.FormatSize(app.Spec.TmpBytes), runtime.FormatSize(app.Spec.MemoryBytes))
 	}
 }
 
-// parseSize parses "<n>KiB|MiB|GiB" into bytes.
-func parseSize(s string) (int64, error) {
+// parseSize parses "<n>KiB|MiB|GiB" into bytes; what names the key in
+// errors.
+func parseSize(what, s string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64
@@ -412,12 +423,12 @@ func parseSize(s string) (int64, error) {
 				break
 			}
 			if v > math.MaxInt64/u.mult {
-				return 0, fmt.Errorf("memory %q is too large", s)
+				return 0, fmt.Errorf("%s %q is too large", what, s)
 			}
 			return v * u.mult, nil
 		}
 	}
-	return 0, fmt.Errorf("memory %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
+	return 0, fmt.Errorf("%s %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", what, s)
 }
 
 func (t *tpl) env(app *App, n ast.Node) {
