@@ -27,6 +27,7 @@ import (
 // Runner runs invocations in containerd (relay.Runner). Create it with New.
 type Runner struct {
 	client         *client.Client
+	address        string // containerd's socket, which names shim sockets; "" when unknown
 	namespace      string
 	snapshotter    string
 	hostID         string
@@ -66,6 +67,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 	}
 	r := &Runner{
 		client:         c,
+		address:        clientAddress(c),
 		namespace:      o.namespace,
 		snapshotter:    o.snapshotter,
 		hostID:         o.hostID,

@@ -111,7 +111,8 @@ func hostFilter(host string) string {
 }
 
 // remove deletes container id with its task (killed first) and snapshot,
-// and the snapshot id alone when there is no container. Missing objects are
+// and the snapshot id alone when there is no container; once the container
+// is gone it ends a shim left running for it (endShim). Missing objects are
 // not errors. It runs detached from ctx's cancellation.
 func (r *Runner) remove(ctx context.Context, id string) error {
 	ctx, cancel := r.detached(ctx)
@@ -120,15 +121,31 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 	c, err := r.client.LoadContainer(ctx, id)
 	switch {
 	case err == nil:
-		if task, err := c.Task(ctx, nil); err == nil {
+		task, terr := c.Task(ctx, nil)
+		switch {
+		case terr == nil:
 			if err := deleteTask(ctx, c, task, client.WithProcessKill); err != nil {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
 			}
-		} else if !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("load task %s: %w", id, err))
+		case errdefs.IsNotFound(terr):
+			// A creation of the task that did not complete may have left
+			// its shim. Ended before the container goes, so that a sweep
+			// interrupted here (the shim may be slow to answer) finds the
+			// container again and retries.
+			if err := r.endShim(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
+		default:
+			errs = append(errs, fmt.Errorf("load task %s: %w", id, terr))
 		}
 		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container %s: %w", id, err))
+		} else if terr == nil {
+			// containerd deleted the task; a shim it failed to stop (a
+			// concurrent deletion) goes now.
+			if err := r.endShim(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	case !errdefs.IsNotFound(err):
 		errs = append(errs, fmt.Errorf("load container %s: %w", id, err))
