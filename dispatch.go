@@ -517,6 +517,8 @@ func (e *Engine) drive(ctx, runCtx context.Context, d *delivery, cl call) {
 		result = outcomeFailure
 		if exit.TimedOut {
 			result = outcomeTimeout
+		} else if exit.OOMKilled {
+			result = outcomeOOM
 		}
 		e.m.invocations.WithLabelValues(app.Name, cl.handler, result).Inc()
 		e.stats.add(countFailures)

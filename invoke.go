@@ -118,6 +118,8 @@ func manualResult(err error) string {
 		return outcomeSuccess
 	case isExit && exit.TimedOut:
 		return outcomeTimeout
+	case isExit && exit.OOMKilled:
+		return outcomeOOM
 	case isExit:
 		return outcomeFailure
 	case errors.Is(err, runtime.ErrUnavailable):

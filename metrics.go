@@ -11,6 +11,7 @@ const (
 	outcomeSuccess     = "success"
 	outcomeFailure     = "failure"
 	outcomeTimeout     = "timeout"
+	outcomeOOM         = "oom" // killed for exceeding its memory limit
 	outcomeUnavailable = "unavailable"
 	outcomeError       = "error"
 	// outcomeLost is an attempt whose worker died or stalled mid-run: a
@@ -41,7 +42,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		missingPayload:   counter("missing_payload_total", "Reclaimed PEL entries whose stream body no longer exists (data loss)."),
 		concurrencyWaits: counter("concurrency_waits_total", "Invocations that had to wait for a concurrency slot."),
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "invocations_total",
-			Help: "Handler attempts by outcome (success, failure, timeout, unavailable, error, lost)."}, []string{"app", "handler", "outcome"}),
+			Help: "Handler attempts by outcome (success, failure, timeout, oom, unavailable, error, lost)."}, []string{"app", "handler", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "relay", Name: "invocation_duration_seconds",
 			Help: "Duration of handler attempts that ran.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"app", "handler"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "retries_total",
