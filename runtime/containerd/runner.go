@@ -50,6 +50,8 @@ type Runner struct {
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
 
+	shimWork sync.WaitGroup // background stops of busy shims (endShim)
+
 	warm warmPools
 }
 

@@ -41,6 +41,16 @@ const shimSocketDir = "/run/containerd/s"
 // killing.
 const shimPollInterval = 50 * time.Millisecond
 
+// shimAnswerTimeout bounds the wait for a shim's first answer. One that
+// does not answer in time is still busy creating the task containerd gave
+// up on (the shim holds its lock until that creation fails, up to half a
+// minute): it is then stopped in the background, within shimBusyTimeout,
+// so that neither a Run nor a Sweep waits for it.
+const shimAnswerTimeout = 2 * time.Second
+
+// shimBusyTimeout bounds the background stop of a busy shim.
+const shimBusyTimeout = time.Minute
+
 // clientAddress returns the path of the socket c dials, which is the
 // address containerd gives its shims when the worker sees containerd's
 // socket at containerd's own path; "" when it cannot tell.
@@ -64,29 +74,77 @@ func (r *Runner) shimSocket(id string) string {
 
 // endShim ends the shim of container id if one still listens: it kills and
 // deletes the task the shim may still hold for id, then asks it to exit.
-// Call it only once containerd has no container id any more: whatever the
-// shim still runs is then a leftover. No shim (the normal case: containerd
-// stopped it with the task) is not an error. It may wait for a shim that
-// is still finishing a creation that containerd gave up on, until ctx ends.
+// Call it only when containerd has no task id: whatever the shim still runs
+// is then a leftover. No shim (the normal case: containerd stopped it with
+// the task) is not an error. A shim still busy with a creation that
+// containerd gave up on is stopped in the background (shimAnswerTimeout);
+// Close waits for that.
 func (r *Runner) endShim(ctx context.Context, id string) error {
 	if r.address == "" {
 		return nil
 	}
+	tc, err := r.dialShim(ctx, id)
+	if tc == nil || err != nil {
+		return err
+	}
+	shim := taskapi.NewTTRPCTaskClient(tc)
+	actx, cancel := context.WithTimeout(ctx, shimAnswerTimeout)
+	_, err = shim.State(actx, &taskapi.StateRequest{ID: id})
+	busy := actx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if !busy {
+		defer tc.Close()
+		return r.stopShim(ctx, shim, id, err)
+	}
+	// A new connection: the late answer to this one's request would be
+	// logged as an error by the ttrpc client.
+	tc.Close()
+	r.shimWork.Add(1)
+	go func() {
+		defer r.shimWork.Done()
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimBusyTimeout)
+		defer cancel()
+		err := func() error {
+			tc, err := r.dialShim(bctx, id)
+			if tc == nil || err != nil {
+				return err
+			}
+			defer tc.Close()
+			shim := taskapi.NewTTRPCTaskClient(tc)
+			_, err = shim.State(bctx, &taskapi.StateRequest{ID: id})
+			return r.stopShim(bctx, shim, id, err)
+		}()
+		if err != nil {
+			r.logger.LogAttrs(bctx, slog.LevelError, "containerd shim cleanup failed",
+				slog.String("container_id", id), slog.Any("error", err))
+		}
+	}()
+	return nil
+}
+
+// dialShim connects to the shim of container id; it returns nil and no
+// error when no shim listens there.
+func (r *Runner) dialShim(ctx context.Context, id string) (*ttrpc.Client, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", r.shimSocket(id))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("connect to the shim of %s: %w", id, err)
+		return nil, fmt.Errorf("connect to the shim of %s: %w", id, err)
 	}
-	tc := ttrpc.NewClient(conn)
-	defer tc.Close()
-	shim := taskapi.NewTTRPCTaskClient(tc)
-	_, err = shim.State(ctx, &taskapi.StateRequest{ID: id})
-	switch err = errgrpc.ToNative(err); {
+	return ttrpc.NewClient(conn), nil
+}
+
+// stopShim ends the shim of container id, whose answer to a task state
+// request was stateErr: it kills and deletes the task the shim still holds,
+// if any, then asks it to exit.
+func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) error {
+	held := false
+	switch err := errgrpc.ToNative(stateErr); {
 	case err == nil:
 		// The shim finished creating the task after containerd gave up on
 		// it: it would not exit while it holds the task.
+		held = true
 		if err := deleteShimTask(ctx, shim, id); err != nil {
 			return fmt.Errorf("shim of %s: %w", id, err)
 		}
@@ -98,7 +156,7 @@ func (r *Runner) endShim(ctx context.Context, id string) error {
 		return fmt.Errorf("shim of %s: shutdown: %w", id, errgrpc.ToNative(err))
 	}
 	r.logger.LogAttrs(ctx, slog.LevelWarn, "stopped a containerd shim left without its task",
-		slog.String("container_id", id))
+		slog.String("container_id", id), slog.Bool("task_killed", held))
 	return nil
 }
 
@@ -119,5 +177,18 @@ func deleteShimTask(ctx context.Context, shim taskapi.TTRPCTaskService, id strin
 			return fmt.Errorf("delete task: %w (%w)", err, ctx.Err())
 		case <-time.After(shimPollInterval):
 		}
+	}
+}
+
+// waitShimWork waits for the background stops of busy shims, or for ctx.
+func (r *Runner) waitShimWork(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		r.shimWork.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }

@@ -502,15 +502,17 @@ func (r *Runner) logWarmCleanup(ctx context.Context, app, id string, err error) 
 }
 
 // Close removes the Runner's warm containers: idle ones at once, busy ones
-// when their invocation ends, or at once (killed) when ctx is done first.
-// Runs of warm apps fail after Close with an error wrapping
-// runtime.ErrUnavailable; one-shot Runs are unaffected. Close returns
-// ctx.Err() when it had to kill busy containers, nil otherwise; it is
-// idempotent and does not close the containerd client. Close then stops
-// refreshing the Runner's presence label and removes it
-// (LabelPresencePrefix), so call it after the Runner's last Run. A process
-// that dies without Close leaves a label that goes stale, and other
-// Runners' Sweep removes its containers after the orphan timeout.
+// when their invocation ends, or at once (killed) when ctx is done first;
+// it also waits, until ctx is done, for the stops of leftover shims still
+// under way (docs/operations.md "containerd"). Runs of warm apps fail after
+// Close with an error wrapping runtime.ErrUnavailable; one-shot Runs are
+// unaffected. Close returns ctx.Err() when it had to kill busy containers,
+// nil otherwise; it is idempotent and does not close the containerd
+// client. Close then stops refreshing the Runner's presence label and
+// removes it (LabelPresencePrefix), so call it after the Runner's last Run
+// and Sweep. A process that dies without Close leaves a label that goes
+// stale, and other Runners' Sweep removes its containers after the orphan
+// timeout.
 func (r *Runner) Close(ctx context.Context) error {
 	p := &r.warm
 	p.mu.Lock()
@@ -544,6 +546,7 @@ func (r *Runner) Close(ctx context.Context) error {
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
+	r.waitShimWork(ctx)
 	if werr := r.withdraw(ctx); werr != nil && err == nil {
 		err = fmt.Errorf("containerd: remove presence label: %w", werr)
 	}
