@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -50,6 +51,10 @@ const shimAnswerTimeout = 2 * time.Second
 
 // shimBusyTimeout bounds the background stop of a busy shim.
 const shimBusyTimeout = time.Minute
+
+// shimExitWait is how long a shim that containerd asked to exit may take
+// to do so before it is taken for one that will not.
+const shimExitWait = 2 * time.Second
 
 // clientAddress returns the path of the socket c dials, which is the
 // address containerd gives its shims when the worker sees containerd's
@@ -120,6 +125,25 @@ func (r *Runner) endShim(ctx context.Context, id string) error {
 		}
 	}()
 	return nil
+}
+
+// shimExits reports whether the shim of container id is gone (its socket
+// removed, which a shim does as it exits) or goes within d.
+func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool {
+	if r.address == "" {
+		return true
+	}
+	path := r.shimSocket(id)
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(shimPollInterval)
+	}
 }
 
 // dialShim connects to the shim of container id; it returns nil and no

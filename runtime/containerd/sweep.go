@@ -121,31 +121,31 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 	c, err := r.client.LoadContainer(ctx, id)
 	switch {
 	case err == nil:
-		task, terr := c.Task(ctx, nil)
-		switch {
-		case terr == nil:
+		shimLeft := false // whether a shim of id may be left without its task
+		if task, err := c.Task(ctx, nil); err == nil {
 			if err := deleteTask(ctx, c, task, client.WithProcessKill); err != nil {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
+			} else {
+				// containerd asked the task's shim to exit: give it a
+				// moment before taking it for one that will not.
+				shimLeft = !r.shimExits(ctx, id, shimExitWait)
 			}
-		case errdefs.IsNotFound(terr):
-			// A creation of the task that did not complete may have left
-			// its shim. Ended before the container goes, so that a sweep
-			// interrupted here (the shim may be slow to answer) finds the
-			// container again and retries.
+		} else if errdefs.IsNotFound(err) {
+			shimLeft = true
+		} else {
+			errs = append(errs, fmt.Errorf("load task %s: %w", id, err))
+		}
+		if shimLeft {
+			// A shim that containerd failed to stop (a creation of the
+			// task that did not complete, a shim that did not exit when
+			// asked) goes too. Before the container, so that a sweep
+			// interrupted here finds the container again and retries.
 			if err := r.endShim(ctx, id); err != nil {
 				errs = append(errs, err)
 			}
-		default:
-			errs = append(errs, fmt.Errorf("load task %s: %w", id, terr))
 		}
 		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container %s: %w", id, err))
-		} else if terr == nil {
-			// containerd deleted the task; a shim it failed to stop (a
-			// concurrent deletion) goes now.
-			if err := r.endShim(ctx, id); err != nil {
-				errs = append(errs, err)
-			}
 		}
 	case !errdefs.IsNotFound(err):
 		errs = append(errs, fmt.Errorf("load container %s: %w", id, err))
