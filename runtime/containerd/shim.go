@@ -45,8 +45,9 @@ const shimPollInterval = 50 * time.Millisecond
 // shimAnswerTimeout bounds the wait for a shim's first answer. One that
 // does not answer in time is still busy creating the task containerd gave
 // up on (the shim holds its lock until that creation fails, up to half a
-// minute): it is then stopped in the background, within shimBusyTimeout,
-// so that neither a Run nor a Sweep waits for it.
+// minute): a Run's cleanup then stops it in the background, within
+// shimBusyTimeout, and a Sweep leaves its container for the next sweep, so
+// that neither waits for it.
 const shimAnswerTimeout = 2 * time.Second
 
 // shimBusyTimeout bounds the background stop of a busy shim.
@@ -81,29 +82,33 @@ func (r *Runner) shimSocket(id string) string {
 // deletes the task the shim may still hold for id, then asks it to exit.
 // Call it only when containerd has no task id: whatever the shim still runs
 // is then a leftover. No shim (the normal case: containerd stopped it with
-// the task) is not an error. A shim still busy with a creation that
-// containerd gave up on is stopped in the background (shimAnswerTimeout);
-// Close waits for that.
-func (r *Runner) endShim(ctx context.Context, id string) error {
+// the task) is not an error. A shim that does not answer within
+// shimAnswerTimeout is still busy with a creation that containerd gave up
+// on: endShim then reports busy, and stops it in the background when
+// background is set (Close waits for that).
+func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy bool, err error) {
 	if r.address == "" {
-		return nil
+		return false, nil
 	}
 	tc, err := r.dialShim(ctx, id)
 	if tc == nil || err != nil {
-		return err
+		return false, err
 	}
 	shim := taskapi.NewTTRPCTaskClient(tc)
 	actx, cancel := context.WithTimeout(ctx, shimAnswerTimeout)
 	_, err = shim.State(actx, &taskapi.StateRequest{ID: id})
-	busy := actx.Err() != nil && ctx.Err() == nil
+	busy = actx.Err() != nil && ctx.Err() == nil
 	cancel()
 	if !busy {
 		defer tc.Close()
-		return r.stopShim(ctx, shim, id, err)
+		return false, r.stopShim(ctx, shim, id, err)
 	}
-	// A new connection: the late answer to this one's request would be
-	// logged as an error by the ttrpc client.
+	// A later attempt uses a new connection: the ttrpc client would log
+	// the late answer to this one's request as an error.
 	tc.Close()
+	if !background {
+		return true, nil
+	}
 	r.shimWork.Add(1)
 	go func() {
 		defer r.shimWork.Done()
@@ -124,7 +129,7 @@ func (r *Runner) endShim(ctx context.Context, id string) error {
 				slog.String("container_id", id), slog.Any("error", err))
 		}
 	}()
-	return nil
+	return true, nil
 }
 
 // shimExits reports whether the shim of container id is gone (its socket
