@@ -232,6 +232,8 @@ func resultOf(err error) Result {
 		return ResultSuccess
 	case isExit && exit.TimedOut:
 		return ResultTimeout
+	case isExit && exit.OOMKilled:
+		return ResultOOM
 	case isExit:
 		return ResultFailure
 	case errors.Is(err, runtime.ErrUnavailable):

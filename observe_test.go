@@ -98,7 +98,7 @@ func promStats(t *testing.T, regs ...*prometheus.Registry) stats.Counts {
 		Unmatched:  sum("relay_events_unmatched_total"),
 		Malformed:  sum("relay_events_malformed_total"),
 		Successes:  sum("relay_invocations_total", "success"),
-		Failures:   sum("relay_invocations_total", "failure", "timeout", "lost"),
+		Failures:   sum("relay_invocations_total", "failure", "timeout", "oom", "lost"),
 		Retries:    sum("relay_retries_total"),
 		DLQEntries: sum("relay_dlq_entries_total"),
 	}

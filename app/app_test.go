@@ -74,12 +74,12 @@ func TestNewSet(t *testing.T) {
 
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]int64{"1KiB": 1024, "256MiB": 256 << 20, "2GiB": 2 << 30} {
-		if got, err := app.ParseSize(in); err != nil || got != want {
+		if got, err := app.ParseSize("size", in); err != nil || got != want {
 			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "1", "1MB", "0MiB", "-1KiB", "1.5MiB", "99999999999999GiB"} {
-		if _, err := app.ParseSize(in); err == nil {
+		if _, err := app.ParseSize("size", in); err == nil {
 			t.Errorf("ParseSize(%q): no error", in)
 		}
 	}

@@ -9,8 +9,9 @@ import (
 
 // ParseSize parses a size written as a positive whole number with a unit,
 // "<n>KiB", "<n>MiB" or "<n>GiB", into bytes: the form of resources.memory
-// in a template and of MAX_EVENT_BYTES.
-func ParseSize(s string) (int64, error) {
+// and resources.tmp in a template and of MAX_EVENT_BYTES. what names the
+// setting in errors.
+func ParseSize(what, s string) (int64, error) {
 	units := []struct {
 		suffix string
 		mult   int64
@@ -22,10 +23,10 @@ func ParseSize(s string) (int64, error) {
 				break
 			}
 			if v > math.MaxInt64/u.mult {
-				return 0, fmt.Errorf("size %q is too large", s)
+				return 0, fmt.Errorf("%s %q is too large", what, s)
 			}
 			return v * u.mult, nil
 		}
 	}
-	return 0, fmt.Errorf("size %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
+	return 0, fmt.Errorf("%s %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", what, s)
 }

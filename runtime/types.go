@@ -23,6 +23,11 @@ type Spec struct {
 	MemoryBytes int64
 	CPUs        float64
 	PIDs        int64
+	// TmpBytes is the size of the tmpfs at /tmp (template.yaml
+	// `resources.tmp`, docs/apps.md); 0 means the runner's default. Files
+	// there count against MemoryBytes, so a full /tmp fails the handler's
+	// write (ENOSPC) instead of getting it killed for memory.
+	TmpBytes int64
 	// Network is "none" or "host".
 	Network string
 	// Warm asks for long-lived containers that serve invocations one at a
@@ -55,14 +60,21 @@ type Result struct {
 }
 
 // ExitError is a handler failure: the handler ran and exited non-zero, timed
-// out, or (for in-process handlers) returned an error. It uses up an attempt.
-// Any other error from Runner.Run is an infrastructure failure that charges
-// no attempt.
+// out, was killed for exceeding its memory limit, or (for in-process
+// handlers) returned an error. It uses up an attempt. Any other error from
+// Runner.Run is an infrastructure failure that charges no attempt.
 type ExitError struct {
 	Code     int
 	TimedOut bool
 	// Timeout is the limit that was exceeded, when TimedOut.
 	Timeout time.Duration
+	// OOMKilled is set when the kernel killed the handler because its
+	// container reached its memory limit (Code is then 137, as for any
+	// SIGKILL); a handler that exits 137 by itself is not OOMKilled. Only
+	// runners that enforce a memory limit set it (docs/apps.md).
+	OOMKilled bool
+	// MemoryLimit is the limit in bytes that was reached, when OOMKilled.
+	MemoryLimit int64
 	// Stderr is the last non-blank line the handler wrote to stderr, if
 	// any, so that logs and DLQ entries say why it failed.
 	Stderr string
@@ -77,6 +89,10 @@ func (e *ExitError) Error() string {
 		msg = fmt.Sprintf("handler timed out after %s (the rule's timeout)", e.Timeout)
 	case e.TimedOut:
 		msg = "handler timed out"
+	case e.OOMKilled && e.MemoryLimit > 0:
+		msg = fmt.Sprintf("handler killed: out of memory (limit %s)", FormatSize(e.MemoryLimit))
+	case e.OOMKilled:
+		msg = "handler killed: out of memory"
 	case e.Err != nil:
 		msg = fmt.Sprintf("handler failed: %v", e.Err)
 	default:
@@ -101,3 +117,18 @@ var ErrOutcomeUnknown = errors.New("runtime: handler outcome unknown")
 // run right now (image missing, runtime daemon down). Runners wrap it; the
 // Engine leaves the message pending and charges no attempt.
 var ErrUnavailable = errors.New("runtime: app unavailable")
+
+// FormatSize formats a byte count the way template.yaml writes sizes: in
+// the largest of GiB, MiB and KiB that divides it, else in bytes
+// ("128MiB", "1536KiB", "100B").
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
+}

@@ -27,7 +27,7 @@ events:
 	if r.Timeout != 30*time.Second || r.Retries != 4 || a.Concurrency != 2 {
 		t.Errorf("defaults: timeout %s retries %d concurrency %d", r.Timeout, r.Retries, a.Concurrency)
 	}
-	if a.Spec.MemoryBytes != 128<<20 || a.Spec.CPUs != 1 || a.Spec.PIDs != 128 || a.Spec.Network != "none" || a.Spec.Warm {
+	if a.Spec.MemoryBytes != 128<<20 || a.Spec.CPUs != 1 || a.Spec.PIDs != 128 || a.Spec.TmpBytes != 0 || a.Spec.Network != "none" || a.Spec.Warm {
 		t.Errorf("resource defaults: %+v", a.Spec)
 	}
 	if !filepath.IsAbs(a.Spec.Dir) || filepath.Base(a.Spec.Dir) != "users" {
@@ -40,7 +40,7 @@ func TestLoadAppFull(t *testing.T) {
 runtime: python3
 concurrency: 5
 warm: true
-resources: {memory: 1GiB, cpus: 0.5, pids: 64}
+resources: {memory: 1GiB, cpus: 0.5, pids: 64, tmp: 200MiB}
 network: host
 env: {API_URL: "https://x", EMPTY: ""}
 events:
@@ -59,7 +59,7 @@ schedules:
 		t.Fatalf("errors: %v", a.Errors)
 	}
 	if a.Spec.Runtime != "python3" || a.Concurrency != 5 || a.Spec.MemoryBytes != 1<<30 || a.Spec.CPUs != 0.5 ||
-		a.Spec.PIDs != 64 || a.Spec.Network != "host" || a.Spec.Env["API_URL"] != "https://x" || !a.Spec.Warm {
+		a.Spec.PIDs != 64 || a.Spec.TmpBytes != 200<<20 || a.Spec.Network != "host" || a.Spec.Env["API_URL"] != "https://x" || !a.Spec.Warm {
 		t.Errorf("spec = %+v", a.Spec)
 	}
 	if r := a.Rules[0]; r.Handler != "pkg.mod.fn" || r.Timeout != 15*time.Minute || r.Retries != 0 {
@@ -110,6 +110,12 @@ func TestLoadAppErrors(t *testing.T) {
 		{"bad runtime", "runtime: ruby\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`1:10: runtime: unknown runtime "ruby"`}},
 		{"bad resources", "image: x\nresources: {memory: 128MB, cpus: 0, pids: 0, disk: 1}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`resources.memory: memory "128MB" must be a positive whole number with a unit KiB, MiB or GiB`, `resources.cpus: cpus must be a number > 0`, `resources.pids: pids must be a positive integer`, `resources.disk: unknown key "disk"`}},
+		{"bad tmp", "image: x\nresources: {tmp: 1GB}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:18: resources.tmp: tmp "1GB" must be a positive whole number with a unit KiB, MiB or GiB`}},
+		{"tmp larger than memory", "image: x\nresources:\n  tmp: 256MiB\n  memory: 128MiB\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`3:8: resources.tmp: tmp 256MiB is larger than memory 128MiB; files in /tmp count against the memory limit`}},
+		{"tmp larger than the default memory", "image: x\nresources: {tmp: 1GiB}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:18: resources.tmp: tmp 1GiB is larger than memory 128MiB`}},
 		{"bad concurrency", "image: x\nconcurrency: 0\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:14: concurrency: concurrency must be a positive integer`}},
 		{"bad network", "image: x\nnetwork: bridge\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`2:10: network: network must be none or host`}},
 		{"bad env", "image: x\nenv: {RELAY_X: a, 1BAD: b, PORT: 8080}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/runtime"
 )
 
 // tpl walks one template's YAML AST, collecting positioned errors. Walking
@@ -367,15 +368,18 @@ func (t *tpl) resources(a *app.App, n ast.Node) {
 	if !ok {
 		return
 	}
+	var tmpNode ast.Node
 	for _, fl := range fields {
 		p := "resources." + fl.key
 		switch fl.key {
-		case "memory":
+		case "memory", "tmp":
 			if s, ok := t.str(fl.value, p); ok {
-				if b, err := parseSize(s); err != nil {
+				if b, err := app.ParseSize(fl.key, s); err != nil {
 					t.errorf(fl.value, p, "%v", err)
-				} else {
+				} else if fl.key == "memory" {
 					a.Spec.MemoryBytes = b
+				} else {
+					a.Spec.TmpBytes, tmpNode = b, fl.value
 				}
 			}
 		case "cpus":
@@ -395,30 +399,15 @@ func (t *tpl) resources(a *app.App, n ast.Node) {
 				}
 			}
 		default:
-			t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"memory", "cpus", "pids"}))
+			t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"memory", "tmp", "cpus", "pids"}))
 		}
 	}
-}
-
-// parseSize parses "<n>KiB|MiB|GiB" into bytes.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			v, err := strconv.ParseInt(num, 10, 64)
-			if err != nil || v <= 0 {
-				break
-			}
-			if v > math.MaxInt64/u.mult {
-				return 0, fmt.Errorf("memory %q is too large", s)
-			}
-			return v * u.mult, nil
-		}
+	// /tmp is a tmpfs whose files count against the memory limit
+	// (docs/apps.md): larger, it could never fill before the limit kills.
+	if a.Spec.TmpBytes > a.Spec.MemoryBytes {
+		t.errorf(tmpNode, "resources.tmp", "tmp %s is larger than memory %s; files in /tmp count against the memory limit, so tmp must be at most memory",
+			runtime.FormatSize(a.Spec.TmpBytes), runtime.FormatSize(a.Spec.MemoryBytes))
 	}
-	return 0, fmt.Errorf("memory %q must be a positive whole number with a unit KiB, MiB or GiB, such as 256MiB", s)
 }
 
 func (t *tpl) env(a *app.App, n ast.Node) {

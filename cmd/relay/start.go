@@ -47,7 +47,7 @@ func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
 	if err := ctx.Scan.PopValueInto("size", &s); err != nil {
 		return err
 	}
-	n, err := app.ParseSize(s)
+	n, err := app.ParseSize("MAX_EVENT_BYTES", s)
 	if err != nil {
 		return err
 	}

@@ -24,15 +24,20 @@
 // Warm mode (`warm: true`; argv "--warm"): the process serves invocations
 // one at a time until stdin ends. Each request is one line of JSON on stdin,
 //   {"token": T, "handler": "module.function", "env": {...}, "event": "<JSON text>"}
-// and each outcome is the line `T {"code": N}` on stdout, N being the exit
-// code a one-shot run would have had, after the line `T` on stderr. T is a
-// random token the runner makes for each request: the runner finds the
-// frames by it, anywhere in the byte streams, so handler output (written to
-// pipes synchronously, hence before the frames) can never be taken for one.
-// process.env is reset to its initial content plus "env" before each call;
-// loaded modules stay in Node's cache (that is the point). A handler must
-// not read process.stdin, which carries the requests; process.exit() in a
-// handler ends the container, with that exit code as the outcome.
+// and each outcome is the line `T {"code": N, "clean": B}` on stdout, N
+// being the exit code a one-shot run would have had, after the line `T` on
+// stderr. T is a random token the runner makes for each request: the runner
+// finds the frames by it, anywhere in the byte streams, so handler output
+// (written to pipes synchronously, hence before the frames) can never be
+// taken for one. process.env is reset to its initial content plus "env"
+// before each call; loaded modules stay in Node's cache (that is the point).
+// Processes do not carry over: after each call the bootstrap, which is the
+// container's init (PID 1), kills every other process of the container; B
+// is true when none is left, and false tells the runner to replace the
+// container (Node reaps only the children it started itself, so an orphaned
+// grandchild stays a zombie: docs/runtimes.md "Warm containers"). A handler
+// must not read process.stdin, which carries the requests; process.exit()
+// in a handler ends the container, with that exit code as the outcome.
 "use strict";
 
 const fs = require("node:fs");
@@ -168,6 +173,80 @@ function parseEvent(text) {
   }
 }
 
+// How long a warm invocation's leftover processes may take to die before
+// the bootstrap gives up and has the container replaced, and how long only
+// zombies it cannot reap may remain before it gives up at once.
+const CLEAN_UP_MS = 2000;
+const ZOMBIES_ONLY_MS = 50;
+
+// otherProcesses lists the container's processes other than this one (the
+// container has a PID namespace and a /proc of its own), each with whether
+// it is a zombie whose parent is this process, which only this process
+// could reap.
+function otherProcesses() {
+  const out = [];
+  for (const name of fs.readdirSync("/proc")) {
+    if (!/^[0-9]+$/.test(name) || Number(name) === process.pid) {
+      continue;
+    }
+    let stat;
+    try {
+      stat = fs.readFileSync(`/proc/${name}/stat`, "latin1");
+    } catch {
+      continue; // gone meanwhile
+    }
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses.
+    const [state, ppid] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    out.push({ pid: Number(name), ownZombie: state === "Z" && Number(ppid) === process.pid });
+  }
+  return out;
+}
+
+// cleanUp kills every process of the container but this one, so that the
+// next invocation starts with the process table of the first, and resolves
+// to whether none is left. libuv reaps the children Node started; it is
+// given turns of the event loop to do so. Only as the container's init:
+// anywhere else kill(-1) would reach every process of the user.
+async function cleanUp() {
+  if (process.pid !== 1) {
+    return false;
+  }
+  const deadline = Date.now() + CLEAN_UP_MS;
+  let zombiesSince = null;
+  let pause = 1;
+  try {
+    for (;;) {
+      try {
+        process.kill(-1, "SIGKILL"); // everything in the PID namespace but us
+      } catch (err) {
+        if (err.code !== "ESRCH") {
+          return false;
+        }
+      }
+      const left = otherProcesses();
+      if (left.length === 0) {
+        return true;
+      }
+      const now = Date.now();
+      if (left.every((p) => p.ownZombie)) {
+        zombiesSince ??= now;
+        if (now - zombiesSince >= ZOMBIES_ONLY_MS) {
+          return false; // orphans Node cannot wait for
+        }
+      } else {
+        zombiesSince = null;
+      }
+      if (now >= deadline) {
+        return false;
+      }
+      await new Promise((resolve) => setTimeout(resolve, pause));
+      pause = Math.min(pause * 2, 20);
+    }
+  } catch {
+    return false;
+  }
+}
+
 async function serve() {
   const readline = require("node:readline");
   const appDir = process.cwd();
@@ -183,9 +262,10 @@ async function serve() {
     }
     Object.assign(process.env, baseline, req.env);
     const code = await invoke(req.handler, appDir, async () => parseEvent(req.event));
+    const clean = await cleanUp();
     // Writes to pipes are synchronous: the handler's output is out already.
     process.stderr.write(req.token + "\n");
-    process.stdout.write(req.token + " " + JSON.stringify({ code }) + "\n");
+    process.stdout.write(req.token + " " + JSON.stringify({ code, clean }) + "\n");
   }
   return 0; // stdin closed: the runner is done with this container
 }

@@ -19,18 +19,24 @@
 # Warm mode (`warm: true`; argv "--warm"): the process serves invocations
 # one at a time until stdin ends. Each request is one line of JSON on stdin,
 #   {"token": T, "handler": "module.function", "env": {...}, "event": "<JSON text>"}
-# and each outcome is the line `T {"code": N}` on stdout, N being the exit
-# code a one-shot run would have had, after the line `T` on stderr. T is a
-# random token the runner makes for each request: the runner finds the
-# frames by it, anywhere in the byte streams, so handler output (which goes
-# to stdout and stderr as usual, before the frames) can never be taken for
-# one. The environment is reset to the process's initial one plus "env"
+# and each outcome is the line `T {"code": N, "clean": B}` on stdout, N being
+# the exit code a one-shot run would have had, after the line `T` on stderr.
+# T is a random token the runner makes for each request: the runner finds
+# the frames by it, anywhere in the byte streams, so handler output (which
+# goes to stdout and stderr as usual, before the frames) can never be taken
+# for one. The environment is reset to the process's initial one plus "env"
 # before each call; imported modules stay loaded (that is the point).
+# Processes do not carry over: after each call the bootstrap, which is the
+# container's init (PID 1), kills every other process of the container and
+# reaps them; B is true when it saw none left, and false tells the runner to
+# replace the container (docs/runtimes.md "Warm containers").
 import importlib
 import inspect
 import json
 import os
+import signal
 import sys
+import time
 import traceback
 
 EXIT_FAILED = 1
@@ -173,8 +179,58 @@ def flush_output():
             pass
 
 
+# How long a warm invocation's leftover processes may take to die and be
+# reaped before the bootstrap gives up and has the container replaced.
+CLEAN_UP_SECONDS = 2.0
+
+
+def other_processes():
+    """The PIDs of the container's processes other than this one, zombies
+    included (the container has a PID namespace and a /proc of its own)."""
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+
+
+def reap():
+    """Collect every child that has ended; orphans are the init's children."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def clean_up():
+    """Kill every process of the container but this one and reap them all,
+    so that the next invocation starts with the process table of the first.
+    Returns True when no other process is left. Only as the container's init:
+    anywhere else kill(-1) would reach every process of the user."""
+    if os.getpid() != 1:
+        return False
+    deadline = time.monotonic() + CLEAN_UP_SECONDS
+    pause = 0.0005
+    try:
+        while True:
+            try:
+                os.kill(-1, signal.SIGKILL)  # everything in the PID namespace but us
+            except ProcessLookupError:
+                pass  # nothing left to signal
+            reap()
+            if not other_processes():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)  # SIGKILLed processes take a moment to exit
+            pause = min(pause * 2, 0.05)
+    except OSError:
+        return False
+
+
 def serve():
     app_dir = setup_path()
+    me = os.getpid()
     del sys.argv[1:]
     # Requests come on a private copy of stdin; the handler's stdin is
     # /dev/null, so that a handler reading it cannot swallow the next request.
@@ -193,11 +249,16 @@ def serve():
         os.environ.update(req["env"])
         code = invoke(req["handler"], app_dir, req["event"])
         flush_output()
+        if os.getpid() != me:
+            # A child the handler forked returned into the bootstrap: it
+            # must not answer requests. The init kills it anyway.
+            os._exit(code)
+        clean = clean_up()
         token = req["token"].encode()
         # stderr first: the runner waits for both markers, and the stdout
         # frame is the one it acts on.
         os.write(2, token + b"\n")
-        os.write(1, token + b" " + json.dumps({"code": code}).encode() + b"\n")
+        os.write(1, token + b" " + json.dumps({"code": code, "clean": clean}).encode() + b"\n")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ const (
 	DefaultMemoryBytes = 128 << 20
 	DefaultCPUs        = 1.0
 	DefaultPIDs        = 128
+	// DefaultTmpBytes is the size of the tmpfs at /tmp when the Spec leaves
+	// TmpBytes at 0, capped at half the memory limit (its files count
+	// against it).
+	DefaultTmpBytes = 64 << 20
 	// DefaultCleanupTimeout bounds the removal of one container, task and
 	// snapshot, which runs detached from the caller's context.
 	DefaultCleanupTimeout = 30 * time.Second

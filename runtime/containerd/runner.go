@@ -27,6 +27,7 @@ import (
 // Runner runs invocations in containerd (relay.Runner). Create it with New.
 type Runner struct {
 	client         *client.Client
+	address        string // containerd's socket, which names shim sockets; "" when unknown
 	namespace      string
 	snapshotter    string
 	hostID         string
@@ -49,6 +50,8 @@ type Runner struct {
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
 
+	shimWork sync.WaitGroup // background stops of busy shims (endShim)
+
 	warm warmPools
 }
 
@@ -66,6 +69,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 	}
 	r := &Runner{
 		client:         c,
+		address:        clientAddress(c),
 		namespace:      o.namespace,
 		snapshotter:    o.snapshotter,
 		hostID:         o.hostID,
@@ -107,12 +111,15 @@ func (r *Runner) HostID() string { return r.hostID }
 //
 // Outcomes: nil when the handler exits 0; *runtime.ExitError with the exit
 // code when it exits non-zero, with TimedOut when req.Timeout expired and the
-// container was killed (SIGKILL), with code 127 or 126 when the command
-// cannot be executed (for runtime apps, 127 also when the handler's module
-// or function does not exist: runtime.ExitHandlerNotFound). An image that
-// is neither in the namespace nor pullable, an app directory that does not
-// exist, a bootstrap that cannot be written to the state directory and an
-// unreachable containerd are errors wrapping runtime.ErrUnavailable; other
+// container was killed (SIGKILL), with OOMKilled and MemoryLimit when the
+// kernel killed it at the container's memory limit (code 137; the
+// container's memory cgroup counted the kill), with code 127 or 126 when
+// the command cannot be executed (for runtime apps, 127 also when the
+// handler's module or function does not exist: runtime.ExitHandlerNotFound).
+// An image that is neither in the namespace nor pullable, an app directory
+// that does not exist, a bootstrap that cannot be written to the state
+// directory and an unreachable containerd are errors wrapping
+// runtime.ErrUnavailable; other
 // containerd failures are plain errors. An absent image is pulled first
 // (WithPull), which Run waits for. When ctx is cancelled (shutdown) the
 // container is killed and Run returns an error wrapping ctx.Err(). In every
@@ -126,8 +133,10 @@ func (r *Runner) HostID() string { return r.hostID }
 // later attempts (docs/runtimes.md "Warm containers"): the outcomes are the
 // same, except that a handler failure leaves the container serving, and
 // req.Timeout and Result.Duration count from the request's delivery to the
-// container. A timeout, a cancellation or the death of the bootstrap
-// removes that container before Run returns.
+// container. The processes the invocation started are killed before Run
+// returns. A timeout, a cancellation, the death of the bootstrap or its
+// failure to confirm that no process of the invocation is left removes
+// that container before Run returns.
 func (r *Runner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	name := req.App + "/" + req.Handler
 	r.announce(ctx)
@@ -354,7 +363,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	case timedOut:
 		return res, &runtime.ExitError{Code: int(code), TimedOut: true, Timeout: req.Timeout}
 	case code != 0:
-		return res, &runtime.ExitError{Code: int(code)}
+		return res, r.exitError(ctx, req, id, task, int(code), 0)
 	}
 	return res, nil
 }

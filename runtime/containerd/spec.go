@@ -28,10 +28,7 @@ const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // image's entrypoint and cmd; extra are further mounts (the bootstrap).
 func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string, extra []specs.Mount) []oci.SpecOpts {
 	s := req.Spec
-	mem := s.MemoryBytes
-	if mem <= 0 {
-		mem = DefaultMemoryBytes
-	}
+	mem := memoryLimit(s)
 	cpus := s.CPUs
 	if cpus <= 0 {
 		cpus = DefaultCPUs
@@ -68,11 +65,17 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 				Options:     []string{"rbind", "ro", "nosuid", "nodev"},
 			},
 			{
-				// tmpfs pages are charged to the container's memory cgroup.
+				// tmpfs pages are charged to the container's memory cgroup:
+				// the size, below the memory limit, makes a full /tmp an
+				// ENOSPC for the handler's write rather than an OOM kill.
+				// runc gives the mount the mode of the image's /tmp
+				// directory (0755 in some images), whatever mode= says:
+				// owned by the handler user, it stays writable for it.
 				Destination: "/tmp",
 				Type:        "tmpfs",
 				Source:      "tmpfs",
-				Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(mem, 10)},
+				Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(tmpSize(s, mem), 10),
+					"uid=" + strconv.Itoa(HandlerUID), "gid=" + strconv.Itoa(HandlerGID)},
 			},
 		}, extra...)),
 		oci.WithMemoryLimit(uint64(mem)),
@@ -87,6 +90,23 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 		)
 	}
 	return opts
+}
+
+// memoryLimit returns spec's memory limit in bytes.
+func memoryLimit(spec runtime.Spec) int64 {
+	if spec.MemoryBytes > 0 {
+		return spec.MemoryBytes
+	}
+	return DefaultMemoryBytes
+}
+
+// tmpSize returns the size of spec's /tmp in bytes: Spec.TmpBytes, or
+// DefaultTmpBytes but at most half of mem, and never more than mem.
+func tmpSize(spec runtime.Spec, mem int64) int64 {
+	if spec.TmpBytes > 0 {
+		return min(spec.TmpBytes, mem)
+	}
+	return min(DefaultTmpBytes, mem/2)
 }
 
 func withNoAmbientCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {

@@ -75,7 +75,7 @@ func (r *Runner) sweepHost(ctx context.Context, host string) error {
 			continue
 		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", c.ID()), slog.String("host_id", host))
-		if err := r.remove(ctx, c.ID()); err != nil {
+		if err := r.removeLeftover(ctx, c.ID(), true); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -111,21 +111,53 @@ func hostFilter(host string) string {
 }
 
 // remove deletes container id with its task (killed first) and snapshot,
-// and the snapshot id alone when there is no container. Missing objects are
-// not errors. It runs detached from ctx's cancellation.
+// and the snapshot id alone when there is no container; it ends a shim
+// left running for id first (endShim), in the background if that shim is
+// busy. Missing objects are not errors. It runs detached from ctx's
+// cancellation.
 func (r *Runner) remove(ctx context.Context, id string) error {
+	return r.removeLeftover(ctx, id, false)
+}
+
+// removeLeftover is remove, except that with keepIfBusy a container whose
+// shim is busy stays, for a later call to finish: a sweeping process that
+// dies meanwhile leaves the container, which the next sweep finds, rather
+// than a shim no one can find.
+func (r *Runner) removeLeftover(ctx context.Context, id string, keepIfBusy bool) error {
 	ctx, cancel := r.detached(ctx)
 	defer cancel()
 	var errs []error
 	c, err := r.client.LoadContainer(ctx, id)
 	switch {
 	case err == nil:
+		shimLeft := false // whether a shim of id may be left without its task
 		if task, err := c.Task(ctx, nil); err == nil {
 			if err := deleteTask(ctx, c, task, client.WithProcessKill); err != nil {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
+			} else {
+				// containerd asked the task's shim to exit: give it a
+				// moment before taking it for one that will not.
+				shimLeft = !r.shimExits(ctx, id, shimExitWait)
 			}
-		} else if !errdefs.IsNotFound(err) {
+		} else if errdefs.IsNotFound(err) {
+			shimLeft = true
+		} else {
 			errs = append(errs, fmt.Errorf("load task %s: %w", id, err))
+		}
+		if shimLeft {
+			// A shim that containerd failed to stop (a creation of the
+			// task that did not complete, a shim that did not exit when
+			// asked) goes too. Before the container, so that a sweep
+			// interrupted here finds the container again and retries.
+			busy, err := r.endShim(ctx, id, !keepIfBusy)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if busy && keepIfBusy {
+				r.logger.LogAttrs(ctx, slog.LevelInfo, "leaving a leftover container to a later sweep: its containerd shim is still busy",
+					slog.String("container_id", id))
+				return errors.Join(errs...)
+			}
 		}
 		if err := c.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container %s: %w", id, err))

@@ -30,10 +30,13 @@ import (
 // warm_frame.go. The sandbox is the one of one-shot containers (specOpts).
 //
 // A container is taken from its app's pool for one invocation and given
-// back afterwards. It is discarded instead, and a later Run starts a new
-// one, when the invocation timed out or was cancelled (the container is
-// killed), when the bootstrap died (a crash, or the handler ending the
-// process), after WithWarmMaxInvocations invocations, after
+// back afterwards, once the bootstrap killed the processes the invocation
+// left (its outcome frame says "clean"). It is discarded instead, and a
+// later Run starts a new one, when the invocation timed out or was
+// cancelled (the container is killed), when the bootstrap died (a crash, an
+// OOM kill, or the handler ending the process), when it could not confirm
+// that no process of the invocation is left, after WithWarmMaxInvocations
+// invocations, after
 // WithWarmIdleTimeout unused, and when the app's Spec changed (the pool is
 // keyed by a hash of the Spec and the resolved image reference). Close
 // removes them all; they carry the relay.host label, and the Runner marks
@@ -368,15 +371,24 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 		// The bootstrap died mid-invocation: a crash, an OOM kill, or the
 		// handler ending the process. Its exit code is the outcome, as for a
 		// one-shot container; the output is complete once the task is gone.
-		r.discard(w)
-		finish()
 		res := runtime.Result{Duration: time.Since(start)}
 		code, _, err := w.status.Result()
+		var ee *runtime.ExitError
+		if err == nil && code != 0 {
+			// Before discard deletes the task, whose cgroup counts the OOM
+			// kills. The bootstrap is the container's init, which nothing
+			// inside can SIGKILL: a 137 with an OOM kill counted is the
+			// kernel's doing.
+			ee = r.exitError(ctx, req, w.id, w.task, int(code), 0)
+		}
+		r.discard(w)
+		finish()
 		switch {
 		case err != nil:
 			return res, false, unknown(fmt.Errorf("wait task %s: %w", w.id, err))
-		case code != 0:
-			return res, false, &runtime.ExitError{Code: int(code), Stderr: stderr.LastLine()}
+		case ee != nil:
+			ee.Stderr = stderr.LastLine()
+			return res, false, ee
 		}
 		return res, false, nil
 	case <-timeout:
@@ -404,9 +416,16 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 		keep = false
 	}
 	finish()
-	code, err := parseOutcome(payload)
+	code, clean, err := parseOutcome(payload)
 	if err != nil {
 		return res, false, unknown(fmt.Errorf("container %s: %w", w.id, err))
+	}
+	if !clean && keep {
+		// Processes the invocation started may still run, or linger as
+		// zombies: the next invocation must not inherit them.
+		r.logger.LogAttrs(ctx, slog.LevelInfo, "replacing a warm container: the processes its invocation left could not all be removed",
+			slog.String("app", req.App), slog.String("handler", req.Handler), slog.String("container_id", w.id))
+		keep = false
 	}
 	if code != 0 {
 		return res, keep, &runtime.ExitError{Code: code, Stderr: stderr.LastLine()}
@@ -483,15 +502,17 @@ func (r *Runner) logWarmCleanup(ctx context.Context, app, id string, err error) 
 }
 
 // Close removes the Runner's warm containers: idle ones at once, busy ones
-// when their invocation ends, or at once (killed) when ctx is done first.
-// Runs of warm apps fail after Close with an error wrapping
-// runtime.ErrUnavailable; one-shot Runs are unaffected. Close returns
-// ctx.Err() when it had to kill busy containers, nil otherwise; it is
-// idempotent and does not close the containerd client. Close then stops
-// refreshing the Runner's presence label and removes it
-// (LabelPresencePrefix), so call it after the Runner's last Run. A process
-// that dies without Close leaves a label that goes stale, and other
-// Runners' Sweep removes its containers after the orphan timeout.
+// when their invocation ends, or at once (killed) when ctx is done first;
+// it also waits, until ctx is done, for the stops of leftover shims still
+// under way (docs/operations.md "containerd"). Runs of warm apps fail after
+// Close with an error wrapping runtime.ErrUnavailable; one-shot Runs are
+// unaffected. Close returns ctx.Err() when it had to kill busy containers,
+// nil otherwise; it is idempotent and does not close the containerd
+// client. Close then stops refreshing the Runner's presence label and
+// removes it (LabelPresencePrefix), so call it after the Runner's last Run
+// and Sweep. A process that dies without Close leaves a label that goes
+// stale, and other Runners' Sweep removes its containers after the orphan
+// timeout.
 func (r *Runner) Close(ctx context.Context) error {
 	p := &r.warm
 	p.mu.Lock()
@@ -525,6 +546,7 @@ func (r *Runner) Close(ctx context.Context) error {
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
+	r.waitShimWork(ctx)
 	if werr := r.withdraw(ctx); werr != nil && err == nil {
 		err = fmt.Errorf("containerd: remove presence label: %w", werr)
 	}

@@ -16,7 +16,7 @@ import (
 // the handler's output:
 //
 //	stderr: <token>\n
-//	stdout: <token> {"code": N}\n
+//	stdout: <token> {"code": N, "clean": B}\n
 //
 // where token is a random string made for that request alone. The handler
 // never sees it, so nothing it prints can be taken for a frame, not even a
@@ -25,7 +25,9 @@ import (
 // without a newline. Because each frame follows the handler's output on its
 // own pipe, seeing both frames means that all the invocation's output has
 // been forwarded, which is what lets Run attribute every line to the right
-// invocation.
+// invocation. B reports that the bootstrap killed and reaped every process
+// the invocation left behind; when it is false or absent the container is
+// not used again.
 
 // warmRequest is the request line written to a warm container's stdin.
 type warmRequest struct {
@@ -40,7 +42,8 @@ type warmRequest struct {
 
 // warmOutcome is the payload of the stdout frame.
 type warmOutcome struct {
-	Code *int `json:"code"`
+	Code  *int `json:"code"`
+	Clean bool `json:"clean"`
 }
 
 // newToken returns a fresh request token: 128 random bits, hex, behind a
@@ -51,13 +54,14 @@ func newToken() string {
 	return "relay-frame-" + hex.EncodeToString(b[:])
 }
 
-// parseOutcome decodes a stdout frame's payload into an exit code.
-func parseOutcome(payload []byte) (int, error) {
+// parseOutcome decodes a stdout frame's payload into an exit code and
+// whether the container is clean (no process of the invocation left).
+func parseOutcome(payload []byte) (code int, clean bool, err error) {
 	var o warmOutcome
 	if err := json.Unmarshal(payload, &o); err != nil || o.Code == nil {
-		return 0, fmt.Errorf("malformed outcome frame %q from the bootstrap", payload)
+		return 0, false, fmt.Errorf("malformed outcome frame %q from the bootstrap", payload)
 	}
-	return *o.Code, nil
+	return *o.Code, o.Clean, nil
 }
 
 // demux is the writer containerd copies one output stream of a warm

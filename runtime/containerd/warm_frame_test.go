@@ -29,7 +29,7 @@ func TestDemux(t *testing.T) {
 			}
 			select {
 			case payload := <-done:
-				if code, err := parseOutcome(payload); err != nil || code != 1 {
+				if code, _, err := parseOutcome(payload); err != nil || code != 1 {
 					t.Fatalf("split %d step %d: outcome %q: %d, %v", split, step, payload, code, err)
 				}
 			default:
@@ -61,8 +61,21 @@ func TestDemuxEnd(t *testing.T) {
 
 func TestParseOutcome(t *testing.T) {
 	for _, bad := range []string{"", "{}", "nonsense", `{"code": "1"}`} {
-		if _, err := parseOutcome([]byte(bad)); err == nil {
+		if _, _, err := parseOutcome([]byte(bad)); err == nil {
 			t.Errorf("parseOutcome(%q) succeeded", bad)
+		}
+	}
+	for payload, want := range map[string]struct {
+		code  int
+		clean bool
+	}{
+		`{"code": 3, "clean": true}`:  {3, true},
+		`{"code": 0, "clean": false}`: {0, false},
+		`{"code": 0}`:                 {0, false}, // a bootstrap that does not clean up
+	} {
+		code, clean, err := parseOutcome([]byte(payload))
+		if err != nil || code != want.code || clean != want.clean {
+			t.Errorf("parseOutcome(%s) = %d, %v, %v; want %d, %v", payload, code, clean, err, want.code, want.clean)
 		}
 	}
 }

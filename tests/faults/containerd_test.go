@@ -1,12 +1,14 @@
 package faults_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,11 +98,14 @@ var containerdRules = map[string]rule{
 // runner against a private containerd, publishes a few hundred events whose
 // busybox handlers succeed, fail a few times, always fail, hang past their
 // timeout or write megabytes to stdout, and meanwhile SIGKILLs workers
-// (preferably while they run containers), restarts containerd (twice for 300
-// events) and deletes pending entries. The ledger check then holds Redis to
-// docs/delivery.md, and no container, task or snapshot may be left once the
-// workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
-// counted). Idle shims containerd leaves behind are counted and stopped.
+// (preferably while they run containers), restarts containerd (twice for
+// 300 events) and deletes pending entries. The ledger check then holds
+// Redis to docs/delivery.md, and no container, task or snapshot may be left once
+// the workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
+// counted). No shim may outlive its task either: the shims of the namespace
+// are counted before the events and after the soak quiesced, and one left
+// idle fails the test, unless containerd was restarting while it was being
+// started (knownShimLeak); those are counted and stopped.
 func TestContainerdSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test")
@@ -179,7 +184,8 @@ func TestContainerdSoak(t *testing.T) {
 		}
 		return len(cs)
 	}
-	restartTasks := 0 // handlers running when containerd went down
+	restartTasks := 0           // handlers running when containerd went down
+	var restartWindows []window // from the stop of each containerd restart to its start
 	stopKills := s.faultEvery(1500*time.Millisecond, 1500*time.Millisecond, func() {
 		// Kill mid-handler when some worker runs a container.
 		var busy []string
@@ -202,15 +208,18 @@ func TestContainerdSoak(t *testing.T) {
 			if resp, err := cc.TaskService().List(nsCtx, nil); err == nil {
 				restartTasks += len(resp.Tasks)
 			}
+			from := time.Now()
 			containerdScript(t, "stop", state)
 			time.Sleep(300 * time.Millisecond) // down long enough for calls to fail
 			containerdScript(t, "start", state)
 			s.mu.Lock()
 			s.containerdRestarts++
+			restartWindows = append(restartWindows, window{from, time.Now()})
 			s.mu.Unlock()
 		})
 	}
 
+	shimsBefore := len(shimsOf(socket, ns))
 	events := containerdEvents()
 	restarts, deletions := faultCount(events, 2, 150), faultCount(events, 3, 100)
 	published := map[string]event{}
@@ -315,16 +324,58 @@ func TestContainerdSoak(t *testing.T) {
 			f.leftSnapshots++
 		}
 	}
-	// containerd 1.6 leaves a task's shim running, idle, when the client
-	// that deleted the task died mid-call: no task or container records
-	// it, so nothing Relay can see. Counted, and stopped at cleanup.
-	// A shim exits shortly after its task's deletion: count what is
-	// still there after a grace period.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && len(shimPIDs(socket, ns)) > len(other); {
+	// A shim exits shortly after its task's deletion, and containerd
+	// gives up on one whose creation was interrupted within about ten
+	// seconds: count what is still there after that.
+	idle := func() []shim {
+		return slices.DeleteFunc(shimsOf(socket, ns), func(sh shim) bool {
+			return slices.ContainsFunc(tasks, func(tk taskInfo) bool { return !tk.orphan && tk.id == sh.id })
+		})
+	}
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && len(idle()) > shimsBefore; {
 		time.Sleep(100 * time.Millisecond)
 	}
-	f.idleShims = len(shimPIDs(socket, ns)) - len(other)
+	var leaked, known []string
+	for _, sh := range idle() {
+		if slices.ContainsFunc(restartWindows, func(w window) bool { return knownShimLeak(sh, w) }) {
+			known = append(known, sh.String())
+		} else {
+			leaked = append(leaked, sh.String())
+		}
+	}
+	if len(known) > 0 {
+		t.Logf("idle shims started while containerd was restarting: %s; known: %s", strings.Join(known, ", "), bugShimOfRestart)
+	}
+	if len(leaked) > 0 {
+		t.Errorf("idle shims left without their task (%d before the soak): %s", shimsBefore, strings.Join(leaked, ", "))
+	}
+	f.idleShims = len(known) + len(leaked)
 	logFigures(t, t.Name()+": ledger", f, s)
+}
+
+// bugShimOfRestart is a containerd 1.6 leak that Relay cannot reach.
+const bugShimOfRestart = "containerd stopped while it created a task: the shim it had started for it runs on, " +
+	"and the restarted containerd does not know it; a worker's sweep ends such a shim only if it still removes the task's container"
+
+// window is a span of time.
+type window struct{ from, to time.Time }
+
+// shim is a containerd shim process and the container id it serves.
+type shim struct {
+	pid     int
+	id      string
+	started time.Time
+}
+
+func (sh shim) String() string {
+	return fmt.Sprintf("shim %d of %s (started %s)", sh.pid, sh.id, sh.started.Format("15:04:05.00"))
+}
+
+// knownShimLeak reports whether sh started during containerd's restart
+// window w or shortly before (bugShimOfRestart): the daemon went away while
+// it created the task, which takes seconds on a loaded machine.
+func knownShimLeak(sh shim, w window) bool {
+	return !sh.started.Before(w.from.Add(-5*time.Second)) && !sh.started.After(w.to)
 }
 
 // taskInfo is one task found in a namespace.
@@ -370,11 +421,22 @@ func removeTask(ctx context.Context, cc *client.Client, id string) {
 // shimPIDs returns the PIDs of the runc shims serving namespace ns of the
 // containerd at socket.
 func shimPIDs(socket, ns string) []int {
+	var pids []int
+	for _, sh := range shimsOf(socket, ns) {
+		pids = append(pids, sh.pid)
+	}
+	return pids
+}
+
+// shimsOf returns the runc shims serving namespace ns of the containerd at
+// socket, which their command lines name.
+func shimsOf(socket, ns string) []shim {
 	if ns == "" {
 		return nil
 	}
+	boot := bootTime()
 	dirs, _ := os.ReadDir("/proc")
-	var pids []int
+	var out []shim
 	for _, d := range dirs {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
@@ -388,20 +450,51 @@ func shimPIDs(socket, ns string) []int {
 		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
 			continue
 		}
-		var gotNS, gotAddr string
+		var gotNS, gotAddr, id string
 		for i := 0; i+1 < len(args); i++ {
 			switch args[i] {
 			case "-namespace":
 				gotNS = args[i+1]
 			case "-address":
 				gotAddr = args[i+1]
+			case "-id":
+				id = args[i+1]
 			}
 		}
 		if gotNS == ns && gotAddr == socket {
-			pids = append(pids, pid)
+			out = append(out, shim{pid: pid, id: id, started: processStart(pid, boot)})
 		}
 	}
-	return pids
+	return out
+}
+
+// bootTime returns when the machine booted (/proc/stat btime).
+func bootTime() time.Time {
+	b, _ := os.ReadFile("/proc/stat")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "btime "); ok {
+			sec, _ := strconv.ParseInt(v, 10, 64)
+			return time.Unix(sec, 0)
+		}
+	}
+	return time.Time{}
+}
+
+// processStart returns when process pid started (field 22 of
+// /proc/<pid>/stat, in USER_HZ, 100 on Linux, after the boot time, which
+// is in whole seconds), or the zero time.
+func processStart(pid int, boot time.Time) time.Time {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return time.Time{}
+	}
+	// Fields after the command, which may hold spaces, end with ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 20 {
+		return time.Time{}
+	}
+	ticks, _ := strconv.ParseInt(fields[19], 10, 64) // field 22 overall
+	return boot.Add(time.Duration(ticks) * 10 * time.Millisecond)
 }
 
 func killPIDs(pids []int) {

@@ -1,0 +1,223 @@
+package containerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/ttrpc"
+	"google.golang.org/grpc"
+)
+
+// Each task runs under a shim process (containerd-shim-runc-v2) that
+// containerd starts when the task is created and asks to exit once the task
+// is deleted. When the client creating a task dies mid-call, containerd
+// 1.6 can give up on the shim while the shim is still busy creating (it
+// waits for the dead client's output FIFOs): containerd then forgets the
+// shim without asking it to exit, and the shim stays, idle, with no task
+// or container behind it. Sweeping the container such a client left
+// behind therefore also ends its shim, through the shim's own socket
+// (docs/operations.md "containerd").
+
+// shimSocketDir is where containerd's shims listen, whatever containerd's
+// state directory: /run/containerd/s/<hex SHA-256 of
+// "<containerd address>/<namespace>/<container id>">.
+const shimSocketDir = "/run/containerd/s"
+
+// shimPollInterval paces the retries of deleting a task a shim is still
+// killing.
+const shimPollInterval = 50 * time.Millisecond
+
+// shimAnswerTimeout bounds the wait for a shim's first answer. One that
+// does not answer in time is still busy creating the task containerd gave
+// up on (the shim holds its lock until that creation fails, up to half a
+// minute): a Run's cleanup then stops it in the background, within
+// shimBusyTimeout, and a Sweep leaves its container for the next sweep, so
+// that neither waits for it.
+const shimAnswerTimeout = 2 * time.Second
+
+// shimBusyTimeout bounds the background stop of a busy shim.
+const shimBusyTimeout = time.Minute
+
+// shimExitWait is how long a shim that containerd asked to exit may take
+// to do so before it is taken for one that will not.
+const shimExitWait = 2 * time.Second
+
+// clientAddress returns the path of the socket c dials, which is the
+// address containerd gives its shims when the worker sees containerd's
+// socket at containerd's own path; "" when it cannot tell.
+func clientAddress(c *client.Client) string {
+	cc, ok := c.Conn().(*grpc.ClientConn)
+	if !ok {
+		return ""
+	}
+	addr, ok := strings.CutPrefix(cc.Target(), "unix://")
+	if !ok {
+		return ""
+	}
+	return addr
+}
+
+// shimSocket returns the path of the socket of the shim of container id.
+func (r *Runner) shimSocket(id string) string {
+	sum := sha256.Sum256([]byte(filepath.Join(r.address, r.namespace, id)))
+	return filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
+}
+
+// endShim ends the shim of container id if one still listens: it kills and
+// deletes the task the shim may still hold for id, then asks it to exit.
+// Call it only when containerd has no task id: whatever the shim still runs
+// is then a leftover. No shim (the normal case: containerd stopped it with
+// the task) is not an error. A shim that does not answer within
+// shimAnswerTimeout is still busy with a creation that containerd gave up
+// on: endShim then reports busy, and stops it in the background when
+// background is set (Close waits for that).
+func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy bool, err error) {
+	if r.address == "" {
+		return false, nil
+	}
+	tc, err := r.dialShim(ctx, id)
+	if tc == nil || err != nil {
+		return false, err
+	}
+	shim := taskapi.NewTTRPCTaskClient(tc)
+	actx, cancel := context.WithTimeout(ctx, shimAnswerTimeout)
+	_, err = shim.State(actx, &taskapi.StateRequest{ID: id})
+	busy = actx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if !busy {
+		defer tc.Close()
+		return false, r.stopShim(ctx, shim, id, err)
+	}
+	// A later attempt uses a new connection: the ttrpc client would log
+	// the late answer to this one's request as an error.
+	tc.Close()
+	if !background {
+		return true, nil
+	}
+	r.shimWork.Add(1)
+	go func() {
+		defer r.shimWork.Done()
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimBusyTimeout)
+		defer cancel()
+		err := func() error {
+			tc, err := r.dialShim(bctx, id)
+			if tc == nil || err != nil {
+				return err
+			}
+			defer tc.Close()
+			shim := taskapi.NewTTRPCTaskClient(tc)
+			_, err = shim.State(bctx, &taskapi.StateRequest{ID: id})
+			return r.stopShim(bctx, shim, id, err)
+		}()
+		if err != nil {
+			r.logger.LogAttrs(bctx, slog.LevelError, "containerd shim cleanup failed",
+				slog.String("container_id", id), slog.Any("error", err))
+		}
+	}()
+	return true, nil
+}
+
+// shimExits reports whether the shim of container id is gone (its socket
+// removed, which a shim does as it exits) or goes within d.
+func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool {
+	if r.address == "" {
+		return true
+	}
+	path := r.shimSocket(id)
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(shimPollInterval)
+	}
+}
+
+// dialShim connects to the shim of container id; it returns nil and no
+// error when no shim listens there.
+func (r *Runner) dialShim(ctx context.Context, id string) (*ttrpc.Client, error) {
+	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", r.shimSocket(id))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("connect to the shim of %s: %w", id, err)
+	}
+	return ttrpc.NewClient(conn), nil
+}
+
+// stopShim ends the shim of container id, whose answer to a task state
+// request was stateErr: it kills and deletes the task the shim still holds,
+// if any, then asks it to exit.
+func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) error {
+	held := false
+	switch err := errgrpc.ToNative(stateErr); {
+	case err == nil:
+		// The shim finished creating the task after containerd gave up on
+		// it: it would not exit while it holds the task.
+		held = true
+		if err := deleteShimTask(ctx, shim, id); err != nil {
+			return fmt.Errorf("shim of %s: %w", id, err)
+		}
+	case !errdefs.IsNotFound(err):
+		return fmt.Errorf("shim of %s: task state: %w", id, err)
+	}
+	// The shim may close the connection before it answers.
+	if _, err := shim.Shutdown(ctx, &taskapi.ShutdownRequest{ID: id}); err != nil && !errors.Is(err, ttrpc.ErrClosed) {
+		return fmt.Errorf("shim of %s: shutdown: %w", id, errgrpc.ToNative(err))
+	}
+	r.logger.LogAttrs(ctx, slog.LevelWarn, "stopped a containerd shim left without its task",
+		slog.String("container_id", id), slog.Bool("task_killed", held))
+	return nil
+}
+
+// deleteShimTask kills every process of task id through its shim and
+// deletes the task, retrying while it is still being killed.
+func deleteShimTask(ctx context.Context, shim taskapi.TTRPCTaskService, id string) error {
+	_, err := shim.Kill(ctx, &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true})
+	if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
+		return fmt.Errorf("kill task: %w", err)
+	}
+	for {
+		_, err := shim.Delete(ctx, &taskapi.DeleteRequest{ID: id})
+		if err = errgrpc.ToNative(err); err == nil || errdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("delete task: %w (%w)", err, ctx.Err())
+		case <-time.After(shimPollInterval):
+		}
+	}
+}
+
+// waitShimWork waits for the background stops of busy shims, or for ctx.
+func (r *Runner) waitShimWork(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		r.shimWork.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,137 @@
+package containerd_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/runtime/containerd"
+)
+
+// shimsOf returns the PIDs of the containerd shims serving namespace ns,
+// and of those the ones serving container id when id is not empty: their
+// command line names both.
+func shimsOf(ns, id string) []int {
+	dirs, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		i := slices.Index(args, "-namespace")
+		j := slices.Index(args, "-id")
+		if i >= 0 && i+1 < len(args) && args[i+1] == ns && (id == "" || j >= 0 && j+1 < len(args) && args[j+1] == id) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// fifoIO is a task's IO whose output FIFOs nobody reads, as when the
+// worker creating the task dies before it opens them.
+type fifoIO struct{ cfg cio.Config }
+
+func (f fifoIO) Config() cio.Config { return f.cfg }
+func (fifoIO) Cancel()              {}
+func (fifoIO) Wait()                {}
+func (fifoIO) Close() error         { return nil }
+
+// interruptTaskCreation leaves what a worker killed in the middle of
+// creating a task leaves: a container labelled with host, no task, and a
+// shim that containerd started and then abandoned. It creates the
+// container, has containerd create its task with output FIFOs that no one
+// opens (the shim waits for them) and cancels the creation once the shim
+// runs, as the death of the client does.
+func (f *fixture) interruptTaskCreation(t *testing.T, id, host string) {
+	t.Helper()
+	ctx := t.Context()
+	img, err := f.client.GetImage(ctx, containerdtest.Image)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	labels := map[string]string{containerd.LabelHost: host}
+	c, err := f.client.NewContainer(ctx, id, client.WithImage(img), client.WithSnapshotter(containerdtest.Snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)), client.WithContainerLabels(labels),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	dir := t.TempDir()
+	cfg := cio.Config{Stdin: filepath.Join(dir, "stdin"), Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	for _, p := range []string{cfg.Stdin, cfg.Stdout, cfg.Stderr} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Error(err)
+			return
+		}
+	}
+	// A cancellation, not a deadline: a deadline would reach the shim,
+	// which would then give up by itself.
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		testutil.WaitFor(t, 30*time.Second, "the shim of "+id, func() bool { return len(shimsOf(f.client.DefaultNamespace(), id)) > 0 })
+		time.Sleep(500 * time.Millisecond) // into the shim's wait for the FIFOs
+		cancel()
+	}()
+	if _, err := c.NewTask(tctx, func(string) (cio.IO, error) { return fifoIO{cfg}, nil }); err == nil {
+		t.Errorf("task %s created although no one reads its output", id)
+	}
+}
+
+// TestSweepEndsLeftoverShims: a worker killed while containerd created its
+// task leaves a container without a task and a shim containerd no longer
+// tracks (containerd 1.6). Removing such a container, as the sweep of this
+// worker's successor or of any other worker does, must end that shim too,
+// or a host where workers crash accumulates idle shims.
+func TestSweepEndsLeftoverShims(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ns := f.client.DefaultNamespace()
+	const n = 4
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			f.interruptTaskCreation(t, fmt.Sprintf("interrupted-%d-%s", i, randomHex(4)), f.runner.HostID())
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if got := len(shimsOf(ns, "")); got == 0 {
+		t.Fatalf("no shim left after %d interrupted creations: the test reproduces nothing", n)
+	}
+	// A sweep leaves the container of a shim still busy with the creation
+	// for a later sweep (the worker's next, a minute later).
+	testutil.WaitFor(t, time.Minute, "the leftover containers swept", func() bool {
+		return f.runner.Sweep(t.Context()) == nil && len(containerdtest.Leftovers(t.Context(), f.client)) == 0
+	})
+	// A shim exits a moment after it is asked to.
+	testutil.WaitFor(t, 30*time.Second, "no shim left in the namespace", func() bool { return len(shimsOf(ns, "")) == 0 })
+}
