@@ -15,7 +15,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -73,7 +73,7 @@ func (s *startTimes) starts() []time.Time {
 // Pattern are filled in).
 func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes {
 	t.Helper()
-	pattern, err := matcher.Parse("shop", []byte(`{kind: [order]}`))
+	pattern, err := yamlpattern.Parse("shop", []byte(`{kind: [order]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

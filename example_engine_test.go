@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -30,7 +30,7 @@ func ExampleEngine() {
 	state := relaytest.NewStateStore()
 	dead := relaytest.NewDLQ("events")
 
-	signup, err := matcher.Parse("signups", []byte(`{type: [signup]}`))
+	signup, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
 	if err != nil {
 		fmt.Println(err)
 		return

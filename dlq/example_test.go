@@ -14,7 +14,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -53,7 +53,7 @@ func ExampleStore_List() {
 
 	// Replay runs the recorded handler once more with the stored event,
 	// and deletes the entry when it succeeds.
-	pattern, err := matcher.Parse("billing", []byte(`{invoice: [{exists: true}]}`))
+	pattern, err := yamlpattern.Parse("billing", []byte(`{invoice: [{exists: true}]}`))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 // benchNow is the match time of every benchmark; benchEvent's timestamps
@@ -82,7 +83,7 @@ func eqPrefixRules(tb testing.TB, n int) []matcher.Rule {
 }
 
 func benchRule(tb testing.TB, i int, src string) matcher.Rule {
-	p, err := matcher.Parse("bench.yaml", []byte(src))
+	p, err := yamlpattern.Parse("bench.yaml", []byte(src))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func exampleRules(tb testing.TB) []matcher.Rule {
 			if err != nil {
 				tb.Fatal(err)
 			}
-			p, err := matcher.Parse(f, text)
+			p, err := yamlpattern.Parse(f, text)
 			if err != nil {
 				tb.Fatalf("%s: %v", f, err)
 			}
@@ -308,7 +309,7 @@ new_image:
 `)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := matcher.Parse("bench.yaml", src); err != nil {
+		if _, err := yamlpattern.Parse("bench.yaml", src); err != nil {
 			b.Fatal(err)
 		}
 	}

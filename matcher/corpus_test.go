@@ -12,10 +12,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 // corpusCase is one entry of testdata/cases/*.yaml. pattern is YAML text,
-// parsed with matcher.Parse, so error positions are relative to it. An
+// parsed with yamlpattern.Parse, so error positions are relative to it. An
 // error is written "line:col: message fragment".
 type corpusCase struct {
 	Name    string   `yaml:"name"`
@@ -75,7 +76,7 @@ func runCorpusCase(t *testing.T, c corpusCase) {
 		t.Fatal("a case lists either errors or match/nomatch events")
 	}
 	now := mustTime(t, cmpOr(c.Now, corpusNow))
-	p, err := matcher.Parse("case.yaml", []byte(c.Pattern))
+	p, err := yamlpattern.Parse("case.yaml", []byte(c.Pattern))
 	if len(c.Errors) > 0 {
 		checkErrors(t, err, c.Errors)
 		return
@@ -94,7 +95,7 @@ func runCorpusCase(t *testing.T, c corpusCase) {
 		}
 	}
 	// The canonical form parses back to an equivalent pattern.
-	q, err := matcher.Parse("canonical.yaml", []byte(p.String()))
+	q, err := yamlpattern.Parse("canonical.yaml", []byte(p.String()))
 	if err != nil {
 		t.Fatalf("Parse(String()) = %v; String() = %s", err, p)
 	}

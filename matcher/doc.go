@@ -2,9 +2,12 @@
 // them: it owns the pattern language of spec/events.md ("Pattern syntax",
 // "Operators", "Comparison operators", "Combining conditions").
 //
-// ParseNode turns the YAML node of one rule's pattern: value into a Pattern
-// and reports every problem at once as an ErrorList of PosErrors carrying
-// file:line:col; Parse does the same for YAML text. DecodeEvent decodes an
+// ParseTree turns the syntax tree of one rule's pattern: value (a Node) into
+// a Pattern and reports every problem at once as an ErrorList of PosErrors
+// carrying file:line:col. Package matcher/yamlpattern reads that tree from
+// YAML: yamlpattern.ParseNode from a node of a template, yamlpattern.Parse
+// from pattern text; this package does not depend on a YAML library, so a
+// program that only matches events does not link one. DecodeEvent decodes an
 // event's JSON, keeping numbers exact. Pattern.MatchValue matches one event;
 // a Set matches an event against every rule and returns the matching
 // Targets in the order the rules were given.
@@ -108,7 +111,7 @@
 // the exceptions). Explain says, condition by condition, why each rule
 // matched or not.
 //
-// The package does not load templates (the loader calls ParseNode for each
-// rule) and does not run handlers. Patterns and Sets are immutable and safe
+// The package does not load templates (the loader calls
+// yamlpattern.ParseNode for each rule) and does not run handlers. Patterns and Sets are immutable and safe
 // for concurrent use.
 package matcher

@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
-
-	"github.com/goccy/go-yaml/ast"
 )
 
 // ErrMalformed is wrapped by DecodeEvent, Set.Match and Set.MatchAt when the
@@ -94,47 +91,4 @@ func (l ErrorList) Err() error {
 		return nil
 	}
 	return l
-}
-
-// NodePos returns the 1-based line and column where n starts in its source:
-// the key of a mapping entry, the first key of a block mapping, the "{", "["
-// or "-" of a flow mapping or sequence, the first character of a scalar. It
-// returns 0, 0 for nil or a node without position.
-func NodePos(n ast.Node) (line, col int) {
-	if isNilNode(n) {
-		return 0, 0
-	}
-	switch v := n.(type) {
-	case *ast.MappingValueNode:
-		if !isNilNode(v.Key) {
-			if line, col := NodePos(v.Key); line > 0 {
-				return line, col
-			}
-		}
-	case *ast.MappingNode:
-		if !v.IsFlowStyle && len(v.Values) > 0 {
-			if line, col := NodePos(v.Values[0]); line > 0 {
-				return line, col
-			}
-		}
-	case *ast.DocumentNode:
-		if !isNilNode(v.Body) {
-			return NodePos(v.Body)
-		}
-	}
-	tk := n.GetToken()
-	if tk == nil || tk.Position == nil {
-		return 0, 0
-	}
-	return tk.Position.Line, tk.Position.Column
-}
-
-// isNilNode reports whether n is nil or a nil pointer in a non-nil interface,
-// which the goccy node methods would dereference.
-func isNilNode(n ast.Node) bool {
-	if n == nil {
-		return true
-	}
-	v := reflect.ValueOf(n)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }

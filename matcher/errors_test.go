@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/matcher"
@@ -71,45 +69,5 @@ func TestErrorList(t *testing.T) {
 	var pe *matcher.PosError
 	if !errors.As(err, &pe) || pe.Msg != "a2.3" {
 		t.Errorf("errors.As(*PosError) = %v, want the first error", pe)
-	}
-}
-
-func TestNodePos(t *testing.T) {
-	src := "a: 1\nb:\n  c: [x, {d: 2}]\n  e:\n    - f\n"
-	f, err := parser.ParseBytes([]byte(src), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := f.Docs[0].Body.(*ast.MappingNode)
-	b := root.Values[1]
-	bmap := b.Value.(*ast.MappingNode)
-	c := bmap.Values[0]
-	seq := c.Value.(*ast.SequenceNode)
-	e := bmap.Values[1]
-	tests := []struct {
-		name string
-		node ast.Node
-		want [2]int
-	}{
-		{"document", f.Docs[0], [2]int{1, 1}},
-		{"block mapping", root, [2]int{1, 1}},
-		{"mapping value is its key", b, [2]int{2, 1}},
-		{"nested block mapping", bmap, [2]int{3, 3}},
-		{"flow sequence", seq, [2]int{3, 6}},
-		{"scalar in flow sequence", seq.Values[0], [2]int{3, 7}},
-		{"flow mapping", seq.Values[1], [2]int{3, 10}},
-		{"block sequence", e.Value, [2]int{5, 5}},
-		{"scalar", root.Values[0].Value, [2]int{1, 4}},
-		{"nil", nil, [2]int{0, 0}},
-		{"typed nil", (*ast.StringNode)(nil), [2]int{0, 0}},
-		{"typed nil mapping", (*ast.MappingNode)(nil), [2]int{0, 0}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			line, col := matcher.NodePos(tt.node)
-			if diff := cmp.Diff(tt.want, [2]int{line, col}); diff != "" {
-				t.Errorf("NodePos (-want +got):\n%s", diff)
-			}
-		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 func TestExplain(t *testing.T) {
@@ -256,7 +257,7 @@ func FuzzExplain(f *testing.F) {
 	addCorpusSeeds(f, func(p, ev string) { f.Add(p, ev) })
 	now := time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, pattern, event string) {
-		p, err := matcher.Parse("fuzz.yaml", []byte(pattern))
+		p, err := yamlpattern.Parse("fuzz.yaml", []byte(pattern))
 		if err != nil {
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 // addCorpusSeeds adds every corpus pattern (and, through add, its events).
@@ -32,7 +33,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("a: !!str\nb: !!map")
 	f.Add("a: [[[[[[]]]]]]")
 	f.Fuzz(func(t *testing.T, src string) {
-		p, err := matcher.Parse("fuzz.yaml", []byte(src))
+		p, err := yamlpattern.Parse("fuzz.yaml", []byte(src))
 		if err != nil {
 			if p != nil {
 				t.Fatalf("pattern %v returned with error %v", p, err)
@@ -49,7 +50,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		canon := p.String()
-		q, err := matcher.Parse("canonical.yaml", []byte(canon))
+		q, err := yamlpattern.Parse("canonical.yaml", []byte(canon))
 		if err != nil {
 			t.Fatalf("canonical form %q of %q does not parse: %v", canon, src, err)
 		}
@@ -68,12 +69,12 @@ func FuzzMatch(f *testing.F) {
 	addCorpusSeeds(f, func(p, ev string) { f.Add(p, ev) })
 	f.Add("a: {b: [{exists: false}]}", `{"a":[[],[{"b":1}],null]}`)
 	now := time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
-	always, err := matcher.Parse("always.yaml", []byte("x: [{exists: true}, {exists: false}]"))
+	always, err := yamlpattern.Parse("always.yaml", []byte("x: [{exists: true}, {exists: false}]"))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, pattern, event string) {
-		p, err := matcher.Parse("fuzz.yaml", []byte(pattern))
+		p, err := yamlpattern.Parse("fuzz.yaml", []byte(pattern))
 		if err != nil {
 			return
 		}
@@ -93,7 +94,7 @@ func FuzzMatch(f *testing.F) {
 			return
 		}
 		got := p.MatchValue(ev, now)
-		q, err := matcher.Parse("canonical.yaml", []byte(p.String()))
+		q, err := yamlpattern.Parse("canonical.yaml", []byte(p.String()))
 		if err != nil {
 			t.Fatalf("canonical form %q does not parse: %v", p.String(), err)
 		}

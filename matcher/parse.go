@@ -1,71 +1,23 @@
 package matcher
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/goccy/go-yaml"
-	"github.com/goccy/go-yaml/ast"
-	yamlparser "github.com/goccy/go-yaml/parser"
-	"github.com/goccy/go-yaml/token"
 )
 
-// Parse parses pattern YAML text: one document holding a mapping of field
-// names to conditions. file names the source in errors. The error is an
-// ErrorList holding every problem found, YAML syntax errors included.
-func Parse(file string, src []byte) (*Pattern, error) {
-	f, err := yamlparser.ParseBytes(src, 0)
-	if err != nil {
-		var l ErrorList
-		var yerr yaml.Error
-		if errors.As(err, &yerr) {
-			line, col := 0, 0
-			if tk := yerr.GetToken(); tk != nil && tk.Position != nil {
-				line, col = tk.Position.Line, tk.Position.Column
-			}
-			l.Add(file, max(line, 1), max(col, 1), "", "invalid YAML: "+yerr.GetMessage())
-		} else {
-			l.Add(file, 1, 1, "", "invalid YAML: "+err.Error())
-		}
-		return nil, l
-	}
-	var body ast.Node
-	for i, doc := range f.Docs {
-		if isNilNode(doc) || isNilNode(doc.Body) {
-			continue
-		}
-		if body != nil {
-			var l ErrorList
-			line, col := NodePos(doc)
-			if doc.Start != nil && doc.Start.Position != nil {
-				line, col = doc.Start.Position.Line, doc.Start.Position.Column
-			}
-			l.Add(file, max(line, 1), max(col, 1), "", fmt.Sprintf("a pattern is one YAML document; found a document #%d", i+1))
-			return nil, l
-		}
-		body = doc.Body
-	}
-	if body == nil {
-		var l ErrorList
-		l.Add(file, 1, 1, "", "empty pattern: a pattern maps at least one field to a list of alternatives, e.g. status: [COMPLETED]")
-		return nil, l
-	}
-	p, errs := ParseNode(file, "", body)
-	return p, errs.Err()
-}
-
-// ParseNode parses the YAML node of one rule's pattern: value. file names
-// the template in errors (e.g. "orders/template.yaml"); path is the
-// pattern's path in messages (e.g. "events[1].pattern") and child paths
-// append ".field" and "[i]". It returns every error found, sorted by
-// position, each with the line and column of the offending node; the
-// Pattern is nil when there is any. Anchors are followed; aliases, merge
-// keys and tags other than !!str are reported as errors.
-func ParseNode(file, path string, node ast.Node) (*Pattern, ErrorList) {
+// ParseTree parses the syntax tree of one pattern: a mapping of field names
+// to conditions, in the language of docs/apps.md#patterns. file names the source in errors (e.g.
+// "orders/template.yaml"); path is the pattern's path in messages (e.g.
+// "events[1].pattern") and child paths append ".field" and "[i]". It
+// returns every error found, sorted by position, each with the line and
+// column of the offending node; the Pattern is nil when there is any.
+// Anchors are followed; aliases, merge keys, complex keys and tags other
+// than !!str (or !!map and !!seq on a mapping and a sequence) are reported
+// as errors. Package matcher/yamlpattern parses YAML through it.
+func ParseTree(file, path string, root *Node) (*Pattern, ErrorList) {
 	p := &parser{file: file}
-	fields := p.topLevel(node, path)
+	fields := p.topLevel(root, path)
 	if len(p.errs) > 0 {
 		p.errs.Sort()
 		return nil, p.errs
@@ -83,9 +35,9 @@ type parser struct {
 type pos struct{ line, col int }
 
 // at returns the position of n, or fallback when n has none.
-func at(n ast.Node, fallback pos) pos {
-	if line, col := NodePos(n); line > 0 {
-		return pos{line, max(col, 1)}
+func at(n *Node, fallback pos) pos {
+	if n != nil && n.Line > 0 {
+		return pos{n.Line, max(n.Col, 1)}
 	}
 	return fallback
 }
@@ -98,23 +50,23 @@ func (p *parser) errorf(at pos, path, format string, args ...any) {
 type entry struct {
 	name   string
 	keyPos pos
-	value  ast.Node // anchors removed; may be nil
+	value  *Node // anchors removed; may be nil
 	valPos pos
 }
 
 // topLevel parses the pattern's root mapping: fields only, no operators.
-func (p *parser) topLevel(node ast.Node, path string) []field {
+func (p *parser) topLevel(node *Node, path string) []field {
 	start := at(node, pos{1, 1})
 	node, ok := p.resolve(node, path, start)
 	if !ok {
 		return nil
 	}
-	switch node.(type) {
-	case *ast.MappingNode, *ast.MappingValueNode:
-	case nil, *ast.NullNode:
+	switch syntaxKind(node) {
+	case KindMapping:
+	case missing, KindNull, KindImplicitNull:
 		p.errorf(start, path, "empty pattern: a pattern maps at least one field to a list of alternatives, e.g. status: [COMPLETED]")
 		return nil
-	case *ast.SequenceNode:
+	case KindSequence:
 		p.errorf(start, path, "a pattern is a mapping of field names to conditions, not a list: write e.g. status: [COMPLETED]")
 		return nil
 	default:
@@ -145,31 +97,28 @@ func (p *parser) topLevel(node ast.Node, path string) []field {
 // condition parses the value of a field: a list of alternatives, or a map as
 // shorthand for a one-element list.
 func (p *parser) condition(e entry, path string) []alt {
-	switch v := e.value.(type) {
-	case nil:
+	v := e.value
+	switch syntaxKind(v) {
+	case missing, KindImplicitNull:
 		p.errorf(e.valPos, path, "empty condition: give a list of alternatives, e.g. %s: [value]", e.name)
 		return nil
-	case *ast.NullNode:
-		if v.GetToken() != nil && v.GetToken().Type == token.ImplicitNullType {
-			p.errorf(e.valPos, path, "empty condition: give a list of alternatives, e.g. %s: [value]", e.name)
-		} else {
-			p.errorf(e.valPos, path, "null condition: every condition is a list; to match JSON null write %s: [null]", e.name)
-		}
+	case KindNull:
+		p.errorf(e.valPos, path, "null condition: every condition is a list; to match JSON null write %s: [null]", e.name)
 		return nil
-	case *ast.SequenceNode:
-		if len(v.Values) == 0 {
+	case KindSequence:
+		if len(v.Elems) == 0 {
 			p.errorf(e.valPos, path, "empty list: a condition needs at least one alternative, e.g. %s: [value]", e.name)
 			return nil
 		}
-		alts := make([]alt, 0, len(v.Values))
-		for i, elem := range v.Values {
+		alts := make([]alt, 0, len(v.Elems))
+		for i, elem := range v.Elems {
 			epath := path + "[" + strconv.Itoa(i) + "]"
 			if a, ok := p.element(elem, e.name, epath, at(elem, e.valPos)); ok {
 				alts = append(alts, a)
 			}
 		}
 		return alts
-	case *ast.MappingNode, *ast.MappingValueNode:
+	case KindMapping:
 		if a, ok := p.mapElement(v, e.name, path, e.valPos); ok {
 			return []alt{a}
 		}
@@ -180,25 +129,20 @@ func (p *parser) condition(e entry, path string) []alt {
 }
 
 // element parses one alternative of a condition list.
-func (p *parser) element(node ast.Node, fieldName, path string, where pos) (alt, bool) {
+func (p *parser) element(node *Node, fieldName, path string, where pos) (alt, bool) {
 	node, ok := p.resolve(node, path, where)
 	if !ok {
 		return alt{}, false
 	}
-	switch v := node.(type) {
-	case *ast.SequenceNode:
+	switch syntaxKind(node) {
+	case KindSequence:
 		p.errorf(where, path, "a list element cannot be a list: put every alternative in one flat list, e.g. status: [A, B]")
 		return alt{}, false
-	case *ast.MappingNode, *ast.MappingValueNode:
-		return p.mapElement(v, fieldName, path, where)
-	case nil:
+	case KindMapping:
+		return p.mapElement(node, fieldName, path, where)
+	case missing, KindImplicitNull:
 		p.errorf(where, path, "empty list element: write null to match JSON null")
 		return alt{}, false
-	case *ast.NullNode:
-		if tk := v.GetToken(); tk != nil && tk.Type == token.ImplicitNullType {
-			p.errorf(where, path, "empty list element: write null to match JSON null")
-			return alt{}, false
-		}
 	}
 	lit, ok := p.literal(node, path, where)
 	if !ok {
@@ -216,7 +160,7 @@ func (p *parser) element(node ast.Node, fieldName, path string, where pos) (alt,
 // is reported as an unknown operator (with a suggestion) or as a scalar
 // condition. Any map holding an operator key must hold nothing else.
 // Otherwise the map is a nested map and every key is a child field.
-func (p *parser) mapElement(node ast.Node, fieldName, path string, where pos) (alt, bool) {
+func (p *parser) mapElement(node *Node, fieldName, path string, where pos) (alt, bool) {
 	entries, ok := p.entries(node, path, where)
 	if !ok {
 		return alt{}, false
@@ -289,26 +233,22 @@ func (p *parser) mapElement(node ast.Node, fieldName, path string, where pos) (a
 func (p *parser) operator(e entry, fieldName, path string) (alt, bool) {
 	o := operators[e.name]
 	path = childPath(path, e.name)
-	switch v := e.value.(type) {
-	case *ast.SequenceNode:
+	switch syntaxKind(e.value) {
+	case KindSequence:
 		if o == opExists {
 			p.errorf(e.valPos, path, "exists takes a boolean, not a list: write exists: true or exists: false (an operator name cannot be a field name)")
 		} else {
 			p.errorf(e.valPos, path, "%s takes a single operand, not a list: write each %s as its own alternative, e.g. %s: [{%s: a}, {%s: b}] (an operator name cannot be a field name)", e.name, e.name, fieldName, e.name, e.name)
 		}
 		return alt{}, false
-	case *ast.MappingNode, *ast.MappingValueNode:
+	case KindMapping:
 		p.errorf(e.valPos, path, "%s takes a single scalar operand, not a map (an operator name cannot be a field name)", e.name)
 		return alt{}, false
-	case nil:
+	case missing, KindImplicitNull:
 		p.errorf(e.valPos, path, "%s needs an operand, e.g. %s", e.name, operandExample(o))
 		return alt{}, false
-	case *ast.NullNode:
-		if tk := v.GetToken(); tk != nil && tk.Type == token.ImplicitNullType {
-			p.errorf(e.valPos, path, "%s needs an operand, e.g. %s", e.name, operandExample(o))
-		} else {
-			p.errorf(e.valPos, path, "%s needs an operand, not null, e.g. %s", e.name, operandExample(o))
-		}
+	case KindNull:
+		p.errorf(e.valPos, path, "%s needs an operand, not null, e.g. %s", e.name, operandExample(o))
 		return alt{}, false
 	}
 	lit, ok := p.literal(e.value, path, e.valPos)
@@ -359,8 +299,8 @@ func operandExample(o op) string {
 
 // scalarCondition reports a field whose condition is a single scalar.
 func (p *parser) scalarCondition(e entry, path string) {
-	if n, ok := e.value.(*ast.NullNode); ok {
-		p.condition(entry{name: e.name, keyPos: e.keyPos, value: n, valPos: e.valPos}, path)
+	if k := syntaxKind(e.value); k == KindNull || k == KindImplicitNull {
+		p.condition(e, path)
 		return
 	}
 	p.errorf(e.valPos, path, "a condition is a list of alternatives, not a scalar: write %s: [%s]", e.name, scalarText(e.value))
@@ -368,27 +308,23 @@ func (p *parser) scalarCondition(e entry, path string) {
 
 // literal converts a scalar node to a literal. Plain (unquoted) scalars that
 // read as numbers in YAML 1.2 are numbers; numbers must be written in decimal.
-func (p *parser) literal(node ast.Node, path string, where pos) (literal, bool) {
-	switch v := node.(type) {
-	case *ast.StringNode:
-		tk := v.GetToken()
-		if tk != nil && tk.Type == token.StringType {
-			if d, ok := parseDecimal(v.Value, true); ok {
+func (p *parser) literal(node *Node, path string, where pos) (literal, bool) {
+	switch syntaxKind(node) {
+	case KindString:
+		if node.Style == Plain {
+			if d, ok := parseDecimal(node.Value, true); ok {
 				return literal{kind: litNumber, num: d}, true
 			}
 		}
-		return literal{kind: litString, str: v.Value}, true
-	case *ast.LiteralNode:
-		if v.Value == nil {
-			return literal{kind: litString}, true
-		}
-		return literal{kind: litString, str: v.Value.Value}, true
-	case *ast.BoolNode:
-		return literal{kind: litBool, b: v.Value}, true
-	case *ast.NullNode:
+		return literal{kind: litString, str: node.Value}, true
+	case KindBlock:
+		return literal{kind: litString, str: node.Value}, true
+	case KindBool:
+		return literal{kind: litBool, b: node.Bool}, true
+	case KindNull, KindImplicitNull:
 		return literal{kind: litNull}, true
-	case *ast.IntegerNode, *ast.FloatNode:
-		text := tokenValue(v)
+	case KindInt, KindFloat:
+		text := node.Text
 		if d, ok := parseDecimal(text, true); ok {
 			return literal{kind: litNumber, num: d}, true
 		}
@@ -396,33 +332,31 @@ func (p *parser) literal(node ast.Node, path string, where pos) (literal, bool) 
 			p.errorf(where, path, "%s has a leading zero, which YAML may read as octal: write %s for a number or quote it (%q) to match a string", text, withoutLeadingZeros(text), text)
 			return literal{}, false
 		}
-		if sv, ok := v.(ast.ScalarNode); ok {
-			if alt := decimalText(sv.GetValue()); alt != "" && alt != text {
-				p.errorf(where, path, "write the number %s in plain decimal, e.g. %s, or quote it (%q) to match a string", text, alt, text)
-				return literal{}, false
-			}
+		if alt := node.Number; alt != "" && alt != text {
+			p.errorf(where, path, "write the number %s in plain decimal, e.g. %s, or quote it (%q) to match a string", text, alt, text)
+			return literal{}, false
 		}
 		p.errorf(where, path, "write the number %s in plain decimal, or quote it (%q) to match a string", text, text)
 		return literal{}, false
-	case *ast.InfinityNode, *ast.NanNode:
-		text := tokenValue(v)
+	case KindInf, KindNaN:
+		text := node.Text
 		p.errorf(where, path, "%s is not a JSON number; quote it (%q) to match a string", text, text)
 		return literal{}, false
-	case *ast.TagNode:
-		if tk := v.GetToken(); tk != nil && tk.Value == "!!str" {
-			switch s := v.Value.(type) {
-			case *ast.StringNode:
+	case KindTag:
+		if node.Text == "!!str" {
+			switch s := node.Inner; syntaxKind(s) {
+			case KindString:
 				return literal{kind: litString, str: s.Value}, true
-			case *ast.LiteralNode:
+			case KindBlock:
 				return p.literal(s, path, where)
-			case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.NullNode, *ast.InfinityNode, *ast.NanNode:
-				return literal{kind: litString, str: tokenValue(s)}, true
+			case KindInt, KindFloat, KindBool, KindNull, KindImplicitNull, KindInf, KindNaN:
+				return literal{kind: litString, str: s.Text}, true
 			}
 		}
-		p.unsupported(v, path, where)
+		p.unsupported(node, path, where)
 		return literal{}, false
-	case *ast.AliasNode, *ast.MergeKeyNode:
-		p.unsupported(v, path, where)
+	case KindAlias, KindMergeKey:
+		p.unsupported(node, path, where)
 		return literal{}, false
 	}
 	p.errorf(where, path, "unexpected %s: expected a scalar value", nodeKind(node))
@@ -455,41 +389,22 @@ func withoutLeadingZeros(s string) string {
 	return sign + digits
 }
 
-// decimalText formats an integer YAML value (hex, octal, binary, with
-// underscores) in decimal for a suggestion.
-func decimalText(v any) string {
-	switch n := v.(type) {
-	case int64:
-		return strconv.FormatInt(n, 10)
-	case uint64:
-		return strconv.FormatUint(n, 10)
-	case float64:
-		return strconv.FormatFloat(n, 'g', -1, 64)
-	}
-	return ""
-}
-
 // entries lists the key/value pairs of a mapping, reporting bad and
 // duplicate keys. ok is false if the mapping could not be read at all.
-func (p *parser) entries(node ast.Node, path string, where pos) ([]entry, bool) {
-	var values []*ast.MappingValueNode
-	switch v := node.(type) {
-	case *ast.MappingNode:
-		values = v.Values
-	case *ast.MappingValueNode:
-		values = []*ast.MappingValueNode{v}
-	default:
+func (p *parser) entries(node *Node, path string, where pos) ([]entry, bool) {
+	if syntaxKind(node) != KindMapping {
 		return nil, false
 	}
-	entries := make([]entry, 0, len(values))
-	seen := make(map[string]bool, len(values))
+	entries := make([]entry, 0, len(node.Entries))
+	seen := make(map[string]bool, len(node.Entries))
 	good := true
-	for _, mv := range values {
-		if isNilNode(mv) {
-			continue
+	for _, en := range node.Entries {
+		epos := where
+		if en.Line > 0 {
+			epos = pos{en.Line, max(en.Col, 1)}
 		}
-		kpos := at(mv.Key, at(mv, where))
-		name, ok := p.key(mv.Key, path, kpos)
+		kpos := at(en.Key, epos)
+		name, ok := p.key(en.Key, path, kpos)
 		if !ok {
 			good = false
 			continue
@@ -501,15 +416,13 @@ func (p *parser) entries(node ast.Node, path string, where pos) ([]entry, bool) 
 			continue
 		}
 		seen[name] = true
-		vpos := at(mv.Value, kpos)
-		value, ok := p.resolve(mv.Value, cpath, vpos)
+		vpos := at(en.Value, kpos)
+		value, ok := p.resolve(en.Value, cpath, vpos)
 		if !ok {
 			good = false
 			continue
 		}
-		if !isNilNode(value) {
-			vpos = at(value, vpos)
-		}
+		vpos = at(value, vpos)
 		entries = append(entries, entry{name: name, keyPos: kpos, value: value, valPos: vpos})
 	}
 	if !good && len(entries) == 0 {
@@ -519,21 +432,20 @@ func (p *parser) entries(node ast.Node, path string, where pos) ([]entry, bool) 
 }
 
 // key returns the field name of a mapping key.
-func (p *parser) key(k ast.MapKeyNode, path string, where pos) (string, bool) {
-	if isNilNode(k) {
+func (p *parser) key(k *Node, path string, where pos) (string, bool) {
+	switch syntaxKind(k) {
+	case missing:
 		p.errorf(where, path, "missing key")
 		return "", false
-	}
-	switch v := ast.Node(k).(type) {
-	case *ast.StringNode:
-		return v.Value, true
-	case *ast.IntegerNode, *ast.FloatNode, *ast.BoolNode, *ast.NullNode, *ast.InfinityNode, *ast.NanNode:
+	case KindString:
+		return k.Value, true
+	case KindInt, KindFloat, KindBool, KindNull, KindImplicitNull, KindInf, KindNaN:
 		// A JSON key is always a string; take the key as written.
-		return tokenValue(v), true
-	case *ast.MergeKeyNode:
+		return k.Text, true
+	case KindMergeKey:
 		p.errorf(where, path, "merge keys (<<) are not supported in patterns: write the fields out")
 		return "", false
-	case *ast.MappingKeyNode:
+	case KindComplexKey:
 		p.errorf(where, path, "complex keys (?) are not supported: a field name is a plain string")
 		return "", false
 	}
@@ -544,71 +456,66 @@ func (p *parser) key(k ast.MapKeyNode, path string, where pos) (string, bool) {
 // resolve removes anchors around node and reports aliases and unsupported
 // tags. A !!map or !!seq tag on the matching kind of node is removed; a
 // !!str tag is kept for literal to handle.
-func (p *parser) resolve(node ast.Node, path string, where pos) (ast.Node, bool) {
+func (p *parser) resolve(node *Node, path string, where pos) (*Node, bool) {
 	for depth := 0; ; depth++ {
-		if isNilNode(node) {
+		if node == nil {
 			return nil, true
 		}
 		if depth > 8 {
 			p.errorf(where, path, "too many nested anchors or tags")
 			return nil, false
 		}
-		switch v := node.(type) {
-		case *ast.AnchorNode:
-			node = v.Value
-		case *ast.TagNode:
-			tag := ""
-			if tk := v.GetToken(); tk != nil {
-				tag = tk.Value
-			}
-			switch inner := v.Value.(type) {
-			case *ast.MappingNode, *ast.MappingValueNode:
+		switch node.Kind {
+		case KindAnchor:
+			node = node.Inner
+		case KindTag:
+			tag := node.Text
+			switch syntaxKind(node.Inner) {
+			case KindMapping:
 				if tag == "!!map" {
-					node = inner
+					node = node.Inner
 					continue
 				}
-			case *ast.SequenceNode:
+			case KindSequence:
 				if tag == "!!seq" {
-					node = inner
+					node = node.Inner
 					continue
 				}
 			}
 			if tag == "!!str" {
-				return v, true
+				return node, true
 			}
-			p.unsupported(v, path, at(v, where))
+			p.unsupported(node, path, at(node, where))
 			return nil, false
-		case *ast.AliasNode:
-			p.unsupported(v, path, at(v, where))
+		case KindAlias:
+			p.unsupported(node, path, at(node, where))
 			return nil, false
-		case *ast.DocumentNode:
-			node = v.Body
 		default:
 			return node, true
 		}
 	}
 }
 
-func (p *parser) unsupported(n ast.Node, path string, where pos) {
-	switch v := n.(type) {
-	case *ast.AliasNode:
-		p.errorf(where, path, "aliases (*%s) are not supported in patterns: write the value out", strings.TrimPrefix(aliasName(v), "*"))
-	case *ast.TagNode:
-		tag := ""
-		if tk := v.GetToken(); tk != nil {
-			tag = tk.Value
-		}
-		p.errorf(where, path, "YAML tag %s is not supported in patterns; quote a value to make it a string", tag)
+func (p *parser) unsupported(n *Node, path string, where pos) {
+	switch n.Kind {
+	case KindAlias:
+		p.errorf(where, path, "aliases (*%s) are not supported in patterns: write the value out", strings.TrimPrefix(n.Value, "*"))
+	case KindTag:
+		p.errorf(where, path, "YAML tag %s is not supported in patterns; quote a value to make it a string", n.Text)
 	default:
 		p.errorf(where, path, "unsupported %s in a pattern", nodeKind(n))
 	}
 }
 
-func aliasName(a *ast.AliasNode) string {
-	if isNilNode(a.Value) {
-		return ""
+// missing is the kind of a missing (nil) node, for switches on syntaxKind.
+const missing NodeKind = 255
+
+// syntaxKind returns n's kind, or missing when n is nil.
+func syntaxKind(n *Node) NodeKind {
+	if n == nil {
+		return missing
 	}
-	return tokenValue(a.Value)
+	return n.Kind
 }
 
 // isOperator reports whether name is exactly an operator name.
@@ -619,57 +526,41 @@ func isOperator(name string) bool {
 
 // isScalar reports whether a (resolved) value node is a scalar or null,
 // which is never a valid field condition.
-func isScalar(n ast.Node) bool {
-	switch n.(type) {
-	case *ast.SequenceNode, *ast.MappingNode, *ast.MappingValueNode:
+func isScalar(n *Node) bool {
+	switch syntaxKind(n) {
+	case KindSequence, KindMapping:
 		return false
 	}
 	return true
 }
 
 // scalarText is a node's source text for messages, quoted as written.
-func scalarText(n ast.Node) string {
-	if isNilNode(n) {
+func scalarText(n *Node) string {
+	switch syntaxKind(n) {
+	case missing:
 		return "null"
-	}
-	switch v := n.(type) {
-	case *ast.LiteralNode:
-		if v.Value != nil {
-			return strconv.Quote(v.Value.Value)
+	case KindBlock:
+		return strconv.Quote(n.Value)
+	case KindTag:
+		if n.Inner != nil {
+			return n.Text + " " + scalarText(n.Inner)
 		}
-	case *ast.TagNode:
-		if !isNilNode(v.Value) {
-			return tokenValue(v) + " " + scalarText(v.Value)
+	case KindString:
+		switch n.Style {
+		case DoubleQuoted:
+			return strconv.Quote(n.Text)
+		case SingleQuoted:
+			return "'" + strings.ReplaceAll(n.Text, "'", "''") + "'"
 		}
 	}
-	tk := n.GetToken()
-	if tk == nil {
-		return nodeKind(n)
-	}
-	switch tk.Type {
-	case token.DoubleQuoteType:
-		return strconv.Quote(tk.Value)
-	case token.SingleQuoteType:
-		return "'" + strings.ReplaceAll(tk.Value, "'", "''") + "'"
-	}
-	return tk.Value
+	return n.Text
 }
 
-func tokenValue(n ast.Node) string {
-	if isNilNode(n) {
-		return ""
-	}
-	if tk := n.GetToken(); tk != nil {
-		return tk.Value
-	}
-	return ""
-}
-
-func nodeKind(n ast.Node) string {
-	if isNilNode(n) {
+func nodeKind(n *Node) string {
+	if n == nil {
 		return "empty value"
 	}
-	return strings.ToLower(n.Type().String())
+	return n.Kind.String()
 }
 
 // childPath appends a field name to a path: ".name" for plain names,

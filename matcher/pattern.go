@@ -9,7 +9,8 @@ import (
 )
 
 // Pattern is one rule's parsed pattern (events.md "Pattern syntax"). It is
-// immutable and safe for concurrent use. Build one with ParseNode or Parse.
+// immutable and safe for concurrent use. Build one with ParseTree, or from
+// YAML with package matcher/yamlpattern.
 type Pattern struct {
 	fields []field
 }

@@ -14,11 +14,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 func mustParse(t testing.TB, src string) *matcher.Pattern {
 	t.Helper()
-	p, err := matcher.Parse("test.yaml", []byte(src))
+	p, err := yamlpattern.Parse("test.yaml", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestSetIndexAgreesWithScan(t *testing.T) {
 		for _, c := range cases {
 			events = append(events, c.Match...)
 			events = append(events, c.NoMatch...)
-			p, err := matcher.Parse(file, []byte(c.Pattern))
+			p, err := yamlpattern.Parse(file, []byte(c.Pattern))
 			if err != nil {
 				continue
 			}

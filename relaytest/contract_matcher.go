@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 )
 
 // TestMatcher runs the contract of relay.Matcher (docs/apps.md#patterns;
@@ -115,7 +116,7 @@ func contractApps(t *testing.T) *app.Set {
 	t.Helper()
 	rule := func(handler, pattern string) app.Rule {
 		t.Helper()
-		p, err := matcher.Parse("relaytest.yaml", []byte(pattern))
+		p, err := yamlpattern.Parse("relaytest.yaml", []byte(pattern))
 		if err != nil {
 			t.Fatalf("pattern %s: %v", pattern, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -57,7 +58,7 @@ func TestEngineOnFakes(t *testing.T) {
 		state := relaytest.NewStateStore()
 		dead := relaytest.NewDLQ(streamName)
 
-		pattern, err := matcher.Parse("signups", []byte(`{type: [signup]}`))
+		pattern, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +213,7 @@ func TestEngineUnavailableChargesNothing(t *testing.T) {
 		ctx := t.Context()
 		src := relaytest.NewStream()
 		state := relaytest.NewStateStore()
-		pattern, err := matcher.Parse("t", []byte(`{type: [order]}`))
+		pattern, err := yamlpattern.Parse("t", []byte(`{type: [order]}`))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -35,7 +36,7 @@ type tpl struct {
 func (t *tpl) errorf(n ast.Node, path, format string, args ...any) {
 	line, col := 0, 0
 	if n != nil {
-		line, col = matcher.NodePos(n)
+		line, col = yamlpattern.NodePos(n)
 	}
 	t.errs.Add(t.file, line, col, path, fmt.Sprintf(format, args...))
 }
@@ -502,7 +503,7 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 			t.errorf(item, path, "missing pattern: every rule needs a pattern")
 			continue
 		}
-		pat, errs := matcher.ParseNode(t.file, path+".pattern", patternN)
+		pat, errs := yamlpattern.ParseNode(t.file, path+".pattern", patternN)
 		*t.errs = append(*t.errs, errs...)
 		// A rule whose pattern parsed takes part in matching even when
 		// other keys are wrong: its app is unavailable, so its messages

@@ -15,7 +15,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -243,7 +243,7 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 		counter := &countingRunner{next: b}
-		pattern, err := matcher.Parse("payments", []byte(`{type: [payment]}`))
+		pattern, err := yamlpattern.Parse("payments", []byte(`{type: [payment]}`))
 		if err != nil {
 			t.Fatal(err)
 		}

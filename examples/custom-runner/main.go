@@ -29,7 +29,7 @@ import (
 	"github.com/relaydev/relay/app"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -64,7 +64,7 @@ func run(w io.Writer, tm timings) error {
 		fmt.Fprintf(w, format+"\n", args...)
 	}
 
-	pattern, err := matcher.Parse("payments", []byte(`{type: [payment]}`))
+	pattern, err := yamlpattern.Parse("payments", []byte(`{type: [payment]}`))
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule/cron"
 )
@@ -55,11 +55,11 @@ func serve(addr string, streams []string, group string) error {
 // shop is the example's one app, defined in Go rather than in a
 // template.yaml: a rule for signups, one for orders and an hourly report.
 func shop() (*app.Set, error) {
-	signup, err := matcher.Parse("shop", []byte(`{type: [signup], email: [{suffix: "@example.com"}]}`))
+	signup, err := yamlpattern.Parse("shop", []byte(`{type: [signup], email: [{suffix: "@example.com"}]}`))
 	if err != nil {
 		return nil, err
 	}
-	order, err := matcher.Parse("shop", []byte(`{type: [order], total: [{gt: 0}]}`))
+	order, err := yamlpattern.Parse("shop", []byte(`{type: [order], total: [{gt: 0}]}`))
 	if err != nil {
 		return nil, err
 	}
