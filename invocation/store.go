@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/internal/combine"
 	"github.com/relaydev/relay/internal/keys"
 )
 
@@ -41,8 +42,12 @@ func TraceField(field string) string { return tracePrefix + field }
 // concurrent use, and so are several Stores (on several hosts) sharing a
 // server.
 type Store struct {
-	client rueidis.Client
-	token  func() string
+	client   rueidis.Client
+	token    func() string
+	maxBatch int
+	cluster  bool
+	claims   *combine.Combiner[string, claimItem, reply]
+	settles  *combine.Combiner[settleGroup, settleItem, int64]
 }
 
 // Option configures a Store.
@@ -62,10 +67,11 @@ func WithTokenSource(f func() string) Option {
 
 // New returns a Store on client, a ready client that the Store never closes.
 func New(client rueidis.Client, opts ...Option) *Store {
-	s := &Store{client: client, token: randomToken}
+	s := &Store{client: client, token: randomToken, maxBatch: DefaultMaxBatch}
 	for _, o := range opts {
 		o(s)
 	}
+	s.initBatches()
 	return s
 }
 
@@ -118,15 +124,15 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	if err := CheckToken(token); err != nil {
 		return fail(err)
 	}
-	args := []string{field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts)}
-	if rec.Complete || len(rec.Fields) > 0 {
-		complete := "0"
-		if rec.Complete {
-			complete = "1"
-		}
-		args = append(append(args, complete), rec.Fields...)
+	complete := "0"
+	if rec.Complete {
+		complete = "1"
 	}
-	r, err := exec(ctx, s.client, claimScript, hash, args...)
+	args := make([]string, 0, 6+len(rec.Fields))
+	args = append(args, field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts),
+		complete, strconv.Itoa(len(rec.Fields)))
+	args = append(args, rec.Fields...)
+	r, err := s.claims.Do(ctx, s.claimGroup(key.Stream, hash), claimItem{hash: hash, args: args})
 	if err != nil {
 		return fail(err)
 	}
@@ -223,12 +229,12 @@ func (s *Store) FinishSettle(ctx context.Context, l Lease, ttl time.Duration) er
 	if ttl < time.Millisecond {
 		return fail(fmt.Errorf("ttl %v: must be >= 1ms", ttl))
 	}
-	r, err := decode(finishSettleScript.Exec(ctx, s.client, []string{hash, l.Key.Stream},
-		[]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.Group, l.Key.MessageID, strconv.FormatInt(ttl.Milliseconds(), 10)}))
+	g := settleGroup{stream: l.Key.Stream, group: l.Key.Group, ttl: strconv.FormatInt(ttl.Milliseconds(), 10)}
+	code, err := s.settles.Do(ctx, g, settleItem{hash: hash, args: [4]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.MessageID}})
 	if err != nil {
 		return fail(err)
 	}
-	switch r.code {
+	switch code {
 	case codeApplied:
 		return nil
 	case codeStale:
@@ -236,7 +242,7 @@ func (s *Store) FinishSettle(ctx context.Context, l Lease, ttl time.Duration) er
 	case codeTerminal:
 		return fail(ErrTerminal)
 	}
-	return fail(r.unknown())
+	return fail(fmt.Errorf("unknown script reply code %d", code))
 }
 
 // ScheduleRetry records a failed attempt and the earliest time of the next
@@ -553,7 +559,17 @@ func exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, hash string, a
 
 // decode reads a script reply {code, ...}.
 func decode(res rueidis.RedisResult) (reply, error) {
-	arr, err := res.ToArray()
+	m, err := res.ToMessage()
+	if err != nil {
+		return reply{}, err
+	}
+	return decodeMessage(m)
+}
+
+// decodeMessage reads one reply {code, ...}, of a script or one item of a
+// batch script.
+func decodeMessage(m rueidis.RedisMessage) (reply, error) {
+	arr, err := m.ToArray()
 	if err != nil {
 		return reply{}, err
 	}

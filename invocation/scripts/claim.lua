@@ -1,27 +1,32 @@
--- claim.lua: decide whether a delivery may run a new attempt of one
--- invocation field and, if so, record the claim (Store.Claim).
+-- claim.lua: decide whether deliveries may run a new attempt of invocation
+-- fields and, where they may, record the claims (Store.Claim). One call
+-- takes a batch of claims, of messages of one stream (one hash slot), so
+-- that concurrent deliveries share a script run.
 --
--- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
--- ARGV[1]  field, "<app>/<handler>"
--- ARGV[2]  lease, ms (>= 1): a new attempt runs until now + lease
--- ARGV[3]  token for this claim (hex, no ':')
--- ARGV[4]  max attempts (>= 1): the rule's retries + 1
--- ARGV[5]  optional, on a message's first delivery: '1' when the fields
---          recorded are every invocation the message has, '0' when not
--- ARGV[6…] optional: the message's other invocation fields, recorded as
---          next_attempt_at:<now>:0:<token> (due, no attempt used) unless
---          they have state; with ARGV[5] '1', __matched is set to '1'
+-- KEYS[i]  invocation hash of claim i, keys.Invocation(stream, group, message id)
+-- ARGV     for each claim i, in KEYS order, a segment:
+--            field, "<app>/<handler>"
+--            lease, ms (>= 1): a new attempt runs until now + lease
+--            token for this claim (hex, no ':')
+--            max attempts (>= 1): the rule's retries + 1
+--            '1' when the record below is complete (every invocation of
+--              the message), else '0'
+--            n, then n other invocation fields of the message to record as
+--              next_attempt_at:<now>:0:<token> (due, no attempt used)
+--              unless they have state; with a complete record __matched
+--              is set to '1'. A first delivery records, others pass 0.
 --
 -- Recording the message's invocations at its first delivery is what lets a
 -- redelivery run exactly those, even when it would no longer match some of
 -- them (a now() cutoff passed, a template changed) and when the worker died
 -- before claiming them.
 --
--- now is the server's TIME in Unix ms. An attempt that was claimed and whose
--- lease expired counts as executed and failed. When the next attempt would
--- exceed max attempts, the field becomes exhausted:<attempt>:<token> instead.
+-- now is the server's TIME in Unix ms, read once for the batch. An attempt
+-- that was claimed and whose lease expired counts as executed and failed.
+-- When the next attempt would exceed max attempts, the field becomes
+-- exhausted:<attempt>:<token> instead.
 --
--- Returns {code, ...}:
+-- Returns one reply per claim, in KEYS order, each {code, ...}:
 --   {1, attempt, deadline_ms, trace, lost}  claimed: field = running:<deadline_ms>:<attempt>:<token>
 --   {2, deadline_ms}                  running: a live lease of another delivery
 --   {3, deadline_ms}                  not due: next attempt allowed at deadline_ms
@@ -35,90 +40,18 @@
 -- the attempt whose expired lease this claim charged (its worker died
 -- mid-run), 0 when none: counted once, by the claim that saw it.
 -- Only code 1, code 5 when it follows an expired lease or a due retry, and
--- the recording of ARGV[5…] write; no path touches the TTL.
-
-local key, field, token = KEYS[1], ARGV[1], ARGV[3]
-local lease_ms = tonumber(ARGV[2])
-local max_attempts = tonumber(ARGV[4])
-
--- One read for the marker, the value and the lineage.
-local got = redis.call('HMGET', key, '__terminal', field, '__trace:' .. field)
-if got[1] then
-  return {7}
-end
-local trace = got[3] or ''
+-- the recording write; no path touches the TTL.
 
 local now = now_ms()
-
--- matched is written with the claim's own HSET when there is one.
-local matched = ARGV[5] == '1'
-for i = 6, #ARGV do
-  redis.call('HSETNX', key, ARGV[i], string.format('next_attempt_at:%d:0:%s', now, token))
-end
-
-local function start(attempt, lost)
-  local deadline_ms = now + lease_ms
-  local value = string.format('running:%d:%d:%s', deadline_ms, attempt, token)
-  if matched then
-    redis.call('HSET', key, field, value, '__matched', '1')
-  else
-    redis.call('HSET', key, field, value)
+local replies = {}
+local i = 1
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[i + 5])
+  local rec = {}
+  for j = 1, n do
+    rec[j] = ARGV[i + 5 + j]
   end
-  return {1, attempt, deadline_ms, trace, lost}
+  replies[k] = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', rec, now)
+  i = i + 6 + n
 end
-
--- mark writes __matched on the paths that do not claim.
-local function mark()
-  if matched then
-    redis.call('HSET', key, '__matched', '1')
-  end
-end
-
--- executed attempts are used up; start the next one or exhaust.
-local function next_after(executed, lost)
-  if executed >= max_attempts then
-    redis.call('HSET', key, field, string.format('exhausted:%d:%s', executed, token))
-    mark()
-    return {5, executed, token, trace, lost}
-  end
-  return start(executed + 1, lost)
-end
-
-local v = got[2]
-if not v then
-  return start(1, 0)
-end
-mark()
-if v == 'ok' then
-  return {4}
-end
-
-local d, a = string.match(v, '^running:(%d+):(%d+):[^:]+$')
-if d then
-  d = tonumber(d)
-  if d > now then
-    return {2, d}
-  end
-  return next_after(tonumber(a), tonumber(a))
-end
-
-d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
-if d then
-  d = tonumber(d)
-  if d > now then
-    return {3, d}
-  end
-  return next_after(tonumber(a), 0)
-end
-
-local tok
-a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
-if a then
-  return {5, tonumber(a), tok, trace}
-end
-a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
-if a then
-  return {6, tonumber(a), tok, trace}
-end
-
-return {8, v}
+return replies

@@ -43,6 +43,91 @@ local function fence(key, field, pattern, attempt, token)
   return 0, v, rest
 end
 
+-- helper: claim_one
+-- claim_one decides one claim (claim.lua) at the server time now and
+-- returns its reply. rec lists the message's other invocation fields to
+-- record (due, no attempt used) unless they have state; complete writes
+-- __matched with them.
+local function claim_one(key, field, lease_ms, token, max_attempts, complete, rec, now)
+  -- One read for the marker, the value and the lineage.
+  local got = redis.call('HMGET', key, '__terminal', field, '__trace:' .. field)
+  if got[1] then
+    return {7}
+  end
+  local trace = got[3] or ''
+
+  for _, f in ipairs(rec) do
+    redis.call('HSETNX', key, f, string.format('next_attempt_at:%d:0:%s', now, token))
+  end
+
+  local function start(attempt, lost)
+    local deadline_ms = now + lease_ms
+    local value = string.format('running:%d:%d:%s', deadline_ms, attempt, token)
+    if complete then
+      redis.call('HSET', key, field, value, '__matched', '1')
+    else
+      redis.call('HSET', key, field, value)
+    end
+    return {1, attempt, deadline_ms, trace, lost}
+  end
+
+  -- mark writes __matched on the paths that do not claim.
+  local function mark()
+    if complete then
+      redis.call('HSET', key, '__matched', '1')
+    end
+  end
+
+  -- executed attempts are used up; start the next one or exhaust.
+  local function next_after(executed, lost)
+    if executed >= max_attempts then
+      redis.call('HSET', key, field, string.format('exhausted:%d:%s', executed, token))
+      mark()
+      return {5, executed, token, trace, lost}
+    end
+    return start(executed + 1, lost)
+  end
+
+  local v = got[2]
+  if not v then
+    return start(1, 0)
+  end
+  mark()
+  if v == 'ok' then
+    return {4}
+  end
+
+  local d, a = string.match(v, '^running:(%d+):(%d+):[^:]+$')
+  if d then
+    d = tonumber(d)
+    if d > now then
+      return {2, d}
+    end
+    return next_after(tonumber(a), tonumber(a))
+  end
+
+  d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
+  if d then
+    d = tonumber(d)
+    if d > now then
+      return {3, d}
+    end
+    return next_after(tonumber(a), 0)
+  end
+
+  local tok
+  a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
+  if a then
+    return {5, tonumber(a), tok, trace}
+  end
+  a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
+  if a then
+    return {6, tonumber(a), tok, trace}
+  end
+
+  return {8, v}
+end
+
 -- helper: save_trace
 -- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
 -- reference (a W3C traceparent) of the latest attempt of field that ended

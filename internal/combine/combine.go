@@ -1,0 +1,174 @@
+// Package combine runs concurrent calls of one operation as batches (group
+// commit): while a batch of a group is in flight, calls of that group queue,
+// and the next batch takes them all at once, up to a limit. A call that finds
+// its group idle runs at once, alone, so batching adds no latency when
+// there is no concurrency.
+//
+// invocation.Store uses it to run the claims and settlements of concurrent
+// deliveries in one script call (docs/delivery.md#batched-transitions).
+package combine
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Result is the result of one item of a batch.
+type Result[R any] struct {
+	Value R
+	Err   error
+}
+
+// RunFunc runs one batch of items of one group and returns one Result per
+// item, in order. ctx is detached from the callers' cancellation and
+// carries the latest deadline among the calls, when all have one.
+type RunFunc[K comparable, T, R any] func(ctx context.Context, group K, items []T) []Result[R]
+
+// Combiner batches the calls of Do by group, a K. Safe for concurrent use.
+type Combiner[K comparable, T, R any] struct {
+	max int
+	run RunFunc[K, T, R]
+
+	mu     sync.Mutex
+	groups map[K]*queue[T, R]
+}
+
+type queue[T, R any] struct {
+	ops      []*op[T, R] // waiting, oldest first
+	inFlight int         // items of the batch running
+}
+
+type op[T, R any] struct {
+	ctx  context.Context
+	item T
+	res  Result[R]
+	// done receives false when res is set, true when this call must run
+	// the next batch of its group.
+	done chan bool
+}
+
+// New returns a Combiner that runs batches of at most limit items (at least
+// 1; 1 runs every call alone) with run.
+func New[K comparable, T, R any](limit int, run RunFunc[K, T, R]) *Combiner[K, T, R] {
+	return &Combiner[K, T, R]{max: max(limit, 1), run: run, groups: map[K]*queue[T, R]{}}
+}
+
+// Do runs item in a batch of its group and returns its result. When ctx
+// ends while the item waits for a batch, Do returns ctx's error and the
+// item does not run; when it ends while the item's batch is in flight, Do
+// returns ctx's error and the item may or may not have been applied, as
+// with any call cut short.
+func (c *Combiner[K, T, R]) Do(ctx context.Context, group K, item T) (R, error) {
+	o := &op[T, R]{ctx: ctx, item: item, done: make(chan bool, 1)}
+	c.mu.Lock()
+	q, busy := c.groups[group]
+	if !busy {
+		q = &queue[T, R]{}
+		c.groups[group] = q
+	}
+	q.ops = append(q.ops, o)
+	c.mu.Unlock()
+	if busy {
+		select {
+		case lead := <-o.done:
+			if !lead {
+				return o.res.Value, o.res.Err
+			}
+		case <-ctx.Done():
+			c.mu.Lock()
+			select {
+			case lead := <-o.done:
+				c.mu.Unlock()
+				if !lead {
+					return o.res.Value, o.res.Err
+				}
+				// Made the leader: run the batch for the calls behind.
+			default:
+				// Holding mu, no hand-over can reach this call now.
+				i := slices.Index(q.ops, o)
+				if i >= 0 {
+					q.ops = slices.Delete(q.ops, i, i+1)
+				}
+				c.mu.Unlock()
+				var zero R
+				return zero, ctx.Err() // not run, or in a batch in flight
+			}
+		}
+	}
+	c.lead(group, q)
+	<-o.done
+	return o.res.Value, o.res.Err
+}
+
+// lead runs the next batch of q, which holds the leader's own item first,
+// and hands the group on to the oldest waiting call, or frees it.
+func (c *Combiner[K, T, R]) lead(group K, q *queue[T, R]) {
+	c.mu.Lock()
+	n := min(len(q.ops), c.max)
+	batch := slices.Clone(q.ops[:n])
+	q.ops = slices.Delete(q.ops, 0, n)
+	q.inFlight = n
+	c.mu.Unlock()
+
+	items := make([]T, n)
+	for i, o := range batch {
+		items[i] = o.item
+	}
+	ctx, cancel := batchContext(batch)
+	res := c.run(ctx, group, items)
+	cancel()
+	for i, o := range batch {
+		if i < len(res) {
+			o.res = res[i]
+		} else {
+			o.res.Err = errShortRun
+		}
+		o.done <- false
+	}
+
+	c.mu.Lock()
+	q.inFlight = 0
+	if len(q.ops) == 0 {
+		delete(c.groups, group)
+	} else {
+		next := q.ops[0]
+		next.done <- true
+	}
+	c.mu.Unlock()
+}
+
+// batchContext is the context a batch runs under: the values of its first
+// call, no cancellation (one caller giving up must not fail the others),
+// and the latest deadline of its calls when every one has a deadline.
+func batchContext[T, R any](batch []*op[T, R]) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, o := range batch {
+		d, ok := o.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+}
+
+type shortRunError struct{}
+
+func (shortRunError) Error() string { return "combine: batch returned fewer results than items" }
+
+var errShortRun error = shortRunError{}
+
+// Pending returns how many calls of group are unanswered: the items of the
+// batch in flight plus the calls waiting behind it.
+func (c *Combiner[K, T, R]) Pending(group K) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q := c.groups[group]; q != nil {
+		return q.inFlight + len(q.ops)
+	}
+	return 0
+}

@@ -1,0 +1,252 @@
+package invocation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/redistest"
+)
+
+// pausedStore is a Store on a private redis-server that the test can pause
+// (CLIENT PAUSE WRITE, which holds scripts but not INFO), so that calls pile up behind one in flight and the next
+// batch is known, and whose script runs it can count.
+type pausedStore struct {
+	s     *Store
+	c     rueidis.Client // the Store's client
+	admin rueidis.Client // pauses and reads INFO; never paused
+}
+
+func newPausedStore(t *testing.T, opts ...Option) *pausedStore {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	c := redistest.Connect(t, srv.Addr)
+	return &pausedStore{s: New(c, opts...), c: c, admin: redistest.Connect(t, srv.Addr)}
+}
+
+func (p *pausedStore) pause(t *testing.T) {
+	t.Helper()
+	if err := p.admin.Do(t.Context(), p.admin.B().ClientPause().Timeout(30000).Write().Build()).Error(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	t.Cleanup(func() { p.unpause(t) })
+}
+
+func (p *pausedStore) unpause(t *testing.T) {
+	t.Helper()
+	if err := p.admin.Do(context.Background(), p.admin.B().ClientUnpause().Build()).Error(); err != nil {
+		t.Fatalf("CLIENT UNPAUSE: %v", err)
+	}
+}
+
+// scriptRuns is how many EVALSHA and EVAL commands the server has run,
+// not counting failed ones (the NOSCRIPT of a script's first EVALSHA).
+func (p *pausedStore) scriptRuns(t *testing.T) int {
+	t.Helper()
+	info, err := p.admin.Do(t.Context(), p.admin.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatalf("INFO commandstats: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			c, err := strconv.Atoi(v)
+			switch {
+			case k != "calls" && k != "failed_calls":
+			case err != nil:
+				t.Fatalf("INFO line %q: %v", line, err)
+			case k == "calls":
+				n += c
+			default:
+				n -= c
+			}
+		}
+	}
+	return n
+}
+
+// waitFor polls until cond holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestConcurrentClaimsShareScriptRuns: claims that arrive while one is in
+// flight run together, up to the batch limit, and each gets the answer a
+// claim of its own would have got.
+func TestConcurrentClaimsShareScriptRuns(t *testing.T) {
+	const limit, n = 4, 10
+	p := newPausedStore(t, WithMaxBatch(limit))
+	stream := "orders"
+	key := func(i int) Key { return Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)} }
+	// Message 1 has a live lease, message 2 is retained, message 3 is
+	// malformed: their claims share batches with fresh ones.
+	seed := map[int][]string{
+		1: {testField, "running:99999999999999:1:other"},
+		2: {testField, "ok", "__terminal", "1"},
+		3: {testField, "garbage"},
+	}
+	for i, kv := range seed {
+		if err := p.c.Do(t.Context(), p.c.B().Hset().Key(hashOf(key(i))).FieldValue().FieldValue(kv[0], kv[1]).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		if len(kv) > 2 {
+			if err := p.c.Do(t.Context(), p.c.B().Hset().Key(hashOf(key(i))).FieldValue().FieldValue(kv[2], kv[3]).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := p.scriptRuns(t)
+
+	p.pause(t)
+	type result struct {
+		c   Claim
+		err error
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	claim := func(i int) {
+		wg.Go(func() {
+			c, err := p.s.Claim(context.Background(), key(i), testField, time.Minute, 3, Record{Fields: []string{"app/other"}, Complete: true})
+			results[i] = result{c, err}
+		})
+	}
+	claim(0) // in flight, held by the pause
+	waitFor(t, "the first claim to be in flight", func() bool { return p.s.claims.Pending(stream) == 1 })
+	for i := 1; i < n; i++ {
+		claim(i)
+		waitFor(t, "claims to queue", func() bool { return p.s.claims.Pending(stream) == i+1 })
+	}
+	p.unpause(t)
+	wg.Wait()
+
+	// One run for the first claim, then batches of limit, limit, 1.
+	if got, want := p.scriptRuns(t)-before, 4; got != want {
+		t.Errorf("%d script runs for %d claims, want %d (batches of at most %d)", got, n, want, limit)
+	}
+	for i, r := range results {
+		switch i {
+		case 1:
+			if r.err != nil || r.c.Status != Running {
+				t.Errorf("claim %d (live lease) = %+v, %v; want Running", i, r.c, r.err)
+			}
+		case 2:
+			if r.err != nil || r.c.Status != Terminal {
+				t.Errorf("claim %d (retained) = %+v, %v; want Terminal", i, r.c, r.err)
+			}
+		case 3:
+			if r.err == nil || !strings.Contains(r.err.Error(), `malformed state "garbage"`) {
+				t.Errorf("claim %d (malformed) = %+v, %v; want the malformed-state error", i, r.c, r.err)
+			}
+		default:
+			if r.err != nil || r.c.Status != Claimed || r.c.Lease.Attempt != 1 || r.c.Lease.Key != key(i) {
+				t.Errorf("claim %d (fresh) = %+v, %v; want attempt 1 of its own key", i, r.c, r.err)
+				continue
+			}
+			got, err := p.c.Do(t.Context(), p.c.B().Hgetall().Key(hashOf(key(i))).Build()).AsStrMap()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRunning := fmt.Sprintf("running:%d:1:%s", r.c.Lease.Deadline.UnixMilli(), r.c.Lease.Token)
+			if got[testField] != wantRunning || !strings.HasPrefix(got["app/other"], "next_attempt_at:") || got[matchedField] != "1" {
+				t.Errorf("claim %d stored %v, want its own lease %s and its record", i, got, wantRunning)
+			}
+		}
+	}
+}
+
+// TestConcurrentFinishSettlesShareOneXACK: the last successes of several
+// messages that arrive together finish, acknowledge and retain each message
+// in one script run; a stale lease among them changes nothing of its own.
+func TestConcurrentFinishSettlesShareOneXACK(t *testing.T) {
+	p := newPausedStore(t)
+	stream, group := "{orders}", "g"
+	if err := p.c.Do(t.Context(), p.c.B().XgroupCreate().Key(stream).Group(group).Id("0").Mkstream().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	leases := make([]Lease, n)
+	for i := range n {
+		id, err := p.c.Do(t.Context(), p.c.B().Xadd().Key(stream).Id("*").FieldValue().FieldValue("event", "{}").Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := Key{Stream: stream, Group: group, MessageID: id}
+		c, err := p.s.Claim(t.Context(), key, testField, time.Minute, 3, Record{})
+		if err != nil || c.Status != Claimed {
+			t.Fatalf("claim %d: %+v %v", i, c, err)
+		}
+		leases[i] = c.Lease
+	}
+	if err := p.c.Do(t.Context(), p.c.B().Xreadgroup().Group(group, "c").Count(n).Streams().Key(stream).Id(">").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	stale := leases[4]
+	stale.Token = "someone-else"
+	leases[4] = stale
+
+	g := settleGroup{stream: stream, group: group, ttl: strconv.FormatInt(time.Hour.Milliseconds(), 10)}
+	p.pause(t)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	settle := func(i int) {
+		wg.Go(func() { errs[i] = p.s.FinishSettle(context.Background(), leases[i], time.Hour) })
+	}
+	settle(0)
+	waitFor(t, "the first settlement to be in flight", func() bool { return p.s.settles.Pending(g) == 1 })
+	for i := 1; i < n; i++ {
+		settle(i)
+		waitFor(t, "settlements to queue", func() bool { return p.s.settles.Pending(g) == i+1 })
+	}
+	before := p.scriptRuns(t)
+	p.unpause(t)
+	wg.Wait()
+	if got := p.scriptRuns(t) - before; got != 2 {
+		t.Errorf("%d script runs, want 2: the first settlement alone, then the rest together", got)
+	}
+
+	pel, err := p.c.Do(t.Context(), p.c.B().Xpending().Key(stream).Group(group).Start("-").End("+").Count(100).Build()).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pendingIDs []string
+	for _, e := range pel {
+		row, _ := e.ToArray()
+		id, _ := row[0].ToString()
+		pendingIDs = append(pendingIDs, id)
+	}
+	if diff := cmp.Diff([]string{stale.Key.MessageID}, pendingIDs); diff != "" {
+		t.Errorf("pending after the batch (-want +got):\n%s", diff)
+	}
+	for i, l := range leases {
+		state, ttl := hashState(t, p.c, l.Key)
+		if i == 4 {
+			if !errors.Is(errs[i], ErrStale) || state["__terminal"] != "" || ttl != -1 {
+				t.Errorf("stale lease: err %v, state %v ttl %d; want ErrStale and nothing changed", errs[i], state, ttl)
+			}
+			continue
+		}
+		if errs[i] != nil || state[testField] != "ok" || state["__terminal"] != "1" || ttl <= 0 {
+			t.Errorf("message %d: err %v, state %v ttl %d; want ok, retained", i, errs[i], state, ttl)
+		}
+	}
+}
