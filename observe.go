@@ -224,6 +224,9 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		span = d.span
 	}
 	log := func(level slog.Level, msg string, extra ...slog.Attr) {
+		if !lo.log.Enabled(ctx, level) {
+			return // build no attributes for a line nobody reads
+		}
 		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
 		lo.log.LogAttrs(ctx, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
 	}

@@ -55,8 +55,16 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 }
 
 // takeSlots waits for a free message slot and, when all is set, takes
-// every other one free at that moment; it returns how many it holds, and
+// every other one free at that moment, then waits up to readLinger for
+// more until it holds half of them; it returns how many it holds, and
 // false once ctx is done.
+//
+// A busy worker frees slots one at a time, and reading as soon as one is
+// free made reads of 2 to 3 entries whose deliveries reached Redis a few
+// at a time (bench/pipeline). Reading half the slots at once lets the
+// claims and settlements of a read share script calls
+// (docs/delivery.md#batched-transitions); the linger bounds the wait when
+// slots free slowly, since a handler may run for minutes.
 func (e *Engine) takeSlots(ctx context.Context, all bool) (int, bool) {
 	select {
 	case e.msgSlots <- struct{}{}:
@@ -66,8 +74,32 @@ func (e *Engine) takeSlots(ctx context.Context, all bool) (int, bool) {
 	if !all {
 		return 1, true
 	}
-	return 1 + e.freeSlots(), true
+	n := 1 + e.freeSlots()
+	want := cap(e.msgSlots) / 2
+	if n >= want {
+		return n, true
+	}
+	linger := time.NewTimer(readLinger)
+	defer linger.Stop()
+	for n < want {
+		select {
+		case e.msgSlots <- struct{}{}:
+			n += 1 + e.freeSlots()
+		case <-linger.C:
+			return n, true
+		case <-ctx.Done():
+			for ; n > 0; n-- {
+				<-e.msgSlots
+			}
+			return 0, false
+		}
+	}
+	return n, true
 }
+
+// readLinger is how long a busy worker waits for message slots to free
+// before it reads fewer entries than half of them.
+const readLinger = time.Millisecond
 
 // freeSlots takes every message slot free at this moment, without waiting,
 // and returns how many it took.
