@@ -29,7 +29,7 @@ var (
 // cite documents outside the repository: other changes to them are in
 // flight, and their citations are replaced when those are merged. Remove
 // an entry once its directory is clean.
-var notCheckedForExternalCitations = []string{"runtime", "matcher"}
+var notCheckedForExternalCitations = []string{"runtime"}
 
 // checkedExtensions are the files that carry comments or prose a user of
 // the repository reads: Go and Lua sources, scripts, Markdown, and the

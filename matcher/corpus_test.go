@@ -20,7 +20,7 @@ import (
 // error is written "line:col: message fragment".
 type corpusCase struct {
 	Name    string   `yaml:"name"`
-	Spec    string   `yaml:"spec"`    // the events.md sentence the case checks, if any
+	Spec    string   `yaml:"spec"`    // the documented rule the case checks, if any
 	Pattern string   `yaml:"pattern"` // YAML text
 	Now     string   `yaml:"now"`     // RFC 3339; default corpusNow
 	Match   []string `yaml:"match"`   // events (JSON) that match

@@ -1,6 +1,6 @@
 // Package matcher parses event patterns and matches external events against
-// them: it owns the pattern language of spec/events.md ("Pattern syntax",
-// "Operators", "Comparison operators", "Combining conditions").
+// them: it owns the pattern language of docs/apps.md#patterns, whose full
+// rules are below.
 //
 // ParseTree turns the syntax tree of one rule's pattern: value (a Node) into
 // a Pattern and reports every problem at once as an ErrorList of PosErrors

@@ -10,7 +10,7 @@ import (
 
 // ErrMalformed is wrapped by DecodeEvent, Set.Match and Set.MatchAt when the
 // event is not one JSON object. Such a message can never match and goes
-// straight to the DLQ (events.md, introduction).
+// straight to the DLQ (docs/delivery.md#from-entry-to-acknowledgement).
 var ErrMalformed = errors.New("matcher: malformed event")
 
 // PosError is one template error with its position. Line and Col are 1-based;

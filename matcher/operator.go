@@ -21,7 +21,7 @@ const (
 	opLTE
 )
 
-// operators maps the operator names of events.md "Operators" to their op.
+// operators maps the operator names of docs/apps.md#patterns to their op.
 var operators = map[string]op{
 	"prefix": opPrefix,
 	"suffix": opSuffix,

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Pattern is one rule's parsed pattern (events.md "Pattern syntax"). It is
+// Pattern is one rule's parsed pattern (docs/apps.md#patterns). It is
 // immutable and safe for concurrent use. Build one with ParseTree, or from
 // YAML with package matcher/yamlpattern.
 type Pattern struct {

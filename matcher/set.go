@@ -14,8 +14,8 @@ type Rule struct {
 	Pattern      *Pattern
 }
 
-// Set matches events against many rules (events.md "Combining conditions",
-// "Dispatch and concurrency"). Every rule is evaluated on its own; an event
+// Set matches events against many rules (docs/apps.md#patterns,
+// docs/delivery.md#from-entry-to-acknowledgement). Every rule is evaluated on its own; an event
 // may match several rules and every match is reported, in the order the
 // rules were given. A Set is immutable and safe for concurrent use.
 //

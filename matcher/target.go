@@ -1,8 +1,8 @@
 package matcher
 
 // Target is one (app, rule) pair that an event matched, in dispatch order:
-// apps in sorted name order, rules in declaration order (events.md
-// "Dispatch and concurrency").
+// apps in sorted name order, rules in declaration order
+// (docs/delivery.md#from-entry-to-acknowledgement).
 type Target struct {
 	App     string
 	Handler string
