@@ -12,6 +12,7 @@ import (
 	"github.com/goccy/go-yaml/parser"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 )
 
@@ -83,7 +84,7 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
 
 func viewApp(a *app.App, now time.Time) appView {
 	v := appView{Name: a.Name, Ready: a.Available(), File: a.File, Runtime: a.Spec.Runtime, Image: a.Spec.Image,
-		Command: commandLine(a.Spec.Command), Concurrency: a.Concurrency, Memory: formatBytes(a.Spec.MemoryBytes),
+		Command: a.Spec.CommandLine(), Concurrency: a.Concurrency, Memory: runtime.FormatSize(a.Spec.MemoryBytes),
 		CPUs: strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64), PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
 		Env: slices.Sorted(maps.Keys(a.Spec.Env))}
 	for _, r := range a.Rules {
@@ -190,29 +191,4 @@ func allScalars(ns []ast.Node) bool {
 		}
 	}
 	return true
-}
-
-// commandLine shows argv as a shell would take it.
-func commandLine(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
-			a = strconv.Quote(a)
-		}
-		parts[i] = a
-	}
-	return strings.Join(parts, " ")
-}
-
-// formatBytes writes n in the largest binary unit that divides it.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + " " + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + " B"
 }

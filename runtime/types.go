@@ -3,6 +3,8 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -35,6 +37,19 @@ type Spec struct {
 	// meaningful with Runtime set. Runners without warm containers ignore
 	// it: the handler contract is the same either way.
 	Warm bool
+}
+
+// CommandLine shows Command as a shell would take it: an argument that is
+// empty or holds blanks, quotes, a backslash or '$' is double-quoted.
+func (s Spec) CommandLine() string {
+	parts := make([]string, len(s.Command))
+	for i, a := range s.Command {
+		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
+			a = strconv.Quote(a)
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
 }
 
 // Request is one attempt of one invocation.

@@ -35,3 +35,20 @@ func TestFormatSize(t *testing.T) {
 		}
 	}
 }
+
+func TestSpecCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"/app/run.sh", "--fast"}, "/app/run.sh --fast"},
+		{[]string{"sh", "-c", "echo $HOME"}, `sh -c "echo $HOME"`},
+		{[]string{"printf", ""}, `printf ""`},
+		{[]string{`a"b`, `c\d`}, `"a\"b" "c\\d"`},
+	} {
+		if got := (runtime.Spec{Command: c.argv}).CommandLine(); got != c.want {
+			t.Errorf("CommandLine(%q) = %q, want %q", c.argv, got, c.want)
+		}
+	}
+}

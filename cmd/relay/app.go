@@ -252,9 +252,9 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"Runtime:", orDash(a.Spec.Runtime)},
 		{"Warm:", strconv.FormatBool(a.Spec.Warm)},
 		{"Image:", orDash(a.Spec.Image)},
-		{"Command:", orDash(commandLine(a.Spec.Command))},
+		{"Command:", orDash(a.Spec.CommandLine())},
 		{"Concurrency:", strconv.Itoa(a.Concurrency)},
-		{"Memory:", formatBytes(a.Spec.MemoryBytes)},
+		{"Memory:", runtime.FormatSize(a.Spec.MemoryBytes)},
 		{"CPUs:", strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64)},
 		{"PIDs:", strconv.FormatInt(a.Spec.PIDs, 10)},
 		{"Network:", a.Spec.Network},
@@ -307,31 +307,6 @@ func tzName(l *time.Location) string {
 		return "UTC"
 	}
 	return l.String()
-}
-
-// commandLine shows argv as a shell would take it.
-func commandLine(argv []string) string {
-	parts := make([]string, len(argv))
-	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n\"'\\$") {
-			a = strconv.Quote(a)
-		}
-		parts[i] = a
-	}
-	return strings.Join(parts, " ")
-}
-
-// formatBytes writes n in the largest binary unit that divides it.
-func formatBytes(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n >= u.size && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10) + "B"
 }
 
 // AppInvokeCmd is `relay app invoke NAME`.
