@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -58,9 +57,9 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 	v := dlqView{Stream: st, Filter: shown, After: r.FormValue("after")}
 	q := dlq.PageQuery{Filter: dlq.Filter{App: f.App, Handler: f.Handler}, Reason: f.Reason, After: v.After, Count: s.cfg.PageSize}
 	var err error
-	if q.Since, err = parseAge(f.Newer, now); err != nil {
+	if q.Since, err = dlq.ParseAge(clean(f.Newer), now); err != nil {
 		v.Problem = "newer than: " + err.Error()
-	} else if q.Before, err = parseAge(f.Older, now); err != nil {
+	} else if q.Before, err = dlq.ParseAge(clean(f.Older), now); err != nil {
 		v.Problem = "older than: " + err.Error()
 	} else if v.After != "" && !isStreamID(v.After) {
 		v.Problem = "after: not a stream id"
@@ -355,27 +354,4 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("console: remove", "stream", store.Key(), "entries", v.Done)
 	s.renderPage(w, r, "result", page{Title: "Remove", Active: "dlq", Stream: st, Data: v})
-}
-
-// parseAge reads an age filter: a duration before now (Go syntax plus a
-// "d" suffix for days, as relay dlq ls --since) or an RFC 3339 time. ""
-// is the zero time (no filter).
-func parseAge(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n float64
-		n, err = strconv.ParseFloat(days, 64)
-		d = time.Duration(n * float64(24*time.Hour))
-	}
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q: want an age such as 30m, 12h or 7d, or an RFC 3339 time", clean(s))
-	}
-	return now.Add(-d), nil
 }

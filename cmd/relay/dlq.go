@@ -40,9 +40,9 @@ func (f *DLQFilter) filter(limit int) (dlq.Filter, error) {
 	if limit < 0 {
 		return dlq.Filter{}, usagef("--limit must be >= 0")
 	}
-	since, err := parseSince(f.Since, time.Now())
+	since, err := dlq.ParseAge(f.Since, time.Now())
 	if err != nil {
-		return dlq.Filter{}, err
+		return dlq.Filter{}, usagef("--since %v", err)
 	}
 	return dlq.Filter{App: f.App, Handler: f.Handler, Since: since, Limit: limit}, nil
 }
@@ -65,27 +65,6 @@ func (f *DLQFilter) describe() string {
 		return ""
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-// parseSince reads --since: a duration before now (Go syntax plus a "d"
-// suffix for days) or an RFC 3339 time. "" is the zero time (no filter).
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d, err := time.ParseDuration(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n float64
-		n, err = strconv.ParseFloat(days, 64)
-		d = time.Duration(n * float64(24*time.Hour))
-	}
-	if err != nil || d < 0 {
-		return time.Time{}, usagef("--since %q: want an age such as 30m, 12h or 7d, or an RFC 3339 time such as 2026-09-12T10:00:00Z", s)
-	}
-	return now.Add(-d), nil
 }
 
 // DLQRetention is the dead-letter retention the workers apply, which ls
