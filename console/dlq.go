@@ -61,7 +61,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 		v.Problem = "newer than: " + err.Error()
 	} else if q.Before, err = dlq.ParseAge(clean(f.Older), now); err != nil {
 		v.Problem = "older than: " + err.Error()
-	} else if v.After != "" && !isStreamID(v.After) {
+	} else if v.After != "" && !stream.IsID(v.After) {
 		v.Problem = "after: not a stream id"
 	}
 	if v.Problem != "" {
@@ -176,7 +176,7 @@ func selection(r *http.Request) ([]string, error) {
 	seen := map[string]bool{}
 	out := ids[:0:0]
 	for _, id := range ids {
-		if !isStreamID(id) {
+		if !stream.IsID(id) {
 			return nil, fmt.Errorf("%q is not an entry id", clean(id))
 		}
 		if !seen[id] {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/stream"
 )
 
 type fieldView struct{ Name, Value string }
@@ -35,7 +36,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.FormValue("id")
-	if !isStreamID(id) {
+	if !stream.IsID(id) {
 		s.fail(w, r, http.StatusBadRequest, "id: not a stream id")
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/stats"
+	relaystream "github.com/relaydev/relay/stream"
 )
 
 // Live tail settings.
@@ -50,10 +51,10 @@ func toFeedEvent(stream string, ev stats.Event) feedEvent {
 			f.Attempt += " of " + fmt.Sprint(ev.MaxAttempts)
 		}
 	}
-	if isStreamID(ev.MessageID) {
+	if relaystream.IsID(ev.MessageID) {
 		f.EventURL = query("/event", "stream", stream, "id", ev.MessageID)
 	}
-	if isStreamID(ev.DLQID) {
+	if relaystream.IsID(ev.DLQID) {
 		f.DLQURL = query("/dlq/entry", "stream", stream, "id", ev.DLQID)
 	}
 	return f
@@ -88,9 +89,9 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after := "$"
-	if id := r.Header.Get("Last-Event-ID"); isStreamID(id) {
+	if id := r.Header.Get("Last-Event-ID"); relaystream.IsID(id) {
 		after = id
-	} else if id := r.FormValue("after"); isStreamID(id) {
+	} else if id := r.FormValue("after"); relaystream.IsID(id) {
 		after = id
 	}
 	fl, ok := w.(http.Flusher)

@@ -69,7 +69,7 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after := r.FormValue("after")
-	if after != "" && !isStreamID(after) {
+	if after != "" && !stream.IsID(after) {
 		s.fail(w, r, http.StatusBadRequest, "after: not a stream id")
 		return
 	}
@@ -217,15 +217,4 @@ func maxAttempts(apps *app.Set, field string) int {
 		}
 	}
 	return 0
-}
-
-// isStreamID reports whether id has the form ms-seq.
-func isStreamID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(ms, 10, 64)
-	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return err1 == nil && err2 == nil
 }

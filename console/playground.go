@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/matcher"
+	"github.com/relaydev/relay/stream"
 )
 
 // maxEventBytes bounds an event pasted into the playground.
@@ -59,7 +60,7 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		switch id, dlqID := r.FormValue("id"), r.FormValue("dlq"); {
 		case id != "":
-			if !isStreamID(id) {
+			if !stream.IsID(id) {
 				v.Error = "id: not a stream id"
 				break
 			}

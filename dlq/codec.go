@@ -2,8 +2,9 @@ package dlq
 
 import (
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Wire field names of an entry, in the order Write sends them
@@ -127,7 +128,7 @@ func (e Entry) Validate() error {
 			return bad(r.field, "empty")
 		}
 	}
-	if !validID(e.OriginalID) {
+	if !stream.IsID(e.OriginalID) {
 		return bad(fieldOriginalID, "not a stream id: "+strconv.Quote(e.OriginalID))
 	}
 	if e.Deliveries < 0 {
@@ -143,15 +144,4 @@ func (e Entry) Validate() error {
 		return bad(fieldHandlerAttempts, "must be >= 1 for an exhausted invocation")
 	}
 	return nil
-}
-
-// validID reports whether id has the full stream id form "<ms>-<seq>".
-func validID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(ms, 10, 64)
-	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return err1 == nil && err2 == nil
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Defaults of PageQuery.
@@ -75,7 +77,7 @@ func (s *Store) Page(ctx context.Context, q PageQuery) (Page, error) {
 	start := "-"
 	switch {
 	case q.After != "":
-		if !validID(q.After) {
+		if !stream.IsID(q.After) {
 			return Page{}, fmt.Errorf("dlq: page: cursor %q is not a stream id", q.After)
 		}
 		start = "(" + q.After

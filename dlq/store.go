@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // listPage is how many entries List reads per XRANGE.
@@ -79,7 +81,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 // Get returns the entry with id. An unknown or ill-formed id wraps
 // ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
-	if !validID(id) {
+	if !stream.IsID(id) {
 		return Entry{}, fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
 	}
 	cmd := s.client.B().Xrange().Key(s.key).Start(id).End(id).Count(1).Build()
@@ -96,7 +98,7 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
 // Delete removes the entry with id (XDEL). An unknown or ill-formed id, or
 // one already deleted, wraps ErrNotFound.
 func (s *Store) Delete(ctx context.Context, id string) error {
-	if !validID(id) {
+	if !stream.IsID(id) {
 		return fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
 	}
 	n, err := s.client.Do(ctx, s.client.B().Xdel().Key(s.key).Id(id).Build()).AsInt64()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // DefaultRetention is how long the dead-letter stream keeps an entry: 14
@@ -73,7 +75,7 @@ func (w *Writer) trim(ctx context.Context, retention time.Duration, limit int) (
 // plus retention. The zero time when retention is 0 (kept forever) or the
 // id is not a stream id.
 func (e Entry) Expires(retention time.Duration) time.Time {
-	if retention <= 0 || !validID(e.ID) {
+	if retention <= 0 || !stream.IsID(e.ID) {
 		return time.Time{}
 	}
 	ms, _, _ := strings.Cut(e.ID, "-")

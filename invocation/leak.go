@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
+	relaystream "github.com/relaydev/relay/stream"
 )
 
 // DefaultLeakScanCount is the SCAN COUNT of one RetainLeaked call: about
@@ -173,7 +173,7 @@ func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor u
 	var found []Key
 	for _, k := range scan.Elements {
 		id, ok := keys.InvocationMessageID(stream, group, k)
-		if !ok || !isStreamID(id) {
+		if !ok || !relaystream.IsID(id) {
 			continue // not a hash Relay wrote for this stream and group
 		}
 		found = append(found, Key{Stream: stream, Group: group, MessageID: id})
@@ -269,18 +269,6 @@ func (s *Store) scanNode(ctx context.Context, stream, group string, cursor uint6
 		return scanPage{}, fmt.Errorf("dbsize: %w", err)
 	}
 	return scanPage{ScanEntry: entry, keys: n}, nil
-}
-
-// isStreamID reports whether id has the form "<ms>-<seq>" of a stream
-// entry id, which XPENDING accepts.
-func isStreamID(id string) bool {
-	ms, seq, ok := strings.Cut(id, "-")
-	if !ok {
-		return false
-	}
-	_, err1 := strconv.ParseUint(ms, 10, 64)
-	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return err1 == nil && err2 == nil
 }
 
 // sameSlot reports whether keys a and b hash to the same cluster slot.

@@ -22,6 +22,13 @@ func ParseID(id string) (ms, seq uint64, err error) {
 	return ms, seq, nil
 }
 
+// IsID reports whether id is a full stream entry id "<ms>-<seq>", the
+// form XPENDING, XRANGE and XDEL accept as an exact id.
+func IsID(id string) bool {
+	_, _, err := ParseID(id)
+	return err == nil
+}
+
 // CompareID orders two valid stream entry ids as Redis does: -1 if a is
 // older than b, 0 if equal, +1 if newer. An invalid id sorts first.
 func CompareID(a, b string) int {

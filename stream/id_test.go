@@ -23,3 +23,11 @@ func TestCompareID(t *testing.T) {
 		t.Error("ParseID accepted an id without a sequence")
 	}
 }
+
+func TestIsID(t *testing.T) {
+	for id, want := range map[string]bool{"1-0": true, "1700000000000-12": true, "": false, "1": false, "1-": false, "-1": false, "a-1": false, "1-0-0": false, "*": false} {
+		if got := IsID(id); got != want {
+			t.Errorf("IsID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
