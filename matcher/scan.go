@@ -337,17 +337,12 @@ func (s *scanner) object(n *pathNode, depth, i int) (map[string]any, int) {
 			}
 			obj[name] = v // a later duplicate replaces it, as in DecodeEvent
 		}
-		i = space(b, i)
-		if i >= len(b) {
-			return nil, -1
-		}
-		switch b[i] {
-		case ',':
-			i = space(b, i+1)
-		case '}':
-			return obj, i + 1
-		default:
-			return nil, -1
+		var more bool
+		if i, more = next(b, i, '}'); !more {
+			if i < 0 {
+				return nil, -1
+			}
+			return obj, i
 		}
 	}
 }
@@ -441,19 +436,27 @@ func skipObject(b []byte, depth, i int) int {
 		if i = skip(b, depth, i); i < 0 {
 			return -1
 		}
-		i = space(b, i)
-		if i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case ',':
-			i = space(b, i+1)
-		case '}':
-			return i + 1
-		default:
-			return -1
+		var more bool
+		if i, more = next(b, i, '}'); !more {
+			return i
 		}
 	}
+}
+
+// next reads what follows a member of an object or an element of an
+// array at i: a ',' and the space after it (more is true, i is the next
+// member), or the closing end (i is just past it). -1 when neither.
+func next(b []byte, i int, end byte) (_ int, more bool) {
+	i = space(b, i)
+	switch {
+	case i >= len(b):
+		return -1, false
+	case b[i] == ',':
+		return space(b, i+1), true
+	case b[i] == end:
+		return i + 1, false
+	}
+	return -1, false
 }
 
 // skipArray validates the array at i, which starts with '['.
@@ -469,17 +472,9 @@ func skipArray(b []byte, depth, i int) int {
 		if i = skip(b, depth, i); i < 0 {
 			return -1
 		}
-		i = space(b, i)
-		if i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case ',':
-			i = space(b, i+1)
-		case ']':
-			return i + 1
-		default:
-			return -1
+		var more bool
+		if i, more = next(b, i, ']'); !more {
+			return i
 		}
 	}
 }
