@@ -1,0 +1,79 @@
+package relay_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/matcher/yamlpattern"
+	"github.com/relaydev/relay/relaytest"
+	"github.com/relaydev/relay/runtime"
+)
+
+// BenchmarkDeliver is the Engine's own cost per event, without Redis: b.N
+// matching events published to relaytest's in-memory stream, each run by
+// a no-op runtime.Func, until none is pending. The fakes cost a little
+// (a mutex and a map each), so the figure is an upper bound of the stages,
+// observers and goroutine handoffs a message pays; bench/pipeline
+// measures the same path against Redis. Logging is off or at info to a
+// discarded handler, the level relay start logs at.
+func BenchmarkDeliver(b *testing.B) {
+	for _, level := range []slog.Level{slog.LevelWarn, slog.LevelInfo} {
+		b.Run("log="+level.String(), func(b *testing.B) { benchDeliver(b, level) })
+	}
+}
+
+func benchDeliver(b *testing.B, level slog.Level) {
+	pattern, err := yamlpattern.Parse("shop", []byte(`{kind: [order]}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	apps, err := app.NewSet(&app.App{Name: "shop", Concurrency: 8, Rules: []app.Rule{{
+		Handler: "orders.charge", Pattern: pattern, Timeout: time.Minute, Retries: 4,
+	}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := relaytest.NewStream()
+	ctx := context.Background()
+	for range b.N {
+		if _, err := src.Publish(ctx, map[string]string{"event": `{"kind":"order","id":1}`}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e, err := relay.NewEngine(apps, relay.Components{
+		Source: src.Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": func(context.Context, runtime.Request) error { return nil }}),
+		Stream: "events", Group: "workers", Consumer: "c1",
+	}, relay.Config{
+		Logger:     slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: level})),
+		Metrics: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { done <- e.Run(runCtx) }()
+	for src.Lag() > 0 || len(src.Pending()) > 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// discard is an io.Writer that drops everything, so that the text handler
+// still formats each line.
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
