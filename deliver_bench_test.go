@@ -51,7 +51,7 @@ func benchDeliver(b *testing.B, level slog.Level) {
 		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": func(context.Context, runtime.Request) error { return nil }}),
 		Stream: "events", Group: "workers", Consumer: "c1",
 	}, relay.Config{
-		Logger:     slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: level})),
+		Logger:  slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: level})),
 		Metrics: prometheus.NewRegistry(),
 	})
 	if err != nil {
