@@ -51,6 +51,7 @@ type Runner struct {
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
 
 	shimWork sync.WaitGroup // background stops of busy shims (endShim)
+	fifos    fifoReaders    // readers of FIFOs dead clients left (fifo.go)
 
 	warm warmPools
 }

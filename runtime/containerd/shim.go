@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -95,11 +96,17 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 		return false, err
 	}
 	shim := taskapi.NewTTRPCTaskClient(tc)
+	// A shim still waiting for the output FIFOs of a dead client goes on
+	// once they have a reader (fifo.go); they stay open while the shim is
+	// busy: until it is stopped, or until the sweep that kept its
+	// container removes it.
+	r.fifos.open(fifoDir, id)
 	actx, cancel := context.WithTimeout(ctx, shimAnswerTimeout)
 	_, err = shim.State(actx, &taskapi.StateRequest{ID: id})
 	busy = actx.Err() != nil && ctx.Err() == nil
 	cancel()
 	if !busy {
+		defer r.fifos.close(id)
 		defer tc.Close()
 		return false, r.stopShim(ctx, shim, id, err)
 	}
@@ -114,6 +121,7 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 		defer r.shimWork.Done()
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimBusyTimeout)
 		defer cancel()
+		defer r.fifos.close(id)
 		err := func() error {
 			tc, err := r.dialShim(bctx, id)
 			if tc == nil || err != nil {
@@ -167,13 +175,25 @@ func (r *Runner) dialShim(ctx context.Context, id string) (*ttrpc.Client, error)
 // stopShim ends the shim of container id, whose answer to a task state
 // request was stateErr: it kills and deletes the task the shim still holds,
 // if any, then asks it to exit.
-func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) error {
+func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) (err error) {
+	defer func() {
+		// A shim that closes the connection mid-call is exiting (asked to
+		// by containerd a moment before): done, once its socket is gone.
+		if errors.Is(err, ttrpc.ErrClosed) && r.shimExits(ctx, id, shimExitWait) {
+			err = nil
+		}
+	}()
 	held := false
 	switch err := errgrpc.ToNative(stateErr); {
+	case errors.Is(stateErr, ttrpc.ErrClosed): // before ToNative, which hides it
+		return fmt.Errorf("shim of %s: task state: %w", id, stateErr)
 	case err == nil:
 		// The shim finished creating the task after containerd gave up on
 		// it: it would not exit while it holds the task.
 		held = true
+		if made := restoreBundle(ctx, shim, id); made != "" {
+			defer os.RemoveAll(made)
+		}
 		if err := deleteShimTask(ctx, shim, id); err != nil {
 			return fmt.Errorf("shim of %s: %w", id, err)
 		}
@@ -189,15 +209,48 @@ func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id
 	return nil
 }
 
+// restoreBundle recreates the bundle directory of task id when containerd
+// removed it after giving up on the task's creation while the shim went on
+// creating it: runc, which the shim runs to kill and delete the task, logs
+// into that directory and fails without it, so the shim could never let go
+// of the task nor exit. The shim runs in the bundle directory, which
+// containerd renames to ".<id>" before removing it. restoreBundle returns
+// the directory it made, "" when it made none.
+func restoreBundle(ctx context.Context, shim taskapi.TTRPCTaskService, id string) string {
+	resp, err := shim.Connect(ctx, &taskapi.ConnectRequest{ID: id})
+	if err != nil || resp.ShimPid == 0 {
+		return ""
+	}
+	cwd, err := os.Readlink(filepath.Join("/proc", strconv.FormatUint(uint64(resp.ShimPid), 10), "cwd"))
+	if err != nil {
+		return ""
+	}
+	cwd, deleted := strings.CutSuffix(cwd, " (deleted)")
+	if !deleted || !filepath.IsAbs(cwd) {
+		return ""
+	}
+	bundle := filepath.Join(filepath.Dir(cwd), id)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return ""
+	}
+	return bundle
+}
+
 // deleteShimTask kills every process of task id through its shim and
 // deletes the task, retrying while it is still being killed.
 func deleteShimTask(ctx context.Context, shim taskapi.TTRPCTaskService, id string) error {
 	_, err := shim.Kill(ctx, &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true})
+	if errors.Is(err, ttrpc.ErrClosed) { // before ToNative, which hides it
+		return fmt.Errorf("kill task: %w", err)
+	}
 	if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsFailedPrecondition(err) {
 		return fmt.Errorf("kill task: %w", err)
 	}
 	for {
 		_, err := shim.Delete(ctx, &taskapi.DeleteRequest{ID: id})
+		if errors.Is(err, ttrpc.ErrClosed) {
+			return fmt.Errorf("delete task: %w", err)
+		}
 		if err = errgrpc.ToNative(err); err == nil || errdefs.IsNotFound(err) {
 			return nil
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 
@@ -82,8 +83,15 @@ func (f *fixture) interruptTaskCreation(t *testing.T, id, host string) {
 		t.Error(err)
 		return
 	}
-	dir := t.TempDir()
-	cfg := cio.Config{Stdin: filepath.Join(dir, "stdin"), Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	// Where and as cio makes them for a Run, and leaves them when its
+	// process dies.
+	fifos, err := cio.NewFIFOSetInDir(defaults.DefaultFIFODir, id, false)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	t.Cleanup(func() { fifos.Close() })
+	cfg := fifos.Config
 	for _, p := range []string{cfg.Stdin, cfg.Stdout, cfg.Stderr} {
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
 			t.Error(err)
@@ -127,11 +135,24 @@ func TestSweepEndsLeftoverShims(t *testing.T) {
 	if got := len(shimsOf(ns, "")); got == 0 {
 		t.Fatalf("no shim left after %d interrupted creations: the test reproduces nothing", n)
 	}
-	// A sweep leaves the container of a shim still busy with the creation
-	// for a later sweep (the worker's next, a minute later).
+	// The sweep reads the FIFOs the shim waits for, so the creation
+	// finishes and the shim can be stopped; a sweep that still finds it
+	// busy leaves its container to a later sweep.
+	start := time.Now()
 	testutil.WaitFor(t, time.Minute, "the leftover containers swept", func() bool {
-		return f.runner.Sweep(t.Context()) == nil && len(containerdtest.Leftovers(t.Context(), f.client)) == 0
+		if err := f.runner.Sweep(t.Context()); err != nil {
+			t.Logf("sweep: %v", err)
+			return false
+		}
+		return len(containerdtest.Leftovers(t.Context(), f.client)) == 0
 	})
+	t.Logf("swept in %v", time.Since(start))
+	// Nor do the FIFOs the interrupted creations left stay behind.
+	for i := range n {
+		if m, _ := filepath.Glob(filepath.Join(defaults.DefaultFIFODir, "*", fmt.Sprintf("interrupted-%d-*", i))); len(m) > 0 {
+			t.Errorf("FIFOs left after the sweep: %q", m)
+		}
+	}
 	// A shim exits a moment after it is asked to.
 	testutil.WaitFor(t, 30*time.Second, "no shim left in the namespace", func() bool { return len(shimsOf(ns, "")) == 0 })
 }

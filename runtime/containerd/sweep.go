@@ -122,7 +122,8 @@ func (r *Runner) remove(ctx context.Context, id string) error {
 // removeLeftover is remove, except that with keepIfBusy a container whose
 // shim is busy stays, for a later call to finish: a sweeping process that
 // dies meanwhile leaves the container, which the next sweep finds, rather
-// than a shim no one can find.
+// than a shim no one can find. A container whose shim could not be ended
+// stays too, busy or not, for the same reason.
 func (r *Runner) removeLeftover(ctx context.Context, id string, keepIfBusy bool) error {
 	ctx, cancel := r.detached(ctx)
 	defer cancel()
@@ -151,7 +152,10 @@ func (r *Runner) removeLeftover(ctx context.Context, id string, keepIfBusy bool)
 			// interrupted here finds the container again and retries.
 			busy, err := r.endShim(ctx, id, !keepIfBusy)
 			if err != nil {
+				// The container stays for a later sweep to retry: once it
+				// is gone, no sweep would find the shim again.
 				errs = append(errs, err)
+				return errors.Join(errs...)
 			}
 			if busy && keepIfBusy {
 				r.logger.LogAttrs(ctx, slog.LevelInfo, "leaving a leftover container to a later sweep: its containerd shim is still busy",
@@ -167,6 +171,15 @@ func (r *Runner) removeLeftover(ctx context.Context, id string, keepIfBusy bool)
 	}
 	if err := r.client.SnapshotService(r.snapshotter).Remove(ctx, id); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("remove snapshot %s: %w", id, err))
+	}
+	if keepIfBusy && len(errs) == 0 {
+		// A sweep's leftover may come from a dead client, which left its
+		// FIFOs behind too; readers endShim kept open for a busy shim
+		// are no longer needed.
+		r.fifos.close(id)
+		if err := removeLeftFIFOs(fifoDir, id); err != nil {
+			errs = append(errs, fmt.Errorf("remove the FIFOs of %s: %w", id, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -547,6 +547,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	}
 	p.bg.Wait()
 	r.waitShimWork(ctx)
+	r.fifos.closeAll()
 	if werr := r.withdraw(ctx); werr != nil && err == nil {
 		err = fmt.Errorf("containerd: remove presence label: %w", werr)
 	}
