@@ -9,27 +9,14 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func mustZone(t testing.TB, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatalf("load zone %s (install tzdata): %v", name, err)
-	}
-	return loc
-}
+func mustZone(t testing.TB, name string) *time.Location { return testutil.Zone(t, name) }
 
-func mustTime(t testing.TB, s string) time.Time {
-	t.Helper()
-	at, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return at.UTC()
-}
+func mustTime(t testing.TB, s string) time.Time { return testutil.Time(t, s) }
 
 // entry is one stream entry as the tests read it.
 type entry struct {

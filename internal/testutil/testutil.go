@@ -70,3 +70,24 @@ func AppsRoot(t testing.TB, templates map[string]string) string {
 	}
 	return root
 }
+
+// Zone loads the time zone name, failing the test when the machine lacks
+// it (install tzdata).
+func Zone(t testing.TB, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatalf("load zone %s (install tzdata): %v", name, err)
+	}
+	return loc
+}
+
+// Time parses an RFC 3339 time, with or without fractional seconds, as UTC.
+func Time(t testing.TB, s string) time.Time {
+	t.Helper()
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return at.UTC()
+}

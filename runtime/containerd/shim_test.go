@@ -3,11 +3,8 @@ package containerd_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,32 +21,10 @@ import (
 	"github.com/relaydev/relay/runtime/containerd"
 )
 
-// shimsOf returns the PIDs of the containerd shims serving namespace ns,
-// and of those the ones serving container id when id is not empty: their
-// command line names both.
-func shimsOf(ns, id string) []int {
-	dirs, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		i := slices.Index(args, "-namespace")
-		j := slices.Index(args, "-id")
-		if i >= 0 && i+1 < len(args) && args[i+1] == ns && (id == "" || j >= 0 && j+1 < len(args) && args[j+1] == id) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+// shimsOf returns the shims serving namespace ns, and of those the ones
+// serving container id when id is not empty.
+func shimsOf(ns, id string) []containerdtest.Shim {
+	return slices.DeleteFunc(containerdtest.Shims(ns), func(sh containerdtest.Shim) bool { return id != "" && sh.ID != id })
 }
 
 // fifoIO is a task's IO whose output FIFOs nobody reads, as when the

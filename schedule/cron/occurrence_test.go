@@ -4,25 +4,13 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
 
-func mustZone(t testing.TB, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		t.Fatalf("load zone %s (install tzdata): %v", name, err)
-	}
-	return loc
-}
+func mustZone(t testing.TB, name string) *time.Location { return testutil.Zone(t, name) }
 
-func mustTime(t testing.TB, s string) time.Time {
-	t.Helper()
-	at, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return at.UTC()
-}
+func mustTime(t testing.TB, s string) time.Time { return testutil.Time(t, s) }
 
 // chain returns n successive firings of s after from, in RFC3339 UTC.
 func chain(t *testing.T, s *Schedule, from time.Time, n int) []string {

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -327,9 +326,9 @@ func TestContainerdSoak(t *testing.T) {
 	// A shim exits shortly after its task's deletion, and containerd
 	// gives up on one whose creation was interrupted within about ten
 	// seconds: count what is still there after that.
-	idle := func() []shim {
-		return slices.DeleteFunc(shimsOf(socket, ns), func(sh shim) bool {
-			return slices.ContainsFunc(tasks, func(tk taskInfo) bool { return !tk.orphan && tk.id == sh.id })
+	idle := func() []containerdtest.Shim {
+		return slices.DeleteFunc(shimsOf(socket, ns), func(sh containerdtest.Shim) bool {
+			return slices.ContainsFunc(tasks, func(tk taskInfo) bool { return !tk.orphan && tk.id == sh.ID })
 		})
 	}
 	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && len(idle()) > shimsBefore; {
@@ -360,22 +359,11 @@ const bugShimOfRestart = "containerd stopped while it created a task: the shim i
 // window is a span of time.
 type window struct{ from, to time.Time }
 
-// shim is a containerd shim process and the container id it serves.
-type shim struct {
-	pid     int
-	id      string
-	started time.Time
-}
-
-func (sh shim) String() string {
-	return fmt.Sprintf("shim %d of %s (started %s)", sh.pid, sh.id, sh.started.Format("15:04:05.00"))
-}
-
 // knownShimLeak reports whether sh started during containerd's restart
 // window w or shortly before (bugShimOfRestart): the daemon went away while
 // it created the task, which takes seconds on a loaded machine.
-func knownShimLeak(sh shim, w window) bool {
-	return !sh.started.Before(w.from.Add(-5*time.Second)) && !sh.started.After(w.to)
+func knownShimLeak(sh containerdtest.Shim, w window) bool {
+	return !sh.Started.Before(w.from.Add(-5*time.Second)) && !sh.Started.After(w.to)
 }
 
 // taskInfo is one task found in a namespace.
@@ -423,78 +411,15 @@ func removeTask(ctx context.Context, cc *client.Client, id string) {
 func shimPIDs(socket, ns string) []int {
 	var pids []int
 	for _, sh := range shimsOf(socket, ns) {
-		pids = append(pids, sh.pid)
+		pids = append(pids, sh.PID)
 	}
 	return pids
 }
 
 // shimsOf returns the runc shims serving namespace ns of the containerd at
-// socket, which their command lines name.
-func shimsOf(socket, ns string) []shim {
-	if ns == "" {
-		return nil
-	}
-	boot := bootTime()
-	dirs, _ := os.ReadDir("/proc")
-	var out []shim
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		var gotNS, gotAddr, id string
-		for i := 0; i+1 < len(args); i++ {
-			switch args[i] {
-			case "-namespace":
-				gotNS = args[i+1]
-			case "-address":
-				gotAddr = args[i+1]
-			case "-id":
-				id = args[i+1]
-			}
-		}
-		if gotNS == ns && gotAddr == socket {
-			out = append(out, shim{pid: pid, id: id, started: processStart(pid, boot)})
-		}
-	}
-	return out
-}
-
-// bootTime returns when the machine booted (/proc/stat btime).
-func bootTime() time.Time {
-	b, _ := os.ReadFile("/proc/stat")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "btime "); ok {
-			sec, _ := strconv.ParseInt(v, 10, 64)
-			return time.Unix(sec, 0)
-		}
-	}
-	return time.Time{}
-}
-
-// processStart returns when process pid started (field 22 of
-// /proc/<pid>/stat, in USER_HZ, 100 on Linux, after the boot time, which
-// is in whole seconds), or the zero time.
-func processStart(pid int, boot time.Time) time.Time {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return time.Time{}
-	}
-	// Fields after the command, which may hold spaces, end with ')'.
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(fields) < 20 {
-		return time.Time{}
-	}
-	ticks, _ := strconv.ParseInt(fields[19], 10, 64) // field 22 overall
-	return boot.Add(time.Duration(ticks) * 10 * time.Millisecond)
+// socket.
+func shimsOf(socket, ns string) []containerdtest.Shim {
+	return slices.DeleteFunc(containerdtest.Shims(ns), func(sh containerdtest.Shim) bool { return sh.Address != socket })
 }
 
 func killPIDs(pids []int) {

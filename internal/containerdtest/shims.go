@@ -1,0 +1,94 @@
+package containerdtest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Shim is a containerd runc shim process, as its command line names it.
+type Shim struct {
+	PID       int
+	Namespace string
+	ID        string // the container it serves
+	Address   string // the containerd socket that started it
+	Started   time.Time
+}
+
+func (sh Shim) String() string {
+	return fmt.Sprintf("shim %d of %s (started %s)", sh.PID, sh.ID, sh.Started.Format("15:04:05.00"))
+}
+
+// Shims returns the shims serving namespace ns, of any containerd: tests
+// that restart a daemon match Address themselves.
+func Shims(ns string) []Shim {
+	if ns == "" {
+		return nil
+	}
+	boot := bootTime()
+	dirs, _ := os.ReadDir("/proc")
+	var out []Shim
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		sh := Shim{PID: pid}
+		for i := 0; i+1 < len(args); i++ {
+			switch args[i] {
+			case "-namespace":
+				sh.Namespace = args[i+1]
+			case "-address":
+				sh.Address = args[i+1]
+			case "-id":
+				sh.ID = args[i+1]
+			}
+		}
+		if sh.Namespace == ns {
+			sh.Started = processStart(pid, boot)
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// bootTime returns when the machine booted (/proc/stat btime).
+func bootTime() time.Time {
+	b, _ := os.ReadFile("/proc/stat")
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "btime "); ok {
+			sec, _ := strconv.ParseInt(v, 10, 64)
+			return time.Unix(sec, 0)
+		}
+	}
+	return time.Time{}
+}
+
+// processStart returns when process pid started (field 22 of
+// /proc/<pid>/stat, in USER_HZ, 100 on Linux, after the boot time, which
+// is in whole seconds), or the zero time.
+func processStart(pid int, boot time.Time) time.Time {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return time.Time{}
+	}
+	// Fields after the command, which may hold spaces, end with ')'.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 20 {
+		return time.Time{}
+	}
+	ticks, _ := strconv.ParseInt(fields[19], 10, 64) // field 22 overall
+	return boot.Add(time.Duration(ticks) * 10 * time.Millisecond)
+}
