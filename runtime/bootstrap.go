@@ -15,7 +15,7 @@ const (
 )
 
 // BootstrapDir is the directory in a container where a runner mounts the
-// bootstrap script, read-only (DESIGN.md "Handler contract").
+// bootstrap script, read-only (docs/apps.md "The handler contract").
 const BootstrapDir = "/relay"
 
 // Exit codes of the bootstraps besides 0 (success); docs/runtimes.md.
@@ -41,7 +41,7 @@ var (
 // Bootstrap is the script Relay embeds for one language runtime: it imports
 // the handler's module from the working directory (/app in a container),
 // calls the function with the event read from stdin and turns the outcome
-// into an exit code (DESIGN.md "Handler contract"; docs/runtimes.md).
+// into an exit code (docs/apps.md "The handler contract"; docs/runtimes.md).
 type Bootstrap struct {
 	// Runtime is RuntimePython3 or RuntimeNode.
 	Runtime string

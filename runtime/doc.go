@@ -2,7 +2,7 @@
 // of the relay.Runner contract (Spec, Request, Result, ExitError,
 // ErrUnavailable) and the runners that need no container engine.
 //
-// The handler contract (DESIGN.md "Handler contract") is the same for every
+// The handler contract (docs/apps.md "The handler contract") is the same for every
 // runner: the handler sees RELAY_HANDLER, RELAY_APP, RELAY_MESSAGE_ID and
 // RELAY_ATTEMPT plus the app's env and the request's extra env (Environ), reads
 // the event JSON on stdin followed by EOF, and succeeds by exiting 0. Its

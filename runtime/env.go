@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Names of the variables every runner sets (DESIGN.md "Handler contract").
+// Names of the variables every runner sets (docs/apps.md "The handler contract").
 const (
 	EnvHandler   = "RELAY_HANDLER"
 	EnvApp       = "RELAY_APP"

@@ -9,7 +9,7 @@ import (
 )
 
 // Spec is how one app's handlers run: the parts of template.yaml that a
-// Runner needs (reference.md "Apps and template.yaml").
+// Runner needs (docs/apps.md "template.yaml").
 type Spec struct {
 	// Dir is the app directory on the host, mounted read-only at /app.
 	Dir string

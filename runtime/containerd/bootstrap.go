@@ -13,7 +13,7 @@ import (
 )
 
 // bootstrapFiles keeps the host copies of the embedded bootstraps, which
-// Runs bind-mount read-only into containers (DESIGN.md "Handler contract").
+// Runs bind-mount read-only into containers (docs/apps.md "The handler contract").
 // A copy is named by the hash of its content and written once, atomically,
 // so Runners of different Relay versions can share a directory.
 type bootstrapFiles struct {

@@ -1,6 +1,6 @@
 // Package containerd runs Relay handler invocations in containerd, one
-// one-shot container per attempt (DESIGN.md "Handler contract", containerd
-// runner). It is the production relay.Runner.
+// one-shot container per attempt (docs/apps.md "The handler contract",
+// docs/runtimes.md). It is the production relay.Runner.
 //
 // Each Run creates a container from the app's image (or the default image of
 // its language runtime) with the app directory bind-mounted read-only at

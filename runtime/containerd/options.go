@@ -12,7 +12,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// Defaults (reference.md "Apps and template.yaml"; DESIGN.md).
+// Defaults (docs/apps.md "template.yaml", docs/operations.md).
 const (
 	// DefaultNamespace is the containerd namespace Relay works in.
 	DefaultNamespace = "relay"
@@ -53,9 +53,9 @@ const (
 	DefaultOrphanTimeout = 5 * time.Minute
 )
 
-// Default images of the language runtimes (reference.md: `image` defaults to
-// the runtime's default image): the official images of Docker Hub, pulled
-// when absent. WithDefaultImages replaces them, e.g. with images built
+// Default images of the language runtimes (docs/runtimes.md "Images":
+// `image` defaults to the runtime's default image): the official images of
+// Docker Hub, pulled when absent. WithDefaultImages replaces them, e.g. with images built
 // offline by scripts/runtime-images.sh.
 const (
 	DefaultPython3Image = "docker.io/library/python:3.12-slim"

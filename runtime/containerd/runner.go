@@ -320,7 +320,8 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}
 	start := time.Now()
 	// The shim holds stdin open until told otherwise: without this the
-	// handler never sees EOF after the event (DESIGN.md).
+	// handler never sees EOF after the event (docs/apps.md "The handler
+	// contract").
 	var status client.ExitStatus
 	var timedOut, cancelled bool
 	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
