@@ -98,6 +98,14 @@ type WorkerConfig struct {
 	// JanitorInterval is how often the scan for leaked invocation state
 	// takes a step. Default: DefaultJanitorInterval.
 	JanitorInterval time.Duration
+	// WrapComponents, when set, is given the Components of each stream's
+	// Engine as the Worker built them and returns the ones the Engine
+	// gets: a hook to observe or decorate a part (count its calls, record
+	// what it does) while the Worker still runs everything else. The
+	// wrappers must keep each part's contract (docs/embedding.md#worker);
+	// the Worker's own retention, janitor and reload keep using the parts
+	// it built. Optional.
+	WrapComponents func(Components) Components
 	// Config holds the tunables of every stream's Engine. MaxConcurrency
 	// and each app's concurrency bound the worker as a whole, whatever the
 	// number of streams; with several streams, metrics carry a stream
@@ -210,14 +218,20 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer)
 		store := invocation.New(cfg.Redis)
-		dlqw := dlq.NewWriter(cfg.Redis, name)
-		e, err := NewEngine(empty, Components{
+		// A dead-letter entry's written marker lives as long as the
+		// invocation state it guards (docs/delivery.md#dead-letter-queue).
+		dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(stateRetention(ecfg)))
+		c := Components{
 			Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
 			// The source and the store share the client: a message's last
 			// transition, its XACK and its retention take one script.
 			Settler: store,
 			Stream:  name, Group: cfg.Group, Consumer: cfg.Consumer,
-		}, ecfg)
+		}
+		if cfg.WrapComponents != nil {
+			c = cfg.WrapComponents(c)
+		}
+		e, err := NewEngine(empty, c, ecfg)
 		if err != nil {
 			return nil, fmt.Errorf("relay: NewWorker: stream %s: %w", name, err)
 		}
@@ -226,6 +240,14 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	}
 	w.log = w.engines[0].cfg.Logger
 	return w, nil
+}
+
+// stateRetention is the invocation state retention an Engine of cfg uses.
+func stateRetention(cfg Config) time.Duration {
+	if cfg.Retention > 0 {
+		return cfg.Retention
+	}
+	return DefaultRetention
 }
 
 // Run loads the apps and runs the Worker until ctx is cancelled, then stops

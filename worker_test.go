@@ -15,7 +15,9 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -200,6 +202,54 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	}
 	if !labelled[h.streams[0]] || !labelled[h.streams[1]] {
 		t.Errorf("relay_events_received_total by stream = %v, want 1 for each of %v", labelled, h.streams)
+	}
+}
+
+// tallyDLQ counts the dead-letter writes of the Engine it wraps.
+type tallyDLQ struct {
+	relay.DLQWriter
+	writes atomic.Int64
+}
+
+func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	d.writes.Add(1)
+	return d.DLQWriter.Write(ctx, e)
+}
+
+// TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
+// parts the Worker built and the Engine uses what it returns; the marker
+// of a written dead-letter entry lives as long as the invocation state
+// (Config.Retention), not a fixed week.
+func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
+	h := newWorkerHarness(t, "orders")
+	h.cfg.Retention = time.Hour
+	var wrapped []*tallyDLQ
+	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
+		if _, ok := c.DLQ.(*dlq.Writer); !ok {
+			t.Errorf("WrapComponents got DLQ %T, want the Worker's *dlq.Writer", c.DLQ)
+		}
+		if c.Source == nil || c.State == nil || c.Settler == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
+			t.Errorf("WrapComponents got incomplete components %+v", c)
+		}
+		d := &tallyDLQ{DLQWriter: c.DLQ}
+		wrapped = append(wrapped, d)
+		c.DLQ = d
+		return c
+	}
+	_, stop := h.run()
+	defer stop()
+	rc := h.cfg.Redis
+	id, err := stream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the malformed event dead-lettered", func() bool {
+		return len(wrapped) == 1 && wrapped[0].writes.Load() == 1
+	})
+	marker := keys.DLQWritten(h.streams[0], "workers", id, dlq.MalformedName, dlq.MalformedName)
+	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(marker).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
+		t.Errorf("PTTL of the written marker = %dms, %v; want at most the state retention, 1h", ttl, err)
 	}
 }
 

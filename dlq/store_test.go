@@ -106,6 +106,41 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWrittenMarkerTTL: the marker that makes a write idempotent is kept
+// for WrittenTTL, or what WithWrittenTTL says, and a second write of the
+// invocation returns the first entry's id while it lives.
+func TestWrittenMarkerTTL(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	for _, tc := range []struct {
+		name string
+		opts []dlq.WriterOption
+		want time.Duration
+	}{
+		{"default", nil, dlq.WrittenTTL},
+		{"WithWrittenTTL", []dlq.WriterOption{dlq.WithWrittenTTL(30 * time.Second)}, 30 * time.Second},
+		{"WithWrittenTTL(0)", []dlq.WriterOption{dlq.WithWrittenTTL(0)}, dlq.WrittenTTL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := redistest.Name(t, "events")
+			w := dlq.NewWriter(c, src, tc.opts...)
+			e := entryFor(src)
+			id, err := w.Write(t.Context(), e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := w.Write(t.Context(), e)
+			if err != nil || again != id {
+				t.Errorf("second write = %q, %v; want the first id %q", again, err, id)
+			}
+			ttl, err := c.Do(t.Context(), c.B().Pttl().Key(keys.DLQWritten(src, e.Group, e.OriginalID, e.App, e.Handler)).Build()).AsInt64()
+			if err != nil || ttl <= 0 || ttl > tc.want.Milliseconds() || ttl < (tc.want-time.Minute).Milliseconds() {
+				t.Errorf("marker PTTL = %dms, %v; want about %s", ttl, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestWriteDefaults(t *testing.T) {
 	t.Parallel()
 	s, _, src := newStore(t)

@@ -17,19 +17,42 @@ type Writer struct {
 	client rueidis.Client
 	stream string // the source stream
 	key    string // keys.DLQ(stream)
+	// writtenTTL is how long the written marker of an invocation is kept.
+	writtenTTL time.Duration
+}
+
+// WriterOption configures a Writer.
+type WriterOption func(*Writer)
+
+// WithWrittenTTL sets how long the Writer remembers that an invocation's
+// entry was written (default WrittenTTL). It should be the retention of
+// the invocation state (relay.Config.Retention), which relay.Worker
+// passes: a redelivery that could write the entry again is only possible
+// while that state exists, and a shorter retention then bounds the markers
+// too. A d <= 0 keeps the default.
+func WithWrittenTTL(d time.Duration) WriterOption {
+	return func(w *Writer) {
+		if d > 0 {
+			w.writtenTTL = d
+		}
+	}
 }
 
 // NewWriter returns a Writer for the dead-letter stream of sourceStream. It
 // never closes client. It panics when client is nil or sourceStream is
 // empty, which are programming errors.
-func NewWriter(client rueidis.Client, sourceStream string) *Writer {
+func NewWriter(client rueidis.Client, sourceStream string, opts ...WriterOption) *Writer {
 	if client == nil {
 		panic("dlq: NewWriter: nil client")
 	}
 	if sourceStream == "" {
 		panic("dlq: NewWriter: empty source stream")
 	}
-	return &Writer{client: client, stream: sourceStream, key: keys.DLQ(sourceStream)}
+	w := &Writer{client: client, stream: sourceStream, key: keys.DLQ(sourceStream), writtenTTL: WrittenTTL}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
 }
 
 // Key returns the Redis key of the dead-letter stream.
@@ -45,7 +68,7 @@ func (w *Writer) Key() string { return w.key }
 //
 // Write is idempotent per invocation: the first write for a Group,
 // OriginalID, App and Handler appends the entry and records its id in
-// keys.DLQWritten (kept for WrittenTTL), in one script; a later write of the
+// keys.DLQWritten (kept for WrittenTTL, or WithWrittenTTL), in one script; a later write of the
 // same invocation appends nothing and returns that first id, even when the
 // entry was deleted since. So two deliveries that both find an invocation
 // exhausted, or a retry after a crash between the write and the
@@ -65,7 +88,7 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 		return "", err
 	}
 	fields := Encode(e)
-	args := []string{strconv.FormatInt(WrittenTTL.Milliseconds(), 10)}
+	args := []string{strconv.FormatInt(w.writtenTTL.Milliseconds(), 10)}
 	for _, f := range fieldOrder {
 		if v, ok := fields[f]; ok {
 			args = append(args, f, v)
@@ -79,9 +102,10 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 	return id, nil
 }
 
-// WrittenTTL is how long Writer remembers that an invocation's entry was
-// written: as long as the invocation state is retained (relay's default
-// retention), after which no delivery of the message can still be running.
+// WrittenTTL is how long Writer remembers by default that an invocation's
+// entry was written: as long as the invocation state is retained by
+// default (relay.DefaultRetention), after which no delivery of the message
+// can still be running. WithWrittenTTL follows another retention.
 const WrittenTTL = 7 * 24 * time.Hour
 
 // writeScript appends an entry unless the invocation's written marker
