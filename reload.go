@@ -72,19 +72,27 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	for _, c := range changes {
 		switch {
 		case c.kept:
+			if !w.newlyInvalid(c.app) {
+				continue // reported when this version of the template appeared
+			}
 			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
 			for _, e := range c.app.Errors {
 				w.log.LogAttrs(ctx, slog.LevelError, "app template invalid; its previous version keeps serving",
 					slog.String("app", c.app.Name), slog.String("error", e.Error()))
 			}
 		case c.what == "removed":
+			delete(w.invalid, c.app.Name)
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app removed", slog.String("app", c.app.Name))
 		case !c.app.Available():
+			if !w.newlyInvalid(c.app) {
+				continue
+			}
 			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
 			for _, e := range c.app.Errors {
 				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", c.app.Name), slog.String("error", e.Error()))
 			}
 		default:
+			delete(w.invalid, c.app.Name)
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+c.what, slog.String("app", c.app.Name),
 				slog.Int("rules", len(c.app.Rules)), slog.Int("schedules", len(c.app.Schedules)))
 		}
@@ -100,6 +108,20 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	if !sameSchedules(prev, next) {
 		sched.replace(ctx, next)
 	}
+}
+
+// newlyInvalid reports whether a's invalid template differs from the one
+// last reported for its app, and remembers it: a broken template is
+// reported (logged, counted in relay_app_reload_errors_total) once when it
+// appears, not again at every rescan while it stays broken
+// (docs/apps.md#changing-apps). Only the reload loop calls it.
+func (w *Worker) newlyInvalid(a *app.App) bool {
+	sig := a.Digest + "\x00" + a.Errors.Error()
+	if w.invalid[a.Name] == sig {
+		return false
+	}
+	w.invalid[a.Name] = sig
+	return true
 }
 
 // appChange is what a reload found for one app.

@@ -129,6 +129,46 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 	}
 }
 
+// TestReloadReportsABrokenTemplateOnce: a template that stays broken is
+// reported when it appears, not again at every rescan; another broken
+// version, or the same one after a fix, is reported again.
+func TestReloadReportsABrokenTemplateOnce(t *testing.T) {
+	h, root := reloadHarness(t)
+	writeTemplate(t, root, "never", "image: x\nevents: [\n")
+	h.cfg.ReloadInterval = 20 * time.Millisecond
+	w, stop := h.run()
+	defer stop()
+	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() bool { return w.Apps() != nil })
+	writeTemplate(t, root, "billing", invoicesApp)
+	testutil.WaitFor(t, 10*time.Second, "billing to be served", func() bool { return w.Apps().Get("billing") != nil })
+
+	reports := func() int { return strings.Count(h.logs.String(), "app template invalid; its previous version keeps serving") }
+	// Many rescans happen while each version stays: their count is what
+	// a slow machine could lower, never raise.
+	settle := func() { time.Sleep(500 * time.Millisecond) }
+	broken := "image: x\nevents:\n  - {handler: invoices.charge, pattern: {kind: invoice}}\n"
+	writeTemplate(t, root, "billing", broken)
+	testutil.WaitFor(t, 10*time.Second, "the reload error", func() bool { return reports() == 1 })
+	settle()
+	if n, c := reports(), h.counter("relay_app_reload_errors_total"); n != 1 || c != 1 {
+		t.Errorf("one broken version: reported %d times, relay_app_reload_errors_total %v; want 1 and 1", n, c)
+	}
+	writeTemplate(t, root, "billing", broken+"# another\n"+"  - {handler: x, pattern: {kind: [bill]\n")
+	testutil.WaitFor(t, 10*time.Second, "the second version's error", func() bool { return reports() == 2 })
+	writeTemplate(t, root, "billing", invoicesApp+"# fixed\n")
+	testutil.WaitFor(t, 10*time.Second, "the fix", func() bool { return w.Apps().Get("billing").Digest != "" && strings.Contains(h.logs.String(), "app changed") })
+	writeTemplate(t, root, "billing", broken)
+	testutil.WaitFor(t, 10*time.Second, "the first version's error again", func() bool { return reports() == 3 })
+	settle()
+	if n, c := reports(), h.counter("relay_app_reload_errors_total"); n != 3 || c != 3 {
+		t.Errorf("three broken versions: reported %d times, relay_app_reload_errors_total %v; want 3 and 3", n, c)
+	}
+	// The app that never had a valid template: once, at start.
+	if n := strings.Count(h.logs.String(), "app unavailable: invalid template"); n < 1 || n > 2 {
+		t.Errorf("the never-valid app was reported %d times, want once (its error may span two lines)", n)
+	}
+}
+
 // TestReloadFollowsAConfigMapSwap: a Kubernetes ConfigMap volume updates by
 // pointing its ..data link at a new directory; the watch sees it.
 func TestReloadFollowsAConfigMapSwap(t *testing.T) {

@@ -129,6 +129,9 @@ type Worker struct {
 	reloadErrors *prometheus.CounterVec
 	// reloads holds a pending request to reload (Reload).
 	reloads chan struct{}
+	// invalid holds, by app name, the invalid template last reported
+	// (newlyInvalid); used by Run before the reload loop starts, then by it.
+	invalid map[string]string
 	ran     atomic.Bool
 	mu      sync.Mutex
 	apps    *app.Set
@@ -192,7 +195,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		cfg.Limiter = l
 	}
-	w := &Worker{cfg: cfg, reloads: make(chan struct{}, 1)}
+	w := &Worker{cfg: cfg, reloads: make(chan struct{}, 1), invalid: map[string]string{}}
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
@@ -313,6 +316,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) logApps(ctx context.Context, apps *app.Set) {
 	for _, a := range apps.List() {
 		if !a.Available() {
+			w.newlyInvalid(a)
 			for _, e := range a.Errors {
 				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", a.Name), slog.String("error", e.Error()))
 			}
