@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -61,6 +63,13 @@ const (
 	// keyMissingMetric holds each worker process's
 	// relay_missing_payload_total, "<consumer>/<pid>" -> value.
 	keyMissingMetric = "missing_metric"
+	// keyAckStates and keyDLQEntries stand in for the invocation hashes
+	// and the dead-letter stream when retention removes them before the
+	// check (TestSoakRetention): the state a message was acknowledged
+	// with, id -> JSON object, and every dead-letter entry written,
+	// entry id -> JSON dlq.Entry.
+	keyAckStates  = "ack_states"
+	keyDLQEntries = "dlq_entries"
 )
 
 func ledgerKey(streamName, name string) string { return streamName + ":ledger:" + name }
@@ -100,6 +109,9 @@ type recorder struct {
 	consumer          string
 	pid               int
 	runKeys, callKeys [5]string
+	// keepAcked records the state each acknowledgement was checked
+	// against (keyAckStates).
+	keepAcked bool
 }
 
 func newRecorder(rc rueidis.Client, streamName, group, consumer string, pid int) *recorder {
@@ -204,6 +216,18 @@ func (r *recorder) checkAckFinishing(ctx context.Context, messageID, finishing s
 	}
 	if n == 0 {
 		bad = append(bad, "no invocation state")
+	}
+	if r.keepAcked {
+		// The finishing invocation is acknowledged only if its success
+		// is recorded in the same step.
+		if finishing != "" {
+			st[finishing] = "ok"
+		}
+		b, _ := json.Marshal(st)
+		if err := r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyAckStates)).FieldValue().
+			FieldValue(messageID, string(b)).Build()).Error(); err != nil {
+			return err
+		}
 	}
 	if len(bad) == 0 {
 		return nil
@@ -330,6 +354,32 @@ func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl
 		s.rec.finished(ctx, l)
 	}
 	return err
+}
+
+// ledgerDLQ records every dead-letter entry written (keyDLQEntries) once
+// its write returned: a kill in between leaves the invocation without its
+// ":dlq" marker, so a redelivery writes again and, the write being
+// idempotent, records the same entry.
+type ledgerDLQ struct {
+	relay.DLQWriter
+	rec *recorder
+}
+
+func (d ledgerDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	id, err := d.DLQWriter.Write(ctx, e)
+	if err != nil {
+		return id, err
+	}
+	e.ID, e.OriginalStream = id, d.rec.stream
+	if e.Timestamp.IsZero() {
+		e.Timestamp = time.Now()
+	}
+	b, _ := json.Marshal(e)
+	err = d.rec.rc.Do(ctx, d.rec.rc.B().Hset().Key(ledgerKey(d.rec.stream, keyDLQEntries)).FieldValue().FieldValue(id, string(b)).Build()).Error()
+	if err != nil {
+		return "", fmt.Errorf("faults: record DLQ entry %s: %w", id, err)
+	}
+	return id, nil
 }
 
 // ledgerRunner records every attempt handed to the runtime, and keeps the

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
@@ -38,6 +40,10 @@ const (
 	envRunner    = "FAULTS_RUNNER"    // "func" (default) or "containerd"
 	envSocket    = "FAULTS_SOCKET"    // containerd socket, for the containerd runner
 	envNamespace = "FAULTS_NAMESPACE" // containerd namespace, for the containerd runner
+	// envRetention makes the worker a relay.Worker with short retentions
+	// and live reload of the apps root (TestSoakRetention): a
+	// retentionSettings in its String form.
+	envRetention = "FAULTS_RETENTION"
 )
 
 // soakGroup is the consumer group of every soak; soakAppName its only app.
@@ -114,6 +120,15 @@ func TestWorkerProcess(t *testing.T) {
 		cfg = funcWorkerConfig()
 	}
 	reg := prometheus.NewRegistry()
+	if v := os.Getenv(envRetention); v != "" {
+		rs, err := parseRetentionSettings(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Logger, cfg.Metrics = log, reg
+		retentionWorker(ctx, t, rc, rec, runner, cfg, rs, consumer)
+		return
+	}
 	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
 	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
@@ -142,6 +157,66 @@ func TestWorkerProcess(t *testing.T) {
 		t.Error(err)
 	}
 	stopPush() // after a graceful stop: one last push of the final count
+	<-pushed
+}
+
+// retentionSettings are the retentions and intervals of a retention soak's
+// workers.
+type retentionSettings struct {
+	stream, dlq, state time.Duration // the retentions
+	interval           time.Duration // retention, janitor and reload rescan interval
+}
+
+func (r retentionSettings) String() string {
+	return fmt.Sprintf("%s,%s,%s,%s", r.stream, r.dlq, r.state, r.interval)
+}
+
+func parseRetentionSettings(v string) (retentionSettings, error) {
+	var d [4]time.Duration
+	parts := strings.Split(v, ",")
+	if len(parts) != len(d) {
+		return retentionSettings{}, fmt.Errorf("%s=%q: want 4 durations", envRetention, v)
+	}
+	for i, p := range parts {
+		var err error
+		if d[i], err = time.ParseDuration(p); err != nil {
+			return retentionSettings{}, fmt.Errorf("%s=%q: %w", envRetention, v, err)
+		}
+	}
+	return retentionSettings{stream: d[0], dlq: d[1], state: d[2], interval: d[3]}, nil
+}
+
+// retentionWorker runs what relay start runs, a relay.Worker over the apps
+// root with live reload, retention and the janitor, with the ledger
+// wrapped around the Engine's parts, until ctx ends.
+func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *recorder, runner relay.Runner, cfg relay.Config, rs retentionSettings, consumer string) {
+	rec.keepAcked = true
+	cfg.Retention = rs.state
+	w, err := relay.NewWorker(relay.WorkerConfig{
+		Redis: rc, Streams: []string{rec.stream}, Group: soakGroup, Consumer: consumer,
+		Apps: template.Dir(os.Getenv(envApps)), Runner: runner,
+		StreamRetention: rs.stream, DLQRetention: rs.dlq,
+		RetentionInterval: rs.interval, JanitorInterval: rs.interval, ReloadInterval: rs.interval,
+		WrapComponents: func(c relay.Components) relay.Components {
+			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.State = ledgerState{c.State, rec}
+			c.Settler = ledgerSettler{c.Settler.(*invocation.Store), rec}
+			c.Runner = ledgerRunner{c.Runner, rec}
+			c.DLQ = ledgerDLQ{c.DLQ, rec}
+			return c
+		},
+		Config: cfg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushCtx, stopPush := context.WithCancel(context.WithoutCancel(ctx))
+	pushed := make(chan struct{})
+	go func() { defer close(pushed); rec.pushMissingMetric(pushCtx, cfg.Metrics.(*prometheus.Registry)) }()
+	if err := w.Run(ctx); err != nil {
+		t.Error(err)
+	}
+	stopPush()
 	<-pushed
 }
 

@@ -1,0 +1,454 @@
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/stream"
+)
+
+// The retention soak's settings. Its length is RELAY_SOAK_RETENTION_DURATION
+// (make soak: 15m; make test: 90s).
+const (
+	retentionRate = 60 // events published per second
+	// retentionHold bounds how long a message stays unsettled in this
+	// soak: a kill leaves it pending for MinPendingIdle, a flaky or bad
+	// event retries with backoff, and a worker restarted while the
+	// template is broken acknowledges nothing until its next reload.
+	// The bounds below allow for it; none depends on how fast the
+	// machine is, only on the retentions and the publishing rate.
+	retentionHold = 15 * time.Second
+	// retentionSlack allows for whole stream nodes kept by an
+	// approximate trim and for entries trimmed at the next round.
+	retentionSlack = 200
+	// dlqShare bounds the share of events dead-lettered: a tenth are
+	// "bad", a few flaky ones are exhausted by kills.
+	dlqShare = 0.2
+)
+
+var retentionSettingsShort = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 10 * time.Second, interval: time.Second}
+
+func retentionSoakDuration() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("RELAY_SOAK_RETENTION_DURATION")); err == nil && d > 0 {
+		return d
+	}
+	return 90 * time.Second
+}
+
+// Templates the soak edits while it runs. Every valid version of the soak
+// app has the same rules as soakApp (the ledger's expectations); the aux
+// app matches events that are never published.
+const (
+	soakAppEdited = soakApp + `
+# edited: same rules, a longer timeout for ok.run would not change them
+`
+	soakAppBroken = `
+image: unused
+events:
+  - {handler: ok.run, pattern: {kind: [ok]}, timeout: 1s
+`
+	auxAppName = "aux"
+	auxApp     = `
+image: unused
+events:
+  - {handler: aux.run, pattern: {kind: [never]}}
+`
+	auxAppEdited = `
+image: unused
+events:
+  - {handler: aux.run, pattern: {kind: [never, nor-this]}}
+`
+)
+
+// retentionSample is one look at the soak's Redis.
+type retentionSample struct {
+	at                      time.Duration
+	published               int
+	usedMemory, ledgerBytes int64
+	streamLen, dlqLen       int64
+	hashes, hashesNoTTL     int
+	markers, markersNoTTL   int
+	otherKeys               int
+}
+
+// engineMemory is used_memory without the ledger's keys, which grow with
+// every event by design.
+func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBytes }
+
+// TestSoakRetention is "a month in an hour": short retentions (seconds)
+// while three relay.Worker processes are killed (SIGKILL) and restarted and
+// the apps root is edited under them (valid edits, a broken one, an app
+// removed and added again). Every few seconds it samples Redis: used
+// memory, the stream's and the dead-letter stream's length, the
+// invocation hashes and dead-letter markers with and without a TTL. Each
+// must stay under a bound derived from the retentions and the publishing
+// rate, and the memory must plateau, while the ledger proves nothing lost
+// or acknowledged early and no pending entry trimmed
+// (docs/operations.md#retention).
+func TestSoakRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test")
+	}
+	duration := retentionSoakDuration()
+	rs := retentionSettingsShort
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	streamName := redistest.Name(t, "soak")
+	appsRoot := t.TempDir()
+	writeApp := func(name, text string, atomic bool) {
+		dir := filepath.Join(appsRoot, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Error(err)
+			return
+		}
+		path := filepath.Join(dir, app.TemplateFile)
+		if !atomic {
+			if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		tmp := filepath.Join(appsRoot, "."+name+".tmp")
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Error(err)
+		}
+	}
+	writeApp(soakAppName, soakApp, true)
+	writeApp(auxAppName, auxApp, true)
+	ctx := context.Background()
+	src := stream.New(rc, streamName, soakGroup, "publisher")
+	if err := src.EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := newSoak(t, envRedis+"="+srv.Addr, envStream+"="+streamName, envApps+"="+appsRoot, envRunner+"=func",
+		envRetention+"="+rs.String())
+	names := []string{"w1", "w2", "w3"}
+	for _, n := range names {
+		s.start(n)
+	}
+	t.Cleanup(func() {
+		for _, n := range names {
+			s.signal(n, syscall.SIGKILL, false)
+		}
+	})
+	s.waitStarted()
+
+	// Samples, taken while the soak runs and once more at the end.
+	var (
+		smu       sync.Mutex
+		samples   []retentionSample
+		published int
+	)
+	began := time.Now()
+	sample := func() {
+		smu.Lock()
+		n := published
+		smu.Unlock()
+		sm, err := sampleRedis(ctx, rc, streamName)
+		if err != nil {
+			t.Logf("sample: %v", err)
+			return
+		}
+		sm.at, sm.published = time.Since(began).Round(time.Second), n
+		smu.Lock()
+		samples = append(samples, sm)
+		smu.Unlock()
+	}
+	every := 2 * time.Second
+	if duration > 3*time.Minute {
+		every = 5 * time.Second
+	}
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			sample()
+			select {
+			case <-stopSampling:
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+
+	// Faults: a worker killed every 2-4s; an edit of the apps root every
+	// 2-4s, cycling through valid edits, a broken template (fixed 1.5s
+	// later), the aux app removed and added again.
+	stopKills := s.faultEvery(2*time.Second, 2*time.Second, func() {
+		s.restart(names[rand.IntN(len(names))], syscall.SIGKILL)
+	})
+	var edits struct{ valid, broken, removed, added int }
+	step := 0
+	stopEdits := s.faultEvery(2*time.Second, 2*time.Second, func() {
+		switch step % 6 {
+		case 0:
+			writeApp(soakAppName, soakAppEdited, true)
+			edits.valid++
+		case 1:
+			if err := os.RemoveAll(filepath.Join(appsRoot, auxAppName)); err != nil {
+				t.Error(err)
+			}
+			edits.removed++
+		case 2:
+			writeApp(soakAppName, soakAppBroken, false)
+			edits.broken++
+			time.Sleep(1500 * time.Millisecond)
+			writeApp(soakAppName, soakApp, true)
+			edits.valid++
+		case 3:
+			writeApp(auxAppName, auxAppEdited, false)
+			edits.added++
+		case 4:
+			writeApp(soakAppName, soakAppEdited, false)
+			edits.valid++
+		case 5:
+			writeApp(auxAppName, auxApp, true)
+			writeApp(soakAppName, soakApp, true)
+			edits.valid += 2
+		}
+		step++
+	})
+
+	events := map[string]event{}
+	var newest string
+	for i := 0; time.Since(began) < duration; i++ {
+		if wait := time.Until(began.Add(time.Duration(i) * time.Second / retentionRate)); wait > 0 {
+			time.Sleep(wait)
+		}
+		kind, fail := "ok", 0
+		switch r := rand.IntN(10); {
+		case r < 2:
+			kind, fail = "flaky", 1+rand.IntN(3)
+		case r < 3:
+			kind = "bad"
+		}
+		id := publish(t, rc, src, fmt.Sprintf(`{"kind":%q,"fail":%d,"n":%d}`, kind, fail, i))
+		events[id] = event{kind: kind, fail: fail}
+		newest = id
+		smu.Lock()
+		published++
+		smu.Unlock()
+	}
+	publishedFor := time.Since(began)
+	time.Sleep(2 * time.Second)
+	stopKills()
+	stopEdits()
+	writeApp(auxAppName, auxApp, true)
+	writeApp(soakAppName, soakApp, true)
+	waitQuiet(t, rc, src, newest, 3*time.Minute)
+	// Everything settled: nothing may be left without a TTL (the janitor
+	// retains what a kill leaked), and once the retentions pass, both
+	// streams are empty but for the group's last delivered entry, and
+	// every invocation hash and marker has expired.
+	var end retentionSample
+	testutil.WaitFor(t, 2*time.Minute, "the streams trimmed and the state expired", func() bool {
+		var err error
+		end, err = sampleRedis(ctx, rc, streamName)
+		return err == nil && end.streamLen <= 1 && end.dlqLen == 0 && end.hashes == 0 && end.markers == 0
+	})
+	t.Logf("after the retentions: stream %d, DLQ %d, invocation hashes %d, markers %d",
+		end.streamLen, end.dlqLen, end.hashes, end.markers)
+	close(stopSampling)
+	<-sampled
+	sample()
+	s.stopAll()
+	s.checkCrashes()
+
+	f := checkLedger(t, ledgerInput{
+		rc: rc, stream: streamName, rules: funcRules, events: events, deleted: map[string]bool{},
+		strandBudget: s.kills, attemptBudget: s.kills * 2 * relay.DefaultConcurrency, retained: true,
+	})
+	logFigures(t, t.Name()+": ledger", f, s)
+	t.Logf("%s: apps root edits: %d valid, %d broken, %d app removals, %d re-additions",
+		t.Name(), edits.valid, edits.broken, edits.removed, edits.added)
+
+	rate := float64(published) / publishedFor.Seconds()
+	checkPlateaus(t, samples, rs, rate)
+	t.Logf("%s: %d events in %s (%.0f/s); retentions stream %s, DLQ %s, invocation state %s; trim and janitor every %s\n%s",
+		t.Name(), published, publishedFor.Round(time.Second), rate, rs.stream, rs.dlq, rs.state, rs.interval, curve(samples, 16))
+}
+
+// checkPlateaus fails the soak when a sample is over its bound, or the
+// memory grows in the last third of the run.
+func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings, rate float64) {
+	t.Helper()
+	if len(samples) < 6 {
+		t.Fatalf("only %d samples", len(samples))
+	}
+	secs := func(d time.Duration) float64 { return d.Seconds() }
+	hold := secs(rs.interval + retentionHold)
+	bounds := []struct {
+		what  string
+		bound float64
+		value func(retentionSample) float64
+	}{
+		{"stream length", rate*(secs(rs.stream)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.streamLen) }},
+		{"DLQ length", rate*dlqShare*(secs(rs.dlq)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.dlqLen) }},
+		{"invocation hashes", rate*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.hashes) }},
+		{"invocation hashes without a TTL", rate*hold + retentionSlack, func(s retentionSample) float64 { return float64(s.hashesNoTTL) }},
+		{"dead-letter markers", rate*dlqShare*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.markers) }},
+		{"dead-letter markers without a TTL", 0, func(s retentionSample) float64 { return float64(s.markersNoTTL) }},
+		// The stats hash, the console feed and the group's keys.
+		{"other keys", 10, func(s retentionSample) float64 { return float64(s.otherKeys) }},
+	}
+	for _, b := range bounds {
+		peak := 0.0
+		for _, s := range samples {
+			peak = max(peak, b.value(s))
+		}
+		if peak > b.bound {
+			t.Errorf("%s peaked at %.0f, over its bound %.0f", b.what, peak, b.bound)
+		} else {
+			t.Logf("%s: peak %.0f, bound %.0f", b.what, peak, b.bound)
+		}
+	}
+	// Memory has no bound of its own to derive; it must level off: the
+	// last third of the run peaks at most a fifth plus 1 MiB above the
+	// middle third. A leak of a few hundred bytes per event (an
+	// untrimmed stream, a hash never expiring) grows past that.
+	run := samples[:len(samples)-1] // the last one is after the soak
+	third := len(run) / 3
+	peak := func(ss []retentionSample) int64 {
+		var m int64
+		for _, s := range ss {
+			m = max(m, s.engineMemory())
+		}
+		return m
+	}
+	mid, last := peak(run[third:2*third]), peak(run[2*third:])
+	if float64(last) > 1.2*float64(mid)+1<<20 {
+		t.Errorf("used_memory (without the ledger) still grows: peak %s in the last third of the run, %s in the middle third",
+			mib(last), mib(mid))
+	} else {
+		t.Logf("used_memory (without the ledger): peak %s in the middle third, %s in the last", mib(mid), mib(last))
+	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// curve renders about rows samples, evenly spread, and the last one, as a
+// table ready for bench/RESULTS.md.
+func curve(samples []retentionSample, rows int) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(w, "| t\t| published\t| used_memory (without ledger)\t| stream length\t| DLQ length\t| invocation hashes (no TTL)\t| DLQ markers (no TTL)\t|")
+	fmt.Fprintln(w, "|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|--:\t|")
+	stepBy := max(1, (len(samples)-1)/rows)
+	for i, s := range samples {
+		if i%stepBy != 0 && i != len(samples)-1 {
+			continue
+		}
+		fmt.Fprintf(w, "| %s\t| %d\t| %s\t| %d\t| %d\t| %d (%d)\t| %d (%d)\t|\n", s.at, s.published, mib(s.engineMemory()),
+			s.streamLen, s.dlqLen, s.hashes, s.hashesNoTTL, s.markers, s.markersNoTTL)
+	}
+	w.Flush()
+	return b.String()
+}
+
+// sampleRedis looks at the soak's Redis: memory, stream lengths, and every
+// key by kind with its TTL.
+func sampleRedis(ctx context.Context, rc rueidis.Client, streamName string) (retentionSample, error) {
+	var s retentionSample
+	info, err := rc.Do(ctx, rc.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			s.usedMemory, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if s.streamLen, err = rc.Do(ctx, rc.B().Xlen().Key(streamName).Build()).AsInt64(); err != nil {
+		return s, err
+	}
+	if s.dlqLen, err = rc.Do(ctx, rc.B().Xlen().Key(keys.DLQ(streamName)).Build()).AsInt64(); err != nil {
+		return s, err
+	}
+	invocationPrefix := keys.Invocation(streamName, soakGroup, "")
+	markerPrefix := keys.DLQ(streamName) + ":written:"
+	ledgerPrefix := ledgerKey(streamName, "")
+	var invocations, markers, ledger []string
+	var cursor uint64
+	for {
+		e, err := rc.Do(ctx, rc.B().Scan().Cursor(cursor).Count(1000).Build()).AsScanEntry()
+		if err != nil {
+			return s, err
+		}
+		for _, k := range e.Elements {
+			switch {
+			case strings.HasPrefix(k, invocationPrefix):
+				invocations = append(invocations, k)
+			case strings.HasPrefix(k, markerPrefix):
+				markers = append(markers, k)
+			case strings.HasPrefix(k, ledgerPrefix):
+				ledger = append(ledger, k)
+			case k == streamName || k == keys.DLQ(streamName):
+			default:
+				s.otherKeys++
+			}
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			break
+		}
+	}
+	noTTL := func(ks []string) (int, error) {
+		if len(ks) == 0 {
+			return 0, nil
+		}
+		cmds := make(rueidis.Commands, 0, len(ks))
+		for _, k := range ks {
+			cmds = append(cmds, rc.B().Pttl().Key(k).Build())
+		}
+		n := 0
+		for _, r := range rc.DoMulti(ctx, cmds...) {
+			ttl, err := r.AsInt64()
+			if err != nil {
+				return 0, err
+			}
+			if ttl == -1 {
+				n++
+			}
+		}
+		return n, nil
+	}
+	// A key counted by SCAN may expire before its PTTL (-2): it is gone.
+	s.hashes, s.markers = len(invocations), len(markers)
+	if s.hashesNoTTL, err = noTTL(invocations); err != nil {
+		return s, err
+	}
+	if s.markersNoTTL, err = noTTL(markers); err != nil {
+		return s, err
+	}
+	slices.Sort(ledger)
+	for _, k := range ledger {
+		n, err := rc.Do(ctx, rc.B().MemoryUsage().Key(k).Build()).AsInt64()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return s, err
+		}
+		s.ledgerBytes += n
+	}
+	return s, nil
+}
