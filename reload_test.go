@@ -142,7 +142,9 @@ func TestReloadReportsABrokenTemplateOnce(t *testing.T) {
 	writeTemplate(t, root, "billing", invoicesApp)
 	testutil.WaitFor(t, 10*time.Second, "billing to be served", func() bool { return w.Apps().Get("billing") != nil })
 
-	reports := func() int { return strings.Count(h.logs.String(), "app template invalid; its previous version keeps serving") }
+	reports := func() int {
+		return strings.Count(h.logs.String(), "app template invalid; its previous version keeps serving")
+	}
 	// Many rescans happen while each version stays: their count is what
 	// a slow machine could lower, never raise.
 	settle := func() { time.Sleep(500 * time.Millisecond) }
@@ -156,7 +158,9 @@ func TestReloadReportsABrokenTemplateOnce(t *testing.T) {
 	writeTemplate(t, root, "billing", broken+"# another\n"+"  - {handler: x, pattern: {kind: [bill]\n")
 	testutil.WaitFor(t, 10*time.Second, "the second version's error", func() bool { return reports() == 2 })
 	writeTemplate(t, root, "billing", invoicesApp+"# fixed\n")
-	testutil.WaitFor(t, 10*time.Second, "the fix", func() bool { return w.Apps().Get("billing").Digest != "" && strings.Contains(h.logs.String(), "app changed") })
+	testutil.WaitFor(t, 10*time.Second, "the fix", func() bool {
+		return w.Apps().Get("billing").Digest != "" && strings.Contains(h.logs.String(), "app changed")
+	})
 	writeTemplate(t, root, "billing", broken)
 	testutil.WaitFor(t, 10*time.Second, "the first version's error again", func() bool { return reports() == 3 })
 	settle()
