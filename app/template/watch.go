@@ -2,9 +2,9 @@ package template
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -20,8 +20,10 @@ const settle = 200 * time.Millisecond
 // in the root or in an app directory, including the swap of the ..data
 // symbolic link that Kubernetes uses to update a ConfigMap volume. Bursts
 // of changes are reported once, after they settle. Watch returns nil when
-// ctx ends, and an error when the root cannot be watched; it implements
-// relay.AppWatcher for Dir.
+// ctx ends, and an error when the root cannot be watched at start; an
+// error of the watch later (an overflow of the kernel's queue, a watch
+// removed under it) counts as a change and the watch goes on. It
+// implements relay.AppWatcher for Dir.
 //
 // A watch can miss changes (a file system that does not report them, such
 // as some network mounts, or an overflow of the kernel's queue): callers
@@ -31,36 +33,64 @@ func (d Dir) Watch(ctx context.Context, changed func()) error {
 	if err != nil {
 		return err
 	}
-	defer w.Close()
 	root := string(d)
 	if err := w.Add(root); err != nil {
+		w.Close()
 		return err
 	}
 	watchApps(w, root)
+	// The watcher's reader sends some errors while it holds the lock that
+	// Add takes (a watch that vanished before its rename was read), so a
+	// loop that both read the channels and added watches could wait for
+	// the lock while the reader waits for it to read. One goroutine only
+	// drains the channels; this loop adds watches and reports.
+	var rewatch atomic.Bool
+	seen := make(chan struct{}, 1)
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+					rewatch.Store(true)
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				// An overflow of the kernel's queue, or a watch that
+				// vanished before its event was read (EINVAL): either way
+				// something changed, so rescan; neither ends the watch.
+				rewatch.Store(true)
+			}
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	defer func() {
+		w.Close()
+		<-drained
+	}()
 	var timer <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
-			if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove) {
+		case <-drained:
+			return nil
+		case <-seen:
+			if rewatch.Swap(false) {
 				// A new app directory, or a ConfigMap's new ..data
 				// directory: watch what is there now.
 				watchApps(w, root)
 			}
 			timer = time.After(settle)
-		case err, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				timer = time.After(settle) // something changed; rescan
-				continue
-			}
-			return err
 		case <-timer:
 			timer = nil
 			changed()
