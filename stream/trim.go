@@ -58,10 +58,13 @@ type TrimResult struct {
 	// entry (delivered, not acknowledged); otherwise Floor is its
 	// last-delivered-id and what follows has not been delivered to it.
 	FloorPending bool
-	// HeldBack reports that Floor is older than Cutoff: FloorGroup keeps
-	// entries the retention would remove. Cutoff.Sub(FloorTime) says by
-	// how much; a value that keeps growing is a stuck or abandoned group
-	// (docs/operations.md#retention).
+	// HeldBack reports that FloorGroup keeps entries the retention would
+	// remove: an entry it holds pending is older than Cutoff, or the
+	// entry after its last delivered one is (it has not read it yet).
+	// The last delivered entry alone is no holding back: it is always
+	// kept, so an idle stream whose groups are all caught up is not held
+	// back. Cutoff.Sub(FloorTime) says by how much; a value that keeps
+	// growing is a stuck or abandoned group (docs/operations.md#retention).
 	HeldBack bool
 	// More reports that the call stopped at its limit (WithTrimLimit)
 	// with due entries left: call Trim again.
@@ -131,8 +134,8 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	default:
 		return fail(fmt.Errorf("unknown code %d", code))
 	}
-	if len(arr) != 8 {
-		return fail(fmt.Errorf("%d elements, want 8", len(arr)))
+	if len(arr) != 9 {
+		return fail(fmt.Errorf("%d elements, want 9", len(arr)))
 	}
 	var r TrimResult
 	var nowMS, pending, more int64
@@ -158,6 +161,19 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	r.Cutoff = time.UnixMilli(nowMS - retention.Milliseconds())
 	r.FloorTime = time.UnixMilli(int64(floorMS))
 	r.FloorPending, r.More = pending == 1, more == 1
-	r.HeldBack = floorMS < uint64(max(r.Cutoff.UnixMilli(), 0))
+	next, err := arr[8].ToString()
+	if err != nil {
+		return fail(err)
+	}
+	due := func(ms uint64) bool { return ms < uint64(max(r.Cutoff.UnixMilli(), 0)) }
+	if r.FloorPending {
+		r.HeldBack = due(floorMS)
+	} else if next != "" {
+		nextMS, _, err := ParseID(next)
+		if err != nil {
+			return fail(err)
+		}
+		r.HeldBack = due(nextMS)
+	}
 	return r, nil
 }

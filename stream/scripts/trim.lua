@@ -18,10 +18,13 @@
 -- limit, the rest exactly, which then lies within a single node.
 --
 -- Returns:
---   {1, trimmed, now_ms, minid, floor, floor_group, floor_pending, more}
+--   {1, trimmed, now_ms, minid, floor, floor_group, floor_pending, more, next}
 --        floor_pending is 1 when floor is floor_group's oldest pending id,
 --        0 when it is its last-delivered-id; more is 1 when the node pass
---        may have stopped at the limit with due entries left
+--        may have stopped at the limit with due entries left; next is,
+--        when floor is a last-delivered-id, the id of the entry after it
+--        ('' when there is none, or when floor is pending): whether the
+--        group holds back anything besides the entry it stands on
 --   {2}  the stream does not exist: nothing trimmed
 --   {3}  the Source's group does not exist: nothing trimmed
 
@@ -82,8 +85,18 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cutoff = now - retention
+local function next_after()
+  if floor_pending == 1 then
+    return ''
+  end
+  local e = redis.call('XRANGE', key, '(' .. floor, '+', 'COUNT', 1)[1]
+  if e then
+    return e[1]
+  end
+  return ''
+end
 if cutoff <= 0 then
-  return {1, 0, now, '0-0', floor, floor_group, floor_pending, 0}
+  return {1, 0, now, '0-0', floor, floor_group, floor_pending, 0, next_after()}
 end
 local minid = string.format('%d', cutoff) .. '-0'
 if id_less(floor, minid) then
@@ -99,4 +112,4 @@ if trimmed > limit / 2 then
 else
   trimmed = trimmed + redis.call('XTRIM', key, 'MINID', minid)
 end
-return {1, trimmed, now, minid, floor, floor_group, floor_pending, more}
+return {1, trimmed, now, minid, floor, floor_group, floor_pending, more, next_after()}
