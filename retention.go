@@ -27,8 +27,12 @@ const (
 	// scan for invocation state left without a TTL; steps are sized so a
 	// pass takes at most an hour.
 	DefaultJanitorInterval = 10 * time.Second
-	// Disabled turns a retention off: WorkerConfig.StreamRetention or
-	// DLQRetention set to it keep entries forever.
+	// DefaultConsumerIdle is how long a consumer of the group stays idle
+	// with nothing pending before a worker removes it.
+	DefaultConsumerIdle = stream.DefaultConsumerIdle
+	// Disabled turns a retention off: WorkerConfig.StreamRetention,
+	// DLQRetention or ConsumerIdle set to it keep entries (consumers)
+	// forever.
 	Disabled time.Duration = -1
 )
 
@@ -49,10 +53,11 @@ type streamParts struct {
 	state  *invocation.Store
 }
 
-// retainLoop trims one stream and its dead-letter stream now and every
-// retention interval (docs/operations.md#retention).
+// retainLoop trims one stream and its dead-letter stream, and removes the
+// group's long-idle consumers, now and every retention interval
+// (docs/operations.md#retention).
 func (w *Worker) retainLoop(ctx context.Context, p streamParts) {
-	if w.cfg.StreamRetention < 0 && w.cfg.DLQRetention < 0 {
+	if w.cfg.StreamRetention < 0 && w.cfg.DLQRetention < 0 && w.cfg.ConsumerIdle < 0 {
 		return
 	}
 	var held heldBack
@@ -62,6 +67,9 @@ func (w *Worker) retainLoop(ctx context.Context, p streamParts) {
 		}
 		if w.cfg.DLQRetention > 0 {
 			w.trimDLQ(ctx, p)
+		}
+		if w.cfg.ConsumerIdle > 0 {
+			w.pruneConsumers(ctx, p)
 		}
 	}
 	round()
@@ -125,6 +133,22 @@ func (w *Worker) noteHeldBack(ctx context.Context, log *slog.Logger, res stream.
 	log.LogAttrs(ctx, slog.LevelWarn, "a consumer group holds stream retention back; the stream grows until it reads and acknowledges",
 		slog.String("group", res.FloorGroup), slog.String("floor", res.Floor), slog.String("floor_is", what),
 		slog.Duration("behind_retention", behind))
+}
+
+// pruneConsumers removes the group's consumers that have nothing pending
+// and have been idle for ConsumerIdle (stream.Source.PruneConsumers).
+func (w *Worker) pruneConsumers(ctx context.Context, p streamParts) {
+	removed, err := p.source.PruneConsumers(ctx, w.cfg.ConsumerIdle)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, stream.ErrNoGroup) {
+			p.engine.log.LogAttrs(ctx, slog.LevelWarn, "removing idle consumers failed; retrying next round", slog.Any("error", err))
+		}
+		return
+	}
+	if len(removed) > 0 {
+		p.engine.log.LogAttrs(ctx, slog.LevelInfo, "removed idle consumers with nothing pending from the group",
+			slog.Any("consumers", removed), slog.Duration("idle_for", w.cfg.ConsumerIdle))
+	}
 }
 
 func (w *Worker) trimDLQ(ctx context.Context, p streamParts) {

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,6 +126,64 @@ func TestWorkerDLQRetention(t *testing.T) {
 		t.Errorf("relay_dlq_trimmed_total = %v, want 3", got)
 	}
 	_ = stop()
+}
+
+// TestWorkerRemovesIdleConsumers: consumers left behind by workers that
+// restarted under other names are removed once idle for ConsumerIdle with
+// nothing pending; one that still holds an entry pending stays, and so
+// does the entry.
+func TestWorkerRemovesIdleConsumers(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.ConsumerIdle = 300 * time.Millisecond
+	h.cfg.RetentionInterval = 50 * time.Millisecond
+	// No handler runs: the harness's worker must not take the entry.
+	rc := h.cfg.Redis
+	name := h.streams[0]
+	src := stream.New(rc, name, "workers", "old-pod-1")
+	if err := src.EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"old-pod-1", "old-pod-2"} {
+		if err := rc.Do(t.Context(), rc.B().XgroupCreateconsumer().Key(name).Group("workers").Consumer(c).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := src.Publish(t.Context(), map[string]string{"event": `{"event_name":"OTHER"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// old-pod-1 holds the entry pending (a worker that died mid-message).
+	if err := rc.Do(t.Context(), rc.B().Xreadgroup().Group("workers", "old-pod-1").Count(1).Streams().Key(name).Id(">").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.MinPendingIdle = time.Hour // nobody reclaims it during the test
+	_, stop := h.run()
+	defer stop()
+	consumers := func() []string {
+		rows, err := rc.Do(t.Context(), rc.B().XinfoConsumers().Key(name).Group("workers").Build()).ToArray()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range rows {
+			m, _ := r.AsStrMap()
+			out = append(out, m["name"])
+		}
+		return out
+	}
+	testutil.WaitFor(t, 20*time.Second, "old-pod-2 removed", func() bool {
+		return !slices.Contains(consumers(), "old-pod-2")
+	})
+	if got := consumers(); !slices.Contains(got, "old-pod-1") || !slices.Contains(got, "w1") {
+		t.Errorf("consumers %v, want old-pod-1 (an entry pending) and w1 (the worker) kept", got)
+	}
+	pel, err := rc.Do(t.Context(), rc.B().Xpending().Key(name).Group("workers").Start("-").End("+").Count(10).Build()).ToArray()
+	if err != nil || len(pel) != 1 {
+		t.Fatalf("PEL %v, %v; want the one entry %s", pel, err, id)
+	}
+	if !strings.Contains(h.logs.String(), "removed idle consumers") {
+		t.Error("the removal was not logged")
+	}
 }
 
 // TestWorkerJanitorRetainsLeakedState: a hash left without a TTL after its

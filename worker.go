@@ -98,6 +98,13 @@ type WorkerConfig struct {
 	// JanitorInterval is how often the scan for leaked invocation state
 	// takes a step. Default: DefaultJanitorInterval.
 	JanitorInterval time.Duration
+	// ConsumerIdle is how long another consumer of the group must have
+	// been idle, with nothing pending, before the retention round removes
+	// it from the group: workers that restart under new names (a pod's
+	// hostname) would otherwise pile up in XINFO CONSUMERS
+	// (docs/operations.md#retention). Default: DefaultConsumerIdle;
+	// Disabled keeps every consumer.
+	ConsumerIdle time.Duration
 	// WrapComponents, when set, is given the Components of each stream's
 	// Engine as the Worker built them and returns the ones the Engine
 	// gets: a hook to observe or decorate a part (count its calls, record
@@ -179,6 +186,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		{&cfg.SweepInterval, DefaultSweepInterval}, {&cfg.ReloadInterval, DefaultReloadInterval},
 		{&cfg.RetentionInterval, DefaultRetentionInterval}, {&cfg.JanitorInterval, DefaultJanitorInterval},
 		{&cfg.StreamRetention, DefaultStreamRetention}, {&cfg.DLQRetention, DefaultDLQRetention},
+		{&cfg.ConsumerIdle, DefaultConsumerIdle},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
