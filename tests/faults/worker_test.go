@@ -197,6 +197,8 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 		Apps: template.Dir(os.Getenv(envApps)), Runner: runner,
 		StreamRetention: rs.stream, DLQRetention: rs.dlq,
 		RetentionInterval: rs.interval, JanitorInterval: rs.interval, ReloadInterval: rs.interval,
+		// Restarted workers come back under new names, like pods.
+		ConsumerIdle: rs.stream,
 		WrapComponents: func(c relay.Components) relay.Components {
 			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
 			c.State = ledgerState{c.State, rec}
