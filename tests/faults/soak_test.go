@@ -12,7 +12,11 @@
 // TestSoakWithRandomKills and TestSoakWithRedisRestarts run in-process Go
 // handlers (runtime.Func); TestContainerdSoak runs busybox containers
 // through the real containerd runner against a private containerd.
-// RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them (make soak).
+// TestSoakRetention runs relay.Worker processes, as relay start does, with
+// retentions of seconds, live reload of an apps root edited under them,
+// and samples Redis to show that what retention bounds stays bounded.
+// RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them, and
+// RELAY_SOAK_RETENTION_DURATION sets the retention soak's length (make soak).
 //
 // Bugs the soaks found in engine or runner code have a minimal
 // reproduction in repro_test.go, skipped naming the bug. Until they are
