@@ -68,6 +68,7 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 		return
 	}
 	prev := w.Apps()
+	w.prepareApps(ctx, prev, loaded)
 	next, changes := nextGeneration(prev, loaded)
 	for _, c := range changes {
 		switch {
@@ -145,7 +146,7 @@ func nextGeneration(prev, loaded *app.Set) (*app.Set, []appChange) {
 	for _, a := range loaded.List() {
 		old := prev.Get(a.Name)
 		switch {
-		case old != nil && sameApp(old, a):
+		case old != nil && sameApp(old, a) && old.Available() == a.Available():
 			apps = append(apps, old)
 		case old != nil && !a.Available() && old.Available():
 			apps = append(apps, old)
@@ -181,7 +182,8 @@ func sameApp(a, b *app.App) bool {
 	if a == b {
 		return true
 	}
-	return a.Digest != "" && a.Digest == b.Digest && a.Spec.Dir == b.Spec.Dir
+	return a.Digest != "" && a.Digest == b.Digest && a.Spec.Dir == b.Spec.Dir &&
+		a.Spec.Deps.Digest() == b.Spec.Deps.Digest()
 }
 
 // sameSchedules reports whether a and b publish the same occurrences.

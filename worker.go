@@ -283,6 +283,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkMemoryPolicy(ctx)
+	w.prepareApps(ctx, nil, apps)
 	w.logApps(ctx, apps)
 	w.setApps(apps)
 

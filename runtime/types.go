@@ -37,6 +37,16 @@ type Spec struct {
 	// meaningful with Runtime set. Runners without warm containers ignore
 	// it: the handler contract is the same either way.
 	Warm bool
+	// Deps is the app's dependency manifest, which the runner installs into
+	// a cached image layer before the first invocation (docs/runtimes.md
+	// "Dependencies"); nil when the app has none. Only language runtimes
+	// have one.
+	Deps *Deps
+	// Secrets names files of the runner's secrets directory, each mounted
+	// read-only at /run/secrets/<name> for every invocation
+	// (docs/apps.md "Secrets"); every name passes CheckSecretName. Only
+	// names are held here: values are read at invocation time.
+	Secrets []string
 }
 
 // CommandLine shows Command as a shell would take it: an argument that is

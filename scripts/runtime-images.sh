@@ -7,8 +7,16 @@
 # default http://deb.debian.org/debian) and root, for debootstrap.
 #
 #   RUNTIME   image                        packages
-#   python3   relay.local/python3:bookworm python3 (interpreter + stdlib)
-#   node      relay.local/node:bookworm    nodejs
+#   python3   relay.local/python3:bookworm python3 python3-pip (interpreter,
+#                                          stdlib, and pip for dependency builds)
+#   node      relay.local/node:bookworm    nodejs, plus npm $NPM_VERSION from the
+#                                          npm registry (for dependency builds)
+#
+# pip and npm are what Relay runs in a build container to install an app's
+# dependencies from its manifest (docs/runtimes.md "Dependencies"). Debian's
+# own npm package pulls in some 300 packages that debootstrap fails to
+# configure, so npm comes from its registry tarball, checked against its
+# pinned sha512 (NPM_REGISTRY, default https://registry.npmjs.org).
 #
 # Recipe: `debootstrap --variant=minbase --include=PACKAGES bookworm`, minus
 # what a handler never needs (apt lists and caches, docs, man pages,
@@ -32,16 +40,20 @@ runtime=$3
 ns=${4:-relay}
 suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+npm_version=
+npm_sha512=
 
 case $runtime in
 python3)
 	ref=relay.local/python3:$suite
-	packages=python3
+	packages=python3,python3-pip
 	cmd='["python3"]'
 	;;
 node)
 	ref=relay.local/node:$suite
 	packages=nodejs
+	npm_version=10.9.2
+	npm_sha512=iriPEPIkoMYUy3F6f3wwSZAU93E0Eg6cHwIR6jzzOXWSy+SD/rOODEs74cVONHKSx2obXtuUoyidVEhISrisgQ==
 	cmd='["node"]'
 	;;
 *)
@@ -58,8 +70,8 @@ prune=(
 	usr/share/doc usr/share/man usr/share/info usr/share/locale
 	usr/share/lintian usr/share/bash-completion
 )
-recipe="relay runtime image v1
-suite=$suite variant=minbase include=$packages ref=$ref cmd=$cmd
+recipe="relay runtime image v2
+suite=$suite variant=minbase include=$packages ref=$ref cmd=$cmd npm=$npm_version
 env=LANG=C.UTF-8
 prune=${prune[*]}"
 
@@ -88,6 +100,17 @@ if [[ ${FORCE:-0} == 1 || ! -s $archive ]]; then
 		tail -n 20 "$log" >&2
 		echo "debootstrap failed (see $log)" >&2
 		exit 1
+	fi
+	if [[ -n $npm_version ]]; then
+		tgz=$images/npm-$npm_version.tgz
+		curl -fsSL -o "$tgz" "${NPM_REGISTRY:-https://registry.npmjs.org}/npm/-/npm-$npm_version.tgz"
+		got=$(openssl dgst -sha512 -binary "$tgz" | base64 -w0)
+		[[ $got == "$npm_sha512" ]] || { echo "npm-$npm_version.tgz: sha512 $got, want $npm_sha512" >&2; exit 1; }
+		mkdir -p "$rootfs/usr/lib/node_modules/npm"
+		tar -xzf "$tgz" -C "$rootfs/usr/lib/node_modules/npm" --strip-components=1 --no-same-owner
+		rm -f "$tgz"
+		ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$rootfs/usr/bin/npm"
+		ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$rootfs/usr/bin/npx"
 	fi
 	for p in "${prune[@]}"; do
 		rm -rf "${rootfs:?}/$p"

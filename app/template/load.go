@@ -115,6 +115,7 @@ func LoadApp(dir string) (a *app.App, ok bool) {
 		return a, true
 	}
 	parseTemplate(a, src)
+	loadDeps(a, dir)
 	a.Errors.Sort()
 	return a, true
 }

@@ -321,6 +321,8 @@ func parseTemplate(a *app.App, src []byte) {
 			}
 		case "env":
 			t.env(a, fl.value)
+		case "secrets":
+			t.secrets(a, fl.value)
 		case "events":
 			t.events(a, fl.value)
 		case "schedules":
@@ -344,7 +346,35 @@ func parseTemplate(a *app.App, src []byte) {
 	}
 }
 
-var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "events", "schedules"}
+var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "secrets", "events", "schedules"}
+
+// secrets reads the names of the app's secrets, files of the secrets
+// directory mounted at /run/secrets (docs/apps.md "Secrets").
+func (t *tpl) secrets(a *app.App, n ast.Node) {
+	seq, ok := unwrap(n).(*ast.SequenceNode)
+	if !ok {
+		t.errorf(n, "secrets", "secrets must be a list of secret names, not %s", describe(unwrap(n)))
+		return
+	}
+	seen := map[string]bool{}
+	for i, v := range seq.Values {
+		p := fmt.Sprintf("secrets[%d]", i)
+		s, ok := t.str(v, p)
+		if !ok {
+			continue
+		}
+		if err := runtime.CheckSecretName(s); err != nil {
+			t.errorf(v, p, "%v", err)
+			continue
+		}
+		if seen[s] {
+			t.errorf(v, p, "secret %q is listed twice", s)
+			continue
+		}
+		seen[s] = true
+		a.Spec.Secrets = append(a.Spec.Secrets, s)
+	}
+}
 
 func (t *tpl) stringList(n ast.Node, path string) []string {
 	seq, ok := unwrap(n).(*ast.SequenceNode)

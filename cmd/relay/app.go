@@ -112,14 +112,15 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 
 // AppInspectCmd is `relay app inspect NAME`.
 type AppInspectCmd struct {
-	Name string `arg:"" help:"App name (its directory under the apps root)."`
-	JSON bool   `name:"json" help:"Print JSON instead of text."`
-	Now  string `placeholder:"TIME" help:"List schedules' next fire times after this RFC 3339 time instead of the current time."`
+	RunnerFlags `embed:""`
+	Name        string `arg:"" help:"App name (its directory under the apps root)."`
+	JSON        bool   `name:"json" help:"Print JSON instead of text."`
+	Now         string `placeholder:"TIME" help:"List schedules' next fire times after this RFC 3339 time instead of the current time."`
 }
 
 // Help shows examples under relay app inspect --help.
 func (c *AppInspectCmd) Help() string {
-	return `Shows the template as Relay resolved it, defaults filled in. Environment variable values are never shown, only their names.
+	return `Shows the template as Relay resolved it, defaults filled in. Environment variable and secret values are never shown, only their names. For an app with a dependency manifest it shows the dependency image, its size and build time, asking containerd.
 
 Examples:
 
@@ -141,7 +142,9 @@ type appJSON struct {
 	PIDs        int64          `json:"pids"`
 	Network     string         `json:"network"`
 	Warm        bool           `json:"warm"`
-	Env         []string       `json:"env"` // names only
+	Env         []string       `json:"env"`     // names only
+	Secrets     []string       `json:"secrets"` // names only
+	Deps        *depsJSON      `json:"dependencies,omitempty"`
 	Rules       []ruleJSON     `json:"rules"`
 	Schedules   []scheduleJSON `json:"schedules"`
 	Errors      []string       `json:"errors"`
@@ -222,11 +225,12 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	env := slices.Sorted(maps.Keys(a.Spec.Env))
+	deps := c.depsInfo(ctx, g, a)
 	if c.JSON {
 		out := appJSON{Name: a.Name, Status: appStatus(a), Template: a.File, Dir: a.Spec.Dir, Runtime: a.Spec.Runtime,
 			Image: a.Spec.Image, Command: append([]string{}, a.Spec.Command...), Concurrency: a.Concurrency,
 			MemoryBytes: a.Spec.MemoryBytes, CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
-			Env: append([]string{}, env...), Rules: []ruleJSON{}, Schedules: []scheduleJSON{}, Errors: errorStrings(a.Errors)}
+			Env: append([]string{}, env...), Secrets: append([]string{}, a.Spec.Secrets...), Deps: deps, Rules: []ruleJSON{}, Schedules: []scheduleJSON{}, Errors: errorStrings(a.Errors)}
 		for _, r := range a.Rules {
 			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
 		}
@@ -259,6 +263,9 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"PIDs:", strconv.FormatInt(a.Spec.PIDs, 10)},
 		{"Network:", a.Spec.Network},
 		{"Env:", envText},
+		{"Secrets:", secretsText(a.Spec.Secrets)},
+		{"Dependencies:", depsText(deps)},
+		{"Dependency image:", depsImageText(deps)},
 	})
 	if err != nil {
 		return err

@@ -26,6 +26,9 @@ type RunnerFlags struct {
 	ContainerdAddress   string `name:"containerd-address" env:"CONTAINERD_ADDRESS" default:"/run/containerd/containerd.sock" help:"containerd socket."`
 	ContainerdNamespace string `name:"containerd-namespace" env:"CONTAINERD_NAMESPACE" default:"relay" help:"containerd namespace."`
 	Runner              string `name:"runner" env:"RELAY_RUNNER" default:"containerd" enum:"containerd,process" help:"Handler runtime: containerd (isolated, production) or process (local exec, no isolation, development only)."`
+	SecretsDir          string `name:"secrets-dir" env:"RELAY_SECRETS_DIR" default:"/var/lib/relay/secrets" help:"Directory of the files an app's secrets name, mounted at /run/secrets/NAME (docs/apps.md)."`
+	MaxConcurrentBuilds int    `name:"max-concurrent-builds" env:"MAX_CONCURRENT_BUILDS" default:"2" help:"Dependency builds run at a time (docs/runtimes.md)."`
+	BuildCAFile         string `name:"build-ca-file" env:"RELAY_BUILD_CA_FILE" help:"PEM file of extra CA certificates trusted by dependency builds, for a private package mirror."`
 	// stateDir, when set (relay start's --state-dir), keeps the runner's
 	// files (the python3/node bootstraps) there instead of a temp dir.
 	stateDir string
@@ -65,8 +68,17 @@ func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr
 	if err != nil {
 		return nil, err
 	}
+	if f.MaxConcurrentBuilds <= 0 {
+		return nil, usagef("MAX_CONCURRENT_BUILDS (--max-concurrent-builds) must be > 0, not %d", f.MaxConcurrentBuilds)
+	}
 	opts := []ctrd.Option{ctrd.WithNamespace(f.ContainerdNamespace), ctrd.WithOutput(stdout, stderr),
-		ctrd.WithHostID(hostID), ctrd.WithLogger(log)}
+		ctrd.WithHostID(hostID), ctrd.WithLogger(log), ctrd.WithMaxConcurrentBuilds(f.MaxConcurrentBuilds)}
+	if f.SecretsDir != "" {
+		opts = append(opts, ctrd.WithSecretsDir(f.SecretsDir))
+	}
+	if f.BuildCAFile != "" {
+		opts = append(opts, ctrd.WithBuildCAFile(f.BuildCAFile))
+	}
 	if f.stateDir != "" {
 		opts = append(opts, ctrd.WithStateDir(f.stateDir))
 	}

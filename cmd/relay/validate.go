@@ -3,10 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+
+	"github.com/relaydev/relay/app/template"
 )
 
 // ValidateCmd is `relay validate`.
-type ValidateCmd struct{}
+type ValidateCmd struct {
+	SecretsDir string `name:"secrets-dir" placeholder:"DIR" help:"Also check that every secret an app names is a file in DIR (the worker's RELAY_SECRETS_DIR)."`
+}
 
 // Run loads the apps root and prints every error as
 // app/template.yaml:line:col: message.
@@ -17,6 +22,12 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if len(apps.List()) == 0 {
 		return errNoApps(g.Apps)
+	}
+	if c.SecretsDir != "" {
+		if fi, err := os.Stat(c.SecretsDir); err != nil || !fi.IsDir() {
+			return usagef("--secrets-dir %s is not a directory", c.SecretsDir)
+		}
+		template.CheckSecrets(apps, c.SecretsDir)
 	}
 	errs := apps.Errors()
 	for _, e := range errs {
@@ -31,10 +42,11 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 
 // Help is shown by relay validate --help.
 func (c *ValidateCmd) Help() string {
-	return `Prints every template error of every app as app/template.yaml:line:col: message and exits 1 if there is any (or if the apps root holds no app). Needs neither Redis nor containerd.
+	return `Prints every template error of every app as app/template.yaml:line:col: message and exits 1 if there is any (or if the apps root holds no app). It also checks each app's dependency manifest (requirements.txt; package.json with package-lock.json) and secret names, and with --secrets-dir that every secret exists. Needs neither Redis nor containerd.
 
 Examples:
 
     relay validate --apps ./apps
-    RELAY_APPS=/apps relay validate`
+    RELAY_APPS=/apps relay validate
+    relay validate --apps ./apps --secrets-dir /var/lib/relay/secrets`
 }

@@ -99,6 +99,11 @@ type options struct {
 	warmMaxContainers    int
 	taskCreationGrace    time.Duration
 	orphanTimeout        time.Duration
+	secretsDir           string
+	maxBuilds            int
+	buildTimeout         time.Duration
+	buildEnv             map[string]string // nil: buildEnvFromOS
+	buildCAFile          string
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -364,6 +369,9 @@ func newOptions(opts []Option) (options, error) {
 		pullProgressInterval: DefaultPullProgressInterval,
 		warmMaxInvocations:   DefaultWarmMaxInvocations,
 		warmIdleTimeout:      DefaultWarmIdleTimeout,
+		secretsDir:           runtime.DefaultSecretsDir,
+		maxBuilds:            DefaultMaxConcurrentBuilds,
+		buildTimeout:         DefaultBuildTimeout,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -379,6 +387,9 @@ func newOptions(opts []Option) (options, error) {
 	}
 	if o.logger == nil {
 		o.logger = slog.Default()
+	}
+	if o.buildEnv == nil {
+		o.buildEnv = buildEnvFromOS()
 	}
 	return o, nil
 }

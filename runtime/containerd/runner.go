@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -46,6 +47,8 @@ type Runner struct {
 	pulls                pulls
 
 	bootstraps bootstrapFiles
+	secretsDir string
+	deps       depsBuilder
 
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
@@ -88,6 +91,8 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		pulls:                pulls{inflight: map[string]*pullCall{}, failed: map[string]pullFailure{}},
 
 		bootstraps: bootstrapFiles{stateDir: o.stateDir, verified: map[string]bool{}},
+		secretsDir: o.secretsDir,
+		deps:       newDepsBuilder(o),
 		live:       map[string]struct{}{},
 		warm: warmPools{
 			maxInvocations: o.warmMaxInvocations,
@@ -167,6 +172,8 @@ type prepared struct {
 	appDir  string   // absolute
 	argv    []string // nil: the image's entrypoint
 	mounts  []specs.Mount
+	// specOpts adjust the spec after specOpts (the dependencies' paths).
+	specOpts []oci.SpecOpts
 }
 
 // prepare resolves spec's image and command, checks its app directory and
@@ -194,6 +201,16 @@ func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, erro
 	if err != nil {
 		return prepared{}, err
 	}
+	var extraOpts []oci.SpecOpts
+	if spec.Deps != nil && spec.Runtime != "" {
+		// The app's dependencies: the runtime image plus their layer.
+		built, err := r.ensureDeps(ctx, spec, ref, img, filepath.Base(appDir))
+		if err != nil {
+			return prepared{}, err
+		}
+		img = built.image
+		extraOpts = append(extraOpts, depsEnv(spec))
+	}
 	imgSpec, err := img.Spec(ctx)
 	if err != nil {
 		return prepared{}, classify(fmt.Errorf("image %s: %w", ref, err))
@@ -206,7 +223,7 @@ func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, erro
 		}
 		argv, mounts = boot.Command(m.Destination), []specs.Mount{m}
 	}
-	return prepared{ref: ref, img: img, imgSpec: imgSpec, appDir: appDir, argv: argv, mounts: mounts}, nil
+	return prepared{ref: ref, img: img, imgSpec: imgSpec, appDir: appDir, argv: argv, mounts: mounts, specOpts: extraOpts}, nil
 }
 
 func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result, runErr error) {
@@ -215,6 +232,16 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		return runtime.Result{}, err
 	}
 	img := p.img
+	// Read now, so that a rotated secret is used from this invocation on;
+	// removed after the container (deferred first, runs last).
+	secrets, err := r.stageSecrets(req.Spec.Secrets)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	defer secrets.remove()
+	if secrets != nil {
+		p.mounts = append(p.mounts, secrets.mount())
+	}
 
 	id := containerID(req.App, req.Handler)
 	r.track(id, true)
@@ -225,7 +252,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		client.WithSnapshotter(r.snapshotter),
 		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(specOpts(req, p.imgSpec, p.appDir, p.argv, p.mounts)...),
+		client.WithNewSpec(append(specOpts(req, p.imgSpec, p.appDir, p.argv, p.mounts), p.specOpts...)...),
 	}
 	cont, err := r.client.NewContainer(ctx, id, newOpts...)
 	if errdefs.IsAlreadyExists(err) {

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
 )
@@ -95,6 +96,8 @@ type warmContainer struct {
 	exited     chan struct{} // closed when the task exited; status is then set
 	status     client.ExitStatus
 	cancelWait context.CancelFunc
+
+	secrets *stagedSecrets // the app's secrets, refreshed before each invocation
 
 	uses      int         // under warmPools.mu
 	idleTimer *time.Timer // under warmPools.mu
@@ -259,6 +262,14 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 	if err != nil {
 		return nil, err
 	}
+	secrets, err := r.stageSecrets(req.Spec.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	mounts := p.mounts
+	if secrets != nil {
+		mounts = append(append([]specs.Mount(nil), mounts...), secrets.mount())
+	}
 	id := containerID(req.App, "warm")
 	r.track(id, true)
 	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelWarm: "true"}
@@ -271,10 +282,11 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 		client.WithSnapshotter(r.snapshotter),
 		client.WithNewSnapshot(id, p.img, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(specOpts(base, p.imgSpec, p.appDir, argv, p.mounts)...),
+		client.WithNewSpec(append(specOpts(base, p.imgSpec, p.appDir, argv, mounts), p.specOpts...)...),
 	}
 	cont, err := r.client.NewContainer(ctx, id, newOpts...)
 	if err != nil {
+		secrets.remove()
 		// NewContainer may have prepared the snapshot before failing.
 		if rerr := r.remove(ctx, id); rerr != nil {
 			r.logWarmCleanup(ctx, req.App, id, rerr)
@@ -285,7 +297,7 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 	idlePrefix := runtime.Prefix(req.App, warmIdlePrefix)
 	stdin, stdinW := io.Pipe()
 	w := &warmContainer{
-		id: id, app: req.App, pool: a, cont: cont, stdin: stdinW,
+		id: id, app: req.App, pool: a, cont: cont, stdin: stdinW, secrets: secrets,
 		idleOut: r.stdout.LineWriter(idlePrefix),
 		idleErr: r.stderr.LineWriter(idlePrefix),
 		exited:  make(chan struct{}),
@@ -329,6 +341,12 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 
 // invoke runs req in w. keep is false when w must not serve again.
 func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Request) (_ runtime.Result, keep bool, _ error) {
+	if w.secrets != nil {
+		// Read now: a rotated secret is used from this invocation on.
+		if err := r.refreshSecrets(w.secrets, req.Spec.Secrets); err != nil {
+			return runtime.Result{}, true, err
+		}
+	}
 	prefix := runtime.Prefix(req.App, req.Handler)
 	stdout, stderr := r.stdout.LineWriter(prefix), r.stderr.LineWriter(prefix)
 	token := newToken()
@@ -482,6 +500,7 @@ func (r *Runner) discard(w *warmContainer) {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
 		r.track(w.id, false)
+		w.secrets.remove()
 		r.warm.mu.Lock()
 		delete(r.warm.all, w)
 		r.warm.mu.Unlock()

@@ -1,0 +1,189 @@
+package template
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
+)
+
+// maxManifestBytes bounds a dependency manifest or lockfile.
+const maxManifestBytes = 16 << 20
+
+// loadDeps reads the dependency manifest of a's language runtime from dir
+// into a.Spec.Deps, adding an error for a manifest that is unreadable or
+// not well formed, or a node manifest without its lockfile
+// (docs/runtimes.md "Dependencies"). Apps without a runtime have none.
+func loadDeps(a *app.App, dir string) {
+	prefix := a.Name + "/"
+	switch a.Spec.Runtime {
+	case runtime.RuntimePython3:
+		data, ok := readManifest(a, dir, runtime.PythonManifest)
+		if data == nil || !ok {
+			return
+		}
+		if !checkRequirements(a, prefix+runtime.PythonManifest, data) {
+			return
+		}
+		a.Spec.Deps = &runtime.Deps{Manifest: runtime.PythonManifest, ManifestData: data}
+	case runtime.RuntimeNode:
+		data, ok := readManifest(a, dir, runtime.NodeManifest)
+		if data == nil || !ok {
+			return
+		}
+		file := prefix + runtime.NodeManifest
+		var pkg map[string]json.RawMessage
+		if err := json.Unmarshal(data, &pkg); err != nil {
+			line, col := jsonErrorPos(data, err)
+			a.Errors.Add(file, line, col, "", fmt.Sprintf("package.json is not a JSON object: %v", err))
+			return
+		}
+		lock, ok := readManifest(a, dir, runtime.NodeLockfile)
+		if !ok {
+			return
+		}
+		if lock == nil {
+			a.Errors.Add(file, 1, 1, "", "package.json needs a package-lock.json beside it, so that every build installs the same packages: run npm install --package-lock-only in the app directory and add the file")
+			return
+		}
+		var lk struct {
+			LockfileVersion *int `json:"lockfileVersion"`
+		}
+		lockFile := prefix + runtime.NodeLockfile
+		if err := json.Unmarshal(lock, &lk); err != nil {
+			line, col := jsonErrorPos(lock, err)
+			a.Errors.Add(lockFile, line, col, "", fmt.Sprintf("package-lock.json is not a JSON object: %v", err))
+			return
+		}
+		if lk.LockfileVersion == nil {
+			a.Errors.Add(lockFile, 1, 1, "", "package-lock.json has no lockfileVersion: regenerate it with npm install --package-lock-only")
+			return
+		}
+		a.Spec.Deps = &runtime.Deps{Manifest: runtime.NodeManifest, ManifestData: data,
+			Lockfile: runtime.NodeLockfile, LockfileData: lock}
+	}
+}
+
+// readManifest reads name in dir: nil data when it does not exist; ok false
+// (with an error added to a) when it cannot be read.
+func readManifest(a *app.App, dir, name string) (data []byte, ok bool) {
+	file := a.Name + "/" + name
+	path := filepath.Join(dir, name)
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, true
+	}
+	switch {
+	case err != nil:
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read %s: %v", name, err))
+		return nil, false
+	case !insideDir(dir, path):
+		a.Errors.Add(file, 0, 0, "", name+" is a symbolic link to a file outside the app directory; copy the file in instead")
+		return nil, false
+	case !fi.Mode().IsRegular():
+		a.Errors.Add(file, 0, 0, "", name+" must be a regular file")
+		return nil, false
+	case fi.Size() > maxManifestBytes:
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
+		return nil, false
+	}
+	f, err := os.Open(path)
+	if err == nil {
+		defer f.Close()
+		data, err = io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
+	}
+	if err != nil {
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read %s: %v", name, err))
+		return nil, false
+	}
+	if len(data) > maxManifestBytes {
+		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
+		return nil, false
+	}
+	return data, true
+}
+
+// requirementRE matches one requirement of requirements.txt: a project
+// name, optional extras, then nothing or a version specifier, an
+// environment marker or a direct reference (@ URL).
+var requirementRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\s*(\[[A-Za-z0-9._,\s-]*\])?\s*(([=!<>~]=?=?|@|;).*)?$`)
+
+// checkRequirements checks every line of a requirements.txt: blank,
+// comment, pip option (starting with '-') or requirement. It adds one
+// error per bad line and reports whether there was none.
+func checkRequirements(a *app.App, file string, data []byte) bool {
+	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+		a.Errors.Add(file, 1, 1, "", "requirements.txt must be UTF-8 text")
+		return false
+	}
+	ok := true
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		lineNo := i + 1
+		line := strings.TrimRight(lines[i], "\r")
+		for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
+			i++
+			line = strings.TrimSuffix(line, "\\") + strings.TrimRight(lines[i], "\r")
+		}
+		if j := strings.Index(line, "#"); j == 0 || j > 0 && (line[j-1] == ' ' || line[j-1] == '\t') {
+			line = line[:j]
+		}
+		trimmed := strings.TrimSpace(line)
+		col := strings.Index(line, trimmed) + 1
+		switch {
+		case trimmed == "":
+		case strings.HasPrefix(trimmed, "-e ") || strings.HasPrefix(trimmed, "--editable"):
+			a.Errors.Add(file, lineNo, col, "", "editable requirements (-e) cannot be installed into a dependency layer; name the package or a wheel instead")
+			ok = false
+		case strings.HasPrefix(trimmed, "-"):
+			// A pip option (--find-links wheels, --no-index, -r other.txt):
+			// pip checks it at build time, where its error is the reason.
+		case strings.HasPrefix(trimmed, "./") || strings.HasPrefix(trimmed, "/") || strings.Contains(trimmed, "://"):
+			// A path or URL of a distribution.
+		case !requirementRE.MatchString(trimmed):
+			a.Errors.Add(file, lineNo, col, "", fmt.Sprintf("%q is not a requirement: write name==version (for example requests==2.32.3), a pip option or a comment", trimmed))
+			ok = false
+		}
+	}
+	return ok
+}
+
+// jsonErrorPos returns the line and column of a JSON syntax error in data
+// (1:1 for other errors).
+func jsonErrorPos(data []byte, err error) (line, col int) {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return 1, 1
+	}
+	off := int(min(se.Offset, int64(len(data))))
+	line = 1 + bytes.Count(data[:off], []byte("\n"))
+	col = off - bytes.LastIndexByte(data[:off], '\n')
+	return line, col
+}
+
+// CheckSecrets adds an error to every app of set that names a secret
+// missing from dir, the secrets directory (relay validate --secrets-dir;
+// docs/apps.md "Secrets").
+func CheckSecrets(set *app.Set, dir string) {
+	for _, a := range set.List() {
+		for _, name := range a.Spec.Secrets {
+			fi, err := os.Stat(filepath.Join(dir, name))
+			switch {
+			case err != nil:
+				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: no file %s in the secrets directory %s", name, name, dir))
+			case fi.IsDir():
+				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: %s in the secrets directory %s is a directory, not a file", name, name, dir))
+			}
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package containerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// Dependencies (docs/runtimes.md "Dependencies"): an app with a manifest
+// runs in an image of its own, the runtime image plus one layer holding
+// what the installer wrote to runtime.DepsDir. The image is named by a
+// cache key, the hash of the manifest, the lockfile and the runtime
+// image's digest, so that an unchanged manifest never builds again and
+// every Runner of a containerd namespace shares it; a file lock in the
+// state directory makes the Runners of a host build each key once.
+
+// Labels of a dependency image.
+const (
+	LabelDepsApp      = "relay.deps.app"      // the app that built it first
+	LabelDepsBase     = "relay.deps.base"     // the runtime image's reference
+	LabelDepsBuilt    = "relay.deps.built"    // RFC 3339 time of the build
+	LabelDepsDuration = "relay.deps.duration" // build time, a Go duration
+	LabelDepsSize     = "relay.deps.size"     // bytes of the layer, compressed
+)
+
+// DepsImage describes an app's dependency image (relay app inspect).
+type DepsImage struct {
+	// Name is the image's reference, DepsImagePrefix + cache key.
+	Name string
+	// Built is set when the image exists; the other fields then too.
+	Built    bool
+	At       time.Time
+	Duration time.Duration
+	// Size is the size of the dependency layer in bytes, compressed.
+	Size int64
+}
+
+type depsBuilder struct {
+	sem           chan struct{}
+	timeout       time.Duration
+	retryInterval time.Duration
+	env           map[string]string
+	caFile        string
+	lockDir       string // "" until first use: stateDir/deps or a temp dir
+
+	mu       sync.Mutex
+	done     map[string]client.Image // by key
+	inflight map[string]*depsCall
+	failed   map[string]depsFailure
+}
+
+type depsCall struct {
+	done chan struct{}
+	img  client.Image
+	err  error
+}
+
+type depsFailure struct {
+	err error
+	at  time.Time
+}
+
+func newDepsBuilder(o options) depsBuilder {
+	lockDir := ""
+	if o.stateDir != "" {
+		lockDir = filepath.Join(o.stateDir, "deps")
+	}
+	return depsBuilder{
+		sem:           make(chan struct{}, o.maxBuilds),
+		timeout:       o.buildTimeout,
+		retryInterval: DefaultBuildRetryInterval,
+		env:           o.buildEnv,
+		caFile:        o.buildCAFile,
+		lockDir:       lockDir,
+		done:          map[string]client.Image{},
+		inflight:      map[string]*depsCall{},
+		failed:        map[string]depsFailure{},
+	}
+}
+
+// Prepare readies what app needs before its handlers run (relay.Preparer):
+// it checks that every secret of spec exists in the secrets directory and
+// builds spec's dependency image unless it is cached, waiting for the
+// build. Errors wrap runtime.ErrUnavailable: a missing secret, a failed
+// build (with the installer's last lines), a missing runtime image.
+func (r *Runner) Prepare(ctx context.Context, app string, spec runtime.Spec) error {
+	ctx = namespaces.WithNamespace(ctx, r.namespace)
+	if err := r.checkSecrets(spec.Secrets); err != nil {
+		return err
+	}
+	if spec.Deps == nil || spec.Runtime == "" {
+		return nil
+	}
+	ref, _, _, err := r.resolve(spec)
+	if err != nil {
+		return err
+	}
+	img, err := r.image(ctx, ref)
+	if err != nil {
+		return err
+	}
+	_, err = r.ensureDeps(ctx, spec, ref, img, app)
+	return err
+}
+
+// depsKey is the cache key of spec's dependencies on the image base.
+func depsKey(spec runtime.Spec, base client.Image) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "relay deps v1\nruntime=%s\nbase=%s\ndeps=%s\n", spec.Runtime, base.Target().Digest, spec.Deps.Digest())
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// DepsImageOf returns the dependency image of spec, built or not, without
+// building it; ok is false when spec has no dependencies. The runtime
+// image must be present.
+func (r *Runner) DepsImageOf(ctx context.Context, spec runtime.Spec) (_ DepsImage, ok bool, _ error) {
+	if spec.Deps == nil || spec.Runtime == "" {
+		return DepsImage{}, false, nil
+	}
+	ctx = namespaces.WithNamespace(ctx, r.namespace)
+	ref, _, _, err := r.resolve(spec)
+	if err != nil {
+		return DepsImage{}, true, err
+	}
+	base, err := r.client.GetImage(ctx, ref)
+	if err != nil {
+		return DepsImage{}, true, classify(fmt.Errorf("image %s: %w", ref, err))
+	}
+	info := DepsImage{Name: DepsImagePrefix + depsKey(spec, base)}
+	img, err := r.client.ImageService().Get(ctx, info.Name)
+	if errdefs.IsNotFound(err) {
+		return info, true, nil
+	}
+	if err != nil {
+		return info, true, classify(err)
+	}
+	info.Built = true
+	info.At, _ = time.Parse(time.RFC3339, img.Labels[LabelDepsBuilt])
+	info.Duration, _ = time.ParseDuration(img.Labels[LabelDepsDuration])
+	info.Size, _ = strconv.ParseInt(img.Labels[LabelDepsSize], 10, 64)
+	return info, true, nil
+}
+
+// ensureDeps returns the dependency image of spec on base (the runtime
+// image ref), building it when no Runner has.
+func (r *Runner) ensureDeps(ctx context.Context, spec runtime.Spec, ref string, base client.Image, app string) (depsResult, error) {
+	key := depsKey(spec, base)
+	b := &r.deps
+	b.mu.Lock()
+	if img, ok := b.done[key]; ok {
+		b.mu.Unlock()
+		return depsResult{image: img}, nil
+	}
+	if f, ok := b.failed[key]; ok && time.Since(f.at) < b.retryInterval {
+		b.mu.Unlock()
+		return depsResult{}, f.err
+	}
+	call, ok := b.inflight[key]
+	if !ok {
+		call = &depsCall{done: make(chan struct{})}
+		b.inflight[key] = call
+		go func() {
+			// Detached: the callers waiting for it may come and go.
+			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout+time.Minute)
+			defer cancel()
+			call.img, call.err = r.depsImage(bctx, spec, ref, base, key, app)
+			b.mu.Lock()
+			delete(b.inflight, key)
+			if call.err == nil {
+				b.done[key] = call.img
+				delete(b.failed, key)
+			} else if !errors.Is(call.err, errDepsInfra) {
+				b.failed[key] = depsFailure{err: call.err, at: time.Now()}
+			}
+			b.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	b.mu.Unlock()
+	select {
+	case <-call.done:
+		if call.err != nil {
+			return depsResult{}, call.err
+		}
+		return depsResult{image: call.img}, nil
+	case <-ctx.Done():
+		return depsResult{}, ctx.Err()
+	}
+}
+
+type depsResult struct {
+	image client.Image
+}
+
+// errDepsInfra marks a build failure that is not the manifest's: it is not
+// remembered, so the next invocation tries again.
+var errDepsInfra = errors.New("dependency build infrastructure")
+
+// depsImage returns the image named by key, building it under the host's
+// lock for key when it does not exist.
+func (r *Runner) depsImage(ctx context.Context, spec runtime.Spec, ref string, base client.Image, key, app string) (client.Image, error) {
+	name := DepsImagePrefix + key
+	if img, err := r.cachedDeps(ctx, name, app); img != nil || err != nil {
+		return img, err
+	}
+	b := &r.deps
+	select {
+	case b.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-b.sem }()
+	unlock, err := r.lockDeps(key)
+	if err != nil {
+		return nil, fmt.Errorf("lock dependency build: %w: %w: %w", err, errDepsInfra, runtime.ErrUnavailable)
+	}
+	defer unlock()
+	// Another Runner of this host may have built it while we waited.
+	if img, err := r.cachedDeps(ctx, name, app); img != nil || err != nil {
+		return img, err
+	}
+	return r.buildDeps(ctx, spec, ref, base, name, app)
+}
+
+// cachedDeps returns the image name, unpacked, or nil when it does not
+// exist.
+func (r *Runner) cachedDeps(ctx context.Context, name, app string) (client.Image, error) {
+	img, err := r.client.GetImage(ctx, name)
+	if errdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errDepsInfra, classify(fmt.Errorf("image %s: %w", name, err)))
+	}
+	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
+	if err == nil && !unpacked {
+		err = img.Unpack(ctx, r.snapshotter)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errDepsInfra, classify(fmt.Errorf("unpack %s: %w", name, err)))
+	}
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "dependency image cached; not rebuilding",
+		slog.String("app", app), slog.String("image", name), slog.String("built", img.Labels()[LabelDepsBuilt]))
+	return img, nil
+}
+
+// lockDeps takes the host-wide lock of key's build (a file lock, released
+// when the process dies).
+func (r *Runner) lockDeps(key string) (func(), error) {
+	b := &r.deps
+	b.mu.Lock()
+	if b.lockDir == "" {
+		b.lockDir = filepath.Join(os.TempDir(), "relay-deps-locks")
+	}
+	dir := b.lockDir
+	b.mu.Unlock()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, key+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// depsEnv puts the dependencies on the runtime's import path, after any
+// path the app's env sets.
+func depsEnv(spec runtime.Spec) oci.SpecOpts {
+	name, dir := "PYTHONPATH", runtime.DepsDir+"/python"
+	if spec.Runtime == runtime.RuntimeNode {
+		name, dir = "NODE_PATH", runtime.DepsDir+"/node_modules"
+	}
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			return nil
+		}
+		for i, kv := range s.Process.Env {
+			if v, ok := strings.CutPrefix(kv, name+"="); ok {
+				if v != "" {
+					v += ":"
+				}
+				s.Process.Env[i] = name + "=" + v + dir
+				return nil
+			}
+		}
+		s.Process.Env = append(s.Process.Env, name+"="+dir)
+		return nil
+	}
+}

@@ -1,0 +1,418 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/contrib/seccomp"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// Limits of a build's output (docs/runtimes.md "Dependencies").
+const (
+	// buildLogLines is how many lines of a build's output are logged; the
+	// rest is counted.
+	buildLogLines = 200
+	// buildTailLines is how many last lines a failed build reports.
+	buildTailLines = 10
+	// buildLineBytes caps one logged line.
+	buildLineBytes = 1024
+)
+
+// Paths inside a build container.
+const (
+	buildManifestDir = "/relay-build"              // the manifest and lockfile, read-only
+	buildCAPath      = "/etc/relay/build-ca.pem"   // RELAY_BUILD_CA_FILE, read-only
+	buildHome        = "/tmp/relay-build-home"     // HOME and caches, on the tmpfs
+	buildPythonDir   = runtime.DepsDir + "/python" // pip --target
+	buildNodeDir     = runtime.DepsDir             // npm ci runs here
+)
+
+// buildScript returns the shell script that installs spec's dependencies
+// into runtime.DepsDir. pip runs in /app so that relative paths in
+// requirements.txt (--find-links wheels) name the app's files.
+func buildScript(spec runtime.Spec) (script, what string) {
+	d := spec.Deps
+	if spec.Runtime == runtime.RuntimeNode {
+		return fmt.Sprintf(`set -e
+mkdir -p %[1]s
+cp %[2]s/%[3]s %[2]s/%[4]s %[1]s/
+cd %[1]s
+exec npm ci --omit=dev --no-audit --no-fund --no-update-notifier
+`, buildNodeDir, buildManifestDir, d.Manifest, d.Lockfile), "npm ci --omit=dev"
+	}
+	return fmt.Sprintf(`set -e
+mkdir -p %[1]s
+cd /app
+exec python3 -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --target %[1]s -r %[2]s/%[3]s
+`, buildPythonDir, buildManifestDir, d.Manifest), "pip install --target " + buildPythonDir
+}
+
+// buildDeps runs the installer in a build container from base and makes
+// an image named name of base plus the layer of what it wrote.
+func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, base client.Image, name, app string) (client.Image, error) {
+	start := time.Now()
+	script, what := buildScript(spec)
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "building dependency image",
+		slog.String("app", app), slog.String("image", name), slog.String("base", ref), slog.String("installer", what))
+	infra := func(err error) error {
+		return fmt.Errorf("dependency build of app %s: %w: %w", app, errDepsInfra, classify(err))
+	}
+	// The lease keeps the layer and the new blobs from garbage collection
+	// until the image refers to them.
+	lctx, done, err := r.client.WithLease(ctx)
+	if err != nil {
+		return nil, infra(fmt.Errorf("lease: %w", err))
+	}
+	defer func() {
+		dctx, cancel := r.detached(ctx)
+		defer cancel()
+		done(dctx)
+	}()
+
+	staging, err := os.MkdirTemp("", "relay-build-")
+	if err != nil {
+		return nil, infra(err)
+	}
+	defer os.RemoveAll(staging)
+	files := map[string][]byte{spec.Deps.Manifest: spec.Deps.ManifestData}
+	if spec.Deps.Lockfile != "" {
+		files[spec.Deps.Lockfile] = spec.Deps.LockfileData
+	}
+	for f, data := range files {
+		if err := os.WriteFile(filepath.Join(staging, f), data, 0o444); err != nil {
+			return nil, infra(err)
+		}
+	}
+	os.Chmod(staging, 0o755)
+
+	out := newBuildOutput(r.logger, app)
+	id := containerID(app, "deps-build")
+	r.track(id, true)
+	defer r.track(id, false)
+	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: app, LabelHandler: "deps-build"}
+	appDir, _ := filepath.Abs(spec.Dir)
+	imgSpec, err := base.Spec(lctx)
+	if err != nil {
+		return nil, infra(err)
+	}
+	cont, err := r.client.NewContainer(lctx, id,
+		client.WithImage(base),
+		client.WithSnapshotter(r.snapshotter),
+		client.WithNewSnapshot(id, base, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(r.buildSpecOpts(imgSpec, appDir, staging, script)...),
+	)
+	if err != nil {
+		r.remove(lctx, id)
+		return nil, infra(fmt.Errorf("create build container: %w", err))
+	}
+	defer func() {
+		dctx, cancel := r.detached(ctx)
+		defer cancel()
+		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			r.logger.LogAttrs(dctx, slog.LevelError, "build container cleanup failed", slog.String("app", app),
+				slog.String("container_id", id), slog.Any("error", err))
+		}
+	}()
+	code, err := r.runBuild(lctx, cont, out)
+	out.Close()
+	if err != nil {
+		return nil, infra(err)
+	}
+	if code != 0 {
+		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
+			slog.String("installer", what), slog.Int("exit_code", code))
+		return nil, fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s: %w",
+			app, what, code, out.Tail(), runtime.ErrUnavailable)
+	}
+
+	img, size, err := r.commitDeps(lctx, base, id, name, app, ref, what, start)
+	if err != nil {
+		return nil, infra(err)
+	}
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "dependency image built", slog.String("app", app), slog.String("image", name),
+		slog.Int64("size_bytes", size), slog.Duration("duration", time.Since(start)))
+	return img, nil
+}
+
+// buildSpecOpts is the spec of a build container: the runtime image's
+// environment plus the build variables, a writable root file system, host
+// network, the app read-only at /app and the manifest at
+// buildManifestDir. It runs as root without capabilities, so that it can
+// write runtime.DepsDir and nothing owned by another user.
+func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string) []oci.SpecOpts {
+	env := append([]string(nil), img.Config.Env...)
+	if len(env) == 0 {
+		env = []string{defaultPath}
+	}
+	env = append(env, "HOME="+buildHome, "npm_config_cache="+buildHome+"/.npm", "npm_config_update_notifier=false",
+		"PIP_NO_CACHE_DIR=1", "PYTHONDONTWRITEBYTECODE=")
+	names := make([]string, 0, len(r.deps.env))
+	for k := range r.deps.env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		env = append(env, k+"="+r.deps.env[k])
+	}
+	mounts := []specs.Mount{
+		{Destination: "/app", Type: "bind", Source: appDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		{Destination: buildManifestDir, Type: "bind", Source: staging, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.Itoa(1<<30)}},
+	}
+	if r.deps.caFile != "" {
+		mounts = append(mounts, specs.Mount{Destination: buildCAPath, Type: "bind", Source: r.deps.caFile, Options: []string{"rbind", "ro"}})
+		env = append(env, "PIP_CERT="+buildCAPath, "NODE_EXTRA_CA_CERTS="+buildCAPath)
+	}
+	return []oci.SpecOpts{
+		oci.WithProcessArgs("/bin/sh", "-c", "mkdir -p "+buildHome+" && "+script),
+		oci.WithProcessCwd("/"),
+		oci.WithEnv(env),
+		oci.WithUIDGID(0, 0),
+		oci.WithNoNewPrivileges,
+		oci.WithCapabilities(nil),
+		withNoAmbientCapabilities,
+		seccomp.WithDefaultProfile(),
+		oci.WithMounts(mounts),
+		oci.WithMemoryLimit(BuildMemoryBytes),
+		oci.WithPidsLimit(BuildPIDs),
+		oci.WithHostNamespace(specs.NetworkNamespace),
+		oci.WithHostResolvconf,
+		oci.WithHostHostsFile,
+	}
+}
+
+// runBuild runs the build container's task to its end, bounded by the
+// build timeout, and returns its exit code.
+func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *buildOutput) (int, error) {
+	task, err := cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(bytes.NewReader(nil), out, out)))
+	if err != nil {
+		return 0, fmt.Errorf("create build task: %w", err)
+	}
+	defer func() {
+		dctx, cancel := r.detached(ctx)
+		defer cancel()
+		deleteTask(dctx, cont, task, client.WithProcessKill)
+	}()
+	statusC, err := task.Wait(context.WithoutCancel(ctx))
+	if err != nil {
+		return 0, fmt.Errorf("wait build task: %w", err)
+	}
+	if err := task.Start(ctx); err != nil {
+		return 0, fmt.Errorf("start build task: %w", err)
+	}
+	t := time.NewTimer(r.deps.timeout)
+	defer t.Stop()
+	select {
+	case st := <-statusC:
+		code, _, err := st.Result()
+		if err != nil {
+			return 0, err
+		}
+		drainOutput(task, outputDrainTimeout)
+		return int(code), nil
+	case <-t.C:
+		r.kill(ctx, task, statusC)
+		return 0, fmt.Errorf("build exceeded %v (WithBuildTimeout)", r.deps.timeout)
+	case <-ctx.Done():
+		r.kill(ctx, task, statusC)
+		return 0, ctx.Err()
+	}
+}
+
+// commitDeps turns what the build container id wrote into a layer (the
+// diff service's Compare of its snapshot against the base's), writes the
+// config and manifest of base plus that layer into the content store,
+// creates the image name and unpacks it (the diff service's Apply). It
+// returns the image and the layer's size.
+func (r *Runner) commitDeps(ctx context.Context, base client.Image, id, name, app, ref, what string, start time.Time) (client.Image, int64, error) {
+	sn := r.client.SnapshotService(r.snapshotter)
+	cs := r.client.ContentStore()
+	diffIDs, err := base.RootFS(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	parent := identity.ChainID(diffIDs).String()
+	viewKey := id + "-lower"
+	lower, err := sn.View(ctx, viewKey, parent)
+	if err != nil {
+		return nil, 0, fmt.Errorf("view of %s: %w", ref, err)
+	}
+	defer sn.Remove(context.WithoutCancel(ctx), viewKey)
+	upper, err := sn.Mounts(ctx, id)
+	if err != nil {
+		return nil, 0, fmt.Errorf("mounts of the build: %w", err)
+	}
+	layer, err := r.client.DiffService().Compare(ctx, lower, upper,
+		diff.WithMediaType(ocispec.MediaTypeImageLayerGzip), diff.WithReference("relay-deps-"+id))
+	if err != nil {
+		return nil, 0, fmt.Errorf("diff of the build: %w", err)
+	}
+	diffID, err := images.GetDiffID(ctx, cs, layer)
+	if err != nil {
+		return nil, 0, fmt.Errorf("diff id of the layer: %w", err)
+	}
+
+	manifest, err := images.Manifest(ctx, cs, base.Target(), base.Platform())
+	if err != nil {
+		return nil, 0, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	cfgBlob, err := content.ReadBlob(ctx, cs, manifest.Config)
+	if err != nil {
+		return nil, 0, fmt.Errorf("config of %s: %w", ref, err)
+	}
+	var cfg ocispec.Image
+	if err := json.Unmarshal(cfgBlob, &cfg); err != nil {
+		return nil, 0, fmt.Errorf("config of %s: %w", ref, err)
+	}
+	now := time.Now().UTC()
+	cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, diffID)
+	cfg.History = append(cfg.History, ocispec.History{Created: &now, CreatedBy: "relay: " + what, Comment: "dependencies of app " + app})
+	cfgDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageConfig, cfg, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	manifest.Config = cfgDesc
+	manifest.MediaType = ocispec.MediaTypeImageManifest
+	manifest.Layers = append(manifest.Layers, layer)
+	gc := map[string]string{"containerd.io/gc.ref.content.config": cfgDesc.Digest.String()}
+	for i, l := range manifest.Layers {
+		gc["containerd.io/gc.ref.content.l."+strconv.Itoa(i)] = l.Digest.String()
+	}
+	mfDesc, err := writeJSON(ctx, cs, ocispec.MediaTypeImageManifest, manifest, gc)
+	if err != nil {
+		return nil, 0, err
+	}
+	rec := images.Image{Name: name, Target: mfDesc, Labels: map[string]string{
+		LabelDepsApp:      app,
+		LabelDepsBase:     ref,
+		LabelDepsBuilt:    now.Format(time.RFC3339),
+		LabelDepsDuration: time.Since(start).Round(time.Millisecond).String(),
+		LabelDepsSize:     strconv.FormatInt(layer.Size, 10),
+	}}
+	stored, err := r.client.ImageService().Create(ctx, rec)
+	if errdefs.IsAlreadyExists(err) {
+		stored, err = r.client.ImageService().Get(ctx, name)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("create image %s: %w", name, err)
+	}
+	img := client.NewImageWithPlatform(r.client, stored, base.Platform())
+	if err := img.Unpack(ctx, r.snapshotter); err != nil {
+		return nil, 0, fmt.Errorf("unpack %s: %w", name, err)
+	}
+	return img, layer.Size, nil
+}
+
+// writeJSON stores v as a blob of mediaType with labels.
+func writeJSON(ctx context.Context, cs content.Store, mediaType string, v any, labels map[string]string) (ocispec.Descriptor, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
+	if err := content.WriteBlob(ctx, cs, "relay-deps-"+desc.Digest.Encoded(), bytes.NewReader(b), desc, content.WithLabels(labels)); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("write %s: %w", mediaType, err)
+	}
+	return desc, nil
+}
+
+// buildOutput logs a build's output line by line with the app's name, up
+// to buildLogLines lines of at most buildLineBytes, and keeps the last
+// buildTailLines for the error of a failed build.
+type buildOutput struct {
+	log *slog.Logger
+	app string
+
+	mu      sync.Mutex
+	partial []byte
+	logged  int
+	dropped int
+	tail    []string
+}
+
+func newBuildOutput(log *slog.Logger, app string) *buildOutput {
+	return &buildOutput{log: log, app: app}
+}
+
+func (o *buildOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, c := range p {
+		if c == '\n' {
+			o.line()
+			continue
+		}
+		if len(o.partial) < buildLineBytes {
+			o.partial = append(o.partial, c)
+		}
+	}
+	return len(p), nil
+}
+
+// line ends the current line. Called with mu held.
+func (o *buildOutput) line() {
+	s := strings.TrimRight(string(o.partial), "\r ")
+	o.partial = o.partial[:0]
+	if strings.TrimSpace(s) == "" {
+		return
+	}
+	if o.logged < buildLogLines {
+		o.logged++
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "dependency build output", slog.String("app", o.app), slog.String("line", s))
+	} else {
+		o.dropped++
+	}
+	o.tail = append(o.tail, s)
+	if len(o.tail) > buildTailLines {
+		o.tail = o.tail[1:]
+	}
+}
+
+// Close ends a last unterminated line and logs how many lines were not.
+func (o *buildOutput) Close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.partial) > 0 {
+		o.line()
+	}
+	if o.dropped > 0 {
+		o.log.LogAttrs(context.Background(), slog.LevelInfo, "dependency build output truncated",
+			slog.String("app", o.app), slog.Int("lines_not_logged", o.dropped))
+		o.dropped = 0
+	}
+}
+
+// Tail returns the last lines of the output, joined by " | ".
+func (o *buildOutput) Tail() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.tail) == 0 {
+		return "no output"
+	}
+	return strings.Join(o.tail, " | ")
+}

@@ -1,0 +1,175 @@
+package containerd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// MaxSecretBytes bounds one secret file (the size of a Kubernetes Secret).
+const MaxSecretBytes = 1 << 20
+
+// stagedSecrets is a private copy of an app's secrets on the host, which a
+// container sees read-only at /run/secrets (docs/apps.md "Secrets"). The
+// copy, not the secrets directory itself, is mounted: a container sees only
+// its app's secrets, and a secret rotated while it runs changes for its
+// next invocation, not in the middle of one.
+type stagedSecrets struct {
+	root string // private to the worker's user (0700); removed by remove
+	dir  string // root/s: the mount's source
+}
+
+// secretsMissing wraps runtime.ErrUnavailable: a missing secret holds the
+// app's messages pending until it appears.
+func (r *Runner) secretError(name string, err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("secret %q: no file %s in the secrets directory %s (RELAY_SECRETS_DIR): %w",
+			name, name, r.secretsDir, runtime.ErrUnavailable)
+	}
+	return fmt.Errorf("secret %q in the secrets directory %s: %v: %w", name, r.secretsDir, err, runtime.ErrUnavailable)
+}
+
+// checkSecrets reports the first of names that cannot be read from the
+// secrets directory, with an error wrapping runtime.ErrUnavailable.
+func (r *Runner) checkSecrets(names []string) error {
+	for _, name := range names {
+		if err := runtime.CheckSecretName(name); err != nil {
+			return fmt.Errorf("%w: %w", err, runtime.ErrUnavailable)
+		}
+		fi, err := os.Stat(filepath.Join(r.secretsDir, name))
+		if err == nil && !fi.Mode().IsRegular() {
+			err = errors.New("not a regular file")
+		}
+		if err != nil {
+			return r.secretError(name, err)
+		}
+	}
+	return nil
+}
+
+// stageSecrets copies the secrets names from the secrets directory into a
+// new private directory; nil when names is empty. The error names the
+// missing or unreadable secret, never a value.
+func (r *Runner) stageSecrets(names []string) (*stagedSecrets, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	root, err := os.MkdirTemp("", "relay-secrets-")
+	if err != nil {
+		return nil, fmt.Errorf("stage secrets: %w", err)
+	}
+	s := &stagedSecrets{root: root, dir: filepath.Join(root, "s")}
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
+		s.remove()
+		return nil, fmt.Errorf("stage secrets: %w", err)
+	}
+	if err := r.refreshSecrets(s, names); err != nil {
+		s.remove()
+		return nil, err
+	}
+	return s, nil
+}
+
+// refreshSecrets (re)writes every secret of names into s from the secrets
+// directory as it is now, each replaced in one rename.
+func (r *Runner) refreshSecrets(s *stagedSecrets, names []string) error {
+	// Writable for the copy, then read-only for the handler user again.
+	if err := os.Chmod(s.dir, 0o700); err != nil {
+		return fmt.Errorf("stage secrets: %w", err)
+	}
+	for _, name := range names {
+		if err := runtime.CheckSecretName(name); err != nil {
+			return fmt.Errorf("%w: %w", err, runtime.ErrUnavailable)
+		}
+		data, err := readSecret(filepath.Join(r.secretsDir, name))
+		if err != nil {
+			return r.secretError(name, err)
+		}
+		tmp := filepath.Join(s.dir, ".tmp-"+name)
+		if err := writeSecret(tmp, data); err != nil {
+			return fmt.Errorf("stage secret %q: %w", name, err)
+		}
+		if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("stage secret %q: %w", name, err)
+		}
+	}
+	return handOver(s.dir, 0o500, 0o555)
+}
+
+// readSecret reads one secret file, refusing more than MaxSecretBytes.
+func readSecret(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSecretBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSecretBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxSecretBytes)
+	}
+	return data, nil
+}
+
+func writeSecret(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL, 0o400)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = handOver(path, 0o400, 0o444)
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// handOver gives path to the handler user with mode owned; a worker that
+// may not change owners (not root) makes it readable by all with mode
+// shared instead: the private parent directory still keeps other users of
+// the host out.
+func handOver(path string, owned, shared fs.FileMode) error {
+	if err := os.Chown(path, HandlerUID, HandlerGID); err != nil {
+		return os.Chmod(path, shared)
+	}
+	return os.Chmod(path, owned)
+}
+
+// mount is the read-only bind mount of s at /run/secrets.
+func (s *stagedSecrets) mount() specs.Mount {
+	return specs.Mount{
+		Destination: runtime.SecretsMountDir,
+		Type:        "bind",
+		Source:      s.dir,
+		Options:     []string{"rbind", "ro", "nosuid", "nodev", "noexec"},
+	}
+}
+
+// remove deletes the copy; nil s is a no-op.
+func (s *stagedSecrets) remove() {
+	if s != nil {
+		os.RemoveAll(s.root)
+	}
+}

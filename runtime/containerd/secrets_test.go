@@ -1,0 +1,165 @@
+package containerd_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd"
+)
+
+const secretScript = `s=/run/secrets/db-password
+echo "sum=$(sha256sum $s | cut -d' ' -f1)"
+echo "mode=$(stat -c %a $s) owner=$(stat -c %u $s)"
+echo x >$s 2>/dev/null && echo secret-writable
+touch /run/secrets/new 2>/dev/null && echo secrets-dir-writable
+ls /run/secrets | tr '\n' ' '; echo
+env | grep -qF "$(cat $s)" && echo secret-in-env
+exit 0
+`
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// TestSecretsMounted: the app's secrets, and only they, are files under
+// /run/secrets that the handler can read and not change; a rotated secret
+// is read by the next invocation; the value is in no environment variable.
+func TestSecretsMounted(t *testing.T) {
+	f := newFixture(t)
+	secrets := t.TempDir()
+	const v1, v2 = "s3cr3t-value-one", "s3cr3t-value-two"
+	write := func(name, v string) {
+		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("db-password", v1)
+	write("other-app-key", "not-for-this-app")
+	if err := os.WriteFile(filepath.Join(f.dir, "secret.sh"), []byte(secretScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := f.newRunner(t, "test-"+randomHex(4), containerd.WithSecretsDir(secrets))
+	req := f.request("secret.check")
+	req.Spec.Command = []string{"/bin/sh", "/app/secret.sh"}
+	req.Spec.Secrets = []string{"db-password"}
+	if err := r.Prepare(t.Context(), "users", req.Spec); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if _, err := r.Run(t.Context(), req); err != nil {
+		t.Fatalf("Run: %v\nstderr: %s", err, f.stderr.String())
+	}
+	out := f.stdout.String()
+	for _, want := range []string{"sum=" + sum(v1), "mode=400 owner=65534", "db-password \n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"secret-writable", "secrets-dir-writable", "secret-in-env", "other-app-key"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output has %q:\n%s", bad, out)
+		}
+	}
+	write("db-password", v2)
+	f.stdout.Reset()
+	if _, err := r.Run(t.Context(), req); err != nil {
+		t.Fatalf("Run after rotation: %v", err)
+	}
+	if out := f.stdout.String(); !strings.Contains(out, "sum="+sum(v2)) {
+		t.Errorf("rotated secret not seen by the next invocation:\n%s", out)
+	}
+	containerdtest.AssertClean(t, f.client)
+	// No staged copy is left on the host.
+	left, _ := filepath.Glob(filepath.Join(os.TempDir(), "relay-secrets-*", "s", "db-password"))
+	for _, p := range left {
+		if b, _ := os.ReadFile(p); string(b) == v1 || string(b) == v2 {
+			t.Errorf("staged secret left at %s", p)
+		}
+	}
+}
+
+// TestSecretMissing: an app naming a secret that is not in the secrets
+// directory is unavailable (its messages stay pending) with a reason
+// naming the secret and the directory.
+func TestSecretMissing(t *testing.T) {
+	f := newFixture(t)
+	secrets := t.TempDir()
+	r := f.newRunner(t, "test-"+randomHex(4), containerd.WithSecretsDir(secrets))
+	req := f.request("events.created")
+	req.Spec.Secrets = []string{"api-key"}
+	for name, err := range map[string]error{
+		"Prepare": r.Prepare(t.Context(), "users", req.Spec),
+		"Run":     func() error { _, err := r.Run(t.Context(), req); return err }(),
+	} {
+		if !errors.Is(err, runtime.ErrUnavailable) {
+			t.Fatalf("%s: %v, want ErrUnavailable", name, err)
+		}
+		if !strings.Contains(err.Error(), `secret "api-key"`) || !strings.Contains(err.Error(), secrets) {
+			t.Errorf("%s: error %q does not name the secret and the directory", name, err)
+		}
+	}
+}
+
+// TestSecretsWarm: a warm container reads a rotated secret at its next
+// invocation, and its spec and labels hold no secret value.
+func TestSecretsWarm(t *testing.T) {
+	const v1, v2 = "warm-secret-one", "warm-secret-two"
+	files := map[string]string{"handlers.py": `
+def read(event):
+    print("secret=" + open("/run/secrets/api-key").read())
+`}
+	secrets := t.TempDir()
+	write := func(v string) {
+		if err := os.WriteFile(filepath.Join(secrets, "api-key"), []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(v1)
+	f := newWarmFixture(t, runtime.RuntimePython3, envPythonArchive, pythonImage, files, containerd.WithSecretsDir(secrets))
+	req := f.warmRequest("handlers.read", "1-0")
+	req.Spec.Secrets = []string{"api-key"}
+	if _, err := f.runner.Run(t.Context(), req); err != nil {
+		t.Fatalf("Run: %v\n%s", err, f.stderr)
+	}
+	write(v2)
+	if _, err := f.runner.Run(t.Context(), req); err != nil {
+		t.Fatalf("Run: %v\n%s", err, f.stderr)
+	}
+	out := lines(f.stdout, "handlers.read")
+	if !strings.Contains(out, "secret="+v1) || !strings.Contains(out, "secret="+v2) {
+		t.Errorf("want both values in order, got:\n%s", out)
+	}
+	ids := warmContainers(t, f.client)
+	if len(ids) != 1 {
+		t.Fatalf("warm containers %v, want 1", ids)
+	}
+	c, err := f.client.LoadContainer(t.Context(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(struct {
+		Labels map[string]string
+		Spec   any
+	}{info.Labels, spec})
+	for _, v := range []string{v1, v2} {
+		if strings.Contains(string(b), v) {
+			t.Errorf("secret value in the container's labels or spec: %s", b)
+		}
+	}
+}
