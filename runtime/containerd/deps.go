@@ -7,16 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
@@ -29,8 +27,8 @@ import (
 // what the installer wrote to runtime.DepsDir. The image is named by a
 // cache key, the hash of the manifest, the lockfile and the runtime
 // image's digest, so that an unchanged manifest never builds again and
-// every Runner of a containerd namespace shares it; a file lock in the
-// state directory makes the Runners of a host build each key once.
+// every Runner of a containerd namespace shares it; a lease named by the
+// key makes those Runners build each key once (lockDeps).
 
 // Labels of a dependency image.
 const (
@@ -59,7 +57,6 @@ type depsBuilder struct {
 	retryInterval time.Duration
 	env           map[string]string
 	caFile        string
-	lockDir       string // "" until first use: stateDir/deps or a temp dir
 
 	mu       sync.Mutex
 	done     map[string]client.Image // by key
@@ -79,17 +76,12 @@ type depsFailure struct {
 }
 
 func newDepsBuilder(o options) depsBuilder {
-	lockDir := ""
-	if o.stateDir != "" {
-		lockDir = filepath.Join(o.stateDir, "deps")
-	}
 	return depsBuilder{
 		sem:           make(chan struct{}, o.maxBuilds),
 		timeout:       o.buildTimeout,
 		retryInterval: DefaultBuildRetryInterval,
 		env:           o.buildEnv,
 		caFile:        o.buildCAFile,
-		lockDir:       lockDir,
 		done:          map[string]client.Image{},
 		inflight:      map[string]*depsCall{},
 		failed:        map[string]depsFailure{},
@@ -228,16 +220,16 @@ func (r *Runner) depsImage(ctx context.Context, spec runtime.Spec, ref string, b
 		return nil, ctx.Err()
 	}
 	defer func() { <-b.sem }()
-	unlock, err := r.lockDeps(key)
+	lctx, unlock, err := r.lockDeps(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("lock dependency build: %w: %w: %w", err, errDepsInfra, runtime.ErrUnavailable)
+		return nil, fmt.Errorf("lock dependency build: %w: %w", errDepsInfra, classify(err))
 	}
 	defer unlock()
-	// Another Runner of this host may have built it while we waited.
-	if img, err := r.cachedDeps(ctx, name, app); img != nil || err != nil {
+	// Another Runner may have built it while we waited.
+	if img, err := r.cachedDeps(lctx, name, app); img != nil || err != nil {
 		return img, err
 	}
-	return r.buildDeps(ctx, spec, ref, base, name, app)
+	return r.buildDeps(lctx, spec, ref, base, name, app)
 }
 
 // cachedDeps returns the image name, unpacked, or nil when it does not
@@ -262,31 +254,56 @@ func (r *Runner) cachedDeps(ctx context.Context, name, app string) (client.Image
 	return img, nil
 }
 
-// lockDeps takes the host-wide lock of key's build (a file lock, released
-// when the process dies).
-func (r *Runner) lockDeps(key string) (func(), error) {
-	b := &r.deps
-	b.mu.Lock()
-	if b.lockDir == "" {
-		b.lockDir = filepath.Join(os.TempDir(), "relay-deps-locks")
+// depsLockPoll is how often a Runner waiting for another's build of the
+// same key looks again.
+const depsLockPoll = time.Second
+
+// lockDeps takes the lock of key's build for every Runner of the
+// containerd namespace: a lease with the id relay-deps-<key>, which only
+// one can create. The returned context carries the lease, which keeps what
+// the build writes from garbage collection until the image refers to it.
+// A lease left by a process that died expires after the build timeout;
+// found expired, it is deleted and taken.
+func (r *Runner) lockDeps(ctx context.Context, key string) (context.Context, func(), error) {
+	ls := r.client.LeasesService()
+	id := "relay-deps-" + key
+	ttl := r.deps.timeout + 2*time.Minute
+	for {
+		l, err := ls.Create(ctx, leases.WithID(id), leases.WithExpiration(ttl),
+			leases.WithLabel(LabelOwner, r.presence.owner))
+		if err == nil {
+			release := func() {
+				dctx, cancel := r.detached(ctx)
+				defer cancel()
+				if err := ls.Delete(dctx, l); err != nil && !errdefs.IsNotFound(err) {
+					r.logger.LogAttrs(dctx, slog.LevelWarn, "releasing the dependency build lease failed; it expires by itself",
+						slog.String("lease", id), slog.Any("error", err))
+				}
+			}
+			return leases.WithLease(ctx, l.ID), release, nil
+		}
+		if !errdefs.IsAlreadyExists(err) {
+			return nil, nil, err
+		}
+		held, err := ls.List(ctx, "id=="+id)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, h := range held {
+			if exp, perr := time.Parse(time.RFC3339, h.Labels["containerd.io/gc.expire"]); perr == nil && time.Now().After(exp) {
+				ls.Delete(ctx, h)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(depsLockPoll):
+		}
+		// The holder may have finished: the caller looks for its image.
+		if img, err := r.client.GetImage(ctx, DepsImagePrefix+key); err == nil && img != nil {
+			return ctx, func() {}, nil
+		}
 	}
-	dir := b.lockDir
-	b.mu.Unlock()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, key+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}, nil
 }
 
 // depsEnv puts the dependencies on the runtime's import path, after any
