@@ -175,3 +175,19 @@ func NodeApp(t testing.TB, dir string, extra map[string]string) {
 	}
 	WriteFiles(t, dir, files)
 }
+
+// CAFile returns the PEM file of CA certificates dependency builds should
+// trust to reach the npm registry from this machine (WithBuildCAFile):
+// RELAY_BUILD_CA_FILE, else the host's NODE_EXTRA_CA_CERTS or SSL_CERT_FILE
+// (a machine behind a TLS-inspecting proxy trusts its CA through them), or
+// "" when none names a file.
+func CAFile() string {
+	for _, v := range []string{"RELAY_BUILD_CA_FILE", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE"} {
+		if p := os.Getenv(v); p != "" {
+			if _, err := os.Stat(p); err == nil {
+				return p
+			}
+		}
+	}
+	return ""
+}

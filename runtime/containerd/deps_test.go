@@ -191,7 +191,11 @@ exports.check = (event) => {
 func TestDepsNode(t *testing.T) {
 	f := newRuntimeFixture(t, runtime.RuntimeNode, envNodeArchive, nodeImage, nil)
 	depstest.NodeApp(t, f.app, map[string]string{"handlers.js": nodeDepsHandler})
-	r, log := depsRunner(t, f)
+	var opts []containerd.Option
+	if ca := depstest.CAFile(); ca != "" {
+		opts = append(opts, containerd.WithBuildCAFile(ca))
+	}
+	r, log := depsRunner(t, f, opts...)
 	req := f.request("handlers.check")
 	req.Spec.Deps = depsOf(t, f.app, runtime.RuntimeNode)
 	if err := r.Prepare(t.Context(), "app", req.Spec); err != nil {
