@@ -43,17 +43,46 @@ export CONTAINERD_NAMESPACE=relay
 echo "$REDIS_STREAM" >"$STATE_DIR/demo/stream"
 rcli() { redis-cli -p "$RELAY_REDIS_PORT" "$@"; }
 
+# The notify app's secret (docs/apps.md "Secrets"): a random value in a
+# directory of the demo, mounted at /run/secrets/smtp-password.
+export RELAY_SECRETS_DIR="$STATE_DIR/demo/secrets"
+mkdir -p "$RELAY_SECRETS_DIR"
+chmod 700 "$RELAY_SECRETS_DIR"
+[ -s "$RELAY_SECRETS_DIR/smtp-password" ] || head -c 12 /dev/urandom | base64 >"$RELAY_SECRETS_DIR/smtp-password"
+# The inventory app's npm dependency is installed from the npm registry
+# (npm_config_registry for a mirror). Behind a TLS-inspecting proxy, the
+# host's CA bundle is what builds must trust.
+if [ -z "${RELAY_BUILD_CA_FILE:-}" ] && [ -n "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f "$NODE_EXTRA_CA_CERTS" ]; then
+	export RELAY_BUILD_CA_FILE=$NODE_EXTRA_CA_CERTS
+fi
+
 echo "demo: relay validate"
-"$relay" validate
+"$relay" validate --secrets-dir "$RELAY_SECRETS_DIR"
+
+# start_worker LOG: runs relay start in the background, logging to LOG,
+# and waits until it serves. The first start builds the inventory app's
+# dependency image (npm ci) before it serves; later starts reuse it.
+start_worker() {
+	"$relay" start >"$1" 2>&1 &
+	worker_pid=$!
+	for _ in $(seq 1 3000); do
+		grep -q "worker started" "$1" && return 0
+		kill -0 "$worker_pid" 2>/dev/null || { cat "$1"; echo "demo: worker exited" >&2; exit 1; }
+		sleep 0.1
+	done
+	cat "$1"
+	echo "demo: worker did not start within 5 minutes" >&2
+	exit 1
+}
+stop_worker() {
+	kill -TERM "$worker_pid"
+	wait "$worker_pid" || true
+	worker_pid=""
+}
 
 log="$STATE_DIR/demo/worker.log"
-"$relay" start >"$log" 2>&1 &
-worker_pid=$!
-for _ in $(seq 1 100); do
-	grep -q "worker started" "$log" && break
-	kill -0 "$worker_pid" 2>/dev/null || { cat "$log"; echo "demo: worker exited" >&2; exit 1; }
-	sleep 0.1
-done
+echo "demo: starting the worker (the first run builds the inventory app's dependencies)"
+start_worker "$log"
 
 echo
 echo "demo: publishing events"
@@ -68,6 +97,9 @@ rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoic
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}'
 rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"products","new_image":{"id":"sku-1","name":"Desk lamp"}}'
+# an npm dependency (inventory, Node) and a mounted secret (notify, Python)
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"stock","new_image":{"sku":"sku-1","quantity":2,"restock_in":"2 days"}}'
+rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"signups","new_image":{"email":"ada@example.com"}}'
 { set +x; } 2>/dev/null
 
 # Wait until every entry was delivered and acknowledged.
@@ -84,9 +116,12 @@ for _ in $(seq 1 600); do
 	sleep 0.1
 done
 settled || { cat "$log"; echo "demo: events were not all acknowledged within 60s" >&2; exit 1; }
-kill -TERM "$worker_pid"
-wait "$worker_pid" || true
-worker_pid=""
+stop_worker
+
+# A second start finds the dependency image built by the first.
+log2="$STATE_DIR/demo/worker-restart.log"
+start_worker "$log2"
+stop_worker
 
 echo
 echo "== handler output (each line prefixed [app/handler]) =="
@@ -94,6 +129,9 @@ grep -E '^\[[a-z0-9._-]+/[^]]+\] ' "$log" || true
 echo
 echo "== worker log =="
 grep -vE '^\[[a-z0-9._-]+/[^]]+\] ' "$log" | sed -E 's/^time=[^ ]+ //'
+echo
+echo "== second start: dependency images =="
+grep -E 'dependency' "$log2" | sed -E 's/^time=[^ ]+ //'
 echo
 echo "== pending entries (XPENDING) =="
 rcli XPENDING "$REDIS_STREAM" relay-demo | head -n1

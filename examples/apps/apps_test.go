@@ -6,7 +6,9 @@ package apps_test
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 )
@@ -78,7 +81,24 @@ var demo = []demoCase{
 		app:   "products", handler: "cache.invalidate",
 		wantOut: "[products/cache.invalidate] cache of product sku-1 invalidated after DELETE\n",
 	},
+	{
+		event: `{"event_name":"UPDATE","table_name":"stock","new_image":{"sku":"sku-1","quantity":2,"restock_in":"2 days"}}`,
+		app:   "inventory", handler: "stock.low",
+		wantOut: "[inventory/stock.low] stock of sku-1 is low (2 left): restock in 2 days (172800000 ms)\n",
+	},
+	{
+		event: `{"event_name":"INSERT","table_name":"signups","new_image":{"email":"ada@example.com"}}`,
+		app:   "notify", handler: "mail.send",
+		wantOut: "[notify/mail.send] welcome mail to ada@example.com sent, SMTP login with a 14-byte password (sha256 " + demoSecretSum + "...)\n",
+	},
 }
+
+// demoSecret is the notify app's smtp-password in the tests; the output
+// shows only its length and the start of its SHA-256.
+const (
+	demoSecret    = "demo-s3cr3t-pw\n"
+	demoSecretSum = "6b33ea1d"
+)
 
 // runtimeImages are the images of the example runtime apps, built by
 // scripts/runtime-images.sh; the env variables name their archives.
@@ -96,7 +116,7 @@ func loadApps(t *testing.T) *app.Set {
 	if errs := apps.Errors(); len(errs) > 0 {
 		t.Fatalf("example templates are invalid:\n%v", errs)
 	}
-	for _, name := range []string{"users", "billing", "orders", "products"} {
+	for _, name := range []string{"users", "billing", "orders", "products", "inventory", "notify"} {
 		if apps.Get(name) == nil {
 			t.Fatalf("app %s not loaded", name)
 		}
@@ -137,7 +157,12 @@ func TestHandlersProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runDemo(t, loadApps(t), p, &out, func(t *testing.T, rt string) {
+	apps := loadApps(t)
+	runDemo(t, apps, p, &out, func(t *testing.T, a *app.App) {
+		if a.Spec.Deps != nil || len(a.Spec.Secrets) > 0 {
+			t.Skip("the process runner installs no dependencies and mounts no secrets")
+		}
+		rt := a.Spec.Runtime
 		if _, err := exec.LookPath(rt); err != nil {
 			t.Skipf("%s not installed (TestHandlersContainerd runs it in its image)", rt)
 		}
@@ -147,13 +172,22 @@ func TestHandlersProcess(t *testing.T) {
 func TestHandlersContainerd(t *testing.T) {
 	c := containerdtest.Client(t)
 	var out bytes.Buffer
-	r, err := containerd.New(c, containerd.WithNamespace(c.DefaultNamespace()), containerd.WithOutput(&out, &out),
-		containerd.WithPull(false), containerd.WithStateDir(t.TempDir()))
+	secrets := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secrets, "smtp-password"), []byte(demoSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := []containerd.Option{containerd.WithNamespace(c.DefaultNamespace()), containerd.WithOutput(&out, &out),
+		containerd.WithPull(false), containerd.WithStateDir(t.TempDir()), containerd.WithSecretsDir(secrets)}
+	if ca := depstest.CAFile(); ca != "" {
+		opts = append(opts, containerd.WithBuildCAFile(ca))
+	}
+	r, err := containerd.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	imported := map[string]bool{}
-	runDemo(t, loadApps(t), r, &out, func(t *testing.T, rt string) {
+	runDemo(t, loadApps(t), r, &out, func(t *testing.T, a *app.App) {
+		rt := a.Spec.Runtime
 		if !imported[rt] {
 			containerdtest.ImportArchive(t, c, runtimeImages[rt].env, runtimeImages[rt].ref)
 			imported[rt] = true
@@ -164,13 +198,13 @@ func TestHandlersContainerd(t *testing.T) {
 
 // runDemo runs every demo case through runner; prepare is called before a
 // case of a runtime app with its runtime.
-func runDemo(t *testing.T, apps *app.Set, runner relay.Runner, out *bytes.Buffer, prepare func(t *testing.T, runtime string)) {
+func runDemo(t *testing.T, apps *app.Set, runner relay.Runner, out *bytes.Buffer, prepare func(t *testing.T, a *app.App)) {
 	for _, c := range demo {
 		t.Run(c.app+"/"+c.handler, func(t *testing.T) {
 			out.Reset()
 			a := apps.Get(c.app)
-			if rt := a.Spec.Runtime; rt != "" {
-				prepare(t, rt)
+			if a.Spec.Runtime != "" {
+				prepare(t, a)
 			}
 			var rule app.Rule
 			for _, r := range a.Rules {
