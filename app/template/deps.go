@@ -165,7 +165,8 @@ func jsonErrorPos(data []byte, err error) (line, col int) {
 	if !errors.As(err, &se) {
 		return 1, 1
 	}
-	off := int(min(se.Offset, int64(len(data))))
+	// Offset counts the bytes read, one past the offending one.
+	off := int(min(max(se.Offset-1, 0), int64(len(data))))
 	line = 1 + bytes.Count(data[:off], []byte("\n"))
 	col = off - bytes.LastIndexByte(data[:off], '\n')
 	return line, col

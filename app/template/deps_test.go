@@ -1,0 +1,113 @@
+package template_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/runtime"
+)
+
+const rule = "events:\n  - handler: h.run\n    pattern: {k: [v]}\n"
+
+// loadWith writes template.yaml and files into a fresh app directory named
+// name and loads it.
+func loadWith(t *testing.T, name, tpl string, files map[string]string) *app.App {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files["template.yaml"] = tpl
+	for f, src := range files {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, ok := template.LoadApp(dir)
+	if !ok {
+		t.Fatal("not loaded")
+	}
+	return a
+}
+
+func TestLoadDeps(t *testing.T) {
+	py := loadWith(t, "py", "runtime: python3\n"+rule, map[string]string{
+		"requirements.txt": "# comment\n--find-links wheels\nrequests==2.32.3  # pinned\nidna[all]>=3.7 ; python_version >= \"3.8\"\n",
+	})
+	if !py.Available() || py.Spec.Deps == nil || py.Spec.Deps.Manifest != runtime.PythonManifest || py.Spec.Deps.Digest() == "" {
+		t.Errorf("python3: errors %v, deps %+v", py.Errors, py.Spec.Deps)
+	}
+	node := loadWith(t, "js", "runtime: node\n"+rule, map[string]string{
+		"package.json": `{"dependencies": {"ms": "2.1.3"}}`, "package-lock.json": `{"lockfileVersion": 3}`,
+	})
+	if !node.Available() || node.Spec.Deps == nil || node.Spec.Deps.Lockfile != runtime.NodeLockfile {
+		t.Errorf("node: errors %v, deps %+v", node.Errors, node.Spec.Deps)
+	}
+	image := loadWith(t, "img", "image: x\n"+rule, map[string]string{"requirements.txt": "requests==2\n"})
+	if !image.Available() || image.Spec.Deps != nil {
+		t.Errorf("an app without runtime has no dependencies: %v %+v", image.Errors, image.Spec.Deps)
+	}
+	none := loadWith(t, "none", "runtime: python3\n"+rule, map[string]string{})
+	if none.Spec.Deps != nil {
+		t.Errorf("no manifest: deps %+v", none.Spec.Deps)
+	}
+
+	for _, c := range []struct {
+		name, rt string
+		files    map[string]string
+		want     string
+	}{
+		{"badreq", "python3", map[string]string{"requirements.txt": "requests==2\nthis is not a requirement\n"},
+			`badreq/requirements.txt:2:1: "this is not a requirement" is not a requirement`},
+		{"editable", "python3", map[string]string{"requirements.txt": "  -e ./lib\n"},
+			"editable/requirements.txt:1:3: editable requirements (-e)"},
+		{"nolock", "node", map[string]string{"package.json": `{"dependencies": {}}`},
+			"nolock/package.json:1:1: package.json needs a package-lock.json"},
+		{"badjson", "node", map[string]string{"package.json": "{\n  \"dependencies\": {,}\n}", "package-lock.json": "{}"},
+			"badjson/package.json:2:20: package.json is not a JSON object"},
+		{"oldlock", "node", map[string]string{"package.json": "{}", "package-lock.json": "{}"},
+			"oldlock/package-lock.json:1:1: package-lock.json has no lockfileVersion"},
+	} {
+		a := loadWith(t, c.name, "runtime: "+c.rt+"\n"+rule, c.files)
+		if a.Available() || !strings.Contains(a.Errors.Error(), c.want) {
+			t.Errorf("%s: errors %q, want %q", c.name, a.Errors.Error(), c.want)
+		}
+	}
+}
+
+func TestLoadSecrets(t *testing.T) {
+	a := loadWith(t, "s", "image: x\nsecrets: [db-password, api.key_2]\n"+rule, map[string]string{})
+	if !a.Available() || strings.Join(a.Spec.Secrets, ",") != "db-password,api.key_2" {
+		t.Errorf("errors %v, secrets %v", a.Errors, a.Spec.Secrets)
+	}
+	for tpl, want := range map[string]string{
+		"secrets: [../etc/passwd]\n": `s/template.yaml:2:11: secrets[0]: secret name "../etc/passwd" must not start with '.'`,
+		"secrets: [a/b]\n":           `secrets[0]: secret name "a/b" contains '/'`,
+		"secrets: [a, a]\n":          `secrets[1]: secret "a" is listed twice`,
+		"secrets: db\n":              "secrets: secrets must be a list of secret names",
+		"secret: [a]\n":              `unknown key "secret" (did you mean "secrets"?)`,
+	} {
+		a := loadWith(t, "s", "image: x\n"+tpl+rule, map[string]string{})
+		if a.Available() || !strings.Contains(a.Errors.Error(), want) {
+			t.Errorf("%q: errors %q, want %q", tpl, a.Errors.Error(), want)
+		}
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "db-password"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(loadWith(t, "s", "image: x\nsecrets: [db-password, api-key]\n"+rule, map[string]string{}).Spec.Dir)
+	set, err := template.LoadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	template.CheckSecrets(set, dir)
+	if errs := set.Errors(); len(errs) != 1 || !strings.Contains(errs[0].Error(), `secret "api-key": no file api-key in the secrets directory`) {
+		t.Errorf("CheckSecrets: %v", errs)
+	}
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/depstest"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/stream"
+)
+
+// depsSecret is the value of the api-key secret: it must appear nowhere
+// Relay writes.
+const depsSecret = "k3y-9f1c2b7e-never-written-down"
+
+const depsPythonHandler = `import os
+import relaydemo
+
+def hello(event):
+    key = open("/run/secrets/api-key").read()
+    print(relaydemo.greet(event["name"]), "key bytes", len(key))
+    if any(key in v for v in os.environ.values()):
+        print("secret in env")
+    if event.get("fail"):
+        raise RuntimeError("failing on purpose for " + event["name"])
+`
+
+const depsNodeHandler = `const isNumber = require("is-number");
+exports.check = (event) => { console.log("is-number says", isNumber(event.id), isNumber(event.name)); };
+`
+
+// startWorker runs relay start with env until stop is called; it waits for
+// "worker started".
+func startWorker(t *testing.T, bin string, env []string) (out *testutil.Buffer, stop func()) {
+	t.Helper()
+	cmd := exec.Command(bin, "start")
+	cmd.Env = append(os.Environ(), env...)
+	out = &testutil.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("relay start exited with %v after SIGTERM", err)
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("relay start did not stop after SIGTERM")
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("relay start output:\n%s", out)
+		}
+	})
+	testutil.WaitFor(t, 5*time.Minute, "worker started", func() bool { return strings.Contains(out.String(), "worker started") })
+	return out, stop
+}
+
+// TestStartDependenciesAndSecrets runs relay start on a python3 app whose
+// requirements.txt installs a wheel from the app's directory and which
+// reads a secret, a node app installing a real package from the npm
+// registry, and an app whose manifest cannot be installed. The handlers
+// import their packages; the broken app is unavailable with pip's error
+// and its message stays pending, never dead-lettered; a second start
+// reuses both dependency images without building; the secret's value is in
+// no log line, DLQ entry, trace or app inspect output, nor in the
+// handler's environment.
+func TestStartDependenciesAndSecrets(t *testing.T) {
+	cc := containerdtest.Client(t)
+	containerdtest.ImportArchive(t, cc, containerdtest.EnvPythonArchive, containerdtest.PythonImage)
+	containerdtest.ImportArchive(t, cc, containerdtest.EnvNodeArchive, containerdtest.NodeImage)
+	bin := buildRelay(t)
+
+	apps := t.TempDir()
+	depstest.PythonApp(t, filepath.Join(apps, "pydeps"), map[string]string{
+		"handlers.py": depsPythonHandler,
+		"template.yaml": "runtime: python3\nimage: " + containerdtest.PythonImage + "\nsecrets: [api-key]\n" +
+			"events:\n  - handler: handlers.hello\n    pattern: {table_name: [people]}\n    retries: 0\n    timeout: 30s\n",
+	})
+	depstest.NodeApp(t, filepath.Join(apps, "nodedeps"), map[string]string{
+		"handlers.js": depsNodeHandler,
+		"template.yaml": "runtime: node\nimage: " + containerdtest.NodeImage + "\n" +
+			"events:\n  - handler: handlers.check\n    pattern: {table_name: [numbers]}\n    timeout: 30s\n",
+	})
+	depstest.WriteFiles(t, filepath.Join(apps, "broken"), map[string]string{
+		"requirements.txt": "--no-index\nnosuchpackage==1.0\n",
+		"handlers.py":      "def hello(event):\n    print('never runs')\n",
+		"template.yaml": "runtime: python3\nimage: " + containerdtest.PythonImage + "\n" +
+			"events:\n  - handler: handlers.hello\n    pattern: {table_name: [broken]}\n",
+	})
+	secrets := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secrets, "api-key"), []byte(depsSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	traces, endpoint := serveOTLPHTTP(t)
+	rc := redistest.Client(t)
+	streamName := redistest.Name(t, "events")
+	env := []string{
+		"REDIS_URI=" + redistest.Addr(t), "REDIS_STREAM=" + streamName, "REDIS_GROUP=relay",
+		"RELAY_APPS=" + apps, "RELAY_CONSUMER=deps", "RELAY_STATE_DIR=" + t.TempDir(),
+		"CONTAINERD_NAMESPACE=" + cc.DefaultNamespace(), "LOG_LEVEL=debug", "RELAY_SECRETS_DIR=" + secrets,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf", "OTEL_BSP_SCHEDULE_DELAY=100",
+	}
+	if ca := depstest.CAFile(); ca != "" {
+		env = append(env, "RELAY_BUILD_CA_FILE="+ca)
+	}
+	out1, stop1 := startWorker(t, bin, env)
+	for _, want := range []string{"dependency image built", "app=pydeps", "app=nodedeps", "app unavailable: not prepared", "nosuchpackage"} {
+		if !strings.Contains(out1.String(), want) {
+			t.Errorf("first start's log lacks %q", want)
+		}
+	}
+
+	src := stream.New(rc, streamName, "relay", "publisher")
+	ctx := context.Background()
+	for _, ev := range []string{
+		`{"table_name":"people","name":"ada"}`,
+		`{"table_name":"people","name":"bob","fail":true}`,
+		`{"table_name":"numbers","id":5,"name":"five"}`,
+		`{"table_name":"broken"}`,
+	} {
+		if _, err := src.Publish(ctx, map[string]string{"event": ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := dlq.NewStore(rc, streamName)
+	testutil.WaitFor(t, 2*time.Minute, "handlers ran and the failure was dead-lettered", func() bool {
+		n, _ := store.Len(ctx)
+		s := out1.String()
+		return n == 1 && strings.Contains(s, "[pydeps/handlers.hello] "+depstest.WheelGreeting+"ada key bytes "+fmt.Sprint(len(depsSecret))) &&
+			strings.Contains(s, "[nodedeps/handlers.check] is-number says true false")
+	})
+	testutil.WaitFor(t, 30*time.Second, "only the broken app's message pending", func() bool {
+		n, _, err := src.Pending(ctx)
+		return err == nil && n == 1
+	})
+	if strings.Contains(out1.String(), "never runs") || strings.Contains(out1.String(), "secret in env") {
+		t.Errorf("unexpected handler output:\n%s", out1)
+	}
+	entries, err := store.List(ctx, dlq.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].App != "pydeps" {
+		t.Fatalf("DLQ = %+v, want the pydeps failure only", entries)
+	}
+	stop1()
+
+	out2, stop2 := startWorker(t, bin, env)
+	stop2()
+	if s := out2.String(); strings.Contains(s, "building dependency image") || strings.Count(s, "dependency image cached") < 2 {
+		t.Errorf("second start: want cache hits for both apps and no build:\n%s", s)
+	}
+
+	var inspect strings.Builder
+	for _, args := range [][]string{{"app", "inspect", "pydeps"}, {"app", "inspect", "pydeps", "--json"}, {"app", "inspect", "nodedeps", "--json"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("relay %v: %v\n%s", args, err, b)
+		}
+		inspect.Write(b)
+		if args[len(args)-1] == "--json" {
+			var got struct {
+				Secrets []string `json:"secrets"`
+				Deps    *struct {
+					Image     string `json:"image"`
+					Built     bool   `json:"built"`
+					SizeBytes int64  `json:"size_bytes"`
+					BuiltAt   string `json:"built_at"`
+				} `json:"dependencies"`
+			}
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Deps == nil || !got.Deps.Built || got.Deps.SizeBytes <= 0 || got.Deps.BuiltAt == "" || !strings.HasPrefix(got.Deps.Image, "relay.local/deps:") {
+				t.Errorf("relay %v: dependencies %+v", args, got.Deps)
+			}
+		}
+	}
+	if !strings.Contains(inspect.String(), "api-key") {
+		t.Errorf("app inspect does not name the secret:\n%s", inspect.String())
+	}
+
+	dlqJSON, _ := json.Marshal(entries)
+	_, spans, _ := traces.snapshot()
+	places := map[string]string{
+		"first start's output":  out1.String(),
+		"second start's output": out2.String(),
+		"DLQ entries":           string(dlqJSON),
+		"traces":                fmt.Sprint(spans),
+		"app inspect":           inspect.String(),
+	}
+	for where, text := range places {
+		if strings.Contains(text, depsSecret) {
+			t.Errorf("the secret's value is in the %s", where)
+		}
+	}
+	if len(spans) == 0 {
+		t.Error("no spans exported: the traces were not checked")
+	}
+}
