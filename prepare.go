@@ -2,10 +2,11 @@ package relay
 
 import (
 	"context"
-	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -46,10 +47,30 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) {
 		}
 		wg.Go(func() {
 			if err := p.Prepare(ctx, a.Name, a.Spec); err != nil && ctx.Err() == nil {
-				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: not prepared", slog.String("app", a.Name), slog.Any("error", err))
-				a.Errors.Add(a.File, 0, 0, "", "app not ready: "+err.Error())
+				// Logged with the app's other errors (logApps, reload).
+				a.Errors.Add(a.File, 0, 0, "", notReady+err.Error())
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// notReady starts the error a failed preparation adds to an app.
+const notReady = "app not ready: "
+
+// unavailableMsg is the log message of an unavailable app's error e.
+func unavailableMsg(e *matcher.PosError) string {
+	if strings.HasPrefix(e.Msg, notReady) {
+		return "app unavailable: not ready"
+	}
+	return "app unavailable: invalid template"
+}
+
+// keptMsg is the log message of e when it keeps an app's previous version
+// serving.
+func keptMsg(e *matcher.PosError) string {
+	if strings.HasPrefix(e.Msg, notReady) {
+		return "app not ready; its previous version keeps serving"
+	}
+	return "app template invalid; its previous version keeps serving"
 }

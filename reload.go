@@ -78,7 +78,7 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 			}
 			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
 			for _, e := range c.app.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, "app template invalid; its previous version keeps serving",
+				w.log.LogAttrs(ctx, slog.LevelError, keptMsg(e),
 					slog.String("app", c.app.Name), slog.String("error", e.Error()))
 			}
 		case c.what == "removed":
@@ -90,7 +90,7 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 			}
 			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
 			for _, e := range c.app.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", c.app.Name), slog.String("error", e.Error()))
+				w.log.LogAttrs(ctx, slog.LevelError, unavailableMsg(e), slog.String("app", c.app.Name), slog.String("error", e.Error()))
 			}
 		default:
 			delete(w.invalid, c.app.Name)

@@ -327,7 +327,7 @@ func (w *Worker) logApps(ctx context.Context, apps *app.Set) {
 		if !a.Available() {
 			w.newlyInvalid(a)
 			for _, e := range a.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, "app unavailable: invalid template", slog.String("app", a.Name), slog.String("error", e.Error()))
+				w.log.LogAttrs(ctx, slog.LevelError, unavailableMsg(e), slog.String("app", a.Name), slog.String("error", e.Error()))
 			}
 			continue
 		}
