@@ -264,8 +264,8 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"Network:", a.Spec.Network},
 		{"Env:", envText},
 		{"Secrets:", secretsText(a.Spec.Secrets)},
-		{"Dependencies:", depsText(deps)},
-		{"Dependency image:", depsImageText(deps)},
+		{"Deps:", depsText(deps)},
+		{"Deps image:", depsImageText(deps)},
 	})
 	if err != nil {
 		return err

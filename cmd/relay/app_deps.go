@@ -58,7 +58,7 @@ func (c *AppInspectCmd) depsInfo(ctx context.Context, g *Globals, a *app.App) *d
 	return out
 }
 
-// depsText is the Dependencies line of relay app inspect.
+// depsText is the Deps line of relay app inspect.
 func depsText(d *depsJSON) string {
 	if d == nil {
 		return "-"
@@ -70,7 +70,7 @@ func depsText(d *depsJSON) string {
 	return s + " (sha256 " + d.Digest[:12] + ")"
 }
 
-// depsImageText is the Dependency image line of relay app inspect.
+// depsImageText is the Deps image line of relay app inspect.
 func depsImageText(d *depsJSON) string {
 	switch {
 	case d == nil:
