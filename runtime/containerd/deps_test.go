@@ -2,6 +2,7 @@ package containerd_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -212,6 +213,39 @@ func TestDepsNode(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(f.app, "node_modules")); err == nil {
 		t.Error("node_modules written into the app directory")
+	}
+	containerdtest.AssertClean(t, f.client)
+}
+
+// TestDepsBuildsBounded: with WithMaxConcurrentBuilds(1), builds of two
+// manifests prepared at once run one after the other.
+func TestDepsBuildsBounded(t *testing.T) {
+	f := newRuntimeFixture(t, runtime.RuntimePython3, envPythonArchive, pythonImage, nil)
+	depstest.PythonApp(t, f.app, map[string]string{"handlers.py": pythonDepsHandler})
+	r, log := depsRunner(t, f, containerd.WithMaxConcurrentBuilds(1))
+	var wg sync.WaitGroup
+	for i := range 2 {
+		spec := runtime.Spec{Dir: f.app, Runtime: runtime.RuntimePython3, Deps: depsOf(t, f.app, runtime.RuntimePython3)}
+		// Another manifest: the same requirements with another comment.
+		spec.Deps.ManifestData = append([]byte(fmt.Sprintf("# variant %d\n", i)), spec.Deps.ManifestData...)
+		wg.Go(func() {
+			if err := r.Prepare(t.Context(), fmt.Sprintf("app%d", i), spec); err != nil {
+				t.Errorf("Prepare %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	var events []string
+	for _, l := range strings.Split(log.String(), "\n") {
+		switch {
+		case strings.Contains(l, "building dependency image"):
+			events = append(events, "start")
+		case strings.Contains(l, "dependency image built"):
+			events = append(events, "end")
+		}
+	}
+	if got := strings.Join(events, ","); got != "start,end,start,end" {
+		t.Errorf("builds %s, want start,end,start,end (one at a time)\n%s", got, log)
 	}
 	containerdtest.AssertClean(t, f.client)
 }
