@@ -31,6 +31,15 @@
 // serving requests in a loop: see Runner.Run, the WithWarm options and
 // Close, and docs/runtimes.md "Warm containers".
 //
+// An app with a dependency manifest (runtime.Spec.Deps) runs in a
+// dependency image: the runtime image plus one layer that a build container
+// filled with pip or npm, captured with the diff service and cached by the
+// hash of the manifest and the runtime image (Runner.Prepare,
+// WithMaxConcurrentBuilds, WithBuildEnv, WithBuildCAFile; docs/runtimes.md
+// "Dependencies"). The secrets an app names (runtime.Spec.Secrets) are
+// copied from WithSecretsDir for each invocation and mounted read-only at
+// /run/secrets (docs/apps.md "Secrets").
+//
 // An image that is not in the namespace is pulled from its registry,
 // anonymously, once for all concurrent Runs, with its progress logged
 // (WithPull, WithPullTimeout); a failed pull is an error wrapping
