@@ -113,10 +113,13 @@ func (r *Runner) Prepare(ctx context.Context, app string, spec runtime.Spec) err
 	return err
 }
 
-// depsKey is the cache key of spec's dependencies on the image base.
+// depsKey is the cache key of spec's dependencies on the image base: the
+// manifest, the runtime image and the installer's script, so that a Relay
+// that installs differently builds anew.
 func depsKey(spec runtime.Spec, base client.Image) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "relay deps v1\nruntime=%s\nbase=%s\ndeps=%s\n", spec.Runtime, base.Target().Digest, spec.Deps.Digest())
+	script, _ := buildScript(spec)
+	fmt.Fprintf(h, "relay deps v1\nruntime=%s\nbase=%s\ndeps=%s\nscript=%s\n", spec.Runtime, base.Target().Digest, spec.Deps.Digest(), script)
 	return hex.EncodeToString(h.Sum(nil))
 }
 

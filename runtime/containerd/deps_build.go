@@ -53,7 +53,9 @@ const (
 
 // buildScript returns the shell script that installs spec's dependencies
 // into runtime.DepsDir. pip runs in /app so that relative paths in
-// requirements.txt (--find-links wheels) name the app's files.
+// requirements.txt (--find-links wheels) name the app's files, and with -B:
+// the bytecode of pip's own modules, written beside them, would otherwise
+// end up in the layer (pip still compiles what it installs).
 func buildScript(spec runtime.Spec) (script, what string) {
 	d := spec.Deps
 	if spec.Runtime == runtime.RuntimeNode {
@@ -67,7 +69,7 @@ exec npm ci --omit=dev --no-audit --no-fund --no-update-notifier
 	return fmt.Sprintf(`set -e
 mkdir -p %[1]s
 cd /app
-exec python3 -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --target %[1]s -r %[2]s/%[3]s
+exec python3 -B -m pip install --no-cache-dir --disable-pip-version-check --no-warn-script-location --target %[1]s -r %[2]s/%[3]s
 `, buildPythonDir, buildManifestDir, d.Manifest), "pip install --target " + buildPythonDir
 }
 
@@ -170,7 +172,7 @@ func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string
 		env = []string{defaultPath}
 	}
 	env = append(env, "HOME="+buildHome, "npm_config_cache="+buildHome+"/.npm", "npm_config_update_notifier=false",
-		"PIP_NO_CACHE_DIR=1", "PYTHONDONTWRITEBYTECODE=")
+		"PIP_NO_CACHE_DIR=1")
 	names := make([]string, 0, len(r.deps.env))
 	for k := range r.deps.env {
 		names = append(names, k)

@@ -82,6 +82,7 @@ func TestDepsPython(t *testing.T) {
 	if err := r1.Prepare(t.Context(), "app", req.Spec); err != nil {
 		t.Fatalf("Prepare: %v\nlog:\n%s", err, log1)
 	}
+	t.Logf("first build: %s", grepLine(log1.String(), "dependency image built"))
 	if !strings.Contains(log1.String(), "dependency image built") || !strings.Contains(log1.String(), "app=app") {
 		t.Errorf("no build logged with the app's name:\n%s", log1)
 	}
@@ -248,4 +249,14 @@ func TestDepsBuildsBounded(t *testing.T) {
 		t.Errorf("builds %s, want start,end,start,end (one at a time)\n%s", got, log)
 	}
 	containerdtest.AssertClean(t, f.client)
+}
+
+// grepLine returns the first line of s containing sub.
+func grepLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
 }
