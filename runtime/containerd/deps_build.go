@@ -44,8 +44,8 @@ const (
 
 // Paths inside a build container.
 const (
-	buildManifestDir = "/relay-build"              // the manifest and lockfile, read-only
-	buildCAPath      = "/etc/relay/build-ca.pem"   // RELAY_BUILD_CA_FILE, read-only
+	buildManifestDir = "/relay-build"              // the manifest, lockfile and CA file, read-only
+	buildCAFile      = "relay-build-ca.pem"        // RELAY_BUILD_CA_FILE's copy there
 	buildHome        = "/tmp/relay-build-home"     // HOME and caches, on the tmpfs
 	buildPythonDir   = runtime.DepsDir + "/python" // pip --target
 	buildNodeDir     = runtime.DepsDir             // npm ci runs here
@@ -103,6 +103,15 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	files := map[string][]byte{spec.Deps.Manifest: spec.Deps.ManifestData}
 	if spec.Deps.Lockfile != "" {
 		files[spec.Deps.Lockfile] = spec.Deps.LockfileData
+	}
+	if r.deps.caFile != "" {
+		// A copy beside the manifest: the worker may read the file at a
+		// path containerd, which resolves bind mounts on the host, cannot.
+		ca, err := os.ReadFile(r.deps.caFile)
+		if err != nil {
+			return nil, infra(fmt.Errorf("RELAY_BUILD_CA_FILE: %w", err))
+		}
+		files[buildCAFile] = ca
 	}
 	for f, data := range files {
 		if err := os.WriteFile(filepath.Join(staging, f), data, 0o444); err != nil {
@@ -187,8 +196,8 @@ func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.Itoa(1<<30)}},
 	}
 	if r.deps.caFile != "" {
-		mounts = append(mounts, specs.Mount{Destination: buildCAPath, Type: "bind", Source: r.deps.caFile, Options: []string{"rbind", "ro"}})
-		env = append(env, "PIP_CERT="+buildCAPath, "NODE_EXTRA_CA_CERTS="+buildCAPath)
+		ca := buildManifestDir + "/" + buildCAFile
+		env = append(env, "PIP_CERT="+ca, "NODE_EXTRA_CA_CERTS="+ca)
 	}
 	return []oci.SpecOpts{
 		oci.WithProcessArgs("/bin/sh", "-c", "mkdir -p "+buildHome+" && "+script),
