@@ -99,6 +99,7 @@ type options struct {
 	warmMaxContainers    int
 	taskCreationGrace    time.Duration
 	orphanTimeout        time.Duration
+	preparedContainers   int
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -364,6 +365,7 @@ func newOptions(opts []Option) (options, error) {
 		pullProgressInterval: DefaultPullProgressInterval,
 		warmMaxInvocations:   DefaultWarmMaxInvocations,
 		warmIdleTimeout:      DefaultWarmIdleTimeout,
+		preparedContainers:   DefaultPreparedContainers,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
