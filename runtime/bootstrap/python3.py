@@ -30,14 +30,16 @@
 # container's init (PID 1), kills every other process of the container and
 # reaps them; B is true when it saw none left, and false tells the runner to
 # replace the container (docs/runtimes.md "Warm containers").
+#
+# Start-up time counts for every one-shot attempt (docs/runtimes.md "Python
+# (`runtime: python3`)"): only what every run needs is imported here, and
+# what failures (traceback) or warm mode (signal, time) need is imported
+# where it is used; inspect, which alone takes longer than the interpreter's
+# start, is not imported at all.
 import importlib
-import inspect
 import json
 import os
-import signal
 import sys
-import time
-import traceback
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -74,6 +76,8 @@ def report(exc):
     tb = exc.__traceback__
     while tb is not None and internal(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
+    import traceback
+
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
     sys.stderr.flush()
 
@@ -108,9 +112,22 @@ def read_event():
         fail(EXIT_USAGE, "stdin is not a JSON event: %s" % e)
 
 
+# CO_ITERABLE_COROUTINE: a generator made awaitable by types.coroutine.
+_CO_ITERABLE_COROUTINE = 0x100
+
+
+def awaitable(obj):
+    """inspect.isawaitable without importing inspect: a coroutine, a
+    generator-based coroutine, or an object whose type defines __await__."""
+    code = getattr(obj, "gi_code", None)
+    if code is not None and code.co_flags & _CO_ITERABLE_COROUTINE:
+        return True
+    return hasattr(type(obj), "__await__")
+
+
 def call(function, event):
     result = function(event)
-    if inspect.isawaitable(result):
+    if awaitable(result):
         import asyncio
 
         async def wait():
@@ -209,6 +226,9 @@ def clean_up():
     anywhere else kill(-1) would reach every process of the user."""
     if os.getpid() != 1:
         return False
+    import signal
+    import time
+
     deadline = time.monotonic() + CLEAN_UP_SECONDS
     pause = 0.0005
     try:

@@ -33,14 +33,18 @@ import (
 //     They carry the labels of every container plus LabelPrepared, are
 //     marked live so that Sweep spares them while the Runner runs (and
 //     removes them after a crash), and are removed when the app's Spec or
-//     image changes (its generation), after the warm idle timeout without
-//     a Run of the app, and at Close;
+//     image changes (its generation), after preparedIdleTimeout (or the
+//     shorter warm idle timeout) without a Run of the app, and at Close;
 //   - background removal: once the handler exited and its output is
 //     drained, the task, container and snapshot are deleted in the
 //     background; Close waits for those removals.
 
 // DefaultPreparedContainers is WithPreparedContainers's default.
 const DefaultPreparedContainers = 2
+
+// preparedIdleTimeout is how long an app's prepared containers outlive its
+// last Run: a quiet worker holds no containers for long.
+const preparedIdleTimeout = 10 * time.Second
 
 // LabelPrepared is "true" on a container prepared ahead of demand that no
 // attempt has taken yet; its relay.handler label is empty until then.
@@ -49,7 +53,8 @@ const LabelPrepared = "relay.prepared"
 // WithPreparedContainers sets how many one-shot containers (snapshot and
 // container object) are kept ready per app, created in the background after
 // the app's first Run, so that a Run skips their creation (docs/runtimes.md
-// "One-shot containers"). n must be >= 0; 0 disables them, which suits a
+// "One-shot containers"); they are removed 10 s after the app's last Run.
+// n must be >= 0; 0 disables them, which suits a
 // process that runs a few attempts and exits (relay app invoke).
 // Default: DefaultPreparedContainers.
 func WithPreparedContainers(n int) Option {

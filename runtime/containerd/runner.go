@@ -96,7 +96,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			apps:           map[string]*warmApp{},
 			all:            map[*warmContainer]struct{}{},
 		},
-		oneShot: oneShots{max: o.preparedContainers, idleTimeout: o.warmIdleTimeout, apps: map[string]*preparedApp{}},
+		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout), apps: map[string]*preparedApp{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	liveRunners.Store(r.presence.owner, struct{}{})
