@@ -45,6 +45,7 @@ type Runner struct {
 	pulls                pulls
 
 	bootstraps bootstrapFiles
+	images     imageFacts
 
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
@@ -199,7 +200,7 @@ func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, erro
 	if err != nil {
 		return prepared{}, err
 	}
-	imgSpec, err := img.Spec(ctx)
+	imgSpec, err := r.images.spec(ctx, img)
 	if err != nil {
 		return prepared{}, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
