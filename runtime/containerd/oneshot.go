@@ -8,12 +8,17 @@ import (
 	"sync"
 	"time"
 
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/relaydev/relay/runtime"
@@ -76,6 +81,9 @@ type oneShots struct {
 	closed bool
 	apps   map[string]*preparedApp
 	bg     sync.WaitGroup // creations and removals in the background
+	// rootfs holds the snapshot mounts of prepared containers taken by a
+	// Run that has not created its task yet.
+	rootfs map[string][]mount.Mount
 }
 
 // preparedApp holds the prepared containers of one app generation.
@@ -87,8 +95,9 @@ type preparedApp struct {
 }
 
 type preparedContainer struct {
-	id   string
-	cont client.Container
+	id     string
+	cont   client.Container
+	rootfs []mount.Mount // its snapshot's mounts
 }
 
 // newContainer returns a container for req, tracked live: a prepared one
@@ -99,6 +108,9 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 	if pc, ok := r.takePrepared(ctx, req.App, key, req.Spec, p); ok {
 		err := r.assign(ctx, pc, req, p)
 		if err == nil {
+			r.oneShot.mu.Lock()
+			r.oneShot.rootfs[pc.id] = pc.rootfs
+			r.oneShot.mu.Unlock()
 			return pc.cont, pc.id, nil
 		}
 		// containerd lost it or refused the spec: remove it and create a
@@ -212,11 +224,15 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 	labels[LabelPrepared] = "true"
 	template := runtime.Request{App: app, Spec: spec}
 	cont, err := r.createContainer(ctx, id, labels, p, specOpts(template, p.imgSpec, p.appDir, p.argv, p.mounts))
+	var rootfs []mount.Mount
+	if err == nil {
+		rootfs, err = r.client.SnapshotService(r.snapshotter).Mounts(ctx, id)
+	}
 	o.mu.Lock()
 	a.filling--
 	keep := err == nil && !o.closed && o.apps[app] == a
 	if keep {
-		a.ready = append(a.ready, preparedContainer{id: id, cont: cont})
+		a.ready = append(a.ready, preparedContainer{id: id, cont: cont, rootfs: rootfs})
 	}
 	o.mu.Unlock()
 	if keep {
@@ -319,6 +335,40 @@ func (r *Runner) closeOneShots(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// newTask creates cont's task. For a prepared container, whose snapshot
+// mounts are known, that is one containerd call to create it and one to
+// load it, where the client's NewTask makes five (docs/runtimes.md
+// "One-shot containers").
+func (r *Runner) newTask(ctx context.Context, cont client.Container, ioCreate cio.Creator) (_ client.Task, err error) {
+	r.oneShot.mu.Lock()
+	rootfs, ok := r.oneShot.rootfs[cont.ID()]
+	delete(r.oneShot.rootfs, cont.ID())
+	r.oneShot.mu.Unlock()
+	if !ok {
+		return cont.NewTask(ctx, ioCreate)
+	}
+	i, err := ioCreate(cont.ID())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			i.Cancel()
+			i.Close()
+		}
+	}()
+	cfg := i.Config()
+	req := &tasks.CreateTaskRequest{ContainerID: cont.ID(), Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr}
+	for _, m := range rootfs {
+		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	if _, err := r.client.TaskService().Create(ctx, req); err != nil {
+		return nil, errgrpc.ToNative(err)
+	}
+	// The task's IO is the one just created, not a new attachment.
+	return cont.Task(ctx, func(*cio.FIFOSet) (cio.IO, error) { return i, nil })
 }
 
 // backgroundContext is the context of work no Run waits for.

@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,14 +14,17 @@ import (
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 )
 
 // preparedScript reports what an attempt sees of its container: its own
 // environment, and whether anything of an earlier attempt is there.
 const preparedScript = `[ -e /tmp/mark ] && echo "reused /tmp"
-echo "id=$RELAY_MESSAGE_ID attempt=$RELAY_ATTEMPT handler=$RELAY_HANDLER greeting=$GREETING host=$(hostname)"
+echo "id=$RELAY_MESSAGE_ID attempt=$RELAY_ATTEMPT handler=$RELAY_HANDLER greeting=$GREETING host=$(hostname) event=$(cat)"
 touch /tmp/mark
+[ "$RELAY_HANDLER" = jobs.fail ] && { echo "cannot bill" >&2; exit 3; }
+exit 0
 `
 
 // preparedIDs lists the containers prepared ahead of demand and not taken.
@@ -63,7 +67,7 @@ func TestPreparedContainers(t *testing.T) {
 			t.Fatalf("run %d: %v", i, err)
 		}
 		out := f.stdout.String()
-		want := fmt.Sprintf("id=%s attempt=%d handler=jobs.run greeting=hello host=users", req.MessageID, i+1)
+		want := fmt.Sprintf(`id=%s attempt=%d handler=jobs.run greeting=hello host=users event={"id":42}`, req.MessageID, i+1)
 		if !strings.Contains(out, want) || strings.Contains(out, "reused") {
 			t.Fatalf("run %d: stdout %q, want %q and a fresh /tmp", i, out, want)
 		}
@@ -82,6 +86,15 @@ func TestPreparedContainers(t *testing.T) {
 	if taken < 4 {
 		t.Errorf("%d of 6 runs took a prepared container, want at least 4", taken)
 	}
+
+	// A failure in a prepared container is reported like any other.
+	fail := req
+	fail.Handler = "jobs.fail"
+	_, err := r.Run(ctx, fail)
+	if ee, ok := errors.AsType[*runtime.ExitError](err); !ok || ee.Code != 3 || ee.Stderr != "cannot bill" {
+		t.Errorf("failing handler in a prepared container: got %v, want exit 3 with stderr \"cannot bill\"", err)
+	}
+	testutil.WaitFor(t, 20*time.Second, "two prepared containers", func() bool { return len(preparedIDs(t, f.client)) == 2 })
 
 	if err := r.Sweep(ctx); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -97,7 +98,8 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			apps:           map[string]*warmApp{},
 			all:            map[*warmContainer]struct{}{},
 		},
-		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout), apps: map[string]*preparedApp{}},
+		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout),
+			apps: map[string]*preparedApp{}, rootfs: map[string][]mount.Mount{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	liveRunners.Store(r.presence.owner, struct{}{})
@@ -285,7 +287,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}()
 
 	ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
-	task, err = cont.NewTask(ctx, ioCreator)
+	task, err = r.newTask(ctx, cont, ioCreator)
 	if err != nil {
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
