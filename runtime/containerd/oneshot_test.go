@@ -130,7 +130,7 @@ func TestPreparedContainersExpire(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	r := f.newRunner(t, "prepared-idle-"+randomHex(4), containerd.WithPreparedContainers(1),
-		containerd.WithWarmIdleTimeout(time.Second))
+		containerd.WithWarmIdleTimeout(5*time.Second))
 	if _, err := r.Run(t.Context(), f.request("exit.now")); err != nil {
 		t.Fatal(err)
 	}
