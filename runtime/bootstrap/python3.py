@@ -35,9 +35,10 @@
 # (`runtime: python3`)"): only what every run needs is imported here, and
 # what failures (traceback) or warm mode (signal, time) need is imported
 # where it is used; inspect, which alone takes longer than the interpreter's
-# start, is not imported at all.
+# start, is not imported at all. Neither is json, which imports re (and with
+# it enum, functools and collections) for one-shot runs: the event is parsed
+# by the json module's own C scanner (parse_event).
 import importlib
-import json
 import os
 import sys
 
@@ -104,10 +105,44 @@ def load(handler, app_dir):
     return function
 
 
+class _ScanContext:
+    """The settings json.loads passes its C scanner by default."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_JSON_SPACE = " \t\n\r"
+
+
+def parse_event(raw):
+    """json.loads(raw), through the scanner json.loads itself uses (the
+    _json C module) without importing json. Anything it does not take at
+    once (another encoding, a BOM, an error, no C scanner) goes to
+    json.loads, so results and error messages are json.loads's own."""
+    try:
+        from _json import make_scanner
+
+        text = raw.decode("utf-8")
+        start = len(text) - len(text.lstrip(_JSON_SPACE))
+        value, end = make_scanner(_ScanContext())(text, start)
+        if not text[end:].strip(_JSON_SPACE):
+            return value
+    except Exception:
+        pass
+    import json
+
+    return json.loads(raw)
+
+
 def read_event():
     raw = sys.stdin.buffer.read()
     try:
-        return json.loads(raw)
+        return parse_event(raw)
     except ValueError as e:
         fail(EXIT_USAGE, "stdin is not a JSON event: %s" % e)
 
@@ -172,6 +207,8 @@ def exit_code(e):
 
 def invoke(handler, app_dir, raw_event):
     """One warm invocation: the exit code a one-shot run would end with."""
+    import json
+
     try:
         function = load(handler, app_dir)
         try:
@@ -249,6 +286,8 @@ def clean_up():
 
 
 def serve():
+    import json
+
     app_dir = setup_path()
     me = os.getpid()
     del sys.argv[1:]
