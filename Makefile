@@ -44,8 +44,9 @@ test-cluster:
 		go test -race -count=1 -timeout 20m -run "Redis|Cluster|Sentinel|ACL|TLS" ./cmd/relay/'
 
 # Benchmarks (bench/): pipeline throughput against a raw XREADGROUP+XACK
-# loop, end-to-end latency per runner against `ctr run --rm`, and worker
-# memory with 10,000 pending messages, one table each. Starts containerd
+# loop, end-to-end latency per runner against `ctr run --rm` (one at a
+# time and in bursts) with the runtime targets, and worker memory with
+# 10,000 pending messages, a table each. Starts containerd
 # under STATE_DIR like make test; results of this machine: bench/RESULTS.md.
 .PHONY: bench
 bench:

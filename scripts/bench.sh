@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # make bench: runs the benchmarks under bench/ and prints one table each:
 # pipeline throughput against the raw XREADGROUP+XACK loop (bench/pipeline),
-# end-to-end latency per runner with `ctr run --rm` as the floor of one-shot
-# containerd (bench/runners), and the memory of a worker with 10,000 pending
-# messages (bench/memory). Each program starts its own private
+# end-to-end latency per runner with `ctr run --rm` as the anchor of one-shot
+# containerd, bursts against parallel `ctr run --rm` loops and the runtime
+# targets table (bench/runners), and the memory of a worker with 10,000
+# pending messages (bench/memory). Each program starts its own private
 # redis-server. containerd is started under STATE_DIR as make test does,
 # and stopped on exit only if this script started it. The busybox test
-# image and the python3 runtime image (built from Debian packages the first
-# time, a few minutes, then cached) are imported into the namespace the
+# image and the python3 and node runtime images (built from Debian packages
+# the first time, a few minutes, then cached) are imported into the namespace the
 # runners benchmark uses.
 #
 # Extra flags per program: BENCH_PIPELINE_FLAGS, BENCH_RUNNERS_FLAGS,
@@ -24,6 +25,7 @@ services_start containerd
 namespace=relay-bench
 scripts/images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" "$namespace" >/dev/null
 scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" python3 "$namespace" >/dev/null
+scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node "$namespace" >/dev/null
 
 mkdir -p "$STATE_DIR/bin"
 for b in pipeline runners memory; do

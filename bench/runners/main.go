@@ -1,8 +1,12 @@
 // Command runners measures end-to-end latency per invocation, XADD to XACK,
 // for each Runner (bench/RESULTS.md, section 2): the process runner, one-shot
 // containerd and, as its floor, `ctr run --rm` of the same image and
-// command; then a python3 app one-shot and warm (warm: true), the runtime
-// warm containers exist for.
+// command; a burst of -burst events published at once to the one-shot
+// runner (the app's concurrency is 8) against eight parallel `ctr run --rm`
+// loops doing as many runs; then a python3 and a node app, one-shot and
+// warm (warm: true), the runtimes warm containers exist for. The last table
+// sets each figure beside its anchor from the same run, with the ratio and
+// the target (bench/RESULTS.md).
 //
 // Each Runner mode runs a relay.Engine in this process on a fresh stream,
 // wired as relay start wires it (MAX_CONCURRENCY 8, stats and metrics on, a
@@ -16,10 +20,10 @@
 // with the event on its stdin.
 //
 // The busybox modes (process, oneshot, ctr) run -command, which must not
-// read stdin: ctr run never closes it. The python3 modes run a function
-// that does nothing, from -python-image; they are reported as not measured
-// when that image is not in -namespace (scripts/runtime-images.sh builds
-// and imports it).
+// read stdin: ctr run never closes it. The python3 and node modes run a
+// function that does nothing, from -python-image and -node-image; they are
+// reported as not measured when that image is not in -namespace
+// (scripts/runtime-images.sh builds and imports it).
 //
 // The first -warmup events of each mode are not counted (image unpack,
 // first connections, script loading, the first warm container). containerd
@@ -73,9 +77,18 @@ const (
 	modeCtr           = "ctr"
 	modePythonOneShot = "python3-oneshot"
 	modePythonWarm    = "python3-warm"
+	modeNodeOneShot   = "node-oneshot"
+	modeNodeWarm      = "node-warm"
+	modeOneShotBurst  = "oneshot-burst"
+	modeCtrBurst      = "ctr-burst"
 )
 
-var allModes = []string{modeProcess, modeOneShot, modeCtr, modePythonOneShot, modePythonWarm}
+var allModes = []string{modeProcess, modeOneShot, modeCtr, modeOneShotBurst, modeCtrBurst,
+	modePythonOneShot, modePythonWarm, modeNodeOneShot, modeNodeWarm}
+
+// burstConcurrency is the app's concurrency in every mode, and the number
+// of parallel `ctr run --rm` loops of ctr-burst.
+const burstConcurrency = 8
 
 type config struct {
 	redis       string
@@ -83,8 +96,10 @@ type config struct {
 	namespace   string
 	image       string
 	pythonImage string
+	nodeImage   string
 	command     []string
 	n, warmup   int
+	burst       int
 	modes       []string
 	dir         string
 }
@@ -96,6 +111,8 @@ func main() {
 	flag.StringVar(&cfg.namespace, "namespace", "relay-bench", "containerd namespace holding -image")
 	flag.StringVar(&cfg.image, "image", "relay.local/busybox:latest", "image of the oneshot and ctr modes (scripts/images.sh builds it)")
 	flag.StringVar(&cfg.pythonImage, "python-image", "relay.local/python3:bookworm", "image of the python3 modes (scripts/runtime-images.sh builds it)")
+	flag.StringVar(&cfg.nodeImage, "node-image", "relay.local/node:bookworm", "image of the node modes (scripts/runtime-images.sh builds it)")
+	flag.IntVar(&cfg.burst, "burst", 160, "events of the burst modes, published at once")
 	command := flag.String("command", "/bin/true", "handler command, split at spaces; the same in every mode. It should not read stdin: ctr run never closes it")
 	flag.IntVar(&cfg.n, "n", 100, "events per mode, published one at a time")
 	flag.IntVar(&cfg.warmup, "warmup", 3, "events per mode run first and not counted")
@@ -114,6 +131,8 @@ type row struct {
 	mode     string
 	e2e, run benchkit.Summary
 	overhead benchkit.Summary
+	// rate is the runs per second of a burst mode.
+	rate float64
 	// skipped says why the mode was not measured.
 	skipped string
 }
@@ -162,8 +181,8 @@ func run(cfg config) error {
 	}
 
 	fmt.Printf("runners: %s\n", benchkit.Machine())
-	fmt.Printf("runners: redis %s, containerd %s (namespace %s), images %s and %s, command %q, %d events per mode after %d warm-up, one at a time\n",
-		cfg.redis, orNone(cfg.containerd), cfg.namespace, cfg.image, cfg.pythonImage, strings.Join(cfg.command, " "), cfg.n, cfg.warmup)
+	fmt.Printf("runners: redis %s, containerd %s (namespace %s), images %s, %s and %s, command %q, %d events per mode after %d warm-up, one at a time; bursts of %d\n",
+		cfg.redis, orNone(cfg.containerd), cfg.namespace, cfg.image, cfg.pythonImage, cfg.nodeImage, strings.Join(cfg.command, " "), cfg.n, cfg.warmup, cfg.burst)
 	var rows []row
 	for _, m := range cfg.modes {
 		r, err := measure(ctx, cfg, rc, cc, m)
@@ -176,7 +195,10 @@ func run(cfg config) error {
 		rows = append(rows, r)
 		fmt.Fprintf(os.Stderr, "runners: %s done (load %.2f)\n", m, benchkit.LoadAverage())
 	}
-	return printRows(rows)
+	if err := printRows(rows); err != nil {
+		return err
+	}
+	return printTargets(rows)
 }
 
 func orNone(s string) string {
@@ -207,18 +229,77 @@ func printRows(rows []row) error {
 		switch {
 		case r.mode == modeOneShot && floor > 0:
 			ratio := float64(r.e2e.P50) / float64(floor)
-			target = fmt.Sprintf("p50 ≤ 1.3× ctr p50: %.2fx, %s", ratio, verdict(ratio <= 1.3))
+			target = fmt.Sprintf("p50 ≤ 0.5× ctr p50: %.2fx, %s", ratio, verdict(ratio <= 0.5))
 		case r.mode == modePythonWarm:
-			target = fmt.Sprintf("p50 < 10 ms: %s", verdict(r.e2e.P50 < 10*time.Millisecond))
+			target = fmt.Sprintf("p50 ≤ 1 ms: %s", verdict(r.e2e.P50 <= time.Millisecond))
+		case r.rate > 0:
+			target = fmt.Sprintf("%.1f runs/s", r.rate)
 		}
 		runP50, ovP50, ovP99 := benchkit.Ms(r.run.P50), benchkit.Ms(r.overhead.P50), benchkit.Ms(r.overhead.P99)
-		if r.mode == modeCtr {
+		if r.mode == modeCtr || r.mode == modeCtrBurst {
 			runP50, ovP50, ovP99 = "-", "-", "-"
 		}
 		t.Add(r.mode, r.e2e.N, benchkit.Ms(r.e2e.P50), benchkit.Ms(r.e2e.P90), benchkit.Ms(r.e2e.P99), benchkit.Ms(r.e2e.Max),
 			runP50, ovP50, ovP99, target)
 	}
 	return t.Print(os.Stdout)
+}
+
+// printTargets prints the runtime targets: each figure, its anchor from
+// this run, the ratio and the target.
+func printTargets(rows []row) error {
+	by := map[string]row{}
+	for _, r := range rows {
+		if r.skipped == "" {
+			by[r.mode] = r
+		}
+	}
+	t := benchkit.Table{
+		Title:  "runtime targets: each figure beside its anchor from the same run",
+		Header: []string{"WHAT", "RELAY", "ANCHOR", "ANCHOR VALUE", "RATIO", "TARGET", "MET"},
+	}
+	// ratio adds a row comparing mode a to anchor b by p50 (lower is
+	// better) or, for bursts, by runs per second (higher is better).
+	ratio := func(what, a, b, anchor string, want float64, higher bool) {
+		ra, oka := by[a]
+		rb, okb := by[b]
+		if !oka || !okb {
+			t.Add(what, "-", anchor, "-", "-", targetText(want, higher), "not measured")
+			return
+		}
+		if higher {
+			x := ra.rate / rb.rate
+			t.Add(what, fmt.Sprintf("%.1f runs/s", ra.rate), anchor, fmt.Sprintf("%.1f runs/s", rb.rate),
+				fmt.Sprintf("%.2fx", x), targetText(want, higher), verdict(x >= want))
+			return
+		}
+		x := float64(ra.e2e.P50) / float64(rb.e2e.P50)
+		t.Add(what, benchkit.Ms(ra.e2e.P50)+" ms", anchor, benchkit.Ms(rb.e2e.P50)+" ms",
+			fmt.Sprintf("%.2fx", x), targetText(want, higher), verdict(x <= want))
+	}
+	ratio("one-shot busybox, p50", modeOneShot, modeCtr, "ctr run --rm, p50", 0.5, false)
+	ratio(fmt.Sprintf("burst at concurrency %d", burstConcurrency), modeOneShotBurst, modeCtrBurst,
+		fmt.Sprintf("%d parallel ctr run --rm loops", burstConcurrency), 1.5, true)
+	ratio("python3 one-shot, p50", modePythonOneShot, modeOneShot, "busybox one-shot, p50", 1.5, false)
+	ratio("node one-shot, p50", modeNodeOneShot, modeOneShot, "busybox one-shot, p50", 1.5, false)
+	for _, m := range []string{modePythonWarm, modeNodeWarm} {
+		what := strings.Replace(m, "-", " ", 1) + ", p50"
+		r, ok := by[m]
+		switch {
+		case !ok:
+			t.Add(what, "-", "-", "-", "-", "≤ 1 ms", "not measured")
+		default:
+			t.Add(what, benchkit.Ms(r.e2e.P50)+" ms", "-", "-", "-", "≤ 1 ms", verdict(r.e2e.P50 <= time.Millisecond))
+		}
+	}
+	return t.Print(os.Stdout)
+}
+
+func targetText(want float64, higher bool) string {
+	if higher {
+		return fmt.Sprintf("≥ %.1fx", want)
+	}
+	return fmt.Sprintf("≤ %.1fx", want)
 }
 
 func verdict(met bool) string {
@@ -229,21 +310,27 @@ func verdict(met bool) string {
 }
 
 func measure(ctx context.Context, cfg config, rc rueidis.Client, cc *ctrclient.Client, mode string) (row, error) {
-	spec := benchkit.AppSpec{Concurrency: 8, Image: cfg.image, Command: cfg.command, Timeout: "60s"}
+	spec := benchkit.AppSpec{Concurrency: burstConcurrency, Image: cfg.image, Command: cfg.command, Timeout: "60s"}
 	switch mode {
 	case modeCtr:
 		return measureCtr(ctx, cfg)
+	case modeCtrBurst:
+		return measureCtrBurst(ctx, cfg)
 	case modeProcess:
 		runner, err := runtime.NewProcess(runtime.WithOutput(io.Discard, io.Discard))
 		if err != nil {
 			return row{}, err
 		}
 		return measureEngine(ctx, cfg, rc, mode, spec, runner)
-	case modePythonOneShot, modePythonWarm:
-		if _, err := cc.GetImage(namespaces.WithNamespace(ctx, cfg.namespace), cfg.pythonImage); err != nil {
-			return row{}, skipError{fmt.Sprintf("no image %s in namespace %s (scripts/runtime-images.sh STATE_DIR SOCKET python3 %s)", cfg.pythonImage, cfg.namespace, cfg.namespace)}
+	case modePythonOneShot, modePythonWarm, modeNodeOneShot, modeNodeWarm:
+		rt, image := "python3", cfg.pythonImage
+		if mode == modeNodeOneShot || mode == modeNodeWarm {
+			rt, image = "node", cfg.nodeImage
 		}
-		spec = benchkit.AppSpec{Concurrency: 8, Runtime: "python3", Image: cfg.pythonImage, Warm: mode == modePythonWarm, Timeout: "60s"}
+		if _, err := cc.GetImage(namespaces.WithNamespace(ctx, cfg.namespace), image); err != nil {
+			return row{}, skipError{fmt.Sprintf("no image %s in namespace %s (scripts/runtime-images.sh STATE_DIR SOCKET %s %s)", image, cfg.namespace, rt, cfg.namespace)}
+		}
+		spec = benchkit.AppSpec{Concurrency: burstConcurrency, Runtime: rt, Image: image, Warm: mode == modePythonWarm || mode == modeNodeWarm, Timeout: "60s"}
 	}
 	// One Runner per mode, as one worker has one; Close removes its warm
 	// containers afterwards.
@@ -301,7 +388,11 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	defer func() { stopEngine(); <-done }()
 
 	var e2e, runs, overhead []time.Duration
-	for i := range cfg.warmup + cfg.n {
+	n := cfg.n
+	if mode == modeOneShotBurst {
+		n = 0 // after the warm-up, one burst
+	}
+	for i := range cfg.warmup + n {
 		// Register before publishing: the ack can come before XADD returns.
 		ch := make(chan time.Time, 1)
 		start := time.Now()
@@ -326,7 +417,48 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 		took := timed.get(id)
 		e2e, runs, overhead = append(e2e, d), append(runs, took), append(overhead, d-took)
 	}
+	if mode == modeOneShotBurst {
+		return measureBurst(ctx, cfg, src, timed, done)
+	}
 	return row{mode: mode, e2e: benchkit.Summarize(e2e), run: benchkit.Summarize(runs), overhead: benchkit.Summarize(overhead)}, nil
+}
+
+// measureBurst publishes cfg.burst events at once and waits for every
+// XACK: the rate counts from the first XADD to the last XACK.
+func measureBurst(ctx context.Context, cfg config, src *timedSource, timed *timedRunner, done <-chan error) (row, error) {
+	chans := make([]chan time.Time, cfg.burst)
+	ids := make([]string, cfg.burst)
+	start := time.Now()
+	for i := range chans {
+		chans[i] = make(chan time.Time, 1)
+		id, err := src.publishAwaited(ctx, benchkit.Event(cfg.warmup+i), chans[i])
+		if err != nil {
+			return row{}, err
+		}
+		ids[i] = id
+	}
+	var e2e, runs, overhead []time.Duration
+	var last time.Time
+	timeout := time.After(5 * time.Minute)
+	for i, ch := range chans {
+		var at time.Time
+		select {
+		case at = <-ch:
+		case err := <-done:
+			return row{}, fmt.Errorf("engine stopped: %v", err)
+		case err := <-timed.failed:
+			return row{}, fmt.Errorf("burst: a handler did not succeed: %w", err)
+		case <-timeout:
+			return row{}, fmt.Errorf("burst: message %s not acknowledged within 5 minutes", ids[i])
+		}
+		if at.After(last) {
+			last = at
+		}
+		d, took := at.Sub(start), timed.get(ids[i])
+		e2e, runs, overhead = append(e2e, d), append(runs, took), append(overhead, d-took)
+	}
+	return row{mode: modeOneShotBurst, e2e: benchkit.Summarize(e2e), run: benchkit.Summarize(runs), overhead: benchkit.Summarize(overhead),
+		rate: float64(cfg.burst) / last.Sub(start).Seconds()}, nil
 }
 
 // measureCtr times `ctr run --rm` of the image and command, warmup+n
@@ -355,6 +487,70 @@ func measureCtr(ctx context.Context, cfg config) (row, error) {
 	}
 	s := benchkit.Summarize(lat)
 	return row{mode: modeCtr, e2e: s, run: s}, nil
+}
+
+// measureCtrBurst runs cfg.burst `ctr run --rm` of the image and command
+// in burstConcurrency parallel loops, after cfg.warmup runs one at a time.
+// A run's latency counts from the start of the burst, as in measureBurst.
+func measureCtrBurst(ctx context.Context, cfg config) (row, error) {
+	if _, err := exec.LookPath("ctr"); err != nil {
+		return row{}, fmt.Errorf("ctr not found in PATH (it comes with containerd): %w", err)
+	}
+	runCtr := func(i int) error {
+		id := fmt.Sprintf("relay-bench-ctr-burst-%d-%d", os.Getpid(), i)
+		args := append([]string{"-a", cfg.containerd, "-n", cfg.namespace, "run", "--rm", cfg.image, id}, cfg.command...)
+		cmd := exec.CommandContext(ctx, "ctr", args...)
+		cmd.Stdin = strings.NewReader(benchkit.Event(i))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, out.String())
+		}
+		return nil
+	}
+	for i := range cfg.warmup {
+		if err := runCtr(i); err != nil {
+			return row{}, err
+		}
+	}
+	var (
+		mu   sync.Mutex
+		next = cfg.warmup
+		lat  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range burstConcurrency {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= cfg.warmup+cfg.burst {
+					return
+				}
+				err := runCtr(i)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				lat = append(lat, time.Since(start))
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return row{}, err
+	}
+	s := benchkit.Summarize(lat)
+	return row{mode: modeCtrBurst, e2e: s, run: s, rate: float64(cfg.burst) / elapsed.Seconds()}, nil
 }
 
 // timedSource records when the Engine's XACK of an awaited message

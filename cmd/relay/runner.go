@@ -55,7 +55,8 @@ const pingTimeout = 10 * time.Second
 // prefixed [app/handler]. A containerd Runner is pinged first, so a command
 // that cannot run anything fails at once. hostID labels the containers (see
 // ctrd.WithHostID): processes sharing a containerd need different ones.
-func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr io.Writer, hostID string) (*openRunner, error) {
+// extra are further options of a containerd Runner.
+func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr io.Writer, hostID string, extra ...ctrd.Option) (*openRunner, error) {
 	if f.Runner == "process" {
 		log.Warn("process runner: handlers run as local processes without isolation; use it for development only")
 		pr, err := runtime.NewProcess(runtime.WithOutput(stdout, stderr))
@@ -82,7 +83,7 @@ func (f *RunnerFlags) open(ctx context.Context, log *slog.Logger, stdout, stderr
 	if f.stateDir != "" {
 		opts = append(opts, ctrd.WithStateDir(f.stateDir))
 	}
-	cr, err := ctrd.New(cc, opts...)
+	cr, err := ctrd.New(cc, append(opts, extra...)...)
 	if err != nil {
 		cc.Close()
 		return nil, err
@@ -157,7 +158,9 @@ func (f *RunnerFlags) manualRunner(ctx context.Context, g *Globals, toStderr boo
 		out = g.stderr
 	}
 	return &lazyRunner{open: func() (*openRunner, error) {
-		return f.open(ctx, g.logger(), out, g.stderr, cliHostID())
+		// A few attempts and exit: containers prepared ahead would only be
+		// created to be removed (docs/runtimes.md "One-shot containers").
+		return f.open(ctx, g.logger(), out, g.stderr, cliHostID(), ctrd.WithPreparedContainers(0))
 	}}
 }
 

@@ -137,15 +137,29 @@ func Leftovers(ctx context.Context, c *client.Client) []string {
 	return left
 }
 
-// AssertClean fails the test if Leftovers reports anything.
+// AssertClean fails the test if Leftovers still reports anything after
+// cleanTimeout: a one-shot container is removed in the background after
+// its Run returned (docs/runtimes.md "One-shot containers").
 func AssertClean(t testing.TB, c *client.Client) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cleanTimeout+10*time.Second)
 	defer cancel()
-	if left := Leftovers(ctx, c); len(left) > 0 {
-		t.Errorf("left behind in namespace %s: %s", c.DefaultNamespace(), strings.Join(left, ", "))
+	deadline := time.Now().Add(cleanTimeout)
+	for {
+		left := Leftovers(ctx, c)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("left behind in namespace %s: %s", c.DefaultNamespace(), strings.Join(left, ", "))
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// cleanTimeout bounds AssertClean's wait for background removals.
+const cleanTimeout = 10 * time.Second
 
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()

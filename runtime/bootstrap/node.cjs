@@ -92,6 +92,27 @@ function exported(ns, fn) {
   return undefined;
 }
 
+// loadModule returns the namespace of the module in file. CommonJS is
+// loaded with require, which spares a one-shot run the start of the ES
+// module loader (docs/runtimes.md "Node (`runtime: node`)"); an ES module
+// (.mjs, or .js under "type": "module") goes through import(). require
+// refuses an ES module before running any of it, and names the file.
+async function loadModule(file) {
+  if (!file.endsWith(".mjs")) {
+    try {
+      const m = require(file);
+      // Node 22 can require an ES module: that gives its namespace.
+      return Object.prototype.toString.call(m) === "[object Module]" ? m : { default: m };
+    } catch (err) {
+      const esm = err && (err.code === "ERR_REQUIRE_ESM" || err.code === "ERR_REQUIRE_ASYNC_MODULE");
+      if (!esm || !String(err.message).includes(file)) {
+        throw err;
+      }
+    }
+  }
+  return import(pathToFileURL(file).href);
+}
+
 async function load(handler, appDir) {
   const dot = handler.lastIndexOf(".");
   const moduleName = handler.slice(0, dot);
@@ -105,7 +126,7 @@ async function load(handler, appDir) {
       `handler ${handler}: module ${JSON.stringify(moduleName)} not found in ${appDir} ` +
       `(looked for ${moduleName}{${EXTENSIONS.join(",")}} and ${moduleName}/index{${EXTENSIONS.join(",")}})`);
   }
-  const ns = await import(pathToFileURL(file).href);
+  const ns = await loadModule(file);
   const fn = exported(ns, fnName);
   if (fn === undefined) {
     throw new Exit(EXIT_NOT_FOUND,

@@ -30,14 +30,17 @@
 # container's init (PID 1), kills every other process of the container and
 # reaps them; B is true when it saw none left, and false tells the runner to
 # replace the container (docs/runtimes.md "Warm containers").
+#
+# Start-up time counts for every one-shot attempt (docs/runtimes.md "Python
+# (`runtime: python3`)"): only what every run needs is imported here, and
+# what failures (traceback) or warm mode (signal, time) need is imported
+# where it is used; inspect, which alone takes longer than the interpreter's
+# start, is not imported at all. Neither is json, which imports re (and with
+# it enum, functools and collections) for one-shot runs: the event is parsed
+# by the json module's own C scanner (parse_event).
 import importlib
-import inspect
-import json
 import os
-import signal
 import sys
-import time
-import traceback
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -74,6 +77,8 @@ def report(exc):
     tb = exc.__traceback__
     while tb is not None and internal(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
+    import traceback
+
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
     sys.stderr.flush()
 
@@ -100,17 +105,64 @@ def load(handler, app_dir):
     return function
 
 
+class _ScanContext:
+    """The settings json.loads passes its C scanner by default."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_JSON_SPACE = " \t\n\r"
+
+
+def parse_event(raw):
+    """json.loads(raw), through the scanner json.loads itself uses (the
+    _json C module) without importing json. Anything it does not take at
+    once (another encoding, a BOM, an error, no C scanner) goes to
+    json.loads, so results and error messages are json.loads's own."""
+    try:
+        from _json import make_scanner
+
+        text = raw.decode("utf-8")
+        start = len(text) - len(text.lstrip(_JSON_SPACE))
+        value, end = make_scanner(_ScanContext())(text, start)
+        if not text[end:].strip(_JSON_SPACE):
+            return value
+    except Exception:
+        pass
+    import json
+
+    return json.loads(raw)
+
+
 def read_event():
     raw = sys.stdin.buffer.read()
     try:
-        return json.loads(raw)
+        return parse_event(raw)
     except ValueError as e:
         fail(EXIT_USAGE, "stdin is not a JSON event: %s" % e)
 
 
+# CO_ITERABLE_COROUTINE: a generator made awaitable by types.coroutine.
+_CO_ITERABLE_COROUTINE = 0x100
+
+
+def awaitable(obj):
+    """inspect.isawaitable without importing inspect: a coroutine, a
+    generator-based coroutine, or an object whose type defines __await__."""
+    code = getattr(obj, "gi_code", None)
+    if code is not None and code.co_flags & _CO_ITERABLE_COROUTINE:
+        return True
+    return hasattr(type(obj), "__await__")
+
+
 def call(function, event):
     result = function(event)
-    if inspect.isawaitable(result):
+    if awaitable(result):
         import asyncio
 
         async def wait():
@@ -155,6 +207,8 @@ def exit_code(e):
 
 def invoke(handler, app_dir, raw_event):
     """One warm invocation: the exit code a one-shot run would end with."""
+    import json
+
     try:
         function = load(handler, app_dir)
         try:
@@ -209,6 +263,9 @@ def clean_up():
     anywhere else kill(-1) would reach every process of the user."""
     if os.getpid() != 1:
         return False
+    import signal
+    import time
+
     deadline = time.monotonic() + CLEAN_UP_SECONDS
     pause = 0.0005
     try:
@@ -229,6 +286,8 @@ def clean_up():
 
 
 def serve():
+    import json
+
     app_dir = setup_path()
     me = os.getpid()
     del sys.argv[1:]

@@ -104,6 +104,7 @@ type options struct {
 	buildTimeout         time.Duration
 	buildEnv             map[string]string // nil: buildEnvFromOS
 	buildCAFile          string
+	preparedContainers   int
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up
@@ -372,6 +373,7 @@ func newOptions(opts []Option) (options, error) {
 		secretsDir:           runtime.DefaultSecretsDir,
 		maxBuilds:            DefaultMaxConcurrentBuilds,
 		buildTimeout:         DefaultBuildTimeout,
+		preparedContainers:   DefaultPreparedContainers,
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {

@@ -61,6 +61,9 @@ func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
 	if err != nil {
 		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
+	if r.images.unpacked(img) {
+		return img, nil
+	}
 	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
 	if err != nil {
 		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
@@ -70,6 +73,7 @@ func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
 			return nil, classify(fmt.Errorf("unpack image %s into %s: %w", ref, r.snapshotter, err))
 		}
 	}
+	r.images.markUnpacked(img)
 	return img, nil
 }
 

@@ -85,6 +85,8 @@ func pullRunner(t *testing.T, f *fixture, opts ...containerd.Option) (*container
 		containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
 		containerd.WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
 		containerd.WithStateDir(t.TempDir()),
+		// The tests assert that nothing is left after each Run.
+		containerd.WithPreparedContainers(0),
 	}, opts...)
 	r, err := containerd.New(f.client, opts...)
 	if err != nil {

@@ -8,13 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -49,6 +50,7 @@ type Runner struct {
 	bootstraps bootstrapFiles
 	secretsDir string
 	deps       depsBuilder
+	images     imageFacts
 
 	mu   sync.Mutex
 	live map[string]struct{} // containers of invocations in flight and warm ones, which Sweep spares
@@ -56,7 +58,8 @@ type Runner struct {
 	shimWork sync.WaitGroup // background stops of busy shims (endShim)
 	fifos    fifoReaders    // readers of FIFOs dead clients left (fifo.go)
 
-	warm warmPools
+	warm    warmPools
+	oneShot oneShots
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
@@ -101,6 +104,8 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			apps:           map[string]*warmApp{},
 			all:            map[*warmContainer]struct{}{},
 		},
+		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout),
+			apps: map[string]*preparedApp{}, rootfs: map[string][]mount.Mount{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	liveRunners.Store(r.presence.owner, struct{}{})
@@ -128,8 +133,12 @@ func (r *Runner) HostID() string { return r.hostID }
 // runtime.ErrUnavailable; other
 // containerd failures are plain errors. An absent image is pulled first
 // (WithPull), which Run waits for. When ctx is cancelled (shutdown) the
-// container is killed and Run returns an error wrapping ctx.Err(). In every
-// case the container, task and snapshot are removed before Run returns.
+// container is killed and Run returns an error wrapping ctx.Err(). The
+// container, task and snapshot are removed once the handler exited: in the
+// background when it exited and its output is complete, which Close waits
+// for, before Run returns otherwise. The container may have been prepared
+// ahead of demand (WithPreparedContainers), never for another attempt
+// (docs/runtimes.md "One-shot containers").
 // req.Timeout and Result.Duration count from the start of the handler
 // process, not including container setup (about 150 ms) nor a pull.
 //
@@ -176,6 +185,11 @@ type prepared struct {
 	specOpts []oci.SpecOpts
 }
 
+// spec returns the OCI spec options of a container running req.
+func (p prepared) spec(req runtime.Request) []oci.SpecOpts {
+	return append(specOpts(req, p.imgSpec, p.appDir, p.argv, p.mounts), p.specOpts...)
+}
+
 // prepare resolves spec's image and command, checks its app directory and
 // writes the bootstrap a language runtime needs.
 func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, error) {
@@ -211,7 +225,7 @@ func (r *Runner) prepare(ctx context.Context, spec runtime.Spec) (prepared, erro
 		img = built.image
 		extraOpts = append(extraOpts, depsEnv(spec))
 	}
-	imgSpec, err := img.Spec(ctx)
+	imgSpec, err := r.images.spec(ctx, img)
 	if err != nil {
 		return prepared{}, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
@@ -231,44 +245,27 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	img := p.img
 	// Read now, so that a rotated secret is used from this invocation on;
-	// removed after the container (deferred first, runs last).
+	// removed when the run returns (deferred first, runs last).
 	secrets, err := r.stageSecrets(req.Spec.Secrets)
 	if err != nil {
 		return runtime.Result{}, err
 	}
 	defer secrets.remove()
 	if secrets != nil {
-		p.mounts = append(p.mounts, secrets.mount())
+		// p's mounts are shared with the runs of the same app: copy.
+		p.mounts = append(slices.Clip(p.mounts), secrets.mount())
 	}
-
-	id := containerID(req.App, req.Handler)
-	r.track(id, true)
-	defer r.track(id, false)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelHandler: req.Handler}
-	newOpts := []client.NewContainerOpts{
-		client.WithImage(img),
-		client.WithSnapshotter(r.snapshotter),
-		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)),
-		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(req, p.imgSpec, p.appDir, p.argv, p.mounts), p.specOpts...)...),
-	}
-	cont, err := r.client.NewContainer(ctx, id, newOpts...)
-	if errdefs.IsAlreadyExists(err) {
-		// A leftover with our id (practically never, ids are random): remove
-		// it and try once more.
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", id))
-		if rerr := r.remove(ctx, id); rerr != nil {
-			return runtime.Result{}, fmt.Errorf("create container %s: %w (removing the leftover: %w)", id, err, rerr)
-		}
-		cont, err = r.client.NewContainer(ctx, id, newOpts...)
-	}
+	cont, id, err := r.newContainer(ctx, req, p)
 	if err != nil {
-		// NewContainer may have prepared the snapshot before failing.
-		r.cleanup(ctx, req, id, r.remove(ctx, id))
-		return runtime.Result{}, classify(fmt.Errorf("create container %s: %w", id, err))
+		return runtime.Result{}, err
 	}
+	removing := false // the background removal untracks id
+	defer func() {
+		if !removing {
+			r.track(id, false)
+		}
+	}()
 
 	prefix := runtime.Prefix(req.App, req.Handler)
 	stdout, stderr := r.stdout.LineWriter(prefix), r.stderr.LineWriter(prefix)
@@ -277,7 +274,22 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	defer func() {
 		// Always: delete the task (draining its output), flush partial
 		// lines, delete the container and its snapshot; never with ctx,
-		// which may be cancelled.
+		// which may be cancelled. Delete cancels the task's IO, closing
+		// the pipes with whatever a slow output destination has not taken
+		// yet: let the copy finish first. The container's processes are
+		// gone with its init, so the pipes reach EOF.
+		if task != nil && exited && drainOutput(task, outputDrainTimeout) {
+			// The usual end: the rest is removal, which no one waits for
+			// (docs/runtimes.md "One-shot containers").
+			stdout.Close()
+			stderr.Close()
+			if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
+				ee.Stderr = stderr.LastLine()
+			}
+			removing = true
+			r.removeLater(ctx, req, id, cont, task)
+			return
+		}
 		dctx, cancel := r.detached(ctx)
 		defer cancel()
 		var errs []error
@@ -285,12 +297,6 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 			var delOpts []client.ProcessDeleteOpts
 			if !exited {
 				delOpts = append(delOpts, client.WithProcessKill)
-			} else {
-				// Delete cancels the task's IO, closing the pipes with
-				// whatever a slow output destination has not taken yet:
-				// let the copy finish first. The container's processes are
-				// gone with its init, so the pipes reach EOF.
-				drainOutput(task, outputDrainTimeout)
 			}
 			if err := deleteTask(dctx, cont, task, delOpts...); err != nil {
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
@@ -298,7 +304,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		}
 		stdout.Close()
 		stderr.Close()
-		// Output is complete now: drained before the task's deletion.
+		// Output is complete now: the task's deletion ended the copy.
 		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
 			ee.Stderr = stderr.LastLine()
 		}
@@ -315,7 +321,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}()
 
 	ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
-	task, err = cont.NewTask(ctx, ioCreator)
+	task, err = r.newTask(ctx, cont, ioCreator)
 	if err != nil {
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
@@ -502,11 +508,12 @@ func execError(err error) *runtime.ExitError {
 // reach its destination before the task is deleted.
 const outputDrainTimeout = 10 * time.Second
 
-// drainOutput waits until task's output copy has finished, or d passed.
-func drainOutput(task client.Task, d time.Duration) {
+// drainOutput waits until task's output copy has finished, or d passed,
+// and reports whether it finished.
+func drainOutput(task client.Task, d time.Duration) bool {
 	io := task.IO()
 	if io == nil {
-		return
+		return true
 	}
 	done := make(chan struct{})
 	go func() {
@@ -517,6 +524,8 @@ func drainOutput(task client.Task, d time.Duration) {
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
+		return false
 	}
 }

@@ -99,6 +99,9 @@ func (f *fixture) newRunner(t testing.TB, host string, opts ...containerd.Option
 		containerd.WithStateDir(t.TempDir()),
 		// Sweep tests plant task-less containers and expect them gone.
 		containerd.WithTaskCreationGrace(0),
+		// Tests assert that nothing is left after each Run; prepared
+		// containers have tests of their own (oneshot_test.go).
+		containerd.WithPreparedContainers(0),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

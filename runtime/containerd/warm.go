@@ -565,6 +565,7 @@ func (r *Runner) Close(ctx context.Context) error {
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
+	r.closeOneShots(ctx)
 	r.waitShimWork(ctx)
 	r.fifos.closeAll()
 	if werr := r.withdraw(ctx); werr != nil && err == nil {

@@ -35,9 +35,10 @@ type AppSpec struct {
 	// handler ignores them, but the template requires an image.
 	Image   string
 	Command []string
-	// Runtime, when set ("python3"), makes the app a language-runtime app
-	// whose handler is the function insert of users.py, which does nothing;
-	// Warm adds warm: true. Command is ignored then.
+	// Runtime, when set ("python3" or "node"), makes the app a
+	// language-runtime app whose handler is the function insert of
+	// users.py or users.js, which does nothing; Warm adds warm: true.
+	// Command is ignored then.
 	Runtime string
 	Warm    bool
 	// Timeout is the rule's timeout, a Go duration ("30s").
@@ -47,6 +48,9 @@ type AppSpec struct {
 // pythonHandler is the handler module of a python3 bench app: HandlerName
 // ("users.insert") names the function insert of users.py.
 const pythonHandler = "def insert(event):\n    pass\n"
+
+// nodeHandler is the handler module of a node bench app.
+const nodeHandler = "exports.insert = function (event) {};\n"
 
 // WriteApps writes an apps root under dir holding the benchmark app, whose
 // single rule matches every Event, and returns the root.
@@ -76,7 +80,11 @@ func WriteApps(dir string, spec AppSpec) (string, error) {
 		if spec.Warm {
 			b.WriteString("warm: true\n")
 		}
-		if err := os.WriteFile(filepath.Join(appDir, "users.py"), []byte(pythonHandler), 0o644); err != nil {
+		file, src := "users.py", pythonHandler
+		if spec.Runtime == "node" {
+			file, src = "users.js", nodeHandler
+		}
+		if err := os.WriteFile(filepath.Join(appDir, file), []byte(src), 0o644); err != nil {
 			return "", fmt.Errorf("write bench app: %w", err)
 		}
 	default:

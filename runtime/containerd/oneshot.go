@@ -1,0 +1,377 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/typeurl/v2"
+
+	"github.com/relaydev/relay/runtime"
+)
+
+// One-shot containers off the critical path (docs/runtimes.md "One-shot
+// containers"). Each attempt still gets its own fresh container and rootfs
+// snapshot, but the parts of their life that do not depend on the attempt
+// happen while no one waits:
+//
+//   - prepared containers: for each app that ran, up to
+//     WithPreparedContainers containers (snapshot and container object,
+//     no task) are created ahead of demand with the app's current Spec.
+//     A Run takes one, writes the attempt's own OCI spec into it (its
+//     environment differs per attempt) and creates the task. A prepared
+//     container serves one attempt and is then removed like any other.
+//     They carry the labels of every container plus LabelPrepared, are
+//     marked live so that Sweep spares them while the Runner runs (and
+//     removes them after a crash), and are removed when the app's Spec or
+//     image changes (its generation), after preparedIdleTimeout (or the
+//     shorter warm idle timeout) without a Run of the app, and at Close;
+//   - background removal: once the handler exited and its output is
+//     drained, the task, container and snapshot are deleted in the
+//     background; Close waits for those removals.
+
+// DefaultPreparedContainers is WithPreparedContainers's default.
+const DefaultPreparedContainers = 2
+
+// preparedIdleTimeout is how long an app's prepared containers outlive its
+// last Run: a quiet worker holds no containers for long.
+const preparedIdleTimeout = 10 * time.Second
+
+// LabelPrepared is "true" on a container prepared ahead of demand that no
+// attempt has taken yet; its relay.handler label is empty until then.
+const LabelPrepared = "relay.prepared"
+
+// WithPreparedContainers sets how many one-shot containers (snapshot and
+// container object) are kept ready per app, created in the background after
+// the app's first Run, so that a Run skips their creation (docs/runtimes.md
+// "One-shot containers"); they are removed 10 s after the app's last Run.
+// n must be >= 0; 0 disables them, which suits a
+// process that runs a few attempts and exits (relay app invoke).
+// Default: DefaultPreparedContainers.
+func WithPreparedContainers(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return errors.New("containerd: WithPreparedContainers: must be >= 0")
+		}
+		o.preparedContainers = n
+		return nil
+	}
+}
+
+// oneShots holds a Runner's prepared containers and background removals.
+type oneShots struct {
+	max         int // per app; 0: none
+	idleTimeout time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	apps   map[string]*preparedApp
+	bg     sync.WaitGroup // creations and removals in the background
+	// rootfs holds the snapshot mounts of prepared containers taken by a
+	// Run that has not created its task yet.
+	rootfs map[string][]mount.Mount
+}
+
+// preparedApp holds the prepared containers of one app generation.
+type preparedApp struct {
+	key     string // warmKey of the Spec and image reference
+	ready   []preparedContainer
+	filling int // creations under way
+	timer   *time.Timer
+}
+
+type preparedContainer struct {
+	id     string
+	cont   client.Container
+	rootfs []mount.Mount // its snapshot's mounts
+}
+
+// newContainer returns a container for req, tracked live: a prepared one
+// given req's spec, or a new one. On error nothing is left and the id is
+// no longer tracked.
+func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared) (client.Container, string, error) {
+	key := warmKey(req.Spec, p.ref)
+	if pc, ok := r.takePrepared(ctx, req.App, key, req.Spec, p); ok {
+		err := r.assign(ctx, pc, req, p)
+		if err == nil {
+			r.oneShot.mu.Lock()
+			r.oneShot.rootfs[pc.id] = pc.rootfs
+			r.oneShot.mu.Unlock()
+			return pc.cont, pc.id, nil
+		}
+		// containerd lost it or refused the spec: remove it and create a
+		// container the usual way, which reports what is wrong.
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "a prepared container could not be used; creating one",
+			slog.String("app", req.App), slog.String("container_id", pc.id), slog.Any("error", err))
+		r.cleanup(ctx, req, pc.id, r.remove(ctx, pc.id))
+		r.track(pc.id, false)
+	}
+	id := containerID(req.App, req.Handler)
+	labels := r.labels(req.App, req.Handler)
+	cont, err := r.createContainer(ctx, id, labels, p, p.spec(req))
+	if err != nil {
+		r.cleanup(ctx, req, id, r.remove(ctx, id))
+		r.track(id, false)
+		return nil, "", classify(fmt.Errorf("create container %s: %w", id, err))
+	}
+	return cont, id, nil
+}
+
+func (r *Runner) labels(app, handler string) map[string]string {
+	return map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: app, LabelHandler: handler}
+}
+
+// createContainer creates container id with its snapshot, tracked live
+// from before its creation (the caller untracks it).
+func (r *Runner) createContainer(ctx context.Context, id string, labels map[string]string, p prepared, spec []oci.SpecOpts) (client.Container, error) {
+	r.track(id, true)
+	newOpts := []client.NewContainerOpts{
+		client.WithImage(p.img),
+		client.WithSnapshotter(r.snapshotter),
+		client.WithNewSnapshot(id, p.img, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(spec...),
+	}
+	cont, err := r.client.NewContainer(ctx, id, newOpts...)
+	if errdefs.IsAlreadyExists(err) {
+		// A leftover with our id (practically never, ids are random):
+		// remove it and try once more.
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing leftover container", slog.String("container_id", id))
+		if rerr := r.remove(ctx, id); rerr != nil {
+			return nil, fmt.Errorf("%w (removing the leftover: %w)", err, rerr)
+		}
+		cont, err = r.client.NewContainer(ctx, id, newOpts...)
+	}
+	return cont, err
+}
+
+// assign writes req's OCI spec and handler label into prepared container
+// pc, in one containerd call.
+func (r *Runner) assign(ctx context.Context, pc preparedContainer, req runtime.Request, p prepared) error {
+	c := containers.Container{ID: pc.id, Labels: map[string]string{LabelHandler: req.Handler}}
+	s, err := oci.GenerateSpec(ctx, r.client, &c, p.spec(req)...)
+	if err != nil {
+		return err
+	}
+	if c.Spec, err = typeurl.MarshalAny(s); err != nil {
+		return err
+	}
+	_, err = r.client.ContainerService().Update(ctx, c, "spec", "labels."+LabelHandler, "labels."+LabelPrepared)
+	return err
+}
+
+// takePrepared takes a prepared container of app's generation key, if one
+// is ready, and starts creating replacements up to the bound. A change of
+// key drops the containers of the previous generation.
+func (r *Runner) takePrepared(ctx context.Context, app, key string, spec runtime.Spec, p prepared) (preparedContainer, bool) {
+	o := &r.oneShot
+	if o.max == 0 {
+		return preparedContainer{}, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return preparedContainer{}, false
+	}
+	a := o.apps[app]
+	if a == nil || a.key != key {
+		if a != nil {
+			r.dropPrepared(ctx, a)
+		}
+		a = &preparedApp{key: key}
+		o.apps[app] = a
+		a.timer = time.AfterFunc(o.idleTimeout, func() { r.expirePrepared(app, a) })
+	} else {
+		a.timer.Reset(o.idleTimeout)
+	}
+	var pc preparedContainer
+	ok := len(a.ready) > 0
+	if ok {
+		pc = a.ready[0]
+		a.ready = a.ready[1:]
+	}
+	for len(a.ready)+a.filling < o.max {
+		a.filling++
+		o.bg.Add(1)
+		go r.fillPrepared(ctx, app, a, spec, p)
+	}
+	return pc, ok
+}
+
+// fillPrepared creates one prepared container for a and adds it, or
+// removes it when a was dropped meanwhile.
+func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, spec runtime.Spec, p prepared) {
+	o := &r.oneShot
+	defer o.bg.Done()
+	ctx, cancel := r.detached(ctx)
+	defer cancel()
+	id := containerID(app, "")
+	labels := r.labels(app, "")
+	labels[LabelPrepared] = "true"
+	template := runtime.Request{App: app, Spec: spec}
+	cont, err := r.createContainer(ctx, id, labels, p, p.spec(template))
+	var rootfs []mount.Mount
+	if err == nil {
+		rootfs, err = r.client.SnapshotService(r.snapshotter).Mounts(ctx, id)
+	}
+	o.mu.Lock()
+	a.filling--
+	keep := err == nil && !o.closed && o.apps[app] == a
+	if keep {
+		a.ready = append(a.ready, preparedContainer{id: id, cont: cont, rootfs: rootfs})
+	}
+	o.mu.Unlock()
+	if keep {
+		return
+	}
+	if err != nil {
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "preparing a container failed", slog.String("app", app),
+			slog.String("container_id", id), slog.Any("error", err))
+	}
+	r.removeUntracked(ctx, app, id)
+}
+
+// dropPrepared removes a's ready containers in the background; creations
+// under way remove theirs when they see a gone. Under oneShots.mu.
+func (r *Runner) dropPrepared(ctx context.Context, a *preparedApp) {
+	a.timer.Stop()
+	for _, pc := range a.ready {
+		r.oneShot.bg.Add(1)
+		go func() {
+			defer r.oneShot.bg.Done()
+			r.removeUntracked(ctx, "", pc.id)
+		}()
+	}
+	a.ready = nil
+}
+
+// expirePrepared drops the prepared containers of an app that has not run
+// for the idle timeout.
+func (r *Runner) expirePrepared(app string, a *preparedApp) {
+	o := &r.oneShot
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.apps[app] != a {
+		return
+	}
+	delete(o.apps, app)
+	r.dropPrepared(r.backgroundContext(), a)
+}
+
+// removeUntracked removes container id and its snapshot, then stops
+// tracking it.
+func (r *Runner) removeUntracked(ctx context.Context, app, id string) {
+	defer r.track(id, false)
+	if err := r.remove(ctx, id); err != nil {
+		r.cleanup(ctx, runtime.Request{App: app}, id, err)
+	}
+}
+
+// removeLater deletes an attempt's exited task, its container and snapshot
+// in the background, then stops tracking the container; Close waits. After
+// Close it removes them before returning.
+func (r *Runner) removeLater(ctx context.Context, req runtime.Request, id string, cont client.Container, task client.Task) {
+	remove := func() {
+		defer r.track(id, false)
+		dctx, cancel := r.detached(ctx)
+		defer cancel()
+		var errs []error
+		if err := deleteTask(dctx, cont, task); err != nil {
+			errs = append(errs, fmt.Errorf("delete task: %w", err))
+		}
+		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container: %w", err))
+		}
+		r.cleanup(dctx, req, id, errors.Join(errs...))
+	}
+	o := &r.oneShot
+	o.mu.Lock()
+	closed := o.closed
+	if !closed {
+		o.bg.Add(1)
+	}
+	o.mu.Unlock()
+	if closed {
+		remove()
+		return
+	}
+	go func() {
+		defer o.bg.Done()
+		remove()
+	}()
+}
+
+// closeOneShots removes the prepared containers and waits, until ctx is
+// done, for the removals under way.
+func (r *Runner) closeOneShots(ctx context.Context) {
+	o := &r.oneShot
+	o.mu.Lock()
+	o.closed = true
+	for _, a := range o.apps {
+		r.dropPrepared(r.backgroundContext(), a)
+	}
+	clear(o.apps)
+	o.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		o.bg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+// newTask creates cont's task. For a prepared container, whose snapshot
+// mounts are known, that is one containerd call to create it and one to
+// load it, where the client's NewTask makes five (docs/runtimes.md
+// "One-shot containers").
+func (r *Runner) newTask(ctx context.Context, cont client.Container, ioCreate cio.Creator) (_ client.Task, err error) {
+	r.oneShot.mu.Lock()
+	rootfs, ok := r.oneShot.rootfs[cont.ID()]
+	delete(r.oneShot.rootfs, cont.ID())
+	r.oneShot.mu.Unlock()
+	if !ok {
+		return cont.NewTask(ctx, ioCreate)
+	}
+	i, err := ioCreate(cont.ID())
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			i.Cancel()
+			i.Close()
+		}
+	}()
+	cfg := i.Config()
+	req := &tasks.CreateTaskRequest{ContainerID: cont.ID(), Stdin: cfg.Stdin, Stdout: cfg.Stdout, Stderr: cfg.Stderr}
+	for _, m := range rootfs {
+		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	if _, err := r.client.TaskService().Create(ctx, req); err != nil {
+		return nil, errgrpc.ToNative(err)
+	}
+	// The task's IO is the one just created, not a new attachment.
+	return cont.Task(ctx, func(*cio.FIFOSet) (cio.IO, error) { return i, nil })
+}
+
+// backgroundContext is the context of work no Run waits for.
+func (r *Runner) backgroundContext() context.Context {
+	return namespaces.WithNamespace(context.Background(), r.namespace)
+}
