@@ -227,7 +227,11 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		if !cfg.DisableStats {
 			ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
 		}
-		src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer)
+		var srcOpts []stream.Option
+		if ecfg.Logger != nil {
+			srcOpts = append(srcOpts, stream.WithLogger(ecfg.Logger))
+		}
+		src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
 		store := invocation.New(cfg.Redis)
 		// A dead-letter entry's written marker lives as long as the
 		// invocation state it guards (docs/delivery.md#dead-letter-queue).

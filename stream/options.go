@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -26,6 +27,20 @@ type options struct {
 	block        time.Duration
 	reclaimCount int64
 	trimLimit    int64
+	logger       *slog.Logger
+}
+
+// WithLogger sets where Read reports that it recreated a missing consumer
+// group, which redelivers every entry still in the stream (a WARN record).
+// Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("WithLogger: nil logger")
+		}
+		o.logger = l
+		return nil
+	}
 }
 
 // WithBlock sets the longest time Read blocks waiting for new entries.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -46,7 +47,7 @@ func New(client rueidis.Client, stream, group, consumer string, opts ...Option) 
 	case consumer == "":
 		panic("stream: New: empty consumer name")
 	}
-	o := options{block: DefaultBlock, reclaimCount: DefaultReclaimCount, trimLimit: DefaultTrimLimit}
+	o := options{block: DefaultBlock, reclaimCount: DefaultReclaimCount, trimLimit: DefaultTrimLimit, logger: slog.Default()}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			panic("stream: " + err.Error())
@@ -73,11 +74,21 @@ func (s *Source) Client() rueidis.Client { return s.client }
 // does not exist (XGROUP CREATE ... 0 MKSTREAM). An existing group is left
 // as it is. Idempotent.
 func (s *Source) EnsureGroup(ctx context.Context) error {
+	_, err := s.createGroup(ctx)
+	return err
+}
+
+// createGroup is EnsureGroup, and reports whether it created the group.
+func (s *Source) createGroup(ctx context.Context) (created bool, err error) {
 	cmd := s.client.B().XgroupCreate().Key(s.stream).Group(s.group).Id("0").Mkstream().Build()
-	if err := s.client.Do(ctx, cmd).Error(); err != nil && !rueidis.IsRedisBusyGroup(err) {
-		return fmt.Errorf("stream: create group %s on %s: %w", s.group, s.stream, err)
+	switch err := s.client.Do(ctx, cmd).Error(); {
+	case err == nil:
+		return true, nil
+	case rueidis.IsRedisBusyGroup(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("stream: create group %s on %s: %w", s.group, s.stream, err)
 	}
-	return nil
 }
 
 // Read returns up to count new entries for this consumer (XREADGROUP ... >),
@@ -86,15 +97,21 @@ func (s *Source) EnsureGroup(ctx context.Context) error {
 // by an operator, or the stream key removed, also while Read was blocked),
 // Read recreates it once with EnsureGroup and reads again; note that a
 // recreated group starts at id 0 and so redelivers every entry still in the
-// stream. count must be > 0.
+// stream, which Read logs as a warning (WithLogger). count must be > 0.
 func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
 	if count <= 0 {
 		return nil, fmt.Errorf("stream: read %s: count must be > 0, got %d", s.stream, count)
 	}
 	msgs, err := s.read(ctx, count)
 	if errors.Is(err, ErrNoGroup) || errors.Is(err, errUnblocked) {
-		if err := s.EnsureGroup(ctx); err != nil {
-			return nil, err
+		created, cerr := s.createGroup(ctx)
+		if cerr != nil {
+			return nil, cerr
+		}
+		if created {
+			s.opts.logger.LogAttrs(ctx, slog.LevelWarn, "the consumer group was missing and has been created again from id 0: "+
+				"every entry still in the stream is delivered again (Redis lost its data, or the group or the stream was deleted)",
+				slog.String("stream", s.stream), slog.String("group", s.group))
 		}
 		msgs, err = s.read(ctx, count)
 	}

@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,17 +173,25 @@ func TestReadNewEntriesAndTimeout(t *testing.T) {
 func TestReadRecreatesMissingGroup(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	s := f.source(t, "c1")
+	var log testutil.Buffer
+	s := f.source(t, "c1", stream.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	want := f.publishN(t, s, 1)
+	if _, err := s.Read(t.Context(), 10); err != nil || strings.Contains(log.String(), "created again") {
+		t.Fatalf("a first Read with the group in place: %v; log %q", err, log.String())
+	}
 
 	f.do(t, f.c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build())
 	msgs, err := s.Read(t.Context(), 10)
 	if err != nil {
 		t.Fatalf("Read without group: %v", err)
 	}
-	// The group is recreated from id 0, so the entry is delivered.
+	// The group is recreated from id 0, so the entry is delivered again,
+	// and the operator is told.
 	if !slices.Equal(ids(msgs), want) {
 		t.Fatalf("read %v, want %v", ids(msgs), want)
+	}
+	if got := log.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "created again from id 0") || !strings.Contains(got, "group="+f.group) {
+		t.Errorf("no warning about the recreated group: %q", got)
 	}
 
 	// Without the stream key at all, MKSTREAM recreates both.

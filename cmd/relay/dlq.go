@@ -70,7 +70,7 @@ func (f *DLQFilter) describe() string {
 // DLQRetention is the dead-letter retention the workers apply, which ls
 // and inspect use to show when each entry expires.
 type DLQRetention struct {
-	Retention time.Duration `name:"dlq-retention" env:"REDIS_DLQ_RETENTION" default:"336h" placeholder:"DURATION" help:"The workers' dead-letter retention, to show when each entry expires (0: kept forever)."`
+	Retention time.Duration `name:"dlq-retention" env:"REDIS_DLQ_RETENTION" default:"336h" help:"Dead-letter retention: relay start removes entries older than this; dlq ls and the console show when each expires (0: kept forever)."`
 }
 
 // expires returns when retention removes e, for a table: "in 13d", "due"

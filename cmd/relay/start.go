@@ -34,9 +34,9 @@ type StartCmd struct {
 	// ShutdownTimeout lets an orchestrator's grace period cover the longest
 	// handler (docs/deployment.md#graceful-termination).
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"RELAY_SHUTDOWN_TIMEOUT" default:"30s" help:"After SIGTERM, how long running handlers may finish before they are abandoned (their messages stay pending)."`
-	StreamRetention time.Duration `name:"stream-retention" env:"REDIS_STREAM_RETENTION" default:"24h" placeholder:"DURATION" help:"Trim each stream to entries younger than this, never past an entry any consumer group holds pending or has not been delivered (0: never trim)."`
+	StreamRetention time.Duration `name:"stream-retention" env:"REDIS_STREAM_RETENTION" default:"24h" help:"Trim each stream to entries younger than this, never past an entry any consumer group holds pending or has not been delivered (0: never trim)."`
 	DLQRetention    `embed:""`
-	MaxEventBytes   byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" placeholder:"SIZE" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
+	MaxEventBytes   byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
 }
 
 // byteSize is a flag value in bytes, written with a KiB, MiB or GiB unit.

@@ -304,6 +304,9 @@ func TestContainerdSoak(t *testing.T) {
 	}
 	if len(left)+len(other) > 0 {
 		t.Errorf("left behind in namespace %s 30s after the soak quiesced: %s", ns, strings.Join(append(left, other...), ", "))
+		for _, l := range append(left, other...) {
+			s.logLinesOf(l[strings.LastIndexByte(l, ' ')+1:])
+		}
 	}
 
 	s.mu.Lock()
@@ -347,6 +350,9 @@ func TestContainerdSoak(t *testing.T) {
 	}
 	if len(leaked) > 0 {
 		t.Errorf("idle shims left without their task (%d before the soak): %s", shimsBefore, strings.Join(leaked, ", "))
+		for _, sh := range idle() {
+			s.logLinesOf(sh.ID)
+		}
 	}
 	f.idleShims = len(known) + len(leaked)
 	logFigures(t, t.Name()+": ledger", f, s)

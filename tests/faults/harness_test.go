@@ -176,6 +176,20 @@ func (s *soak) stopAll() {
 	wg.Wait()
 }
 
+// logLinesOf logs the lines of every worker's log that name id (a
+// container left behind, say), to show what the workers did with it.
+func (s *soak) logLinesOf(id string) {
+	logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
+	for _, path := range logs {
+		b, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, id) {
+				s.t.Logf("%s: %s", filepath.Base(path), line)
+			}
+		}
+	}
+}
+
 // checkCrashes fails the test for every worker that exited on its own
 // since the last check.
 func (s *soak) checkCrashes() {
