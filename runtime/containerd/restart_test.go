@@ -1,9 +1,9 @@
 package containerd_test
 
 import (
-	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +11,6 @@ import (
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/runtime"
 )
 
 // containerdScript runs scripts/containerd.sh, which starts a private
@@ -25,10 +24,10 @@ func containerdScript(t *testing.T, args ...string) {
 }
 
 // TestContainerdRestartMidHandler restarts the daemon while a handler
-// runs. The runner cannot know how the handler ended, so it must report
-// runtime.ErrOutcomeUnknown (the Engine then keeps the claim instead of
-// running the handler again uncharged), and the orphaned container must
-// go at the next Sweep.
+// runs. The shim keeps the task through the restart, so the runner waits
+// for it again and reports how the handler ended, with its output, instead
+// of an unknown outcome that would run it a second time; nothing is left
+// behind.
 func TestContainerdRestartMidHandler(t *testing.T) {
 	if testing.Short() || os.Geteuid() != 0 || os.Getenv(containerdtest.EnvAddress) == "" {
 		t.Skip("needs root and a containerd setup (CONTAINERD_ADDRESS); restarts a private daemon of its own")
@@ -57,17 +56,16 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 
 	select {
 	case err := <-done:
-		if !errors.Is(err, runtime.ErrOutcomeUnknown) {
-			t.Fatalf("Run after a containerd restart = %v, want ErrOutcomeUnknown", err)
-		}
-		if _, isExit := errors.AsType[*runtime.ExitError](err); isExit {
-			t.Fatalf("an unknown outcome must not be a handler failure: %v", err)
+		if err != nil {
+			t.Fatalf("Run after a containerd restart = %v, want the handler's success", err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after containerd restarted")
 	}
-	// The shim outlived the daemon: Sweep removes the orphan.
-	testutil.WaitFor(t, 20*time.Second, "sweep to remove the orphan", func() bool {
+	if out := f.stdout.String(); !strings.Contains(out, "finished") {
+		t.Errorf("the handler's output after the restart is lost: %q", out)
+	}
+	testutil.WaitFor(t, 20*time.Second, "nothing left behind", func() bool {
 		return f.runner.Sweep(ctx) == nil && len(containerdtest.Leftovers(ctx, f.client)) == 0
 	})
 }

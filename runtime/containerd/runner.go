@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -367,19 +368,59 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		}
 	}
 
+	var timeout <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	if statusC != nil {
-		var timeout <-chan time.Time
-		if req.Timeout > 0 {
-			t := time.NewTimer(req.Timeout)
-			defer t.Stop()
-			timeout = t.C
-		}
 		select {
 		case status = <-statusC:
 		case <-timeout:
 			timedOut = true
 		case <-ctx.Done():
 			cancelled = true
+		}
+	}
+	// containerd went away mid-wait (a restart): the shim keeps the task
+	// and, once it exits, its exit status, and the restarted daemon finds
+	// them again, so wait again rather than lose the outcome.
+	stale := false // statusC delivered the lost wait's status
+	for lost := time.Now(); !timedOut && !cancelled && daemonLost(status.Error()); {
+		stale = true
+		if time.Since(lost) > rewaitLimit {
+			break
+		}
+		select {
+		case <-time.After(rewaitInterval):
+		case <-timeout:
+			timedOut = true
+			continue
+		case <-ctx.Done():
+			cancelled = true
+			continue
+		}
+		sc, err := task.Wait(waitCtx)
+		if err != nil {
+			if !daemonLost(err) {
+				return runtime.Result{}, unknown(fmt.Errorf("wait task %s again after containerd came back: %w", id, err))
+			}
+			continue
+		}
+		statusC, stale = sc, false
+		select {
+		case status = <-statusC:
+		case <-timeout:
+			timedOut = true
+		case <-ctx.Done():
+			cancelled = true
+		}
+	}
+	if stale && (timedOut || cancelled) {
+		// The kill below waits for the exit on statusC.
+		if sc, err := task.Wait(waitCtx); err == nil {
+			statusC = sc
 		}
 	}
 	if timedOut || cancelled {
@@ -425,6 +466,20 @@ func (r *Runner) resolve(spec runtime.Spec) (ref string, argv []string, boot *ru
 		return "", nil, nil, fmt.Errorf("no image for runtime %q: set image in template.yaml or configure a default image: %w", spec.Runtime, runtime.ErrUnavailable)
 	}
 	return ref, nil, &b, nil
+}
+
+// rewaitInterval paces the new waits for a task's exit while containerd
+// is unavailable, and rewaitLimit bounds them: a daemon away for longer
+// leaves the outcome unknown.
+const (
+	rewaitInterval = 250 * time.Millisecond
+	rewaitLimit    = 2 * time.Minute
+)
+
+// daemonLost reports an error of a call that lost its connection to
+// containerd, which comes as a gRPC status from a wait under way.
+func daemonLost(err error) bool {
+	return err != nil && (errdefs.IsUnavailable(err) || errdefs.IsUnavailable(errgrpc.ToNative(err)))
 }
 
 // killWait bounds the wait for a killed task's exit status.
