@@ -374,7 +374,8 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		defer t.Stop()
 		timeout = t.C
 	}
-	if statusC != nil {
+	// awaitExit waits for the status on statusC, the rule's timeout or ctx.
+	awaitExit := func() {
 		select {
 		case status = <-statusC:
 		case <-timeout:
@@ -382,6 +383,9 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		case <-ctx.Done():
 			cancelled = true
 		}
+	}
+	if statusC != nil {
+		awaitExit()
 	}
 	// containerd went away mid-wait (a restart): the shim keeps the task
 	// and, once it exits, its exit status, and the restarted daemon finds
@@ -409,13 +413,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 			continue
 		}
 		statusC, stale = sc, false
-		select {
-		case status = <-statusC:
-		case <-timeout:
-			timedOut = true
-		case <-ctx.Done():
-			cancelled = true
-		}
+		awaitExit()
 	}
 	if stale && (timedOut || cancelled) {
 		// The kill below waits for the exit on statusC.

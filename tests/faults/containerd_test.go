@@ -164,15 +164,7 @@ func TestContainerdSoak(t *testing.T) {
 	s := newSoak(t, envRedis+"="+redistest.Addr(t), envStream+"="+streamName, envApps+"="+appsRoot,
 		envRunner+"=containerd", envSocket+"="+socket, envNamespace+"="+ns)
 	names := []string{"c1", "c2", "c3"}
-	for _, n := range names {
-		s.start(n)
-	}
-	t.Cleanup(func() {
-		for _, n := range names {
-			s.signal(n, syscall.SIGKILL, false)
-		}
-	})
-	s.waitStarted()
+	s.startWorkers(names...)
 
 	nsCtx := namespaces.WithNamespace(ctx, ns)
 	// containersOf counts the containers worker name is running.

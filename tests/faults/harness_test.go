@@ -88,6 +88,21 @@ func (s *soak) waitStarted() {
 
 func (s *soak) start(name string) { s.startAs(name, name) }
 
+// startWorkers starts the worker processes names, each consuming under its
+// own name, and waits until every one runs; they are killed when the test
+// ends, whatever became of them.
+func (s *soak) startWorkers(names ...string) {
+	for _, n := range names {
+		s.start(n)
+	}
+	s.t.Cleanup(func() {
+		for _, n := range names {
+			s.signal(n, syscall.SIGKILL, false)
+		}
+	})
+	s.waitStarted()
+}
+
 // startAs starts the worker process known as name, consuming as consumer.
 // Its output goes to a log file, shown when it exits on its own.
 func (s *soak) startAs(name, consumer string) {

@@ -153,15 +153,7 @@ func TestSoakRetention(t *testing.T) {
 	s := newSoak(t, envRedis+"="+srv.Addr, envStream+"="+streamName, envApps+"="+appsRoot, envRunner+"=func",
 		envRetention+"="+rs.String())
 	names := []string{"w1", "w2", "w3"}
-	for _, n := range names {
-		s.start(n)
-	}
-	t.Cleanup(func() {
-		for _, n := range names {
-			s.signal(n, syscall.SIGKILL, false)
-		}
-	})
-	s.waitStarted()
+	s.startWorkers(names...)
 
 	// Samples, taken while the soak runs and once more at the end.
 	var (
