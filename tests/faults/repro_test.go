@@ -35,6 +35,18 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
+// closeAtCleanup closes r when the test ends, before the containerd client
+// it uses: removals a Run left to the background then finish.
+func closeAtCleanup(t *testing.T, r *ctrd.Runner) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := r.Close(ctx); err != nil {
+			t.Errorf("close the runner: %v", err)
+		}
+	})
+}
+
 // knownBug skips t, naming the bug, unless FAULTS_REPRO=1.
 func knownBug(t *testing.T, bug string) {
 	t.Helper()
@@ -81,10 +93,11 @@ func TestReproOutputTailLost(t *testing.T) {
 	cc := containerdtest.Client(t)
 	out := &slowWriter{}
 	r, err := ctrd.New(cc, ctrd.WithNamespace(cc.DefaultNamespace()), ctrd.WithHostID("faults-repro-"+randomID()),
-		ctrd.WithOutput(out, out))
+		ctrd.WithOutput(out, out), ctrd.WithPreparedContainers(0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, r)
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -340,10 +353,11 @@ func TestReproSweepOrphansTask(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	sweeper, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID(host))
+	sweeper, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID(host), ctrd.WithPreparedContainers(0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, sweeper)
 	nsCtx := namespaces.WithNamespace(ctx, ns)
 	var orphans []string
 	t.Cleanup(func() {
@@ -358,10 +372,12 @@ func TestReproSweepOrphansTask(t *testing.T) {
 	// The dying worker's runner: it creates containers and their tasks
 	// while the sweeper, which shares its host id as a replacement would,
 	// sweeps again and again, as at a restart racing a task's creation.
-	r, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID(host), ctrd.WithOutput(io.Discard, io.Discard))
+	r, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID(host), ctrd.WithOutput(io.Discard, io.Discard),
+		ctrd.WithPreparedContainers(0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeAtCleanup(t, r)
 	stop := make(chan struct{})
 	var sweeps sync.WaitGroup
 	sweeps.Go(func() {
