@@ -193,6 +193,11 @@ func TestHandlersContainerd(t *testing.T) {
 			imported[rt] = true
 		}
 	})
+	// Closing removes the prepared containers and waits for the removals
+	// left to the background.
+	if err := r.Close(t.Context()); err != nil {
+		t.Errorf("close the runner: %v", err)
+	}
 	containerdtest.AssertClean(t, c)
 }
 
