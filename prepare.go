@@ -58,19 +58,17 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) {
 // notReady starts the error a failed preparation adds to an app.
 const notReady = "app not ready: "
 
-// unavailableMsg is the log message of an unavailable app's error e.
-func unavailableMsg(e *matcher.PosError) string {
-	if strings.HasPrefix(e.Msg, notReady) {
+// invalidMsg is the log message of an invalid app's error e: the app is
+// unavailable, or kept, when its previous version keeps serving.
+func invalidMsg(e *matcher.PosError, kept bool) string {
+	unready := strings.HasPrefix(e.Msg, notReady)
+	switch {
+	case kept && unready:
+		return "app not ready; its previous version keeps serving"
+	case kept:
+		return "app template invalid; its previous version keeps serving"
+	case unready:
 		return "app unavailable: not ready"
 	}
 	return "app unavailable: invalid template"
-}
-
-// keptMsg is the log message of e when it keeps an app's previous version
-// serving.
-func keptMsg(e *matcher.PosError) string {
-	if strings.HasPrefix(e.Msg, notReady) {
-		return "app not ready; its previous version keeps serving"
-	}
-	return "app template invalid; its previous version keeps serving"
 }

@@ -73,25 +73,12 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	for _, c := range changes {
 		switch {
 		case c.kept:
-			if !w.newlyInvalid(c.app) {
-				continue // reported when this version of the template appeared
-			}
-			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
-			for _, e := range c.app.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, keptMsg(e),
-					slog.String("app", c.app.Name), slog.String("error", e.Error()))
-			}
+			w.reportInvalid(ctx, c.app, true)
 		case c.what == "removed":
 			delete(w.invalid, c.app.Name)
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app removed", slog.String("app", c.app.Name))
 		case !c.app.Available():
-			if !w.newlyInvalid(c.app) {
-				continue
-			}
-			w.reloadErrors.WithLabelValues(c.app.Name).Inc()
-			for _, e := range c.app.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, unavailableMsg(e), slog.String("app", c.app.Name), slog.String("error", e.Error()))
-			}
+			w.reportInvalid(ctx, c.app, false)
 		default:
 			delete(w.invalid, c.app.Name)
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+c.what, slog.String("app", c.app.Name),
@@ -108,6 +95,24 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	}
 	if !sameSchedules(prev, next) {
 		sched.replace(ctx, next)
+	}
+}
+
+// reportInvalid logs and counts the errors of invalid app a, kept when its
+// previous version keeps serving, unless this version of its template was
+// reported already.
+func (w *Worker) reportInvalid(ctx context.Context, a *app.App, kept bool) {
+	if !w.newlyInvalid(a) {
+		return
+	}
+	w.reloadErrors.WithLabelValues(a.Name).Inc()
+	w.logInvalid(ctx, a, kept)
+}
+
+// logInvalid logs each error of invalid app a (invalidMsg).
+func (w *Worker) logInvalid(ctx context.Context, a *app.App, kept bool) {
+	for _, e := range a.Errors {
+		w.log.LogAttrs(ctx, slog.LevelError, invalidMsg(e, kept), slog.String("app", a.Name), slog.String("error", e.Error()))
 	}
 }
 

@@ -330,9 +330,7 @@ func (w *Worker) logApps(ctx context.Context, apps *app.Set) {
 	for _, a := range apps.List() {
 		if !a.Available() {
 			w.newlyInvalid(a)
-			for _, e := range a.Errors {
-				w.log.LogAttrs(ctx, slog.LevelError, unavailableMsg(e), slog.String("app", a.Name), slog.String("error", e.Error()))
-			}
+			w.logInvalid(ctx, a, false)
 			continue
 		}
 		w.log.LogAttrs(ctx, slog.LevelInfo, "app loaded", slog.String("app", a.Name),
