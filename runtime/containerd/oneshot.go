@@ -81,9 +81,6 @@ type oneShots struct {
 	closed bool
 	apps   map[string]*preparedApp
 	bg     sync.WaitGroup // creations and removals in the background
-	// rootfs holds the snapshot mounts of prepared containers taken by a
-	// Run that has not created its task yet.
-	rootfs map[string][]mount.Mount
 }
 
 // preparedApp holds the prepared containers of one app generation.
@@ -101,17 +98,14 @@ type preparedContainer struct {
 }
 
 // newContainer returns a container for req, tracked live: a prepared one
-// given req's spec, or a new one. On error nothing is left and the id is
-// no longer tracked.
-func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared) (client.Container, string, error) {
+// given req's spec, with its snapshot's mounts for newTask, or a new one
+// (rootfs nil). On error nothing is left and the id is no longer tracked.
+func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared) (_ client.Container, id string, rootfs []mount.Mount, _ error) {
 	key := warmKey(req.Spec, p.ref)
 	if pc, ok := r.takePrepared(ctx, req.App, key, req.Spec, p); ok {
 		err := r.assign(ctx, pc, req, p)
 		if err == nil {
-			r.oneShot.mu.Lock()
-			r.oneShot.rootfs[pc.id] = pc.rootfs
-			r.oneShot.mu.Unlock()
-			return pc.cont, pc.id, nil
+			return pc.cont, pc.id, pc.rootfs, nil
 		}
 		// containerd lost it or refused the spec: remove it and create a
 		// container the usual way, which reports what is wrong.
@@ -120,15 +114,15 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 		r.cleanup(ctx, req, pc.id, r.remove(ctx, pc.id))
 		r.track(pc.id, false)
 	}
-	id := containerID(req.App, req.Handler)
+	id = containerID(req.App, req.Handler)
 	labels := r.labels(req.App, req.Handler)
 	cont, err := r.createContainer(ctx, id, labels, p, p.spec(req))
 	if err != nil {
 		r.cleanup(ctx, req, id, r.remove(ctx, id))
 		r.track(id, false)
-		return nil, "", classify(fmt.Errorf("create container %s: %w", id, err))
+		return nil, "", nil, classify(fmt.Errorf("create container %s: %w", id, err))
 	}
-	return cont, id, nil
+	return cont, id, nil, nil
 }
 
 func (r *Runner) labels(app, handler string) map[string]string {
@@ -338,15 +332,11 @@ func (r *Runner) closeOneShots(ctx context.Context) {
 }
 
 // newTask creates cont's task. For a prepared container, whose snapshot
-// mounts are known, that is one containerd call to create it and one to
-// load it, where the client's NewTask makes five (docs/runtimes.md
-// "One-shot containers").
-func (r *Runner) newTask(ctx context.Context, cont client.Container, ioCreate cio.Creator) (_ client.Task, err error) {
-	r.oneShot.mu.Lock()
-	rootfs, ok := r.oneShot.rootfs[cont.ID()]
-	delete(r.oneShot.rootfs, cont.ID())
-	r.oneShot.mu.Unlock()
-	if !ok {
+// mounts rootfs are known, that is one containerd call to create it and one
+// to load it, where the client's NewTask makes five (docs/runtimes.md
+// "One-shot containers"); rootfs is nil for any other container.
+func (r *Runner) newTask(ctx context.Context, cont client.Container, rootfs []mount.Mount, ioCreate cio.Creator) (_ client.Task, err error) {
+	if rootfs == nil {
 		return cont.NewTask(ctx, ioCreate)
 	}
 	i, err := ioCreate(cont.ID())

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -106,7 +105,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			all:            map[*warmContainer]struct{}{},
 		},
 		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout),
-			apps: map[string]*preparedApp{}, rootfs: map[string][]mount.Mount{}},
+			apps: map[string]*preparedApp{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	liveRunners.Store(r.presence.owner, struct{}{})
@@ -257,7 +256,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		// p's mounts are shared with the runs of the same app: copy.
 		p.mounts = append(slices.Clip(p.mounts), secrets.mount())
 	}
-	cont, id, err := r.newContainer(ctx, req, p)
+	cont, id, rootfs, err := r.newContainer(ctx, req, p)
 	if err != nil {
 		return runtime.Result{}, err
 	}
@@ -279,14 +278,18 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		// the pipes with whatever a slow output destination has not taken
 		// yet: let the copy finish first. The container's processes are
 		// gone with its init, so the pipes reach EOF.
-		if task != nil && exited && drainOutput(task, outputDrainTimeout) {
-			// The usual end: the rest is removal, which no one waits for
-			// (docs/runtimes.md "One-shot containers").
+		// finishOutput flushes partial lines once the output is complete.
+		finishOutput := func() {
 			stdout.Close()
 			stderr.Close()
 			if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
 				ee.Stderr = stderr.LastLine()
 			}
+		}
+		if task != nil && exited && drainOutput(task, outputDrainTimeout) {
+			// The usual end: the rest is removal, which no one waits for
+			// (docs/runtimes.md "One-shot containers").
+			finishOutput()
 			removing = true
 			r.removeLater(ctx, req, id, cont, task)
 			return
@@ -303,12 +306,8 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
 			}
 		}
-		stdout.Close()
-		stderr.Close()
 		// Output is complete now: the task's deletion ended the copy.
-		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
-			ee.Stderr = stderr.LastLine()
-		}
+		finishOutput()
 		if task == nil {
 			// NewTask failed, possibly after the shim created the task (ctx
 			// cancelled mid-call): remove whatever task exists as well.
@@ -322,7 +321,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}()
 
 	ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
-	task, err = r.newTask(ctx, cont, ioCreator)
+	task, err = r.newTask(ctx, cont, rootfs, ioCreator)
 	if err != nil {
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
@@ -390,9 +389,8 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	// containerd went away mid-wait (a restart): the shim keeps the task
 	// and, once it exits, its exit status, and the restarted daemon finds
 	// them again, so wait again rather than lose the outcome.
-	stale := false // statusC delivered the lost wait's status
 	for lost := time.Now(); !timedOut && !cancelled && daemonLost(status.Error()); {
-		stale = true
+		statusC = nil // it delivered the lost wait's status
 		if time.Since(lost) > rewaitLimit {
 			break
 		}
@@ -412,11 +410,12 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 			}
 			continue
 		}
-		statusC, stale = sc, false
+		statusC = sc
 		awaitExit()
 	}
-	if stale && (timedOut || cancelled) {
-		// The kill below waits for the exit on statusC.
+	if statusC == nil && (timedOut || cancelled) {
+		// Lost and not waited for again: the kill below waits for the exit
+		// on statusC.
 		if sc, err := task.Wait(waitCtx); err == nil {
 			statusC = sc
 		}

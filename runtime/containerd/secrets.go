@@ -26,8 +26,9 @@ type stagedSecrets struct {
 	dir  string // root/s: the mount's source
 }
 
-// secretsMissing wraps runtime.ErrUnavailable: a missing secret holds the
-// app's messages pending until it appears.
+// secretError is the error of secret name that cannot be read; it wraps
+// runtime.ErrUnavailable: a missing secret holds the app's messages pending
+// until it appears.
 func (r *Runner) secretError(name string, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("secret %q: no file %s in the secrets directory %s (RELAY_SECRETS_DIR): %w",
