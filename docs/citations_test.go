@@ -26,9 +26,9 @@ var (
 )
 
 // checkedExtensions are the files that carry comments or prose a user of
-// the repository reads: Go and Lua sources, scripts, Markdown, and the
-// deployment files.
-var checkedExtensions = []string{".go", ".md", ".lua", ".sh", ".yaml", ".yml", ".json", ".env", ".service"}
+// the repository reads: Go, Lua, Python and JavaScript sources, scripts,
+// Markdown, and the deployment files.
+var checkedExtensions = []string{".go", ".md", ".lua", ".sh", ".py", ".cjs", ".mjs", ".js", ".yaml", ".yml", ".json", ".env", ".service"}
 
 // anchors returns the heading anchors of a Markdown page, as GitHub makes
 // them: lower case, punctuation dropped, spaces as hyphens.

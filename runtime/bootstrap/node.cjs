@@ -1,5 +1,5 @@
-// Relay bootstrap for `runtime: node` (DESIGN.md "Handler contract";
-// docs/runtimes.md). The containerd runner mounts this file read-only at
+// Relay bootstrap for `runtime: node` (docs/runtimes.md; docs/apps.md
+// "The handler contract"). The containerd runner mounts this file read-only at
 // /relay/bootstrap.cjs and runs `node /relay/bootstrap.cjs` with the app
 // directory (/app) as working directory.
 //

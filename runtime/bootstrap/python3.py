@@ -1,5 +1,5 @@
-# Relay bootstrap for `runtime: python3` (DESIGN.md "Handler contract";
-# docs/runtimes.md). The containerd runner mounts this file read-only at
+# Relay bootstrap for `runtime: python3` (docs/runtimes.md; docs/apps.md
+# "The handler contract"). The containerd runner mounts this file read-only at
 # /relay/bootstrap.py and runs `python3 -u -B /relay/bootstrap.py` with the
 # app directory (/app) as working directory.
 #
@@ -88,7 +88,11 @@ def load(handler, app_dir):
     if not module_name or not function_name or module_name.startswith("."):
         fail(EXIT_USAGE, "RELAY_HANDLER=%r is not module.function" % handler)
     try:
-        module = importlib.import_module(module_name)
+        __import__(module_name)
+        # The module itself, not its top-level package, and whatever the
+        # module put in its own place in sys.modules, as import_module
+        # returns.
+        module = sys.modules[module_name]
     except ModuleNotFoundError as e:
         # Only the handler's own module (or a package on its path) missing
         # means "not found"; a missing import inside the app's code is the
