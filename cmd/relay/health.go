@@ -35,6 +35,10 @@ type healthCheckJSON struct {
 	// Warning marks a check that passed with a risk an operator should
 	// fix (a Redis that may evict keys).
 	Warning bool `json:"warning,omitempty"`
+	// Skipped marks a check that was not made (its part is not in use, or
+	// what it reads is unreachable): it does not fail the health, and it
+	// does not pass either, so it is not shown as ok.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 type healthJSON struct {
@@ -67,6 +71,8 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 				status = "FAIL"
 			case ch.Warning:
 				status = "WARN"
+			case ch.Skipped:
+				status = "skipped"
 			}
 			rows = append(rows, []string{ch.Name, status, strings.Join(strings.Fields(ch.Detail), " ")})
 		}
@@ -118,6 +124,7 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 	ch := healthCheckJSON{Name: "redis memory", OK: true}
 	rc, err := g.redisClient()
 	if err != nil {
+		ch.Skipped = true
 		ch.Detail = "not checked: Redis is unreachable"
 		return ch
 	}
@@ -148,7 +155,7 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheckJSON {
 	ch := healthCheckJSON{Name: "containerd"}
 	if c.Runner == "process" {
-		ch.OK = true
+		ch.OK, ch.Skipped = true, true
 		ch.Detail = "not checked: the process runner is in use"
 		return ch
 	}
