@@ -306,16 +306,18 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 
 // prettyEvent indents a JSON event, keeping its key order and numbers;
 // anything else is shown verbatim with a note, since malformed messages keep
-// their original bytes.
+// their original bytes, except what terminalSafe escapes.
 func prettyEvent(event string) string {
 	if strings.TrimSpace(event) == "" {
 		return "(empty)"
 	}
 	var buf bytes.Buffer
 	if json.Indent(&buf, []byte(event), "", "  ") == nil {
-		return strings.TrimSpace(buf.String())
+		// Valid JSON may still hold bytes that are not UTF-8 and C1
+		// control characters inside its strings.
+		return terminalSafe(strings.TrimSpace(buf.String()), true)
 	}
-	return event + "\n(not valid JSON; shown verbatim)"
+	return terminalSafe(event, true) + "\n(not valid JSON; shown as stored, control characters and bytes that are not UTF-8 escaped)"
 }
 
 // DLQReplayCmd is `relay dlq replay`.
