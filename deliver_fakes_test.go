@@ -301,7 +301,7 @@ func TestFakesDeadConsumersEntriesAreReclaimedAfterMinPendingIdle(t *testing.T) 
 // (docs/delivery.md#attempts-retries-backoff): with a retry left, attempt
 // 2 runs; when it was the last attempt, the invocation is dead-lettered
 // without running again. Either way the loss is counted once, as
-// relay_invocations_total{outcome="lost"}.
+// relay_invocations_total{outcome="lost"}, and as a retry when one was left.
 func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -356,6 +356,11 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 				if n := invocationsTotal(t, reg, "lost"); n != 1 {
 					t.Errorf(`relay_invocations_total{outcome="lost"} = %v, want 1`, n)
 				}
+				// The lost attempt is a failed one; it was retried only when
+				// a retry was left.
+				if n, want := shopCounter(t, reg, "relay_retries_total", ""), float64(c.retries); n != want {
+					t.Errorf("relay_retries_total = %v, want %v", n, want)
+				}
 			})
 		})
 	}
@@ -365,12 +370,19 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 // handler="orders.charge",outcome=outcome} as gathered from reg.
 func invocationsTotal(t *testing.T, reg *prometheus.Registry, outcome string) float64 {
 	t.Helper()
+	return shopCounter(t, reg, "relay_invocations_total", outcome)
+}
+
+// shopCounter returns the counter name{app="shop",handler="orders.charge"}
+// (and outcome, unless empty) as gathered from reg; 0 when it is missing.
+func shopCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "relay_invocations_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {

@@ -95,12 +95,27 @@ func (mo metricsObserver) invocation(_ context.Context, _ *delivery, o Outcome) 
 	if ran(o.Result) {
 		m.duration.WithLabelValues(o.App, o.Handler).Observe(o.Duration.Seconds())
 	}
-	if o.Kind == Retrying {
-		m.retries.WithLabelValues(o.App, o.Handler).Inc()
+	if o.retries() > 0 {
+		m.retries.WithLabelValues(o.App, o.Handler).Add(float64(o.retries()))
 	}
 	if o.DLQID != "" {
 		m.dlqEntries.WithLabelValues(o.App, o.Handler).Inc()
 	}
+}
+
+// retries counts the failed attempts of o scheduled for another try: the
+// attempt this delivery ran, when it is Retrying, and a lost attempt this
+// delivery's claim charged, when one was left after it (the claim then
+// started or scheduled the next; without one it exhausted the invocation).
+func (o Outcome) retries() int {
+	n := 0
+	if o.Kind == Retrying {
+		n++
+	}
+	if o.Lost > 0 && o.Lost < o.MaxAttempts {
+		n++
+	}
+	return n
 }
 
 // ran reports whether a handler ran to a result of its own.
@@ -138,7 +153,7 @@ func (so statsObserver) invocation(_ context.Context, d *delivery, o Outcome) {
 	case ran(o.Result):
 		so.r.Add(stats.Failures)
 	}
-	if o.Kind == Retrying {
+	for range o.retries() {
 		so.r.Add(stats.Retries)
 	}
 	if o.DLQID != "" {

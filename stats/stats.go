@@ -41,7 +41,8 @@ type Counts struct {
 	// lost with their worker (charged when their lease expired). Attempts
 	// that could not run (app unavailable, runtime down) count in neither.
 	Successes, Failures int64
-	// Retries counts failed attempts scheduled for another try.
+	// Retries counts failed attempts scheduled for another try, lost ones
+	// (charged when their lease expired) included.
 	Retries int64
 	// DLQEntries counts dead-letter entries written.
 	DLQEntries int64
