@@ -85,6 +85,7 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 				slog.Int("rules", len(c.app.Rules)), slog.Int("schedules", len(c.app.Schedules)))
 		}
 	}
+	w.reportFixed(ctx, loaded, changes)
 	if next == prev {
 		return
 	}
@@ -113,6 +114,21 @@ func (w *Worker) reportInvalid(ctx context.Context, a *app.App, kept bool) {
 func (w *Worker) logInvalid(ctx context.Context, a *app.App, kept bool) {
 	for _, e := range a.Errors {
 		w.log.LogAttrs(ctx, slog.LevelError, invalidMsg(e, kept), slog.String("app", a.Name), slog.String("error", e.Error()))
+	}
+}
+
+// reportFixed logs, once, that an app whose broken template was reported
+// has a valid one again that is the version already serving (the edit was
+// undone): no change is logged for it, and the operator who saw the error
+// would otherwise not learn that it is over.
+func (w *Worker) reportFixed(ctx context.Context, loaded *app.Set, changes []appChange) {
+	for name := range w.invalid {
+		a := loaded.Get(name)
+		if a == nil || !a.Available() || slices.ContainsFunc(changes, func(c appChange) bool { return c.app.Name == name }) {
+			continue
+		}
+		delete(w.invalid, name)
+		w.log.LogAttrs(ctx, slog.LevelInfo, "app template valid again; the version serving is unchanged", slog.String("app", name))
 	}
 }
 

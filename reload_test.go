@@ -131,7 +131,8 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 
 // TestReloadReportsABrokenTemplateOnce: a template that stays broken is
 // reported when it appears, not again at every rescan; another broken
-// version, or the same one after a fix, is reported again.
+// version, or the same one after a fix, is reported again. Undoing a
+// broken edit, which restores the version serving, is logged once.
 func TestReloadReportsABrokenTemplateOnce(t *testing.T) {
 	h, root := reloadHarness(t)
 	writeTemplate(t, root, "never", "image: x\nevents: [\n")
@@ -171,6 +172,21 @@ func TestReloadReportsABrokenTemplateOnce(t *testing.T) {
 	if n := strings.Count(h.logs.String(), "app unavailable: invalid template"); n < 1 || n > 2 {
 		t.Errorf("the never-valid app was reported %d times, want once (its error may span two lines)", n)
 	}
+
+	// Undoing the broken edit restores the version that kept serving: no
+	// change to log, but the end of the error is, once; the next broken
+	// edit is reported again.
+	fixed := func() int {
+		return strings.Count(h.logs.String(), "app template valid again; the version serving is unchanged")
+	}
+	writeTemplate(t, root, "billing", invoicesApp+"# fixed\n")
+	testutil.WaitFor(t, 10*time.Second, "the undo to be logged", func() bool { return fixed() == 1 })
+	settle()
+	if n := fixed(); n != 1 {
+		t.Errorf("the undo was logged %d times, want once", n)
+	}
+	writeTemplate(t, root, "billing", broken)
+	testutil.WaitFor(t, 10*time.Second, "the broken version's error after the undo", func() bool { return reports() == 4 })
 }
 
 // TestReloadFollowsAConfigMapSwap: a Kubernetes ConfigMap volume updates by
