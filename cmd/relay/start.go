@@ -22,6 +22,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/keys"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
 )
 
 // StartCmd is `relay start`.
@@ -36,7 +37,8 @@ type StartCmd struct {
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"RELAY_SHUTDOWN_TIMEOUT" default:"30s" help:"After SIGTERM, how long running handlers may finish before they are abandoned (their messages stay pending)."`
 	StreamRetention time.Duration `name:"stream-retention" env:"REDIS_STREAM_RETENTION" default:"24h" help:"Trim each stream to entries younger than this, never past an entry any consumer group holds pending or has not been delivered (0: never trim)."`
 	DLQRetention    `embed:""`
-	MaxEventBytes   byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
+	MaxEventBytes   byteSize      `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
+	DepsRetention   time.Duration `name:"deps-retention" env:"RELAY_DEPS_RETENTION" default:"168h" help:"Remove a dependency image no worker of the containerd namespace used for this long (0: keep them; else at least 1h)."`
 }
 
 // byteSize is a flag value in bytes, written with a KiB, MiB or GiB unit.
@@ -74,6 +76,9 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.DLQRetention.check(); err != nil {
 		return err
 	}
+	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
+		return usagef("RELAY_DEPS_RETENTION must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
+	}
 	if c.Consumer == "" {
 		c.Consumer = hostname()
 	}
@@ -93,7 +98,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	// Containers are labelled per consumer, not per host, so the start-up
 	// sweep of one worker never removes another's running handlers.
 	c.RunnerFlags.stateDir = c.StateDir
-	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer)
+	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer, ctrd.WithDepsRetention(c.DepsRetention))
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ const (
 	LabelDepsBuilt    = "relay.deps.built"    // RFC 3339 time of the build
 	LabelDepsDuration = "relay.deps.duration" // build time, a Go duration
 	LabelDepsSize     = "relay.deps.size"     // bytes of the layer, compressed
+	LabelDepsUsed     = "relay.deps.used"     // RFC 3339 time a Runner last used it (pruneDeps)
 )
 
 // DepsImage describes an app's dependency image (relay app inspect).
@@ -58,10 +59,14 @@ type depsBuilder struct {
 	env           map[string]string
 	caFile        string
 
+	retention time.Duration // WithDepsRetention
+
 	mu       sync.Mutex
 	done     map[string]client.Image // by key
 	inflight map[string]*depsCall
 	failed   map[string]depsFailure
+	used     map[string]time.Time // by key: this Runner's last use
+	touched  map[string]time.Time // by key: when this Runner last wrote LabelDepsUsed
 }
 
 type depsCall struct {
@@ -82,7 +87,10 @@ func newDepsBuilder(o options) depsBuilder {
 		retryInterval: DefaultBuildRetryInterval,
 		env:           o.buildEnv,
 		caFile:        o.buildCAFile,
+		retention:     o.depsRetention,
 		done:          map[string]client.Image{},
+		used:          map[string]time.Time{},
+		touched:       map[string]time.Time{},
 		inflight:      map[string]*depsCall{},
 		failed:        map[string]depsFailure{},
 	}
@@ -160,6 +168,7 @@ func (r *Runner) ensureDeps(ctx context.Context, spec runtime.Spec, ref string, 
 	key := depsKey(spec, base)
 	b := &r.deps
 	b.mu.Lock()
+	b.used[key] = time.Now()
 	if img, ok := b.done[key]; ok {
 		b.mu.Unlock()
 		return depsResult{image: img}, nil

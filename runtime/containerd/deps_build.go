@@ -322,6 +322,7 @@ func (r *Runner) commitDeps(ctx context.Context, base client.Image, id, name, ap
 		LabelDepsApp:      app,
 		LabelDepsBase:     ref,
 		LabelDepsBuilt:    now.Format(time.RFC3339),
+		LabelDepsUsed:     now.Format(time.RFC3339),
 		LabelDepsDuration: time.Since(start).Round(time.Millisecond).String(),
 		LabelDepsSize:     strconv.FormatInt(layer.Size, 10),
 	}}

@@ -21,6 +21,9 @@ const (
 	// BuildMemoryBytes and BuildPIDs limit a build container.
 	BuildMemoryBytes = 2 << 30
 	BuildPIDs        = 1024
+	// DefaultDepsRetention is how long a dependency image no Runner uses
+	// stays in containerd (WithDepsRetention).
+	DefaultDepsRetention = 7 * 24 * time.Hour
 	// DepsImagePrefix names dependency images: DepsImagePrefix + the cache
 	// key (64 hex digits).
 	DepsImagePrefix = "relay.local/deps:"
@@ -53,6 +56,23 @@ func WithMaxConcurrentBuilds(n int) Option {
 			return errors.New("containerd: WithMaxConcurrentBuilds: must be > 0")
 		}
 		o.maxBuilds = n
+		return nil
+	}
+}
+
+// WithDepsRetention sets how long a dependency image stays in containerd
+// after the last use by any Runner of the namespace: Sweep removes older
+// ones (docs/runtimes.md "Dependencies"), so that the images of changed
+// manifests do not fill the disk. A Runner marks the images its apps use
+// (LabelDepsUsed) at most once per hour; d should be longer than the
+// longest time an app may go without a Run. 0 keeps them until removed by
+// hand. d must be 0 or at least an hour. Default: DefaultDepsRetention.
+func WithDepsRetention(d time.Duration) Option {
+	return func(o *options) error {
+		if d != 0 && d < time.Hour {
+			return errors.New("containerd: WithDepsRetention: must be 0 or at least 1h")
+		}
+		o.depsRetention = d
 		return nil
 	}
 }

@@ -104,6 +104,7 @@ type options struct {
 	buildTimeout         time.Duration
 	buildEnv             map[string]string // nil: buildEnvFromOS
 	buildCAFile          string
+	depsRetention        time.Duration
 	preparedContainers   int
 }
 
@@ -373,6 +374,7 @@ func newOptions(opts []Option) (options, error) {
 		secretsDir:           runtime.DefaultSecretsDir,
 		maxBuilds:            DefaultMaxConcurrentBuilds,
 		buildTimeout:         DefaultBuildTimeout,
+		depsRetention:        DefaultDepsRetention,
 		preparedContainers:   DefaultPreparedContainers,
 	}
 	for _, opt := range opts {

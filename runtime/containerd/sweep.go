@@ -36,15 +36,20 @@ func (r *Runner) Ping(ctx context.Context) error {
 // containerd was unavailable (an orphan would otherwise keep running past
 // its timeout). It also removes those of any other host id whose presence
 // label (LabelPresencePrefix) is older than the orphan timeout: a crashed
-// worker that was replaced under another id. Call it at startup and then
-// periodically. It is idempotent and returns the joined errors of the
-// removals that failed.
+// worker that was replaced under another id. And it records which
+// dependency images this Runner's apps use and removes those no Runner
+// used for the WithDepsRetention period (docs/runtimes.md "Dependencies").
+// Call it at startup and then periodically. It is idempotent and returns
+// the joined errors of the removals that failed.
 func (r *Runner) Sweep(ctx context.Context) error {
 	ctx = namespaces.WithNamespace(ctx, r.namespace)
 	r.announce(ctx)
 	err := r.sweepHost(ctx, r.hostID)
 	if gerr := r.sweepGoneHosts(ctx); gerr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep gone workers: %w", classify(gerr)))
+	}
+	if derr := r.maintainDeps(ctx); derr != nil {
+		err = errors.Join(err, fmt.Errorf("containerd: dependency images: %w", derr))
 	}
 	return err
 }
