@@ -25,7 +25,11 @@ func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) 
 	h.handle("billing/jobs.spy", nil)
 	h.start("c1")
 	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	// The outcome is reported right after the acknowledgement its
+	// settlement made: wait for both.
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool {
+		return h.calls.count("billing/jobs.nightly") == 1 && h.settled() && h.counter("relay_invocations_total") == 1
+	})
 
 	req := h.calls.get("billing/jobs.nightly")[0]
 	var in map[string]any
