@@ -43,11 +43,14 @@
 -- the recording write; no path touches the TTL.
 
 local now = now_ms()
-local now_s = string.format('%d', now)
+local now_s -- now in decimal, for recorded fields only
 local replies = {}
 local i = 1
 for k = 1, #KEYS do
   local n = tonumber(ARGV[i + 5])
+  if n > 0 and not now_s then
+    now_s = string.format('%d', now)
+  end
   replies[k] = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),
     ARGV[i + 4] == '1', i + 6, n, now, now_s)
   i = i + 6 + n
