@@ -43,6 +43,23 @@ local function fence(key, field, pattern, attempt, token)
   return 0, v, rest
 end
 
+-- helper: save_trace
+-- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
+-- reference (a W3C traceparent) of the latest attempt of field that ended
+-- without success, so the next attempt, on any worker, can link to it.
+-- save_trace writes it unless trace is empty.
+local function save_trace(key, field, trace)
+  if trace and trace ~= '' then
+    redis.call('HSET', key, '__trace:' .. field, trace)
+  end
+end
+
+-- helper: prev_trace
+-- prev_trace reads the lineage stored in '__trace:<field>' ('' when none).
+local function prev_trace(key, field)
+  return redis.call('HGET', key, '__trace:' .. field) or ''
+end
+
 -- helper: claim_one
 -- claim_one decides one claim (claim.lua) at the server time now (now_s:
 -- the same in decimal) and returns its reply. ARGV[first .. first+n-1]
@@ -86,7 +103,7 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
   local v = got[2]
   if not v then
     -- No state, so no lineage either: __trace:<field> is only written to a
-    -- field that has state (save_trace).
+    -- field that has state (release, schedule_retry and exhaust).
     local deadline_ms = now + lease_ms
     w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
     reply = {1, 1, deadline_ms, '', 0}
@@ -115,29 +132,27 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
         end
       end
     end
-    if not reply then
-      -- The replies below carry the lineage.
-      local trace = redis.call('HGET', key, '__trace:' .. field) or ''
-      if executed and executed >= max_attempts then
+    if executed then
+      local trace = prev_trace(key, field)
+      if executed >= max_attempts then
         w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s', executed, token), m + 2
         reply = {5, executed, token, trace, lost}
-      elseif executed then
+      else
         local deadline_ms = now + lease_ms
         w[m + 1], w[m + 2], m = field, string.format('running:%d:%d:%s', deadline_ms, executed + 1, token), m + 2
         reply = {1, executed + 1, deadline_ms, trace, lost}
+      end
+    elseif not reply then
+      local code, tok = 5
+      a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
+      if not a then
+        code = 6
+        a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
+      end
+      if a then
+        reply = {code, tonumber(a), tok, prev_trace(key, field)}
       else
-        local tok
-        a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
-        if a then
-          reply = {5, tonumber(a), tok, trace}
-        else
-          a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
-          if a then
-            reply = {6, tonumber(a), tok, trace}
-          else
-            reply = {8, v}
-          end
-        end
+        reply = {8, v}
       end
     end
   end
@@ -146,23 +161,6 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
     redis.call('HSET', key, unpack(w, s, math.min(m, s + 2 * CLAIM_CHUNK - 1)))
   end
   return reply
-end
-
--- helper: save_trace
--- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
--- reference (a W3C traceparent) of the latest attempt of field that ended
--- without success, so the next attempt, on any worker, can link to it.
--- save_trace writes it unless trace is empty.
-local function save_trace(key, field, trace)
-  if trace and trace ~= '' then
-    redis.call('HSET', key, '__trace:' .. field, trace)
-  end
-end
-
--- helper: prev_trace
--- prev_trace reads the lineage save_trace wrote ('' when none).
-local function prev_trace(key, field)
-  return redis.call('HGET', key, '__trace:' .. field) or ''
 end
 
 -- helper: retain
