@@ -62,7 +62,7 @@ end
 
 -- helper: claim_one
 -- claim_one decides one claim (claim.lua) at the server time now (now_s:
--- the same in decimal) and returns its reply. ARGV[first .. first+n-1]
+-- the same in decimal) and returns its reply as a table. ARGV[first .. first+n-1]
 -- are the message's other invocation fields to record (due, no attempt
 -- used) unless they have state; complete writes __matched with them.
 --
@@ -106,7 +106,7 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
     -- field that has state (release, schedule_retry and exhaust).
     local deadline_ms = now + lease_ms
     w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
-    reply = {1, 1, deadline_ms, '', 0}
+    reply = {9, deadline_ms}
   elseif v == 'ok' then
     reply = {4}
   else
@@ -151,6 +151,9 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
       end
       if a then
         reply = {code, tonumber(a), tok, prev_trace(key, field)}
+        if code == 5 then
+          reply[5] = 0 -- none lost by this claim
+        end
       else
         reply = {8, v}
       end
