@@ -59,10 +59,15 @@ for k = 1, #KEYS do
   end
   local r = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),
     ARGV[i + 4] == '1', i + 6, n, now, now_s)
-  for j = 1, #r do
-    replies[o + j] = r[j]
+  if type(r) == 'number' then
+    replies[o + 1], replies[o + 2] = 9, r
+    o = o + 2
+  else
+    for j = 1, #r do
+      replies[o + j] = r[j]
+    end
+    o = o + #r
   end
-  o = o + #r
   i = i + 6 + n
 end
 return replies

@@ -62,7 +62,9 @@ end
 
 -- helper: claim_one
 -- claim_one decides one claim (claim.lua) at the server time now (now_s:
--- the same in decimal) and returns its reply as a table. ARGV[first .. first+n-1]
+-- the same in decimal) and returns its reply as a table, or, for a claim
+-- of a field without state that records nothing (the common case), only
+-- the deadline_ms of reply 9, without a table. ARGV[first .. first+n-1]
 -- are the message's other invocation fields to record (due, no attempt
 -- used) unless they have state; complete writes __matched with them.
 --
@@ -74,7 +76,12 @@ local CLAIM_CHUNK = 1000
 local function claim_one(key, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
   -- One read for the marker, the value and the fields to record.
   local last = first + n - 1
-  local got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
+  local got
+  if n == 0 then
+    got = redis.call('HMGET', key, '__terminal', field)
+  else
+    got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
+  end
   if got[1] then
     return {7}
   end
@@ -83,6 +90,19 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
     for j = 1, #more do
       got[s - first + 2 + j] = more[j]
     end
+  end
+
+  local v = got[2]
+  if not v and n == 0 then
+    -- The common case: no tables, one HSET.
+    local deadline_ms = now + lease_ms
+    local value = string.format('running:%d:1:%s', deadline_ms, token)
+    if complete then
+      redis.call('HSET', key, field, value, '__matched', '1')
+    else
+      redis.call('HSET', key, field, value)
+    end
+    return deadline_ms
   end
 
   -- w holds the field/value pairs to write, in one HSET at the end.
@@ -100,7 +120,6 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
   end
 
   local reply
-  local v = got[2]
   if not v then
     -- No state, so no lineage either: __trace:<field> is only written to a
     -- field that has state (release, schedule_retry and exhaust).
