@@ -68,10 +68,11 @@ end
 -- are the message's other invocation fields to record (due, no attempt
 -- used) unless they have state; complete writes __matched with them.
 --
--- A claim costs one HMGET and at most one HSET: every redis.call costs the
--- server more than the hash command it runs (bench/RESULTS.md, section 1).
--- Fields are read and written CLAIM_CHUNK at a time, within what unpack
--- can put on the Lua stack.
+-- A claim costs one HMGET and at most one HSET, and an HGET of the lineage
+-- on the paths whose reply carries it: every redis.call, and every table,
+-- costs the server more than the hash command it runs (bench/RESULTS.md,
+-- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
+-- within what unpack can put on the Lua stack.
 local CLAIM_CHUNK = 1000
 local function claim_one(key, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
   -- One read for the marker, the value and the fields to record.
