@@ -73,7 +73,45 @@ func (s *Store) runClaims(ctx context.Context, _ string, items []claimItem) []co
 	for _, it := range items {
 		args = append(args, it.args...)
 	}
-	return batchReplies(claimScript.Exec(ctx, s.client, hashes, args), len(items), decodeMessage)
+	return splitClaimReplies(claimScript.Exec(ctx, s.client, hashes, args), len(items))
+}
+
+// splitClaimReplies cuts claim.lua's flat reply into the replies of its n
+// claims: each starts with its code, and claimReplyLen of the code says how
+// many elements it takes. A reply that does not split into exactly n
+// replies, or an error of the call, fails every claim.
+func splitClaimReplies(res rueidis.RedisResult, n int) []combine.Result[reply] {
+	out := make([]combine.Result[reply], n)
+	arr, err := res.ToArray()
+	pos := 0
+	for i := 0; err == nil && i < n; i++ {
+		if pos >= len(arr) {
+			err = fmt.Errorf("claim script reply: %d elements hold fewer than %d claims", len(arr), n)
+			break
+		}
+		code, cerr := arr[pos].AsInt64()
+		size := claimReplyLen(code)
+		switch {
+		case cerr != nil:
+			err = fmt.Errorf("claim script reply: element %d, the code of claim %d: %w", pos, i, cerr)
+		case size == 0:
+			err = fmt.Errorf("claim script reply: element %d, the code of claim %d: unknown code %d", pos, i, code)
+		case pos+size > len(arr):
+			err = fmt.Errorf("claim script reply: claim %d (code %d) wants %d elements, %d left", i, code, size, len(arr)-pos)
+		default:
+			out[i].Value = reply{code: code, arr: arr[pos : pos+size]}
+			pos += size
+		}
+	}
+	if err == nil && pos != len(arr) {
+		err = fmt.Errorf("claim script reply: %d elements left after %d claims", len(arr)-pos, n)
+	}
+	if err != nil {
+		for i := range out {
+			out[i] = combine.Result[reply]{Err: err}
+		}
+	}
+	return out
 }
 
 func (s *Store) runSettles(ctx context.Context, g settleGroup, items []settleItem) []combine.Result[int64] {

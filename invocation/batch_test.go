@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/internal/combine"
 	"github.com/relaydev/relay/internal/redistest"
 )
 
@@ -247,6 +248,57 @@ func TestConcurrentFinishSettlesShareOneXACK(t *testing.T) {
 		}
 		if errs[i] != nil || state[testField] != "ok" || state["__terminal"] != "1" || ttl <= 0 {
 			t.Errorf("message %d: err %v, state %v ttl %d; want ok, retained", i, errs[i], state, ttl)
+		}
+	}
+}
+
+// TestSplitClaimReplies: claim.lua's flat reply is cut at the lengths its
+// codes fix, and a reply that does not hold exactly the batch's claims
+// fails every claim of the batch rather than hand one a neighbour's reply.
+func TestSplitClaimReplies(t *testing.T) {
+	c := redistest.Client(t)
+	run := func(lua string, n int) []combine.Result[reply] {
+		return splitClaimReplies(rueidis.NewLuaScript(lua).Exec(t.Context(), c, nil, nil), n)
+	}
+	// One reply of every code.
+	const nine = `return {9, 1700000000000, 7, 1, 2, 1700000000000, 'tp', 1, 4, 2, 5, 5, 2, 'tok', '', 0, 6, 2, 'tok', 'tp', 8, 'garbage', 3, 42}`
+	got := run(nine, 9)
+	wantCodes := []int64{9, 7, 1, 4, 2, 5, 6, 8, 3}
+	wantLast := []string{"1700000000000", "7", "1", "4", "5", "0", "tp", "garbage", "42"}
+	for i, r := range got {
+		if r.Err != nil {
+			t.Fatalf("claim %d: %v", i, r.Err)
+		}
+		last, err := r.Value.arr[len(r.Value.arr)-1].ToString()
+		if err != nil {
+			if n, ierr := r.Value.arr[len(r.Value.arr)-1].AsInt64(); ierr == nil {
+				last, err = strconv.FormatInt(n, 10), nil
+			}
+		}
+		if r.Value.code != wantCodes[i] || len(r.Value.arr) != claimReplyLen(wantCodes[i]) || err != nil || last != wantLast[i] {
+			t.Errorf("claim %d: code %d, %d elements ending in %q (%v); want code %d, %d elements ending in %q",
+				i, r.Value.code, len(r.Value.arr), last, err, wantCodes[i], claimReplyLen(wantCodes[i]), wantLast[i])
+		}
+	}
+
+	for i, r := range run(nine, 8) {
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "left after 8 claims") {
+			t.Errorf("9 replies for 8 claims, claim %d: %v, want every claim failed", i, r.Err)
+		}
+	}
+	for _, bad := range []struct{ lua, why string }{
+		{`return {9, 1, 99, 1}`, "unknown code"},
+		{`return {9, 1, 'x'}`, "element 2"},
+		{`return {9, 1, 1, 2}`, "wants 5 elements"},
+		{`return {9, 1}`, "fewer than 2 claims"},
+		{`return {9, 1, 4, 4}`, "left after 2 claims"},
+		{`return 'x'`, ""},
+	} {
+		got := run(bad.lua, 2)
+		for i, r := range got {
+			if r.Err == nil || !strings.Contains(r.Err.Error(), bad.why) {
+				t.Errorf("%s, claim %d: %v, want an error naming %q", bad.lua, i, r.Err, bad.why)
+			}
 		}
 	}
 }

@@ -106,14 +106,32 @@ const (
 	codeNoGroup  = 7 // the stream or the group does not exist (retain_acked.lua)
 )
 
-// Reply codes of claim.lua.
+// Reply codes of claim.lua, each with the length of its reply in
+// claim.lua's flat array (claimReplyLen).
 const (
-	claimClaimed      = 1 // {1, attempt, deadline_ms}
-	claimRunning      = 2 // {2, deadline_ms}
-	claimNotDue       = 3 // {3, deadline_ms}
-	claimSucceeded    = 4 // {4}
-	claimExhausted    = 5 // {5, attempt, token}
-	claimDeadLettered = 6 // {6, attempt, token}
-	claimTerminal     = 7 // {7}
-	claimMalformed    = 8 // {8, value}
+	claimClaimed      = 1 // 1, attempt, deadline_ms, trace, lost
+	claimRunning      = 2 // 2, deadline_ms
+	claimNotDue       = 3 // 3, deadline_ms
+	claimSucceeded    = 4 // 4
+	claimExhausted    = 5 // 5, attempt, token, trace, lost
+	claimDeadLettered = 6 // 6, attempt, token, trace
+	claimTerminal     = 7 // 7
+	claimMalformed    = 8 // 8, value
+	claimFirst        = 9 // 9, deadline_ms: attempt 1 claimed, trace '' and lost 0
 )
+
+// claimReplyLen returns how many elements, code included, the reply of
+// code takes in claim.lua's flat array, or 0 for an unknown code.
+func claimReplyLen(code int64) int {
+	switch code {
+	case claimSucceeded, claimTerminal:
+		return 1
+	case claimRunning, claimNotDue, claimMalformed, claimFirst:
+		return 2
+	case claimDeadLettered:
+		return 4
+	case claimClaimed, claimExhausted:
+		return 5
+	}
+	return 0
+}

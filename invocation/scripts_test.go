@@ -423,6 +423,152 @@ func TestClaimScript(t *testing.T) {
 	runScriptCases(t, cases)
 }
 
+// TestClaimScriptRecords covers the recording of a message's other
+// invocations (Record) on every kind of claim: a recorded field with state
+// keeps it, one without becomes next_attempt_at:<now>:0:<token>, and a
+// complete record sets __matched; a retained hash gets nothing. The large
+// record spans several of claim_one's reads and writes (prelude.lua).
+func TestClaimScriptRecords(t *testing.T) {
+	const lease = 30 * time.Second
+	leaseMS := lease.Milliseconds()
+	claim := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts, rec)
+		}
+	}
+	claimed := func(a at) any {
+		return Claim{Status: Claimed, Lease: Lease{Key: a.key, Field: testField, Attempt: 1,
+			Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
+	}
+	// with returns m plus the fields of rec recorded at now, unless m has
+	// them, and __matched when rec is complete.
+	with := func(m map[string]string, now int64, rec Record) map[string]string {
+		out := map[string]string{}
+		for f, v := range m {
+			out[f] = v
+		}
+		for _, f := range rec.Fields {
+			if _, ok := out[f]; !ok {
+				out[f] = nextAt(now, 0, "new")
+			}
+		}
+		if rec.Complete {
+			out[matchedField] = "1"
+		}
+		return out
+	}
+	two := Record{Fields: []string{"b/one", "b/two"}, Complete: true}
+	var large Record
+	largeSeed := map[string]string{}
+	for i := range 2500 {
+		f := fmt.Sprintf("b/h%d", i)
+		large.Fields = append(large.Fields, f)
+		if i%3 == 0 {
+			largeSeed[f] = "ok"
+		}
+	}
+	large.Complete = true
+
+	cases := []scriptCase{
+		{
+			name: "missing key", call: claim(5, two), pttl: ttlNone, want: claimed,
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: running(a.now+leaseMS, 1, "new")}, a.now, two)
+			},
+		},
+		{
+			name: "recorded fields with state keep it", pttl: ttlNone, want: claimed,
+			call: claim(5, Record{Fields: []string{"b/one", "b/two", "b/three"}}),
+			seed: func(now int64) map[string]string {
+				return map[string]string{"b/one": "ok", "b/two": running(now+hourMS, 1, "old")}
+			},
+			state: func(a at) map[string]string {
+				return map[string]string{"b/one": "ok", "b/two": running(a.seed+hourMS, 1, "old"),
+					"b/three": nextAt(a.now, 0, "new"), testField: running(a.now+leaseMS, 1, "new")}
+			},
+		},
+		{
+			name: "running live", call: claim(5, two), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: running(a.seed+hourMS, 2, "old")}, a.now, two)
+			},
+		},
+		{
+			name: "next_attempt_at future", call: claim(5, two), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: nextAt(a.seed+hourMS, 2, "old")}, a.now, two)
+			},
+		},
+		{
+			name: "next_attempt_at due", call: claim(5, two), pttl: ttlNone,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: nextAt(now-1000, 1, "old"), traceKey: tp1}
+			},
+			want: func(a at) any {
+				return Claim{Status: Claimed, PrevTrace: tp1, Lease: Lease{Key: a.key, Field: testField, Attempt: 2,
+					Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
+			},
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: running(a.now+leaseMS, 2, "new"), traceKey: tp1}, a.now, two)
+			},
+		},
+		{
+			name: "expired lease at max attempts", call: claim(2, two), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now-1000, 2, "old") }),
+			want: func(a at) any {
+				return Claim{Status: Exhausted, Lost: 2, Lease: Lease{Key: a.key, Field: testField, Attempt: 2, Token: "new"}}
+			},
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: exhausted(2, "new")}, a.now, two)
+			},
+		},
+		{
+			name: "ok", call: claim(5, two), pttl: ttlNone,
+			seed: field(func(int64) string { return "ok" }),
+			want: func(at) any { return Claim{Status: Succeeded} },
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: "ok"}, a.now, two)
+			},
+		},
+		{
+			name: "dead-lettered", call: claim(5, two), pttl: ttlNone,
+			seed: field(func(int64) string { return dead(3, "old") }),
+			want: func(a at) any {
+				return Claim{Status: DeadLettered, Lease: Lease{Key: a.key, Field: testField, Attempt: 3, Token: "old"}}
+			},
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: dead(3, "old")}, a.now, two)
+			},
+		},
+		{
+			name: "malformed", call: claim(5, two), pttl: ttlNone, wantSomeErr: true,
+			seed: field(func(int64) string { return "garbage" }),
+			state: func(a at) map[string]string {
+				return with(map[string]string{testField: "garbage"}, a.now, two)
+			},
+		},
+		{
+			name: "terminal records nothing", call: claim(5, two), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
+			want: func(at) any { return Claim{Status: Terminal} },
+		},
+		{
+			name: "large record", call: claim(5, large), pttl: ttlNone, want: claimed,
+			seed: func(int64) map[string]string { return largeSeed },
+			state: func(a at) map[string]string {
+				m := with(largeSeed, a.now, large)
+				m[testField] = running(a.now+leaseMS, 1, "new")
+				return m
+			},
+		},
+	}
+	runScriptCases(t, cases)
+}
+
 func TestReleaseScript(t *testing.T) {
 	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Release(ctx, l) }
 	cases := []scriptCase{

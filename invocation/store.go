@@ -138,6 +138,14 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	}
 	base := Lease{Key: key, Field: field}
 	switch r.code {
+	case claimFirst:
+		deadlineMS := r.int(1)
+		if r.err != nil {
+			return fail(r.err)
+		}
+		l := base
+		l.Attempt, l.Token, l.Deadline = 1, token, time.UnixMilli(deadlineMS)
+		return Claim{Status: Claimed, Lease: l}, nil
 	case claimClaimed:
 		attempt, deadlineMS, prev, lost := r.int(1), r.int(2), r.str(3), r.int(4)
 		if r.err != nil {
@@ -163,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	case claimExhausted, claimDeadLettered:
 		attempt, tok, prev := r.int(1), r.str(2), r.str(3)
 		var lost int64
-		if len(r.arr) > 4 { // only when this claim exhausted the invocation
+		if r.code == claimExhausted { // not 0 only when this claim exhausted the invocation
 			lost = r.int(4)
 		}
 		if r.err != nil {
@@ -566,8 +574,7 @@ func decode(res rueidis.RedisResult) (reply, error) {
 	return decodeMessage(m)
 }
 
-// decodeMessage reads one reply {code, ...}, of a script or one item of a
-// batch script.
+// decodeMessage reads one reply {code, ...} of a script.
 func decodeMessage(m rueidis.RedisMessage) (reply, error) {
 	arr, err := m.ToArray()
 	if err != nil {

@@ -26,32 +26,48 @@
 -- When the next attempt would exceed max attempts, the field becomes
 -- exhausted:<attempt>:<token> instead.
 --
--- Returns one reply per claim, in KEYS order, each {code, ...}:
---   {1, attempt, deadline_ms, trace, lost}  claimed: field = running:<deadline_ms>:<attempt>:<token>
---   {2, deadline_ms}                  running: a live lease of another delivery
---   {3, deadline_ms}                  not due: next attempt allowed at deadline_ms
---   {4}                               succeeded ("ok")
---   {5, attempt, token, trace[, lost]} exhausted, DLQ entry not recorded yet
---   {6, attempt, token, trace}        exhausted, DLQ entry recorded (":dlq")
---   {7}                               terminal: __terminal is set
---   {8, value}                        the stored value is malformed
+-- Returns one flat array: the replies of the claims, in KEYS order, one
+-- after the other. Each reply starts with its code, which fixes its length
+-- (Go: claimReplyLen); a flat array spares the server the conversion of a
+-- nested table per claim (bench/RESULTS.md, section 1):
+--   9, deadline_ms                    claimed attempt 1 of a field without
+--                                     state: field = running:<deadline_ms>:1:<token>,
+--                                     trace '' and lost 0
+--   1, attempt, deadline_ms, trace, lost  claimed: field = running:<deadline_ms>:<attempt>:<token>
+--   2, deadline_ms                    running: a live lease of another delivery
+--   3, deadline_ms                    not due: next attempt allowed at deadline_ms
+--   4                                 succeeded ("ok")
+--   5, attempt, token, trace, lost    exhausted, DLQ entry not recorded yet
+--   6, attempt, token, trace          exhausted, DLQ entry recorded (":dlq")
+--   7                                 terminal: __terminal is set
+--   8, value                          the stored value is malformed
 -- trace is the lineage of the latest attempt that stored one in
 -- __trace:<field> (release, schedule_retry, exhaust), '' when none. lost is
 -- the attempt whose expired lease this claim charged (its worker died
 -- mid-run), 0 when none: counted once, by the claim that saw it.
--- Only code 1, code 5 when it follows an expired lease or a due retry, and
--- the recording write; no path touches the TTL.
+-- Only codes 9 and 1, code 5 when it follows an expired lease or a due
+-- retry, and the recording write; no path touches the TTL.
 
 local now = now_ms()
-local replies = {}
+local now_s -- now in decimal, for recorded fields only
+local replies, o = {}, 0
 local i = 1
 for k = 1, #KEYS do
   local n = tonumber(ARGV[i + 5])
-  local rec = {}
-  for j = 1, n do
-    rec[j] = ARGV[i + 5 + j]
+  if n > 0 and not now_s then
+    now_s = string.format('%d', now)
   end
-  replies[k] = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', rec, now)
+  local r = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),
+    ARGV[i + 4] == '1', i + 6, n, now, now_s)
+  if type(r) == 'number' then
+    replies[o + 1], replies[o + 2] = 9, r
+    o = o + 2
+  else
+    for j = 1, #r do
+      replies[o + j] = r[j]
+    end
+    o = o + #r
+  end
   i = i + 6 + n
 end
 return replies

@@ -43,91 +43,6 @@ local function fence(key, field, pattern, attempt, token)
   return 0, v, rest
 end
 
--- helper: claim_one
--- claim_one decides one claim (claim.lua) at the server time now and
--- returns its reply. rec lists the message's other invocation fields to
--- record (due, no attempt used) unless they have state; complete writes
--- __matched with them.
-local function claim_one(key, field, lease_ms, token, max_attempts, complete, rec, now)
-  -- One read for the marker, the value and the lineage.
-  local got = redis.call('HMGET', key, '__terminal', field, '__trace:' .. field)
-  if got[1] then
-    return {7}
-  end
-  local trace = got[3] or ''
-
-  for _, f in ipairs(rec) do
-    redis.call('HSETNX', key, f, string.format('next_attempt_at:%d:0:%s', now, token))
-  end
-
-  local function start(attempt, lost)
-    local deadline_ms = now + lease_ms
-    local value = string.format('running:%d:%d:%s', deadline_ms, attempt, token)
-    if complete then
-      redis.call('HSET', key, field, value, '__matched', '1')
-    else
-      redis.call('HSET', key, field, value)
-    end
-    return {1, attempt, deadline_ms, trace, lost}
-  end
-
-  -- mark writes __matched on the paths that do not claim.
-  local function mark()
-    if complete then
-      redis.call('HSET', key, '__matched', '1')
-    end
-  end
-
-  -- executed attempts are used up; start the next one or exhaust.
-  local function next_after(executed, lost)
-    if executed >= max_attempts then
-      redis.call('HSET', key, field, string.format('exhausted:%d:%s', executed, token))
-      mark()
-      return {5, executed, token, trace, lost}
-    end
-    return start(executed + 1, lost)
-  end
-
-  local v = got[2]
-  if not v then
-    return start(1, 0)
-  end
-  mark()
-  if v == 'ok' then
-    return {4}
-  end
-
-  local d, a = string.match(v, '^running:(%d+):(%d+):[^:]+$')
-  if d then
-    d = tonumber(d)
-    if d > now then
-      return {2, d}
-    end
-    return next_after(tonumber(a), tonumber(a))
-  end
-
-  d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
-  if d then
-    d = tonumber(d)
-    if d > now then
-      return {3, d}
-    end
-    return next_after(tonumber(a), 0)
-  end
-
-  local tok
-  a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
-  if a then
-    return {5, tonumber(a), tok, trace}
-  end
-  a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
-  if a then
-    return {6, tonumber(a), tok, trace}
-  end
-
-  return {8, v}
-end
-
 -- helper: save_trace
 -- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
 -- reference (a W3C traceparent) of the latest attempt of field that ended
@@ -140,9 +55,135 @@ local function save_trace(key, field, trace)
 end
 
 -- helper: prev_trace
--- prev_trace reads the lineage save_trace wrote ('' when none).
+-- prev_trace reads the lineage stored in '__trace:<field>' ('' when none).
 local function prev_trace(key, field)
   return redis.call('HGET', key, '__trace:' .. field) or ''
+end
+
+-- helper: claim_one
+-- claim_one decides one claim (claim.lua) at the server time now (now_s:
+-- the same in decimal) and returns its reply as a table, or, for a claim
+-- of a field without state that records nothing (the common case), only
+-- the deadline_ms of reply 9, without a table. ARGV[first .. first+n-1]
+-- are the message's other invocation fields to record (due, no attempt
+-- used) unless they have state; complete writes __matched with them.
+--
+-- A claim costs one HMGET and at most one HSET, and an HGET of the lineage
+-- on the paths whose reply carries it: every redis.call, and every table,
+-- costs the server more than the hash command it runs (bench/RESULTS.md,
+-- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
+-- within what unpack can put on the Lua stack.
+local CLAIM_CHUNK = 1000
+local function claim_one(key, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
+  -- One read for the marker, the value and the fields to record.
+  local last = first + n - 1
+  local got
+  if n == 0 then
+    got = redis.call('HMGET', key, '__terminal', field)
+  else
+    got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
+  end
+  if got[1] then
+    return {7}
+  end
+  for s = first + CLAIM_CHUNK, last, CLAIM_CHUNK do
+    local more = redis.call('HMGET', key, unpack(ARGV, s, math.min(last, s + CLAIM_CHUNK - 1)))
+    for j = 1, #more do
+      got[s - first + 2 + j] = more[j]
+    end
+  end
+
+  local v = got[2]
+  if not v and n == 0 then
+    -- The common case: no tables, one HSET.
+    local deadline_ms = now + lease_ms
+    local value = string.format('running:%d:1:%s', deadline_ms, token)
+    if complete then
+      redis.call('HSET', key, field, value, '__matched', '1')
+    else
+      redis.call('HSET', key, field, value)
+    end
+    return deadline_ms
+  end
+
+  -- w holds the field/value pairs to write, in one HSET at the end.
+  local w, m = {}, 0
+  if n > 0 then
+    local due = 'next_attempt_at:' .. now_s .. ':0:' .. token
+    for j = 1, n do
+      if not got[j + 2] then
+        w[m + 1], w[m + 2], m = ARGV[first + j - 1], due, m + 2
+      end
+    end
+  end
+  if complete then
+    w[m + 1], w[m + 2], m = '__matched', '1', m + 2
+  end
+
+  local reply
+  if not v then
+    -- No state, so no lineage either: __trace:<field> is only written to a
+    -- field that has state (release, schedule_retry and exhaust).
+    local deadline_ms = now + lease_ms
+    w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
+    reply = {9, deadline_ms}
+  elseif v == 'ok' then
+    reply = {4}
+  else
+    -- executed: attempts used up by an expired lease (lost) or a due retry.
+    local executed, lost
+    local d, a = string.match(v, '^running:(%d+):(%d+):[^:]+$')
+    if d then
+      d = tonumber(d)
+      if d > now then
+        reply = {2, d}
+      else
+        executed = tonumber(a)
+        lost = executed
+      end
+    else
+      d, a = string.match(v, '^next_attempt_at:(%d+):(%d+):[^:]+$')
+      if d then
+        d = tonumber(d)
+        if d > now then
+          reply = {3, d}
+        else
+          executed, lost = tonumber(a), 0
+        end
+      end
+    end
+    if executed then
+      local trace = prev_trace(key, field)
+      if executed >= max_attempts then
+        w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s', executed, token), m + 2
+        reply = {5, executed, token, trace, lost}
+      else
+        local deadline_ms = now + lease_ms
+        w[m + 1], w[m + 2], m = field, string.format('running:%d:%d:%s', deadline_ms, executed + 1, token), m + 2
+        reply = {1, executed + 1, deadline_ms, trace, lost}
+      end
+    elseif not reply then
+      local code, tok = 5
+      a, tok = string.match(v, '^exhausted:(%d+):([^:]+)$')
+      if not a then
+        code = 6
+        a, tok = string.match(v, '^exhausted:(%d+):([^:]+):dlq$')
+      end
+      if a then
+        reply = {code, tonumber(a), tok, prev_trace(key, field)}
+        if code == 5 then
+          reply[5] = 0 -- none lost by this claim
+        end
+      else
+        reply = {8, v}
+      end
+    end
+  end
+
+  for s = 1, m, 2 * CLAIM_CHUNK do
+    redis.call('HSET', key, unpack(w, s, math.min(m, s + 2 * CLAIM_CHUNK - 1)))
+  end
+  return reply
 end
 
 -- helper: retain
