@@ -13,6 +13,7 @@ import (
 func BenchmarkRun(b *testing.B) {
 	f := newFixture(b)
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("bench"),
 		containerd.WithOutput(io.Discard, io.Discard))
@@ -35,6 +36,7 @@ func BenchmarkRun(b *testing.B) {
 func BenchmarkRunParallel(b *testing.B) {
 	f := newFixture(b)
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("bench"),
 		containerd.WithOutput(io.Discard, io.Discard))
