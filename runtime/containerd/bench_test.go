@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"context"
 	"io"
 	"testing"
 
@@ -28,6 +29,10 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	// Its prepared containers go at Close.
+	if err := r.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	containerdtest.AssertClean(b, f.client)
 }
 
@@ -54,5 +59,9 @@ func BenchmarkRunParallel(b *testing.B) {
 		}
 	})
 	b.StopTimer()
+	// Its prepared containers go at Close.
+	if err := r.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	containerdtest.AssertClean(b, f.client)
 }

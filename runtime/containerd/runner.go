@@ -360,6 +360,21 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	// From Start on the handler may be running: if containerd loses track
 	// of it now, its outcome is unknown, not "never ran".
 	unknown := func(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
+	if pre != nil {
+		// Beside the start, and before Run returns: the container
+		// is no longer a prepared one. Only its listing depends on it.
+		relabelled := make(chan struct{})
+		defer func() { <-relabelled }()
+		go func() {
+			defer close(relabelled)
+			dctx, cancel := r.detached(ctx)
+			defer cancel()
+			if err := r.relabel(dctx, id, req); err != nil {
+				r.logger.LogAttrs(dctx, slog.LevelWarn, "labelling a prepared container failed",
+					slog.String("app", req.App), slog.String("container_id", id), slog.Any("error", err))
+			}
+		}()
+	}
 	start := task.Start
 	if pre != nil {
 		start = func(ctx context.Context) error { return pre.start(ctx, env, req.Event, stdout, stderr) }
@@ -389,21 +404,6 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		case <-time.After(time.Second):
 			return runtime.Result{}, unknown(fmt.Errorf("close stdin of %s: %w", id, err))
 		}
-	}
-	if pre != nil {
-		// While the handler runs, and before Run returns: the container
-		// is no longer a prepared one. Only its listing depends on it.
-		relabelled := make(chan struct{})
-		defer func() { <-relabelled }()
-		go func() {
-			defer close(relabelled)
-			dctx, cancel := r.detached(ctx)
-			defer cancel()
-			if err := r.relabel(dctx, id, req); err != nil {
-				r.logger.LogAttrs(dctx, slog.LevelWarn, "labelling a prepared container failed",
-					slog.String("app", req.App), slog.String("container_id", id), slog.Any("error", err))
-			}
-		}()
 	}
 
 	var timeout <-chan time.Time
