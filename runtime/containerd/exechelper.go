@@ -10,9 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
@@ -43,7 +46,8 @@ const execHelperMount = "/.relay/exec"
 // WithExecHelper sets the exec helper (cmd/relay-exec, a static
 // executable) with which prepared containers get their task created ahead
 // of demand as well (docs/runtimes.md "One-shot containers"). New copies it
-// into the state directory (WithStateDir), from where containers mount it.
+// into dir/bin of the state directory (WithStateDir; without one, into
+// relay-exec-<uid> under os.TempDir()), from where containers mount it.
 // A path that is not a static ELF executable readable and executable by
 // all is logged once and ignored: prepared containers then have no task.
 // Default: none.
@@ -91,7 +95,7 @@ func checkExecHelper(path string) error {
 }
 
 // installExecHelper checks the helper at path and copies it into the state
-// directory (a private temporary one when none is set), where containerd can
+// directory (a private one under os.TempDir() when none is set), where containerd can
 // mount it even when this process runs in a container of its own; it
 // returns the copy's path.
 func installExecHelper(path, stateDir string) (string, error) {
@@ -103,7 +107,10 @@ func installExecHelper(path, stateDir string) (string, error) {
 		return "", err
 	}
 	if stateDir == "" {
-		if stateDir, err = os.MkdirTemp("", "relay-exec-"); err != nil {
+		// One directory per user, shared by its processes: copies are
+		// named by content.
+		stateDir = filepath.Join(os.TempDir(), "relay-exec-"+strconv.Itoa(os.Getuid()))
+		if err := privateDir(stateDir); err != nil {
 			return "", err
 		}
 	}
@@ -116,6 +123,24 @@ func installExecHelper(path, stateDir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// privateDir makes directory dir, mode 0700, unless it exists, and checks
+// that it is a directory of this user's that no one else can write to: the
+// helper copied into it runs in every container.
+func privateDir(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%s is not a directory of this user's that only it can write to (mode %s)", dir, fi.Mode())
+	}
+	return nil
 }
 
 // helperSpec makes a prepared container's process the helper, running the
