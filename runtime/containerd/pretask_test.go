@@ -507,3 +507,38 @@ func TestPreTaskContainerdRestart(t *testing.T) {
 		return r.Sweep(ctx) == nil && len(containerdtest.Leftovers(ctx, f.client)) == 0
 	})
 }
+
+// TestPreTaskStdin: as TestRunStdin, in containers whose task was created
+// ahead: a handler reads a whole 1 MiB event after the header, and one that
+// exits without reading it does not hold up Run.
+func TestPreTaskStdin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	r := f.newRunner(t, "pretask-stdin-"+randomHex(4), containerd.WithPreparedContainers(2))
+	req := f.request("count.stdin")
+	req.Event = bytes.Repeat([]byte("x"), 1<<20)
+	for i := range 3 {
+		f.stdout.Reset()
+		if _, err := r.Run(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(strings.TrimPrefix(f.stdout.String(), "[users/count.stdin] ")); got != "1048576" {
+			t.Errorf("run %d: handler read %s bytes, want 1048576", i, got)
+		}
+		waitPreTasks(t, f.client, 2)
+	}
+	exit := f.request("exit.now")
+	exit.Event = req.Event // more than a pipe holds
+	for i := range 4 {
+		if _, err := r.Run(t.Context(), exit); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			waitPreTasks(t, f.client, 2)
+		}
+	}
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	containerdtest.AssertClean(t, f.client)
+}
