@@ -95,8 +95,9 @@ func preparedTasks(t testing.TB, c *client.Client) map[string]client.ProcessStat
 }
 
 // waitPreTasks waits for n prepared containers, each with its task created
-// and not started.
-func waitPreTasks(t testing.TB, c *client.Client, n int) map[string]client.ProcessStatus {
+// and not started, and, when r is not nil, all ready to be taken from r
+// for the app "users".
+func waitPreTasks(t testing.TB, r *containerd.Runner, c *client.Client, n int) map[string]client.ProcessStatus {
 	t.Helper()
 	var m map[string]client.ProcessStatus
 	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("%d prepared containers with created tasks", n), func() bool {
@@ -106,7 +107,7 @@ func waitPreTasks(t testing.TB, c *client.Client, n int) map[string]client.Proce
 				return false
 			}
 		}
-		return len(m) == n
+		return len(m) == n && (r == nil || containerd.PreparedReady(r, "users") == n)
 	})
 	return m
 }
@@ -127,7 +128,7 @@ func TestPreTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		before := waitPreTasks(t, f.client, 2)
+		before := waitPreTasks(t, r, f.client, 2)
 		req.MessageID, req.Attempt = fmt.Sprintf("1700000000001-%d", i), i+1
 		req.Env = map[string]string{"TRACEPARENT": fmt.Sprintf("00-trace-%d-01", i)}
 		req.Event = fmt.Appendf(nil, `{"n":%d}`, i)
@@ -161,7 +162,7 @@ func TestPreTask(t *testing.T) {
 	}
 
 	// A failure, a timeout and a cancellation, as in any container.
-	waitPreTasks(t, f.client, 2)
+	waitPreTasks(t, r, f.client, 2)
 	fail := req
 	fail.Handler = "jobs.fail"
 	fail.Spec.Command = []string{"/bin/sh", "-c", `echo "cannot bill" >&2; exit 3`}
@@ -172,7 +173,7 @@ func TestPreTask(t *testing.T) {
 		if ee, ok := errors.AsType[*runtime.ExitError](err); !ok || ee.Code != 3 || ee.Stderr != "cannot bill" {
 			t.Errorf("failing handler, run %d: got %v, want exit 3 with stderr \"cannot bill\"", i, err)
 		}
-		waitPreTasks(t, f.client, 2)
+		waitPreTasks(t, r, f.client, 2)
 	}
 	hang := req
 	hang.Spec.Command = []string{"/bin/sh", "-c", "exec sleep 600"}
@@ -182,7 +183,7 @@ func TestPreTask(t *testing.T) {
 		if ee, ok := errors.AsType[*runtime.ExitError](err); !ok || !ee.TimedOut {
 			t.Errorf("hanging handler, run %d: got %v, want a timeout", i, err)
 		}
-		waitPreTasks(t, f.client, 2)
+		waitPreTasks(t, r, f.client, 2)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
@@ -219,7 +220,7 @@ func TestPreTaskExecErrors(t *testing.T) {
 		if !ok || onDemand.Code != c.code {
 			t.Fatalf("%v on demand: got %v, want exit %d", c.command, err, c.code)
 		}
-		waitPreTasks(t, f.client, 1)
+		waitPreTasks(t, r, f.client, 1)
 		_, err = r.Run(t.Context(), req)
 		ee, ok := errors.AsType[*runtime.ExitError](err)
 		if !ok || ee.Code != c.code || !strings.Contains(ee.Stderr, c.command[0]) {
@@ -260,7 +261,7 @@ func TestPreTaskSecrets(t *testing.T) {
 	}
 	for i, v := range []string{v1, v2} {
 		write("db-password", v)
-		waitPreTasks(t, f.client, 1)
+		waitPreTasks(t, r, f.client, 1)
 		f.stdout.Reset()
 		if _, err := r.Run(t.Context(), req); err != nil {
 			t.Fatalf("run %d: %v\nstderr: %s", i, err, f.stderr.String())
@@ -360,7 +361,7 @@ func TestPreTasksOfAKilledWorker(t *testing.T) {
 	if strings.TrimSpace(line) != "ready" {
 		t.Fatalf("worker: %q, %v", line, err)
 	}
-	ids := waitPreTasks(t, f.client, 2)
+	ids := waitPreTasks(t, nil, f.client, 2)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	for id := range ids {
@@ -443,7 +444,7 @@ func TestPreTaskOOMKill(t *testing.T) {
 			t.Errorf("run %d: OOM kill reported as %q (%+v)", i, err, ee)
 		}
 		if i == 0 {
-			waitPreTasks(t, f.client, 1)
+			waitPreTasks(t, r, f.client, 1)
 		} else if !strings.Contains(f.stdout.String(), "helper-mounted") {
 			t.Errorf("run %d did not take the container with a task: %q", i, f.stdout.String())
 		}
@@ -475,7 +476,7 @@ func TestPreTaskContainerdRestart(t *testing.T) {
 	if _, err := r.Run(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	waitPreTasks(t, f.client, 1)
+	waitPreTasks(t, r, f.client, 1)
 	f.stdout.Reset()
 	done := make(chan error, 1)
 	go func() {
@@ -525,7 +526,7 @@ func TestPreTaskStdin(t *testing.T) {
 		if got := strings.TrimSpace(strings.TrimPrefix(f.stdout.String(), "[users/count.stdin] ")); got != "1048576" {
 			t.Errorf("run %d: handler read %s bytes, want 1048576", i, got)
 		}
-		waitPreTasks(t, f.client, 2)
+		waitPreTasks(t, r, f.client, 2)
 	}
 	exit := f.request("exit.now")
 	exit.Event = req.Event // more than a pipe holds
@@ -534,7 +535,7 @@ func TestPreTaskStdin(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			waitPreTasks(t, f.client, 2)
+			waitPreTasks(t, r, f.client, 2)
 		}
 	}
 	if err := r.Close(t.Context()); err != nil {
