@@ -52,8 +52,11 @@ test-cluster:
 bench:
 	@bash scripts/bench.sh
 
+# relay-exec, next to relay, lets one-shot containers get their task ahead
+# of demand (docs/runtimes.md "One-shot containers"); it must be static.
 build:
 	go build -o bin/relay ./cmd/relay
+	CGO_ENABLED=0 go build -o bin/relay-exec ./cmd/relay-exec
 
 vet:
 	go vet ./...

@@ -31,6 +31,8 @@ mkdir -p "$STATE_DIR/bin"
 for b in pipeline runners memory; do
 	go build -o "$STATE_DIR/bin/bench-$b" "./bench/$b"
 done
+# bench-runners uses the exec helper next to it, as relay start does.
+CGO_ENABLED=0 go build -o "$STATE_DIR/bin/relay-exec" ./cmd/relay-exec
 echo "bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$STATE_DIR/bin/bench-pipeline" ${BENCH_PIPELINE_FLAGS:-}
 "$STATE_DIR/bin/bench-runners" -containerd "$CONTAINERD_ADDRESS" -namespace "$namespace" ${BENCH_RUNNERS_FLAGS:-}

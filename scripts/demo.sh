@@ -32,6 +32,7 @@ scripts/runtime-images.sh "$STATE_DIR" "$CONTAINERD_ADDRESS" node >/dev/null
 echo "demo: building relay"
 mkdir -p "$STATE_DIR/bin" "$STATE_DIR/demo"
 go build -o "$STATE_DIR/bin/relay" ./cmd/relay
+CGO_ENABLED=0 go build -o "$STATE_DIR/bin/relay-exec" ./cmd/relay-exec
 relay="$STATE_DIR/bin/relay"
 
 # A fresh stream per run: the output shows this run only, and nothing that

@@ -25,6 +25,11 @@
 // reported as not measured when that image is not in -namespace
 // (scripts/runtime-images.sh builds and imports it).
 //
+// The containerd modes give the Runner the exec helper, relay-exec, as relay
+// start does (-exec-helper; by default the one next to this program, else
+// one built with go build, so run it from the repository; "none" measures
+// without it).
+//
 // The first -warmup events of each mode are not counted (image unpack,
 // first connections, script loading, the first warm container). containerd
 // modes need -containerd (default $CONTAINERD_ADDRESS) and the images in
@@ -102,6 +107,7 @@ type config struct {
 	burst       int
 	modes       []string
 	dir         string
+	execHelper  string // "" or "none": none
 }
 
 func main() {
@@ -117,6 +123,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 100, "events per mode, published one at a time")
 	flag.IntVar(&cfg.warmup, "warmup", 3, "events per mode run first and not counted")
 	modes := flag.String("modes", strings.Join(allModes, ","), "modes to measure, comma-separated")
+	flag.StringVar(&cfg.execHelper, "exec-helper", "", "relay-exec for the one-shot modes, as relay start uses it (docs/runtimes.md \"One-shot containers\"); default: the one next to this program, else built with go build; \"none\": without")
 	flag.Parse()
 	cfg.command = strings.Fields(*command)
 	cfg.modes = strings.Split(*modes, ",")
@@ -124,6 +131,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "runners:", err)
 		os.Exit(1)
 	}
+}
+
+// findExecHelper returns relay-exec next to this program, or one built
+// into dir with go build (run from the repository), or "none".
+func findExecHelper(dir string) string {
+	if exe, err := os.Executable(); err == nil {
+		if p := containerd.ExecHelperNextTo(exe); p != "" {
+			return p
+		}
+	}
+	p := dir + "/" + containerd.ExecHelperName
+	build := exec.Command("go", "build", "-o", p, "github.com/relaydev/relay/cmd/relay-exec")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "runners: no relay-exec next to this program and go build failed (%v): %s", err, out)
+		return "none"
+	}
+	return p
 }
 
 // row is the outcome of one mode.
@@ -180,7 +205,11 @@ func run(cfg config) error {
 		}
 	}
 
+	if needsContainerd && cfg.execHelper == "" {
+		cfg.execHelper = findExecHelper(dir)
+	}
 	fmt.Printf("runners: %s\n", benchkit.Machine())
+	fmt.Printf("runners: exec helper %s\n", orNone(cfg.execHelper))
 	fmt.Printf("runners: redis %s, containerd %s (namespace %s), images %s, %s and %s, command %q, %d events per mode after %d warm-up, one at a time; bursts of %d\n",
 		cfg.redis, orNone(cfg.containerd), cfg.namespace, cfg.image, cfg.pythonImage, cfg.nodeImage, strings.Join(cfg.command, " "), cfg.n, cfg.warmup, cfg.burst)
 	var rows []row
@@ -336,7 +365,8 @@ func measure(ctx context.Context, cfg config, rc rueidis.Client, cc *ctrclient.C
 	// containers afterwards.
 	r, err := containerd.New(cc, containerd.WithNamespace(cfg.namespace), containerd.WithOutput(io.Discard, io.Discard),
 		containerd.WithHostID(fmt.Sprintf("relay-bench-runners-%d", os.Getpid())), containerd.WithPull(false),
-		containerd.WithStateDir(cfg.dir+"/containerd-state"), containerd.WithLogger(quietLog()))
+		containerd.WithStateDir(cfg.dir+"/containerd-state"), containerd.WithLogger(quietLog()),
+		containerd.WithExecHelper(strings.TrimPrefix(cfg.execHelper, "none")))
 	if err != nil {
 		return row{}, err
 	}

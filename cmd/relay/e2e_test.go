@@ -20,13 +20,19 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// buildRelay compiles the binary under test.
+// buildRelay compiles the binary under test and, next to it as make build
+// puts it, the static exec helper that relay start uses.
 func buildRelay(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "relay")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	helper := exec.Command("go", "build", "-o", filepath.Join(filepath.Dir(bin), "relay-exec"), "../relay-exec")
+	helper.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := helper.CombinedOutput(); err != nil {
+		t.Fatalf("go build relay-exec: %v\n%s", err, out)
 	}
 	return bin
 }
@@ -94,6 +100,9 @@ func TestStartEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "[billing/invoices.charge] charging invoice") {
 		t.Errorf("failing handler's output not forwarded:\n%s", stdout)
+	}
+	if log := stderr.String(); strings.Contains(log, "exec helper cannot be used") || strings.Contains(log, "no relay-exec") {
+		t.Errorf("relay start did not use the relay-exec next to it:\n%s", log)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -164,6 +164,24 @@ func (f *RunnerFlags) manualRunner(ctx context.Context, g *Globals, toStderr boo
 	}}
 }
 
+// execHelper returns the option giving a worker's containerd Runner the
+// exec helper next to the relay executable, with which one-shot containers
+// get their task ahead of demand (docs/runtimes.md "One-shot containers");
+// none, said once in the log, when there is no such file.
+func execHelper(runner string, log *slog.Logger) []ctrd.Option {
+	if runner == "process" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		if p := ctrd.ExecHelperNextTo(exe); p != "" {
+			return []ctrd.Option{ctrd.WithExecHelper(p)}
+		}
+	}
+	log.Info("no " + ctrd.ExecHelperName + " next to the relay executable: one-shot containers get their task on demand (docs/runtimes.md \"One-shot containers\")")
+	return nil
+}
+
 // observed is a Runner that calls before and after (when not nil) around
 // each run, so progress lines sit next to the handler's own output.
 type observed struct {

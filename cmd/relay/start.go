@@ -98,7 +98,8 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	// Containers are labelled per consumer, not per host, so the start-up
 	// sweep of one worker never removes another's running handlers.
 	c.RunnerFlags.stateDir = c.StateDir
-	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer, ctrd.WithDepsRetention(c.DepsRetention))
+	runner, err := c.open(ctx, log, g.stdout, g.stderr, hostname()+"/"+c.Consumer,
+		append(execHelper(c.Runner, log), ctrd.WithDepsRetention(c.DepsRetention))...)
 	if err != nil {
 		return err
 	}

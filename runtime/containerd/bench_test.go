@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"context"
 	"io"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 func BenchmarkRun(b *testing.B) {
 	f := newFixture(b)
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("bench"),
 		containerd.WithOutput(io.Discard, io.Discard))
@@ -27,6 +29,10 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	// Its prepared containers go at Close.
+	if err := r.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	containerdtest.AssertClean(b, f.client)
 }
 
@@ -35,6 +41,7 @@ func BenchmarkRun(b *testing.B) {
 func BenchmarkRunParallel(b *testing.B) {
 	f := newFixture(b)
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("bench"),
 		containerd.WithOutput(io.Discard, io.Discard))
@@ -52,5 +59,9 @@ func BenchmarkRunParallel(b *testing.B) {
 		}
 	})
 	b.StopTimer()
+	// Its prepared containers go at Close.
+	if err := r.Close(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	containerdtest.AssertClean(b, f.client)
 }

@@ -68,17 +68,17 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 		f.verified[path] = true
 		return path, nil
 	}
-	if err := writeFileAtomic(path, b.Source); err != nil {
+	if err := writeFileAtomic(path, b.Source, 0o444); err != nil {
 		return "", err
 	}
 	f.verified[path] = true
 	return path, nil
 }
 
-// writeFileAtomic writes data to path, mode 0444, through a temporary file
+// writeFileAtomic writes data to path with mode through a temporary file
 // renamed into place, so a reader (or a container being created by another
 // process) never sees a partial script.
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -93,7 +93,7 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	// Readable by the handler user (uid 65534), writable by no one.
-	if err := tmp.Chmod(0o444); err != nil {
+	if err := tmp.Chmod(mode); err != nil {
 		tmp.Close()
 		return err
 	}

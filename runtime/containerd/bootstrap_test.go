@@ -56,6 +56,7 @@ func newRuntimeFixture(t testing.TB, rt, env, ref string, files map[string]strin
 	f.stateDir = t.TempDir()
 	var err error
 	f.runner, err = containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("test-"+randomHex(4)),
 		containerd.WithOutput(f.stdout, f.stderr),
@@ -243,6 +244,7 @@ func TestRuntimeImageOverride(t *testing.T) {
 		"handlers.py": pythonHandlers,
 	})
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("test-"+randomHex(4)),
 		containerd.WithOutput(f.stdout, f.stderr),

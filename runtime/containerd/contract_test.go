@@ -1,6 +1,7 @@
 package containerd_test
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -45,6 +46,7 @@ func TestRunnerContract(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := containerd.New(c,
+			containerd.WithExecHelper(testExecHelper),
 			containerd.WithNamespace(c.DefaultNamespace()),
 			// Every harness sweeps only what it created itself.
 			containerd.WithHostID(relaytest.UniqueName(t)),
@@ -54,7 +56,14 @@ func TestRunnerContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { containerdtest.AssertClean(t, c) })
+		// Closed first: its prepared containers go at Close (or after the
+		// idle timeout, which AssertClean's wait does not outlast).
+		t.Cleanup(func() {
+			if err := r.Close(context.Background()); err != nil {
+				t.Error(err)
+			}
+			containerdtest.AssertClean(t, c)
+		})
 		return relaytest.RunnerHarness{
 			Runner: r,
 			Request: func(_ *testing.T, b relaytest.Behaviour) runtime.Request {

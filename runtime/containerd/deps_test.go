@@ -23,6 +23,7 @@ func depsRunner(t *testing.T, f *runtimeFixture, opts ...containerd.Option) (*co
 	t.Helper()
 	log := &testutil.Buffer{}
 	r, err := containerd.New(f.client, append([]containerd.Option{
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("test-" + randomHex(4)),
 		containerd.WithOutput(f.stdout, f.stderr),

@@ -23,3 +23,14 @@ func OwnerOf(pid int) string {
 	start, _, _ := procStat(pid)
 	return strconv.Itoa(pid) + "-" + start
 }
+
+// PreparedReady returns how many prepared containers of app r holds ready
+// to be taken.
+func PreparedReady(r *Runner, app string) int {
+	r.oneShot.mu.Lock()
+	defer r.oneShot.mu.Unlock()
+	if a := r.oneShot.apps[app]; a != nil {
+		return len(a.ready)
+	}
+	return 0
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,6 +41,10 @@ import (
 //     removes them after a crash), and are removed when the app's Spec or
 //     image changes (its generation), after preparedIdleTimeout (or the
 //     shorter warm idle timeout) without a Run of the app, and at Close;
+//   - tasks created ahead: with the exec helper (WithExecHelper) a
+//     prepared container also has its task, created and not started
+//     (exechelper.go); the attempt keeps the container's spec and passes
+//     its environment on stdin;
 //   - background removal: once the handler exited and its output is
 //     drained, the task, container and snapshot are deleted in the
 //     background; Close waits for those removals.
@@ -95,24 +100,43 @@ type preparedContainer struct {
 	id     string
 	cont   client.Container
 	rootfs []mount.Mount // its snapshot's mounts
+	pre    *preTask      // its task, with the exec helper; nil without
 }
 
 // newContainer returns a container for req, tracked live: a prepared one
 // given req's spec, with its snapshot's mounts for newTask, or a new one
-// (rootfs nil). On error nothing is left and the id is no longer tracked.
-func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared) (_ client.Container, id string, rootfs []mount.Mount, _ error) {
+// (rootfs nil). secrets, when not nil, are req's staged secrets, which its
+// spec mounts. A prepared container whose task exists already (pre not
+// nil) keeps its spec: req's secrets are copied into its secrets
+// directory, and its environment comes with the header (preTask.start).
+// On error nothing is left and the id is no longer tracked.
+func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared, secrets *stagedSecrets) (_ client.Container, id string, rootfs []mount.Mount, pre *preTask, _ error) {
 	key := warmKey(req.Spec, p.ref)
-	if pc, ok := r.takePrepared(ctx, req.App, key, req.Spec, p); ok {
-		err := r.assign(ctx, pc, req, p)
+	// The containers prepared for later attempts have none of this
+	// attempt's mounts.
+	template := p
+	if secrets != nil {
+		// p's mounts are shared with the runs of the same app: copy.
+		p.mounts = append(slices.Clip(p.mounts), secrets.mount())
+	}
+	if pc, ok := r.takePrepared(ctx, req.App, key, req.Spec, template); ok {
+		var err error
+		switch {
+		case pc.pre == nil:
+			err = r.assign(ctx, pc, req, p)
+		case len(req.Spec.Secrets) > 0 && pc.pre.secrets == nil:
+			err = errors.New("no secrets directory")
+		case len(req.Spec.Secrets) > 0:
+			err = r.refreshSecrets(pc.pre.secrets, req.Spec.Secrets)
+		}
 		if err == nil {
-			return pc.cont, pc.id, pc.rootfs, nil
+			return pc.cont, pc.id, pc.rootfs, pc.pre, nil
 		}
 		// containerd lost it or refused the spec: remove it and create a
 		// container the usual way, which reports what is wrong.
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "a prepared container could not be used; creating one",
 			slog.String("app", req.App), slog.String("container_id", pc.id), slog.Any("error", err))
-		r.cleanup(ctx, req, pc.id, r.remove(ctx, pc.id))
-		r.track(pc.id, false)
+		r.discardPrepared(ctx, req.App, pc)
 	}
 	id = containerID(req.App, req.Handler)
 	labels := r.labels(req.App, req.Handler)
@@ -120,9 +144,9 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 	if err != nil {
 		r.cleanup(ctx, req, id, r.remove(ctx, id))
 		r.track(id, false)
-		return nil, "", nil, classify(fmt.Errorf("create container %s: %w", id, err))
+		return nil, "", nil, nil, classify(fmt.Errorf("create container %s: %w", id, err))
 	}
-	return cont, id, nil, nil
+	return cont, id, nil, nil, nil
 }
 
 func (r *Runner) labels(app, handler string) map[string]string {
@@ -165,6 +189,14 @@ func (r *Runner) assign(ctx context.Context, pc preparedContainer, req runtime.R
 		return err
 	}
 	_, err = r.client.ContainerService().Update(ctx, c, "spec", "labels."+LabelHandler, "labels."+LabelPrepared)
+	return err
+}
+
+// relabel gives a prepared container whose task exists req's handler
+// label, in place of LabelPrepared; its spec stays.
+func (r *Runner) relabel(ctx context.Context, id string, req runtime.Request) error {
+	c := containers.Container{ID: id, Labels: map[string]string{LabelHandler: req.Handler}}
+	_, err := r.client.ContainerService().Update(ctx, c, "labels."+LabelHandler, "labels."+LabelPrepared)
 	return err
 }
 
@@ -217,16 +249,35 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 	labels := r.labels(app, "")
 	labels[LabelPrepared] = "true"
 	template := runtime.Request{App: app, Spec: spec}
-	cont, err := r.createContainer(ctx, id, labels, p, p.spec(template))
+	specOpts := p.spec(template)
+	var secrets *stagedSecrets
+	var err error
+	if r.execHelper != "" {
+		// The attempt's secrets are copied into this directory, mounted
+		// now: a bind mount shows files written later.
+		if len(spec.Secrets) > 0 {
+			secrets, err = newSecretsDir()
+		}
+		specOpts = append(specOpts, r.helperSpec(secrets))
+	}
+	var cont client.Container
+	if err == nil {
+		cont, err = r.createContainer(ctx, id, labels, p, specOpts)
+	}
 	var rootfs []mount.Mount
 	if err == nil {
 		rootfs, err = r.client.SnapshotService(r.snapshotter).Mounts(ctx, id)
 	}
+	var pre *preTask
+	if err == nil && r.execHelper != "" {
+		pre, err = r.newPreTask(ctx, cont, rootfs, secrets)
+	}
+	pc := preparedContainer{id: id, cont: cont, rootfs: rootfs, pre: pre}
 	o.mu.Lock()
 	a.filling--
 	keep := err == nil && !o.closed && o.apps[app] == a
 	if keep {
-		a.ready = append(a.ready, preparedContainer{id: id, cont: cont, rootfs: rootfs})
+		a.ready = append(a.ready, pc)
 	}
 	o.mu.Unlock()
 	if keep {
@@ -236,7 +287,24 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "preparing a container failed", slog.String("app", app),
 			slog.String("container_id", id), slog.Any("error", err))
 	}
-	r.removeUntracked(ctx, app, id)
+	if pre == nil {
+		secrets.remove()
+	}
+	r.discardPrepared(ctx, app, pc)
+}
+
+// discardPrepared removes prepared container pc, never used: its task
+// first, if it has one, then the container and snapshot; then stops
+// tracking it.
+func (r *Runner) discardPrepared(ctx context.Context, app string, pc preparedContainer) {
+	if pc.pre != nil {
+		dctx, cancel := r.detached(ctx)
+		if err := pc.pre.discard(dctx, pc.cont); err != nil {
+			r.cleanup(dctx, runtime.Request{App: app}, pc.id, fmt.Errorf("delete task: %w", err))
+		}
+		cancel()
+	}
+	r.removeUntracked(ctx, app, pc.id)
 }
 
 // dropPrepared removes a's ready containers in the background; creations
@@ -247,7 +315,7 @@ func (r *Runner) dropPrepared(ctx context.Context, a *preparedApp) {
 		r.oneShot.bg.Add(1)
 		go func() {
 			defer r.oneShot.bg.Done()
-			r.removeUntracked(ctx, "", pc.id)
+			r.discardPrepared(ctx, "", pc)
 		}()
 	}
 	a.ready = nil

@@ -106,6 +106,7 @@ type options struct {
 	buildCAFile          string
 	depsRetention        time.Duration
 	preparedContainers   int
+	execHelper           string
 }
 
 // WithNamespace sets the containerd namespace in which images are looked up

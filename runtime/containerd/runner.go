@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -60,6 +59,10 @@ type Runner struct {
 
 	warm    warmPools
 	oneShot oneShots
+	// execHelper is the installed copy of the exec helper
+	// (WithExecHelper), "" without one: prepared containers then have no
+	// task.
+	execHelper string
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
@@ -108,6 +111,14 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			apps: map[string]*preparedApp{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
+	if o.execHelper != "" && o.preparedContainers > 0 {
+		path, err := installExecHelper(o.execHelper, o.stateDir)
+		if err != nil {
+			r.logger.Warn("the exec helper cannot be used: prepared one-shot containers get their task on demand",
+				slog.String("path", o.execHelper), slog.Any("error", err))
+		}
+		r.execHelper = path
+	}
 	liveRunners.Store(r.presence.owner, struct{}{})
 	return r, nil
 }
@@ -137,7 +148,8 @@ func (r *Runner) HostID() string { return r.hostID }
 // container, task and snapshot are removed once the handler exited: in the
 // background when it exited and its output is complete, which Close waits
 // for, before Run returns otherwise. The container may have been prepared
-// ahead of demand (WithPreparedContainers), never for another attempt
+// ahead of demand (WithPreparedContainers), with its task when the Runner
+// has the exec helper (WithExecHelper), never for another attempt
 // (docs/runtimes.md "One-shot containers").
 // req.Timeout and Result.Duration count from the start of the handler
 // process, not including container setup (about 150 ms) nor a pull.
@@ -252,13 +264,13 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		return runtime.Result{}, err
 	}
 	defer secrets.remove()
-	if secrets != nil {
-		// p's mounts are shared with the runs of the same app: copy.
-		p.mounts = append(slices.Clip(p.mounts), secrets.mount())
-	}
-	cont, id, rootfs, err := r.newContainer(ctx, req, p)
+	cont, id, rootfs, pre, err := r.newContainer(ctx, req, p, secrets)
 	if err != nil {
 		return runtime.Result{}, err
+	}
+	if pre != nil {
+		// After the task's deletion below (deferred later, runs first).
+		defer pre.release()
 	}
 	removing := false // the background removal untracks id
 	defer func() {
@@ -320,13 +332,21 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		r.cleanup(ctx, req, id, errors.Join(errs...))
 	}()
 
-	ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
-	task, err = r.newTask(ctx, cont, rootfs, ioCreator)
-	if err != nil {
-		if ee := execError(err); ee != nil {
-			return runtime.Result{}, ee
+	var env []string // the attempt's environment, for a task created ahead
+	if pre == nil {
+		ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
+		task, err = r.newTask(ctx, cont, rootfs, ioCreator)
+		if err != nil {
+			if ee := execError(err); ee != nil {
+				return runtime.Result{}, ee
+			}
+			return runtime.Result{}, classify(fmt.Errorf("create task %s: %w", id, err))
 		}
-		return runtime.Result{}, classify(fmt.Errorf("create task %s: %w", id, err))
+	} else {
+		task = pre.task
+		if env, err = r.attemptEnv(ctx, id, req, p); err != nil {
+			return runtime.Result{}, fmt.Errorf("environment of %s: %w", id, err)
+		}
 	}
 	// Wait before Start so that the exit cannot be missed. Its context is
 	// detached: after a timeout or cancellation we still wait for the exit
@@ -340,7 +360,26 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	// From Start on the handler may be running: if containerd loses track
 	// of it now, its outcome is unknown, not "never ran".
 	unknown := func(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
-	if err := task.Start(ctx); err != nil {
+	if pre != nil {
+		// Beside the start, and before Run returns: the container
+		// is no longer a prepared one. Only its listing depends on it.
+		relabelled := make(chan struct{})
+		defer func() { <-relabelled }()
+		go func() {
+			defer close(relabelled)
+			dctx, cancel := r.detached(ctx)
+			defer cancel()
+			if err := r.relabel(dctx, id, req); err != nil {
+				r.logger.LogAttrs(dctx, slog.LevelWarn, "labelling a prepared container failed",
+					slog.String("app", req.App), slog.String("container_id", id), slog.Any("error", err))
+			}
+		}()
+	}
+	start := task.Start
+	if pre != nil {
+		start = func(ctx context.Context) error { return pre.start(ctx, env, req.Event, stdout, stderr) }
+	}
+	if err := start(ctx); err != nil {
 		if ee := execError(err); ee != nil {
 			return runtime.Result{}, ee
 		}
@@ -351,7 +390,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		}
 		return runtime.Result{}, classify(fmt.Errorf("start task %s: %w", id, err))
 	}
-	start := time.Now()
+	started := time.Now()
 	// The shim holds stdin open until told otherwise: without this the
 	// handler never sees EOF after the event (docs/apps.md "The handler
 	// contract").
@@ -426,7 +465,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		}
 	}
 	exited = true
-	res := runtime.Result{Duration: time.Since(start)}
+	res := runtime.Result{Duration: time.Since(started)}
 	code, _, err := status.Result()
 	switch {
 	case cancelled:

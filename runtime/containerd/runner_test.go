@@ -90,6 +90,7 @@ func newFixture(t testing.TB) *fixture {
 func (f *fixture) newRunner(t testing.TB, host string, opts ...containerd.Option) *containerd.Runner {
 	t.Helper()
 	r, err := containerd.New(f.client, append([]containerd.Option{
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID(host),
 		containerd.WithOutput(syncWriter(&f.stdout), syncWriter(&f.stderr)),
@@ -579,7 +580,7 @@ func TestSweepSparesContainerStillGettingItsTask(t *testing.T) {
 		grace time.Duration
 		kept  bool
 	}{{time.Hour, true}, {0, false}} {
-		r, err := containerd.New(f.client, containerd.WithNamespace(f.client.DefaultNamespace()), containerd.WithHostID(host),
+		r, err := containerd.New(f.client, containerd.WithExecHelper(testExecHelper), containerd.WithNamespace(f.client.DefaultNamespace()), containerd.WithHostID(host),
 			containerd.WithPull(false), containerd.WithTaskCreationGrace(c.grace))
 		if err != nil {
 			t.Fatal(err)

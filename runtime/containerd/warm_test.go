@@ -77,6 +77,7 @@ func newWarmFixture(t testing.TB, rt, env, ref string, files map[string]string, 
 func (f *warmFixture) newRunner(t testing.TB, hostID string, opts ...containerd.Option) *containerd.Runner {
 	t.Helper()
 	r, err := containerd.New(f.client, append([]containerd.Option{
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID(hostID),
 		containerd.WithOutput(f.stdout, f.stderr),
@@ -430,6 +431,7 @@ func BenchmarkWarmRun(b *testing.B) {
 	f := newWarmFixture(b, runtime.RuntimePython3, envPythonArchive, pythonImage,
 		map[string]string{"handlers.py": "def noop(event):\n    pass\n"})
 	r, err := containerd.New(f.client,
+		containerd.WithExecHelper(testExecHelper),
 		containerd.WithNamespace(f.client.DefaultNamespace()),
 		containerd.WithHostID("bench"),
 		containerd.WithOutput(io.Discard, io.Discard),

@@ -161,8 +161,12 @@ func TestContainerdSoak(t *testing.T) {
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
+	helper := filepath.Join(t.TempDir(), ctrd.ExecHelperName)
+	if out, err := exec.Command("env", "CGO_ENABLED=0", "go", "build", "-o", helper, "../../cmd/relay-exec").CombinedOutput(); err != nil {
+		t.Fatalf("build relay-exec: %v\n%s", err, out)
+	}
 	s := newSoak(t, envRedis+"="+redistest.Addr(t), envStream+"="+streamName, envApps+"="+appsRoot,
-		envRunner+"=containerd", envSocket+"="+socket, envNamespace+"="+ns)
+		envRunner+"=containerd", envSocket+"="+socket, envNamespace+"="+ns, envHelper+"="+helper)
 	names := []string{"c1", "c2", "c3"}
 	s.startWorkers(names...)
 

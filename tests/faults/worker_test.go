@@ -33,13 +33,14 @@ import (
 
 // Worker-process settings, passed through the environment.
 const (
-	envWorker    = "FAULTS_WORKER"    // consumer name; set only in worker processes
-	envRedis     = "FAULTS_REDIS"     // host:port
-	envStream    = "FAULTS_STREAM"    // stream name; the group is soakGroup
-	envApps      = "FAULTS_APPS"      // apps root
-	envRunner    = "FAULTS_RUNNER"    // "func" (default) or "containerd"
-	envSocket    = "FAULTS_SOCKET"    // containerd socket, for the containerd runner
-	envNamespace = "FAULTS_NAMESPACE" // containerd namespace, for the containerd runner
+	envWorker    = "FAULTS_WORKER"      // consumer name; set only in worker processes
+	envRedis     = "FAULTS_REDIS"       // host:port
+	envStream    = "FAULTS_STREAM"      // stream name; the group is soakGroup
+	envApps      = "FAULTS_APPS"        // apps root
+	envRunner    = "FAULTS_RUNNER"      // "func" (default) or "containerd"
+	envSocket    = "FAULTS_SOCKET"      // containerd socket, for the containerd runner
+	envNamespace = "FAULTS_NAMESPACE"   // containerd namespace, for the containerd runner
+	envHelper    = "FAULTS_EXEC_HELPER" // relay-exec, for the containerd runner (optional)
 	// envRetention makes the worker a relay.Worker with short retentions
 	// and live reload of the apps root (TestSoakRetention): a
 	// retentionSettings in its String form.
@@ -284,7 +285,9 @@ func containerdWorkerRunner(ctx context.Context, t *testing.T, rec *recorder, lo
 	r, err := ctrd.New(cc, ctrd.WithNamespace(ns), ctrd.WithHostID("faults/"+consumer),
 		ctrd.WithOutput(out, out), ctrd.WithLogger(log), ctrd.WithCleanupTimeout(10*time.Second),
 		// Short, so the end-of-run leftover check need not wait 30s.
-		ctrd.WithTaskCreationGrace(2*time.Second))
+		ctrd.WithTaskCreationGrace(2*time.Second),
+		// As relay start has it: prepared containers with their tasks.
+		ctrd.WithExecHelper(os.Getenv(envHelper)))
 	if err != nil {
 		t.Fatal(err)
 	}
