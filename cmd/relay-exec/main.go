@@ -9,7 +9,9 @@
 // reads exactly the header, nothing more, and replaces itself (execve) with
 // the command under that environment: the handler is the container's PID 1
 // and reads the event from the same stdin. Its arguments are resolved like
-// execvp does, in the PATH of the header's environment.
+// execvp does, in the PATH of the header's environment. HOME, when the
+// header has none, is relay-exec's own, which runc set as it does for any
+// container process.
 //
 // When the command cannot be executed relay-exec writes one line naming it
 // to stderr and exits 127 (no such file) or 126 (not executable), the
@@ -55,12 +57,28 @@ func main() {
 	if len(argv) == 0 {
 		fail(exitNotFound, "no command")
 	}
-	err = execvp(argv, h.Env)
+	err = execvp(argv, withHome(h.Env))
 	code := exitNotExecutable
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, errNotInPath) {
 		code = exitNotFound
 	}
 	fail(code, "exec "+argv[0]+": "+err.Error())
+}
+
+// withHome returns env with HOME added from relay-exec's own environment
+// when env has none: runc gives a container's process the HOME of its
+// user's /etc/passwd entry when the spec sets none, and a handler started
+// through relay-exec must see the same environment as one started by runc.
+func withHome(env []string) []string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "HOME=") {
+			return env
+		}
+	}
+	if home, ok := os.LookupEnv("HOME"); ok {
+		return append(env, "HOME="+home)
+	}
+	return env
 }
 
 // readHeader reads the length-prefixed header from fd 0 with plain reads,

@@ -35,8 +35,9 @@ func input(t *testing.T, env []string, rest string) []byte {
 	return append(append([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}, h...), rest...)
 }
 
-// TestRelayExec: the command runs under the header's environment alone,
-// reads what follows the header on stdin, and is found in the header's
+// TestRelayExec: the command runs under the header's environment (plus
+// relay-exec's own HOME when the header has none, as runc adds it), reads
+// what follows the header on stdin, and is found in the header's
 // PATH; a command that cannot run exits 127 or 126 naming it, a bad header
 // 125; the binary is static.
 func TestRelayExec(t *testing.T) {
@@ -67,7 +68,8 @@ func TestRelayExec(t *testing.T) {
 		code     int
 		out, err string
 	}{
-		{"env and stdin", []string{sh, "-c", `echo "$GREETING|${HOME:-nohome}|$(cat)"`}, input(t, env, `{"id":42}`), 0, "hello world|nohome|{\"id\":42}\n", ""},
+		{"env and stdin", []string{sh, "-c", `echo "$GREETING|${HOME:-nohome}|$(cat)"`}, input(t, env, `{"id":42}`), 0, "hello world|/root|{\"id\":42}\n", ""},
+		{"the header's HOME", []string{sh, "-c", `echo "$HOME"`}, input(t, append(env, "HOME=/app"), ""), 0, "/app\n", ""},
 		{"found in PATH", []string{"sh", "-c", "echo $#", "x", "a", "b"}, input(t, env, ""), 0, "2\n", ""},
 		{"exit code", []string{sh, "-c", "exit 3"}, input(t, env, ""), 3, "", ""},
 		{"missing", []string{"/does/not/exist"}, input(t, env, "x"), 127, "", "relay-exec: exec /does/not/exist: no such file or directory\n"},

@@ -112,6 +112,39 @@ func waitPreTasks(t testing.TB, r *containerd.Runner, c *client.Client, n int) m
 	return m
 }
 
+// TestPreTaskEnvMatchesOnDemand: a handler started through a task created
+// ahead sees exactly the environment a handler in a container created for
+// its attempt sees, HOME (which runc adds from the user's passwd entry)
+// included.
+func TestPreTaskEnvMatchesOnDemand(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	req := f.request("jobs.env")
+	req.Spec.Command = []string{"/bin/sh", "-c", "cat >/dev/null; env | sort"}
+	run := func(r *containerd.Runner) string {
+		t.Helper()
+		f.stdout.Reset()
+		if _, err := r.Run(t.Context(), req); err != nil {
+			t.Fatalf("%v\nstderr: %s", err, f.stderr.String())
+		}
+		return f.stdout.String()
+	}
+	onDemand := run(f.runner) // WithPreparedContainers(0)
+	r := f.newRunner(t, "pretask-"+randomHex(4), containerd.WithPreparedContainers(1))
+	run(r)
+	waitPreTasks(t, r, f.client, 1)
+	ahead := run(r)
+	if !strings.Contains(onDemand, "HOME=") {
+		t.Fatalf("no HOME on demand:\n%s", onDemand)
+	}
+	if ahead != onDemand {
+		t.Errorf("environment through a task created ahead:\n%s\nwant, as on demand:\n%s", ahead, onDemand)
+	}
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPreTask: attempts that take a container whose task was created ahead
 // of demand each get their own environment, stdin and fresh /tmp, with the
 // handler as PID 1, and report failures as before.
