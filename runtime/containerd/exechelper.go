@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,32 +98,70 @@ func checkExecHelper(path string) error {
 // installExecHelper checks the helper at path and copies it into the state
 // directory (a private one under os.TempDir() when none is set), where containerd can
 // mount it even when this process runs in a container of its own; it
-// returns the copy's path.
-func installExecHelper(path, stateDir string) (string, error) {
+// returns the copy's path and its content.
+func installExecHelper(path, stateDir string) (string, []byte, error) {
 	if err := checkExecHelper(path); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if stateDir == "" {
 		// One directory per user, shared by its processes: copies are
 		// named by content.
 		stateDir = filepath.Join(os.TempDir(), "relay-exec-"+strconv.Itoa(os.Getuid()))
 		if err := privateDir(stateDir); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	sum := sha256.Sum256(data)
 	dst := filepath.Join(stateDir, "bin", ExecHelperName+"-"+hex.EncodeToString(sum[:8]))
 	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, data) {
-		return dst, nil
+		return dst, data, nil
 	}
 	if err := writeFileAtomic(dst, data, 0o555); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return dst, nil
+	return dst, data, nil
+}
+
+// helperCopy returns the path of the exec helper's copy for a prepared
+// container, or "" when there is no helper. A copy removed behind the
+// Runner's back (a cleaned state or temp directory) is written again from
+// memory; when that fails too the container is prepared without a task,
+// and the failure is logged once until a copy works again.
+func (r *Runner) helperCopy(ctx context.Context) string {
+	h := &r.helper
+	if h.path == "" {
+		return ""
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fi, err := os.Stat(h.path)
+	if err == nil && fi.Size() == int64(len(h.data)) {
+		h.failing = false
+		return h.path
+	}
+	if err = writeFileAtomic(h.path, h.data, 0o555); err == nil {
+		h.failing = false
+		return h.path
+	}
+	if !h.failing {
+		h.failing = true
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "the exec helper's copy is gone and cannot be written again: prepared containers get their task on demand until it can",
+			slog.String("path", h.path), slog.Any("error", err))
+	}
+	return ""
+}
+
+// execHelper is the installed copy of the exec helper (WithExecHelper).
+type execHelper struct {
+	path string // "" without a helper
+	data []byte // its content, to write the copy again
+
+	mu      sync.Mutex
+	failing bool // the copy could not be written: logged
 }
 
 // privateDir makes directory dir, mode 0700, unless it exists, and checks
@@ -146,11 +185,11 @@ func privateDir(dir string) error {
 // helperSpec makes a prepared container's process the helper, running the
 // command the spec had, and mounts the helper and, when not nil, the
 // secrets directory that attempts fill (docs/apps.md "Secrets").
-func (r *Runner) helperSpec(secrets *stagedSecrets) oci.SpecOpts {
+func (r *Runner) helperSpec(helper string, secrets *stagedSecrets) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		s.Process.Args = append([]string{execHelperMount}, s.Process.Args...)
 		// Not noexec: the container executes it.
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: execHelperMount, Type: "bind", Source: r.execHelper,
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: execHelperMount, Type: "bind", Source: helper,
 			Options: []string{"bind", "ro", "nosuid", "nodev"}})
 		if secrets != nil {
 			s.Mounts = append(s.Mounts, secrets.mount())

@@ -252,13 +252,14 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 	specOpts := p.spec(template)
 	var secrets *stagedSecrets
 	var err error
-	if r.execHelper != "" {
+	helper := r.helperCopy(ctx)
+	if helper != "" {
 		// The attempt's secrets are copied into this directory, mounted
 		// now: a bind mount shows files written later.
 		if len(spec.Secrets) > 0 {
 			secrets, err = newSecretsDir()
 		}
-		specOpts = append(specOpts, r.helperSpec(secrets))
+		specOpts = append(specOpts, r.helperSpec(helper, secrets))
 	}
 	var cont client.Container
 	if err == nil {
@@ -269,7 +270,7 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 		rootfs, err = r.client.SnapshotService(r.snapshotter).Mounts(ctx, id)
 	}
 	var pre *preTask
-	if err == nil && r.execHelper != "" {
+	if err == nil && helper != "" {
 		pre, err = r.newPreTask(ctx, cont, rootfs, secrets)
 	}
 	pc := preparedContainer{id: id, cont: cont, rootfs: rootfs, pre: pre}

@@ -365,6 +365,39 @@ func TestPreTaskFallback(t *testing.T) {
 	containerdtest.AssertClean(t, f.client)
 }
 
+// TestPreTaskHelperCopyRemoved: a copy of the exec helper removed behind
+// the Runner's back (a cleaned state directory) is written again, so
+// prepared containers keep getting their tasks, without a warning per
+// container.
+func TestPreTaskHelperCopyRemoved(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	state := t.TempDir()
+	var logs bytes.Buffer
+	r := f.newRunner(t, "pretask-"+randomHex(4), containerd.WithPreparedContainers(1), containerd.WithStateDir(state),
+		containerd.WithLogger(slog.New(slog.NewTextHandler(syncWriter(&logs), nil))))
+	copies, err := filepath.Glob(filepath.Join(state, "bin", containerd.ExecHelperName+"-*"))
+	if err != nil || len(copies) != 1 {
+		t.Fatalf("copies of the helper in the state directory: %v, %v", copies, err)
+	}
+	req := f.request("events.created")
+	for i := range 3 {
+		if err := os.Remove(copies[0]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Run(t.Context(), req); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		waitPreTasks(t, r, f.client, 1)
+	}
+	if strings.Contains(logs.String(), "preparing a container failed") || strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("warnings after the helper's copy was removed:\n%s", logs.String())
+	}
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // fifosOf lists the FIFOs containerd's client made for container id.
 func fifosOf(id string) []string {
 	m, _ := filepath.Glob(filepath.Join(defaults.DefaultFIFODir, "*", id+"-*"))

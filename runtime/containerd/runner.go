@@ -59,10 +59,9 @@ type Runner struct {
 
 	warm    warmPools
 	oneShot oneShots
-	// execHelper is the installed copy of the exec helper
-	// (WithExecHelper), "" without one: prepared containers then have no
-	// task.
-	execHelper string
+	// helper is the installed copy of the exec helper (WithExecHelper);
+	// without one prepared containers have no task.
+	helper execHelper
 }
 
 // New returns a Runner using c, a ready client; the Runner never closes it.
@@ -112,12 +111,12 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
 	if o.execHelper != "" && o.preparedContainers > 0 {
-		path, err := installExecHelper(o.execHelper, o.stateDir)
+		path, data, err := installExecHelper(o.execHelper, o.stateDir)
 		if err != nil {
 			r.logger.Warn("the exec helper cannot be used: prepared one-shot containers get their task on demand",
 				slog.String("path", o.execHelper), slog.Any("error", err))
 		}
-		r.execHelper = path
+		r.helper = execHelper{path: path, data: data}
 	}
 	liveRunners.Store(r.presence.owner, struct{}{})
 	return r, nil
