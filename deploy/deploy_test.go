@@ -351,15 +351,14 @@ func TestDeployment(t *testing.T) {
 			grace, shutdown, maxHandler)
 	}
 
-	// Host paths: the containerd socket, and the state directory at the
-	// same path as on the host (containerd resolves bind mounts there).
+	// Host paths: containerd's run directory (its socket, the shims'
+	// sockets and the task FIFOs a sweep opens), and the state directory
+	// at the same path as on the host (containerd resolves bind mounts
+	// there).
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
 		if v.HostPath != nil {
 			hostPaths[v.Name] = v.HostPath.Path
-			if v.Name == "containerd-socket" && v.HostPath.Type != "Socket" {
-				t.Errorf("volume %s: type %q, want Socket", v.Name, v.HostPath.Type)
-			}
 		}
 	}
 	mounts := map[string]string{} // mount path -> host path
@@ -369,8 +368,8 @@ func TestDeployment(t *testing.T) {
 		}
 	}
 	sock := cm.Data["CONTAINERD_ADDRESS"]
-	if mounts[sock] == "" {
-		t.Errorf("CONTAINERD_ADDRESS %s is not a mounted hostPath (mounts %v)", sock, mounts)
+	if !underSamePath(mounts, sock) || !underSamePath(mounts, "/run/containerd/s") || !underSamePath(mounts, "/run/containerd/fifo") {
+		t.Errorf("CONTAINERD_ADDRESS %s, the shims' sockets and the FIFOs are not inside /run/containerd mounted at its host path (mounts %v)", sock, mounts)
 	}
 	for _, key := range []string{"RELAY_STATE_DIR", "RELAY_APPS", "TMPDIR"} {
 		dir := cm.Data[key]

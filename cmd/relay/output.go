@@ -27,15 +27,16 @@ func table(w io.Writer, header []string, rows [][]string) error {
 }
 
 // terminalSafe escapes what must not reach an operator's terminal as it
-// is: bytes that are not UTF-8 become \xNN and control characters \xNN or
+// is: bytes that are not UTF-8 become \xNN, and control characters and
+// bidirectional controls (U+202E turns the rest of a line around) \xNN or
 // \uNNNN, so stored data (a malformed event, a handler's stderr line)
-// can neither send escape sequences to the terminal nor break a table's
-// columns. Newlines and tabs stay when keepLines is set (a pretty-printed
+// can neither send escape sequences to the terminal, nor disguise text,
+// nor break a table's columns. Newlines and tabs stay when keepLines is set (a pretty-printed
 // body), and are escaped otherwise (a table cell).
 func terminalSafe(s string, keepLines bool) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
 			clean = false
 			break
 		}
@@ -53,7 +54,7 @@ func terminalSafe(s string, keepLines bool) string {
 			b.WriteRune(r)
 		case r < 0x80 && unicode.IsControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unicode.IsControl(r):
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])

@@ -16,6 +16,7 @@ func TestTerminalSafe(t *testing.T) {
 		{"\x1b[31mred\x1b[0m", false, `\x1b[31mred\x1b[0m`},
 		{"bad \xff\xfe bytes", false, `bad \xff\xfe bytes`},
 		{"c1 \u009b2J", false, `c1 \u009b2J`},
+		{"bidi \u202egnp.exe", false, `bidi \u202egnp.exe`},
 		{"a\nb\tc", false, `a\x0ab\x09c`},
 		{"a\nb\tc\r", true, "a\nb\tc\\x0d"},
 		{"", false, ""},

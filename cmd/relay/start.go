@@ -77,7 +77,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
-		return usagef("RELAY_DEPS_RETENTION must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
+		return usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
 	}
 	if c.Consumer == "" {
 		c.Consumer = hostname()
