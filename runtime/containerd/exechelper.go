@@ -198,15 +198,12 @@ func (r *Runner) helperSpec(helper string, secrets *stagedSecrets) oci.SpecOpts 
 	}
 }
 
-// preTask is the task of a prepared container, created and started: its
-// process, the exec helper, waits for the header on stdin.
+// preTask is the task of a prepared container, created and not started.
 type preTask struct {
 	task           client.Task
 	stdin          *io.PipeWriter
 	stdout, stderr *lateWriter
 	secrets        *stagedSecrets // mounted at /run/secrets; nil when the Spec names none
-	exited         <-chan client.ExitStatus
-	cancelWait     context.CancelFunc
 }
 
 // newSecretsDir returns an empty private secrets directory for a prepared
@@ -239,37 +236,12 @@ func (r *Runner) newPreTask(ctx context.Context, cont client.Container, rootfs [
 		return nil, err
 	}
 	pt.task = task
-	// Started now, so that an attempt skips runc start too: the helper
-	// blocks reading its header until an attempt writes it. Nothing of an
-	// attempt runs before then. The wait, before the start so that no
-	// exit is missed, tells whether the helper still waits (waiting).
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	pt.cancelWait = cancel
-	if pt.exited, err = task.Wait(wctx); err == nil {
-		err = task.Start(ctx)
-	}
-	if err != nil {
-		return pt, fmt.Errorf("start task: %w", err)
-	}
 	return pt, nil
 }
 
-// waiting reports whether pt's helper still waits for its header: a
-// process that exited (killed from outside, say) must not be given an
-// attempt, whose outcome it would report without running the handler.
-func (pt *preTask) waiting() bool {
-	select {
-	case <-pt.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// start connects the attempt's output and feeds the waiting helper the
-// header with env and then event: the handler starts once the helper has
-// read the header.
-func (pt *preTask) start(env []string, event []byte, stdout, stderr io.Writer) error {
+// start connects the attempt's output, feeds the helper the header with
+// env and then event, and starts the task.
+func (pt *preTask) start(ctx context.Context, env []string, event []byte, stdout, stderr io.Writer) error {
 	pt.stdout.attach(stdout)
 	pt.stderr.attach(stderr)
 	h, err := json.Marshal(struct {
@@ -289,21 +261,17 @@ func (pt *preTask) start(env []string, event []byte, stdout, stderr io.Writer) e
 		pt.stdin.Write(msg)
 		pt.stdin.Close()
 	}()
-	return nil
+	return pt.task.Start(ctx)
 }
 
 // release closes the stdin pipe and removes the secrets directory; the
 // task is deleted by its owner.
 func (pt *preTask) release() {
-	if pt.cancelWait != nil {
-		pt.cancelWait()
-	}
 	pt.stdin.CloseWithError(errors.New("released"))
 	pt.secrets.remove()
 }
 
-// discard kills and deletes the task, never given an attempt, then
-// releases pt.
+// discard kills and deletes the task, never started, then releases pt.
 func (pt *preTask) discard(ctx context.Context, cont client.Container) error {
 	defer pt.release()
 	err := deleteTask(ctx, cont, pt.task, client.WithProcessKill)

@@ -42,10 +42,9 @@ import (
 //     image changes (its generation), after preparedIdleTimeout (or the
 //     shorter warm idle timeout) without a Run of the app, and at Close;
 //   - tasks created ahead: with the exec helper (WithExecHelper) a
-//     prepared container also has its task, created and started, its
-//     process the helper waiting for a header on stdin (exechelper.go);
-//     the attempt keeps the container's spec and passes its environment,
-//     then the event, on stdin;
+//     prepared container also has its task, created and not started
+//     (exechelper.go); the attempt keeps the container's spec and passes
+//     its environment on stdin;
 //   - background removal: once the handler exited and its output is
 //     drained, the task, container and snapshot are deleted in the
 //     background; Close waits for those removals.
@@ -125,8 +124,6 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 		switch {
 		case pc.pre == nil:
 			err = r.assign(ctx, pc, req, p)
-		case !pc.pre.waiting():
-			err = errors.New("its exec helper no longer waits for an attempt")
 		case len(req.Spec.Secrets) > 0 && pc.pre.secrets == nil:
 			err = errors.New("no secrets directory")
 		case len(req.Spec.Secrets) > 0:

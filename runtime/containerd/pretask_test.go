@@ -94,16 +94,16 @@ func preparedTasks(t testing.TB, c *client.Client) map[string]client.ProcessStat
 	return m
 }
 
-// waitPreTasks waits for n prepared containers, each with its task
-// started (its exec helper waiting for a header), and, when r is not nil,
-// all ready to be taken from r for the app "users".
+// waitPreTasks waits for n prepared containers, each with its task created
+// and not started, and, when r is not nil, all ready to be taken from r
+// for the app "users".
 func waitPreTasks(t testing.TB, r *containerd.Runner, c *client.Client, n int) map[string]client.ProcessStatus {
 	t.Helper()
 	var m map[string]client.ProcessStatus
-	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("%d prepared containers with started tasks", n), func() bool {
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("%d prepared containers with created tasks", n), func() bool {
 		m = preparedTasks(t, c)
 		for _, st := range m {
-			if st != client.Running {
+			if st != client.Created {
 				return false
 			}
 		}

@@ -376,7 +376,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 	}
 	start := task.Start
 	if pre != nil {
-		start = func(context.Context) error { return pre.start(env, req.Event, stdout, stderr) }
+		start = func(ctx context.Context) error { return pre.start(ctx, env, req.Event, stdout, stderr) }
 	}
 	if err := start(ctx); err != nil {
 		if ee := execError(err); ee != nil {
