@@ -80,8 +80,12 @@ func TestPreparedContainers(t *testing.T) {
 		if len(after) > 2 {
 			t.Fatalf("run %d: %d prepared containers, bound 2: %v", i, len(after), after)
 		}
-		// Let the replacements come, so that later runs find one.
-		testutil.WaitFor(t, 20*time.Second, "two prepared containers", func() bool { return len(preparedIDs(t, f.client)) == 2 })
+		// Let the replacements come, so that later runs find one: in
+		// containerd, and ready in the Runner (a container shows up a
+		// moment before its task is created and it can be handed out).
+		testutil.WaitFor(t, 20*time.Second, "two prepared containers", func() bool {
+			return len(preparedIDs(t, f.client)) == 2 && containerd.PreparedReady(r, "users") == 2
+		})
 	}
 	if taken < 4 {
 		t.Errorf("%d of 6 runs took a prepared container, want at least 4", taken)
