@@ -209,13 +209,8 @@ type preTask struct {
 // newSecretsDir returns an empty private secrets directory for a prepared
 // container, readable by the handler user.
 func newSecretsDir() (*stagedSecrets, error) {
-	root, err := os.MkdirTemp("", "relay-secrets-")
+	s, err := newStagingDir()
 	if err != nil {
-		return nil, fmt.Errorf("secrets directory: %w", err)
-	}
-	s := &stagedSecrets{root: root, dir: filepath.Join(root, "s")}
-	if err := os.Mkdir(s.dir, 0o700); err != nil {
-		s.remove()
 		return nil, fmt.Errorf("secrets directory: %w", err)
 	}
 	if err := handOver(s.dir, 0o500, 0o555); err != nil {

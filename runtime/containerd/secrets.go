@@ -62,16 +62,27 @@ func (r *Runner) stageSecrets(names []string) (*stagedSecrets, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	root, err := os.MkdirTemp("", "relay-secrets-")
+	s, err := newStagingDir()
 	if err != nil {
 		return nil, fmt.Errorf("stage secrets: %w", err)
 	}
+	if err := r.refreshSecrets(s, names); err != nil {
+		s.remove()
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStagingDir makes a private directory for staged secrets: a new
+// directory under os.TempDir() holding the directory containers mount,
+// mode 0700 until filled.
+func newStagingDir() (*stagedSecrets, error) {
+	root, err := os.MkdirTemp("", "relay-secrets-")
+	if err != nil {
+		return nil, err
+	}
 	s := &stagedSecrets{root: root, dir: filepath.Join(root, "s")}
 	if err := os.Mkdir(s.dir, 0o700); err != nil {
-		s.remove()
-		return nil, fmt.Errorf("stage secrets: %w", err)
-	}
-	if err := r.refreshSecrets(s, names); err != nil {
 		s.remove()
 		return nil, err
 	}
