@@ -95,8 +95,8 @@ func (mo metricsObserver) invocation(_ context.Context, _ *delivery, o Outcome) 
 	if ran(o.Result) {
 		m.duration.WithLabelValues(o.App, o.Handler).Observe(o.Duration.Seconds())
 	}
-	if o.retries() > 0 {
-		m.retries.WithLabelValues(o.App, o.Handler).Add(float64(o.retries()))
+	if n := o.retries(); n > 0 {
+		m.retries.WithLabelValues(o.App, o.Handler).Add(float64(n))
 	}
 	if o.DLQID != "" {
 		m.dlqEntries.WithLabelValues(o.App, o.Handler).Inc()
