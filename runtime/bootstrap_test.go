@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -90,30 +90,22 @@ func runBootstrapCases(t *testing.T, rt string, files map[string]string, cases [
 				event = `{"id":7,"name":"ada"}`
 			}
 			cmd.Stdin = strings.NewReader(event)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
+			stdout, stderr, code := testutil.RunCommand(t, cmd)
 			if code != c.wantCode {
-				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, c.wantCode, &stdout, &stderr)
+				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, c.wantCode, stdout, stderr)
 			}
-			if !strings.Contains(stdout.String(), c.wantStdout) {
-				t.Errorf("stdout lacks %q:\n%s", c.wantStdout, &stdout)
+			if !strings.Contains(stdout, c.wantStdout) {
+				t.Errorf("stdout lacks %q:\n%s", c.wantStdout, stdout)
 			}
-			if !strings.Contains(stderr.String(), c.wantStderr) {
-				t.Errorf("stderr lacks %q:\n%s", c.wantStderr, &stderr)
+			if !strings.Contains(stderr, c.wantStderr) {
+				t.Errorf("stderr lacks %q:\n%s", c.wantStderr, stderr)
 			}
-			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			if c.wantLast != "" && lines[len(lines)-1] != c.wantLast {
-				t.Errorf("last stderr line %q, want %q\nstderr:\n%s", lines[len(lines)-1], c.wantLast, &stderr)
+				t.Errorf("last stderr line %q, want %q\nstderr:\n%s", lines[len(lines)-1], c.wantLast, stderr)
 			}
-			if strings.Contains(stderr.String(), script) {
-				t.Errorf("the traceback shows the bootstrap's own frames:\n%s", &stderr)
+			if strings.Contains(stderr, script) {
+				t.Errorf("the traceback shows the bootstrap's own frames:\n%s", stderr)
 			}
 		})
 	}

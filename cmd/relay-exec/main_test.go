@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // build compiles relay-exec as the Makefile does, static.
@@ -82,20 +83,12 @@ func TestRelayExec(t *testing.T) {
 			cmd := exec.Command(bin, c.args...)
 			cmd.Env = []string{"HOME=/root", "GREETING=from the parent"}
 			cmd.Stdin = bytes.NewReader(c.stdin)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			code := 0
-			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
+			stdout, stderr, code := testutil.RunCommand(t, cmd)
+			if code != c.code || stdout != c.out || (c.err != "" && stderr != c.err) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, %q", code, stdout, stderr, c.code, c.out, c.err)
 			}
-			if code != c.code || stdout.String() != c.out || (c.err != "" && stderr.String() != c.err) {
-				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q, %q", code, stdout.String(), stderr.String(), c.code, c.out, c.err)
-			}
-			if c.code == 125 && !strings.HasPrefix(stderr.String(), "relay-exec: read the header") {
-				t.Errorf("stderr %q, want the header's error", stderr.String())
+			if c.code == 125 && !strings.HasPrefix(stderr, "relay-exec: read the header") {
+				t.Errorf("stderr %q, want the header's error", stderr)
 			}
 		})
 	}

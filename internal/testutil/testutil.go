@@ -3,8 +3,10 @@ package testutil
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -90,4 +92,19 @@ func Time(t testing.TB, s string) time.Time {
 		t.Fatal(err)
 	}
 	return at.UTC()
+}
+
+// RunCommand runs cmd with its stdout and stderr captured and returns them
+// with its exit code; an error other than a non-zero exit fails the test.
+func RunCommand(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
 }

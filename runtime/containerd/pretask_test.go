@@ -12,13 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/defaults"
 
@@ -526,13 +524,7 @@ func TestPreTaskOOMKill(t *testing.T) {
 // for it again after containerd restarted and reports its outcome with its
 // output.
 func TestPreTaskContainerdRestart(t *testing.T) {
-	if testing.Short() || os.Geteuid() != 0 || os.Getenv(containerdtest.EnvAddress) == "" {
-		t.Skip("needs root and a containerd setup (CONTAINERD_ADDRESS); restarts a private daemon of its own")
-	}
-	state := t.TempDir()
-	containerdScript(t, "start", state)
-	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
-	t.Setenv(containerdtest.EnvAddress, state+"/containerd/containerd.sock")
+	state := privateContainerd(t)
 
 	f := newFixture(t)
 	r := f.newRunner(t, "pretask-restart-"+randomHex(4), containerd.WithPreparedContainers(1))
@@ -550,20 +542,7 @@ func TestPreTaskContainerdRestart(t *testing.T) {
 		done <- err
 	}()
 	ctx := t.Context()
-	testutil.WaitFor(t, 10*time.Second, "the handler's task running", func() bool {
-		tasks, err := f.client.TaskService().List(ctx, nil)
-		return err == nil && slices.ContainsFunc(tasks.Tasks, func(t *task.Process) bool { return t.Status == task.Status_RUNNING })
-	})
-	containerdScript(t, "stop", state)
-	containerdScript(t, "start", state)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after a containerd restart = %v, want the handler's success", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after containerd restarted")
-	}
+	restartMidRun(t, f.client, state, done)
 	if out := f.stdout.String(); !strings.Contains(out, "helper-mounted") || !strings.Contains(out, "finished 3") {
 		t.Errorf("the handler's output after the restart is lost: %q", out)
 	}

@@ -3,11 +3,13 @@ package containerd_test
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/v2/client"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -23,12 +25,12 @@ func containerdScript(t *testing.T, args ...string) {
 	}
 }
 
-// TestContainerdRestartMidHandler restarts the daemon while a handler
-// runs. The shim keeps the task through the restart, so the runner waits
-// for it again and reports how the handler ended, with its output, instead
-// of an unknown outcome that would run it a second time; nothing is left
-// behind.
-func TestContainerdRestartMidHandler(t *testing.T) {
+// privateContainerd starts a containerd of the test's own under a
+// temporary state directory, stopped when the test ends, and points
+// CONTAINERD_ADDRESS at it; it returns the state directory. It skips the
+// test without root or a containerd setup.
+func privateContainerd(t *testing.T) string {
+	t.Helper()
 	if testing.Short() || os.Geteuid() != 0 || os.Getenv(containerdtest.EnvAddress) == "" {
 		t.Skip("needs root and a containerd setup (CONTAINERD_ADDRESS); restarts a private daemon of its own")
 	}
@@ -37,6 +39,37 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 	// Registered first, so it runs after containerdtest's own cleanup.
 	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
 	t.Setenv(containerdtest.EnvAddress, state+"/containerd/containerd.sock")
+	return state
+}
+
+// restartMidRun waits until a task runs in c's namespace, restarts the
+// private containerd under state, and fails the test unless the Run
+// reporting on done then returns without error within 30 s.
+func restartMidRun(t *testing.T, c *client.Client, state string, done <-chan error) {
+	t.Helper()
+	testutil.WaitFor(t, 10*time.Second, "the handler's task running", func() bool {
+		tasks, err := c.TaskService().List(t.Context(), nil)
+		return err == nil && slices.ContainsFunc(tasks.Tasks, func(p *task.Process) bool { return p.Status == task.Status_RUNNING })
+	})
+	containerdScript(t, "stop", state)
+	containerdScript(t, "start", state)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after a containerd restart = %v, want the handler's success", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after containerd restarted")
+	}
+}
+
+// TestContainerdRestartMidHandler restarts the daemon while a handler
+// runs. The shim keeps the task through the restart, so the runner waits
+// for it again and reports how the handler ended, with its output, instead
+// of an unknown outcome that would run it a second time; nothing is left
+// behind.
+func TestContainerdRestartMidHandler(t *testing.T) {
+	state := privateContainerd(t)
 
 	f := newFixture(t)
 	req := f.request("events.created")
@@ -47,21 +80,7 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 		done <- err
 	}()
 	ctx := t.Context()
-	testutil.WaitFor(t, 10*time.Second, "the handler's task running", func() bool {
-		tasks, err := f.client.TaskService().List(ctx, nil)
-		return err == nil && len(tasks.Tasks) == 1 && tasks.Tasks[0].Status == task.Status_RUNNING
-	})
-	containerdScript(t, "stop", state)
-	containerdScript(t, "start", state)
-
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after a containerd restart = %v, want the handler's success", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after containerd restarted")
-	}
+	restartMidRun(t, f.client, state, done)
 	if out := f.stdout.String(); !strings.Contains(out, "finished") {
 		t.Errorf("the handler's output after the restart is lost: %q", out)
 	}
