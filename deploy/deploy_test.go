@@ -124,6 +124,7 @@ type container struct {
 		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
 		Capabilities             struct {
 			Drop []string `yaml:"drop"`
+			Add  []string `yaml:"add"`
 		} `yaml:"capabilities"`
 	} `yaml:"securityContext"`
 	VolumeMounts []struct {
@@ -145,6 +146,7 @@ type deployment struct {
 			Metadata objectMeta `yaml:"metadata"`
 			Spec     struct {
 				TerminationGracePeriodSeconds int               `yaml:"terminationGracePeriodSeconds"`
+				HostPID                       bool              `yaml:"hostPID"`
 				NodeSelector                  map[string]string `yaml:"nodeSelector"`
 				Containers                    []container       `yaml:"containers"`
 				Volumes                       []struct {
@@ -333,6 +335,11 @@ func TestDeployment(t *testing.T) {
 	sc := c.SecurityContext
 	if !sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || !slices.Contains(sc.Capabilities.Drop, "ALL") {
 		t.Errorf("securityContext %+v: want a read-only root, no privilege escalation, every capability dropped", sc)
+	}
+	// The sweep opens the FIFOs a busy shim holds through /proc/<pid>/fd:
+	// it must see the node's processes and may read their descriptors.
+	if !spec.HostPID || !slices.Equal(sc.Capabilities.Add, []string{"SYS_PTRACE"}) {
+		t.Errorf("hostPID %v, capabilities added %v: want the node's PID namespace and SYS_PTRACE only", spec.HostPID, sc.Capabilities.Add)
 	}
 
 	// Graceful termination outlasts the shutdown timeout, which covers the
@@ -526,6 +533,9 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	if one("Service", "Restart") == "" || one("Install", "WantedBy") == "" {
 		t.Error("want Restart= and an [Install] WantedBy=")
+	}
+	if caps := one("Service", "CapabilityBoundingSet"); caps != "CAP_SYS_PTRACE" {
+		t.Errorf("CapabilityBoundingSet=%s, want CAP_SYS_PTRACE only (the sweep reads a busy shim's FIFOs through /proc)", caps)
 	}
 	if _, ok := u["Service"]["PrivateTmp"]; ok {
 		t.Error("PrivateTmp hides the files containerd must bind-mount")

@@ -92,3 +92,35 @@ func processStart(pid int, boot time.Time) time.Time {
 	ticks, _ := strconv.ParseInt(fields[19], 10, 64) // field 22 overall
 	return boot.Add(time.Duration(ticks) * 10 * time.Millisecond)
 }
+
+// Waits describes, for a failing test's log, what the shim's threads wait
+// on in the kernel (the first frame of each thread's stack that is not an
+// idle futex or epoll wait) and the files it holds open: enough to tell a
+// shim blocked opening a FIFO from an idle one. Empty when /proc cannot
+// tell.
+func (sh Shim) Waits() string {
+	proc := fmt.Sprintf("/proc/%d", sh.PID)
+	var waits []string
+	stacks, _ := filepath.Glob(filepath.Join(proc, "task", "*", "stack"))
+	for _, p := range stacks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if f := strings.Fields(first); len(f) > 1 && !strings.Contains(f[1], "futex") && !strings.Contains(f[1], "epoll") {
+			waits = append(waits, f[1])
+		}
+	}
+	var files []string
+	fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(proc, "fd", fd.Name())); err == nil && strings.HasPrefix(target, "/") && target != "/dev/null" {
+			files = append(files, fd.Name()+"="+target)
+		}
+	}
+	if len(waits)+len(files) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("threads waiting in %v, files %v", waits, files)
+}

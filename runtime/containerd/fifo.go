@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/containerd/containerd/v2/defaults"
@@ -19,6 +21,16 @@ import (
 // every later request to that shim (docs/operations.md "containerd").
 // Opening them for reading lets that creation finish, so the shim answers
 // and can be stopped at once rather than when it gives up by itself.
+//
+// A shim can also block on a FIFO no path leads to any more: the log FIFO
+// containerd makes in the task's bundle directory, which a new shim opens
+// for writing before it serves a single request. When containerd gives up
+// on the task before the shim got that far (its client died or cancelled,
+// containerd stopped), it closes its end and removes the bundle directory,
+// and the shim waits for a reader forever. The shim's FIFO library holds
+// an O_PATH descriptor of each FIFO it opens, so /proc/<shim>/fd/<n>
+// still reaches the file: heldFIFOs finds those, for fifoReaders to open
+// (docs/operations.md "containerd").
 const fifoDir = defaults.DefaultFIFODir
 
 // stdio names the FIFOs of a task, as suffixes of its container id.
@@ -52,18 +64,25 @@ type fifoReaders struct {
 }
 
 // open opens for reading, without blocking, the output FIFOs left under
-// dir for container id, unless they are open already. The shim opens stdin
-// without blocking, so stdin needs no reader.
-func (h *fifoReaders) open(dir, id string) {
+// dir for container id and, when pid is not 0, the FIFOs process pid (the
+// shim of id) holds only by an O_PATH descriptor, unless they are open
+// already. The shim opens stdin without blocking, so stdin needs no reader.
+// The error says why the FIFOs of pid could not be read (a worker without
+// CAP_SYS_PTRACE); FIFOs that vanish meanwhile are not errors.
+func (h *fifoReaders) open(dir, id string, pid int) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if _, ok := h.fds[id]; ok {
-		return
+		return nil
 	}
+	held, err := heldFIFOs(pid)
 	var fds []int
-	for _, p := range leftFIFOs(dir, id, stdio[1:]) {
-		if fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+	for _, p := range append(leftFIFOs(dir, id, stdio[1:]), held...) {
+		fd, oerr := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if oerr == nil {
 			fds = append(fds, fd)
+		} else if errors.Is(oerr, fs.ErrPermission) && err == nil {
+			err = &fs.PathError{Op: "open", Path: p, Err: oerr}
 		}
 	}
 	if len(fds) > 0 {
@@ -72,6 +91,49 @@ func (h *fifoReaders) open(dir, id string) {
 		}
 		h.fds[id] = fds
 	}
+	return err
+}
+
+// heldFIFOs returns, as /proc/<pid>/fd/<n> paths, the FIFOs process pid
+// holds by an O_PATH descriptor: a FIFO it is still opening, or one it
+// opened (the FIFO library keeps the handle until it closes the FIFO).
+// None when pid is 0 or has exited; an error only when pid's descriptors
+// may not be read.
+func heldFIFOs(pid int) ([]string, error) {
+	if pid <= 0 {
+		return nil, nil
+	}
+	proc := filepath.Join("/proc", strconv.Itoa(pid))
+	ents, err := os.ReadDir(filepath.Join(proc, "fd"))
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, err
+	} else if err != nil {
+		return nil, nil
+	}
+	var paths []string
+	for _, e := range ents {
+		info, err := os.ReadFile(filepath.Join(proc, "fdinfo", e.Name()))
+		if err != nil || !isPathDescriptor(info) {
+			continue
+		}
+		p := filepath.Join(proc, "fd", e.Name())
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&fs.ModeNamedPipe != 0 {
+			paths = append(paths, p)
+		}
+	}
+	return paths, nil
+}
+
+// isPathDescriptor reports whether fdinfo, the text of a
+// /proc/<pid>/fdinfo/<n> file, describes a descriptor opened with O_PATH.
+func isPathDescriptor(fdinfo []byte) bool {
+	for line := range strings.Lines(string(fdinfo)) {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			return err == nil && flags&unix.O_PATH != 0
+		}
+	}
+	return false
 }
 
 // close closes the readers of container id's FIFOs, if open.

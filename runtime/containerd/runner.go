@@ -56,6 +56,8 @@ type Runner struct {
 
 	shimWork sync.WaitGroup // background stops of busy shims (endShim)
 	fifos    fifoReaders    // readers of FIFOs dead clients left (fifo.go)
+	// fifoDenied logs once that a shim's FIFOs may not be read (endShim).
+	fifoDenied sync.Once
 
 	warm    warmPools
 	oneShot oneShots

@@ -96,11 +96,16 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 		return false, err
 	}
 	shim := taskapi.NewTTRPCTaskClient(tc)
-	// A shim still waiting for the output FIFOs of a dead client goes on
-	// once they have a reader (fifo.go); they stay open while the shim is
-	// busy: until it is stopped, or until the sweep that kept its
-	// container removes it.
-	r.fifos.open(fifoDir, id)
+	// A shim still waiting for the output FIFOs of a dead client, or for
+	// a reader of its log, goes on once they have one (fifo.go); they stay
+	// open while the shim is busy: until it is stopped, or until the sweep
+	// that kept its container removes it.
+	if err := r.fifos.open(fifoDir, id, r.shimPID(id)); err != nil {
+		r.fifoDenied.Do(func() {
+			r.logger.LogAttrs(ctx, slog.LevelWarn, "cannot read the FIFOs a containerd shim waits on: the worker needs CAP_SYS_PTRACE in the host's PID namespace to end such a shim",
+				slog.String("container_id", id), slog.Any("error", err))
+		})
+	}
 	actx, cancel := context.WithTimeout(ctx, shimAnswerTimeout)
 	_, err = shim.State(actx, &taskapi.StateRequest{ID: id})
 	busy = actx.Err() != nil && ctx.Err() == nil
@@ -141,7 +146,8 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 }
 
 // shimExits reports whether the shim of container id is gone (its socket
-// removed, which a shim does as it exits) or goes within d.
+// removed, which a shim does as it exits, or no longer listened on) or
+// goes within d.
 func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool {
 	if r.address == "" {
 		return true
@@ -152,11 +158,55 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 			return true
 		}
+		// A shim that died before it could remove its socket (it failed
+		// early) leaves the file, with no one listening.
+		if conn, err := net.Dial("unix", path); errors.Is(err, syscall.ECONNREFUSED) {
+			return true
+		} else if err == nil {
+			conn.Close()
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
 		time.Sleep(shimPollInterval)
 	}
+}
+
+// shimPID returns the PID of the shim serving container id for this
+// Runner's containerd and namespace, found by its command line
+// ("containerd-shim-runc-v2 -namespace <ns> -id <id> -address <addr>"),
+// or 0 when there is none. It asks nothing of the shim, which may not
+// serve requests yet.
+func (r *Runner) shimPID(id string) int {
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	want := map[string]string{"-namespace": r.namespace, "-id": id, "-address": r.address}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		matched := 0
+		for i := 1; i+1 < len(args); i++ {
+			if v, ok := want[args[i]]; ok && args[i+1] == v {
+				matched++
+			}
+		}
+		if matched == len(want) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // dialShim connects to the shim of container id; it returns nil and no

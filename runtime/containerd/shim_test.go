@@ -3,8 +3,11 @@ package containerd_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,17 +48,8 @@ func (fifoIO) Close() error         { return nil }
 func (f *fixture) interruptTaskCreation(t *testing.T, id, host string) {
 	t.Helper()
 	ctx := t.Context()
-	img, err := f.client.GetImage(ctx, containerdtest.Image)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	labels := map[string]string{containerd.LabelHost: host}
-	c, err := f.client.NewContainer(ctx, id, client.WithImage(img), client.WithSnapshotter(containerdtest.Snapshotter),
-		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)), client.WithContainerLabels(labels),
-		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
-	if err != nil {
-		t.Error(err)
+	c := f.plantContainer(t, id, host)
+	if c == nil {
 		return
 	}
 	// Where and as cio makes them for a Run, and leaves them when its
@@ -85,6 +79,27 @@ func (f *fixture) interruptTaskCreation(t *testing.T, id, host string) {
 	if _, err := c.NewTask(tctx, func(string) (cio.IO, error) { return fifoIO{cfg}, nil }); err == nil {
 		t.Errorf("task %s created although no one reads its output", id)
 	}
+}
+
+// plantContainer creates container id, labelled with host, with its
+// snapshot and no task; nil after a t.Error.
+func (f *fixture) plantContainer(t *testing.T, id, host string) client.Container {
+	t.Helper()
+	ctx := t.Context()
+	img, err := f.client.GetImage(ctx, containerdtest.Image)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	labels := map[string]string{containerd.LabelHost: host}
+	c, err := f.client.NewContainer(ctx, id, client.WithImage(img), client.WithSnapshotter(containerdtest.Snapshotter),
+		client.WithNewSnapshot(id, img, snapshots.WithLabels(labels)), client.WithContainerLabels(labels),
+		client.WithNewSpec(oci.WithImageConfig(img), oci.WithProcessArgs("/bin/sleep", "1000")))
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return c
 }
 
 // TestSweepEndsLeftoverShims: a worker killed while containerd created its
@@ -130,4 +145,74 @@ func TestSweepEndsLeftoverShims(t *testing.T) {
 	}
 	// A shim exits a moment after it is asked to.
 	testutil.WaitFor(t, 30*time.Second, "no shim left in the namespace", func() bool { return len(shimsOf(ns, "")) == 0 })
+}
+
+// TestSweepEndsShimWaitingForItsLog: containerd makes a FIFO for a shim's
+// log in the task's bundle directory and starts the shim, which opens it
+// for writing before it serves any request. When containerd gives up on
+// the task before that (its client died or cancelled, containerd was
+// stopping), it closes its end and removes the bundle directory, FIFO
+// included: the shim then waits for a reader no path leads to, and never
+// answers. Removing the container such a creation left must still end
+// that shim, or every later sweep finds it busy and keeps the container.
+// The shim is started here the way containerd starts one.
+func TestSweepEndsShimWaitingForItsLog(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ns := f.client.DefaultNamespace()
+	id := "log-wait-" + randomHex(8)
+	if f.plantContainer(t, id, f.runner.HostID()) == nil {
+		return
+	}
+	bundle := filepath.Join(t.TempDir(), id)
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(bundle, "log"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	address := os.Getenv(containerdtest.EnvAddress)
+	publisher, err := exec.LookPath("containerd")
+	if err != nil {
+		publisher = "containerd"
+	}
+	start := exec.Command("containerd-shim-runc-v2", "-namespace", ns, "-id", id, "-address", address, "-publish-binary", publisher, "start")
+	start.Dir = bundle
+	start.Env = append(os.Environ(), "TTRPC_ADDRESS="+address+".ttrpc")
+	if out, err := start.CombinedOutput(); err != nil {
+		t.Fatalf("start the shim: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		for _, sh := range shimsOf(ns, id) {
+			_ = syscall.Kill(sh.PID, syscall.SIGKILL)
+		}
+	})
+	testutil.WaitFor(t, 10*time.Second, "the shim of "+id+" waiting for its log", func() bool {
+		sh := shimsOf(ns, id)
+		if len(sh) == 0 {
+			return false
+		}
+		stacks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stack", sh[0].PID))
+		for _, p := range stacks {
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "fifo_open") {
+				return true
+			}
+		}
+		return false
+	})
+	// As containerd does once it gave up on the task.
+	if err := os.RemoveAll(bundle); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "the leftover container swept", func() bool {
+		if err := f.runner.Sweep(t.Context()); err != nil {
+			t.Logf("sweep: %v", err)
+			return false
+		}
+		return len(containerdtest.Leftovers(t.Context(), f.client)) == 0
+	})
+	testutil.WaitFor(t, 10*time.Second, "the shim gone", func() bool { return len(shimsOf(ns, id)) == 0 })
 }

@@ -347,6 +347,9 @@ func TestContainerdSoak(t *testing.T) {
 	if len(leaked) > 0 {
 		t.Errorf("idle shims left without their task (%d before the soak): %s", shimsBefore, strings.Join(leaked, ", "))
 		for _, sh := range idle() {
+			if w := sh.Waits(); w != "" {
+				t.Logf("%s: %s", sh, w)
+			}
 			s.logLinesOf(sh.ID)
 		}
 	}
