@@ -132,7 +132,7 @@ func startManual(ctx context.Context, tr trace.Tracer, name string, attrs ...att
 func spanLogAttrs(messageID string, span trace.Span, attrs ...slog.Attr) []slog.Attr {
 	out := append(make([]slog.Attr, 0, 3+len(attrs)), slog.String(telemetry.MessageID, messageID))
 	if span != nil {
-		out = append(out, telemetry.SpanAttrs(span)...)
+		out = telemetry.AppendSpanAttrs(out, span)
 	}
 	return append(out, attrs...)
 }
