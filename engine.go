@@ -53,6 +53,9 @@ type Engine struct {
 	tracer trace.Tracer
 	m      *metrics
 	obs    observers
+	// writeEnds and successEnds share the deadlines of the writes that
+	// record what deliveries did (detached, persistSuccess).
+	writeEnds, successEnds sharedDeadlines
 	// gen is the app generation new deliveries use; a delivery keeps the
 	// one it started with.
 	gen atomic.Pointer[generation]
