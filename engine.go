@@ -87,6 +87,17 @@ type generation struct {
 	// incomplete names apps whose rules could not all be read; while it is
 	// non-empty no matched or unmatched message is acknowledged.
 	incomplete []string
+	// fields holds the invocation field ("app/handler") of each rule, by
+	// app name and rule index, built once rather than per delivery.
+	fields map[string][]string
+}
+
+// field is the invocation field of rule i of app name.
+func (g *generation) field(name string, i int) string {
+	if fs := g.fields[name]; i >= 0 && i < len(fs) {
+		return fs[i]
+	}
+	return ""
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
@@ -133,7 +144,14 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 // keeps classifying events: replace it by building a new Engine. Safe for
 // concurrent use.
 func (e *Engine) SetApps(apps *app.Set) {
-	g := &generation{apps: apps, matcher: e.c.Matcher, incomplete: apps.Incomplete()}
+	g := &generation{apps: apps, matcher: e.c.Matcher, incomplete: apps.Incomplete(), fields: map[string][]string{}}
+	for _, a := range apps.List() {
+		fs := make([]string, len(a.Rules))
+		for i, r := range a.Rules {
+			fs[i] = a.Name + "/" + r.Handler
+		}
+		g.fields[a.Name] = fs
+	}
 	if g.matcher == nil {
 		g.matcher = apps.Matcher()
 	}
