@@ -69,7 +69,7 @@ type Engine struct {
 	msgSlots chan struct{}
 	// handlers hands a message to an idle handleLoop; dispatchDone is
 	// closed when Run stops dispatching. Both are made by Run.
-	handlers     chan func()
+	handlers     chan stream.Message
 	dispatchDone chan struct{}
 
 	mu       sync.Mutex
@@ -195,7 +195,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// timeout so running handlers can finish.
 	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	e.handlers, e.dispatchDone = make(chan func()), make(chan struct{})
+	e.handlers, e.dispatchDone = make(chan stream.Message), make(chan struct{})
 	var msgs, loops sync.WaitGroup
 	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
