@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -29,39 +27,19 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(telemetry.InstrumentationName)
 }
 
-// globalProvider and globalTracer are the types of otel's global
-// TracerProvider and of its tracers until a program installs a provider of
-// its own (otel.SetTracerProvider); nil when one was installed before this
-// package was initialised.
-var globalProvider, globalTracer = globalTypes()
-
-func globalTypes() (provider, tracer reflect.Type) {
-	tp := otel.GetTracerProvider()
-	pt := reflect.TypeOf(tp)
-	if pt.Kind() != reflect.Pointer || pt.Elem().PkgPath() != "go.opentelemetry.io/otel/internal/global" {
-		return nil, nil
-	}
-	return pt, reflect.TypeOf(tp.Tracer(telemetry.InstrumentationName))
-}
-
-// unsampled reports whether no sampler decides about the spans tr starts
-// now: tr does nothing (noop), or it is a tracer of otel's global provider
-// and no program installed a provider of its own, so it starts
-// non-recording spans that only carry their parent's span context. Those
-// spans are started without attributes or links: nothing would read them,
-// and building them was a twentieth of a no-op delivery's CPU
-// (bench/RESULTS.md). Should such a span record anyway (otel's
-// auto-instrumentation can make the global tracer's spans record), it gets
-// its attributes and links right after it starts.
+// unsampled reports whether tr is a noop tracer, whose spans record
+// nothing and only carry their parent's span context: those spans are
+// started without attributes or links, since nothing would read them and
+// building them was a twentieth of a no-op delivery's CPU
+// (bench/RESULTS.md). `relay start` with tracing off passes a noop
+// provider; a library user turns spans off the same way
+// (docs/observability.md#traces).
 func unsampled(tr trace.Tracer) bool {
-	if _, ok := tr.(noop.Tracer); ok {
-		return true
-	}
-	return globalTracer != nil && reflect.TypeOf(tr) == globalTracer && reflect.TypeOf(otel.GetTracerProvider()) == globalProvider
+	_, ok := tr.(noop.Tracer)
+	return ok
 }
 
-// The start options of spans that no sampler decides about (unsampled),
-// built once.
+// The start options of the spans of a noop tracer (unsampled), built once.
 var (
 	messageRootOpts  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot()}
 	messageChildOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
