@@ -47,10 +47,17 @@ func classify(msg stream.Message, maxEventBytes int) class {
 	case maxEventBytes > 0 && len(raw) > maxEventBytes:
 		return class{kind: classOversized, reason: fmt.Sprintf("event is %d bytes, larger than the limit of %d (MAX_EVENT_BYTES)", len(raw), maxEventBytes),
 			summary: oversizedSummary(raw, maxEventBytes)}
-	case schedule.IsEnvelope([]byte(raw)):
+	case mayBeEnvelope(raw) && schedule.IsEnvelope([]byte(raw)):
 		return class{kind: classOccurrence}
 	}
 	return class{kind: classEvent}
+}
+
+// mayBeEnvelope is the test schedule.IsEnvelope starts with, on the string:
+// an event without the source literal or an escape sequence that could
+// spell it is no envelope, and is not copied to find that out.
+func mayBeEnvelope(raw string) bool {
+	return strings.Contains(raw, schedule.Source) || strings.IndexByte(raw, '\\') >= 0
 }
 
 // summaryPrefix is how much of an oversized event its summary shows.

@@ -97,7 +97,9 @@ type Config struct {
 	// Retention is the TTL of a message's invocation state after the
 	// message left the PEL. Default: DefaultRetention.
 	Retention time.Duration
-	// WriteTimeout bounds the retries of one outcome write. Default:
+	// WriteTimeout bounds the retries of one outcome write; writes share
+	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
+	// WriteTimeout) longer (docs/embedding.md#config). Default:
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
 	// Backoff is the retry schedule: entry i is the wait after the (i+1)th

@@ -146,6 +146,14 @@ type call struct {
 	timeout time.Duration
 	retries int
 	input   []byte
+	// invField is the invocation field when known ahead (generation.fields).
+	invField string
 }
 
-func (c call) field() string { return c.app + "/" + c.handler }
+// field is the invocation field of c: "app/handler".
+func (c call) field() string {
+	if c.invField != "" {
+		return c.invField
+	}
+	return c.app + "/" + c.handler
+}

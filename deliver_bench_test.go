@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
@@ -55,6 +56,8 @@ func benchDeliver(b *testing.B, level slog.Level) {
 	}, relay.Config{
 		Logger:  slog.New(slog.NewTextHandler(discard{}, &slog.HandlerOptions{Level: level})),
 		Metrics: prometheus.NewRegistry(),
+		// As `relay start` with tracing off.
+		TracerProvider: noop.NewTracerProvider(),
 	})
 	if err != nil {
 		b.Fatal(err)

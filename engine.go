@@ -53,6 +53,9 @@ type Engine struct {
 	tracer trace.Tracer
 	m      *metrics
 	obs    observers
+	// writeEnds and successEnds share the deadlines of the writes that
+	// record what deliveries did (detached, persistSuccess).
+	writeEnds, successEnds sharedDeadlines
 	// gen is the app generation new deliveries use; a delivery keeps the
 	// one it started with.
 	gen atomic.Pointer[generation]
@@ -66,7 +69,7 @@ type Engine struct {
 	msgSlots chan struct{}
 	// handlers hands a message to an idle handleLoop; dispatchDone is
 	// closed when Run stops dispatching. Both are made by Run.
-	handlers     chan func()
+	handlers     chan stream.Message
 	dispatchDone chan struct{}
 
 	mu       sync.Mutex
@@ -84,6 +87,17 @@ type generation struct {
 	// incomplete names apps whose rules could not all be read; while it is
 	// non-empty no matched or unmatched message is acknowledged.
 	incomplete []string
+	// fields holds the invocation field ("app/handler") of each rule, by
+	// app name and rule index, built once rather than per delivery.
+	fields map[string][]string
+}
+
+// field is the invocation field of rule i of app name.
+func (g *generation) field(name string, i int) string {
+	if fs := g.fields[name]; i >= 0 && i < len(fs) {
+		return fs[i]
+	}
+	return ""
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
@@ -130,7 +144,14 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 // keeps classifying events: replace it by building a new Engine. Safe for
 // concurrent use.
 func (e *Engine) SetApps(apps *app.Set) {
-	g := &generation{apps: apps, matcher: e.c.Matcher, incomplete: apps.Incomplete()}
+	g := &generation{apps: apps, matcher: e.c.Matcher, incomplete: apps.Incomplete(), fields: map[string][]string{}}
+	for _, a := range apps.List() {
+		fs := make([]string, len(a.Rules))
+		for i, r := range a.Rules {
+			fs[i] = a.Name + "/" + r.Handler
+		}
+		g.fields[a.Name] = fs
+	}
 	if g.matcher == nil {
 		g.matcher = apps.Matcher()
 	}
@@ -174,7 +195,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// timeout so running handlers can finish.
 	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	e.handlers, e.dispatchDone = make(chan func()), make(chan struct{})
+	e.handlers, e.dispatchDone = make(chan stream.Message), make(chan struct{})
 	var msgs, loops sync.WaitGroup
 	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })

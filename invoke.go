@@ -39,7 +39,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call, settle
 		o.Kind = Stopping // start nothing new
 		return e.notStarted(ctx, d, c, o)
 	}
-	l, release, o, ok := e.start(ctx, d, a, c, o)
+	l, held, o, ok := e.start(ctx, d, a, c, o)
 	if !ok {
 		return o
 	}
@@ -49,7 +49,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call, settle
 	l = withLineage(l, o.span)
 	o.Attempt = l.Attempt
 	err := e.run(runCtx, d, a, c, l, &o)
-	release()
+	held.release()
 	return e.record(ctx, runCtx, d, c, l, o, err, settle)
 }
 
@@ -67,41 +67,41 @@ func (e *Engine) lease(c call) time.Duration { return c.timeout + e.cfg.LeaseGra
 // would expire and count as a failed attempt although nothing ran. ok
 // reports a claimed attempt (its lease, with PrevTrace in Lease.Trace) and a
 // held slot; otherwise o says why not.
-func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o Outcome) (l invocation.Lease, release func(), _ Outcome, ok bool) {
+func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o Outcome) (l invocation.Lease, held slots, _ Outcome, ok bool) {
 	var cl invocation.Claim
 	if d.msg.Deliveries < 2 {
-		if release, ok = e.cfg.Limiter.tryAcquire(a); !ok {
+		if held, ok = e.cfg.Limiter.tryAcquire(a); !ok {
 			o.Waited = true
-			if release, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
-				return l, nil, e.notStarted(ctx, d, c, noSlot(ctx, o)), false
+			if held, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
+				return l, slots{}, e.notStarted(ctx, d, c, noSlot(ctx, o)), false
 			}
 		}
 		if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
-			release()
-			return l, nil, o, false
+			held.release()
+			return l, slots{}, o, false
 		}
-		return leaseOf(cl), release, o, true
+		return leaseOf(cl), held, o, true
 	}
 	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
-		return l, nil, o, false
+		return l, slots{}, o, false
 	}
-	if release, ok = e.cfg.Limiter.tryAcquire(a); ok {
-		return leaseOf(cl), release, o, true
+	if held, ok = e.cfg.Limiter.tryAcquire(a); ok {
+		return leaseOf(cl), held, o, true
 	}
 	o.Waited = true
 	if err := e.release(ctx, leaseOf(cl)); err != nil {
 		// The claim stays; its lease expires and counts as an attempt.
 		o.Kind, o.Op, o.Err = WriteFailed, "release", err
-		return l, nil, o, false
+		return l, slots{}, o, false
 	}
-	if release, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
-		return l, nil, noSlot(ctx, o), false
+	if held, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
+		return l, slots{}, noSlot(ctx, o), false
 	}
 	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
-		release()
-		return l, nil, o, false
+		held.release()
+		return l, slots{}, o, false
 	}
-	return leaseOf(cl), release, o, true
+	return leaseOf(cl), held, o, true
 }
 
 // noSlot is o for a wait for a slot that ended without one.
@@ -131,7 +131,10 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 	defer cancel()
 	var rec invocation.Record
 	if i := slices.Index(d.record, field); i >= 0 {
-		rec = invocation.Record{Fields: slices.Delete(slices.Clone(d.record), i, i+1), Complete: d.recordComplete}
+		// The others, in order; a message of one invocation allocates
+		// nothing for them.
+		others := append(make([]string, 0, len(d.record)-1), d.record[:i]...)
+		rec = invocation.Record{Fields: append(others, d.record[i+1:]...), Complete: d.recordComplete}
 	}
 	cl, err := e.c.State.Claim(octx, d.key, field, lease, maxAttempts, rec)
 	if err != nil {

@@ -56,40 +56,46 @@ func (l *Limiter) app(a *app.App) chan struct{} {
 	return s
 }
 
+// slots are the app slot and the global slot one attempt holds.
+type slots struct{ global, app chan struct{} }
+
+// release gives both back.
+func (s slots) release() { <-s.global; <-s.app }
+
 // tryAcquire takes a's slot and a global one if both are free now.
-func (l *Limiter) tryAcquire(a *app.App) (release func(), ok bool) {
+func (l *Limiter) tryAcquire(a *app.App) (_ slots, ok bool) {
 	appSlots := l.app(a)
 	select {
 	case appSlots <- struct{}{}:
 		select {
 		case l.global <- struct{}{}:
-			return func() { <-l.global; <-appSlots }, true
+			return slots{l.global, appSlots}, true
 		default:
 		}
 		<-appSlots
 	default:
 	}
-	return nil, false
+	return slots{}, false
 }
 
 // waitAcquire takes a's slot and a global one, waiting at most wait.
-func (l *Limiter) waitAcquire(ctx context.Context, a *app.App, wait time.Duration) (release func(), ok bool) {
+func (l *Limiter) waitAcquire(ctx context.Context, a *app.App, wait time.Duration) (_ slots, ok bool) {
 	appSlots := l.app(a)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
 	case appSlots <- struct{}{}:
 	case <-timer.C:
-		return nil, false
+		return slots{}, false
 	case <-ctx.Done():
-		return nil, false
+		return slots{}, false
 	}
 	select {
 	case l.global <- struct{}{}:
-		return func() { <-l.global; <-appSlots }, true
+		return slots{l.global, appSlots}, true
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	<-appSlots
-	return nil, false
+	return slots{}, false
 }

@@ -92,7 +92,8 @@ func (e *Engine) match(ctx context.Context, d *delivery) (plan, *hold) {
 			continue
 		}
 		r := a.Rules[t.Rule]
-		p.calls = append(p.calls, call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: []byte(d.event)})
+		p.calls = append(p.calls, call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: []byte(d.event),
+			invField: d.gen.field(a.Name, t.Rule)})
 	}
 	return p, nil
 }

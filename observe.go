@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
@@ -205,16 +207,25 @@ func (spanObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
 type logObserver struct{ log *slog.Logger }
 
 func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
+	switch ev.kind {
+	case msgReceived, msgMatched:
+		return // no line
+	case msgUnmatched, msgAcked:
+		// Debug lines of every message: build nothing unless they are read.
+		if !lo.log.Enabled(ctx, slog.LevelDebug) {
+			return
+		}
+	}
 	attrs := func(extra ...slog.Attr) []slog.Attr { return spanLogAttrs(d.msg.ID, d.span, extra...) }
 	switch ev.kind {
 	case msgMalformed:
-		lo.log.LogAttrs(ctx, slog.LevelWarn, "malformed message", attrs(slog.String("reason", ev.reason))...)
+		logAttrs(ctx, lo.log, slog.LevelWarn, "malformed message", attrs(slog.String("reason", ev.reason))...)
 	case msgOversized:
-		lo.log.LogAttrs(ctx, slog.LevelWarn, "oversized event; dead-lettering it without decoding", attrs(slog.String("reason", ev.reason))...)
+		logAttrs(ctx, lo.log, slog.LevelWarn, "oversized event; dead-lettering it without decoding", attrs(slog.String("reason", ev.reason))...)
 	case msgUnmatched:
-		lo.log.LogAttrs(ctx, slog.LevelDebug, "event unmatched", attrs()...)
+		logAttrs(ctx, lo.log, slog.LevelDebug, "event unmatched", attrs()...)
 	case msgObsolete:
-		lo.log.LogAttrs(ctx, slog.LevelInfo, "schedule occurrence obsolete: "+ev.reason+"; acknowledged",
+		logAttrs(ctx, lo.log, slog.LevelInfo, "schedule occurrence obsolete: "+ev.reason+"; acknowledged",
 			attrs(append([]slog.Attr{slog.String(telemetry.App, ev.app)}, ev.attrs...)...)...)
 	case msgHeld:
 		h := ev.hold
@@ -222,13 +233,13 @@ func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 		if h.err != nil {
 			extra = append(extra, slog.Any("error", h.err))
 		}
-		lo.log.LogAttrs(ctx, h.level, h.msg, attrs(extra...)...)
+		logAttrs(ctx, lo.log, h.level, h.msg, attrs(extra...)...)
 	case msgAcked:
-		lo.log.LogAttrs(ctx, slog.LevelDebug, "message acknowledged", attrs()...)
+		logAttrs(ctx, lo.log, slog.LevelDebug, "message acknowledged", attrs()...)
 	case msgAckFailed:
-		lo.log.LogAttrs(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", attrs(slog.Any("error", ev.err))...)
+		logAttrs(ctx, lo.log, slog.LevelError, "ack failed; message stays pending and will be redelivered", attrs(slog.Any("error", ev.err))...)
 	case msgRetainFailed:
-		lo.log.LogAttrs(ctx, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
+		logAttrs(ctx, lo.log, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
 			attrs(slog.Any("error", ev.err))...)
 	}
 }
@@ -238,12 +249,18 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 	if span == nil {
 		span = d.span
 	}
+	if o.Kind == Succeeded && o.Lost == 0 && o.WriteErr == nil {
+		// The line of every successful invocation, without the closure
+		// and slices of the rarer lines below.
+		lo.succeeded(ctx, d.msg.ID, span, o)
+		return
+	}
 	log := func(level slog.Level, msg string, extra ...slog.Attr) {
 		if !lo.log.Enabled(ctx, level) {
 			return // build no attributes for a line nobody reads
 		}
 		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
-		lo.log.LogAttrs(ctx, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
+		logAttrs(ctx, lo.log, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
 	}
 	if o.Lost > 0 {
 		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
@@ -302,6 +319,38 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		log(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
 			slog.String("op", o.Op), slog.Any("error", o.WriteErr))
 	}
+}
+
+// succeeded writes the line of a successful invocation, the line
+// invocation writes for it, with its attributes on the stack.
+func (lo logObserver) succeeded(ctx context.Context, messageID string, span trace.Span, o Outcome) {
+	if !lo.log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	var buf [8]slog.Attr
+	attrs := append(buf[:0], slog.String(telemetry.MessageID, messageID))
+	if span != nil {
+		attrs = telemetry.AppendSpanAttrs(attrs, span)
+	}
+	attrs = append(attrs, slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler))
+	if o.Result != "" {
+		attrs = append(attrs, slog.Int(telemetry.Attempt, o.Attempt), slog.Duration(telemetry.Duration, o.Duration))
+	}
+	logAttrs(ctx, lo.log, slog.LevelInfo, "invocation succeeded", attrs...)
+}
+
+// logAttrs writes one log line like slog.Logger.LogAttrs, but gives the
+// record no program counter: LogAttrs calls runtime.Callers for it on every
+// line, a tenth of a no-op delivery's CPU (bench/RESULTS.md), for the source
+// position only a handler with AddSource prints (docs/observability.md#logs).
+func logAttrs(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	h := l.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r) // as in LogAttrs: a handler's error has nowhere to go
 }
 
 // writeFailed logs a failed write, saying what it means for the invocation.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/relaydev/relay/internal/ctxtime"
@@ -12,10 +13,13 @@ import (
 
 // detached returns a context for one write that records what a delivery
 // did: it survives the worker's stop (a stopping worker still records what
-// its handlers did) and ends after the write timeout.
+// its handlers did) and ends after the write timeout, or up to
+// maxDeadlineSlack later (sharedDeadlines).
 func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.WriteTimeout)
+	return e.writeEnds.with(ctx, context.Background(), time.Now().Add(e.cfg.WriteTimeout), deadlineSlack(e.cfg.WriteTimeout)), noCancel
 }
+
+func noCancel() {}
 
 // persist runs an idempotent or fenced write until it succeeds, fails with
 // a contract error (invocation.ErrStale, ErrTerminal), or the write timeout
@@ -39,11 +43,67 @@ func (e *Engine) persist(ctx context.Context, op func(context.Context) error) er
 // until the worker abandons running work (runCtx).
 func (e *Engine) persistSuccess(ctx, runCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
 	patience := max(e.cfg.WriteTimeout, time.Until(l.Deadline)+e.cfg.MinPendingIdle)
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), patience)
-	defer cancel()
-	defer context.AfterFunc(runCtx, cancel)()
-	return retryWrite(octx, op)
+	return retryWrite(e.successEnds.with(ctx, runCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
 }
+
+// maxDeadlineSlack is how much later than asked a write's context may end
+// (sharedDeadlines).
+const maxDeadlineSlack = 10 * time.Millisecond
+
+// deadlineSlack is the slack of a write bounded by d: maxDeadlineSlack, or
+// 1/64 of a shorter d.
+func deadlineSlack(d time.Duration) time.Duration { return min(d/64, maxDeadlineSlack) }
+
+// sharedDeadlines gives the writes of many deliveries one timer: a context
+// with its own deadline per write (context.WithTimeout) cost a timer, a
+// channel and four allocations each, several times per delivery
+// (bench/RESULTS.md). A write's context instead carries the values of its
+// delivery's context and the end of a shared one, which ends when its
+// parent does or at a deadline up to the slack after the write's own; a new
+// shared context is made when the last one ends too early or too late for
+// the write. A shared context is never cancelled before its deadline, as
+// writes still use it; its timer then releases it. Safe for concurrent use.
+type sharedDeadlines struct {
+	cur atomic.Pointer[sharedEnd]
+}
+
+type sharedEnd struct {
+	parent context.Context
+	ctx    context.Context
+	end    time.Time
+}
+
+// with returns a context with the values of ctx that ends when parent does,
+// or between end and end+slack.
+func (s *sharedDeadlines) with(ctx, parent context.Context, end time.Time, slack time.Duration) context.Context {
+	cur := s.cur.Load()
+	if cur == nil || cur.parent != parent || cur.end.Before(end) || cur.end.After(end.Add(slack)) {
+		dctx, cancel := context.WithDeadline(parent, end.Add(slack))
+		_ = cancel // released by its timer: writes may still hold it
+		cur = &sharedEnd{parent: parent, ctx: dctx, end: end.Add(slack)}
+		s.cur.Store(cur)
+	}
+	return endsWith{values: context.WithoutCancel(ctx), ends: cur.ctx}
+}
+
+// endsWith is a context with the values of one context and the deadline,
+// cancellation and error of another.
+type endsWith struct {
+	// values never reports a cancellation of its own: it is a
+	// context.WithoutCancel, so context.Cause finds no cancelCtx in it and
+	// falls back to Err.
+	values context.Context
+	ends   context.Context
+}
+
+func (c endsWith) Deadline() (time.Time, bool) { return c.ends.Deadline() }
+func (c endsWith) Done() <-chan struct{}       { return c.ends.Done() }
+func (c endsWith) Err() error                  { return c.ends.Err() }
+func (c endsWith) Value(key any) any           { return c.values.Value(key) }
+
+// AfterFunc lets context.AfterFunc, and the contexts derived from c, wait for
+// its end without a goroutine of their own.
+func (c endsWith) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ends, f) }
 
 func retryWrite(octx context.Context, op func(context.Context) error) error {
 	for tries := 1; ; tries++ {

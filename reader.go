@@ -119,23 +119,25 @@ func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg
 		<-e.msgSlots
 		return
 	}
-	job := func() {
-		defer func() { <-e.msgSlots }()
-		defer e.untrack(msg.ID)
-		e.deliver(ctx, runCtx, msg)
-	}
 	select {
-	case e.handlers <- job: // a handler goroutine was idle and took it
+	case e.handlers <- msg: // a handler goroutine was idle and took it
 	default:
-		msgs.Go(func() { e.handleLoop(job) })
+		msgs.Go(func() { e.handleLoop(ctx, runCtx, msg) })
 	}
+}
+
+// handle delivers msg, then frees its message slot.
+func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
+	defer func() { <-e.msgSlots }()
+	defer e.untrack(msg.ID)
+	e.deliver(ctx, runCtx, msg)
 }
 
 // handlerIdle is how long a message goroutine waits for another message
 // before it exits.
 const handlerIdle = time.Second
 
-// handleLoop handles job and then every message handed to it while it is
+// handleLoop handles msg and then every message handed to it while it is
 // idle, until it has waited handlerIdle or Run has stopped dispatching. A
 // goroutine per message spent 14-19% of a worker's CPU growing its stack
 // (bench/pipeline profiles: claim, handler and acknowledgement go deep);
@@ -143,14 +145,14 @@ const handlerIdle = time.Second
 // one starts only when none is idle, so there are about as many as
 // messages were in flight in the last handlerIdle, which the message slots
 // bound.
-func (e *Engine) handleLoop(job func()) {
+func (e *Engine) handleLoop(ctx, runCtx context.Context, msg stream.Message) {
 	idle := time.NewTimer(handlerIdle)
 	defer idle.Stop()
 	for {
-		job()
+		e.handle(ctx, runCtx, msg)
 		idle.Reset(handlerIdle)
 		select {
-		case job = <-e.handlers:
+		case msg = <-e.handlers:
 		case <-idle.C:
 			return
 		case <-e.dispatchDone:

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
@@ -26,33 +27,74 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(telemetry.InstrumentationName)
 }
 
+// unsampled reports whether tr is a noop tracer, whose spans record
+// nothing and only carry their parent's span context: those spans are
+// started without attributes or links, since nothing would read them and
+// building them was a twentieth of a no-op delivery's CPU
+// (bench/RESULTS.md). `relay start` with tracing off passes a noop
+// provider; a library user turns spans off the same way
+// (docs/observability.md#traces).
+func unsampled(tr trace.Tracer) bool {
+	_, ok := tr.(noop.Tracer)
+	return ok
+}
+
+// The start options of the spans of a noop tracer (unsampled), built once.
+var (
+	messageRootOpts  = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithNewRoot()}
+	messageChildOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+	attemptOpts      = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+)
+
 // startMessageSpan starts the stream.message span of one delivery of msg.
 // It continues the producer's trace when the entry carries a traceparent;
 // otherwise the span is a new root.
 func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, consumer string, msg stream.Message) (context.Context, trace.Span) {
+	remote := false
+	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), msg.Fields)); sc.IsValid() {
+		ctx, remote = trace.ContextWithRemoteSpanContext(ctx, sc), true
+	}
+	if unsampled(tr) {
+		opts := messageRootOpts
+		if remote {
+			opts = messageChildOpts
+		}
+		ctx, span := tr.Start(ctx, telemetry.SpanStreamMessage, opts...)
+		if span.IsRecording() {
+			span.SetAttributes(messageAttrs(streamName, group, consumer, msg)...)
+		}
+		return ctx, span
+	}
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			telemetry.AttrMessagingSystem.String(telemetry.MessagingSystem),
-			telemetry.AttrMessagingOperationType.String("process"),
-			telemetry.AttrMessagingDestination.String(streamName),
-			telemetry.AttrMessagingConsumerGroup.String(group),
-			telemetry.AttrMessagingConsumerID.String(consumer),
-			telemetry.AttrMessagingMessageID.String(msg.ID),
-			telemetry.AttrDeliveryCount.Int64(msg.Deliveries),
-		),
+		trace.WithAttributes(messageAttrs(streamName, group, consumer, msg)...),
 	}
-	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), msg.Fields)); sc.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-	} else {
+	if !remote {
 		opts = append(opts, trace.WithNewRoot())
 	}
 	return tr.Start(ctx, telemetry.SpanStreamMessage, opts...)
 }
 
+// messageAttrs are the attributes of the stream.message span of msg.
+func messageAttrs(streamName, group, consumer string, msg stream.Message) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		telemetry.AttrMessagingSystem.String(telemetry.MessagingSystem),
+		telemetry.AttrMessagingOperationType.String("process"),
+		telemetry.AttrMessagingDestination.String(streamName),
+		telemetry.AttrMessagingConsumerGroup.String(group),
+		telemetry.AttrMessagingConsumerID.String(consumer),
+		telemetry.AttrMessagingMessageID.String(msg.ID),
+		telemetry.AttrDeliveryCount.Int64(msg.Deliveries),
+	}
+}
+
 // endMessageSpan records whether the message was acknowledged or stays
 // pending on its delivery's span, and ends it.
 func endMessageSpan(span trace.Span, acked bool) {
+	if !span.IsRecording() {
+		span.End() // attributes of a span not recorded go nowhere
+		return
+	}
 	outcome := "pending"
 	if acked {
 		outcome = "acked"
@@ -65,10 +107,22 @@ func endMessageSpan(span trace.Span, acked bool) {
 // child of ctx's span, linked to the span of the invocation's previous
 // attempt when the state store returned its lineage (prev).
 func startAttempt(ctx context.Context, tr trace.Tracer, app, handler, messageID string, attempt, maxAttempts int, prev string) (context.Context, trace.Span) {
-	var links []trace.Link
-	if sc := telemetry.ParseTraceparent(prev); sc.IsValid() {
-		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkPreviousAttempt)}})
+	if unsampled(tr) {
+		ctx, span := tr.Start(ctx, telemetry.SpanFunctionInvoke, attemptOpts...)
+		if span.IsRecording() {
+			span.SetAttributes(attemptAttrs(app, handler, messageID, attempt, maxAttempts)...)
+			for _, l := range attemptLinks(prev) {
+				span.AddLink(l)
+			}
+		}
+		return ctx, span
 	}
+	return tr.Start(ctx, telemetry.SpanFunctionInvoke, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attemptAttrs(app, handler, messageID, attempt, maxAttempts)...), trace.WithLinks(attemptLinks(prev)...))
+}
+
+// attemptAttrs are the attributes of an attempt's function.invoke span.
+func attemptAttrs(app, handler, messageID string, attempt, maxAttempts int) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		telemetry.AttrApp.String(app),
 		telemetry.AttrHandler.String(handler),
@@ -80,13 +134,26 @@ func startAttempt(ctx context.Context, tr trace.Tracer, app, handler, messageID 
 	if messageID != "" {
 		attrs = append(attrs, telemetry.AttrMessagingMessageID.String(messageID))
 	}
-	return tr.Start(ctx, telemetry.SpanFunctionInvoke,
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...), trace.WithLinks(links...))
+	return attrs
+}
+
+// attemptLinks links an attempt's span to the span of the invocation's
+// previous attempt, whose traceparent is prev.
+func attemptLinks(prev string) []trace.Link {
+	sc := telemetry.ParseTraceparent(prev)
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.Link{{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkPreviousAttempt)}}}
 }
 
 // endAttempt records how an attempt ended on its span and ends it; err is
 // the runner's error.
 func endAttempt(span trace.Span, result Result, err error) {
+	if !span.IsRecording() {
+		span.End() // attributes and status of a span not recorded go nowhere
+		return
+	}
 	span.SetAttributes(telemetry.AttrResult.String(string(result)))
 	if exit, ok := errors.AsType[*runtime.ExitError](err); ok {
 		span.SetAttributes(telemetry.AttrExitCode.Int(exit.Code))
@@ -132,7 +199,7 @@ func startManual(ctx context.Context, tr trace.Tracer, name string, attrs ...att
 func spanLogAttrs(messageID string, span trace.Span, attrs ...slog.Attr) []slog.Attr {
 	out := append(make([]slog.Attr, 0, 3+len(attrs)), slog.String(telemetry.MessageID, messageID))
 	if span != nil {
-		out = append(out, telemetry.SpanAttrs(span)...)
+		out = telemetry.AppendSpanAttrs(out, span)
 	}
 	return append(out, attrs...)
 }

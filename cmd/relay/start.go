@@ -83,8 +83,8 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		c.Consumer = hostname()
 	}
 	log := g.logger()
-	// Spans go to the global provider, which the Engines default to.
-	_, stopTracing, err := startTracing(ctx, log)
+	// Spans go to the provider tracing built, a noop one when it is off.
+	tp, stopTracing, err := startTracing(ctx, log)
 	if err != nil {
 		return err
 	}
@@ -114,6 +114,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		Config: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
 			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
+			TracerProvider: tp,
 		},
 	})
 	if err != nil {

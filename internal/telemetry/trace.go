@@ -149,13 +149,19 @@ func HandlerEnv(sc trace.SpanContext) map[string]string {
 // continues, since that still finds the producer's trace, but its span id
 // would name a span that exists nowhere.
 func SpanAttrs(span trace.Span) []slog.Attr {
+	return AppendSpanAttrs(nil, span)
+}
+
+// AppendSpanAttrs appends the attributes of SpanAttrs to dst and returns
+// the extended slice.
+func AppendSpanAttrs(dst []slog.Attr, span trace.Span) []slog.Attr {
 	sc := span.SpanContext()
 	if !sc.IsValid() {
-		return nil
+		return dst
 	}
-	attrs := []slog.Attr{slog.String(TraceID, sc.TraceID().String())}
+	dst = append(dst, slog.String(TraceID, sc.TraceID().String()))
 	if span.IsRecording() {
-		attrs = append(attrs, slog.String(SpanID, sc.SpanID().String()))
+		dst = append(dst, slog.String(SpanID, sc.SpanID().String()))
 	}
-	return attrs
+	return dst
 }

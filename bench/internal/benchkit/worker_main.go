@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
@@ -201,6 +202,8 @@ func (w *child) buildEngine() error {
 		Config: relay.Config{
 			MaxConcurrency: positiveOr(s.Concurrency, 8), Logger: log, Metrics: reg,
 			ShutdownTimeout: 10 * time.Second, MinPendingIdle: s.MinPendingIdle,
+			// As `relay start` with tracing off.
+			TracerProvider: noop.NewTracerProvider(),
 		},
 	})
 	return err
