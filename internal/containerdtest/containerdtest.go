@@ -158,8 +158,10 @@ func AssertClean(t testing.TB, c *client.Client) {
 	}
 }
 
-// cleanTimeout bounds AssertClean's wait for background removals.
-const cleanTimeout = 10 * time.Second
+// cleanTimeout bounds AssertClean's wait for background removals, and
+// for prepared containers, which a Runner removes 10 s after its app's
+// last Run: well beyond that, as a loaded machine is slow to remove.
+const cleanTimeout = 30 * time.Second
 
 func unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
