@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relaydev/relay/internal/shimproc"
 )
 
 // Shim is a containerd runc shim process, as its command line names it.
@@ -30,35 +32,10 @@ func Shims(ns string) []Shim {
 		return nil
 	}
 	boot := bootTime()
-	dirs, _ := os.ReadDir("/proc")
 	var out []Shim
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		sh := Shim{PID: pid}
-		for i := 0; i+1 < len(args); i++ {
-			switch args[i] {
-			case "-namespace":
-				sh.Namespace = args[i+1]
-			case "-address":
-				sh.Address = args[i+1]
-			case "-id":
-				sh.ID = args[i+1]
-			}
-		}
-		if sh.Namespace == ns {
-			sh.Started = processStart(pid, boot)
-			out = append(out, sh)
+	for _, p := range shimproc.List() {
+		if p.Namespace == ns {
+			out = append(out, Shim{PID: p.PID, Namespace: p.Namespace, ID: p.ID, Address: p.Address, Started: processStart(p.PID, boot)})
 		}
 	}
 	return out

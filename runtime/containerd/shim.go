@@ -22,6 +22,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/ttrpc"
 	"google.golang.org/grpc"
+
+	"github.com/relaydev/relay/internal/shimproc"
 )
 
 // Each task runs under a shim process (containerd-shim-runc-v2) that
@@ -173,37 +175,13 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 }
 
 // shimPID returns the PID of the shim serving container id for this
-// Runner's containerd and namespace, found by its command line
-// ("containerd-shim-runc-v2 -namespace <ns> -id <id> -address <addr>"),
-// or 0 when there is none. It asks nothing of the shim, which may not
-// serve requests yet.
+// Runner's containerd and namespace, found by its command line, or 0 when
+// there is none. It asks nothing of the shim, which may not serve
+// requests yet.
 func (r *Runner) shimPID(id string) int {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
-	}
-	want := map[string]string{"-namespace": r.namespace, "-id": id, "-address": r.address}
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
-		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim") {
-			continue
-		}
-		matched := 0
-		for i := 1; i+1 < len(args); i++ {
-			if v, ok := want[args[i]]; ok && args[i+1] == v {
-				matched++
-			}
-		}
-		if matched == len(want) {
-			return pid
+	for _, sh := range shimproc.List() {
+		if sh.ID == id && sh.Namespace == r.namespace && sh.Address == r.address {
+			return sh.PID
 		}
 	}
 	return 0
