@@ -19,7 +19,9 @@ const settle = 200 * time.Millisecond
 // (docs/apps.md#changing-apps): a file written, created, removed or renamed
 // in the root or in an app directory, including the swap of the ..data
 // symbolic link that Kubernetes uses to update a ConfigMap volume. Bursts
-// of changes are reported once, after they settle. Watch returns nil when
+// of changes are reported once, after they settle. Watch also reports once
+// as soon as its watches are in place: a change made after the caller's
+// last load but before the watch began is not missed. Watch returns nil when
 // ctx ends, and an error when the root cannot be watched at start; an
 // error of the watch later (an overflow of the kernel's queue, a watch
 // removed under it) counts as a change and the watch goes on. It
@@ -77,6 +79,7 @@ func (d Dir) Watch(ctx context.Context, changed func()) error {
 		w.Close()
 		<-drained
 	}()
+	changed() // for what changed before the watch began
 	var timer <-chan time.Time
 	for {
 		select {

@@ -65,7 +65,7 @@ func waitReport(t *testing.T, reports *atomic.Int64, n int64, what string) {
 func TestWatchSurvivesAStormOfEdits(t *testing.T) {
 	root := t.TempDir()
 	reports, stop := watchFor(t, root)
-	time.Sleep(100 * time.Millisecond) // the watch is set up
+	waitReport(t, reports, 0, "the watch set up") // its first report
 	write := func(dir, text string) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -97,3 +97,20 @@ func TestWatchSurvivesAStormOfEdits(t *testing.T) {
 		t.Errorf("Watch returned %v after its context ended, want nil", err)
 	}
 }
+
+// TestWatchReportsWhenItStarts: a change made after the caller loaded the
+// apps but before the watch began reaches no watch; Watch's report once
+// its watches are in place makes the caller load again, so the change is
+// not missed until the next periodic rescan.
+func TestWatchReportsWhenItStarts(t *testing.T) {
+	root := t.TempDir()
+	reports, _ := watchFor(t, root)
+	waitReport(t, reports, 0, "a watch that saw no change")
+	time.Sleep(2 * settleWait) // nothing else to report
+	if n := reports.Load(); n != 1 {
+		t.Errorf("%d reports without a change, want the one at start", n)
+	}
+}
+
+// settleWait is longer than Watch's settling delay.
+const settleWait = 300 * time.Millisecond
