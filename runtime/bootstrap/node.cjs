@@ -196,9 +196,11 @@ function parseEvent(text) {
 
 // How long a warm invocation's leftover processes may take to die before
 // the bootstrap gives up and has the container replaced, and how long only
-// zombies it cannot reap may remain before it gives up at once.
+// zombies may remain before it takes them for orphans it cannot reap and
+// gives up at once. A zombie of a child Node started lasts until libuv
+// handles its SIGCHLD, which on a loaded machine takes well over 50 ms.
 const CLEAN_UP_MS = 2000;
-const ZOMBIES_ONLY_MS = 50;
+const ZOMBIES_ONLY_MS = 500;
 
 // otherProcesses lists the container's processes other than this one (the
 // container has a PID namespace and a /proc of its own), each with whether
