@@ -148,7 +148,7 @@ events:
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
 				w := httptest.NewRecorder()
-				srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, bc.path, nil))
+				srv.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://127.0.0.1"+bc.path, nil))
 				if w.Code != http.StatusOK {
 					b.Fatalf("%s: status %d: %s", bc.path, w.Code, w.Body.String())
 				}

@@ -13,8 +13,10 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,8 +71,14 @@ type Config struct {
 	ReadOnly bool
 	// Token, when set, is required by every request: as
 	// "Authorization: Bearer <token>", or the session cookie the login
-	// form sets.
+	// form sets. Without it, only requests whose Host is a loopback name
+	// or address (localhost, 127.0.0.0/8, ::1) or one of Hosts are
+	// served: a page of another site that rebinds its own name to
+	// 127.0.0.1 must not reach the console (docs/console.md#security).
 	Token string
+	// Hosts are further Host header values (without port) accepted when
+	// Token is empty, e.g. the name a local reverse proxy forwards.
+	Hosts []string
 	// DLQRetention is the workers' dead-letter retention, to show when
 	// entries expire; 0 means kept forever.
 	DLQRetention time.Duration
@@ -173,6 +181,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/assets/") {
 		h.Set("Cache-Control", "no-store")
 	}
+	if s.cfg.Token == "" && !s.hostAllowed(r.Host) {
+		http.Error(w, "misdirected request: without RELAY_CONSOLE_TOKEN the console answers only to a loopback host name (localhost, 127.0.0.1, [::1])", http.StatusMisdirectedRequest)
+		return
+	}
 	public := strings.HasPrefix(r.URL.Path, "/assets/") || r.URL.Path == "/login"
 	if s.cfg.Token != "" && !public && !s.authorized(r) {
 		if r.Method == http.MethodGet && r.URL.Path != "/live/events" {
@@ -200,6 +212,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type csrfKey struct{}
+
+// hostAllowed reports whether host, a request's Host header, names the
+// loopback interface or one of cfg.Hosts. A DNS-rebinding page reaches
+// 127.0.0.1 under its own name, so its requests carry that name.
+func (s *Server) hostAllowed(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	return slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
+}
 
 // csrfToken returns the request's CSRF cookie, setting a new one when it
 // has none.

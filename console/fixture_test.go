@@ -307,6 +307,6 @@ func lacks(t *testing.T, what, body string, bad ...string) {
 // httptestRecorder serves one request to h and returns the body.
 func httptestRecorder(h http.Handler, method, path string) string {
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(method, path, nil))
+	h.ServeHTTP(w, httptest.NewRequest(method, "http://127.0.0.1"+path, nil))
 	return w.Body.String()
 }

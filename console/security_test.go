@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -205,5 +206,43 @@ func checkEscaped(t *testing.T, name, body string) {
 	}
 	if !utf8.ValidString(body) {
 		t.Errorf("%s: the page is not valid UTF-8", name)
+	}
+}
+
+// TestRebindingHostRefused: without a token the console answers only
+// requests addressed to a loopback name (or a configured host). A page of
+// another site that rebinds its own name to 127.0.0.1 sends that name as
+// Host, and gets neither a page nor a CSRF cookie, so it can neither read
+// the DLQ nor remove an entry; with a token, the token decides.
+func TestRebindingHostRefused(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.Hosts = []string{"relay.internal"} })
+	serve := func(h http.Handler, host, method, path string, header ...string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, path, strings.NewReader("confirm=yes"))
+		req.Host = host
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	h := f.http.Config.Handler
+	for _, host := range []string{"evil.example:8089", "evil.example", "127.0.0.1.evil.example", "10.0.0.1:8089", ""} {
+		for _, mp := range [][2]string{{http.MethodGet, "/dlq"}, {http.MethodGet, "/assets/style.css"}, {http.MethodPost, "/dlq/remove"}} {
+			w := serve(h, host, mp[0], mp[1])
+			if w.Code != http.StatusMisdirectedRequest || w.Header().Get("Set-Cookie") != "" {
+				t.Errorf("%s %s with Host %q: %d (cookie %q), want 421 and no cookie", mp[0], mp[1], host, w.Code, w.Header().Get("Set-Cookie"))
+			}
+		}
+	}
+	for _, host := range []string{"127.0.0.1:8089", "localhost:8089", "[::1]:8089", "LOCALHOST", "127.0.0.2", "localhost.", "relay.internal:80"} {
+		if w := serve(h, host, http.MethodGet, "/dlq"); w.Code != http.StatusOK {
+			t.Errorf("GET /dlq with Host %q: %d, want 200", host, w.Code)
+		}
+	}
+	const token = "t0ken-for-tests"
+	ft := newFixture(t, func(c *console.Config) { c.Token = token })
+	if w := serve(ft.http.Config.Handler, "relay.example.com", http.MethodGet, "/dlq", "Authorization", "Bearer "+token); w.Code != http.StatusOK {
+		t.Errorf("GET /dlq with the token and Host relay.example.com: %d, want 200", w.Code)
 	}
 }

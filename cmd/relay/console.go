@@ -15,9 +15,10 @@ import (
 
 // ConsoleCmd is `relay console`.
 type ConsoleCmd struct {
-	Listen       string `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
-	Token        string `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
-	ReadOnly     bool   `name:"read-only" help:"Hide and refuse replay and remove."`
+	Listen       string   `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
+	Token        string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
+	Hosts        []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
+	ReadOnly     bool     `name:"read-only" help:"Hide and refuse replay and remove."`
 	DLQRetention `embed:""`
 	RunnerFlags  `embed:""`
 }
@@ -68,7 +69,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	log := g.logger()
 	cfg := console.Config{Redis: rc, Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
-		ReadOnly: c.ReadOnly, Token: c.Token, DLQRetention: c.Retention, Logger: log}
+		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, DLQRetention: c.Retention, Logger: log}
 	if !c.ReadOnly {
 		// Handler output of replays goes to the console's stderr, prefixed
 		// [app/handler], like relay dlq replay --json.
