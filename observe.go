@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 )
@@ -377,6 +378,13 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 	}
 	if o.Op == "claim" || o.Result == "" {
 		attrs = []slog.Attr{slog.String("invocation", o.field()), slog.Any("error", err)}
+	}
+	if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
+		// Not a failure to fix: the attempt outlived its lease (a stalled
+		// or suspended worker) and another delivery owns the invocation
+		// now, or has finished it (docs/delivery.md).
+		log(slog.LevelWarn, "attempt's lease taken over by another delivery; its outcome is not recorded", attrs...)
+		return
 	}
 	log(slog.LevelError, msg, attrs...)
 }
