@@ -157,12 +157,10 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 	path := r.shimSocket(id)
 	deadline := time.Now().Add(d)
 	for {
-		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-			return true
-		}
 		// A shim that died before it could remove its socket (it failed
 		// early) leaves the file, with no one listening.
-		if conn, err := net.Dial("unix", path); errors.Is(err, syscall.ECONNREFUSED) {
+		conn, err := net.Dial("unix", path)
+		if noShimListens(err) {
 			return true
 		} else if err == nil {
 			conn.Close()
@@ -192,12 +190,19 @@ func (r *Runner) shimPID(id string) int {
 func (r *Runner) dialShim(ctx context.Context, id string) (*ttrpc.Client, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", r.shimSocket(id))
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+		if noShimListens(err) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("connect to the shim of %s: %w", id, err)
 	}
 	return ttrpc.NewClient(conn), nil
+}
+
+// noShimListens reports whether err, from connecting to a shim's socket,
+// means that no shim serves it: the socket is gone, or its file is left
+// with no one listening.
+func noShimListens(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // stopShim ends the shim of container id, whose answer to a task state
