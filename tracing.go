@@ -27,9 +27,9 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(telemetry.InstrumentationName)
 }
 
-// unsampled reports whether tr is a noop tracer, whose spans record
-// nothing and only carry their parent's span context: those spans are
-// started without attributes or links, since nothing would read them and
+// unsampled reports whether tr is a noop tracer, whose spans never record
+// and only carry their parent's span context: those spans are started
+// without attributes or links, since nothing would read them and
 // building them was a twentieth of a no-op delivery's CPU
 // (bench/RESULTS.md). `relay start` with tracing off passes a noop
 // provider; a library user turns spans off the same way
@@ -59,11 +59,7 @@ func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, c
 		if remote {
 			opts = messageChildOpts
 		}
-		ctx, span := tr.Start(ctx, telemetry.SpanStreamMessage, opts...)
-		if span.IsRecording() {
-			span.SetAttributes(messageAttrs(streamName, group, consumer, msg)...)
-		}
-		return ctx, span
+		return tr.Start(ctx, telemetry.SpanStreamMessage, opts...)
 	}
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
@@ -108,14 +104,7 @@ func endMessageSpan(span trace.Span, acked bool) {
 // attempt when the state store returned its lineage (prev).
 func startAttempt(ctx context.Context, tr trace.Tracer, app, handler, messageID string, attempt, maxAttempts int, prev string) (context.Context, trace.Span) {
 	if unsampled(tr) {
-		ctx, span := tr.Start(ctx, telemetry.SpanFunctionInvoke, attemptOpts...)
-		if span.IsRecording() {
-			span.SetAttributes(attemptAttrs(app, handler, messageID, attempt, maxAttempts)...)
-			for _, l := range attemptLinks(prev) {
-				span.AddLink(l)
-			}
-		}
-		return ctx, span
+		return tr.Start(ctx, telemetry.SpanFunctionInvoke, attemptOpts...)
 	}
 	return tr.Start(ctx, telemetry.SpanFunctionInvoke, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attemptAttrs(app, handler, messageID, attempt, maxAttempts)...), trace.WithLinks(attemptLinks(prev)...))
