@@ -221,13 +221,18 @@ func (s *Server) hostAllowed(host string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	return Loopback(host) || slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
+}
+
+// Loopback reports whether host (a name or address, without port) is
+// localhost or a loopback address: where the console may run without a
+// token (docs/console.md#security).
+func Loopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return true
-	}
-	return slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // csrfToken returns the request's CSRF cookie, setting a new one when it

@@ -51,7 +51,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8089", c.Listen)
 	}
-	if !loopback(host) && c.Token == "" {
+	if !console.Loopback(host) && c.Token == "" {
 		return usagef("--listen %s is not a loopback address: set RELAY_CONSOLE_TOKEN so that every request must carry it (the console shows event payloads and can replay work)", c.Listen)
 	}
 	if _, err := g.loadApps(); err != nil {
@@ -99,13 +99,4 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
-}
-
-// loopback reports whether host is a loopback address or localhost.
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
