@@ -152,11 +152,7 @@ func TestTwinHostIDIsNotSwept(t *testing.T) {
 	second := f.newRunner(t, host, containerd.WithOrphanTimeout(orphan))
 	req := f.request("events.created")
 	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 3; echo survived"}
-	done := make(chan error, 1)
-	go func() {
-		_, err := first.Run(t.Context(), req)
-		done <- err
-	}()
+	done := runInBackground(t, first, req)
 	testutil.WaitFor(t, 10*time.Second, "the first runner's container", func() bool {
 		return len(containerdtest.Leftovers(t.Context(), f.client)) > 0
 	})

@@ -536,11 +536,7 @@ func TestPreTaskContainerdRestart(t *testing.T) {
 	}
 	waitPreTasks(t, r, f.client, 1)
 	f.stdout.Reset()
-	done := make(chan error, 1)
-	go func() {
-		_, err := r.Run(t.Context(), req)
-		done <- err
-	}()
+	done := runInBackground(t, r, req)
 	ctx := t.Context()
 	restartMidRun(t, f.client, state, done)
 	if out := f.stdout.String(); !strings.Contains(out, "helper-mounted") || !strings.Contains(out, "finished 3") {

@@ -74,11 +74,7 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 	f := newFixture(t)
 	req := f.request("events.created")
 	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 3; echo finished"}
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.runner.Run(t.Context(), req)
-		done <- err
-	}()
+	done := runInBackground(t, f.runner, req)
 	ctx := t.Context()
 	restartMidRun(t, f.client, state, done)
 	if out := f.stdout.String(); !strings.Contains(out, "finished") {

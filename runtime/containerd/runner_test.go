@@ -530,6 +530,16 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// runInBackground starts r.Run(req) and returns where its error arrives.
+func runInBackground(t *testing.T, r *containerd.Runner, req runtime.Request) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(t.Context(), req)
+		done <- err
+	}()
+	return done
+}
+
 // TestSweepSparesRunningInvocations: Sweep runs periodically while the
 // Runner works, so it must leave the containers of invocations in flight.
 func TestSweepSparesRunningInvocations(t *testing.T) {
@@ -537,11 +547,7 @@ func TestSweepSparesRunningInvocations(t *testing.T) {
 	f := newFixture(t)
 	req := f.request("events.created")
 	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 1; echo survived"}
-	done := make(chan error, 1)
-	go func() {
-		_, err := f.runner.Run(t.Context(), req)
-		done <- err
-	}()
+	done := runInBackground(t, f.runner, req)
 	ctx := t.Context()
 	testutil.WaitFor(t, 10*time.Second, "the invocation's container", func() bool {
 		conts, err := f.client.Containers(ctx)
