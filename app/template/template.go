@@ -121,8 +121,10 @@ func describe(n ast.Node) string {
 		return "null"
 	case *ast.StringNode, *ast.LiteralNode:
 		return "a string"
-	case *ast.IntegerNode, *ast.FloatNode, *ast.InfinityNode, *ast.NanNode:
+	case *ast.IntegerNode, *ast.FloatNode:
 		return "a number"
+	case *ast.InfinityNode, *ast.NanNode:
+		return "the non-finite number " + n.GetToken().Value
 	case *ast.BoolNode:
 		return "a boolean"
 	case *ast.AliasNode:
@@ -131,6 +133,15 @@ func describe(n ast.Node) string {
 		return "a tagged value"
 	}
 	return "an unsupported node"
+}
+
+// describeScalar is describe with a string's value, which tells an author
+// who wrote 1e9 or 0x10 why YAML did not read a number there.
+func describeScalar(n ast.Node) string {
+	if v, ok := n.(*ast.StringNode); ok {
+		return fmt.Sprintf("the string %q", v.Value)
+	}
+	return describe(n)
 }
 
 func join(path, key string) string {
@@ -164,9 +175,9 @@ func (t *tpl) integer(n ast.Node, path string) (int64, bool) {
 		t.errorf(n, path, "integer out of range")
 		return 0, false
 	}
-	what := describe(unwrap(n))
+	what := describeScalar(unwrap(n))
 	if _, isFloat := unwrap(n).(*ast.FloatNode); isFloat {
-		what = "a fraction"
+		what = "the fraction " + n.GetToken().Value
 	}
 	t.errorf(n, path, "must be a whole number, not %s", what)
 	return 0, false
@@ -187,8 +198,11 @@ func (t *tpl) number(n ast.Node, path string) (float64, bool) {
 		return f, err == nil
 	case *ast.FloatNode:
 		return v.Value, true
+	case *ast.InfinityNode, *ast.NanNode:
+		t.errorf(n, path, "must be a finite number, not %s", v.GetToken().Value)
+		return 0, false
 	}
-	t.errorf(n, path, "must be a number, not %s", describe(unwrap(n)))
+	t.errorf(n, path, "must be a number, not %s", describeScalar(unwrap(n)))
 	return 0, false
 }
 
@@ -416,7 +430,7 @@ func (t *tpl) resources(a *app.App, n ast.Node) {
 		case "cpus":
 			if v, ok := t.number(fl.value, p); ok {
 				if !(v > 0) || v > 1024 {
-					t.errorf(fl.value, p, "cpus must be a number > 0")
+					t.errorf(fl.value, p, "cpus must be a number > 0 and at most 1024, not %s", fl.value.GetToken().Value)
 				} else {
 					a.Spec.CPUs = v
 				}
@@ -463,7 +477,7 @@ func (t *tpl) env(a *app.App, n ast.Node) {
 			v = n.Value
 		case *ast.LiteralNode:
 			v = n.Value.Value
-		case *ast.MappingNode, *ast.MappingValueNode, *ast.SequenceNode:
+		case *ast.MappingNode, *ast.MappingValueNode, *ast.SequenceNode, *ast.AliasNode:
 			t.errorf(fl.value, p, "environment values must be strings, not %s", describe(n))
 			continue
 		default:

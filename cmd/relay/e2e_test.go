@@ -136,6 +136,18 @@ func TestStartConfigErrors(t *testing.T) {
 	if n := strings.Count(errb.String(), "relay:"); n != 1 {
 		t.Errorf("error printed %d times: %q", n, errb.String())
 	}
+	// A bad size names the flag, and the variable when it came from there.
+	errb.Reset()
+	code = run(context.Background(), []string{"start", "--max-event-bytes", "1MB"}, &out, &errb)
+	if want := `--max-event-bytes: size "1MB" must be a positive whole number with a unit`; code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Errorf("bad --max-event-bytes: code %d, stderr %q, want %q", code, errb.String(), want)
+	}
+	errb.Reset()
+	t.Setenv("MAX_EVENT_BYTES", "2mb")
+	code = run(context.Background(), []string{"start"}, &out, &errb)
+	if want := `(from envar MAX_EVENT_BYTES="2mb")`; code != exitUsage || !strings.Contains(errb.String(), want) {
+		t.Errorf("bad MAX_EVENT_BYTES: code %d, stderr %q, want %q", code, errb.String(), want)
+	}
 }
 
 func TestValidate(t *testing.T) {

@@ -49,7 +49,8 @@ func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
 	if err := ctx.Scan.PopValueInto("size", &s); err != nil {
 		return err
 	}
-	n, err := app.ParseSize("MAX_EVENT_BYTES", s)
+	// kong prefixes the flag, and the variable when the value came from it.
+	n, err := app.ParseSize("size", s)
 	if err != nil {
 		return err
 	}
