@@ -208,8 +208,8 @@ type preTask struct {
 
 // newSecretsDir returns an empty private secrets directory for a prepared
 // container, readable by the handler user.
-func newSecretsDir() (*stagedSecrets, error) {
-	s, err := newStagingDir()
+func (r *Runner) newSecretsDir() (*stagedSecrets, error) {
+	s, err := r.newStagingDir()
 	if err != nil {
 		return nil, fmt.Errorf("secrets directory: %w", err)
 	}

@@ -257,7 +257,7 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 		// The attempt's secrets are copied into this directory, mounted
 		// now: a bind mount shows files written later.
 		if len(spec.Secrets) > 0 {
-			secrets, err = newSecretsDir()
+			secrets, err = r.newSecretsDir()
 		}
 		specOpts = append(specOpts, r.helperSpec(helper, secrets))
 	}

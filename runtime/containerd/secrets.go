@@ -1,12 +1,19 @@
 package containerd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/typeurl/v2"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -62,7 +69,7 @@ func (r *Runner) stageSecrets(names []string) (*stagedSecrets, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	s, err := newStagingDir()
+	s, err := r.newStagingDir()
 	if err != nil {
 		return nil, fmt.Errorf("stage secrets: %w", err)
 	}
@@ -73,11 +80,16 @@ func (r *Runner) stageSecrets(names []string) (*stagedSecrets, error) {
 	return s, nil
 }
 
+// stagingPrefix begins the names of the staging directories of namespace
+// ns under os.TempDir(). '@' cannot occur in a containerd namespace, so no
+// other namespace's directories share the prefix.
+func stagingPrefix(ns string) string { return "relay-secrets-" + ns + "@" }
+
 // newStagingDir makes a private directory for staged secrets: a new
 // directory under os.TempDir() holding the directory containers mount,
 // mode 0700 until filled.
-func newStagingDir() (*stagedSecrets, error) {
-	root, err := os.MkdirTemp("", "relay-secrets-")
+func (r *Runner) newStagingDir() (*stagedSecrets, error) {
+	root, err := os.MkdirTemp("", stagingPrefix(r.namespace)+"*")
 	if err != nil {
 		return nil, err
 	}
@@ -184,4 +196,74 @@ func (s *stagedSecrets) remove() {
 	if s != nil {
 		os.RemoveAll(s.root)
 	}
+}
+
+// sweepSecrets removes the staged secrets of the namespace that no
+// container mounts and that are older than the task-creation grace: the
+// copies of a worker killed before it removed them (docs/apps.md
+// "Secrets"), which would otherwise keep secret values on the host's disk
+// (TMPDIR is often on the state volume) long after a rotation. The grace
+// spares a copy made for a container not created yet; a copy whose
+// container was removed a moment ago is one its worker removes too.
+func (r *Runner) sweepSecrets(ctx context.Context) error {
+	dir := os.TempDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	prefix := stagingPrefix(r.namespace)
+	var stale []string
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) >= r.taskGrace {
+			stale = append(stale, filepath.Join(dir, e.Name()))
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	mounted, err := r.mountedSecrets(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, root := range stale {
+		if mounted[root] {
+			continue
+		}
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing secrets staged for a container that is gone", slog.String("path", root))
+		if err := os.RemoveAll(root); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountedSecrets returns the staging directories (roots) that containers of
+// the namespace mount at runtime.SecretsMountDir, whatever worker made them.
+func (r *Runner) mountedSecrets(ctx context.Context) (map[string]bool, error) {
+	conts, err := r.client.Containers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", classify(err))
+	}
+	mounted := make(map[string]bool)
+	for _, c := range conts {
+		info, err := c.Info(ctx, client.WithoutRefreshedMetadata)
+		if err != nil || info.Spec == nil {
+			continue
+		}
+		var spec specs.Spec
+		if err := typeurl.UnmarshalTo(info.Spec, &spec); err != nil {
+			// Unreadable: keep every copy rather than remove a mounted one.
+			return nil, fmt.Errorf("read the spec of container %s: %w", c.ID(), err)
+		}
+		for _, m := range spec.Mounts {
+			if m.Destination == runtime.SecretsMountDir {
+				mounted[filepath.Dir(m.Source)] = true
+			}
+		}
+	}
+	return mounted, nil
 }

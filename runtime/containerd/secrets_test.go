@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 )
@@ -162,4 +164,84 @@ def read(event):
 			t.Errorf("secret value in the container's labels or spec: %s", b)
 		}
 	}
+}
+
+// TestSweepRemovesSecretsOfGoneContainers: a staged copy that no container
+// mounts, such as one left by a worker killed mid-invocation, is removed by
+// a sweep once older than the task-creation grace. The copy of an
+// invocation in flight, a copy younger than the grace and the copies of
+// another namespace stay, and the invocation still reads its secret.
+func TestSweepRemovesSecretsOfGoneContainers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	secrets := t.TempDir()
+	if err := os.WriteFile(filepath.Join(secrets, "db-password"), []byte("in-flight-value"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := f.client.DefaultNamespace()
+	backdate := func(root string) {
+		old := time.Now().Add(-time.Hour)
+		if err := os.Chtimes(root, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant := func(name string, old bool) string {
+		root := filepath.Join(os.TempDir(), name)
+		if err := os.MkdirAll(filepath.Join(root, "s"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "s", "db-password"), []byte("left-behind"), 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			backdate(root)
+		}
+		t.Cleanup(func() { os.RemoveAll(root) })
+		return root
+	}
+	orphan := plant("relay-secrets-"+ns+"@1", true)
+	young := plant("relay-secrets-"+ns+"@2", false)
+	// "<ns>-b" is another namespace whose name starts with this one's.
+	other := plant("relay-secrets-"+ns+"-b@3", true)
+	planted := map[string]bool{orphan: true, young: true, other: true}
+
+	r := f.newRunner(t, "sweep-"+randomHex(4), containerd.WithSecretsDir(secrets), containerd.WithTaskCreationGrace(time.Minute))
+	req := f.request("secret.read")
+	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 2; cat /run/secrets/db-password"}
+	req.Spec.Secrets = []string{"db-password"}
+	done := runInBackground(t, r, req)
+	ctx := t.Context()
+	var inFlight string
+	testutil.WaitFor(t, 10*time.Second, "the invocation's container and staged secrets", func() bool {
+		conts, err := f.client.Containers(ctx)
+		if err != nil || len(conts) != 1 {
+			return false
+		}
+		roots, _ := filepath.Glob(filepath.Join(os.TempDir(), "relay-secrets-"+ns+"@*"))
+		for _, root := range roots {
+			if !planted[root] {
+				inFlight = root
+			}
+		}
+		return inFlight != ""
+	})
+	backdate(inFlight)
+	if err := r.Sweep(ctx); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("staged secrets of a gone container: stat %v, want removed", err)
+	}
+	for what, root := range map[string]string{"younger than the grace": young, "of another namespace": other, "in flight": inFlight} {
+		if _, err := os.Stat(root); err != nil {
+			t.Errorf("staged secrets %s were removed: %v", what, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v\nstderr: %s", err, f.stderr.String())
+	}
+	if out := f.stdout.String(); !strings.Contains(out, "in-flight-value") {
+		t.Errorf("the invocation in flight lost its secret across the sweep; output:\n%s", out)
+	}
+	containerdtest.AssertClean(t, f.client)
 }
