@@ -172,6 +172,34 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 	}
 }
 
+// sweepShims ends the shims of the namespace, started by this Runner's
+// containerd, whose container is gone. containerd 1.6 loses track of a
+// shim it started while it was stopping: the task's creation failed, the
+// container was removed, and the shim idles (or holds a created task)
+// until the host reboots (docs/operations.md "containerd"). The container
+// exists before its shim starts, so a shim without one is never a
+// creation in flight; at worst it is one already exiting.
+func (r *Runner) sweepShims(ctx context.Context) error {
+	if r.address == "" {
+		return nil
+	}
+	var errs []error
+	for _, sh := range shimproc.List() {
+		if sh.Namespace != r.namespace || sh.Address != r.address || sh.ID == "" || r.isLive(sh.ID) {
+			continue
+		}
+		if _, err := r.client.LoadContainer(ctx, sh.ID); !errdefs.IsNotFound(err) {
+			continue // it exists, or containerd cannot say: the container sweep's business
+		}
+		r.logger.LogAttrs(ctx, slog.LevelWarn, "ending a containerd shim whose container is gone",
+			slog.String("container_id", sh.ID), slog.Int("pid", sh.PID))
+		if _, err := r.endShim(ctx, sh.ID, true); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // shimPID returns the PID of the shim serving container id for this
 // Runner's containerd and namespace, found by its command line, or 0 when
 // there is none. It asks nothing of the shim, which may not serve

@@ -147,29 +147,25 @@ func TestSweepEndsLeftoverShims(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "no shim left in the namespace", func() bool { return len(shimsOf(ns, "")) == 0 })
 }
 
-// TestSweepEndsShimWaitingForItsLog: containerd makes a FIFO for a shim's
-// log in the task's bundle directory and starts the shim, which opens it
-// for writing before it serves any request. When containerd gives up on
-// the task before that (its client died or cancelled, containerd was
-// stopping), it closes its end and removes the bundle directory, FIFO
-// included: the shim then waits for a reader no path leads to, and never
-// answers. Removing the container such a creation left must still end
-// that shim, or every later sweep finds it busy and keeps the container.
-// The shim is started here the way containerd starts one.
-func TestSweepEndsShimWaitingForItsLog(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	ns := f.client.DefaultNamespace()
-	id := "log-wait-" + randomHex(8)
-	if f.plantContainer(t, id, f.runner.HostID()) == nil {
-		return
-	}
+// startShim starts a shim for container id of namespace ns, as containerd
+// does, in a bundle directory of its own, which it returns; the shim is
+// killed at the end of the test. Its log is a FIFO, read here when withLog
+// (the shim then serves) and by no one otherwise (it waits).
+func startShim(t *testing.T, ns, id string, withLog bool) string {
+	t.Helper()
 	bundle := filepath.Join(t.TempDir(), id)
 	if err := os.Mkdir(bundle, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(filepath.Join(bundle, "log"), 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if withLog {
+		log, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { log.Close() })
 	}
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(`{"ociVersion":"1.0.2"}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -190,6 +186,50 @@ func TestSweepEndsShimWaitingForItsLog(t *testing.T) {
 			_ = syscall.Kill(sh.PID, syscall.SIGKILL)
 		}
 	})
+	return bundle
+}
+
+// TestSweepEndsShimWithoutContainer: a shim of the namespace whose
+// container is gone (containerd 1.6 forgets one it started while it was
+// stopping) is ended by a sweep; a shim of another namespace is not.
+func TestSweepEndsShimWithoutContainer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ns := f.client.DefaultNamespace()
+	id := "forgotten-" + randomHex(8)
+	startShim(t, ns, id, true)
+	other := ns + "-other"
+	startShim(t, other, id, true)
+	if len(shimsOf(ns, id)) == 0 || len(shimsOf(other, id)) == 0 {
+		t.Fatal("the shims did not start")
+	}
+	if err := f.runner.Sweep(t.Context()); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the shim without a container gone", func() bool { return len(shimsOf(ns, id)) == 0 })
+	if len(shimsOf(other, id)) == 0 {
+		t.Error("the sweep ended a shim of another namespace")
+	}
+}
+
+// TestSweepEndsShimWaitingForItsLog: containerd makes a FIFO for a shim's
+// log in the task's bundle directory and starts the shim, which opens it
+// for writing before it serves any request. When containerd gives up on
+// the task before that (its client died or cancelled, containerd was
+// stopping), it closes its end and removes the bundle directory, FIFO
+// included: the shim then waits for a reader no path leads to, and never
+// answers. Removing the container such a creation left must still end
+// that shim, or every later sweep finds it busy and keeps the container.
+// The shim is started here the way containerd starts one.
+func TestSweepEndsShimWaitingForItsLog(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ns := f.client.DefaultNamespace()
+	id := "log-wait-" + randomHex(8)
+	if f.plantContainer(t, id, f.runner.HostID()) == nil {
+		return
+	}
+	bundle := startShim(t, ns, id, false)
 	testutil.WaitFor(t, 10*time.Second, "the shim of "+id+" waiting for its log", func() bool {
 		sh := shimsOf(ns, id)
 		if len(sh) == 0 {

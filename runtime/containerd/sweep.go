@@ -36,8 +36,9 @@ func (r *Runner) Ping(ctx context.Context) error {
 // containerd was unavailable (an orphan would otherwise keep running past
 // its timeout). It also removes those of any other host id whose presence
 // label (LabelPresencePrefix) is older than the orphan timeout: a crashed
-// worker that was replaced under another id, and the secrets staged under
-// TMPDIR for containers that are gone (docs/apps.md "Secrets"). And it
+// worker that was replaced under another id, the shims of the namespace
+// whose container is gone, and the secrets staged under TMPDIR for
+// containers that are gone (docs/apps.md "Secrets"). And it
 // records which dependency images this Runner's apps use and removes those
 // no Runner used for the WithDepsRetention period (docs/runtimes.md
 // "Dependencies").
@@ -49,6 +50,9 @@ func (r *Runner) Sweep(ctx context.Context) error {
 	err := r.sweepHost(ctx, r.hostID)
 	if gerr := r.sweepGoneHosts(ctx); gerr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep gone workers: %w", classify(gerr)))
+	}
+	if serr := r.sweepShims(ctx); serr != nil {
+		err = errors.Join(err, fmt.Errorf("containerd: sweep shims: %w", serr))
 	}
 	if serr := r.sweepSecrets(ctx); serr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep staged secrets: %w", serr))
