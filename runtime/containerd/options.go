@@ -282,7 +282,10 @@ const DefaultTaskCreationGrace = 30 * time.Second
 // task alone: a worker that died while containerd created the task would
 // otherwise have its container removed first, orphaning the task where no
 // container listing finds it (containerd 1.6 cannot delete a task without
-// its container). A later sweep removes both. d must be >= 0.
+// its container). A later sweep removes both. The same grace is how long a
+// shim may be seen without its container, and how old a staged copy of
+// secrets that no container mounts must be, before a sweep ends or removes
+// it (docs/operations.md "containerd"). d must be >= 0.
 // Default: DefaultTaskCreationGrace.
 func WithTaskCreationGrace(d time.Duration) Option {
 	return func(o *options) error {

@@ -58,6 +58,12 @@ type Runner struct {
 	fifos    fifoReaders    // readers of FIFOs dead clients left (fifo.go)
 	// fifoDenied logs once that a shim's FIFOs may not be read (endShim).
 	fifoDenied sync.Once
+	// shimsAlone holds when each shim sweepShims found without a
+	// container was first seen so, by PID; owned by sweepShims.
+	shimsAlone struct {
+		sync.Mutex
+		since map[int]time.Time
+	}
 
 	warm    warmPools
 	oneShot oneShots

@@ -173,16 +173,21 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 }
 
 // sweepShims ends the shims of the namespace, started by this Runner's
-// containerd, whose container is gone. containerd 1.6 loses track of a
-// shim it started while it was stopping: the task's creation failed, the
-// container was removed, and the shim idles (or holds a created task)
-// until the host reboots (docs/operations.md "containerd"). The container
-// exists before its shim starts, so a shim without one is never a
-// creation in flight; at worst it is one already exiting.
+// containerd, that have been without their container for longer than the
+// task-creation grace. containerd 1.6 loses track of a shim it started
+// while it was stopping: the task's creation failed, the container was
+// removed, and the shim idles (or holds a created task) until the host
+// reboots (docs/operations.md "containerd"). A container exists before
+// its shim starts, so a shim without one is never a creation in flight;
+// the grace lets the shims of containers just removed exit by themselves.
 func (r *Runner) sweepShims(ctx context.Context) error {
 	if r.address == "" {
 		return nil
 	}
+	r.shimsAlone.Lock()
+	defer r.shimsAlone.Unlock()
+	now := time.Now()
+	since := make(map[int]time.Time)
 	var errs []error
 	for _, sh := range shimproc.List() {
 		if sh.Namespace != r.namespace || sh.Address != r.address || sh.ID == "" || r.isLive(sh.ID) {
@@ -191,12 +196,22 @@ func (r *Runner) sweepShims(ctx context.Context) error {
 		if _, err := r.client.LoadContainer(ctx, sh.ID); !errdefs.IsNotFound(err) {
 			continue // it exists, or containerd cannot say: the container sweep's business
 		}
+		first, seen := r.shimsAlone.since[sh.PID]
+		if !seen {
+			first = now
+		}
+		if now.Sub(first) < r.taskGrace {
+			since[sh.PID] = first
+			continue
+		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "ending a containerd shim whose container is gone",
 			slog.String("container_id", sh.ID), slog.Int("pid", sh.PID))
 		if _, err := r.endShim(ctx, sh.ID, true); err != nil {
+			since[sh.PID] = first // tried again at the next sweep
 			errs = append(errs, err)
 		}
 	}
+	r.shimsAlone.since = since
 	return errors.Join(errs...)
 }
 

@@ -191,7 +191,8 @@ func startShim(t *testing.T, ns, id string, withLog bool) string {
 
 // TestSweepEndsShimWithoutContainer: a shim of the namespace whose
 // container is gone (containerd 1.6 forgets one it started while it was
-// stopping) is ended by a sweep; a shim of another namespace is not.
+// stopping) is ended by a sweep once it has been so for the task-creation
+// grace; a shim of another namespace is not.
 func TestSweepEndsShimWithoutContainer(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -202,6 +203,15 @@ func TestSweepEndsShimWithoutContainer(t *testing.T) {
 	startShim(t, other, id, true)
 	if len(shimsOf(ns, id)) == 0 || len(shimsOf(other, id)) == 0 {
 		t.Fatal("the shims did not start")
+	}
+	patient := f.newRunner(t, "patient-"+randomHex(4), containerd.WithTaskCreationGrace(time.Hour))
+	for range 2 {
+		if err := patient.Sweep(t.Context()); err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+	}
+	if len(shimsOf(ns, id)) == 0 {
+		t.Fatal("a sweep ended a shim without its container before the grace was over")
 	}
 	if err := f.runner.Sweep(t.Context()); err != nil {
 		t.Fatalf("Sweep: %v", err)

@@ -100,11 +100,10 @@ var containerdRules = map[string]rule{
 // (preferably while they run containers), restarts containerd (twice for
 // 300 events) and deletes pending entries. The ledger check then holds
 // Redis to docs/delivery.md, and no container, task or snapshot may be left once
-// the workers' sweeps ran (tasks orphaned by bugOrphanTask aside, which are
-// counted). No shim may outlive its task either: the shims of the namespace
-// are counted before the events and after the soak quiesced, and one left
-// idle fails the test, unless containerd was restarting while it was being
-// started (knownShimLeak); those are counted and stopped.
+// the workers' sweeps ran. No shim may outlive its task either: the shims
+// of the namespace are counted before the events and after the soak
+// quiesced, and one left idle fails the test, also one containerd forgot
+// while it was restarting.
 func TestContainerdSoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test")
@@ -258,29 +257,30 @@ func TestContainerdSoak(t *testing.T) {
 	stopKills()
 	waitQuiet(t, rc, src, newest, 5*time.Minute)
 
-	// Every container is gone once the sweeps of the live workers and the
-	// start-up sweeps of the restarted ones have run.
+	// Every container, task and shim is gone once the sweeps of the live
+	// workers and the start-up sweeps of the restarted ones have run: a
+	// shim outlives its task only when its container is gone too (a task
+	// created after a sweep removed its container, a shim containerd
+	// forgot while restarting), and sweeps end those.
 	var left []string
 	var tasks []taskInfo
+	idle := func() []containerdtest.Shim {
+		return slices.DeleteFunc(shimsOf(socket, ns), func(sh containerdtest.Shim) bool {
+			return slices.ContainsFunc(tasks, func(tk taskInfo) bool { return !tk.orphan && tk.id == sh.ID })
+		})
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		left, tasks = containerdtest.Leftovers(nsCtx, cc), tasksIn(nsCtx, t, cc)
-		live := 0
-		for _, tk := range tasks {
-			if !tk.orphan {
-				live++
-			}
-		}
-		if len(left)+live == 0 || time.Now().After(deadline) {
+		if len(left)+len(tasks) == 0 && len(idle()) <= shimsBefore || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.stopAll()
 	s.checkCrashes()
-	// Known bug (bugOrphanTask): a task whose container a sweep removed
-	// while containerd was still creating it. Removed here, so that it
-	// does not outlive the test; any other task left is a failure.
+	t.Logf("shims whose container was gone, ended by sweeps: %d", s.countLogLines("ending a containerd shim whose container is gone"))
+	// Removed here, so that none outlives the test; any task left fails.
 	var orphans, other []string
 	for _, tk := range tasks {
 		if tk.orphan {
@@ -291,12 +291,7 @@ func TestContainerdSoak(t *testing.T) {
 		}
 	}
 	if len(orphans) > 0 {
-		msg := fmt.Sprintf("tasks left without their container: %s", strings.Join(orphans, ", "))
-		if os.Getenv("FAULTS_REPRO") == "1" {
-			t.Error(msg)
-		} else {
-			t.Logf("%s; known bug: %s", msg, bugOrphanTask)
-		}
+		t.Errorf("tasks left without their container: %s", strings.Join(orphans, ", "))
 	}
 	if len(left)+len(other) > 0 {
 		t.Errorf("left behind in namespace %s 30s after the soak quiesced: %s", ns, strings.Join(append(left, other...), ", "))
@@ -322,27 +317,13 @@ func TestContainerdSoak(t *testing.T) {
 			f.leftSnapshots++
 		}
 	}
-	// A shim exits shortly after its task's deletion, and containerd
-	// gives up on one whose creation was interrupted within about ten
-	// seconds: count what is still there after that.
-	idle := func() []containerdtest.Shim {
-		return slices.DeleteFunc(shimsOf(socket, ns), func(sh containerdtest.Shim) bool {
-			return slices.ContainsFunc(tasks, func(tk taskInfo) bool { return !tk.orphan && tk.id == sh.ID })
-		})
-	}
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && len(idle()) > shimsBefore; {
-		time.Sleep(100 * time.Millisecond)
-	}
-	var leaked, known []string
+	var leaked []string
 	for _, sh := range idle() {
-		if slices.ContainsFunc(restartWindows, func(w window) bool { return knownShimLeak(sh, w) }) {
-			known = append(known, sh.String())
-		} else {
-			leaked = append(leaked, sh.String())
+		what := sh.String()
+		if slices.ContainsFunc(restartWindows, func(w window) bool { return startedDuring(sh, w) }) {
+			what += " (started while containerd was restarting)"
 		}
-	}
-	if len(known) > 0 {
-		t.Logf("idle shims started while containerd was restarting: %s; known: %s", strings.Join(known, ", "), bugShimOfRestart)
+		leaked = append(leaked, what)
 	}
 	if len(leaked) > 0 {
 		t.Errorf("idle shims left without their task (%d before the soak): %s", shimsBefore, strings.Join(leaked, ", "))
@@ -353,21 +334,17 @@ func TestContainerdSoak(t *testing.T) {
 			s.logLinesOf(sh.ID)
 		}
 	}
-	f.idleShims = len(known) + len(leaked)
+	f.idleShims = len(leaked)
 	logFigures(t, t.Name()+": ledger", f, s)
 }
-
-// bugShimOfRestart is a containerd 1.6 leak that Relay cannot reach.
-const bugShimOfRestart = "containerd stopped while it created a task: the shim it had started for it runs on, " +
-	"and the restarted containerd does not know it; a worker's sweep ends such a shim only if it still removes the task's container"
 
 // window is a span of time.
 type window struct{ from, to time.Time }
 
-// knownShimLeak reports whether sh started during containerd's restart
-// window w or shortly before (bugShimOfRestart): the daemon went away while
-// it created the task, which takes seconds on a loaded machine.
-func knownShimLeak(sh containerdtest.Shim, w window) bool {
+// startedDuring reports whether sh started during containerd's restart
+// window w or shortly before: containerd 1.6 forgets a shim it started
+// while it was stopping, which only a sweep's shim listing finds.
+func startedDuring(sh containerdtest.Shim, w window) bool {
 	return !sh.Started.Before(w.from.Add(-5*time.Second)) && !sh.Started.After(w.to)
 }
 

@@ -205,6 +205,17 @@ func (s *soak) logLinesOf(id string) {
 	}
 }
 
+// countLogLines counts the lines of every worker's log that contain text.
+func (s *soak) countLogLines(text string) int {
+	n := 0
+	logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
+	for _, path := range logs {
+		b, _ := os.ReadFile(path)
+		n += strings.Count(string(b), text)
+	}
+	return n
+}
+
 // checkCrashes fails the test for every worker that exited on its own
 // since the last check.
 func (s *soak) checkCrashes() {

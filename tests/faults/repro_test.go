@@ -59,8 +59,6 @@ func knownBug(t *testing.T, bug string) {
 const (
 	bugOutputTail = "runtime/containerd: the end of a handler's output is lost when the output destination is slower than the handler " +
 		"(task.Delete cancels the task's IO, closing the FIFO read ends, before the copy drained them)"
-	bugOrphanTask = "runtime/containerd: Sweep removes a dead worker's container while containerd still creates its task; " +
-		"the task then lives on without a container, where no later Sweep looks"
 )
 
 // slowWriter stands in for a log sink that is slower than the handler.
@@ -344,7 +342,8 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 // stay. Every container, task and snapshot Relay creates is removed, and
 // leftovers are swept (docs/operations.md#containerd).
 func TestReproSweepOrphansTask(t *testing.T) {
-	// Fixed: Sweep also removes tasks whose container is gone (sweepOrphanTasks).
+	// Fixed: Sweep ends the shim, and with it the task, of a container
+	// that is gone (sweepShims).
 	cc := containerdtest.Client(t)
 	ctx := t.Context()
 	ns := cc.DefaultNamespace()
