@@ -2,15 +2,21 @@ package console_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestOverview(t *testing.T) {
@@ -439,5 +445,55 @@ func TestErrorsAndNotFound(t *testing.T) {
 	}
 	if code, _ := f.get("/assets/console.js"); code != http.StatusOK {
 		t.Errorf("console.js: %d", code)
+	}
+}
+
+// TestPagesWhileRedisIsDown stops the console's redis-server: every page
+// must still answer, naming the failure, instead of loading for as long
+// as the browser waits (the client retries reads until its context ends).
+func TestPagesWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	st := redistest.Name(t, "events")
+	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httptest.NewServer(c)
+	defer h.Close()
+	client := &http.Client{Timeout: 30 * time.Second} // far above RequestTimeout: only a hang trips it
+	if resp, err := client.Get(h.URL + "/dlq"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("with Redis up: %v %v", resp, err)
+	}
+	srv.Stop()
+	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending"} {
+		resp, err := client.Get(h.URL + p)
+		if err != nil {
+			t.Fatalf("GET %s with Redis down: %v", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body := string(b); !strings.Contains(body, "connection refused") && !strings.Contains(body, "deadline exceeded") {
+			t.Errorf("GET %s with Redis down: status %d, no problem shown in %s", p, resp.StatusCode, body)
+		}
+	}
+	resp, err := client.Get(h.URL + "/live/events")
+	if err != nil {
+		t.Fatalf("GET /live/events with Redis down: %v", err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	var got string
+	for !strings.Contains(got, "event: problem") {
+		n, err := resp.Body.Read(buf)
+		got += string(buf[:n])
+		if err != nil {
+			t.Fatalf("live feed with Redis down: %v after %q", err, got)
+		}
 	}
 }
