@@ -129,6 +129,7 @@ func TestCLIDLQ(t *testing.T) {
 		{name: "dlq_ls_handler", args: []string{"dlq", "ls", "--handler", "orders.charge"}},
 		{name: "dlq_ls_malformed", args: []string{"dlq", "ls", "--app=-"}},
 		{name: "dlq_ls_limit", args: []string{"dlq", "ls", "--limit", "2"}},
+		{name: "dlq_ls_limit_one", args: []string{"dlq", "ls", "--limit", "1"}},
 		{name: "dlq_ls_keep_forever", args: []string{"dlq", "ls", "--dlq-retention", "0"}},
 		{name: "dlq_ls_bad_retention", args: []string{"dlq", "ls", "--dlq-retention=-1h"}, code: exitUsage},
 		{name: "dlq_ls_none", args: []string{"dlq", "ls", "--app", "none", "--since", "2h"}},

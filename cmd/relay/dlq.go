@@ -222,7 +222,7 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if err == nil && c.Limit > 0 && len(entries) == c.Limit {
 		// A note, not an error: the listing itself succeeded.
-		fmt.Fprintf(g.stderr, "relay: showing the oldest %d entries; --limit 0 lists all\n", c.Limit)
+		fmt.Fprintf(g.stderr, "relay: showing the oldest %s; --limit 0 lists all\n", nEntries(c.Limit))
 	}
 	return err
 }
