@@ -273,6 +273,10 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 		row.Result, row.Message = "refused", "the app is unavailable, its template has errors (see Apps); the entry is kept"
 	case errors.Is(err, dlq.ErrNotFound):
 		row.Result, row.Message = "failed", "no such entry: it was replayed or removed meanwhile"
+	case errors.Is(err, dlq.ErrInvalidEntry):
+		// The entry, not the runtime, is at fault: the rest of a selection
+		// is still tried.
+		row.Result, row.Message = "refused", clean(err.Error())+": it cannot be replayed; remove it instead"
 	default:
 		row.Result = "failed"
 		cause := errors.Unwrap(err) // the replay's own prefix repeats the id and target

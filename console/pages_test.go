@@ -250,6 +250,34 @@ func TestDLQReplay(t *testing.T) {
 	}
 }
 
+// TestDLQReplayUndecodable: an entry the console cannot decode (written
+// by hand) is refused with what is wrong with it, and the rest of the
+// selection is still replayed: it is not the runtime that failed.
+func TestDLQReplayUndecodable(t *testing.T) {
+	f := newFixture(t)
+	f.failing.Store(false)
+	bad, err := f.rc.Do(t.Context(), f.rc.B().Xadd().Key(f.store.Key()).Id("*").FieldValue().
+		FieldValue("original_stream", f.stream).FieldValue("original_id", "1-0").FieldValue("app", "shop").
+		FieldValue("handler", "orders.charge").FieldValue("event", "{}").FieldValue("reason", "x").
+		FieldValue("deliveries", "NaN").FieldValue("handler_attempts", "1").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
+	code, body := f.post("/dlq/replay", url.Values{"id": {bad, good}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	contains(t, "replay", body, "Replay: 1 of 2 done", `field &#34;deliveries&#34;`, "remove it instead")
+	lacks(t, "replay", body, "were not tried", "the runtime could not run")
+	if f.ran.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.ran.Load())
+	}
+	if n, err := f.store.Len(t.Context()); err != nil || n != 1 {
+		t.Errorf("%d entries left (%v), want only the undecodable %s", n, err, bad)
+	}
+}
+
 // TestDLQReplayAfterTemplateFix loads the apps at each replay: an app
 // whose template was broken replays once it is fixed, without a restart.
 func TestDLQReplayAfterTemplateFix(t *testing.T) {
