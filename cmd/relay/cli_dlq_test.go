@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -353,5 +354,25 @@ func TestCLIDLQUnreadableEntry(t *testing.T) {
 	}
 	if r := f.relay("", "dlq", "ls"); r.code != 0 {
 		t.Errorf("relay dlq ls after the removal: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// relay dlq ls | head: the reader closes the pipe early. There is nothing
+// to report ("relay: write /dev/stdout: broken pipe"); the exit status
+// stays non-zero, as a shell's SIGPIPE status, since a command cut short
+// (a replay --all --json) may not have done everything.
+func TestCLIDLQClosedOutput(t *testing.T) {
+	isolateEnv(t)
+	f := newDLQFixture(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer w.Close()
+	var stderr bytes.Buffer
+	args := []string{"--redis-uri", redistest.Addr(t), "--stream", f.stream, "--apps", cliApps(t), "dlq", "ls"}
+	if code := run(t.Context(), args, w, &stderr); code != exitFailure || stderr.Len() != 0 {
+		t.Errorf("relay dlq ls into a closed pipe: exit %d, stderr %q; want exit %d and nothing", code, stderr.String(), exitFailure)
 	}
 }
