@@ -211,6 +211,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
+		// A form too large to parse (over 10 MB) would read as one
+		// without a token; say what is wrong with it instead.
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
 		// Double submit: the form's token must equal the cookie, which a
 		// page of another site can neither read nor send (SameSite=Strict).
 		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) != 1 {
