@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
@@ -488,17 +490,37 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	}
 	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
 		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Runner:         runtime.NewFunc(map[string]runtime.HandlerFunc{}),
 		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := httptest.NewServer(c)
 	defer h.Close()
-	client := &http.Client{Timeout: 30 * time.Second} // far above RequestTimeout: only a hang trips it
-	if resp, err := client.Get(h.URL + "/dlq"); err != nil || resp.StatusCode != http.StatusOK {
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, Timeout: 30 * time.Second} // far above RequestTimeout: only a hang trips it
+	resp, err := client.Get(h.URL + "/playground")
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("with Redis up: %v %v", resp, err)
 	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := csrfRE.FindStringSubmatch(string(page))
+	if csrf == nil {
+		t.Fatal("no CSRF token on /playground")
+	}
 	srv.Stop()
+	// A replay runs for up to DefaultReplayTimeout, but reading its entry
+	// must not wait for Redis that long.
+	resp, err = client.PostForm(h.URL+"/dlq/replay", url.Values{"csrf": {csrf[1]}, "stream": {st}, "id": {"1-0", "2-0"}})
+	if err != nil {
+		t.Fatalf("POST /dlq/replay with Redis down: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry were not tried") {
+		t.Errorf("POST /dlq/replay with Redis down: status %d, want the problem and the rest not tried in %s", resp.StatusCode, body)
+	}
 	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending"} {
 		resp, err := client.Get(h.URL + p)
 		if err != nil {
@@ -510,7 +532,7 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 			t.Errorf("GET %s with Redis down: status %d, no problem shown in %s", p, resp.StatusCode, body)
 		}
 	}
-	resp, err := client.Get(h.URL + "/live/events")
+	resp, err = client.Get(h.URL + "/live/events")
 	if err != nil {
 		t.Fatalf("GET /live/events with Redis down: %v", err)
 	}
