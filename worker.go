@@ -430,26 +430,34 @@ func (w *Worker) sweepLoop(ctx context.Context) {
 // Ready reports whether the Worker can do its job now
 // (docs/embedding.md#worker): Redis answers on every stream,
 // every Engine is consuming, and the Runner answers when it is a Pinger.
-// The error names each part that is not ready.
+// The error names each part that is not ready. The checks run at once,
+// each with all of ctx's time: a Redis that hangs until the deadline must
+// not make a healthy runner look unreachable.
 func (w *Worker) Ready(ctx context.Context) error {
-	var errs []error
 	several := len(w.engines) > 1
+	errs := make([]error, 2*len(w.engines)+1)
+	var wg sync.WaitGroup
 	for i, e := range w.engines {
 		redisName, consumingName := "redis", "consuming"
 		if several {
 			redisName, consumingName = "redis "+e.c.Stream, "consuming "+e.c.Stream
 		}
-		if err := w.streams[i].source.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", redisName, err))
-		}
+		wg.Go(func() {
+			if err := w.streams[i].source.Ping(ctx); err != nil {
+				errs[2*i] = fmt.Errorf("%s: %w", redisName, err)
+			}
+		})
 		if err := e.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", consumingName, err))
+			errs[2*i+1] = fmt.Errorf("%s: %w", consumingName, err)
 		}
 	}
 	if p, ok := w.cfg.Runner.(Pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("runner: %w", err))
-		}
+		wg.Go(func() {
+			if err := p.Ping(ctx); err != nil {
+				errs[len(errs)-1] = fmt.Errorf("runner: %w", err)
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -299,3 +299,34 @@ func TestNewWorkerValidates(t *testing.T) {
 		t.Errorf("NewWorker with a bad engine setting = %v, want it named", err)
 	}
 }
+
+// healthyPinger is a Runner whose Ping answers at once, as a reachable
+// containerd does, unless its context has already ended.
+type healthyPinger struct{ relay.Runner }
+
+func (healthyPinger) Ping(ctx context.Context) error { return ctx.Err() }
+
+// TestWorkerReadyBlamesOnlyWhatHangs: a Redis that hangs until Ready's
+// deadline must not make the Runner look unreachable as well (/readyz
+// said "runner: ... deadline exceeded" of a healthy containerd).
+func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	h := newWorkerHarness(t, "events")
+	h.cfg.Redis = redistest.Connect(t, srv.Addr)
+	h.cfg.Runner = healthyPinger{h.runner}
+	w, err := relay.NewWorker(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	err = w.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), "redis: ") {
+		t.Fatalf("Ready with Redis hung = %v, want redis named", err)
+	}
+	if strings.Contains(err.Error(), "runner") {
+		t.Errorf("Ready with Redis hung = %v: the runner answered, it must not be named", err)
+	}
+}

@@ -36,6 +36,9 @@ const (
 	DefaultPageSize = 50
 	// DefaultReplayTimeout bounds one replay request (all its entries).
 	DefaultReplayTimeout = 15 * time.Minute
+	// DefaultRequestTimeout bounds the Redis reads and writes of one page
+	// or remove request, and of one read of the live feed.
+	DefaultRequestTimeout = 10 * time.Second
 )
 
 // Cookie names.
@@ -87,6 +90,11 @@ type Config struct {
 	SampleInterval, SampleWindow time.Duration
 	// PageSize is the rows per DLQ and pending page (DefaultPageSize).
 	PageSize int
+	// RequestTimeout bounds the Redis work of one request other than a
+	// replay (DefaultRequestTimeout when 0): while Redis is unreachable a
+	// page shows the error, rather than loading for as long as the
+	// browser waits (docs/console.md#pages).
+	RequestTimeout time.Duration
 	// Logger gets request failures and actions (slog.Default() when nil).
 	Logger *slog.Logger
 }
@@ -113,8 +121,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: no consumer group", ErrConfig)
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
-	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0:
-		return nil, fmt.Errorf("%w: negative interval, window, page size or retention", ErrConfig)
+	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0:
+		return nil, fmt.Errorf("%w: negative interval, window, page size, retention or request timeout", ErrConfig)
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.SampleInterval == 0 {
 		cfg.SampleInterval = DefaultSampleInterval
@@ -200,6 +211,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
+		// A form too large to parse (over 10 MB) would read as one
+		// without a token; say what is wrong with it instead.
+		if err := r.ParseForm(); err != nil {
+			http.Error(w, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB", http.StatusRequestEntityTooLarge)
+			return
+		}
 		// Double submit: the form's token must equal the cookie, which a
 		// page of another site can neither read nor send (SameSite=Strict).
 		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) != 1 {
@@ -207,8 +224,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, token))
-	s.mux.ServeHTTP(w, r)
+	ctx := context.WithValue(r.Context(), csrfKey{}, token)
+	// The Redis client retries reads until its context ends, so without a
+	// bound a page would load forever while Redis is down. The live feed
+	// bounds each of its reads instead; a replay detaches from this
+	// context and has its own bound.
+	if r.URL.Path != "/live/events" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+	}
+	s.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 type csrfKey struct{}

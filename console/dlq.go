@@ -237,14 +237,14 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	store := dlq.NewStore(s.cfg.Redis, st)
 	v := resultView{Stream: st, Action: "Replay"}
 	for i, id := range ids {
-		row, fatal := s.replayOne(ctx, apps, store, id)
+		row, stop := s.replayOne(ctx, apps, store, id)
 		v.Rows = append(v.Rows, row)
 		if row.Result == "replayed" {
 			v.Done++
 		}
-		if fatal {
+		if stop != "" {
 			if rest := len(ids) - i - 1; rest > 0 {
-				v.Stopped = fmt.Sprintf("the runtime could not run the handler, so the other %s were not tried", plural(rest, "entry"))
+				v.Stopped = fmt.Sprintf("%s, so the other %s were not tried", stop, plural(rest, "entry"))
 			}
 			break
 		}
@@ -252,15 +252,26 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	s.renderPage(w, r, "result", page{Title: "Replay", Active: "dlq", Stream: st, Data: v})
 }
 
-// replayOne replays one entry; fatal is true when the runtime could not
-// run it at all, so the rest of a selection would fail the same way.
-func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store, id string) (row resultRow, fatal bool) {
+// replayOne replays one entry; stop says why the rest of a selection
+// would fail the same way (Redis or the runtime unreachable), "" when it
+// would not.
+func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store, id string) (row resultRow, stop string) {
 	row = resultRow{ID: id}
-	if e, err := store.Get(ctx, id); err == nil {
+	// The replay itself may run for minutes, but reading the entry must
+	// not wait that long for a Redis that is down: the client retries
+	// reads until its context ends.
+	gctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	e, err := store.Get(gctx, id)
+	cancel()
+	switch {
+	case err == nil:
 		row.Target = clean(e.App + "/" + e.Handler)
+	case !errors.Is(err, dlq.ErrNotFound) && !errors.Is(err, dlq.ErrInvalidEntry):
+		row.Result, row.Message = "failed", "reading the entry failed: "+clean(err.Error())+"; the entry is kept"
+		return row, "Redis could not be read"
 	}
 	start := time.Now()
-	err := relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
+	err = relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
 	row.Duration = time.Since(start).Round(time.Millisecond)
 	switch {
 	case err == nil:
@@ -273,6 +284,10 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 		row.Result, row.Message = "refused", "the app is unavailable, its template has errors (see Apps); the entry is kept"
 	case errors.Is(err, dlq.ErrNotFound):
 		row.Result, row.Message = "failed", "no such entry: it was replayed or removed meanwhile"
+	case errors.Is(err, dlq.ErrInvalidEntry):
+		// The entry, not the runtime, is at fault: the rest of a selection
+		// is still tried.
+		row.Result, row.Message = "refused", clean(err.Error())+": it cannot be replayed; remove it instead"
 	default:
 		row.Result = "failed"
 		cause := errors.Unwrap(err) // the replay's own prefix repeats the id and target
@@ -280,11 +295,12 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 			cause = err
 		}
 		row.Message = clean(cause.Error()) + "; the entry is kept"
-		var exit *runtime.ExitError
-		fatal = !errors.As(err, &exit)
+		if exit := (*runtime.ExitError)(nil); !errors.As(err, &exit) {
+			stop = "the runtime could not run the handler"
+		}
 	}
 	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result)
-	return row, fatal
+	return row, stop
 }
 
 type confirmView struct {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -107,7 +108,9 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 	ctx := r.Context()
 	for ctx.Err() == nil {
-		evs, err := stats.ReadFeed(ctx, s.cfg.Redis, st, s.cfg.Group, after, 100, liveBlock)
+		rctx, cancel := context.WithTimeout(ctx, liveBlock+s.cfg.RequestTimeout)
+		evs, err := stats.ReadFeed(rctx, s.cfg.Redis, st, s.cfg.Group, after, 100, liveBlock)
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return

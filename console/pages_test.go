@@ -2,15 +2,23 @@ package console_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestOverview(t *testing.T) {
@@ -244,6 +252,34 @@ func TestDLQReplay(t *testing.T) {
 	}
 }
 
+// TestDLQReplayUndecodable: an entry the console cannot decode (written
+// by hand) is refused with what is wrong with it, and the rest of the
+// selection is still replayed: it is not the runtime that failed.
+func TestDLQReplayUndecodable(t *testing.T) {
+	f := newFixture(t)
+	f.failing.Store(false)
+	bad, err := f.rc.Do(t.Context(), f.rc.B().Xadd().Key(f.store.Key()).Id("*").FieldValue().
+		FieldValue("original_stream", f.stream).FieldValue("original_id", "1-0").FieldValue("app", "shop").
+		FieldValue("handler", "orders.charge").FieldValue("event", "{}").FieldValue("reason", "x").
+		FieldValue("deliveries", "NaN").FieldValue("handler_attempts", "1").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
+	code, body := f.post("/dlq/replay", url.Values{"id": {bad, good}})
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	contains(t, "replay", body, "Replay: 1 of 2 done", `field &#34;deliveries&#34;`, "remove it instead")
+	lacks(t, "replay", body, "were not tried", "the runtime could not run")
+	if f.ran.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.ran.Load())
+	}
+	if n, err := f.store.Len(t.Context()); err != nil || n != 1 {
+		t.Errorf("%d entries left (%v), want only the undecodable %s", n, err, bad)
+	}
+}
+
 // TestDLQReplayAfterTemplateFix loads the apps at each replay: an app
 // whose template was broken replays once it is fixed, without a restart.
 func TestDLQReplayAfterTemplateFix(t *testing.T) {
@@ -439,5 +475,75 @@ func TestErrorsAndNotFound(t *testing.T) {
 	}
 	if code, _ := f.get("/assets/console.js"); code != http.StatusOK {
 		t.Errorf("console.js: %d", code)
+	}
+}
+
+// TestPagesWhileRedisIsDown stops the console's redis-server: every page
+// must still answer, naming the failure, instead of loading for as long
+// as the browser waits (the client retries reads until its context ends).
+func TestPagesWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	st := redistest.Name(t, "events")
+	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Runner:         runtime.NewFunc(map[string]runtime.HandlerFunc{}),
+		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httptest.NewServer(c)
+	defer h.Close()
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, Timeout: 30 * time.Second} // far above RequestTimeout: only a hang trips it
+	resp, err := client.Get(h.URL + "/playground")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("with Redis up: %v %v", resp, err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	csrf := csrfRE.FindStringSubmatch(string(page))
+	if csrf == nil {
+		t.Fatal("no CSRF token on /playground")
+	}
+	srv.Stop()
+	// A replay runs for up to DefaultReplayTimeout, but reading its entry
+	// must not wait for Redis that long.
+	resp, err = client.PostForm(h.URL+"/dlq/replay", url.Values{"csrf": {csrf[1]}, "stream": {st}, "id": {"1-0", "2-0"}})
+	if err != nil {
+		t.Fatalf("POST /dlq/replay with Redis down: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry were not tried") {
+		t.Errorf("POST /dlq/replay with Redis down: status %d, want the problem and the rest not tried in %s", resp.StatusCode, body)
+	}
+	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending"} {
+		resp, err := client.Get(h.URL + p)
+		if err != nil {
+			t.Fatalf("GET %s with Redis down: %v", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body := string(b); !strings.Contains(body, "connection refused") && !strings.Contains(body, "deadline exceeded") {
+			t.Errorf("GET %s with Redis down: status %d, no problem shown in %s", p, resp.StatusCode, body)
+		}
+	}
+	resp, err = client.Get(h.URL + "/live/events")
+	if err != nil {
+		t.Fatalf("GET /live/events with Redis down: %v", err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	var got string
+	for !strings.Contains(got, "event: problem") {
+		n, err := resp.Body.Read(buf)
+		got += string(buf[:n])
+		if err != nil {
+			t.Fatalf("live feed with Redis down: %v after %q", err, got)
+		}
 	}
 }

@@ -246,3 +246,14 @@ func TestRebindingHostRefused(t *testing.T) {
 		t.Errorf("GET /dlq with the token and Host relay.example.com: %d, want 200", w.Code)
 	}
 }
+
+// TestOversizedForm: a form too large to parse (an event pasted far over
+// the 1 MiB limit) is answered as such, not as a missing CSRF token.
+func TestOversizedForm(t *testing.T) {
+	f := newFixture(t)
+	form := url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "event": {`{"x":"` + strings.Repeat("a", 11<<20) + `"}`}}
+	code, body := f.do(http.MethodPost, "/playground", form)
+	if code != http.StatusRequestEntityTooLarge || strings.Contains(body, "CSRF") {
+		t.Errorf("status %d, body %.200q; want 413 naming the size, not the CSRF token", code, body)
+	}
+}

@@ -113,6 +113,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		return exitUsage
 	}
 	if err := kctx.Run(&cli.Globals); err != nil {
+		if closedOutput(err) {
+			// The reader of the output went away (| head): nothing to
+			// report, but what was cut short may not have been done, so
+			// not success either (as a shell's SIGPIPE status).
+			return exitFailure
+		}
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintf(stderr, "relay: %v\n", err)
@@ -126,6 +132,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		return exitFailure
 	}
 	return exitOK
+}
+
+// closedOutput reports whether err is a write to a file, such as standard
+// output, whose reader has gone (EPIPE): not a network connection's, which
+// is a real failure.
+func closedOutput(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && errors.Is(pe.Err, syscall.EPIPE)
 }
 
 // silentError is a failure whose details the command already printed.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -129,6 +130,7 @@ func TestCLIDLQ(t *testing.T) {
 		{name: "dlq_ls_handler", args: []string{"dlq", "ls", "--handler", "orders.charge"}},
 		{name: "dlq_ls_malformed", args: []string{"dlq", "ls", "--app=-"}},
 		{name: "dlq_ls_limit", args: []string{"dlq", "ls", "--limit", "2"}},
+		{name: "dlq_ls_limit_one", args: []string{"dlq", "ls", "--limit", "1"}},
 		{name: "dlq_ls_keep_forever", args: []string{"dlq", "ls", "--dlq-retention", "0"}},
 		{name: "dlq_ls_bad_retention", args: []string{"dlq", "ls", "--dlq-retention=-1h"}, code: exitUsage},
 		{name: "dlq_ls_none", args: []string{"dlq", "ls", "--app", "none", "--since", "2h"}},
@@ -308,5 +310,69 @@ func TestDLQMissingStream(t *testing.T) {
 		if code != exitFailure || !strings.Contains(errb.String(), "does not exist") || !strings.Contains(errb.String(), "check REDIS_STREAM") {
 			t.Errorf("%v: code %d, stderr %q, stdout %q", args, code, errb.String(), out.String())
 		}
+	}
+}
+
+// An entry relay cannot decode (written by hand, or by another program)
+// must not lock the operator out: every command that meets it says how to
+// delete it, and relay dlq rm by id does.
+func TestCLIDLQUnreadableEntry(t *testing.T) {
+	isolateEnv(t)
+	f := newDLQFixture(t)
+	const idBad = "1700000240000-0"
+	add := f.rc.B().Xadd().Key(f.store.Key()).Id(idBad).FieldValue().
+		FieldValue("original_stream", f.stream).FieldValue("original_id", "1-0").
+		FieldValue("app", "shop").FieldValue("handler", "orders.charge").
+		FieldValue("event", "{}").FieldValue("reason", "x").
+		FieldValue("deliveries", "NaN").FieldValue("handler_attempts", "1").Build()
+	if err := f.rc.Do(t.Context(), add).Error(); err != nil {
+		t.Fatal(err)
+	}
+	hint := "relay dlq rm " + idBad + " deletes it"
+	for _, args := range [][]string{
+		{"dlq", "ls"},
+		{"dlq", "ls", "--app", "shop"},
+		{"dlq", "inspect", idBad},
+		{"dlq", "replay", idBad},
+		{"dlq", "replay", "--all", "--app", "gone"},
+		{"dlq", "rm", "--all", "--yes"},
+	} {
+		r := f.relay("", args...)
+		if r.code != exitFailure || !strings.Contains(r.stderr, hint) {
+			t.Errorf("relay %v: exit %d, stderr %q; want exit %d and %q", args, r.code, r.stderr, exitFailure, hint)
+		}
+	}
+	if n, err := f.store.Len(t.Context()); err != nil || n != int64(len(allIDs)+1) {
+		t.Fatalf("after the refused commands the DLQ holds %d entries (%v), want %d", n, err, len(allIDs)+1)
+	}
+	r := f.relay("", "dlq", "rm", idBad)
+	if r.code != 0 || r.stdout != "Deleted "+idBad+"\n" {
+		t.Fatalf("relay dlq rm %s: exit %d, stdout %q, stderr %q", idBad, r.code, r.stdout, r.stderr)
+	}
+	if got := f.ids(); !slices.Equal(got, allIDs) {
+		t.Errorf("entries left %v, want %v", got, allIDs)
+	}
+	if r := f.relay("", "dlq", "ls"); r.code != 0 {
+		t.Errorf("relay dlq ls after the removal: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// relay dlq ls | head: the reader closes the pipe early. There is nothing
+// to report ("relay: write /dev/stdout: broken pipe"); the exit status
+// stays non-zero, as a shell's SIGPIPE status, since a command cut short
+// (a replay --all --json) may not have done everything.
+func TestCLIDLQClosedOutput(t *testing.T) {
+	isolateEnv(t)
+	f := newDLQFixture(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	defer w.Close()
+	var stderr bytes.Buffer
+	args := []string{"--redis-uri", redistest.Addr(t), "--stream", f.stream, "--apps", cliApps(t), "dlq", "ls"}
+	if code := run(t.Context(), args, w, &stderr); code != exitFailure || stderr.Len() != 0 {
+		t.Errorf("relay dlq ls into a closed pipe: exit %d, stderr %q; want exit %d and nothing", code, stderr.String(), exitFailure)
 	}
 }

@@ -120,10 +120,21 @@ func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
 	return dlq.NewStore(rc, g.RedisStream), rc.Close, nil
 }
 
-// notFound rewrites dlq.ErrNotFound for an operator.
+// notFound rewrites dlq.ErrNotFound for an operator, and says how to get
+// rid of an entry that cannot be decoded (see unreadable).
 func notFound(store *dlq.Store, err error, id string) error {
 	if errors.Is(err, dlq.ErrNotFound) {
 		return fmt.Errorf("no dead-letter entry %s in %s (relay dlq ls lists them)", id, store.Key())
+	}
+	return unreadable(err)
+}
+
+// unreadable adds to an error of dlq.Store.Get or List that names an entry
+// dlq.Decode rejected (one written by hand or by another program) what the
+// operator can do: relay dlq rm deletes it by id (docs/operations.md).
+func unreadable(err error) error {
+	if id, ok := dlq.IsUndecodable(err); ok {
+		return fmt.Errorf("%w; relay cannot read this entry: relay dlq rm %s deletes it", err, id)
 	}
 	return err
 }
@@ -195,7 +206,7 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	defer closeStore()
 	entries, err := store.List(ctx, f)
 	if err != nil {
-		return err
+		return unreadable(err)
 	}
 	switch {
 	case c.JSON:
@@ -211,7 +222,7 @@ func (c *DLQLsCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if err == nil && c.Limit > 0 && len(entries) == c.Limit {
 		// A note, not an error: the listing itself succeeded.
-		fmt.Fprintf(g.stderr, "relay: showing the oldest %d entries; --limit 0 lists all\n", c.Limit)
+		fmt.Fprintf(g.stderr, "relay: showing the oldest %s; --limit 0 lists all\n", nEntries(c.Limit))
 	}
 	return err
 }
@@ -382,7 +393,7 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	var entries []dlq.Entry
 	if c.All {
 		if entries, err = store.List(ctx, f); err != nil {
-			return err
+			return unreadable(err)
 		}
 	} else {
 		e, err := store.Get(ctx, c.ID)
@@ -539,10 +550,15 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	defer closeStore()
 	if !c.All {
 		// All or nothing: a typo in one ID must not leave a half-done
-		// deletion behind.
+		// deletion behind. An entry that cannot be decoded exists all the
+		// same, and deleting it by id is the way to get rid of it.
 		var unknown []string
 		for _, id := range c.IDs {
-			if _, err := store.Get(ctx, id); errors.Is(err, dlq.ErrNotFound) {
+			_, err := store.Get(ctx, id)
+			if _, bad := dlq.IsUndecodable(err); bad {
+				continue
+			}
+			if errors.Is(err, dlq.ErrNotFound) {
 				unknown = append(unknown, id)
 			} else if err != nil {
 				return err
@@ -562,7 +578,7 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 
 	entries, err := store.List(ctx, f)
 	if err != nil {
-		return err
+		return unreadable(err)
 	}
 	if len(entries) == 0 {
 		fmt.Fprintf(g.stdout, "No dead-letter entries%s\n", c.describe())

@@ -208,6 +208,21 @@ func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 // Stop stops the server with SIGTERM (AOF is flushed) and waits.
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 
+// Pause freezes the server with SIGSTOP: its connections stay open and
+// nothing answers, as with a hung host. Resume continues it.
+func (s *Server) Pause() { s.send(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { s.send(syscall.SIGCONT) }
+
+func (s *Server) send(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Restart starts the server again on the same port and directory.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
