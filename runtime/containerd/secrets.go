@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -116,9 +117,12 @@ func (r *Runner) refreshSecrets(s *stagedSecrets, names []string) error {
 	return handOver(s.dir, 0o500, 0o555)
 }
 
-// readSecret reads one secret file, refusing more than MaxSecretBytes.
+// readSecret reads one secret file, refusing more than MaxSecretBytes and
+// anything but a regular file. It opens without blocking: opening a named
+// pipe for reading would otherwise wait for a writer, holding the
+// invocation and the worker's stop for ever.
 func readSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/runtime"
@@ -162,4 +164,40 @@ def read(event):
 			t.Errorf("secret value in the container's labels or spec: %s", b)
 		}
 	}
+}
+
+// TestSecretFIFO: a secret that is a named pipe, put there after the app
+// was prepared, makes the invocation unavailable at once (not a regular
+// file) instead of blocking on the pipe until a writer comes, which held
+// the invocation and the worker's graceful stop for ever.
+func TestSecretFIFO(t *testing.T) {
+	f := newFixture(t)
+	secrets := t.TempDir()
+	r := f.newRunner(t, "test-"+randomHex(4), containerd.WithSecretsDir(secrets))
+	req := f.request("events.created")
+	req.Spec.Secrets = []string{"api-key"}
+	pipe := filepath.Join(secrets, "api-key")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Unblocks a Run stuck opening the pipe, so that the test ends.
+		if w, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(t.Context(), req)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Run: %v, want ErrUnavailable, not a regular file", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run still blocked on the named pipe after a minute")
+	}
+	containerdtest.AssertClean(t, f.client)
 }
