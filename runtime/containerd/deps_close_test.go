@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd"
 )
 
 // hangingIndex listens on a loopback port and never answers: an index
@@ -102,4 +103,31 @@ func TestDepsCloseEndsBuild(t *testing.T) {
 	if n := strings.Count(log.String(), "building dependency image"); n != 1 {
 		t.Errorf("%d builds, want 1:\n%s", n, log)
 	}
+}
+
+// TestDepsBuildTimeout: a build killed at the build timeout (here pip
+// waiting on an index that never answers) is a failed build of that
+// manifest: the app is unavailable with a reason that says so and points
+// at the index, and the next Prepare within the retry interval returns the
+// same reason without building again, instead of starting another build
+// at once (each of which a worker's reload waits for).
+func TestDepsBuildTimeout(t *testing.T) {
+	f := newRuntimeFixture(t, runtime.RuntimePython3, envPythonArchive, pythonImage, nil)
+	depstest.WriteFiles(t, f.app, map[string]string{
+		"requirements.txt": "--index-url " + hangingIndex(t) + "\n--trusted-host 127.0.0.1\nnosuchpackage==1.0\n",
+		"handlers.py":      "def hello(event):\n    pass\n",
+	})
+	r, log := depsRunner(t, f, containerd.WithBuildTimeout(5*time.Second))
+	spec := f.request("handlers.hello").Spec
+	spec.Deps = depsOf(t, f.app, runtime.RuntimePython3)
+	for i := range 2 {
+		err := r.Prepare(t.Context(), "app", spec)
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "timed out") || !strings.Contains(err.Error(), "package index") {
+			t.Fatalf("Prepare %d: %v, want ErrUnavailable saying the build timed out", i, err)
+		}
+	}
+	if n := strings.Count(log.String(), "building dependency image"); n != 1 {
+		t.Errorf("%d builds, want 1 (the timed-out build is remembered for the retry interval):\n%s", n, log)
+	}
+	containerdtest.AssertClean(t, f.client)
 }
