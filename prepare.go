@@ -29,7 +29,9 @@ func needsPreparing(a *app.App) bool {
 
 // prepareApps prepares, concurrently, each available app of loaded that
 // needs it and is not served unchanged and available in prev (nil at
-// start); an app that fails gets the error in its Errors.
+// start); an app that fails gets the error in its Errors. When ctx ends
+// first, an app whose preparation was cut short has no error: the caller
+// must not serve loaded then.
 func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) {
 	p, ok := w.cfg.Runner.(Preparer)
 	if !ok {

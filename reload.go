@@ -69,6 +69,9 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	}
 	prev := w.Apps()
 	w.prepareApps(ctx, prev, loaded)
+	if ctx.Err() != nil {
+		return // stopping: a preparation cut short is no version to serve
+	}
 	next, changes := nextGeneration(prev, loaded)
 	for _, c := range changes {
 		switch {

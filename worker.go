@@ -288,6 +288,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.checkMemoryPolicy(ctx)
 	w.prepareApps(ctx, nil, apps)
+	if ctx.Err() != nil {
+		// Stopped while preparing: an app whose preparation was cut short
+		// is not ready, and nothing was started.
+		return nil
+	}
 	w.logApps(ctx, apps)
 	w.setApps(apps)
 

@@ -180,10 +180,15 @@ func CheckSecrets(set *app.Set, dir string) {
 		for _, name := range a.Spec.Secrets {
 			fi, err := os.Stat(filepath.Join(dir, name))
 			switch {
-			case err != nil:
+			case errors.Is(err, fs.ErrNotExist):
 				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: no file %s in the secrets directory %s", name, name, dir))
+			case err != nil:
+				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q in the secrets directory %s: %v", name, dir, err))
 			case fi.IsDir():
 				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: %s in the secrets directory %s is a directory, not a file", name, name, dir))
+			case !fi.Mode().IsRegular():
+				// The worker reads only regular files (docs/apps.md#secrets).
+				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: %s in the secrets directory %s is not a regular file (%s)", name, name, dir, fi.Mode().Type()))
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/relaydev/relay/app"
@@ -101,13 +102,23 @@ func TestLoadSecrets(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "db-password"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Dir(loadWith(t, "s", "image: x\nsecrets: [db-password, api-key]\n"+rule, map[string]string{}).Spec.Dir)
+	// A Kubernetes Secret volume holds symbolic links to the files.
+	if err := os.Symlink("db-password", filepath.Join(dir, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	// A named pipe, which the worker refuses (not a regular file).
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Dir(loadWith(t, "s", "image: x\nsecrets: [db-password, api-key, linked, pipe]\n"+rule, map[string]string{}).Spec.Dir)
 	set, err := template.LoadDir(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	template.CheckSecrets(set, dir)
-	if errs := set.Errors(); len(errs) != 1 || !strings.Contains(errs[0].Error(), `secret "api-key": no file api-key in the secrets directory`) {
+	errs := set.Errors()
+	if len(errs) != 2 || !strings.Contains(errs[0].Error(), `secret "api-key": no file api-key in the secrets directory`) ||
+		!strings.Contains(errs[1].Error(), `secret "pipe": pipe in the secrets directory `+dir+` is not a regular file`) {
 		t.Errorf("CheckSecrets: %v", errs)
 	}
 }

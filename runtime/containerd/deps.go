@@ -61,6 +61,15 @@ type depsBuilder struct {
 
 	retention time.Duration // WithDepsRetention
 
+	// closing ends the builds still running when the Runner closes, and
+	// builds wait for them: a build outlives its callers (Prepare, Run)
+	// but not its Runner, so that a stopping worker releases its lease and
+	// removes its build container instead of leaving the lease to block
+	// other workers until it expires.
+	closing context.Context
+	close   context.CancelFunc
+	builds  sync.WaitGroup
+
 	mu       sync.Mutex
 	done     map[string]client.Image // by key
 	inflight map[string]*depsCall
@@ -81,7 +90,10 @@ type depsFailure struct {
 }
 
 func newDepsBuilder(o options) depsBuilder {
+	closing, close := context.WithCancel(context.Background())
 	return depsBuilder{
+		closing:       closing,
+		close:         close,
 		sem:           make(chan struct{}, o.maxBuilds),
 		timeout:       o.buildTimeout,
 		retryInterval: DefaultBuildRetryInterval,
@@ -179,12 +191,20 @@ func (r *Runner) ensureDeps(ctx context.Context, spec runtime.Spec, ref string, 
 	}
 	call, ok := b.inflight[key]
 	if !ok {
+		if b.closing.Err() != nil {
+			b.mu.Unlock()
+			return depsResult{}, fmt.Errorf("dependency build of app %s: the runner is closed: %w", app, runtime.ErrUnavailable)
+		}
 		call = &depsCall{done: make(chan struct{})}
 		b.inflight[key] = call
+		b.builds.Add(1)
 		go func() {
-			// Detached: the callers waiting for it may come and go.
+			defer b.builds.Done()
+			// Detached: the callers waiting for it may come and go; only
+			// closing the Runner ends it early (closeDeps).
 			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout+time.Minute)
 			defer cancel()
+			defer context.AfterFunc(b.closing, cancel)()
 			call.img, call.err = r.depsImage(bctx, spec, ref, base, key, app)
 			b.mu.Lock()
 			delete(b.inflight, key)
@@ -212,6 +232,26 @@ func (r *Runner) ensureDeps(ctx context.Context, spec runtime.Spec, ref string, 
 
 type depsResult struct {
 	image client.Image
+}
+
+// closeDeps ends the dependency builds still running and waits, until ctx
+// ends, for each to release its lease and remove its build container.
+func (r *Runner) closeDeps(ctx context.Context) error {
+	b := &r.deps
+	b.mu.Lock() // no build starts after this (ensureDeps)
+	b.close()
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		b.builds.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("dependency builds still stopping: %w", ctx.Err())
+	}
 }
 
 // errDepsInfra marks a build failure that is not the manifest's: it is not

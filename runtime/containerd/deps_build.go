@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,6 +51,10 @@ const (
 	buildPythonDir   = runtime.DepsDir + "/python" // pip --target
 	buildNodeDir     = runtime.DepsDir             // npm ci runs here
 )
+
+// errBuildTimedOut is runBuild's error for a build killed at the build
+// timeout.
+var errBuildTimedOut = errors.New("killed at the build timeout")
 
 // buildScript returns the shell script that installs spec's dependencies
 // into runtime.DepsDir. pip runs in /app so that relative paths in
@@ -151,6 +156,15 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	}()
 	code, err := r.runBuild(lctx, cont, out)
 	out.Close()
+	if errors.Is(err, errBuildTimedOut) {
+		// The installer's doing, most often waiting on an index that does
+		// not answer: a failure of this manifest, tried again after the
+		// retry interval like any other, not at the next reload.
+		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build timed out", slog.String("app", app),
+			slog.String("installer", what), slog.Duration("timeout", r.deps.timeout))
+		return nil, fmt.Errorf("dependency build of app %s timed out: %s was killed after %v; check that the worker reaches the package index (PIP_INDEX_URL, npm_config_registry, HTTPS_PROXY); last output: %s: %w",
+			app, what, r.deps.timeout, out.Tail(), runtime.ErrUnavailable)
+	}
 	if err != nil {
 		return nil, infra(err)
 	}
@@ -248,7 +262,7 @@ func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *build
 		return int(code), nil
 	case <-t.C:
 		r.kill(ctx, task, statusC)
-		return 0, fmt.Errorf("build exceeded %v (WithBuildTimeout)", r.deps.timeout)
+		return 0, fmt.Errorf("%w: it exceeded %v (WithBuildTimeout)", errBuildTimedOut, r.deps.timeout)
 	case <-ctx.Done():
 		r.kill(ctx, task, statusC)
 		return 0, ctx.Err()

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"sync"
@@ -11,8 +12,11 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
+	clog "github.com/containerd/log"
 	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+	logrusslog "github.com/sirupsen/logrus/hooks/slog"
 
 	"github.com/relaydev/relay/runtime"
 )
@@ -146,7 +150,7 @@ func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, erro
 // pullImage pulls and unpacks ref, logging its start, its progress every
 // pull progress interval and its end.
 func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error) {
-	pctx, cancel := context.WithTimeout(ctx, r.pullTimeout)
+	pctx, cancel := context.WithTimeout(r.withClientLog(ctx), r.pullTimeout)
 	defer cancel()
 	start := time.Now()
 	r.logger.LogAttrs(ctx, slog.LevelInfo, "pulling image", slog.String("image", ref), slog.String("namespace", r.namespace))
@@ -209,6 +213,25 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 		slog.Int64("bytes", size), slog.Duration("duration", time.Since(start).Round(time.Millisecond)))
 	return img, nil
 }
+
+// withClientLog returns ctx with a logger for what containerd's client
+// code logs on its own (through logrus: a registry host that failed, say),
+// which sends it to the Runner's logger: otherwise it goes to standard
+// error in logrus's format, a line that is not JSON among LOG_FORMAT=json
+// output (docs/operations.md "Logs").
+func (r *Runner) withClientLog(ctx context.Context) context.Context {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	l.SetFormatter(discardFormatter{})
+	l.AddHook(logrusslog.NewHook(r.logger, nil))
+	return clog.WithLogger(ctx, logrus.NewEntry(l))
+}
+
+// discardFormatter formats nothing: the hook writes the entry, through
+// slog, and the logrus output is discarded.
+type discardFormatter struct{}
+
+func (discardFormatter) Format(*logrus.Entry) ([]byte, error) { return nil, nil }
 
 // pullProgress returns how many bytes of descs are in the content store or
 // being written to it, and their total size.

@@ -181,6 +181,11 @@ func TestPullFailure(t *testing.T) {
 	if got := strings.Count(logs.String(), `msg="pulling image"`); got != 1 {
 		t.Errorf("%d pulls within the retry interval, want 1:\n%s", got, logs)
 	}
+	// What containerd's client logs about the registry goes to the Runner's
+	// logger too, not to standard error in another format.
+	if !strings.Contains(logs.String(), `msg="fetch failed after status: 404 Not Found"`) {
+		t.Errorf("containerd's log of the failed fetch is not in the Runner's log:\n%s", logs)
+	}
 
 	r, logs = pullRunner(t, f, containerd.WithPullRetryInterval(time.Nanosecond))
 	for range 2 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
@@ -128,9 +129,12 @@ func (r *Runner) refreshSecrets(s *stagedSecrets, names []string) error {
 	return handOver(s.dir, 0o500, 0o555)
 }
 
-// readSecret reads one secret file, refusing more than MaxSecretBytes.
+// readSecret reads one secret file, refusing more than MaxSecretBytes and
+// anything but a regular file. It opens without blocking: opening a named
+// pipe for reading would otherwise wait for a writer, holding the
+// invocation and the worker's stop for ever.
 func readSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

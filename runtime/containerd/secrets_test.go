@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -242,6 +243,42 @@ func TestSweepRemovesSecretsOfGoneContainers(t *testing.T) {
 	}
 	if out := f.stdout.String(); !strings.Contains(out, "in-flight-value") {
 		t.Errorf("the invocation in flight lost its secret across the sweep; output:\n%s", out)
+	}
+	containerdtest.AssertClean(t, f.client)
+}
+
+// TestSecretFIFO: a secret that is a named pipe, put there after the app
+// was prepared, makes the invocation unavailable at once (not a regular
+// file) instead of blocking on the pipe until a writer comes, which held
+// the invocation and the worker's graceful stop for ever.
+func TestSecretFIFO(t *testing.T) {
+	f := newFixture(t)
+	secrets := t.TempDir()
+	r := f.newRunner(t, "test-"+randomHex(4), containerd.WithSecretsDir(secrets))
+	req := f.request("events.created")
+	req.Spec.Secrets = []string{"api-key"}
+	pipe := filepath.Join(secrets, "api-key")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Unblocks a Run stuck opening the pipe, so that the test ends.
+		if w, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			w.Close()
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(t.Context(), req)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("Run: %v, want ErrUnavailable, not a regular file", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run still blocked on the named pipe after a minute")
 	}
 	containerdtest.AssertClean(t, f.client)
 }

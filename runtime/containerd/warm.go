@@ -523,7 +523,9 @@ func (r *Runner) logWarmCleanup(ctx context.Context, app, id string, err error) 
 // Close removes the Runner's warm containers: idle ones at once, busy ones
 // when their invocation ends, or at once (killed) when ctx is done first;
 // it also waits, until ctx is done, for the stops of leftover shims still
-// under way (docs/operations.md "containerd"). Runs of warm apps fail after
+// under way (docs/operations.md "containerd"), and ends the dependency
+// builds still running, waiting for each to release its lease and remove
+// its build container. Runs of warm apps fail after
 // Close with an error wrapping runtime.ErrUnavailable; one-shot Runs are
 // unaffected. Close returns ctx.Err() when it had to kill busy containers,
 // nil otherwise; it is idempotent and does not close the containerd
@@ -565,6 +567,9 @@ func (r *Runner) Close(ctx context.Context) error {
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
+	if derr := r.closeDeps(ctx); derr != nil && err == nil {
+		err = derr
+	}
 	r.closeOneShots(ctx)
 	r.waitShimWork(ctx)
 	r.fifos.closeAll()
