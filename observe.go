@@ -379,6 +379,12 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 	if o.Op == "claim" || o.Result == "" {
 		attrs = []slog.Attr{slog.String("invocation", o.field()), slog.Any("error", err)}
 	}
+	if errors.As(err, new(retriedWrite)) {
+		// The earlier try of this write may be what moved the invocation
+		// on; the refusal cannot tell that from a takeover.
+		log(slog.LevelWarn, "a retried write found the attempt's lease gone: the earlier try, whose reply was lost, may have recorded the outcome, or another delivery took over", attrs...)
+		return
+	}
 	if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 		// Not a failure to fix: the attempt outlived its lease (a stalled
 		// or suspended worker) and another delivery owns the invocation

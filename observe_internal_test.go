@@ -1,9 +1,11 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/relaydev/relay/invocation"
@@ -27,9 +29,37 @@ func TestWriteFailedOfALostLease(t *testing.T) {
 			t.Errorf("write refused with %v logged %+v, want one warning that the lease was taken over", err, got)
 		}
 	}
+	// Refused only when tried again after an error: the first try may be
+	// what took the lease.
+	got = nil
+	logObserver{}.writeFailed(log, Outcome{Op: "finish", WriteErr: retriedWrite{invocation.ErrTerminal}}, nil)
+	if len(got) != 1 || got[0].level != slog.LevelWarn || !strings.HasPrefix(got[0].msg, "a retried write found the attempt's lease gone: the earlier try") {
+		t.Errorf("a retried write refused logged %+v, want one warning that the earlier try may have applied", got)
+	}
 	got = nil
 	logObserver{}.writeFailed(log, Outcome{Op: "retry", WriteErr: errors.New("connection refused")}, nil)
 	if len(got) != 1 || got[0].level != slog.LevelError || got[0].msg != "recording failure failed; message left pending" {
 		t.Errorf("a failed write logged %+v, want the error line", got)
+	}
+}
+
+// TestRetryWriteMarksARefusalAfterAnError: ErrStale or ErrTerminal after a
+// failed try comes back as retriedWrite (still Is the same error); on the
+// first try it comes back as it is.
+func TestRetryWriteMarksARefusalAfterAnError(t *testing.T) {
+	tries := 0
+	err := retryWrite(t.Context(), func(context.Context) error {
+		tries++
+		if tries == 1 {
+			return errors.New("i/o timeout")
+		}
+		return invocation.ErrTerminal
+	})
+	if !errors.As(err, new(retriedWrite)) || !errors.Is(err, invocation.ErrTerminal) || tries != 2 {
+		t.Errorf("after %d tries: %v (%T), want retriedWrite wrapping ErrTerminal after 2", tries, err, err)
+	}
+	err = retryWrite(t.Context(), func(context.Context) error { return invocation.ErrStale })
+	if errors.As(err, new(retriedWrite)) || !errors.Is(err, invocation.ErrStale) {
+		t.Errorf("first try refused: %v (%T), want ErrStale as it is", err, err)
 	}
 }

@@ -108,6 +108,9 @@ func (c endsWith) AfterFunc(f func()) (stop func() bool) { return context.AfterF
 func retryWrite(octx context.Context, op func(context.Context) error) error {
 	for tries := 1; ; tries++ {
 		err := op(octx)
+		if err != nil && tries > 1 && (errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal)) {
+			return retriedWrite{err}
+		}
 		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 			return err
 		}
@@ -116,6 +119,14 @@ func retryWrite(octx context.Context, op func(context.Context) error) error {
 		}
 	}
 }
+
+// retriedWrite is ErrStale or ErrTerminal met by a write that was tried
+// again after an error: the earlier try, whose reply was lost (Redis
+// stalled, the connection dropped), may itself have applied the write, so
+// the refusal need not mean that another delivery took over.
+type retriedWrite struct{ error }
+
+func (e retriedWrite) Unwrap() error { return e.error }
 
 // retryDelay is a jittered exponential backoff for infrastructure errors:
 // 100ms doubling to 5s.
