@@ -351,6 +351,9 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 					if len(es) != 1 || es[0].OriginalID != id || es[0].App != "shop" || es[0].Handler != "orders.charge" || es[0].HandlerAttempts != 1 {
 						t.Errorf("DLQ = %+v, want one entry for %s after 1 attempt", es, id)
 					}
+					if len(es) == 1 && !strings.HasPrefix(es[0].Reason, "exhausted after 1 attempt (the last attempt's outcome was not recorded") {
+						t.Errorf("DLQ reason %q, want it to say exhausted after 1 attempt", es[0].Reason)
+					}
 					f.wantRetained(id, "exhausted:1:")
 				}
 				if n := invocationsTotal(t, reg, "lost"); n != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -77,8 +78,12 @@ func (s *Store) Page(ctx context.Context, q PageQuery) (Page, error) {
 	start := "-"
 	switch {
 	case q.After != "":
-		if !stream.IsID(q.After) {
+		ms, seq, err := stream.ParseID(q.After)
+		if err != nil {
 			return Page{}, fmt.Errorf("dlq: page: cursor %q is not a stream id", q.After)
+		}
+		if ms == math.MaxUint64 && seq == math.MaxUint64 {
+			return Page{}, nil // no id follows it; Redis refuses "(" before it
 		}
 		start = "(" + q.After
 	case !q.Since.IsZero():

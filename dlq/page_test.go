@@ -74,6 +74,10 @@ func TestPage(t *testing.T) {
 	if undecodable != 1 {
 		t.Errorf("undecodable = %d, want 1", undecodable)
 	}
+	// The largest id is a valid cursor with nothing after it.
+	if p, err := s.Page(ctx, dlq.PageQuery{After: "18446744073709551615-18446744073709551615"}); err != nil || len(p.Entries) != 0 || p.Next != "" {
+		t.Errorf("page after the largest id = %+v, %v; want an empty page", p, err)
+	}
 
 	for _, tc := range []struct {
 		name string
