@@ -141,7 +141,7 @@ func TestCLIDLQ(t *testing.T) {
 		{name: "dlq_inspect_malformed", args: []string{"dlq", "inspect", idMalformed}},
 		{name: "dlq_inspect_unknown", args: []string{"dlq", "inspect", "1-1"}, code: exitFailure},
 		{name: "dlq_inspect_bad_id", args: []string{"dlq", "inspect", "bogus"}, code: exitFailure},
-		{name: "dlq_rm", args: []string{"dlq", "rm", idCharge}, left: without(idCharge)},
+		{name: "dlq_rm", args: []string{"dlq", "rm", idCharge, idCharge}, left: without(idCharge)}, // one line for an ID given twice
 		{name: "dlq_rm_unknown", args: []string{"dlq", "rm", "1-1"}, code: exitFailure},
 		{name: "dlq_rm_some_unknown", args: []string{"dlq", "rm", idGone, "1-1", idBroken}, code: exitFailure}, // all or nothing
 		{name: "dlq_rm_all_declined", args: []string{"dlq", "rm", "--all", "--app", "shop"}, stdin: "n\n", code: exitFailure},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -551,7 +552,15 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	if !c.All {
 		// All or nothing: a typo in one ID must not leave a half-done
 		// deletion behind. An entry that cannot be decoded exists all the
-		// same, and deleting it by id is the way to get rid of it.
+		// same, and deleting it by id is the way to get rid of it. An ID
+		// given twice is one entry.
+		ids := make([]string, 0, len(c.IDs))
+		for _, id := range c.IDs {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		c.IDs = ids
 		var unknown []string
 		for _, id := range c.IDs {
 			_, err := store.Get(ctx, id)
