@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/relaydev/relay/app"
@@ -118,7 +119,8 @@ func (e *Engine) checkEnvelope(event []byte) (schedule.Envelope, error) {
 
 // invalidOccurrence dead-letters an occurrence that must not run.
 func (e *Engine) invalidOccurrence(ctx context.Context, d *delivery, err error) verdict {
-	o := e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+err.Error())
+	why := strings.TrimPrefix(err.Error(), schedule.ErrInvalidEnvelope.Error()+": ")
+	o := e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+why)
 	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
 }
 

@@ -173,6 +173,9 @@ func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
 			if len(es) != 1 || es[0].OriginalID != id || !strings.Contains(es[0].Reason, c.reason) || es[0].Event != c.event {
 				t.Fatalf("DLQ = %+v, want one entry for %s naming %q", es, id, c.reason)
 			}
+			if r := es[0].Reason; !strings.HasPrefix(r, "invalid schedule occurrence: ") || strings.Contains(r, "invalid occurrence envelope") {
+				t.Errorf("reason %q: want it to say invalid schedule occurrence once", r)
+			}
 			if v := h.counter("relay_events_malformed_total"); v != 0 {
 				t.Errorf("relay_events_malformed_total = %v, want 0 (not an event)", v)
 			}
