@@ -171,8 +171,8 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	if code != 0 {
 		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
 			slog.String("installer", what), slog.Int("exit_code", code))
-		return nil, fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s: %w",
-			app, what, code, out.Tail(), runtime.ErrUnavailable)
+		return nil, fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s%s: %w",
+			app, what, code, out.Tail(), tlsHint(out.Tail()), runtime.ErrUnavailable)
 	}
 
 	img, size, err := r.commitDeps(lctx, base, id, name, app, ref, what, start)
@@ -182,6 +182,19 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	r.logger.LogAttrs(ctx, slog.LevelInfo, "dependency image built", slog.String("app", app), slog.String("image", name),
 		slog.Int64("size_bytes", size), slog.Duration("duration", time.Since(start)))
 	return img, nil
+}
+
+// tlsHint points a build whose installer did not trust the package index's
+// certificate (a TLS-intercepting proxy, a private index) at
+// RELAY_BUILD_CA_FILE; "" for any other output.
+func tlsHint(output string) string {
+	for _, s := range []string{"SELF_SIGNED_CERT_IN_CHAIN", "UNABLE_TO_GET_ISSUER_CERT", "unable to get local issuer certificate",
+		"CERTIFICATE_VERIFY_FAILED", "self signed certificate", "self-signed certificate"} {
+		if strings.Contains(output, s) {
+			return "; the installer does not trust the package index's TLS certificate: give its CA certificate with RELAY_BUILD_CA_FILE"
+		}
+	}
+	return ""
 }
 
 // buildSpecOpts is the spec of a build container: the runtime image's
@@ -412,6 +425,9 @@ func (o *buildOutput) line() {
 		o.log.LogAttrs(context.Background(), slog.LevelInfo, "dependency build output", slog.String("app", o.app), slog.String("line", s))
 	} else {
 		o.dropped++
+	}
+	if strings.Contains(s, "A complete log of this run can be found in") {
+		return // npm's log is in the build container, removed with it
 	}
 	o.tail = append(o.tail, s)
 	if len(o.tail) > buildTailLines {

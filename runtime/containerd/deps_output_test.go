@@ -32,3 +32,21 @@ func TestBuildOutputCapped(t *testing.T) {
 		t.Errorf("tail = %.200q... (%d parts)", tail, len(parts))
 	}
 }
+
+// TestBuildOutputReason: npm's pointer to a log inside the build container,
+// removed with it, stays out of the failure's reason; output that says the
+// index's certificate is not trusted gets the way to trust it.
+func TestBuildOutputReason(t *testing.T) {
+	o := newBuildOutput(slog.New(slog.NewTextHandler(&testutil.Buffer{}, nil)), "shop")
+	fmt.Fprint(o, "npm ERR! code SELF_SIGNED_CERT_IN_CHAIN\nnpm ERR! A complete log of this run can be found in: /root/.npm/_logs/x.log\n")
+	o.Close()
+	if tail := o.Tail(); tail != "npm ERR! code SELF_SIGNED_CERT_IN_CHAIN" {
+		t.Errorf("tail = %q, want the error line only", tail)
+	}
+	if h := tlsHint(o.Tail()); !strings.Contains(h, "RELAY_BUILD_CA_FILE") {
+		t.Errorf("hint for an untrusted certificate = %q, want RELAY_BUILD_CA_FILE", h)
+	}
+	if h := tlsHint("ERROR: No matching distribution found for flask"); h != "" {
+		t.Errorf("hint for another failure = %q, want none", h)
+	}
+}
