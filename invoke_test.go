@@ -112,6 +112,69 @@ events:
 	}
 }
 
+// docs/delivery.md#attempts-retries-backoff: a rule without retries gets
+// the default of 4, so 5 attempts in all, each a real run, before its
+// message is dead-lettered.
+func TestRuleWithoutRetriesGetsFiveAttempts(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}}
+`})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	h.start("c1", backoff(20*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 20*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	runs := h.calls.get("users/events.created")
+	if len(runs) != 5 {
+		t.Fatalf("ran %d times, want 5 (default retries 4)", len(runs))
+	}
+	for i, r := range runs {
+		if r.Attempt != i+1 {
+			t.Errorf("run %d was attempt %d", i+1, r.Attempt)
+		}
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 5 || e.OriginalID != id {
+		t.Errorf("entry = %+v, want handler_attempts 5 for %s", e, id)
+	}
+}
+
+// docs/delivery.md#attempts-retries-backoff: the PEL delivery count is
+// diagnostic only. A rule with retries: 0 allows one attempt; deliveries
+// that run nothing (the runtime is unavailable) must not use it up, so the
+// handler still runs once, and its DLQ entry reports both counts apart.
+func TestDeliveryCountIsNotTheRetryDriver(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0}
+`})
+	var down atomic.Bool
+	down.Store(true)
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("image x not found: %w", runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 5*time.Second, "three deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 || h.pending() != 1 {
+		t.Fatal("deliveries without a run ran the handler, dead-lettered or acknowledged the message")
+	}
+	down.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 1 || e.Deliveries < 3 {
+		t.Errorf("entry handler_attempts %d, deliveries %d; want 1 and at least 3", e.HandlerAttempts, e.Deliveries)
+	}
+}
+
 func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
