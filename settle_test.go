@@ -3,12 +3,14 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -97,5 +99,41 @@ events:
 	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
 	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 1 {
 		t.Errorf("after a dead-lettered message: FinishSettle %d, Settle %d; want 1, 1", n, m)
+	}
+}
+
+// docs/delivery.md#outcomes: no message is acknowledged while any of its
+// invocations is running. Here one invocation's attempt is leased to
+// another worker (a live running lease in the state) while the message's
+// other invocation succeeds: every delivery leaves the message pending and
+// never runs the leased invocation a second time.
+func TestRunningInvocationElsewhereHoldsTheAck(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}}
+  - {handler: h.two, pattern: {kind: [x]}}
+`})
+	h.handle("a/h.one", nil)
+	h.handle("a/h.two", nil)
+	id := h.publish("event", `{"kind":"x"}`)
+	leased := "running:" + strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10) + ":1:elsewhere"
+	key := keys.Invocation(h.stream, h.group, id)
+	if err := h.rc.Do(t.Context(), h.rc.B().Hset().Key(key).FieldValue().FieldValue("a/h.one", leased).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 5*time.Second, "three deliveries or an ack", func() bool { return deliveries(t, h, id) >= 3 || h.settled() })
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged while one of its invocations was running elsewhere")
+	}
+	if n, m := h.calls.count("a/h.one"), h.calls.count("a/h.two"); n != 0 || m != 1 {
+		t.Errorf("runs: h.one %d (leased elsewhere, want 0), h.two %d (want 1)", n, m)
+	}
+	if st := h.hash(id); st["a/h.one"] != leased || st["a/h.two"] != "ok" || st["__terminal"] != "" {
+		t.Errorf("state = %v; want the lease untouched, h.two ok, not retained", st)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a running invocation was dead-lettered")
 	}
 }
