@@ -138,7 +138,7 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 	}
 }
 
-// docs/delivery.md#concurrency: an app's effective concurrency is
+// docs/delivery.md#concurrency-and-heartbeat: an app's effective concurrency is
 // min(concurrency, MAX_CONCURRENCY). An app allowing 8 on an Engine of
 // MaxConcurrency 2 runs 2 at once; a third message waits for a slot.
 func TestMaxConcurrencyCapsAnAppsConcurrency(t *testing.T) {
