@@ -359,6 +359,54 @@ func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
 	}
 }
 
+// docs/delivery.md#outcomes: a message is dead-lettered and acknowledged
+// when all its unfinished invocations are exhausted, not before. One
+// invocation exhausts at once while the other waits for its retry: the
+// message stays pending until that retry succeeds, then is acknowledged
+// with the one DLQ entry.
+func TestExhaustedInvocationWaitsForTheOthersRetry(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.fail, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.retry, pattern: {kind: [x]}, retries: 1}
+`})
+	h.handle("a/h.fail", func(context.Context, runtime.Request) error { return errors.New("no") })
+	h.handle("a/h.retry", func(_ context.Context, req runtime.Request) error {
+		if req.Attempt == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	// The retry is due 2s after the first attempt; reclaims come every
+	// 300ms, so the message is redelivered while h.fail is exhausted and
+	// h.retry not due.
+	h.start("c1", backoff(2*time.Second))
+	id := h.publish("event", `{"kind":"x"}`)
+	testutil.WaitFor(t, 5*time.Second, "h.fail exhausted, h.retry not due, then a redelivery or an ack", func() bool {
+		st := h.hash(id)
+		return strings.HasPrefix(st["a/h.fail"], "exhausted:") && strings.HasPrefix(st["a/h.retry"], "next_attempt_at:") &&
+			(deliveries(t, h, id) >= 2 || h.settled())
+	})
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged while one of its invocations waits for a retry")
+	}
+	if st := h.hash(id); !strings.HasPrefix(st["a/h.retry"], "next_attempt_at:") {
+		t.Fatalf("h.retry ran before its backoff: %v", st)
+	}
+	testutil.WaitFor(t, 10*time.Second, "ack after the retry", func() bool { return h.settled() })
+	if n, m := h.calls.count("a/h.fail"), h.calls.count("a/h.retry"); n != 1 || m != 2 {
+		t.Errorf("runs: h.fail %d (want 1), h.retry %d (want 2)", n, m)
+	}
+	es := h.dlqEntries()
+	if len(es) != 1 || es[0].Handler != "h.fail" || es[0].OriginalID != id {
+		t.Errorf("DLQ entries = %+v, want one for h.fail", es)
+	}
+	if st := h.hash(id); st["a/h.retry"] != "ok" || !strings.HasSuffix(st["a/h.fail"], ":dlq") {
+		t.Errorf("state = %v", st)
+	}
+}
+
 func TestTwoAppsBothExhaustWriteOneEntryEach(t *testing.T) {
 	h := newHarness(t, map[string]string{
 		"a": `
