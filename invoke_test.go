@@ -195,6 +195,11 @@ func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	if h.pending() != 1 {
 		t.Error("message with a pending retry was acknowledged")
 	}
+	// docs/delivery.md#invocation-state: however long it stays pending,
+	// the state of a pending message has no TTL.
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("state of a pending message has TTL %s, want none", ttl)
+	}
 }
 
 func TestUnavailableAppKeepsMessagePending(t *testing.T) {
@@ -393,6 +398,9 @@ events:
 	}
 	if st := h.hash(id); !strings.HasPrefix(st["a/h.retry"], "next_attempt_at:") {
 		t.Fatalf("h.retry ran before its backoff: %v", st)
+	}
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("state of the pending message has TTL %s, want none", ttl)
 	}
 	testutil.WaitFor(t, 10*time.Second, "ack after the retry", func() bool { return h.settled() })
 	if n, m := h.calls.count("a/h.fail"), h.calls.count("a/h.retry"); n != 1 || m != 2 {
