@@ -9,6 +9,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestMatchedEventRunsAndIsAcked(t *testing.T) {
@@ -117,6 +118,28 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 			t.Error("a handler ran for a malformed message")
 		}
 	})
+}
+
+// docs/delivery.md#from-entry-to-acknowledgement: a malformed message is
+// dead-lettered at its first handling even when that is a reclaim (the
+// consumer that read it died first): one entry, then the ack.
+func TestMalformedMessageFirstSeenOnReclaimIsDeadLettered(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	id := h.publish("event", `not json`)
+	dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
+		t.Fatalf("read = %v, %v", msgs, err)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 5*time.Second, "dead letter and ack", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
+	e := h.dlqEntries()[0]
+	if e.OriginalID != id || e.App != "-" || e.Handler != "-" || e.HandlerAttempts != 0 || e.Consumer != "c1" || e.Deliveries != 2 {
+		t.Errorf("entry = %+v, want the malformed entry written by c1 on the message's 2nd delivery", e)
+	}
+	if h.calls.count("users/events.created") != 0 {
+		t.Error("a handler ran for a malformed message")
+	}
 }
 
 func TestPerMessageInvocationsRunOneAtATimeAcrossMessagesConcurrently(t *testing.T) {

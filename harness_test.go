@@ -95,6 +95,7 @@ type timing struct {
 	writeTimeout    time.Duration
 	minPendingIdle  time.Duration
 	maxEventBytes   int
+	maxConcurrency  int
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
@@ -115,10 +116,13 @@ func fastConfig(mods ...func(*timing)) relay.Config {
 		ShutdownTimeout:   tm.shutdownTimeout,
 		WriteTimeout:      tm.writeTimeout,
 		MaxEventBytes:     tm.maxEventBytes,
+		MaxConcurrency:    tm.maxConcurrency,
 	}
 }
 
 func maxEventBytes(n int) func(*timing) { return func(tm *timing) { tm.maxEventBytes = n } }
+
+func maxConcurrency(n int) func(*timing) { return func(tm *timing) { tm.maxConcurrency = n } }
 
 func writeTimeout(d time.Duration) func(*timing) { return func(tm *timing) { tm.writeTimeout = d } }
 

@@ -112,6 +112,69 @@ events:
 	}
 }
 
+// docs/delivery.md#attempts-retries-backoff: a rule without retries gets
+// the default of 4, so 5 attempts in all, each a real run, before its
+// message is dead-lettered.
+func TestRuleWithoutRetriesGetsFiveAttempts(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}}
+`})
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	h.start("c1", backoff(20*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 20*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	runs := h.calls.get("users/events.created")
+	if len(runs) != 5 {
+		t.Fatalf("ran %d times, want 5 (default retries 4)", len(runs))
+	}
+	for i, r := range runs {
+		if r.Attempt != i+1 {
+			t.Errorf("run %d was attempt %d", i+1, r.Attempt)
+		}
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 5 || e.OriginalID != id {
+		t.Errorf("entry = %+v, want handler_attempts 5 for %s", e, id)
+	}
+}
+
+// docs/delivery.md#attempts-retries-backoff: the PEL delivery count is
+// diagnostic only. A rule with retries: 0 allows one attempt; deliveries
+// that run nothing (the runtime is unavailable) must not use it up, so the
+// handler still runs once, and its DLQ entry reports both counts apart.
+func TestDeliveryCountIsNotTheRetryDriver(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": `
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}, retries: 0}
+`})
+	var down atomic.Bool
+	down.Store(true)
+	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("image x not found: %w", runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT"}`)
+	testutil.WaitFor(t, 5*time.Second, "three deliveries", func() bool { return deliveries(t, h, id) >= 3 })
+	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 || h.pending() != 1 {
+		t.Fatal("deliveries without a run ran the handler, dead-lettered or acknowledged the message")
+	}
+	down.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+	if e := h.dlqEntries()[0]; e.HandlerAttempts != 1 || e.Deliveries < 3 {
+		t.Errorf("entry handler_attempts %d, deliveries %d; want 1 and at least 3", e.HandlerAttempts, e.Deliveries)
+	}
+}
+
 func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
@@ -131,6 +194,11 @@ func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	}
 	if h.pending() != 1 {
 		t.Error("message with a pending retry was acknowledged")
+	}
+	// docs/delivery.md#invocation-state: however long it stays pending,
+	// the state of a pending message has no TTL.
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("state of a pending message has TTL %s, want none", ttl)
 	}
 }
 
@@ -293,6 +361,57 @@ func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
 	}
 	if n := h.calls.count("billing/charges.fail"); n != 1 {
 		t.Errorf("exhausted handler ran %d times, want 1", n)
+	}
+}
+
+// docs/delivery.md#outcomes: a message is dead-lettered and acknowledged
+// when all its unfinished invocations are exhausted, not before. One
+// invocation exhausts at once while the other waits for its retry: the
+// message stays pending until that retry succeeds, then is acknowledged
+// with the one DLQ entry.
+func TestExhaustedInvocationWaitsForTheOthersRetry(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.fail, pattern: {kind: [x]}, retries: 0}
+  - {handler: h.retry, pattern: {kind: [x]}, retries: 1}
+`})
+	h.handle("a/h.fail", func(context.Context, runtime.Request) error { return errors.New("no") })
+	h.handle("a/h.retry", func(_ context.Context, req runtime.Request) error {
+		if req.Attempt == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	// The retry is due 2s after the first attempt; reclaims come every
+	// 300ms, so the message is redelivered while h.fail is exhausted and
+	// h.retry not due.
+	h.start("c1", backoff(2*time.Second))
+	id := h.publish("event", `{"kind":"x"}`)
+	testutil.WaitFor(t, 5*time.Second, "h.fail exhausted, h.retry not due, then a redelivery or an ack", func() bool {
+		st := h.hash(id)
+		return strings.HasPrefix(st["a/h.fail"], "exhausted:") && strings.HasPrefix(st["a/h.retry"], "next_attempt_at:") &&
+			(deliveries(t, h, id) >= 2 || h.settled())
+	})
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged while one of its invocations waits for a retry")
+	}
+	if st := h.hash(id); !strings.HasPrefix(st["a/h.retry"], "next_attempt_at:") {
+		t.Fatalf("h.retry ran before its backoff: %v", st)
+	}
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("state of the pending message has TTL %s, want none", ttl)
+	}
+	testutil.WaitFor(t, 10*time.Second, "ack after the retry", func() bool { return h.settled() })
+	if n, m := h.calls.count("a/h.fail"), h.calls.count("a/h.retry"); n != 1 || m != 2 {
+		t.Errorf("runs: h.fail %d (want 1), h.retry %d (want 2)", n, m)
+	}
+	es := h.dlqEntries()
+	if len(es) != 1 || es[0].Handler != "h.fail" || es[0].OriginalID != id {
+		t.Errorf("DLQ entries = %+v, want one for h.fail", es)
+	}
+	if st := h.hash(id); st["a/h.retry"] != "ok" || !strings.HasSuffix(st["a/h.fail"], ":dlq") {
+		t.Errorf("state = %v", st)
 	}
 }
 

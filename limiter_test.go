@@ -137,3 +137,42 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 		t.Errorf("runs per message = %v, want one each for %s and %s", runs, first, second)
 	}
 }
+
+// docs/delivery.md#concurrency-and-heartbeat: an app's effective concurrency is
+// min(concurrency, MAX_CONCURRENCY). An app allowing 8 on an Engine of
+// MaxConcurrency 2 runs 2 at once; a third message waits for a slot.
+func TestMaxConcurrencyCapsAnAppsConcurrency(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"a": "image: x\nconcurrency: 8\nevents:\n  - {handler: m.slow, pattern: {k: [v]}}\n",
+	})
+	var running, peak atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	h.handle("a/m.slow", func(context.Context, runtime.Request) error {
+		n := running.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-release
+		running.Add(-1)
+		return nil
+	})
+	h.start("c1", maxConcurrency(2))
+	// Registered after start, so it runs before the engine's stop waits
+	// for the blocked handlers.
+	t.Cleanup(unblock)
+	for range 4 {
+		h.publish("event", `{"k":"v"}`)
+	}
+	testutil.WaitFor(t, 5*time.Second, "two running and another waiting", func() bool {
+		return running.Load() == 2 && h.counter("relay_concurrency_waits_total") >= 1
+	})
+	if got := peak.Load(); got != 2 {
+		t.Errorf("peak while blocked = %d, want 2", got)
+	}
+	unblock()
+	testutil.WaitFor(t, 10*time.Second, "all acked", func() bool { return h.settled() && h.calls.count("a/m.slow") == 4 })
+	if got := peak.Load(); got != 2 {
+		t.Errorf("peak concurrent invocations = %d, want 2 (MaxConcurrency)", got)
+	}
+}

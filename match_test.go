@@ -81,6 +81,35 @@ func TestRuleWithBadHandlerStillMatchesAndHolds(t *testing.T) {
 	}
 }
 
+// docs/delivery.md#from-entry-to-acknowledgement: an unavailable app holds
+// only the messages its rules match. Events it does not match are handled
+// as if it were not there: acknowledged after the available app's run, or
+// as unmatched.
+func TestUnavailableAppHoldsOnlyWhatItMatches(t *testing.T) {
+	h := newHarness(t, map[string]string{
+		"broken": "image: x\nconcurrency: 0\nevents:\n  - {handler: events.deleted, pattern: {event_name: [DELETE]}}\n",
+		"users":  usersApp,
+	})
+	if h.apps.Get("broken").Available() || len(h.apps.Incomplete()) != 0 {
+		t.Fatal("the broken app should be readable but unavailable")
+	}
+	h.handle("broken/events.deleted", nil)
+	h.handle("users/events.created", nil)
+	h.start("c1")
+	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	h.publish("event", `{"event_name":"UPDATE"}`)
+	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() })
+	if h.calls.count("users/events.created") != 1 || h.calls.count("broken/events.deleted") != 0 {
+		t.Errorf("runs: users %d (want 1), broken %d (want 0)", h.calls.count("users/events.created"), h.calls.count("broken/events.deleted"))
+	}
+	if n := h.counter("relay_events_unmatched_total"); n != 1 {
+		t.Errorf("unmatched = %v, want 1", n)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("an event was dead-lettered")
+	}
+}
+
 // TestRedeliveryDrivesInvocationsTheEventNoLongerMatches: an event is
 // classified at its first delivery. Its rule's now() cutoff passes while
 // the failed invocation waits for its retry; the redelivery must still run

@@ -3,12 +3,15 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -97,5 +100,123 @@ events:
 	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
 	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 1 {
 		t.Errorf("after a dead-lettered message: FinishSettle %d, Settle %d; want 1, 1", n, m)
+	}
+}
+
+// docs/delivery.md#outcomes: no message is acknowledged while any of its
+// invocations is running. Here one invocation's attempt is leased to
+// another worker (a live running lease in the state) while the message's
+// other invocation succeeds: every delivery leaves the message pending and
+// never runs the leased invocation a second time.
+func TestRunningInvocationElsewhereHoldsTheAck(t *testing.T) {
+	h := newHarness(t, map[string]string{"a": `
+image: x
+events:
+  - {handler: h.one, pattern: {kind: [x]}}
+  - {handler: h.two, pattern: {kind: [x]}}
+`})
+	h.handle("a/h.one", nil)
+	h.handle("a/h.two", nil)
+	id := h.publish("event", `{"kind":"x"}`)
+	leased := "running:" + strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10) + ":1:elsewhere"
+	key := keys.Invocation(h.stream, h.group, id)
+	if err := h.rc.Do(t.Context(), h.rc.B().Hset().Key(key).FieldValue().FieldValue("a/h.one", leased).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 5*time.Second, "three deliveries or an ack", func() bool { return deliveries(t, h, id) >= 3 || h.settled() })
+	if h.pending() != 1 {
+		t.Fatal("message acknowledged while one of its invocations was running elsewhere")
+	}
+	if n, m := h.calls.count("a/h.one"), h.calls.count("a/h.two"); n != 0 || m != 1 {
+		t.Errorf("runs: h.one %d (leased elsewhere, want 0), h.two %d (want 1)", n, m)
+	}
+	if st := h.hash(id); st["a/h.one"] != leased || st["a/h.two"] != "ok" || st["__terminal"] != "" {
+		t.Errorf("state = %v; want the lease untouched, h.two ok, not retained", st)
+	}
+	if len(h.dlqEntries()) != 0 {
+		t.Error("a running invocation was dead-lettered")
+	}
+}
+
+// brokenAck fails every Ack while broken is set, counting the calls.
+type brokenAck struct {
+	relay.StreamSource
+	broken atomic.Bool
+	calls  atomic.Int32
+}
+
+func (b *brokenAck) Ack(ctx context.Context, ids ...string) error {
+	if b.broken.Load() {
+		b.calls.Add(1)
+		return errors.New("injected: XACK failed")
+	}
+	return b.StreamSource.Ack(ctx, ids...)
+}
+
+// brokenRetain fails every Retain, as a crash between XACK and Retain
+// would leave it.
+type brokenRetain struct {
+	relay.StateStore
+	calls atomic.Int32
+}
+
+func (b *brokenRetain) Retain(context.Context, invocation.Key, time.Duration) error {
+	b.calls.Add(1)
+	return errors.New("injected: retain failed")
+}
+
+// docs/delivery.md#invocation-state: the state is switched to terminal
+// retention only after its message left the PEL. While the XACK fails the
+// hash stays as it is, with no TTL; once the XACK succeeds it is retained.
+func TestStateIsRetainedOnlyAfterTheAck(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	src := &brokenAck{StreamSource: h.src}
+	src.broken.Store(true)
+	h.source = src
+	h.start("c1", writeTimeout(200*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "failed acks", func() bool { return src.calls.Load() >= 3 })
+	if st := h.hash(id); st["users/events.created"] != "ok" || st["__terminal"] != "" {
+		t.Errorf("state while the XACK fails = %v; want ok, not retained", st)
+	}
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("state TTL while the XACK fails = %s; want none", ttl)
+	}
+	if h.pending() != 1 {
+		t.Error("message left the PEL although every XACK failed")
+	}
+	src.broken.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "acked and retained", func() bool { return h.settled() && h.hash(id)["__terminal"] != "" })
+	if ttl := h.ttl(id); ttl <= 0 {
+		t.Errorf("retained state TTL = %s, want the retention", ttl)
+	}
+	if n := h.calls.count("users/events.created"); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// docs/delivery.md#invocation-state: a hash left un-retained after its
+// message's XACK (a crash in the ACK→retain window) is leaked, never
+// expired early: no TTL, its outcome kept.
+func TestStateLeftUnretainedIsLeakedNotExpired(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	store := &brokenRetain{StateStore: h.state}
+	h.stateStore = store
+	h.start("c1", writeTimeout(200*time.Millisecond))
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "acked, retention given up", func() bool {
+		return h.settled() && strings.Contains(h.logs.String(), "the state is leaked, not expired")
+	})
+	if store.calls.Load() == 0 {
+		t.Fatal("Retain was never called")
+	}
+	if st := h.hash(id); st["users/events.created"] != "ok" || st["__terminal"] != "" {
+		t.Errorf("leaked state = %v; want ok, not retained", st)
+	}
+	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
+		t.Errorf("leaked state TTL = %s; want none (PTTL -1)", ttl)
 	}
 }

@@ -258,14 +258,23 @@ func TestRetainMakesEveryTransitionInert(t *testing.T) {
 	if got, err := e.s.Claim(ctx, e.key, "new/handler", time.Minute, 5, Record{}); err != nil || got.Status != Terminal {
 		t.Errorf("claim of a new field = %v %v, want terminal", got.Status, err)
 	}
+	// A first delivery's claim records the message's other invocations: on
+	// a retained hash it records nothing.
+	rec := Record{Fields: []string{"other/handler"}, Complete: true}
+	if got, err := e.s.Claim(ctx, e.key, "late/handler", time.Minute, 5, rec); err != nil || got.Status != Terminal {
+		t.Errorf("recording claim = %v %v, want terminal", got.Status, err)
+	}
 	exLease := Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
 	_, retryErr := e.s.ScheduleRetry(ctx, c.Lease, time.Second)
+	_, pinErr := e.s.Pin(ctx, e.key, "__schedule", "late")
 	for name, err := range map[string]error{
 		"release":        e.s.Release(ctx, c.Lease),
 		"finish":         e.s.Finish(ctx, c.Lease),
+		"finish_settle":  e.s.FinishSettle(ctx, c.Lease, time.Minute),
 		"schedule_retry": retryErr,
 		"exhaust":        e.s.Exhaust(ctx, c.Lease),
 		"mark_dlq":       e.s.MarkDLQ(ctx, exLease),
+		"pin":            pinErr,
 	} {
 		if !errors.Is(err, ErrTerminal) {
 			t.Errorf("%s: %v, want ErrTerminal", name, err)
