@@ -92,7 +92,7 @@ func TestRetriesThenSucceeds(t *testing.T) {
 	}
 }
 
-func TestExhaustsAfterDefaultAttemptsAndDeadLettersWithCount(t *testing.T) {
+func TestExhaustsAfterItsAttemptsAndDeadLettersWithCount(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: relay.local/busybox:latest
 events:
