@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
@@ -56,11 +57,11 @@ func TestPrepareApps(t *testing.T) {
 		return s
 	}
 	r := &preparerRunner{}
-	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil)), preps: map[string]*preparation{}}
 	w.cfg.Runner = r
+	w.cfg.PrepareWait = time.Minute
 
-	start := set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", ""))
-	w.prepareApps(t.Context(), nil, start)
+	start, _ := w.prepareApps(t.Context(), nil, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
 	if !start.Get("a").Available() || start.Get("b").Available() || !start.Get("plain").Available() {
 		t.Fatalf("after start: a %v, b %v, plain %v; want b alone unavailable", start.Get("a").Errors, start.Get("b").Errors, start.Get("plain").Errors)
 	}
@@ -73,8 +74,7 @@ func TestPrepareApps(t *testing.T) {
 
 	// Reload: a's manifest breaks (same template), b unchanged.
 	r.prepared = nil
-	loaded := set(withDeps("a", "1", "broken==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", ""))
-	w.prepareApps(t.Context(), start, loaded)
+	loaded, _ := w.prepareApps(t.Context(), start, set(withDeps("a", "1", "broken==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
 	next, changes := nextGeneration(start, loaded)
 	if a := next.Get("a"); a != start.Get("a") || !a.Available() {
 		t.Errorf("a after a broken manifest = %+v, want the previous version serving", a)
@@ -92,8 +92,7 @@ func TestPrepareApps(t *testing.T) {
 	}
 
 	// Reload: b's manifest fixed.
-	fixed := set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "pkg==2\n"), withDeps("plain", "1", ""))
-	w.prepareApps(t.Context(), next, fixed)
+	fixed, _ := w.prepareApps(t.Context(), next, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "pkg==2\n"), withDeps("plain", "1", "")))
 	next2, _ := nextGeneration(next, fixed)
 	if !next2.Get("b").Available() {
 		t.Errorf("b after its manifest was fixed: %v", next2.Get("b").Errors)

@@ -68,24 +68,36 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 		return
 	}
 	prev := w.Apps()
-	w.prepareApps(ctx, prev, loaded)
+	loaded, waiting := w.prepareApps(ctx, prev, loaded)
 	if ctx.Err() != nil {
 		return // stopping: a preparation cut short is no version to serve
 	}
 	next, changes := nextGeneration(prev, loaded)
 	for _, c := range changes {
 		switch {
+		case waiting[c.app.Name] != nil:
+			// Reported below, whether or not it is a change.
 		case c.kept:
 			w.reportInvalid(ctx, c.app, true)
 		case c.what == "removed":
 			delete(w.invalid, c.app.Name)
+			delete(w.waiting, c.app.Name)
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app removed", slog.String("app", c.app.Name))
 		case !c.app.Available():
 			w.reportInvalid(ctx, c.app, false)
 		default:
 			delete(w.invalid, c.app.Name)
-			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+c.what, slog.String("app", c.app.Name),
+			what := c.what
+			if old := prev.Get(c.app.Name); old != nil && isBeingPrepared(old) {
+				what = "loaded" // its first version to serve, as at start
+			}
+			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+what, slog.String("app", c.app.Name),
 				slog.Int("rules", len(c.app.Rules)), slog.Int("schedules", len(c.app.Schedules)))
+		}
+	}
+	for _, a := range loaded.List() {
+		if v := waiting[a.Name]; v != nil {
+			w.reportPreparing(ctx, v, next.Get(a.Name).Available())
 		}
 	}
 	w.reportFixed(ctx, loaded, changes)
@@ -111,6 +123,23 @@ func (w *Worker) reportInvalid(ctx context.Context, a *app.App, kept bool) {
 	}
 	w.reloadErrors.WithLabelValues(a.Name).Inc()
 	w.logInvalid(ctx, a, kept)
+}
+
+// reportPreparing logs, once per version of app a, that a's preparation
+// goes on in the background: kept when its previous version keeps
+// serving. It is no error (not counted in relay_app_reload_errors_total):
+// the reload the preparation asks for when it ends logs the app loaded,
+// changed or not ready.
+func (w *Worker) reportPreparing(ctx context.Context, a *app.App, kept bool) {
+	if v := w.waiting[a.Name]; v != nil && sameApp(v, a) {
+		return
+	}
+	w.waiting[a.Name] = a
+	msg := "app being prepared; its messages wait"
+	if kept {
+		msg = "app being prepared; its previous version keeps serving"
+	}
+	w.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("app", a.Name), slog.Duration("waited", w.cfg.PrepareWait))
 }
 
 // logInvalid logs each error of invalid app a (invalidMsg).
@@ -160,9 +189,10 @@ type appChange struct {
 
 // nextGeneration returns the apps to serve after loading loaded, given the
 // ones served before (prev), and what changed. An app whose template
-// became invalid keeps its previous, valid version; an app that never had
-// a valid template is served unavailable, as at start. It returns prev
-// itself when nothing changed.
+// became invalid, or whose preparation failed or is still running, keeps
+// its previous, valid version; an app that never had a valid template is
+// served unavailable, as at start. It returns prev itself when nothing
+// changed.
 func nextGeneration(prev, loaded *app.Set) (*app.Set, []appChange) {
 	var changes []appChange
 	var apps []*app.App
@@ -170,7 +200,7 @@ func nextGeneration(prev, loaded *app.Set) (*app.Set, []appChange) {
 	for _, a := range loaded.List() {
 		old := prev.Get(a.Name)
 		switch {
-		case old != nil && sameApp(old, a) && old.Available() == a.Available():
+		case old != nil && sameApp(old, a) && old.Available() == a.Available() && isBeingPrepared(old) == isBeingPrepared(a):
 			apps = append(apps, old)
 		case old != nil && !a.Available() && old.Available():
 			apps = append(apps, old)

@@ -84,6 +84,13 @@ type WorkerConfig struct {
 	// AppSource reported no change (docs/apps.md#changing-apps). Default:
 	// DefaultReloadInterval.
 	ReloadInterval time.Duration
+	// PrepareWait is how long start and each reload wait for the
+	// preparations of a Runner that is a Preparer (dependency images,
+	// secrets) before going on without the ones still running: those go on
+	// in the background, their app unavailable or, on a reload, its
+	// previous version serving, and the Worker reloads when each ends
+	// (docs/apps.md#changing-apps). Default: DefaultPrepareWait.
+	PrepareWait time.Duration
 	// StreamRetention is how long an entry stays in each source stream once
 	// no consumer group needs it; entries still pending or not yet
 	// delivered to any group are never removed (docs/operations.md#retention).
@@ -139,9 +146,17 @@ type Worker struct {
 	// invalid holds, by app name, the invalid template last reported
 	// (newlyInvalid); used by Run before the reload loop starts, then by it.
 	invalid map[string]string
-	ran     atomic.Bool
-	mu      sync.Mutex
-	apps    *app.Set
+	// preps holds, by app name, the preparation of an app that is running
+	// or whose result no reload has used yet (prepareApps); waiting, the
+	// version of each app last logged as being prepared (reportPreparing).
+	// Both are used by Run before the reload loop starts, then by it.
+	preps   map[string]*preparation
+	waiting map[string]*app.App
+	// preparing owns the goroutines of the preparations.
+	preparing sync.WaitGroup
+	ran       atomic.Bool
+	mu        sync.Mutex
+	apps      *app.Set
 }
 
 // NewWorker validates cfg and builds the Worker's Engines, registering
@@ -164,6 +179,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	for name, d := range map[string]time.Duration{
 		"SweepInterval": cfg.SweepInterval, "ReloadInterval": cfg.ReloadInterval,
 		"RetentionInterval": cfg.RetentionInterval, "JanitorInterval": cfg.JanitorInterval,
+		"PrepareWait": cfg.PrepareWait,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.%s: must be >= 0, got %s", name, d))
@@ -186,7 +202,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		{&cfg.SweepInterval, DefaultSweepInterval}, {&cfg.ReloadInterval, DefaultReloadInterval},
 		{&cfg.RetentionInterval, DefaultRetentionInterval}, {&cfg.JanitorInterval, DefaultJanitorInterval},
 		{&cfg.StreamRetention, DefaultStreamRetention}, {&cfg.DLQRetention, DefaultDLQRetention},
-		{&cfg.ConsumerIdle, DefaultConsumerIdle},
+		{&cfg.ConsumerIdle, DefaultConsumerIdle}, {&cfg.PrepareWait, DefaultPrepareWait},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -203,7 +219,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		}
 		cfg.Limiter = l
 	}
-	w := &Worker{cfg: cfg, reloads: make(chan struct{}, 1), invalid: map[string]string{}}
+	w := &Worker{cfg: cfg, reloads: make(chan struct{}, 1), invalid: map[string]string{},
+		preps: map[string]*preparation{}, waiting: map[string]*app.App{}}
 	reg := cfg.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
@@ -266,7 +283,10 @@ func stateRetention(cfg Config) time.Duration {
 }
 
 // Run loads the apps and runs the Worker until ctx is cancelled, then stops
-// every part gracefully (Engine.Run) and returns nil. It returns an error
+// every part gracefully (Engine.Run) and returns nil. It waits at most
+// PrepareWait for the apps' preparations (Preparer) before it starts
+// consuming; an app whose preparation is still running then is unavailable
+// until it ends (docs/apps.md#changing-apps). It returns an error
 // when the worker cannot start: the apps cannot be loaded or there are none
 // (ErrNoApps), a stream violates the Redis Cluster key layout, a consumer
 // group cannot be created, or the Scheduler fails. When one part fails the
@@ -287,17 +307,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.checkMemoryPolicy(ctx)
-	w.prepareApps(ctx, nil, apps)
+
+	ctx, stop := context.WithCancel(ctx)
+	defer func() {
+		// A preparation still running ends with ctx.
+		stop()
+		w.preparing.Wait()
+	}()
+	apps, waiting := w.prepareApps(ctx, nil, apps)
 	if ctx.Err() != nil {
 		// Stopped while preparing: an app whose preparation was cut short
 		// is not ready, and nothing was started.
 		return nil
 	}
-	w.logApps(ctx, apps)
+	w.logApps(ctx, apps, waiting)
 	w.setApps(apps)
 
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
 	var mu sync.Mutex
 	var errs []error
 	fail := func(err error) {
@@ -330,9 +355,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// logApps logs what each app is, at start.
-func (w *Worker) logApps(ctx context.Context, apps *app.Set) {
+// logApps logs what each app is, at start; waiting holds the apps whose
+// preparation is still running, by name.
+func (w *Worker) logApps(ctx context.Context, apps *app.Set, waiting map[string]*app.App) {
 	for _, a := range apps.List() {
+		if v := waiting[a.Name]; v != nil {
+			w.reportPreparing(ctx, v, false)
+			continue
+		}
 		if !a.Available() {
 			w.newlyInvalid(a)
 			w.logInvalid(ctx, a, false)

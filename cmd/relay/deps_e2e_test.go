@@ -130,11 +130,16 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 		env = append(env, "RELAY_BUILD_CA_FILE="+ca)
 	}
 	out1, stop1 := startWorker(t, bin, env)
-	for _, want := range []string{"dependency image built", "app=pydeps", "app=nodedeps", "app unavailable: not ready", "nosuchpackage"} {
-		if !strings.Contains(out1.String(), want) {
-			t.Errorf("first start's log lacks %q", want)
+	// The worker starts consuming after at most 10s of preparations; the
+	// builds still running go on in the background.
+	testutil.WaitFor(t, 5*time.Minute, "the builds to end", func() bool {
+		for _, want := range []string{"dependency image built", "app=pydeps", "app=nodedeps", "app unavailable: not ready", "nosuchpackage"} {
+			if !strings.Contains(out1.String(), want) {
+				return false
+			}
 		}
-	}
+		return true
+	})
 
 	src := stream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
@@ -172,6 +177,11 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 	stop1()
 
 	out2, stop2 := startWorker(t, bin, env)
+	testutil.WaitFor(t, 2*time.Minute, "the preparations to end", func() bool {
+		s := out2.String()
+		return strings.Contains(s, "app unavailable: not ready") &&
+			strings.Count(s, `msg="dependency image cached; not rebuilding"`) >= 2
+	})
 	stop2()
 	// The broken app builds again (a new process tries a failed manifest
 	// once more); the others are cache hits.
