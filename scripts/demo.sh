@@ -61,19 +61,29 @@ echo "demo: relay validate"
 "$relay" validate --secrets-dir "$RELAY_SECRETS_DIR"
 
 # start_worker LOG: runs relay start in the background, logging to LOG,
-# and waits until it serves. The first start builds the inventory app's
-# dependency image (npm ci) before it serves; later starts reuse it.
+# and waits until it serves every app. The first start builds the
+# inventory app's dependency image (npm ci): the worker serves the other
+# apps meanwhile and the inventory app once it is built (logged as "app
+# being prepared", then "app loaded"); later starts reuse the image.
 start_worker() {
 	"$relay" start >"$1" 2>&1 &
 	worker_pid=$!
 	for _ in $(seq 1 3000); do
-		grep -q "worker started" "$1" && return 0
+		grep -q "worker started" "$1" && all_prepared "$1" && return 0
 		kill -0 "$worker_pid" 2>/dev/null || { cat "$1"; echo "demo: worker exited" >&2; exit 1; }
 		sleep 0.1
 	done
 	cat "$1"
-	echo "demo: worker did not start within 5 minutes" >&2
+	echo "demo: worker did not serve every app within 5 minutes" >&2
 	exit 1
+}
+# all_prepared LOG: whether every app LOG shows as being prepared has
+# since been loaded, or found not ready.
+all_prepared() {
+	local app
+	for app in $(sed -nE 's/.*msg="app being prepared[^"]*" app=([^ ]+).*/\1/p' "$1" | sort -u); do
+		grep -qE "msg=\"(app loaded|app unavailable: not ready)\" app=$app( |\$)" "$1" || return 1
+	done
 }
 stop_worker() {
 	kill -TERM "$worker_pid"
