@@ -108,11 +108,14 @@ func (c endsWith) AfterFunc(f func()) (stop func() bool) { return context.AfterF
 func retryWrite(octx context.Context, op func(context.Context) error) error {
 	for tries := 1; ; tries++ {
 		err := op(octx)
-		if err != nil && tries > 1 && (errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal)) {
-			return retriedWrite{err}
-		}
-		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
+		if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
+			if tries > 1 {
+				return retriedWrite{err}
+			}
 			return err
+		}
+		if err == nil {
+			return nil
 		}
 		if !ctxtime.Sleep(octx, retryDelay(tries)) {
 			return err

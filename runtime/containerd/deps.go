@@ -241,17 +241,10 @@ func (r *Runner) closeDeps(ctx context.Context) error {
 	b.mu.Lock() // no build starts after this (ensureDeps)
 	b.close()
 	b.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		b.builds.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	if !waitUntil(ctx, b.builds.Wait) {
 		return fmt.Errorf("dependency builds still stopping: %w", ctx.Err())
 	}
+	return nil
 }
 
 // errDepsInfra marks a build failure that is not the manifest's: it is not

@@ -389,15 +389,7 @@ func (r *Runner) closeOneShots(ctx context.Context) {
 	}
 	clear(o.apps)
 	o.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		o.bg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	waitUntil(ctx, o.bg.Wait)
 }
 
 // newTask creates cont's task. For a prepared container, whose snapshot

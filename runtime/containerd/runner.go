@@ -606,6 +606,22 @@ func execError(err error) *runtime.ExitError {
 // reach its destination before the task is deleted.
 const outputDrainTimeout = 10 * time.Second
 
+// waitUntil calls wait (a WaitGroup's Wait) and reports whether it
+// returned before ctx ended; when ctx ends first, wait goes on alone.
+func waitUntil(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // drainOutput waits until task's output copy has finished, or d passed,
 // and reports whether it finished.
 func drainOutput(task client.Task, d time.Duration) bool {
@@ -613,17 +629,7 @@ func drainOutput(task client.Task, d time.Duration) bool {
 	if io == nil {
 		return true
 	}
-	done := make(chan struct{})
-	go func() {
-		io.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return waitUntil(ctx, io.Wait)
 }

@@ -190,7 +190,7 @@ func (r *Runner) sweepShims(ctx context.Context) error {
 	since := make(map[int]time.Time)
 	var errs []error
 	for _, sh := range shimproc.List() {
-		if sh.Namespace != r.namespace || sh.Address != r.address || sh.ID == "" || r.isLive(sh.ID) {
+		if !r.startedShim(sh) || sh.ID == "" || r.isLive(sh.ID) {
 			continue
 		}
 		if _, err := r.client.LoadContainer(ctx, sh.ID); !errdefs.IsNotFound(err) {
@@ -221,11 +221,17 @@ func (r *Runner) sweepShims(ctx context.Context) error {
 // requests yet.
 func (r *Runner) shimPID(id string) int {
 	for _, sh := range shimproc.List() {
-		if sh.ID == id && sh.Namespace == r.namespace && sh.Address == r.address {
+		if sh.ID == id && r.startedShim(sh) {
 			return sh.PID
 		}
 	}
 	return 0
+}
+
+// startedShim reports whether sh serves this Runner's namespace for its
+// containerd: a shim this Runner's sweeps may end.
+func (r *Runner) startedShim(sh shimproc.Shim) bool {
+	return sh.Namespace == r.namespace && sh.Address == r.address
 }
 
 // dialShim connects to the shim of container id; it returns nil and no
@@ -340,13 +346,5 @@ func deleteShimTask(ctx context.Context, shim taskapi.TTRPCTaskService, id strin
 
 // waitShimWork waits for the background stops of busy shims, or for ctx.
 func (r *Runner) waitShimWork(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		r.shimWork.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	waitUntil(ctx, r.shimWork.Wait)
 }
