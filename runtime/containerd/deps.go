@@ -307,15 +307,19 @@ const depsLockPoll = time.Second
 // containerd namespace: a lease with the id relay-deps-<key>, which only
 // one can create. The returned context carries the lease, which keeps what
 // the build writes from garbage collection until the image refers to it.
-// A lease left by a process that died expires after the build timeout;
-// found expired, it is deleted and taken.
+// A lease whose holder is gone (staleDepsLease) is deleted and taken: at
+// once when its worker restarted under the same host id, after the orphan
+// timeout when it was replaced under another, and at the latest when the
+// lease expires, the build timeout after it was taken.
 func (r *Runner) lockDeps(ctx context.Context, key string) (context.Context, func(), error) {
+	// The holder's presence is what tells others it lives (staleDepsLease).
+	r.announce(ctx)
 	ls := r.client.LeasesService()
 	id := "relay-deps-" + key
 	ttl := r.deps.timeout + 2*time.Minute
 	for {
 		l, err := ls.Create(ctx, leases.WithID(id), leases.WithExpiration(ttl),
-			leases.WithLabel(LabelOwner, r.presence.owner))
+			leases.WithLabels(map[string]string{LabelOwner: r.presence.owner, LabelHost: r.hostID}))
 		if err == nil {
 			release := func() {
 				dctx, cancel := r.detached(ctx)
@@ -335,8 +339,12 @@ func (r *Runner) lockDeps(ctx context.Context, key string) (context.Context, fun
 			return nil, nil, err
 		}
 		for _, h := range held {
-			if exp, perr := time.Parse(time.RFC3339, h.Labels["containerd.io/gc.expire"]); perr == nil && time.Now().After(exp) {
-				ls.Delete(ctx, h)
+			if why := r.staleDepsLease(ctx, h); why != "" {
+				r.logger.LogAttrs(ctx, slog.LevelWarn, "taking over the dependency build of a worker gone mid-build",
+					slog.String("lease", id), slog.String("host_id", h.Labels[LabelHost]), slog.String("why", why))
+				if err := ls.Delete(ctx, h); err != nil && !errdefs.IsNotFound(err) {
+					return nil, nil, err
+				}
 			}
 		}
 		select {
@@ -349,6 +357,43 @@ func (r *Runner) lockDeps(ctx context.Context, key string) (context.Context, fun
 			return ctx, func() {}, nil
 		}
 	}
+}
+
+// staleDepsLease says why the build lease l has no live holder, or returns
+// "" while it may have one. A holder announced its presence before taking
+// l (lockDeps), so its host's presence label names it while it lives:
+// another owner there is a later process of that host id (the holder is
+// gone unless it still runs on this machine, a twin), and a label older
+// than the orphan timeout a host gone, judged as Sweep judges it, only once
+// this Runner's own presence is current. A lease of an older Relay, without
+// a host, is stale only once expired.
+func (r *Runner) staleDepsLease(ctx context.Context, l leases.Lease) string {
+	if exp, err := time.Parse(time.RFC3339, l.Labels["containerd.io/gc.expire"]); err == nil && time.Now().After(exp) {
+		return "expired"
+	}
+	owner, host := l.Labels[LabelOwner], l.Labels[LabelHost]
+	if host == "" || owner == r.presence.owner {
+		return ""
+	}
+	if _, ok := liveRunners.Load(owner); ok {
+		return ""
+	}
+	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	if err != nil {
+		return ""
+	}
+	v, ok := labels[LabelPresencePrefix+host]
+	at, parsed := parsePresence(v)
+	if _, current, _ := strings.Cut(v, " "); !ok || !parsed || current != owner {
+		if r.ownedByAnotherLiveRunner(ctx, owner) {
+			return ""
+		}
+		return "its host id is now another process's"
+	}
+	if r.healthyFor(r.orphanTimeout/2) && time.Since(at) >= r.orphanTimeout {
+		return "its worker's presence is older than the orphan timeout"
+	}
+	return ""
 }
 
 // depsEnv puts the dependencies on the runtime's import path, after any

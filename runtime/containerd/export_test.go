@@ -34,3 +34,10 @@ func PreparedReady(r *Runner, app string) int {
 	}
 	return 0
 }
+
+// LockDeps exposes lockDeps: it takes the build lock of key and returns
+// its release.
+func LockDeps(ctx context.Context, r *Runner, key string) (func(), error) {
+	_, unlock, err := r.lockDeps(ctx, key)
+	return unlock, err
+}
