@@ -88,8 +88,13 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 		default:
 			delete(w.invalid, c.app.Name)
 			what := c.what
-			if old := prev.Get(c.app.Name); old != nil && isBeingPrepared(old) {
+			switch old := prev.Get(c.app.Name); {
+			case old != nil && isBeingPrepared(old):
 				what = "loaded" // its first version to serve, as at start
+			case old != nil && sameApp(old, c.app):
+				// Not ready before (a missing secret, a failed build
+				// retried), this template's version now serves.
+				what = "ready"
 			}
 			w.log.LogAttrs(ctx, slog.LevelInfo, "app "+what, slog.String("app", c.app.Name),
 				slog.Int("rules", len(c.app.Rules)), slog.Int("schedules", len(c.app.Schedules)))
