@@ -172,24 +172,21 @@ func jsonErrorPos(data []byte, err error) (line, col int) {
 	return line, col
 }
 
-// CheckSecrets adds an error to every app of set that names a secret
-// missing from dir, the secrets directory (relay validate --secrets-dir;
-// docs/apps.md "Secrets").
-func CheckSecrets(set *app.Set, dir string) {
-	for _, a := range set.List() {
-		for _, name := range a.Spec.Secrets {
-			fi, err := os.Stat(filepath.Join(dir, name))
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: no file %s in the secrets directory %s", name, name, dir))
-			case err != nil:
-				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q in the secrets directory %s: %v", name, dir, err))
-			case fi.IsDir():
-				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: %s in the secrets directory %s is a directory, not a file", name, name, dir))
-			case !fi.Mode().IsRegular():
-				// The worker reads only regular files (docs/apps.md#secrets).
-				a.Errors.Add(a.File, 0, 0, "secrets", fmt.Sprintf("secret %q: %s in the secrets directory %s is not a regular file (%s)", name, name, dir, fi.Mode().Type()))
-			}
-		}
+// secretFileProblem says what is wrong with secret name as a file of dir,
+// the secrets directory, or returns "" when it is a regular file there
+// (docs/apps.md "Secrets").
+func secretFileProblem(dir, name string) string {
+	fi, err := os.Stat(filepath.Join(dir, name))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Sprintf("secret %q: no file %s in the secrets directory %s", name, name, dir)
+	case err != nil:
+		return fmt.Sprintf("secret %q in the secrets directory %s: %v", name, dir, err)
+	case fi.IsDir():
+		return fmt.Sprintf("secret %q: %s in the secrets directory %s is a directory, not a file", name, name, dir)
+	case !fi.Mode().IsRegular():
+		// The worker reads only regular files (docs/apps.md#secrets).
+		return fmt.Sprintf("secret %q: %s in the secrets directory %s is not a regular file (%s)", name, name, dir, fi.Mode().Type())
 	}
+	return ""
 }

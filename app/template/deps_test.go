@@ -111,14 +111,14 @@ func TestLoadSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Dir(loadWith(t, "s", "image: x\nsecrets: [db-password, api-key, linked, pipe]\n"+rule, map[string]string{}).Spec.Dir)
-	set, err := template.LoadDir(root)
+	set, err := template.LoadDir(root, template.WithSecretsDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	template.CheckSecrets(set, dir)
+	// Each at the position of its name in the template, line 2.
 	errs := set.Errors()
-	if len(errs) != 2 || !strings.Contains(errs[0].Error(), `secret "api-key": no file api-key in the secrets directory`) ||
-		!strings.Contains(errs[1].Error(), `secret "pipe": pipe in the secrets directory `+dir+` is not a regular file`) {
-		t.Errorf("CheckSecrets: %v", errs)
+	if len(errs) != 2 || !strings.HasPrefix(errs[0].Error(), `s/template.yaml:2:24: secrets[1]: secret "api-key": no file api-key in the secrets directory`) ||
+		!strings.HasPrefix(errs[1].Error(), `s/template.yaml:2:41: secrets[3]: secret "pipe": pipe in the secrets directory `+dir+` is not a regular file`) {
+		t.Errorf("WithSecretsDir: %v", errs)
 	}
 }

@@ -26,7 +26,7 @@ const maxTemplateBytes = 1 << 20
 // template is ignored. An invalid template does not fail the load: the app
 // is returned unavailable with its errors, so the others keep running. The
 // error is non-nil only when root itself cannot be read.
-func LoadDir(root string) (*app.Set, error) {
+func LoadDir(root string, opts ...Option) (*app.Set, error) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return nil, fmt.Errorf("read apps root: %w", err)
@@ -41,16 +41,35 @@ func LoadDir(root string) (*app.Set, error) {
 				continue
 			}
 		}
-		if a, ok := LoadApp(dir); ok {
+		if a, ok := LoadApp(dir, opts...); ok {
 			apps = append(apps, a)
 		}
 	}
 	return app.Loaded(apps)
 }
 
+// Option changes what LoadDir and LoadApp check.
+type Option func(*options)
+
+type options struct {
+	secretsDir string
+}
+
+// WithSecretsDir also checks that every secret an app names is a regular
+// file (or a link to one) in dir, the worker's secrets directory, as
+// `relay validate --secrets-dir` does (docs/apps.md "Secrets"). A secret
+// that is not is an error at the position where the template names it.
+// Without it secrets are checked only by name: the worker checks the
+// files when it prepares the app.
+func WithSecretsDir(dir string) Option { return func(o *options) { o.secretsDir = dir } }
+
 // LoadApp loads the app in dir; ok is false when dir has no template.yaml.
 // Template errors are reported in app.Errors, never as a failure to load.
-func LoadApp(dir string) (a *app.App, ok bool) {
+func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	name := filepath.Base(dir)
 	file := name + "/" + app.TemplateFile
 	// Incomplete until the template has been parsed and every rule read.
@@ -114,7 +133,7 @@ func LoadApp(dir string) (a *app.App, ok bool) {
 		a.Errors.Add(file, line, col, "", msg)
 		return a, true
 	}
-	parseTemplate(a, src)
+	parseTemplate(a, src, o)
 	loadDeps(a, dir)
 	a.Errors.Sort()
 	return a, true

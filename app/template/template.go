@@ -26,6 +26,7 @@ import (
 // file:line:col and reject unknown keys.
 type tpl struct {
 	file string
+	opts options
 	errs *matcher.ErrorList
 	// declared counts event rules and schedules written, valid or not.
 	declared int
@@ -249,8 +250,8 @@ func notRefChar(r rune) bool {
 }
 
 // parseTemplate fills app from template source, adding every error found.
-func parseTemplate(a *app.App, src []byte) {
-	t := &tpl{file: a.File, errs: &a.Errors}
+func parseTemplate(a *app.App, src []byte, opts options) {
+	t := &tpl{file: a.File, opts: opts, errs: &a.Errors}
 	a.Concurrency = app.DefaultConcurrency
 	a.Spec.MemoryBytes = app.DefaultMemoryBytes
 	a.Spec.CPUs = app.DefaultCPUs
@@ -386,6 +387,11 @@ func (t *tpl) secrets(a *app.App, n ast.Node) {
 			continue
 		}
 		seen[s] = true
+		if t.opts.secretsDir != "" {
+			if msg := secretFileProblem(t.opts.secretsDir, s); msg != "" {
+				t.errorf(v, p, "%s", msg)
+			}
+		}
 		a.Spec.Secrets = append(a.Spec.Secrets, s)
 	}
 }

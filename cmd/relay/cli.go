@@ -193,8 +193,8 @@ func (g *Globals) requireRedis(needGroup bool) error {
 }
 
 // loadApps loads the apps root, pointing at the setting when it is missing.
-func (g *Globals) loadApps() (*app.Set, error) {
-	apps, err := template.LoadDir(g.Apps)
+func (g *Globals) loadApps(opts ...template.Option) (*app.Set, error) {
+	apps, err := template.LoadDir(g.Apps, opts...)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
 	}

@@ -16,18 +16,19 @@ type ValidateCmd struct {
 // Run loads the apps root and prints every error as
 // app/template.yaml:line:col: message.
 func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
-	apps, err := g.loadApps()
+	var opts []template.Option
+	if c.SecretsDir != "" {
+		if fi, err := os.Stat(c.SecretsDir); err != nil || !fi.IsDir() {
+			return usagef("--secrets-dir %s is not a directory", c.SecretsDir)
+		}
+		opts = append(opts, template.WithSecretsDir(c.SecretsDir))
+	}
+	apps, err := g.loadApps(opts...)
 	if err != nil {
 		return err
 	}
 	if len(apps.List()) == 0 {
 		return errNoApps(g.Apps)
-	}
-	if c.SecretsDir != "" {
-		if fi, err := os.Stat(c.SecretsDir); err != nil || !fi.IsDir() {
-			return usagef("--secrets-dir %s is not a directory", c.SecretsDir)
-		}
-		template.CheckSecrets(apps, c.SecretsDir)
 	}
 	errs := apps.Errors()
 	for _, e := range errs {

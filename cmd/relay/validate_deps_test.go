@@ -43,7 +43,7 @@ func TestValidateManifestsAndSecrets(t *testing.T) {
 	}
 	out.Reset()
 	code = run(context.Background(), []string{"validate", "--apps", root, "--secrets-dir", secrets}, &out, &errb)
-	want := "js/template.yaml: secrets: secret \"api-key\": no file api-key in the secrets directory " + secrets + "\n"
+	want := "js/template.yaml:2:11: secrets[0]: secret \"api-key\": no file api-key in the secrets directory " + secrets + "\n"
 	if code != exitFailure || out.String() != want {
 		t.Errorf("--secrets-dir: code %d, output:\n%s\nwant:\n%s", code, out.String(), want)
 	}
