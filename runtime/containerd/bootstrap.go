@@ -60,6 +60,7 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 		// Cheap check per Run: a copy removed behind our back (a cleaned
 		// temp dir) would otherwise fail every container's mount.
 		if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(b.Source)) {
+			touchCopy(path, fi) // in use: no sweep takes it for an old version's
 			return path, nil
 		}
 		delete(f.verified, path)
@@ -73,6 +74,18 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 	}
 	f.verified[path] = true
 	return path, nil
+}
+
+// removePrivate removes the temporary directory of a Runner without a
+// state directory (Close): no other process uses it. A Run after Close
+// fails before it mounts anything.
+func (f *bootstrapFiles) removePrivate() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stateDir == "" && f.dir != "" {
+		os.RemoveAll(f.dir)
+		f.dir, f.verified = "", map[string]bool{}
+	}
 }
 
 // writeFileAtomic writes data to path with mode through a temporary file

@@ -41,3 +41,7 @@ func LockDeps(ctx context.Context, r *Runner, key string) (func(), error) {
 	_, unlock, err := r.lockDeps(ctx, key)
 	return unlock, err
 }
+
+// CopyRetention is how long an unused copy of the exec helper or of a
+// bootstrap stays.
+const CopyRetention = copyRetention

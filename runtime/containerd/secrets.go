@@ -248,6 +248,20 @@ func (r *Runner) sweepSecrets(ctx context.Context) error {
 // mountedSecrets returns the staging directories (roots) that containers of
 // the namespace mount at runtime.SecretsMountDir, whatever worker made them.
 func (r *Runner) mountedSecrets(ctx context.Context) (map[string]bool, error) {
+	return r.mounted(ctx, func(m specs.Mount) (string, bool) {
+		return filepath.Dir(m.Source), m.Destination == runtime.SecretsMountDir
+	})
+}
+
+// mountSources returns the host paths that containers of the namespace
+// bind-mount, whatever worker made them.
+func (r *Runner) mountSources(ctx context.Context) (map[string]bool, error) {
+	return r.mounted(ctx, func(m specs.Mount) (string, bool) { return m.Source, true })
+}
+
+// mounted returns the keys that pick gives for the mounts of every
+// container of the namespace, where it reports one.
+func (r *Runner) mounted(ctx context.Context, pick func(specs.Mount) (string, bool)) (map[string]bool, error) {
 	conts, err := r.client.Containers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", classify(err))
@@ -260,12 +274,12 @@ func (r *Runner) mountedSecrets(ctx context.Context) (map[string]bool, error) {
 		}
 		var spec specs.Spec
 		if err := typeurl.UnmarshalTo(info.Spec, &spec); err != nil {
-			// Unreadable: keep every copy rather than remove a mounted one.
+			// Unreadable: keep every file rather than remove a mounted one.
 			return nil, fmt.Errorf("read the spec of container %s: %w", c.ID(), err)
 		}
 		for _, m := range spec.Mounts {
-			if m.Destination == runtime.SecretsMountDir {
-				mounted[filepath.Dir(m.Source)] = true
+			if k, ok := pick(m); ok {
+				mounted[k] = true
 			}
 		}
 	}

@@ -38,7 +38,9 @@ func (r *Runner) Ping(ctx context.Context) error {
 // label (LabelPresencePrefix) is older than the orphan timeout: a crashed
 // worker that was replaced under another id, the shims of the namespace
 // whose container is gone, and the secrets staged under TMPDIR for
-// containers that are gone (docs/apps.md "Secrets"). And it
+// containers that are gone (docs/apps.md "Secrets"), and the copies of the
+// exec helper and bootstraps that earlier Relay versions left in the state
+// directory. And it
 // records which dependency images this Runner's apps use and removes those
 // no Runner used for the WithDepsRetention period (docs/runtimes.md
 // "Dependencies").
@@ -56,6 +58,9 @@ func (r *Runner) Sweep(ctx context.Context) error {
 	}
 	if serr := r.sweepSecrets(ctx); serr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: sweep staged secrets: %w", serr))
+	}
+	if cerr := r.sweepCopies(ctx); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("containerd: sweep copies of earlier versions: %w", cerr))
 	}
 	if derr := r.maintainDeps(ctx); derr != nil {
 		err = errors.Join(err, fmt.Errorf("containerd: dependency images: %w", derr))

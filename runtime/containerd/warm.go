@@ -573,6 +573,7 @@ func (r *Runner) Close(ctx context.Context) error {
 	r.closeOneShots(ctx)
 	r.waitShimWork(ctx)
 	r.fifos.closeAll()
+	r.bootstraps.removePrivate()
 	if werr := r.withdraw(ctx); werr != nil && err == nil {
 		err = fmt.Errorf("containerd: remove presence label: %w", werr)
 	}
