@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -175,7 +175,7 @@ func (e *Engine) claimToRun(ctx context.Context, d *delivery, c call, o Outcome)
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.
-		reason := fmt.Sprintf("exhausted after %s (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", attempts(cl.Lease.Attempt))
+		reason := fmt.Sprintf("exhausted after %s (the last attempt's outcome was not recorded: its worker stopped, Redis was unreachable when it finished, or its DLQ write failed)", plural.Of(cl.Lease.Attempt, "attempt"))
 		o = e.deadLetter(ctx, d, cl.Lease, e.entry(d, c.app, c.handler, cl.Lease.Attempt, reason, e.prevTrace(cl, d)), o)
 	default:
 		o.Kind, o.Op, o.Err = WriteFailed, "claim", fmt.Errorf("unknown claim status %d", int(cl.Status))
@@ -393,7 +393,7 @@ func (e *Engine) orphan(ctx context.Context, d *delivery, field string) Outcome 
 	o.Attempt = cl.Lease.Attempt
 	switch cl.Status {
 	case invocation.Exhausted:
-		reason := fmt.Sprintf("app %q no longer declares handler %q (the invocation was unfinished after %s)", name, handler, attempts(cl.Lease.Attempt))
+		reason := fmt.Sprintf("app %q no longer declares handler %q (the invocation was unfinished after %s)", name, handler, plural.Of(cl.Lease.Attempt, "attempt"))
 		return e.deadLetter(ctx, d, cl.Lease, e.entry(d, name, handler, cl.Lease.Attempt, reason, e.prevTrace(cl, d)), o)
 	case invocation.Claimed:
 		// With one attempt allowed, only an invocation that never ran is
@@ -410,12 +410,4 @@ func (e *Engine) orphan(ctx context.Context, d *delivery, field string) Outcome 
 		o.Kind = Done
 	}
 	return o
-}
-
-// attempts returns "1 attempt" or "n attempts", for reasons.
-func attempts(n int) string {
-	if n == 1 {
-		return "1 attempt"
-	}
-	return strconv.Itoa(n) + " attempts"
 }

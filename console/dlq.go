@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -244,7 +245,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		}
 		if stop != "" {
 			if rest := len(ids) - i - 1; rest > 0 {
-				v.Stopped = fmt.Sprintf("%s, so the other %s were not tried", stop, plural(rest, "entry"))
+				v.Stopped = fmt.Sprintf("%s, so the other %s were not tried", stop, plural.Of(rest, "entry"))
 			}
 			break
 		}

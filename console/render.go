@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/relaydev/relay/internal/plural"
 )
 
 // page is what the layout template gets: the page's own data is Data.
@@ -41,7 +43,7 @@ var funcs = template.FuncMap{
 	"q":         query,
 	"num":       func(n int64) string { return thousands(n) },
 	"inc":       func(i int) int { return i + 1 },
-	"plural":    plural,
+	"plural":    plural.Of,
 	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"streamURL": streamURL,
 	"since":     ago,
@@ -196,16 +198,6 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return s
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	if strings.HasSuffix(word, "y") {
-		return strconv.Itoa(n) + " " + word[:len(word)-1] + "ies"
-	}
-	return strconv.Itoa(n) + " " + word + "s"
 }
 
 // thousands writes n with thin separators: 1 000 000.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/plural"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/matcher"
@@ -105,7 +106,7 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	if unavailable > 0 {
-		fmt.Fprintf(g.stderr, "relay: %s unavailable; relay validate shows why\n", plural(unavailable, "app"))
+		fmt.Fprintf(g.stderr, "relay: %s unavailable; relay validate shows why\n", plural.Of(unavailable, "app"))
 	}
 	return nil
 }
@@ -246,7 +247,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	status := appStatus(a)
 	if !a.Available() {
-		status += " (" + plural(len(a.Errors), "template error") + ")"
+		status += " (" + plural.Of(len(a.Errors), "template error") + ")"
 	}
 	w := g.stdout
 	err = table(w, []string{"App:", a.Name}, [][]string{
@@ -392,7 +393,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
 	case errors.Is(err, relay.ErrAppUnavailable):
 		return fmt.Errorf("app %s is unavailable: its template has %s (relay validate shows them); nothing ran",
-			a.Name, plural(len(a.Errors), "error"))
+			a.Name, plural.Of(len(a.Errors), "error"))
 	}
 	failed := 0
 	for _, res := range results {
@@ -422,7 +423,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return err // interrupted
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %s failed", failed, plural(len(results), "handler"))
+		return fmt.Errorf("%d of %s failed", failed, plural.Of(len(results), "handler"))
 	}
 	return nil
 }

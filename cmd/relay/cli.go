@@ -221,14 +221,6 @@ func errNoApps(root string) error {
 	return fmt.Errorf("no apps in %s (no directory there holds a %s); is RELAY_APPS (--apps) right?", root, app.TemplateFile)
 }
 
-// plural returns "1 app" or "2 apps".
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
 func hostname() string {
 	h, err := os.Hostname()
 	if err != nil || h == "" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/matcher"
 )
 
@@ -83,7 +84,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 		available[a.Name] = a.Available()
 		if !a.Available() {
 			fmt.Fprintf(g.stderr, "relay: warning: app %q is unavailable (%s; see relay validate): its handlers do not run, and only its rules without errors are matched\n",
-				a.Name, plural(len(a.Errors), "template error"))
+				a.Name, plural.Of(len(a.Errors), "template error"))
 		}
 	}
 	set := matcher.NewSet(apps.Rules())
@@ -153,7 +154,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	if c.Explain {
-		fmt.Fprintf(w, "%s, in dispatch order:\n", plural(len(matches), "matching handler"))
+		fmt.Fprintf(w, "%s, in dispatch order:\n", plural.Of(len(matches), "matching handler"))
 	}
 	for _, t := range matches {
 		fmt.Fprintln(w, name(t))

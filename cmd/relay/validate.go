@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/internal/plural"
 )
 
 // ValidateCmd is `relay validate`.
@@ -35,9 +36,9 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 		fmt.Fprintln(g.stdout, e.Error())
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%s", plural(len(errs), "template error"))
+		return fmt.Errorf("%s", plural.Of(len(errs), "template error"))
 	}
-	fmt.Fprintf(g.stdout, "%s OK\n", plural(len(apps.List()), "app"))
+	fmt.Fprintf(g.stdout, "%s OK\n", plural.Of(len(apps.List()), "app"))
 	return nil
 }
 
