@@ -118,6 +118,52 @@ func readManifest(a *app.App, dir, name string) (data []byte, ok bool) {
 // environment marker or a direct reference (@ URL).
 var requirementRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?\s*(\[[A-Za-z0-9._,\s-]*\])?\s*(([=!<>~]=?=?|@|;).*)?$`)
 
+// pipLongOptions are the long options pip accepts in a requirements file
+// (pip's requirements file format: its global options, and the
+// per-requirement --hash and --config-settings), and pipShortOptions the
+// short ones.
+var (
+	pipLongOptions = []string{
+		"index-url", "pypi-url", "extra-index-url", "no-index", "constraint", "requirement", "editable",
+		"find-links", "no-binary", "only-binary", "prefer-binary", "require-hashes", "no-require-hashes",
+		"pre", "all-releases", "only-final", "trusted-host", "use-feature", "hash", "config-settings",
+	}
+	pipShortOptions = "icrefC"
+)
+
+// unknownPipOption checks the option that starts line, a requirements file
+// line starting with '-', and says what is wrong with its name, or returns
+// "" when pip knows it. Like pip, it takes an unambiguous prefix of a long
+// option for the option.
+func unknownPipOption(line string) string {
+	tok, _, _ := strings.Cut(line, " ")
+	tok, _, _ = strings.Cut(tok, "\t")
+	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r FILE and -c FILE"
+	if name, ok := strings.CutPrefix(tok, "--"); ok {
+		name, _, _ = strings.Cut(name, "=")
+		var matches []string
+		for _, o := range pipLongOptions {
+			if o == name {
+				return ""
+			}
+			if name != "" && strings.HasPrefix(o, name) {
+				matches = append(matches, "--"+o)
+			}
+		}
+		switch len(matches) {
+		case 1:
+			return ""
+		case 0:
+			return fmt.Sprintf("unknown pip option %q%s", "--"+name, hint)
+		}
+		return fmt.Sprintf("pip option %q is ambiguous: %s", "--"+name, strings.Join(matches, ", "))
+	}
+	if len(tok) < 2 || !strings.ContainsRune(pipShortOptions, rune(tok[1])) {
+		return fmt.Sprintf("unknown pip option %q%s", tok[:min(len(tok), 2)], hint)
+	}
+	return ""
+}
+
 // checkRequirements checks every line of a requirements.txt: blank,
 // comment, pip option (starting with '-') or requirement. It adds one
 // error per bad line and reports whether there was none.
@@ -147,7 +193,12 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 			ok = false
 		case strings.HasPrefix(trimmed, "-"):
 			// A pip option (--find-links wheels, --no-index, -r other.txt):
-			// pip checks it at build time, where its error is the reason.
+			// pip checks its value at build time; a name pip would refuse
+			// is caught here, before any build.
+			if msg := unknownPipOption(trimmed); msg != "" {
+				a.Errors.Add(file, lineNo, col, "", msg)
+				ok = false
+			}
 		case strings.HasPrefix(trimmed, "./") || strings.HasPrefix(trimmed, "/") || strings.Contains(trimmed, "://"):
 			// A path or URL of a distribution.
 		case !requirementRE.MatchString(trimmed):

@@ -37,7 +37,8 @@ func loadWith(t *testing.T, name, tpl string, files map[string]string) *app.App 
 
 func TestLoadDeps(t *testing.T) {
 	py := loadWith(t, "py", "runtime: python3\n"+rule, map[string]string{
-		"requirements.txt": "# comment\n--find-links wheels\nrequests==2.32.3  # pinned\nidna[all]>=3.7 ; python_version >= \"3.8\"\n",
+		"requirements.txt": "# comment\n--find-links wheels\n-i https://pypi.example/simple\n--extra-index=https://b.example/simple\n--no-index\t# offline\n-fwheels\n" +
+			"requests==2.32.3  # pinned\nidna[all]>=3.7 ; python_version >= \"3.8\"\nsix==1.16.0 \\\n    --hash=sha256:00\n",
 	})
 	if !py.Available() || py.Spec.Deps == nil || py.Spec.Deps.Manifest != runtime.PythonManifest || py.Spec.Deps.Digest() == "" {
 		t.Errorf("python3: errors %v, deps %+v", py.Errors, py.Spec.Deps)
@@ -66,6 +67,12 @@ func TestLoadDeps(t *testing.T) {
 			`badreq/requirements.txt:2:1: "this is not a requirement" is not a requirement`},
 		{"editable", "python3", map[string]string{"requirements.txt": "  -e ./lib\n"},
 			"editable/requirements.txt:1:3: editable requirements (-e)"},
+		{"badopt", "python3", map[string]string{"requirements.txt": "--index_url https://pypi.example/simple\nrequests==2\n"},
+			`badopt/requirements.txt:1:1: unknown pip option "--index_url"; a requirements file takes --index-url`},
+		{"badshort", "python3", map[string]string{"requirements.txt": "requests==2\n  -x foo\n"},
+			`badshort/requirements.txt:2:3: unknown pip option "-x"`},
+		{"ambiguous", "python3", map[string]string{"requirements.txt": "--no wheels\n"},
+			`ambiguous/requirements.txt:1:1: pip option "--no" is ambiguous: --no-index, --no-binary, --no-require-hashes`},
 		{"nolock", "node", map[string]string{"package.json": `{"dependencies": {}}`},
 			"nolock/package.json:1:1: package.json needs a package-lock.json"},
 		{"badjson", "node", map[string]string{"package.json": "{\n  \"dependencies\": {,}\n}", "package-lock.json": "{}"},
