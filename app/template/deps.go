@@ -127,6 +127,7 @@ var (
 		"index-url", "pypi-url", "extra-index-url", "no-index", "constraint", "requirement", "editable",
 		"find-links", "no-binary", "only-binary", "prefer-binary", "require-hashes", "no-require-hashes",
 		"pre", "all-releases", "only-final", "trusted-host", "use-feature", "hash", "config-settings",
+		"install-option", "global-option", // per requirement in older pips (Debian 12 has 23.0)
 	}
 	pipShortOptions = "icrefC"
 )
