@@ -21,7 +21,13 @@
 # Recipe: `debootstrap --variant=minbase --include=PACKAGES bookworm`, minus
 # what a handler never needs (apt lists and caches, docs, man pages,
 # translations, logs, the build host's hostname and resolver), packed into
-# one layer by internal/tools/mkimage -rootfs.
+# one layer by internal/tools/mkimage -rootfs. mkimage sets every file's
+# modification time to one fixed instant, so that a rebuild gives the same
+# layer; Python's bytecode caches (.pyc) record their source's time, so the
+# python3 image's are compiled again first, as unchecked-hash caches, which
+# no time invalidates (PEP 552). Without that, every handler in a fresh
+# container found each module it imports stale, compiled it again and wrote
+# the cache into its container's layer: several milliseconds per attempt.
 #
 # The archive is cached at STATE_DIR/images/RUNTIME-bookworm-HASH.tar, HASH
 # being a hash of this recipe and of mkimage's source: a rerun with the same
@@ -42,12 +48,14 @@ suite=bookworm
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 npm_version=
 npm_sha512=
+pyc=
 
 case $runtime in
 python3)
 	ref=relay.local/python3:$suite
 	packages=python3,python3-pip
 	cmd='["python3"]'
+	pyc=unchecked-hash
 	;;
 node)
 	ref=relay.local/node:$suite
@@ -71,7 +79,7 @@ prune=(
 	usr/share/lintian usr/share/bash-completion
 )
 recipe="relay runtime image v2
-suite=$suite variant=minbase include=$packages ref=$ref cmd=$cmd npm=$npm_version
+suite=$suite variant=minbase include=$packages ref=$ref cmd=$cmd npm=$npm_version pyc=$pyc
 env=LANG=C.UTF-8
 prune=${prune[*]}"
 
@@ -115,6 +123,16 @@ if [[ ${FORCE:-0} == 1 || ! -s $archive ]]; then
 	for p in "${prune[@]}"; do
 		rm -rf "${rootfs:?}/$p"
 	done
+	if [[ -n $pyc ]]; then
+		# The image's own interpreter, for its own bytecode format.
+		# compileall -f rewrites every cache, -q quiet; no -j: its worker
+		# processes would need /dev/shm in the chroot.
+		if ! chroot "$rootfs" /bin/sh -c "python3 -m compileall -f -q --invalidation-mode $pyc /usr/lib/python3*/" >>"$log" 2>&1; then
+			tail -n 20 "$log" >&2
+			echo "compiling the bytecode caches failed (see $log)" >&2
+			exit 1
+		fi
+	fi
 	mkdir -p "$rootfs/var/log"
 	rm -f "$rootfs/etc/hostname"
 	: >"$rootfs/etc/resolv.conf"

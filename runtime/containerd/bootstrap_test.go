@@ -173,6 +173,22 @@ def sandbox(event):
         fields = line.split()
         if fields[4] == path:
             print("mount options", fields[5])
+
+def bytecode(event):
+    # Whether the image's bytecode caches of modules every start and this
+    # handler import are valid: a stale one (a timestamp cache whose
+    # source's time changed) is compiled again on every start.
+    import encodings.aliases, json.decoder
+    for m in (encodings.aliases, json.decoder):
+        with open(m.__spec__.cached, "rb") as f:
+            head = f.read(16)
+        flags = int.from_bytes(head[4:8], "little")
+        if flags & 1:
+            print("cache", m.__name__, "hash-based")
+        elif int.from_bytes(head[8:12], "little") == int(os.stat(m.__spec__.origin).st_mtime) & 0xFFFFFFFF:
+            print("cache", m.__name__, "timestamp, valid")
+        else:
+            print("cache", m.__name__, "stale")
 `
 
 // TestPythonRuntime runs `runtime: python3` handlers through the mounted
@@ -201,6 +217,17 @@ func TestPythonRuntime(t *testing.T) {
 				wantReason: "relay: handler handlers.absent: module 'handlers' has no function 'absent'"},
 			{handler: "handlers.sandbox", wantStdout: []string{"bootstrap readable True", "write refused"}},
 		})
+	})
+	// scripts/runtime-images.sh compiles the image's caches again after
+	// mkimage fixed every file's time, so no start compiles the standard
+	// library (docs/runtimes.md "Offline images built from Debian packages").
+	t.Run("bytecode caches", func(t *testing.T) {
+		if _, err := f.runner.Run(t.Context(), f.request("handlers.bytecode")); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if out := lines(f.stdout, "handlers.bytecode"); strings.Contains(out, "stale") || strings.Count(out, "cache ") != 2 {
+			t.Errorf("the image's bytecode caches of the standard library are not valid:\n%s", out)
+		}
 	})
 	if t.Failed() {
 		return
