@@ -26,9 +26,10 @@ import (
 // testRegistry is an in-memory OCI registry on the loopback interface
 // whose blob downloads can be held back, to observe a pull in progress.
 type testRegistry struct {
-	srv  *httptest.Server
-	host string
-	hold atomic.Pointer[chan struct{}] // while set, blob GETs wait for it to close
+	srv      *httptest.Server
+	host     string
+	hold     atomic.Pointer[chan struct{}] // while set, blob GETs wait for it to close
+	requests atomic.Int64                  // requests served or held
 }
 
 func newTestRegistry(t *testing.T) *testRegistry {
@@ -36,6 +37,7 @@ func newTestRegistry(t *testing.T) *testRegistry {
 	reg := &testRegistry{}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	reg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reg.requests.Add(1)
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
 			if ch := reg.hold.Load(); ch != nil {
 				select {
