@@ -20,9 +20,8 @@ import (
 func TestPreparePullsTheImage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reg := newTestRegistry(t)
-	ref := reg.pushTestImage(t, f, "relay/prepared:v1")
-	reg.requests.Store(0)
+	reg := containerdtest.NewRegistry(t)
+	ref := reg.Push(t, f.client, "relay/prepared:v1")
 	r, logs := pullRunner(t, f)
 	req := f.request("events.created")
 	req.Spec.Image = ref
@@ -36,22 +35,21 @@ func TestPreparePullsTheImage(t *testing.T) {
 	if _, err := f.client.GetImage(t.Context(), ref); err != nil {
 		t.Fatalf("the image after Prepare: %v", err)
 	}
-	pulled := reg.requests.Load()
+	pulled := reg.Requests()
 	if _, err := r.Run(t.Context(), req); err != nil {
 		t.Fatalf("Run after Prepare: %v", err)
 	}
 	containerdtest.AssertClean(t, f.client)
-	if n := strings.Count(logs.String(), `msg="pulling image"`); n != 1 || reg.requests.Load() != pulled {
+	if n := strings.Count(logs.String(), `msg="pulling image"`); n != 1 || reg.Requests() != pulled {
 		t.Errorf("Run after Prepare pulled again: %d pulls logged, %d registry requests after Prepare's %d",
-			n, reg.requests.Load(), pulled)
+			n, reg.Requests(), pulled)
 	}
 
-	reg.requests.Store(0)
 	r2, logs2 := pullRunner(t, f)
 	if err := r2.Prepare(t.Context(), "users", req.Spec); err != nil {
 		t.Fatalf("Prepare of a present image: %v", err)
 	}
-	if n := reg.requests.Load(); n != 0 || strings.Contains(logs2.String(), "pulling image") {
+	if n := reg.Requests() - pulled; n != 0 || strings.Contains(logs2.String(), "pulling image") {
 		t.Errorf("Prepare of a present image sent %d requests to the registry:\n%s", n, logs2)
 	}
 }
@@ -84,10 +82,10 @@ func TestPrepareMissingImage(t *testing.T) {
 		t.Errorf("Prepare of a runtime app whose default image is absent: %v, want ErrUnavailable naming %s", err, containerd.DefaultPython3Image)
 	}
 
-	reg := newTestRegistry(t)
+	reg := containerdtest.NewRegistry(t)
 	r, logs := pullRunner(t, f, containerd.WithPullRetryInterval(time.Hour))
 	req = f.request("events.created")
-	req.Spec.Image = reg.host + "/relay/never-pushed:v1"
+	req.Spec.Image = reg.Host + "/relay/never-pushed:v1"
 	for i := range 2 {
 		err := r.Prepare(t.Context(), "users", req.Spec)
 		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "pulling "+req.Spec.Image+" failed") {
@@ -105,14 +103,13 @@ func TestPrepareMissingImage(t *testing.T) {
 func TestPrepareCancelledDuringPull(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reg := newTestRegistry(t)
-	ref := reg.pushTestImage(t, f, "relay/held:v1")
+	reg := containerdtest.NewRegistry(t)
+	ref := reg.Push(t, f.client, "relay/held:v1")
 	r, logs := pullRunner(t, f, containerd.WithPullRetryInterval(time.Hour))
 	req := f.request("events.created")
 	req.Spec.Image = ref
 
-	hold := make(chan struct{})
-	reg.hold.Store(&hold)
+	release := reg.Hold()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- r.Prepare(ctx, "users", req.Spec) }()
@@ -128,8 +125,7 @@ func TestPrepareCancelledDuringPull(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Prepare did not return when its context ended during a pull")
 	}
-	reg.hold.Store(nil)
-	close(hold)
+	release()
 	if err := r.Prepare(t.Context(), "users", req.Spec); err != nil {
 		t.Fatalf("Prepare after a cancelled pull: %v", err)
 	}
