@@ -16,14 +16,14 @@ import (
 )
 
 // Registry is an in-memory OCI registry on the loopback interface, which
-// containerd pulls from over plain HTTP. Its blob downloads can be held
-// back, to observe a pull in progress, and it counts the requests it gets.
+// containerd pulls from over plain HTTP. Its downloads can be held back,
+// to observe a pull in progress, and it counts the requests it gets.
 type Registry struct {
 	// Host is the registry's host:port, the start of its references.
 	Host string
 
 	srv      *httptest.Server
-	hold     atomic.Pointer[chan struct{}] // while set, blob GETs wait for it to close
+	hold     atomic.Pointer[chan struct{}] // while set, downloads wait for it to close
 	requests atomic.Int64
 }
 
@@ -34,7 +34,8 @@ func NewRegistry(t testing.TB) *Registry {
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	reg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reg.requests.Add(1)
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+		download := r.Method == http.MethodGet || r.Method == http.MethodHead
+		if download && (strings.Contains(r.URL.Path, "/manifests/") || strings.Contains(r.URL.Path, "/blobs/")) {
 			if ch := reg.hold.Load(); ch != nil {
 				select {
 				case <-*ch:
@@ -50,7 +51,9 @@ func NewRegistry(t testing.TB) *Registry {
 	return reg
 }
 
-// Hold makes blob downloads wait until release is called.
+// Hold makes the downloads of manifests and blobs wait until release is
+// called: a pull stays in progress even when containerd finds its blobs
+// in another namespace (its content store shares them) and fetches none.
 func (reg *Registry) Hold() (release func()) {
 	ch := make(chan struct{})
 	reg.hold.Store(&ch)

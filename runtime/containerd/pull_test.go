@@ -55,7 +55,7 @@ func TestPull(t *testing.T) {
 			errs <- err
 		})
 	}
-	// Blob downloads are held: the pull stays in progress until a progress
+	// Downloads are held: the pull stays in progress until a progress
 	// line was logged.
 	testutil.WaitFor(t, time.Minute, "a pull progress log line", func() bool {
 		return strings.Contains(logs.String(), `msg="image pull progress" image=`+ref)
