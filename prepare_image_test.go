@@ -193,6 +193,9 @@ func TestNewAppWithAMissingImageWaitsForIt(t *testing.T) {
 	if n := strings.Count(h.out.String(), "[ghost/"); n != 1 {
 		t.Errorf("ghost's handler ran %d times, want once, as attempt 1:\n%s", n, h.out)
 	}
+	if !strings.Contains(h.logs.String(), `msg="app ready" app=ghost`) {
+		t.Errorf("ghost not logged ready once its image is present:\n%s", h.logs)
+	}
 }
 
 // TestContainerdUnreachableAtStart: a worker whose containerd does not
@@ -230,6 +233,9 @@ func TestContainerdUnreachableAtStart(t *testing.T) {
 	})
 	if n := strings.Count(h.out.String(), "[users/"); n != 1 {
 		t.Errorf("the handler ran %d times, want once, as attempt 1:\n%s", n, h.out)
+	}
+	if !strings.Contains(h.logs.String(), `msg="app ready" app=users`) {
+		t.Errorf("users not logged ready once containerd answers:\n%s", h.logs)
 	}
 }
 
