@@ -86,6 +86,29 @@ func newImageHarness(t *testing.T, c *client.Client, templates map[string]string
 	return h
 }
 
+// heldBack waits until app's message was left pending for the app being
+// unavailable, then lets several reclaims (MinPendingIdle 300ms) and
+// rescans pass, and checks that the message is still pending and that
+// app's handler never ran.
+func (h *imageHarness) heldBack(app string) {
+	h.t.Helper()
+	testutil.WaitFor(h.t, 30*time.Second, app+"'s message left pending", func() bool {
+		for line := range strings.Lines(h.logs.String()) {
+			if strings.Contains(line, `msg="app unavailable; message left pending"`) && strings.Contains(line, " app="+app+" ") {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(2 * time.Second)
+	if n := h.pending(); n != 1 {
+		h.t.Errorf("%d messages pending, want %s's", n, app)
+	}
+	if n := strings.Count(h.out.String(), "["+app+"/"); n != 0 {
+		h.t.Errorf("%s's handler ran %d times while it was unavailable", app, n)
+	}
+}
+
 // ran returns how many times app's handler printed line.
 func (h *imageHarness) ran(app, line string) int {
 	return strings.Count(h.out.String(), "["+app+"/events.h] "+line+"\n")
@@ -171,14 +194,7 @@ func TestNewAppWithAMissingImageWaitsForIt(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "users' event handled", func() bool {
 		return h.ran("users", "version=1 attempt=1") == 1
 	})
-	// Several reclaims (MinPendingIdle 300ms) and rescans pass.
-	time.Sleep(2 * time.Second)
-	if n := h.pending(); n != 1 {
-		t.Errorf("%d messages pending, want ghost's", n)
-	}
-	if n := strings.Count(h.out.String(), "[ghost/"); n != 0 {
-		t.Errorf("ghost's handler ran %d times without its image", n)
-	}
+	h.heldBack("ghost")
 
 	img, err := h.client.GetImage(t.Context(), containerdtest.Image)
 	if err != nil {
@@ -219,10 +235,7 @@ func TestContainerdUnreachableAtStart(t *testing.T) {
 		t.Fatalf("users without containerd: errors %q, want unavailable, not ready", a.Errors.Error())
 	}
 	h.publish(`{"kind":"a"}`)
-	time.Sleep(time.Second) // reclaims and rescans pass
-	if n := h.pending(); n != 1 {
-		t.Errorf("%d messages pending, want 1", n)
-	}
+	h.heldBack("users")
 
 	addr := os.Getenv(containerdtest.EnvAddress)
 	if err := os.Symlink(addr, link); err != nil {
@@ -262,10 +275,7 @@ func TestSlowPullIsBeingPrepared(t *testing.T) {
 	if !strings.Contains(h.logs.String(), `msg="pulling image" image=`+ref) {
 		t.Errorf("slow's image not being pulled:\n%s", h.logs)
 	}
-	time.Sleep(time.Second) // reclaims pass
-	if n := h.pending(); n != 1 {
-		t.Errorf("%d messages pending, want slow's", n)
-	}
+	h.heldBack("slow")
 
 	release()
 	testutil.WaitFor(t, 30*time.Second, "slow's message handled once its image is pulled", func() bool {
