@@ -17,23 +17,20 @@ import (
 const DefaultPrepareWait = 10 * time.Second
 
 // Preparer is an optional Runner capability: Prepare readies what an app
-// needs before its handlers run, such as its dependency image
+// needs before its handlers run, such as its image
+// (docs/runtimes.md#images), its dependency image
 // (docs/runtimes.md#dependencies) and its secrets (docs/apps.md#secrets),
-// and waits for it until ctx ends. A Worker calls it for every app that has
-// either, at start and whenever a reload finds the app new or changed, and
-// waits for it at most WorkerConfig.PrepareWait: a preparation still
-// running then goes on in the background, the app is unavailable ("app
-// being prepared") or, on a reload, its previous version keeps serving,
-// and the Worker reloads when it ends. An error makes the app unavailable
-// with the error as its reason, so its messages stay pending, and on a
-// reload the app's previous version keeps serving. Safe for concurrent use.
+// and waits for it until ctx ends. A Worker calls it for every available
+// app, at start and whenever a reload finds the app new or changed (or
+// not ready before), and waits for it at most WorkerConfig.PrepareWait: a
+// preparation still running then goes on in the background, the app is
+// unavailable ("app being prepared") or, on a reload, its previous version
+// keeps serving, and the Worker reloads when it ends. An error makes the
+// app unavailable with the error as its reason, so its messages stay
+// pending, and on a reload the app's previous version keeps serving; the
+// next reload prepares it again. Safe for concurrent use.
 type Preparer interface {
 	Prepare(ctx context.Context, app string, spec runtime.Spec) error
-}
-
-// needsPreparing reports whether a has something a Preparer readies.
-func needsPreparing(a *app.App) bool {
-	return a.Spec.Deps != nil || len(a.Spec.Secrets) > 0
 }
 
 // preparation is the Prepare call of one version of an app. It may
@@ -57,9 +54,9 @@ func (p *preparation) ended() bool {
 }
 
 // prepareApps prepares, concurrently, each available app of loaded that
-// needs it and is not served unchanged and available in prev (nil at
-// start), and returns the apps to take in place of loaded, with those of
-// loaded whose preparation is still running, by name. It waits at most
+// is not served unchanged and available in prev (nil at start), and
+// returns the apps to take in place of loaded, with those of loaded whose
+// preparation is still running, by name. It waits at most
 // PrepareWait for the preparations it starts; one still running then goes
 // on in the background and asks for a reload when it ends, and its app
 // comes back unavailable as being prepared. A preparation of the same
@@ -77,7 +74,7 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 	wanted := map[string]bool{}
 	var started []*preparation
 	for _, a := range loaded.List() {
-		if !a.Available() || !needsPreparing(a) {
+		if !a.Available() {
 			continue
 		}
 		if prev != nil {
@@ -199,7 +196,7 @@ func isBeingPrepared(a *app.App) bool {
 const notReady = "app not ready: "
 
 // beingPrepared is the error of an app whose preparation is running.
-const beingPrepared = "app being prepared; it serves once its dependencies are built and its secrets checked"
+const beingPrepared = "app being prepared; it serves once its image is present, its dependencies built and its secrets checked"
 
 // invalidMsg is the log message of an invalid app's error e: the app is
 // unavailable, or kept, when its previous version keeps serving.

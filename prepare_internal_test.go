@@ -35,10 +35,11 @@ func (p *preparerRunner) Prepare(_ context.Context, name string, spec runtime.Sp
 	return nil
 }
 
-// TestPrepareApps: at start every app with dependencies or secrets is
-// prepared and one that fails is unavailable with the reason; on a reload
-// only new or changed apps are prepared, and a changed manifest that fails
-// leaves the previous version serving.
+// TestPrepareApps: at start every app is prepared, whether it has
+// dependencies or not (its image is prepared too), and one that fails is
+// unavailable with the reason; on a reload only new, changed or not ready
+// apps are prepared, and a changed manifest that fails leaves the previous
+// version serving.
 func TestPrepareApps(t *testing.T) {
 	withDeps := func(name, digest, manifest string) *app.App {
 		a := &app.App{Name: name, File: name + "/template.yaml", Digest: digest,
@@ -68,8 +69,8 @@ func TestPrepareApps(t *testing.T) {
 	if msg := start.Get("b").Errors.Error(); !strings.Contains(msg, "no matching distribution for broken==1") {
 		t.Errorf("b's reason %q lacks the installer's error", msg)
 	}
-	if len(r.prepared) != 2 {
-		t.Errorf("prepared %v, want a and b (plain has nothing to prepare)", r.prepared)
+	if len(r.prepared) != 3 {
+		t.Errorf("prepared %v, want a, b and plain (its image)", r.prepared)
 	}
 
 	// Reload: a's manifest breaks (same template), b unchanged.

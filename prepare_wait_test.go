@@ -16,7 +16,8 @@ import (
 
 // gatedPreparer is a Runner whose Prepare of a version of an app (the
 // app's name and its env's V) waits until the test opens that version's
-// gate, or until its context ends.
+// gate, or until its context ends; that of an app without V returns at
+// once.
 type gatedPreparer struct {
 	*sweepingRunner
 	mu    sync.Mutex
@@ -42,6 +43,9 @@ func (p *gatedPreparer) gate(version string) chan struct{} {
 func (p *gatedPreparer) open(version string) { close(p.gate(version)) }
 
 func (p *gatedPreparer) Prepare(ctx context.Context, name string, spec runtime.Spec) error {
+	if spec.Env["V"] == "" {
+		return nil
+	}
 	version := name + "/" + spec.Env["V"]
 	g := p.gate(version)
 	p.mu.Lock()
@@ -68,13 +72,12 @@ func (p *gatedPreparer) result(version string) (calls int, ended bool, err error
 	return p.calls[version], ended, err
 }
 
-// slowApp has a secret, so a Preparer prepares it; V tells its versions
-// apart.
+// slowApp's preparation waits for its gate; V tells its versions apart.
 func slowApp(v string) string {
 	return fmt.Sprintf("image: x\nenv: {V: %q}\nsecrets: [api-key]\nevents:\n  - {handler: events.a, pattern: {kind: [a]}}\n", v)
 }
 
-// quickApp has nothing to prepare.
+// quickApp's preparation ends at once.
 func quickApp(kind string) string {
 	return fmt.Sprintf("image: x\nevents:\n  - {handler: events.b, pattern: {kind: [%s]}}\n", kind)
 }

@@ -85,8 +85,8 @@ type WorkerConfig struct {
 	// DefaultReloadInterval.
 	ReloadInterval time.Duration
 	// PrepareWait is how long start and each reload wait for the
-	// preparations of a Runner that is a Preparer (dependency images,
-	// secrets) before going on without the ones still running: those go on
+	// preparations of a Runner that is a Preparer (images, dependency
+	// images, secrets) before going on without the ones still running: those go on
 	// in the background, their app unavailable or, on a reload, its
 	// previous version serving, and the Worker reloads when each ends
 	// (docs/apps.md#changing-apps). Default: DefaultPrepareWait.

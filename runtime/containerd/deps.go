@@ -108,31 +108,6 @@ func newDepsBuilder(o options) depsBuilder {
 	}
 }
 
-// Prepare readies what app needs before its handlers run (relay.Preparer):
-// it checks that every secret of spec exists in the secrets directory and
-// builds spec's dependency image unless it is cached, waiting for the
-// build. Errors wrap runtime.ErrUnavailable: a missing secret, a failed
-// build (with the installer's last lines), a missing runtime image.
-func (r *Runner) Prepare(ctx context.Context, app string, spec runtime.Spec) error {
-	ctx = namespaces.WithNamespace(ctx, r.namespace)
-	if err := r.checkSecrets(spec.Secrets); err != nil {
-		return err
-	}
-	if spec.Deps == nil || spec.Runtime == "" {
-		return nil
-	}
-	ref, _, _, err := r.resolve(spec)
-	if err != nil {
-		return err
-	}
-	img, err := r.image(ctx, ref)
-	if err != nil {
-		return err
-	}
-	_, err = r.ensureDeps(ctx, spec, ref, img, app)
-	return err
-}
-
 // depsKey is the cache key of spec's dependencies on the image base: the
 // manifest, the runtime image and the installer's script, so that a Relay
 // that installs differently builds anew.

@@ -202,9 +202,10 @@ func WithStateDir(dir string) Option {
 }
 
 // WithPull sets whether an image that is not in the namespace is pulled
-// from its registry (anonymously, plain HTTP only for localhost) before the
-// first container uses it. Without pulling, such an app is unavailable until
-// the image is imported. Default: true.
+// from its registry (anonymously, plain HTTP only for localhost) by Prepare
+// or before the first container uses it (docs/runtimes.md "Images").
+// Without pulling, such an app is unavailable until the image is imported.
+// Default: true.
 func WithPull(enabled bool) Option {
 	return func(o *options) error {
 		o.pull = enabled

@@ -2,78 +2,17 @@ package containerd_test
 
 import (
 	"errors"
-	"io"
-	"log"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 )
-
-// testRegistry is an in-memory OCI registry on the loopback interface
-// whose blob downloads can be held back, to observe a pull in progress.
-type testRegistry struct {
-	srv  *httptest.Server
-	host string
-	hold atomic.Pointer[chan struct{}] // while set, blob GETs wait for it to close
-}
-
-func newTestRegistry(t *testing.T) *testRegistry {
-	t.Helper()
-	reg := &testRegistry{}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	reg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
-			if ch := reg.hold.Load(); ch != nil {
-				select {
-				case <-*ch:
-				case <-r.Context().Done():
-					return
-				}
-			}
-		}
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(reg.srv.Close)
-	reg.host = strings.TrimPrefix(reg.srv.URL, "http://")
-	return reg
-}
-
-// pushTestImage pushes the busybox test image to the registry as repo:tag,
-// then deletes it and its content from the test namespace, so that pulling
-// it there downloads every blob again. It returns the pushed reference.
-func (reg *testRegistry) pushTestImage(t *testing.T, f *fixture, repo string) string {
-	t.Helper()
-	ctx := t.Context()
-	img, err := f.client.GetImage(ctx, containerdtest.Image)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := reg.host + "/" + repo
-	if err := f.client.Push(ctx, ref, img.Target()); err != nil {
-		t.Fatalf("push %s: %v", ref, err)
-	}
-	if err := f.client.ImageService().Delete(ctx, containerdtest.Image, images.SynchronousDelete()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.client.ContentStore().Info(ctx, img.Target().Digest); !errdefs.IsNotFound(err) {
-		t.Fatalf("the image's manifest is still in the content store (err %v): the pull would not download it", err)
-	}
-	return ref
-}
 
 // pullRunner is a Runner that pulls, logging to the returned buffer.
 func pullRunner(t *testing.T, f *fixture, opts ...containerd.Option) (*containerd.Runner, *testutil.Buffer) {
@@ -101,12 +40,11 @@ func pullRunner(t *testing.T, f *fixture, opts ...containerd.Option) (*container
 func TestPull(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reg := newTestRegistry(t)
-	ref := reg.pushTestImage(t, f, "relay/pulled:v1")
+	reg := containerdtest.NewRegistry(t)
+	ref := reg.Push(t, f.client, "relay/pulled:v1")
 	r, logs := pullRunner(t, f, containerd.WithPullProgressInterval(20*time.Millisecond))
 
-	hold := make(chan struct{})
-	reg.hold.Store(&hold)
+	release := reg.Hold()
 	req := f.request("events.created")
 	req.Spec.Image = ref
 	errs := make(chan error, 3)
@@ -117,13 +55,12 @@ func TestPull(t *testing.T) {
 			errs <- err
 		})
 	}
-	// Blob downloads are held: the pull stays in progress until a progress
+	// Downloads are held: the pull stays in progress until a progress
 	// line was logged.
 	testutil.WaitFor(t, time.Minute, "a pull progress log line", func() bool {
 		return strings.Contains(logs.String(), `msg="image pull progress" image=`+ref)
 	})
-	reg.hold.Store(nil)
-	close(hold)
+	release()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -158,8 +95,8 @@ func TestPull(t *testing.T) {
 func TestPullFailure(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reg := newTestRegistry(t)
-	ref := reg.host + "/relay/never-pushed:v1"
+	reg := containerdtest.NewRegistry(t)
+	ref := reg.Host + "/relay/never-pushed:v1"
 
 	r, logs := pullRunner(t, f, containerd.WithPullRetryInterval(time.Hour))
 	req := f.request("events.created")
@@ -198,8 +135,8 @@ func TestPullFailure(t *testing.T) {
 	}
 
 	// A registry that does not answer at all: the same kind of error.
-	reg.srv.Close()
-	req.Spec.Image = reg.host + "/relay/unreachable:v1"
+	reg.Close()
+	req.Spec.Image = reg.Host + "/relay/unreachable:v1"
 	if _, err := r.Run(t.Context(), req); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), req.Spec.Image) {
 		t.Errorf("unreachable registry: got %v, want ErrUnavailable naming the image", err)
 	}
