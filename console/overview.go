@@ -20,7 +20,10 @@ type streamView struct {
 	// Problem says what could not be read (the stream or group is missing,
 	// Redis failed); the rest is then partly empty.
 	Problem string
-	Length  int64
+	// Read says which figures were read: a figure that was not is shown
+	// as unknown, never as 0 (with Redis down, "0 pending" would be a lie).
+	Read   readFigures
+	Length int64
 	// Lag is the group's entries not delivered yet; LagKnown is false
 	// when Redis cannot tell (after a deletion in the stream).
 	Lag           int64
@@ -33,6 +36,11 @@ type streamView struct {
 	Counters      []counterView
 	Sampled       time.Duration // the span the rates cover
 	Samples       int
+}
+
+// readFigures says which of a stream's figures the overview read.
+type readFigures struct {
+	Length, Pending, DLQ, Consumers bool
 }
 
 type consumerView struct {
@@ -73,7 +81,7 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		v.Problem = "reading the stream failed: " + err.Error()
 		return v
 	}
-	v.Length = n
+	v.Length, v.Read.Length = n, true
 	groups, err := res[1].ToArray()
 	if err != nil {
 		if rueidis.IsRedisNil(err) || isNoSuchKey(err) {
@@ -103,6 +111,7 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		return v
 	}
 	if cs, err := res[2].ToArray(); err == nil {
+		v.Read.Consumers = true
 		for _, c := range cs {
 			m, err := c.AsMap()
 			if err != nil {
@@ -124,9 +133,13 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	v.Pending, v.OldestPending, err = stream.New(rc, name, s.cfg.Group, "relay-console").Pending(ctx)
 	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
 		v.Problem = "XPENDING failed: " + err.Error()
+	} else {
+		v.Read.Pending = true
 	}
 	if v.DLQ, err = dlq.NewStore(rc, name).Len(ctx); err != nil {
 		v.Problem = "reading the dead-letter queue failed: " + err.Error()
+	} else {
+		v.Read.DLQ = true
 	}
 	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {

@@ -521,17 +521,29 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry were not tried") {
 		t.Errorf("POST /dlq/replay with Redis down: status %d, want the problem and the rest not tried in %s", resp.StatusCode, body)
 	}
-	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending"} {
+	bodies := map[string]string{}
+	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending", "/playground"} {
 		resp, err := client.Get(h.URL + p)
 		if err != nil {
 			t.Fatalf("GET %s with Redis down: %v", p, err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if body := string(b); !strings.Contains(body, "connection refused") && !strings.Contains(body, "deadline exceeded") {
+		body := string(b)
+		if !strings.Contains(body, "connection refused") && !strings.Contains(body, "deadline exceeded") {
 			t.Errorf("GET %s with Redis down: status %d, no problem shown in %s", p, resp.StatusCode, body)
 		}
+		bodies[p] = body
 	}
+	// What was not read is unknown, not zero: an empty queue it is not.
+	for _, tile := range []string{"entries", "pending", "oldest pending", "dead letters"} {
+		if want := `<span class="k">` + tile + `</span><span class="v">?</span>`; !strings.Contains(bodies["/"], want) {
+			t.Errorf("overview with Redis down: tile %s is not shown as unknown (%s)", tile, want)
+		}
+	}
+	lacks(t, "overview with Redis down", bodies["/"], "No consumers yet")
+	lacks(t, "pending with Redis down", bodies["/pending"], "0 messages delivered", "Nothing pending")
+	lacks(t, "playground with Redis down", bodies["/playground"], `<li class="muted">none</li>`)
 	resp, err = client.Get(h.URL + "/live/events")
 	if err != nil {
 		t.Fatalf("GET /live/events with Redis down: %v", err)

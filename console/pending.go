@@ -52,7 +52,10 @@ type invocationView struct {
 }
 
 type pendingView struct {
-	Stream  string
+	Stream string
+	// Counted says Count and Oldest were read: without them the page
+	// shows no count, rather than "0 messages" (Redis down).
+	Counted bool
 	Count   int64
 	Oldest  time.Duration
 	Rows    []pendingRow
@@ -94,6 +97,7 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 	if err != nil {
 		return v, err
 	}
+	v.Counted = true
 	start := "-"
 	if after != "" {
 		start = "(" + after

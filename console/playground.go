@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/stream"
@@ -42,7 +44,10 @@ type playgroundView struct {
 	Matches   []string
 	Recent    []pick
 	RecentDLQ []pick
-	AppsError string
+	// PicksError is why the newest entries could not be listed, "" when
+	// they were: the lists then say so instead of "none".
+	PicksError string
+	AppsError  string
 }
 
 // playground matches an event against every rule of every app and says
@@ -158,11 +163,15 @@ func (s *Server) recentPicks(r *http.Request, v *playgroundView) {
 			v.Recent = append(v.Recent, pick{Label: e.ID + "  " + oneLine(clean(e.FieldValues["event"]), 60),
 				URL: query("/playground", "stream", v.Stream, "id", e.ID)})
 		}
+	} else if !rueidis.IsRedisNil(err) {
+		v.PicksError = clean(err.Error())
 	}
 	if es, err := res[1].AsXRange(); err == nil {
 		for _, e := range es {
 			label := e.ID + "  " + clean(e.FieldValues["app"]+"/"+e.FieldValues["handler"]) + "  " + oneLine(clean(e.FieldValues["event"]), 40)
 			v.RecentDLQ = append(v.RecentDLQ, pick{Label: label, URL: query("/playground", "stream", v.Stream, "dlq", e.ID)})
 		}
+	} else if !rueidis.IsRedisNil(err) && v.PicksError == "" {
+		v.PicksError = clean(err.Error())
 	}
 }
