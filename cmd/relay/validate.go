@@ -11,7 +11,7 @@ import (
 
 // ValidateCmd is `relay validate`.
 type ValidateCmd struct {
-	SecretsDir string `name:"secrets-dir" placeholder:"DIR" help:"Also check that every secret an app names is a file in DIR (the worker's RELAY_SECRETS_DIR)."`
+	SecretsDir string `name:"secrets-dir" env:"RELAY_SECRETS_DIR" placeholder:"DIR" help:"Also check that every secret an app names is a file in DIR, the worker's secrets directory. Unset: secrets are checked by name only."`
 }
 
 // Run loads the apps root and prints every error as

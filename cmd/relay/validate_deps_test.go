@@ -47,4 +47,12 @@ func TestValidateManifestsAndSecrets(t *testing.T) {
 	if code != exitFailure || out.String() != want {
 		t.Errorf("--secrets-dir: code %d, output:\n%s\nwant:\n%s", code, out.String(), want)
 	}
+
+	// The worker's variable names the directory as well as the flag.
+	t.Setenv("RELAY_SECRETS_DIR", secrets)
+	out.Reset()
+	code = run(context.Background(), []string{"validate", "--apps", root}, &out, &errb)
+	if code != exitFailure || out.String() != want {
+		t.Errorf("RELAY_SECRETS_DIR: code %d, output:\n%s\nwant:\n%s", code, out.String(), want)
+	}
 }

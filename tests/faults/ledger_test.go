@@ -75,6 +75,7 @@ type figures struct {
 	runs, plannedRuns, extraRuns                     int
 	calls, reHanded                                  int
 	successes, witnessed, lateRuns, lateCalls        int
+	delayedRecords                                   int
 	reruns, earlyAcks, leakedStates                  int
 	unobserved                                       int
 	// dlqOverlap counts DLQ duplicates written by overlapping deliveries
@@ -302,6 +303,12 @@ func checkLedger(t *testing.T, in ledgerInput) figures {
 		f.lateCalls++
 		report("attempt %s was handed to the runtime after its invocation was terminal: seq, attempt, state = %s", k, v)
 	}
+	for _, key := range []string{keyDelayedRuns, keyDelayedCalls} {
+		for k, v := range hash(key) {
+			f.delayedRecords++
+			t.Logf("record of %s %s reached Redis late, so it does not tell the state at the start: seq, attempt, state, delay ms = %s", key, k, v)
+		}
+	}
 	for k, n := range ints(keyAttemptRuns) {
 		if n > 1 {
 			f.reruns += int(n - 1)
@@ -415,8 +422,8 @@ func logFigures(t *testing.T, title string, f figures, s *soak) {
 	row("handler runs observed", fmt.Sprintf("%d (fault-free plan %d; %d duplicate runs; %d invocations never seen running, every attempt lost to faults)",
 		f.runs, f.plannedRuns, f.extraRuns, f.unobserved))
 	row("attempts handed to the runtime", fmt.Sprintf("%d (%d again uncharged after the runtime could not run them)", f.calls, f.reHanded))
-	row("runs after recorded success", fmt.Sprintf("%d (%d/%d successes with a sequence witness; %d calls after terminal)",
-		f.lateRuns, f.witnessed, f.successes, f.lateCalls))
+	row("runs after recorded success", fmt.Sprintf("%d (%d/%d successes with a sequence witness; %d calls after terminal; %d records held past %v by faults, not judged)",
+		f.lateRuns, f.witnessed, f.successes, f.lateCalls, f.delayedRecords, recordDelay))
 	row("attempts re-run uncharged", strconv.Itoa(f.reruns))
 	row("acks before all terminal", strconv.Itoa(f.earlyAcks))
 	if f.leftContainers >= 0 {

@@ -47,6 +47,13 @@ const (
 	keyLastCall     = "last_call"
 	keyCallAttempts = "call_attempts"
 	keyLateCalls    = "late_calls"
+	// keyDelayedRuns and keyDelayedCalls list records that reached Redis
+	// more than recordDelay after their run or call started (a Redis
+	// restart held the write): the state they read is not the state at
+	// the start, so they are neither late runs nor last runs, only
+	// counted: "<seq> <attempt> <state> <delay ms>".
+	keyDelayedRuns  = "delayed_runs"
+	keyDelayedCalls = "delayed_calls"
 	// keyOKSeq holds, per invocation, a sequence number taken right after
 	// StateStore.Finish returned success: every run of that invocation must
 	// have a smaller one.
@@ -74,28 +81,45 @@ const (
 
 func ledgerKey(streamName, name string) string { return streamName + ":ledger:" + name }
 
+// recordDelay is how long after its run started a record may reach Redis
+// and still be taken for the state at the start. A record held longer (a
+// Redis restart mid-write) may find the invocation terminal because its
+// lease expired meanwhile and another delivery charged it: at least once,
+// not a run after terminal.
+const recordDelay = 250 * time.Millisecond
+
 // recordRunScript records one run (or one Runner call) of an invocation and
 // the invocation's state at that moment, atomically: what the script reads
-// is exactly the state when the run started, in Redis's own order.
+// is exactly the state when the run started, in Redis's own order, unless
+// the record reached Redis more than ARGV[6] ms after ARGV[5] (the system
+// clock, the same as Redis's on this machine).
 //
 // KEYS[1] invocation hash   KEYS[2] seq        KEYS[3] run ids
 // KEYS[4] runs (count)      KEYS[5] last run   KEYS[6] attempt runs
-// KEYS[7] late runs
+// KEYS[7] late runs         KEYS[8] delayed records
 // ARGV[1] invocation field "<app>/<handler>"
 // ARGV[2] ledger name "<message id>/<app>/<handler>"
 // ARGV[3] attempt
 // ARGV[4] run id (random, one per run)
+// ARGV[5] when the run started, Unix ms
+// ARGV[6] recordDelay, ms
 //
 // Returns the run's sequence number, or 0 when run id was recorded before.
 var recordRunScript = rueidis.NewLuaScript(`
 if redis.call('HSETNX', KEYS[3], ARGV[4], 1) == 0 then
   return 0
 end
+local t = redis.call('TIME')
+local delay = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - tonumber(ARGV[5])
 local state = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 local seq = redis.call('INCR', KEYS[2])
 redis.call('HINCRBY', KEYS[4], ARGV[2], 1)
-redis.call('HSET', KEYS[5], ARGV[2], seq)
 redis.call('HINCRBY', KEYS[6], ARGV[2] .. '/' .. ARGV[3], 1)
+if delay > tonumber(ARGV[6]) then
+  redis.call('HSET', KEYS[8], ARGV[2] .. '/' .. ARGV[4], seq .. ' ' .. ARGV[3] .. ' ' .. state .. ' ' .. delay)
+  return seq
+end
+redis.call('HSET', KEYS[5], ARGV[2], seq)
 if state == 'ok' or string.sub(state, 1, 10) == 'exhausted:' then
   redis.call('HSET', KEYS[7], ARGV[2] .. '/' .. ARGV[4], seq .. ' ' .. ARGV[3] .. ' ' .. state)
 end
@@ -108,7 +132,7 @@ type recorder struct {
 	stream, group     string
 	consumer          string
 	pid               int
-	runKeys, callKeys [5]string
+	runKeys, callKeys [6]string
 	// keepAcked records the state each acknowledgement was checked
 	// against (keyAckStates).
 	keepAcked bool
@@ -118,8 +142,8 @@ func newRecorder(rc rueidis.Client, streamName, group, consumer string, pid int)
 	k := func(n string) string { return ledgerKey(streamName, n) }
 	return &recorder{
 		rc: rc, stream: streamName, group: group, consumer: consumer, pid: pid,
-		runKeys:  [5]string{k(keyRunIDs), k(keyRuns), k(keyLastRun), k(keyAttemptRuns), k(keyLateRuns)},
-		callKeys: [5]string{k(keyRunIDs), k(keyCalls), k(keyLastCall), k(keyCallAttempts), k(keyLateCalls)},
+		runKeys:  [6]string{k(keyRunIDs), k(keyRuns), k(keyLastRun), k(keyAttemptRuns), k(keyLateRuns), k(keyDelayedRuns)},
+		callKeys: [6]string{k(keyRunIDs), k(keyCalls), k(keyLastCall), k(keyCallAttempts), k(keyLateCalls), k(keyDelayedCalls)},
 	}
 }
 
@@ -146,11 +170,12 @@ func persistently(ctx context.Context, op func(context.Context) error) error {
 	return err
 }
 
-func (r *recorder) record(ctx context.Context, ks [5]string, messageID, app, handler string, attempt int) error {
-	scriptKeys := []string{keys.Invocation(r.stream, r.group, messageID), ledgerKey(r.stream, keySeq), ks[0], ks[1], ks[2], ks[3], ks[4]}
-	// One run id for every try: a try applied whose reply was lost is
-	// not counted again.
-	args := []string{app + "/" + handler, invocationName(messageID, app, handler), fmt.Sprint(attempt), randomID()}
+func (r *recorder) record(ctx context.Context, ks [6]string, messageID, app, handler string, attempt int) error {
+	scriptKeys := []string{keys.Invocation(r.stream, r.group, messageID), ledgerKey(r.stream, keySeq), ks[0], ks[1], ks[2], ks[3], ks[4], ks[5]}
+	// One run id and start for every try: a try applied whose reply was
+	// lost is not counted again.
+	args := []string{app + "/" + handler, invocationName(messageID, app, handler), fmt.Sprint(attempt), randomID(),
+		fmt.Sprint(time.Now().UnixMilli()), fmt.Sprint(recordDelay.Milliseconds())}
 	return persistently(ctx, func(ctx context.Context) error {
 		return recordRunScript.Exec(ctx, r.rc, scriptKeys, args).Error()
 	})
@@ -196,9 +221,20 @@ func (r *recorder) checkAck(ctx context.Context, messageID string) error {
 // invocation finishing (relay.Settler.FinishSettle): that one is still
 // running when checked, every other must be terminal.
 func (r *recorder) checkAckFinishing(ctx context.Context, messageID, finishing string) error {
-	st, err := r.rc.Do(ctx, r.rc.B().Hgetall().Key(keys.Invocation(r.stream, r.group, messageID)).Build()).AsStrMap()
+	st, bad, err := r.ackState(ctx, messageID, finishing)
 	if err != nil {
 		return err
+	}
+	return r.recordAck(ctx, messageID, finishing, st, bad)
+}
+
+// ackState reads the invocation hash of messageID before its ack and the
+// invocations in it that are not terminal, finishing excepted while it
+// runs.
+func (r *recorder) ackState(ctx context.Context, messageID, finishing string) (map[string]string, []string, error) {
+	st, err := r.rc.Do(ctx, r.rc.B().Hgetall().Key(keys.Invocation(r.stream, r.group, messageID)).Build()).AsStrMap()
+	if err != nil {
+		return nil, nil, err
 	}
 	var bad []string
 	n := 0
@@ -217,6 +253,12 @@ func (r *recorder) checkAckFinishing(ctx context.Context, messageID, finishing s
 	if n == 0 {
 		bad = append(bad, "no invocation state")
 	}
+	return st, bad, nil
+}
+
+// recordAck records the state of an ack of messageID that ackState read:
+// for keepAcked, and as an early ack when bad lists invocations.
+func (r *recorder) recordAck(ctx context.Context, messageID, finishing string, st map[string]string, bad []string) error {
 	if r.keepAcked {
 		// The finishing invocation is acknowledged only if its success
 		// is recorded in the same step.
@@ -345,15 +387,22 @@ func (s ledgerSettler) Settle(ctx context.Context, key invocation.Key, ttl time.
 	return s.store.Settle(ctx, key, ttl)
 }
 
+// FinishSettle reads the state before the step but records the ack only
+// once the step applied: the fence may refuse it (a stale lease), and then
+// nothing was acknowledged.
 func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
-	if err := s.rec.checkAckFinishing(ctx, l.Key.MessageID, l.Field); err != nil {
+	st, bad, err := s.rec.ackState(ctx, l.Key.MessageID, l.Field)
+	if err != nil {
 		return fmt.Errorf("faults: check state before ack of %s: %w", l.Key.MessageID, err)
 	}
-	err := s.store.FinishSettle(ctx, l, ttl)
-	if err == nil {
-		s.rec.finished(ctx, l)
+	if err := s.store.FinishSettle(ctx, l, ttl); err != nil {
+		return err
 	}
-	return err
+	s.rec.finished(ctx, l)
+	_ = persistently(ctx, func(ctx context.Context) error {
+		return s.rec.recordAck(ctx, l.Key.MessageID, l.Field, st, bad)
+	})
+	return nil
 }
 
 // ledgerDLQ records every dead-letter entry written (keyDLQEntries) once

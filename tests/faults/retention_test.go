@@ -296,7 +296,7 @@ func TestSoakRetention(t *testing.T) {
 	// key reports grows with the ledger's fields.
 	var ledgerFields int64
 	for _, name := range []string{keyRunIDs, keyRuns, keyLastRun, keyAttemptRuns, keyCalls, keyLastCall, keyCallAttempts,
-		keyOKSeq, keyAckStates, keyDLQEntries, keyLateRuns, keyLateCalls, keyEarlyAcks, keyEnds, keyMissingMetric} {
+		keyOKSeq, keyAckStates, keyDLQEntries, keyLateRuns, keyLateCalls, keyDelayedRuns, keyDelayedCalls, keyEarlyAcks, keyEnds, keyMissingMetric} {
 		n, _ := rc.Do(ctx, rc.B().Hlen().Key(ledgerKey(streamName, name)).Build()).AsInt64()
 		ledgerFields += n
 	}
