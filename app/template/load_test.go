@@ -1,6 +1,7 @@
 package template_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -221,6 +222,16 @@ func TestHostileTemplateIsBounded(t *testing.T) {
 	indented := "image: x\nevents:\n" + strings.Repeat(" ", 300) + "- {handler: a.b, pattern: {k: [v]}}\n"
 	if a := apptest.One(t, "indented", indented); a.Available() || !strings.Contains(a.Errors.Error(), "indented more than 256") {
 		t.Errorf("indented template: %v", a.Errors)
+	}
+	// Many lines are refused before the YAML parser sees them: its time
+	// grows with the square of a block mapping's keys.
+	var lines strings.Builder
+	lines.WriteString("image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\nenv:\n")
+	for i := range 6000 {
+		fmt.Fprintf(&lines, "  V%d: x\n", i)
+	}
+	if a := apptest.One(t, "long", lines.String()); a.Available() || !strings.Contains(a.Errors.Error(), "long/template.yaml:5001:1: template has 6003 lines, more than 5000") {
+		t.Errorf("long template: %v", a.Errors)
 	}
 	quoted := "image: x\nenv: {X: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}\nevents: [{handler: a.b, pattern: {k: [v]}}] # {{{{\n"
 	if a := apptest.One(t, "quoted", quoted); !a.Available() {
