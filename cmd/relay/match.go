@@ -121,8 +121,10 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 		return enc.Encode(out)
 	}
 
+	// Names and conditions come from templates, valid or not: escaped,
+	// they can neither send escape sequences nor forge an output line.
 	name := func(t matcher.Target) string {
-		s := t.App + "/" + t.Handler
+		s := terminalSafe(t.App+"/"+t.Handler, false)
 		if !available[t.App] {
 			s += " (app unavailable)"
 		}
@@ -141,7 +143,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 				if cond.Matched {
 					mark = "✓"
 				}
-				fmt.Fprintf(w, "  %s %s\n", mark, cond)
+				fmt.Fprintf(w, "  %s %s\n", mark, terminalSafe(cond.String(), false))
 			}
 		}
 		if len(explained) == 0 {

@@ -121,3 +121,29 @@ func checkGolden(t *testing.T, path, got string) {
 		t.Errorf("%s (-want +got):\n%s", path, diff)
 	}
 }
+
+// TestMatchEscapesTemplateText: handler names and pattern paths come from
+// templates, valid or not, and reach the terminal escaped: an escape
+// sequence or a newline in them can neither recolour the screen nor forge
+// a line of output.
+func TestMatchEscapesTemplateText(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "a")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tpl := "image: x\nevents:\n" +
+		"  - handler: \"h.b\\e[31mRED\\nbilling/fake.run\"\n    pattern: {\"k\\e[2J\": [v]}\n" +
+		"  - handler: ok.run\n    pattern: {\"k\\e[2J\": [v]}\n"
+	if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	run(context.Background(), []string{"match", "--apps", root, "--explain", "--event", `{"k":"v"}`}, &out, &errb)
+	if strings.ContainsAny(out.String(), "\x1b") || strings.Contains(out.String(), "\nbilling/fake.run") {
+		t.Errorf("template text reached the output unescaped:\n%q", out.String())
+	}
+	if !strings.Contains(out.String(), `a/h.b\x1b[31mRED\x0abilling/fake.run`) || !strings.Contains(out.String(), `"k\x1b[2J": missing`) {
+		t.Errorf("escaped names and paths missing from the output:\n%s", out.String())
+	}
+}
