@@ -77,13 +77,13 @@ func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o O
 				return l, slots{}, e.notStarted(ctx, d, c, noSlot(ctx, o)), false
 			}
 		}
-		if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+		if cl, o, ok = e.claimInTime(ctx, d, c, o); !ok {
 			held.release()
 			return l, slots{}, o, false
 		}
 		return leaseOf(cl), held, o, true
 	}
-	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+	if cl, o, ok = e.claimInTime(ctx, d, c, o); !ok {
 		return l, slots{}, o, false
 	}
 	if held, ok = e.cfg.Limiter.tryAcquire(a); ok {
@@ -98,12 +98,44 @@ func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o O
 	if held, ok = e.cfg.Limiter.waitAcquire(ctx, a, e.cfg.ConcurrencyWait); !ok {
 		return l, slots{}, noSlot(ctx, o), false
 	}
-	if cl, o, ok = e.claimToRun(ctx, d, c, o); !ok {
+	if cl, o, ok = e.claimInTime(ctx, d, c, o); !ok {
 		held.release()
 		return l, slots{}, o, false
 	}
 	return leaseOf(cl), held, o, true
 }
+
+// claimInTime is claimToRun for an attempt about to run, which it gives
+// back uncharged (NotRun, errLateClaim) when the claim took half the lease
+// grace or more to come back: a worker stalled that long, or a reply held
+// up, may have let so much of the lease pass, counted from the claim's
+// execution on Redis, that the run would outlive it, and another delivery
+// would then charge the attempt while it runs, or even start the next
+// (docs/delivery.md#leases). Half the grace stays for the runtime's
+// teardown and the outcome's write. Measured from before the claim was
+// asked for, on this process's monotonic clock, it needs no clock shared
+// with Redis.
+func (e *Engine) claimInTime(ctx context.Context, d *delivery, c call, o Outcome) (invocation.Claim, Outcome, bool) {
+	asked := time.Now()
+	cl, o, ok := e.claimToRun(ctx, d, c, o)
+	if !ok {
+		return cl, o, false
+	}
+	took := time.Since(asked)
+	if took < e.cfg.LeaseGrace/2 {
+		return cl, o, true
+	}
+	o.Kind, o.Attempt, o.Err = NotRun, cl.Lease.Attempt, fmt.Errorf("%w: the claim took %v, half the lease grace (%v) or more",
+		errLateClaim, took.Round(time.Millisecond), e.cfg.LeaseGrace)
+	if err := e.release(ctx, leaseOf(cl)); err != nil {
+		// The lease then expires and counts as a failed attempt.
+		o.Op, o.WriteErr = "release", err
+	}
+	return cl, o, false
+}
+
+// errLateClaim is the error of an attempt claimInTime gave back.
+var errLateClaim = errors.New("attempt given back before it ran: its lease may not cover the run")
 
 // noSlot is o for a wait for a slot that ended without one.
 func noSlot(ctx context.Context, o Outcome) Outcome {

@@ -517,3 +517,50 @@ events:
 		t.Errorf("runs: h.one %d, h.two %d, want 1 each", h.calls.count("a/h.one"), h.calls.count("a/h.two"))
 	}
 }
+
+// slowClaims holds the reply of every Claim for delay, as a worker stalled
+// or a reply held up would, until slow is cleared.
+type slowClaims struct {
+	relay.StateStore
+	slow  atomic.Bool
+	delay time.Duration
+}
+
+func (s *slowClaims) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, max int, rec invocation.Record) (invocation.Claim, error) {
+	cl, err := s.StateStore.Claim(ctx, key, field, lease, max, rec)
+	if s.slow.Load() {
+		time.Sleep(s.delay)
+	}
+	return cl, err
+}
+
+// TestLateClaimIsGivenBack: a claim that took half the lease grace or
+// more to come back is not run (its lease, counted from the claim's
+// execution, might end before the run does, and another delivery charge
+// the attempt while it runs): it is given back uncharged, the message
+// stays pending, and a later delivery whose claim is prompt runs it as
+// attempt 1 (docs/delivery.md#leases).
+func TestLateClaimIsGivenBack(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	// The harness's lease grace is 500ms.
+	slow := &slowClaims{StateStore: h.state, delay: 300 * time.Millisecond}
+	slow.slow.Store(true)
+	h.stateStore = slow
+	h.start("c1")
+	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	testutil.WaitFor(t, 5*time.Second, "late claim given back", func() bool {
+		return strings.Contains(h.logs.String(), "attempt given back before it ran")
+	})
+	if n := h.calls.count("users/events.created"); n != 0 {
+		t.Fatalf("handler ran %d times on a late claim", n)
+	}
+	if v := h.hash(id)["users/events.created"]; attemptsUsed(t, v) > 0 {
+		t.Fatalf("the late claim charged an attempt: %q", v)
+	}
+	slow.slow.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "run once claims are prompt", func() bool { return h.settled() })
+	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+		t.Errorf("runs = %+v, want exactly attempt 1", runs)
+	}
+}
