@@ -71,7 +71,23 @@ var aliases = map[string]string{
 	"equals":     "there is no equals operator: a bare literal is equality, write field: [value]",
 	"=":          "there is no equals operator: a bare literal is equality, write field: [value]",
 	"==":         "there is no equals operator: a bare literal is equality, write field: [value]",
+	// Operators of other pattern languages that Relay does not have.
+	"regex":            noRegex,
+	"regexp":           noRegex,
+	"matches":          noRegex,
+	"wildcard":         noWildcard,
+	"glob":             noWildcard,
+	"like":             noWildcard,
+	"contains":         noWildcard,
+	"anythingbut":      "there is no negation operator: list the values to match, or use exists: false for an absent field",
+	"not":              "there is no negation operator: list the values to match, or use exists: false for an absent field",
+	"equalsignorecase": "there is no case-insensitive operator: list each spelling to match",
 }
+
+const (
+	noRegex    = "there is no regular expression operator (a pattern matches in time linear in the event): use prefix or suffix, or list the values"
+	noWildcard = "there is no wildcard or substring operator: use prefix or suffix, or list the values"
+)
 
 // operatorHint returns a hint when key looks like a misspelled or foreign
 // operator name. Case, "-" and "_" are ignored. A known alias (eq, >=,
