@@ -175,10 +175,25 @@ func (r *recorder) record(ctx context.Context, ks [6]string, messageID, app, han
 	// One run id and start for every try: a try applied whose reply was
 	// lost is not counted again.
 	args := []string{app + "/" + handler, invocationName(messageID, app, handler), fmt.Sprint(attempt), randomID(),
-		fmt.Sprint(time.Now().UnixMilli()), fmt.Sprint(recordDelay.Milliseconds())}
+		fmt.Sprint(handedAt(ctx).UnixMilli()), fmt.Sprint(recordDelay.Milliseconds())}
 	return persistently(ctx, func(ctx context.Context) error {
 		return recordRunScript.Exec(ctx, r.rc, scriptKeys, args).Error()
 	})
+}
+
+// handedKey is the context key of the moment the engine handed an
+// attempt to the runtime (ledgerRunner.Run).
+type handedKey struct{}
+
+// handedAt returns when the attempt of ctx was handed to the runtime, or
+// now outside a Run: a record's delay counts from there, so that a run the
+// ledger's own call record held up (a Redis restart) is not judged by the
+// state it finds when it finally starts.
+func handedAt(ctx context.Context) time.Time {
+	if t, ok := ctx.Value(handedKey{}).(time.Time); ok {
+		return t
+	}
+	return time.Now()
 }
 
 // run records that the handler of one attempt started.
@@ -259,6 +274,15 @@ func (r *recorder) ackState(ctx context.Context, messageID, finishing string) (m
 // recordAck records the state of an ack of messageID that ackState read:
 // for keepAcked, and as an early ack when bad lists invocations.
 func (r *recorder) recordAck(ctx context.Context, messageID, finishing string, st map[string]string, bad []string) error {
+	if err := r.keepAckState(ctx, messageID, finishing, st); err != nil {
+		return err
+	}
+	return r.recordEarly(ctx, messageID, bad)
+}
+
+// keepAckState records, for keepAcked, the state the ack of messageID is
+// made with, before the ack: a kill right after the ack must not lose it.
+func (r *recorder) keepAckState(ctx context.Context, messageID, finishing string, st map[string]string) error {
 	if r.keepAcked {
 		// The finishing invocation is acknowledged only if its success
 		// is recorded in the same step.
@@ -271,6 +295,12 @@ func (r *recorder) recordAck(ctx context.Context, messageID, finishing string, s
 			return err
 		}
 	}
+	return nil
+}
+
+// recordEarly records an ack of messageID made while the invocations bad
+// lists were not terminal.
+func (r *recorder) recordEarly(ctx context.Context, messageID string, bad []string) error {
 	if len(bad) == 0 {
 		return nil
 	}
@@ -387,11 +417,14 @@ func (s ledgerSettler) Settle(ctx context.Context, key invocation.Key, ttl time.
 	return s.store.Settle(ctx, key, ttl)
 }
 
-// FinishSettle reads the state before the step but records the ack only
-// once the step applied: the fence may refuse it (a stale lease), and then
-// nothing was acknowledged.
+// FinishSettle reads the state and keeps it before the step, but records
+// an early ack only once the step applied: the fence may refuse it (a
+// stale lease), and then nothing was acknowledged.
 func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
 	st, bad, err := s.rec.ackState(ctx, l.Key.MessageID, l.Field)
+	if err == nil {
+		err = s.rec.keepAckState(ctx, l.Key.MessageID, l.Field, st)
+	}
 	if err != nil {
 		return fmt.Errorf("faults: check state before ack of %s: %w", l.Key.MessageID, err)
 	}
@@ -399,9 +432,7 @@ func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl
 		return err
 	}
 	s.rec.finished(ctx, l)
-	_ = persistently(ctx, func(ctx context.Context) error {
-		return s.rec.recordAck(ctx, l.Key.MessageID, l.Field, st, bad)
-	})
+	_ = persistently(ctx, func(ctx context.Context) error { return s.rec.recordEarly(ctx, l.Key.MessageID, bad) })
 	return nil
 }
 
@@ -439,6 +470,7 @@ type ledgerRunner struct {
 }
 
 func (r ledgerRunner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+	ctx = context.WithValue(ctx, handedKey{}, time.Now())
 	if err := r.rec.call(ctx, req); err != nil {
 		// Not the handler's fault, and nothing ran: no attempt charged.
 		return runtime.Result{}, fmt.Errorf("faults: record call: %w", err)
