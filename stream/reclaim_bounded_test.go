@@ -21,6 +21,7 @@ func TestReclaimClaimsAtMostMax(t *testing.T) {
 	const minIdle = 50 * time.Millisecond
 
 	want := f.publishN(t, dead, 12)
+	read := time.Now()
 	if _, err := dead.Read(ctx, 100); err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +68,11 @@ func TestReclaimClaimsAtMostMax(t *testing.T) {
 		t.Fatalf("rest of the pass claimed %v (done %v), want %v", rest, done, want[5:])
 	}
 	// The pass is over and every claim reset the idle time: a new pass
-	// starts from the beginning and finds nothing idle.
-	msgs, deleted, done, err = c2.Reclaim(ctx, minIdle, 5)
+	// starts from the beginning and finds nothing idle for as long as
+	// since the first read. Every claim came minIdle or more after that
+	// read, so half of minIdle tells a reset idle time from one that was
+	// not, however slow the machine made the calls above.
+	msgs, deleted, done, err = c2.Reclaim(ctx, time.Since(read)-minIdle/2, 5)
 	if err != nil || len(msgs) != 0 || len(deleted) != 0 || !done {
 		t.Fatalf("next pass = %v, %v, done %v, %v; want nothing and done", ids(msgs), deleted, done, err)
 	}
