@@ -139,7 +139,7 @@ var (
 func unknownPipOption(line string) string {
 	tok, _, _ := strings.Cut(line, " ")
 	tok, _, _ = strings.Cut(tok, "\t")
-	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r FILE and -c FILE"
+	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r FILE and -c FILE, and after a requirement --hash and --config-settings"
 	if name, ok := strings.CutPrefix(tok, "--"); ok {
 		name, _, _ = strings.Cut(name, "=")
 		var matches []string
@@ -178,9 +178,21 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 	for i := 0; i < len(lines); i++ {
 		lineNo := i + 1
 		line := strings.TrimRight(lines[i], "\r")
+		// starts[k] is where line k of a continued line begins in line.
+		starts := []int{0}
 		for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
 			i++
-			line = strings.TrimSuffix(line, "\\") + strings.TrimRight(lines[i], "\r")
+			line = strings.TrimSuffix(line, "\\")
+			starts = append(starts, len(line))
+			line += strings.TrimRight(lines[i], "\r")
+		}
+		// pos is the file position of offset off of line.
+		pos := func(off int) (int, int) {
+			k := 0
+			for k+1 < len(starts) && starts[k+1] <= off {
+				k++
+			}
+			return lineNo + k, off - starts[k] + 1
 		}
 		if j := strings.Index(line, "#"); j == 0 || j > 0 && (line[j-1] == ' ' || line[j-1] == '\t') {
 			line = line[:j]
@@ -200,11 +212,31 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 				a.Errors.Add(file, lineNo, col, "", msg)
 				ok = false
 			}
-		case strings.HasPrefix(trimmed, "./") || strings.HasPrefix(trimmed, "/") || strings.Contains(trimmed, "://"):
-			// A path or URL of a distribution.
-		case !requirementRE.MatchString(trimmed):
-			a.Errors.Add(file, lineNo, col, "", fmt.Sprintf("%q is not a requirement: write name==version (for example requests==2.32.3), a pip option or a comment", trimmed))
-			ok = false
+		default:
+			// A requirement, then its options (--hash=...): like pip, the
+			// options start at the first word that starts with '-'.
+			req, opts := trimmed, ""
+			if j := strings.Index(trimmed, " -"); j >= 0 {
+				req, opts = strings.TrimSpace(trimmed[:j]), trimmed[j+1:]
+			}
+			isPath := strings.HasPrefix(req, "./") || strings.HasPrefix(req, "/") || strings.Contains(req, "://")
+			if !isPath && !requirementRE.MatchString(req) {
+				a.Errors.Add(file, lineNo, col, "", fmt.Sprintf("%q is not a requirement: write name==version (for example requests==2.32.3), a pip option or a comment", trimmed))
+				ok = false
+				continue
+			}
+			for off := len(line) - len(strings.TrimLeft(line, " \t")) + len(trimmed) - len(opts); opts != ""; {
+				word, rest, _ := strings.Cut(opts, " ")
+				if strings.HasPrefix(word, "-") {
+					if msg := unknownPipOption(word); msg != "" {
+						l, c := pos(off)
+						a.Errors.Add(file, l, c, "", msg)
+						ok = false
+					}
+				}
+				skip := len(opts) - len(strings.TrimLeft(rest, " \t"))
+				off, opts = off+skip, strings.TrimLeft(rest, " \t")
+			}
 		}
 	}
 	return ok
