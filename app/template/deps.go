@@ -139,7 +139,7 @@ var (
 func unknownPipOption(line string) string {
 	tok, _, _ := strings.Cut(line, " ")
 	tok, _, _ = strings.Cut(tok, "\t")
-	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r FILE and -c FILE, and after a requirement --hash and --config-settings"
+	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r URL and -c URL, and after a requirement --hash and --config-settings"
 	if name, ok := strings.CutPrefix(tok, "--"); ok {
 		name, _, _ = strings.Cut(name, "=")
 		var matches []string
@@ -163,6 +163,38 @@ func unknownPipOption(line string) string {
 		return fmt.Sprintf("unknown pip option %q%s", tok[:min(len(tok), 2)], hint)
 	}
 	return ""
+}
+
+// includedFile says what is wrong with line, a known pip option, when it
+// is -r or -c naming a file of the app, or returns "": the dependency build
+// gets requirements.txt alone, so pip would not find the file
+// (docs/runtimes.md#dependencies), and the dependency image's key would
+// not change with it. A URL is fetched by pip and passes.
+func includedFile(line string) string {
+	tok, value, _ := strings.Cut(strings.ReplaceAll(line, "\t", " "), " ")
+	opt := ""
+	switch {
+	case strings.HasPrefix(tok, "--"):
+		name, v, hasValue := strings.Cut(tok[2:], "=")
+		if hasValue {
+			value = v
+		}
+		for _, o := range []string{"requirement", "constraint"} {
+			if name != "" && strings.HasPrefix(o, name) {
+				opt = "--" + o
+			}
+		}
+	case len(tok) >= 2 && (tok[1] == 'r' || tok[1] == 'c'):
+		opt = tok[:2]
+		if len(tok) > 2 {
+			value = tok[2:]
+		}
+	}
+	value = strings.TrimSpace(value)
+	if opt == "" || strings.Contains(value, "://") {
+		return ""
+	}
+	return fmt.Sprintf("%s %s: the dependency build gets requirements.txt alone, not the files it names; list those requirements in requirements.txt", opt, value)
 }
 
 // checkRequirements checks every line of a requirements.txt: blank,
@@ -209,6 +241,9 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 			// pip checks its value at build time; a name pip would refuse
 			// is caught here, before any build.
 			if msg := unknownPipOption(trimmed); msg != "" {
+				a.Errors.Add(file, lineNo, col, "", msg)
+				ok = false
+			} else if msg := includedFile(trimmed); msg != "" {
 				a.Errors.Add(file, lineNo, col, "", msg)
 				ok = false
 			}
