@@ -159,13 +159,18 @@ func (w *Worker) logInvalid(ctx context.Context, a *app.App, kept bool) {
 // undone): no change is logged for it, and the operator who saw the error
 // would otherwise not learn that it is over.
 func (w *Worker) reportFixed(ctx context.Context, loaded *app.Set, changes []appChange) {
-	for name := range w.invalid {
+	for name, sig := range w.invalid {
 		a := loaded.Get(name)
 		if a == nil || !a.Available() || slices.ContainsFunc(changes, func(c appChange) bool { return c.app.Name == name }) {
 			continue
 		}
 		delete(w.invalid, name)
-		w.log.LogAttrs(ctx, slog.LevelInfo, "app template valid again; the version serving is unchanged", slog.String("app", name))
+		msg := "app template valid again; the version serving is unchanged"
+		if strings.Contains(sig, notReady) {
+			// The template was valid: its version could not be prepared.
+			msg = "app edit that was not ready undone; the version serving is unchanged"
+		}
+		w.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("app", name))
 	}
 }
 

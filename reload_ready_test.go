@@ -58,3 +58,39 @@ func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
 		t.Errorf("slow not logged ready, or logged changed, once its secret appeared:\n%s", logs)
 	}
 }
+
+// TestUndoingAnEditNotReadyIsNotLoggedAsATemplateFix: an edit of a served
+// app whose preparation fails (a missing secret) keeps the previous
+// version serving; undoing the edit is logged as such, not as a broken
+// template made valid again (the template was valid throughout).
+func TestUndoingAnEditNotReadyIsNotLoggedAsATemplateFix(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	root := testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")})
+	h.cfg.Apps = template.Dir(root)
+	h.cfg.ReloadInterval = time.Hour
+	p := &secretPreparer{sweepingRunner: h.runner}
+	h.cfg.Runner = p
+	w, stop := h.run()
+	defer stop()
+	testutil.WaitFor(t, 10*time.Second, "slow served", func() bool {
+		return w.Apps() != nil && w.Apps().Get("slow").Available()
+	})
+
+	p.missing.Store(true)
+	writeTemplate(t, root, "slow", slowApp("2"))
+	w.Reload()
+	testutil.WaitFor(t, 10*time.Second, "the edit logged not ready", func() bool {
+		return strings.Contains(h.logs.String(), `msg="app not ready; its previous version keeps serving" app=slow`)
+	})
+	writeTemplate(t, root, "slow", slowApp("1"))
+	w.Reload()
+	testutil.WaitFor(t, 10*time.Second, "the undone edit logged", func() bool {
+		return strings.Contains(h.logs.String(), `msg="app edit that was not ready undone; the version serving is unchanged" app=slow`)
+	})
+	if logs := h.logs.String(); strings.Contains(logs, "app template valid again") {
+		t.Errorf("an undone edit whose template was valid logged as a template fixed:\n%s", logs)
+	}
+	if v := w.Apps().Get("slow").Spec.Env["V"]; v != "1" {
+		t.Errorf("serving V=%q, want 1", v)
+	}
+}

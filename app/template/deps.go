@@ -139,7 +139,7 @@ var (
 func unknownPipOption(line string) string {
 	tok, _, _ := strings.Cut(line, " ")
 	tok, _, _ = strings.Cut(tok, "\t")
-	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r FILE and -c FILE"
+	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r URL and -c URL, and after a requirement --hash and --config-settings"
 	if name, ok := strings.CutPrefix(tok, "--"); ok {
 		name, _, _ = strings.Cut(name, "=")
 		var matches []string
@@ -165,6 +165,38 @@ func unknownPipOption(line string) string {
 	return ""
 }
 
+// includedFile says what is wrong with line, a known pip option, when it
+// is -r or -c naming a file of the app, or returns "": the dependency build
+// gets requirements.txt alone, so pip would not find the file
+// (docs/runtimes.md#dependencies), and the dependency image's key would
+// not change with it. A URL is fetched by pip and passes.
+func includedFile(line string) string {
+	tok, value, _ := strings.Cut(strings.ReplaceAll(line, "\t", " "), " ")
+	opt := ""
+	switch {
+	case strings.HasPrefix(tok, "--"):
+		name, v, hasValue := strings.Cut(tok[2:], "=")
+		if hasValue {
+			value = v
+		}
+		for _, o := range []string{"requirement", "constraint"} {
+			if name != "" && strings.HasPrefix(o, name) {
+				opt = "--" + o
+			}
+		}
+	case len(tok) >= 2 && (tok[1] == 'r' || tok[1] == 'c'):
+		opt = tok[:2]
+		if len(tok) > 2 {
+			value = tok[2:]
+		}
+	}
+	value = strings.TrimSpace(value)
+	if opt == "" || strings.Contains(value, "://") {
+		return ""
+	}
+	return fmt.Sprintf("%s %s: the dependency build gets requirements.txt alone, not the files it names; list those requirements in requirements.txt", opt, value)
+}
+
 // checkRequirements checks every line of a requirements.txt: blank,
 // comment, pip option (starting with '-') or requirement. It adds one
 // error per bad line and reports whether there was none.
@@ -178,9 +210,21 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 	for i := 0; i < len(lines); i++ {
 		lineNo := i + 1
 		line := strings.TrimRight(lines[i], "\r")
+		// starts[k] is where line k of a continued line begins in line.
+		starts := []int{0}
 		for strings.HasSuffix(line, "\\") && i+1 < len(lines) {
 			i++
-			line = strings.TrimSuffix(line, "\\") + strings.TrimRight(lines[i], "\r")
+			line = strings.TrimSuffix(line, "\\")
+			starts = append(starts, len(line))
+			line += strings.TrimRight(lines[i], "\r")
+		}
+		// pos is the file position of offset off of line.
+		pos := func(off int) (int, int) {
+			k := 0
+			for k+1 < len(starts) && starts[k+1] <= off {
+				k++
+			}
+			return lineNo + k, off - starts[k] + 1
 		}
 		if j := strings.Index(line, "#"); j == 0 || j > 0 && (line[j-1] == ' ' || line[j-1] == '\t') {
 			line = line[:j]
@@ -199,12 +243,35 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 			if msg := unknownPipOption(trimmed); msg != "" {
 				a.Errors.Add(file, lineNo, col, "", msg)
 				ok = false
+			} else if msg := includedFile(trimmed); msg != "" {
+				a.Errors.Add(file, lineNo, col, "", msg)
+				ok = false
 			}
-		case strings.HasPrefix(trimmed, "./") || strings.HasPrefix(trimmed, "/") || strings.Contains(trimmed, "://"):
-			// A path or URL of a distribution.
-		case !requirementRE.MatchString(trimmed):
-			a.Errors.Add(file, lineNo, col, "", fmt.Sprintf("%q is not a requirement: write name==version (for example requests==2.32.3), a pip option or a comment", trimmed))
-			ok = false
+		default:
+			// A requirement, then its options (--hash=...): like pip, the
+			// options start at the first word that starts with '-'.
+			req, opts := trimmed, ""
+			if j := strings.Index(trimmed, " -"); j >= 0 {
+				req, opts = strings.TrimSpace(trimmed[:j]), trimmed[j+1:]
+			}
+			isPath := strings.HasPrefix(req, "./") || strings.HasPrefix(req, "/") || strings.Contains(req, "://")
+			if !isPath && !requirementRE.MatchString(req) {
+				a.Errors.Add(file, lineNo, col, "", fmt.Sprintf("%q is not a requirement: write name==version (for example requests==2.32.3), a pip option or a comment", trimmed))
+				ok = false
+				continue
+			}
+			for off := len(line) - len(strings.TrimLeft(line, " \t")) + len(trimmed) - len(opts); opts != ""; {
+				word, rest, _ := strings.Cut(opts, " ")
+				if strings.HasPrefix(word, "-") {
+					if msg := unknownPipOption(word); msg != "" {
+						l, c := pos(off)
+						a.Errors.Add(file, l, c, "", msg)
+						ok = false
+					}
+				}
+				skip := len(opts) - len(strings.TrimLeft(rest, " \t"))
+				off, opts = off+skip, strings.TrimLeft(rest, " \t")
+			}
 		}
 	}
 	return ok

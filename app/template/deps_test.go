@@ -37,7 +37,7 @@ func loadWith(t *testing.T, name, tpl string, files map[string]string) *app.App 
 
 func TestLoadDeps(t *testing.T) {
 	py := loadWith(t, "py", "runtime: python3\n"+rule, map[string]string{
-		"requirements.txt": "# comment\n--find-links wheels\n-i https://pypi.example/simple\n--extra-index=https://b.example/simple\n--no-index\t# offline\n-fwheels\n" +
+		"requirements.txt": "# comment\n--find-links wheels\n-i https://pypi.example/simple\n--extra-index=https://b.example/simple\n--no-index\t# offline\n-fwheels\n-r https://pypi.example/r.txt\n" +
 			"requests==2.32.3  # pinned\nidna[all]>=3.7 ; python_version >= \"3.8\"\nsix==1.16.0 \\\n    --hash=sha256:00\n",
 	})
 	if !py.Available() || py.Spec.Deps == nil || py.Spec.Deps.Manifest != runtime.PythonManifest || py.Spec.Deps.Digest() == "" {
@@ -71,6 +71,14 @@ func TestLoadDeps(t *testing.T) {
 			`badopt/requirements.txt:1:1: unknown pip option "--index_url"; a requirements file takes --index-url`},
 		{"badshort", "python3", map[string]string{"requirements.txt": "requests==2\n  -x foo\n"},
 			`badshort/requirements.txt:2:3: unknown pip option "-x"`},
+		{"badhash", "python3", map[string]string{"requirements.txt": "six==1.16.0 --hash=sha256:00\nidna==3.7   --hsah=sha256:00\n"},
+			`badhash/requirements.txt:2:13: unknown pip option "--hsah"`},
+		{"continued", "python3", map[string]string{"requirements.txt": "requests==2 \\\n    --hash=sha256:00 \\\n  --index_url=https://pypi.example/simple\n"},
+			`continued/requirements.txt:3:3: unknown pip option "--index_url"`},
+		{"include", "python3", map[string]string{"requirements.txt": "requests==2\n-r other.txt\n", "other.txt": "idna==3.7\n"},
+			`include/requirements.txt:2:1: -r other.txt: the dependency build gets requirements.txt alone`},
+		{"constraint", "python3", map[string]string{"requirements.txt": "requests==2\n  --constr=c.txt\n"},
+			`constraint/requirements.txt:2:3: --constraint c.txt: the dependency build gets requirements.txt alone`},
 		{"ambiguous", "python3", map[string]string{"requirements.txt": "--no wheels\n"},
 			`ambiguous/requirements.txt:1:1: pip option "--no" is ambiguous: --no-index, --no-binary, --no-require-hashes`},
 		{"nolock", "node", map[string]string{"package.json": `{"dependencies": {}}`},
