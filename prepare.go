@@ -11,9 +11,9 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// DefaultPrepareWait is how long a Worker waits, at start and on each
-// reload, for the preparations it starts before it goes on without the
-// ones still running (docs/apps.md#changing-apps).
+// DefaultPrepareWait is how long a Worker waits at start for the
+// preparations it starts before it goes on without the ones still running
+// (docs/apps.md#changing-apps); a reload waits at most 1 second.
 const DefaultPrepareWait = 10 * time.Second
 
 // Preparer is an optional Runner capability: Prepare readies what an app
@@ -56,8 +56,9 @@ func (p *preparation) ended() bool {
 // prepareApps prepares, concurrently, each available app of loaded that
 // is not served unchanged and available in prev (nil at start), and
 // returns the apps to take in place of loaded, with those of loaded whose
-// preparation is still running, by name. It waits at most
-// PrepareWait for the preparations it starts; one still running then goes
+// preparation is still running, by name. It waits at most PrepareWait at
+// start, and at most maxReloadPrepareWait of it on a reload, for the
+// preparations it starts; one still running then goes
 // on in the background and asks for a reload when it ends, and its app
 // comes back unavailable as being prepared. A preparation of the same
 // version of an app, started before and still running or not yet used, is
@@ -102,7 +103,14 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 			delete(w.waiting, name)
 		}
 	}
-	w.waitPreparations(ctx, started)
+	wait := w.cfg.PrepareWait
+	if prev != nil {
+		// A reload also serves the other apps' changes, and a new app's
+		// events are matched only once it is served: one app's pull or
+		// build must not hold them up.
+		wait = min(wait, maxReloadPrepareWait)
+	}
+	w.waitPreparations(ctx, started, wait)
 	if ctx.Err() != nil {
 		return loaded, nil
 	}
@@ -158,13 +166,17 @@ func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparati
 	return pr
 }
 
-// waitPreparations waits until every preparation of prs ended, PrepareWait
+// maxReloadPrepareWait bounds PrepareWait on a reload
+// (docs/apps.md#changing-apps).
+const maxReloadPrepareWait = time.Second
+
+// waitPreparations waits until every preparation of prs ended, wait
 // passed, or ctx ended.
-func (w *Worker) waitPreparations(ctx context.Context, prs []*preparation) {
+func (w *Worker) waitPreparations(ctx context.Context, prs []*preparation, wait time.Duration) {
 	if len(prs) == 0 {
 		return
 	}
-	t := time.NewTimer(w.cfg.PrepareWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for _, pr := range prs {
 		select {

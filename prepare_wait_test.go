@@ -254,3 +254,34 @@ func TestStopDuringABackgroundPreparation(t *testing.T) {
 		t.Errorf("a preparation cut short by the stop was logged as loaded or not ready:\n%s", logs)
 	}
 }
+
+// TestReloadServesANewAppWhileAnotherIsPrepared: a reload that finds one
+// app's new version slow to prepare (a hung pull, a long build) and a new
+// app that is quick to prepare serves the new app without waiting for the
+// other, even with a PrepareWait of a minute: a new app's events are
+// matched only once it is served, so waiting would leave them to be
+// acknowledged unmatched (docs/apps.md#changing-apps).
+func TestReloadServesANewAppWhileAnotherIsPrepared(t *testing.T) {
+	h, root, p := prepareHarness(t)
+	h.cfg.PrepareWait = time.Minute
+	p.open("slow/1")
+	p.open("fresh/1")
+	w, stop := h.run()
+	defer stop()
+	testutil.WaitFor(t, 10*time.Second, "slow served", func() bool {
+		return w.Apps() != nil && w.Apps().Get("slow").Available()
+	})
+
+	writeTemplate(t, root, "slow", slowApp("2")) // its preparation waits for the test
+	writeTemplate(t, root, "fresh", strings.ReplaceAll(slowApp("1"), "[a]", "[f]"))
+	testutil.WaitFor(t, 20*time.Second, "fresh served while slow's edit is prepared", func() bool {
+		a := w.Apps().Get("fresh")
+		return a != nil && a.Available()
+	})
+	if _, ended, _ := p.result("slow/2"); ended {
+		t.Fatal("slow's second version ended its preparation: the test proves nothing")
+	}
+	if v := w.Apps().Get("slow").Spec.Env["V"]; v != "1" {
+		t.Errorf("slow serving version %q while 2 is prepared, want 1", v)
+	}
+}

@@ -84,11 +84,13 @@ type WorkerConfig struct {
 	// AppSource reported no change (docs/apps.md#changing-apps). Default:
 	// DefaultReloadInterval.
 	ReloadInterval time.Duration
-	// PrepareWait is how long start and each reload wait for the
-	// preparations of a Runner that is a Preparer (images, dependency
-	// images, secrets) before going on without the ones still running: those go on
-	// in the background, their app unavailable or, on a reload, its
-	// previous version serving, and the Worker reloads when each ends
+	// PrepareWait is how long start waits for the preparations of a
+	// Runner that is a Preparer (images, dependency images, secrets)
+	// before going on without the ones still running, and each reload at
+	// most 1 second of it, so that one app's pull or build does not hold
+	// up the other apps' changes: those still running go on in the
+	// background, their app unavailable or, on a reload, its previous
+	// version serving, and the Worker reloads when each ends
 	// (docs/apps.md#changing-apps). Default: DefaultPrepareWait.
 	PrepareWait time.Duration
 	// StreamRetention is how long an entry stays in each source stream once
