@@ -87,7 +87,10 @@ type Config struct {
 	// Default: MinPendingIdle/3.
 	HeartbeatInterval time.Duration
 	// LeaseGrace is added to a rule's timeout to form its running lease; a
-	// lease that expires counts as a failed attempt. Default:
+	// lease that expires counts as a failed attempt. An attempt whose claim
+	// took half of it or more is given back unrun (docs/delivery.md#leases),
+	// so it must be well above twice a claim's round trip to Redis: a grace
+	// of a few milliseconds gives every attempt back. Default:
 	// DefaultLeaseGrace.
 	LeaseGrace time.Duration
 	// ShutdownTimeout bounds how long Run lets running invocations finish

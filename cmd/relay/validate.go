@@ -20,7 +20,7 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 	var opts []template.Option
 	if c.SecretsDir != "" {
 		if fi, err := os.Stat(c.SecretsDir); err != nil || !fi.IsDir() {
-			return usagef("--secrets-dir %s is not a directory", c.SecretsDir)
+			return usagef("--secrets-dir (or RELAY_SECRETS_DIR) %s is not a directory", c.SecretsDir)
 		}
 		opts = append(opts, template.WithSecretsDir(c.SecretsDir))
 	}

@@ -82,7 +82,11 @@ func (r *Runner) sweepCopies(ctx context.Context) error {
 		if mounted[path] {
 			continue
 		}
-		r.logger.LogAttrs(ctx, slog.LevelInfo, "removing a copy no Relay used for a week (an earlier version's)", slog.String("path", path))
+		msg := "removing a copy no Relay used for a week (an earlier version's)"
+		if strings.HasPrefix(filepath.Base(path), ".tmp-") {
+			msg = "removing the temporary file of an interrupted copy"
+		}
+		r.logger.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("path", path))
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
