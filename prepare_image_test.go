@@ -203,14 +203,21 @@ func TestNewAppWithAMissingImageWaitsForIt(t *testing.T) {
 	if _, err := h.client.ImageService().Create(t.Context(), images.Image{Name: ghostImage, Target: img.Target()}); err != nil {
 		t.Fatalf("import %s: %v", ghostImage, err)
 	}
-	testutil.WaitFor(t, 30*time.Second, "ghost's message handled once its image is present", func() bool {
-		return h.ran("ghost", "version=1 attempt=1") == 1 && h.pending() == 0
+	h.readyAndRanOnce("ghost", 30*time.Second, "its image is present")
+}
+
+// readyAndRanOnce waits until the message held for app ran, once and as
+// attempt 1, and the app was logged ready once when happened.
+func (h *imageHarness) readyAndRanOnce(app string, within time.Duration, when string) {
+	h.t.Helper()
+	testutil.WaitFor(h.t, within, app+"'s message handled once "+when, func() bool {
+		return h.ran(app, "version=1 attempt=1") == 1 && h.pending() == 0
 	})
-	if n := strings.Count(h.out.String(), "[ghost/"); n != 1 {
-		t.Errorf("ghost's handler ran %d times, want once, as attempt 1:\n%s", n, h.out)
+	if n := strings.Count(h.out.String(), "["+app+"/"); n != 1 {
+		h.t.Errorf("%s's handler ran %d times, want once, as attempt 1:\n%s", app, n, h.out)
 	}
-	if !strings.Contains(h.logs.String(), `msg="app ready" app=ghost`) {
-		t.Errorf("ghost not logged ready once its image is present:\n%s", h.logs)
+	if !strings.Contains(h.logs.String(), `msg="app ready" app=`+app) {
+		h.t.Errorf("%s not logged ready once %s:\n%s", app, when, h.logs)
 	}
 }
 
@@ -241,15 +248,7 @@ func TestContainerdUnreachableAtStart(t *testing.T) {
 	if err := os.Symlink(addr, link); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitFor(t, 60*time.Second, "the message handled once containerd answers", func() bool {
-		return h.ran("users", "version=1 attempt=1") == 1 && h.pending() == 0
-	})
-	if n := strings.Count(h.out.String(), "[users/"); n != 1 {
-		t.Errorf("the handler ran %d times, want once, as attempt 1:\n%s", n, h.out)
-	}
-	if !strings.Contains(h.logs.String(), `msg="app ready" app=users`) {
-		t.Errorf("users not logged ready once containerd answers:\n%s", h.logs)
-	}
+	h.readyAndRanOnce("users", 60*time.Second, "containerd answers")
 }
 
 // TestSlowPullIsBeingPrepared: a new app whose image pull outlasts
