@@ -226,8 +226,21 @@ func (s *Server) send(sig syscall.Signal) {
 // Restart starts the server again on the same port and directory.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if err := s.run(); err != nil {
+	if err := s.TryRestart(); err != nil {
 		t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// TryRestart is Restart for a goroutine other than the test's, which must
+// not call t.Fatal: it tries for up to 10 s, since another process may
+// hold the port for a moment after the server left it, and returns the
+// last error.
+func (s *Server) TryRestart() error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err = s.run(); err == nil || time.Now().After(deadline) {
+			return err
+		}
 	}
 }
 

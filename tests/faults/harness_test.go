@@ -356,7 +356,11 @@ func waitQuiet(t *testing.T, rc rueidis.Client, src *stream.Source, newest strin
 // would add an entry the ledger does not know. Events must be unique.
 func publish(t *testing.T, rc rueidis.Client, src *stream.Source, event string) string {
 	t.Helper()
-	ctx := context.Background()
+	// rueidis retries a read on a broken connection for as long as its
+	// context lasts: bounded, so that a Redis that never comes back fails
+	// the soak instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
 	var id string
 	tries := 0
 	err := retry(func() (err error) {
