@@ -121,7 +121,7 @@ var requirementRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])
 // pipLongOptions are the long options pip accepts in a requirements file
 // (pip's requirements file format: its global options, and the
 // per-requirement --hash and --config-settings), and pipShortOptions the
-// short ones.
+// short ones, by the long option each stands for.
 var (
 	pipLongOptions = []string{
 		"index-url", "pypi-url", "extra-index-url", "no-index", "constraint", "requirement", "editable",
@@ -129,72 +129,69 @@ var (
 		"pre", "all-releases", "only-final", "trusted-host", "use-feature", "hash", "config-settings",
 		"install-option", "global-option", // per requirement in older pips (Debian 12 has 23.0)
 	}
-	pipShortOptions = "icrefC"
+	pipShortOptions = map[byte]string{
+		'i': "index-url", 'c': "constraint", 'r': "requirement", 'e': "editable", 'f': "find-links", 'C': "config-settings",
+	}
 )
 
-// unknownPipOption checks the option that starts line, a requirements file
-// line starting with '-', and says what is wrong with its name, or returns
-// "" when pip knows it. Like pip, it takes an unambiguous prefix of a long
-// option for the option.
-func unknownPipOption(line string) string {
-	tok, _, _ := strings.Cut(line, " ")
-	tok, _, _ = strings.Cut(tok, "\t")
-	const hint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r URL and -c URL, and after a requirement --hash and --config-settings"
-	if name, ok := strings.CutPrefix(tok, "--"); ok {
-		name, _, _ = strings.Cut(name, "=")
-		var matches []string
-		for _, o := range pipLongOptions {
-			if o == name {
-				return ""
-			}
-			if name != "" && strings.HasPrefix(o, name) {
-				matches = append(matches, "--"+o)
+const pipOptionsHint = "; a requirements file takes --index-url, --extra-index-url, --no-index, --find-links (-f), --trusted-host, --pre, --prefer-binary, --only-binary, --no-binary, --require-hashes, --use-feature, -r URL and -c URL, and after a requirement --hash and --config-settings"
+
+// pipOption reads the option that starts line, a requirements file line
+// or word starting with '-', as pip does: its long name (an unambiguous
+// prefix of a long option is that option) and the value written in the
+// same word (--name=value, -Xvalue), or what is wrong with its name.
+func pipOption(line string) (name, value, problem string) {
+	word, _, _ := strings.Cut(strings.ReplaceAll(line, "\t", " "), " ")
+	long, isLong := strings.CutPrefix(word, "--")
+	if !isLong {
+		if len(word) >= 2 {
+			if name, ok := pipShortOptions[word[1]]; ok {
+				return name, word[2:], ""
 			}
 		}
-		switch len(matches) {
-		case 1:
-			return ""
-		case 0:
-			return fmt.Sprintf("unknown pip option %q%s", "--"+name, hint)
+		return "", "", fmt.Sprintf("unknown pip option %q%s", word[:min(len(word), 2)], pipOptionsHint)
+	}
+	long, value, _ = strings.Cut(long, "=")
+	var matches []string
+	for _, o := range pipLongOptions {
+		if o == long {
+			return o, value, ""
 		}
-		return fmt.Sprintf("pip option %q is ambiguous: %s", "--"+name, strings.Join(matches, ", "))
+		if long != "" && strings.HasPrefix(o, long) {
+			matches = append(matches, "--"+o)
+		}
 	}
-	if len(tok) < 2 || !strings.ContainsRune(pipShortOptions, rune(tok[1])) {
-		return fmt.Sprintf("unknown pip option %q%s", tok[:min(len(tok), 2)], hint)
+	switch len(matches) {
+	case 1:
+		return matches[0][2:], value, ""
+	case 0:
+		return "", "", fmt.Sprintf("unknown pip option %q%s", "--"+long, pipOptionsHint)
 	}
-	return ""
+	return "", "", fmt.Sprintf("pip option %q is ambiguous: %s", "--"+long, strings.Join(matches, ", "))
 }
 
-// includedFile says what is wrong with line, a known pip option, when it
-// is -r or -c naming a file of the app, or returns "": the dependency build
-// gets requirements.txt alone, so pip would not find the file
-// (docs/runtimes.md#dependencies), and the dependency image's key would
-// not change with it. A URL is fetched by pip and passes.
+// includedFile says what is wrong with line, a pip option line pipOption
+// knows, when it is -r or -c naming a file of the app, or returns "": the
+// dependency build gets requirements.txt alone, so pip would not find the
+// file (docs/runtimes.md#dependencies), and the dependency image's key
+// would not change with it. A URL is fetched by pip and passes.
 func includedFile(line string) string {
-	tok, value, _ := strings.Cut(strings.ReplaceAll(line, "\t", " "), " ")
-	opt := ""
-	switch {
-	case strings.HasPrefix(tok, "--"):
-		name, v, hasValue := strings.Cut(tok[2:], "=")
-		if hasValue {
-			value = v
-		}
-		for _, o := range []string{"requirement", "constraint"} {
-			if name != "" && strings.HasPrefix(o, name) {
-				opt = "--" + o
-			}
-		}
-	case len(tok) >= 2 && (tok[1] == 'r' || tok[1] == 'c'):
-		opt = tok[:2]
-		if len(tok) > 2 {
-			value = tok[2:]
-		}
-	}
-	value = strings.TrimSpace(value)
-	if opt == "" || strings.Contains(value, "://") {
+	name, value, _ := pipOption(line)
+	if name != "requirement" && name != "constraint" {
 		return ""
 	}
-	return fmt.Sprintf("%s %s: the dependency build gets requirements.txt alone, not the files it names; list those requirements in requirements.txt", opt, value)
+	written := "--" + name
+	if !strings.HasPrefix(line, "--") {
+		written = line[:2]
+	}
+	if value == "" {
+		_, value, _ = strings.Cut(strings.ReplaceAll(line, "\t", " "), " ")
+	}
+	value = strings.TrimSpace(value)
+	if strings.Contains(value, "://") {
+		return ""
+	}
+	return fmt.Sprintf("%s %s: the dependency build gets requirements.txt alone, not the files it names; list those requirements in requirements.txt", written, value)
 }
 
 // checkRequirements checks every line of a requirements.txt: blank,
@@ -240,7 +237,7 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 			// A pip option (--find-links wheels, --no-index, -r other.txt):
 			// pip checks its value at build time; a name pip would refuse
 			// is caught here, before any build.
-			if msg := unknownPipOption(trimmed); msg != "" {
+			if _, _, msg := pipOption(trimmed); msg != "" {
 				a.Errors.Add(file, lineNo, col, "", msg)
 				ok = false
 			} else if msg := includedFile(trimmed); msg != "" {
@@ -263,7 +260,7 @@ func checkRequirements(a *app.App, file string, data []byte) bool {
 			for off := len(line) - len(strings.TrimLeft(line, " \t")) + len(trimmed) - len(opts); opts != ""; {
 				word, rest, _ := strings.Cut(opts, " ")
 				if strings.HasPrefix(word, "-") {
-					if msg := unknownPipOption(word); msg != "" {
+					if _, _, msg := pipOption(word); msg != "" {
 						l, c := pos(off)
 						a.Errors.Add(file, l, c, "", msg)
 						ok = false
