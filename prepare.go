@@ -103,14 +103,7 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 			delete(w.waiting, name)
 		}
 	}
-	wait := w.cfg.PrepareWait
-	if prev != nil {
-		// A reload also serves the other apps' changes, and a new app's
-		// events are matched only once it is served: one app's pull or
-		// build must not hold them up.
-		wait = min(wait, maxReloadPrepareWait)
-	}
-	w.waitPreparations(ctx, started, wait)
+	w.waitPreparations(ctx, started, w.prepareWait(prev))
 	if ctx.Err() != nil {
 		return loaded, nil
 	}
@@ -169,6 +162,18 @@ func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparati
 // maxReloadPrepareWait bounds PrepareWait on a reload
 // (docs/apps.md#changing-apps).
 const maxReloadPrepareWait = time.Second
+
+// prepareWait is how long a load waits for the preparations it starts:
+// PrepareWait at start (prev nil); on a reload at most
+// maxReloadPrepareWait, since a reload also serves the other apps'
+// changes, and a new app's events are matched only once it is served: one
+// app's pull or build must not hold them up.
+func (w *Worker) prepareWait(prev *app.Set) time.Duration {
+	if prev == nil {
+		return w.cfg.PrepareWait
+	}
+	return min(w.cfg.PrepareWait, maxReloadPrepareWait)
+}
 
 // waitPreparations waits until every preparation of prs ended, wait
 // passed, or ctx ended.

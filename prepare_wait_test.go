@@ -284,4 +284,7 @@ func TestReloadServesANewAppWhileAnotherIsPrepared(t *testing.T) {
 	if v := w.Apps().Get("slow").Spec.Env["V"]; v != "1" {
 		t.Errorf("slow serving version %q while 2 is prepared, want 1", v)
 	}
+	testutil.WaitFor(t, 10*time.Second, "slow's edit logged as being prepared after the reload's wait", func() bool {
+		return strings.Contains(h.logs.String(), `msg="app being prepared; its previous version keeps serving" app=slow waited=1s`)
+	})
 }

@@ -102,7 +102,7 @@ func (w *Worker) reload(ctx context.Context, sched *scheduleRunner) {
 	}
 	for _, a := range loaded.List() {
 		if v := waiting[a.Name]; v != nil {
-			w.reportPreparing(ctx, v, next.Get(a.Name).Available())
+			w.reportPreparing(ctx, v, next.Get(a.Name).Available(), w.prepareWait(prev))
 		}
 	}
 	w.reportFixed(ctx, loaded, changes)
@@ -131,11 +131,11 @@ func (w *Worker) reportInvalid(ctx context.Context, a *app.App, kept bool) {
 }
 
 // reportPreparing logs, once per version of app a, that a's preparation
-// goes on in the background: kept when its previous version keeps
-// serving. It is no error (not counted in relay_app_reload_errors_total):
-// the reload the preparation asks for when it ends logs the app loaded,
-// changed or not ready.
-func (w *Worker) reportPreparing(ctx context.Context, a *app.App, kept bool) {
+// goes on in the background after the load waited for it: kept when its
+// previous version keeps serving. It is no error (not counted in
+// relay_app_reload_errors_total): the reload the preparation asks for
+// when it ends logs the app loaded, changed or not ready.
+func (w *Worker) reportPreparing(ctx context.Context, a *app.App, kept bool, waited time.Duration) {
 	if v := w.waiting[a.Name]; v != nil && sameApp(v, a) {
 		return
 	}
@@ -144,7 +144,7 @@ func (w *Worker) reportPreparing(ctx context.Context, a *app.App, kept bool) {
 	if kept {
 		msg = "app being prepared; its previous version keeps serving"
 	}
-	w.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("app", a.Name), slog.Duration("waited", w.cfg.PrepareWait))
+	w.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.String("app", a.Name), slog.Duration("waited", waited))
 }
 
 // logInvalid logs each error of invalid app a (invalidMsg).

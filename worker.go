@@ -362,7 +362,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) logApps(ctx context.Context, apps *app.Set, waiting map[string]*app.App) {
 	for _, a := range apps.List() {
 		if v := waiting[a.Name]; v != nil {
-			w.reportPreparing(ctx, v, false)
+			w.reportPreparing(ctx, v, false, w.prepareWait(nil))
 			continue
 		}
 		if !a.Available() {
