@@ -52,7 +52,7 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 			}
 			f.dir = d
 		} else {
-			f.dir = filepath.Join(f.stateDir, "bootstrap")
+			f.dir = bootstrapDir(f.stateDir)
 		}
 	}
 	path := filepath.Join(f.dir, b.Runtime+"-"+b.Digest()[:16]+filepath.Ext(b.FileName))
@@ -75,6 +75,10 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 	f.verified[path] = true
 	return path, nil
 }
+
+// bootstrapDir is where Runners with the state directory stateDir keep
+// their bootstrap copies.
+func bootstrapDir(stateDir string) string { return filepath.Join(stateDir, "bootstrap") }
 
 // removePrivate removes the temporary directory of a Runner without a
 // state directory (Close): no other process uses it. A Run after Close

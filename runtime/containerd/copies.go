@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -37,12 +36,13 @@ func touchCopy(path string, fi fs.FileInfo) {
 // mount into containers: the exec helper's and the bootstraps'
 // (docs/operations.md "State directory").
 func (r *Runner) copyDirs() []string {
-	if r.bootstraps.stateDir == "" {
+	sd := r.bootstraps.stateDir
+	if sd == "" {
 		// Bootstraps then live in a directory of this process's, removed
 		// by Close; helpers in one per user, shared.
-		return []string{filepath.Join(os.TempDir(), "relay-exec-"+strconv.Itoa(os.Getuid()), "bin")}
+		return []string{helperDir(sd)}
 	}
-	return []string{filepath.Join(r.bootstraps.stateDir, "bin"), filepath.Join(r.bootstraps.stateDir, "bootstrap")}
+	return []string{helperDir(sd), bootstrapDir(sd)}
 }
 
 // sweepCopies removes the copies of the exec helper and of the bootstraps

@@ -108,15 +108,12 @@ func installExecHelper(path, stateDir string) (string, []byte, error) {
 		return "", nil, err
 	}
 	if stateDir == "" {
-		// One directory per user, shared by its processes: copies are
-		// named by content.
-		stateDir = filepath.Join(os.TempDir(), "relay-exec-"+strconv.Itoa(os.Getuid()))
-		if err := privateDir(stateDir); err != nil {
+		if err := privateDir(userHelperRoot()); err != nil {
 			return "", nil, err
 		}
 	}
 	sum := sha256.Sum256(data)
-	dst := filepath.Join(stateDir, "bin", ExecHelperName+"-"+hex.EncodeToString(sum[:8]))
+	dst := filepath.Join(helperDir(stateDir), ExecHelperName+"-"+hex.EncodeToString(sum[:8]))
 	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, data) {
 		return dst, data, nil
 	}
@@ -124,6 +121,22 @@ func installExecHelper(path, stateDir string) (string, []byte, error) {
 		return "", nil, err
 	}
 	return dst, data, nil
+}
+
+// helperDir is where installExecHelper copies the helper: bin/ of the
+// state directory, or of userHelperRoot without one.
+func helperDir(stateDir string) string {
+	if stateDir == "" {
+		stateDir = userHelperRoot()
+	}
+	return filepath.Join(stateDir, "bin")
+}
+
+// userHelperRoot is the directory of the helper copies of Runners without
+// a state directory: one per user, shared by its processes, since copies
+// are named by content.
+func userHelperRoot() string {
+	return filepath.Join(os.TempDir(), "relay-exec-"+strconv.Itoa(os.Getuid()))
 }
 
 // helperCopy returns the path of the exec helper's copy for a prepared
