@@ -357,9 +357,8 @@ func (r *Runner) staleDepsLease(ctx context.Context, l leases.Lease) string {
 	if err != nil {
 		return ""
 	}
-	v, ok := labels[LabelPresencePrefix+host]
-	at, parsed := parsePresence(v)
-	if _, current, _ := strings.Cut(v, " "); !ok || !parsed || current != owner {
+	at, current, ok := parsePresence(labels[LabelPresencePrefix+host])
+	if !ok || current != owner {
 		if r.ownedByAnotherLiveRunner(ctx, owner) {
 			return ""
 		}

@@ -204,15 +204,15 @@ func procStat(pid int) (start string, state byte, err error) {
 	return f[19], f[0][0], nil
 }
 
-// parsePresence reads the time of a presence label value,
-// "<Unix milliseconds> <owner>".
-func parsePresence(v string) (at time.Time, ok bool) {
-	ms, _, _ := strings.Cut(v, " ")
+// parsePresence reads a presence label value, "<Unix milliseconds>
+// <owner>": the time and the owner (LabelOwner) it names.
+func parsePresence(v string) (at time.Time, owner string, ok bool) {
+	ms, owner, _ := strings.Cut(v, " ")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if err != nil {
-		return time.Time{}, false
+		return time.Time{}, "", false
 	}
-	return time.UnixMilli(n), true
+	return time.UnixMilli(n), owner, true
 }
 
 // healthyFor reports whether this Runner's own refreshes have succeeded for
@@ -285,7 +285,7 @@ func (r *Runner) sweepGoneHosts(ctx context.Context) error {
 		if !ok || host == r.hostID {
 			continue
 		}
-		at, ok := parsePresence(v)
+		at, _, ok := parsePresence(v)
 		if !ok {
 			continue // not ours to interpret
 		}
