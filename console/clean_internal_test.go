@@ -11,7 +11,7 @@ func TestClean(t *testing.T) {
 		{"\x1b[31mred\x1b[0m", `\x1b[31mred\x1b[0m`},
 		{"abc\u202edcba", `abc\u202edcba`},
 		{"bad \xff byte", "bad \uFFFD byte"},
-		{"nul\x00 and del\x7f and c1\u0085", `nul\x00 and del\x7f and c1\x85`},
+		{"nul\x00 and del\x7f and c1\u0085", `nul\x00 and del\x7f and c1\u0085`},
 	} {
 		if got := clean(c.in); got != c.want {
 			t.Errorf("clean(%q) = %q, want %q", c.in, got, c.want)

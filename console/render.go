@@ -12,10 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/textsafe"
 )
 
 // page is what the layout template gets: the page's own data is Data.
@@ -138,34 +138,15 @@ func (s *Server) stream(r *http.Request) (string, bool) {
 
 // clean makes s safe to display: event payloads, reasons and handler
 // output may hold any bytes, and the page is declared UTF-8. Bytes that are
-// not UTF-8 become U+FFFD; control characters other than newline and tab
-// are shown as \xNN, and bidirectional controls (U+202E turns the rest of a
-// line around) as \uNNNN, so stored text can neither disguise itself nor
-// show as boxes, as the CLI escapes it.
+// not UTF-8 become U+FFFD; control characters other than newline and tab,
+// and bidirectional controls (U+202E turns the rest of a line around), are
+// escaped as the CLI escapes them (textsafe.Escape), so stored text can
+// neither disguise itself nor show as boxes.
 func clean(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	if !strings.ContainsFunc(s, needsEscape) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case !needsEscape(r):
-			b.WriteRune(r)
-		case r < 0x100:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			fmt.Fprintf(&b, `\u%04x`, r)
-		}
-	}
-	return b.String()
-}
-
-// needsEscape reports the runes clean shows escaped.
-func needsEscape(r rune) bool {
-	return r != '\n' && r != '\t' && unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+	return textsafe.Escape(s, true)
 }
 
 // prettyEvent indents a JSON event, keeping its key order and numbers;

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/textsafe"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
@@ -318,7 +319,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 
 // prettyEvent indents a JSON event, keeping its key order and numbers;
 // anything else is shown verbatim with a note, since malformed messages keep
-// their original bytes, except what terminalSafe escapes.
+// their original bytes, except what textsafe.Escape escapes.
 func prettyEvent(event string) string {
 	if strings.TrimSpace(event) == "" {
 		return "(empty)"
@@ -327,9 +328,9 @@ func prettyEvent(event string) string {
 	if json.Indent(&buf, []byte(event), "", "  ") == nil {
 		// Valid JSON may still hold bytes that are not UTF-8 and C1
 		// control characters inside its strings.
-		return terminalSafe(strings.TrimSpace(buf.String()), true)
+		return textsafe.Escape(strings.TrimSpace(buf.String()), true)
 	}
-	return terminalSafe(event, true) + "\n(not valid JSON; shown as stored, control characters and bytes that are not UTF-8 escaped)"
+	return textsafe.Escape(event, true) + "\n(not valid JSON; shown as stored, control characters and bytes that are not UTF-8 escaped)"
 }
 
 // DLQReplayCmd is `relay dlq replay`.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/matcher"
 )
 
@@ -124,7 +125,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	// Names and conditions come from templates, valid or not: escaped,
 	// they can neither send escape sequences nor forge an output line.
 	name := func(t matcher.Target) string {
-		s := terminalSafe(t.App+"/"+t.Handler, false)
+		s := textsafe.Escape(t.App+"/"+t.Handler, false)
 		if !available[t.App] {
 			s += " (app unavailable)"
 		}
@@ -143,7 +144,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 				if cond.Matched {
 					mark = "✓"
 				}
-				fmt.Fprintf(w, "  %s %s\n", mark, terminalSafe(cond.String(), false))
+				fmt.Fprintf(w, "  %s %s\n", mark, textsafe.Escape(cond.String(), false))
 			}
 		}
 		if len(explained) == 0 {
