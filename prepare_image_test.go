@@ -301,16 +301,7 @@ func TestStopDuringAPull(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "slow being prepared", func() bool {
 		return w.Apps() != nil && strings.Contains(h.logs.String(), `msg="pulling image" image=`+ref)
 	})
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker did not stop while it pulled an image")
-	}
+	stopWithin(t, stop, "it pulled an image")
 	logs := h.logs.String()
 	if strings.Contains(logs, `msg="image pulled"`) || strings.Contains(logs, `msg="app loaded" app=slow`) || strings.Contains(logs, "not ready") {
 		t.Errorf("a pull cut short by the stop ended, or its app was logged loaded or not ready:\n%s", logs)

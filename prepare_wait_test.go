@@ -236,16 +236,7 @@ func TestStopDuringABackgroundPreparation(t *testing.T) {
 		t.Fatalf("slow's preparation: %d calls, ended %v; want one running", calls, ended)
 	}
 
-	stopped := make(chan error, 1)
-	go func() { stopped <- stop() }()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the worker did not stop while a preparation ran")
-	}
+	stopWithin(t, stop, "a preparation ran")
 	if _, ended, err := p.result("slow/1"); !ended || err != context.Canceled {
 		t.Errorf("slow's preparation when Run returned: ended %v with %v, want cancelled and waited for", ended, err)
 	}
@@ -287,4 +278,20 @@ func TestReloadServesANewAppWhileAnotherIsPrepared(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "slow's edit logged as being prepared after the reload's wait", func() bool {
 		return strings.Contains(h.logs.String(), `msg="app being prepared; its previous version keeps serving" app=slow waited=1s`)
 	})
+}
+
+// stopWithin stops a worker with stop and fails t unless Run returns nil
+// within 30 s; while says what the worker was doing.
+func stopWithin(t *testing.T, stop func() error, while string) {
+	t.Helper()
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not stop while %s", while)
+	}
 }
