@@ -152,13 +152,7 @@ events:
 	var down atomic.Bool
 	down.Store(true)
 	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("boom") })
-	inner := runtime.NewFunc(h.handlers)
-	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-		if down.Load() {
-			return runtime.Result{}, fmt.Errorf("image x not found: %w", runtime.ErrUnavailable)
-		}
-		return inner.Run(ctx, req)
-	})
+	h.unavailableWhile(&down, "image x not found")
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 5*time.Second, "three deliveries", func() bool { return deliveries(t, h, id) >= 3 })
@@ -249,13 +243,7 @@ func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
 	h.handle("users/events.created", nil)
-	inner := runtime.NewFunc(h.handlers)
-	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-		if down.Load() {
-			return runtime.Result{}, fmt.Errorf("image relay.local/busybox:latest not found: %w", runtime.ErrUnavailable)
-		}
-		return inner.Run(ctx, req)
-	})
+	h.unavailableWhile(&down, "image relay.local/busybox:latest not found")
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	testutil.WaitFor(t, 5*time.Second, "several unavailable deliveries", func() bool { return deliveries(t, h, id) >= 3 })
@@ -563,4 +551,17 @@ func TestLateClaimIsGivenBack(t *testing.T) {
 	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs = %+v, want exactly attempt 1", runs)
 	}
+}
+
+// unavailableWhile makes h's runner fail every Run as the runtime being
+// unavailable (runtime.ErrUnavailable, with msg) while down is set, and run
+// h's handlers otherwise. Call it after the handlers are registered.
+func (h *harness) unavailableWhile(down *atomic.Bool, msg string) {
+	inner := runtime.NewFunc(h.handlers)
+	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+		if down.Load() {
+			return runtime.Result{}, fmt.Errorf("%s: %w", msg, runtime.ErrUnavailable)
+		}
+		return inner.Run(ctx, req)
+	})
 }
