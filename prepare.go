@@ -4,12 +4,17 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 )
+
+// DefaultPrepareRetry is the first delay before a Worker prepares again an
+// app whose preparation failed (docs/apps.md#changing-apps).
+const DefaultPrepareRetry = time.Second
 
 // DefaultPrepareWait is how long a Worker waits at start for the
 // preparations it starts before it goes on without the ones still running
@@ -41,16 +46,35 @@ type preparation struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Prepare returned, err set
 	err    error
+
+	mu       sync.Mutex
+	finished bool // Prepare returned, err set
+	// detached: a load went on without its result, so it asks for the
+	// reload that uses it when it ends.
+	detached bool
 }
 
-// ended reports whether Prepare returned.
-func (p *preparation) ended() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
+// detach reports whether Prepare is still running and, if it is, makes
+// it ask for a reload when it ends. Only a preparation a load leaves
+// running asks: one whose result its own load used asking too would make
+// every failing preparation start the next at once, a reload loop that
+// spins as long as the failure lasts.
+func (p *preparation) detach() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.finished {
+		p.detached = true
 	}
+	return !p.finished
+}
+
+// finish records Prepare's result and reports whether a reload must
+// use it.
+func (p *preparation) finish(err error) (reload bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err, p.finished = err, true
+	return p.detached
 }
 
 // prepareApps prepares, concurrently, each available app of loaded that
@@ -68,6 +92,7 @@ func (p *preparation) ended() bool {
 // nothing: the caller must not serve it. Only the reload loop (and Run
 // before it) calls it.
 func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.Set, map[string]*app.App) {
+	w.prepareFailed = false
 	p, ok := w.cfg.Runner.(Preparer)
 	if !ok {
 		return loaded, nil
@@ -115,11 +140,12 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 		switch {
 		case pr == nil:
 			continue
-		case !pr.ended():
+		case pr.detach():
 			apps[i] = withError(a, beingPrepared)
 			running[a.Name] = a
 		case pr.err != nil:
 			delete(w.preps, a.Name)
+			w.prepareFailed = true
 			apps[i] = withError(a, notReady+pr.err.Error())
 		default:
 			delete(w.preps, a.Name)
@@ -138,7 +164,8 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 }
 
 // prepare starts preparing a in the background, bounded by ctx. When it
-// ends, and was not cancelled, it asks for a reload, which uses its result.
+// ends after its load went on without it (detach), and was not cancelled,
+// it asks for a reload, which uses its result.
 func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparation {
 	pctx, cancel := context.WithCancel(ctx)
 	pr := &preparation{app: a, cancel: cancel, done: make(chan struct{})}
@@ -150,9 +177,9 @@ func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparati
 			// says nothing about the app.
 			err = pctx.Err()
 		}
-		pr.err = err
+		reload := pr.finish(err)
 		close(pr.done)
-		if pctx.Err() == nil {
+		if reload && pctx.Err() == nil {
 			w.Reload()
 		}
 	})

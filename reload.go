@@ -48,16 +48,70 @@ func (w *Worker) reloadLoop(ctx context.Context, sched *scheduleRunner) {
 	}
 	t := time.NewTicker(w.cfg.ReloadInterval)
 	defer t.Stop()
+	retry := newRetryTimer(w.cfg.PrepareRetry, w.cfg.ReloadInterval)
+	defer retry.stop()
+	retry.update(w.prepareFailed)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-w.reloads:
+		case <-retry.c():
+			retry.fired()
 		}
 		w.reload(ctx, sched)
+		retry.update(w.prepareFailed)
 	}
 }
+
+// retryTimer asks for a reload while a preparation keeps failing: after
+// first, then after twice the delay before, up to max, so that an app
+// serves soon after what it lacked appears (containerd back, a secret
+// written) without a watch for it, and a lasting failure costs a few
+// reloads, not one a second (docs/apps.md#changing-apps). Only the reload
+// loop uses it.
+type retryTimer struct {
+	first, max time.Duration
+	next       time.Duration // the delay the next arming waits
+	t          *time.Timer
+	armed      bool
+}
+
+func newRetryTimer(first, max time.Duration) *retryTimer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &retryTimer{first: first, max: max, next: min(first, max), t: t}
+}
+
+// update arms the timer when failed and it is not armed yet, and disarms
+// it and starts the delays again from first when not failed.
+func (r *retryTimer) update(failed bool) {
+	switch {
+	case !failed:
+		r.t.Stop()
+		r.armed = false
+		r.next = min(r.first, r.max)
+	case !r.armed:
+		r.t.Reset(r.next)
+		r.armed = true
+		r.next = min(2*r.next, r.max)
+	}
+}
+
+// c is the channel the timer fires on; nil, which never fires, while it
+// is not armed.
+func (r *retryTimer) c() <-chan time.Time {
+	if !r.armed {
+		return nil
+	}
+	return r.t.C
+}
+
+// fired records that the timer fired.
+func (r *retryTimer) fired() { r.armed = false }
+
+func (r *retryTimer) stop() { r.t.Stop() }
 
 // reload loads the apps and, when they changed, makes the new generation
 // the one new deliveries use.

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
@@ -58,4 +60,39 @@ func TestNextGeneration(t *testing.T) {
 	if next.Get("b") != nil || len(changes) != 2 || changes[0].what != "removed" {
 		t.Errorf("removed apps: %v served, changes %+v", next.Get("b") != nil, changes)
 	}
+}
+
+// TestRetryTimerDoubles: the delay between retries doubles while
+// preparations keep failing, stops at max, and starts again from first
+// once none fails; a timer not armed never fires.
+func TestRetryTimerDoubles(t *testing.T) {
+	r := newRetryTimer(10*time.Millisecond, 35*time.Millisecond)
+	defer r.stop()
+	if r.c() != nil {
+		t.Fatal("a new retry timer is armed")
+	}
+	var delays []time.Duration
+	for range 4 {
+		delays = append(delays, r.next)
+		r.update(true)
+		r.update(true) // a reload in between, the timer armed: no new delay
+		<-r.c()
+		r.fired()
+	}
+	if want := []time.Duration{10, 20, 35, 35}; !slices.Equal(delays, scale(want, time.Millisecond)) {
+		t.Errorf("delays %v, want %v ms", delays, want)
+	}
+	r.update(true)
+	r.update(false)
+	if r.c() != nil || r.next != 10*time.Millisecond {
+		t.Errorf("after a load without failures: armed %v, next delay %v; want disarmed, 10ms", r.c() != nil, r.next)
+	}
+}
+
+func scale(ds []time.Duration, unit time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d * unit
+	}
+	return out
 }

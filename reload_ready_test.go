@@ -18,9 +18,11 @@ import (
 type secretPreparer struct {
 	*sweepingRunner
 	missing atomic.Bool
+	calls   atomic.Int64
 }
 
 func (p *secretPreparer) Prepare(context.Context, string, runtime.Spec) error {
+	p.calls.Add(1)
 	if p.missing.Load() {
 		return errors.New(`secret "api-key": no file api-key in the secrets directory: ` + runtime.ErrUnavailable.Error())
 	}
@@ -92,5 +94,46 @@ func TestUndoingAnEditNotReadyIsNotLoggedAsATemplateFix(t *testing.T) {
 	}
 	if v := w.Apps().Get("slow").Spec.Env["V"]; v != "1" {
 		t.Errorf("serving V=%q, want 1", v)
+	}
+}
+
+// TestFailedPreparationIsRetried: an app not ready at start (a missing
+// secret) is prepared again after PrepareRetry, then after twice that, and
+// so on, with no reload asked for and the rescan an hour away: neither
+// never again nor in a loop. Its held message is handled once the
+// preparation succeeds.
+func TestFailedPreparationIsRetried(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")}))
+	h.cfg.ReloadInterval = time.Hour
+	h.cfg.PrepareRetry = 50 * time.Millisecond
+	h.cfg.MinPendingIdle = 200 * time.Millisecond
+	ok := func(context.Context, runtime.Request) error { return nil }
+	h.runner.Runner = recordingRunner{h.calls, runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/events.a": ok})}
+	p := &secretPreparer{sweepingRunner: h.runner}
+	p.missing.Store(true)
+	h.cfg.Runner = p
+	_, stop := h.run()
+	defer stop()
+	h.publish(`{"kind":"a"}`)
+	testutil.WaitFor(t, 10*time.Second, "slow prepared again twice after failing", func() bool {
+		return p.calls.Load() >= 3
+	})
+	// Retries 50, 100, 200, 400 ms apart: at most 5 preparations in the
+	// first 750 ms, fewer on a slow machine, never more.
+	time.Sleep(time.Second)
+	if n := p.calls.Load(); n > 8 {
+		t.Errorf("%d preparations in about a second: a failing preparation is retried in a loop, not after growing delays", n)
+	}
+	if logs := h.logs.String(); strings.Count(logs, `msg="app unavailable: not ready" app=slow`) != 1 {
+		t.Errorf("the same failure logged other than once over %d preparations:\n%s", p.calls.Load(), logs)
+	}
+
+	p.missing.Store(false)
+	testutil.WaitFor(t, 10*time.Second, "slow's held message handled once ready", func() bool {
+		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+	})
+	if logs := h.logs.String(); !strings.Contains(logs, `level=INFO msg="app ready" app=slow`) {
+		t.Errorf("slow not logged ready:\n%s", logs)
 	}
 }

@@ -93,6 +93,12 @@ type WorkerConfig struct {
 	// version serving, and the Worker reloads when each ends
 	// (docs/apps.md#changing-apps). Default: DefaultPrepareWait.
 	PrepareWait time.Duration
+	// PrepareRetry is how long after a failed preparation the Worker
+	// reloads to prepare the app again; the delay doubles while the
+	// preparations keep failing, up to ReloadInterval, and starts again
+	// from PrepareRetry once none fails (docs/apps.md#changing-apps).
+	// Default: DefaultPrepareRetry.
+	PrepareRetry time.Duration
 	// StreamRetention is how long an entry stays in each source stream once
 	// no consumer group needs it; entries still pending or not yet
 	// delivered to any group are never removed (docs/operations.md#retention).
@@ -154,6 +160,9 @@ type Worker struct {
 	// Both are used by Run before the reload loop starts, then by it.
 	preps   map[string]*preparation
 	waiting map[string]*app.App
+	// prepareFailed: a preparation of the last load failed (prepareApps),
+	// so the reload loop retries (retryTimer).
+	prepareFailed bool
 	// preparing owns the goroutines of the preparations.
 	preparing sync.WaitGroup
 	ran       atomic.Bool
@@ -181,7 +190,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 	for name, d := range map[string]time.Duration{
 		"SweepInterval": cfg.SweepInterval, "ReloadInterval": cfg.ReloadInterval,
 		"RetentionInterval": cfg.RetentionInterval, "JanitorInterval": cfg.JanitorInterval,
-		"PrepareWait": cfg.PrepareWait,
+		"PrepareWait": cfg.PrepareWait, "PrepareRetry": cfg.PrepareRetry,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.%s: must be >= 0, got %s", name, d))
@@ -205,6 +214,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		{&cfg.RetentionInterval, DefaultRetentionInterval}, {&cfg.JanitorInterval, DefaultJanitorInterval},
 		{&cfg.StreamRetention, DefaultStreamRetention}, {&cfg.DLQRetention, DefaultDLQRetention},
 		{&cfg.ConsumerIdle, DefaultConsumerIdle}, {&cfg.PrepareWait, DefaultPrepareWait},
+		{&cfg.PrepareRetry, DefaultPrepareRetry},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
