@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/runtime"
 )
 
 // Defaults of Config.
@@ -80,6 +81,11 @@ type Config struct {
 	// Runner runs replayed handlers, the same Runner relay dlq replay
 	// uses. Nil disables replay (removing entries still works).
 	Runner relay.Runner
+	// Deps, when set, looks up the dependency image of an app with a
+	// dependency manifest, built or not, for the Apps page, as relay app
+	// inspect does (docs/runtimes.md#dependencies). Without it the page
+	// shows the manifest and its digest, and the image as not looked up.
+	Deps func(ctx context.Context, spec runtime.Spec) (DepsImage, error)
 	// ReadOnly hides and refuses replay and remove.
 	ReadOnly bool
 	// Token, when set, is required by every request: as
@@ -107,6 +113,18 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Logger gets request failures and actions (slog.Default() when nil).
 	Logger *slog.Logger
+}
+
+// DepsImage is an app's dependency image as Config.Deps finds it.
+type DepsImage struct {
+	// Name is the image's reference.
+	Name string
+	// Built is set when the image exists; BuiltAt, BuildTime and Size
+	// (of the dependency layer, compressed, in bytes) then too.
+	Built     bool
+	BuiltAt   time.Time
+	BuildTime time.Duration
+	Size      int64
 }
 
 // Server is the console: an http.Handler, and a sampler that Sample runs.

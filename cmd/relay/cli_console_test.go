@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
@@ -196,5 +199,60 @@ func TestCLIConsoleWrongPassword(t *testing.T) {
 	r := relayCLI(t, "", "console", "--listen", "127.0.0.1:"+strconv.Itoa(testutil.FreePort(t)))
 	if r.code != exitFailure || !strings.Contains(r.stderr, "WRONGPASS") {
 		t.Errorf("relay console with a wrong password: exit %d, stderr %q; want exit 1 naming WRONGPASS", r.code, r.stderr)
+	}
+}
+
+// TestCLIConsoleAppsDeps: with the containerd runner, the Apps page names
+// an app's secrets and asks containerd for its dependency image, as relay
+// app inspect does; the image is not built yet, since nothing prepared it.
+func TestCLIConsoleAppsDeps(t *testing.T) {
+	cc := containerdtest.Client(t)
+	containerdtest.ImportArchive(t, cc, containerdtest.EnvPythonArchive, containerdtest.PythonImage)
+	isolateEnv(t)
+	apps := t.TempDir()
+	depstest.PythonApp(t, filepath.Join(apps, "pydeps"), map[string]string{
+		"template.yaml": "runtime: python3\nimage: " + containerdtest.PythonImage + "\nsecrets: [api-key]\n" +
+			"events:\n  - handler: handlers.hello\n    pattern: {table_name: [people]}\n",
+	})
+	t.Setenv("REDIS_URI", redistest.Addr(t))
+	t.Setenv("REDIS_STREAM", redistest.Name(t, "events"))
+	t.Setenv("REDIS_GROUP", "g")
+	t.Setenv("RELAY_APPS", apps)
+	t.Setenv("CONTAINERD_NAMESPACE", cc.DefaultNamespace())
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testutil.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"console", "--listen", addr, "--read-only"}, &stdout, &stderr) }()
+	var code int
+	var body string
+	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
+		resp, err := http.Get("http://" + addr + "/apps")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return true
+	})
+	if code != http.StatusOK {
+		t.Fatalf("/apps: status %d\n%s", code, body)
+	}
+	for _, want := range []string{`<dd class="secrets"><code>api-key</code>`, `<dd class="deps"><code>requirements.txt</code>`,
+		`<span class="badge warn">not built yet</span> <code>relay.local/deps:`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/apps: missing %q in\n%s", want, body)
+		}
+	}
+	cancel()
+	select {
+	case c := <-done:
+		if c != exitOK {
+			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay console did not stop")
 	}
 }

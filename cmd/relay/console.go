@@ -15,6 +15,8 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/runtime"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -84,6 +86,15 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	default:
 		return err
 	}
+	if c.Runner == "containerd" {
+		// The Apps page shows each dependency image as relay app inspect
+		// does, asking containerd.
+		deps := &consoleDeps{open: func() (*openRunner, error) {
+			return c.open(ctx, log, io.Discard, io.Discard, cliHostID(), ctrd.WithPreparedContainers(0))
+		}}
+		defer deps.Close()
+		cfg.Deps = deps.lookUp
+	}
 	if !c.ReadOnly {
 		// Handler output of replays goes to the console's stderr, prefixed
 		// [app/handler], like relay dlq replay --json.
@@ -129,4 +140,44 @@ func unreachable(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// depsRetry is how long the console's dependency look-ups report a
+// failure to open containerd before they try again.
+const depsRetry = 10 * time.Second
+
+// consoleDeps looks up dependency images for the console's Apps page
+// through one containerd Runner, opened on the first look-up and again
+// (at most every depsRetry) after a failed open.
+type consoleDeps struct {
+	open func() (*openRunner, error)
+
+	mu       sync.Mutex
+	r        *openRunner
+	err      error
+	failedAt time.Time
+}
+
+func (d *consoleDeps) lookUp(ctx context.Context, spec runtime.Spec) (console.DepsImage, error) {
+	d.mu.Lock()
+	if d.r == nil && (d.err == nil || time.Since(d.failedAt) >= depsRetry) {
+		d.r, d.err = d.open()
+		d.failedAt = time.Now()
+	}
+	r, err := d.r, d.err
+	d.mu.Unlock()
+	if r == nil {
+		return console.DepsImage{}, err
+	}
+	img, _, err := r.containerd.DepsImageOf(ctx, spec)
+	return console.DepsImage{Name: img.Name, Built: img.Built, BuiltAt: img.At, BuildTime: img.Duration, Size: img.Size}, err
+}
+
+// Close releases the Runner, if one was opened.
+func (d *consoleDeps) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.r != nil {
+		d.r.Close()
+	}
 }
