@@ -183,7 +183,7 @@ func New(cfg Config) (*Server, error) {
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
-	if s.link, err = newLink(cfg); err != nil {
+	if s.link, err = newLink(cfg, s.log); err != nil {
 		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.sampler = newSampler(cfg.Streams, cfg.SampleWindow, cfg.SampleInterval)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,7 @@ const DefaultReconnectInterval = time.Second
 type link struct {
 	connect  func(context.Context) (rueidis.Client, error)
 	interval time.Duration
+	log      *slog.Logger
 
 	client  atomic.Pointer[rueidis.Client] // set once connected
 	offline rueidis.Client                 // nil with Config.Redis
@@ -45,8 +47,8 @@ type link struct {
 // errNotConnected is the offline client's error before the first attempt.
 var errNotConnected = errors.New("not connected to Redis yet")
 
-func newLink(cfg Config) (*link, error) {
-	l := &link{connect: cfg.Connect, interval: cfg.ReconnectInterval}
+func newLink(cfg Config, log *slog.Logger) (*link, error) {
+	l := &link{connect: cfg.Connect, interval: cfg.ReconnectInterval, log: log}
 	if cfg.Redis != nil {
 		l.client.Store(&cfg.Redis)
 		return l, nil
@@ -96,6 +98,7 @@ func (l *link) get(ctx context.Context) rueidis.Client {
 		return l.offline
 	}
 	l.client.Store(&c)
+	l.log.Info("console: connected to Redis; the pages show its figures again")
 	return c
 }
 

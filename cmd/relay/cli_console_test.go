@@ -178,8 +178,8 @@ func TestCLIConsoleRedisDownAtStart(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("relay console did not stop")
 	}
-	if !strings.Contains(stderr.String(), "Redis is unreachable") {
-		t.Errorf("stderr does not warn that Redis is unreachable:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "Redis is unreachable") || !strings.Contains(stderr.String(), "connected to Redis") {
+		t.Errorf("stderr does not say that Redis is unreachable, then connected:\n%s", stderr.String())
 	}
 }
 
