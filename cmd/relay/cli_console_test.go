@@ -155,10 +155,12 @@ func TestCLIConsoleRedisDownAtStart(t *testing.T) {
 
 	srv.Restart(t)
 	rc := redistest.Connect(t, srv.Addr)
-	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "hunter2").Build()).Error(); err != nil {
+	// The console's password last: this client has none. Until then the
+	// console's AUTH fails and it tries again.
+	if err := rc.Do(t.Context(), rc.B().Xadd().Key(st).Id("*").FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.Do(t.Context(), rc.B().Xadd().Key(st).Id("*").FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
+	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "hunter2").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the console to reach Redis again", func() bool {
