@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"maps"
 	"net/http"
 	"slices"
@@ -33,9 +34,21 @@ type appView struct {
 	Network     string
 	Warm        bool
 	Env         []string // names only: values are never shown
+	Secrets     []string // names only: values are never read
+	Deps        *depsView
 	Rules       []ruleView
 	Schedules   []scheduleView
 	Errors      []errorView
+}
+
+// depsView is an app's dependency manifest and the state of its image.
+type depsView struct {
+	Manifest, Lockfile string
+	Digest             string // the first 12 hex digits
+	Image              string // the image's reference, "" when not known
+	State              string // built, not built yet, unknown, not looked up
+	Class              string // the badge's colour
+	Detail             string // size and build time, or why it is unknown
 }
 
 type ruleView struct {
@@ -63,13 +76,15 @@ type errorView struct {
 }
 
 type appsView struct {
-	Apps    []appView
-	Problem string
-	Now     time.Time
+	Apps []appView
+	// SecretsMount is where an app's secrets are mounted in its containers.
+	SecretsMount string
+	Problem      string
+	Now          time.Time
 }
 
 func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
-	v := appsView{Now: time.Now()}
+	v := appsView{Now: time.Now(), SecretsMount: runtime.SecretsMountDir}
 	set, err := s.cfg.Apps.Load(r.Context())
 	if err != nil {
 		v.Problem = "loading the apps failed: " + err.Error()
@@ -77,7 +92,11 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, a := range set.List() {
-		v.Apps = append(v.Apps, viewApp(a, v.Now))
+		av := viewApp(a, v.Now)
+		if av.Deps != nil {
+			s.lookUpDeps(r.Context(), a.Spec, av.Deps)
+		}
+		v.Apps = append(v.Apps, av)
 	}
 	s.render(w, r, "apps", "Apps", v)
 }
@@ -87,6 +106,18 @@ func viewApp(a *app.App, now time.Time) appView {
 		Command: a.Spec.CommandLine(), Concurrency: a.Concurrency, Memory: runtime.FormatSize(a.Spec.MemoryBytes),
 		CPUs: strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64), PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
 		Env: slices.Sorted(maps.Keys(a.Spec.Env))}
+	// Names and errors come from the template, which may be broken:
+	// shown as the CLI shows stored text.
+	for i, n := range v.Env {
+		v.Env[i] = clean(n)
+	}
+	for _, n := range a.Spec.Secrets {
+		v.Secrets = append(v.Secrets, clean(n))
+	}
+	if d := a.Spec.Deps; d != nil {
+		v.Deps = &depsView{Manifest: clean(d.Manifest), Lockfile: clean(d.Lockfile), Digest: d.Digest()[:12],
+			State: "not looked up", Detail: "no containerd to ask (relay console asks it with --runner containerd)"}
+	}
 	for _, r := range a.Rules {
 		v.Rules = append(v.Rules, ruleView{Handler: r.Handler, Timeout: r.Timeout, Retries: r.Retries, Pattern: patternYAML(r.Pattern.String())})
 	}
@@ -110,13 +141,33 @@ func viewApp(a *app.App, now time.Time) appView {
 		v.Schedules = append(v.Schedules, sv)
 	}
 	for _, e := range a.Errors {
-		ev := errorView{Where: e.File, Path: e.Path, Msg: e.Msg}
+		ev := errorView{Where: e.File, Path: clean(e.Path), Msg: clean(e.Msg)}
 		if e.Line > 0 {
 			ev.Where += ":" + strconv.Itoa(e.Line) + ":" + strconv.Itoa(e.Col)
 		}
+		ev.Where = clean(ev.Where)
 		v.Errors = append(v.Errors, ev)
 	}
 	return v
+}
+
+// lookUpDeps fills in the state of spec's dependency image through
+// Config.Deps, as relay app inspect shows it.
+func (s *Server) lookUpDeps(ctx context.Context, spec runtime.Spec, v *depsView) {
+	if s.cfg.Deps == nil {
+		return
+	}
+	img, err := s.cfg.Deps(ctx, spec)
+	v.Image = clean(img.Name)
+	switch {
+	case err != nil:
+		v.State, v.Class, v.Detail = "unknown", "warn", clean(err.Error())
+	case !img.Built:
+		v.State, v.Class, v.Detail = "not built yet", "warn", "the first start or invocation builds it"
+	default:
+		v.State, v.Class = "built", "good"
+		v.Detail = runtime.FormatSize(img.Size) + " compressed, built " + utc(img.BuiltAt) + " in " + img.BuildTime.Round(100*time.Millisecond).String()
+	}
 }
 
 // patternYAML renders a pattern's canonical flow YAML (matcher's

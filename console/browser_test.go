@@ -34,6 +34,7 @@ import (
 // message stays pending.
 const billingTemplate = `image: relay.local/busybox:latest
 command: ["/bin/sh", "/app/handler.sh"]
+secrets: [payment-api-key, ledger-db-password]
 events:
   - handler: invoices.charge
     pattern:
@@ -52,6 +53,17 @@ schedules:
     handler: reports.daily
     cron: "30 6 * * *"
     timezone: America/New_York
+`
+
+// ledgerTemplate is a python3 app with a requirements.txt, whose
+// dependency image the Apps page shows; no event of the test matches it.
+const ledgerTemplate = `runtime: python3
+env:
+  LEDGER_URL: https://ledger.internal
+events:
+  - handler: ledger.post
+    pattern:
+      table_name: [ledger]
 `
 
 const brokenHandler = `cat >/dev/null
@@ -149,7 +161,10 @@ func TestBrowser(t *testing.T) {
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "events")
 	const group = "billing"
-	apps := testutil.AppsRoot(t, map[string]string{"billing": billingTemplate})
+	apps := testutil.AppsRoot(t, map[string]string{"billing": billingTemplate, "ledger": ledgerTemplate})
+	if err := os.WriteFile(filepath.Join(apps, "ledger", "requirements.txt"), []byte("requests==2.32.3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	handler := filepath.Join(apps, "billing", "handler.sh")
 	if err := os.WriteFile(handler, []byte(brokenHandler), 0o755); err != nil {
 		t.Fatal(err)
@@ -169,8 +184,14 @@ func TestBrowser(t *testing.T) {
 	go func() { workerDone <- w.Run(wctx) }()
 	t.Cleanup(func() { stopWorker(); <-workerDone })
 
+	// The dependency image as relay console finds it in containerd
+	// (TestCLIConsoleAppsDeps asks a real one).
+	depsBuilt := func(context.Context, runtime.Spec) (console.DepsImage, error) {
+		return console.DepsImage{Name: "relay.local/deps:3f9a0c1e", Built: true, BuiltAt: time.Now().Add(-2 * time.Hour),
+			BuildTime: 41 * time.Second, Size: 12 << 20}, nil
+	}
 	srv, err := console.New(console.Config{Redis: rc, Streams: []string{streamName}, Group: group, Apps: template.Dir(apps),
-		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 250 * time.Millisecond, Logger: quiet})
+		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 250 * time.Millisecond, Logger: quiet, Deps: depsBuilt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,8 +309,12 @@ func TestBrowser(t *testing.T) {
 	shot("overview")
 	run("apps", chromedp.Navigate(hs.URL+"/apps"), chromedp.WaitVisible(chromedp.CSS(`#app-billing`)))
 	shot("apps")
-	if got := text(`#app-billing`); !strings.Contains(got, "America/New_York") || !strings.Contains(got, "table_name: [\"invoices\"]") {
+	if got := text(`#app-billing`); !strings.Contains(got, "America/New_York") || !strings.Contains(got, "table_name: [\"invoices\"]") ||
+		!strings.Contains(got, "payment-api-key, ledger-db-password (mounted at /run/secrets/NAME; values never shown)") {
 		t.Errorf("apps page: %q", got)
+	}
+	if got := text(`#app-ledger .deps-image`); !strings.Contains(got, "built relay.local/deps:3f9a0c1e 12MiB compressed") {
+		t.Errorf("apps page, the ledger's dependency image: %q", got)
 	}
 	run("pending", chromedp.Navigate(hs.URL+"/pending?stream="+s), chromedp.WaitVisible(chromedp.CSS(`main`)))
 	shot("pending")

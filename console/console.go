@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/runtime"
 )
 
 // Defaults of Config.
@@ -59,8 +60,18 @@ var ErrConfig = errors.New("console: invalid configuration")
 // Config is what a console serves and how.
 type Config struct {
 	// Redis is the client every page reads through; the console never
-	// closes it.
+	// closes it. Give it or Connect, not both.
 	Redis rueidis.Client
+	// Connect makes the Redis client when the console cannot have one at
+	// start (Redis unreachable). The console calls it when a page or the
+	// sampler needs Redis, one call at a time and at most every
+	// ReconnectInterval, until it succeeds; meanwhile every page answers,
+	// names the error in a banner and shows what it could not read as
+	// unknown (docs/console.md#while-redis-is-unreachable). Close closes the client it returned.
+	Connect func(context.Context) (rueidis.Client, error)
+	// ReconnectInterval is the shortest time between two calls of Connect
+	// (DefaultReconnectInterval when 0).
+	ReconnectInterval time.Duration
 	// Streams are the source streams shown; Group is their consumer group.
 	Streams []string
 	Group   string
@@ -70,6 +81,11 @@ type Config struct {
 	// Runner runs replayed handlers, the same Runner relay dlq replay
 	// uses. Nil disables replay (removing entries still works).
 	Runner relay.Runner
+	// Deps, when set, looks up the dependency image of an app with a
+	// dependency manifest, built or not, for the Apps page, as relay app
+	// inspect does (docs/runtimes.md#dependencies). Without it the page
+	// shows the manifest and its digest, and the image as not looked up.
+	Deps func(ctx context.Context, spec runtime.Spec) (DepsImage, error)
 	// ReadOnly hides and refuses replay and remove.
 	ReadOnly bool
 	// Token, when set, is required by every request: as
@@ -93,10 +109,22 @@ type Config struct {
 	// RequestTimeout bounds the Redis work of one request other than a
 	// replay (DefaultRequestTimeout when 0): while Redis is unreachable a
 	// page shows the error, rather than loading for as long as the
-	// browser waits (docs/console.md#pages).
+	// browser waits (docs/console.md#while-redis-is-unreachable).
 	RequestTimeout time.Duration
 	// Logger gets request failures and actions (slog.Default() when nil).
 	Logger *slog.Logger
+}
+
+// DepsImage is an app's dependency image as Config.Deps finds it.
+type DepsImage struct {
+	// Name is the image's reference.
+	Name string
+	// Built is set when the image exists; BuiltAt, BuildTime and Size
+	// (of the dependency layer, compressed, in bytes) then too.
+	Built     bool
+	BuiltAt   time.Time
+	BuildTime time.Duration
+	Size      int64
 }
 
 // Server is the console: an http.Handler, and a sampler that Sample runs.
@@ -107,22 +135,28 @@ type Server struct {
 	mux     *http.ServeMux
 	session string // the session cookie value when a Token is set
 	sampler *sampler
+	link    *link
 }
 
 // New checks cfg and returns a console. It errs (wrapping ErrConfig) on a
 // missing client, stream, group or apps source.
 func New(cfg Config) (*Server, error) {
 	switch {
-	case cfg.Redis == nil:
+	case cfg.Redis == nil && cfg.Connect == nil:
 		return nil, fmt.Errorf("%w: no Redis client", ErrConfig)
+	case cfg.Redis != nil && cfg.Connect != nil:
+		return nil, fmt.Errorf("%w: both a Redis client and Connect; give one", ErrConfig)
 	case len(cfg.Streams) == 0:
 		return nil, fmt.Errorf("%w: no stream", ErrConfig)
 	case cfg.Group == "":
 		return nil, fmt.Errorf("%w: no consumer group", ErrConfig)
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
-	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0:
-		return nil, fmt.Errorf("%w: negative interval, window, page size, retention or request timeout", ErrConfig)
+	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 || cfg.ReconnectInterval < 0:
+		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout or reconnect interval", ErrConfig)
+	}
+	if cfg.ReconnectInterval == 0 {
+		cfg.ReconnectInterval = DefaultReconnectInterval
 	}
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
@@ -148,6 +182,9 @@ func New(cfg Config) (*Server, error) {
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
+	}
+	if s.link, err = newLink(cfg, s.log); err != nil {
+		return nil, fmt.Errorf("console: %w", err)
 	}
 	s.sampler = newSampler(cfg.Streams, cfg.SampleWindow, cfg.SampleInterval)
 	s.routes()
@@ -337,6 +374,15 @@ func localPath(p string) string {
 	}
 	return p
 }
+
+// redis returns the client for one piece of work (a page, one read of
+// the live feed, one sample): build and send all its commands through it.
+func (s *Server) redis(ctx context.Context) rueidis.Client { return s.link.get(ctx) }
+
+// Close closes the Redis clients the console made through Config.Connect
+// (never Config.Redis). Call it after the HTTP server and Sample have
+// stopped.
+func (s *Server) Close() { s.link.close() }
 
 // Sample reads the cluster counters of every stream every SampleInterval
 // until ctx is done, for the overview's rates and sparklines. Without it

@@ -70,7 +70,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
 		return
 	}
-	store := dlq.NewStore(s.cfg.Redis, st)
+	store := dlq.NewStore(s.redis(r.Context()), st)
 	p, err := store.Page(r.Context(), q)
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, err.Error())
@@ -139,7 +139,7 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.FormValue("id")
-	store := dlq.NewStore(s.cfg.Redis, st)
+	store := dlq.NewStore(s.redis(r.Context()), st)
 	e, err := store.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, dlq.ErrNotFound):
@@ -235,7 +235,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "loading the apps failed: "+err.Error())
 		return
 	}
-	store := dlq.NewStore(s.cfg.Redis, st)
+	store := dlq.NewStore(s.redis(ctx), st)
 	v := resultView{Stream: st, Action: "Replay"}
 	for i, id := range ids {
 		row, stop := s.replayOne(ctx, apps, store, id)
@@ -328,7 +328,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	store := dlq.NewStore(s.cfg.Redis, st)
+	store := dlq.NewStore(s.redis(ctx), st)
 	now := time.Now()
 	var rows []dlqRow
 	var unknown []string

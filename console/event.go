@@ -56,7 +56,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 		v.Fields = append(v.Fields, fieldView{clean(k), clean(val)})
 	}
 	sort.Slice(v.Fields, func(i, j int) bool { return v.Fields[i].Name < v.Fields[j].Name })
-	rc := s.cfg.Redis
+	rc := s.redis(ctx)
 	b := rc.B()
 	res := rc.DoMulti(ctx,
 		b.Xpending().Key(st).Group(s.cfg.Group).Start(id).End(id).Count(1).Build(),
@@ -88,7 +88,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 
 // streamEntry reads one entry of a stream by id (XRANGE id id).
 func (s *Server) streamEntry(ctx context.Context, st, id string) (map[string]string, bool, error) {
-	rc := s.cfg.Redis
+	rc := s.redis(ctx)
 	res, err := rc.Do(ctx, rc.B().Xrange().Key(st).Start(id).End(id).Count(1).Build()).AsXRange()
 	if err != nil {
 		return nil, false, err

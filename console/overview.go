@@ -69,7 +69,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 // and the counters.
 func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	v := streamView{Name: name}
-	rc := s.cfg.Redis
+	rc := s.redis(ctx)
 	b := rc.B()
 	res := rc.DoMulti(ctx,
 		b.Xlen().Key(name).Build(),

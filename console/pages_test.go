@@ -2,12 +2,15 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -557,5 +560,62 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("live feed with Redis down: %v after %q", err, got)
 		}
+	}
+}
+
+// TestAppsSecretsAndDeps shows an app's secret names (never values) and
+// its dependency manifest, and the state of its dependency image as
+// Config.Deps reports it: built, not built yet, or unknown with the
+// error, escaped like other stored text.
+func TestAppsSecretsAndDeps(t *testing.T) {
+	root := testutil.AppsRoot(t, map[string]string{
+		"vault": "runtime: python3\nsecrets: [db-password, api-key]\nevents:\n  - handler: handlers.run\n    pattern: {kind: [x]}\n",
+		"plain": "runtime: python3\nevents:\n  - handler: handlers.run\n    pattern: {kind: [y]}\n",
+	})
+	if err := os.WriteFile(filepath.Join(root, "vault", "requirements.txt"), []byte("requests==2.32.3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built := time.Date(2026, 11, 30, 8, 15, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		deps func(context.Context, runtime.Spec) (console.DepsImage, error)
+		want []string
+	}{
+		{"no containerd", nil, []string{`<span class="badge ">not looked up</span>`, "no containerd to ask"}},
+		{"built", func(_ context.Context, spec runtime.Spec) (console.DepsImage, error) {
+			if spec.Deps == nil || string(spec.Deps.ManifestData) != "requests==2.32.3\n" {
+				return console.DepsImage{}, errors.New("asked without the manifest")
+			}
+			return console.DepsImage{Name: "relay.local/deps:0123abcd", Built: true, BuiltAt: built, BuildTime: 12340 * time.Millisecond, Size: 5 << 20}, nil
+		}, []string{`<span class="badge good">built</span> <code>relay.local/deps:0123abcd</code>`, "5MiB compressed, built 2026-11-30 08:15:00Z in 12.3s"}},
+		{"not built", func(context.Context, runtime.Spec) (console.DepsImage, error) {
+			return console.DepsImage{Name: "relay.local/deps:0123abcd"}, nil
+		}, []string{`<span class="badge warn">not built yet</span> <code>relay.local/deps:0123abcd</code>`, "the first start or invocation builds it"}},
+		{"unknown", func(context.Context, runtime.Spec) (console.DepsImage, error) {
+			return console.DepsImage{}, errors.New("containerd: " + xss + "\u202e\x1b[31m")
+		}, []string{`<span class="badge warn">unknown</span>`, `containerd: &lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;\u202e\x1b[31m`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := console.New(console.Config{Redis: redistest.Client(t), Streams: []string{"s"}, Group: "g",
+				Apps: template.Dir(root), Deps: tc.deps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := httptest.NewServer(c)
+			defer h.Close()
+			code, body := getPage(t, h.URL, "/apps")
+			if code != http.StatusOK {
+				t.Fatalf("status %d", code)
+			}
+			contains(t, "apps", body, append([]string{
+				`<dd class="secrets"><code>db-password</code>, <code>api-key</code> <span class="muted">(mounted at /run/secrets/NAME; values never shown)</span>`,
+				`<dd class="deps"><code>requirements.txt</code> <span class="muted">(sha256 `,
+			}, tc.want...)...)
+			checkEscaped(t, "apps", body)
+			// The app without secrets or a manifest says so.
+			plain := body[strings.Index(body, `id="app-plain"`):strings.Index(body, `id="app-vault"`)]
+			contains(t, "plain app", plain, `<dd class="secrets">-</dd>`, `<dd class="deps">-</dd>`)
+			lacks(t, "plain app", plain, "dependency image")
+		})
 	}
 }

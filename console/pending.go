@@ -88,7 +88,7 @@ func (s *Server) pending(w http.ResponseWriter, r *http.Request) {
 // and the feed's newest events for the last errors.
 func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView, error) {
 	v := pendingView{Stream: st, After: after, Now: time.Now()}
-	rc := s.cfg.Redis
+	rc := s.redis(ctx)
 	var err error
 	v.Count, v.Oldest, err = stream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {

@@ -79,7 +79,7 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 				v.Event, v.From = prettyEvent(raw["event"]), "stream entry "+id
 			}
 		case dlqID != "":
-			e, err := dlq.NewStore(s.cfg.Redis, st).Get(ctx, dlqID)
+			e, err := dlq.NewStore(s.redis(ctx), st).Get(ctx, dlqID)
 			if err != nil {
 				v.Error = clean(err.Error())
 				break
@@ -153,7 +153,7 @@ func (s *Server) evaluate(r *http.Request, v *playgroundView) {
 
 // recentPicks lists the newest entries of the stream and its DLQ to load.
 func (s *Server) recentPicks(r *http.Request, v *playgroundView) {
-	rc := s.cfg.Redis
+	rc := s.redis(r.Context())
 	b := rc.B()
 	res := rc.DoMulti(r.Context(),
 		b.Xrevrange().Key(v.Stream).End("+").Start("-").Count(recentPicks).Build(),

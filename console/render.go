@@ -30,7 +30,10 @@ type page struct {
 	ReadOnly bool
 	Replay   bool // a Runner is wired
 	Auth     bool // a token is required, so a logout button makes sense
-	Data     any
+	// Unreachable is the last connect error while the console has no
+	// Redis client yet (Config.Connect), shown in a banner on every page.
+	Unreachable string
+	Data        any
 }
 
 var funcs = template.FuncMap{
@@ -95,6 +98,9 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string,
 	p.CSRF, _ = r.Context().Value(csrfKey{}).(string)
 	p.Streams, p.Group = s.cfg.Streams, s.cfg.Group
 	p.ReadOnly, p.Replay, p.Auth = s.cfg.ReadOnly, s.cfg.Runner != nil && !s.cfg.ReadOnly, s.cfg.Token != ""
+	if err := s.link.down(); err != nil {
+		p.Unreachable = clean(err.Error())
+	}
 	if p.Active == "" {
 		p.Active = name
 	}

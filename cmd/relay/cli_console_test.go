@@ -4,11 +4,14 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/internal/containerdtest"
+	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
@@ -102,5 +105,156 @@ func TestCLIConsole(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "relay console on http://"+addr) {
 		t.Errorf("stdout %q", stdout.String())
+	}
+}
+
+// TestCLIConsoleRedisDownAtStart starts relay console while its Redis is
+// stopped: it serves pages that name the address and the error, and
+// shows the stream's figures once Redis is back, without a restart.
+func TestCLIConsoleRedisDownAtStart(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	srv.Stop()
+	st := redistest.Name(t, "events")
+	t.Setenv("REDIS_URI", "redis://:"+"hunter2@"+srv.Addr)
+	t.Setenv("REDIS_STREAM", st)
+	t.Setenv("REDIS_GROUP", "g")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testutil.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"console", "--listen", addr, "--read-only"}, &stdout, &stderr)
+	}()
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	var body string
+	testutil.WaitFor(t, 10*time.Second, "the console to serve with Redis down", func() bool {
+		var code int
+		code, body = get("/")
+		return code == http.StatusOK
+	})
+	want := "<b>Redis is unreachable</b>: connect to Redis at redis://:***@" + srv.Addr + ": dial tcp " + srv.Addr + ": connect: connection refused"
+	if !strings.Contains(body, want) || !strings.Contains(body, `<span class="k">entries</span><span class="v">?</span>`) {
+		t.Errorf("overview with Redis down: want %q and entries unknown in\n%s", want, body)
+	}
+	if strings.Contains(body, "hunter2") {
+		t.Error("the overview shows the Redis password")
+	}
+
+	srv.Restart(t)
+	rc := redistest.Connect(t, srv.Addr)
+	// The console's password last: this client has none. Until then the
+	// console's AUTH fails and it tries again.
+	if err := rc.Do(t.Context(), rc.B().Xadd().Key(st).Id("*").FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "hunter2").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the console to reach Redis again", func() bool {
+		var code int
+		code, body = get("/")
+		return code == http.StatusOK && strings.Contains(body, `<span class="k">entries</span><span class="v">1</span>`)
+	})
+	if strings.Contains(body, `class="unreachable"`) {
+		t.Errorf("overview after Redis came back still shows the banner:\n%s", body)
+	}
+	cancel()
+	select {
+	case c := <-done:
+		if c != exitOK {
+			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("relay console did not stop")
+	}
+	if !strings.Contains(stderr.String(), "Redis is unreachable") || !strings.Contains(stderr.String(), "connected to Redis") {
+		t.Errorf("stderr does not say that Redis is unreachable, then connected:\n%s", stderr.String())
+	}
+}
+
+// TestCLIConsoleWrongPassword keeps refusing to start when Redis answers
+// and refuses the settings: that is not an outage to wait out.
+func TestCLIConsoleWrongPassword(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "right").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REDIS_URI", "redis://:wrong@"+srv.Addr)
+	t.Setenv("REDIS_STREAM", "s")
+	t.Setenv("REDIS_GROUP", "g")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	r := relayCLI(t, "", "console", "--listen", "127.0.0.1:"+strconv.Itoa(testutil.FreePort(t)))
+	if r.code != exitFailure || !strings.Contains(r.stderr, "WRONGPASS") {
+		t.Errorf("relay console with a wrong password: exit %d, stderr %q; want exit 1 naming WRONGPASS", r.code, r.stderr)
+	}
+}
+
+// TestCLIConsoleAppsDeps: with the containerd runner, the Apps page names
+// an app's secrets and asks containerd for its dependency image, as relay
+// app inspect does; the image is not built yet, since nothing prepared it.
+func TestCLIConsoleAppsDeps(t *testing.T) {
+	cc := containerdtest.Client(t)
+	containerdtest.ImportArchive(t, cc, containerdtest.EnvPythonArchive, containerdtest.PythonImage)
+	isolateEnv(t)
+	apps := t.TempDir()
+	depstest.PythonApp(t, filepath.Join(apps, "pydeps"), map[string]string{
+		"template.yaml": "runtime: python3\nimage: " + containerdtest.PythonImage + "\nsecrets: [api-key]\n" +
+			"events:\n  - handler: handlers.hello\n    pattern: {table_name: [people]}\n",
+	})
+	t.Setenv("REDIS_URI", redistest.Addr(t))
+	t.Setenv("REDIS_STREAM", redistest.Name(t, "events"))
+	t.Setenv("REDIS_GROUP", "g")
+	t.Setenv("RELAY_APPS", apps)
+	t.Setenv("CONTAINERD_NAMESPACE", cc.DefaultNamespace())
+	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testutil.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"console", "--listen", addr, "--read-only"}, &stdout, &stderr) }()
+	var code int
+	var body string
+	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
+		resp, err := http.Get("http://" + addr + "/apps")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+		return true
+	})
+	if code != http.StatusOK {
+		t.Fatalf("/apps: status %d\n%s", code, body)
+	}
+	for _, want := range []string{`<dd class="secrets"><code>api-key</code>`, `<dd class="deps"><code>requirements.txt</code>`,
+		`<span class="badge warn">not built yet</span> <code>relay.local/deps:`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/apps: missing %q in\n%s", want, body)
+		}
+	}
+	cancel()
+	select {
+	case c := <-done:
+		if c != exitOK {
+			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay console did not stop")
 	}
 }

@@ -4,12 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"sync"
+	"syscall"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/runtime"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -57,19 +64,37 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	if _, err := g.loadApps(); err != nil {
 		return err
 	}
+	log := g.logger()
+	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
+		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, DLQRetention: c.Retention, Logger: log}
 	rc, err := g.redisClient()
-	if err != nil {
+	switch {
+	case err == nil:
+		defer rc.Close()
+		for _, st := range streams {
+			if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
+				return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
+			}
+		}
+		cfg.Redis = rc
+	case unreachable(err):
+		// The on-call engineer opens the console when things are broken:
+		// serve pages that say Redis is unreachable, and connect once it
+		// is back (docs/console.md#while-redis-is-unreachable).
+		log.Warn("relay console: Redis is unreachable; the pages say so until it is back", "error", err)
+		cfg.Connect = func(context.Context) (rueidis.Client, error) { return g.redisClient() }
+	default:
 		return err
 	}
-	defer rc.Close()
-	for _, st := range streams {
-		if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
-			return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
-		}
+	if c.Runner == "containerd" {
+		// The Apps page shows each dependency image as relay app inspect
+		// does, asking containerd.
+		deps := &consoleDeps{open: func() (*openRunner, error) {
+			return c.open(ctx, log, io.Discard, io.Discard, cliHostID(), ctrd.WithPreparedContainers(0))
+		}}
+		defer deps.Close()
+		cfg.Deps = deps.lookUp
 	}
-	log := g.logger()
-	cfg := console.Config{Redis: rc, Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
-		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, DLQRetention: c.Retention, Logger: log}
 	if !c.ReadOnly {
 		// Handler output of replays goes to the console's stderr, prefixed
 		// [app/handler], like relay dlq replay --json.
@@ -81,12 +106,18 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	defer srv.Close()
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", c.Listen, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	go srv.Sample(ctx)
+	// The sampler stops before srv.Close (deferred earlier) closes the
+	// client it reads through.
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var sampling sync.WaitGroup
+	sampling.Go(func() { srv.Sample(sampleCtx) })
+	defer func() { stopSampling(); sampling.Wait() }()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", ln.Addr(), streams, g.RedisGroup)
@@ -99,4 +130,54 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// unreachable reports whether err, from connecting, says that Redis could
+// not be reached (refused, reset, timed out, no route, an unknown name),
+// rather than that it answered and refused the settings (a wrong
+// password, not a cluster).
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// depsRetry is how long the console's dependency look-ups report a
+// failure to open containerd before they try again.
+const depsRetry = 10 * time.Second
+
+// consoleDeps looks up dependency images for the console's Apps page
+// through one containerd Runner, opened on the first look-up and again
+// (at most every depsRetry) after a failed open.
+type consoleDeps struct {
+	open func() (*openRunner, error)
+
+	mu       sync.Mutex
+	r        *openRunner
+	err      error
+	failedAt time.Time
+}
+
+func (d *consoleDeps) lookUp(ctx context.Context, spec runtime.Spec) (console.DepsImage, error) {
+	d.mu.Lock()
+	if d.r == nil && (d.err == nil || time.Since(d.failedAt) >= depsRetry) {
+		d.r, d.err = d.open()
+		d.failedAt = time.Now()
+	}
+	r, err := d.r, d.err
+	d.mu.Unlock()
+	if r == nil {
+		return console.DepsImage{}, err
+	}
+	img, _, err := r.containerd.DepsImageOf(ctx, spec)
+	return console.DepsImage{Name: img.Name, Built: img.Built, BuiltAt: img.At, BuildTime: img.Duration, Size: img.Size}, err
+}
+
+// Close releases the Runner, if one was opened.
+func (d *consoleDeps) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.r != nil {
+		d.r.Close()
+	}
 }

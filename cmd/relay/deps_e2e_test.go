@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,6 +229,15 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 		t.Errorf("app inspect does not name the secret:\n%s", inspect.String())
 	}
 
+	// The console's Apps page shows the same dependency images, built.
+	page := consolePage(t, bin, env, "/apps")
+	if n := strings.Count(page, `<span class="badge good">built</span> <code>relay.local/deps:`); n != 2 {
+		t.Errorf("console apps page: %d built dependency images, want 2 (pydeps, nodedeps):\n%s", n, page)
+	}
+	if !strings.Contains(page, `<dd class="secrets"><code>api-key</code>`) {
+		t.Errorf("console apps page does not name the secret:\n%s", page)
+	}
+
 	dlqJSON, _ := json.Marshal(entries)
 	_, spans, _ := traces.snapshot()
 	places := map[string]string{
@@ -235,6 +246,7 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 		"DLQ entries":           string(dlqJSON),
 		"traces":                fmt.Sprint(spans),
 		"app inspect":           inspect.String(),
+		"console apps page":     page,
 	}
 	for where, text := range places {
 		if strings.Contains(text, depsSecret) {
@@ -244,4 +256,37 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 	if len(spans) == 0 {
 		t.Error("no spans exported: the traces were not checked")
 	}
+}
+
+// consolePage runs relay console with env, read-only, and returns the page
+// at path once it answers.
+func consolePage(t *testing.T, bin string, env []string, path string) string {
+	t.Helper()
+	addr := "127.0.0.1:" + fmt.Sprint(testutil.FreePort(t))
+	cmd := exec.Command(bin, "console", "--read-only", "--listen", addr)
+	cmd.Env = append(os.Environ(), env...)
+	var out testutil.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	var body string
+	testutil.WaitFor(t, 30*time.Second, "relay console to answer", func() bool {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("relay console %s: status %d\n%s\n%s", path, resp.StatusCode, body, out.String())
+		}
+		return true
+	})
+	return body
 }
