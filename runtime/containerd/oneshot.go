@@ -216,7 +216,7 @@ func (r *Runner) takePrepared(ctx context.Context, app, key string, spec runtime
 	a := o.apps[app]
 	if a == nil || a.key != key {
 		if a != nil {
-			r.dropPrepared(ctx, a)
+			r.dropPrepared(ctx, app, a)
 		}
 		a = &preparedApp{key: key}
 		o.apps[app] = a
@@ -308,15 +308,16 @@ func (r *Runner) discardPrepared(ctx context.Context, app string, pc preparedCon
 	r.removeUntracked(ctx, app, pc.id)
 }
 
-// dropPrepared removes a's ready containers in the background; creations
-// under way remove theirs when they see a gone. Under oneShots.mu.
-func (r *Runner) dropPrepared(ctx context.Context, a *preparedApp) {
+// dropPrepared removes the ready containers of a, app's, in the background;
+// creations under way remove theirs when they see a gone. Under
+// oneShots.mu.
+func (r *Runner) dropPrepared(ctx context.Context, app string, a *preparedApp) {
 	a.timer.Stop()
 	for _, pc := range a.ready {
 		r.oneShot.bg.Add(1)
 		go func() {
 			defer r.oneShot.bg.Done()
-			r.discardPrepared(ctx, "", pc)
+			r.discardPrepared(ctx, app, pc)
 		}()
 	}
 	a.ready = nil
@@ -332,7 +333,7 @@ func (r *Runner) expirePrepared(app string, a *preparedApp) {
 		return
 	}
 	delete(o.apps, app)
-	r.dropPrepared(r.backgroundContext(), a)
+	r.dropPrepared(r.backgroundContext(), app, a)
 }
 
 // removeUntracked removes container id and its snapshot, then stops
@@ -384,8 +385,8 @@ func (r *Runner) closeOneShots(ctx context.Context) {
 	o := &r.oneShot
 	o.mu.Lock()
 	o.closed = true
-	for _, a := range o.apps {
-		r.dropPrepared(r.backgroundContext(), a)
+	for app, a := range o.apps {
+		r.dropPrepared(r.backgroundContext(), app, a)
 	}
 	clear(o.apps)
 	o.mu.Unlock()

@@ -1,6 +1,8 @@
 package containerd_test
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/runtime/containerd"
 )
 
 // containerdScript runs scripts/containerd.sh, which starts a private
@@ -82,5 +85,36 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 	}
 	testutil.WaitFor(t, 20*time.Second, "nothing left behind", func() bool {
 		return f.runner.Sweep(ctx) == nil && len(containerdtest.Leftovers(ctx, f.client)) == 0
+	})
+}
+
+// TestCleanupFailureNamesTheApp: prepared containers that cannot be
+// removed because containerd went away are logged with their app, so an
+// operator knows whose leftovers the next sweep removes.
+func TestCleanupFailureNamesTheApp(t *testing.T) {
+	state := privateContainerd(t)
+	f := newFixture(t)
+	logs := &testutil.Buffer{}
+	r := f.newRunner(t, "cleanup-"+randomHex(4), containerd.WithPreparedContainers(1),
+		containerd.WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	ctx := t.Context()
+	req := f.request("events.created")
+	if _, err := r.Run(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "a container prepared", func() bool { return len(preparedIDs(t, f.client)) == 1 })
+	containerdScript(t, "stop", state)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_ = r.Close(cctx)
+	containerdScript(t, "start", state)
+	out := logs.String()
+	if !strings.Contains(out, `msg="container cleanup failed" app=users container_id=`) {
+		t.Errorf("the failed removal of a prepared container is not logged with its app and without a handler:\n%s", out)
+	}
+	// What the next worker's sweep does with it.
+	sweeper := f.newRunner(t, "cleanup-sweep-"+randomHex(4), containerd.WithOrphanTimeout(time.Nanosecond))
+	testutil.WaitFor(t, 20*time.Second, "the leftover swept", func() bool {
+		return sweeper.Sweep(ctx) == nil && len(containerdtest.Leftovers(ctx, f.client)) == 0
 	})
 }

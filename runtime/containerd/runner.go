@@ -567,13 +567,18 @@ func (r *Runner) isLive(id string) bool {
 }
 
 // cleanup logs a failed removal: it does not change the attempt's outcome,
-// and Sweep removes the leftover at the next start.
+// and Sweep removes the leftover at the next start. A prepared container
+// that served no attempt has no handler, and its log line none either.
 func (r *Runner) cleanup(ctx context.Context, req runtime.Request, id string, err error) {
-	if err != nil {
-		r.logger.LogAttrs(ctx, slog.LevelError, "container cleanup failed",
-			slog.String("app", req.App), slog.String("handler", req.Handler),
-			slog.String("container_id", id), slog.Any("error", err))
+	if err == nil {
+		return
 	}
+	attrs := []slog.Attr{slog.String("app", req.App)}
+	if req.Handler != "" {
+		attrs = append(attrs, slog.String("handler", req.Handler))
+	}
+	attrs = append(attrs, slog.String("container_id", id), slog.Any("error", err))
+	r.logger.LogAttrs(ctx, slog.LevelError, "container cleanup failed", attrs...)
 }
 
 // classify marks errors that mean containerd cannot be reached.
