@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/containerdtest"
@@ -305,5 +307,71 @@ func TestStopDuringAPull(t *testing.T) {
 	logs := h.logs.String()
 	if strings.Contains(logs, `msg="image pulled"`) || strings.Contains(logs, `msg="app loaded" app=slow`) || strings.Contains(logs, "not ready") {
 		t.Errorf("a pull cut short by the stop ended, or its app was logged loaded or not ready:\n%s", logs)
+	}
+}
+
+// TestMissingImageReportedOnce: a new app whose image cannot be pulled
+// yet is tried at every rescan, and the log says so once: the first pull
+// and containerd's line about it at INFO, its failure at WARN with the
+// image and what to do, the pulls of the rescans after it and their
+// failures at DEBUG, the app not ready once. Once the image is pushed, a
+// rescan pulls it, one INFO line says it is ready, and the app serves
+// (docs/runtimes.md#images).
+func TestMissingImageReportedOnce(t *testing.T) {
+	c := containerdtest.Client(t)
+	reg := containerdtest.NewRegistry(t)
+	reg.Push(t, c, "relay/early:v1")
+	ref := reg.Host + "/relay/late:v1"
+	h := newImageHarness(t, c, map[string]string{"late": imageApp(ref, "1", "l")},
+		containerd.WithPullRetryInterval(100*time.Millisecond))
+	h.cfg.ReloadInterval = 300 * time.Millisecond // the rescans retry
+	w, stop := h.run()
+	defer stop()
+	const failed = "image pull failed; tried again at the next rescan or run after retry_after"
+	testutil.WaitFor(t, 30*time.Second, "three pulls of late's image failed", func() bool {
+		return len(testutil.LogLevels(h.logs.String(), failed)) >= 3
+	})
+	logs := h.logs.String()
+	for _, msg := range []string{"pulling image", failed, "fetch failed after status: 404 Not Found"} {
+		got := testutil.LogLevels(logs, msg)
+		if len(got) < 3 {
+			t.Errorf("%d %q lines, want one per failed pull (at least 3):\n%s", len(got), msg, logs)
+			continue
+		}
+		first := "INFO"
+		if msg == failed {
+			first = "WARN"
+		}
+		want := []string{first}
+		for range got[1:] {
+			want = append(want, "DEBUG")
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("levels of %q over the rescans (-want +got):\n%s\n%s", msg, diff, logs)
+		}
+	}
+	warn := testutil.LogLine(logs, "WARN", failed)
+	for _, want := range []string{"image=" + ref, "pulling " + ref + " failed", "set image: in template.yaml", "retry_after=100ms"} {
+		if !strings.Contains(warn, want) {
+			t.Errorf("the WARN line lacks %q: %s", want, warn)
+		}
+	}
+	if got := testutil.LogLevels(logs, "app unavailable: not ready"); len(got) != 1 {
+		t.Errorf("late logged not ready %d times, want once:\n%s", len(got), logs)
+	}
+	if a := w.Apps().Get("late"); a.Available() {
+		t.Fatal("late served without its image")
+	}
+
+	reg.Tag(t, "relay/early:v1", "relay/late:v1")
+	testutil.WaitFor(t, 30*time.Second, "late served once its image is pushed", func() bool {
+		return w.Apps().Get("late").Available()
+	})
+	logs = h.logs.String()
+	if diff := cmp.Diff([]string{"INFO"}, testutil.LogLevels(logs, "image ready")); diff != "" {
+		t.Errorf("image ready lines (-want +got):\n%s\n%s", diff, logs)
+	}
+	if got := testutil.LogLevels(logs, failed); slices.Contains(got[1:], "WARN") {
+		t.Errorf("the failure was reported at WARN more than once: %v\n%s", got, logs)
 	}
 }

@@ -1,6 +1,7 @@
 package containerdtest
 
 import (
+	"bytes"
 	"io"
 	"log"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/registry"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Registry is an in-memory OCI registry on the loopback interface, which
@@ -91,4 +93,43 @@ func (reg *Registry) Push(t testing.TB, c *client.Client, repo string) string {
 		t.Fatalf("the image's manifest is still in the content store (err %v): the pull would not download it", err)
 	}
 	return ref
+}
+
+// Tag makes the image the registry holds as from ("repo:tag") available
+// as to too, as a push of it under that name would, without containerd:
+// an image can appear in the registry while a test's Runner runs.
+func (reg *Registry) Tag(t testing.TB, from, to string) {
+	t.Helper()
+	manifest := func(ref string) string {
+		repo, tag, _ := strings.Cut(ref, ":")
+		return reg.srv.URL + "/v2/" + repo + "/manifests/" + tag
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, manifest(from), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", strings.Join([]string{ocispec.MediaTypeImageIndex, ocispec.MediaTypeImageManifest,
+		images.MediaTypeDockerSchema2ManifestList, images.MediaTypeDockerSchema2Manifest}, ", "))
+	resp, err := reg.srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("get the manifest of %s: %v", from, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("get the manifest of %s: status %s, %v", from, resp.Status, err)
+	}
+	put, err := http.NewRequestWithContext(t.Context(), http.MethodPut, manifest(to), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	put.Header.Set("Content-Type", resp.Header.Get("Content-Type"))
+	presp, err := reg.srv.Client().Do(put)
+	if err != nil {
+		t.Fatalf("put the manifest of %s as %s: %v", from, to, err)
+	}
+	presp.Body.Close()
+	if presp.StatusCode != http.StatusCreated {
+		t.Fatalf("put the manifest of %s as %s: status %s", from, to, presp.Status)
+	}
 }

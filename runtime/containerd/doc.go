@@ -47,6 +47,10 @@
 // needs it (docs/runtimes.md "Images"). A failed pull is an error wrapping
 // runtime.ErrUnavailable that names the image and says how to provide it,
 // and it is not tried again for the retry interval (WithPullRetryInterval).
+// The log reports the failure once, at WARN; the retries while it lasts,
+// and what containerd's client logs about them, are at DEBUG, and an INFO
+// line ("image ready") says when the image is present at last
+// (docs/runtimes.md "Images").
 //
 // The package takes a ready containerd client and never closes it. A Runner
 // is safe for concurrent use.

@@ -3,9 +3,12 @@ package containerd_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -131,5 +134,76 @@ func TestPrepareCancelledDuringPull(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `msg="pulling image"`); n != 2 {
 		t.Errorf("%d pulls, want 2: the cancelled one and a new one", n)
+	}
+}
+
+// TestPrepareReportsAMissingImageOnce: the Prepares of an image that
+// cannot be pulled, one per rescan, report the failure once at WARN with
+// the error and when it is tried again; the pulls after it, and what
+// containerd's client logs about them, are at DEBUG. Another error is
+// reported again, and once the image can be pulled one INFO line says it
+// is ready (docs/runtimes.md "Images").
+func TestPrepareReportsAMissingImageOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	reg := containerdtest.NewRegistry(t)
+	reg.Push(t, f.client, "relay/early:v1")
+	logs := &testutil.Buffer{}
+	r, _ := pullRunner(t, f, containerd.WithPullRetryInterval(time.Nanosecond), containerd.WithPullTimeout(2*time.Second),
+		containerd.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	req := f.request("events.created")
+	req.Spec.Image = reg.Host + "/relay/late:v1"
+
+	const failed = "image pull failed; tried again at the next rescan or run after retry_after"
+	for i := range 3 {
+		if err := r.Prepare(t.Context(), "users", req.Spec); !errors.Is(err, runtime.ErrUnavailable) {
+			t.Fatalf("Prepare %d of an image not pushed yet: %v, want ErrUnavailable", i, err)
+		}
+	}
+	for msg, want := range map[string][]string{
+		"pulling image": {"INFO", "DEBUG", "DEBUG"},
+		failed:          {"WARN", "DEBUG", "DEBUG"},
+		"fetch failed after status: 404 Not Found": {"INFO", "DEBUG", "DEBUG"},
+	} {
+		if diff := cmp.Diff(want, testutil.LogLevels(logs.String(), msg)); diff != "" {
+			t.Errorf("levels of %q over three failed pulls (-want +got):\n%s\n%s", msg, diff, logs)
+		}
+	}
+	warn := testutil.LogLine(logs.String(), "WARN", failed)
+	for _, want := range []string{"image=" + req.Spec.Image, "retry_after=1ns", "failed_pulls=1",
+		"pulling " + req.Spec.Image + " failed", "set image: in template.yaml"} {
+		if !strings.Contains(warn, want) {
+			t.Errorf("the WARN line lacks %q: %s", want, warn)
+		}
+	}
+
+	// The pull now fails another way, at its time limit: reported again.
+	release := reg.Hold()
+	if err := r.Prepare(t.Context(), "users", req.Spec); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "WithPullTimeout") {
+		t.Fatalf("Prepare of a pull held past its time limit: %v, want ErrUnavailable naming WithPullTimeout", err)
+	}
+	release()
+	if got := testutil.LogLevels(logs.String(), failed); len(got) != 4 || got[3] != "WARN" {
+		t.Errorf("another error of the pull is not reported at WARN: %v\n%s", got, logs)
+	}
+
+	// The image arrives: one INFO line says it is ready.
+	reg.Tag(t, "relay/early:v1", "relay/late:v1")
+	for i := range 2 {
+		if err := r.Prepare(t.Context(), "users", req.Spec); err != nil {
+			t.Fatalf("Prepare %d of the pushed image: %v", i, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"INFO"}, testutil.LogLevels(logs.String(), "image ready")); diff != "" {
+		t.Errorf("image ready lines (-want +got):\n%s\n%s", diff, logs)
+	}
+	ready := testutil.LogLine(logs.String(), "INFO", "image ready")
+	for _, want := range []string{"image=" + req.Spec.Image, "failed_pulls=4", "unavailable_for="} {
+		if !strings.Contains(ready, want) {
+			t.Errorf("the image ready line lacks %q: %s", want, ready)
+		}
+	}
+	if got := testutil.LogLevels(logs.String(), failed); len(got) != 4 {
+		t.Errorf("%d failed pulls logged, want the 4 before the push:\n%s", len(got), logs)
 	}
 }

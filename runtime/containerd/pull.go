@@ -21,12 +21,23 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// pulls deduplicates concurrent pulls of one image and remembers failures
-// for the retry interval.
+// pulls deduplicates concurrent pulls of one image, remembers failures
+// for the retry interval, and remembers which failures were logged, so an
+// image that stays absent is reported once (docs/runtimes.md "Images").
 type pulls struct {
 	mu       sync.Mutex
 	inflight map[string]*pullCall
 	failed   map[string]pullFailure
+	// reported holds, by normalized reference, the images whose pull
+	// failure was logged at WARN and that have not been ready since.
+	reported map[string]pullReport
+}
+
+// pullReport is the failure of an image's pulls that was logged at WARN.
+type pullReport struct {
+	err      string    // the error logged
+	since    time.Time // the first failed pull
+	failures int       // failed pulls since, the first included
 }
 
 type pullCall struct {
@@ -66,6 +77,7 @@ func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
 		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
 	}
 	if r.images.unpacked(img) {
+		r.imageReady(ctx, ref)
 		return img, nil
 	}
 	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
@@ -78,7 +90,68 @@ func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
 		}
 	}
 	r.images.markUnpacked(img)
+	r.imageReady(ctx, ref)
 	return img, nil
+}
+
+// imageReady logs "image ready" at INFO when ref is an image whose failed
+// pull was reported ("image pull failed") and forgets the report: the
+// image is present now, pulled or imported, and a later failure is
+// reported anew. For any other image it does nothing but a map lookup.
+func (r *Runner) imageReady(ctx context.Context, ref string) {
+	p := &r.pulls
+	p.mu.Lock()
+	if len(p.reported) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	norm, err := normalizeRef(ref)
+	if err != nil {
+		norm = ref
+	}
+	rep, ok := p.reported[norm]
+	delete(p.reported, norm)
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.logger.LogAttrs(ctx, slog.LevelInfo, "image ready", slog.String("image", norm),
+		slog.String("namespace", r.namespace), slog.Int("failed_pulls", rep.failures),
+		slog.Duration("unavailable_for", time.Since(rep.since).Round(time.Second)))
+}
+
+// reportedFailure reports whether a failed pull of ref was logged at WARN
+// and ref has not been ready since: the next attempt then logs at DEBUG.
+func (p *pulls) reportedFailure(ref string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.reported[ref]
+	return ok
+}
+
+// pullFailed logs the failed pull of ref: at WARN the first time, or when
+// the error differs from the one logged last, with the error (which says
+// what to do) and when the pull is tried again; at DEBUG when it repeats
+// the failure logged.
+func (r *Runner) pullFailed(ctx context.Context, ref string, err error) {
+	msg := err.Error()
+	p := &r.pulls
+	p.mu.Lock()
+	rep, ok := p.reported[ref]
+	level := slog.LevelDebug
+	if !ok || rep.err != msg {
+		level = slog.LevelWarn
+		if !ok {
+			rep.since = time.Now()
+		}
+		rep.err = msg
+	}
+	rep.failures++
+	p.reported[ref] = rep
+	p.mu.Unlock()
+	r.logger.LogAttrs(ctx, level, "image pull failed; tried again at the next rescan or run after retry_after",
+		slog.String("image", ref), slog.String("namespace", r.namespace), slog.String("error", msg),
+		slog.Duration("retry_after", r.pullRetryInterval), slog.Int("failed_pulls", rep.failures))
 }
 
 // absentImage handles an image that is not stored under the name ref: it
@@ -148,12 +221,20 @@ func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, erro
 }
 
 // pullImage pulls and unpacks ref, logging its start, its progress every
-// pull progress interval and its end.
+// pull progress interval and its end, or its failure (pullFailed). When
+// it tries again after a failure that was reported, its start and what
+// containerd's client logs are at DEBUG: the operator was told, and the
+// same lines at every rescan would hide the ones that matter.
 func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error) {
-	pctx, cancel := context.WithTimeout(r.withClientLog(ctx), r.pullTimeout)
+	level := slog.LevelInfo
+	retry := r.pulls.reportedFailure(ref)
+	if retry {
+		level = slog.LevelDebug
+	}
+	pctx, cancel := context.WithTimeout(r.withClientLog(ctx, retry), r.pullTimeout)
 	defer cancel()
 	start := time.Now()
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "pulling image", slog.String("image", ref), slog.String("namespace", r.namespace))
+	r.logger.LogAttrs(ctx, level, "pulling image", slog.String("image", ref), slog.String("namespace", r.namespace))
 
 	// The descriptors of this pull, seen before each is fetched, make the
 	// progress figures.
@@ -202,8 +283,10 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 		if pctx.Err() != nil {
 			err = fmt.Errorf("%w after %s (WithPullTimeout)", err, r.pullTimeout)
 		}
-		return nil, fmt.Errorf("not in containerd namespace %s, and pulling %s failed: %w; make its registry reachable, import the image (ctr -n %s images import ARCHIVE), or set image: in template.yaml to an image that is present: %w",
+		err = fmt.Errorf("not in containerd namespace %s, and pulling %s failed: %w; make its registry reachable, import the image (ctr -n %s images import ARCHIVE), or set image: in template.yaml to an image that is present: %w",
 			r.namespace, ref, err, r.namespace, runtime.ErrUnavailable)
+		r.pullFailed(ctx, ref, err)
+		return nil, err
 	}
 	var size int64
 	for _, d := range snapshot() {
@@ -218,12 +301,20 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 // code logs on its own (through logrus: a registry host that failed, say),
 // which sends it to the Runner's logger: otherwise it goes to standard
 // error in logrus's format, a line that is not JSON among LOG_FORMAT=json
-// output (docs/operations.md "Logs").
-func (r *Runner) withClientLog(ctx context.Context) context.Context {
+// output (docs/operations.md "Logs"). With debug, every line is at DEBUG
+// whatever its level in containerd: a retry's "fetch failed" repeats a
+// failure already reported.
+func (r *Runner) withClientLog(ctx context.Context, debug bool) context.Context {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	l.SetFormatter(discardFormatter{})
-	l.AddHook(logrusslog.NewHook(r.logger, nil))
+	var opts *logrusslog.HookOptions
+	if debug {
+		// logrus drops entries below its own level before any hook sees
+		// them; Info (logrus.New's) keeps what it passed at the first pull.
+		opts = &logrusslog.HookOptions{LevelMapper: func(logrus.Level) slog.Level { return slog.LevelDebug }}
+	}
+	l.AddHook(logrusslog.NewHook(r.logger, opts))
 	return clog.WithLogger(ctx, logrus.NewEntry(l))
 }
 

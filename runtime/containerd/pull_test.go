@@ -124,7 +124,10 @@ func TestPullFailure(t *testing.T) {
 		t.Errorf("containerd's log of the failed fetch is not in the Runner's log:\n%s", logs)
 	}
 
-	r, logs = pullRunner(t, f, containerd.WithPullRetryInterval(time.Nanosecond))
+	// The retry of a failure already reported is logged at DEBUG.
+	logs = &testutil.Buffer{}
+	r, _ = pullRunner(t, f, containerd.WithPullRetryInterval(time.Nanosecond),
+		containerd.WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	for range 2 {
 		if _, err := r.Run(t.Context(), req); !errors.Is(err, runtime.ErrUnavailable) {
 			t.Fatalf("got %v, want ErrUnavailable", err)

@@ -101,7 +101,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 		pullTimeout:          o.pullTimeout,
 		pullRetryInterval:    o.pullRetryInterval,
 		pullProgressInterval: o.pullProgressInterval,
-		pulls:                pulls{inflight: map[string]*pullCall{}, failed: map[string]pullFailure{}},
+		pulls:                pulls{inflight: map[string]*pullCall{}, failed: map[string]pullFailure{}, reported: map[string]pullReport{}},
 
 		bootstraps: bootstrapFiles{stateDir: o.stateDir, verified: map[string]bool{}},
 		secretsDir: o.secretsDir,
