@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/stream"
 )
 
 // shopApp has three rules, two of which match kind "order".
@@ -79,12 +81,48 @@ func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("ran %d handlers, want 2", len(got))
 	}
+	// Both rules get one generated message id, which no stream entry id
+	// can be.
+	id := got[0].MessageID
+	if !invokeIDRE.MatchString(id) || stream.IsID(id) {
+		t.Errorf("RELAY_MESSAGE_ID of a manual invocation = %q, want invoke- and 16 hex digits", id)
+	}
 	want := []runtime.Request{
-		{App: "shop", Handler: "orders.audit", Attempt: 1, Event: event, Timeout: 3 * time.Second, Spec: a.Spec},
-		{App: "shop", Handler: "orders.charge", Attempt: 1, Event: event, Timeout: 7 * time.Second, Spec: a.Spec},
+		{App: "shop", Handler: "orders.audit", MessageID: id, Attempt: 1, Event: event, Timeout: 3 * time.Second, Spec: a.Spec},
+		{App: "shop", Handler: "orders.charge", MessageID: id, Attempt: 1, Event: event, Timeout: 7 * time.Second, Spec: a.Spec},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)
+	}
+	if res[0].MessageID != id || res[1].MessageID != id {
+		t.Errorf("results carry message ids %q and %q, want %q", res[0].MessageID, res[1].MessageID, id)
+	}
+}
+
+// invokeIDRE is the form of a generated manual invocation's message id.
+var invokeIDRE = regexp.MustCompile(`^invoke-[0-9a-f]{16}$`)
+
+// TestInvokeMessageID: each Invoke call generates its own message id, and
+// Manual.MessageID, when set, is the id the handlers get instead.
+func TestInvokeMessageID(t *testing.T) {
+	a := apptest.One(t, "shop", shopApp)
+	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"refunds.run": nil})
+	event := []byte(`{"kind":"refund"}`)
+	for range 2 {
+		if _, err := (relay.Manual{Runner: runner}).Invoke(t.Context(), a, event); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := (relay.Manual{Runner: runner, MessageID: "1700000000000-5"}).Invoke(t.Context(), a, event); err != nil {
+		t.Fatal(err)
+	}
+	got := *reqs
+	if len(got) != 3 || got[0].MessageID == got[1].MessageID || !invokeIDRE.MatchString(got[1].MessageID) || got[2].MessageID != "1700000000000-5" {
+		var ids []string
+		for _, r := range got {
+			ids = append(ids, r.MessageID)
+		}
+		t.Errorf("message ids %q; want two distinct generated ones, then the one set", ids)
 	}
 }
 

@@ -311,7 +311,8 @@ events:
 }
 
 // TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
-// one function.invoke child per matching rule, linked to a caller's span.
+// one function.invoke child per matching rule, linked to a caller's span,
+// all with the message id the handlers got.
 func TestTracingManualInvoke(t *testing.T) {
 	a := apptest.One(t, "shop", shopApp)
 	tr := newTracing(t)
@@ -342,12 +343,13 @@ func TestTracingManualInvoke(t *testing.T) {
 		attrMap(root.Links[0].Attributes)["link"] != "caller" {
 		t.Errorf("app.manual_invoke links %+v, want the caller's span", root.Links)
 	}
-	if d := subset(map[string]any{"app": "shop"}, root.Attributes); d != "" {
-		t.Errorf("app.manual_invoke attributes: %s", d)
+	id := res[0].MessageID
+	if d := subset(map[string]any{"app": "shop", "messaging.message.id": id}, root.Attributes); d != "" || id == "" {
+		t.Errorf("app.manual_invoke attributes, message id %q: %s", id, d)
 	}
 	want := map[string]map[string]any{
-		"orders.audit":  {"app": "shop", "handler": "orders.audit", "attempt": int64(1), "result": "failure", "exit_code": int64(1)},
-		"orders.charge": {"app": "shop", "handler": "orders.charge", "attempt": int64(1), "result": "success", "exit_code": int64(0)},
+		"orders.audit":  {"app": "shop", "handler": "orders.audit", "attempt": int64(1), "result": "failure", "exit_code": int64(1), "messaging.message.id": id},
+		"orders.charge": {"app": "shop", "handler": "orders.charge", "attempt": int64(1), "result": "success", "exit_code": int64(0), "messaging.message.id": id},
 	}
 	for _, run := range runs {
 		h := attrMap(run.Attributes)["handler"].(string)

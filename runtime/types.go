@@ -66,7 +66,8 @@ func (s Spec) CommandLine() string {
 type Request struct {
 	App     string
 	Handler string // "module.function"
-	// MessageID is the stream entry id ("" for manual invocations).
+	// MessageID is the stream entry id; for relay app invoke, the id it
+	// was given or an "invoke-" one it generated (relay.Manual).
 	MessageID string
 	Attempt   int
 	// Event is the JSON written to the handler's stdin, followed by EOF.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/plural"
@@ -323,23 +324,26 @@ type AppInvokeCmd struct {
 	Event       string `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
 	File        string `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
 	JSON        bool   `name:"json" help:"Print the results as JSON; handler output then goes to stderr."`
+	MessageID   string `name:"message-id" placeholder:"ID" help:"RELAY_MESSAGE_ID for the handlers (default: a new invoke-<16 hex digits>, which no stream entry id can be)."`
 	RunnerFlags `embed:""`
 }
 
 // Help shows examples under relay app invoke --help.
 func (c *AppInvokeCmd) Help() string {
-	return `Runs every event rule of the app that matches the event, once each, in declaration order, through the same runtime as relay start. Nothing is written to Redis: no invocation state, no retry, no dead-letter entry, and RELAY_MESSAGE_ID is empty. Exits 1 if any handler failed, 0 when all succeeded or none matched.
+	return `Runs every event rule of the app that matches the event, once each, in declaration order, through the same runtime as relay start. Nothing is written to Redis: no invocation state, no retry, no dead-letter entry. The handlers get RELAY_ATTEMPT=1 and RELAY_MESSAGE_ID=invoke- followed by 16 random hex digits, one id per command, so a handler can tell a manual run from a stream entry ("<ms>-<seq>"); --message-id sets another, a stream entry's id say, to see what a handler does with that message. Exits 1 if any handler failed, 0 when all succeeded or none matched.
 
 Examples:
 
     relay app invoke users --event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42}}'
     relay app invoke billing --file event.json
+    relay app invoke billing --file event.json --message-id 1718000000000-0
     relay dlq inspect 1718000000000-0 --json | jq -r .event | relay app invoke billing`
 }
 
 type invokeJSON struct {
-	App     string             `json:"app"`
-	Results []invokeResultJSON `json:"results"`
+	App       string             `json:"app"`
+	MessageID string             `json:"message_id"`
+	Results   []invokeResultJSON `json:"results"`
 }
 
 type invokeResultJSON struct {
@@ -358,6 +362,13 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	id := c.MessageID
+	if i := strings.IndexFunc(id, unicode.IsControl); i >= 0 {
+		return usagef("--message-id %q: a control character at byte %d; an id is printable text, e.g. 1718000000000-0", id, i)
+	}
+	if id == "" {
+		id = relay.NewInvokeMessageID()
+	}
 	a, err := g.findApp(c.Name)
 	if err != nil {
 		return err
@@ -373,7 +384,9 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 	var r relay.Runner = runner
 	if !c.JSON {
 		r = observed{Runner: runner,
-			before: func(req runtime.Request) { fmt.Fprintf(g.stdout, "Running %s/%s\n", req.App, req.Handler) },
+			before: func(req runtime.Request) {
+				fmt.Fprintf(g.stdout, "Running %s/%s (message %s)\n", req.App, req.Handler, req.MessageID)
+			},
 			after: func(req runtime.Request, took time.Duration, err error) {
 				if err == nil {
 					fmt.Fprintf(g.stdout, "%s/%s: ok in %s\n", req.App, req.Handler, duration(took))
@@ -383,7 +396,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			},
 		}
 	}
-	results, err := relay.Manual{Runner: r}.Invoke(ctx, a, src)
+	results, err := relay.Manual{Runner: r, MessageID: id}.Invoke(ctx, a, src)
 	switch {
 	case errors.Is(err, matcher.ErrMalformed):
 		msg := err.Error()
@@ -402,7 +415,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	if c.JSON {
-		out := invokeJSON{App: a.Name, Results: []invokeResultJSON{}}
+		out := invokeJSON{App: a.Name, MessageID: id, Results: []invokeResultJSON{}}
 		for _, res := range results {
 			j := invokeResultJSON{Handler: res.Handler, Result: "ok", Duration: res.Duration.Seconds()}
 			if res.Err != nil {

@@ -58,6 +58,8 @@ func TestCLIAppInvoke(t *testing.T) {
 		{name: "invoke_small_order", args: []string{"--event", `{"kind":"order","amount":5}`}, code: exitOK},
 		{name: "invoke_file", args: []string{"--file", "testdata/cli_events/refund.json"}, code: exitOK},
 		{name: "invoke_stdin", stdin: `{"kind":"refund","id":13}`, code: exitOK},
+		{name: "invoke_message_id", args: []string{"--event", `{"kind":"order","amount":250}`, "--message-id", "1700000000000-5", "--json"}, code: exitFailure},
+		{name: "invoke_bad_message_id", args: []string{"--event", `{"kind":"refund"}`, "--message-id", "a\nb"}, code: exitUsage},
 		{name: "invoke_no_match", args: []string{"--event", `{"kind":"nothing"}`}, code: exitOK},
 		{name: "invoke_no_match_json", args: []string{"--event", `{"kind":"nothing"}`, "--json"}, code: exitOK},
 		{name: "invoke_array", args: []string{"--event", `[{"kind":"order"}]`}, code: exitUsage},

@@ -10,6 +10,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -155,7 +156,8 @@ func TestCLIAppInvokeContainerd(t *testing.T) {
 	t.Setenv("CONTAINERD_NAMESPACE", cc.DefaultNamespace())
 	r := relayCLI(t, "", "--apps", "../../examples/apps", "app", "invoke", "users",
 		"--event", `{"event_name":"INSERT","table_name":"users","new_image":{"email":"ada@example.com"}}`)
-	if r.code != exitOK || !strings.Contains(r.stdout, "[users/events.created] welcome user ada@example.com (message none, attempt 1)") ||
+	if r.code != exitOK || !invokeIDRE.MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "[users/events.created] welcome user ada@example.com (message invoke-") ||
 		!strings.Contains(r.stdout, "users/events.created: ok in ") {
 		t.Errorf("invoke users: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
@@ -164,6 +166,73 @@ func TestCLIAppInvokeContainerd(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stdout, "billing/invoices.charge: failed after ") ||
 		!strings.HasSuffix(r.stderr, "relay: 1 of 1 handler failed\n") {
 		t.Errorf("invoke billing: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	containerdtest.AssertClean(t, cc)
+}
+
+// envApp has two rules that match every event, whose handler prints the
+// RELAY_* variables it was given, sorted.
+const envApp = `image: ` + containerdtest.Image + `
+command: [/bin/sh, -c, "env | grep ^RELAY_ | sort"]
+events:
+  - {handler: env.first, pattern: {kind: [{exists: true}]}}
+  - {handler: env.second, pattern: {kind: [{exists: true}]}}
+`
+
+// TestCLIAppInvokeMessageID: relay app invoke gives the handlers, in
+// containerd, a RELAY_MESSAGE_ID that no stream entry id can be, one per
+// command and shared by its handlers, and shown before they run;
+// --message-id sets it (docs/apps.md#the-handler-contract).
+func TestCLIAppInvokeMessageID(t *testing.T) {
+	isolateEnv(t)
+	cc := containerdtest.Client(t)
+	t.Setenv("CONTAINERD_NAMESPACE", cc.DefaultNamespace())
+	apps := testutil.AppsRoot(t, map[string]string{"envapp": envApp})
+	invoke := func(args ...string) map[string]string {
+		t.Helper()
+		r := relayCLI(t, "", append([]string{"--apps", apps, "app", "invoke", "envapp", "--event", `{"kind":"x"}`}, args...)...)
+		if r.code != exitOK {
+			t.Fatalf("invoke envapp %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+		}
+		// The id each handler printed, and the one shown before it ran.
+		ids := map[string]string{}
+		for line := range strings.Lines(r.stdout) {
+			line = strings.TrimSuffix(line, "\n")
+			if rest, ok := strings.CutPrefix(line, "Running envapp/"); ok {
+				h, shown, _ := strings.Cut(rest, " (message ")
+				ids["shown "+h] = strings.TrimSuffix(shown, ")")
+			}
+			if rest, ok := strings.CutPrefix(line, "[envapp/"); ok {
+				h, v, _ := strings.Cut(rest, "] ")
+				if id, ok := strings.CutPrefix(v, "RELAY_MESSAGE_ID="); ok {
+					ids[h] = id
+				}
+			}
+		}
+		for _, h := range []string{"env.first", "env.second"} {
+			if !strings.Contains(r.stdout, "[envapp/"+h+"] RELAY_ATTEMPT=1\n") || !strings.Contains(r.stdout, "[envapp/"+h+"] RELAY_HANDLER="+h+"\n") {
+				t.Errorf("%s's environment lacks RELAY_ATTEMPT=1 or its RELAY_HANDLER:\n%s", h, r.stdout)
+			}
+		}
+		return ids
+	}
+
+	ids := invoke()
+	id := ids["env.first"]
+	if !invokeIDRE.MatchString(id) || len(id) != len("invoke-")+16 || stream.IsID(id) {
+		t.Errorf("RELAY_MESSAGE_ID %q, want invoke- and 16 hex digits", id)
+	}
+	for _, k := range []string{"env.second", "shown env.first", "shown env.second"} {
+		if ids[k] != id {
+			t.Errorf("%s: message id %q, want the one env.first got, %q (all: %v)", k, ids[k], id, ids)
+		}
+	}
+	if again := invoke()["env.first"]; again == id || !invokeIDRE.MatchString(again) {
+		t.Errorf("a second invoke's message id %q, want another generated one than %q", again, id)
+	}
+	set := invoke("--message-id", "1718000000000-7")
+	if set["env.first"] != "1718000000000-7" || set["env.second"] != "1718000000000-7" {
+		t.Errorf("with --message-id 1718000000000-7 the handlers got %v", set)
 	}
 	containerdtest.AssertClean(t, cc)
 }

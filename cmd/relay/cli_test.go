@@ -64,7 +64,8 @@ func relayCLI(t *testing.T, stdin string, args ...string) cliRun {
 
 // transcript renders r as the golden files show it, after replacing every
 // old string of repl by its new one and normalising what changes between
-// runs: times, durations, stream ids written by Redis.
+// runs: times, durations, stream ids written by Redis, the message ids
+// relay app invoke generates.
 func (r cliRun) transcript(repl ...string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "$ relay %s\n", strings.Join(quoteArgs(r.args), " "))
@@ -79,12 +80,14 @@ var (
 	rfc3339RE  = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	durationRE = regexp.MustCompile(`(ok in|failed after|\) in) [0-9.]+(ns|µs|ms|s|m)`)
 	durJSONRE  = regexp.MustCompile(`"duration_seconds": [0-9.e-]+`)
+	invokeIDRE = regexp.MustCompile(`invoke-[0-9a-f]{16}`)
 )
 
 func normalize(s string, repl ...string) string {
 	s = strings.NewReplacer(repl...).Replace(s)
 	s = rfc3339RE.ReplaceAllString(s, "<time>")
 	s = durationRE.ReplaceAllString(s, "$1 <duration>")
+	s = invokeIDRE.ReplaceAllString(s, "invoke-<id>")
 	return durJSONRE.ReplaceAllString(s, `"duration_seconds": <duration>`)
 }
 

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	gocmp "github.com/google/go-cmp/cmp"
 )
@@ -96,7 +98,11 @@ func setStdin(t *testing.T, s string) {
 func quoteArgs(args []string) []string {
 	out := make([]string, len(args))
 	for i, a := range args {
-		if a == "" || strings.ContainsAny(a, " \"'{}[]*?$\\") {
+		if strings.IndexFunc(a, unicode.IsControl) >= 0 {
+			// Bash's $'...', whose escapes are Go's.
+			q := strconv.Quote(a)
+			a = "$'" + strings.ReplaceAll(q[1:len(q)-1], "'", `\'`) + "'"
+		} else if a == "" || strings.ContainsAny(a, " \"'{}[]*?$\\") {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
 		out[i] = a
