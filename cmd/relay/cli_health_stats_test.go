@@ -78,8 +78,8 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 3 ||
-		got.Checks[2].Name != "containerd" || !got.Checks[2].OK || !strings.Contains(got.Checks[2].Detail, cc.DefaultNamespace()) {
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 4 ||
+		got.Checks[3].Name != "containerd" || !got.Checks[3].OK || !strings.Contains(got.Checks[3].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
 }
@@ -225,7 +225,7 @@ func TestCLIHealthWarnsOnEviction(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy {
 		t.Fatalf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
-	mem := got.Checks[1]
+	mem := got.Checks[2]
 	if mem.Name != "redis memory" || !mem.OK || !mem.Warning || !strings.Contains(mem.Detail, "allkeys-lru") ||
 		!strings.Contains(mem.Detail, "noeviction") {
 		t.Errorf("memory check = %+v, want a warning naming allkeys-lru and noeviction", mem)

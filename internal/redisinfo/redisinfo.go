@@ -108,3 +108,40 @@ func ParseMemory(info string) (Memory, error) {
 	}
 	return m, nil
 }
+
+// ErrNoPermission marks an Access probe that the server's ACL refused
+// (NOPERM): the user Relay connects as lacks a command or a key that
+// docs/deployment.md#connecting-to-redis lists.
+var ErrNoPermission = errors.New("the Redis user lacks a permission Relay needs")
+
+// accessProbe reads, never writes: TIME (the clock every transition uses),
+// HEXISTS on the second key (an invocation hash) and EXISTS on every key.
+// Redis checks the declared keys against the user's key patterns before
+// the script runs, and each call inside it against the user's commands.
+var accessProbe = rueidis.NewLuaScript(`
+redis.call('TIME')
+redis.call('HEXISTS', KEYS[2], '__probe')
+for _, k in ipairs(KEYS) do redis.call('EXISTS', k) end
+return 1
+`)
+
+// Access checks that the client's user may run scripts (EVALSHA, EVAL),
+// TIME, hash and keyspace reads on keys: the stream first, then the keys
+// Relay derives from it (keys.Derived, an invocation hash second). It
+// changes nothing. Under Redis Cluster every key must share one hash
+// slot. A refusal by the ACL returns an error wrapping ErrNoPermission
+// with the server's message, which names the command or says a key was
+// refused; other errors (the server unreachable) are returned as they are.
+func Access(ctx context.Context, client rueidis.Client, keys []string) error {
+	if len(keys) < 2 {
+		return fmt.Errorf("redisinfo: access probe: want the stream and an invocation key, got %d keys", len(keys))
+	}
+	err := accessProbe.Exec(ctx, client, keys, nil).Error()
+	if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "NOPERM") {
+		return fmt.Errorf("%w: %s", ErrNoPermission, e.Error())
+	}
+	if err != nil {
+		return fmt.Errorf("redisinfo: access probe: %w", err)
+	}
+	return nil
+}
