@@ -175,12 +175,12 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 	var evicting []string
 	for _, m := range mems {
 		if m.Evicts() {
-			evicting = append(evicting, fmt.Sprintf("%s has maxmemory-policy %s", m.Addr, m.Policy))
+			evicting = append(evicting, fmt.Sprintf("%s has maxmemory-policy %s: Redis may evict %s", m.Addr, m.Policy, m.MayEvict()))
 		}
 	}
 	if len(evicting) > 0 {
 		ch.Warning = true
-		ch.Detail = strings.Join(evicting, "; ") + ": Redis may evict invocation state, dedup keys or the stream; set maxmemory-policy noeviction"
+		ch.Detail = strings.Join(evicting, "; ") + "; set maxmemory-policy noeviction"
 		return ch
 	}
 	ch.Detail = "maxmemory-policy noeviction"

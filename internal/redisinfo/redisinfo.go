@@ -42,6 +42,22 @@ type Memory struct {
 // closed: messages stay pending until memory is freed.
 func (m Memory) Evicts() bool { return m.Policy != NoEviction }
 
+// MayEvict says what of Relay's data the policy lets Redis evict, for a
+// warning (docs/operations.md#redis-memory): "" under noeviction; under a
+// volatile-* policy only keys with a TTL (retained invocation state and
+// the dedup keys), which can never be the stream or the state of a
+// pending message; under any other policy every key.
+func (m Memory) MayEvict() string {
+	switch {
+	case !m.Evicts():
+		return ""
+	case strings.HasPrefix(m.Policy, "volatile-"):
+		return "retained invocation state and dedup keys (keys with a TTL)"
+	default:
+		return "the stream, pending messages' invocation state and dedup keys"
+	}
+}
+
 func (m Memory) String() string {
 	limit := "no maxmemory"
 	if m.MaxMemory > 0 {
