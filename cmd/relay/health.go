@@ -98,6 +98,10 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 			ch.Detail = err.Error()
 			return ch
 		}
+		if authHint(err) != "" {
+			ch.Detail = fmt.Sprintf("%s refused the login: %v", redactURI(g.RedisURI), errors.Unwrap(err))
+			return ch
+		}
 		ch.Detail = fmt.Sprintf("%s is unreachable: %v", redactURI(g.RedisURI), errors.Unwrap(err))
 		return ch
 	}

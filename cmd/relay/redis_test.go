@@ -537,6 +537,34 @@ func TestACLMissingPermissions(t *testing.T) {
 	}
 }
 
+// TestRedisAuthHints: a server that wants a password and gets none, or
+// the wrong one, is answered with the setting to change, and relay health
+// says the login was refused rather than that Redis is unreachable.
+func TestRedisAuthHints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	isolateRedisEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	admin := redistest.Connect(t, srv.Addr)
+	if err := admin.Do(context.Background(), admin.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "s3cret").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REDIS_URI", srv.Addr)
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	r := relayCLI(t, "", "start", "--runner", "process", "--state-dir", t.TempDir())
+	if r.code != exitFailure || !strings.Contains(r.stderr, "NOAUTH") || !strings.Contains(r.stderr, "set REDIS_PASSWORD") {
+		t.Errorf("relay start without a password: exit %d, want %d naming NOAUTH and REDIS_PASSWORD:\n%s", r.code, exitFailure, r.stderr)
+	}
+	t.Setenv("REDIS_PASSWORD", "wrong")
+	r = relayCLI(t, "", "health", "--runner", "process")
+	if r.code != exitFailure || !regexp.MustCompile(`redis +FAIL +\S+ refused the login: WRONGPASS.*check REDIS_USERNAME and REDIS_PASSWORD`).MatchString(r.stdout) {
+		t.Errorf("relay health with a wrong password: exit %d, want %d saying the login was refused:\n%s%s", r.code, exitFailure, r.stdout, r.stderr)
+	}
+}
+
 // TestTLS connects over rediss:// to a redis-server that serves TLS only
 // and requires client certificates, trusting a private CA from
 // REDIS_TLS_CA_FILE.
