@@ -291,7 +291,7 @@ func stateRetention(cfg Config) time.Duration {
 // until it ends (docs/apps.md#changing-apps). It returns an error
 // when the worker cannot start: the apps cannot be loaded or there are none
 // (ErrNoApps), a stream violates the Redis Cluster key layout, the Redis
-// user lacks a permission (the error quotes the server's NOPERM), a consumer
+// user lacks a permission (the error quotes the server's refusal), a consumer
 // group cannot be created, or the Scheduler fails. When one part fails the
 // others are stopped: a worker never runs with a stream or its schedules
 // silently left out. Run runs once (ErrWorkerRan).

@@ -464,7 +464,9 @@ func TestACLWorker(t *testing.T) {
 	if strings.Contains(stderr.String(), "NOPERM") {
 		t.Errorf("the worker hit a missing ACL permission:\n%s", stderr)
 	}
-	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}} {
+	// health's access probe reads every key the worker wrote, the
+	// dead-letter stream and the invocation hashes among them.
+	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}, {"health", "--runner", "process"}} {
 		if r := relayCLI(t, "", args...); r.code != exitOK {
 			t.Errorf("relay %s as the ACL user: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 		}
@@ -531,6 +533,16 @@ func TestACLMissingPermissions(t *testing.T) {
 	t.Setenv("REDIS_URI", "redis://narrow@"+srv.Addr)
 	if err := admin.Do(ctx, admin.B().XgroupCreate().Key("events").Group("relay").Id("0").Build()).Error(); err != nil {
 		t.Fatal(err)
+	}
+	// A dead-letter stream and an invocation hash exist, as they do on any
+	// Redis a worker ran on: the probe reads each as what it is.
+	for _, cmd := range []rueidis.Completed{
+		admin.B().Xadd().Key(keys.DLQ("events")).Id("*").FieldValue().FieldValue("reason", "test").Build(),
+		admin.B().Hset().Key(keys.Invocation("events", "relay", "0-0")).FieldValue().FieldValue("shop/refunds.run", "ok").Build(),
+	} {
+		if err := admin.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if r := relayCLI(t, "", "health", "--runner", "process"); r.code != exitOK || !regexp.MustCompile(`redis access +ok`).MatchString(r.stdout) {
 		t.Errorf("relay health as the user of the documented narrower key pattern: exit %d\n%s%s", r.code, r.stdout, r.stderr)

@@ -130,30 +130,47 @@ func ParseMemory(info string) (Memory, error) {
 // docs/deployment.md#connecting-to-redis lists.
 var ErrNoPermission = errors.New("the Redis user lacks a permission Relay needs")
 
-// accessProbe reads, never writes: TIME (the clock every transition uses),
-// HEXISTS on the second key (an invocation hash) and EXISTS on every key.
-// Redis checks the declared keys against the user's key patterns before
-// the script runs, and each call inside it against the user's commands.
+// accessProbe reads, never writes: TIME (the clock every transition
+// uses), TYPE on every key and, by what it holds, HEXISTS (a hash, or a
+// key not there yet), XLEN (a stream) or EXISTS. Redis checks the declared
+// keys against the user's key patterns before the script runs, and each
+// call inside it against the user's commands.
 var accessProbe = rueidis.NewLuaScript(`
 redis.call('TIME')
-redis.call('HEXISTS', KEYS[2], '__probe')
-for _, k in ipairs(KEYS) do redis.call('EXISTS', k) end
+for _, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'hash' or t == 'none' then
+    redis.call('HEXISTS', k, '__probe')
+  elseif t == 'stream' then
+    redis.call('XLEN', k)
+  else
+    redis.call('EXISTS', k)
+  end
+end
 return 1
 `)
 
+// refused tells an ACL refusal from other errors: NOPERM for the script
+// or its keys, and, from Redis 7.0, a command refused inside the script
+// ("The user executing the script can't run this command", which later
+// versions report as NOPERM).
+func refused(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
+}
+
 // Access checks that the client's user may run scripts (EVALSHA, EVAL),
-// TIME, hash and keyspace reads on keys: the stream first, then the keys
-// Relay derives from it (keys.Derived, an invocation hash second). It
+// TIME, and hash, stream and keyspace reads on keys: the stream and the
+// keys Relay derives from it (keys.Derived), whatever each holds. It
 // changes nothing. Under Redis Cluster every key must share one hash
 // slot. A refusal by the ACL returns an error wrapping ErrNoPermission
-// with the server's message, which names the command or says a key was
-// refused; other errors (the server unreachable) are returned as they are.
+// with the server's message (NOPERM, naming the command or saying a key
+// was refused); other errors (the server unreachable) are returned as they are.
 func Access(ctx context.Context, client rueidis.Client, keys []string) error {
-	if len(keys) < 2 {
-		return fmt.Errorf("redisinfo: access probe: want the stream and an invocation key, got %d keys", len(keys))
+	if len(keys) == 0 {
+		return errors.New("redisinfo: access probe: no keys")
 	}
 	err := accessProbe.Exec(ctx, client, keys, nil).Error()
-	if e, ok := rueidis.IsRedisErr(err); ok && strings.HasPrefix(e.Error(), "NOPERM") {
+	if e, ok := rueidis.IsRedisErr(err); ok && refused(e.Error()) {
 		return fmt.Errorf("%w: %s", ErrNoPermission, e.Error())
 	}
 	if err != nil {
