@@ -164,14 +164,14 @@ func refused(msg string) bool {
 // changes nothing. Under Redis Cluster every key must share one hash
 // slot. A refusal by the ACL returns an error wrapping ErrNoPermission
 // with the server's message (NOPERM, naming the command or saying a key
-// was refused); other errors (the server unreachable) are returned as they are.
+// was refused) and the keys probed; other errors (the server unreachable) are returned as they are.
 func Access(ctx context.Context, client rueidis.Client, keys []string) error {
 	if len(keys) == 0 {
 		return errors.New("redisinfo: access probe: no keys")
 	}
 	err := accessProbe.Exec(ctx, client, keys, nil).Error()
 	if e, ok := rueidis.IsRedisErr(err); ok && refused(e.Error()) {
-		return fmt.Errorf("%w: %s", ErrNoPermission, e.Error())
+		return fmt.Errorf("%w: %s (keys probed: %s)", ErrNoPermission, e.Error(), strings.Join(keys, ", "))
 	}
 	if err != nil {
 		return fmt.Errorf("redisinfo: access probe: %w", err)
