@@ -198,6 +198,6 @@ func (w *Worker) janitorLoop(ctx context.Context, p streamParts) {
 // evicted invocation hash, dedup key or stream loses work
 // (docs/operations.md#redis-memory).
 func warnEviction(ctx context.Context, log *slog.Logger, p redisinfo.Memory) {
-	log.LogAttrs(ctx, slog.LevelWarn, "Redis may evict keys (maxmemory-policy is not noeviction): invocation state, schedule dedup keys or the stream itself can be lost; set maxmemory-policy noeviction",
-		slog.String("redis", p.Addr), slog.String("maxmemory_policy", p.Policy))
+	log.LogAttrs(ctx, slog.LevelWarn, "Redis may evict keys (maxmemory-policy is not noeviction); set maxmemory-policy noeviction",
+		slog.String("redis", p.Addr), slog.String("maxmemory_policy", p.Policy), slog.String("may_evict", p.MayEvict()))
 }

@@ -264,5 +264,9 @@ func TestWorkerWarnsWhenRedisMayEvict(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the eviction warning", func() bool {
 		return strings.Contains(h.logs.String(), "Redis may evict keys") && strings.Contains(h.logs.String(), "maxmemory_policy=volatile-lru")
 	})
+	// volatile-* evicts only keys with a TTL: never the stream.
+	if !strings.Contains(h.logs.String(), `may_evict="retained invocation state and dedup keys (keys with a TTL)"`) {
+		t.Errorf("the warning does not say what volatile-lru may evict:\n%s", h.logs.String())
+	}
 	_ = stop()
 }

@@ -300,7 +300,8 @@ func stateRetention(cfg Config) time.Duration {
 // consuming; an app whose preparation is still running then is unavailable
 // until it ends (docs/apps.md#changing-apps). It returns an error
 // when the worker cannot start: the apps cannot be loaded or there are none
-// (ErrNoApps), a stream violates the Redis Cluster key layout, a consumer
+// (ErrNoApps), a stream violates the Redis Cluster key layout, the Redis
+// user lacks a permission (the error quotes the server's refusal), a consumer
 // group cannot be created, or the Scheduler fails. When one part fails the
 // others are stopped: a worker never runs with a stream or its schedules
 // silently left out. Run runs once (ErrWorkerRan).
@@ -316,6 +317,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return ErrNoApps
 	}
 	if err := w.checkLayout(ctx); err != nil {
+		return err
+	}
+	if err := w.checkAccess(ctx); err != nil {
 		return err
 	}
 	w.checkMemoryPolicy(ctx)
@@ -431,6 +435,24 @@ func (w *Worker) checkLayout(ctx context.Context) error {
 	}
 	for _, warning := range warnings {
 		w.log.LogAttrs(ctx, slog.LevelWarn, "streams share a cluster hash slot", slog.String("detail", warning))
+	}
+	return nil
+}
+
+// checkAccess refuses to start when the Redis user may not run what Relay
+// needs on a stream's keys (docs/deployment.md#connecting-to-redis): such
+// a worker would read messages and then fail every claim, leaving them
+// pending while it looked healthy. Any other error of the probe is logged
+// and left to the parts that follow, which report it themselves.
+func (w *Worker) checkAccess(ctx context.Context) error {
+	for _, name := range w.cfg.Streams {
+		err := redisinfo.Access(ctx, w.cfg.Redis, append([]string{name}, keys.Derived(name, w.cfg.Group)...))
+		if errors.Is(err, redisinfo.ErrNoPermission) {
+			return fmt.Errorf("relay: stream %s: %w; grant the user the ACL rules of docs/deployment.md (ACL users)", name, err)
+		}
+		if err != nil {
+			w.log.LogAttrs(ctx, slog.LevelWarn, "cannot check the Redis user's permissions", slog.String("stream", name), slog.Any("error", err))
+		}
 	}
 	return nil
 }

@@ -7,6 +7,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -51,7 +54,7 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.requireStream(true); err != nil {
 		return err
 	}
-	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkMemory(ctx, g), c.checkContainerd(ctx, g)}
+	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkContainerd(ctx, g)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -95,6 +98,10 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 			ch.Detail = err.Error()
 			return ch
 		}
+		if authHint(err) != "" {
+			ch.Detail = fmt.Sprintf("%s refused the login: %v", redactURI(g.RedisURI), errors.Unwrap(err))
+			return ch
+		}
 		ch.Detail = fmt.Sprintf("%s is unreachable: %v", redactURI(g.RedisURI), errors.Unwrap(err))
 		return ch
 	}
@@ -113,6 +120,38 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 		ch.OK = true
 		ch.Detail = fmt.Sprintf("%s, stream %s, group %s", redactURI(g.RedisURI), g.RedisStream, g.RedisGroup)
 	}
+	return ch
+}
+
+// checkAccess fails when the Redis user may not run what a worker needs on
+// the stream's keys (docs/deployment.md#connecting-to-redis): a worker
+// would read its messages and then fail every claim, leaving them pending.
+func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "redis access"}
+	rc, err := g.redisClient()
+	if err != nil {
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: Redis is unreachable"
+		return ch
+	}
+	defer rc.Close()
+	if rc.Mode() == rueidis.ClientModeCluster {
+		// The probe is one script over the stream's keys: they must share
+		// its slot, or the client refuses to send it.
+		if _, err := keys.CheckClusterLayout([]string{g.RedisStream}, g.RedisGroup); err != nil {
+			ch.Detail = err.Error()
+			return ch
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	err = redisinfo.Access(pctx, rc, append([]string{g.RedisStream}, keys.Derived(g.RedisStream, g.RedisGroup)...))
+	if err != nil {
+		ch.Detail = fmt.Sprintf("%v; grant the user the ACL rules of docs/deployment.md (ACL users)", err)
+		return ch
+	}
+	ch.OK = true
+	ch.Detail = "scripts, TIME and the keys of stream " + g.RedisStream + " are allowed"
 	return ch
 }
 
@@ -140,12 +179,12 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 	var evicting []string
 	for _, m := range mems {
 		if m.Evicts() {
-			evicting = append(evicting, fmt.Sprintf("%s has maxmemory-policy %s", m.Addr, m.Policy))
+			evicting = append(evicting, fmt.Sprintf("%s has maxmemory-policy %s: Redis may evict %s", m.Addr, m.Policy, m.MayEvict()))
 		}
 	}
 	if len(evicting) > 0 {
 		ch.Warning = true
-		ch.Detail = strings.Join(evicting, "; ") + ": Redis may evict invocation state, dedup keys or the stream; set maxmemory-policy noeviction"
+		ch.Detail = strings.Join(evicting, "; ") + "; set maxmemory-policy noeviction"
 		return ch
 	}
 	ch.Detail = "maxmemory-policy noeviction"

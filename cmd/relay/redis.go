@@ -89,6 +89,9 @@ func (g *Globals) redisClient() (rueidis.Client, error) {
 		return nil, err
 	}
 	c, err := rueidis.NewClient(opt)
+	if hint := authHint(err); hint != "" {
+		err = fmt.Errorf("%w (%s)", err, hint)
+	}
 	if err != nil {
 		if ms := opt.Sentinel.MasterSet; ms != "" {
 			return nil, fmt.Errorf("connect to Redis master %q through the sentinels at %s: %w", ms, redactURI(g.RedisURI), err)
@@ -103,6 +106,23 @@ func (g *Globals) redisClient() (rueidis.Client, error) {
 		return nil, fmt.Errorf("REDIS_CLUSTER is set but %s does not serve as a Redis Cluster: point REDIS_URI at the cluster's nodes, give the ACL user +cluster|slots, or unset REDIS_CLUSTER", redactURI(g.RedisURI))
 	}
 	return c, nil
+}
+
+// authHint says which setting to change when err is Redis refusing the
+// connection's credentials (docs/deployment.md#connecting-to-redis), and
+// "" for any other error.
+func authHint(err error) string {
+	var e *rueidis.RedisError
+	if !errors.As(err, &e) {
+		return ""
+	}
+	switch msg := e.Error(); {
+	case strings.HasPrefix(msg, "NOAUTH"):
+		return "the server requires a password: set REDIS_PASSWORD, and REDIS_USERNAME for an ACL user"
+	case strings.HasPrefix(msg, "WRONGPASS"):
+		return "the server refused these credentials: check REDIS_USERNAME and REDIS_PASSWORD"
+	}
+	return ""
 }
 
 // redisOptions turns the Redis settings into client options, without

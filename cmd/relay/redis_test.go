@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -463,10 +464,116 @@ func TestACLWorker(t *testing.T) {
 	if strings.Contains(stderr.String(), "NOPERM") {
 		t.Errorf("the worker hit a missing ACL permission:\n%s", stderr)
 	}
-	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}} {
+	// health's access probe reads every key the worker wrote, the
+	// dead-letter stream and the invocation hashes among them.
+	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}, {"health", "--runner", "process"}} {
 		if r := relayCLI(t, "", args...); r.code != exitOK {
 			t.Errorf("relay %s as the ACL user: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 		}
+	}
+}
+
+// TestACLMissingPermissions gives relay users that lack what
+// docs/deployment.md lists: scripts, or the keys under relay:. Such a worker
+// would read messages and fail every claim while looking healthy, so relay
+// start refuses to start, naming the refusal, and relay health fails its
+// access check; a user with the documented narrower key pattern (the
+// stream and relay:*) passes.
+func TestACLMissingPermissions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	isolateRedisEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	admin := redistest.Connect(t, srv.Addr)
+	ctx := context.Background()
+	if err := admin.Do(ctx, admin.B().Xadd().Key("events").Id("*").FieldValue().FieldValue("event", `{"kind":"refund"}`).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	users := map[string]string{
+		"noscripts":  strings.Replace(aclRules, " +@scripting", "", 1),
+		"streamonly": strings.Replace(aclRules, " ~*", " ~events", 1),
+		"narrow":     strings.Replace(aclRules, " ~*", " ~events ~relay:*", 1),
+	}
+	for user, rules := range users {
+		if err := admin.Do(ctx, admin.B().AclSetuser().Username(user).Rule(append([]string{"on", ">s3cret"}, strings.Fields(rules)...)...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("REDIS_PASSWORD", "s3cret")
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	for _, user := range []string{"noscripts", "streamonly"} {
+		t.Run(user, func(t *testing.T) {
+			t.Setenv("REDIS_URI", "redis://"+user+"@"+srv.Addr)
+			wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+			defer stop()
+			var stdout, stderr testutil.Buffer
+			code := run(wctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", user}, &stdout, &stderr)
+			if code != exitFailure || !strings.Contains(stderr.String(), "NOPERM") || !strings.Contains(stderr.String(), "docs/deployment.md") {
+				t.Errorf("relay start as %s: exit %d, want %d naming NOPERM and docs/deployment.md:\n%s", user, code, exitFailure, stderr.String())
+			}
+			if strings.Contains(stderr.String(), "worker started") {
+				t.Errorf("relay start as %s started a worker:\n%s", user, stderr.String())
+			}
+			r := relayCLI(t, "", "health", "--runner", "process")
+			if r.code != exitFailure || !regexp.MustCompile(`redis access +FAIL .*NOPERM`).MatchString(r.stdout) {
+				t.Errorf("relay health as %s: exit %d, want %d with redis access FAIL naming NOPERM:\n%s%s", user, r.code, exitFailure, r.stdout, r.stderr)
+			}
+		})
+	}
+	// The group exists now only if a worker started; it must not hold the
+	// event as pending for a consumer that could never claim it.
+	if p, err := admin.Do(ctx, admin.B().Xpending().Key("events").Group("relay").Build()).ToArray(); err == nil {
+		if n, _ := p[0].AsInt64(); n != 0 {
+			t.Errorf("%d messages pending after the refused starts, want 0", n)
+		}
+	}
+	t.Setenv("REDIS_URI", "redis://narrow@"+srv.Addr)
+	if err := admin.Do(ctx, admin.B().XgroupCreate().Key("events").Group("relay").Id("0").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// A dead-letter stream and an invocation hash exist, as they do on any
+	// Redis a worker ran on: the probe reads each as what it is.
+	for _, cmd := range []rueidis.Completed{
+		admin.B().Xadd().Key(keys.DLQ("events")).Id("*").FieldValue().FieldValue("reason", "test").Build(),
+		admin.B().Hset().Key(keys.Invocation("events", "relay", "0-0")).FieldValue().FieldValue("shop/refunds.run", "ok").Build(),
+	} {
+		if err := admin.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := relayCLI(t, "", "health", "--runner", "process"); r.code != exitOK || !regexp.MustCompile(`redis access +ok`).MatchString(r.stdout) {
+		t.Errorf("relay health as the user of the documented narrower key pattern: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestRedisAuthHints: a server that wants a password and gets none, or
+// the wrong one, is answered with the setting to change, and relay health
+// says the login was refused rather than that Redis is unreachable.
+func TestRedisAuthHints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	isolateRedisEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	admin := redistest.Connect(t, srv.Addr)
+	if err := admin.Do(context.Background(), admin.B().ConfigSet().ParameterValue().ParameterValue("requirepass", "s3cret").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("REDIS_URI", srv.Addr)
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	t.Setenv("RELAY_APPS", cliApps(t))
+	r := relayCLI(t, "", "start", "--runner", "process", "--state-dir", t.TempDir())
+	if r.code != exitFailure || !strings.Contains(r.stderr, "NOAUTH") || !strings.Contains(r.stderr, "set REDIS_PASSWORD") {
+		t.Errorf("relay start without a password: exit %d, want %d naming NOAUTH and REDIS_PASSWORD:\n%s", r.code, exitFailure, r.stderr)
+	}
+	t.Setenv("REDIS_PASSWORD", "wrong")
+	r = relayCLI(t, "", "health", "--runner", "process")
+	if r.code != exitFailure || !regexp.MustCompile(`redis +FAIL +\S+ refused the login: WRONGPASS.*check REDIS_USERNAME and REDIS_PASSWORD`).MatchString(r.stdout) {
+		t.Errorf("relay health with a wrong password: exit %d, want %d saying the login was refused:\n%s%s", r.code, exitFailure, r.stdout, r.stderr)
 	}
 }
 

@@ -36,7 +36,7 @@ func CheckClusterLayout(streams []string, group string) (warnings []string, err 
 			continue
 		}
 		want := Slot(s)
-		for _, k := range derived(s, group) {
+		for _, k := range Derived(s, group) {
 			if got := Slot(k); got != want {
 				errs = append(errs, fmt.Errorf("stream %q: key %s hashes to slot %d, not the stream's slot %d: a hash tag must not contain ':' or '%%' (Relay escapes them in key names); use a tag such as {%s}",
 					s, k, got, want, strings.NewReplacer(":", "-", "%", "-").Replace(tag)))
@@ -59,12 +59,15 @@ func CheckClusterLayout(streams []string, group string) (warnings []string, err 
 	return warnings, nil
 }
 
-// derived are the keys Relay builds from a stream, with placeholder ids
-// where only their shape matters.
-func derived(stream, group string) []string {
+// Derived are the keys Relay builds from a stream for group, with
+// placeholder ids where only their shape matters: the DLQ stream, an
+// invocation hash, a dead-letter written marker, the stats hash, the feed
+// and a schedule dedup key (docs/delivery.md#data-layout-in-redis).
+func Derived(stream, group string) []string {
 	return []string{
 		DLQ(stream),
 		Invocation(stream, group, "0-0"),
+		DLQWritten(stream, group, "0-0", "app", "handler"),
 		Stats(stream, group),
 		Feed(stream, group),
 		ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),

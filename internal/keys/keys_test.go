@@ -94,7 +94,7 @@ func TestCheckClusterLayout(t *testing.T) {
 				}
 				// The claim behind a clean result: every derived key shares the stream's slot.
 				for _, s := range tc.streams {
-					for _, k := range derived(s, "workers") {
+					for _, k := range Derived(s, "workers") {
 						if Slot(k) != Slot(s) {
 							t.Errorf("%s: slot %d, stream %s: slot %d", k, Slot(k), s, Slot(s))
 						}

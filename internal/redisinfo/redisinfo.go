@@ -42,6 +42,22 @@ type Memory struct {
 // closed: messages stay pending until memory is freed.
 func (m Memory) Evicts() bool { return m.Policy != NoEviction }
 
+// MayEvict says what of Relay's data the policy lets Redis evict, for a
+// warning (docs/operations.md#redis-memory): "" under noeviction; under a
+// volatile-* policy only keys with a TTL (retained invocation state and
+// the dedup keys), which can never be the stream or the state of a
+// pending message; under any other policy every key.
+func (m Memory) MayEvict() string {
+	switch {
+	case !m.Evicts():
+		return ""
+	case strings.HasPrefix(m.Policy, "volatile-"):
+		return "retained invocation state and dedup keys (keys with a TTL)"
+	default:
+		return "the stream, pending messages' invocation state and dedup keys"
+	}
+}
+
 func (m Memory) String() string {
 	limit := "no maxmemory"
 	if m.MaxMemory > 0 {
@@ -107,4 +123,58 @@ func ParseMemory(info string) (Memory, error) {
 		return Memory{}, errors.New("no maxmemory_policy or maxmemory field")
 	}
 	return m, nil
+}
+
+// ErrNoPermission marks an Access probe that the server's ACL refused
+// (NOPERM): the user Relay connects as lacks a command or a key that
+// docs/deployment.md#connecting-to-redis lists.
+var ErrNoPermission = errors.New("the Redis user lacks a permission Relay needs")
+
+// accessProbe reads, never writes: TIME (the clock every transition
+// uses), TYPE on every key and, by what it holds, HEXISTS (a hash, or a
+// key not there yet), XLEN (a stream) or EXISTS. Redis checks the declared
+// keys against the user's key patterns before the script runs, and each
+// call inside it against the user's commands.
+var accessProbe = rueidis.NewLuaScript(`
+redis.call('TIME')
+for _, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k)['ok']
+  if t == 'hash' or t == 'none' then
+    redis.call('HEXISTS', k, '__probe')
+  elseif t == 'stream' then
+    redis.call('XLEN', k)
+  else
+    redis.call('EXISTS', k)
+  end
+end
+return 1
+`)
+
+// refused tells an ACL refusal from other errors: NOPERM for the script
+// or its keys, and, from Redis 7.0, a command refused inside the script
+// ("The user executing the script can't run this command", which later
+// versions report as NOPERM).
+func refused(msg string) bool {
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "user executing the script can't run")
+}
+
+// Access checks that the client's user may run scripts (EVALSHA, EVAL),
+// TIME, and hash, stream and keyspace reads on keys: the stream and the
+// keys Relay derives from it (keys.Derived), whatever each holds. It
+// changes nothing. Under Redis Cluster every key must share one hash
+// slot. A refusal by the ACL returns an error wrapping ErrNoPermission
+// with the server's message (NOPERM, naming the command or saying a key
+// was refused) and the keys probed; other errors (the server unreachable) are returned as they are.
+func Access(ctx context.Context, client rueidis.Client, keys []string) error {
+	if len(keys) == 0 {
+		return errors.New("redisinfo: access probe: no keys")
+	}
+	err := accessProbe.Exec(ctx, client, keys, nil).Error()
+	if e, ok := rueidis.IsRedisErr(err); ok && refused(e.Error()) {
+		return fmt.Errorf("%w: %s (keys probed: %s)", ErrNoPermission, e.Error(), strings.Join(keys, ", "))
+	}
+	if err != nil {
+		return fmt.Errorf("redisinfo: access probe: %w", err)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package redisinfo_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -85,5 +87,55 @@ func TestParseMemory(t *testing.T) {
 		if got != c.want || (err == nil) != c.ok {
 			t.Errorf("%s: ParseMemory = %+v, %v; want %+v, ok %v", name, got, err, c.want, c.ok)
 		}
+	}
+}
+
+// TestAccess probes the keys of a stream that a worker has used (a
+// stream, a dead-letter stream, an invocation hash, a written marker) and
+// of one it has not: both pass for a user with the rules of
+// docs/deployment.md, and a user without scripts or without the relay:
+// keys, or without TIME (refused inside the script), is refused with
+// ErrNoPermission.
+func TestAccess(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	admin := redistest.Connect(t, srv.Addr)
+	ctx := t.Context()
+	used := []string{"events", "relay:events:dlq", "relay:invocation:events:g:1-0", "relay:events:dlq:written:g:1-0:a/h"}
+	for _, cmd := range []rueidis.Completed{
+		admin.B().Xadd().Key(used[0]).Id("*").FieldValue().FieldValue("event", "{}").Build(),
+		admin.B().Xadd().Key(used[1]).Id("*").FieldValue().FieldValue("reason", "x").Build(),
+		admin.B().Hset().Key(used[2]).FieldValue().FieldValue("a/h", "ok").Build(),
+		admin.B().Set().Key(used[3]).Value("1-0").Build(),
+	} {
+		if err := admin.Do(ctx, cmd).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unused := []string{"fresh", "relay:fresh:dlq", "relay:invocation:fresh:g:1-0"}
+	const rules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info"
+	for user, extra := range map[string]string{
+		"ok":        "~events ~fresh ~relay:*",
+		"noscripts": "-@scripting ~*",
+		"norelay":   "~events ~fresh",
+		"notime":    "-time ~*",
+	} {
+		rule := append([]string{"on", ">pw"}, strings.Fields(rules+" "+extra)...)
+		if err := admin.Do(ctx, admin.B().AclSetuser().Username(user).Rule(rule...).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: "pw", DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ks := range [][]string{used, unused} {
+			err := redisinfo.Access(ctx, c, ks)
+			switch {
+			case user == "ok" && err != nil:
+				t.Errorf("Access(%v) as %s: %v, want nil", ks, user, err)
+			case user != "ok" && (!errors.Is(err, redisinfo.ErrNoPermission) || !strings.Contains(err.Error(), "keys probed: "+strings.Join(ks, ", "))):
+				t.Errorf("Access(%v) as %s: %v, want ErrNoPermission naming the keys probed", ks, user, err)
+			}
+		}
+		c.Close()
 	}
 }
