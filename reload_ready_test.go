@@ -29,11 +29,10 @@ func (p *secretPreparer) Prepare(context.Context, string, runtime.Spec) error {
 	return nil
 }
 
-// TestReloadLogsAnUnchangedAppReady: an app not ready at start (a missing
-// secret) whose preparation succeeds on a later reload, its template
-// unchanged, is logged as ready, not as changed (nothing in it changed),
-// and its held message is handled.
-func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
+// missingSecretHarness is a worker whose one app, slow, is not ready (its
+// secret missing) until the test clears p.missing, with the rescan an hour
+// away and pending messages reclaimed after 200 ms; its handler succeeds.
+func missingSecretHarness(t *testing.T) (*workerHarness, *secretPreparer) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")}))
 	h.cfg.ReloadInterval = time.Hour
@@ -43,6 +42,15 @@ func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
 	p := &secretPreparer{sweepingRunner: h.runner}
 	p.missing.Store(true)
 	h.cfg.Runner = p
+	return h, p
+}
+
+// TestReloadLogsAnUnchangedAppReady: an app not ready at start (a missing
+// secret) whose preparation succeeds on a later reload, its template
+// unchanged, is logged as ready, not as changed (nothing in it changed),
+// and its held message is handled.
+func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
+	h, p := missingSecretHarness(t)
 	w, stop := h.run()
 	defer stop()
 	h.publish(`{"kind":"a"}`)
@@ -103,16 +111,8 @@ func TestUndoingAnEditNotReadyIsNotLoggedAsATemplateFix(t *testing.T) {
 // never again nor in a loop. Its held message is handled once the
 // preparation succeeds.
 func TestFailedPreparationIsRetried(t *testing.T) {
-	h := newWorkerHarness(t, "events")
-	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")}))
-	h.cfg.ReloadInterval = time.Hour
+	h, p := missingSecretHarness(t)
 	h.cfg.PrepareRetry = 50 * time.Millisecond
-	h.cfg.MinPendingIdle = 200 * time.Millisecond
-	ok := func(context.Context, runtime.Request) error { return nil }
-	h.runner.Runner = recordingRunner{h.calls, runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/events.a": ok})}
-	p := &secretPreparer{sweepingRunner: h.runner}
-	p.missing.Store(true)
-	h.cfg.Runner = p
 	_, stop := h.run()
 	defer stop()
 	h.publish(`{"kind":"a"}`)

@@ -60,13 +60,7 @@ func TestCLIConsole(t *testing.T) {
 	t.Setenv("RELAY_CONSOLE_TOKEN", "s3cret")
 	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stdout, stderr testutil.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"console", "--listen", addr, "--runner", "process"}, &stdout, &stderr)
-	}()
+	stdout, _, stop := runConsole(t, "--listen", addr, "--runner", "process")
 	get := func(path, token string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
 		if token != "" {
@@ -94,15 +88,7 @@ func TestCLIConsole(t *testing.T) {
 	if code, _ := get("/apps", ""); code != http.StatusSeeOther {
 		t.Errorf("without the token: %d, want a redirect to the login", code)
 	}
-	cancel()
-	select {
-	case c := <-done:
-		if c != exitOK {
-			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("relay console did not stop")
-	}
+	stop()
 	if !strings.Contains(stdout.String(), "relay console on http://"+addr) {
 		t.Errorf("stdout %q", stdout.String())
 	}
@@ -122,13 +108,7 @@ func TestCLIConsoleRedisDownAtStart(t *testing.T) {
 	t.Setenv("RELAY_APPS", cliApps(t))
 	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stdout, stderr testutil.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"console", "--listen", addr, "--read-only"}, &stdout, &stderr)
-	}()
+	_, stderr, stop := runConsole(t, "--listen", addr, "--read-only")
 	get := func(path string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
 		resp, err := http.DefaultTransport.RoundTrip(req)
@@ -171,15 +151,7 @@ func TestCLIConsoleRedisDownAtStart(t *testing.T) {
 	if strings.Contains(body, `class="unreachable"`) {
 		t.Errorf("overview after Redis came back still shows the banner:\n%s", body)
 	}
-	cancel()
-	select {
-	case c := <-done:
-		if c != exitOK {
-			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("relay console did not stop")
-	}
+	stop()
 	if !strings.Contains(stderr.String(), "Redis is unreachable") || !strings.Contains(stderr.String(), "connected to Redis") {
 		t.Errorf("stderr does not say that Redis is unreachable, then connected:\n%s", stderr.String())
 	}
@@ -222,11 +194,7 @@ func TestCLIConsoleAppsDeps(t *testing.T) {
 	t.Setenv("RELAY_APPS", apps)
 	t.Setenv("CONTAINERD_NAMESPACE", cc.DefaultNamespace())
 	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	var stdout, stderr testutil.Buffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"console", "--listen", addr, "--read-only"}, &stdout, &stderr) }()
+	_, _, stop := runConsole(t, "--listen", addr, "--read-only")
 	var code int
 	var body string
 	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
@@ -248,13 +216,29 @@ func TestCLIConsoleAppsDeps(t *testing.T) {
 			t.Errorf("/apps: missing %q in\n%s", want, body)
 		}
 	}
-	cancel()
-	select {
-	case c := <-done:
-		if c != exitOK {
-			t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+	stop()
+}
+
+// runConsole runs relay console with args in the background, until stop
+// (or the test's end) cancels it; stop fails the test unless it exits 0
+// within 30 s.
+func runConsole(t *testing.T, args ...string) (stdout, stderr *testutil.Buffer, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	stdout, stderr = &testutil.Buffer{}, &testutil.Buffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, append([]string{"console"}, args...), stdout, stderr) }()
+	return stdout, stderr, func() {
+		t.Helper()
+		cancel()
+		select {
+		case c := <-done:
+			if c != exitOK {
+				t.Errorf("exit %d after the stop; stderr:\n%s", c, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("relay console did not stop")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("relay console did not stop")
 	}
 }
