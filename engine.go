@@ -129,7 +129,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      observers{logObserver{log}, metricsObserver{m}, statsObserver{cfg.Stats, c.Consumer}, spanObserver{}},
+		obs:      observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, c.Consumer}, spanObserver{}},
 		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
 		inFlight: map[string]struct{}{},
 		waiting:  map[string]struct{}{},

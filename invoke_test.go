@@ -565,3 +565,33 @@ func (h *harness) unavailableWhile(down *atomic.Bool, msg string) {
 		return inner.Run(ctx, req)
 	})
 }
+
+// TestRepeatedFailureLoggedOncePerWindow: a failure that hits message
+// after message alike (every claim refused, as by a Redis out of memory)
+// is logged once at its level; its repeats go to DEBUG, each still with
+// its message, and handing the messages over once it is over loses none.
+func TestRepeatedFailureLoggedOncePerWindow(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	flaky := &flakyClaims{StateStore: h.state}
+	flaky.broken.Store(true)
+	h.stateStore = flaky
+	h.start("c1")
+	const n = 20
+	for range n {
+		h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	}
+	count := func(level string) int {
+		return strings.Count(h.logs.String(), "level="+level+` msg="claim failed; handler not run, message left pending"`)
+	}
+	testutil.WaitFor(t, 10*time.Second, "every claim failure logged", func() bool {
+		return count("ERROR")+count("DEBUG") >= n
+	})
+	if e := count("ERROR"); e != 1 {
+		t.Errorf("%d claim failures at ERROR within the window, want 1; log:\n%s", e, h.logs.String())
+	}
+	flaky.broken.Store(false)
+	testutil.WaitFor(t, 20*time.Second, "every message run once the claims succeed", func() bool {
+		return h.calls.count("users/events.created") == n && h.pending() == 0
+	})
+}

@@ -205,7 +205,21 @@ func (spanObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
 
 // logObserver writes one log line per fact worth a line, with the message
 // id and the trace of the span concerned (docs/observability.md#logs).
-type logObserver struct{ log *slog.Logger }
+type logObserver struct {
+	log     *slog.Logger
+	repeats *repeats // failures that hit message after message
+}
+
+// logFailure writes the line of a failure that may hit every message
+// alike at level, or at DEBUG when it repeats (repeats).
+func (lo logObserver) logFailure(ctx context.Context, level slog.Level, msg string, err error, attrs []slog.Attr) {
+	if err != nil && level >= slog.LevelWarn && lo.repeats != nil {
+		var n int
+		level, n = lo.repeats.level(level, msg, err.Error(), time.Now())
+		attrs = repeatedAttr(attrs, n)
+	}
+	logAttrs(ctx, lo.log, level, msg, attrs...)
+}
 
 func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 	switch ev.kind {
@@ -234,11 +248,11 @@ func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 		if h.err != nil {
 			extra = append(extra, slog.Any("error", h.err))
 		}
-		logAttrs(ctx, lo.log, h.level, h.msg, attrs(extra...)...)
+		lo.logFailure(ctx, h.level, h.msg, h.err, attrs(extra...))
 	case msgAcked:
 		logAttrs(ctx, lo.log, slog.LevelDebug, "message acknowledged", attrs()...)
 	case msgAckFailed:
-		logAttrs(ctx, lo.log, slog.LevelError, "ack failed; message stays pending and will be redelivered", attrs(slog.Any("error", ev.err))...)
+		lo.logFailure(ctx, slog.LevelError, "ack failed; message stays pending and will be redelivered", ev.err, attrs(slog.Any("error", ev.err)))
 	case msgRetainFailed:
 		logAttrs(ctx, lo.log, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
 			attrs(slog.Any("error", ev.err))...)
@@ -262,6 +276,15 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		}
 		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
 		logAttrs(ctx, lo.log, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
+	}
+	// failure writes the line of a failure that may hit message after
+	// message alike, as log does (repeats).
+	failure := func(level slog.Level, msg string, err error, extra ...slog.Attr) {
+		if !lo.log.Enabled(ctx, level) {
+			return
+		}
+		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
+		lo.logFailure(ctx, level, msg, err, spanLogAttrs(d.msg.ID, span, append(base, extra...)...))
 	}
 	if o.Lost > 0 {
 		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
@@ -296,7 +319,7 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		if o.Orphan {
 			msg = "unfinished invocation of a handler not declared by any readable template; message left pending"
 		}
-		log(slog.LevelWarn, msg, slog.Any("error", o.Err))
+		failure(slog.LevelWarn, msg, o.Err, slog.Any("error", o.Err))
 	case NoSlot:
 		log(slog.LevelWarn, "no concurrency slot within the wait; message left pending")
 	case Stopping:
@@ -309,16 +332,20 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		if errors.Is(o.Err, runtime.ErrUnavailable) {
 			level = slog.LevelWarn
 		}
-		log(level, "invocation could not run; no attempt charged, message left pending", slog.Any("error", o.Err))
+		failure(level, "invocation could not run; no attempt charged, message left pending", o.Err, slog.Any("error", o.Err))
 	case OutcomeUnknown:
 		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
 	case WriteFailed:
-		lo.writeFailed(log, o, run)
+		err := o.Err
+		if o.WriteErr != nil {
+			err = o.WriteErr
+		}
+		lo.writeFailed(func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, err, extra...) }, o, run)
 	}
 	if o.WriteErr != nil && o.Kind != WriteFailed {
-		log(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
-			slog.String("op", o.Op), slog.Any("error", o.WriteErr))
+		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
+			o.WriteErr, slog.String("op", o.Op), slog.Any("error", o.WriteErr))
 	}
 }
 
