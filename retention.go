@@ -194,6 +194,10 @@ func (w *Worker) janitorLoop(ctx context.Context, p streamParts) {
 	})
 }
 
+// DefaultPolicyCheckInterval is how often a Worker reads Redis's
+// maxmemory-policy again after start (docs/operations.md#redis-memory).
+const DefaultPolicyCheckInterval = 10 * time.Minute
+
 // warnEviction logs when a Redis server of the worker may evict keys: an
 // evicted invocation hash, dedup key or stream loses work
 // (docs/operations.md#redis-memory).

@@ -270,3 +270,36 @@ func TestWorkerWarnsWhenRedisMayEvict(t *testing.T) {
 	}
 	_ = stop()
 }
+
+// TestWorkerWarnsWhenThePolicyChangesToEvict: a CONFIG SET after start to
+// a policy that evicts is warned about at the next check, once; going back
+// to noeviction is logged too.
+func TestWorkerWarnsWhenThePolicyChangesToEvict(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	h.cfg.Redis = rc
+	h.cfg.PolicyCheckInterval = 20 * time.Millisecond
+	_, stop := h.run()
+	defer func() { _ = stop() }()
+	setPolicy := func(p string) {
+		if err := rc.Do(t.Context(), rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", p).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a few checks under noeviction
+	if strings.Contains(h.logs.String(), "Redis may evict keys") {
+		t.Fatalf("warned under noeviction:\n%s", h.logs.String())
+	}
+	setPolicy("allkeys-lru")
+	testutil.WaitFor(t, 10*time.Second, "the eviction warning after the change", func() bool {
+		return strings.Contains(h.logs.String(), "maxmemory_policy=allkeys-lru")
+	})
+	setPolicy("noeviction")
+	testutil.WaitFor(t, 10*time.Second, "the return to noeviction logged", func() bool {
+		return strings.Contains(h.logs.String(), `msg="Redis no longer evicts keys (maxmemory-policy is noeviction)"`)
+	})
+	if n := strings.Count(h.logs.String(), "Redis may evict keys"); n != 1 {
+		t.Errorf("warned %d times for one change, want once:\n%s", n, h.logs.String())
+	}
+}

@@ -93,6 +93,10 @@ type WorkerConfig struct {
 	// version serving, and the Worker reloads when each ends
 	// (docs/apps.md#changing-apps). Default: DefaultPrepareWait.
 	PrepareWait time.Duration
+	// PolicyCheckInterval is how often Redis's maxmemory-policy is read
+	// again after start, to warn when it changed to one that evicts
+	// (docs/operations.md#redis-memory). Default: DefaultPolicyCheckInterval.
+	PolicyCheckInterval time.Duration
 	// PrepareRetry is how long after a failed preparation the Worker
 	// reloads to prepare the app again; the delay doubles while the
 	// preparations keep failing, up to ReloadInterval, and starts again
@@ -163,6 +167,9 @@ type Worker struct {
 	// prepareFailed: a preparation of the last load failed (prepareApps),
 	// so the reload loop retries (retryTimer).
 	prepareFailed bool
+	// policies holds, by server address, the maxmemory-policy last read
+	// (checkMemoryPolicy); used by Run before policyLoop starts, then by it.
+	policies map[string]string
 	// preparing owns the goroutines of the preparations.
 	preparing sync.WaitGroup
 	ran       atomic.Bool
@@ -191,6 +198,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		"SweepInterval": cfg.SweepInterval, "ReloadInterval": cfg.ReloadInterval,
 		"RetentionInterval": cfg.RetentionInterval, "JanitorInterval": cfg.JanitorInterval,
 		"PrepareWait": cfg.PrepareWait, "PrepareRetry": cfg.PrepareRetry,
+		"PolicyCheckInterval": cfg.PolicyCheckInterval,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("relay: NewWorker: WorkerConfig.%s: must be >= 0, got %s", name, d))
@@ -214,7 +222,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		{&cfg.RetentionInterval, DefaultRetentionInterval}, {&cfg.JanitorInterval, DefaultJanitorInterval},
 		{&cfg.StreamRetention, DefaultStreamRetention}, {&cfg.DLQRetention, DefaultDLQRetention},
 		{&cfg.ConsumerIdle, DefaultConsumerIdle}, {&cfg.PrepareWait, DefaultPrepareWait},
-		{&cfg.PrepareRetry, DefaultPrepareRetry},
+		{&cfg.PrepareRetry, DefaultPrepareRetry}, {&cfg.PolicyCheckInterval, DefaultPolicyCheckInterval},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -360,6 +368,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer sched.stop()
 	parts.Go(func() { w.reloadLoop(ctx, sched) })
 	parts.Go(func() { w.sweepLoop(ctx) })
+	parts.Go(func() { w.policyLoop(ctx) })
 	for _, p := range w.streams {
 		parts.Go(func() { w.retainLoop(ctx, p) })
 		parts.Go(func() { w.janitorLoop(ctx, p) })
@@ -394,14 +403,34 @@ func (w *Worker) logApps(ctx context.Context, apps *app.Set, waiting map[string]
 func (w *Worker) checkMemoryPolicy(ctx context.Context) {
 	mems, err := redisinfo.MemoryPolicies(ctx, w.cfg.Redis)
 	if err != nil {
-		w.log.LogAttrs(ctx, slog.LevelInfo, "cannot read Redis's maxmemory-policy; make sure it is noeviction", slog.Any("error", err))
-		return
-	}
-	for _, m := range mems {
-		if m.Evicts() {
-			warnEviction(ctx, w.log, m)
+		if w.policies == nil {
+			w.log.LogAttrs(ctx, slog.LevelInfo, "cannot read Redis's maxmemory-policy; make sure it is noeviction", slog.Any("error", err))
+		}
+		if len(mems) == 0 {
+			return
 		}
 	}
+	if w.policies == nil {
+		w.policies = map[string]string{}
+	}
+	for _, m := range mems {
+		last, seen := w.policies[m.Addr]
+		w.policies[m.Addr] = m.Policy
+		switch {
+		case m.Evicts() && m.Policy != last:
+			warnEviction(ctx, w.log, m)
+		case !m.Evicts() && seen && last != m.Policy:
+			w.log.LogAttrs(ctx, slog.LevelInfo, "Redis no longer evicts keys (maxmemory-policy is noeviction)",
+				slog.String("redis", m.Addr), slog.String("was", last))
+		}
+	}
+}
+
+// policyLoop reads Redis's maxmemory-policy again every
+// PolicyCheckInterval, so that a CONFIG SET after start to a policy that
+// evicts is warned about as at start (docs/operations.md#redis-memory).
+func (w *Worker) policyLoop(ctx context.Context) {
+	every(ctx, w.cfg.PolicyCheckInterval, func() { w.checkMemoryPolicy(ctx) })
 }
 
 // setApps makes apps the set every Engine uses for deliveries from now on.
