@@ -419,18 +419,9 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		defer t.Stop()
 		timeout = t.C
 	}
-	// awaitExit waits for the status on statusC, the rule's timeout or ctx.
-	awaitExit := func() {
-		select {
-		case status = <-statusC:
-		case <-timeout:
-			timedOut = true
-		case <-ctx.Done():
-			cancelled = true
-		}
-	}
+	wait := func() { status, timedOut, cancelled = awaitExit(ctx, statusC, timeout) }
 	if statusC != nil {
-		awaitExit()
+		wait()
 	}
 	// containerd went away mid-wait (a restart): the shim keeps the task
 	// and, once it exits, its exit status, and the restarted daemon finds
@@ -457,7 +448,7 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 			continue
 		}
 		statusC = sc
-		awaitExit()
+		wait()
 	}
 	if statusC == nil && (timedOut || cancelled) {
 		// Lost and not waited for again: the kill below waits for the exit
@@ -485,6 +476,28 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		return res, r.exitError(ctx, req, id, task, int(code), 0)
 	}
 	return res, nil
+}
+
+// awaitExit waits for the exit status on statusC, the rule's timeout or
+// ctx. An exit already reported when the timeout or ctx is seen wins: a
+// worker stopped (SIGSTOP, a stalled VM) past the timeout finds both
+// ready when it resumes, and a handler that exited by itself meanwhile
+// was not stopped by the timeout, so its own exit is its outcome.
+func awaitExit(ctx context.Context, statusC <-chan client.ExitStatus, timeout <-chan time.Time) (status client.ExitStatus, timedOut, cancelled bool) {
+	select {
+	case status = <-statusC:
+		return status, false, false
+	case <-timeout:
+		timedOut = true
+	case <-ctx.Done():
+		cancelled = true
+	}
+	select {
+	case status = <-statusC:
+		return status, false, false
+	default:
+		return status, timedOut, cancelled
+	}
 }
 
 // resolve returns the image reference and command line for spec; argv is
