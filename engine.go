@@ -64,6 +64,10 @@ type Engine struct {
 	// consuming is set while Run's read loop runs and its last read of the
 	// stream succeeded (Ping, readiness).
 	consuming atomic.Bool
+	// claimFails counts the claims that failed in a row (a store error,
+	// not a claim refused): while it is not 0 the read loop paces its
+	// reads (readLoop).
+	claimFails atomic.Int32
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}

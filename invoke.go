@@ -171,8 +171,12 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 	}
 	cl, err := e.c.State.Claim(octx, d.key, field, lease, maxAttempts, rec)
 	if err != nil {
+		e.claimFails.Add(1)
 		o.Kind, o.Op, o.Err = WriteFailed, "claim", err
 		return cl, o, err
+	}
+	if e.claimFails.Load() != 0 {
+		e.claimFails.Store(0)
 	}
 	d.record = nil // recorded
 	if cl.Lost > 0 {

@@ -595,3 +595,34 @@ func TestRepeatedFailureLoggedOncePerWindow(t *testing.T) {
 		return h.calls.count("users/events.created") == n && h.pending() == 0
 	})
 }
+
+// TestFailingClaimsPaceTheReads: while every claim fails, the worker reads
+// new entries at a pace that backs off instead of moving the whole stream
+// into the PEL, where they would only wait and cost Redis memory; once the
+// claims succeed again every message runs.
+func TestFailingClaimsPaceTheReads(t *testing.T) {
+	h := newHarness(t, map[string]string{"users": usersApp})
+	h.handle("users/events.created", nil)
+	flaky := &flakyClaims{StateStore: h.state}
+	flaky.broken.Store(true)
+	h.stateStore = flaky
+	const n = 200
+	for range n {
+		h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 10*time.Second, "a claim failure", func() bool {
+		return strings.Contains(h.logs.String(), "claim failed; handler not run")
+	})
+	time.Sleep(300 * time.Millisecond)
+	// Reads already under way when the first failure came, and a read or
+	// two after the first delays: far from the whole stream. A slower
+	// machine reads fewer, never more.
+	if p := h.pending(); p > n/2 {
+		t.Errorf("%d of %d entries moved into the PEL while every claim failed; want the reads paced", p, n)
+	}
+	flaky.broken.Store(false)
+	testutil.WaitFor(t, 30*time.Second, "every message run once the claims succeed", func() bool {
+		return h.calls.count("users/events.created") == n && h.pending() == 0
+	})
+}

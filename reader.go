@@ -21,6 +21,13 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 	var fails int
 	idle := true // until a read finds entries
 	for {
+		// While claims fail (Redis out of memory refuses them, say), each
+		// entry read would only move into the PEL and stay there, which
+		// costs Redis memory: read at a pace that backs off, until a claim
+		// succeeds (docs/delivery.md#claim-errors-fail-closed).
+		if k := e.claimFails.Load(); k > 0 && !ctxtime.Sleep(ctx, retryDelay(int(k))) {
+			return
+		}
 		n, ok := e.takeSlots(ctx, !idle)
 		if !ok {
 			return
