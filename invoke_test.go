@@ -273,12 +273,19 @@ func (f *flakyClaims) Claim(ctx context.Context, key invocation.Key, field strin
 	return f.StateStore.Claim(ctx, key, field, lease, max, rec)
 }
 
-func TestClaimErrorFailsClosed(t *testing.T) {
+// brokenClaimsHarness is a harness of the users app, not started, whose
+// claims fail until the test clears flaky.broken.
+func brokenClaimsHarness(t *testing.T) (*harness, *flakyClaims) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", nil)
 	flaky := &flakyClaims{StateStore: h.state}
 	flaky.broken.Store(true)
 	h.stateStore = flaky
+	return h, flaky
+}
+
+func TestClaimErrorFailsClosed(t *testing.T) {
+	h, flaky := brokenClaimsHarness(t)
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	testutil.WaitFor(t, 5*time.Second, "claim failure logged", func() bool {
@@ -571,11 +578,7 @@ func (h *harness) unavailableWhile(down *atomic.Bool, msg string) {
 // is logged once at its level; its repeats go to DEBUG, each still with
 // its message, and handing the messages over once it is over loses none.
 func TestRepeatedFailureLoggedOncePerWindow(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": usersApp})
-	h.handle("users/events.created", nil)
-	flaky := &flakyClaims{StateStore: h.state}
-	flaky.broken.Store(true)
-	h.stateStore = flaky
+	h, flaky := brokenClaimsHarness(t)
 	h.start("c1")
 	const n = 20
 	for range n {
@@ -601,11 +604,7 @@ func TestRepeatedFailureLoggedOncePerWindow(t *testing.T) {
 // into the PEL, where they would only wait and cost Redis memory; once the
 // claims succeed again every message runs.
 func TestFailingClaimsPaceTheReads(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": usersApp})
-	h.handle("users/events.created", nil)
-	flaky := &flakyClaims{StateStore: h.state}
-	flaky.broken.Store(true)
-	h.stateStore = flaky
+	h, flaky := brokenClaimsHarness(t)
 	const n = 200
 	for range n {
 		h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
