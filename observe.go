@@ -213,7 +213,7 @@ type logObserver struct {
 // logFailure writes the line of a failure that may hit every message
 // alike at level, or at DEBUG when it repeats (repeats).
 func (lo logObserver) logFailure(ctx context.Context, level slog.Level, msg string, err error, attrs []slog.Attr) {
-	if err != nil && level >= slog.LevelWarn && lo.repeats != nil {
+	if err != nil {
 		var n int
 		level, n = lo.repeats.level(level, msg, err.Error(), time.Now())
 		attrs = repeatedAttr(attrs, n)
@@ -270,22 +270,16 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		lo.succeeded(ctx, d.msg.ID, span, o)
 		return
 	}
-	log := func(level slog.Level, msg string, extra ...slog.Attr) {
+	// failure writes the line of a failure that may hit message after
+	// message alike (repeats); with a nil err, any other line.
+	failure := func(level slog.Level, msg string, err error, extra ...slog.Attr) {
 		if !lo.log.Enabled(ctx, level) {
 			return // build no attributes for a line nobody reads
 		}
 		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
-		logAttrs(ctx, lo.log, level, msg, spanLogAttrs(d.msg.ID, span, append(base, extra...)...)...)
-	}
-	// failure writes the line of a failure that may hit message after
-	// message alike, as log does (repeats).
-	failure := func(level slog.Level, msg string, err error, extra ...slog.Attr) {
-		if !lo.log.Enabled(ctx, level) {
-			return
-		}
-		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
 		lo.logFailure(ctx, level, msg, err, spanLogAttrs(d.msg.ID, span, append(base, extra...)...))
 	}
+	log := func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, nil, extra...) }
 	if o.Lost > 0 {
 		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
 			slog.Int("lost_attempt", o.Lost))
