@@ -44,11 +44,10 @@ type Preparer interface {
 type preparation struct {
 	app    *app.App // the version prepared
 	cancel context.CancelFunc
-	done   chan struct{} // closed when Prepare returned, err set
+	done   chan struct{} // closed, under mu, when Prepare returned, err set
 	err    error
 
-	mu       sync.Mutex
-	finished bool // Prepare returned, err set
+	mu sync.Mutex
 	// detached: a load went on without its result, so it asks for the
 	// reload that uses it when it ends.
 	detached bool
@@ -62,18 +61,22 @@ type preparation struct {
 func (p *preparation) detach() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.finished {
+	select {
+	case <-p.done:
+		return false
+	default:
 		p.detached = true
+		return true
 	}
-	return !p.finished
 }
 
-// finish records Prepare's result and reports whether a reload must
-// use it.
+// finish records Prepare's result, closes done and reports whether a
+// reload must use the result.
 func (p *preparation) finish(err error) (reload bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.err, p.finished = err, true
+	p.err = err
+	close(p.done)
 	return p.detached
 }
 
@@ -178,7 +181,6 @@ func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparati
 			err = pctx.Err()
 		}
 		reload := pr.finish(err)
-		close(pr.done)
 		if reload && pctx.Err() == nil {
 			w.Reload()
 		}
