@@ -303,3 +303,30 @@ func TestWorkerWarnsWhenThePolicyChangesToEvict(t *testing.T) {
 		t.Errorf("warned %d times for one change, want once:\n%s", n, h.logs.String())
 	}
 }
+
+// TestUnreadablePolicyNotedOnce: a Redis user that may not run INFO makes
+// the policy unreadable at every check; that is said once, at start, not
+// at every PolicyCheckInterval.
+func TestUnreadablePolicyNotedOnce(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	srv := redistest.Start(t, redistest.Options{})
+	admin := redistest.Connect(t, srv.Addr)
+	if err := admin.Do(t.Context(), admin.B().AclSetuser().Username("noinfo").Rule("on", "nopass", "~*", "&*", "+@all", "-info").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "noinfo", DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	h.cfg.Redis = rc
+	h.cfg.PolicyCheckInterval = 10 * time.Millisecond
+	_, stop := h.run()
+	defer func() { _ = stop() }()
+	const line = "cannot read Redis's maxmemory-policy"
+	testutil.WaitFor(t, 10*time.Second, "the policy noted unreadable", func() bool { return strings.Contains(h.logs.String(), line) })
+	time.Sleep(200 * time.Millisecond) // many checks
+	if n := strings.Count(h.logs.String(), line); n != 1 {
+		t.Errorf("noted %d times, want once:\n%s", n, h.logs.String())
+	}
+}

@@ -401,17 +401,14 @@ func (w *Worker) logApps(ctx context.Context, apps *app.Set, waiting map[string]
 // checkMemoryPolicy warns when a Redis server may evict keys; a server that
 // does not tell (INFO refused) is logged at debug level.
 func (w *Worker) checkMemoryPolicy(ctx context.Context) {
-	mems, err := redisinfo.MemoryPolicies(ctx, w.cfg.Redis)
-	if err != nil {
-		if w.policies == nil {
-			w.log.LogAttrs(ctx, slog.LevelInfo, "cannot read Redis's maxmemory-policy; make sure it is noeviction", slog.Any("error", err))
-		}
-		if len(mems) == 0 {
-			return
-		}
-	}
-	if w.policies == nil {
+	first := w.policies == nil
+	if first {
 		w.policies = map[string]string{}
+	}
+	mems, err := redisinfo.MemoryPolicies(ctx, w.cfg.Redis)
+	if err != nil && first {
+		// Once: a user without INFO cannot read it at any check.
+		w.log.LogAttrs(ctx, slog.LevelInfo, "cannot read Redis's maxmemory-policy; make sure it is noeviction", slog.Any("error", err))
 	}
 	for _, m := range mems {
 		last, seen := w.policies[m.Addr]
