@@ -472,7 +472,7 @@ func (w *Worker) checkLayout(ctx context.Context) error {
 // and left to the parts that follow, which report it themselves.
 func (w *Worker) checkAccess(ctx context.Context) error {
 	for _, name := range w.cfg.Streams {
-		err := redisinfo.Access(ctx, w.cfg.Redis, append([]string{name}, keys.Derived(name, w.cfg.Group)...))
+		err := redisinfo.Access(ctx, w.cfg.Redis, keys.StreamAndDerived(name, w.cfg.Group))
 		if errors.Is(err, redisinfo.ErrNoPermission) {
 			return fmt.Errorf("relay: stream %s: %w; grant the user the ACL rules of docs/deployment.md (ACL users)", name, err)
 		}

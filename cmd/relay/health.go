@@ -145,7 +145,7 @@ func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err = redisinfo.Access(pctx, rc, append([]string{g.RedisStream}, keys.Derived(g.RedisStream, g.RedisGroup)...))
+	err = redisinfo.Access(pctx, rc, keys.StreamAndDerived(g.RedisStream, g.RedisGroup))
 	if err != nil {
 		ch.Detail = fmt.Sprintf("%v; grant the user the ACL rules of docs/deployment.md (ACL users)", err)
 		return ch

@@ -74,6 +74,12 @@ func Derived(stream, group string) []string {
 	}
 }
 
+// StreamAndDerived is stream followed by Derived(stream, group): every key
+// a worker of group touches for stream, as an access check probes them.
+func StreamAndDerived(stream, group string) []string {
+	return append([]string{stream}, Derived(stream, group)...)
+}
+
 // slotCount is the number of Redis Cluster hash slots.
 const slotCount = 16384
 
