@@ -61,19 +61,7 @@ func TestCLIConsole(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 
 	stdout, _, stop := runConsole(t, "--listen", addr, "--runner", "process")
-	get := func(path, token string) (int, string) {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path, token string) (int, string) { return consoleGet(t, addr, path, token) }
 	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
 		code, _ := get("/", "s3cret")
 		return code == http.StatusOK
@@ -109,16 +97,7 @@ func TestCLIConsoleRedisDownAtStart(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t))
 
 	_, stderr, stop := runConsole(t, "--listen", addr, "--read-only")
-	get := func(path string) (int, string) {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
-		resp, err := http.DefaultTransport.RoundTrip(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	get := func(path string) (int, string) { return consoleGet(t, addr, path, "") }
 	// The first pages may come before the console's first connect attempt
 	// ended ("not connected to Redis yet"); the attempt's error follows.
 	want := "<b>Redis is unreachable</b>: connect to Redis at redis://:***@" + srv.Addr + ": dial tcp " + srv.Addr + ": connect: connection refused"
@@ -202,14 +181,8 @@ func TestCLIConsoleAppsDeps(t *testing.T) {
 	var code int
 	var body string
 	testutil.WaitFor(t, 10*time.Second, "the console to listen", func() bool {
-		resp, err := http.Get("http://" + addr + "/apps")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		code, body = resp.StatusCode, string(b)
-		return true
+		code, body = consoleGet(t, addr, "/apps", "")
+		return code != 0
 	})
 	if code != http.StatusOK {
 		t.Fatalf("/apps: status %d\n%s", code, body)
@@ -221,6 +194,23 @@ func TestCLIConsoleAppsDeps(t *testing.T) {
 		}
 	}
 	stop()
+}
+
+// consoleGet asks the console at addr for path, with token as a bearer
+// token unless it is "", without following redirects; it returns the
+// status and the body, or 0 and the error when the request failed.
+func consoleGet(t *testing.T, addr, path, token string) (int, string) {
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 // runConsole runs relay console with args in the background, until stop
