@@ -397,6 +397,25 @@ const aclRules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connec
 // the client learns the slot map with CLUSTER SLOTS.
 const aclClusterRules = "+cluster|slots"
 
+// aclUser makes ACL user user, password s3cret, with rules.
+func aclUser(t *testing.T, admin rueidis.Client, user, rules string) {
+	t.Helper()
+	rule := append([]string{"on", ">s3cret"}, strings.Fields(rules)...)
+	if err := admin.Do(t.Context(), admin.B().AclSetuser().Username(user).Rule(rule...).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// aclEnv points the CLI's Redis password, stream (events), group (relay)
+// and apps at what the ACL tests use; each test sets REDIS_URI with its
+// user.
+func aclEnv(t *testing.T) {
+	t.Setenv("REDIS_PASSWORD", "s3cret")
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	t.Setenv("RELAY_APPS", cliApps(t))
+}
+
 // TestACLWorker runs relay start as an ACL user limited to the rules that
 // docs/deployment.md documents: a handler runs and its message is acked, a
 // malformed event is dead-lettered, schedules start, and relay stats and
@@ -409,14 +428,9 @@ func TestACLWorker(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	admin := redistest.Connect(t, srv.Addr)
 	ctx := context.Background()
-	if err := admin.Do(ctx, admin.B().AclSetuser().Username("relay").Rule(append([]string{"on", ">s3cret"}, strings.Fields(aclRules)...)...).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
+	aclUser(t, admin, "relay", aclRules)
+	aclEnv(t)
 	t.Setenv("REDIS_URI", "redis://relay@"+srv.Addr)
-	t.Setenv("REDIS_PASSWORD", "s3cret")
-	t.Setenv("REDIS_STREAM", "events")
-	t.Setenv("REDIS_GROUP", "relay")
-	t.Setenv("RELAY_APPS", cliApps(t))
 
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -496,14 +510,9 @@ func TestACLMissingPermissions(t *testing.T) {
 		"narrow":     strings.Replace(aclRules, " ~*", " ~events ~relay:*", 1),
 	}
 	for user, rules := range users {
-		if err := admin.Do(ctx, admin.B().AclSetuser().Username(user).Rule(append([]string{"on", ">s3cret"}, strings.Fields(rules)...)...).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		aclUser(t, admin, user, rules)
 	}
-	t.Setenv("REDIS_PASSWORD", "s3cret")
-	t.Setenv("REDIS_STREAM", "events")
-	t.Setenv("REDIS_GROUP", "relay")
-	t.Setenv("RELAY_APPS", cliApps(t))
+	aclEnv(t)
 	for _, user := range []string{"noscripts", "streamonly"} {
 		t.Run(user, func(t *testing.T) {
 			t.Setenv("REDIS_URI", "redis://"+user+"@"+srv.Addr)
