@@ -109,6 +109,10 @@ func parseDecimal(s string, yamlForms bool) (decimal, bool) {
 	if d.ndigits() == 0 {
 		return decimal{}, true
 	}
+	// Bound the value's exponent, not only the literal's: String writes
+	// d.ddd e(exp-1), whose literal must be within maxExp for the canonical
+	// form to parse back to itself.
+	d.exp = min(max(d.exp, 1-maxExp), maxExp+1)
 	return d, true
 }
 
