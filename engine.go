@@ -291,17 +291,3 @@ func (e *Engine) setWaiting(msgs []stream.Message, waiting bool) {
 		}
 	}
 }
-
-// every calls fn every d until ctx is done; Run waits for each loop.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fn()
-	}
-}

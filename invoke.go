@@ -44,7 +44,7 @@ func (e *Engine) invoke(ctx, runCtx context.Context, d *delivery, c call, settle
 	if !ok {
 		return o
 	}
-	ctx, o.span = startAttempt(ctx, e.tracer, c.app, c.handler, d.msg.ID, l.Attempt, o.MaxAttempts, l.Trace)
+	ctx, o.span = telemetry.StartAttempt(ctx, e.tracer, c.app, c.handler, d.msg.ID, l.Attempt, o.MaxAttempts, l.Trace)
 	// The lineage goes with every transition that ends the attempt
 	// unsuccessfully, so the next attempt links to this one.
 	l = withLineage(l, o.span)
@@ -260,12 +260,12 @@ func (e *Engine) run(runCtx context.Context, d *delivery, a *app.App, c call, l 
 	_, err := e.c.Runner.Run(trace.ContextWithSpan(runCtx, o.span), req)
 	o.Duration = time.Since(start)
 	e.m.inFlight.Dec()
-	o.Result, o.Err = resultOf(err), err
+	o.Result, o.Err = ResultOf(err), err
 	return err
 }
 
-// resultOf is the Result of a runner's error.
-func resultOf(err error) Result {
+// ResultOf is the Result of a Runner's error: how the attempt ended.
+func ResultOf(err error) Result {
 	exit, isExit := errors.AsType[*runtime.ExitError](err)
 	switch {
 	case err == nil:

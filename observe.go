@@ -199,7 +199,7 @@ func (spanObserver) message(context.Context, *delivery, msgEvent) {}
 
 func (spanObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
 	if o.span != nil {
-		endAttempt(o.span, o.Result, o.Err)
+		telemetry.EndAttempt(o.span, string(o.Result), o.Err)
 	}
 }
 

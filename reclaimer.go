@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/stream"
 )
@@ -14,7 +15,7 @@ import (
 // takes over entries idle beyond MinPendingIdle, whoever owned them.
 func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 	var fails int
-	every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, runCtx, msgs, &fails) })
+	ctxtime.Every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, runCtx, msgs, &fails) })
 }
 
 // dispatchWaiting dispatches reclaimed messages as message slots free up.

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 )
@@ -280,7 +281,7 @@ events:
 		env = req.Env
 		return nil
 	}})
-	if err := (relay.Manual{Runner: runner, TracerProvider: replays.tp}).Replay(t.Context(), h.apps, h.dlq, entry.ID); err != nil {
+	if err := (manual.Invoker{Runner: runner, TracerProvider: replays.tp}).Replay(t.Context(), h.apps, h.dlq, entry.ID); err != nil {
 		t.Fatal(err)
 	}
 	roots, runs := replays.named(telemetry.SpanDLQReplay), replays.named(telemetry.SpanFunctionInvoke)
@@ -310,7 +311,19 @@ events:
 	}
 }
 
-// TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
+// shopApp has three rules, two of which match kind "order".
+const shopApp = `
+image: relay.local/busybox:latest
+events:
+  - handler: orders.audit
+    pattern: {kind: [order]}
+  - handler: refunds.run
+    pattern: {kind: [refund]}
+  - handler: orders.charge
+    pattern: {kind: [order]}
+`
+
+// TestTracingManualInvoke: manual.Invoker.Invoke is an app.manual_invoke root with
 // one function.invoke child per matching rule, linked to a caller's span,
 // all with the message id the handlers got.
 func TestTracingManualInvoke(t *testing.T) {
@@ -326,7 +339,7 @@ func TestTracingManualInvoke(t *testing.T) {
 	}
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.audit": handler, "orders.charge": handler})
 	ctx, caller := tr.tp.Tracer("caller").Start(t.Context(), "caller")
-	res, err := relay.Manual{Runner: runner, TracerProvider: tr.tp}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
+	res, err := manual.Invoker{Runner: runner, TracerProvider: tr.tp}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	caller.End()
 	if err != nil || len(res) != 2 {
 		t.Fatalf("Invoke = %v, %v; want two results", res, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/plural"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -367,7 +368,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("--message-id %q: a control character at byte %d; an id is printable text, e.g. 1718000000000-0", id, i)
 	}
 	if id == "" {
-		id = relay.NewInvokeMessageID()
+		id = manual.NewMessageID()
 	}
 	a, err := g.findApp(c.Name)
 	if err != nil {
@@ -396,7 +397,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			},
 		}
 	}
-	results, err := relay.Manual{Runner: r, MessageID: id}.Invoke(ctx, a, src)
+	results, err := manual.Invoker{Runner: r, MessageID: id}.Invoke(ctx, a, src)
 	switch {
 	case errors.Is(err, matcher.ErrMalformed):
 		msg := err.Error()
@@ -404,7 +405,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			msg = after
 		}
 		return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		return fmt.Errorf("app %s is unavailable: its template has %s (relay validate shows them); nothing ran",
 			a.Name, plural.Of(len(a.Errors), "error"))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/keys"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/worker"
 )
 
 // StartCmd is `relay start`.
@@ -59,7 +60,7 @@ func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
-// It turns the flags into a relay.WorkerConfig; the Worker does the rest.
+// It turns the flags into a worker.Config; the Worker does the rest.
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	streams, err := g.startStreams()
 	if err != nil {
@@ -108,11 +109,11 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := worker.New(worker.Config{
 		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
 		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
 		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
-		Config: relay.Config{
+		Engine: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
 			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
 			TracerProvider: tp,
@@ -145,7 +146,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
 	switch err := w.Run(ctx); {
-	case errors.Is(err, relay.ErrNoApps):
+	case errors.Is(err, worker.ErrNoApps):
 		return errNoApps(g.Apps)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
@@ -156,10 +157,10 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// orDisabled maps a retention flag's 0 (never trim) to relay.Disabled.
+// orDisabled maps a retention flag's 0 (never trim) to worker.Disabled.
 func orDisabled(d time.Duration) time.Duration {
 	if d == 0 {
-		return relay.Disabled
+		return worker.Disabled
 	}
 	return d
 }
@@ -175,7 +176,7 @@ func (g *Globals) startStreams() ([]string, error) {
 
 // serveMetrics serves /metrics of reg, /healthz, and /readyz from the
 // Worker's readiness, on addr.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *relay.Worker) (*http.Server, error) {
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *worker.Worker) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("METRICS_ADDR %s: %w", addr, err)

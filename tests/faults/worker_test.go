@@ -29,6 +29,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	relayworker "github.com/relaydev/relay/worker"
 )
 
 // Worker-process settings, passed through the environment.
@@ -193,7 +194,7 @@ func parseRetentionSettings(v string) (retentionSettings, error) {
 func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *recorder, runner relay.Runner, cfg relay.Config, rs retentionSettings, consumer string) {
 	rec.keepAcked = true
 	cfg.Retention = rs.state
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := relayworker.New(relayworker.Config{
 		Redis: rc, Streams: []string{rec.stream}, Group: soakGroup, Consumer: consumer,
 		Apps: template.Dir(os.Getenv(envApps)), Runner: runner,
 		StreamRetention: rs.stream, DLQRetention: rs.dlq,
@@ -208,7 +209,7 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 			c.DLQ = ledgerDLQ{c.DLQ, rec}
 			return c
 		},
-		Config: cfg,
+		Engine: cfg,
 	})
 	if err != nil {
 		t.Fatal(err)

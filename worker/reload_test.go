@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/worker"
 )
 
 // sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
@@ -51,7 +52,7 @@ schedules:
 // workerHarness runs a Worker over streams on a private redis-server.
 type workerHarness struct {
 	t       *testing.T
-	cfg     relay.WorkerConfig
+	cfg     worker.Config
 	calls   *calls
 	logs    *testutil.Buffer
 	reg     *prometheus.Registry
@@ -74,10 +75,10 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	cfg := fastConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics = h.reg
-	h.cfg = relay.WorkerConfig{
+	h.cfg = worker.Config{
 		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
-		Apps: relay.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
-		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
+		Apps: worker.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
+		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Engine: cfg,
 	}
 	return h
 }
@@ -102,9 +103,9 @@ func (h *workerHarness) counter(name string) float64 {
 
 // run runs a Worker of h.cfg until the test ends; stop stops it and
 // returns Run's error.
-func (h *workerHarness) run() (w *relay.Worker, stop func() error) {
+func (h *workerHarness) run() (w *worker.Worker, stop func() error) {
 	h.t.Helper()
-	w, err := relay.NewWorker(h.cfg)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 // (Config.Retention), not a fixed week.
 func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h := newWorkerHarness(t, "orders")
-	h.cfg.Retention = time.Hour
+	h.cfg.Engine.Retention = time.Hour
 	var wrapped []*tallyDLQ
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
 		if _, ok := c.DLQ.(*dlq.Writer); !ok {
@@ -272,30 +273,30 @@ func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
 func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	empty, _ := app.NewSet()
-	h.cfg.Apps = relay.Static(empty)
-	w, err := relay.NewWorker(h.cfg)
+	h.cfg.Apps = worker.Static(empty)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrNoApps) {
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrNoApps) {
 		t.Errorf("Run with no apps = %v, want ErrNoApps", err)
 	}
-	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrWorkerRan) {
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrRan) {
 		t.Errorf("second Run = %v, want ErrWorkerRan", err)
 	}
 }
 
 func TestNewWorkerValidates(t *testing.T) {
-	_, err := relay.NewWorker(relay.WorkerConfig{Streams: []string{"a", "a"}, Config: relay.Config{MinPendingIdle: -1}})
-	for _, want := range []string{"WorkerConfig.Redis is required", "WorkerConfig.Group is required", "WorkerConfig.Apps is required",
-		"WorkerConfig.Runner is required", `"a" is empty or listed twice`} {
+	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
+	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
+		"Config.Runner is required", `"a" is empty or listed twice`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("NewWorker error %v does not say %q", err, want)
 		}
 	}
 	h := newWorkerHarness(t, "events")
-	h.cfg.MinPendingIdle = -time.Second
-	if _, err := relay.NewWorker(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
+	h.cfg.Engine.MinPendingIdle = -time.Second
+	if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
 		t.Errorf("NewWorker with a bad engine setting = %v, want it named", err)
 	}
 }
@@ -314,7 +315,7 @@ func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.Redis = redistest.Connect(t, srv.Addr)
 	h.cfg.Runner = healthyPinger{h.runner}
-	w, err := relay.NewWorker(h.cfg)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

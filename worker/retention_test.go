@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"slices"
@@ -156,7 +156,7 @@ func TestWorkerRemovesIdleConsumers(t *testing.T) {
 	if err := rc.Do(t.Context(), rc.B().Xreadgroup().Group("workers", "old-pod-1").Count(1).Streams().Key(name).Id(">").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	h.cfg.MinPendingIdle = time.Hour // nobody reclaims it during the test
+	h.cfg.Engine.MinPendingIdle = time.Hour // nobody reclaims it during the test
 	_, stop := h.run()
 	defer stop()
 	consumers := func() []string {
@@ -229,9 +229,9 @@ func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
 		}
 	}
 	// Long enough that the worker does not reclaim the pending one.
-	h.cfg.MinPendingIdle = time.Hour
-	h.cfg.ReclaimInterval = time.Hour
-	h.cfg.HeartbeatInterval = time.Minute
+	h.cfg.Engine.MinPendingIdle = time.Hour
+	h.cfg.Engine.ReclaimInterval = time.Hour
+	h.cfg.Engine.HeartbeatInterval = time.Minute
 	_, stop := h.run()
 	ttl := func(id string) int64 {
 		n, err := rc.Do(ctx, rc.B().Pttl().Key(keys.Invocation(name, "workers", id)).Build()).AsInt64()

@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func newImageHarness(t *testing.T, c *client.Client, templates map[string]string
 		containerd.WithNamespace(c.DefaultNamespace()),
 		containerd.WithHostID("test-" + hex.EncodeToString(host)),
 		containerd.WithOutput(out, out),
-		containerd.WithLogger(h.cfg.Logger),
+		containerd.WithLogger(h.cfg.Engine.Logger),
 		containerd.WithStateDir(t.TempDir()),
 		containerd.WithPreparedContainers(0),
 	}, opts...)...)

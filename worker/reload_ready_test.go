@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func missingSecretHarness(t *testing.T) (*workerHarness, *secretPreparer) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")}))
 	h.cfg.ReloadInterval = time.Hour
-	h.cfg.MinPendingIdle = 200 * time.Millisecond
+	h.cfg.Engine.MinPendingIdle = 200 * time.Millisecond
 	ok := func(context.Context, runtime.Request) error { return nil }
 	h.runner.Runner = recordingRunner{h.calls, runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/events.a": ok})}
 	p := &secretPreparer{sweepingRunner: h.runner}
