@@ -71,9 +71,9 @@ type Engine struct {
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
-	// handlers hands a message to an idle handleLoop; dispatchDone is
+	// handoff hands a message to an idle handleLoop; dispatchDone is
 	// closed when Run stops dispatching. Both are made by Run.
-	handlers     chan stream.Message
+	handoff      chan stream.Message
 	dispatchDone chan struct{}
 
 	mu       sync.Mutex
@@ -199,7 +199,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// timeout so running handlers can finish.
 	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	e.handlers, e.dispatchDone = make(chan stream.Message), make(chan struct{})
+	e.handoff, e.dispatchDone = make(chan stream.Message), make(chan struct{})
 	var msgs, loops sync.WaitGroup
 	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
 	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
@@ -263,9 +263,9 @@ func (e *Engine) untrack(id string) {
 	e.mu.Unlock()
 }
 
-// heldIDs lists the messages this worker holds: in flight or waiting for
+// ownedIDs lists the messages this consumer owns: in flight or waiting for
 // a slot.
-func (e *Engine) heldIDs() []string {
+func (e *Engine) ownedIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ids := make([]string, 0, len(e.inFlight)+len(e.waiting))

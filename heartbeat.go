@@ -11,7 +11,7 @@ import (
 // consumers' XAUTOCLAIM does not take live work.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
 	ctxtime.Every(ctx, e.cfg.HeartbeatInterval, func() {
-		ids := e.heldIDs()
+		ids := e.ownedIDs()
 		if len(ids) == 0 {
 			return
 		}

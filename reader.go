@@ -127,7 +127,7 @@ func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg
 		return
 	}
 	select {
-	case e.handlers <- msg: // a handler goroutine was idle and took it
+	case e.handoff <- msg: // a handler goroutine was idle and took it
 	default:
 		msgs.Go(func() { e.handleLoop(ctx, runCtx, msg) })
 	}
@@ -159,7 +159,7 @@ func (e *Engine) handleLoop(ctx, runCtx context.Context, msg stream.Message) {
 		e.handle(ctx, runCtx, msg)
 		idle.Reset(handlerIdle)
 		select {
-		case msg = <-e.handlers:
+		case msg = <-e.handoff:
 		case <-idle.C:
 			return
 		case <-e.dispatchDone:

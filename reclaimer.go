@@ -19,7 +19,7 @@ func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) 
 }
 
 // dispatchWaiting dispatches reclaimed messages as message slots free up.
-// While they wait they count as held, so the heartbeat keeps them from
+// While they wait they count as owned, so the heartbeat keeps them from
 // looking idle to other workers. It returns false when ctx ended the wait.
 func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGroup, batch []stream.Message) bool {
 	e.setWaiting(batch, true)
@@ -46,7 +46,7 @@ func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGro
 // worker while it works through them. Here what this worker cannot start
 // stays idle in the PEL for whichever worker has room. The one entry beyond
 // the free slots keeps the backstop moving while new messages fill every
-// slot: it waits for a slot held (and heartbeated) like a reclaimed batch,
+// slot: it waits for a slot owned (and heartbeated) like a reclaimed batch,
 // and the pass goes on once it is dispatched. A call that returns fewer
 // entries than asked without finishing the pass reached the source's bound
 // of calls: the next tick goes on.

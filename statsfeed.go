@@ -19,9 +19,7 @@ func (e *Engine) statsLoop(ctx context.Context) {
 		// Not under ctx: a stop cancelling a flush whose HINCRBYs Redis
 		// already applied would put the counts back, and the final flush
 		// would add them twice.
-		octx, cancel := e.detached(ctx)
-		err := e.cfg.Stats.Flush(octx)
-		cancel()
+		err := e.cfg.Stats.Flush(e.writeCtx(ctx))
 		switch {
 		case err == nil:
 			fails = 0
@@ -41,9 +39,7 @@ func (e *Engine) flushStats(ctx context.Context) {
 	if e.cfg.Stats == nil {
 		return
 	}
-	octx, cancel := e.detached(ctx)
-	defer cancel()
-	if err := e.cfg.Stats.Flush(octx); err != nil {
+	if err := e.cfg.Stats.Flush(e.writeCtx(ctx)); err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats at shutdown failed; these counts are lost", slog.Any("error", err))
 	}
 }
