@@ -139,36 +139,13 @@ type Config struct {
 // withDefaults returns c with every zero field set, or an error naming each
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
-	var errs []error
-	nonNegative := func(name string, d time.Duration) {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
-		}
+	if err := c.check(); err != nil {
+		return c, err
 	}
 	orDefault := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
 		}
-	}
-	if c.MaxConcurrency < 0 {
-		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
-	}
-	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
-	nonNegative("MinPendingIdle", c.MinPendingIdle)
-	nonNegative("ReclaimInterval", c.ReclaimInterval)
-	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
-	nonNegative("LeaseGrace", c.LeaseGrace)
-	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
-	nonNegative("Retention", c.Retention)
-	nonNegative("WriteTimeout", c.WriteTimeout)
-	nonNegative("StatsInterval", c.StatsInterval)
-	for i, d := range c.Backoff {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultConcurrency
@@ -205,4 +182,32 @@ func (c Config) withDefaults() (Config, error) {
 		c.Limiter, _ = NewLimiter(c.MaxConcurrency) // > 0 here
 	}
 	return c, nil
+}
+
+// check names every invalid field of c.
+func (c Config) check() error {
+	var errs []error
+	nonNegative := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		}
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
+	}
+	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
+	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	nonNegative("LeaseGrace", c.LeaseGrace)
+	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	nonNegative("Retention", c.Retention)
+	nonNegative("WriteTimeout", c.WriteTimeout)
+	nonNegative("StatsInterval", c.StatsInterval)
+	for i, d := range c.Backoff {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
+		}
+	}
+	return errors.Join(errs...)
 }

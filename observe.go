@@ -292,6 +292,20 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
 			slog.Int("lost_attempt", o.Lost))
 	}
+	lo.kindLine(o, failure)
+	if o.WriteErr != nil && o.Kind != WriteFailed {
+		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
+			o.WriteErr.Err, slog.String("op", o.WriteErr.Op.String()), slog.Any("error", o.WriteErr.Err))
+	}
+}
+
+// failureLog writes one log line about an invocation; err is set for a
+// failure that may hit message after message alike (repeats).
+type failureLog func(level slog.Level, msg string, err error, extra ...slog.Attr)
+
+// kindLine writes the line that says what o's kind means.
+func (lo logObserver) kindLine(o Outcome, failure failureLog) {
+	log := func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, nil, extra...) }
 	run := runAttrs(o)
 	switch o.Kind {
 	case Succeeded:
@@ -341,10 +355,6 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 	case WriteFailed:
 		err := o.WriteErr.Err
 		lo.writeFailed(func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, err, extra...) }, o, run)
-	}
-	if o.WriteErr != nil && o.Kind != WriteFailed {
-		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
-			o.WriteErr.Err, slog.String("op", o.WriteErr.Op.String()), slog.Any("error", o.WriteErr.Err))
 	}
 }
 

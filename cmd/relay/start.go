@@ -122,17 +122,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP rescans the apps root, as it reloads the configuration of
-	// nginx or Prometheus; SIGINT and SIGTERM stop the worker.
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	defer signal.Stop(hangups)
-	go func() {
-		for range hangups {
-			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
-			w.Reload()
-		}
-	}()
+	defer reloadOnHangup(ctx, log, w)()
 	if c.MetricsAddr != "" {
 		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, w)
 		if err != nil {
@@ -145,7 +135,56 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
-	switch err := w.Run(ctx); {
+	return runError(g, w.Run(ctx))
+}
+
+// check checks the flags of relay start and returns the streams to
+// consume; it names the consumer after the host when none is set.
+func (c *StartCmd) check(g *Globals) ([]string, error) {
+	streams, err := g.startStreams()
+	if err != nil {
+		return nil, err
+	}
+	if c.MaxConcurrency <= 0 {
+		return nil, usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return nil, usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
+	}
+	if c.StreamRetention < 0 {
+		return nil, usagef("REDIS_STREAM_RETENTION must be >= 0 (0: never trim), got %s", c.StreamRetention)
+	}
+	if err := c.DLQRetention.check(); err != nil {
+		return nil, err
+	}
+	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
+		return nil, usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
+	}
+	if c.Consumer == "" {
+		c.Consumer = hostname()
+	}
+	return streams, nil
+}
+
+// reloadOnHangup reloads w's apps on every SIGHUP, as nginx or Prometheus
+// reload their configuration (SIGINT and SIGTERM stop the worker), until
+// the function it returns is called.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, w *worker.Worker) (stop func()) {
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	go func() {
+		for range hangups {
+			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
+			w.Reload()
+		}
+	}()
+	return func() { signal.Stop(hangups) }
+}
+
+// runError is the error relay start exits with for the error of
+// Worker.Run.
+func runError(g *Globals, err error) error {
+	switch {
 	case errors.Is(err, worker.ErrNoApps):
 		return errNoApps(g.Apps)
 	case errors.Is(err, fs.ErrNotExist):
