@@ -191,7 +191,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
 	}
-	e.log.LogAttrs(ctx, slog.LevelInfo, "worker started",
+	e.log.LogAttrs(ctx, slog.LevelInfo, "engine started",
 		slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),
 		slog.Int("apps", len(e.Apps().List())), slog.Int("max_concurrency", e.cfg.MaxConcurrency))
 
@@ -212,7 +212,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	done := make(chan struct{})
 	go func() { msgs.Wait(); close(done) }()
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopping", slog.Int("in_flight_messages", e.inFlightCount()))
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopping", slog.Int("in_flight_messages", e.inFlightCount()))
 	select {
 	case <-done:
 	case <-time.After(e.cfg.ShutdownTimeout):
@@ -222,7 +222,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		<-done
 	}
 	e.flushStats(ctx)
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopped")
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
 	return nil
 }
 

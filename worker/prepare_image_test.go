@@ -267,7 +267,7 @@ func TestSlowPullIsBeingPrepared(t *testing.T) {
 	w, stop := h.run()
 	defer stop()
 	testutil.WaitFor(t, 30*time.Second, "the worker consuming while slow's image is pulled", func() bool {
-		return strings.Contains(h.logs.String(), "worker started")
+		return strings.Contains(h.logs.String(), "engine started")
 	})
 	h.publish(`{"kind":"s"}`)
 	if a := w.Apps().Get("slow"); a.Available() || !strings.Contains(a.Errors.Error(), "app being prepared") {

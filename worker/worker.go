@@ -134,7 +134,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.reloader.start(ctx, apps) {
 		return nil // stopped while preparing: nothing was started
 	}
-	return w.runServices(ctx, stop)
+	w.log.LogAttrs(ctx, slog.LevelInfo, "worker started", slog.Any("streams", w.cfg.Streams),
+		slog.String("group", w.cfg.Group), slog.String("consumer", w.cfg.Consumer))
+	if err := w.runServices(ctx, stop); err != nil {
+		return err
+	}
+	w.log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "worker stopped")
+	return nil
 }
 
 // runServices runs the Engines, the schedules and every service until ctx
