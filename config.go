@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,6 +135,12 @@ type Config struct {
 	// its payload, and acknowledged (docs/delivery.md#oversized-events).
 	// Default: DefaultMaxEventBytes; a negative value means no limit.
 	MaxEventBytes int
+	// OnOutcome, when set, is told every invocation outcome once, after
+	// the Engine's own log line, metrics, cluster stats and span
+	// (docs/observability.md); messageID is the stream entry's id. It runs
+	// on the delivery's goroutine before the message is settled, so it
+	// must return quickly and must not keep o.Err for long. Default: none.
+	OnOutcome func(ctx context.Context, messageID string, o Outcome)
 }
 
 // withDefaults returns c with every zero field set, or an error naming each

@@ -46,9 +46,9 @@ type delivery struct {
 	gen *generation
 	// span is the delivery's stream.message span.
 	span trace.Span
-	// runCtx is what handlers run under: it outlives the Engine's stop by
+	// handlerCtx is what handlers run under: it outlives the Engine's stop by
 	// the shutdown timeout, so running handlers can finish.
-	runCtx context.Context
+	handlerCtx context.Context
 	// invocations lists a first delivery's invocations until a claim
 	// recorded them (invocation.Record); invocationsComplete says they are
 	// all the message has.
@@ -57,9 +57,9 @@ type delivery struct {
 }
 
 // deliver handles one delivery of msg; ctx ends when the Engine stops,
-// runCtx when it abandons running handlers.
-func (e *Engine) deliver(ctx, runCtx context.Context, msg stream.Message) {
-	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load(), runCtx: runCtx}
+// handlerCtx when it abandons running handlers.
+func (e *Engine) deliver(ctx, handlerCtx context.Context, msg stream.Message) {
+	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load(), handlerCtx: handlerCtx}
 	ctx = e.startMessage(ctx, d)
 	var v verdict
 	switch c := classify(msg, e.cfg.MaxEventBytes); c.kind {

@@ -15,6 +15,15 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
+// run is what the loops of one Engine.Run share to dispatch messages.
+type run struct {
+	// handlerCtx is what handlers run under: it outlives Run's context by
+	// the shutdown timeout, so running handlers can finish.
+	handlerCtx context.Context
+	// msgs counts the message goroutines, which Run waits for.
+	msgs sync.WaitGroup
+}
+
 // ErrEngineRunning is returned by Run when the Engine is already running.
 var ErrEngineRunning = errors.New("relay: engine already running")
 
@@ -133,7 +142,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, c.Consumer}, spanObserver{}},
+		obs:      newObservers(cfg, log, m, c.Consumer),
 		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
 		inFlight: map[string]struct{}{},
 		waiting:  map[string]struct{}{},
@@ -195,23 +204,24 @@ func (e *Engine) Run(ctx context.Context) error {
 		slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),
 		slog.Int("apps", len(e.Apps().List())), slog.Int("max_concurrency", e.cfg.MaxConcurrency))
 
-	// Invocations run under runCtx, which outlives ctx by the shutdown
+	// Invocations run under handlerCtx, which outlives ctx by the shutdown
 	// timeout so running handlers can finish.
-	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	e.handoff, e.dispatchDone = make(chan stream.Message), make(chan struct{})
-	var msgs, loops sync.WaitGroup
-	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
-	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
+	r := &run{handlerCtx: handlerCtx}
+	var loops sync.WaitGroup
+	loops.Go(func() { e.readLoop(ctx, r) })
+	loops.Go(func() { e.reclaimLoop(ctx, r) })
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
 	loops.Go(func() { e.statsLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
-	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as msgs
+	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as r.msgs
 
 	done := make(chan struct{})
-	go func() { msgs.Wait(); close(done) }()
+	go func() { r.msgs.Wait(); close(done) }()
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopping", slog.Int("in_flight_messages", e.inFlightCount()))
 	select {
 	case <-done:

@@ -259,7 +259,7 @@ func (e *Engine) run(d *delivery, a *app.App, c call, l invocation.Lease, span t
 	}
 	e.m.inFlight.Inc()
 	start := time.Now()
-	_, err := e.c.Runner.Run(trace.ContextWithSpan(d.runCtx, span), req)
+	_, err := e.c.Runner.Run(trace.ContextWithSpan(d.handlerCtx, span), req)
 	took := time.Since(start)
 	e.m.inFlight.Dec()
 	return took, err

@@ -64,6 +64,23 @@ func (os observers) invocation(ctx context.Context, d *delivery, out Outcome) {
 	}
 }
 
+// newObservers are the observers of an Engine of cfg: its log, metrics,
+// cluster stats and spans, then Config.OnOutcome when set.
+func newObservers(cfg Config, log *slog.Logger, m *metrics, consumer string) observers {
+	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, consumer}, spanObserver{}}
+	if cfg.OnOutcome != nil {
+		obs = append(obs, hookObserver(cfg.OnOutcome))
+	}
+	return obs
+}
+
+// hookObserver hands every outcome to Config.OnOutcome.
+type hookObserver func(ctx context.Context, messageID string, o Outcome)
+
+func (hookObserver) message(context.Context, *delivery, msgEvent) {}
+
+func (h hookObserver) invocation(ctx context.Context, d *delivery, o Outcome) { h(ctx, d.msg.ID, o) }
+
 // metricsObserver counts in Prometheus (docs/observability.md#metrics).
 type metricsObserver struct{ m *metrics }
 

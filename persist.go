@@ -37,10 +37,10 @@ func (e *Engine) persist(ctx context.Context, op func(context.Context) error) er
 // and heartbeated, so no other delivery claims the invocation, and the
 // fenced write still applies when Redis is back. It retries until the
 // lease's deadline plus MinPendingIdle (at least the write timeout), or
-// until the worker abandons running work (runCtx).
-func (e *Engine) persistSuccess(ctx, runCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
+// until the worker abandons running work (handlerCtx).
+func (e *Engine) persistSuccess(ctx, handlerCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
 	patience := max(e.cfg.WriteTimeout, time.Until(l.Deadline)+e.cfg.MinPendingIdle)
-	return retryWrite(e.successEnds.with(ctx, runCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
+	return retryWrite(e.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
 }
 
 // maxDeadlineSlack is how much later than asked a write's context may end

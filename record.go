@@ -92,7 +92,7 @@ func (e *Engine) record(ctx context.Context, d *delivery, a attempt) Outcome {
 		// Not the handler's fault: no attempt is charged and the message
 		// stays pending.
 		o.Kind = NotRun
-		if d.runCtx.Err() != nil {
+		if d.handlerCtx.Err() != nil {
 			o.Kind = Stopping
 		}
 		if err := e.release(ctx, l); err != nil {
@@ -107,7 +107,7 @@ func (e *Engine) record(ctx context.Context, d *delivery, a attempt) Outcome {
 // persistSuccess.
 func (e *Engine) finishWith(ctx context.Context, d *delivery, a attempt, write func(context.Context) error) Outcome {
 	o := a.o
-	if err := e.persistSuccess(ctx, d.runCtx, a.lease, write); err != nil {
+	if err := e.persistSuccess(ctx, d.handlerCtx, a.lease, write); err != nil {
 		// The handler ran; without the record its lease expires and
 		// counts as a failed attempt.
 		o.failed(OpFinish, err)
