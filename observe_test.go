@@ -137,7 +137,7 @@ func TestStatsCountAKnownSequence(t *testing.T) {
 	}
 	h.publish("event", `[1]`)
 	testutil.WaitFor(t, 10*time.Second, "all settled", func() bool {
-		return h.settled() && len(h.dlqEntries()) == 2 && h.calls.count("shop/flaky.run") == 2
+		return h.settled() && len(h.dlqEntries()) == 2 && h.calls.Count("shop/flaky.run") == 2
 	})
 	stop1()
 	stop2()
@@ -170,7 +170,7 @@ func TestStatsNeverHoldUpMessages(t *testing.T) {
 	statsWorker(h, "c1", statsClient)
 	h.publish("event", `{"kind":"ok"}`)
 	h.publish("event", `{"kind":"other"}`)
-	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.count("shop/ok.run") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.Count("shop/ok.run") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "stats failure logged", func() bool {
 		return strings.Contains(h.logs.String(), "writing stats failed")
 	})

@@ -151,7 +151,7 @@ func TestTracingFollowsAnEventThroughRetries(t *testing.T) {
 	h.startTraced(tr.tp, backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order","id":7}`, "traceparent", producerParent, "tracestate", producerState)
 	testutil.WaitFor(t, 15*time.Second, "three attempts and the ack", func() bool {
-		return h.calls.count("shop/orders.charge") == 3 && h.settled()
+		return h.calls.Count("shop/orders.charge") == 3 && h.settled()
 	})
 	// The span of the last delivery ends right after its ack.
 	testutil.WaitFor(t, 5*time.Second, "three stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 3 })
@@ -394,10 +394,10 @@ func TestTracingOffHandsOnTheProducersContext(t *testing.T) {
 	h.start("c1", backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order"}`, "traceparent", producerParent)
 	testutil.WaitFor(t, 15*time.Second, "two attempts and the ack", func() bool {
-		return h.calls.count("shop/orders.charge") == 2 && h.settled()
+		return h.calls.Count("shop/orders.charge") == 2 && h.settled()
 	})
 	bad := h.publish("event", `{"kind":"order"}`, "traceparent", "00-not-a-trace-01")
-	testutil.WaitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.count("shop/orders.charge") == 3 && h.settled() })
+	testutil.WaitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.Count("shop/orders.charge") == 3 && h.settled() })
 
 	envs := seen.get()
 	want := []map[string]string{{"TRACEPARENT": producerParent}, {"TRACEPARENT": producerParent}, nil}
@@ -453,7 +453,7 @@ schedules:
 		t.Fatalf("Publish = %v, %v", ok, err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the handler's run and the stream.message span", func() bool {
-		return h.calls.count("reports/reports.build") == 1 && len(tr.named(telemetry.SpanStreamMessage)) == 1
+		return h.calls.Count("reports/reports.build") == 1 && len(tr.named(telemetry.SpanStreamMessage)) == 1
 	})
 	pubs, msgs, runs := tr.named(telemetry.SpanSchedulePublish), tr.named(telemetry.SpanStreamMessage), tr.named(telemetry.SpanFunctionInvoke)
 	if len(pubs) != 1 || len(runs) != 1 {

@@ -335,9 +335,9 @@ func TestReplayRefuses(t *testing.T) {
 func TestReplayScheduleOccurrence(t *testing.T) {
 	t.Parallel()
 	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
-	apps := apptest.Load(t, map[string]string{"billing": nightlyApp})
+	apps := apptest.Load(t, map[string]string{"billing": apptest.NightlyApp})
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
-	env := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	env := schedule.NewEnvelope(apptest.NightlySpec(), apptest.NightlyAt)
 	write := func(handler string) string {
 		id, err := store.Write(t.Context(), dlq.Entry{OriginalID: "1700000000000-9", Group: "workers", Consumer: "c1",
 			Event: string(env.Marshal()), Reason: "exit 3", App: "billing", Handler: handler, HandlerAttempts: 2})

@@ -61,7 +61,7 @@ func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
 	p.missing.Store(false)
 	w.Reload()
 	testutil.WaitFor(t, 10*time.Second, "slow's held message handled once ready", func() bool {
-		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+		return h.calls.Count("slow/events.a") == 1 && h.pending() == 0
 	})
 	logs := h.logs.String()
 	if !strings.Contains(logs, `level=INFO msg="app ready" app=slow`) || strings.Contains(logs, `msg="app changed"`) {
@@ -131,7 +131,7 @@ func TestFailedPreparationIsRetried(t *testing.T) {
 
 	p.missing.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "slow's held message handled once ready", func() bool {
-		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+		return h.calls.Count("slow/events.a") == 1 && h.pending() == 0
 	})
 	if logs := h.logs.String(); !strings.Contains(logs, `level=INFO msg="app ready" app=slow`) {
 		t.Errorf("slow not logged ready:\n%s", logs)

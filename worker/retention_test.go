@@ -60,7 +60,7 @@ func TestWorkerStreamRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := h.run()
-	testutil.WaitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.count("users/events.created") >= n })
+	testutil.WaitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.Count("users/events.created") >= n })
 	// Approximate trimming removes whole stream nodes (100 entries by
 	// default) before the exact pass on the boundary node.
 	testutil.WaitFor(t, 30*time.Second, "the stream trimmed to the held entries", func() bool {

@@ -53,7 +53,7 @@ schedules:
 type workerHarness struct {
 	t       *testing.T
 	cfg     worker.Config
-	calls   *calls
+	calls   *apptest.Calls
 	logs    *testutil.Buffer
 	reg     *prometheus.Registry
 	runner  *sweepingRunner
@@ -62,14 +62,14 @@ type workerHarness struct {
 
 func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	t.Helper()
-	h := &workerHarness{t: t, calls: &calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
+	h := &workerHarness{t: t, calls: &apptest.Calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
 	for _, s := range streams {
 		h.streams = append(h.streams, redistest.Name(t, s))
 	}
 	record := func(context.Context, runtime.Request) error { return nil }
 	handlers := map[string]runtime.HandlerFunc{}
 	for _, k := range []string{"users/events.created", "users/jobs.tick"} {
-		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.add(req); return record(ctx, req) }
+		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.Add(req); return record(ctx, req) }
 	}
 	h.runner = &sweepingRunner{Runner: runtime.NewFunc(handlers)}
 	cfg := fastConfig()
@@ -148,7 +148,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		ids[s] = id
 	}
 	testutil.WaitFor(t, 10*time.Second, "both events and the tick", func() bool {
-		return h.calls.count("users/events.created") == 2 && h.calls.count("users/jobs.tick") >= 1
+		return h.calls.Count("users/events.created") == 2 && h.calls.Count("users/jobs.tick") >= 1
 	})
 	for _, s := range h.streams {
 		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
