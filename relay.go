@@ -132,7 +132,7 @@ type DLQWriter interface {
 // when it acts on the same stream, group and state as the Components'
 // Source and State: invocation.Store does for a stream.Source on the same
 // Redis client (and, under Redis Cluster, a stream with a hash tag), which
-// is how NewWorker pairs them.
+// is how worker.New pairs them.
 type Settler interface {
 	// Settle acknowledges the message of key and switches its state to
 	// retention with a TTL of ttl, in place of Source.Ack then

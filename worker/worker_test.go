@@ -286,18 +286,18 @@ func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	}
 }
 
-func TestNewWorkerValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
 	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
 		"Config.Runner is required", `"a" is empty or listed twice`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("NewWorker error %v does not say %q", err, want)
+			t.Errorf("New error %v does not say %q", err, want)
 		}
 	}
 	h := newWorkerHarness(t, "events")
 	h.cfg.Engine.MinPendingIdle = -time.Second
 	if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
-		t.Errorf("NewWorker with a bad engine setting = %v, want it named", err)
+		t.Errorf("New with a bad engine setting = %v, want it named", err)
 	}
 }
 

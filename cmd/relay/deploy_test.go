@@ -76,7 +76,7 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	r := &metricNames{names: map[string]bool{}}
-	// NewWorker registers everything relay start does and connects nowhere.
+	// worker.New registers everything relay start does and connects nowhere.
 	_, err = worker.New(worker.Config{
 		Redis: redistest.Client(t), Streams: []string{"events"}, Group: "relay", Consumer: "c1",
 		Apps: worker.Static(apps), Runner: runtime.NewFunc(nil), Engine: relay.Config{Metrics: r},
