@@ -79,7 +79,7 @@ func (e *Engine) deliver(ctx, handlerCtx context.Context, msg stream.Message) {
 		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
 		v = e.event(ctx, d)
 	}
-	acked := e.settle(ctx, d, v)
+	acked := e.settle(ctx, d, &v)
 	e.endMessage(d, acked)
 }
 
@@ -113,7 +113,7 @@ func (e *Engine) event(ctx context.Context, d *delivery) verdict {
 			v.last, v.hasLast = a, true // nothing runs after it: settle records it
 			continue
 		}
-		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, a)))
+		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, &a)))
 	}
 	for _, f := range plan.orphans {
 		v.outcomes = append(v.outcomes, e.report(ctx, d, e.orphan(ctx, d, f)))

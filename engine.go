@@ -54,7 +54,7 @@ type Components struct {
 // Engine consumes one stream through one consumer group and runs the
 // matched handlers of its apps with the delivery semantics of
 // docs/delivery.md. Create it with NewEngine and start it with Run; a
-// Worker runs one Engine per stream. Safe for concurrent use.
+// worker.Worker runs one Engine per stream. Safe for concurrent use.
 type Engine struct {
 	c      Components
 	cfg    Config

@@ -41,7 +41,7 @@ func (e *Engine) invoke(ctx context.Context, d *delivery, c call) attempt {
 	if !ok {
 		return attempt{o: o}
 	}
-	ctx, o.span = telemetry.StartAttempt(ctx, e.tracer, c.app, c.handler, d.msg.ID, l.Attempt, o.MaxAttempts, l.Trace)
+	_, o.span = telemetry.StartAttempt(ctx, e.tracer, c.app, c.handler, d.msg.ID, l.Attempt, o.MaxAttempts, l.Trace)
 	// The lineage goes with every transition that ends the attempt
 	// unsuccessfully, so the next attempt links to this one.
 	l = withLineage(l, o.span)

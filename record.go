@@ -65,7 +65,7 @@ func nextTransition(o Outcome, err error) transition {
 // invocation's outcome. A success goes through finishWith; the settle
 // stage records the success of a message's last attempt itself, to fuse it
 // with the acknowledgement.
-func (e *Engine) record(ctx context.Context, d *delivery, a attempt) Outcome {
+func (e *Engine) record(ctx context.Context, d *delivery, a *attempt) Outcome {
 	o, l := a.o, a.lease
 	switch a.next {
 	case finish:
@@ -105,7 +105,7 @@ func (e *Engine) record(ctx context.Context, d *delivery, a attempt) Outcome {
 
 // finishWith records a's success through write, with the patience of
 // persistSuccess.
-func (e *Engine) finishWith(ctx context.Context, d *delivery, a attempt, write func(context.Context) error) Outcome {
+func (e *Engine) finishWith(ctx context.Context, d *delivery, a *attempt, write func(context.Context) error) Outcome {
 	o := a.o
 	if err := e.persistSuccess(ctx, d.handlerCtx, a.lease, write); err != nil {
 		// The handler ran; without the record its lease expires and

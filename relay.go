@@ -172,8 +172,8 @@ type PendingReporter interface {
 // Sweeper is an optional Runner capability: it removes what earlier or
 // failed invocations left behind (containers whose removal failed while the
 // runtime was down, leftovers of a crashed process) without touching
-// invocations in flight. A worker.Worker calls it at start and then every sweep
-// interval.
+// invocations in flight. A worker.Worker calls it at start and then every
+// sweep interval.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }

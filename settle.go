@@ -48,7 +48,7 @@ var (
 // event, every app's rules are known. A last attempt that succeeded counts
 // as terminal: settle acknowledges only once its success is recorded. It
 // returns nil to acknowledge, else why not.
-func decide(v verdict, g *generation) *pendingReason {
+func decide(v *verdict, g *generation) *pendingReason {
 	if v.pending != nil {
 		return v.pending
 	}
@@ -75,14 +75,14 @@ func decide(v verdict, g *generation) *pendingReason {
 // the last attempt of a message to acknowledge is recorded with the
 // acknowledgement and the retention in one step when the Engine has a
 // Settler (Settler.FinishSettle).
-func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
+func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
 	if v.hasLast && (v.last.next != finish || e.c.Settler == nil) {
-		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, v.last)))
+		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, &v.last)))
 		v.hasLast = false
 	}
 	p := decide(v, d.gen)
 	if v.hasLast {
-		o := e.finishLast(ctx, d, v.last, p == nil)
+		o := e.finishLast(ctx, d, &v.last, p == nil)
 		e.report(ctx, d, o)
 		if o.Kind != Succeeded {
 			p = pendingUnfinished
@@ -106,7 +106,7 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
 // finishLast records the success of a message's last attempt a: with the
 // message's acknowledgement and retention (Settler.FinishSettle) when ack
 // is set, else alone.
-func (e *Engine) finishLast(ctx context.Context, d *delivery, a attempt, ack bool) Outcome {
+func (e *Engine) finishLast(ctx context.Context, d *delivery, a *attempt, ack bool) Outcome {
 	l := a.lease
 	if ack {
 		return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.c.Settler.FinishSettle(octx, l, e.cfg.Retention) })
