@@ -2,9 +2,7 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -17,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,8 +95,15 @@ type Config struct {
 	// 127.0.0.1 must not reach the console (docs/console.md#security).
 	Token string
 	// Hosts are further Host header values (without port) accepted when
-	// Token is empty, e.g. the name a local reverse proxy forwards.
+	// Token is empty, e.g. the name a local reverse proxy forwards. A
+	// request to one of them may say X-Forwarded-Proto: https, making the
+	// console's cookies Secure.
 	Hosts []string
+	// SecureCookies marks every cookie Secure: the console is reached over
+	// HTTPS (a TLS-terminating proxy) though it serves plain HTTP.
+	SecureCookies bool
+	// SessionTTL is how long a login lasts (DefaultSessionTTL when 0).
+	SessionTTL time.Duration
 	// DLQRetention is the workers' dead-letter retention, to show when
 	// entries expire; 0 means kept forever.
 	DLQRetention time.Duration
@@ -129,13 +135,14 @@ type DepsImage struct {
 
 // Server is the console: an http.Handler, and a sampler that Sample runs.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	pages   map[string]*template.Template
-	mux     *http.ServeMux
-	session string // the session cookie value when a Token is set
-	sampler *sampler
-	link    *link
+	cfg      Config
+	log      *slog.Logger
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	sessions *sessions
+	logins   *loginLimiter
+	sampler  *sampler
+	link     *link
 }
 
 // New checks cfg and returns a console. It errs (wrapping ErrConfig) on a
@@ -152,8 +159,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: no consumer group", ErrConfig)
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
-	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 || cfg.ReconnectInterval < 0:
-		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout or reconnect interval", ErrConfig)
+	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 ||
+		cfg.ReconnectInterval < 0 || cfg.SessionTTL < 0:
+		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout, reconnect interval or session TTL", ErrConfig)
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
 	}
 	if cfg.ReconnectInterval == 0 {
 		cfg.ReconnectInterval = DefaultReconnectInterval
@@ -174,11 +185,7 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if cfg.Token != "" {
-		m := hmac.New(sha256.New, []byte(cfg.Token))
-		m.Write([]byte("relay console session"))
-		s.session = hex.EncodeToString(m.Sum(nil))
-	}
+	s.sessions, s.logins = newSessions(cfg.SessionTTL), newLoginLimiter()
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -280,11 +287,22 @@ type csrfKey struct{}
 // loopback interface or one of cfg.Hosts. A DNS-rebinding page reaches
 // 127.0.0.1 under its own name, so its requests carry that name.
 func (s *Server) hostAllowed(host string) bool {
+	return Loopback(hostName(host)) || s.viaProxy(host)
+}
+
+// hostName is a Host header without port, brackets or final dot.
+func hostName(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	return Loopback(host) || slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
+	return strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+}
+
+// viaProxy reports whether host, a request's Host header, is one of
+// cfg.Hosts: the request came through a reverse proxy of that name.
+func (s *Server) viaProxy(host string) bool {
+	host = hostName(host)
+	return slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
 }
 
 // Loopback reports whether host (a name or address, without port) is
@@ -307,8 +325,7 @@ func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	v := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, s.cookie(r, csrfCookie, v, 0))
 	return v
 }
 
@@ -326,13 +343,14 @@ func checkOrigin(r *http.Request) error {
 	return nil
 }
 
-// authorized reports whether r carries the token or the session cookie.
+// authorized reports whether r carries the token or a live session's
+// cookie.
 func (s *Server) authorized(r *http.Request) bool {
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+	if b, ok := bearer(r); ok {
 		return subtle.ConstantTimeCompare([]byte(b), []byte(s.cfg.Token)) == 1
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.session)) == 1
+	return err == nil && s.sessions.valid(c.Value, time.Now())
 }
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -350,19 +368,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if !s.logins.allow(r) {
+		s.log.Warn("console: login refused: too many attempts", "client", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(LoginInterval.Seconds())))
+		w.WriteHeader(http.StatusTooManyRequests)
+		s.render(w, r, "login", "Log in", loginView{Next: next,
+			Error: fmt.Sprintf("Too many login attempts from this address: try again in %s.", LoginInterval)})
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(s.cfg.Token)) != 1 {
+		s.log.Warn("console: login refused: wrong token", "client", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		s.render(w, r, "login", "Log in", loginView{Next: next, Error: "That is not the console's token (RELAY_CONSOLE_TOKEN)."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	// A new random id on every login: the cookie says nothing of the
+	// token, and logging out ends it for good.
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.revoke(c.Value)
+	}
+	http.SetCookie(w, s.cookie(r, sessionCookie, s.sessions.create(time.Now()), int(s.cfg.SessionTTL.Seconds())))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode})
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.revoke(c.Value)
+	}
+	http.SetCookie(w, s.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 

@@ -30,6 +30,9 @@ type page struct {
 	ReadOnly bool
 	Replay   bool // a Runner is wired
 	Auth     bool // a token is required, so a logout button makes sense
+	// Visitor: a token is required and this request has none (the login
+	// page): the layout shows no navigation, group or stream names.
+	Visitor bool
 	// Unreachable is the last connect error while the console has no
 	// Redis client yet (Config.Connect), shown in a banner on every page.
 	Unreachable string
@@ -98,7 +101,10 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string,
 	p.CSRF, _ = r.Context().Value(csrfKey{}).(string)
 	p.Streams, p.Group = s.cfg.Streams, s.cfg.Group
 	p.ReadOnly, p.Replay, p.Auth = s.cfg.ReadOnly, s.cfg.Runner != nil && !s.cfg.ReadOnly, s.cfg.Token != ""
-	if err := s.link.down(); err != nil {
+	if p.Visitor = p.Auth && !s.authorized(r); p.Visitor {
+		p.Streams, p.Group, p.Stream = nil, "", ""
+	}
+	if err := s.link.down(); err != nil && !p.Visitor {
 		p.Unreachable = clean(err.Error())
 	}
 	if p.Active == "" {

@@ -26,6 +26,7 @@ type ConsoleCmd struct {
 	Token        string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
 	Hosts        []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
 	ReadOnly     bool     `name:"read-only" help:"Hide and refuse replay and remove."`
+	Secure       bool     `name:"secure-cookies" help:"Mark the console's cookies Secure: browsers reach it over HTTPS through a TLS-terminating proxy. (A request through a --host proxy saying X-Forwarded-Proto: https gets them anyway.)"`
 	DLQRetention `embed:""`
 	RunnerFlags  `embed:""`
 }
@@ -61,12 +62,15 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	if !console.Loopback(host) && c.Token == "" {
 		return usagef("--listen %s is not a loopback address: set RELAY_CONSOLE_TOKEN so that every request must carry it (the console shows event payloads and can replay work)", c.Listen)
 	}
+	if n := len([]rune(c.Token)); !console.Loopback(host) && n < console.MinTokenLength {
+		return usagef("RELAY_CONSOLE_TOKEN has %d characters: off loopback (--listen %s) it needs at least %d, e.g. openssl rand -hex 16", n, c.Listen, console.MinTokenLength)
+	}
 	if _, err := g.loadApps(); err != nil {
 		return err
 	}
 	log := g.logger()
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
-		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, DLQRetention: c.Retention, Logger: log}
+		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention, Logger: log}
 	rc, err := g.redisClient()
 	switch {
 	case err == nil:
@@ -120,7 +124,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer func() { stopSampling(); sampling.Wait() }()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", ln.Addr(), streams, g.RedisGroup)
+	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", servedAt(host, ln.Addr()), streams, g.RedisGroup)
 	select {
 	case err := <-done:
 		return fmt.Errorf("console server: %w", err)
@@ -130,6 +134,16 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// servedAt is the address to print for a listener on host: the host as
+// given (Go reports 0.0.0.0 as [::]) with the port bound (for port 0).
+func servedAt(host string, addr net.Addr) string {
+	_, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // unreachable reports whether err, from connecting, says that Redis could
