@@ -141,6 +141,7 @@ type Server struct {
 	mux      *http.ServeMux
 	sessions *sessions
 	logins   *loginLimiter
+	results  *results
 	sampler  *sampler
 	link     *link
 }
@@ -185,7 +186,7 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	s.sessions, s.logins = newSessions(cfg.SessionTTL), newLoginLimiter()
+	s.sessions, s.logins, s.results = newSessions(cfg.SessionTTL), newLoginLimiter(), newResults()
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -212,6 +213,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /dlq", s.dlqList)
 	m.HandleFunc("GET /dlq/entry", s.dlqEntry)
 	m.HandleFunc("POST /dlq/replay", s.dlqReplay)
+	m.HandleFunc("GET /dlq/result", s.dlqResult)
 	m.HandleFunc("POST /dlq/remove", s.dlqRemove)
 	m.HandleFunc("GET /playground", s.playground)
 	m.HandleFunc("POST /playground", s.playground)

@@ -130,6 +130,10 @@ type dlqEntryView struct {
 	Event     string // pretty-printed
 	Malformed bool
 	Expires   time.Time
+	// Replays is the entry's replay history; ReplaysProblem why it could
+	// not be read.
+	Replays        dlq.Replays
+	ReplaysProblem string
 }
 
 func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
@@ -158,6 +162,12 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 		Malformed: e.App == dlq.MalformedName || e.Handler == dlq.MalformedName}
 	if s.cfg.DLQRetention > 0 {
 		v.Expires = e.Expires(s.cfg.DLQRetention)
+	}
+	if h, err := store.Replays(r.Context(), id); err != nil {
+		v.ReplaysProblem = clean(err.Error())
+	} else {
+		h.LastError = clean(h.LastError)
+		v.Replays = h
 	}
 	s.renderPage(w, r, "dlq_entry", page{Title: "Dead letter " + id, Active: "dlq", Stream: st, Data: v})
 }
@@ -195,19 +205,56 @@ type resultRow struct {
 	Result   string
 	Message  string
 	Duration time.Duration
+	// Replays is the entry's replay history after this replay, when it
+	// was kept.
+	Replays int64
 }
 
 type resultView struct {
 	Stream  string
 	Action  string // "Replay" or "Remove"
+	At      time.Time
 	Rows    []resultRow
 	Done    int
 	Stopped string // why the rest of a selection was not tried
 }
 
+// Summary is the result page's heading: "Replay of 3 entries: 1
+// replayed, 2 kept".
+func (v resultView) Summary() string {
+	done := "replayed"
+	if v.Action == "Remove" {
+		done = "removed"
+	}
+	out := fmt.Sprintf("%s of %s: %d %s", v.Action, plural.Of(len(v.Rows), "entry"), v.Done, done)
+	if kept := len(v.Rows) - v.Done; kept > 0 {
+		out += fmt.Sprintf(", %d kept", kept)
+	}
+	return out
+}
+
+// showResult keeps v and redirects to its page (POST-redirect-GET).
+func (s *Server) showResult(w http.ResponseWriter, r *http.Request, v resultView) {
+	v.At = time.Now()
+	id := s.results.put(v, v.At)
+	http.Redirect(w, r, query("/dlq/result", "stream", v.Stream, "id", id), http.StatusSeeOther)
+}
+
+// dlqResult shows a replay's or remove's outcome; it never acts.
+func (s *Server) dlqResult(w http.ResponseWriter, r *http.Request) {
+	v, ok := s.results.get(r.FormValue("id"), time.Now())
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("this result is no longer kept (the console keeps the last %d for %s, in memory); "+
+			"the dead letters show what is left", maxResults, resultTTL))
+		return
+	}
+	s.renderPage(w, r, "result", page{Title: v.Action, Active: "dlq", Stream: v.Stream, Data: v})
+}
+
 // dlqReplay replays the selected entries one after another, as relay dlq
 // replay does: Manual.Replay with the apps loaded now and the Runner the
-// command wired; success deletes the entry, failure keeps it.
+// command wired; success deletes the entry, failure keeps it and adds to
+// its replay history. It redirects to the result's page.
 func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	st, ok := s.stream(r)
 	if !ok {
@@ -245,12 +292,16 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		}
 		if stop != "" {
 			if rest := len(ids) - i - 1; rest > 0 {
-				v.Stopped = fmt.Sprintf("%s, so the other %s were not tried", stop, plural.Of(rest, "entry"))
+				verb := "were"
+				if rest == 1 {
+					verb = "was"
+				}
+				v.Stopped = fmt.Sprintf("%s, so the other %s %s not tried", stop, plural.Of(rest, "entry"), verb)
 			}
 			break
 		}
 	}
-	s.renderPage(w, r, "result", page{Title: "Replay", Active: "dlq", Stream: st, Data: v})
+	s.showResult(w, r, v)
 }
 
 // replayOne replays one entry; stop says why the rest of a selection
@@ -300,9 +351,22 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 			stop = "the runtime could not run the handler"
 		}
 	}
-	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result)
+	if (row.Result == "failed" || row.Result == "refused") && !errors.Is(err, dlq.ErrNotFound) {
+		// The entry keeps the reason it was dead-lettered with; its history
+		// says what the replays since met.
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		h, herr := store.RecordReplay(rctx, id, time.Now(), row.Result, row.Message, s.cfg.DLQRetention)
+		cancel()
+		if herr != nil {
+			s.log.Warn("console: recording a replay failed", "stream", store.Key(), "id", id, "error", herr)
+		}
+		row.Replays = h.Count
+	}
+	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result, "replays", row.Replays)
 	return row, stop
 }
+
+const removedMsg = "deleted without running"
 
 type confirmView struct {
 	Stream string
@@ -359,7 +423,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	v := resultView{Stream: st, Action: "Remove"}
 	for _, row := range rows {
-		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: "deleted without running"}
+		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: removedMsg}
 		if err := store.Delete(ctx, row.ID); errors.Is(err, dlq.ErrNotFound) {
 			res.Message = "already gone (replayed or removed meanwhile)"
 		} else if err != nil {
@@ -369,6 +433,17 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Rows = append(v.Rows, res)
 	}
-	s.log.Info("console: remove", "stream", store.Key(), "entries", v.Done)
-	s.renderPage(w, r, "result", page{Title: "Remove", Active: "dlq", Stream: st, Data: v})
+	s.log.Info("console: remove", "stream", store.Key(), "removed", v.Done, "ids", removedIDs(v.Rows))
+	s.showResult(w, r, v)
+}
+
+// removedIDs lists the ids a remove deleted, for its log line.
+func removedIDs(rows []resultRow) []string {
+	var ids []string
+	for _, r := range rows {
+		if r.Result == "removed" && r.Message == removedMsg {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
 }

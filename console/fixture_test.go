@@ -89,6 +89,8 @@ type fixture struct {
 	ran     atomic.Int64
 	store   *dlq.Store
 	cfg     console.Config
+	// location is the Location of the last response, "" when none.
+	location string
 }
 
 type fixtureOpt func(*console.Config)
@@ -220,6 +222,7 @@ func (f *fixture) do(method, path string, form url.Values, header ...string) (in
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.location = resp.Header.Get("Location")
 	return resp.StatusCode, string(b)
 }
 
@@ -244,7 +247,12 @@ func (f *fixture) post(path string, form url.Values) (int, string) {
 	}
 	form.Set("csrf", f.csrf())
 	form.Set("stream", f.stream)
-	return f.do(http.MethodPost, path, form)
+	code, body := f.do(http.MethodPost, path, form)
+	if code == http.StatusSeeOther && strings.HasPrefix(f.location, "/dlq/result?") {
+		// A replay or remove redirects to its result (POST-redirect-GET).
+		return f.get(f.location)
+	}
+	return code, body
 }
 
 func (f *fixture) dlqIDs() []string {

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -208,7 +210,7 @@ func TestDLQInspect(t *testing.T) {
 		t.Fatalf("status %d", code)
 	}
 	contains(t, "inspect", body, "<code>shop/orders.charge</code>", "payment provider unreachable", "worker-1",
-		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3</dd>",
+		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3 before it was dead-lettered</dd>", "<dt>replays</dt><dd class=\"replays\">none</dd>",
 		`formaction="/dlq/replay"`, `formaction="/dlq/remove"`, "/playground?dlq="+id)
 	code, body = f.get("/dlq/entry?id=1-1&stream=" + url.QueryEscape(f.stream))
 	if code != http.StatusNotFound || !strings.Contains(body, "no dead-letter entry 1-1") {
@@ -230,14 +232,14 @@ func TestDLQReplay(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d: %s", code, body)
 	}
-	contains(t, "failing replay", body, "Replay: 0 of 1 done", "failed", "handler exited with code 3; the entry is kept")
+	contains(t, "failing replay", body, "Replay of 1 entry: 0 replayed, 1 kept", "failed", "handler exited with code 3; the entry is kept")
 	if f.ran.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1", f.ran.Load())
 	}
 
 	f.failing.Store(false) // the app is fixed
 	_, body = f.post("/dlq/replay", url.Values{"id": {charge, malformed, gone, broken}})
-	contains(t, "replay", body, "Replay: 1 of 4 done", "replayed", "the entry is deleted",
+	contains(t, "replay", body, "Replay of 4 entries: 1 replayed, 3 kept", "replayed", "the entry is deleted",
 		"malformed message", "is not in the apps root any more", "the app is unavailable")
 	if f.ran.Load() != 2 {
 		t.Errorf("handler ran %d times, want 2", f.ran.Load())
@@ -273,8 +275,8 @@ func TestDLQReplayUndecodable(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d: %s", code, body)
 	}
-	contains(t, "replay", body, "Replay: 1 of 2 done", `field &#34;deliveries&#34;`, "remove it instead")
-	lacks(t, "replay", body, "were not tried", "the runtime could not run")
+	contains(t, "replay", body, "Replay of 2 entries: 1 replayed, 1 kept", `field &#34;deliveries&#34;`, "remove it instead")
+	lacks(t, "replay", body, "not tried", "the runtime could not run")
 	if f.ran.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.ran.Load())
 	}
@@ -294,7 +296,7 @@ func TestDLQReplayAfterTemplateFix(t *testing.T) {
 	contains(t, "broken template", body, "refused", "the app is unavailable")
 	f.writeTemplate("shop", shopTemplate)
 	_, body = f.post("/dlq/replay", url.Values{"id": {id}})
-	contains(t, "fixed template", body, "Replay: 1 of 1 done")
+	contains(t, "fixed template", body, "Replay of 1 entry: 1 replayed")
 	if ids := f.dlqIDs(); len(ids) != 0 {
 		t.Errorf("entries left %v", ids)
 	}
@@ -321,7 +323,7 @@ func TestDLQRemove(t *testing.T) {
 		t.Fatalf("unknown id: status %d, %d entries left", code, len(f.dlqIDs()))
 	}
 	_, body = f.post("/dlq/remove", url.Values{"id": {a, b}, "confirm": {"yes"}})
-	contains(t, "removed", body, "Remove: 2 of 2 done")
+	contains(t, "removed", body, "Remove of 2 entries: 2 removed")
 	if got := f.dlqIDs(); len(got) != 1 || got[0] != c {
 		t.Errorf("entries left %v, want [%s]", got, c)
 	}
@@ -521,7 +523,7 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry were not tried") {
+	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry was not tried") {
 		t.Errorf("POST /dlq/replay with Redis down: status %d, want the problem and the rest not tried in %s", resp.StatusCode, body)
 	}
 	bodies := map[string]string{}
@@ -618,4 +620,69 @@ func TestAppsSecretsAndDeps(t *testing.T) {
 			lacks(t, "plain app", plain, "dependency image")
 		})
 	}
+}
+
+// syncBuffer is a log destination a test reads while the console writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDLQReplayPostRedirectGet: a replay answers with a redirect to its
+// result, which reloads without replaying again; each replay that fails is
+// added to the entry's history, which its page shows; the log names the
+// ids replayed and removed.
+func TestDLQReplayPostRedirectGet(t *testing.T) {
+	var logs syncBuffer
+	f := newFixture(t, func(c *console.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	id := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "handler exited with code 3: first failure")
+	form := url.Values{"id": {id}, "csrf": {f.csrf()}, "stream": {f.stream}}
+	code, _ := f.do(http.MethodPost, "/dlq/replay", form)
+	if code != http.StatusSeeOther || !strings.HasPrefix(f.location, "/dlq/result?") {
+		t.Fatalf("POST /dlq/replay: status %d to %q, want 303 to /dlq/result", code, f.location)
+	}
+	result := f.location
+	for range 3 {
+		code, body := f.get(result)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: status %d", result, code)
+		}
+		contains(t, "result page", body, "Replay of 1 entry: 0 replayed, 1 kept", "handler exited with code 3; the entry is kept",
+			"replayed 1 time without success", "it does not act again")
+	}
+	if n := f.ran.Load(); n != 1 {
+		t.Errorf("the handler ran %d times after one replay and three loads of its result, want 1", n)
+	}
+	f.post("/dlq/replay", url.Values{"id": {id}})
+	s := "&stream=" + url.QueryEscape(f.stream)
+	_, body := f.get("/dlq/entry?id=" + id + s)
+	contains(t, "entry after two failed replays", body, "2 replays without success; the last",
+		`<span class="badge failed">failed</span>`, "handler exited with code 3; the entry is kept",
+		"first failure") // the reason it was dead-lettered with stays
+	if code, body := f.get("/dlq/result?id=0123" + s); code != http.StatusNotFound || !strings.Contains(body, "no longer kept") {
+		t.Errorf("an unknown result: status %d", code)
+	}
+
+	other := f.deadLetter("shop", "refunds.run", `{}`, "exit 1")
+	f.failing.Store(false)
+	f.post("/dlq/replay", url.Values{"id": {id}})
+	if h, err := f.store.Replays(t.Context(), id); err != nil || h.Count != 0 {
+		t.Errorf("the history of a replayed (deleted) entry: %+v, %v; want none", h, err)
+	}
+	f.post("/dlq/remove", url.Values{"id": {other}, "confirm": {"yes"}})
+	out := logs.String()
+	contains(t, "log", out, "msg=\"console: replay\"", "id="+id, "result=failed replays=1", "result=replayed",
+		"msg=\"console: remove\"", "removed=1 ids=["+other+"]")
 }

@@ -51,6 +51,7 @@ var funcs = template.FuncMap{
 	"num":       func(n int64) string { return thousands(n) },
 	"inc":       func(i int) int { return i + 1 },
 	"plural":    plural.Of,
+	"plural64":  func(n int64, noun string) string { return plural.Of(int(n), noun) },
 	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"streamURL": streamURL,
 	"since":     ago,

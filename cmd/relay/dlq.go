@@ -341,6 +341,8 @@ type DLQReplayCmd struct {
 	Limit       int  `default:"0" help:"With --all, at most this many entries (0: all)."`
 	JSON        bool `name:"json" help:"Print the outcome of each entry as JSON; handler output then goes to stderr."`
 	RunnerFlags `embed:""`
+	// The retention bounds how long a kept entry's replay history lives.
+	DLQRetention `embed:""`
 }
 
 // Help shows examples under relay dlq replay --help.
@@ -375,6 +377,9 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	f, err := c.filter(c.Limit)
 	if err != nil {
+		return err
+	}
+	if err := c.DLQRetention.check(); err != nil {
 		return err
 	}
 	// Each replay is a dlq.replay trace when OTEL_* names an endpoint.
@@ -496,6 +501,13 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 			cause = err
 		}
 		r.Error = fmt.Sprintf("replay of %s (%s) failed: %v; the entry is kept", e.ID, target, cause)
+	}
+	if !errors.Is(err, dlq.ErrNotFound) {
+		// The entry keeps the reason it was dead-lettered with; its replay
+		// history, which the console shows, says what this replay met.
+		if _, herr := store.RecordReplay(ctx, e.ID, time.Now(), r.Result, r.Error, c.Retention); herr != nil {
+			g.logger().Warn("relay dlq replay: recording the replay failed", "id", e.ID, "error", herr)
+		}
 	}
 	if c.All && !c.JSON {
 		fmt.Fprintf(g.stdout, "%s: %s\n", strings.ToUpper(r.Result[:1])+r.Result[1:], r.Error)
