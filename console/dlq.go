@@ -38,6 +38,7 @@ type dlqView struct {
 	Filter  dlqFilter
 	Rows    []dlqRow
 	Total   int64
+	Counted bool // Total was read
 	After   string
 	Next    string
 	Scanned int
@@ -73,10 +74,14 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 	store := dlq.NewStore(s.redis(r.Context()), st)
 	p, err := store.Page(r.Context(), q)
 	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, err.Error())
+		// The page itself, with the banner and the count unknown.
+		v.Problem = "reading the dead-letter queue failed: " + clean(err.Error())
+		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
 		return
 	}
-	v.Total, _ = store.Len(r.Context())
+	if v.Total, err = store.Len(r.Context()); err == nil {
+		v.Counted = true
+	}
 	v.Next, v.Scanned = p.Next, p.Scanned
 	v.Short = p.Next != "" && len(p.Entries) < s.cfg.PageSize
 	for _, bad := range p.Undecodable {
@@ -154,7 +159,7 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Sprintf("entry %s cannot be decoded (%v); remove it from the list", bad, err))
 			return
 		}
-		s.fail(w, r, http.StatusBadGateway, err.Error())
+		s.failRedis(w, r, err)
 		return
 	}
 	row := s.dlqRow(e, time.Now())
@@ -403,7 +408,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 			unknown = append(unknown, id)
 		case err != nil:
 			if _, bad := dlq.IsUndecodable(err); !bad {
-				s.fail(w, r, http.StatusBadGateway, err.Error())
+				s.failRedis(w, r, err)
 				return
 			}
 			rows = append(rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: err.Error()})

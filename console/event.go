@@ -44,7 +44,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	raw, found, err := s.streamEntry(ctx, st, id)
 	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, err.Error())
+		s.failRedis(w, r, err)
 		return
 	}
 	v.Found = found

@@ -36,7 +36,9 @@ type page struct {
 	// Unreachable is the last connect error while the console has no
 	// Redis client yet (Config.Connect), shown in a banner on every page.
 	Unreachable string
-	Data        any
+	// Lost: the console had a client, and Redis stopped answering it.
+	Lost bool
+	Data any
 }
 
 var funcs = template.FuncMap{
@@ -105,8 +107,11 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string,
 	if p.Visitor = p.Auth && !s.authorized(r); p.Visitor {
 		p.Streams, p.Group, p.Stream = nil, "", ""
 	}
+	// The login page names nothing of the console, Redis's address neither.
 	if err := s.link.down(); err != nil && !p.Visitor {
 		p.Unreachable = clean(err.Error())
+	} else if err := s.link.unreachable(); err != nil && !p.Visitor {
+		p.Unreachable, p.Lost = clean(err.Error()), true
 	}
 	if p.Active == "" {
 		p.Active = name
@@ -132,6 +137,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, msg stri
 	}
 	w.WriteHeader(code)
 	s.render(w, r, "error", http.StatusText(code), msg)
+}
+
+// failRedis renders the error page for a Redis read a page cannot do
+// without: 503, and the layout's banner when Redis is unreachable.
+func (s *Server) failRedis(w http.ResponseWriter, r *http.Request, err error) {
+	s.fail(w, r, http.StatusServiceUnavailable, "reading Redis failed: "+err.Error())
 }
 
 // stream returns the stream a request names (?stream=), the first one

@@ -71,7 +71,10 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	log := g.logger()
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
 		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention, Logger: log}
-	rc, err := g.redisClient()
+	// A page fails at once when Redis refuses the connection, rather than
+	// retrying until its request timeout.
+	fast := func(o *rueidis.ClientOption) { o.RetryDelay = console.RetryDelay }
+	rc, err := g.redisClient(fast)
 	switch {
 	case err == nil:
 		defer rc.Close()
@@ -86,7 +89,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 		// serve pages that say Redis is unreachable, and connect once it
 		// is back (docs/console.md#while-redis-is-unreachable).
 		log.Warn("relay console: Redis is unreachable; the pages say so until it is back", "error", err)
-		cfg.Connect = func(context.Context) (rueidis.Client, error) { return g.redisClient() }
+		cfg.Connect = func(context.Context) (rueidis.Client, error) { return g.redisClient(fast) }
 	default:
 		return err
 	}
