@@ -142,6 +142,7 @@ type Server struct {
 	sessions *sessions
 	logins   *loginLimiter
 	results  *results
+	jobs     *jobs
 	sampler  *sampler
 	link     *link
 }
@@ -187,6 +188,7 @@ func New(cfg Config) (*Server, error) {
 		s.log = slog.Default()
 	}
 	s.sessions, s.logins, s.results = newSessions(cfg.SessionTTL), newLoginLimiter(), newResults()
+	s.jobs = newJobs()
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -214,6 +216,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /dlq/entry", s.dlqEntry)
 	m.HandleFunc("POST /dlq/replay", s.dlqReplay)
 	m.HandleFunc("GET /dlq/result", s.dlqResult)
+	m.HandleFunc("POST /dlq/bulk", s.dlqBulk)
+	m.HandleFunc("GET /dlq/job", s.dlqJob)
+	m.HandleFunc("POST /dlq/job/stop", s.dlqJobStop)
 	m.HandleFunc("POST /dlq/remove", s.dlqRemove)
 	m.HandleFunc("GET /playground", s.playground)
 	m.HandleFunc("POST /playground", s.playground)

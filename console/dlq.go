@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,86 +18,6 @@ import (
 
 // maxSelection bounds how many entries one replay or remove takes.
 const maxSelection = 500
-
-type dlqFilter struct {
-	App, Handler, Reason, Newer, Older string
-}
-
-type dlqRow struct {
-	dlq.Entry
-	Age     time.Duration
-	Expires string
-	// Problem is set for an entry that cannot be decoded; only its ID is
-	// meaningful then.
-	Problem string
-}
-
-type dlqView struct {
-	Stream  string
-	Filter  dlqFilter
-	Rows    []dlqRow
-	Total   int64
-	Counted bool // Total was read
-	After   string
-	Next    string
-	Scanned int
-	Short   bool // the scan budget ended the page before it was full
-	Problem string
-}
-
-func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.stream(r)
-	if !ok {
-		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
-		return
-	}
-	now := time.Now()
-	f := dlqFilter{App: r.FormValue("app"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"),
-		Newer: r.FormValue("newer"), Older: r.FormValue("older")}
-	shown := dlqFilter{App: clean(f.App), Handler: clean(f.Handler), Reason: clean(f.Reason), Newer: clean(f.Newer), Older: clean(f.Older)}
-	v := dlqView{Stream: st, Filter: shown, After: r.FormValue("after")}
-	q := dlq.PageQuery{Filter: dlq.Filter{App: f.App, Handler: f.Handler}, Reason: f.Reason, After: v.After, Count: s.cfg.PageSize}
-	var err error
-	if q.Since, err = dlq.ParseAge(clean(f.Newer), now); err != nil {
-		v.Problem = "newer than: " + err.Error()
-	} else if q.Before, err = dlq.ParseAge(clean(f.Older), now); err != nil {
-		v.Problem = "older than: " + err.Error()
-	} else if v.After != "" && !stream.IsID(v.After) {
-		v.Problem = "after: not a stream id"
-	}
-	if v.Problem != "" {
-		w.WriteHeader(http.StatusBadRequest)
-		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
-		return
-	}
-	store := dlq.NewStore(s.redis(r.Context()), st)
-	p, err := store.Page(r.Context(), q)
-	if err != nil {
-		// The page itself, with the banner and the count unknown.
-		v.Problem = "reading the dead-letter queue failed: " + clean(err.Error())
-		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
-		return
-	}
-	if v.Total, err = store.Len(r.Context()); err == nil {
-		v.Counted = true
-	}
-	v.Next, v.Scanned = p.Next, p.Scanned
-	v.Short = p.Next != "" && len(p.Entries) < s.cfg.PageSize
-	for _, bad := range p.Undecodable {
-		id, _ := dlq.IsUndecodable(bad)
-		v.Rows = append(v.Rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: bad.Error()})
-	}
-	for _, e := range p.Entries {
-		v.Rows = append(v.Rows, s.dlqRow(e, now))
-	}
-	sortRows(v.Rows)
-	s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
-}
-
-func sortRows(rows []dlqRow) {
-	// Undecodable entries were listed first; put every row in id order.
-	slices.SortStableFunc(rows, func(a, b dlqRow) int { return stream.CompareID(a.ID, b.ID) })
-}
 
 func (s *Server) dlqRow(e dlq.Entry, now time.Time) dlqRow {
 	e = cleanEntry(e)
@@ -139,6 +58,7 @@ type dlqEntryView struct {
 	// not be read.
 	Replays        dlq.Replays
 	ReplaysProblem string
+	Back           string // the list page it came from, filter and all
 }
 
 func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
@@ -163,7 +83,7 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	row := s.dlqRow(e, time.Now())
-	v := dlqEntryView{Stream: st, Entry: row.Entry, Row: row, Event: prettyEvent(e.Event),
+	v := dlqEntryView{Stream: st, Entry: row.Entry, Row: row, Event: prettyEvent(e.Event), Back: backTo(r, st),
 		Malformed: e.App == dlq.MalformedName || e.Handler == dlq.MalformedName}
 	if s.cfg.DLQRetention > 0 {
 		v.Expires = e.Expires(s.cfg.DLQRetention)
@@ -217,6 +137,7 @@ type resultRow struct {
 
 type resultView struct {
 	Stream  string
+	Back    string // the list page it came from, filter and all
 	Action  string // "Replay" or "Remove"
 	At      time.Time
 	Rows    []resultRow
@@ -288,7 +209,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	store := dlq.NewStore(s.redis(ctx), st)
-	v := resultView{Stream: st, Action: "Replay"}
+	v := resultView{Stream: st, Action: "Replay", Back: backTo(r, st)}
 	for i, id := range ids {
 		row, stop := s.replayOne(ctx, apps, store, id)
 		v.Rows = append(v.Rows, row)
@@ -375,6 +296,7 @@ const removedMsg = "deleted without running"
 
 type confirmView struct {
 	Stream string
+	Back   string
 	Rows   []dlqRow
 	IDs    []string
 }
@@ -423,10 +345,10 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		s.renderPage(w, r, "confirm", page{Title: "Remove dead letters?", Active: "dlq", Stream: st,
-			Data: confirmView{Stream: st, Rows: rows, IDs: ids}})
+			Data: confirmView{Stream: st, Rows: rows, IDs: ids, Back: backTo(r, st)}})
 		return
 	}
-	v := resultView{Stream: st, Action: "Remove"}
+	v := resultView{Stream: st, Action: "Remove", Back: backTo(r, st)}
 	for _, row := range rows {
 		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: removedMsg}
 		if err := store.Delete(ctx, row.ID); errors.Is(err, dlq.ErrNotFound) {

@@ -87,8 +87,10 @@ type fixture struct {
 	client  *http.Client
 	failing atomic.Bool // orders.charge fails while set
 	ran     atomic.Int64
-	store   *dlq.Store
-	cfg     console.Config
+	// hold, when set, is received from before a handler returns.
+	hold  atomic.Pointer[chan struct{}]
+	store *dlq.Store
+	cfg   console.Config
 	// location is the Location of the last response, "" when none.
 	location string
 }
@@ -103,6 +105,9 @@ func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
 	f.failing.Store(true)
 	fail := func(ctx context.Context, req runtime.Request) error {
 		f.ran.Add(1)
+		if h := f.hold.Load(); h != nil {
+			<-*h
+		}
 		if f.failing.Load() {
 			return &runtime.ExitError{Code: 3}
 		}

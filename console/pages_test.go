@@ -178,11 +178,15 @@ func TestDLQList(t *testing.T) {
 	c := f.deadLetter("shop", "orders.charge", `{"n":3}`, "timeout after 5s")
 	s := "&stream=" + url.QueryEscape(f.stream)
 
+	// Newest first by default.
 	_, body := f.get("/dlq?x=1" + s)
-	contains(t, "page 1", body, "3 entries", a, b, `name="id" value="`+a+`"`, "Replay selected", "Remove selected", "in 13d")
-	lacks(t, "page 1", body, c)
+	contains(t, "page 1", body, "3 entries", c, b, `name="id" value="`+c+`"`, "Replay selected", "Remove selected", "in 13d")
+	lacks(t, "page 1", body, a)
 	_, body = f.get("/dlq?after=" + b + s)
-	contains(t, "page 2", body, c, "« oldest")
+	contains(t, "page 2", body, a, "« newest")
+	_, body = f.get("/dlq?order=oldest" + s)
+	contains(t, "oldest first", body, a, b)
+	lacks(t, "oldest first", body, c)
 
 	for _, tc := range []struct {
 		query    string
@@ -191,7 +195,7 @@ func TestDLQList(t *testing.T) {
 	}{
 		{"app=shop&handler=refunds.run", []string{b}, []string{a, c}},
 		{"reason=PAYMENT", []string{a}, []string{b, c}},
-		{"newer=1h", []string{a, b}, nil},
+		{"newer=1h&order=oldest", []string{a, b}, nil},
 		{"older=1h", nil, []string{a, b, c}},
 		{"app=nobody", []string{"No dead-letter entries that pass the filter"}, nil},
 	} {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,8 @@ type page struct {
 	// Unreachable is the last connect error while the console has no
 	// Redis client yet (Config.Connect), shown in a banner on every page.
 	Unreachable string
+	// Refresh reloads the page after this many seconds (a running job).
+	Refresh int
 	// Lost: the console had a client, and Redis stopped answering it.
 	Lost bool
 	Data any
@@ -53,6 +56,8 @@ var funcs = template.FuncMap{
 	"num":       func(n int64) string { return thousands(n) },
 	"inc":       func(i int) int { return i + 1 },
 	"plural":    plural.Of,
+	"int64":     func(n int) int64 { return int64(n) },
+	"has":       func(l []string, v string) bool { return slices.Contains(l, v) },
 	"plural64":  func(n int64, noun string) string { return plural.Of(int(n), noun) },
 	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"streamURL": streamURL,
