@@ -257,25 +257,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := s.csrfToken(w, r)
-	if r.Method == http.MethodPost {
-		if err := checkOrigin(r); err != nil {
-			http.Error(w, err.Error(), http.StatusForbidden)
-			return
-		}
-		// A form too large to parse (over 10 MB) would read as one
-		// without a token; say what is wrong with it instead.
-		if err := r.ParseForm(); err != nil {
-			http.Error(w, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB", http.StatusRequestEntityTooLarge)
-			return
-		}
-		// Double submit: the form's token must equal the cookie, which a
-		// page of another site can neither read nor send (SameSite=Strict).
-		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) != 1 {
-			http.Error(w, "forbidden: missing or stale CSRF token; reload the page and try again", http.StatusForbidden)
-			return
-		}
+	r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, token))
+	if r.Method == http.MethodPost && !s.checkPost(w, r, token) {
+		return
 	}
-	ctx := context.WithValue(r.Context(), csrfKey{}, token)
+	ctx := r.Context()
 	// The Redis client retries reads until its context ends, so without a
 	// bound a page would load forever while Redis is down. The live feed
 	// bounds each of its reads instead; a replay detaches from this
@@ -289,6 +275,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type csrfKey struct{}
+
+// checkPost refuses a POST from another site or without the form's CSRF
+// token, with a page saying so; false when it did.
+func (s *Server) checkPost(w http.ResponseWriter, r *http.Request, token string) bool {
+	if err := checkOrigin(r); err != nil {
+		s.fail(w, r, http.StatusForbidden, err.Error())
+		return false
+	}
+	// A form too large to parse (over 10 MB) would read as one without a
+	// token; say what is wrong with it instead.
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, r, http.StatusRequestEntityTooLarge, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB")
+		return false
+	}
+	// Double submit: the form's token must equal the cookie, which a page
+	// of another site can neither read nor send (SameSite=Strict).
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) == 1 {
+		return true
+	}
+	const stale = "The form's security token (CSRF) is missing or stale, as after the console restarted or the cookie expired, so it was not sent."
+	if r.URL.Path == "/playground" {
+		// Keep what was pasted: the page comes back with a fresh token.
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		s.playgroundForm(w, r, stale+" Press Evaluate again.")
+		return false
+	}
+	s.fail(w, r, http.StatusForbidden, stale+" Go back, reload the page and try again.")
+	return false
+}
 
 // hostAllowed reports whether host, a request's Host header, names the
 // loopback interface or one of cfg.Hosts. A DNS-rebinding page reaches

@@ -22,6 +22,8 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -742,4 +744,50 @@ func TestDLQReplayPostRedirectGet(t *testing.T) {
 	out := logs.String()
 	contains(t, "log", out, "msg=\"console: replay\"", "id="+id, "result=failed replays=1", "result=replayed",
 		"msg=\"console: remove\"", "removed=1 ids=["+other+"]")
+}
+
+// TestSmallerFixes: an event whose invocation was dead-lettered links its
+// entry and says "1 attempt"; a stale CSRF token answers with a page and
+// keeps the playground's event; the overview counts malformed messages.
+func TestSmallerFixes(t *testing.T) {
+	f := newFixture(t)
+	msg := f.publish(`{"kind":"order"}`)
+	entry, err := f.store.Write(t.Context(), dlq.Entry{OriginalStream: f.stream, OriginalID: msg, Group: f.group, Consumer: "worker-1",
+		Event: `{"kind":"order"}`, Reason: "exit 3", App: "shop", Handler: "orders.charge", Deliveries: 1, HandlerAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rc.Do(t.Context(), f.rc.B().Hset().Key(keys.Invocation(f.stream, f.group, msg)).FieldValue().
+		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s := "&stream=" + url.QueryEscape(f.stream)
+	_, body := f.get("/event?id=" + msg + s)
+	contains(t, "event of a dead-lettered message", body, "after 1 attempt\n", `class="dlq-link"`, "/dlq/entry?id="+entry)
+	lacks(t, "event of a dead-lettered message", body, "1 attempts")
+
+	const event = `{"kind":"order","amount":7}`
+	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.stream}, "event": {event}, "csrf": {strings.Repeat("0", 64)}})
+	if code != http.StatusForbidden {
+		t.Errorf("playground with a stale token: status %d, want 403", code)
+	}
+	contains(t, "playground with a stale token", body, "<nav>", "security token (CSRF) is missing or stale", "Press Evaluate again",
+		"&#34;amount&#34;:7")
+	if m := csrfRE.FindStringSubmatch(body); m == nil {
+		t.Error("playground with a stale token: no fresh token to send again")
+	}
+	code, body = f.do(http.MethodPost, "/dlq/remove", url.Values{"stream": {f.stream}, "id": {entry}})
+	if code != http.StatusForbidden {
+		t.Errorf("remove without a token: status %d", code)
+	}
+	contains(t, "remove without a token", body, "<!doctype html>", "<nav>", "reload the page and try again")
+
+	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r.Add(stats.Received)
+	r.Add(stats.Malformed)
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, body = f.get("/")
+	contains(t, "overview", body, "<td>malformed</td>\n      <td class=\"n\">1</td>")
 }

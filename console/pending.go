@@ -36,7 +36,8 @@ type pendingRow struct {
 // invocationView is one invocation of a pending message, from its field
 // in the invocation hash (docs/delivery.md#invocation-state).
 type invocationView struct {
-	Field string // app/handler
+	Field string // app/handler, to show
+	Key   string // the hash field as stored
 	// State is running, waiting, succeeded, exhausted, dead-lettered or
 	// unknown (a value this console does not know).
 	State string
@@ -49,6 +50,9 @@ type invocationView struct {
 	LastError string
 	LastAt    time.Time
 	Raw       string
+	// DLQURL is the page of the dead-letter entry of a dead-lettered
+	// invocation, "" when unknown.
+	DLQURL string
 }
 
 type pendingView struct {
@@ -174,7 +178,7 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 // parseInvocation reads one field of the invocation hash
 // (docs/delivery.md#invocation-state).
 func parseInvocation(field, val string) invocationView {
-	v := invocationView{Field: clean(field), State: "unknown", Raw: clean(val)}
+	v := invocationView{Field: clean(field), Key: field, State: "unknown", Raw: clean(val)}
 	parts := strings.Split(val, ":")
 	num := func(i int) int64 {
 		if i >= len(parts) {

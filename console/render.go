@@ -140,6 +140,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, msg stri
 	if code >= 500 {
 		s.log.Warn("console: request failed", "path", r.URL.Path, "error", msg)
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
 	s.render(w, r, "error", http.StatusText(code), msg)
 }
