@@ -397,17 +397,9 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var entries []dlq.Entry
-	if c.All {
-		if entries, err = store.List(ctx, f); err != nil {
-			return unreadable(err)
-		}
-	} else {
-		e, err := store.Get(ctx, c.ID)
-		if err != nil {
-			return notFound(store, err, c.ID)
-		}
-		entries = []dlq.Entry{e}
+	entries, err := c.selected(ctx, store, f)
+	if err != nil {
+		return err
 	}
 	if len(entries) == 0 {
 		if c.JSON {
@@ -439,6 +431,28 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
+	return c.summary(g, entries, results, replayed)
+}
+
+// selected returns the entry given by ID, or with --all those f selects.
+func (c *DLQReplayCmd) selected(ctx context.Context, store *dlq.Store, f dlq.Filter) ([]dlq.Entry, error) {
+	if c.All {
+		entries, err := store.List(ctx, f)
+		if err != nil {
+			return nil, unreadable(err)
+		}
+		return entries, nil
+	}
+	e, err := store.Get(ctx, c.ID)
+	if err != nil {
+		return nil, notFound(store, err, c.ID)
+	}
+	return []dlq.Entry{e}, nil
+}
+
+// summary prints the count of a replay --all and returns the command's
+// error: nil when every entry was replayed.
+func (c *DLQReplayCmd) summary(g *Globals, entries []dlq.Entry, results []replayJSON, replayed int) error {
 	kept := len(entries) - replayed
 	switch {
 	case kept == 0:
@@ -563,41 +577,8 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer closeStore()
 	if !c.All {
-		// All or nothing: a typo in one ID must not leave a half-done
-		// deletion behind. An entry that cannot be decoded exists all the
-		// same, and deleting it by id is the way to get rid of it. An ID
-		// given twice is one entry.
-		ids := make([]string, 0, len(c.IDs))
-		for _, id := range c.IDs {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-		c.IDs = ids
-		var unknown []string
-		for _, id := range c.IDs {
-			_, err := store.Get(ctx, id)
-			if _, bad := dlq.IsUndecodable(err); bad {
-				continue
-			}
-			if errors.Is(err, dlq.ErrNotFound) {
-				unknown = append(unknown, id)
-			} else if err != nil {
-				return err
-			}
-		}
-		if len(unknown) > 0 {
-			return fmt.Errorf("no dead-letter entry %s in %s; nothing deleted (relay dlq ls lists them)", strings.Join(unknown, ", "), store.Key())
-		}
-		for _, id := range c.IDs {
-			if err := store.Delete(ctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "Deleted %s\n", id)
-		}
-		return nil
+		return c.removeIDs(ctx, g, store)
 	}
-
 	entries, err := store.List(ctx, f)
 	if err != nil {
 		return unreadable(err)
@@ -607,16 +588,8 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	if !c.Yes {
-		if err := entryTable(g.stdout, entries, nil); err != nil {
+		if err := c.confirm(g, entries); err != nil {
 			return err
-		}
-		fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))
-		ok := confirmed(os.Stdin)
-		if st, err := os.Stdin.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-			fmt.Fprintln(g.stdout) // the answer was not typed, so no newline was echoed
-		}
-		if !ok {
-			return errors.New("not confirmed; nothing deleted (--yes skips the question)")
 		}
 	}
 	deleted := 0
@@ -634,6 +607,57 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fmt.Fprintf(g.stdout, "Deleted %s%s\n", nEntries(deleted), c.describe())
 	return errors.Join(errs...)
+}
+
+// removeIDs deletes the entries given by id, all or nothing: a typo in
+// one ID must not leave a half-done deletion behind. An entry that cannot
+// be decoded exists all the same, and deleting it by id is the way to get
+// rid of it. An ID given twice is one entry.
+func (c *DLQRmCmd) removeIDs(ctx context.Context, g *Globals, store *dlq.Store) error {
+	ids := make([]string, 0, len(c.IDs))
+	for _, id := range c.IDs {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	var unknown []string
+	for _, id := range ids {
+		_, err := store.Get(ctx, id)
+		if _, bad := dlq.IsUndecodable(err); bad {
+			continue
+		}
+		if errors.Is(err, dlq.ErrNotFound) {
+			unknown = append(unknown, id)
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("no dead-letter entry %s in %s; nothing deleted (relay dlq ls lists them)", strings.Join(unknown, ", "), store.Key())
+	}
+	for _, id := range ids {
+		if err := store.Delete(ctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "Deleted %s\n", id)
+	}
+	return nil
+}
+
+// confirm lists the entries --all would delete and asks on stdin.
+func (c *DLQRmCmd) confirm(g *Globals, entries []dlq.Entry) error {
+	if err := entryTable(g.stdout, entries, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))
+	ok := confirmed(os.Stdin)
+	if st, err := os.Stdin.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		fmt.Fprintln(g.stdout) // the answer was not typed, so no newline was echoed
+	}
+	if !ok {
+		return errors.New("not confirmed; nothing deleted (--yes skips the question)")
+	}
+	return nil
 }
 
 // confirmed reads one line and reports whether it is y or yes.
