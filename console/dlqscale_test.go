@@ -32,13 +32,15 @@ func (f *fixture) fillDLQ(n int) []string {
 		if i%4 == 0 {
 			handler = "refunds.run"
 		}
-		ids[i-1] = fmt.Sprintf("%d-0", now-int64(n-i)*1000)
+		at := now - int64(n-i)*1000
+		ids[i-1] = fmt.Sprintf("%d-0", at)
 		cmds = append(cmds, f.rc.B().Xadd().Key(f.store.Key()).Id(ids[i-1]).FieldValue().
 			FieldValue("original_stream", f.stream).FieldValue("original_id", fmt.Sprintf("%d-7", i)).
 			FieldValue("group", f.group).FieldValue("consumer", "worker-1").
 			FieldValue("event", fmt.Sprintf(`{"kind":"order","customer":"c_%d"}`, i)).
 			FieldValue("reason", "handler exited with code 3").FieldValue("app", app).FieldValue("handler", handler).
-			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").Build())
+			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").
+			FieldValue("timestamp", time.UnixMilli(at).UTC().Format(time.RFC3339Nano)).Build())
 	}
 	for _, r := range f.rc.DoMulti(f.t.Context(), cmds...) {
 		if err := r.Error(); err != nil {
