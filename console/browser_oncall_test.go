@@ -14,14 +14,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
-	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
 )
 
 // tab drives one browser tab with a deadline per step, and saves
@@ -31,7 +28,9 @@ type tab struct {
 	ctx context.Context
 }
 
-func (b tab) step() (context.Context, context.CancelFunc) { return context.WithTimeout(b.ctx, 30*time.Second) }
+func (b tab) step() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(b.ctx, 30*time.Second)
+}
 
 func (b tab) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	b.t.Helper()
@@ -218,16 +217,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 // recover without a restart.
 func TestBrowserRedisStopped(t *testing.T) {
 	b := tab{t, browser(t)}
-	srv := redistest.Start(t, redistest.Options{})
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, RetryDelay: console.RetryDelay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	st := redistest.Name(t, "events")
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	srv, rc, st := stoppableRedis(t)
 	rec := stats.NewRecorder(rc, st, "shop")
 	rec.Record(stats.Event{Time: time.Now(), MessageID: "1-1", App: "shop", Handler: "orders.charge", Outcome: "succeeded"})
 	if err := rec.Flush(t.Context()); err != nil {

@@ -492,13 +492,11 @@ func TestErrorsAndNotFound(t *testing.T) {
 	}
 }
 
-// TestPagesWhileRedisIsDown stops the console's redis-server mid-session:
-// every page answers at once (the client gives up on a refused connection,
-// console.RetryDelay, instead of retrying until the request timeout) with
-// the banner, what it could not read as ?, never 502; the live feed
-// reports the error at once; and once Redis is back the pages show its
-// figures without a restart.
-func TestPagesWhileRedisIsDown(t *testing.T) {
+// stoppableRedis starts a private redis-server that a test may stop, and
+// returns it, a client made as relay console makes its own
+// (console.RetryDelay), and a stream with the group shop.
+func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, RetryDelay: console.RetryDelay})
 	if err != nil {
@@ -509,6 +507,17 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return srv, rc, st
+}
+
+// TestPagesWhileRedisIsDown stops the console's redis-server mid-session:
+// every page answers at once (the client gives up on a refused connection,
+// console.RetryDelay, instead of retrying until the request timeout) with
+// the banner, what it could not read as ?, never 502; the live feed
+// reports the error at once; and once Redis is back the pages show its
+// figures without a restart.
+func TestPagesWhileRedisIsDown(t *testing.T) {
+	srv, rc, st := stoppableRedis(t)
 	// A request timeout far above what a page may take: a page that waits
 	// for Redis to come back trips the client's timeout below.
 	const requestTimeout = time.Minute
