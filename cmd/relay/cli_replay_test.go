@@ -61,6 +61,10 @@ func TestCLIDLQReplay(t *testing.T) {
 				if err != nil || h.Count != 1 || h.LastResult != dlq.ReplayFailed || !strings.Contains(h.LastError, "handler exited with code 3") {
 					t.Errorf("replay history of %s: %+v, %v; want one failed replay with its error", idCharge, h, err)
 				}
+				if r := f.relay("", "dlq", "inspect", idCharge); !strings.Contains(r.stdout, "Replays:           1 without success; the last") ||
+					!strings.Contains(r.stdout, ": failed: replay of "+idCharge) {
+					t.Errorf("relay dlq inspect after a failed replay:\n%s", r.stdout)
+				}
 			}
 		})
 	}

@@ -183,6 +183,25 @@ type dlqJSON struct {
 	Event           string `json:"event"`
 	Trace           string `json:"trace,omitempty"`
 	Expires         string `json:"expires,omitempty"` // absent when kept forever
+	// Replays is the entry's replay history (inspect only), absent when
+	// it was never replayed without success.
+	Replays *replaysJSON `json:"replays,omitempty"`
+}
+
+type replaysJSON struct {
+	Count      int64  `json:"count"`
+	LastAt     string `json:"last_at"`
+	LastResult string `json:"last_result"`
+	LastError  string `json:"last_error"`
+}
+
+// replaysText is an entry's replay history on one line.
+func replaysText(h dlq.Replays, now time.Time) string {
+	if h.Count == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, age(now.Sub(h.LastAt)),
+		h.LastAt.UTC().Format(time.RFC3339), h.LastResult, h.LastError)
 }
 
 func entryJSON(e dlq.Entry, r DLQRetention) dlqJSON {
@@ -277,8 +296,16 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return notFound(store, err, c.ID)
 	}
+	h, err := store.Replays(ctx, e.ID)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
-		return writeJSON(g.stdout, entryJSON(e, c.DLQRetention))
+		out := entryJSON(e, c.DLQRetention)
+		if h.Count > 0 {
+			out.Replays = &replaysJSON{h.Count, h.LastAt.Format(time.RFC3339Nano), h.LastResult, h.LastError}
+		}
+		return writeJSON(g.stdout, out)
 	}
 	written := "-"
 	if !e.Timestamp.IsZero() {
@@ -302,6 +329,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"App:", e.App},
 		{"Handler:", e.Handler},
 		{"Handler attempts:", strconv.Itoa(e.HandlerAttempts)},
+		{"Replays:", replaysText(h, time.Now())},
 		{"Deliveries:", strconv.FormatInt(e.Deliveries, 10)},
 		{"Reason:", e.Reason},
 		{"Trace:", trace},
