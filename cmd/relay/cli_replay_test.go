@@ -65,6 +65,10 @@ func TestCLIDLQReplay(t *testing.T) {
 					!strings.Contains(r.stdout, ": failed: replay of "+idCharge) {
 					t.Errorf("relay dlq inspect after a failed replay:\n%s", r.stdout)
 				}
+				if r := f.relay("", "dlq", "inspect", "--json", idCharge); !strings.Contains(r.stdout, `"replays": {`) ||
+					!strings.Contains(r.stdout, `"count": 1`) || !strings.Contains(r.stdout, `"last_result": "failed"`) {
+					t.Errorf("relay dlq inspect --json after a failed replay:\n%s", r.stdout)
+				}
 			}
 		})
 	}
