@@ -3,6 +3,8 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -176,3 +178,28 @@ func TestNewRefusesEmptyArguments(t *testing.T) {
 		t.Error("New(empty stream) succeeded")
 	}
 }
+
+// traceCtx returns a context whose remote span is traceparent tp.
+func traceCtx(t *testing.T, tp string) context.Context {
+	t.Helper()
+	parts := strings.Split(tp, "-")
+	tid, err1 := trace.TraceIDFromHex(parts[1])
+	sid, err2 := trace.SpanIDFromHex(parts[2])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("bad traceparent %s", tp)
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
+	return trace.ContextWithSpanContext(context.Background(), sc)
+}
+
+// onlyEntry returns the single entry of stream.
+func onlyEntry(t *testing.T, ctx context.Context, c rueidis.Client, stream string) rueidis.XRangeEntry {
+	t.Helper()
+	es := entries(t, c, stream)
+	if len(es) != 1 {
+		t.Fatalf("stream %s holds %d entries, want 1", stream, len(es))
+	}
+	return es[0]
+}
+
+func keys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
