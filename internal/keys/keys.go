@@ -10,6 +10,10 @@ import (
 
 const prefix = "relay:"
 
+// Pattern is a SCAN MATCH glob for every key under Relay's prefix: all
+// its keys but the source streams, which are the producers'.
+const Pattern = prefix + "*"
+
 var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // Escape percent-escapes ':' and '%' so a name cannot forge key segments.
