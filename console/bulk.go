@@ -113,10 +113,14 @@ func (j *job) finish(why string) {
 
 // jobs are the bulk actions started, in memory.
 type jobs struct {
-	mu    sync.Mutex
-	m     map[string]*job
-	order []string
+	mu      sync.Mutex
+	m       map[string]*job
+	order   []string
+	running sync.WaitGroup
 }
+
+// wait returns when no job runs any more.
+func (js *jobs) wait() { js.running.Wait() }
 
 func newJobs() *jobs { return &jobs{m: map[string]*job{}} }
 
@@ -191,7 +195,7 @@ func (s *Server) dlqBulk(w http.ResponseWriter, r *http.Request) {
 	j := &job{Stream: st, Action: action, Filter: describe(f), Back: f.URL(), Total: total, started: time.Now()}
 	s.jobs.add(j)
 	s.log.Info("console: bulk "+action+" started", "stream", store.Key(), "job", j.ID, "entries", total, "filter", j.Filter, "upto", upto)
-	go s.runJob(j, q, upto)
+	s.jobs.running.Go(func() { s.runJob(j, q, upto) })
 	http.Redirect(w, r, query("/dlq/job", "stream", st, "id", j.ID), http.StatusSeeOther)
 }
 
@@ -229,7 +233,7 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *dlq.
 // runJob acts on the entries of q up to id upto, oldest first, at most
 // j.Total of them, bulkBatch at a time, until done or stopped.
 func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
-	ctx := context.Background()
+	ctx := s.jobCtx
 	store := dlq.NewStore(s.redis(ctx), j.Stream)
 	var apps *app.Set
 	if j.Action == "replay" {
@@ -252,11 +256,19 @@ func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
 		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 		p, err := store.Page(rctx, q)
 		cancel()
+		if ctx.Err() != nil {
+			j.finish("the console stopped")
+			return
+		}
 		if err != nil {
 			j.finish("reading the dead-letter queue failed: " + clean(err.Error()))
 			return
 		}
 		for _, e := range p.Entries {
+			if ctx.Err() != nil {
+				j.finish("the console stopped")
+				return
+			}
 			if j.stopping() || tried == j.Total || stream.CompareID(e.ID, upto) > 0 {
 				j.finish("")
 				return
@@ -280,6 +292,9 @@ func (s *Server) jobStep(ctx context.Context, j *job, apps *app.Set, store *dlq.
 	if j.Action == "replay" {
 		row, stop := s.replayOne(ctx, apps, store, e.ID)
 		j.record(row, row.Result == "replayed")
+		if ctx.Err() != nil {
+			return "the console stopped"
+		}
 		return stop
 	}
 	row := resultRow{ID: e.ID, Target: clean(e.App + "/" + e.Handler), Result: "removed", Message: removedMsg}

@@ -143,6 +143,10 @@ type Server struct {
 	logins   *loginLimiter
 	results  *results
 	jobs     *jobs
+	// jobCtx is the context of the bulk actions, which outlive their
+	// request; Close cancels it.
+	jobCtx   context.Context
+	stopJobs context.CancelFunc
 	sampler  *sampler
 	link     *link
 }
@@ -189,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.sessions, s.logins, s.results = newSessions(cfg.SessionTTL), newLoginLimiter(), newResults()
 	s.jobs = newJobs()
+	s.jobCtx, s.stopJobs = context.WithCancel(context.Background())
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -435,10 +440,16 @@ func localPath(p string) string {
 // the live feed, one sample): build and send all its commands through it.
 func (s *Server) redis(ctx context.Context) rueidis.Client { return s.link.get(ctx) }
 
-// Close closes the Redis clients the console made through Config.Connect
+// Close stops the replay and remove of all matching entries still
+// running (each after the entry it is on; a handler running is cancelled)
+// and closes the Redis clients the console made through Config.Connect
 // (never Config.Redis). Call it after the HTTP server and Sample have
 // stopped.
-func (s *Server) Close() { s.link.close() }
+func (s *Server) Close() {
+	s.stopJobs()
+	s.jobs.wait()
+	s.link.close()
+}
 
 // Sample reads the cluster counters of every stream every SampleInterval
 // until ctx is done, for the overview's rates and sparklines. Without it

@@ -219,3 +219,31 @@ func TestDLQReplayAllMatching(t *testing.T) {
 		t.Errorf("bulk remove read-only: status %d", code)
 	}
 }
+
+// TestDLQJobEndsWithTheConsole: Close stops a replay of all matching
+// after the entry it is on, and waits for it.
+func TestDLQJobEndsWithTheConsole(t *testing.T) {
+	f := newFixture(t)
+	ids := f.fillDLQ(40)
+	hold := make(chan struct{})
+	f.hold.Store(&hold)
+	form := url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "app": {"shop"}, "action": {"replay"}, "count": {"20"},
+		"upto": {ids[39]}, "confirm": {"yes"}}
+	f.do(http.MethodPost, "/dlq/bulk", form)
+	job := f.location
+	testutil.WaitFor(t, 10*time.Second, "the first replay to start", func() bool { return f.ran.Load() == 1 })
+	closed := make(chan struct{})
+	go func() { f.srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a replay of the job was running")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(hold)
+	<-closed
+	_, body := f.get(job)
+	contains(t, "job after Close", body, "Replay all matching: 1 of 20 done", "the console stopped")
+	if n := f.ran.Load(); n != 1 {
+		t.Errorf("handlers ran %d times, want 1", n)
+	}
+}
