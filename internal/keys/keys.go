@@ -58,6 +58,13 @@ func DLQWritten(stream, group, messageID, app, handler string) string {
 	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
 }
 
+// DLQReplays is the replay history of one dead-letter entry, a hash:
+// relay:<stream>:dlq:replays:<entry-id>. It shares the DLQ stream's hash
+// tag.
+func DLQReplays(stream, entryID string) string {
+	return DLQ(stream) + ":replays:" + Escape(entryID)
+}
+
 // ScheduleOccurrence is the dedup key of one occurrence of a schedule that
 // publishes into stream:
 // relay:schedule:<app>:<schedule>:<RFC3339 UTC instant, whole seconds>.
