@@ -22,6 +22,11 @@ command -v gcc >/dev/null || need+=(gcc)   # go test -race needs cgo
 # built from Debian packages with debootstrap.
 [ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null || need+=(debootstrap)
 # --- end runtime images
+# --- producers: docs/producing.md's Python and Node.js examples run in
+# make test (producer/docs_test.go) with Debian's Redis clients.
+dpkg -s python3-redis >/dev/null 2>&1 || need+=(python3-redis)
+dpkg -s node-redis >/dev/null 2>&1 || need+=(node-redis)
+# --- end producers
 # --- console: the browser test (console/browser_test.go) drives Debian's
 # headless chromium; fonts-dejavu-core gives its screenshots legible text.
 command -v chromium >/dev/null || need+=(chromium)
