@@ -16,9 +16,11 @@
 // classify.go, match.go (occurrence.go for a schedule occurrence),
 // invoke.go, record.go (deadletter.go for the DLQ paths) and settle.go,
 // the one place that decides a message's acknowledgement. record.go asks
-// for the retry backoff of a failed attempt (Config.Backoff, config.go);
-// of a handler's output only the Runner's error is kept, which record.go
-// puts into the dead-letter entry. observe.go turns every outcome into log
+// for the retry backoff of a failed attempt (Config.Backoff, config.go;
+// invocation.Backoff picks the entry); of a handler's output the Engine
+// keeps only the Runner's error (runtime.ExitError carries the last
+// stderr line, runtime/output.go), which record.go puts into the
+// dead-letter entry. observe.go turns every outcome into log
 // lines, metrics, cluster stats and span attributes; reader.go,
 // reclaimer.go and heartbeat.go are the Engine's loops, statsfeed.go
 // flushes the cluster-wide counters.
