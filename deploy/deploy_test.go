@@ -338,8 +338,11 @@ func TestDeployment(t *testing.T) {
 	}
 	// The sweep opens the FIFOs a busy shim holds through /proc/<pid>/fd:
 	// it must see the node's processes and may read their descriptors.
-	if !spec.HostPID || !slices.Equal(sc.Capabilities.Add, []string{"SYS_PTRACE"}) {
-		t.Errorf("hostPID %v, capabilities added %v: want the node's PID namespace and SYS_PTRACE only", spec.HostPID, sc.Capabilities.Add)
+	// Removing a container dials its shim in /run/containerd/s, mode 0600,
+	// and removes the secret copies, handed over to the handler's user
+	// (TestImageRunsAsDeployed fails without these).
+	if want := []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_PTRACE"}; !spec.HostPID || !slices.Equal(sc.Capabilities.Add, want) {
+		t.Errorf("hostPID %v, capabilities added %v: want the node's PID namespace and %v only", spec.HostPID, sc.Capabilities.Add, want)
 	}
 
 	// Graceful termination outlasts the shutdown timeout, which covers the
@@ -534,8 +537,8 @@ func TestSystemdUnit(t *testing.T) {
 	if one("Service", "Restart") == "" || one("Install", "WantedBy") == "" {
 		t.Error("want Restart= and an [Install] WantedBy=")
 	}
-	if caps := one("Service", "CapabilityBoundingSet"); caps != "CAP_SYS_PTRACE" {
-		t.Errorf("CapabilityBoundingSet=%s, want CAP_SYS_PTRACE only (the sweep reads a busy shim's FIFOs through /proc)", caps)
+	if caps := one("Service", "CapabilityBoundingSet"); caps != "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_SYS_PTRACE" {
+		t.Errorf("CapabilityBoundingSet=%s, want CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (the shims' sockets, the secret copies) and CAP_SYS_PTRACE (a busy shim's FIFOs through /proc) only", caps)
 	}
 	if _, ok := u["Service"]["PrivateTmp"]; ok {
 		t.Error("PrivateTmp hides the files containerd must bind-mount")

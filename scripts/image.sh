@@ -12,8 +12,10 @@
 # relay.local/relay:dev) is the name stored in it.
 #
 # Reproducible: file and image times are SOURCE_DATE_EPOCH, by default the
-# time of the checked-out commit, so one commit gives one digest with the
-# same Go toolchain. Prints "OUT REF DIGEST" on stdout last.
+# time of the checked-out commit, and the label org.opencontainers.image.revision
+# its hash, so one commit gives one digest with the same Go toolchain,
+# wherever it is checked out (go test ./deploy/ builds twice and compares).
+# Prints "OUT REF DIGEST" on stdout last.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,8 +43,10 @@ while IFS= read -r build; do
 done <<<"$builds"
 install -D -m 0644 "$ca" "$stage/etc/ssl/certs/ca-certificates.crt"
 
+# The commit, as a label (IMAGE_REVISION outside a git checkout).
 labels=()
-if rev=$(git -C "$repo" rev-parse HEAD 2>/dev/null); then
+rev=${IMAGE_REVISION:-$(git -C "$repo" rev-parse HEAD 2>/dev/null || true)}
+if [[ -n $rev ]]; then
 	labels+=(-label "org.opencontainers.image.revision=$rev")
 fi
 go run ./internal/tools/mkimage -o "$out" -ref "$ref" -containerfile "$containerfile" -stage "build=$stage" "${labels[@]}"
