@@ -4,9 +4,10 @@
 // /readyz, the containerd socket mounted, resource requests, a grace period
 // longer than the shutdown timeout and the longest handler timeout, the
 // host paths containerd needs, and a Redis configuration that relay start
-// accepts. No schema-aware Kubernetes linter can run here (their schemas
-// are downloaded at run time), so the manifests are decoded into the
-// fields that matter, strictly where a typo would silently drop a setting.
+// accepts. kubernetes_test.go validates the manifests against Kubernetes'
+// API types and renders the kustomization; image_test.go and run_test.go
+// build the image of the Containerfile and run it as the Deployment does
+// (docs/deployment.md "What the tests check").
 package deploy_test
 
 import (
@@ -561,6 +562,7 @@ func TestSystemdUnit(t *testing.T) {
 }
 
 // TestContainerfile: the image builds the relay binary statically and
+// reproducibly (-trimpath, no VCS stamp, which make image relies on) and
 // runs it.
 func TestContainerfile(t *testing.T) {
 	b, err := os.ReadFile("Containerfile")
@@ -580,6 +582,9 @@ func TestContainerfile(t *testing.T) {
 		case "RUN":
 			if strings.Contains(line, "go build") && strings.Contains(line, "./cmd/relay") && strings.Contains(line, "CGO_ENABLED=0") {
 				build = true
+			}
+			if strings.Contains(line, "go build") && (!strings.Contains(line, " -trimpath ") || !strings.Contains(line, " -buildvcs=false ")) {
+				t.Errorf("%q: want -trimpath and -buildvcs=false (the same binary from the same source, wherever built)", line)
 			}
 		case "ENTRYPOINT":
 			var argv []string
