@@ -65,7 +65,7 @@ build:
 # (default relay.local/relay:dev); one commit gives one digest.
 .PHONY: image
 image:
-	@bash scripts/image.sh dist/relay-image.tar
+	@bash -c 'source scripts/services.sh && use_go && scripts/image.sh dist/relay-image.tar'
 
 vet:
 	go vet ./...
