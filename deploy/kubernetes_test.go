@@ -118,9 +118,7 @@ func TestKubernetesManifestsValidate(t *testing.T) {
 		case *corev1.ConfigMap:
 			errs = validateMeta(&o.ObjectMeta, true, apivalidation.NameIsDNSSubdomain)
 			for k := range o.Data {
-				for _, msg := range validation.IsConfigMapKey(k) {
-					errs = append(errs, field.Invalid(field.NewPath("data").Key(k), k, msg))
-				}
+				errs = append(errs, invalid(field.NewPath("data").Key(k), k, validation.IsConfigMapKey(k))...)
 			}
 		case *appsv1.Deployment:
 			errs = validateDeployment(o)
@@ -289,13 +287,9 @@ func validatePodSpec(p *corev1.PodSpec, fld *field.Path) field.ErrorList {
 		ports := map[string]bool{}
 		for j, port := range c.Ports {
 			pf := cf.Child("ports").Index(j)
-			for _, msg := range validation.IsValidPortNum(int(port.ContainerPort)) {
-				errs = append(errs, field.Invalid(pf.Child("containerPort"), port.ContainerPort, msg))
-			}
+			errs = append(errs, invalid(pf.Child("containerPort"), port.ContainerPort, validation.IsValidPortNum(int(port.ContainerPort)))...)
 			if port.Name != "" {
-				for _, msg := range validation.IsValidPortName(port.Name) {
-					errs = append(errs, field.Invalid(pf.Child("name"), port.Name, msg))
-				}
+				errs = append(errs, invalid(pf.Child("name"), port.Name, validation.IsValidPortName(port.Name))...)
 				if ports[port.Name] {
 					errs = append(errs, field.Duplicate(pf.Child("name"), port.Name))
 				}
@@ -321,9 +315,7 @@ func validatePodSpec(p *corev1.PodSpec, fld *field.Path) field.ErrorList {
 			}
 		}
 		for j, e := range c.Env {
-			for _, msg := range validation.IsEnvVarName(e.Name) {
-				errs = append(errs, field.Invalid(cf.Child("env").Index(j).Child("name"), e.Name, msg))
-			}
+			errs = append(errs, invalid(cf.Child("env").Index(j).Child("name"), e.Name, validation.IsEnvVarName(e.Name))...)
 			if vf := e.ValueFrom; vf != nil && e.Value != "" {
 				errs = append(errs, field.Invalid(cf.Child("env").Index(j), e.Name, "value and valueFrom are exclusive"))
 			}
@@ -375,16 +367,18 @@ func validatePDB(b *policyv1.PodDisruptionBudget) field.ErrorList {
 }
 
 func dns1123Label(f *field.Path, v string) field.ErrorList {
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Label(v) {
-		errs = append(errs, field.Invalid(f, v, msg))
-	}
-	return errs
+	return invalid(f, v, validation.IsDNS1123Label(v))
 }
 
 func dns1123Subdomain(f *field.Path, v string) field.ErrorList {
+	return invalid(f, v, validation.IsDNS1123Subdomain(v))
+}
+
+// invalid turns the messages of a k8s.io/apimachinery validation function
+// into errors on field f.
+func invalid(f *field.Path, v any, msgs []string) field.ErrorList {
 	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(v) {
+	for _, msg := range msgs {
 		errs = append(errs, field.Invalid(f, v, msg))
 	}
 	return errs

@@ -21,7 +21,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/redis/rueidis"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -29,7 +28,6 @@ import (
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
 )
 
 // The app the worker runs in TestImageRunsAsDeployed: handlers in
@@ -379,7 +377,7 @@ func TestImageRunsAsDeployed(t *testing.T) {
 		last = publish(kind, i)
 	}
 	testutil.WaitFor(t, 2*time.Minute, "every event acknowledged", func() bool {
-		return settled(ctx, rc, streamName, group, last)
+		return redistest.Settled(ctx, rc, streamName, group, last)
 	})
 	entries, err := dlq.NewStore(rc, streamName).List(ctx, dlq.Filter{})
 	if err != nil {
@@ -420,7 +418,7 @@ func TestImageRunsAsDeployed(t *testing.T) {
 	case <-time.After(grace):
 		t.Fatalf("the worker did not exit within terminationGracePeriodSeconds (%s) of SIGTERM", grace)
 	}
-	if !settled(ctx, rc, streamName, group, slow) {
+	if !redistest.Settled(ctx, rc, streamName, group, slow) {
 		t.Error("the slow event is not acknowledged: SIGTERM abandoned its handler")
 	}
 	if n, _ := dlq.NewStore(rc, streamName).List(ctx, dlq.Filter{}); len(n) != badEvents {
@@ -513,29 +511,4 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// settled reports whether the group has read up to last and has nothing
-// pending: every message up to last acknowledged.
-func settled(ctx context.Context, rc rueidis.Client, streamName, group, last string) bool {
-	n, _, err := stream.New(rc, streamName, group, "checker").Pending(ctx)
-	if err != nil || n != 0 {
-		return false
-	}
-	info, err := rc.Do(ctx, rc.B().XinfoGroups().Key(streamName).Build()).ToArray()
-	if err != nil {
-		return false
-	}
-	for _, g := range info {
-		m, err := g.AsMap()
-		if err != nil {
-			return false
-		}
-		name, lastDelivered := m["name"], m["last-delivered-id"]
-		if n, _ := name.ToString(); n == group {
-			l, _ := lastDelivered.ToString()
-			return stream.CompareID(l, last) >= 0
-		}
-	}
-	return false
 }
