@@ -73,7 +73,7 @@ func requireImageTools(t *testing.T) {
 
 // runImageScript runs scripts/image.sh of the checkout at repo and returns
 // the archive's path and the digest it printed.
-func runImageScript(t *testing.T, repo, out string, env ...string) (string, string, error) {
+func runImageScript(repo, out string, env ...string) (string, string, error) {
 	cmd := exec.Command("bash", filepath.Join(repo, "scripts", "image.sh"), out, imageRef)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
@@ -96,7 +96,7 @@ func relayImage(t *testing.T) (archive, digest string) {
 	built.once.Do(func() {
 		built.dir, built.err = os.MkdirTemp("", "relay-image-")
 		if built.err == nil {
-			built.archive, built.digest, built.err = runImageScript(t, "..", filepath.Join(built.dir, "relay.tar"))
+			built.archive, built.digest, built.err = runImageScript("..", filepath.Join(built.dir, "relay.tar"))
 		}
 	})
 	if built.err != nil {
@@ -391,7 +391,7 @@ func TestImageReproducible(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	again, digest2, err := runImageScript(t, copyRoot, filepath.Join(t.TempDir(), "relay.tar"),
+	again, digest2, err := runImageScript(copyRoot, filepath.Join(t.TempDir(), "relay.tar"),
 		"SOURCE_DATE_EPOCH="+git("log", "-1", "--format=%ct"), "IMAGE_REVISION="+git("rev-parse", "HEAD"),
 		"GOCACHE="+filepath.Join(t.TempDir(), "gocache"))
 	if err != nil {

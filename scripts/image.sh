@@ -34,6 +34,7 @@ export SOURCE_DATE_EPOCH
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$(dirname "$out")" "$stage/out"
+out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 builds=$(sed -n 's/^RUN \(CGO_ENABLED=0 go build .* -o \/out\/.*\)$/\1/p' "$containerfile")
 [[ $(wc -l <<<"$builds") == 2 ]] || { echo "image: want two 'RUN CGO_ENABLED=0 go build ... -o /out/...' lines in $containerfile" >&2; exit 1; }
 cd "$repo"
