@@ -2,9 +2,8 @@
 # Installs what Relay's demo and tests need and is missing: redis-server,
 # containerd (with ctr), runc, busybox-static (the example image's rootfs),
 # debootstrap (the python3/node runtime images), ca-certificates (the relay
-# image's CA bundle), chromium (the console's
-# browser test) and a Go toolchain new enough for go.mod. Idempotent; needs
-# root for apt.
+# image's CA bundle), chromium (the console's browser test) and a Go
+# toolchain new enough for go.mod. Idempotent; needs root for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
