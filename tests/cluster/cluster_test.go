@@ -24,6 +24,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/schedule"
@@ -142,7 +143,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	for _, s := range streams {
 		testutil.WaitFor(t, 2*time.Minute, "every message of "+s+" acknowledged", func() bool {
-			return settled(ctx, rc, s, group, last[s])
+			return redistest.Settled(ctx, rc, s, group, last[s])
 		})
 	}
 
