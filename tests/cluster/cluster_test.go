@@ -116,7 +116,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	for _, w := range workers {
 		testutil.WaitFor(t, time.Minute, "every stream's engine started", func() bool {
-			return strings.Count(w.stderr.String(), "worker started") == len(streams)
+			return strings.Count(w.stderr.String(), "engine started") == len(streams)
 		})
 	}
 
