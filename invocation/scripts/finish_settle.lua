@@ -15,8 +15,9 @@
 -- for a message still in the group's PEL whose field is
 -- running:<deadline_ms>:<attempt>:<token> with its lease's attempt and
 -- token does anything change (prelude.lua fence): the message is
--- acknowledged (XACK) and its hash deleted (retention 0), or its field
--- becomes "ok" and __terminal is set with a TTL of the retention. This is
+-- acknowledged (XACK) and its hash deleted (retention 0: the XACK's reply
+-- is the PEL check), or its field becomes "ok" and __terminal is set with
+-- a TTL of the retention (one XACK for the batch). This is
 -- Finish, then XACK, then Retain, without a round trip or a crash between
 -- them, so with retention 0 no hash outlives the XACK.
 --
@@ -31,17 +32,32 @@ local group, ttl_ms = ARGV[1], ARGV[2]
 local codes, acked = {}, {}
 for k = 2, #KEYS do
   local a = 3 + (k - 2) * 4
-  local key, field, token, id = KEYS[k], ARGV[a], ARGV[a + 2], ARGV[a + 3]
-  local code = fence(key, field, RUNNING, tonumber(ARGV[a + 1]), token, KEYS[1], group, id)
-  if code == 0 then
-    if ttl_ms == '0' then
-      redis.call('DEL', key)
-    else
+  local key, field, attempt, token, id = KEYS[k], ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3]
+  local code
+  if ttl_ms == '0' then
+    -- The XACK's count says whether the message was pending: a deletion
+    -- needs no memory, so nothing can fail after it.
+    code = match(key, field, RUNNING, attempt, token)
+    if code == 0 then
+      if redis.call('XACK', KEYS[1], group, id) == 1 then
+        redis.call('DEL', key)
+        code = 1
+      else
+        code = 3
+      end
+    elseif code == 2 and not in_pel(KEYS[1], group, id) then
+      code = 3
+    end
+  else
+    -- Checked first, so that a Redis at maxmemory refuses the HSET before
+    -- anything is acknowledged.
+    code = fence(key, field, RUNNING, attempt, token, KEYS[1], group, id)
+    if code == 0 then
       redis.call('HSET', key, field, 'ok', '__terminal', '1')
       redis.call('PEXPIRE', key, ttl_ms)
+      acked[#acked + 1] = id
+      code = 1
     end
-    acked[#acked + 1] = id
-    code = 1
   end
   codes[k - 1] = code
 end

@@ -40,16 +40,14 @@ local function in_pel(stream, group, id)
   return #p > 0
 end
 
--- helper: fence
--- fence checks, in one HMGET, that the hash is not retained and, with
--- in_pel, that the message id is still in the PEL of group on stream, and
--- then that field matches pattern with this attempt and token. It
--- returns 0, the stored value and the third capture when all hold;
--- otherwise the reply code, 3 (terminal: retained, or left the PEL) or 2
--- (stale).
-local function fence(key, field, pattern, attempt, token, stream, group, id)
+-- helper: match
+-- match checks, in one HMGET, that the hash is not retained and that field
+-- matches pattern with this attempt and token. It returns 0, the stored
+-- value and the third capture when both hold; otherwise the reply code, 3
+-- (terminal) or 2 (stale).
+local function match(key, field, pattern, attempt, token)
   local got = redis.call('HMGET', key, '__terminal', field)
-  if got[1] or not in_pel(stream, group, id) then
+  if got[1] then
     return 3
   end
   local v = got[2]
@@ -61,6 +59,18 @@ local function fence(key, field, pattern, attempt, token, stream, group, id)
     return 2
   end
   return 0, v, rest
+end
+
+-- helper: fence
+-- fence is match for the message id of group on stream, which must also
+-- still be in the group's PEL (in_pel): one that left it gets 3
+-- (terminal) whatever its hash holds.
+local function fence(key, field, pattern, attempt, token, stream, group, id)
+  local code, v, rest = match(key, field, pattern, attempt, token)
+  if code == 3 or not in_pel(stream, group, id) then
+    return 3
+  end
+  return code, v, rest
 end
 
 -- helper: save_trace

@@ -23,6 +23,14 @@
 --   {3}  the message is not in the group's PEL; nothing changed
 
 local key, group, id = KEYS[1], ARGV[1], ARGV[2]
+if ARGV[3] == '0' then
+  -- The XACK's count is the PEL check; a deletion needs no memory.
+  if redis.call('XACK', KEYS[2], group, id) == 0 then
+    return {3}
+  end
+  redis.call('DEL', key)
+  return {1}
+end
 if not in_pel(KEYS[2], group, id) then
   return {3}
 end
