@@ -70,10 +70,7 @@ func stateAckedWithoutState(t *testing.T, s *stateSuite) {
 	if s.h.Redeliver == nil {
 		return
 	}
-	s.h.Redeliver(t, s.key)
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
-		t.Errorf("claim of the message delivered again = %+v, want attempt 1 (Retain of a missing hash creates none)", got)
-	}
+	s.runsAgain(t, "(Retain of a missing hash creates none)")
 }
 
 // stateRetainRefusedWhilePending: the state of a pending message is live,
@@ -113,21 +110,14 @@ func stateRedeliveredWhileRetained(t *testing.T, s *stateSuite) {
 func stateRedeliveredAfterDeletion(t *testing.T, s *stateSuite) {
 	s.needRedeliver(t)
 	s.finishAndSettle(t, 0)
-	s.h.Redeliver(t, s.key)
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
-		t.Errorf("claim of a rewound message without state = %+v, want attempt 1 (it runs again)", got)
-	}
+	s.runsAgain(t, "after its state was deleted with the ack")
 }
 
 func stateRetentionExpires(t *testing.T, s *stateSuite) {
 	s.needRedeliver(t)
 	s.finishAndSettle(t, s.h.Short)
 	s.h.Advance(t, 2*s.h.Short)
-	s.h.Redeliver(t, s.key)
-	// The state is gone, as if the message had never been seen.
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
-		t.Fatalf("claim after the retention TTL ran out = %+v, want attempt 1", got)
-	}
+	s.runsAgain(t, "after the retention TTL ran out")
 }
 
 func stateRetainDoesNotExtendTTL(t *testing.T, s *stateSuite) {
@@ -137,8 +127,15 @@ func stateRetainDoesNotExtendTTL(t *testing.T, s *stateSuite) {
 		t.Fatal(err)
 	}
 	s.h.Advance(t, 2*s.h.Short)
+	s.runsAgain(t, "after the first TTL ran out (a second Retain must not extend it)")
+}
+
+// runsAgain delivers s.key's message again and expects a claim to start
+// attempt 1: it is handled as new, its state being gone.
+func (s *stateSuite) runsAgain(t *testing.T, when string) {
+	t.Helper()
 	s.h.Redeliver(t, s.key)
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed {
-		t.Fatalf("claim after the first TTL ran out = %+v, want claimed (a second Retain must not extend the TTL)", got)
+	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
+		t.Errorf("claim of the message delivered again %s = %+v, want attempt 1", when, got)
 	}
 }
