@@ -213,7 +213,8 @@ func claimOf(r reply, base Lease, token string) (Claim, error) {
 // next Claim runs the same attempt number; for attempt 1 (0 used) too, so
 // that Unfinished still lists the invocation. A non-empty l.Trace is stored in
 // TraceField(l.Field) either way. ErrStale unless the field is running with
-// l's attempt and token; ErrTerminal on a retained hash or once the message left the group's PEL.
+// l's attempt and token; ErrTerminal on a retained hash or once the
+// message left the group's PEL.
 func (s *Store) Release(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "release", releaseScript, l, l.Trace)
 	return err
@@ -223,7 +224,8 @@ func (s *Store) Release(ctx context.Context, l Lease) error {
 // unless the field is running with l's attempt and token, including when it
 // is "ok" already (Finish is not idempotent: "ok" carries no token, so a
 // caller that lost the reply learns the outcome from Claim, which reports
-// Succeeded). ErrTerminal on a retained hash or once the message left the group's PEL.
+// Succeeded). ErrTerminal on a retained hash or once the message left the
+// group's PEL.
 func (s *Store) Finish(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "finish", finishScript, l)
 	return err
@@ -274,7 +276,8 @@ func (s *Store) FinishSettle(ctx context.Context, l Lease, retention time.Durati
 // (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>, and a
 // non-empty l.Trace in TraceField(l.Field). backoff must be >= 0 and is used
 // with millisecond precision. ErrStale unless the field is running with l's
-// attempt and token; ErrTerminal on a retained hash or once the message left the group's PEL.
+// attempt and token; ErrTerminal on a retained hash or once the message
+// left the group's PEL.
 func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duration) (time.Time, error) {
 	if backoff < 0 {
 		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0",

@@ -63,7 +63,8 @@ type StateStoreHarness struct {
 // stale delivery changes nothing; Retain refused while the message is
 // pending; a rewound message inert while its state is retained and handled
 // afresh once it is deleted or expired (unless Redeliver is nil); the
-// retention TTL not being extended by a second Retain; independence of fields and keys; exactly one
+// retention TTL not being extended by a second Retain; independence of
+// fields and keys; exactly one
 // winner among concurrent claims; first-writer-wins pins; the trace lineage
 // a Release, ScheduleRetry or Exhaust stores for the next Claim (unless the
 // harness sets NoTraceLineage); and rejection of ill-formed arguments.
@@ -82,8 +83,8 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 
 // stateCases are the cases of TestStateStore, in the order they run. Each
 // is a function named state<case>, in contract_state_attempts.go,
-// contract_state_guards.go or contract_state_retention.go; a failure names the calling test and the case,
-// such as TestStoreContract/ClaimNew.
+// contract_state_guards.go or contract_state_retention.go; a failure names
+// the calling test and the case, such as TestStoreContract/ClaimNew.
 var stateCases = []struct {
 	name string
 	run  func(t *testing.T, s *stateSuite)
