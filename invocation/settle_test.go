@@ -200,6 +200,19 @@ func TestSettleCluster(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
+	// Every transition runs there too: claim, finish and ack in one script.
+	next := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
+	claim, err := s.Claim(ctx, next, testField, time.Minute, 3, Record{})
+	if err != nil || claim.Status != Claimed {
+		t.Fatalf("Claim = %+v, %v", claim, err)
+	}
+	if err := s.FinishSettle(ctx, claim.Lease, 0); err != nil {
+		t.Fatalf("FinishSettle = %v", err)
+	}
+	if got, _ := hashState(t, c, next); pending(t, c, next) != 0 || len(got) != 0 {
+		t.Errorf("after FinishSettle with retention 0: pending %d, hash %v; want neither", pending(t, c, next), got)
+	}
+
 	untagged := pendingMessage(t, c, Key{Stream: redistest.Name(t, "untagged"), Group: "group"})
 	if slot(t, c, untagged.Stream) == slot(t, c, keys.Invocation(untagged.Stream, untagged.Group, untagged.MessageID)) {
 		t.Skip("the untagged stream happens to share its hash's slot")
@@ -207,6 +220,9 @@ func TestSettleCluster(t *testing.T) {
 	ackErr, _ := s.Settle(ctx, untagged, time.Hour)
 	if ackErr == nil || !strings.Contains(ackErr.Error(), "hash tag") {
 		t.Errorf("Settle of an untagged stream = %v, want an error naming the hash tag", ackErr)
+	}
+	if _, err := s.Claim(ctx, untagged, testField, time.Minute, 3, Record{}); err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Claim of an untagged stream = %v, want an error naming the hash tag", err)
 	}
 	if n := pending(t, c, untagged); n != 1 {
 		t.Errorf("a refused Settle acknowledged the message")
