@@ -41,8 +41,14 @@ const (
 	// invocations after its context is cancelled.
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultRetention is how long a finished message's invocation state is
-	// kept after it left the PEL (docs/delivery.md#invocation-state).
+	// kept after it left the PEL: 48h (docs/delivery.md#invocation-state).
 	DefaultRetention = invocation.DefaultRetention
+	// DeleteOnAck as Config.Retention keeps no invocation state after the
+	// ack: a message's hash is deleted in the script that acknowledges it
+	// (REDIS_INVOCATION_RETENTION=0, docs/delivery.md#invocation-state).
+	// A negative sentinel, as Disabled is for the other retentions; any
+	// other negative Retention is an error.
+	DeleteOnAck time.Duration = -2
 	// DefaultWriteTimeout bounds the retries of one write that records an
 	// outcome (state, dead-letter entry, acknowledgement), so a Redis
 	// restart as a handler finishes does not lose its result.
@@ -99,7 +105,9 @@ type Config struct {
 	// messages stay pending. Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Retention is the TTL of a message's invocation state after the
-	// message left the PEL. Default: DefaultRetention.
+	// message left the PEL (REDIS_INVOCATION_RETENTION); DeleteOnAck
+	// deletes it with the ack instead. A stale delivery stays inert either
+	// way (docs/delivery.md#invocation-state). Default: DefaultRetention.
 	Retention time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
@@ -166,7 +174,9 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.HeartbeatInterval, c.MinPendingIdle/3)
 	orDefault(&c.LeaseGrace, DefaultLeaseGrace)
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&c.Retention, DefaultRetention)
+	if orDefault(&c.Retention, DefaultRetention); c.Retention == DeleteOnAck {
+		c.Retention = 0 // the stores' "delete" (invocation.CheckRetention)
+	}
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
@@ -208,7 +218,9 @@ func (c Config) check() error {
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
 	nonNegative("LeaseGrace", c.LeaseGrace)
 	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
-	nonNegative("Retention", c.Retention)
+	if c.Retention != DeleteOnAck {
+		nonNegative("Retention", c.Retention)
+	}
 	nonNegative("WriteTimeout", c.WriteTimeout)
 	nonNegative("StatsInterval", c.StatsInterval)
 	for i, d := range c.Backoff {

@@ -242,10 +242,26 @@ func (c Config) check() error {
 	return errors.Join(errs...)
 }
 
-// stateRetention is the invocation state retention the Engines of c use.
+// stateRetention is the invocation state retention the Engines of c use:
+// 0 when they delete it with the acknowledgement (relay.DeleteOnAck), as
+// the janitor must then do with what a crash left behind.
 func (c Config) stateRetention() time.Duration {
-	if c.Engine.Retention > 0 {
+	switch {
+	case c.Engine.Retention == relay.DeleteOnAck:
+		return 0
+	case c.Engine.Retention > 0:
 		return c.Engine.Retention
+	}
+	return relay.DefaultRetention
+}
+
+// markerRetention is how long a DLQ written marker is kept: the state's
+// retention, and the default when the state is deleted with the ack, since
+// a stale delivery that already holds an exhausted claim may still try to
+// write its entry (docs/delivery.md#data-layout-in-redis).
+func (c Config) markerRetention() time.Duration {
+	if r := c.stateRetention(); r > 0 {
+		return r
 	}
 	return relay.DefaultRetention
 }

@@ -16,8 +16,9 @@ import (
 // about this long.
 const janitorPass = time.Hour
 
-// janitor gives terminal retention to one stream's invocation state left
-// without a TTL after its message was acknowledged (a worker that died
+// janitor gives terminal retention (or, with a ttl of 0, deletion) to one
+// stream's invocation state left without a TTL after its message was
+// acknowledged (a worker that died
 // between the XACK and the switch to retention), one bounded SCAN step
 // every interval (docs/delivery.md#invocation-state). A step is sized from
 // the node's key count so that a pass over it takes about an hour.
@@ -44,8 +45,11 @@ func (j *janitor) Run(ctx context.Context) {
 		cursor = res.Cursor
 		j.retained.Add(float64(res.Retained))
 		if res.Retained > 0 {
-			j.log.LogAttrs(ctx, slog.LevelInfo, "retained invocation state left without a TTL after its message was acknowledged",
-				slog.Int("hashes", res.Retained))
+			msg := "retained invocation state left without a TTL after its message was acknowledged"
+			if j.ttl == 0 {
+				msg = "deleted invocation state left behind after its message was acknowledged"
+			}
+			j.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Int("hashes", res.Retained))
 		}
 		steps := int64(janitorPass / j.interval)
 		count = max(invocation.DefaultLeakScanCount, int(res.Keys/max(steps, 1))+1)

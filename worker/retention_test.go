@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -195,11 +196,22 @@ func TestWorkerRemovesIdleConsumers(t *testing.T) {
 
 // TestWorkerJanitorRetainsLeakedState: a hash left without a TTL after its
 // message was acknowledged (a worker that died in the ack-to-retain
-// window) gets its retention from the janitor; the hash of a message still
-// pending is left alone.
+// window) gets its retention from the janitor, or is deleted when the
+// Engines delete state with the ack; the hash of a message still pending
+// is left alone.
 func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+	}{{"retained", 0}, {"deleted", relay.DeleteOnAck}} {
+		t.Run(tc.name, func(t *testing.T) { testJanitor(t, tc.retention) })
+	}
+}
+
+func testJanitor(t *testing.T, retention time.Duration) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.JanitorInterval = 50 * time.Millisecond
+	h.cfg.Engine.Retention = retention
 	rc := h.cfg.Redis
 	ctx := t.Context()
 	name := h.streams[0]
@@ -240,7 +252,11 @@ func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
 		}
 		return n
 	}
-	testutil.WaitFor(t, 20*time.Second, "the leaked hash retained", func() bool { return ttl(leaked) > 0 })
+	if retention == relay.DeleteOnAck {
+		testutil.WaitFor(t, 20*time.Second, "the leaked hash deleted", func() bool { return ttl(leaked) == -2 })
+	} else {
+		testutil.WaitFor(t, 20*time.Second, "the leaked hash retained", func() bool { return ttl(leaked) > 0 })
+	}
 	if n := ttl(pending); n != -1 {
 		t.Errorf("the pending message's state has TTL %dms; live state must keep none", n)
 	}

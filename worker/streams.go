@@ -47,7 +47,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	store := invocation.New(cfg.Redis)
 	// A dead-letter entry's written marker lives as long as the invocation
 	// state it guards (docs/delivery.md#dead-letter-queue).
-	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.stateRetention()))
+	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.markerRetention()))
 	c := relay.Components{
 		Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
 		// The source and the store share the client: a message's last

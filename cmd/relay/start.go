@@ -40,6 +40,9 @@ type StartCmd struct {
 	DLQRetention    `embed:""`
 	MaxEventBytes   byteSize      `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
 	DepsRetention   time.Duration `name:"deps-retention" env:"RELAY_DEPS_RETENTION" default:"168h" help:"Remove a dependency image no worker of the containerd namespace used for this long (0: keep them; else at least 1h)."`
+
+	// InvocationRetention: docs/operations.md#redis-memory sizes it.
+	InvocationRetention time.Duration `name:"invocation-retention" env:"REDIS_INVOCATION_RETENTION" default:"48h" help:"Keep a message's invocation state this long after its ack; 0 deletes it with the ack (docs/delivery.md#invocation-state)."`
 }
 
 // byteSize is a flag value in bytes, written with a KiB, MiB or GiB unit.
@@ -78,6 +81,9 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.DLQRetention.check(); err != nil {
 		return err
 	}
+	if c.InvocationRetention < 0 {
+		return usagef("REDIS_INVOCATION_RETENTION must be >= 0 (0: delete with the ack), got %s", c.InvocationRetention)
+	}
 	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
 		return usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
 	}
@@ -115,7 +121,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
 		Engine: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
-			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
+			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg, Retention: orDeleteOnAck(c.InvocationRetention),
 			TracerProvider: tp,
 		},
 	})
@@ -200,6 +206,14 @@ func runError(g *Globals, err error) error {
 func orDisabled(d time.Duration) time.Duration {
 	if d == 0 {
 		return worker.Disabled
+	}
+	return d
+}
+
+// orDeleteOnAck maps REDIS_INVOCATION_RETENTION's 0 to relay.DeleteOnAck.
+func orDeleteOnAck(d time.Duration) time.Duration {
+	if d == 0 {
+		return relay.DeleteOnAck
 	}
 	return d
 }
