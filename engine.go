@@ -77,6 +77,9 @@ type Engine struct {
 	// not a claim refused): while it is not 0 the read loop paces its
 	// reads (readLoop).
 	claimFails atomic.Int32
+	// unsettled holds the claims to give back whose outcome was not
+	// learnt (unsettled.go).
+	unsettled *unsettledClaims
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
@@ -146,6 +149,8 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
 		inFlight: map[string]struct{}{},
 		waiting:  map[string]struct{}{},
+
+		unsettled: newUnsettledClaims(),
 	}
 	e.SetApps(apps)
 	return e, nil
@@ -196,6 +201,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	if _, ok := e.c.Source.(PendingReporter); !ok {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the stream source does not report its PEL; relay_pending_entries stays 0")
 	}
+	if _, ok := e.c.State.(ClaimVoider); !ok {
+		e.log.LogAttrs(ctx, slog.LevelInfo, "the state store cannot give back claims whose reply was lost; their leases will be charged as failed attempts when they expire")
+	}
 	if inc := e.gen.Load().incomplete; len(inc) > 0 {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
@@ -216,6 +224,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
 	loops.Go(func() { e.statsLoop(ctx) })
+	loops.Go(func() { e.voidLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
 	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as r.msgs
@@ -231,6 +240,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		abandon()
 		<-done
 	}
+	e.flushUnsettled()
 	e.flushStats(ctx)
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
 	return nil
