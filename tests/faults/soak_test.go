@@ -15,8 +15,11 @@
 // TestSoakRetention runs worker.Worker processes, as relay start does, with
 // retentions of seconds, live reload of an apps root edited under them,
 // and samples Redis to show that what retention bounds stays bounded.
+// TestSoakNetworkFaults puts a fault proxy between each worker and Redis
+// (latency, black holes, resets, a partition past a handler's lease).
 // RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them, and
-// RELAY_SOAK_RETENTION_DURATION sets the retention soak's length (make soak).
+// RELAY_SOAK_RETENTION_DURATION and RELAY_SOAK_NETWORK_DURATION set the
+// retention and network soaks' lengths (make soak).
 //
 // Bugs the soaks found in engine or runner code have a minimal
 // reproduction in repro_test.go, skipped naming the bug. Until they are
