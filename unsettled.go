@@ -97,7 +97,7 @@ func (e *Engine) voidLoop(ctx context.Context) {
 	for {
 		wait := time.Duration(-1) // until woken
 		if e.unsettled.len() > 0 {
-			wait = min(retryDelay(fails), maxVoidDelay)
+			wait = min(retryDelay(fails+1), maxVoidDelay)
 		}
 		if !e.waitVoid(ctx, wait) {
 			return

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/netfault"
 	"github.com/relaydev/relay/internal/redistest"
@@ -54,20 +52,7 @@ func TestSoakNetworkFaults(t *testing.T) {
 		dur, long = v, v > 5*time.Minute
 	}
 	addr := redistest.Addr(t)
-	rc := redistest.Connect(t, addr)
-	streamName := redistest.Name(t, "soak")
-	appsRoot := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(appsRoot, soakAppName), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(networkApp), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "publisher")
-	if err := src.EnsureGroup(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rc, streamName, appsRoot, src := newSoakStream(t, addr, networkApp)
 	names := []string{"w1", "w2", "w3"}
 	proxies := map[string]*netfault.Proxy{}
 	for _, n := range names {
@@ -346,11 +331,22 @@ const partitionFor = 7200 * time.Millisecond
 // began to healed: it must have said not ready when it healed, and ready
 // again after.
 func (nf *networkFaults) readiness(victim string, began, healed time.Time) {
-	time.Sleep(2 * time.Second) // let the probe after the heal land
-	marks, err := nf.rc.Do(context.Background(), nf.rc.B().Lrange().Key(ledgerKey(nf.stream, "ready:"+victim)).Start(0).Stop(-1).Build()).AsStrSlice()
-	if err != nil {
-		nf.t.Errorf("read %s's readiness: %v", victim, err)
-		return
+	// The worker is ready again once a read of the stream succeeded, which
+	// its read loop's backoff may delay by a few seconds.
+	var marks []string
+	for wait := time.Now().Add(15 * time.Second); time.Now().Before(wait); time.Sleep(200 * time.Millisecond) {
+		var err error
+		marks, err = nf.rc.Do(context.Background(), nf.rc.B().Lrange().Key(ledgerKey(nf.stream, "ready:"+victim)).Start(0).Stop(-1).Build()).AsStrSlice()
+		if err != nil {
+			nf.t.Errorf("read %s's readiness: %v", victim, err)
+			return
+		}
+		if len(marks) > 0 {
+			ms, state, _ := strings.Cut(marks[len(marks)-1], " ")
+			if n, _ := strconv.ParseInt(ms, 10, 64); state == "ready" && n > healed.UnixMilli() {
+				break
+			}
+		}
 	}
 	// The readiness as the black hole ended: the last mark before the heal
 	// must say unready (its spell may have begun just before the black

@@ -41,6 +41,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay/app"
 
 	"github.com/relaydev/relay"
@@ -124,25 +126,32 @@ func faultCount(events, least, per int) int { return max(least, events/per) }
 // over events goes.
 func spreadAt(i, events, n int) bool { return i > 0 && i%max(1, events/(n+1)) == 0 }
 
-// runSoak runs three worker processes, plus a fourth that shares the first
-// one's consumer name, against addr; publishes events while fault runs
-// again and again and a few pending entries are deleted; then checks the
-// ledger.
-func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []string)) {
+// newSoakStream connects to addr and returns the client, a new stream with
+// the soak's group, an apps root holding the soak app of template
+// tmpl, and the publisher's source.
+func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *stream.Source) {
 	rc := redistest.Connect(t, addr)
 	streamName := redistest.Name(t, "soak")
 	appsRoot := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(appsRoot, soakAppName), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(soakApp), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	src := stream.New(rc, streamName, soakGroup, "publisher")
-	if err := src.EnsureGroup(ctx); err != nil {
+	if err := src.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return rc, streamName, appsRoot, src
+}
+
+// runSoak runs three worker processes, plus a fourth that shares the first
+// one's consumer name, against addr; publishes events while fault runs
+// again and again and a few pending entries are deleted; then checks the
+// ledger.
+func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []string)) {
+	rc, streamName, appsRoot, src := newSoakStream(t, addr, soakApp)
 	s := newSoak(t, envRedis+"="+addr, envStream+"="+streamName, envApps+"="+appsRoot, envRunner+"=func")
 	names := []string{"w1", "w2", "w3"}
 	for _, n := range names {
