@@ -132,6 +132,42 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// ExitPermanent is the exit code by which a handler says that its failure
+// is permanent: the same event can never succeed, so the invocation is
+// dead-lettered at once instead of retried (docs/delivery.md#permanent-failures).
+// It is EX_DATAERR of sysexits.h, "the input data was incorrect".
+const ExitPermanent = 65
+
+// ErrPermanent is wrapped by Permanent; a Go handler's error that wraps it
+// fails its invocation for good.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent marks err as a permanent failure: returned by a HandlerFunc,
+// the invocation is exhausted at once and dead-lettered with err as the
+// reason, never retried (docs/delivery.md#permanent-failures). The attempt
+// still counts. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// IsPermanent reports whether the handler said its failure is permanent:
+// it exited ExitPermanent by itself (not at a timeout or out of memory), or
+// its Go function returned an error wrapping ErrPermanent.
+func (e *ExitError) IsPermanent() bool {
+	if e.TimedOut || e.OOMKilled {
+		return false
+	}
+	return e.Code == ExitPermanent || errors.Is(e.Err, ErrPermanent)
+}
+
 // ErrOutcomeUnknown marks an infrastructure error after the handler
 // started (the runtime lost track of it): it may have run to the end, or may
 // still be running. The Engine then keeps the claim instead of releasing
