@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -309,7 +310,11 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 	}{{"retry left", 1}, {"last attempt", 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newOnFakes(t, app.Rule{Retries: c.retries})
+				rule := app.Rule{Retries: c.retries}
+				if c.retries == 0 {
+					rule.Retries = app.NoRetries
+				}
+				f := newOnFakes(t, rule)
 				id := f.publish()
 				// The dead worker read the entry and claimed attempt 1 with
 				// the lease an Engine takes: timeout (the default 30s) plus
@@ -437,4 +442,40 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 		f.settle(time.Hour)
 		f.wantRetained(id, "ok")
 	})
+}
+
+// A handler that exits runtime.ExitPermanent, or a Go function that returns
+// runtime.Permanent, fails its invocation for good: with the default four
+// retries left it is dead-lettered after its one attempt, with its reason,
+// and never retried (docs/delivery.md#permanent-failures).
+func TestFakesPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
+	for name, fail := range map[string]relaytest.Outcome{
+		"exit code 65": relaytest.Fail(runtime.ExitPermanent, "order 7 has no customer"),
+		"Go function": func(ctx context.Context, _ runtime.Request) error {
+			_, err := runtime.NewFunc(map[string]runtime.HandlerFunc{"h": func(context.Context, runtime.Request) error {
+				return runtime.Permanent(errors.New("order 7 has no customer"))
+			}}).Run(ctx, runtime.Request{App: "shop", Handler: "h"})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newOnFakes(t, app.Rule{}) // the template's default: 4 retries
+				f.runner.Script(fakeField, fail, relaytest.Succeed())
+				f.run("c1", relay.Config{})
+				id := f.publish()
+				f.settle(time.Hour)
+
+				if reqs := f.runner.Requests(fakeField); len(reqs) != 1 {
+					t.Fatalf("runs = %d, want 1: a permanent failure is not retried", len(reqs))
+				}
+				es, _ := f.dlq.List(context.Background(), dlq.Filter{})
+				if len(es) != 1 || es[0].OriginalID != id || es[0].HandlerAttempts != 1 || !strings.Contains(es[0].Reason, "order 7 has no customer") ||
+					!strings.Contains(es[0].Reason, "permanent") {
+					t.Errorf("DLQ = %+v, want one entry for %s after 1 attempt, its reason saying why and that it is permanent", es, id)
+				}
+				f.wantRetained(id, "exhausted:1:")
+			})
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -114,7 +115,9 @@ func (g *generation) field(name string, i int) string {
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
-// fails naming every missing component and invalid setting.
+// fails naming every missing component and invalid setting, and when apps
+// is not empty and the Runner serves a fixed set of Go functions, every
+// handler that does not match (CheckHandlers).
 func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	var errs []error
 	if apps == nil {
@@ -130,6 +133,14 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	}
 	cfg, err := cfg.withDefaults()
 	errs = append(errs, err)
+	var unused error
+	if apps != nil && len(apps.List()) > 0 && c.Runner != nil {
+		err := CheckHandlers(apps, c.Runner)
+		if Refuses(err) {
+			errs = append(errs, fmt.Errorf("relay: NewEngine: %w", err))
+		}
+		unused = err
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -148,7 +159,33 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		waiting:  map[string]struct{}{},
 	}
 	e.SetApps(apps)
+	if unused != nil {
+		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
+	}
 	return e, nil
+}
+
+// CheckHandlers checks apps against r when r serves a fixed set of
+// handlers (a runtime.HandlerChecker such as runtime.Func): the error
+// (a *runtime.HandlerMismatch for a Func) lists every handler of a Go app
+// that r does not serve and every function r serves that nothing names
+// (docs/embedding.md#go-handlers). It is nil for any other Runner.
+// Refuses tells whether the error stops a start.
+func CheckHandlers(apps *app.Set, r Runner) error {
+	hc, ok := r.(runtime.HandlerChecker)
+	if !ok || apps == nil {
+		return nil
+	}
+	return hc.CheckHandlers(apps.Targets())
+}
+
+// Refuses reports whether err, from CheckHandlers, stops an Engine or a
+// Worker from starting: a handler has no function. Functions that nothing
+// names only warn: an app was removed, or a handler renamed while
+// retries or schedule occurrences of the old name are pending.
+func Refuses(err error) bool {
+	hm, ok := errors.AsType[*runtime.HandlerMismatch](err)
+	return err != nil && (!ok || hm.Refuses())
 }
 
 // SetApps makes apps the set that deliveries starting from now use;

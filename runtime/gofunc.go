@@ -58,15 +58,33 @@ func (f *Func) lookup(app, handler string) (HandlerFunc, bool) {
 	return h, ok
 }
 
-// Target names one (app, handler) a set of rules runs.
-type Target struct{ App, Handler string }
+// Target names one (app, handler) that a set of apps runs, from an event
+// rule or a schedule, with the app's Spec.
+type Target struct {
+	App, Handler string
+	Spec         Spec
+}
 
-// CheckHandlers compares the handlers rules name with those f serves. It
-// returns an error listing every target no function is registered for and
-// every registered key that no target uses (a typo on either side), or nil
-// when they agree. Worker and Engine constructors call it through
-// HandlerChecker so that a misspelled handler fails the start rather than
-// every attempt (docs/embedding.md#go-handlers).
+// container reports whether spec describes a container (an image, or the
+// python3 or node runtime) rather than Go functions: "" when it does not,
+// else what it names.
+func container(spec Spec) string {
+	switch {
+	case spec.Image != "":
+		return "image " + spec.Image
+	case spec.Runtime != "" && spec.Runtime != RuntimeGo:
+		return "runtime " + spec.Runtime
+	}
+	return ""
+}
+
+// CheckHandlers compares the handlers that targets name with those f
+// serves. It returns an error listing every target of a Go app (one
+// defined in Go, or a template with runtime: go) that no function is
+// registered for, and every registered key that no target uses (a typo on
+// either side), or nil when they agree. Targets of container apps (an
+// image, or the python3 or node runtime) may be served by f, as tests do
+// to stand in for containers, but are not required to be.
 func (f *Func) CheckHandlers(targets []Target) error {
 	used := map[string]bool{}
 	var missing []string
@@ -76,7 +94,7 @@ func (f *Func) CheckHandlers(targets []Target) error {
 			used[t.App+"/"+t.Handler] = true
 		case f.handlers[t.Handler] != nil:
 			used[t.Handler] = true
-		default:
+		case container(t.Spec) == "":
 			missing = append(missing, t.App+"/"+t.Handler)
 		}
 	}
@@ -89,15 +107,31 @@ func (f *Func) CheckHandlers(targets []Target) error {
 	if len(missing) == 0 && len(unused) == 0 {
 		return nil
 	}
+	sort.Strings(missing)
+	return &HandlerMismatch{Missing: missing, Unused: unused}
+}
+
+// HandlerMismatch is CheckHandlers' error.
+type HandlerMismatch struct {
+	// Missing lists "app/handler" targets no function serves; Unused, the
+	// registered keys no target names. Both sorted.
+	Missing, Unused []string
+}
+
+// Refuses reports whether the mismatch stops a start: a handler has no
+// function. A function that nothing names (an app removed, a handler
+// renamed while retries of the old one are pending) is worth a warning only.
+func (e *HandlerMismatch) Refuses() bool { return len(e.Missing) > 0 }
+
+func (e *HandlerMismatch) Error() string {
 	var parts []string
-	if len(missing) > 0 {
-		sort.Strings(missing)
-		parts = append(parts, fmt.Sprintf("no Go function registered for %s", strings.Join(missing, ", ")))
+	if len(e.Missing) > 0 {
+		parts = append(parts, fmt.Sprintf("no Go function registered for %s", strings.Join(e.Missing, ", ")))
 	}
-	if len(unused) > 0 {
-		parts = append(parts, fmt.Sprintf("registered but named by no rule: %s", strings.Join(unused, ", ")))
+	if len(e.Unused) > 0 {
+		parts = append(parts, fmt.Sprintf("registered but named by no rule or schedule: %s", strings.Join(e.Unused, ", ")))
 	}
-	return fmt.Errorf("runtime: Go handlers do not match the rules: %s", strings.Join(parts, "; "))
+	return "runtime: Go handlers do not match the apps: " + strings.Join(parts, "; ")
 }
 
 // HandlerChecker is implemented by Runners that serve a fixed set of

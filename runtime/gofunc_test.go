@@ -114,12 +114,16 @@ func TestTypedHandlers(t *testing.T) {
 func TestCheckHandlers(t *testing.T) {
 	ok := func(context.Context, runtime.Request) error { return nil }
 	f := runtime.NewFunc(map[string]runtime.HandlerFunc{"shop/orders.placed": ok, "orders.charge": ok, "orders.plaecd": ok})
-	err := f.CheckHandlers([]runtime.Target{{"shop", "orders.placed"}, {"shop", "orders.charge"}, {"shop", "orders.refund"}, {"billing", "orders.charge"}})
-	if err == nil || !strings.Contains(err.Error(), "no Go function registered for shop/orders.refund") ||
-		!strings.Contains(err.Error(), "registered but named by no rule: orders.plaecd") {
+	err := f.CheckHandlers([]runtime.Target{{App: "shop", Handler: "orders.placed"}, {App: "shop", Handler: "orders.charge"},
+		{App: "shop", Handler: "orders.refund"}, {App: "billing", Handler: "orders.charge"},
+		{App: "mail", Handler: "mail.send", Spec: runtime.Spec{Runtime: runtime.RuntimePython3}}})
+	// mail runs containers: Func may stand in for it, need not.
+	if err == nil || !strings.Contains(err.Error(), "no Go function registered for shop/orders.refund;") ||
+		!strings.Contains(err.Error(), "registered but named by no rule or schedule: orders.plaecd") {
 		t.Errorf("CheckHandlers = %v", err)
 	}
-	if err := f.CheckHandlers([]runtime.Target{{"shop", "orders.placed"}, {"shop", "orders.charge"}, {"x", "orders.plaecd"}}); err != nil {
+	if err := f.CheckHandlers([]runtime.Target{{App: "shop", Handler: "orders.placed"}, {App: "shop", Handler: "orders.charge", Spec: runtime.Spec{Runtime: runtime.RuntimeGo}},
+		{App: "x", Handler: "orders.plaecd"}}); err != nil {
 		t.Errorf("CheckHandlers of matching rules = %v", err)
 	}
 	if !f.Handles("any", "orders.charge") || f.Handles("shop", "nope") {

@@ -119,8 +119,12 @@ func (e *ExitError) Error() string {
 		msg = fmt.Sprintf("handler killed: out of memory (limit %s)", FormatSize(e.MemoryLimit))
 	case e.OOMKilled:
 		msg = "handler killed: out of memory"
+	case e.IsPermanent() && e.Err != nil:
+		msg = fmt.Sprintf("handler failed permanently: %v", e.Err)
 	case e.Err != nil:
 		msg = fmt.Sprintf("handler failed: %v", e.Err)
+	case e.IsPermanent():
+		msg = fmt.Sprintf("handler exited with code %d (permanent failure)", e.Code)
 	default:
 		msg = fmt.Sprintf("handler exited with code %d", e.Code)
 	}

@@ -49,7 +49,10 @@ type Worker struct {
 
 // New validates cfg and builds the Worker's Engines and services,
 // registering their metrics. It does no I/O: Run loads the apps and
-// connects. The error names every missing or invalid field.
+// connects. The error names every missing or invalid field, and for
+// Static apps and a Runner that serves a fixed set of Go functions
+// (runtime.Func), every handler that does not match (relay.CheckHandlers;
+// Run checks apps from any other source once it loaded them).
 func New(cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -62,6 +65,12 @@ func New(cfg Config) (*Worker, error) {
 	reg := cfg.Engine.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
+	}
+	if st, ok := cfg.Apps.(staticApps); ok {
+		// Apps built in Go are known now: a handler typo fails New.
+		if err := relay.CheckHandlers(st.set, cfg.Runner); relay.Refuses(err) {
+			return nil, fmt.Errorf("worker: New: %w", err)
+		}
 	}
 	w := &Worker{cfg: cfg, log: log, policy: &policyWatch{redis: cfg.Redis, interval: cfg.PolicyCheckInterval, log: log}}
 	if sw, ok := cfg.Runner.(relay.Sweeper); ok {
