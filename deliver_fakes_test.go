@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // The tests in this file drive an Engine with its production timings (1m
@@ -449,7 +450,7 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 // retries left it is dead-lettered after its one attempt, with its reason,
 // and never retried (docs/delivery.md#permanent-failures).
 func TestFakesPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
-	for name, fail := range map[string]relaytest.Outcome{
+	for name, fail := range map[string]relaytest.Reply{
 		"exit code 65": relaytest.Fail(runtime.ExitPermanent, "order 7 has no customer"),
 		"Go function": func(ctx context.Context, _ runtime.Request) error {
 			_, err := runtime.NewFunc(map[string]runtime.HandlerFunc{"h": func(context.Context, runtime.Request) error {
@@ -479,3 +480,73 @@ func TestFakesPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// downSource is a stream source whose Redis is gone: every read and
+// reclaim fails. It counts the reclaims.
+type downSource struct {
+	*relaytest.Consumer
+	mu       sync.Mutex
+	reclaims int
+}
+
+func (d *downSource) Read(ctx context.Context, n int) ([]stream.Message, error) {
+	time.Sleep(time.Second) // a dial timeout
+	return nil, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+func (d *downSource) Reclaim(ctx context.Context, minIdle time.Duration, n int) ([]stream.Message, []string, bool, error) {
+	d.mu.Lock()
+	d.reclaims++
+	d.mu.Unlock()
+	return nil, nil, false, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+// While Redis is gone the reclaim loop backs off (a pass after 1, 2, 4, 8,
+// then every 16 intervals) and the read and reclaim loops each log the
+// same error at ERROR once per 10 s window, the lines between at DEBUG
+// (docs/operations.md#logs).
+func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		src := &downSource{Consumer: f.src.Consumer("c1")}
+		logs := &strings.Builder{}
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), &slog.HandlerOptions{Level: slog.LevelError}))
+		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner, DLQ: f.dlq,
+			Stream: fakeStream, Group: fakeGroup, Consumer: "c1"}, relay.Config{Logger: log, ReclaimInterval: time.Second, MinPendingIdle: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runEngine(t, e)
+		time.Sleep(100 * time.Second)
+		stop()
+
+		src.mu.Lock()
+		reclaims := src.reclaims
+		src.mu.Unlock()
+		// 100 intervals: passes at 1, 2, 4, 8, 16, then every 16 s: about 10.
+		if reclaims > 15 {
+			t.Errorf("%d reclaims in 100 intervals while Redis is gone, want the loop to back off", reclaims)
+		}
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		for _, msg := range []string{"reclaim failed", "stream read failed"} {
+			// At most one ERROR line per 10 s window: 11 in 100 s.
+			if n := strings.Count(out, msg); n == 0 || n > 11 {
+				t.Errorf("%d %q lines at ERROR in 100 s, want one per 10 s window:\n%s", n, msg, out)
+			}
+		}
+		if !strings.Contains(out, "repeated=") {
+			t.Errorf("no ERROR line counts the repeats logged at DEBUG:\n%s", out)
+		}
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

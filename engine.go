@@ -78,6 +78,9 @@ type Engine struct {
 	// not a claim refused): while it is not 0 the read loop paces its
 	// reads (readLoop).
 	claimFails atomic.Int32
+	// loopFailures keeps the read and reclaim loops' failure lines to one
+	// per repeatWindow while they repeat (Redis gone).
+	loopFailures *repeats
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
@@ -153,10 +156,11 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      newObservers(cfg, log, m, c.Consumer),
-		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
-		inFlight: map[string]struct{}{},
-		waiting:  map[string]struct{}{},
+		obs:          newObservers(cfg, log, m, c.Consumer),
+		msgSlots:     make(chan struct{}, 2*cfg.MaxConcurrency),
+		inFlight:     map[string]struct{}{},
+		waiting:      map[string]struct{}{},
+		loopFailures: newRepeats(),
 	}
 	e.SetApps(apps)
 	if unused != nil {

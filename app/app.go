@@ -166,7 +166,16 @@ func NewSet(apps ...*App) (*Set, error) {
 // Loaded returns the set of apps a loader read from templates. Unlike
 // NewSet it accepts apps with errors (unavailable apps keep their place in
 // matching); only duplicate or invalid names are refused.
-func Loaded(apps []*App) (*Set, error) { return collect(apps) }
+// Their values are final: a NewSet of such an app later fills nothing in
+// (a template's retries: 0 stays 0).
+func Loaded(apps []*App) (*Set, error) {
+	for _, a := range apps {
+		if a != nil {
+			a.filled = true
+		}
+	}
+	return collect(apps)
+}
 
 func collect(apps []*App) (*Set, error) {
 	s := &Set{byName: make(map[string]*App, len(apps))}

@@ -67,7 +67,7 @@ type Request struct {
 	App     string
 	Handler string // "module.function"
 	// MessageID is the stream entry id; for relay app invoke, the id it
-	// was given or an "invoke-" one it generated (relay.Manual).
+	// was given or an "invoke-" one it generated (manual.Invoker).
 	MessageID string
 	Attempt   int
 	// Event is the JSON written to the handler's stdin, followed by EOF.

@@ -132,6 +132,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkAccess(ctx); err != nil {
 		return err
 	}
+	if err := w.checkStreams(ctx); err != nil {
+		return err
+	}
 	w.policy.check(ctx)
 
 	ctx, stop := context.WithCancel(ctx)
@@ -248,6 +251,25 @@ func (w *Worker) checkAccess(ctx context.Context) error {
 		}
 		if err != nil {
 			w.log.LogAttrs(ctx, slog.LevelWarn, "cannot check the Redis user's permissions", slog.String("stream", name), slog.Any("error", err))
+		}
+	}
+	return nil
+}
+
+// checkStreams warns about each stream that does not exist yet, which
+// starting creates empty: a misspelled name would otherwise wait forever
+// without a word. With RequireStreams it refuses to start instead. An error
+// of the probe is left to the parts that follow.
+func (w *Worker) checkStreams(ctx context.Context) error {
+	for _, name := range w.cfg.Streams {
+		n, err := w.cfg.Redis.Do(ctx, w.cfg.Redis.B().Exists().Key(name).Build()).AsInt64()
+		switch {
+		case err != nil || n > 0:
+		case w.cfg.RequireStreams:
+			return fmt.Errorf("worker: stream %s does not exist (RequireStreams); check its name, or publish to it first", name)
+		default:
+			w.log.LogAttrs(ctx, slog.LevelWarn, "stream does not exist; creating it empty with the consumer group: check its name if events were expected",
+				slog.String("stream", name), slog.String("group", w.cfg.Group))
 		}
 	}
 	return nil

@@ -392,3 +392,25 @@ func TestWorkerRefusesWrappersThatHideCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// A stream that does not exist at start is named at WARN (a misspelled
+// stream would otherwise wait forever in silence), or refused under
+// RequireStreams.
+func TestWorkerNamesAMissingStream(t *testing.T) {
+	h := newWorkerHarness(t, "ordres")
+	h.cfg.RequireStreams = true
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "stream "+h.streams[0]+" does not exist") {
+		t.Errorf("Run with RequireStreams = %v, want it to name the missing stream", err)
+	}
+
+	h.cfg.RequireStreams = false
+	h.cfg.Engine.Metrics = prometheus.NewRegistry()
+	_, stop := h.run()
+	defer stop()
+	want := `level=WARN msg="stream does not exist; creating it empty with the consumer group: check its name if events were expected" stream=` + h.streams[0]
+	testutil.WaitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(h.logs.String(), want) })
+}

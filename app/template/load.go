@@ -237,7 +237,7 @@ var runtimes = []string{runtime.RuntimePython3, runtime.RuntimeNode, runtime.Run
 func validRuntime(r string) bool { return slices.Contains(runtimes, r) }
 
 // Dir is an apps root read as a source of apps: it implements
-// relay.AppSource, loading the root anew on each Load (LoadDir).
+// worker.AppSource, loading the root anew on each Load (LoadDir).
 type Dir string
 
 // Load loads every app under the root (LoadDir).
