@@ -80,7 +80,10 @@ type Request struct {
 	Spec Spec
 }
 
-// Result describes a successful attempt (exit code 0).
+// Result is what Runner.Run returns besides its error: how long the run
+// took (a runner may leave it zero when Run fails). How an attempt ended, as the Engine counts and
+// logs it, is a relay.Result (success, failure, timeout, ...), decided
+// from Run's error (relay.ResultOf).
 type Result struct {
 	Duration time.Duration
 }
