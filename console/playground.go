@@ -48,6 +48,9 @@ type playgroundView struct {
 	// they were: the lists then say so instead of "none".
 	PicksError string
 	AppsError  string
+	// Unreadable are the apps some of whose rules cannot be read: the
+	// playground cannot try those rules, and says so.
+	Unreadable []unreadableApp
 }
 
 // playground matches an event against every rule of every app and says
@@ -129,6 +132,7 @@ func (s *Server) evaluate(r *http.Request, v *playgroundView) {
 		return
 	}
 	v.Evaluated = true
+	v.Unreadable = unreadableApps(apps)
 	available := map[string]bool{}
 	patterns := map[matcher.Target]string{}
 	for _, a := range apps.List() {

@@ -22,7 +22,7 @@ import (
 // pattern has a typo holds every message of the stream; relay health
 // fails naming the app, the error's file:line:col and the messages held,
 // and relay stats prints the same, as a table and in --json
-// (docs/operations.md#health-and-stats).
+// (docs/operations.md#held-messages).
 func TestCLIHealthAndStatsNameHeldMessages(t *testing.T) {
 	isolateEnv(t)
 	name, src := newGroup(t)
