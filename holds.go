@@ -3,6 +3,7 @@ package relay
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,8 +21,11 @@ type holdKey struct {
 // message leaves every set when a delivery of it finds it held by other
 // reasons, or acknowledges it. Safe for concurrent use.
 type heldSet struct {
-	mu  sync.Mutex
-	ids map[holdKey]map[string]struct{}
+	// tracked counts the ids in every set: while it is 0, acknowledging a
+	// message takes no lock.
+	tracked atomic.Int64
+	mu      sync.Mutex
+	ids     map[holdKey]map[string]struct{}
 	// full marks the holds that had more messages than their set keeps.
 	full map[holdKey]bool
 	// errs keeps the error text of each stats.ReasonError hold.
@@ -43,11 +47,15 @@ type heldBy struct {
 // it was acknowledged, or is no longer held).
 func (h *heldSet) set(id string, by heldBy) {
 	ks := by.keys
+	if len(ks) == 0 && h.tracked.Load() == 0 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, m := range h.ids {
 		if _, ok := m[id]; ok && !slices.Contains(ks, k) {
 			delete(m, id)
+			h.tracked.Add(-1)
 		}
 		if len(m) == 0 && k.reason == stats.ReasonError {
 			delete(h.ids, k)
@@ -64,11 +72,15 @@ func (h *heldSet) set(id string, by heldBy) {
 		if t, ok := by.errText[k]; ok {
 			h.errs[k] = t
 		}
+		if _, ok := m[id]; ok {
+			continue
+		}
 		if len(m) >= stats.MaxHeldTracked {
 			h.full[k] = true
 			continue
 		}
 		m[id] = struct{}{}
+		h.tracked.Add(1)
 	}
 }
 
@@ -78,8 +90,9 @@ func (h *heldSet) set(id string, by heldBy) {
 func (h *heldSet) prune(keep func(holdKey) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k := range h.ids {
+	for k, m := range h.ids {
 		if !keep(k) {
+			h.tracked.Add(-int64(len(m)))
 			delete(h.ids, k)
 			delete(h.full, k)
 			delete(h.errs, k)
@@ -131,7 +144,7 @@ func holdsOf(v *verdict, p *pendingReason, g *generation) heldBy {
 	}
 	switch {
 	case p == nil || p == pendingUnfinished || p.msg == pendingIncomplete.msg:
-	case p.app != "" && !g.apps.Get(p.app).Available():
+	case p.app != "" && g.apps.Get(p.app) != nil && !g.apps.Get(p.app).Available():
 		add(holdKey{app: p.app, reason: stats.ReasonAppUnavailable})
 	case p.err != nil:
 		k := holdKey{app: p.app, reason: stats.ReasonError, msg: p.msg}

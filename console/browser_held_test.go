@@ -73,10 +73,7 @@ func TestBrowserHeldMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stopWorker := context.WithCancel(t.Context())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	runWorker(t, w)
 	srv, err := console.New(console.Config{Redis: rc, Streams: []string{streamName}, Group: group, Apps: template.Dir(apps), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -169,4 +166,13 @@ func TestBrowserHeldMessages(t *testing.T) {
 	if n := b.count(`.held-banner`); n != 0 {
 		t.Errorf("the banner is still shown after the fix")
 	}
+}
+
+// runWorker runs w until the test ends.
+func runWorker(t *testing.T, w *worker.Worker) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }

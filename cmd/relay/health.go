@@ -134,10 +134,8 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 // would read its messages and then fail every claim, leaving them pending.
 func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON {
 	ch := healthCheckJSON{Name: "redis access"}
-	rc, err := g.redisClient()
-	if err != nil {
-		ch.OK, ch.Skipped = true, true
-		ch.Detail = "not checked: Redis is unreachable"
+	rc, ok := redisToCheck(g, &ch)
+	if !ok {
 		return ch
 	}
 	defer rc.Close()
@@ -151,7 +149,7 @@ func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err = redisinfo.Access(pctx, rc, keys.StreamAndDerived(g.RedisStream, g.RedisGroup))
+	err := redisinfo.Access(pctx, rc, keys.StreamAndDerived(g.RedisStream, g.RedisGroup))
 	if err != nil {
 		ch.Detail = fmt.Sprintf("%v; grant the user the ACL rules of docs/deployment.md (ACL users)", err)
 		return ch
@@ -203,10 +201,8 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 // app holds its invocations. It reads the status the workers publish.
 func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals) healthCheckJSON {
 	ch := healthCheckJSON{Name: "held messages"}
-	rc, err := g.redisClient()
-	if err != nil {
-		ch.OK, ch.Skipped = true, true
-		ch.Detail = "not checked: Redis is unreachable"
+	rc, ok := redisToCheck(g, &ch)
+	if !ok {
 		return ch
 	}
 	defer rc.Close()
@@ -238,6 +234,18 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals) healthCheckJSON 
 	}
 	ch.Detail = strings.Join(lines, "; ")
 	return ch
+}
+
+// redisToCheck opens a Redis client for check ch, or marks ch skipped
+// (Redis is unreachable: the redis check fails for it) and returns false.
+func redisToCheck(g *Globals, ch *healthCheckJSON) (rueidis.Client, bool) {
+	rc, err := g.redisClient()
+	if err != nil {
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: Redis is unreachable"
+		return nil, false
+	}
+	return rc, true
 }
 
 func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheckJSON {
