@@ -42,7 +42,7 @@ type backtestRule struct {
 
 // backtest runs the edited pattern, or the rules of the chosen app (every
 // app's without one) as RELAY_APPS holds them now, against the newest
-// entries of the stream (docs/console.md#pages). It only reads, so a
+// entries of the stream (docs/console.md#backtesting-patterns). It only reads, so a
 // read-only console allows it.
 func (s *Server) backtest(r *http.Request, v *playgroundView) {
 	if !parseNow(v) {

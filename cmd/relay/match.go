@@ -60,7 +60,8 @@ type matchJSON struct {
 // would (docs/delivery.md#from-entry-to-acknowledgement) and prints the
 // matching app/handler targets in dispatch order. It needs neither Redis nor
 // containerd. Rules of unavailable apps that parsed still match, as in the
-// worker, and are marked.
+// worker, and are marked. With --backtest (or --app) it runs backtest
+// instead.
 func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Backtest != nil || c.App != "" {
 		return c.backtest(ctx, g)
@@ -223,7 +224,7 @@ func readLimited(r io.Reader, name string) ([]byte, error) {
 
 // Help is shown by relay match --help.
 func (c *MatchCmd) Help() string {
-	return `A dry run of matching: prints the app/handler targets the event would run, in dispatch order (apps by name, rules by declaration), or "No matching handlers". With --explain every rule of every app is shown with each condition matched or not, and why. Needs neither Redis nor containerd.
+	return `A dry run of matching: prints the app/handler targets the event would run, in dispatch order (apps by name, rules by declaration), or "No matching handlers". With --explain every rule of every app is shown with each condition matched or not, and why. One event needs neither Redis nor containerd.
 
 Examples:
 
@@ -263,7 +264,7 @@ type backtestJSON struct {
 }
 
 // backtest is relay match --backtest: every loaded rule (or --app's)
-// against the newest entries of the stream (docs/apps.md#trying-patterns).
+// against the newest entries of the stream (docs/console.md#backtesting-patterns).
 func (c *MatchCmd) backtest(ctx context.Context, g *Globals) error {
 	if c.Backtest == nil {
 		return usagef("--app selects the rules of --backtest; give --backtest N too")

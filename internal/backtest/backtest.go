@@ -1,6 +1,6 @@
 // Package backtest runs apps' rules against the newest events of a stream,
 // so a template change is tried on real traffic before it is deployed
-// (docs/console.md#pages). It only reads the
+// (docs/console.md#backtesting-patterns). It only reads the
 // stream (XREVRANGE) and never touches a consumer group.
 package backtest
 
