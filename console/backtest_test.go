@@ -3,14 +3,22 @@ package console_test
 import (
 	"fmt"
 	"html"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // backtestStream fills the fixture's stream with entries of known content,
@@ -143,4 +151,43 @@ func TestPlaygroundBacktestReadOnly(t *testing.T) {
 		t.Errorf("stale token: status %d, want 403", code)
 	}
 	contains(t, "stale token", body, "kind: [refund]</textarea>", `value="77"`)
+}
+
+// TestPlaygroundBacktestRedisDown: with redis-server stopped a backtest
+// answers within the request timeout, keeping the pattern, and says why
+// it read nothing.
+func TestPlaygroundBacktestRedisDown(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	st := redistest.Name(t, "events")
+	c, err := console.New(console.Config{Redis: redistest.Connect(t, srv.Addr), Streams: []string{st}, Group: "shop",
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	h := httptest.NewServer(c)
+	t.Cleanup(h.Close)
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	resp, err := client.Get(h.URL + "/playground")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := csrfRE.FindSubmatch(b)
+	if m == nil {
+		t.Fatal("no CSRF token on /playground")
+	}
+	srv.Stop()
+	resp, err = client.PostForm(h.URL+"/playground", url.Values{"csrf": {string(m[1])}, "stream": {st}, "action": {"backtest"},
+		"pattern": {"kind: [order]"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	contains(t, "backtest with Redis down", string(b), "backtest: read the newest 1000 entries of "+st, "kind: [order]</textarea>")
+	lacks(t, "backtest with Redis down", string(b), "Backtest of")
 }
