@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,41 +135,24 @@ type Config struct {
 	// its payload, and acknowledged (docs/delivery.md#oversized-events).
 	// Default: DefaultMaxEventBytes; a negative value means no limit.
 	MaxEventBytes int
+	// OnOutcome, when set, is told every invocation outcome once, after
+	// the Engine's own log line, metrics, cluster stats and span
+	// (docs/observability.md); messageID is the stream entry's id. It runs
+	// on the delivery's goroutine before the message is settled, so it
+	// must return quickly and must not keep o.Err for long. Default: none.
+	OnOutcome func(ctx context.Context, messageID string, o Outcome)
 }
 
 // withDefaults returns c with every zero field set, or an error naming each
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
-	var errs []error
-	nonNegative := func(name string, d time.Duration) {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
-		}
+	if err := c.check(); err != nil {
+		return c, err
 	}
 	orDefault := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
 		}
-	}
-	if c.MaxConcurrency < 0 {
-		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
-	}
-	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
-	nonNegative("MinPendingIdle", c.MinPendingIdle)
-	nonNegative("ReclaimInterval", c.ReclaimInterval)
-	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
-	nonNegative("LeaseGrace", c.LeaseGrace)
-	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
-	nonNegative("Retention", c.Retention)
-	nonNegative("WriteTimeout", c.WriteTimeout)
-	nonNegative("StatsInterval", c.StatsInterval)
-	for i, d := range c.Backoff {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultConcurrency
@@ -205,4 +189,32 @@ func (c Config) withDefaults() (Config, error) {
 		c.Limiter, _ = NewLimiter(c.MaxConcurrency) // > 0 here
 	}
 	return c, nil
+}
+
+// check names every invalid field of c.
+func (c Config) check() error {
+	var errs []error
+	nonNegative := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		}
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
+	}
+	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
+	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	nonNegative("LeaseGrace", c.LeaseGrace)
+	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	nonNegative("Retention", c.Retention)
+	nonNegative("WriteTimeout", c.WriteTimeout)
+	nonNegative("StatsInterval", c.StatsInterval)
+	for i, d := range c.Backoff {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
+		}
+	}
+	return errors.Join(errs...)
 }

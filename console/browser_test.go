@@ -27,6 +27,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/worker"
 )
 
 // billingTemplate is the app of the browser test: charge fails until the
@@ -174,8 +175,8 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := relay.NewWorker(relay.WorkerConfig{Redis: rc, Streams: []string{streamName}, Group: group, Consumer: "worker-1",
-		Apps: template.Dir(apps), Runner: runner, Config: relay.Config{Logger: quiet, StatsInterval: 100 * time.Millisecond}})
+	w, err := worker.New(worker.Config{Redis: rc, Streams: []string{streamName}, Group: group, Consumer: "worker-1",
+		Apps: template.Dir(apps), Runner: runner, Engine: relay.Config{Logger: quiet, StatsInterval: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/worker"
 )
 
 // Defaults of Config.
@@ -76,7 +77,7 @@ type Config struct {
 	Group   string
 	// Apps loads the apps root: every page and every replay loads it anew,
 	// so a fixed template is used at once (template.Dir(root)).
-	Apps relay.AppSource
+	Apps worker.AppSource
 	// Runner runs replayed handlers, the same Runner relay dlq replay
 	// uses. Nil disables replay (removing entries still works).
 	Runner relay.Runner

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -249,16 +249,16 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 		return row, "Redis could not be read"
 	}
 	start := time.Now()
-	err = relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
+	err = manual.Invoker{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
 	row.Duration = time.Since(start).Round(time.Millisecond)
 	switch {
 	case err == nil:
 		row.Result, row.Message = "replayed", "the handler succeeded; the entry is deleted"
-	case errors.Is(err, relay.ErrReplayMalformed):
+	case errors.Is(err, manual.ErrReplayMalformed):
 		row.Result, row.Message = "refused", "the entry records a malformed message: there is no handler to replay; remove it instead"
-	case errors.Is(err, relay.ErrHandlerGone):
+	case errors.Is(err, manual.ErrHandlerGone):
 		row.Result, row.Message = "refused", "handler "+row.Target+" is not in the apps root any more; remove the entry instead"
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		row.Result, row.Message = "refused", "the app is unavailable, its template has errors (see Apps); the entry is kept"
 	case errors.Is(err, dlq.ErrNotFound):
 		row.Result, row.Message = "failed", "no such entry: it was replayed or removed meanwhile"

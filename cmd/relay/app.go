@@ -16,6 +16,7 @@ import (
 	"github.com/relaydev/relay/internal/plural"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -376,7 +377,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("--message-id %q: a control character at byte %d; an id is printable text, e.g. 1718000000000-0", id, i)
 	}
 	if id == "" {
-		id = relay.NewInvokeMessageID()
+		id = manual.NewMessageID()
 	}
 	a, err := g.findApp(c.Name)
 	if err != nil {
@@ -390,7 +391,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 	defer stopTracing()
 	runner := c.manualRunner(ctx, g, c.JSON)
 	defer runner.Close()
-	results, err := relay.Manual{Runner: c.progress(g, runner), MessageID: id}.Invoke(ctx, a, src)
+	results, err := manual.Invoker{Runner: c.progress(g, runner), MessageID: id}.Invoke(ctx, a, src)
 	switch {
 	case errors.Is(err, matcher.ErrMalformed):
 		msg := err.Error()
@@ -398,7 +399,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			msg = after
 		}
 		return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		return fmt.Errorf("app %s is unavailable: its template has %s (relay validate shows them); nothing ran",
 			a.Name, plural.Of(len(a.Errors), "error"))
 	}
@@ -445,7 +446,7 @@ func (c *AppInvokeCmd) progress(g *Globals, runner relay.Runner) relay.Runner {
 }
 
 // writeInvokeJSON prints the results of an invoke as JSON.
-func writeInvokeJSON(w io.Writer, appName, id string, results []relay.InvokeResult) error {
+func writeInvokeJSON(w io.Writer, appName, id string, results []manual.Result) error {
 	out := invokeJSON{App: appName, MessageID: id, Results: []invokeResultJSON{}}
 	for _, res := range results {
 		j := invokeResultJSON{Handler: res.Handler, Result: "ok", Duration: res.Duration.Seconds()}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -512,7 +513,7 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 		}}
 	}
 	start := time.Now()
-	err := relay.Manual{Runner: runner}.Replay(ctx, apps, store, e.ID)
+	err := manual.Invoker{Runner: runner}.Replay(ctx, apps, store, e.ID)
 	took := time.Since(start)
 	r.Duration = took.Seconds()
 	switch {
@@ -522,15 +523,15 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 			fmt.Fprintf(g.stdout, "Replayed %s (%s) in %s; entry deleted\n", e.ID, target, duration(took))
 		}
 		return r
-	case errors.Is(err, relay.ErrReplayMalformed):
+	case errors.Is(err, manual.ErrReplayMalformed):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s records a malformed message (%s): there is no handler to replay; remove it with relay dlq rm %s",
 			e.ID, e.Reason, e.ID)
-	case errors.Is(err, relay.ErrHandlerGone):
+	case errors.Is(err, manual.ErrHandlerGone):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s: handler %s is not in the apps root %s any more (relay app inspect %s lists its handlers); remove the entry with relay dlq rm %s",
 			e.ID, target, g.Apps, e.App, e.ID)
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s: app %s is unavailable, its template has errors (relay validate shows them); the entry is kept", e.ID, e.App)
 	case errors.Is(err, dlq.ErrNotFound):

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/keys"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/worker"
 )
 
 // StartCmd is `relay start`.
@@ -59,7 +60,7 @@ func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
-// It turns the flags into a relay.WorkerConfig; the Worker does the rest.
+// It turns the flags into a worker.Config; the Worker does the rest.
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	streams, err := g.startStreams()
 	if err != nil {
@@ -108,11 +109,11 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := worker.New(worker.Config{
 		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
 		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
 		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
-		Config: relay.Config{
+		Engine: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
 			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
 			TracerProvider: tp,
@@ -121,17 +122,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP rescans the apps root, as it reloads the configuration of
-	// nginx or Prometheus; SIGINT and SIGTERM stop the worker.
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	defer signal.Stop(hangups)
-	go func() {
-		for range hangups {
-			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
-			w.Reload()
-		}
-	}()
+	defer reloadOnHangup(ctx, log, w)()
 	if c.MetricsAddr != "" {
 		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, w)
 		if err != nil {
@@ -144,8 +135,57 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
-	switch err := w.Run(ctx); {
-	case errors.Is(err, relay.ErrNoApps):
+	return runError(g, w.Run(ctx))
+}
+
+// check checks the flags of relay start and returns the streams to
+// consume; it names the consumer after the host when none is set.
+func (c *StartCmd) check(g *Globals) ([]string, error) {
+	streams, err := g.startStreams()
+	if err != nil {
+		return nil, err
+	}
+	if c.MaxConcurrency <= 0 {
+		return nil, usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return nil, usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
+	}
+	if c.StreamRetention < 0 {
+		return nil, usagef("REDIS_STREAM_RETENTION must be >= 0 (0: never trim), got %s", c.StreamRetention)
+	}
+	if err := c.DLQRetention.check(); err != nil {
+		return nil, err
+	}
+	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
+		return nil, usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
+	}
+	if c.Consumer == "" {
+		c.Consumer = hostname()
+	}
+	return streams, nil
+}
+
+// reloadOnHangup reloads w's apps on every SIGHUP, as nginx or Prometheus
+// reload their configuration (SIGINT and SIGTERM stop the worker), until
+// the function it returns is called.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, w *worker.Worker) (stop func()) {
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	go func() {
+		for range hangups {
+			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
+			w.Reload()
+		}
+	}()
+	return func() { signal.Stop(hangups) }
+}
+
+// runError is the error relay start exits with for the error of
+// Worker.Run.
+func runError(g *Globals, err error) error {
+	switch {
+	case errors.Is(err, worker.ErrNoApps):
 		return errNoApps(g.Apps)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
@@ -156,10 +196,10 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// orDisabled maps a retention flag's 0 (never trim) to relay.Disabled.
+// orDisabled maps a retention flag's 0 (never trim) to worker.Disabled.
 func orDisabled(d time.Duration) time.Duration {
 	if d == 0 {
-		return relay.Disabled
+		return worker.Disabled
 	}
 	return d
 }
@@ -175,7 +215,7 @@ func (g *Globals) startStreams() ([]string, error) {
 
 // serveMetrics serves /metrics of reg, /healthz, and /readyz from the
 // Worker's readiness, on addr.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *relay.Worker) (*http.Server, error) {
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *worker.Worker) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("METRICS_ADDR %s: %w", addr, err)

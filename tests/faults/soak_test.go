@@ -12,7 +12,7 @@
 // TestSoakWithRandomKills and TestSoakWithRedisRestarts run in-process Go
 // handlers (runtime.Func); TestContainerdSoak runs busybox containers
 // through the real containerd runner against a private containerd.
-// TestSoakRetention runs relay.Worker processes, as relay start does, with
+// TestSoakRetention runs worker.Worker processes, as relay start does, with
 // retentions of seconds, live reload of an apps root edited under them,
 // and samples Redis to show that what retention bounds stays bounded.
 // RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them, and

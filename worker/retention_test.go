@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"slices"
@@ -60,7 +60,7 @@ func TestWorkerStreamRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, stop := h.run()
-	testutil.WaitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.count("users/events.created") >= n })
+	testutil.WaitFor(t, 60*time.Second, "the worker to run every event", func() bool { return h.calls.Count("users/events.created") >= n })
 	// Approximate trimming removes whole stream nodes (100 entries by
 	// default) before the exact pass on the boundary node.
 	testutil.WaitFor(t, 30*time.Second, "the stream trimmed to the held entries", func() bool {
@@ -156,7 +156,7 @@ func TestWorkerRemovesIdleConsumers(t *testing.T) {
 	if err := rc.Do(t.Context(), rc.B().Xreadgroup().Group("workers", "old-pod-1").Count(1).Streams().Key(name).Id(">").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	h.cfg.MinPendingIdle = time.Hour // nobody reclaims it during the test
+	h.cfg.Engine.MinPendingIdle = time.Hour // nobody reclaims it during the test
 	_, stop := h.run()
 	defer stop()
 	consumers := func() []string {
@@ -229,9 +229,9 @@ func TestWorkerJanitorRetainsLeakedState(t *testing.T) {
 		}
 	}
 	// Long enough that the worker does not reclaim the pending one.
-	h.cfg.MinPendingIdle = time.Hour
-	h.cfg.ReclaimInterval = time.Hour
-	h.cfg.HeartbeatInterval = time.Minute
+	h.cfg.Engine.MinPendingIdle = time.Hour
+	h.cfg.Engine.ReclaimInterval = time.Hour
+	h.cfg.Engine.HeartbeatInterval = time.Minute
 	_, stop := h.run()
 	ttl := func(id string) int64 {
 		n, err := rc.Do(ctx, rc.B().Pttl().Key(keys.Invocation(name, "workers", id)).Build()).AsInt64()

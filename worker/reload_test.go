@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -41,12 +41,12 @@ func reloadHarness(t *testing.T) (*workerHarness, string) {
 
 // recordingRunner records every request before running it.
 type recordingRunner struct {
-	calls *calls
+	calls *apptest.Calls
 	r     relay.Runner
 }
 
 func (r recordingRunner) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
-	r.calls.add(req)
+	r.calls.Add(req)
 	return r.r.Run(ctx, req)
 }
 
@@ -90,7 +90,7 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 	writeTemplate(t, root, "billing", invoicesApp)
 	testutil.WaitFor(t, 10*time.Second, "billing to be served", func() bool { return w.Apps().Get("billing") != nil })
 	h.publish(`{"kind":"invoice"}`)
-	testutil.WaitFor(t, 10*time.Second, "billing's handler", func() bool { return h.calls.count("billing/invoices.charge") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler", func() bool { return h.calls.Count("billing/invoices.charge") == 1 })
 
 	// A broken edit: the previous rules keep serving.
 	writeTemplate(t, root, "billing", "image: x\nevents:\n  - {handler: invoices.charge, pattern: {kind: invoice}}\n")
@@ -105,7 +105,7 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 		t.Fatalf("billing after a broken edit = %+v, want the previous, valid version", a)
 	}
 	h.publish(`{"kind":"invoice"}`)
-	testutil.WaitFor(t, 10*time.Second, "billing's handler under the previous rules", func() bool { return h.calls.count("billing/invoices.charge") == 2 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler under the previous rules", func() bool { return h.calls.Count("billing/invoices.charge") == 2 })
 
 	// The fix is served: the rule now wants another kind.
 	writeTemplate(t, root, "billing", "image: x\nevents:\n  - {handler: invoices.charge, pattern: {kind: [bill]}}\n")
@@ -114,7 +114,7 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 		return a != nil && a.Available() && strings.Contains(a.Rules[0].Pattern.String(), "bill")
 	})
 	h.publish(`{"kind":"bill"}`)
-	testutil.WaitFor(t, 10*time.Second, "billing's handler under the new rule", func() bool { return h.calls.count("billing/invoices.charge") == 3 })
+	testutil.WaitFor(t, 10*time.Second, "billing's handler under the new rule", func() bool { return h.calls.Count("billing/invoices.charge") == 3 })
 
 	// Removed: its events no longer match.
 	if err := os.RemoveAll(filepath.Join(root, "billing")); err != nil {
@@ -123,8 +123,8 @@ func TestReloadAddsChangesAndRemovesApps(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "billing removed", func() bool { return w.Apps().Get("billing") == nil })
 	h.publish(`{"kind":"bill"}`)
 	h.publish(`{"event_name":"INSERT"}`)
-	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 1 })
-	if n := h.calls.count("billing/invoices.charge"); n != 3 {
+	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.Count("users/events.created") == 1 })
+	if n := h.calls.Count("billing/invoices.charge"); n != 3 {
 		t.Errorf("billing ran %d times, want 3: a removed app matched", n)
 	}
 }
@@ -271,17 +271,17 @@ events:
 	w, stop := h.run()
 	defer stop()
 	h.publish(`{"event_name":"INSERT"}`)
-	testutil.WaitFor(t, 10*time.Second, "the first handler running", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the first handler running", func() bool { return h.calls.Count("users/events.created") == 1 })
 	<-src.apps
 	src.apps <- one
 	w.Reload()
 	testutil.WaitFor(t, 10*time.Second, "the reload", func() bool { return len(w.Apps().Get("users").Rules) == 1 })
 	close(release)
-	testutil.WaitFor(t, 10*time.Second, "the second rule of the running delivery", func() bool { return h.calls.count("users/events.audited") == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the second rule of the running delivery", func() bool { return h.calls.Count("users/events.audited") == 1 })
 	// A new event matches the new rules only.
 	h.publish(`{"event_name":"INSERT"}`)
-	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.count("users/events.created") == 2 })
-	if n := h.calls.count("users/events.audited"); n != 1 {
+	testutil.WaitFor(t, 10*time.Second, "the next event", func() bool { return h.calls.Count("users/events.created") == 2 })
+	if n := h.calls.Count("users/events.audited"); n != 1 {
 		t.Errorf("the removed rule ran %d times, want once (for the delivery that started before the reload)", n)
 	}
 }

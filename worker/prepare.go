@@ -1,4 +1,4 @@
-package relay
+package worker
 
 import (
 	"context"
@@ -9,34 +9,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/matcher"
-	"github.com/relaydev/relay/runtime"
 )
-
-// DefaultPrepareRetry is the first delay before a Worker prepares again an
-// app whose preparation failed (docs/apps.md#changing-apps).
-const DefaultPrepareRetry = time.Second
-
-// DefaultPrepareWait is how long a Worker waits at start for the
-// preparations it starts before it goes on without the ones still running
-// (docs/apps.md#changing-apps); a reload waits at most 1 second.
-const DefaultPrepareWait = 10 * time.Second
-
-// Preparer is an optional Runner capability: Prepare readies what an app
-// needs before its handlers run, such as its image
-// (docs/runtimes.md#images), its dependency image
-// (docs/runtimes.md#dependencies) and its secrets (docs/apps.md#secrets),
-// and waits for it until ctx ends. A Worker calls it for every available
-// app, at start and whenever a reload finds the app new or changed (or
-// not ready before), and waits for it at most WorkerConfig.PrepareWait: a
-// preparation still running then goes on in the background, the app is
-// unavailable ("app being prepared") or, on a reload, its previous version
-// keeps serving, and the Worker reloads when it ends. An error makes the
-// app unavailable with the error as its reason, so its messages stay
-// pending, and on a reload the app's previous version keeps serving; the
-// next reload prepares it again. Safe for concurrent use.
-type Preparer interface {
-	Prepare(ctx context.Context, app string, spec runtime.Spec) error
-}
 
 // preparation is the Prepare call of one version of an app. It may
 // outlast the start or reload that began it; its result is kept until a
@@ -83,23 +56,31 @@ func (p *preparation) finish(err error) (reload bool) {
 // prepareApps prepares, concurrently, each available app of loaded that
 // is not served unchanged and available in prev (nil at start), and
 // returns the apps to take in place of loaded, with those of loaded whose
-// preparation is still running, by name. It waits at most PrepareWait at
-// start, and at most maxReloadPrepareWait of it on a reload, for the
-// preparations it starts; one still running then goes
+// preparation is still running, by name, and whether one failed. It waits
+// at most PrepareWait at start, and at most maxReloadPrepareWait of it on
+// a reload, for the preparations it starts; one still running then goes
 // on in the background and asks for a reload when it ends, and its app
 // comes back unavailable as being prepared. A preparation of the same
 // version of an app, started before and still running or not yet used, is
 // used instead of a new one; one of another version, or of an app no
 // longer to prepare, is cancelled. An app whose preparation failed comes
 // back unavailable with the error. When ctx ends first, the result means
-// nothing: the caller must not serve it. Only the reload loop (and Run
-// before it) calls it.
-func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.Set, map[string]*app.App) {
-	w.prepareFailed = false
-	p, ok := w.cfg.Runner.(Preparer)
-	if !ok {
-		return loaded, nil
+// nothing: the caller must not serve it.
+func (r *reloader) prepareApps(ctx context.Context, prev, loaded *app.Set) (_ *app.Set, running map[string]*app.App, failed bool) {
+	if r.cfg.preparer == nil {
+		return loaded, nil, false
 	}
+	started := r.startPreparations(ctx, prev, loaded)
+	waitPreparations(ctx, started, r.prepareWait(prev))
+	if ctx.Err() != nil {
+		return loaded, nil, false
+	}
+	return r.usePreparations(loaded)
+}
+
+// startPreparations starts the preparations prepareApps waits for, and
+// cancels those no longer wanted.
+func (r *reloader) startPreparations(ctx context.Context, prev, loaded *app.Set) []*preparation {
 	wanted := map[string]bool{}
 	var started []*preparation
 	for _, a := range loaded.List() {
@@ -112,34 +93,37 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 			}
 		}
 		wanted[a.Name] = true
-		if pr := w.preps[a.Name]; pr != nil {
+		if pr := r.preps[a.Name]; pr != nil {
 			if sameApp(pr.app, a) {
 				continue // running, or ended and not used yet
 			}
 			pr.cancel() // another version's: its result would not be used
 		}
-		pr := w.prepare(ctx, p, a)
-		w.preps[a.Name] = pr
+		pr := r.prepare(ctx, a)
+		r.preps[a.Name] = pr
 		started = append(started, pr)
 	}
-	for name, pr := range w.preps {
+	for name, pr := range r.preps {
 		if !wanted[name] {
 			// The app was removed, broken, or edited back to the version
 			// serving.
 			pr.cancel()
-			delete(w.preps, name)
-			delete(w.waiting, name)
+			delete(r.preps, name)
+			delete(r.waiting, name)
 		}
 	}
-	w.waitPreparations(ctx, started, w.prepareWait(prev))
-	if ctx.Err() != nil {
-		return loaded, nil
-	}
+	return started
+}
+
+// usePreparations returns loaded with each app whose preparation is still
+// running or failed made unavailable, the apps still being prepared, and
+// whether a preparation failed.
+func (r *reloader) usePreparations(loaded *app.Set) (_ *app.Set, running map[string]*app.App, failed bool) {
 	apps := slices.Clone(loaded.List())
 	replaced := false
-	running := map[string]*app.App{}
+	running = map[string]*app.App{}
 	for i, a := range apps {
-		pr := w.preps[a.Name]
+		pr := r.preps[a.Name]
 		switch {
 		case pr == nil:
 			continue
@@ -147,34 +131,34 @@ func (w *Worker) prepareApps(ctx context.Context, prev, loaded *app.Set) (*app.S
 			apps[i] = withError(a, beingPrepared)
 			running[a.Name] = a
 		case pr.err != nil:
-			delete(w.preps, a.Name)
-			w.prepareFailed = true
+			delete(r.preps, a.Name)
+			failed = true
 			apps[i] = withError(a, notReady+pr.err.Error())
 		default:
-			delete(w.preps, a.Name)
+			delete(r.preps, a.Name)
 			continue
 		}
 		replaced = true
 	}
 	if !replaced {
-		return loaded, running
+		return loaded, running, failed
 	}
 	set, err := app.Loaded(apps)
 	if err != nil {
-		return loaded, running // the names are loaded's: unreachable
+		return loaded, running, failed // the names are loaded's: unreachable
 	}
-	return set, running
+	return set, running, failed
 }
 
 // prepare starts preparing a in the background, bounded by ctx. When it
 // ends after its load went on without it (detach), and was not cancelled,
 // it asks for a reload, which uses its result.
-func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparation {
+func (r *reloader) prepare(ctx context.Context, a *app.App) *preparation {
 	pctx, cancel := context.WithCancel(ctx)
 	pr := &preparation{app: a, cancel: cancel, done: make(chan struct{})}
-	w.preparing.Go(func() {
+	r.preparing.Go(func() {
 		defer cancel()
-		err := p.Prepare(pctx, a.Name, a.Spec)
+		err := r.cfg.preparer.Prepare(pctx, a.Name, a.Spec)
 		if pctx.Err() != nil {
 			// Stopping, or another version replaced this one: the error
 			// says nothing about the app.
@@ -182,7 +166,7 @@ func (w *Worker) prepare(ctx context.Context, p Preparer, a *app.App) *preparati
 		}
 		reload := pr.finish(err)
 		if reload && pctx.Err() == nil {
-			w.Reload()
+			r.Reload()
 		}
 	})
 	return pr
@@ -197,16 +181,16 @@ const maxReloadPrepareWait = time.Second
 // maxReloadPrepareWait, since a reload also serves the other apps'
 // changes, and a new app's events are matched only once it is served: one
 // app's pull or build must not hold them up.
-func (w *Worker) prepareWait(prev *app.Set) time.Duration {
+func (r *reloader) prepareWait(prev *app.Set) time.Duration {
 	if prev == nil {
-		return w.cfg.PrepareWait
+		return r.cfg.prepareWait
 	}
-	return min(w.cfg.PrepareWait, maxReloadPrepareWait)
+	return min(r.cfg.prepareWait, maxReloadPrepareWait)
 }
 
 // waitPreparations waits until every preparation of prs ended, wait
 // passed, or ctx ended.
-func (w *Worker) waitPreparations(ctx context.Context, prs []*preparation, wait time.Duration) {
+func waitPreparations(ctx context.Context, prs []*preparation, wait time.Duration) {
 	if len(prs) == 0 {
 		return
 	}

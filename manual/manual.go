@@ -1,4 +1,4 @@
-package relay
+package manual
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/telemetry"
@@ -21,59 +22,59 @@ import (
 	"github.com/relaydev/relay/schedule"
 )
 
-// Sentinels of Manual.Invoke and Manual.Replay, for callers that branch on
+// Sentinels of Invoker.Invoke and Invoker.Replay, for callers that branch on
 // why nothing ran. Each is wrapped with the app, handler or entry it
 // concerns.
 var (
 	// ErrAppUnavailable: the app's template has errors, so none of its
 	// handlers may run.
-	ErrAppUnavailable = errors.New("relay: app unavailable")
+	ErrAppUnavailable = errors.New("manual: app unavailable")
 	// ErrReplayMalformed: the dead-letter entry records a malformed message
 	// (app and handler "-"); it has no handler to run again.
-	ErrReplayMalformed = errors.New("relay: a malformed-message entry cannot be replayed")
+	ErrReplayMalformed = errors.New("manual: a malformed-message entry cannot be replayed")
 	// ErrHandlerGone: the app named by a dead-letter entry is no longer
 	// loaded, or has no event rule with the entry's handler any more.
-	ErrHandlerGone = errors.New("relay: handler no longer exists")
+	ErrHandlerGone = errors.New("manual: handler no longer exists")
 )
 
 // manualWriteTimeout bounds the deletion of a replayed entry.
 const manualWriteTimeout = 10 * time.Second
 
-// Manual runs invocations outside the stream lifecycle: relay app invoke
-// and relay dlq replay (docs/operations.md#commands).
-// Nothing is recorded in invocation state: no retry, no new dead-letter
-// entry. The zero TracerProvider means otel.GetTracerProvider().
-type Manual struct {
-	Runner         Runner
+// Invoker runs invocations by hand, outside the stream lifecycle: relay
+// app invoke and relay dlq replay (docs/operations.md#commands). Nothing
+// is recorded in invocation state: no retry, no new dead-letter entry. The
+// zero TracerProvider means otel.GetTracerProvider().
+type Invoker struct {
+	Runner         relay.Runner
 	TracerProvider trace.TracerProvider
 	// MessageID is the RELAY_MESSAGE_ID of the handlers Invoke runs; ""
-	// means a new NewInvokeMessageID() per Invoke call. It must not
+	// means a new NewMessageID() per Invoke call. It must not
 	// contain NUL, which no environment variable can hold. Replay ignores
 	// it: a replayed handler gets the entry's original message id.
 	MessageID string
 }
 
-// InvokeMessageIDPrefix starts the RELAY_MESSAGE_ID that Manual.Invoke
+// MessageIDPrefix starts the RELAY_MESSAGE_ID that Invoker.Invoke
 // (relay app invoke) gives handlers when none is set: "invoke-" and 16
 // lowercase hex digits. A stream entry id is two decimal numbers joined by
 // "-", so a handler can tell a manual invocation from a delivery
 // (docs/apps.md#the-handler-contract).
-const InvokeMessageIDPrefix = "invoke-"
+const MessageIDPrefix = "invoke-"
 
-// NewInvokeMessageID returns a new random message id for a manual
-// invocation: InvokeMessageIDPrefix and 16 lowercase hex digits (64
+// NewMessageID returns a new random message id for a manual
+// invocation: MessageIDPrefix and 16 lowercase hex digits (64
 // random bits), such as invoke-3f9a0c1e5b7d2468.
-func NewInvokeMessageID() string {
+func NewMessageID() string {
 	var b [8]byte
 	rand.Read(b[:])
-	return InvokeMessageIDPrefix + hex.EncodeToString(b[:])
+	return MessageIDPrefix + hex.EncodeToString(b[:])
 }
 
-// InvokeResult is the outcome of one handler run by Manual.Invoke.
-type InvokeResult struct {
+// Result is the outcome of one handler run by Invoker.Invoke.
+type Result struct {
 	App     string
 	Handler string
-	// MessageID is the RELAY_MESSAGE_ID the handler got: Manual.MessageID,
+	// MessageID is the RELAY_MESSAGE_ID the handler got: Invoker.MessageID,
 	// or the id Invoke generated, the same for every rule of one call.
 	MessageID string
 	// Duration is the wall time of the run, runtime setup included.
@@ -85,14 +86,14 @@ type InvokeResult struct {
 }
 
 // Failed reports whether the handler did not succeed.
-func (r InvokeResult) Failed() bool { return r.Err != nil }
+func (r Result) Failed() bool { return r.Err != nil }
 
-func (m Manual) tracer() trace.Tracer {
+func (m Invoker) tracer() trace.Tracer {
 	tp := m.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
-	return newTracer(tp)
+	return tp.Tracer(telemetry.InstrumentationName)
 }
 
 // Invoke runs every rule of a whose pattern matches event once,
@@ -113,9 +114,9 @@ func (m Manual) tracer() trace.Tracer {
 // span, a new root (linked to the span ctx holds, if any), with one
 // function.invoke child per rule run, whose context the handler gets as
 // TRACEPARENT.
-func (m Manual) Invoke(ctx context.Context, a *app.App, event []byte) ([]InvokeResult, error) {
+func (m Invoker) Invoke(ctx context.Context, a *app.App, event []byte) ([]Result, error) {
 	if a == nil || m.Runner == nil {
-		return nil, errors.New("relay: Manual.Invoke: nil app or Runner")
+		return nil, errors.New("manual: Invoke: nil app or Runner")
 	}
 	obj, err := matcher.DecodeEvent(event)
 	if err != nil {
@@ -126,14 +127,14 @@ func (m Manual) Invoke(ctx context.Context, a *app.App, event []byte) ([]InvokeR
 	}
 	id := m.MessageID
 	if id == "" {
-		id = NewInvokeMessageID()
+		id = NewMessageID()
 	}
 	tr := m.tracer()
-	ctx, span := startManual(ctx, tr, telemetry.SpanManualInvoke, telemetry.AttrApp.String(a.Name),
+	ctx, span := telemetry.StartManual(ctx, tr, telemetry.SpanManualInvoke, telemetry.AttrApp.String(a.Name),
 		telemetry.AttrMessagingMessageID.String(id))
 	defer span.End()
 	now := time.Now()
-	var results []InvokeResult
+	var results []Result
 	for _, rule := range a.Rules {
 		if !rule.Pattern.MatchValue(obj, now) {
 			continue
@@ -186,12 +187,12 @@ type DLQReader interface {
 // dead-lettered it, or the producer's context) and to the span ctx holds,
 // if any; the run is its function.invoke child, whose context the handler
 // gets as TRACEPARENT.
-func (m Manual) Replay(ctx context.Context, apps *app.Set, store DLQReader, id string) (err error) {
+func (m Invoker) Replay(ctx context.Context, apps *app.Set, store DLQReader, id string) (err error) {
 	if apps == nil || m.Runner == nil || store == nil {
-		return errors.New("relay: Manual.Replay: nil apps, Runner or store")
+		return errors.New("manual: Replay: nil apps, Runner or store")
 	}
 	tr := m.tracer()
-	ctx, span := startManual(ctx, tr, telemetry.SpanDLQReplay, telemetry.AttrDLQID.String(id))
+	ctx, span := telemetry.StartManual(ctx, tr, telemetry.SpanDLQReplay, telemetry.AttrDLQID.String(id))
 	defer func() {
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
@@ -205,7 +206,7 @@ func (m Manual) Replay(ctx context.Context, apps *app.Set, store DLQReader, id s
 	span.SetAttributes(telemetry.AttrApp.String(e.App), telemetry.AttrHandler.String(e.Handler),
 		telemetry.AttrMessagingMessageID.String(e.OriginalID))
 	if sc := telemetry.ParseTraceparent(e.Trace); sc.IsValid() {
-		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(linkDeadLettered)}})
+		span.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrLink.String(telemetry.LinkDeadLettered)}})
 	}
 	target := e.App + "/" + e.Handler
 	if e.App == dlq.MalformedName || e.Handler == dlq.MalformedName {
@@ -260,12 +261,12 @@ func replayTarget(a *app.App, e dlq.Entry) ([]byte, time.Duration, error) {
 
 // run runs one request of Invoke or Replay as a function.invoke span
 // under ctx's span, and times it.
-func (m Manual) run(ctx context.Context, tr trace.Tracer, req runtime.Request) InvokeResult {
-	ctx, span := startAttempt(ctx, tr, req.App, req.Handler, req.MessageID, req.Attempt, 0, "")
+func (m Invoker) run(ctx context.Context, tr trace.Tracer, req runtime.Request) Result {
+	ctx, span := telemetry.StartAttempt(ctx, tr, req.App, req.Handler, req.MessageID, req.Attempt, 0, "")
 	req.Env = telemetry.HandlerEnv(span.SpanContext())
 	start := time.Now()
 	_, err := m.Runner.Run(ctx, req)
-	res := InvokeResult{App: req.App, Handler: req.Handler, MessageID: req.MessageID, Duration: time.Since(start), Err: err}
-	endAttempt(span, resultOf(err), err)
+	res := Result{App: req.App, Handler: req.Handler, MessageID: req.MessageID, Duration: time.Since(start), Err: err}
+	telemetry.EndAttempt(span, string(relay.ResultOf(err)), err)
 	return res
 }

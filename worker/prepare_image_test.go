@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func newImageHarness(t *testing.T, c *client.Client, templates map[string]string
 		containerd.WithNamespace(c.DefaultNamespace()),
 		containerd.WithHostID("test-" + hex.EncodeToString(host)),
 		containerd.WithOutput(out, out),
-		containerd.WithLogger(h.cfg.Logger),
+		containerd.WithLogger(h.cfg.Engine.Logger),
 		containerd.WithStateDir(t.TempDir()),
 		containerd.WithPreparedContainers(0),
 	}, opts...)...)
@@ -267,7 +267,7 @@ func TestSlowPullIsBeingPrepared(t *testing.T) {
 	w, stop := h.run()
 	defer stop()
 	testutil.WaitFor(t, 30*time.Second, "the worker consuming while slow's image is pulled", func() bool {
-		return strings.Contains(h.logs.String(), "worker started")
+		return strings.Contains(h.logs.String(), "engine started")
 	})
 	h.publish(`{"kind":"s"}`)
 	if a := w.Apps().Get("slow"); a.Available() || !strings.Contains(a.Errors.Error(), "app being prepared") {

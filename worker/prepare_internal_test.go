@@ -1,4 +1,4 @@
-package relay
+package worker
 
 import (
 	"context"
@@ -58,11 +58,11 @@ func TestPrepareApps(t *testing.T) {
 		return s
 	}
 	r := &preparerRunner{}
-	w := &Worker{log: slog.New(slog.NewTextHandler(io.Discard, nil)), preps: map[string]*preparation{}}
-	w.cfg.Runner = r
-	w.cfg.PrepareWait = time.Minute
+	w := &reloader{log: slog.New(slog.NewTextHandler(io.Discard, nil)), preps: map[string]*preparation{}}
+	w.cfg.preparer = r
+	w.cfg.prepareWait = time.Minute
 
-	start, _ := w.prepareApps(t.Context(), nil, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
+	start, _, _ := w.prepareApps(t.Context(), nil, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
 	if !start.Get("a").Available() || start.Get("b").Available() || !start.Get("plain").Available() {
 		t.Fatalf("after start: a %v, b %v, plain %v; want b alone unavailable", start.Get("a").Errors, start.Get("b").Errors, start.Get("plain").Errors)
 	}
@@ -75,7 +75,7 @@ func TestPrepareApps(t *testing.T) {
 
 	// Reload: a's manifest breaks (same template), b unchanged.
 	r.prepared = nil
-	loaded, _ := w.prepareApps(t.Context(), start, set(withDeps("a", "1", "broken==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
+	loaded, _, _ := w.prepareApps(t.Context(), start, set(withDeps("a", "1", "broken==1\n"), withDeps("b", "1", "broken==1\n"), withDeps("plain", "1", "")))
 	next, changes := nextGeneration(start, loaded)
 	if a := next.Get("a"); a != start.Get("a") || !a.Available() {
 		t.Errorf("a after a broken manifest = %+v, want the previous version serving", a)
@@ -93,7 +93,7 @@ func TestPrepareApps(t *testing.T) {
 	}
 
 	// Reload: b's manifest fixed.
-	fixed, _ := w.prepareApps(t.Context(), next, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "pkg==2\n"), withDeps("plain", "1", "")))
+	fixed, _, _ := w.prepareApps(t.Context(), next, set(withDeps("a", "1", "pkg==1\n"), withDeps("b", "1", "pkg==2\n"), withDeps("plain", "1", "")))
 	next2, _ := nextGeneration(next, fixed)
 	if !next2.Get("b").Available() {
 		t.Errorf("b after its manifest was fixed: %v", next2.Get("b").Errors)

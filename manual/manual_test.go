@@ -1,4 +1,4 @@
-package relay_test
+package manual_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -63,7 +64,7 @@ func TestInvokeRunsMatchingRulesInDeclarationOrder(t *testing.T) {
 		"refunds.run":   nil,
 	})
 	event := []byte(`{"kind":"order","id":7}`)
-	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, event)
+	res, err := manual.Invoker{Runner: runner}.Invoke(t.Context(), a, event)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +110,11 @@ func TestInvokeMessageID(t *testing.T) {
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"refunds.run": nil})
 	event := []byte(`{"kind":"refund"}`)
 	for range 2 {
-		if _, err := (relay.Manual{Runner: runner}).Invoke(t.Context(), a, event); err != nil {
+		if _, err := (manual.Invoker{Runner: runner}).Invoke(t.Context(), a, event); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := (relay.Manual{Runner: runner, MessageID: "1700000000000-5"}).Invoke(t.Context(), a, event); err != nil {
+	if _, err := (manual.Invoker{Runner: runner, MessageID: "1700000000000-5"}).Invoke(t.Context(), a, event); err != nil {
 		t.Fatal(err)
 	}
 	got := *reqs
@@ -129,7 +130,7 @@ func TestInvokeMessageID(t *testing.T) {
 func TestInvokeNoMatch(t *testing.T) {
 	a := apptest.One(t, "shop", shopApp)
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.audit": nil})
-	res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), a, []byte(`{"kind":"nothing"}`))
+	res, err := manual.Invoker{Runner: runner}.Invoke(t.Context(), a, []byte(`{"kind":"nothing"}`))
 	if err != nil || len(res) != 0 || len(*reqs) != 0 {
 		t.Errorf("Invoke = %v, %v after %d runs; want nothing", res, err, len(*reqs))
 	}
@@ -152,10 +153,10 @@ func TestInvokeRefuses(t *testing.T) {
 		{"string", a, `"order"`, matcher.ErrMalformed},
 		{"not json", a, `{kind: order}`, matcher.ErrMalformed},
 		{"empty", a, ``, matcher.ErrMalformed},
-		{"unavailable app", broken, `{"kind":"order"}`, relay.ErrAppUnavailable},
+		{"unavailable app", broken, `{"kind":"order"}`, manual.ErrAppUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := relay.Manual{Runner: runner}.Invoke(t.Context(), tc.app, []byte(tc.event))
+			res, err := manual.Invoker{Runner: runner}.Invoke(t.Context(), tc.app, []byte(tc.event))
 			if !errors.Is(err, tc.want) || res != nil {
 				t.Errorf("Invoke = %v, %v; want %v", res, err, tc.want)
 			}
@@ -173,7 +174,7 @@ func TestInvokeStopsWhenCancelled(t *testing.T) {
 		"orders.audit":  func(context.Context, runtime.Request) error { cancel(); return nil },
 		"orders.charge": nil,
 	})
-	res, err := relay.Manual{Runner: runner}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
+	res, err := manual.Invoker{Runner: runner}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	if !errors.Is(err, context.Canceled) || len(res) != 1 || res[0].Err != nil || len(*reqs) != 1 {
 		t.Errorf("Invoke = %+v, %v after %d runs; want the first result and context.Canceled", res, err, len(*reqs))
 	}
@@ -235,7 +236,7 @@ func TestReplaySuccessDeletesTheEntry(t *testing.T) {
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"orders.charge": nil})
 	e := f.write("shop", "orders.charge")
 	other := f.write("shop", "orders.charge")
-	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); err != nil {
+	if err := (manual.Invoker{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); err != nil {
 		t.Fatal(err)
 	}
 	want := []runtime.Request{{
@@ -252,7 +253,7 @@ func TestReplaySuccessDeletesTheEntry(t *testing.T) {
 		t.Error("another entry was deleted")
 	}
 	// Replaying it again finds nothing and runs nothing.
-	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, dlq.ErrNotFound) {
+	if err := (manual.Invoker{Runner: runner}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, dlq.ErrNotFound) {
 		t.Errorf("second Replay = %v, want dlq.ErrNotFound", err)
 	}
 	if len(*reqs) != 1 {
@@ -280,7 +281,7 @@ func TestReplayFailureKeepsTheEntry(t *testing.T) {
 				t.Fatal(err)
 			}
 			runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": tc.handler})
-			err = relay.Manual{Runner: runner}.Replay(t.Context(), apps, f.store, e.ID)
+			err = manual.Invoker{Runner: runner}.Replay(t.Context(), apps, f.store, e.ID)
 			if _, ok := errors.AsType[*runtime.ExitError](err); ok != tc.exit {
 				t.Errorf("Replay = %v; want an ExitError: %v", err, tc.exit)
 			}
@@ -293,7 +294,7 @@ func TestReplayFailureKeepsTheEntry(t *testing.T) {
 	down := runnerFunc(func(context.Context, runtime.Request) (runtime.Result, error) {
 		return runtime.Result{}, runtime.ErrUnavailable
 	})
-	if err := (relay.Manual{Runner: down}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, runtime.ErrUnavailable) || !f.exists(e.ID) {
+	if err := (manual.Invoker{Runner: down}).Replay(t.Context(), f.apps, f.store, e.ID); !errors.Is(err, runtime.ErrUnavailable) || !f.exists(e.ID) {
 		t.Errorf("Replay with the runtime down = %v (entry kept: %v)", err, f.exists(e.ID))
 	}
 }
@@ -307,15 +308,15 @@ func TestReplayRefuses(t *testing.T) {
 		id   string
 		want error
 	}{
-		{"malformed entry", f.write(dlq.MalformedName, dlq.MalformedName).ID, relay.ErrReplayMalformed},
-		{"app gone", f.write("gone", "orders.charge").ID, relay.ErrHandlerGone},
-		{"handler gone", f.write("shop", "gone.handler").ID, relay.ErrHandlerGone},
-		{"app unavailable", f.write("broken", "a.b").ID, relay.ErrAppUnavailable},
+		{"malformed entry", f.write(dlq.MalformedName, dlq.MalformedName).ID, manual.ErrReplayMalformed},
+		{"app gone", f.write("gone", "orders.charge").ID, manual.ErrHandlerGone},
+		{"handler gone", f.write("shop", "gone.handler").ID, manual.ErrHandlerGone},
+		{"app unavailable", f.write("broken", "a.b").ID, manual.ErrAppUnavailable},
 		{"unknown id", "1-1", dlq.ErrNotFound},
 		{"not an id", "bogus", dlq.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := relay.Manual{Runner: runner}.Replay(t.Context(), f.apps, f.store, tc.id)
+			err := manual.Invoker{Runner: runner}.Replay(t.Context(), f.apps, f.store, tc.id)
 			if !errors.Is(err, tc.want) {
 				t.Errorf("Replay = %v, want %v", err, tc.want)
 			}
@@ -334,9 +335,9 @@ func TestReplayRefuses(t *testing.T) {
 func TestReplayScheduleOccurrence(t *testing.T) {
 	t.Parallel()
 	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
-	apps := apptest.Load(t, map[string]string{"billing": nightlyApp})
+	apps := apptest.Load(t, map[string]string{"billing": apptest.NightlyApp})
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
-	env := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	env := schedule.NewEnvelope(apptest.NightlySpec(), apptest.NightlyAt)
 	write := func(handler string) string {
 		id, err := store.Write(t.Context(), dlq.Entry{OriginalID: "1700000000000-9", Group: "workers", Consumer: "c1",
 			Event: string(env.Marshal()), Reason: "exit 3", App: "billing", Handler: handler, HandlerAttempts: 2})
@@ -346,7 +347,7 @@ func TestReplayScheduleOccurrence(t *testing.T) {
 		return id
 	}
 	id := write("jobs.nightly")
-	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, id); err != nil {
+	if err := (manual.Invoker{Runner: runner}).Replay(t.Context(), apps, store, id); err != nil {
 		t.Fatal(err)
 	}
 	want := []runtime.Request{{
@@ -358,7 +359,7 @@ func TestReplayScheduleOccurrence(t *testing.T) {
 	}
 	// The schedule no longer names that handler: nothing runs.
 	gone := write("jobs.old")
-	if err := (relay.Manual{Runner: runner}).Replay(t.Context(), apps, store, gone); !errors.Is(err, relay.ErrHandlerGone) {
+	if err := (manual.Invoker{Runner: runner}).Replay(t.Context(), apps, store, gone); !errors.Is(err, manual.ErrHandlerGone) {
 		t.Errorf("replay of a handler the schedule no longer names = %v, want ErrHandlerGone", err)
 	}
 	if len(*reqs) != 1 {

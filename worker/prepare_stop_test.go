@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/worker"
 )
 
 // stallingPreparer is a Runner whose Prepare waits until its context ends,
@@ -32,7 +32,7 @@ func (p stallingPreparer) Prepare(ctx context.Context, _ string, _ runtime.Spec)
 // loaded, and without starting anything.
 func TestStopWhilePreparing(t *testing.T) {
 	h := newWorkerHarness(t, "events")
-	h.cfg.Apps = relay.Static(apptest.Load(t, map[string]string{
+	h.cfg.Apps = worker.Static(apptest.Load(t, map[string]string{
 		"users": "image: x\nsecrets: [api-key]\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}}\n",
 	}))
 	p := stallingPreparer{sweepingRunner: h.runner, entered: make(chan struct{}, 1)}

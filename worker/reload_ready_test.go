@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func missingSecretHarness(t *testing.T) (*workerHarness, *secretPreparer) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"slow": slowApp("1")}))
 	h.cfg.ReloadInterval = time.Hour
-	h.cfg.MinPendingIdle = 200 * time.Millisecond
+	h.cfg.Engine.MinPendingIdle = 200 * time.Millisecond
 	ok := func(context.Context, runtime.Request) error { return nil }
 	h.runner.Runner = recordingRunner{h.calls, runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/events.a": ok})}
 	p := &secretPreparer{sweepingRunner: h.runner}
@@ -61,7 +61,7 @@ func TestReloadLogsAnUnchangedAppReady(t *testing.T) {
 	p.missing.Store(false)
 	w.Reload()
 	testutil.WaitFor(t, 10*time.Second, "slow's held message handled once ready", func() bool {
-		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+		return h.calls.Count("slow/events.a") == 1 && h.pending() == 0
 	})
 	logs := h.logs.String()
 	if !strings.Contains(logs, `level=INFO msg="app ready" app=slow`) || strings.Contains(logs, `msg="app changed"`) {
@@ -131,7 +131,7 @@ func TestFailedPreparationIsRetried(t *testing.T) {
 
 	p.missing.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "slow's held message handled once ready", func() bool {
-		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+		return h.calls.Count("slow/events.a") == 1 && h.pending() == 0
 	})
 	if logs := h.logs.String(); !strings.Contains(logs, `level=INFO msg="app ready" app=slow`) {
 		t.Errorf("slow not logged ready:\n%s", logs)

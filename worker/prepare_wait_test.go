@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -122,10 +122,10 @@ func TestStartDoesNotWaitForASlowPreparation(t *testing.T) {
 	h.publish(`{"kind":"a"}`)
 	h.publish(`{"kind":"b"}`)
 	testutil.WaitFor(t, 10*time.Second, "quick's message handled while slow is prepared", func() bool {
-		return h.calls.count("quick/events.b") == 1
+		return h.calls.Count("quick/events.b") == 1
 	})
 	testutil.WaitFor(t, 10*time.Second, "quick's message acknowledged, slow's pending", func() bool { return h.pending() == 1 })
-	if n := h.calls.count("slow/events.a"); n != 0 {
+	if n := h.calls.Count("slow/events.a"); n != 0 {
 		t.Fatalf("slow's handler ran %d times before its preparation ended", n)
 	}
 	if a := w.Apps().Get("slow"); a.Available() || !strings.Contains(a.Errors.Error(), "app being prepared") {
@@ -134,7 +134,7 @@ func TestStartDoesNotWaitForASlowPreparation(t *testing.T) {
 
 	p.open("slow/1")
 	testutil.WaitFor(t, 10*time.Second, "slow's message handled once prepared", func() bool {
-		return h.calls.count("slow/events.a") == 1 && h.pending() == 0
+		return h.calls.Count("slow/events.a") == 1 && h.pending() == 0
 	})
 	logs := h.logs.String()
 	if n := strings.Count(logs, `level=INFO msg="app being prepared; its messages wait" app=slow`); n != 1 {
@@ -171,9 +171,9 @@ func TestReloadDoesNotWaitForASlowPreparation(t *testing.T) {
 	})
 	h.publish(`{"kind":"a"}`)
 	testutil.WaitFor(t, 10*time.Second, "slow's previous version handling its event", func() bool {
-		return h.calls.count("slow/events.a") == 1
+		return h.calls.Count("slow/events.a") == 1
 	})
-	if v := h.calls.get("slow/events.a")[0].Spec.Env["V"]; v != "1" {
+	if v := h.calls.Get("slow/events.a")[0].Spec.Env["V"]; v != "1" {
 		t.Errorf("slow's event handled by version %q, want 1 while 2 is prepared", v)
 	}
 
@@ -183,7 +183,7 @@ func TestReloadDoesNotWaitForASlowPreparation(t *testing.T) {
 	})
 	h.publish(`{"kind":"c"}`)
 	testutil.WaitFor(t, 10*time.Second, "quick's edited rule handling its event", func() bool {
-		return h.calls.count("quick/events.b") == 1
+		return h.calls.Count("quick/events.b") == 1
 	})
 	if v := w.Apps().Get("slow").Spec.Env["V"]; v != "1" {
 		t.Errorf("slow serving version %q, want 1 while 2 is prepared", v)
@@ -201,9 +201,9 @@ func TestReloadDoesNotWaitForASlowPreparation(t *testing.T) {
 	})
 	h.publish(`{"kind":"a"}`)
 	testutil.WaitFor(t, 10*time.Second, "slow's third version handling its event", func() bool {
-		return h.calls.count("slow/events.a") == 2
+		return h.calls.Count("slow/events.a") == 2
 	})
-	if v := h.calls.get("slow/events.a")[1].Spec.Env["V"]; v != "3" {
+	if v := h.calls.Get("slow/events.a")[1].Spec.Env["V"]; v != "3" {
 		t.Errorf("slow's second event handled by version %q, want 3", v)
 	}
 	logs := h.logs.String()
@@ -230,7 +230,7 @@ func TestStopDuringABackgroundPreparation(t *testing.T) {
 	_, stop := h.run()
 	h.publish(`{"kind":"b"}`)
 	testutil.WaitFor(t, 10*time.Second, "quick's message handled while slow is prepared", func() bool {
-		return h.calls.count("quick/events.b") == 1
+		return h.calls.Count("quick/events.b") == 1
 	})
 	if calls, ended, _ := p.result("slow/1"); calls != 1 || ended {
 		t.Fatalf("slow's preparation: %d calls, ended %v; want one running", calls, ended)

@@ -1,4 +1,4 @@
-package relay_test
+package worker_test
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/worker"
 )
 
 // sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
@@ -51,8 +52,8 @@ schedules:
 // workerHarness runs a Worker over streams on a private redis-server.
 type workerHarness struct {
 	t       *testing.T
-	cfg     relay.WorkerConfig
-	calls   *calls
+	cfg     worker.Config
+	calls   *apptest.Calls
 	logs    *testutil.Buffer
 	reg     *prometheus.Registry
 	runner  *sweepingRunner
@@ -61,23 +62,23 @@ type workerHarness struct {
 
 func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 	t.Helper()
-	h := &workerHarness{t: t, calls: &calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
+	h := &workerHarness{t: t, calls: &apptest.Calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
 	for _, s := range streams {
 		h.streams = append(h.streams, redistest.Name(t, s))
 	}
 	record := func(context.Context, runtime.Request) error { return nil }
 	handlers := map[string]runtime.HandlerFunc{}
 	for _, k := range []string{"users/events.created", "users/jobs.tick"} {
-		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.add(req); return record(ctx, req) }
+		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.Add(req); return record(ctx, req) }
 	}
 	h.runner = &sweepingRunner{Runner: runtime.NewFunc(handlers)}
 	cfg := fastConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics = h.reg
-	h.cfg = relay.WorkerConfig{
+	h.cfg = worker.Config{
 		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
-		Apps: relay.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
-		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Config: cfg,
+		Apps: worker.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
+		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Engine: cfg,
 	}
 	return h
 }
@@ -102,9 +103,9 @@ func (h *workerHarness) counter(name string) float64 {
 
 // run runs a Worker of h.cfg until the test ends; stop stops it and
 // returns Run's error.
-func (h *workerHarness) run() (w *relay.Worker, stop func() error) {
+func (h *workerHarness) run() (w *worker.Worker, stop func() error) {
 	h.t.Helper()
-	w, err := relay.NewWorker(h.cfg)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		ids[s] = id
 	}
 	testutil.WaitFor(t, 10*time.Second, "both events and the tick", func() bool {
-		return h.calls.count("users/events.created") == 2 && h.calls.count("users/jobs.tick") >= 1
+		return h.calls.Count("users/events.created") == 2 && h.calls.Count("users/jobs.tick") >= 1
 	})
 	for _, s := range h.streams {
 		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
@@ -222,7 +223,7 @@ func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 // (Config.Retention), not a fixed week.
 func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h := newWorkerHarness(t, "orders")
-	h.cfg.Retention = time.Hour
+	h.cfg.Engine.Retention = time.Hour
 	var wrapped []*tallyDLQ
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
 		if _, ok := c.DLQ.(*dlq.Writer); !ok {
@@ -272,31 +273,31 @@ func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
 func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	empty, _ := app.NewSet()
-	h.cfg.Apps = relay.Static(empty)
-	w, err := relay.NewWorker(h.cfg)
+	h.cfg.Apps = worker.Static(empty)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrNoApps) {
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrNoApps) {
 		t.Errorf("Run with no apps = %v, want ErrNoApps", err)
 	}
-	if err := w.Run(t.Context()); !errors.Is(err, relay.ErrWorkerRan) {
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrRan) {
 		t.Errorf("second Run = %v, want ErrWorkerRan", err)
 	}
 }
 
-func TestNewWorkerValidates(t *testing.T) {
-	_, err := relay.NewWorker(relay.WorkerConfig{Streams: []string{"a", "a"}, Config: relay.Config{MinPendingIdle: -1}})
-	for _, want := range []string{"WorkerConfig.Redis is required", "WorkerConfig.Group is required", "WorkerConfig.Apps is required",
-		"WorkerConfig.Runner is required", `"a" is empty or listed twice`} {
+func TestNewValidates(t *testing.T) {
+	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
+	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
+		"Config.Runner is required", `"a" is empty or listed twice`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("NewWorker error %v does not say %q", err, want)
+			t.Errorf("New error %v does not say %q", err, want)
 		}
 	}
 	h := newWorkerHarness(t, "events")
-	h.cfg.MinPendingIdle = -time.Second
-	if _, err := relay.NewWorker(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
-		t.Errorf("NewWorker with a bad engine setting = %v, want it named", err)
+	h.cfg.Engine.MinPendingIdle = -time.Second
+	if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
+		t.Errorf("New with a bad engine setting = %v, want it named", err)
 	}
 }
 
@@ -314,7 +315,7 @@ func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.Redis = redistest.Connect(t, srv.Addr)
 	h.cfg.Runner = healthyPinger{h.runner}
-	w, err := relay.NewWorker(h.cfg)
+	w, err := worker.New(h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
