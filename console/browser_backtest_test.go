@@ -22,11 +22,12 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
 	small := backtestStream(f)
 	s := url.QueryEscape(f.stream)
-	// waitFor waits until the backtest heading says what.
+	// waitFor waits until the page the form posted to has loaded and its
+	// backtest heading says what.
 	waitFor := func(what string) {
 		t.Helper()
 		testutil.WaitFor(t, 30*time.Second, "the backtest of "+what, func() bool {
-			return b.count(`.bt-what`) == 1 && strings.Contains(b.text(`.bt-what`), what)
+			return strings.Contains(b.loaded(`.bt-what`), what)
 		})
 	}
 	rules := func() []string {
@@ -78,7 +79,7 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 	b.run("back to the playground", chromedp.Navigate(f.http.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
 	b.run("break the pattern", chromedp.SendKeys(chromedp.CSS(`textarea#pattern`), "kind: [order]\namount: 20"),
 		chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
-	testutil.WaitFor(t, 30*time.Second, "the pattern's error", func() bool { return b.count(`.pattern-errors`) == 1 })
+	testutil.WaitFor(t, 30*time.Second, "the pattern's error", func() bool { return b.loaded(`.pattern-errors`) != "" })
 	if got := b.text(`.pattern-errors`); !strings.Contains(got, "pattern:2:9: amount:") {
 		t.Errorf("broken pattern: %q, want its position pattern:2:9", got)
 	}
@@ -92,6 +93,21 @@ func (b tab) value(sel string) string {
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(sel)+`).value`))
 	if err != nil {
 		b.t.Fatalf("read the value of %s: %v", sel, err)
+	}
+	return v
+}
+
+// loaded returns the text of the element sel once the document has
+// loaded, and "" before, or while a form submission replaces it (a read
+// then may fail: the document it ran in is gone).
+func (b tab) loaded(sel string) string {
+	b.t.Helper()
+	ctx, cancel := b.step()
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+		`);return document.readyState==="complete"&&e?e.innerText:""})()`))
+	if err != nil {
+		return ""
 	}
 	return v
 }
