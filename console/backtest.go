@@ -42,8 +42,8 @@ type backtestRule struct {
 
 // backtest runs the edited pattern, or the rules of the chosen app (every
 // app's without one) as RELAY_APPS holds them now, against the newest
-// entries of the stream (docs/console.md#backtesting-patterns). It only reads, so a
-// read-only console allows it.
+// entries of the stream (docs/console.md#backtesting-patterns). It only
+// reads, so a read-only console allows it.
 func (s *Server) backtest(r *http.Request, v *playgroundView) {
 	if !parseNow(v) {
 		return
@@ -68,7 +68,7 @@ func (s *Server) backtest(r *http.Request, v *playgroundView) {
 		}
 		bv.What, bv.Edited = "the edited pattern", true
 	} else {
-		loaded, err := s.cfg.Apps.Load(r.Context())
+		loaded, err := s.loadApps(r, v)
 		if err != nil {
 			v.AppsError = err.Error()
 			return

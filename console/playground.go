@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/matcher"
@@ -35,9 +36,22 @@ type ruleResult struct {
 }
 
 type playgroundView struct {
-	Stream string
-	Event  string
-	Now    string // the form's --now, "" for the current time
+	Stream    string
+	Event     string
+	Now       string // the form's --now, "" for the current time
+	From      string // where the event was loaded from
+	Evaluated bool
+	At        time.Time
+	Error     string
+	Rules     []ruleResult
+	Matches   []string
+	Recent    []pick
+	RecentDLQ []pick
+	// PicksError is why the newest entries could not be listed, "" when
+	// they were: the lists then say so instead of "none".
+	PicksError string
+	AppsError  string
+
 	// Pattern is the pattern being edited, BacktestApp the app whose
 	// rules a backtest runs without one ("" for every app), Window how
 	// many of the newest entries it reads.
@@ -51,18 +65,10 @@ type playgroundView struct {
 	Backtest      *backtestView
 	// PatternErrors lists why the edited pattern did not parse.
 	PatternErrors []string
-	From          string // where the event was loaded from
-	Evaluated     bool
-	At            time.Time
-	Error         string
-	Rules         []ruleResult
-	Matches       []string
-	Recent        []pick
-	RecentDLQ     []pick
-	// PicksError is why the newest entries could not be listed, "" when
-	// they were: the lists then say so instead of "none".
-	PicksError string
-	AppsError  string
+
+	// apps is the apps root as loaded once for this request.
+	apps    *app.Set
+	appsErr error
 }
 
 // playground matches an event against every rule of every app and says
@@ -128,7 +134,7 @@ func (s *Server) finish(r *http.Request, v *playgroundView) {
 	if v.Window == "" {
 		v.Window = strconv.Itoa(defaultWindow)
 	}
-	if apps, err := s.cfg.Apps.Load(r.Context()); err == nil {
+	if apps, err := s.loadApps(r, v); err == nil {
 		for _, a := range apps.List() {
 			v.AppNames = append(v.AppNames, a.Name)
 		}
@@ -139,7 +145,7 @@ func (s *Server) finish(r *http.Request, v *playgroundView) {
 // loadPattern puts the pattern of the rule of app v.BacktestApp that
 // handler runs into the form, to edit and backtest.
 func (s *Server) loadPattern(r *http.Request, v *playgroundView, handler string) {
-	apps, err := s.cfg.Apps.Load(r.Context())
+	apps, err := s.loadApps(r, v)
 	if err != nil {
 		v.AppsError = err.Error()
 		return
@@ -150,6 +156,15 @@ func (s *Server) loadPattern(r *http.Request, v *playgroundView, handler string)
 		return
 	}
 	v.Error = clean("no rule " + v.BacktestApp + "/" + handler + " is loaded")
+}
+
+// loadApps loads the apps root once for the request: matching,
+// backtesting and the form's list of apps see the same templates.
+func (s *Server) loadApps(r *http.Request, v *playgroundView) (*app.Set, error) {
+	if v.apps == nil && v.appsErr == nil {
+		v.apps, v.appsErr = s.cfg.Apps.Load(r.Context())
+	}
+	return v.apps, v.appsErr
 }
 
 // parseNow sets v.At from the form's now, false (with v.Error) when it
@@ -185,7 +200,7 @@ func (s *Server) evaluate(r *http.Request, v *playgroundView) {
 		v.Error = clean(msg)
 		return
 	}
-	apps, err := s.cfg.Apps.Load(r.Context())
+	apps, err := s.loadApps(r, v)
 	if err != nil {
 		v.AppsError = err.Error()
 		return
