@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 		childWorker()
 		return
 	}
+	if os.Getenv(envPausedChild) != "" {
+		pausedChild()
+		return
+	}
 	dir, err := os.MkdirTemp("", "relay-exec-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
