@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,7 +16,6 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
@@ -57,23 +55,8 @@ exit $(echo "$event" | sed -n 's/.*"code":\([0-9]*\).*/\1/p')
 func TestPausedWorkerOwnExit(t *testing.T) {
 	cc := containerdtest.Client(t)
 	rc := redistest.Client(t)
-	appsRoot := t.TempDir()
-	appDir := filepath.Join(appsRoot, soakAppName)
-	if err := os.Mkdir(appDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, text := range map[string]string{app.TemplateFile: pausedApp, "handler.sh": pausedAppHandler} {
-		if err := os.WriteFile(filepath.Join(appDir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(appDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	helper := filepath.Join(t.TempDir(), ctrd.ExecHelperName)
-	if out, err := exec.Command("env", "CGO_ENABLED=0", "go", "build", "-o", helper, "../../cmd/relay-exec").CombinedOutput(); err != nil {
-		t.Fatalf("build relay-exec: %v\n%s", err, out)
-	}
+	appsRoot := writeSoakApp(t, pausedApp, pausedAppHandler)
+	helper := buildExecHelper(t)
 	env := func(streamName string) []string {
 		return []string{envRedis + "=" + redistest.Addr(t), envStream + "=" + streamName, envApps + "=" + appsRoot,
 			envRunner + "=containerd", envSocket + "=" + os.Getenv(containerdtest.EnvAddress),
