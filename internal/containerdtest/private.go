@@ -25,7 +25,11 @@ type Daemon struct {
 // cleanup of the Clients made afterwards. Without root or a containerd
 // setup the test is skipped, or fails under RELAY_TEST_REQUIRE=1; -short
 // skips always.
-func Private(t testing.TB) *Daemon {
+func Private(t testing.TB) *Daemon { return PrivateIn(t, t.TempDir()) }
+
+// PrivateIn is Private with its state (root, state and socket) under
+// state, a directory on a filesystem of the test's choice (Tmpfs).
+func PrivateIn(t testing.TB, state string) *Daemon {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("containerd integration test skipped with -short")
@@ -36,7 +40,7 @@ func Private(t testing.TB) *Daemon {
 	if os.Getenv(EnvImageArchive) == "" {
 		unavailable(t, "%s is not set: a private daemon has no image to copy from", EnvImageArchive)
 	}
-	d := &Daemon{State: t.TempDir(), t: t}
+	d := &Daemon{State: state, t: t}
 	d.Socket = filepath.Join(d.State, "containerd", "containerd.sock")
 	d.script("start")
 	// Registered first, so it runs after the cleanup of Clients.
@@ -89,4 +93,47 @@ func (d *Daemon) script(cmd string) {
 func scriptPath() string {
 	_, file, _, _ := goruntime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "containerd.sh")
+}
+
+// Tmpfs mounts a tmpfs of size bytes on a new directory and returns it: a
+// small filesystem for a test to fill. It is unmounted (lazily, should a
+// process still use it) when the test ends, after the cleanups registered
+// later. It needs root.
+func Tmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		unavailable(t, "mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
+		t.Fatalf("containerdtest: mount a tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// Fill writes a new file in dir until the filesystem holding it has no
+// space left, and returns a function that removes the file. Call it again
+// to take what was freed since.
+func Fill(t testing.TB, dir string) (free func()) {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "containerdtest-fill-*")
+	if err != nil {
+		t.Fatalf("containerdtest: fill %s: %v", dir, err)
+	}
+	defer f.Close()
+	path := f.Name()
+	for _, chunk := range []int{1 << 20, 4 << 10, 1} {
+		buf := make([]byte, chunk)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				break
+			}
+		}
+	}
+	return func() {
+		if err := os.Remove(path); err != nil {
+			t.Errorf("containerdtest: free %s: %v", dir, err)
+		}
+	}
 }
