@@ -33,8 +33,20 @@ import (
 const envPausedChild = "RELAY_TEST_PAUSED_CHILD"
 
 // pausedHandler sleeps for the event's first word in seconds, then exits
-// with its second.
-const pausedHandler = `read secs code; sleep "$secs"; exit "$code"`
+// with its second; pausedPython, in a warm container, sleeps as long and
+// fails when the second is not 0.
+const (
+	pausedHandler = `read secs code; sleep "$secs"; exit "$code"`
+	pausedPython  = `import time
+
+def sleep(event):
+    secs, code = event.split()
+    time.sleep(int(secs))
+    print("slept", secs, flush=True)
+    if code != "0":
+        raise ValueError("planned failure")
+`
+)
 
 // pausedOutcome is what the paused child prints of its attempt.
 type pausedOutcome struct {
@@ -48,12 +60,14 @@ type pausedOutcome struct {
 // meanwhile is reported with its own exit, as containerd recorded it, never
 // as timed out: nothing stopped it (docs/delivery.md "Leases"). One still
 // running when the worker resumes has outlived its timeout and is killed.
-// The worker is a child process running a Runner, really stopped.
+// The same for a handler in a warm container, whose reply waits in the
+// pipe. The worker is a child process running a Runner, really stopped.
 func TestPausedWorker(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		prepared bool // the attempt takes a container whose task was created ahead
+		warm     bool // the attempt runs pausedPython in a warm container
 		secs     int  // how long the handler sleeps
 		code     int  // and its exit code
 		want     pausedOutcome
@@ -61,10 +75,13 @@ func TestPausedWorker(t *testing.T) {
 		{name: "exits 0 while paused", secs: 2, code: 0, want: pausedOutcome{Code: -1}},
 		{name: "exits 3 while paused, task created ahead", prepared: true, secs: 2, code: 3, want: pausedOutcome{Code: 3}},
 		{name: "runs on after the pause", secs: 60, code: 0, want: pausedOutcome{Code: 137, TimedOut: true}},
+		{name: "warm, returns while paused", warm: true, secs: 2, code: 0, want: pausedOutcome{Code: -1}},
+		{name: "warm, raises while paused", warm: true, secs: 2, code: 1, want: pausedOutcome{Code: runtime.ExitHandlerFailed}},
+		{name: "warm, runs on after the pause", warm: true, secs: 60, code: 0, want: pausedOutcome{Code: 137, TimedOut: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := runPaused(t, tc.prepared, tc.secs, tc.code)
+			got := runPaused(t, tc.prepared, tc.warm, tc.secs, tc.code)
 			got.Err = ""
 			if got != tc.want {
 				t.Errorf("outcome %+v, want %+v", got, tc.want)
@@ -80,12 +97,21 @@ const pausedTimeout = time.Second
 // exits with code, stops the child once the handler runs, continues it
 // once the handler has exited (or, for a handler still running, once its
 // timeout is well past), and returns the outcome the child reports.
-func runPaused(t *testing.T, prepared bool, secs, code int) pausedOutcome {
-	f := newFixture(t)
+func runPaused(t *testing.T, prepared, warm bool, secs, code int) pausedOutcome {
+	var c *client.Client
+	var dir string
+	if warm {
+		f := newRuntimeFixture(t, runtime.RuntimePython3, envPythonArchive, pythonImage, map[string]string{"handlers.py": pausedPython})
+		c, dir = f.client, f.app
+	} else {
+		f := newFixture(t)
+		c, dir = f.client, f.dir
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envPausedChild+"=1", "CHILD_NS="+f.client.DefaultNamespace(),
-		"CHILD_HOST=paused-"+randomHex(4), "CHILD_DIR="+f.dir, "CHILD_HELPER="+testExecHelper,
-		"CHILD_STATE="+t.TempDir(), "CHILD_PREPARED="+strconv.FormatBool(prepared), fmt.Sprintf("CHILD_EVENT=%d %d\n", secs, code))
+	cmd.Env = append(os.Environ(), envPausedChild+"=1", "CHILD_NS="+c.DefaultNamespace(),
+		"CHILD_HOST=paused-"+randomHex(4), "CHILD_DIR="+dir, "CHILD_HELPER="+testExecHelper,
+		"CHILD_STATE="+t.TempDir(), "CHILD_PREPARED="+strconv.FormatBool(prepared), "CHILD_WARM="+strconv.FormatBool(warm),
+		fmt.Sprintf("CHILD_EVENT=%d %d\n", secs, code))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -107,27 +133,34 @@ func runPaused(t *testing.T, prepared bool, secs, code int) pausedOutcome {
 			cmd.Process.Kill()
 			t.Error("the child did not exit after its report")
 		}
-		containerdtest.AssertClean(t, f.client)
+		containerdtest.AssertClean(t, c)
 	})
 	lines := bufio.NewReader(stdout)
 	if line, err := lines.ReadString('\n'); strings.TrimSpace(line) != "ready" {
 		t.Fatalf("child: %q, %v", line, err)
 	}
 	var id string
-	testutil.WaitFor(t, 20*time.Second, "the handler running", func() bool {
-		id = runningTask(t, f.client)
-		return id != ""
-	})
+	if !warm {
+		testutil.WaitFor(t, 20*time.Second, "the handler running", func() bool {
+			id = runningTask(t, c)
+			return id != ""
+		})
+	}
 	// Past the start of the child's timer, which follows the start of the
-	// task.
+	// task or the request to the warm container.
 	time.Sleep(300 * time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	if secs < 10 {
+	switch {
+	case secs >= 10:
+	case warm:
+		// The warm container's process outlives the handler.
+		time.Sleep(time.Duration(secs)*time.Second + 500*time.Millisecond)
+	default:
 		testutil.WaitFor(t, 20*time.Second, "the handler exited", func() bool {
-			st, err := f.client.TaskService().Get(t.Context(), &tasks.GetRequest{ContainerID: id})
+			st, err := c.TaskService().Get(t.Context(), &tasks.GetRequest{ContainerID: id})
 			return err == nil && st.Process.Status == task.Status_STOPPED
 		})
 	}
@@ -160,8 +193,10 @@ func runningTask(t *testing.T, c *client.Client) string {
 
 // pausedChild runs one attempt of pausedHandler with the event CHILD_EVENT
 // and a timeout of pausedTimeout, after a first attempt that leaves a
-// container with its task created ahead when CHILD_PREPARED is true. It
-// prints "ready" before the attempt, and the attempt's pausedOutcome.
+// container with its task created ahead when CHILD_PREPARED is true; with
+// CHILD_WARM true, of pausedPython in a warm container that a first
+// attempt started. It prints "ready" before the attempt, and the attempt's
+// pausedOutcome.
 func pausedChild() {
 	fail := func(err error) {
 		fmt.Fprintln(os.Stderr, "paused child:", err)
@@ -184,13 +219,20 @@ func pausedChild() {
 		fail(err)
 	}
 	prepared := os.Getenv("CHILD_PREPARED") == "true"
+	var output io.Writer = io.Discard
+	if os.Getenv("CHILD_WARM") == "true" {
+		// The warm container's reply comes after the handler's last line,
+		// which a slow output destination holds up once the worker
+		// resumes: after the timer has fired, rather than by chance.
+		output = slowDiscard{}
+	}
 	n := 0
 	if prepared {
 		n = 1
 	}
 	r, err := containerd.New(c, containerd.WithNamespace(ns), containerd.WithHostID(os.Getenv("CHILD_HOST")),
 		containerd.WithExecHelper(os.Getenv("CHILD_HELPER")), containerd.WithPreparedContainers(n),
-		containerd.WithPull(false), containerd.WithOutput(io.Discard, io.Discard), containerd.WithStateDir(os.Getenv("CHILD_STATE")))
+		containerd.WithPull(false), containerd.WithOutput(output, output), containerd.WithStateDir(os.Getenv("CHILD_STATE")))
 	if err != nil {
 		fail(err)
 	}
@@ -198,6 +240,16 @@ func pausedChild() {
 	req := runtime.Request{App: "users", Handler: "paused.sleep", MessageID: "1-0", Attempt: 1, Timeout: pausedTimeout,
 		Event: []byte("0 0\n"),
 		Spec:  runtime.Spec{Dir: os.Getenv("CHILD_DIR"), Image: containerdtest.Image, Command: []string{"/bin/sh", "-c", pausedHandler}}}
+	if os.Getenv("CHILD_WARM") == "true" {
+		// The warm container started by a first attempt serves the next.
+		req.Handler, req.Event = "handlers.sleep", []byte(`"0 0"`)
+		req.Spec = runtime.Spec{Dir: os.Getenv("CHILD_DIR"), Runtime: runtime.RuntimePython3, Image: pythonImage, Warm: true}
+		req.Timeout = time.Minute
+		if _, err := r.Run(ctx, req); err != nil {
+			fail(err)
+		}
+		req.Timeout = pausedTimeout
+	}
 	if prepared {
 		if _, err := r.Run(ctx, req); err != nil {
 			fail(err)
@@ -208,6 +260,9 @@ func pausedChild() {
 	}
 	fmt.Println("ready")
 	req.Event = []byte(os.Getenv("CHILD_EVENT"))
+	if req.Spec.Warm {
+		req.Event, _ = json.Marshal(strings.TrimSpace(os.Getenv("CHILD_EVENT")))
+	}
 	_, err = r.Run(ctx, req)
 	out := pausedOutcome{Code: -1}
 	if err != nil {
@@ -224,4 +279,12 @@ func pausedChild() {
 	if err := r.Close(cctx); err != nil {
 		fail(err)
 	}
+}
+
+// slowDiscard is an output destination that takes 300 ms per line.
+type slowDiscard struct{}
+
+func (slowDiscard) Write(p []byte) (int, error) {
+	time.Sleep(300 * time.Millisecond)
+	return len(p), nil
 }

@@ -369,19 +369,9 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 	if err != nil {
 		return runtime.Result{}, true, err
 	}
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var payload []byte
-	select {
-	case payload = <-c.frameC:
-	case <-w.exited:
-		res, err := r.warmExited(ctx, w, req, c)
-		return res, false, err
-	case <-timeout:
+	payload, ended := awaitWarm(ctx, w, c, req.Timeout)
+	switch {
+	case ended == endTimedOut:
 		r.discard(w)
 		c.finish(w)
 		res := runtime.Result{Duration: time.Since(c.start)}
@@ -389,12 +379,58 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 			return res, false, warmUnknown(fmt.Errorf("kill task %s: no exit %v after SIGKILL", w.id, killWait))
 		}
 		return res, false, &runtime.ExitError{Code: int(w.status.ExitCode()), TimedOut: true, Timeout: req.Timeout, Stderr: c.stderr.LastLine()}
-	case <-ctx.Done():
+	case ended == endCancelled:
 		r.discard(w)
 		c.finish(w)
 		return runtime.Result{Duration: time.Since(c.start)}, false, ctx.Err()
+	case payload == nil:
+		res, err := r.warmExited(ctx, w, req, c)
+		return res, false, err
 	}
 	return r.warmOutcome(ctx, w, req, c, payload)
+}
+
+// Past the deadline by more than warmLate, the timer says this worker was
+// stopped (SIGSTOP, a frozen VM) rather than the handler slow: a reply
+// written meanwhile may still be in the pipe, and gets warmLateGrace to be
+// read.
+const (
+	warmLate      = 500 * time.Millisecond
+	warmLateGrace = time.Second
+)
+
+// awaitWarm waits for call c's outcome frame (returned), the death of w's
+// bootstrap (nil frame, endExited), the timeout or ctx. A handler that
+// ended by itself before the timeout, seen late because this worker was
+// stopped, ends by itself (docs/runtimes.md "Exit codes").
+func awaitWarm(ctx context.Context, w *warmContainer, c *warmCall, timeout time.Duration) ([]byte, ending) {
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	ended := endTimedOut
+	select {
+	case payload := <-c.frameC:
+		return payload, endExited
+	case <-w.exited:
+		return nil, endExited
+	case <-timer:
+	case <-ctx.Done():
+		ended = endCancelled
+	}
+	if timeout == 0 || time.Since(c.start.Add(timeout)) < warmLate {
+		return nil, ended
+	}
+	select {
+	case payload := <-c.frameC:
+		return payload, endExited
+	case <-w.exited:
+		return nil, endExited
+	case <-time.After(warmLateGrace):
+		return nil, ended
+	}
 }
 
 // warmCall is an invocation sent to a warm container: the writers of its

@@ -30,17 +30,6 @@ func stallDuration(t *testing.T) time.Duration {
 	return d
 }
 
-// stallApp is containerdApp's handlers that end by themselves.
-const stallApp = `
-image: ` + containerdtest.Image + `
-command: ["/bin/sh", "/app/handler.sh"]
-concurrency: 4
-events:
-  - {handler: ok.run, pattern: {kind: [ok]}, timeout: 5s, retries: 4}
-  - {handler: flaky.run, pattern: {kind: [flaky]}, timeout: 5s, retries: 3}
-  - {handler: bad.run, pattern: {kind: [bad]}, timeout: 5s, retries: 1}
-`
-
 // TestContainerdStallSoak stalls a private containerd (SIGSTOP) while two
 // worker processes run busybox handlers through it and events keep coming,
 // then continues it (docs/operations.md "Faults"). Invocations started
@@ -66,7 +55,7 @@ func TestContainerdStallSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newSoak(t, envRedis+"="+redistest.Addr(t), envStream+"="+streamName,
-		envApps+"="+writeSoakApp(t, stallApp, containerdHandler),
+		envApps+"="+writeSoakApp(t, containerdApp, containerdHandler),
 		envRunner+"=containerd", envSocket+"="+daemon.Socket, envNamespace+"="+ns, envHelper+"="+buildExecHelper(t))
 	names := []string{"c1", "c2"}
 	s.startWorkers(names...)
