@@ -60,6 +60,15 @@ build:
 	go build -o bin/relay ./cmd/relay
 	CGO_ENABLED=0 go build -o bin/relay-exec ./cmd/relay-exec
 
+# The relay image of deploy/Containerfile, built offline by
+# internal/tools/mkimage (docs/deployment.md "Container image"):
+# dist/relay-image.tar, an OCI layout that is also a docker-archive, for
+# ctr images import, docker load, skopeo or crane. IMAGE_REF names it
+# (default relay.local/relay:dev); one commit gives one digest.
+.PHONY: image
+image:
+	@bash -c 'source scripts/services.sh && use_go && scripts/image.sh dist/relay-image.tar'
+
 vet:
 	go vet ./...
 
@@ -67,4 +76,4 @@ fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

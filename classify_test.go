@@ -21,7 +21,7 @@ func TestOversizedEvent(t *testing.T) {
 	bigID := h.publish("event", big)
 	next := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	testutil.WaitFor(t, 10*time.Second, "both settled", h.settled)
-	runs := h.calls.get("users/events.created")
+	runs := h.calls.Get("users/events.created")
 	if len(runs) != 1 || runs[0].MessageID != next {
 		t.Fatalf("runs = %+v; want only the small event %s", runs, next)
 	}

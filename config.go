@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,8 +41,14 @@ const (
 	// invocations after its context is cancelled.
 	DefaultShutdownTimeout = 30 * time.Second
 	// DefaultRetention is how long a finished message's invocation state is
-	// kept after it left the PEL (docs/delivery.md#invocation-state).
+	// kept after it left the PEL: 48h (docs/delivery.md#invocation-state).
 	DefaultRetention = invocation.DefaultRetention
+	// DeleteOnAck as Config.Retention keeps no invocation state after the
+	// ack: a message's hash is deleted in the script that acknowledges it
+	// (REDIS_INVOCATION_RETENTION=0, docs/delivery.md#invocation-state).
+	// A negative sentinel, as Disabled is for the other retentions; any
+	// other negative Retention is an error.
+	DeleteOnAck time.Duration = -2
 	// DefaultWriteTimeout bounds the retries of one write that records an
 	// outcome (state, dead-letter entry, acknowledgement), so a Redis
 	// restart as a handler finishes does not lose its result.
@@ -98,7 +105,9 @@ type Config struct {
 	// messages stay pending. Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Retention is the TTL of a message's invocation state after the
-	// message left the PEL. Default: DefaultRetention.
+	// message left the PEL (REDIS_INVOCATION_RETENTION); DeleteOnAck
+	// deletes it with the ack instead. A stale delivery stays inert either
+	// way (docs/delivery.md#invocation-state). Default: DefaultRetention.
 	Retention time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
@@ -134,41 +143,24 @@ type Config struct {
 	// its payload, and acknowledged (docs/delivery.md#oversized-events).
 	// Default: DefaultMaxEventBytes; a negative value means no limit.
 	MaxEventBytes int
+	// OnOutcome, when set, is told every invocation outcome once, after
+	// the Engine's own log line, metrics, cluster stats and span
+	// (docs/observability.md); messageID is the stream entry's id. It runs
+	// on the delivery's goroutine before the message is settled, so it
+	// must return quickly and must not keep o.Err for long. Default: none.
+	OnOutcome func(ctx context.Context, messageID string, o Outcome)
 }
 
 // withDefaults returns c with every zero field set, or an error naming each
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
-	var errs []error
-	nonNegative := func(name string, d time.Duration) {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
-		}
+	if err := c.check(); err != nil {
+		return c, err
 	}
 	orDefault := func(d *time.Duration, def time.Duration) {
 		if *d == 0 {
 			*d = def
 		}
-	}
-	if c.MaxConcurrency < 0 {
-		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
-	}
-	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
-	nonNegative("MinPendingIdle", c.MinPendingIdle)
-	nonNegative("ReclaimInterval", c.ReclaimInterval)
-	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
-	nonNegative("LeaseGrace", c.LeaseGrace)
-	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
-	nonNegative("Retention", c.Retention)
-	nonNegative("WriteTimeout", c.WriteTimeout)
-	nonNegative("StatsInterval", c.StatsInterval)
-	for i, d := range c.Backoff {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
 	}
 	if c.MaxConcurrency == 0 {
 		c.MaxConcurrency = DefaultConcurrency
@@ -182,7 +174,9 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.HeartbeatInterval, c.MinPendingIdle/3)
 	orDefault(&c.LeaseGrace, DefaultLeaseGrace)
 	orDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
-	orDefault(&c.Retention, DefaultRetention)
+	if orDefault(&c.Retention, DefaultRetention); c.Retention == DeleteOnAck {
+		c.Retention = 0 // the stores' "delete" (invocation.CheckRetention)
+	}
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
@@ -205,4 +199,34 @@ func (c Config) withDefaults() (Config, error) {
 		c.Limiter, _ = NewLimiter(c.MaxConcurrency) // > 0 here
 	}
 	return c, nil
+}
+
+// check names every invalid field of c.
+func (c Config) check() error {
+	var errs []error
+	nonNegative := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		}
+	}
+	if c.MaxConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
+	}
+	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
+	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	nonNegative("LeaseGrace", c.LeaseGrace)
+	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	if c.Retention != DeleteOnAck {
+		nonNegative("Retention", c.Retention)
+	}
+	nonNegative("WriteTimeout", c.WriteTimeout)
+	nonNegative("StatsInterval", c.StatsInterval)
+	for i, d := range c.Backoff {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("relay: Config.Backoff[%d]: must be > 0, got %s", i, d))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -42,8 +42,15 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("MinPendingIdle %s, ReclaimInterval %s, HeartbeatInterval %s; want 1m, 30s, 20s",
 			cfg.MinPendingIdle, cfg.ReclaimInterval, cfg.HeartbeatInterval)
 	}
-	if cfg.MaxConcurrency != 8 || cfg.Limiter == nil || cfg.Limiter.Max() != 8 || cfg.Retention != 7*24*time.Hour {
-		t.Errorf("MaxConcurrency %d, Retention %s; want 8, 168h", cfg.MaxConcurrency, cfg.Retention)
+	if cfg.MaxConcurrency != 8 || cfg.Limiter == nil || cfg.Limiter.Max() != 8 || cfg.Retention != 48*time.Hour {
+		t.Errorf("MaxConcurrency %d, Retention %s; want 8, 48h", cfg.MaxConcurrency, cfg.Retention)
+	}
+	// DeleteOnAck is the stores' retention 0; another negative one is refused.
+	if cfg, err := (Config{Retention: DeleteOnAck}).withDefaults(); err != nil || cfg.Retention != 0 {
+		t.Errorf("Retention DeleteOnAck: %s, %v; want 0 (delete)", cfg.Retention, err)
+	}
+	if _, err := (Config{Retention: -time.Second}).withDefaults(); err == nil {
+		t.Error("Retention -1s accepted, want an error")
 	}
 	// A short MinPendingIdle shortens the derived intervals.
 	cfg, err = Config{MinPendingIdle: 300 * time.Millisecond}.withDefaults()

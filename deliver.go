@@ -19,14 +19,22 @@ import (
 //	                         matches plus those earlier deliveries left
 //	                         unfinished (occurrence.go resolves an occurrence
 //	                         to its schedule's handler instead)
-//	invoke    invoke.go      each invocation in dispatch order: claim, run,
-//	                         record; returns an Outcome
+//	invoke    invoke.go      each invocation in dispatch order: claim, run;
+//	                         returns an attempt and the transition that
+//	                         records it
+//	record    record.go      writes an attempt's transition: ok, the next
+//	                         attempt's due time, exhaustion and its
+//	                         dead-letter entry (deadletter.go), or the attempt
+//	                         given back; returns an Outcome
 //	settle    settle.go      from the outcomes alone: acknowledge (and retain
 //	                         the state) or leave the message pending
 //
-// Each stage returns what happened; deliver reports every outcome once to
-// the observers (observe.go) and hands them to settle. Nothing else decides
-// whether a message is acknowledged.
+// Each attempt is recorded before the next runs, so that a crash never
+// loses a success; the last one, after which nothing runs, is recorded by
+// settle, which fuses its success with the acknowledgement
+// (Settler.FinishSettle). Each stage returns what happened; deliver reports
+// every outcome once to the observers (observe.go). Nothing but settle
+// decides whether a message is acknowledged.
 
 // delivery is one message being handled by this worker.
 type delivery struct {
@@ -38,21 +46,25 @@ type delivery struct {
 	gen *generation
 	// span is the delivery's stream.message span.
 	span trace.Span
-	// record lists a first delivery's invocations until a claim recorded
-	// them (invocation.Record); recordComplete says they are all the
-	// message has.
-	record         []string
-	recordComplete bool
+	// handlerCtx is what handlers run under: it outlives the Engine's stop by
+	// the shutdown timeout, so running handlers can finish.
+	handlerCtx context.Context
+	// invocations lists a first delivery's invocations until a claim
+	// recorded them (invocation.Record); invocationsComplete says they are
+	// all the message has.
+	invocations         []string
+	invocationsComplete bool
 }
 
-// deliver handles one delivery of msg.
-func (e *Engine) deliver(ctx, runCtx context.Context, msg stream.Message) {
-	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load()}
+// deliver handles one delivery of msg; ctx ends when the Engine stops,
+// handlerCtx when it abandons running handlers.
+func (e *Engine) deliver(ctx, handlerCtx context.Context, msg stream.Message) {
+	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load(), handlerCtx: handlerCtx}
 	ctx = e.startMessage(ctx, d)
 	var v verdict
 	switch c := classify(msg, e.cfg.MaxEventBytes); c.kind {
 	case classOccurrence:
-		v = e.occurrence(ctx, runCtx, d, c)
+		v = e.occurrence(ctx, d)
 	case classMalformed:
 		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
 		v = e.malformed(ctx, d, c.reason)
@@ -65,44 +77,48 @@ func (e *Engine) deliver(ctx, runCtx context.Context, msg stream.Message) {
 		v = verdict{outcomes: []Outcome{e.report(ctx, d, e.deadLetterMessage(ctx, d, c.reason))}, hasState: true}
 	default:
 		e.obs.message(ctx, d, msgEvent{kind: msgReceived})
-		v = e.event(ctx, runCtx, d)
+		v = e.event(ctx, d)
 	}
-	acked := e.settle(ctx, d, v)
+	acked := e.settle(ctx, d, &v)
 	e.endMessage(d, acked)
 }
 
-// event runs the match and invoke stages of an external event.
-func (e *Engine) event(ctx, runCtx context.Context, d *delivery) verdict {
-	plan, h := e.match(ctx, d)
+// event runs the match and invoke stages of an external event, and
+// records every attempt but the last.
+func (e *Engine) event(ctx context.Context, d *delivery) verdict {
+	plan, p := e.match(ctx, d)
 	switch {
-	case h != nil:
-		return verdict{held: h}
+	case p != nil:
+		return verdict{pending: p}
 	case plan.malformed != "":
 		return e.malformed(ctx, d, plan.malformed)
 	case plan.unmatched():
 		e.obs.message(ctx, d, msgEvent{kind: msgUnmatched})
-		return verdict{classified: true}
+		return verdict{needsAllRules: true}
 	}
 	e.obs.message(ctx, d, msgEvent{kind: msgMatched})
 	if d.msg.Deliveries < 2 {
 		// The first claim records every invocation, so a redelivery runs
 		// exactly these.
-		d.record, d.recordComplete = plan.fields(), len(d.gen.incomplete) == 0 && len(plan.unknown) == 0
+		d.invocations, d.invocationsComplete = plan.fields(), len(d.gen.incomplete) == 0 && len(plan.unknown) == 0
 	}
-	outcomes := make([]Outcome, 0, len(plan.calls)+len(plan.orphans)+len(plan.unknown))
+	v := verdict{needsAllRules: true, hasState: true,
+		outcomes: make([]Outcome, 0, len(plan.calls)+len(plan.orphans)+len(plan.unknown))}
 	for _, t := range plan.unknown {
-		outcomes = append(outcomes, e.report(ctx, d, unknownTarget(t)))
+		v.outcomes = append(v.outcomes, e.report(ctx, d, unknownTarget(t)))
 	}
 	for i, c := range plan.calls {
-		// The last invocation, after terminal ones, settles the message
-		// with its own transition when it succeeds.
-		last := i == len(plan.calls)-1 && len(plan.orphans) == 0 && len(d.gen.incomplete) == 0 && allTerminal(outcomes)
-		outcomes = append(outcomes, e.report(ctx, d, e.invoke(ctx, runCtx, d, c, last)))
+		a := e.invoke(ctx, d, c)
+		if i == len(plan.calls)-1 {
+			v.last, v.hasLast = a, true // nothing runs after it: settle records it
+			continue
+		}
+		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, &a)))
 	}
 	for _, f := range plan.orphans {
-		outcomes = append(outcomes, e.report(ctx, d, e.orphan(ctx, d, f)))
+		v.outcomes = append(v.outcomes, e.report(ctx, d, e.orphan(ctx, d, f)))
 	}
-	return verdict{outcomes: outcomes, classified: true, hasState: true}
+	return v
 }
 
 // malformed dead-letters an external event that can never succeed

@@ -62,12 +62,12 @@ func benchDeliver(b *testing.B, level slog.Level) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
+	handlerCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu := cpuTime(b)
-	go func() { done <- e.Run(runCtx) }()
+	go func() { done <- e.Run(handlerCtx) }()
 	for src.Lag() > 0 || len(src.Pending()) > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}

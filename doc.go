@@ -5,9 +5,25 @@
 // acknowledges a message only when every matched invocation is terminal.
 //
 // An Engine wires five replaceable parts: Matcher, StreamSource, StateStore,
-// Runner and DLQWriter. The production implementations live in the packages
-// matcher, stream, invocation, runtime/containerd and dlq; runtime.Func runs
-// Go functions in-process, for embedding without containers.
+// Runner and DLQWriter (relay.go). The production implementations live in
+// the packages matcher, stream, invocation, runtime/containerd and dlq;
+// runtime.Func runs Go functions in-process, for embedding without
+// containers. This package imports no Redis client: package worker runs
+// Engines on Redis as relay start does, and package manual runs a handler
+// by hand.
+//
+// One delivery passes five stages, one file each (deliver.go maps them):
+// classify.go, match.go (occurrence.go for a schedule occurrence),
+// invoke.go, record.go (deadletter.go for the DLQ paths) and settle.go,
+// the one place that decides a message's acknowledgement. record.go asks
+// for the retry backoff of a failed attempt (Config.Backoff, config.go;
+// invocation.Backoff picks the entry); of a handler's output the Engine
+// keeps only the Runner's error (runtime.ExitError carries the last
+// stderr line, runtime/output.go), which record.go puts into the
+// dead-letter entry. observe.go turns every outcome into log
+// lines, metrics, cluster stats and span attributes; reader.go,
+// reclaimer.go and heartbeat.go are the Engine's loops, statsfeed.go
+// flushes the cluster-wide counters.
 //
 // Godoc cites the repository's documentation by section, as
 // docs/<page>.md#<heading>: docs/delivery.md (dispatch, retries,
@@ -15,7 +31,7 @@
 // docs/apps.md (templates, patterns, the handler contract),
 // docs/schedules.md, docs/runtimes.md, docs/operations.md (configuration,
 // the CLI, retention), docs/observability.md (traces, logs, metrics),
-// docs/deployment.md and docs/embedding.md (this package's API). Package
-// relaytest has in-memory fakes of every interface, and the contract suites
-// they share with the real ones.
+// docs/deployment.md and docs/embedding.md (this package's API, and where
+// things are). Package relaytest has in-memory fakes of every interface,
+// and the contract suites they share with the real ones.
 package relay

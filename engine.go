@@ -15,6 +15,15 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
+// run is what the loops of one Engine.Run share to dispatch messages.
+type run struct {
+	// handlerCtx is what handlers run under: it outlives Run's context by
+	// the shutdown timeout, so running handlers can finish.
+	handlerCtx context.Context
+	// msgs counts the message goroutines, which Run waits for.
+	msgs sync.WaitGroup
+}
+
 // ErrEngineRunning is returned by Run when the Engine is already running.
 var ErrEngineRunning = errors.New("relay: engine already running")
 
@@ -45,7 +54,7 @@ type Components struct {
 // Engine consumes one stream through one consumer group and runs the
 // matched handlers of its apps with the delivery semantics of
 // docs/delivery.md. Create it with NewEngine and start it with Run; a
-// Worker runs one Engine per stream. Safe for concurrent use.
+// worker.Worker runs one Engine per stream. Safe for concurrent use.
 type Engine struct {
 	c      Components
 	cfg    Config
@@ -71,9 +80,9 @@ type Engine struct {
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
-	// handlers hands a message to an idle handleLoop; dispatchDone is
+	// handoff hands a message to an idle handleLoop; dispatchDone is
 	// closed when Run stops dispatching. Both are made by Run.
-	handlers     chan stream.Message
+	handoff      chan stream.Message
 	dispatchDone chan struct{}
 
 	mu       sync.Mutex
@@ -133,7 +142,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, c.Consumer}, spanObserver{}},
+		obs:      newObservers(cfg, log, m, c.Consumer),
 		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
 		inFlight: map[string]struct{}{},
 		waiting:  map[string]struct{}{},
@@ -191,28 +200,29 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
 	}
-	e.log.LogAttrs(ctx, slog.LevelInfo, "worker started",
+	e.log.LogAttrs(ctx, slog.LevelInfo, "engine started",
 		slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),
 		slog.Int("apps", len(e.Apps().List())), slog.Int("max_concurrency", e.cfg.MaxConcurrency))
 
-	// Invocations run under runCtx, which outlives ctx by the shutdown
+	// Invocations run under handlerCtx, which outlives ctx by the shutdown
 	// timeout so running handlers can finish.
-	runCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	e.handlers, e.dispatchDone = make(chan stream.Message), make(chan struct{})
-	var msgs, loops sync.WaitGroup
-	loops.Go(func() { e.readLoop(ctx, runCtx, &msgs) })
-	loops.Go(func() { e.reclaimLoop(ctx, runCtx, &msgs) })
+	e.handoff, e.dispatchDone = make(chan stream.Message), make(chan struct{})
+	r := &run{handlerCtx: handlerCtx}
+	var loops sync.WaitGroup
+	loops.Go(func() { e.readLoop(ctx, r) })
+	loops.Go(func() { e.reclaimLoop(ctx, r) })
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
 	loops.Go(func() { e.statsLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
-	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as msgs
+	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as r.msgs
 
 	done := make(chan struct{})
-	go func() { msgs.Wait(); close(done) }()
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopping", slog.Int("in_flight_messages", e.inFlightCount()))
+	go func() { r.msgs.Wait(); close(done) }()
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopping", slog.Int("in_flight_messages", e.inFlightCount()))
 	select {
 	case <-done:
 	case <-time.After(e.cfg.ShutdownTimeout):
@@ -222,7 +232,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		<-done
 	}
 	e.flushStats(ctx)
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "worker stopped")
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
 	return nil
 }
 
@@ -263,9 +273,9 @@ func (e *Engine) untrack(id string) {
 	e.mu.Unlock()
 }
 
-// heldIDs lists the messages this worker holds: in flight or waiting for
+// ownedIDs lists the messages this consumer owns: in flight or waiting for
 // a slot.
-func (e *Engine) heldIDs() []string {
+func (e *Engine) ownedIDs() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ids := make([]string, 0, len(e.inFlight)+len(e.waiting))
@@ -289,19 +299,5 @@ func (e *Engine) setWaiting(msgs []stream.Message, waiting bool) {
 		} else {
 			delete(e.waiting, m.ID)
 		}
-	}
-}
-
-// every calls fn every d until ctx is done; Run waits for each loop.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fn()
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
-	"github.com/relaydev/relay/schedule/cron"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -35,34 +34,6 @@ import (
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-// calls records handler runs, per "app/handler".
-type calls struct {
-	mu   sync.Mutex
-	runs map[string][]runtime.Request
-}
-
-func (c *calls) add(req runtime.Request) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.runs == nil {
-		c.runs = map[string][]runtime.Request{}
-	}
-	k := req.App + "/" + req.Handler
-	c.runs[k] = append(c.runs[k], req)
-}
-
-func (c *calls) count(k string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.runs[k])
-}
-
-func (c *calls) get(k string) []runtime.Request {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]runtime.Request(nil), c.runs[k]...)
-}
-
 // harness is one Engine on a real redis-server with Go handlers.
 type harness struct {
 	t        *testing.T
@@ -72,7 +43,7 @@ type harness struct {
 	src      *stream.Source
 	dlq      *dlq.Store
 	state    *invocation.Store
-	calls    *calls
+	calls    *apptest.Calls
 	reg      *prometheus.Registry
 	logs     *testutil.Buffer
 	handlers map[string]runtime.HandlerFunc
@@ -142,7 +113,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	h := &harness{
 		t: t, rc: rc,
 		stream: redistest.Name(t, "events"), group: "workers",
-		calls: &calls{}, reg: prometheus.NewRegistry(), logs: &testutil.Buffer{},
+		calls: &apptest.Calls{}, reg: prometheus.NewRegistry(), logs: &testutil.Buffer{},
 		handlers: map[string]runtime.HandlerFunc{},
 		apps:     apptest.Load(t, templates),
 	}
@@ -160,7 +131,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 // handle registers fn as the handler "app/handler"; every run is recorded.
 func (h *harness) handle(key string, fn runtime.HandlerFunc) {
 	h.handlers[key] = func(ctx context.Context, req runtime.Request) error {
-		h.calls.add(req)
+		h.calls.Add(req)
 		if fn == nil {
 			return nil
 		}
@@ -426,26 +397,6 @@ events:
     pattern:
       kind: [charge]
 `
-
-// nightlyApp has one schedule firing at 03:00 in Berlin.
-const nightlyApp = `
-image: relay.local/busybox:latest
-schedules:
-  - name: nightly
-    handler: jobs.nightly
-    cron: "0 3 * * *"
-    timezone: Europe/Berlin
-    timeout: 5s
-    retries: 1
-`
-
-// nightlyAt is a real firing of nightlyApp's schedule (03:00 CET).
-var nightlyAt = time.Date(2026, 1, 15, 2, 0, 0, 0, time.UTC)
-
-func nightlySpec() schedule.Spec {
-	berlin, _ := time.LoadLocation("Europe/Berlin")
-	return schedule.Spec{App: "billing", Name: "nightly", Handler: "jobs.nightly", Cron: cron.MustParse("0 3 * * *", berlin)}
-}
 
 // failingDLQ fails the first n writes.
 type failingDLQ struct {

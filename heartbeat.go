@@ -3,13 +3,15 @@ package relay
 import (
 	"context"
 	"log/slog"
+
+	"github.com/relaydev/relay/internal/ctxtime"
 )
 
 // heartbeatLoop keeps the PEL idle time of in-flight messages low so other
 // consumers' XAUTOCLAIM does not take live work.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
-	every(ctx, e.cfg.HeartbeatInterval, func() {
-		ids := e.heldIDs()
+	ctxtime.Every(ctx, e.cfg.HeartbeatInterval, func() {
+		ids := e.ownedIDs()
 		if len(ids) == 0 {
 			return
 		}
@@ -39,46 +41,5 @@ func (e *Engine) pendingLoop(ctx context.Context) {
 		}
 	}
 	sample()
-	every(ctx, e.cfg.ReclaimInterval, sample)
-}
-
-// statsLoop flushes the counts every stats interval until ctx is done; Run
-// flushes once more after the last message finished. A failure is logged on
-// its first occurrence and every 30th after that, never returned.
-func (e *Engine) statsLoop(ctx context.Context) {
-	if e.cfg.Stats == nil {
-		return
-	}
-	var fails int
-	every(ctx, e.cfg.StatsInterval, func() {
-		// Not under ctx: a stop cancelling a flush whose HINCRBYs Redis
-		// already applied would put the counts back, and the final flush
-		// would add them twice.
-		octx, cancel := e.detached(ctx)
-		err := e.cfg.Stats.Flush(octx)
-		cancel()
-		switch {
-		case err == nil:
-			fails = 0
-		case ctx.Err() != nil:
-		default:
-			if fails%30 == 0 {
-				e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats failed; the counts are kept and written later",
-					slog.Int("failures", fails+1), slog.Any("error", err))
-			}
-			fails++
-		}
-	})
-}
-
-// flushStats writes what is left at shutdown, under a detached context.
-func (e *Engine) flushStats(ctx context.Context) {
-	if e.cfg.Stats == nil {
-		return
-	}
-	octx, cancel := e.detached(ctx)
-	defer cancel()
-	if err := e.cfg.Stats.Flush(octx); err != nil {
-		e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats at shutdown failed; these counts are lost", slog.Any("error", err))
-	}
+	ctxtime.Every(ctx, e.cfg.ReclaimInterval, sample)
 }

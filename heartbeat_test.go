@@ -43,7 +43,7 @@ events:
 	}
 	close(release)
 	testutil.WaitFor(t, 15*time.Second, "ack", func() bool { return h.settled() })
-	if n := h.calls.count("users/events.created"); n != 1 {
+	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times", n)
 	}
 }

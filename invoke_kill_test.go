@@ -131,7 +131,7 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 	h.handle("users/events.created", nil)
 	h.start("c1") // the harness's metrics registry is c1's
 	testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
-	runs := h.calls.get("users/events.created")
+	runs := h.calls.Get("users/events.created")
 	if len(runs) != 1 {
 		t.Fatalf("survivor ran the handler %d times, want 1", len(runs))
 	}
@@ -198,7 +198,7 @@ func TestWorkerKilledWhileWaitingForASlotChargesNothing(t *testing.T) {
 			h.handle("users/events.created", nil)
 			h.start("c1")
 			testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
-			runs := h.calls.get("users/events.created")
+			runs := h.calls.Get("users/events.created")
 			if len(runs) != 1 || runs[0].MessageID != waiting || runs[0].Attempt != 1 {
 				t.Fatalf("survivor runs = %+v, want only attempt 1 of %s", runs, waiting)
 			}
@@ -266,14 +266,14 @@ events:
 	}
 	h.start("c1")
 	testutil.WaitFor(t, 20*time.Second, "ack by the survivor", func() bool { return h.settled() })
-	created, audited := h.calls.get("users/events.created"), h.calls.get("users/events.audited")
+	created, audited := h.calls.Get("users/events.created"), h.calls.Get("users/events.audited")
 	if len(created) != 1 || created[0].Attempt != 2 {
 		t.Errorf("events.created ran %+v, want once, as attempt 2", created)
 	}
 	if len(audited) != 1 || audited[0].Attempt != 1 {
 		t.Errorf("events.audited ran %+v, want once, as attempt 1", audited)
 	}
-	if n := h.calls.count("users/events.new"); n != 0 {
+	if n := h.calls.Count("users/events.new"); n != 0 {
 		t.Errorf("events.new, which the first delivery did not match, ran %d times", n)
 	}
 	if len(h.dlqEntries()) != 0 {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -49,7 +49,7 @@ func TestOOMKillOutcome(t *testing.T) {
 	}
 
 	// relay app invoke reports the runner's error as it is.
-	res, err := relay.Manual{Runner: oomRunner{}}.Invoke(t.Context(), h.apps.Get("loader"), []byte(`{"kind":"load"}`))
+	res, err := manual.Invoker{Runner: oomRunner{}}.Invoke(t.Context(), h.apps.Get("loader"), []byte(`{"kind":"load"}`))
 	if err != nil || len(res) != 1 || res[0].Err == nil || res[0].Err.Error() != want {
 		t.Errorf("Invoke = %+v, %v; want one result failing with %q", res, err, want)
 	}

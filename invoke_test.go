@@ -27,10 +27,10 @@ func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
 
 	// The failing handler must not stop the other matched handler.
-	if n := h.calls.count("billing/charges.audit"); n != 1 {
+	if n := h.calls.Count("billing/charges.audit"); n != 1 {
 		t.Errorf("audit ran %d times, want 1", n)
 	}
-	if n := h.calls.count("billing/charges.fail"); n != 1 {
+	if n := h.calls.Count("billing/charges.fail"); n != 1 {
 		t.Errorf("fail ran %d times, want 1 (retries: 0)", n)
 	}
 	e := h.dlqEntries()[0]
@@ -45,8 +45,8 @@ func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
 	}
 	// Nothing more happens afterwards.
 	time.Sleep(500 * time.Millisecond)
-	if len(h.dlqEntries()) != 1 || h.calls.count("billing/charges.fail") != 1 {
-		t.Errorf("after ack: %d DLQ entries, %d runs", len(h.dlqEntries()), h.calls.count("billing/charges.fail"))
+	if len(h.dlqEntries()) != 1 || h.calls.Count("billing/charges.fail") != 1 {
+		t.Errorf("after ack: %d DLQ entries, %d runs", len(h.dlqEntries()), h.calls.Count("billing/charges.fail"))
 	}
 }
 
@@ -65,8 +65,8 @@ func TestRetriesThenSucceeds(t *testing.T) {
 	})
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.count("users/events.created") == 3 })
-	runs := h.calls.get("users/events.created")
+	testutil.WaitFor(t, 10*time.Second, "ack after retries", func() bool { return h.settled() && h.calls.Count("users/events.created") == 3 })
+	runs := h.calls.Get("users/events.created")
 	for i, r := range runs {
 		if r.Attempt != i+1 {
 			t.Errorf("run %d had attempt %d", i, r.Attempt)
@@ -104,7 +104,7 @@ events:
 	h.start("c1", backoff(50*time.Millisecond))
 	h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
-	if n := h.calls.count("users/events.created"); n != 3 {
+	if n := h.calls.Count("users/events.created"); n != 3 {
 		t.Errorf("ran %d times, want 3 (retries: 2)", n)
 	}
 	if e := h.dlqEntries()[0]; e.HandlerAttempts != 3 {
@@ -125,7 +125,7 @@ events:
 	h.start("c1", backoff(20*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 20*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
-	runs := h.calls.get("users/events.created")
+	runs := h.calls.Get("users/events.created")
 	if len(runs) != 5 {
 		t.Fatalf("ran %d times, want 5 (default retries 4)", len(runs))
 	}
@@ -156,12 +156,12 @@ events:
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 5*time.Second, "three deliveries", func() bool { return deliveries(t, h, id) >= 3 })
-	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 || h.pending() != 1 {
+	if h.calls.Count("users/events.created") != 0 || len(h.dlqEntries()) != 0 || h.pending() != 1 {
 		t.Fatal("deliveries without a run ran the handler, dead-lettered or acknowledged the message")
 	}
 	down.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "dead letter", func() bool { return h.settled() && len(h.dlqEntries()) == 1 })
-	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+	if runs := h.calls.Get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs = %+v, want exactly attempt 1", runs)
 	}
 	if e := h.dlqEntries()[0]; e.HandlerAttempts != 1 || e.Deliveries < 3 {
@@ -176,14 +176,14 @@ func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	// redelivered many times before its retry is due.
 	h.start("c1", backoff(time.Hour))
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.Count("users/events.created") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "retry recorded", func() bool {
 		return strings.HasPrefix(h.hash(id)["users/events.created"], "next_attempt_at:")
 	})
 	// Let several reclaims redeliver it (MinPendingIdle is 300ms).
 	before := deliveries(t, h, id)
 	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, id) >= before+2 })
-	if n := h.calls.count("users/events.created"); n != 1 {
+	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times; a redelivery before next_attempt_at must skip it", n)
 	}
 	if h.pending() != 1 {
@@ -213,12 +213,12 @@ events:
 	h.handle("users/events.created", nil)
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "available app ran", func() bool { return h.calls.Count("users/events.created") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "redelivery", func() bool { return deliveries(t, h, id) >= 2 })
 	if h.pending() != 1 {
 		t.Error("message matched by an unavailable app was acknowledged")
 	}
-	if h.calls.count("broken/events.created") != 0 || len(h.dlqEntries()) != 0 {
+	if h.calls.Count("broken/events.created") != 0 || len(h.dlqEntries()) != 0 {
 		t.Error("unavailable app ran or was dead-lettered")
 	}
 	// The unavailable app's invocation is recorded with no attempt used, so
@@ -233,7 +233,7 @@ events:
 	if st["users/events.created"] != "ok" || attemptsUsed(t, st["broken/events.created"]) != 0 {
 		t.Errorf("state = %v", st)
 	}
-	if h.calls.count("users/events.created") != 1 {
+	if h.calls.Count("users/events.created") != 1 {
 		t.Error("the succeeded invocation ran again on redelivery")
 	}
 }
@@ -255,7 +255,7 @@ func TestRuntimeUnavailableChargesNoAttempt(t *testing.T) {
 	}
 	down.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "run once available", func() bool { return h.settled() })
-	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+	if runs := h.calls.Get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs = %+v, want exactly attempt 1", runs)
 	}
 }
@@ -291,7 +291,7 @@ func TestClaimErrorFailsClosed(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "claim failure logged", func() bool {
 		return strings.Contains(h.logs.String(), "claim failed; handler not run")
 	})
-	if h.calls.count("users/events.created") != 0 {
+	if h.calls.Count("users/events.created") != 0 {
 		t.Fatal("handler ran although its claim failed")
 	}
 	if h.pending() != 1 {
@@ -299,7 +299,7 @@ func TestClaimErrorFailsClosed(t *testing.T) {
 	}
 	flaky.broken.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "run after recovery", func() bool { return h.settled() })
-	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+	if runs := h.calls.Get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs after recovery = %+v, want one first attempt", runs)
 	}
 	if h.hash(id)["users/events.created"] != "ok" {
@@ -319,21 +319,21 @@ events:
 	inner := runtime.NewFunc(h.handlers)
 	h.runner = runnerFunc(func(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 		if lost.CompareAndSwap(true, false) {
-			h.calls.add(req) // it ran, then the runtime lost track of it
+			h.calls.Add(req) // it ran, then the runtime lost track of it
 			return runtime.Result{}, fmt.Errorf("wait task: %w: connection closed", runtime.ErrOutcomeUnknown)
 		}
 		return inner.Run(ctx, req)
 	})
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
-	testutil.WaitFor(t, 5*time.Second, "first run", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "first run", func() bool { return h.calls.Count("users/events.created") == 1 })
 	if v := h.hash(id)["users/events.created"]; !strings.HasPrefix(v, "running:") {
 		t.Fatalf("after an unknown outcome the claim must be kept, got %q", v)
 	}
 	// The lease (200ms timeout + 500ms grace) expires and counts: the
 	// next run is attempt 2.
 	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
-	runs := h.calls.get("users/events.created")
+	runs := h.calls.Get("users/events.created")
 	if len(runs) != 2 || runs[1].Attempt != 2 {
 		t.Errorf("runs = %d (last attempt %d), want 2 with the second as attempt 2", len(runs), runs[len(runs)-1].Attempt)
 	}
@@ -354,7 +354,7 @@ func TestDLQWriteFailureKeepsMessagePendingUntilWritten(t *testing.T) {
 	if n := len(h.dlqEntries()); n != 1 {
 		t.Errorf("%d DLQ entries, want 1", n)
 	}
-	if n := h.calls.count("billing/charges.fail"); n != 1 {
+	if n := h.calls.Count("billing/charges.fail"); n != 1 {
 		t.Errorf("exhausted handler ran %d times, want 1", n)
 	}
 }
@@ -398,7 +398,7 @@ events:
 		t.Errorf("state of the pending message has TTL %s, want none", ttl)
 	}
 	testutil.WaitFor(t, 10*time.Second, "ack after the retry", func() bool { return h.settled() })
-	if n, m := h.calls.count("a/h.fail"), h.calls.count("a/h.retry"); n != 1 || m != 2 {
+	if n, m := h.calls.Count("a/h.fail"), h.calls.Count("a/h.retry"); n != 1 || m != 2 {
 		t.Errorf("runs: h.fail %d (want 1), h.retry %d (want 2)", n, m)
 	}
 	es := h.dlqEntries()
@@ -508,8 +508,8 @@ events:
 	if d := got["a/h.two"].Deliveries; d < 2 {
 		t.Errorf("h.two's entry has deliveries %d; it can only have been written on a redelivery", d)
 	}
-	if h.calls.count("a/h.one") != 1 || h.calls.count("a/h.two") != 1 {
-		t.Errorf("runs: h.one %d, h.two %d, want 1 each", h.calls.count("a/h.one"), h.calls.count("a/h.two"))
+	if h.calls.Count("a/h.one") != 1 || h.calls.Count("a/h.two") != 1 {
+		t.Errorf("runs: h.one %d, h.two %d, want 1 each", h.calls.Count("a/h.one"), h.calls.Count("a/h.two"))
 	}
 }
 
@@ -547,7 +547,7 @@ func TestLateClaimIsGivenBack(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "late claim given back", func() bool {
 		return strings.Contains(h.logs.String(), "attempt given back before it ran")
 	})
-	if n := h.calls.count("users/events.created"); n != 0 {
+	if n := h.calls.Count("users/events.created"); n != 0 {
 		t.Fatalf("handler ran %d times on a late claim", n)
 	}
 	if v := h.hash(id)["users/events.created"]; attemptsUsed(t, v) > 0 {
@@ -555,7 +555,7 @@ func TestLateClaimIsGivenBack(t *testing.T) {
 	}
 	slow.slow.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "run once claims are prompt", func() bool { return h.settled() })
-	if runs := h.calls.get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
+	if runs := h.calls.Get("users/events.created"); len(runs) != 1 || runs[0].Attempt != 1 {
 		t.Errorf("runs = %+v, want exactly attempt 1", runs)
 	}
 }
@@ -595,7 +595,7 @@ func TestRepeatedFailureLoggedOncePerWindow(t *testing.T) {
 	}
 	flaky.broken.Store(false)
 	testutil.WaitFor(t, 20*time.Second, "every message run once the claims succeed", func() bool {
-		return h.calls.count("users/events.created") == n && h.pending() == 0
+		return h.calls.Count("users/events.created") == n && h.pending() == 0
 	})
 }
 
@@ -622,6 +622,6 @@ func TestFailingClaimsPaceTheReads(t *testing.T) {
 	}
 	flaky.broken.Store(false)
 	testutil.WaitFor(t, 30*time.Second, "every message run once the claims succeed", func() bool {
-		return h.calls.count("users/events.created") == n && h.pending() == 0
+		return h.calls.Count("users/events.created") == n && h.pending() == 0
 	})
 }

@@ -12,7 +12,7 @@ import (
 // Limiter holds the concurrency slots of invocations
 // (docs/delivery.md#concurrency-and-heartbeat): at most max run at once, and at most
 // min(app concurrency, max) of one app. An Engine makes its own; the
-// Engines of a Worker share one, so MAX_CONCURRENCY and each app's
+// Engines of a worker.Worker share one, so MAX_CONCURRENCY and each app's
 // concurrency bound the worker as a whole whatever the number of streams.
 // Safe for concurrent use.
 type Limiter struct {

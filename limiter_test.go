@@ -127,7 +127,7 @@ func TestConcurrencyBoundsAndBlockedSlotChargesNoAttempt(t *testing.T) {
 	}
 	// The blocked message was replayed and ran once, as attempt 1.
 	runs := map[string]int{}
-	for _, r := range h.calls.get("a/m.slow") {
+	for _, r := range h.calls.Get("a/m.slow") {
 		runs[r.MessageID]++
 		if r.Attempt != 1 {
 			t.Errorf("message %s ran as attempt %d; a blocked invocation must not be charged", r.MessageID, r.Attempt)
@@ -171,7 +171,7 @@ func TestMaxConcurrencyCapsAnAppsConcurrency(t *testing.T) {
 		t.Errorf("peak while blocked = %d, want 2", got)
 	}
 	unblock()
-	testutil.WaitFor(t, 10*time.Second, "all acked", func() bool { return h.settled() && h.calls.count("a/m.slow") == 4 })
+	testutil.WaitFor(t, 10*time.Second, "all acked", func() bool { return h.settled() && h.calls.Count("a/m.slow") == 4 })
 	if got := peak.Load(); got != 2 {
 		t.Errorf("peak concurrent invocations = %d, want 2 (MaxConcurrency)", got)
 	}

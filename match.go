@@ -57,15 +57,13 @@ func (p plan) fields() []string {
 // unfinished when the record is complete, without matching again;
 // otherwise the rules the event matches now plus the unfinished ones. An
 // event that is not a JSON object gets a plan with only malformed set; a
-// hold says the message must stay pending because classifying it failed.
-func (e *Engine) match(ctx context.Context, d *delivery) (plan, *hold) {
+// pendingReason says the message must stay pending because classifying it failed.
+func (e *Engine) match(ctx context.Context, d *delivery) (plan, *pendingReason) {
 	var unfinished invocation.Unfinished
 	if d.msg.Deliveries >= 2 {
-		octx, cancel := e.detached(ctx)
-		u, err := e.c.State.Unfinished(octx, d.key)
-		cancel()
+		u, err := e.c.State.Unfinished(e.writeCtx(ctx), d.key)
 		if err != nil {
-			return plan{}, &hold{level: slog.LevelError, msg: "reading the message's unfinished invocations failed; message left pending", err: err}
+			return plan{}, &pendingReason{level: slog.LevelError, msg: "reading the message's unfinished invocations failed; message left pending", err: err}
 		}
 		unfinished = u
 	}
@@ -80,7 +78,7 @@ func (e *Engine) match(ctx context.Context, d *delivery) (plan, *hold) {
 		}
 		if err != nil {
 			// Not the message's fault: leave it pending for a later delivery.
-			return plan{}, &hold{level: slog.LevelError, msg: "match failed; message left pending", err: err}
+			return plan{}, &pendingReason{level: slog.LevelError, msg: "match failed; message left pending", err: err}
 		}
 	}
 	targets, orphans := withUnfinished(d, targets, unfinished.Fields)

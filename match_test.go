@@ -55,12 +55,12 @@ func TestUnreadableTemplateHoldsEveryMessage(t *testing.T) {
 	h.start("c1")
 	unmatched := h.publish("event", `{"t":"order"}`)
 	matched := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.count("users/events.created") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.Count("users/events.created") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
 	if h.pending() != 2 {
 		t.Errorf("pending = %d; with an unreadable template nothing may be acknowledged", h.pending())
 	}
-	if h.calls.count("users/events.created") != 1 {
+	if h.calls.Count("users/events.created") != 1 {
 		t.Error("a succeeded invocation ran again while its message was held")
 	}
 	if !strings.Contains(h.logs.String(), "apps have rules that could not be read") {
@@ -99,8 +99,8 @@ func TestUnavailableAppHoldsOnlyWhatItMatches(t *testing.T) {
 	h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	h.publish("event", `{"event_name":"UPDATE"}`)
 	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() })
-	if h.calls.count("users/events.created") != 1 || h.calls.count("broken/events.deleted") != 0 {
-		t.Errorf("runs: users %d (want 1), broken %d (want 0)", h.calls.count("users/events.created"), h.calls.count("broken/events.deleted"))
+	if h.calls.Count("users/events.created") != 1 || h.calls.Count("broken/events.deleted") != 0 {
+		t.Errorf("runs: users %d (want 1), broken %d (want 0)", h.calls.Count("users/events.created"), h.calls.Count("broken/events.deleted"))
 	}
 	if n := h.counter("relay_events_unmatched_total"); n != 1 {
 		t.Errorf("unmatched = %v, want 1", n)
@@ -134,7 +134,7 @@ events:
 	id := h.publish("event", fmt.Sprintf(`{"at":%q}`, time.Now().UTC().Format(time.RFC3339Nano)))
 	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
 
-	runs := h.calls.get("users/events.recent")
+	runs := h.calls.Get("users/events.recent")
 	if len(runs) != 2 || runs[1].Attempt != 2 {
 		t.Fatalf("runs = %+v, want attempts 1 and 2", runs)
 	}
@@ -182,7 +182,7 @@ events:
 			h.handle("a/h.two", func(context.Context, runtime.Request) error { return errors.New("transient") })
 			stop := h.start("c1", backoff(300*time.Millisecond))
 			id := h.publish("event", `{"kind":"x"}`)
-			testutil.WaitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.count("a/h.two") == 1 })
+			testutil.WaitFor(t, 5*time.Second, "h.two's first attempt", func() bool { return h.calls.Count("a/h.two") == 1 })
 			stop()
 			if h.pending() != 1 {
 				t.Fatalf("pending after the first worker stopped = %d, want 1", h.pending())
@@ -202,10 +202,10 @@ events:
 				!strings.Contains(e.Reason, "no longer declares handler") {
 				t.Errorf("DLQ entry = %+v, want a/h.two of %s after 1 attempt, reason naming the removed handler", e, id)
 			}
-			if n := h.calls.count("a/h.one"); n != 1 {
+			if n := h.calls.Count("a/h.one"); n != 1 {
 				t.Errorf("a/h.one ran %d times, want 1: it had succeeded", n)
 			}
-			if n := h.calls.count("a/h.two"); n != 1 {
+			if n := h.calls.Count("a/h.two"); n != 1 {
 				t.Errorf("a/h.two ran %d times, want 1: it was removed", n)
 			}
 			if ttl := h.ttl(id); ttl <= 0 {
@@ -243,7 +243,7 @@ events:
 	testutil.WaitFor(t, 15*time.Second, "both messages settled", h.settled)
 
 	ran := map[string]int{}
-	for _, r := range h.calls.get("users/events.recent") {
+	for _, r := range h.calls.Get("users/events.recent") {
 		ran[r.MessageID]++
 		if r.Attempt != 1 {
 			t.Errorf("%s ran attempt %d, want 1: waiting charged nothing", r.MessageID, r.Attempt)
@@ -277,7 +277,7 @@ events:
 	h.handle("a/h.two", nil)
 	stop := h.start("c1", shutdownTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"kind":"x"}`)
-	testutil.WaitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.count("a/h.one") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "h.one running", func() bool { return h.calls.Count("a/h.one") == 1 })
 	stop()
 	st := h.hash(id)
 	for _, f := range []string{"a/h.one", "a/h.two"} {
@@ -291,10 +291,10 @@ events:
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
 	testutil.WaitFor(t, 10*time.Second, "the message settled", h.settled)
-	if n := h.calls.count("a/h.two"); n != 1 {
+	if n := h.calls.Count("a/h.two"); n != 1 {
 		t.Errorf("h.two ran %d times, want 1: recorded, it runs though the event no longer matches", n)
 	}
-	if n := h.calls.count("a/h.one"); n != 1 {
+	if n := h.calls.Count("a/h.one"); n != 1 {
 		t.Errorf("h.one ran %d times, want only the abandoned run", n)
 	}
 	if es := h.dlqEntries(); len(es) != 0 {

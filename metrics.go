@@ -9,14 +9,13 @@ import (
 // metrics holds the Engine's Prometheus collectors (docs/observability.md#metrics).
 // Labels are bounded: app, handler and outcome only.
 type metrics struct {
-	received, matched, unmatched, malformed  prometheus.Counter
-	missingPayload, concurrencyWaits         prometheus.Counter
-	oversized                                prometheus.Counter
-	streamTrimmed, dlqTrimmed, leaksRetained prometheus.Counter
-	invocations                              *prometheus.CounterVec
-	duration                                 *prometheus.HistogramVec
-	retries, dlqEntries                      *prometheus.CounterVec
-	inFlight, pending, pendingAge            prometheus.Gauge
+	received, matched, unmatched, malformed prometheus.Counter
+	missingPayload, concurrencyWaits        prometheus.Counter
+	oversized                               prometheus.Counter
+	invocations                             *prometheus.CounterVec
+	duration                                *prometheus.HistogramVec
+	retries, dlqEntries                     *prometheus.CounterVec
+	inFlight, pending, pendingAge           prometheus.Gauge
 }
 
 func newMetrics(r prometheus.Registerer) (*metrics, error) {
@@ -31,9 +30,6 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		missingPayload:   counter("missing_payload_total", "Reclaimed PEL entries whose stream body no longer exists (data loss)."),
 		concurrencyWaits: counter("concurrency_waits_total", "Invocations that had to wait for a concurrency slot."),
 		oversized:        counter("events_oversized_total", "Events larger than MAX_EVENT_BYTES, dead-lettered without decoding."),
-		streamTrimmed:    counter("stream_trimmed_total", "Entries this worker removed from the source stream by retention."),
-		dlqTrimmed:       counter("dlq_trimmed_total", "Entries this worker removed from the dead-letter stream by retention."),
-		leaksRetained:    counter("invocation_state_repaired_total", "Invocation hashes left without a TTL after their message was acknowledged, switched to retention by the janitor."),
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "invocations_total",
 			Help: "Handler attempts by outcome (success, failure, timeout, oom, unavailable, error, lost)."}, []string{"app", "handler", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "relay", Name: "invocation_duration_seconds",
@@ -54,7 +50,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.received, m.matched, m.unmatched, m.malformed, m.missingPayload,
-		m.concurrencyWaits, m.oversized, m.streamTrimmed, m.dlqTrimmed, m.leaksRetained, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
+		m.concurrencyWaits, m.oversized, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)

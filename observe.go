@@ -28,19 +28,19 @@ const (
 	msgMalformed                   // it is not a JSON object (reason)
 	msgOversized                   // its event is larger than MaxEventBytes (reason)
 	msgObsolete                    // a schedule occurrence whose app or schedule is gone (reason)
-	msgHeld                        // it stays pending (hold)
+	msgLeftPending                 // it stays pending (pending)
 	msgAcked                       // it was acknowledged
 	msgAckFailed                   // acknowledging it failed (err)
 	msgRetainFailed                // it was acknowledged but its state not retained (err)
 )
 
 type msgEvent struct {
-	kind   msgKind
-	reason string
-	app    string
-	hold   *hold
-	err    error
-	attrs  []slog.Attr
+	kind    msgKind
+	reason  string
+	app     string
+	pending *pendingReason
+	err     error
+	attrs   []slog.Attr
 }
 
 // observer receives the facts of deliveries.
@@ -63,6 +63,23 @@ func (os observers) invocation(ctx context.Context, d *delivery, out Outcome) {
 		o.invocation(ctx, d, out)
 	}
 }
+
+// newObservers are the observers of an Engine of cfg: its log, metrics,
+// cluster stats and spans, then Config.OnOutcome when set.
+func newObservers(cfg Config, log *slog.Logger, m *metrics, consumer string) observers {
+	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, consumer}, spanObserver{}}
+	if cfg.OnOutcome != nil {
+		obs = append(obs, hookObserver(cfg.OnOutcome))
+	}
+	return obs
+}
+
+// hookObserver hands every outcome to Config.OnOutcome.
+type hookObserver func(ctx context.Context, messageID string, o Outcome)
+
+func (hookObserver) message(context.Context, *delivery, msgEvent) {}
+
+func (h hookObserver) invocation(ctx context.Context, d *delivery, o Outcome) { h(ctx, d.msg.ID, o) }
 
 // metricsObserver counts in Prometheus (docs/observability.md#metrics).
 type metricsObserver struct{ m *metrics }
@@ -168,8 +185,12 @@ func (so statsObserver) invocation(_ context.Context, d *delivery, o Outcome) {
 			Outcome: outcome, Result: string(o.Result), Attempt: o.Attempt, MaxAttempts: o.MaxAttempts,
 			Duration: o.Duration, Reason: o.Reason, DLQID: o.DLQID,
 		}
-		if ev.Reason == "" && o.Err != nil {
+		switch {
+		case ev.Reason != "":
+		case o.Err != nil:
 			ev.Reason = o.Err.Error()
+		case o.WriteErr != nil:
+			ev.Reason = o.WriteErr.Err.Error()
 		}
 		so.r.Record(ev)
 	}
@@ -199,7 +220,11 @@ func (spanObserver) message(context.Context, *delivery, msgEvent) {}
 
 func (spanObserver) invocation(_ context.Context, _ *delivery, o Outcome) {
 	if o.span != nil {
-		endAttempt(o.span, o.Result, o.Err)
+		err := o.Err
+		if err == nil && o.Kind == WriteFailed {
+			err = o.WriteErr.Err // the success that could not be recorded
+		}
+		telemetry.EndAttempt(o.span, string(o.Result), err)
 	}
 }
 
@@ -242,13 +267,13 @@ func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 	case msgObsolete:
 		logAttrs(ctx, lo.log, slog.LevelInfo, "schedule occurrence obsolete: "+ev.reason+"; acknowledged",
 			attrs(append([]slog.Attr{slog.String(telemetry.App, ev.app)}, ev.attrs...)...)...)
-	case msgHeld:
-		h := ev.hold
-		extra := h.attrs
-		if h.err != nil {
-			extra = append(extra, slog.Any("error", h.err))
+	case msgLeftPending:
+		p := ev.pending
+		extra := p.attrs
+		if p.err != nil {
+			extra = append(extra, slog.Any("error", p.err))
 		}
-		lo.logFailure(ctx, h.level, h.msg, h.err, attrs(extra...))
+		lo.logFailure(ctx, p.level, p.msg, p.err, attrs(extra...))
 	case msgAcked:
 		logAttrs(ctx, lo.log, slog.LevelDebug, "message acknowledged", attrs()...)
 	case msgAckFailed:
@@ -284,6 +309,20 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
 			slog.Int("lost_attempt", o.Lost))
 	}
+	lo.kindLine(o, failure)
+	if o.WriteErr != nil && o.Kind != WriteFailed {
+		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
+			o.WriteErr.Err, slog.String("op", o.WriteErr.Op.String()), slog.Any("error", o.WriteErr.Err))
+	}
+}
+
+// failureLog writes one log line about an invocation; err is set for a
+// failure that may hit message after message alike (repeats).
+type failureLog func(level slog.Level, msg string, err error, extra ...slog.Attr)
+
+// kindLine writes the line that says what o's kind means.
+func (lo logObserver) kindLine(o Outcome, failure failureLog) {
+	log := func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, nil, extra...) }
 	run := runAttrs(o)
 	switch o.Kind {
 	case Succeeded:
@@ -331,15 +370,8 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
 	case WriteFailed:
-		err := o.Err
-		if o.WriteErr != nil {
-			err = o.WriteErr
-		}
+		err := o.WriteErr.Err
 		lo.writeFailed(func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, err, extra...) }, o, run)
-	}
-	if o.WriteErr != nil && o.Kind != WriteFailed {
-		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
-			o.WriteErr, slog.String("op", o.Op), slog.Any("error", o.WriteErr))
 	}
 }
 
@@ -377,27 +409,16 @@ func logAttrs(ctx context.Context, l *slog.Logger, level slog.Level, msg string,
 
 // writeFailed logs a failed write, saying what it means for the invocation.
 func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o Outcome, run []slog.Attr) {
-	err := o.Err
-	if o.WriteErr != nil {
-		err = o.WriteErr
-	}
-	msg := map[string]string{
-		"claim":    "claim failed; handler not run, message left pending",
-		"release":  "giving the claim back before waiting for a slot failed; its lease will expire and count as an attempt",
-		"finish":   "recording success failed; its lease will expire and count as a failed attempt, so the handler may run again",
-		"retry":    "recording failure failed; message left pending",
-		"exhaust":  "recording exhaustion failed; message left pending",
-		"dlq":      "dead-letter write failed; message left pending",
-		"mark_dlq": "recording dead-letter marker failed; message left pending",
-	}[o.Op]
+	op, err := o.WriteErr.Op, o.WriteErr.Err
+	msg := writeFailedMsgs[op]
 	if msg == "" {
 		msg = "recording invocation state failed; message left pending"
 	}
-	attrs := append(run, slog.String("op", o.Op), slog.Any("error", err))
+	attrs := append(run, slog.String("op", op.String()), slog.Any("error", err))
 	if o.DLQID != "" {
 		attrs = append(attrs, slog.String("dlq_id", o.DLQID))
 	}
-	if o.Op == "claim" || o.Result == "" {
+	if op == OpClaim || o.Result == "" {
 		attrs = []slog.Attr{slog.String("invocation", o.field()), slog.Any("error", err)}
 	}
 	if errors.As(err, new(retriedWrite)) {
@@ -414,6 +435,18 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 		return
 	}
 	log(slog.LevelError, msg, attrs...)
+}
+
+// writeFailedMsgs are the log messages of WriteFailed, by the write that
+// failed.
+var writeFailedMsgs = map[Op]string{
+	OpClaim:   "claim failed; handler not run, message left pending",
+	OpRelease: "giving the claim back before waiting for a slot failed; its lease will expire and count as an attempt",
+	OpFinish:  "recording success failed; its lease will expire and count as a failed attempt, so the handler may run again",
+	OpRetry:   "recording failure failed; message left pending",
+	OpExhaust: "recording exhaustion failed; message left pending",
+	OpDLQ:     "dead-letter write failed; message left pending",
+	OpMarkDLQ: "recording dead-letter marker failed; message left pending",
 }
 
 // runAttrs describe the attempt o ran, if any.

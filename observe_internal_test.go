@@ -24,7 +24,7 @@ func TestWriteFailedOfALostLease(t *testing.T) {
 	log := func(l slog.Level, m string, _ ...slog.Attr) { got = append(got, line{l, m}) }
 	for _, err := range []error{invocation.ErrStale, fmt.Errorf("retry: %w", invocation.ErrTerminal)} {
 		got = nil
-		logObserver{}.writeFailed(log, Outcome{Op: "retry", WriteErr: err}, nil)
+		logObserver{}.writeFailed(log, Outcome{WriteErr: &WriteError{Op: OpRetry, Err: err}}, nil)
 		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].msg != "attempt's lease taken over by another delivery; its outcome is not recorded" {
 			t.Errorf("write refused with %v logged %+v, want one warning that the lease was taken over", err, got)
 		}
@@ -32,12 +32,12 @@ func TestWriteFailedOfALostLease(t *testing.T) {
 	// Refused only when tried again after an error: the first try may be
 	// what took the lease.
 	got = nil
-	logObserver{}.writeFailed(log, Outcome{Op: "finish", WriteErr: retriedWrite{invocation.ErrTerminal}}, nil)
+	logObserver{}.writeFailed(log, Outcome{WriteErr: &WriteError{Op: OpFinish, Err: retriedWrite{invocation.ErrTerminal}}}, nil)
 	if len(got) != 1 || got[0].level != slog.LevelWarn || !strings.HasPrefix(got[0].msg, "a retried write found the attempt's lease gone: the earlier try") {
 		t.Errorf("a retried write refused logged %+v, want one warning that the earlier try may have applied", got)
 	}
 	got = nil
-	logObserver{}.writeFailed(log, Outcome{Op: "retry", WriteErr: errors.New("connection refused")}, nil)
+	logObserver{}.writeFailed(log, Outcome{WriteErr: &WriteError{Op: OpRetry, Err: errors.New("connection refused")}}, nil)
 	if len(got) != 1 || got[0].level != slog.LevelError || got[0].msg != "recording failure failed; message left pending" {
 		t.Errorf("a failed write logged %+v, want the error line", got)
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +16,13 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/matcher/yamlpattern"
+	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
@@ -133,7 +137,7 @@ func TestStatsCountAKnownSequence(t *testing.T) {
 	}
 	h.publish("event", `[1]`)
 	testutil.WaitFor(t, 10*time.Second, "all settled", func() bool {
-		return h.settled() && len(h.dlqEntries()) == 2 && h.calls.count("shop/flaky.run") == 2
+		return h.settled() && len(h.dlqEntries()) == 2 && h.calls.Count("shop/flaky.run") == 2
 	})
 	stop1()
 	stop2()
@@ -166,7 +170,7 @@ func TestStatsNeverHoldUpMessages(t *testing.T) {
 	statsWorker(h, "c1", statsClient)
 	h.publish("event", `{"kind":"ok"}`)
 	h.publish("event", `{"kind":"other"}`)
-	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.count("shop/ok.run") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "both acknowledged", func() bool { return h.settled() && h.calls.Count("shop/ok.run") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "stats failure logged", func() bool {
 		return strings.Contains(h.logs.String(), "writing stats failed")
 	})
@@ -210,5 +214,56 @@ func TestStatsIntervalValidates(t *testing.T) {
 	_, err := relay.NewEngine(apps, relay.Components{}, relay.Config{StatsInterval: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "Config.StatsInterval") {
 		t.Errorf("NewEngine error %v does not name Config.StatsInterval", err)
+	}
+}
+
+// TestOnOutcomeSeesEveryOutcomeOnce: Config.OnOutcome is told each
+// outcome of each delivery once, with the message id: here a failed
+// attempt retried, then its success, which settled the message.
+func TestOnOutcomeSeesEveryOutcomeOnce(t *testing.T) {
+	pattern, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps, err := app.NewSet(&app.App{Name: "signups", Rules: []app.Rule{{Handler: "mail.welcome", Pattern: pattern, Retries: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"mail.welcome": func(_ context.Context, req runtime.Request) error {
+		if req.Attempt == 1 {
+			return errors.New("smtp timeout")
+		}
+		return nil
+	}})
+	src := relaytest.NewStream()
+	var mu sync.Mutex
+	var got []string
+	e, err := relay.NewEngine(apps, relay.Components{
+		Source: src.Consumer("c1"), State: relaytest.NewStateStore(), Runner: runner, DLQ: relaytest.NewDLQ("events"),
+		Stream: "events", Group: "workers", Consumer: "c1",
+	}, relay.Config{
+		Logger: slog.New(slog.DiscardHandler), MinPendingIdle: 50 * time.Millisecond, ReclaimInterval: 10 * time.Millisecond,
+		Backoff: []time.Duration{10 * time.Millisecond},
+		OnOutcome: func(_ context.Context, id string, o relay.Outcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%s %s/%s attempt %d: %s", id, o.App, o.Handler, o.Attempt, o.Kind))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := src.Publish(t.Context(), map[string]string{"event": `{"type":"signup"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runEngine(t, e)
+	testutil.WaitFor(t, 10*time.Second, "the message acknowledged", func() bool { return src.Lag() == 0 && !src.IsPending(id) })
+	stop()
+	want := []string{id + " signups/mail.welcome attempt 1: retrying", id + " signups/mail.welcome attempt 2: succeeded"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Errorf("OnOutcome told %q, want %q", got, want)
 	}
 }

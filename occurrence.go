@@ -40,7 +40,7 @@ type schedulePin struct {
 // is dead-lettered; an occurrence of a schedule or app that no longer exists
 // is obsolete (acknowledged without a DLQ entry); one of an unavailable app
 // stays pending.
-func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) verdict {
+func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
 	env, err := e.checkEnvelope([]byte(d.event))
 	if err != nil {
 		return e.invalidOccurrence(ctx, d, err)
@@ -52,7 +52,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) v
 		return verdict{hasState: true} // an earlier delivery may have left state: retain it
 	}
 	if !a.Available() {
-		return verdict{held: &hold{level: slog.LevelWarn, msg: "app unavailable; schedule occurrence left pending", err: a.Errors.Err(),
+		return verdict{pending: &pendingReason{level: slog.LevelWarn, msg: "app unavailable; schedule occurrence left pending", err: a.Errors.Err(),
 			attrs: append(attrs, slog.String("app", a.Name))}}
 	}
 	s := a.Schedule(env.Schedule)
@@ -66,7 +66,7 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) v
 		return verdict{}
 	}
 	if err != nil {
-		return verdict{held: &hold{level: slog.LevelError, msg: "pinning schedule occurrence failed; left pending", err: err,
+		return verdict{pending: &pendingReason{level: slog.LevelError, msg: "pinning schedule occurrence failed; left pending", err: err,
 			attrs: append(attrs, slog.String("app", a.Name))}}
 	}
 	// The occurrence must be a firing of the cron it is pinned to. The
@@ -81,15 +81,15 @@ func (e *Engine) occurrence(ctx, runCtx context.Context, d *delivery, _ class) v
 			return e.invalidOccurrence(ctx, d, err)
 		}
 		if err != nil {
-			return verdict{held: &hold{level: slog.LevelError, msg: "checking schedule occurrence failed; left pending", err: err,
+			return verdict{pending: &pendingReason{level: slog.LevelError, msg: "checking schedule occurrence failed; left pending", err: err,
 				attrs: append(attrs, slog.String("app", a.Name))}}
 		}
 	}
-	o := e.invoke(ctx, runCtx, d, call{
+	last := e.invoke(ctx, d, call{
 		app: a.Name, handler: pin.Handler, timeout: time.Duration(pin.TimeoutMS) * time.Millisecond,
 		retries: pin.Retries, input: env.Input(),
-	}, true)
-	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
+	})
+	return verdict{last: last, hasLast: true, hasState: true}
 }
 
 // checkEnvelope decodes an occurrence envelope and checks what needs no

@@ -18,20 +18,20 @@ import (
 func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) {
 	// An event rule that matches the occurrence envelope: occurrences
 	// bypass pattern matching, so it must not run.
-	h := newHarness(t, map[string]string{"billing": nightlyApp + `events:
+	h := newHarness(t, map[string]string{"billing": apptest.NightlyApp + `events:
   - {handler: jobs.spy, pattern: {source: [{exists: true}]}}
 `})
 	h.handle("billing/jobs.nightly", nil)
 	h.handle("billing/jobs.spy", nil)
 	h.start("c1")
-	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	id := h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
 	// The outcome is reported right after the acknowledgement its
 	// settlement made: wait for both.
 	testutil.WaitFor(t, 5*time.Second, "ack", func() bool {
-		return h.calls.count("billing/jobs.nightly") == 1 && h.settled() && h.counter("relay_invocations_total") == 1
+		return h.calls.Count("billing/jobs.nightly") == 1 && h.settled() && h.counter("relay_invocations_total") == 1
 	})
 
-	req := h.calls.get("billing/jobs.nightly")[0]
+	req := h.calls.Get("billing/jobs.nightly")[0]
 	var in map[string]any
 	if err := json.Unmarshal(req.Event, &in); err != nil {
 		t.Fatal(err)
@@ -55,13 +55,13 @@ func TestScheduleOccurrenceRunsItsHandlerWithTheOccurrencePayload(t *testing.T) 
 	if h.ttl(id) <= 0 {
 		t.Errorf("state of the acked occurrence is not retained")
 	}
-	if n := h.calls.count("billing/jobs.spy"); n != 0 {
+	if n := h.calls.Count("billing/jobs.spy"); n != 0 {
 		t.Errorf("an event rule matching the envelope ran %d times for an occurrence", n)
 	}
 }
 
 func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
-	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h := newHarness(t, map[string]string{"billing": apptest.NightlyApp})
 	fail := true
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error {
 		if fail {
@@ -71,21 +71,21 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 	})
 	h.handle("billing/jobs.renamed", nil)
 	stop := h.start("c1", backoff(300*time.Millisecond))
-	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	id := h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
+	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.Count("billing/jobs.nightly") == 1 })
 	stop()
 
 	// The template now names another handler, a longer timeout and no
 	// retries; the pinned occurrence keeps the first delivery's.
-	h.apps = apptest.Load(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(nightlyApp)})
+	h.apps = apptest.Load(t, map[string]string{"billing": strings.NewReplacer("jobs.nightly", "jobs.renamed", "timeout: 5s", "timeout: 9s", "retries: 1", "retries: 0").Replace(apptest.NightlyApp)})
 	fail = false
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
 	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
-	if n := h.calls.count("billing/jobs.renamed"); n != 0 {
+	if n := h.calls.Count("billing/jobs.renamed"); n != 0 {
 		t.Errorf("the new handler ran %d times", n)
 	}
-	runs := h.calls.get("billing/jobs.nightly")
+	runs := h.calls.Get("billing/jobs.nightly")
 	if len(runs) != 2 || runs[1].Attempt != 2 || runs[1].Timeout != 5*time.Second {
 		t.Errorf("runs of the pinned handler = %+v, want attempts 1 and 2 with the pinned 5s timeout", runs)
 	}
@@ -99,17 +99,17 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 
 func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 	for name, templates := range map[string]map[string]string{
-		"schedule removed": {"billing": strings.Replace(nightlyApp, "name: nightly", "name: weekly", 1)},
-		"app removed":      {"other": nightlyApp},
+		"schedule removed": {"billing": strings.Replace(apptest.NightlyApp, "name: nightly", "name: weekly", 1)},
+		"app removed":      {"other": apptest.NightlyApp},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, templates)
 			h.handle("billing/jobs.nightly", nil)
 			h.handle("other/jobs.nightly", nil)
 			h.start("c1")
-			h.publishOccurrence(nightlySpec(), nightlyAt)
+			h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
 			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
-			if n := h.calls.count("billing/jobs.nightly") + h.calls.count("other/jobs.nightly"); n != 0 {
+			if n := h.calls.Count("billing/jobs.nightly") + h.calls.Count("other/jobs.nightly"); n != 0 {
 				t.Errorf("%d handler runs", n)
 			}
 			if es := h.dlqEntries(); len(es) != 0 {
@@ -125,11 +125,11 @@ func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 // acknowledged message's (docs/delivery.md#invocation-state), not leaked
 // without a TTL.
 func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
-	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h := newHarness(t, map[string]string{"billing": apptest.NightlyApp})
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 1} })
 	stop := h.start("c1", backoff(time.Hour))
-	id := h.publishOccurrence(nightlySpec(), nightlyAt)
-	testutil.WaitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.count("billing/jobs.nightly") == 1 })
+	id := h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
+	testutil.WaitFor(t, 5*time.Second, "the first attempt", func() bool { return h.calls.Count("billing/jobs.nightly") == 1 })
 	stop()
 	if ttl := h.ttl(id); ttl >= 0 {
 		t.Fatalf("state TTL while pending = %v, want none", ttl)
@@ -148,25 +148,25 @@ func TestObsoleteOccurrenceOfARemovedAppIsRetained(t *testing.T) {
 }
 
 func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
-	valid := schedule.NewEnvelope(nightlySpec(), nightlyAt)
+	valid := schedule.NewEnvelope(apptest.NightlySpec(), apptest.NightlyAt)
 	wrongID := valid
 	wrongID.OccurrenceID = "schedule:billing:nightly:2026-01-16T02:00:00Z"
-	notFiring := schedule.NewEnvelope(nightlySpec(), nightlyAt.Add(time.Hour)) // 04:00 Berlin
+	notFiring := schedule.NewEnvelope(apptest.NightlySpec(), apptest.NightlyAt.Add(time.Hour)) // 04:00 Berlin
 	for name, c := range map[string]struct {
 		event, reason string
 	}{
 		"wrong occurrence_id": {string(wrongID.Marshal()), "occurrence_id"},
 		"not a firing":        {string(notFiring.Marshal()), "not a firing"},
 		"missing field":       {`{"source":"relay.schedule","app":"billing","schedule":"nightly"}`, "handler"},
-		"in the future":       {string(schedule.NewEnvelope(nightlySpec(), time.Date(2031, 1, 1, 2, 0, 0, 0, time.UTC)).Marshal()), "in the future"},
+		"in the future":       {string(schedule.NewEnvelope(apptest.NightlySpec(), time.Date(2031, 1, 1, 2, 0, 0, 0, time.UTC)).Marshal()), "in the future"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, map[string]string{"billing": nightlyApp})
+			h := newHarness(t, map[string]string{"billing": apptest.NightlyApp})
 			h.handle("billing/jobs.nightly", nil)
 			h.start("c1")
 			id := h.publish("event", c.event)
 			testutil.WaitFor(t, 5*time.Second, "ack", h.settled)
-			if n := h.calls.count("billing/jobs.nightly"); n != 0 {
+			if n := h.calls.Count("billing/jobs.nightly"); n != 0 {
 				t.Errorf("handler ran %d times", n)
 			}
 			es := h.dlqEntries()
@@ -184,33 +184,33 @@ func TestForgedScheduleOccurrenceIsDeadLettered(t *testing.T) {
 }
 
 func TestScheduleOccurrenceOfUnavailableAppStaysPending(t *testing.T) {
-	broken := nightlyApp + "concurrency: lots\n"
+	broken := apptest.NightlyApp + "concurrency: lots\n"
 	h := newHarness(t, map[string]string{"billing": broken})
 	if a := h.apps.Get("billing"); a == nil || a.Available() {
 		t.Fatal("the broken template loaded as available")
 	}
 	h.handle("billing/jobs.nightly", nil)
 	stop := h.start("c1")
-	h.publishOccurrence(nightlySpec(), nightlyAt)
+	h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
 	testutil.WaitFor(t, 5*time.Second, "delivery", func() bool { return strings.Contains(h.logs.String(), "schedule occurrence left pending") })
 	stop()
 	if n := h.pending(); n != 1 {
 		t.Errorf("pending = %d, want 1", n)
 	}
 
-	h.apps = apptest.Load(t, map[string]string{"billing": nightlyApp})
+	h.apps = apptest.Load(t, map[string]string{"billing": apptest.NightlyApp})
 	h.reg = prometheus.NewRegistry()
 	h.start("c1")
-	testutil.WaitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.count("billing/jobs.nightly") == 1 && h.settled() })
+	testutil.WaitFor(t, 5*time.Second, "ack after the fix", func() bool { return h.calls.Count("billing/jobs.nightly") == 1 && h.settled() })
 }
 
 func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
-	h := newHarness(t, map[string]string{"billing": nightlyApp})
+	h := newHarness(t, map[string]string{"billing": apptest.NightlyApp})
 	h.handle("billing/jobs.nightly", func(context.Context, runtime.Request) error { return &runtime.ExitError{Code: 3} })
 	h.start("c1", backoff(50*time.Millisecond))
-	id := h.publishOccurrence(nightlySpec(), nightlyAt)
+	id := h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
 	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
-	if n := h.calls.count("billing/jobs.nightly"); n != 2 {
+	if n := h.calls.Count("billing/jobs.nightly"); n != 2 {
 		t.Errorf("%d attempts, want 2 (retries: 1)", n)
 	}
 	es := h.dlqEntries()
@@ -224,12 +224,12 @@ func TestExhaustedScheduleOccurrenceIsDeadLetteredOnce(t *testing.T) {
 }
 
 func TestScheduleSpecs(t *testing.T) {
-	apps := apptest.Load(t, map[string]string{"billing": nightlyApp, "users": usersApp})
+	apps := apptest.Load(t, map[string]string{"billing": apptest.NightlyApp, "users": usersApp})
 	specs := apps.ScheduleSpecs()
 	if len(specs) != 1 || specs[0].App != "billing" || specs[0].Name != "nightly" || specs[0].Cron.Location().String() != "Europe/Berlin" {
 		t.Fatalf("specs = %+v", specs)
 	}
-	if ok, err := specs[0].Fires(nightlyAt); err != nil || !ok {
-		t.Errorf("Fires(%s) = %v %v", nightlyAt, ok, err)
+	if ok, err := specs[0].Fires(apptest.NightlyAt); err != nil || !ok {
+		t.Errorf("Fires(%s) = %v %v", apptest.NightlyAt, ok, err)
 	}
 }

@@ -72,8 +72,8 @@ const (
 	// its lease is kept, and counts as a failed attempt when it expires.
 	OutcomeUnknown
 	// WriteFailed: recording a transition, writing a dead-letter entry or
-	// claiming failed (Op names which); the next delivery reads the state
-	// again.
+	// claiming failed (Outcome.WriteErr says which); the next delivery
+	// reads the state again.
 	WriteFailed
 )
 
@@ -96,8 +96,9 @@ func (k OutcomeKind) String() string {
 func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Dropped }
 
 // Outcome is what one delivery did with one invocation: the value the
-// invoke stage returns, which the Engine reports once to its observers (log,
-// metrics, cluster stats, trace) and which settles the message.
+// record stage returns, which the Engine reports once to its observers (log,
+// metrics, cluster stats, trace) and from which the settle stage decides
+// the message's acknowledgement.
 type Outcome struct {
 	Kind         OutcomeKind
 	App, Handler string
@@ -109,14 +110,13 @@ type Outcome struct {
 	Result Result
 	// Duration is how long the handler ran (with its runtime's setup).
 	Duration time.Duration
-	// Err is the runner's error for a failed or unfinished run, or the
-	// store's or DLQ's error for WriteFailed. A write that failed after a
-	// run (giving an attempt back, say) is in WriteErr.
-	Err      error
-	WriteErr error
-	// Op names the write that failed for WriteFailed: claim, finish,
-	// retry, exhaust, dlq, mark_dlq, release or record.
-	Op string
+	// Err is why the attempt failed or did not run: the runner's error,
+	// the app's template errors (Unavailable), or the reason an attempt was
+	// given back before it ran.
+	Err error
+	// WriteErr is the write that failed, for WriteFailed, or that failed
+	// without changing the kind (giving an attempt back); nil otherwise.
+	WriteErr *WriteError
 	// Next is the earliest next attempt (Retrying, NotDue) or the end of
 	// the running lease (Leased).
 	Next time.Time
@@ -130,10 +130,6 @@ type Outcome struct {
 	// Orphan is set for an unfinished invocation whose app or rule is no
 	// longer loaded.
 	Orphan bool
-	// Settled is set when recording this outcome also acknowledged the
-	// message and retained its state (Settler.FinishSettle): it was the
-	// last invocation to finish.
-	Settled bool
 
 	// span is the attempt's function.invoke span when a handler ran;
 	// reporting the outcome ends it.
@@ -142,3 +138,45 @@ type Outcome struct {
 
 // field is the invocation's field in its message's state hash.
 func (o Outcome) field() string { return o.App + "/" + o.Handler }
+
+// Op names a write that records what a delivery did (the op attribute of
+// its log line).
+type Op int
+
+// The writes.
+const (
+	OpClaim   Op = iota + 1 // StateStore.Claim
+	OpRelease               // StateStore.Release: an attempt given back
+	OpFinish                // StateStore.Finish or Settler.FinishSettle
+	OpRetry                 // StateStore.ScheduleRetry
+	OpExhaust               // StateStore.Exhaust
+	OpDLQ                   // DLQWriter.Write
+	OpMarkDLQ               // StateStore.MarkDLQ
+	OpRecord                // StateStore.Release of an invocation that did not start
+)
+
+var opNames = [...]string{OpClaim: "claim", OpRelease: "release", OpFinish: "finish", OpRetry: "retry",
+	OpExhaust: "exhaust", OpDLQ: "dlq", OpMarkDLQ: "mark_dlq", OpRecord: "record"}
+
+func (op Op) String() string {
+	if op > 0 && int(op) < len(opNames) {
+		return opNames[op]
+	}
+	return fmt.Sprintf("Op(%d)", int(op))
+}
+
+// WriteError is a write that failed: which one, and the store's or the
+// DLQ's error (invocation.ErrStale and invocation.ErrTerminal among them).
+type WriteError struct {
+	Op  Op
+	Err error
+}
+
+func (e *WriteError) Error() string { return e.Op.String() + ": " + e.Err.Error() }
+
+func (e *WriteError) Unwrap() error { return e.Err }
+
+// failed sets o to WriteFailed by the write op's error err.
+func (o *Outcome) failed(op Op, err error) {
+	o.Kind, o.WriteErr = WriteFailed, &WriteError{Op: op, Err: err}
+}

@@ -11,15 +11,14 @@ import (
 	"github.com/relaydev/relay/invocation"
 )
 
-// detached returns a context for one write that records what a delivery
-// did: it survives the worker's stop (a stopping worker still records what
-// its handlers did) and ends after the write timeout, or up to
-// maxDeadlineSlack later (sharedDeadlines).
-func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return e.writeEnds.with(ctx, context.Background(), time.Now().Add(e.cfg.WriteTimeout), deadlineSlack(e.cfg.WriteTimeout)), noCancel
+// writeCtx returns a context for one write that records what a delivery
+// did: it has ctx's values, survives the worker's stop (a stopping worker
+// still records what its handlers did) and ends after the write timeout,
+// or up to maxDeadlineSlack later (sharedDeadlines). Its timer is shared:
+// there is nothing to cancel.
+func (e *Engine) writeCtx(ctx context.Context) context.Context {
+	return e.writeEnds.with(ctx, context.Background(), time.Now().Add(e.cfg.WriteTimeout), deadlineSlack(e.cfg.WriteTimeout))
 }
-
-func noCancel() {}
 
 // persist runs an idempotent or fenced write until it succeeds, fails with
 // a contract error (invocation.ErrStale, ErrTerminal), or the write timeout
@@ -28,22 +27,20 @@ func noCancel() {}
 // earlier try applied but whose reply was lost comes back ErrStale; the
 // message then stays pending and the next delivery's Claim reads the truth.
 func (e *Engine) persist(ctx context.Context, op func(context.Context) error) error {
-	octx, cancel := e.detached(ctx)
-	defer cancel()
-	return retryWrite(octx, op)
+	return retryWrite(e.writeCtx(ctx), op)
 }
 
 // persistSuccess is persist for the record of a handler's success, which
 // is worth waiting longer for: a success that is not recorded makes the
 // lease expire and count as a failed attempt, so the handler runs again or
-// is dead-lettered. While this delivery retries, its message stays held
+// is dead-lettered. While this delivery retries, its message stays owned
 // and heartbeated, so no other delivery claims the invocation, and the
 // fenced write still applies when Redis is back. It retries until the
 // lease's deadline plus MinPendingIdle (at least the write timeout), or
-// until the worker abandons running work (runCtx).
-func (e *Engine) persistSuccess(ctx, runCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
+// until the worker abandons running work (handlerCtx).
+func (e *Engine) persistSuccess(ctx, handlerCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
 	patience := max(e.cfg.WriteTimeout, time.Until(l.Deadline)+e.cfg.MinPendingIdle)
-	return retryWrite(e.successEnds.with(ctx, runCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
+	return retryWrite(e.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
 }
 
 // maxDeadlineSlack is how much later than asked a write's context may end

@@ -42,7 +42,7 @@ events:
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
-	if n := h.calls.count("users/events.created"); n != 1 {
+	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
 	if got := h.hash(id)["users/events.created"]; got != "ok" {
@@ -71,7 +71,7 @@ events:
 	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
-	if n := h.calls.count("users/events.created"); n != 1 {
+	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
 	if got := h.hash(id)["users/events.created"]; got != "ok" {

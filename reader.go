@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/relaydev/relay/internal/ctxtime"
@@ -14,7 +13,7 @@ import (
 // slot before reading is the back-pressure: a worker holds at most twice
 // MAX_CONCURRENCY messages; one whose app has no free slot waits for it
 // (bounded by the concurrency wait) while other apps' messages proceed.
-func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+func (e *Engine) readLoop(ctx context.Context, r *run) {
 	// The group exists (Run ensured it): consuming until a read fails.
 	e.consuming.Store(true)
 	defer e.consuming.Store(false)
@@ -50,7 +49,7 @@ func (e *Engine) readLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
 		}
 		for _, msg := range batch {
 			n--
-			e.dispatch(ctx, runCtx, msgs, msg)
+			e.dispatch(ctx, r, msg)
 		}
 		for ; n > 0; n-- {
 			<-e.msgSlots
@@ -121,23 +120,23 @@ func (e *Engine) freeSlots() int {
 }
 
 // dispatch starts the goroutine of one message; the caller holds its slot.
-func (e *Engine) dispatch(ctx, runCtx context.Context, msgs *sync.WaitGroup, msg stream.Message) {
+func (e *Engine) dispatch(ctx context.Context, r *run, msg stream.Message) {
 	if !e.track(msg.ID) {
 		<-e.msgSlots
 		return
 	}
 	select {
-	case e.handlers <- msg: // a handler goroutine was idle and took it
+	case e.handoff <- msg: // a handler goroutine was idle and took it
 	default:
-		msgs.Go(func() { e.handleLoop(ctx, runCtx, msg) })
+		r.msgs.Go(func() { e.handleLoop(ctx, r, msg) })
 	}
 }
 
 // handle delivers msg, then frees its message slot.
-func (e *Engine) handle(ctx, runCtx context.Context, msg stream.Message) {
+func (e *Engine) handle(ctx context.Context, r *run, msg stream.Message) {
 	defer func() { <-e.msgSlots }()
 	defer e.untrack(msg.ID)
-	e.deliver(ctx, runCtx, msg)
+	e.deliver(ctx, r.handlerCtx, msg)
 }
 
 // handlerIdle is how long a message goroutine waits for another message
@@ -152,14 +151,14 @@ const handlerIdle = time.Second
 // one starts only when none is idle, so there are about as many as
 // messages were in flight in the last handlerIdle, which the message slots
 // bound.
-func (e *Engine) handleLoop(ctx, runCtx context.Context, msg stream.Message) {
+func (e *Engine) handleLoop(ctx context.Context, r *run, msg stream.Message) {
 	idle := time.NewTimer(handlerIdle)
 	defer idle.Stop()
 	for {
-		e.handle(ctx, runCtx, msg)
+		e.handle(ctx, r, msg)
 		idle.Reset(handlerIdle)
 		select {
-		case msg = <-e.handlers:
+		case msg = <-e.handoff:
 		case <-idle.C:
 			return
 		case <-e.dispatchDone:

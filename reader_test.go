@@ -27,13 +27,13 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 	for i := range 40 {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
-	testutil.WaitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.count("users/events.created") > 0 })
+	testutil.WaitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.Count("users/events.created") > 0 })
 	if n := countGoroutines("relay.(*Engine).handleLoop"); n == 0 {
 		t.Fatal("no message goroutine while a handler runs: the test no longer sees them")
 	}
 	close(release)
 	testutil.WaitFor(t, 10*time.Second, "every message acknowledged", func() bool { return h.settled() })
-	if got := h.calls.count("users/events.created"); got != 40 {
+	if got := h.calls.Count("users/events.created"); got != 40 {
 		t.Fatalf("handler ran %d times for 40 messages", got)
 	}
 	stop()
@@ -74,7 +74,7 @@ func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
 	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
 	h.start("c1")
 	testutil.WaitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
-	if got := h.calls.count("users/events.created"); got != n {
+	if got := h.calls.Count("users/events.created"); got != n {
 		t.Errorf("handler ran %d times for %d entries", got, n)
 	}
 }

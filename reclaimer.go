@@ -3,8 +3,8 @@ package relay
 import (
 	"context"
 	"log/slog"
-	"sync"
 
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/stream"
 )
@@ -12,21 +12,21 @@ import (
 // reclaimLoop is the message-level backstop of
 // docs/delivery.md#from-entry-to-acknowledgement: every reclaim interval it
 // takes over entries idle beyond MinPendingIdle, whoever owned them.
-func (e *Engine) reclaimLoop(ctx, runCtx context.Context, msgs *sync.WaitGroup) {
+func (e *Engine) reclaimLoop(ctx context.Context, r *run) {
 	var fails int
-	every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, runCtx, msgs, &fails) })
+	ctxtime.Every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, r, &fails) })
 }
 
 // dispatchWaiting dispatches reclaimed messages as message slots free up.
-// While they wait they count as held, so the heartbeat keeps them from
+// While they wait they count as owned, so the heartbeat keeps them from
 // looking idle to other workers. It returns false when ctx ended the wait.
-func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGroup, batch []stream.Message) bool {
+func (e *Engine) dispatchWaiting(ctx context.Context, r *run, batch []stream.Message) bool {
 	e.setWaiting(batch, true)
 	defer e.setWaiting(batch, false)
 	for i, msg := range batch {
 		select {
 		case e.msgSlots <- struct{}{}:
-			e.dispatch(ctx, runCtx, msgs, msg)
+			e.dispatch(ctx, r, msg)
 			e.setWaiting(batch[i:i+1], false)
 		case <-ctx.Done():
 			// The rest stay pending for the next reclaim, by any worker.
@@ -45,11 +45,11 @@ func (e *Engine) dispatchWaiting(ctx, runCtx context.Context, msgs *sync.WaitGro
 // worker while it works through them. Here what this worker cannot start
 // stays idle in the PEL for whichever worker has room. The one entry beyond
 // the free slots keeps the backstop moving while new messages fill every
-// slot: it waits for a slot held (and heartbeated) like a reclaimed batch,
+// slot: it waits for a slot owned (and heartbeated) like a reclaimed batch,
 // and the pass goes on once it is dispatched. A call that returns fewer
 // entries than asked without finishing the pass reached the source's bound
 // of calls: the next tick goes on.
-func (e *Engine) reclaimPass(ctx, runCtx context.Context, msgs *sync.WaitGroup, fails *int) {
+func (e *Engine) reclaimPass(ctx context.Context, r *run, fails *int) {
 	for ctx.Err() == nil {
 		n := e.freeSlots()
 		want := n + 1
@@ -61,12 +61,12 @@ func (e *Engine) reclaimPass(ctx, runCtx context.Context, msgs *sync.WaitGroup, 
 		i := 0
 		for ; i < len(batch) && n > 0; i++ {
 			n--
-			e.dispatch(ctx, runCtx, msgs, batch[i])
+			e.dispatch(ctx, r, batch[i])
 		}
 		for ; n > 0; n-- {
 			<-e.msgSlots
 		}
-		if !e.dispatchWaiting(ctx, runCtx, msgs, batch[i:]) {
+		if !e.dispatchWaiting(ctx, r, batch[i:]) {
 			return
 		}
 		if err != nil {

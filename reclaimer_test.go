@@ -80,7 +80,7 @@ events:
 
 	close(release)
 	testutil.WaitFor(t, 20*time.Second, "every entry handled and acknowledged", func() bool { return h.settled() })
-	if got := h.calls.count("users/events.created"); got != n {
+	if got := h.calls.Count("users/events.created"); got != n {
 		t.Errorf("handler ran %d times for %d entries", got, n)
 	}
 	if started.Load() != n {
@@ -141,7 +141,7 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	h.start("c1")
 	testutil.WaitFor(t, 5*time.Second, "missing payload counted", func() bool { return h.counter("relay_missing_payload_total") == 1 })
 	testutil.WaitFor(t, 2*time.Second, "PEL cleared", func() bool { return h.settled() })
-	if h.calls.count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
+	if h.calls.Count("users/events.created") != 0 || len(h.dlqEntries()) != 0 {
 		t.Error("missing payload ran a handler or wrote a DLQ entry")
 	}
 	// Leaving the PEL switches the hash to retention; it must not leak.

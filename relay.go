@@ -132,7 +132,7 @@ type DLQWriter interface {
 // when it acts on the same stream, group and state as the Components'
 // Source and State: invocation.Store does for a stream.Source on the same
 // Redis client (and, under Redis Cluster, a stream with a hash tag), which
-// is how NewWorker pairs them.
+// is how worker.New pairs them.
 type Settler interface {
 	// Settle acknowledges the message of key and switches its state to
 	// retention with a TTL of ttl, in place of Source.Ack then
@@ -149,7 +149,7 @@ type Settler interface {
 }
 
 // Optional capabilities, found by type assertion on the value passed in
-// Components or WorkerConfig. A wrapper (a Runner that adds a circuit
+// Components or worker.Config. A wrapper (a Runner that adds a circuit
 // breaker, a StreamSource that adds logging) hides them unless it
 // implements them too and forwards the call; examples/custom-runner shows
 // one that does. Engine.Run logs at start which of them are missing where
@@ -172,14 +172,32 @@ type PendingReporter interface {
 // Sweeper is an optional Runner capability: it removes what earlier or
 // failed invocations left behind (containers whose removal failed while the
 // runtime was down, leftovers of a crashed process) without touching
-// invocations in flight. A Worker calls it at start and then every sweep
-// interval.
+// invocations in flight. A worker.Worker calls it at start and then every
+// sweep interval.
 type Sweeper interface {
 	Sweep(ctx context.Context) error
 }
 
+// Preparer is an optional Runner capability: Prepare readies what an app
+// needs before its handlers run, such as its image
+// (docs/runtimes.md#images), its dependency image
+// (docs/runtimes.md#dependencies) and its secrets (docs/apps.md#secrets),
+// and waits for it until ctx ends. A worker.Worker calls it for every
+// available app, at start and whenever a reload finds the app new or
+// changed (or not ready before), and waits for it at most
+// worker.Config.PrepareWait: a preparation still running then goes on in
+// the background, the app is unavailable ("app being prepared") or, on a
+// reload, its previous version keeps serving, and the Worker reloads when
+// it ends. An error makes the app unavailable with the error as its
+// reason, so its messages stay pending, and on a reload the app's previous
+// version keeps serving; the next reload prepares it again. Safe for
+// concurrent use.
+type Preparer interface {
+	Prepare(ctx context.Context, app string, spec runtime.Spec) error
+}
+
 // Pinger is an optional capability of any part that can check its backend
-// (relay health, Worker.Ready).
+// (relay health, worker.Worker.Ready).
 type Pinger interface {
 	Ping(ctx context.Context) error
 }

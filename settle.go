@@ -9,22 +9,27 @@ import (
 
 // verdict is what the stages of one delivery found, for settle.
 type verdict struct {
-	// outcomes has one entry per invocation driven, the malformed
-	// pseudo-invocation included.
+	// outcomes has one entry per invocation driven and recorded, the
+	// malformed pseudo-invocation included.
 	outcomes []Outcome
-	// classified is set for an external event that was classified: its
+	// last, when hasLast, is the attempt after which nothing ran, not
+	// recorded yet: settle records it.
+	last    attempt
+	hasLast bool
+	// needsAllRules is set for an external event that was matched: its
 	// acknowledgement also needs every app's rules to be known.
-	classified bool
+	needsAllRules bool
 	// hasState is set when the message may have invocation state, to be
 	// retained once it is acknowledged.
 	hasState bool
-	// held keeps the message pending for a reason outside its invocations
-	// (matching failed, the occurrence's app is unavailable, ...).
-	held *hold
+	// pending keeps the message pending for a reason outside its
+	// invocations (matching failed, the occurrence's app is unavailable,
+	// ...).
+	pending *pendingReason
 }
 
-// hold says why a message stays pending, as its log line.
-type hold struct {
+// pendingReason says why a message stays pending, as its log line.
+type pendingReason struct {
 	level slog.Level
 	msg   string
 	err   error
@@ -33,62 +38,62 @@ type hold struct {
 
 // Reasons to leave a message pending that are not errors.
 var (
-	holdUnfinished = &hold{level: slog.LevelDebug, msg: "message left pending"}
-	holdIncomplete = &hold{level: slog.LevelDebug, msg: "event left pending while apps have rules that could not be read"}
+	pendingUnfinished = &pendingReason{level: slog.LevelDebug, msg: "message left pending"}
+	pendingIncomplete = &pendingReason{level: slog.LevelDebug, msg: "event left pending while apps have rules that could not be read"}
 )
 
-// allTerminal reports whether every outcome is terminal.
-func allTerminal(outcomes []Outcome) bool {
-	for _, o := range outcomes {
-		if !o.Kind.Terminal() {
-			return false
-		}
-	}
-	return true
-}
-
-// settled reports whether an outcome's transition already acknowledged the
-// message (Settler.FinishSettle).
-func settled(outcomes []Outcome) bool {
-	for _, o := range outcomes {
-		if o.Settled {
-			return true
-		}
-	}
-	return false
-}
-
 // decide is the one place that says whether a message is acknowledged
-// (docs/delivery.md#from-entry-to-acknowledgement): only when nothing held
-// it, every invocation's outcome is terminal, and, for a classified event,
-// every app's rules are known. It returns nil to acknowledge, else why not.
-func decide(v verdict, g *generation) *hold {
-	if v.held != nil {
-		return v.held
+// (docs/delivery.md#from-entry-to-acknowledgement): only when nothing kept
+// it pending, every invocation's outcome is terminal, and, for a matched
+// event, every app's rules are known. A last attempt that succeeded counts
+// as terminal: settle acknowledges only once its success is recorded. It
+// returns nil to acknowledge, else why not.
+func decide(v *verdict, g *generation) *pendingReason {
+	if v.pending != nil {
+		return v.pending
 	}
-	if !allTerminal(v.outcomes) {
-		return holdUnfinished
+	if v.hasLast && v.last.next != finish && !v.last.o.Kind.Terminal() {
+		return pendingUnfinished
 	}
-	if v.classified && len(g.incomplete) > 0 {
+	for _, o := range v.outcomes {
+		if !o.Kind.Terminal() {
+			return pendingUnfinished
+		}
+	}
+	if v.needsAllRules && len(g.incomplete) > 0 {
 		// An app whose rules are unknown might match the event, or declare
 		// a handler it left unfinished.
-		h := *holdIncomplete
-		h.attrs = []slog.Attr{slog.Any("apps", g.incomplete)}
-		return &h
+		p := *pendingIncomplete
+		p.attrs = []slog.Attr{slog.Any("apps", g.incomplete)}
+		return &p
 	}
 	return nil
 }
 
-// settle is the last stage: it acknowledges the message when decide says
-// so, and reports whether it did.
-func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
-	if h := decide(v, d.gen); h != nil {
-		e.obs.message(ctx, d, msgEvent{kind: msgHeld, hold: h})
-		return false
+// settle is the last stage: it records the last attempt, acknowledges the
+// message when decide says so, and reports whether it did. The success of
+// the last attempt of a message to acknowledge is recorded with the
+// acknowledgement and the retention in one step when the Engine has a
+// Settler (Settler.FinishSettle).
+func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
+	if v.hasLast && (v.last.next != finish || e.c.Settler == nil) {
+		v.outcomes = append(v.outcomes, e.report(ctx, d, e.record(ctx, d, &v.last)))
+		v.hasLast = false
 	}
-	if settled(v.outcomes) {
-		e.obs.message(ctx, d, msgEvent{kind: msgAcked})
-		return true
+	p := decide(v, d.gen)
+	if v.hasLast {
+		o := e.finishLast(ctx, d, &v.last, p == nil)
+		e.report(ctx, d, o)
+		if o.Kind != Succeeded {
+			p = pendingUnfinished
+		} else if p == nil {
+			e.obs.message(ctx, d, msgEvent{kind: msgAcked})
+			return true
+		}
+	}
+	if p != nil {
+		e.obs.message(ctx, d, msgEvent{kind: msgLeftPending, pending: p})
+		return false
 	}
 	if err := e.ack(ctx, d, v.hasState); err != nil {
 		e.obs.message(ctx, d, msgEvent{kind: msgAckFailed, err: err})
@@ -96,6 +101,17 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v verdict) bool {
 	}
 	e.obs.message(ctx, d, msgEvent{kind: msgAcked})
 	return true
+}
+
+// finishLast records the success of a message's last attempt a: with the
+// message's acknowledgement and retention (Settler.FinishSettle) when ack
+// is set, else alone.
+func (e *Engine) finishLast(ctx context.Context, d *delivery, a *attempt, ack bool) Outcome {
+	l := a.lease
+	if ack {
+		return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.c.Settler.FinishSettle(octx, l, e.cfg.Retention) })
+	}
+	return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.c.State.Finish(octx, l) })
 }
 
 // ack acknowledges d's message and, when it may have state, switches that

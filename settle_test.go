@@ -48,8 +48,8 @@ func TestDLQWriteIsIdempotentAcrossCrashBeforeAck(t *testing.T) {
 	if n := len(h.dlqEntries()); n != 1 {
 		t.Errorf("%d DLQ entries after a crash between DLQ write and ack, want 1", n)
 	}
-	if h.calls.count("billing/charges.fail") != 1 || h.calls.count("billing/charges.audit") != 1 {
-		t.Errorf("handlers ran again on redelivery: fail %d, audit %d", h.calls.count("billing/charges.fail"), h.calls.count("billing/charges.audit"))
+	if h.calls.Count("billing/charges.fail") != 1 || h.calls.Count("billing/charges.audit") != 1 {
+		t.Errorf("handlers ran again on redelivery: fail %d, audit %d", h.calls.Count("billing/charges.fail"), h.calls.Count("billing/charges.audit"))
 	}
 }
 
@@ -128,7 +128,7 @@ events:
 	if h.pending() != 1 {
 		t.Fatal("message acknowledged while one of its invocations was running elsewhere")
 	}
-	if n, m := h.calls.count("a/h.one"), h.calls.count("a/h.two"); n != 0 || m != 1 {
+	if n, m := h.calls.Count("a/h.one"), h.calls.Count("a/h.two"); n != 0 || m != 1 {
 		t.Errorf("runs: h.one %d (leased elsewhere, want 0), h.two %d (want 1)", n, m)
 	}
 	if st := h.hash(id); st["a/h.one"] != leased || st["a/h.two"] != "ok" || st["__terminal"] != "" {
@@ -192,7 +192,7 @@ func TestStateIsRetainedOnlyAfterTheAck(t *testing.T) {
 	if ttl := h.ttl(id); ttl <= 0 {
 		t.Errorf("retained state TTL = %s, want the retention", ttl)
 	}
-	if n := h.calls.count("users/events.created"); n != 1 {
+	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
 }

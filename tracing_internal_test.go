@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -15,14 +16,14 @@ import (
 // attributes; an SDK provider's get them at start, where its sampler sees
 // them.
 func TestUnsampledTracers(t *testing.T) {
-	if !unsampled(newTracer(noop.NewTracerProvider())) {
+	if !telemetry.Unsampled(newTracer(noop.NewTracerProvider())) {
 		t.Error("unsampled(noop tracer) = false")
 	}
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tr := newTracer(tp)
-	if unsampled(tr) {
+	if telemetry.Unsampled(tr) {
 		t.Fatal("unsampled(SDK tracer) = true")
 	}
 	_, span := startMessageSpan(context.Background(), tr, "events", "workers", "c1", stream.Message{ID: "1-0", Deliveries: 1})

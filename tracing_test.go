@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 )
@@ -150,7 +151,7 @@ func TestTracingFollowsAnEventThroughRetries(t *testing.T) {
 	h.startTraced(tr.tp, backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order","id":7}`, "traceparent", producerParent, "tracestate", producerState)
 	testutil.WaitFor(t, 15*time.Second, "three attempts and the ack", func() bool {
-		return h.calls.count("shop/orders.charge") == 3 && h.settled()
+		return h.calls.Count("shop/orders.charge") == 3 && h.settled()
 	})
 	// The span of the last delivery ends right after its ack.
 	testutil.WaitFor(t, 5*time.Second, "three stream.message spans", func() bool { return len(tr.named(telemetry.SpanStreamMessage)) == 3 })
@@ -280,7 +281,7 @@ events:
 		env = req.Env
 		return nil
 	}})
-	if err := (relay.Manual{Runner: runner, TracerProvider: replays.tp}).Replay(t.Context(), h.apps, h.dlq, entry.ID); err != nil {
+	if err := (manual.Invoker{Runner: runner, TracerProvider: replays.tp}).Replay(t.Context(), h.apps, h.dlq, entry.ID); err != nil {
 		t.Fatal(err)
 	}
 	roots, runs := replays.named(telemetry.SpanDLQReplay), replays.named(telemetry.SpanFunctionInvoke)
@@ -310,7 +311,19 @@ events:
 	}
 }
 
-// TestTracingManualInvoke: relay.Invoke is an app.manual_invoke root with
+// shopApp has three rules, two of which match kind "order".
+const shopApp = `
+image: relay.local/busybox:latest
+events:
+  - handler: orders.audit
+    pattern: {kind: [order]}
+  - handler: refunds.run
+    pattern: {kind: [refund]}
+  - handler: orders.charge
+    pattern: {kind: [order]}
+`
+
+// TestTracingManualInvoke: manual.Invoker.Invoke is an app.manual_invoke root with
 // one function.invoke child per matching rule, linked to a caller's span,
 // all with the message id the handlers got.
 func TestTracingManualInvoke(t *testing.T) {
@@ -326,7 +339,7 @@ func TestTracingManualInvoke(t *testing.T) {
 	}
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.audit": handler, "orders.charge": handler})
 	ctx, caller := tr.tp.Tracer("caller").Start(t.Context(), "caller")
-	res, err := relay.Manual{Runner: runner, TracerProvider: tr.tp}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
+	res, err := manual.Invoker{Runner: runner, TracerProvider: tr.tp}.Invoke(ctx, a, []byte(`{"kind":"order"}`))
 	caller.End()
 	if err != nil || len(res) != 2 {
 		t.Fatalf("Invoke = %v, %v; want two results", res, err)
@@ -381,10 +394,10 @@ func TestTracingOffHandsOnTheProducersContext(t *testing.T) {
 	h.start("c1", backoff(20*time.Millisecond))
 	id := h.publish("event", `{"kind":"order"}`, "traceparent", producerParent)
 	testutil.WaitFor(t, 15*time.Second, "two attempts and the ack", func() bool {
-		return h.calls.count("shop/orders.charge") == 2 && h.settled()
+		return h.calls.Count("shop/orders.charge") == 2 && h.settled()
 	})
 	bad := h.publish("event", `{"kind":"order"}`, "traceparent", "00-not-a-trace-01")
-	testutil.WaitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.count("shop/orders.charge") == 3 && h.settled() })
+	testutil.WaitFor(t, 15*time.Second, "the second message", func() bool { return h.calls.Count("shop/orders.charge") == 3 && h.settled() })
 
 	envs := seen.get()
 	want := []map[string]string{{"TRACEPARENT": producerParent}, {"TRACEPARENT": producerParent}, nil}
@@ -440,7 +453,7 @@ schedules:
 		t.Fatalf("Publish = %v, %v", ok, err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the handler's run and the stream.message span", func() bool {
-		return h.calls.count("reports/reports.build") == 1 && len(tr.named(telemetry.SpanStreamMessage)) == 1
+		return h.calls.Count("reports/reports.build") == 1 && len(tr.named(telemetry.SpanStreamMessage)) == 1
 	})
 	pubs, msgs, runs := tr.named(telemetry.SpanSchedulePublish), tr.named(telemetry.SpanStreamMessage), tr.named(telemetry.SpanFunctionInvoke)
 	if len(pubs) != 1 || len(runs) != 1 {

@@ -141,6 +141,8 @@ events:
 		{"dlq_filter_rare", "/dlq?handler=invoices.refund" + s},
 		{"dlq_filter_none", "/dlq?app=nobody" + s},
 		{"dlq_reason", "/dlq?reason=" + url.QueryEscape("no such text") + s},
+		{"dlq_last", "/dlq?last=1" + s},
+		{"dlq_text", "/dlq?text=" + url.QueryEscape(`"customer":"c-976"`) + s},
 		{"dlq_entry", "/dlq/entry?id=" + firstEntry.Entries[0].ID + s},
 		{"playground", "/playground?dlq=" + firstEntry.Entries[0].ID + s},
 		{"live", "/live?x=1" + s},

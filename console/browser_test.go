@@ -27,6 +27,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/worker"
 )
 
 // billingTemplate is the app of the browser test: charge fails until the
@@ -174,8 +175,8 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := relay.NewWorker(relay.WorkerConfig{Redis: rc, Streams: []string{streamName}, Group: group, Consumer: "worker-1",
-		Apps: template.Dir(apps), Runner: runner, Config: relay.Config{Logger: quiet, StatsInterval: 100 * time.Millisecond}})
+	w, err := worker.New(worker.Config{Redis: rc, Streams: []string{streamName}, Group: group, Consumer: "worker-1",
+		Apps: template.Dir(apps), Runner: runner, Engine: relay.Config{Logger: quiet, StatsInterval: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +331,8 @@ func TestBrowser(t *testing.T) {
 	// From the overview to the DLQ, to the charge's entry.
 	run("open the DLQ", chromedp.Navigate(hs.URL+"/"), chromedp.Click(chromedp.CSS(`a.tile.bad`)), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)))
 	shot("dlq")
-	run("inspect the first entry", chromedp.Click(chromedp.CSS(`table.dlq tbody tr:first-child a`)), chromedp.WaitVisible(chromedp.CSS(`pre.event`)))
+	// Newest first: the charge, dead-lettered first, is the second row.
+	run("inspect the charge's entry", chromedp.Click(chromedp.CSS(`table.dlq tbody tr:nth-child(2) a`)), chromedp.WaitVisible(chromedp.CSS(`pre.event`)))
 	shot("dlq-entry")
 	if got := text(`main`); !strings.Contains(got, "billing/invoices.charge") || !strings.Contains(got, "payment provider unreachable") || !strings.Contains(got, `"amount": 120`) {
 		t.Errorf("entry page: %q", got)
@@ -351,7 +353,7 @@ func TestBrowser(t *testing.T) {
 
 	// The markup event is shown as text, and no script of it ran.
 	run("open the markup entry", chromedp.Navigate(hs.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)),
-		chromedp.Click(chromedp.CSS(`table.dlq tbody tr:nth-child(2) a`)), chromedp.WaitVisible(chromedp.CSS(`pre.event`)))
+		chromedp.Click(chromedp.CSS(`table.dlq tbody tr:first-child a`)), chromedp.WaitVisible(chromedp.CSS(`pre.event`)))
 	if got := text(`pre.event`); !strings.Contains(got, strings.ReplaceAll(payload, `"`, `\"`)) || !strings.Contains(got, "javascript:alert(3)") {
 		t.Errorf("the event's markup is not shown as text: %q", got)
 	}

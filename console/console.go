@@ -2,9 +2,7 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -17,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/worker"
 )
 
 // Defaults of Config.
@@ -77,7 +77,7 @@ type Config struct {
 	Group   string
 	// Apps loads the apps root: every page and every replay loads it anew,
 	// so a fixed template is used at once (template.Dir(root)).
-	Apps relay.AppSource
+	Apps worker.AppSource
 	// Runner runs replayed handlers, the same Runner relay dlq replay
 	// uses. Nil disables replay (removing entries still works).
 	Runner relay.Runner
@@ -96,8 +96,15 @@ type Config struct {
 	// 127.0.0.1 must not reach the console (docs/console.md#security).
 	Token string
 	// Hosts are further Host header values (without port) accepted when
-	// Token is empty, e.g. the name a local reverse proxy forwards.
+	// Token is empty, e.g. the name a local reverse proxy forwards. A
+	// request to one of them may say X-Forwarded-Proto: https, making the
+	// console's cookies Secure.
 	Hosts []string
+	// SecureCookies marks every cookie Secure: the console is reached over
+	// HTTPS (a TLS-terminating proxy) though it serves plain HTTP.
+	SecureCookies bool
+	// SessionTTL is how long a login lasts (DefaultSessionTTL when 0).
+	SessionTTL time.Duration
 	// DLQRetention is the workers' dead-letter retention, to show when
 	// entries expire; 0 means kept forever.
 	DLQRetention time.Duration
@@ -129,13 +136,20 @@ type DepsImage struct {
 
 // Server is the console: an http.Handler, and a sampler that Sample runs.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	pages   map[string]*template.Template
-	mux     *http.ServeMux
-	session string // the session cookie value when a Token is set
-	sampler *sampler
-	link    *link
+	cfg      Config
+	log      *slog.Logger
+	pages    map[string]*template.Template
+	mux      *http.ServeMux
+	sessions *sessions
+	logins   *loginLimiter
+	results  *results
+	jobs     *jobs
+	// jobCtx is the context of the bulk actions, which outlive their
+	// request; Close cancels it.
+	jobCtx   context.Context
+	stopJobs context.CancelFunc
+	sampler  *sampler
+	link     *link
 }
 
 // New checks cfg and returns a console. It errs (wrapping ErrConfig) on a
@@ -152,8 +166,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: no consumer group", ErrConfig)
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
-	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 || cfg.ReconnectInterval < 0:
-		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout or reconnect interval", ErrConfig)
+	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 ||
+		cfg.ReconnectInterval < 0 || cfg.SessionTTL < 0:
+		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout, reconnect interval or session TTL", ErrConfig)
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
 	}
 	if cfg.ReconnectInterval == 0 {
 		cfg.ReconnectInterval = DefaultReconnectInterval
@@ -174,11 +192,9 @@ func New(cfg Config) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if cfg.Token != "" {
-		m := hmac.New(sha256.New, []byte(cfg.Token))
-		m.Write([]byte("relay console session"))
-		s.session = hex.EncodeToString(m.Sum(nil))
-	}
+	s.sessions, s.logins, s.results = newSessions(cfg.SessionTTL), newLoginLimiter(), newResults()
+	s.jobs = newJobs()
+	s.jobCtx, s.stopJobs = context.WithCancel(context.Background())
 	var err error
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
@@ -205,6 +221,10 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /dlq", s.dlqList)
 	m.HandleFunc("GET /dlq/entry", s.dlqEntry)
 	m.HandleFunc("POST /dlq/replay", s.dlqReplay)
+	m.HandleFunc("GET /dlq/result", s.dlqResult)
+	m.HandleFunc("POST /dlq/bulk", s.dlqBulk)
+	m.HandleFunc("GET /dlq/job", s.dlqJob)
+	m.HandleFunc("POST /dlq/job/stop", s.dlqJobStop)
 	m.HandleFunc("POST /dlq/remove", s.dlqRemove)
 	m.HandleFunc("GET /playground", s.playground)
 	m.HandleFunc("POST /playground", s.playground)
@@ -243,25 +263,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token := s.csrfToken(w, r)
-	if r.Method == http.MethodPost {
-		if err := checkOrigin(r); err != nil {
-			http.Error(w, err.Error(), http.StatusForbidden)
-			return
-		}
-		// A form too large to parse (over 10 MB) would read as one
-		// without a token; say what is wrong with it instead.
-		if err := r.ParseForm(); err != nil {
-			http.Error(w, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB", http.StatusRequestEntityTooLarge)
-			return
-		}
-		// Double submit: the form's token must equal the cookie, which a
-		// page of another site can neither read nor send (SameSite=Strict).
-		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) != 1 {
-			http.Error(w, "forbidden: missing or stale CSRF token; reload the page and try again", http.StatusForbidden)
-			return
-		}
+	r = r.WithContext(context.WithValue(r.Context(), csrfKey{}, token))
+	if r.Method == http.MethodPost && !s.checkPost(w, r, token) {
+		return
 	}
-	ctx := context.WithValue(r.Context(), csrfKey{}, token)
+	ctx := r.Context()
 	// The Redis client retries reads until its context ends, so without a
 	// bound a page would load forever while Redis is down. The live feed
 	// bounds each of its reads instead; a replay detaches from this
@@ -276,15 +282,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type csrfKey struct{}
 
+// checkPost refuses a POST from another site or without the form's CSRF
+// token, with a page saying so; false when it did.
+func (s *Server) checkPost(w http.ResponseWriter, r *http.Request, token string) bool {
+	if err := checkOrigin(r); err != nil {
+		s.fail(w, r, http.StatusForbidden, err.Error())
+		return false
+	}
+	// A form too large to parse (over 10 MB) would read as one without a
+	// token; say what is wrong with it instead.
+	if err := r.ParseForm(); err != nil {
+		s.fail(w, r, http.StatusRequestEntityTooLarge, "bad request: the form cannot be read ("+err.Error()+"); an event is at most 1 MiB")
+		return false
+	}
+	// Double submit: the form's token must equal the cookie, which a page
+	// of another site can neither read nor send (SameSite=Strict).
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(token)) == 1 {
+		return true
+	}
+	const stale = "The form's security token (CSRF) is missing or stale, as after the console restarted or the cookie expired, so it was not sent."
+	if r.URL.Path == "/playground" {
+		// Keep what was pasted: the page comes back with a fresh token.
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusForbidden)
+		s.playgroundForm(w, r, stale+" Press Evaluate again.")
+		return false
+	}
+	s.fail(w, r, http.StatusForbidden, stale+" Go back, reload the page and try again.")
+	return false
+}
+
 // hostAllowed reports whether host, a request's Host header, names the
 // loopback interface or one of cfg.Hosts. A DNS-rebinding page reaches
 // 127.0.0.1 under its own name, so its requests carry that name.
 func (s *Server) hostAllowed(host string) bool {
+	return Loopback(hostName(host)) || s.viaProxy(host)
+}
+
+// hostName is a Host header without port, brackets or final dot.
+func hostName(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	return Loopback(host) || slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
+	return strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+}
+
+// viaProxy reports whether host, a request's Host header, is one of
+// cfg.Hosts: the request came through a reverse proxy of that name.
+func (s *Server) viaProxy(host string) bool {
+	host = hostName(host)
+	return slices.ContainsFunc(s.cfg.Hosts, func(h string) bool { return strings.EqualFold(h, host) })
 }
 
 // Loopback reports whether host (a name or address, without port) is
@@ -307,8 +354,7 @@ func (s *Server) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
 	v := hex.EncodeToString(b)
-	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.SetCookie(w, s.cookie(r, csrfCookie, v, 0))
 	return v
 }
 
@@ -326,13 +372,14 @@ func checkOrigin(r *http.Request) error {
 	return nil
 }
 
-// authorized reports whether r carries the token or the session cookie.
+// authorized reports whether r carries the token or a live session's
+// cookie.
 func (s *Server) authorized(r *http.Request) bool {
-	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+	if b, ok := bearer(r); ok {
 		return subtle.ConstantTimeCompare([]byte(b), []byte(s.cfg.Token)) == 1
 	}
 	c, err := r.Cookie(sessionCookie)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.session)) == 1
+	return err == nil && s.sessions.valid(c.Value, time.Now())
 }
 
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -350,19 +397,34 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if !s.logins.allow(r) {
+		s.log.Warn("console: login refused: too many attempts", "client", r.RemoteAddr)
+		w.Header().Set("Retry-After", strconv.Itoa(int(LoginInterval.Seconds())))
+		w.WriteHeader(http.StatusTooManyRequests)
+		s.render(w, r, "login", "Log in", loginView{Next: next,
+			Error: fmt.Sprintf("Too many login attempts from this address: try again in %s.", LoginInterval)})
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(s.cfg.Token)) != 1 {
+		s.log.Warn("console: login refused: wrong token", "client", r.RemoteAddr)
 		w.WriteHeader(http.StatusUnauthorized)
 		s.render(w, r, "login", "Log in", loginView{Next: next, Error: "That is not the console's token (RELAY_CONSOLE_TOKEN)."})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.session, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	// A new random id on every login: the cookie says nothing of the
+	// token, and logging out ends it for good.
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.revoke(c.Value)
+	}
+	http.SetCookie(w, s.cookie(r, sessionCookie, s.sessions.create(time.Now()), int(s.cfg.SessionTTL.Seconds())))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode})
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		s.sessions.revoke(c.Value)
+	}
+	http.SetCookie(w, s.cookie(r, sessionCookie, "", -1))
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
@@ -379,10 +441,16 @@ func localPath(p string) string {
 // the live feed, one sample): build and send all its commands through it.
 func (s *Server) redis(ctx context.Context) rueidis.Client { return s.link.get(ctx) }
 
-// Close closes the Redis clients the console made through Config.Connect
+// Close stops the replay and remove of all matching entries still
+// running (each after the entry it is on; a handler running is cancelled)
+// and closes the Redis clients the console made through Config.Connect
 // (never Config.Redis). Call it after the HTTP server and Sample have
 // stopped.
-func (s *Server) Close() { s.link.close() }
+func (s *Server) Close() {
+	s.stopJobs()
+	s.jobs.wait()
+	s.link.close()
+}
 
 // Sample reads the cluster counters of every stream every SampleInterval
 // until ctx is done, for the overview's rates and sparklines. Without it

@@ -5,95 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
 // maxSelection bounds how many entries one replay or remove takes.
 const maxSelection = 500
-
-type dlqFilter struct {
-	App, Handler, Reason, Newer, Older string
-}
-
-type dlqRow struct {
-	dlq.Entry
-	Age     time.Duration
-	Expires string
-	// Problem is set for an entry that cannot be decoded; only its ID is
-	// meaningful then.
-	Problem string
-}
-
-type dlqView struct {
-	Stream  string
-	Filter  dlqFilter
-	Rows    []dlqRow
-	Total   int64
-	After   string
-	Next    string
-	Scanned int
-	Short   bool // the scan budget ended the page before it was full
-	Problem string
-}
-
-func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
-	st, ok := s.stream(r)
-	if !ok {
-		s.fail(w, r, http.StatusNotFound, "no such stream in this console")
-		return
-	}
-	now := time.Now()
-	f := dlqFilter{App: r.FormValue("app"), Handler: r.FormValue("handler"), Reason: r.FormValue("reason"),
-		Newer: r.FormValue("newer"), Older: r.FormValue("older")}
-	shown := dlqFilter{App: clean(f.App), Handler: clean(f.Handler), Reason: clean(f.Reason), Newer: clean(f.Newer), Older: clean(f.Older)}
-	v := dlqView{Stream: st, Filter: shown, After: r.FormValue("after")}
-	q := dlq.PageQuery{Filter: dlq.Filter{App: f.App, Handler: f.Handler}, Reason: f.Reason, After: v.After, Count: s.cfg.PageSize}
-	var err error
-	if q.Since, err = dlq.ParseAge(clean(f.Newer), now); err != nil {
-		v.Problem = "newer than: " + err.Error()
-	} else if q.Before, err = dlq.ParseAge(clean(f.Older), now); err != nil {
-		v.Problem = "older than: " + err.Error()
-	} else if v.After != "" && !stream.IsID(v.After) {
-		v.Problem = "after: not a stream id"
-	}
-	if v.Problem != "" {
-		w.WriteHeader(http.StatusBadRequest)
-		s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
-		return
-	}
-	store := dlq.NewStore(s.redis(r.Context()), st)
-	p, err := store.Page(r.Context(), q)
-	if err != nil {
-		s.fail(w, r, http.StatusBadGateway, err.Error())
-		return
-	}
-	v.Total, _ = store.Len(r.Context())
-	v.Next, v.Scanned = p.Next, p.Scanned
-	v.Short = p.Next != "" && len(p.Entries) < s.cfg.PageSize
-	for _, bad := range p.Undecodable {
-		id, _ := dlq.IsUndecodable(bad)
-		v.Rows = append(v.Rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: bad.Error()})
-	}
-	for _, e := range p.Entries {
-		v.Rows = append(v.Rows, s.dlqRow(e, now))
-	}
-	sortRows(v.Rows)
-	s.renderPage(w, r, "dlq", page{Title: "Dead letters", Stream: st, Data: v})
-}
-
-func sortRows(rows []dlqRow) {
-	// Undecodable entries were listed first; put every row in id order.
-	slices.SortStableFunc(rows, func(a, b dlqRow) int { return stream.CompareID(a.ID, b.ID) })
-}
 
 func (s *Server) dlqRow(e dlq.Entry, now time.Time) dlqRow {
 	e = cleanEntry(e)
@@ -130,6 +54,11 @@ type dlqEntryView struct {
 	Event     string // pretty-printed
 	Malformed bool
 	Expires   time.Time
+	// Replays is the entry's replay history; ReplaysProblem why it could
+	// not be read.
+	Replays        dlq.Replays
+	ReplaysProblem string
+	Back           string // the list page it came from, filter and all
 }
 
 func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
@@ -150,14 +79,20 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusUnprocessableEntity, fmt.Sprintf("entry %s cannot be decoded (%v); remove it from the list", bad, err))
 			return
 		}
-		s.fail(w, r, http.StatusBadGateway, err.Error())
+		s.failRedis(w, r, err)
 		return
 	}
 	row := s.dlqRow(e, time.Now())
-	v := dlqEntryView{Stream: st, Entry: row.Entry, Row: row, Event: prettyEvent(e.Event),
+	v := dlqEntryView{Stream: st, Entry: row.Entry, Row: row, Event: prettyEvent(e.Event), Back: backTo(r, st),
 		Malformed: e.App == dlq.MalformedName || e.Handler == dlq.MalformedName}
 	if s.cfg.DLQRetention > 0 {
 		v.Expires = e.Expires(s.cfg.DLQRetention)
+	}
+	if h, err := store.Replays(r.Context(), id); err != nil {
+		v.ReplaysProblem = clean(err.Error())
+	} else {
+		h.LastError = clean(h.LastError)
+		v.Replays = h
 	}
 	s.renderPage(w, r, "dlq_entry", page{Title: "Dead letter " + id, Active: "dlq", Stream: st, Data: v})
 }
@@ -195,19 +130,57 @@ type resultRow struct {
 	Result   string
 	Message  string
 	Duration time.Duration
+	// Replays is the entry's replay history after this replay, when it
+	// was kept.
+	Replays int64
 }
 
 type resultView struct {
 	Stream  string
+	Back    string // the list page it came from, filter and all
 	Action  string // "Replay" or "Remove"
+	At      time.Time
 	Rows    []resultRow
 	Done    int
 	Stopped string // why the rest of a selection was not tried
 }
 
+// Summary is the result page's heading: "Replay of 3 entries: 1
+// replayed, 2 kept".
+func (v resultView) Summary() string {
+	done := "replayed"
+	if v.Action == "Remove" {
+		done = "removed"
+	}
+	out := fmt.Sprintf("%s of %s: %d %s", v.Action, plural.Of(len(v.Rows), "entry"), v.Done, done)
+	if kept := len(v.Rows) - v.Done; kept > 0 {
+		out += fmt.Sprintf(", %d kept", kept)
+	}
+	return out
+}
+
+// showResult keeps v and redirects to its page (POST-redirect-GET).
+func (s *Server) showResult(w http.ResponseWriter, r *http.Request, v resultView) {
+	v.At = time.Now()
+	id := s.results.put(v, v.At)
+	http.Redirect(w, r, query("/dlq/result", "stream", v.Stream, "id", id), http.StatusSeeOther)
+}
+
+// dlqResult shows a replay's or remove's outcome; it never acts.
+func (s *Server) dlqResult(w http.ResponseWriter, r *http.Request) {
+	v, ok := s.results.get(r.FormValue("id"), time.Now())
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, fmt.Sprintf("this result is no longer kept (the console keeps the last %d for %s, in memory); "+
+			"the dead letters show what is left", maxResults, resultTTL))
+		return
+	}
+	s.renderPage(w, r, "result", page{Title: v.Action, Active: "dlq", Stream: v.Stream, Data: v})
+}
+
 // dlqReplay replays the selected entries one after another, as relay dlq
 // replay does: Manual.Replay with the apps loaded now and the Runner the
-// command wired; success deletes the entry, failure keeps it.
+// command wired; success deletes the entry, failure keeps it and adds to
+// its replay history. It redirects to the result's page.
 func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 	st, ok := s.stream(r)
 	if !ok {
@@ -236,7 +209,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	store := dlq.NewStore(s.redis(ctx), st)
-	v := resultView{Stream: st, Action: "Replay"}
+	v := resultView{Stream: st, Action: "Replay", Back: backTo(r, st)}
 	for i, id := range ids {
 		row, stop := s.replayOne(ctx, apps, store, id)
 		v.Rows = append(v.Rows, row)
@@ -245,12 +218,16 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		}
 		if stop != "" {
 			if rest := len(ids) - i - 1; rest > 0 {
-				v.Stopped = fmt.Sprintf("%s, so the other %s were not tried", stop, plural.Of(rest, "entry"))
+				verb := "were"
+				if rest == 1 {
+					verb = "was"
+				}
+				v.Stopped = fmt.Sprintf("%s, so the other %s %s not tried", stop, plural.Of(rest, "entry"), verb)
 			}
 			break
 		}
 	}
-	s.renderPage(w, r, "result", page{Title: "Replay", Active: "dlq", Stream: st, Data: v})
+	s.showResult(w, r, v)
 }
 
 // replayOne replays one entry; stop says why the rest of a selection
@@ -272,16 +249,16 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 		return row, "Redis could not be read"
 	}
 	start := time.Now()
-	err = relay.Manual{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
+	err = manual.Invoker{Runner: s.cfg.Runner}.Replay(ctx, apps, store, id)
 	row.Duration = time.Since(start).Round(time.Millisecond)
 	switch {
 	case err == nil:
 		row.Result, row.Message = "replayed", "the handler succeeded; the entry is deleted"
-	case errors.Is(err, relay.ErrReplayMalformed):
+	case errors.Is(err, manual.ErrReplayMalformed):
 		row.Result, row.Message = "refused", "the entry records a malformed message: there is no handler to replay; remove it instead"
-	case errors.Is(err, relay.ErrHandlerGone):
+	case errors.Is(err, manual.ErrHandlerGone):
 		row.Result, row.Message = "refused", "handler "+row.Target+" is not in the apps root any more; remove the entry instead"
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		row.Result, row.Message = "refused", "the app is unavailable, its template has errors (see Apps); the entry is kept"
 	case errors.Is(err, dlq.ErrNotFound):
 		row.Result, row.Message = "failed", "no such entry: it was replayed or removed meanwhile"
@@ -300,12 +277,26 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 			stop = "the runtime could not run the handler"
 		}
 	}
-	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result)
+	if (row.Result == "failed" || row.Result == "refused") && !errors.Is(err, dlq.ErrNotFound) {
+		// The entry keeps the reason it was dead-lettered with; its history
+		// says what the replays since met.
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		h, herr := store.RecordReplay(rctx, id, time.Now(), row.Result, row.Message, s.cfg.DLQRetention)
+		cancel()
+		if herr != nil {
+			s.log.Warn("console: recording a replay failed", "stream", store.Key(), "id", id, "error", herr)
+		}
+		row.Replays = h.Count
+	}
+	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result, "replays", row.Replays)
 	return row, stop
 }
 
+const removedMsg = "deleted without running"
+
 type confirmView struct {
 	Stream string
+	Back   string
 	Rows   []dlqRow
 	IDs    []string
 }
@@ -339,7 +330,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 			unknown = append(unknown, id)
 		case err != nil:
 			if _, bad := dlq.IsUndecodable(err); !bad {
-				s.fail(w, r, http.StatusBadGateway, err.Error())
+				s.failRedis(w, r, err)
 				return
 			}
 			rows = append(rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: err.Error()})
@@ -354,12 +345,12 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.PostFormValue("confirm") != "yes" {
 		s.renderPage(w, r, "confirm", page{Title: "Remove dead letters?", Active: "dlq", Stream: st,
-			Data: confirmView{Stream: st, Rows: rows, IDs: ids}})
+			Data: confirmView{Stream: st, Rows: rows, IDs: ids, Back: backTo(r, st)}})
 		return
 	}
-	v := resultView{Stream: st, Action: "Remove"}
+	v := resultView{Stream: st, Action: "Remove", Back: backTo(r, st)}
 	for _, row := range rows {
-		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: "deleted without running"}
+		res := resultRow{ID: row.ID, Target: row.App + "/" + row.Handler, Result: "removed", Message: removedMsg}
 		if err := store.Delete(ctx, row.ID); errors.Is(err, dlq.ErrNotFound) {
 			res.Message = "already gone (replayed or removed meanwhile)"
 		} else if err != nil {
@@ -369,6 +360,17 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Rows = append(v.Rows, res)
 	}
-	s.log.Info("console: remove", "stream", store.Key(), "entries", v.Done)
-	s.renderPage(w, r, "result", page{Title: "Remove", Active: "dlq", Stream: st, Data: v})
+	s.log.Info("console: remove", "stream", store.Key(), "removed", v.Done, "ids", removedIDs(v.Rows))
+	s.showResult(w, r, v)
+}
+
+// removedIDs lists the ids a remove deleted, for its log line.
+func removedIDs(rows []resultRow) []string {
+	var ids []string
+	for _, r := range rows {
+		if r.Result == "removed" && r.Message == removedMsg {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids
 }

@@ -87,8 +87,12 @@ type fixture struct {
 	client  *http.Client
 	failing atomic.Bool // orders.charge fails while set
 	ran     atomic.Int64
-	store   *dlq.Store
-	cfg     console.Config
+	// hold, when set, is received from before a handler returns.
+	hold  atomic.Pointer[chan struct{}]
+	store *dlq.Store
+	cfg   console.Config
+	// location is the Location of the last response, "" when none.
+	location string
 }
 
 type fixtureOpt func(*console.Config)
@@ -101,6 +105,9 @@ func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
 	f.failing.Store(true)
 	fail := func(ctx context.Context, req runtime.Request) error {
 		f.ran.Add(1)
+		if h := f.hold.Load(); h != nil {
+			<-*h
+		}
 		if f.failing.Load() {
 			return &runtime.ExitError{Code: 3}
 		}
@@ -220,6 +227,7 @@ func (f *fixture) do(method, path string, form url.Values, header ...string) (in
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	f.location = resp.Header.Get("Location")
 	return resp.StatusCode, string(b)
 }
 
@@ -244,7 +252,12 @@ func (f *fixture) post(path string, form url.Values) (int, string) {
 	}
 	form.Set("csrf", f.csrf())
 	form.Set("stream", f.stream)
-	return f.do(http.MethodPost, path, form)
+	code, body := f.do(http.MethodPost, path, form)
+	if code == http.StatusSeeOther && strings.HasPrefix(f.location, "/dlq/result?") {
+		// A replay or remove redirects to its result (POST-redirect-GET).
+		return f.get(f.location)
+	}
+	return code, body
 }
 
 func (f *fixture) dlqIDs() []string {

@@ -107,6 +107,7 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, ": relay console live feed\nretry: 3000\n\n")
 	fl.Flush()
 	ctx := r.Context()
+	failing := false
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, liveBlock+s.cfg.RequestTimeout)
 		evs, err := stats.ReadFeed(rctx, s.redis(rctx), st, s.cfg.Group, after, 100, liveBlock)
@@ -115,6 +116,7 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 			if ctx.Err() != nil {
 				return
 			}
+			failing = true
 			fmt.Fprintf(w, "event: problem\ndata: %s\n\n", jsonString(err.Error()))
 			fl.Flush()
 			select {
@@ -123,6 +125,11 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(liveBlock):
 			}
 			continue
+		}
+		if failing {
+			// The page's badge turns from the error back to live.
+			failing = false
+			fmt.Fprint(w, "event: recovered\ndata: {}\n\n")
 		}
 		for _, ev := range evs {
 			b, _ := json.Marshal(toFeedEvent(st, ev))

@@ -40,7 +40,7 @@ type streamView struct {
 
 // readFigures says which of a stream's figures the overview read.
 type readFigures struct {
-	Length, Pending, DLQ, Consumers bool
+	Length, Pending, DLQ, Consumers, Counters bool
 }
 
 type consumerView struct {
@@ -66,7 +66,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 
 // streamOverview reads what the overview shows of one stream: XINFO
 // GROUPS and CONSUMERS, the PEL summary (as relay stats), the DLQ length
-// and the counters.
+// and the counters. What it cannot read stays unknown (Read).
 func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	v := streamView{Name: name}
 	rc := s.redis(ctx)
@@ -76,23 +76,45 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		b.XinfoGroups().Key(name).Build(),
 		b.XinfoConsumers().Key(name).Group(s.cfg.Group).Build(),
 	)
-	n, err := res[0].AsInt64()
+	if s.readGroup(&v, res[0], res[1]) {
+		v.Consumers, v.Read.Consumers = consumers(res[2])
+		s.readQueues(ctx, rc, &v)
+	}
+	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
+	if err != nil {
+		if v.Problem == "" {
+			v.Problem = "reading the counters failed: " + err.Error()
+		}
+	} else {
+		v.Read.Counters = true
+	}
+	v.Counters = s.counterViews(name, c)
+	if sm := s.sampler.get(name); len(sm) > 0 {
+		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
+	}
+	return v
+}
+
+// readGroup reads the stream's length and its group's lag from the
+// replies of XLEN and XINFO GROUPS; false when the rest cannot be read
+// (v.Problem says why).
+func (s *Server) readGroup(v *streamView, xlen, groups rueidis.RedisResult) bool {
+	n, err := xlen.AsInt64()
 	if err != nil {
 		v.Problem = "reading the stream failed: " + err.Error()
-		return v
+		return false
 	}
 	v.Length, v.Read.Length = n, true
-	groups, err := res[1].ToArray()
+	gs, err := groups.ToArray()
 	if err != nil {
 		if rueidis.IsRedisNil(err) || isNoSuchKey(err) {
 			v.Problem = "the stream does not exist yet (a worker's first start creates it)"
 		} else {
 			v.Problem = "XINFO GROUPS failed: " + err.Error()
 		}
-		return v
+		return false
 	}
-	found := false
-	for _, g := range groups {
+	for _, g := range gs {
 		m, err := g.AsMap()
 		if err != nil {
 			continue
@@ -100,56 +122,58 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		if gn, _ := field(m, "name").ToString(); gn != s.cfg.Group {
 			continue
 		}
-		found = true
 		if lag, err := field(m, "lag").AsInt64(); err == nil {
 			v.Lag, v.LagKnown = lag, true
 		}
 		v.LastDelivered, _ = field(m, "last-delivered-id").ToString()
+		return true
 	}
-	if !found {
-		v.Problem = "consumer group " + s.cfg.Group + " does not exist on this stream (a worker's first start creates it)"
-		return v
+	v.Problem = "consumer group " + s.cfg.Group + " does not exist on this stream (a worker's first start creates it)"
+	return false
+}
+
+// consumers reads the reply of XINFO CONSUMERS, sorted by name; false
+// when it is an error.
+func consumers(res rueidis.RedisResult) ([]consumerView, bool) {
+	cs, err := res.ToArray()
+	if err != nil {
+		return nil, false
 	}
-	if cs, err := res[2].ToArray(); err == nil {
-		v.Read.Consumers = true
-		for _, c := range cs {
-			m, err := c.AsMap()
-			if err != nil {
-				continue
-			}
-			cv := consumerView{Inactive: -1}
-			cv.Name, _ = field(m, "name").ToString()
-			cv.Name = clean(cv.Name)
-			cv.Pending, _ = field(m, "pending").AsInt64()
-			idle, _ := field(m, "idle").AsInt64()
-			cv.Idle = time.Duration(idle) * time.Millisecond
-			if in, err := field(m, "inactive").AsInt64(); err == nil && in >= 0 {
-				cv.Inactive = time.Duration(in) * time.Millisecond
-			}
-			v.Consumers = append(v.Consumers, cv)
+	var out []consumerView
+	for _, c := range cs {
+		m, err := c.AsMap()
+		if err != nil {
+			continue
 		}
-		sort.Slice(v.Consumers, func(i, j int) bool { return v.Consumers[i].Name < v.Consumers[j].Name })
+		cv := consumerView{Inactive: -1}
+		cv.Name, _ = field(m, "name").ToString()
+		cv.Name = clean(cv.Name)
+		cv.Pending, _ = field(m, "pending").AsInt64()
+		idle, _ := field(m, "idle").AsInt64()
+		cv.Idle = time.Duration(idle) * time.Millisecond
+		if in, err := field(m, "inactive").AsInt64(); err == nil && in >= 0 {
+			cv.Inactive = time.Duration(in) * time.Millisecond
+		}
+		out = append(out, cv)
 	}
-	v.Pending, v.OldestPending, err = stream.New(rc, name, s.cfg.Group, "relay-console").Pending(ctx)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, true
+}
+
+// readQueues reads the PEL summary and the DLQ length.
+func (s *Server) readQueues(ctx context.Context, rc rueidis.Client, v *streamView) {
+	var err error
+	v.Pending, v.OldestPending, err = stream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
 	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
 		v.Problem = "XPENDING failed: " + err.Error()
 	} else {
 		v.Read.Pending = true
 	}
-	if v.DLQ, err = dlq.NewStore(rc, name).Len(ctx); err != nil {
+	if v.DLQ, err = dlq.NewStore(rc, v.Name).Len(ctx); err != nil {
 		v.Problem = "reading the dead-letter queue failed: " + err.Error()
 	} else {
 		v.Read.DLQ = true
 	}
-	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
-	if err != nil {
-		v.Problem = "reading the counters failed: " + err.Error()
-	}
-	v.Counters = s.counterViews(name, c)
-	if sm := s.sampler.get(name); len(sm) > 0 {
-		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
-	}
-	return v
 }
 
 func isNoSuchKey(err error) bool {

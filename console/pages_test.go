@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,12 +12,18 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -173,11 +180,15 @@ func TestDLQList(t *testing.T) {
 	c := f.deadLetter("shop", "orders.charge", `{"n":3}`, "timeout after 5s")
 	s := "&stream=" + url.QueryEscape(f.stream)
 
+	// Newest first by default.
 	_, body := f.get("/dlq?x=1" + s)
-	contains(t, "page 1", body, "3 entries", a, b, `name="id" value="`+a+`"`, "Replay selected", "Remove selected", "in 13d")
-	lacks(t, "page 1", body, c)
+	contains(t, "page 1", body, "3 entries", c, b, `name="id" value="`+c+`"`, "Replay selected", "Remove selected", "in 13d")
+	lacks(t, "page 1", body, a)
 	_, body = f.get("/dlq?after=" + b + s)
-	contains(t, "page 2", body, c, "« oldest")
+	contains(t, "page 2", body, a, "« newest")
+	_, body = f.get("/dlq?order=oldest" + s)
+	contains(t, "oldest first", body, a, b)
+	lacks(t, "oldest first", body, c)
 
 	for _, tc := range []struct {
 		query    string
@@ -186,7 +197,7 @@ func TestDLQList(t *testing.T) {
 	}{
 		{"app=shop&handler=refunds.run", []string{b}, []string{a, c}},
 		{"reason=PAYMENT", []string{a}, []string{b, c}},
-		{"newer=1h", []string{a, b}, nil},
+		{"newer=1h&order=oldest", []string{a, b}, nil},
 		{"older=1h", nil, []string{a, b, c}},
 		{"app=nobody", []string{"No dead-letter entries that pass the filter"}, nil},
 	} {
@@ -208,7 +219,7 @@ func TestDLQInspect(t *testing.T) {
 		t.Fatalf("status %d", code)
 	}
 	contains(t, "inspect", body, "<code>shop/orders.charge</code>", "payment provider unreachable", "worker-1",
-		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3</dd>",
+		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3 before it was dead-lettered</dd>", "<dt>replays</dt><dd class=\"replays\">none</dd>",
 		`formaction="/dlq/replay"`, `formaction="/dlq/remove"`, "/playground?dlq="+id)
 	code, body = f.get("/dlq/entry?id=1-1&stream=" + url.QueryEscape(f.stream))
 	if code != http.StatusNotFound || !strings.Contains(body, "no dead-letter entry 1-1") {
@@ -230,14 +241,14 @@ func TestDLQReplay(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d: %s", code, body)
 	}
-	contains(t, "failing replay", body, "Replay: 0 of 1 done", "failed", "handler exited with code 3; the entry is kept")
+	contains(t, "failing replay", body, "Replay of 1 entry: 0 replayed, 1 kept", "failed", "handler exited with code 3; the entry is kept")
 	if f.ran.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1", f.ran.Load())
 	}
 
 	f.failing.Store(false) // the app is fixed
 	_, body = f.post("/dlq/replay", url.Values{"id": {charge, malformed, gone, broken}})
-	contains(t, "replay", body, "Replay: 1 of 4 done", "replayed", "the entry is deleted",
+	contains(t, "replay", body, "Replay of 4 entries: 1 replayed, 3 kept", "replayed", "the entry is deleted",
 		"malformed message", "is not in the apps root any more", "the app is unavailable")
 	if f.ran.Load() != 2 {
 		t.Errorf("handler ran %d times, want 2", f.ran.Load())
@@ -273,8 +284,8 @@ func TestDLQReplayUndecodable(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d: %s", code, body)
 	}
-	contains(t, "replay", body, "Replay: 1 of 2 done", `field &#34;deliveries&#34;`, "remove it instead")
-	lacks(t, "replay", body, "were not tried", "the runtime could not run")
+	contains(t, "replay", body, "Replay of 2 entries: 1 replayed, 1 kept", `field &#34;deliveries&#34;`, "remove it instead")
+	lacks(t, "replay", body, "not tried", "the runtime could not run")
 	if f.ran.Load() != 1 {
 		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.ran.Load())
 	}
@@ -294,7 +305,7 @@ func TestDLQReplayAfterTemplateFix(t *testing.T) {
 	contains(t, "broken template", body, "refused", "the app is unavailable")
 	f.writeTemplate("shop", shopTemplate)
 	_, body = f.post("/dlq/replay", url.Values{"id": {id}})
-	contains(t, "fixed template", body, "Replay: 1 of 1 done")
+	contains(t, "fixed template", body, "Replay of 1 entry: 1 replayed")
 	if ids := f.dlqIDs(); len(ids) != 0 {
 		t.Errorf("entries left %v", ids)
 	}
@@ -321,7 +332,7 @@ func TestDLQRemove(t *testing.T) {
 		t.Fatalf("unknown id: status %d, %d entries left", code, len(f.dlqIDs()))
 	}
 	_, body = f.post("/dlq/remove", url.Values{"id": {a, b}, "confirm": {"yes"}})
-	contains(t, "removed", body, "Remove: 2 of 2 done")
+	contains(t, "removed", body, "Remove of 2 entries: 2 removed")
 	if got := f.dlqIDs(); len(got) != 1 || got[0] != c {
 		t.Errorf("entries left %v, want [%s]", got, c)
 	}
@@ -481,27 +492,46 @@ func TestErrorsAndNotFound(t *testing.T) {
 	}
 }
 
-// TestPagesWhileRedisIsDown stops the console's redis-server: every page
-// must still answer, naming the failure, instead of loading for as long
-// as the browser waits (the client retries reads until its context ends).
-func TestPagesWhileRedisIsDown(t *testing.T) {
+// stoppableRedis starts a private redis-server that a test may stop, and
+// returns it, a client made as relay console makes its own
+// (console.RetryDelay), and a stream with the group shop.
+func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
-	rc := redistest.Connect(t, srv.Addr)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, RetryDelay: console.RetryDelay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
 	st := redistest.Name(t, "events")
 	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	return srv, rc, st
+}
+
+// TestPagesWhileRedisIsDown stops the console's redis-server mid-session:
+// every page answers at once (the client gives up on a refused connection,
+// console.RetryDelay, instead of retrying until the request timeout) with
+// the banner, what it could not read as ?, never 502; the live feed
+// reports the error at once; and once Redis is back the pages show its
+// figures without a restart.
+func TestPagesWhileRedisIsDown(t *testing.T) {
+	srv, rc, st := stoppableRedis(t)
+	// A request timeout far above what a page may take: a page that waits
+	// for Redis to come back trips the client's timeout below.
+	const requestTimeout = time.Minute
 	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
 		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
 		Runner:         runtime.NewFunc(map[string]runtime.HandlerFunc{}),
-		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		RequestTimeout: requestTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := httptest.NewServer(c)
 	defer h.Close()
 	jar, _ := cookiejar.New(nil)
-	client := &http.Client{Jar: jar, Timeout: 30 * time.Second} // far above RequestTimeout: only a hang trips it
+	client := &http.Client{Jar: jar, Timeout: requestTimeout / 6}
 	resp, err := client.Get(h.URL + "/playground")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("with Redis up: %v %v", resp, err)
@@ -513,6 +543,19 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 		t.Fatal("no CSRF token on /playground")
 	}
 	srv.Stop()
+	var slowest time.Duration
+	get := func(p string) (int, string) {
+		t.Helper()
+		start := time.Now()
+		resp, err := client.Get(h.URL + p)
+		if err != nil {
+			t.Fatalf("GET %s with Redis down: %v (it waited for Redis rather than saying it is unreachable)", p, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		slowest = max(slowest, time.Since(start))
+		return resp.StatusCode, string(b)
+	}
 	// A replay runs for up to DefaultReplayTimeout, but reading its entry
 	// must not wait for Redis that long.
 	resp, err = client.PostForm(h.URL+"/dlq/replay", url.Values{"csrf": {csrf[1]}, "stream": {st}, "id": {"1-0", "2-0"}})
@@ -521,46 +564,73 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if body := string(b); !strings.Contains(body, "connection refused") || !strings.Contains(body, "Redis could not be read, so the other 1 entry were not tried") {
+	// The first read may meet the closed connection (EOF) rather than a
+	// refused one.
+	refused := regexp.MustCompile(`connection refused|EOF`)
+	if body := string(b); !refused.MatchString(body) || !strings.Contains(body, "Redis could not be read, so the other 1 entry was not tried") {
 		t.Errorf("POST /dlq/replay with Redis down: status %d, want the problem and the rest not tried in %s", resp.StatusCode, body)
 	}
+	const banner = `<div class="unreachable" role="alert"><b>Redis is unreachable</b>: `
 	bodies := map[string]string{}
 	for _, p := range []string{"/", "/dlq", "/dlq/entry?id=1-0", "/event?id=1-0", "/live", "/pending", "/playground"} {
-		resp, err := client.Get(h.URL + p)
-		if err != nil {
-			t.Fatalf("GET %s with Redis down: %v", p, err)
+		code, body := get(p)
+		if !strings.Contains(body, banner) || !refused.MatchString(body) || !strings.Contains(body, "lost its connection") {
+			t.Errorf("GET %s with Redis down: status %d, no banner naming the refused connection in %s", p, code, body)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		body := string(b)
-		if !strings.Contains(body, "connection refused") && !strings.Contains(body, "deadline exceeded") {
-			t.Errorf("GET %s with Redis down: status %d, no problem shown in %s", p, resp.StatusCode, body)
+		if want := http.StatusOK; p == "/dlq/entry?id=1-0" || p == "/event?id=1-0" {
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("GET %s with Redis down: status %d, want 503", p, code)
+			}
+		} else if code != want {
+			t.Errorf("GET %s with Redis down: status %d, want %d", p, code, want)
 		}
 		bodies[p] = body
 	}
+	t.Logf("the slowest page with Redis down took %s", slowest)
 	// What was not read is unknown, not zero: an empty queue it is not.
 	for _, tile := range []string{"entries", "pending", "oldest pending", "dead letters"} {
 		if want := `<span class="k">` + tile + `</span><span class="v">?</span>`; !strings.Contains(bodies["/"], want) {
 			t.Errorf("overview with Redis down: tile %s is not shown as unknown (%s)", tile, want)
 		}
 	}
+	contains(t, "overview with Redis down", bodies["/"], "<td>received</td>\n      <td class=\"n\">?</td>")
 	lacks(t, "overview with Redis down", bodies["/"], "No consumers yet")
+	contains(t, "dlq with Redis down", bodies["/dlq"], "? entries", "reading the dead-letter queue failed")
+	lacks(t, "dlq with Redis down", bodies["/dlq"], "No dead-letter entries")
 	lacks(t, "pending with Redis down", bodies["/pending"], "0 messages delivered", "Nothing pending")
 	lacks(t, "playground with Redis down", bodies["/playground"], `<li class="muted">none</li>`)
-	resp, err = client.Get(h.URL + "/live/events")
+	lctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	lreq, _ := http.NewRequestWithContext(lctx, http.MethodGet, h.URL+"/live/events", nil)
+	live, err := http.DefaultClient.Do(lreq)
 	if err != nil {
 		t.Fatalf("GET /live/events with Redis down: %v", err)
 	}
-	defer resp.Body.Close()
-	buf := make([]byte, 4096)
-	var got string
-	for !strings.Contains(got, "event: problem") {
-		n, err := resp.Body.Read(buf)
-		got += string(buf[:n])
-		if err != nil {
-			t.Fatalf("live feed with Redis down: %v after %q", err, got)
+	defer live.Body.Close()
+	readUntil := func(want string) {
+		t.Helper()
+		buf := make([]byte, 4096)
+		var got string
+		for !strings.Contains(got, want) {
+			n, err := live.Body.Read(buf)
+			got += string(buf[:n])
+			if err != nil {
+				t.Fatalf("live feed: %v after %q, want %q", err, got, want)
+			}
 		}
 	}
+	readUntil("event: problem")
+
+	// Redis is back: the same console reads it, without the banner.
+	srv.Restart(t)
+	testutil.WaitFor(t, 10*time.Second, "the overview to read Redis again", func() bool {
+		code, body := get("/")
+		return code == http.StatusOK && !strings.Contains(body, banner) && strings.Contains(body, `<span class="k">entries</span><span class="v">0</span>`)
+	})
+	if code, body := get("/dlq?stream=" + url.QueryEscape(st)); code != http.StatusOK || strings.Contains(body, banner) || !strings.Contains(body, "No dead-letter entries") {
+		t.Errorf("dead letters after Redis came back: status %d\n%s", code, body)
+	}
+	readUntil("event: recovered")
 }
 
 // TestAppsSecretsAndDeps shows an app's secret names (never values) and
@@ -618,4 +688,115 @@ func TestAppsSecretsAndDeps(t *testing.T) {
 			lacks(t, "plain app", plain, "dependency image")
 		})
 	}
+}
+
+// syncBuffer is a log destination a test reads while the console writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDLQReplayPostRedirectGet: a replay answers with a redirect to its
+// result, which reloads without replaying again; each replay that fails is
+// added to the entry's history, which its page shows; the log names the
+// ids replayed and removed.
+func TestDLQReplayPostRedirectGet(t *testing.T) {
+	var logs syncBuffer
+	f := newFixture(t, func(c *console.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	id := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "handler exited with code 3: first failure")
+	form := url.Values{"id": {id}, "csrf": {f.csrf()}, "stream": {f.stream}}
+	code, _ := f.do(http.MethodPost, "/dlq/replay", form)
+	if code != http.StatusSeeOther || !strings.HasPrefix(f.location, "/dlq/result?") {
+		t.Fatalf("POST /dlq/replay: status %d to %q, want 303 to /dlq/result", code, f.location)
+	}
+	result := f.location
+	for range 3 {
+		code, body := f.get(result)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: status %d", result, code)
+		}
+		contains(t, "result page", body, "Replay of 1 entry: 0 replayed, 1 kept", "handler exited with code 3; the entry is kept",
+			"replayed 1 time without success", "it does not act again")
+	}
+	if n := f.ran.Load(); n != 1 {
+		t.Errorf("the handler ran %d times after one replay and three loads of its result, want 1", n)
+	}
+	f.post("/dlq/replay", url.Values{"id": {id}})
+	s := "&stream=" + url.QueryEscape(f.stream)
+	_, body := f.get("/dlq/entry?id=" + id + s)
+	contains(t, "entry after two failed replays", body, "2 replays without success; the last",
+		`<span class="badge failed">failed</span>`, "handler exited with code 3; the entry is kept",
+		"first failure") // the reason it was dead-lettered with stays
+	if code, body := f.get("/dlq/result?id=0123" + s); code != http.StatusNotFound || !strings.Contains(body, "no longer kept") {
+		t.Errorf("an unknown result: status %d", code)
+	}
+
+	other := f.deadLetter("shop", "refunds.run", `{}`, "exit 1")
+	f.failing.Store(false)
+	f.post("/dlq/replay", url.Values{"id": {id}})
+	if h, err := f.store.Replays(t.Context(), id); err != nil || h.Count != 0 {
+		t.Errorf("the history of a replayed (deleted) entry: %+v, %v; want none", h, err)
+	}
+	f.post("/dlq/remove", url.Values{"id": {other}, "confirm": {"yes"}})
+	out := logs.String()
+	contains(t, "log", out, "msg=\"console: replay\"", "id="+id, "result=failed replays=1", "result=replayed",
+		"msg=\"console: remove\"", "removed=1 ids=["+other+"]")
+}
+
+// TestSmallerFixes: an event whose invocation was dead-lettered links its
+// entry and says "1 attempt"; a stale CSRF token answers with a page and
+// keeps the playground's event; the overview counts malformed messages.
+func TestSmallerFixes(t *testing.T) {
+	f := newFixture(t)
+	msg := f.publish(`{"kind":"order"}`)
+	entry, err := f.store.Write(t.Context(), dlq.Entry{OriginalStream: f.stream, OriginalID: msg, Group: f.group, Consumer: "worker-1",
+		Event: `{"kind":"order"}`, Reason: "exit 3", App: "shop", Handler: "orders.charge", Deliveries: 1, HandlerAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rc.Do(t.Context(), f.rc.B().Hset().Key(keys.Invocation(f.stream, f.group, msg)).FieldValue().
+		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	s := "&stream=" + url.QueryEscape(f.stream)
+	_, body := f.get("/event?id=" + msg + s)
+	contains(t, "event of a dead-lettered message", body, "after 1 attempt\n", `class="dlq-link"`, "/dlq/entry?id="+entry)
+	lacks(t, "event of a dead-lettered message", body, "1 attempts")
+
+	const event = `{"kind":"order","amount":7}`
+	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.stream}, "event": {event}, "csrf": {strings.Repeat("0", 64)}})
+	if code != http.StatusForbidden {
+		t.Errorf("playground with a stale token: status %d, want 403", code)
+	}
+	contains(t, "playground with a stale token", body, "<nav>", "security token (CSRF) is missing or stale", "Press Evaluate again",
+		"&#34;amount&#34;:7")
+	if m := csrfRE.FindStringSubmatch(body); m == nil {
+		t.Error("playground with a stale token: no fresh token to send again")
+	}
+	code, body = f.do(http.MethodPost, "/dlq/remove", url.Values{"stream": {f.stream}, "id": {entry}})
+	if code != http.StatusForbidden {
+		t.Errorf("remove without a token: status %d", code)
+	}
+	contains(t, "remove without a token", body, "<!doctype html>", "<nav>", "reload the page and try again")
+
+	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r.Add(stats.Received)
+	r.Add(stats.Malformed)
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, body = f.get("/")
+	contains(t, "overview", body, "<td>malformed</td>\n      <td class=\"n\">1</td>")
 }

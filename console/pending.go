@@ -36,7 +36,8 @@ type pendingRow struct {
 // invocationView is one invocation of a pending message, from its field
 // in the invocation hash (docs/delivery.md#invocation-state).
 type invocationView struct {
-	Field string // app/handler
+	Field string // app/handler, to show
+	Key   string // the hash field as stored
 	// State is running, waiting, succeeded, exhausted, dead-lettered or
 	// unknown (a value this console does not know).
 	State string
@@ -49,6 +50,9 @@ type invocationView struct {
 	LastError string
 	LastAt    time.Time
 	Raw       string
+	// DLQURL is the page of the dead-letter entry of a dead-lettered
+	// invocation, "" when unknown.
+	DLQURL string
 }
 
 type pendingView struct {
@@ -98,6 +102,15 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	v.Counted = true
+	if v.Rows, v.Next, err = s.pendingRows(ctx, rc, st, after); err != nil || len(v.Rows) == 0 {
+		return v, err
+	}
+	return v, s.addInvocations(ctx, rc, st, v.Rows)
+}
+
+// pendingRows reads a page of the PEL after the cursor; next is the
+// cursor of the following page, "" at the end.
+func (s *Server) pendingRows(ctx context.Context, rc rueidis.Client, st, after string) (rows []pendingRow, next string, err error) {
 	start := "-"
 	if after != "" {
 		start = "(" + after
@@ -105,11 +118,11 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 	size := s.cfg.PageSize
 	entries, err := rc.Do(ctx, rc.B().Xpending().Key(st).Group(s.cfg.Group).Start(start).End("+").Count(int64(size+1)).Build()).ToArray()
 	if err != nil {
-		return v, err
+		return nil, "", err
 	}
-	if len(entries) > size {
+	more := len(entries) > size
+	if more {
 		entries = entries[:size]
-		v.Next = "more"
 	}
 	for _, e := range entries {
 		f, err := e.ToArray()
@@ -123,36 +136,29 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		idle, _ := f[2].AsInt64()
 		row.Idle = time.Duration(idle) * time.Millisecond
 		row.Deliveries, _ = f[3].AsInt64()
-		v.Rows = append(v.Rows, row)
+		rows = append(rows, row)
 	}
-	if v.Next != "" && len(v.Rows) > 0 {
-		v.Next = v.Rows[len(v.Rows)-1].ID
+	if more && len(rows) > 0 {
+		next = rows[len(rows)-1].ID
 	}
-	if len(v.Rows) == 0 {
-		return v, nil
-	}
-	cmds := make([]rueidis.Completed, 0, len(v.Rows))
-	for _, row := range v.Rows {
+	return rows, next, nil
+}
+
+// addInvocations reads the invocation hash of each row in one pipeline
+// and adds its invocations, with the last error the feed holds.
+func (s *Server) addInvocations(ctx context.Context, rc rueidis.Client, st string, rows []pendingRow) error {
+	cmds := make([]rueidis.Completed, 0, len(rows))
+	for _, row := range rows {
 		cmds = append(cmds, rc.B().Hgetall().Key(keys.Invocation(st, s.cfg.Group, row.ID)).Build())
 	}
 	hashes := rc.DoMulti(ctx, cmds...)
 	apps, _ := s.cfg.Apps.Load(ctx) // without apps, attempts show no maximum
-	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
-	lastErr := map[string]stats.Event{}
-	for _, ev := range feed { // newest first: keep the first seen
-		if ev.Outcome == "succeeded" {
-			continue
-		}
-		k := ev.MessageID + " " + ev.App + "/" + ev.Handler
-		if _, ok := lastErr[k]; !ok {
-			lastErr[k] = ev
-		}
-	}
-	for i := range v.Rows {
-		row := &v.Rows[i]
+	lastErr := s.lastErrors(ctx, rc, st)
+	for i := range rows {
+		row := &rows[i]
 		m, err := hashes[i].AsStrMap()
 		if err != nil {
-			return v, err
+			return err
 		}
 		for field, val := range m {
 			if strings.HasPrefix(field, "__") {
@@ -168,13 +174,30 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		sort.Slice(row.Invocations, func(a, b int) bool { return row.Invocations[a].Field < row.Invocations[b].Field })
 		row.NoState = len(row.Invocations) == 0
 	}
-	return v, nil
+	return nil
+}
+
+// lastErrors is the newest failure in the sampled feed of each message
+// and handler, keyed "<message-id> <app>/<handler>".
+func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) map[string]stats.Event {
+	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
+	lastErr := map[string]stats.Event{}
+	for _, ev := range feed { // newest first: keep the first seen
+		if ev.Outcome == "succeeded" {
+			continue
+		}
+		k := ev.MessageID + " " + ev.App + "/" + ev.Handler
+		if _, ok := lastErr[k]; !ok {
+			lastErr[k] = ev
+		}
+	}
+	return lastErr
 }
 
 // parseInvocation reads one field of the invocation hash
 // (docs/delivery.md#invocation-state).
 func parseInvocation(field, val string) invocationView {
-	v := invocationView{Field: clean(field), State: "unknown", Raw: clean(val)}
+	v := invocationView{Field: clean(field), Key: field, State: "unknown", Raw: clean(val)}
 	parts := strings.Split(val, ":")
 	num := func(i int) int64 {
 		if i >= len(parts) {

@@ -175,3 +175,16 @@ func (s *Server) recentPicks(r *http.Request, v *playgroundView) {
 		v.PicksError = clean(err.Error())
 	}
 }
+
+// playgroundForm shows the playground with the posted event and time
+// kept, and msg as the error: a POST refused before evaluating (a stale
+// CSRF token) must not lose what was pasted.
+func (s *Server) playgroundForm(w http.ResponseWriter, r *http.Request, msg string) {
+	st, ok := s.stream(r)
+	if !ok {
+		st = s.cfg.Streams[0]
+	}
+	v := playgroundView{Stream: st, Event: clean(r.PostFormValue("event")), Now: clean(strings.TrimSpace(r.PostFormValue("now"))), Error: msg}
+	s.recentPicks(r, &v)
+	s.renderPage(w, r, "playground", page{Title: "Pattern playground", Stream: st, Data: v})
+}

@@ -42,6 +42,9 @@ type link struct {
 	tried   time.Time
 	lastErr atomic.Pointer[error]
 	closed  bool
+	// lost is the error of the newest reply when Redis could not be
+	// reached (observe), nil when it answered.
+	lost atomic.Pointer[error]
 }
 
 // errNotConnected is the offline client's error before the first attempt.
@@ -50,7 +53,8 @@ var errNotConnected = errors.New("not connected to Redis yet")
 func newLink(cfg Config, log *slog.Logger) (*link, error) {
 	l := &link{connect: cfg.Connect, interval: cfg.ReconnectInterval, log: log}
 	if cfg.Redis != nil {
-		l.client.Store(&cfg.Redis)
+		var c rueidis.Client = watched{Client: cfg.Redis, l: l}
+		l.client.Store(&c)
 		return l, nil
 	}
 	l.lastErr.Store(&errNotConnected)
@@ -97,6 +101,7 @@ func (l *link) get(ctx context.Context) rueidis.Client {
 		l.lastErr.Store(&err)
 		return l.offline
 	}
+	c = watched{Client: c, l: l}
 	l.client.Store(&c)
 	l.log.Info("console: connected to Redis; the pages show its figures again")
 	return c
@@ -124,4 +129,67 @@ func (l *link) close() {
 	if c := l.client.Load(); c != nil {
 		(*c).Close()
 	}
+}
+
+// RetryDelay is the rueidis.ClientOption.RetryDelay of a console's Redis
+// client: a read that met a broken connection is tried twice more at once
+// (the connection left from before a Redis restart fails, and the client
+// may report it twice before it dials again), then fails.
+// rueidis's default retries reads until the request's context ends, so a
+// refused connection made every page wait out Config.RequestTimeout (10 s)
+// before it could say that Redis is unreachable
+// (docs/console.md#while-redis-is-unreachable).
+func RetryDelay(attempts int, _ rueidis.Completed, _ error) time.Duration {
+	if attempts > 2 {
+		return -1
+	}
+	return 0
+}
+
+// watched is the console's Redis client as pages use it: every reply
+// tells the link whether Redis answered, so the pages can say at once
+// that it is unreachable, and again that it is back.
+type watched struct {
+	rueidis.Client
+	l *link
+}
+
+func (w watched) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	res := w.Client.Do(ctx, cmd)
+	w.l.observe(res.Error())
+	return res
+}
+
+func (w watched) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	res := w.Client.DoMulti(ctx, cmds...)
+	for _, r := range res {
+		w.l.observe(r.Error())
+	}
+	return res
+}
+
+// observe records whether a reply came from Redis: nil, a nil reply or a
+// Redis error say it answered; any other error (refused, reset, timed
+// out) says it is unreachable, until a later reply says otherwise. A
+// request the browser gave up on says nothing.
+func (l *link) observe(err error) {
+	var re *rueidis.RedisError
+	switch {
+	case err == nil || rueidis.IsRedisNil(err) || errors.As(err, &re):
+		if l.lost.Load() != nil {
+			l.lost.Store(nil)
+		}
+	case errors.Is(err, context.Canceled):
+	default:
+		l.lost.Store(&err)
+	}
+}
+
+// unreachable returns the error of the newest reply when it says Redis
+// could not be reached, nil when Redis answered it.
+func (l *link) unreachable() error {
+	if e := l.lost.Load(); e != nil {
+		return *e
+	}
+	return nil
 }

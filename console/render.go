@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +31,17 @@ type page struct {
 	ReadOnly bool
 	Replay   bool // a Runner is wired
 	Auth     bool // a token is required, so a logout button makes sense
+	// Visitor: a token is required and this request has none (the login
+	// page): the layout shows no navigation, group or stream names.
+	Visitor bool
 	// Unreachable is the last connect error while the console has no
 	// Redis client yet (Config.Connect), shown in a banner on every page.
 	Unreachable string
-	Data        any
+	// Refresh reloads the page after this many seconds (a running job).
+	Refresh int
+	// Lost: the console had a client, and Redis stopped answering it.
+	Lost bool
+	Data any
 }
 
 var funcs = template.FuncMap{
@@ -48,6 +56,9 @@ var funcs = template.FuncMap{
 	"num":       func(n int64) string { return thousands(n) },
 	"inc":       func(i int) int { return i + 1 },
 	"plural":    plural.Of,
+	"int64":     func(n int) int64 { return int64(n) },
+	"has":       func(l []string, v string) bool { return slices.Contains(l, v) },
+	"plural64":  func(n int64, noun string) string { return plural.Of(int(n), noun) },
 	"rate":      func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
 	"streamURL": streamURL,
 	"since":     ago,
@@ -98,8 +109,14 @@ func (s *Server) renderPage(w http.ResponseWriter, r *http.Request, name string,
 	p.CSRF, _ = r.Context().Value(csrfKey{}).(string)
 	p.Streams, p.Group = s.cfg.Streams, s.cfg.Group
 	p.ReadOnly, p.Replay, p.Auth = s.cfg.ReadOnly, s.cfg.Runner != nil && !s.cfg.ReadOnly, s.cfg.Token != ""
-	if err := s.link.down(); err != nil {
+	if p.Visitor = p.Auth && !s.authorized(r); p.Visitor {
+		p.Streams, p.Group, p.Stream = nil, "", ""
+	}
+	// The login page names nothing of the console, Redis's address neither.
+	if err := s.link.down(); err != nil && !p.Visitor {
 		p.Unreachable = clean(err.Error())
+	} else if err := s.link.unreachable(); err != nil && !p.Visitor {
+		p.Unreachable, p.Lost = clean(err.Error()), true
 	}
 	if p.Active == "" {
 		p.Active = name
@@ -123,8 +140,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, msg stri
 	if code >= 500 {
 		s.log.Warn("console: request failed", "path", r.URL.Path, "error", msg)
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(code)
 	s.render(w, r, "error", http.StatusText(code), msg)
+}
+
+// failRedis renders the error page for a Redis read a page cannot do
+// without: 503, and the layout's banner when Redis is unreachable.
+func (s *Server) failRedis(w http.ResponseWriter, r *http.Request, err error) {
+	s.fail(w, r, http.StatusServiceUnavailable, "reading Redis failed: "+err.Error())
 }
 
 // stream returns the stream a request names (?stream=), the first one

@@ -109,6 +109,7 @@ func (s *Server) counterViews(stream string, now stats.Counts) []counterView {
 		{"received", "", func(c stats.Counts) int64 { return c.Received }},
 		{"matched", "", func(c stats.Counts) int64 { return c.Matched }},
 		{"unmatched", "", func(c stats.Counts) int64 { return c.Unmatched }},
+		{"malformed", "bad", func(c stats.Counts) int64 { return c.Malformed }},
 		{"succeeded", "good", func(c stats.Counts) int64 { return c.Successes }},
 		{"failed", "bad", func(c stats.Counts) int64 { return c.Failures }},
 		{"dead-lettered", "bad", func(c stats.Counts) int64 { return c.DLQEntries }},

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"regexp"
@@ -74,7 +75,7 @@ func TestCSRF(t *testing.T) {
 		form[k] = v
 	}
 	code, _ := f.do(http.MethodPost, "/dlq/remove", form, "Origin", f.http.URL, "Sec-Fetch-Site", "same-origin")
-	if code != http.StatusOK || len(f.dlqIDs()) != 0 {
+	if code != http.StatusSeeOther || len(f.dlqIDs()) != 0 {
 		t.Errorf("a genuine request: status %d, %d entries left", code, len(f.dlqIDs()))
 	}
 }
@@ -82,7 +83,7 @@ func TestCSRF(t *testing.T) {
 // TestToken: with a token every request needs it, as a bearer header or
 // the login form's cookie.
 func TestToken(t *testing.T) {
-	const token = "t0ken-for-tests"
+	const token = "t0ken-for-tests-0123"
 	f := newFixture(t, func(c *console.Config) { c.Token = token })
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.http.URL+"/dlq?x=1", nil)
 	resp, err := f.client.Do(req)
@@ -240,7 +241,7 @@ func TestRebindingHostRefused(t *testing.T) {
 			t.Errorf("GET /dlq with Host %q: %d, want 200", host, w.Code)
 		}
 	}
-	const token = "t0ken-for-tests"
+	const token = "t0ken-for-tests-0123"
 	ft := newFixture(t, func(c *console.Config) { c.Token = token })
 	if w := serve(ft.http.Config.Handler, "relay.example.com", http.MethodGet, "/dlq", "Authorization", "Bearer "+token); w.Code != http.StatusOK {
 		t.Errorf("GET /dlq with the token and Host relay.example.com: %d, want 200", w.Code)
@@ -256,4 +257,150 @@ func TestOversizedForm(t *testing.T) {
 	if code != http.StatusRequestEntityTooLarge || strings.Contains(body, "CSRF") {
 		t.Errorf("status %d, body %.200q; want 413 naming the size, not the CSRF token", code, body)
 	}
+}
+
+// login posts the login form from a fresh client and returns the
+// response's session cookie and status.
+func (f *fixture) login(token string, header ...string) (*http.Cookie, int) {
+	f.t.Helper()
+	code, body := f.get("/login")
+	m := csrfRE.FindStringSubmatch(body)
+	if code != http.StatusOK || m == nil {
+		f.t.Fatalf("login form: status %d, no CSRF token", code)
+	}
+	req, _ := http.NewRequestWithContext(f.t.Context(), http.MethodPost, f.http.URL+"/login",
+		strings.NewReader(url.Values{"csrf": {m[1]}, "token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			// The client sends no jar cookies to a request whose Host
+			// differs from its URL's: send them.
+			req.Host = header[i+1]
+			for _, c := range f.client.Jar.Cookies(req.URL) {
+				req.AddCookie(c)
+			}
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == "relay_console_session" {
+			return c, resp.StatusCode
+		}
+	}
+	return nil, resp.StatusCode
+}
+
+// getWith fetches path carrying only the given cookie (no jar).
+func getWith(t *testing.T, base, path string, c *http.Cookie) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+path, nil)
+	if c != nil {
+		req.AddCookie(c)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestSessions: every login gets a new random session id, which logging
+// out revokes and a console with another token (a restart) never knew.
+func TestSessions(t *testing.T) {
+	const token = "0123456789abcdef-sessions"
+	f := newFixture(t, func(c *console.Config) { c.Token = token })
+	a, code := f.login(token)
+	if a == nil || code != http.StatusSeeOther {
+		t.Fatalf("login: status %d, cookie %v", code, a)
+	}
+	jar, _ := cookiejar.New(nil)
+	f.client.Jar = jar // another browser: a login revokes the session it replaces
+	b, _ := f.login(token)
+	if b == nil || a.Value == b.Value || len(a.Value) != 64 {
+		t.Fatalf("two logins gave cookies %q and %q: want two random 64-hex ids", a.Value, b.Value)
+	}
+	if a.MaxAge <= 0 || a.Secure {
+		t.Errorf("session cookie over plain HTTP: MaxAge %d Secure %v; want a lifetime and no Secure", a.MaxAge, a.Secure)
+	}
+	for _, c := range []*http.Cookie{a, b} {
+		if code := getWith(t, f.http.URL, "/apps", c); code != http.StatusOK {
+			t.Errorf("a live session: status %d", code)
+		}
+	}
+	// Logging out (with b, the jar's) revokes b, not a.
+	if code, _ := f.post("/logout", nil); code != http.StatusSeeOther {
+		t.Fatalf("logout: status %d", code)
+	}
+	if code := getWith(t, f.http.URL, "/apps", b); code != http.StatusSeeOther {
+		t.Errorf("a logged-out session replayed: status %d, want a redirect to the login", code)
+	}
+	if code := getWith(t, f.http.URL, "/apps", a); code != http.StatusOK {
+		t.Errorf("another browser's session after a logout: status %d", code)
+	}
+	// A console with another token does not know the session.
+	g := newFixture(t, func(c *console.Config) { c.Token = token + "-rotated" })
+	if code := getWith(t, g.http.URL, "/apps", a); code != http.StatusSeeOther {
+		t.Errorf("a session after the token changed: status %d, want a redirect to the login", code)
+	}
+	// The bearer scheme is case-insensitive.
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		if code, _ := f.do(http.MethodGet, "/apps", nil, "Authorization", scheme+" "+token); code != http.StatusOK {
+			t.Errorf("Authorization: %s <token>: status %d", scheme, code)
+		}
+	}
+}
+
+// TestLoginRateLimit: after LoginBurst attempts in a row, further logins
+// from the address are refused, the right token too.
+func TestLoginRateLimit(t *testing.T) {
+	const token = "0123456789abcdef-ratelimit"
+	f := newFixture(t, func(c *console.Config) { c.Token = token })
+	limited := 0
+	for range console.LoginBurst + 10 {
+		if _, code := f.login("wrong"); code == http.StatusTooManyRequests {
+			limited++
+		} else if code != http.StatusUnauthorized {
+			t.Fatalf("a wrong token: status %d", code)
+		}
+	}
+	if limited == 0 {
+		t.Fatalf("%d wrong logins in a row were all tried", console.LoginBurst+10)
+	}
+	if c, code := f.login(token); code != http.StatusTooManyRequests || c != nil {
+		t.Errorf("the right token while limited: status %d, cookie %v; want 429 and no session", code, c)
+	}
+}
+
+// TestSecureCookies: the cookies are Secure with SecureCookies, or when a
+// --host proxy says the browser used HTTPS; not otherwise.
+func TestSecureCookies(t *testing.T) {
+	const token = "0123456789abcdef-secure"
+	f := newFixture(t, func(c *console.Config) { c.Token = token; c.SecureCookies = true })
+	if c, _ := f.login(token); c == nil || !c.Secure {
+		t.Errorf("SecureCookies: session cookie %v, want Secure", c)
+	}
+	p := newFixture(t, func(c *console.Config) { c.Token = token; c.Hosts = []string{"relay.internal"} })
+	if c, code := p.login(token, "Host", "relay.internal", "X-Forwarded-Proto", "https"); c == nil || !c.Secure {
+		t.Errorf("through the --host proxy over HTTPS: status %d, session cookie %v, want Secure", code, c)
+	}
+	if c, _ := p.login(token, "X-Forwarded-Proto", "https"); c == nil || c.Secure {
+		t.Errorf("X-Forwarded-Proto from a client that is not a --host proxy: session cookie %v, want it not Secure", c)
+	}
+}
+
+// TestLoginPageShowsNothing: a visitor without the token sees no
+// navigation, group or stream on the login page.
+func TestLoginPageShowsNothing(t *testing.T) {
+	f := newFixture(t, func(c *console.Config) { c.Token = "0123456789abcdef-visitor" })
+	_, body := f.get("/login")
+	contains(t, "login page", body, `name="token"`)
+	lacks(t, "login page", body, "<nav>", f.group, f.stream, "Log out")
 }

@@ -4,9 +4,10 @@
 // /readyz, the containerd socket mounted, resource requests, a grace period
 // longer than the shutdown timeout and the longest handler timeout, the
 // host paths containerd needs, and a Redis configuration that relay start
-// accepts. No schema-aware Kubernetes linter can run here (their schemas
-// are downloaded at run time), so the manifests are decoded into the
-// fields that matter, strictly where a typo would silently drop a setting.
+// accepts. kubernetes_test.go validates the manifests against Kubernetes'
+// API types and renders the kustomization; image_test.go and run_test.go
+// build the image of the Containerfile and run it as the Deployment does
+// (docs/deployment.md "What the tests check").
 package deploy_test
 
 import (
@@ -338,8 +339,11 @@ func TestDeployment(t *testing.T) {
 	}
 	// The sweep opens the FIFOs a busy shim holds through /proc/<pid>/fd:
 	// it must see the node's processes and may read their descriptors.
-	if !spec.HostPID || !slices.Equal(sc.Capabilities.Add, []string{"SYS_PTRACE"}) {
-		t.Errorf("hostPID %v, capabilities added %v: want the node's PID namespace and SYS_PTRACE only", spec.HostPID, sc.Capabilities.Add)
+	// Removing a container dials its shim in /run/containerd/s, mode 0600,
+	// and removes the secret copies, handed over to the handler's user
+	// (TestImageRunsAsDeployed fails without these).
+	if want := []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_PTRACE"}; !spec.HostPID || !slices.Equal(sc.Capabilities.Add, want) {
+		t.Errorf("hostPID %v, capabilities added %v: want the node's PID namespace and %v only", spec.HostPID, sc.Capabilities.Add, want)
 	}
 
 	// Graceful termination outlasts the shutdown timeout, which covers the
@@ -534,8 +538,8 @@ func TestSystemdUnit(t *testing.T) {
 	if one("Service", "Restart") == "" || one("Install", "WantedBy") == "" {
 		t.Error("want Restart= and an [Install] WantedBy=")
 	}
-	if caps := one("Service", "CapabilityBoundingSet"); caps != "CAP_SYS_PTRACE" {
-		t.Errorf("CapabilityBoundingSet=%s, want CAP_SYS_PTRACE only (the sweep reads a busy shim's FIFOs through /proc)", caps)
+	if caps := one("Service", "CapabilityBoundingSet"); caps != "CAP_CHOWN CAP_DAC_OVERRIDE CAP_FOWNER CAP_SYS_PTRACE" {
+		t.Errorf("CapabilityBoundingSet=%s, want CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER (the shims' sockets, the secret copies) and CAP_SYS_PTRACE (a busy shim's FIFOs through /proc) only", caps)
 	}
 	if _, ok := u["Service"]["PrivateTmp"]; ok {
 		t.Error("PrivateTmp hides the files containerd must bind-mount")
@@ -558,6 +562,7 @@ func TestSystemdUnit(t *testing.T) {
 }
 
 // TestContainerfile: the image builds the relay binary statically and
+// reproducibly (-trimpath, no VCS stamp, which make image relies on) and
 // runs it.
 func TestContainerfile(t *testing.T) {
 	b, err := os.ReadFile("Containerfile")
@@ -577,6 +582,9 @@ func TestContainerfile(t *testing.T) {
 		case "RUN":
 			if strings.Contains(line, "go build") && strings.Contains(line, "./cmd/relay") && strings.Contains(line, "CGO_ENABLED=0") {
 				build = true
+			}
+			if strings.Contains(line, "go build") && (!strings.Contains(line, " -trimpath ") || !strings.Contains(line, " -buildvcs=false ")) {
+				t.Errorf("%q: want -trimpath and -buildvcs=false (the same binary from the same source, wherever built)", line)
 			}
 		case "ENTRYPOINT":
 			var argv []string

@@ -11,9 +11,9 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 )
@@ -70,10 +70,10 @@ func ExampleStore_List() {
 		},
 	})
 	for _, e := range entries {
-		switch err := (relay.Manual{Runner: runner}).Replay(ctx, apps, store, e.ID); {
+		switch err := (manual.Invoker{Runner: runner}).Replay(ctx, apps, store, e.ID); {
 		case err == nil:
 			fmt.Printf("replayed %s/%s; its entry is deleted\n", e.App, e.Handler)
-		case errors.Is(err, relay.ErrReplayMalformed):
+		case errors.Is(err, manual.ErrReplayMalformed):
 			fmt.Println("a malformed message has no handler to replay; its entry stays")
 		default:
 			fmt.Println(err)

@@ -120,3 +120,55 @@ func TestPage(t *testing.T) {
 		t.Errorf("last page = %+v, want only the undecodable 11000-0", p)
 	}
 }
+
+// TestPageNewestAndFilters pages newest first, filters by a handler
+// prefix and event text ignoring case, and counts what a filter selects
+// within a budget.
+func TestPageNewestAndFilters(t *testing.T) {
+	t.Parallel()
+	s, c, _ := newStore(t)
+	ctx := t.Context()
+	var want []string
+	for i := 1; i <= 12; i++ {
+		id := fmt.Sprintf("%d-0", i*1000)
+		f := []string{"original_id", "1-1", "app", "shop", "handler", fmt.Sprintf("Orders.Charge%d", i%2), "reason", "exit 3",
+			"event", fmt.Sprintf(`{"customer":"C_%d"}`, i%3)}
+		addRaw(t, c, s, id, f...)
+		want = append([]string{id}, want...)
+	}
+	var got []string
+	q := dlq.PageQuery{Newest: true, Count: 5}
+	for range 5 {
+		p, err := s.Page(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(p)...)
+		if p.Next == "" {
+			break
+		}
+		q.After = p.Next
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("newest first: %v, want %v", got, want)
+	}
+	p, err := s.Page(ctx, dlq.PageQuery{Newest: true, HandlerPrefix: "orders.charge1", Text: "c_0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// handler Orders.Charge1: odd i; customer C_0: i divisible by 3 → 9, 3.
+	if g := ids(p); !slices.Equal(g, []string{"9000-0", "3000-0"}) {
+		t.Errorf("prefix and text, newest first: %v", g)
+	}
+	p, err = s.Page(ctx, dlq.PageQuery{Newest: true, Before: time.UnixMilli(5000), Count: 2})
+	if err != nil || !slices.Equal(ids(p), []string{"4000-0", "3000-0"}) || p.Next != "3000-0" {
+		t.Errorf("newest first before 5000: %v next %q, %v", ids(p), p.Next, err)
+	}
+	n, complete, err := s.Count(ctx, dlq.PageQuery{HandlerPrefix: "ORDERS.CHARGE0"}, 1000)
+	if err != nil || n != 6 || !complete {
+		t.Errorf("count: %d complete %v, %v; want 6 complete", n, complete, err)
+	}
+	if n, complete, _ := s.Count(ctx, dlq.PageQuery{HandlerPrefix: "orders"}, 5); n != 5 || complete {
+		t.Errorf("count within a budget of 5: %d complete %v; want 5, incomplete", n, complete)
+	}
+}

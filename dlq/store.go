@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -95,13 +96,18 @@ func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
 	return Decode(page[0].ID, page[0].FieldValues)
 }
 
-// Delete removes the entry with id (XDEL). An unknown or ill-formed id, or
-// one already deleted, wraps ErrNotFound.
+// Delete removes the entry with id (XDEL) and its replay history. An
+// unknown or ill-formed id, or one already deleted, wraps ErrNotFound.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	if !stream.IsID(id) {
 		return fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
 	}
-	n, err := s.client.Do(ctx, s.client.B().Xdel().Key(s.key).Id(id).Build()).AsInt64()
+	b := s.client.B()
+	res := s.client.DoMulti(ctx, b.Xdel().Key(s.key).Id(id).Build(), b.Del().Key(keys.DLQReplays(s.stream, id)).Build())
+	n, err := res[0].AsInt64()
+	if err == nil {
+		err = res[1].Error()
+	}
 	if err != nil {
 		return fmt.Errorf("dlq: delete %s: %w", id, err)
 	}

@@ -25,11 +25,11 @@ func WithMaxBatch(n int) Option {
 	return func(s *Store) { s.maxBatch = max(n, 1) }
 }
 
-// claimItem is one Claim in a batch: its hash and its segment of
-// claim.lua's ARGV.
+// claimItem is one Claim in a batch: its hash and stream, and its segment
+// of claim.lua's ARGV.
 type claimItem struct {
-	hash string
-	args []string
+	hash, stream string
+	args         []string
 }
 
 // settleItem is one FinishSettle in a batch: its hash and its segment of
@@ -63,17 +63,17 @@ func (s *Store) claimGroup(stream, hash string) string {
 }
 
 func (s *Store) runClaims(ctx context.Context, _ string, items []claimItem) []combine.Result[reply] {
-	hashes := make([]string, len(items))
+	ks := make([]string, 0, 2*len(items))
 	n := 0
-	for i, it := range items {
-		hashes[i] = it.hash
+	for _, it := range items {
+		ks = append(ks, it.hash, it.stream)
 		n += len(it.args)
 	}
 	args := make([]string, 0, n)
 	for _, it := range items {
 		args = append(args, it.args...)
 	}
-	return splitClaimReplies(claimScript.Exec(ctx, s.client, hashes, args), len(items))
+	return splitClaimReplies(claimScript.Exec(ctx, s.client, ks, args), len(items))
 }
 
 // splitClaimReplies cuts claim.lua's flat reply into the replies of its n

@@ -17,6 +17,26 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 )
 
+// deliver adds entries with ids to stream (none: the caller did), creates
+// group from 0 unless it exists and reads every new entry as consumer "c",
+// so that they are pending as a delivery finds them.
+func deliver(t *testing.T, c rueidis.Client, stream, group string, ids ...string) {
+	t.Helper()
+	ctx := t.Context()
+	for _, id := range ids {
+		if err := c.Do(ctx, c.B().Xadd().Key(stream).Id(id).FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
+			t.Fatalf("XADD %s: %v", id, err)
+		}
+	}
+	err := c.Do(ctx, c.B().XgroupCreate().Key(stream).Group(group).Id("0").Mkstream().Build()).Error()
+	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
+		t.Fatalf("XGROUP CREATE: %v", err)
+	}
+	if err := c.Do(ctx, c.B().Xreadgroup().Group(group, "c").Streams().Key(stream).Id(">").Build()).Error(); err != nil && !rueidis.IsRedisNil(err) {
+		t.Fatalf("XREADGROUP: %v", err)
+	}
+}
+
 // pausedStore is a Store on a private redis-server that the test can pause
 // (CLIENT PAUSE WRITE, which holds scripts but not INFO), so that calls pile up behind one in flight and the next
 // batch is known, and whose script runs it can count.
@@ -116,6 +136,15 @@ func TestConcurrentClaimsShareScriptRuns(t *testing.T) {
 			}
 		}
 	}
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = key(i).MessageID
+	}
+	deliver(t, p.c, stream, "g", ids...)
+	// Message 4 was acknowledged by another worker: its claim is inert.
+	if err := p.c.Do(t.Context(), p.c.B().Xack().Key(stream).Group("g").Id(key(4).MessageID).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	before := p.scriptRuns(t)
 
 	p.pause(t)
@@ -150,9 +179,12 @@ func TestConcurrentClaimsShareScriptRuns(t *testing.T) {
 			if r.err != nil || r.c.Status != Running {
 				t.Errorf("claim %d (live lease) = %+v, %v; want Running", i, r.c, r.err)
 			}
-		case 2:
+		case 2, 4:
 			if r.err != nil || r.c.Status != Terminal {
-				t.Errorf("claim %d (retained) = %+v, %v; want Terminal", i, r.c, r.err)
+				t.Errorf("claim %d (retained, or acknowledged) = %+v, %v; want Terminal", i, r.c, r.err)
+			}
+			if got, _ := hashState(t, p.c, key(4)); i == 4 && len(got) != 0 {
+				t.Errorf("claim of an acknowledged message wrote %v", got)
 			}
 		case 3:
 			if r.err == nil || !strings.Contains(r.err.Error(), `malformed state "garbage"`) {
@@ -192,14 +224,12 @@ func TestConcurrentFinishSettlesShareOneXACK(t *testing.T) {
 			t.Fatal(err)
 		}
 		key := Key{Stream: stream, Group: group, MessageID: id}
+		deliver(t, p.c, stream, group)
 		c, err := p.s.Claim(t.Context(), key, testField, time.Minute, 3, Record{})
 		if err != nil || c.Status != Claimed {
 			t.Fatalf("claim %d: %+v %v", i, c, err)
 		}
 		leases[i] = c.Lease
-	}
-	if err := p.c.Do(t.Context(), p.c.B().Xreadgroup().Group(group, "c").Count(n).Streams().Key(stream).Id(">").Build()).Error(); err != nil {
-		t.Fatal(err)
 	}
 	stale := leases[4]
 	stale.Token = "someone-else"

@@ -7,10 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
@@ -39,13 +41,52 @@ func TestStoreContract(t *testing.T) {
 		return time.Unix(sec, usec*1000)
 	}
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
+		stream := redistest.Name(t, "stream")
 		return relaytest.StateStoreHarness{
 			Store:   store,
 			Now:     now,
 			Advance: relaytest.AdvanceByPolling(now),
 			Short:   200 * time.Millisecond,
+			Deliver: func(t *testing.T) invocation.Key {
+				t.Helper()
+				ctx := t.Context()
+				res := c.DoMulti(ctx,
+					c.B().Xadd().Key(stream).Id("*").FieldValue().FieldValue("event", "{}").Build(),
+					c.B().XgroupCreate().Key(stream).Group("group").Id("0").Build())
+				id, err := res[0].ToString()
+				if err != nil {
+					t.Fatalf("XADD: %v", err)
+				}
+				if err := res[1].Error(); err != nil && !rueidis.IsRedisBusyGroup(err) {
+					t.Fatalf("XGROUP CREATE: %v", err)
+				}
+				readAll(t, c, stream)
+				return invocation.Key{Stream: stream, Group: "group", MessageID: id}
+			},
+			Ack: func(t *testing.T, k invocation.Key) {
+				t.Helper()
+				if err := c.Do(t.Context(), c.B().Xack().Key(k.Stream).Group(k.Group).Id(k.MessageID).Build()).Error(); err != nil {
+					t.Fatalf("XACK: %v", err)
+				}
+			},
+			Redeliver: func(t *testing.T, k invocation.Key) {
+				t.Helper()
+				if err := c.Do(t.Context(), c.B().XgroupSetid().Key(k.Stream).Group(k.Group).Id("0").Build()).Error(); err != nil {
+					t.Fatalf("XGROUP SETID: %v", err)
+				}
+				readAll(t, c, k.Stream)
+			},
 		}
 	})
+}
+
+// readAll delivers every new entry of stream to a consumer of "group".
+func readAll(t *testing.T, c rueidis.Client, stream string) {
+	t.Helper()
+	err := c.Do(t.Context(), c.B().Xreadgroup().Group("group", "c").Count(1000).Streams().Key(stream).Id(">").Build()).Error()
+	if err != nil {
+		t.Fatalf("XREADGROUP: %v", err)
+	}
 }
 
 // TestFakeStoreAgrees replays one sequence of transitions, covering every
@@ -66,8 +107,18 @@ func TestFakeStoreAgrees(t *testing.T) {
 		relay.StateStore
 		get(t *testing.T) map[string]string
 	}
+	for _, r := range c.DoMulti(t.Context(),
+		c.B().Xadd().Key(key.Stream).Id(key.MessageID).FieldValue().FieldValue("event", "{}").Build(),
+		c.B().XgroupCreate().Key(key.Stream).Group(key.Group).Id("0").Build()) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	readAll(t, c, key.Stream)
+	var acked atomic.Bool // the fake's PEL: the one message, until the ack step
 	real := redisStore{invocation.New(c, invocation.WithTokenSource(tokens())), key}
-	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(tokens())), key}
+	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(tokens()),
+		relaytest.WithPending(func(k invocation.Key) bool { return k == key && !acked.Load() })), key}
 	deadline := regexp.MustCompile(`^(running|next_attempt_at):\d+:`)
 	normalize := func(m map[string]string) map[string]string {
 		out := map[string]string{}
@@ -125,11 +176,26 @@ func TestFakeStoreAgrees(t *testing.T) {
 		}},
 		{"finish b", lease("b/h", "", relay.StateStore.Finish)},
 		{"claim b, succeeded", claim("b/h", 3)},
+		{"retain while pending", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			return "refused=" + strconv.FormatBool(s.Retain(ctx, key, time.Hour) != nil)
+		}},
+		{"ack", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			if s == real {
+				return "err=" + errKind(c.Do(ctx, c.B().Xack().Key(key.Stream).Group(key.Group).Id(key.MessageID).Build()).Error())
+			}
+			acked.Store(true)
+			return "err=nil"
+		}},
+		{"finish b after the ack, terminal", lease("b/h", "", relay.StateStore.Finish)},
 		{"retain", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
 			return "err=" + errKind(s.Retain(ctx, key, time.Hour))
 		}},
 		{"claim c, terminal", claim("c/h", 1)},
 		{"exhaust a, terminal", lease("a/h", "", relay.StateStore.Exhaust)},
+		{"retain 0 deletes", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			return "err=" + errKind(s.Retain(ctx, key, 0))
+		}},
+		{"claim c, still terminal", claim("c/h", 1)},
 	}
 	ctx := t.Context()
 	leases := map[store]map[string]invocation.Lease{real: {}, fake: {}}

@@ -29,9 +29,15 @@
 // returns ErrTerminal), then fences on attempt and token (ErrStale when they
 // no longer match, so a stale owner never overwrites a newer claim), reads
 // the server time, writes and returns. Nothing is read and then written from
-// Go across round trips. The hash has no TTL while the message is pending;
-// only Retain (and AckRetain) and, for a hash its message left the PEL
-// without, RetainAcked set __terminal and the retention TTL.
+// Go across round trips. Every transition also checks, in its script, that
+// the message is still in its consumer group's PEL (a single-id XPENDING):
+// once it left (acknowledged, or its reference cleared) a transition of a
+// stale delivery is inert (Claim reports Terminal, the others ErrTerminal),
+// with or without a hash, so no retained marker is needed for that. The
+// hash has no TTL while the message is pending; only Settle, FinishSettle,
+// Retain and, for a hash its message left the PEL without, RetainAcked
+// apply the retention: delete the hash (retention 0) or set __terminal and
+// the retention TTL.
 //
 // An expired running lease means its owner died or stalled mid-run. Claim
 // counts that attempt as executed and failed: the next claim gets attempt+1,
@@ -47,11 +53,12 @@
 // DefaultBackoff, DefaultRetries and DefaultRetention: the caller compares
 // attempts with the rule's retries, picks the backoff, and writes the DLQ
 // entry (package dlq) between Exhaust and MarkDLQ. It does not read, ACK or
-// reclaim stream entries, and it never deletes a hash: an un-retained hash is
-// kept for as long as the message is pending, never expired early. A hash
-// leaked by a crash between the XACK and Retain is found by RetainLeaked, a
-// janitor step the caller runs now and then, which retains it once an atomic
-// check shows its message is in no PEL of its group.
+// reclaim stream entries apart from the XACK of Settle and FinishSettle, and
+// it deletes a hash only with retention 0: an un-retained hash is kept for
+// as long as the message is pending, never expired early. A hash leaked by
+// a crash between an XACK and Retain is found by RetainLeaked, a janitor
+// step the caller runs now and then, which applies the retention once an
+// atomic check shows its message is in no PEL of its group.
 //
 // A Store is safe for concurrent use, also by several workers sharing one
 // Redis: each script runs atomically on the server.

@@ -22,7 +22,8 @@ type LeakStatus int
 
 const (
 	// LeakRetained: the hash had no TTL and its message is not pending;
-	// it now has __terminal and the retention TTL, as Retain leaves it.
+	// it is now deleted (retention 0) or has __terminal and the retention
+	// TTL, as Retain leaves it.
 	LeakRetained LeakStatus = iota + 1
 	// LeakHasTTL: the hash has a TTL already (retained, or expiring
 	// anyway); nothing changed.
@@ -54,20 +55,22 @@ func (s LeakStatus) String() string {
 	return "LeakStatus(" + strconv.Itoa(int(s)) + ")"
 }
 
-// RetainAcked switches the hash of message key to terminal retention, as
-// Retain does, if it has no TTL and the message is no longer in the PEL
-// of key.Group (retain_acked.lua): the repair of a hash leaked by a crash
-// between the XACK and Retain (docs/delivery.md#invocation-state). The
-// PEL check (XPENDING <stream> <group> <id> <id> 1) and the write are one
-// script, so a hash whose message is pending is never retained. ttl must
-// be >= 1ms. Under Redis Cluster the stream and the hash must share a
-// slot (a stream name with a hash tag, docs/deployment.md). Idempotent.
-func (s *Store) RetainAcked(ctx context.Context, key Key, ttl time.Duration) (LeakStatus, error) {
+// RetainAcked applies the retention to the hash of message key, as Retain
+// does (deleted with retention 0, else __terminal and a TTL of
+// retention), if it has no TTL and the message is no longer in the PEL of
+// key.Group (retain_acked.lua): the repair of a hash leaked by a crash
+// between the XACK (or an XAUTOCLAIM that cleared the reference) and
+// Retain (docs/delivery.md#invocation-state). The PEL check (XPENDING
+// <stream> <group> <id> <id> 1) and the write are one script, so a hash
+// whose message is pending is never touched. retention is
+// CheckRetention's. Under Redis Cluster the stream and the hash must share
+// a slot (a stream name with a hash tag, docs/deployment.md). Idempotent.
+func (s *Store) RetainAcked(ctx context.Context, key Key, retention time.Duration) (LeakStatus, error) {
 	hash := hashOf(key)
-	if ttl < time.Millisecond {
-		return 0, fmt.Errorf("retain acked %s: ttl %v: must be >= 1ms", hash, ttl)
+	if err := CheckRetention(retention); err != nil {
+		return 0, fmt.Errorf("retain acked %s: %w", hash, err)
 	}
-	e := retainAckedExec(key, ttl)
+	e := retainAckedExec(key, retention)
 	st, err := leakStatus(retainAckedScript.Exec(ctx, s.client, e.Keys, e.Args))
 	if err != nil {
 		return 0, fmt.Errorf("retain acked %s: %w", hash, err)
@@ -75,10 +78,10 @@ func (s *Store) RetainAcked(ctx context.Context, key Key, ttl time.Duration) (Le
 	return st, nil
 }
 
-func retainAckedExec(key Key, ttl time.Duration) rueidis.LuaExec {
+func retainAckedExec(key Key, retention time.Duration) rueidis.LuaExec {
 	return rueidis.LuaExec{
 		Keys: []string{hashOf(key), key.Stream},
-		Args: []string{key.Group, key.MessageID, strconv.FormatInt(ttl.Milliseconds(), 10)},
+		Args: []string{key.Group, key.MessageID, retentionArg(retention)},
 	}
 }
 
@@ -111,8 +114,8 @@ type LeakScan struct {
 	// Seen is how many invocation hashes of the stream and group the
 	// call's SCAN returned.
 	Seen int
-	// Retained is how many leaked hashes got __terminal and the TTL (for
-	// a counter).
+	// Retained is how many leaked hashes were deleted (retention 0) or
+	// got __terminal and the TTL (for a counter).
 	Retained int
 	// Pending is how many hashes without a TTL belong to messages still
 	// pending: live state, left alone.
@@ -125,10 +128,12 @@ type LeakScan struct {
 	Keys int64
 }
 
-// RetainLeaked is one step of the janitor that gives leaked invocation hashes
-// of stream and group their terminal retention
+// RetainLeaked is one step of the janitor that applies the retention to
+// leaked invocation hashes of stream and group
 // (docs/delivery.md#invocation-state): hashes left without a TTL after their
-// message was acknowledged, by a crash between the XACK and Retain. It runs
+// message left the PEL, by a crash between the XACK (or an XAUTOCLAIM that
+// cleared the reference) and Retain. With retention 0 it deletes them,
+// else it gives them __terminal and a TTL of retention. It runs
 // SCAN cursor MATCH <the stream and group's invocation hashes> COUNT count on
 // the node that owns the stream (under Redis Cluster the stream's keys share
 // its hash tag, docs/deployment.md), reads the PTTL of what it found and runs
@@ -143,12 +148,12 @@ type LeakScan struct {
 // Redis 7.0 about 1ms per 1,000 keys examined, so prefer short intervals:
 // with Keys=10M and w=1h, i=1s needs count >= 2,778 (about 3ms per call).
 // Every worker sharing the stream may run it; each call is safe
-// alongside any other and alongside Retain and AckRetain. ttl must be
-// >= 1ms.
+// alongside any other and alongside Retain and Settle. retention is
+// CheckRetention's.
 //
 // On an error the caller retries with the same cursor: nothing is lost
 // by repeating a step.
-func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor uint64, count int, ttl time.Duration) (LeakScan, error) {
+func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor uint64, count int, retention time.Duration) (LeakScan, error) {
 	fail := func(err error) (LeakScan, error) {
 		return LeakScan{}, fmt.Errorf("retain leaked in %s group %s: %w", stream, group, err)
 	}
@@ -157,8 +162,9 @@ func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor u
 		return fail(errors.New("empty stream or group name"))
 	case count <= 0:
 		return fail(fmt.Errorf("count %d: must be > 0", count))
-	case ttl < time.Millisecond:
-		return fail(fmt.Errorf("ttl %v: must be >= 1ms", ttl))
+	}
+	if err := CheckRetention(retention); err != nil {
+		return fail(err)
 	}
 	b := s.client.B()
 	if s.client.Mode() == rueidis.ClientModeCluster && !sameSlot(b, stream, keys.Invocation(stream, group, "0-0")) {
@@ -196,7 +202,7 @@ func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor u
 			return fail(fmt.Errorf("pttl %s: %w", hashOf(found[i]), err))
 		}
 		if pttl == -1 {
-			execs = append(execs, retainAckedExec(found[i], ttl))
+			execs = append(execs, retainAckedExec(found[i], retention))
 		}
 	}
 	if len(execs) == 0 {

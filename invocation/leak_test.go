@@ -138,6 +138,37 @@ func TestRetainLeaked(t *testing.T) {
 	}
 }
 
+// TestRetainLeakedDeletes: with retention 0 a pass deletes the hash of an
+// acknowledged message left without a TTL, and leaves alone a pending
+// message's hash and a hash retained under an earlier retention.
+func TestRetainLeakedDeletes(t *testing.T) {
+	t.Parallel()
+	c := redistest.Client(t)
+	s := New(c)
+	f := leakFixture{t: t, c: c, stream: redistest.Name(t, "s")}
+	leak := f.message("relay", true, 0)
+	live := f.message("relay", false, 0)
+	kept := f.message("relay", true, time.Hour)
+	if sum := pass(t, s, f.stream, "relay", 200, 0); sum.Retained != 1 || sum.Pending != 1 {
+		t.Errorf("pass = %+v; want 1 deleted, 1 pending", sum)
+	}
+	for _, k := range []struct {
+		key  Key
+		want map[string]string
+		pttl time.Duration
+	}{
+		{leak, map[string]string{}, ttlNoKey},
+		{live, map[string]string{testField: "ok"}, ttlNone},
+		{kept, map[string]string{testField: "ok"}, ttlHour},
+	} {
+		got, pttl := hashState(t, c, k.key)
+		if diff := cmp.Diff(k.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", hashOf(k.key), diff)
+		}
+		checkPTTL(t, k.pttl, pttl)
+	}
+}
+
 // TestRetainLeakedRefuses bad arguments without touching anything.
 func TestRetainLeakedRefuses(t *testing.T) {
 	c := redistest.Client(t)
@@ -146,7 +177,7 @@ func TestRetainLeakedRefuses(t *testing.T) {
 	leak := f.message("relay", true, 0)
 	for name, call := range map[string]func() (LeakScan, error){
 		"count 0":  func() (LeakScan, error) { return s.RetainLeaked(t.Context(), f.stream, "relay", 0, 0, time.Hour) },
-		"ttl 0":    func() (LeakScan, error) { return s.RetainLeaked(t.Context(), f.stream, "relay", 0, 10, 0) },
+		"ttl < 0":  func() (LeakScan, error) { return s.RetainLeaked(t.Context(), f.stream, "relay", 0, 10, -time.Second) },
 		"no group": func() (LeakScan, error) { return s.RetainLeaked(t.Context(), f.stream, "", 0, 10, time.Hour) },
 	} {
 		if _, err := call(); err == nil {

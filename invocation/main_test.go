@@ -15,7 +15,9 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // testField is the invocation field every test uses.
 const testField = "app/handler"
 
-// env is one test's Store on the shared redis-server, with a key of its own.
+// env is one test's Store on the shared redis-server, with a key of its own:
+// the messages of key and other are in their stream and pending in its
+// group, as a delivery finds them.
 type env struct {
 	c     rueidis.Client
 	s     *Store
@@ -33,14 +35,36 @@ func newEnv(t *testing.T, tok string) *env {
 	if tok != "" {
 		opts = append(opts, WithTokenSource(func() string { return tok }))
 	}
+	stream := redistest.Name(t, "stream")
 	e := &env{
 		c:     c,
 		s:     New(c, opts...),
-		key:   Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-0"},
-		other: Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-1"},
+		key:   Key{Stream: stream, Group: "group", MessageID: "1700000000000-0"},
+		other: Key{Stream: stream, Group: "group", MessageID: "1700000000000-1"},
 	}
 	e.hash = hashOf(e.key)
+	ctx := t.Context()
+	k := e.key
+	cmds := rueidis.Commands{
+		c.B().Xadd().Key(k.Stream).Id(k.MessageID).FieldValue().FieldValue("event", "{}").Build(),
+		c.B().Xadd().Key(k.Stream).Id(e.other.MessageID).FieldValue().FieldValue("event", "{}").Build(),
+		c.B().XgroupCreate().Key(k.Stream).Group(k.Group).Id("0").Build(),
+		c.B().Xreadgroup().Group(k.Group, "c1").Count(2).Streams().Key(k.Stream).Id(">").Build(),
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatalf("deliver the env's messages: %v", err)
+		}
+	}
 	return e
+}
+
+// ack acknowledges key's message (XACK), as another worker would.
+func (e *env) ack(t *testing.T, key Key) {
+	t.Helper()
+	if err := e.c.Do(t.Context(), e.c.B().Xack().Key(key.Stream).Group(key.Group).Id(key.MessageID).Build()).Error(); err != nil {
+		t.Fatalf("XACK: %v", err)
+	}
 }
 
 // nowMS reads the server clock (TIME) in Unix ms, the clock of the scripts.

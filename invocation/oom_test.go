@@ -41,8 +41,10 @@ func isOOM(err error) bool {
 // refuses Claim's write, so Claim returns the OOM error and nothing is
 // written: the caller does not run the handler and the message stays
 // pending (docs/delivery.md#claim-errors-fail-closed). Settle in that
-// state acknowledges (XACK may not grow memory) but cannot retain: the
-// hash leaks, and RetainLeaked repairs it once memory is free.
+// state fails before its XACK when retaining would need memory, so the
+// message stays pending with its state; with retention 0 it deletes and
+// acknowledges (neither needs memory). A hash leaked before is repaired
+// by RetainLeaked once memory is free.
 func TestOutOfMemoryFailsClosed(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redistest.Connect(t, srv.Addr)
@@ -51,6 +53,8 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	f := leakFixture{t: t, c: c, stream: "events"}
 	claimKey := f.message("relay", false, 0) // pending, hash {app/handler: ok}
 	ackKey := f.message("relay", false, 0)
+	dropKey := f.message("relay", false, 0)
+	leakKey := f.message("relay", true, 0) // acknowledged without its retention
 	free := outOfMemory(t, c)
 
 	_, err := s.Claim(ctx, claimKey, "app/other", time.Minute, 5, Record{})
@@ -60,26 +64,31 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	if got, pttl := hashState(t, c, claimKey); !cmp.Equal(got, map[string]string{testField: "ok"}) || pttl != -1 {
 		t.Errorf("hash after the refused claim: %v (PTTL %d), want it unchanged", got, pttl)
 	}
-	if n := pending(t, c, claimKey); n != 2 {
-		t.Errorf("%d pending, want both messages", n)
+	if pending(t, c, claimKey) != 1 {
+		t.Errorf("the message of the refused claim is not pending")
 	}
 
-	ackErr, retainErr := s.Settle(ctx, ackKey, time.Hour)
-	if ackErr != nil || !isOOM(retainErr) {
-		t.Fatalf("Settle on a full Redis = %v, %v; want the XACK done and an OOM retain", ackErr, retainErr)
+	if ackErr, _ := s.Settle(ctx, ackKey, time.Hour); !isOOM(ackErr) {
+		t.Fatalf("Settle on a full Redis = %v; want an OOM error", ackErr)
 	}
-	if _, pttl := hashState(t, c, ackKey); pttl != -1 {
-		t.Fatalf("PTTL %d after the refused retain, want -1 (leaked)", pttl)
+	if got, pttl := hashState(t, c, ackKey); pending(t, c, ackKey) != 1 || len(got) != 1 || pttl != -1 {
+		t.Fatalf("after the refused Settle: pending %d, hash %v PTTL %d; want it pending and unchanged", pending(t, c, ackKey), got, pttl)
+	}
+	if ackErr, retainErr := s.Settle(ctx, dropKey, 0); ackErr != nil || retainErr != nil {
+		t.Fatalf("Settle with retention 0 on a full Redis = %v, %v; want it done", ackErr, retainErr)
+	}
+	if got, _ := hashState(t, c, dropKey); pending(t, c, dropKey) != 0 || len(got) != 0 {
+		t.Errorf("after Settle with retention 0: pending %d, hash %v; want neither", pending(t, c, dropKey), got)
 	}
 	if _, err := s.RetainLeaked(ctx, f.stream, "relay", 0, 100, time.Hour); !isOOM(err) {
 		t.Errorf("RetainLeaked on a full Redis: %v, want an OOM error", err)
 	}
 
 	free()
-	if sum := pass(t, s, f.stream, "relay", 100, time.Hour); sum.Retained != 1 || sum.Pending != 1 {
-		t.Errorf("pass after memory was freed = %+v; want the leak retained, the pending one left", sum)
+	if sum := pass(t, s, f.stream, "relay", 100, time.Hour); sum.Retained != 1 || sum.Pending != 2 {
+		t.Errorf("pass after memory was freed = %+v; want the leak retained, the pending ones left", sum)
 	}
-	got, pttl := hashState(t, c, ackKey)
+	got, pttl := hashState(t, c, leakKey)
 	if got[terminalField] != "1" {
 		t.Errorf("leaked hash %v, want retained", got)
 	}

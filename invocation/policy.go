@@ -8,8 +8,10 @@ import "time"
 const DefaultRetries = 4
 
 // DefaultRetention is how long a message's hash is kept after the message
-// left the PEL: 7 days (docs/delivery.md#invocation-state).
-const DefaultRetention = 7 * 24 * time.Hour
+// left the PEL: 48 hours (REDIS_INVOCATION_RETENTION,
+// docs/delivery.md#invocation-state). A retention of 0 deletes the hash
+// with the XACK instead (CheckRetention).
+const DefaultRetention = 48 * time.Hour
 
 // DefaultBackoff is the fixed retry schedule of
 // docs/delivery.md#attempts-retries-backoff: 1m, 2m, 5m, then 10m capped.

@@ -33,7 +33,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	if DefaultRetries != 4 || DefaultRetention != 7*24*time.Hour {
+	if DefaultRetries != 4 || DefaultRetention != 48*time.Hour {
 		t.Errorf("DefaultRetries %d, DefaultRetention %v", DefaultRetries, DefaultRetention)
 	}
 	if len(DefaultBackoff) != DefaultRetries {

@@ -31,6 +31,7 @@ var (
 	exhaustScript       = script("exhaust.lua", rueidis.NewLuaScript)
 	markDLQScript       = script("mark_dlq.lua", rueidis.NewLuaScriptRetryable)
 	retainScript        = script("retain.lua", rueidis.NewLuaScriptRetryable)
+	settleScript        = script("settle.lua", rueidis.NewLuaScriptRetryable)
 	pinScript           = script("pin.lua", rueidis.NewLuaScriptRetryable)
 	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
 )
@@ -99,10 +100,10 @@ func script(name string, newScript func(string, ...rueidis.LuaOption) *rueidis.L
 const (
 	codeApplied  = 1 // the transition was written
 	codeStale    = 2 // attempt or token did not match: ErrStale
-	codeTerminal = 3 // __terminal is set: ErrTerminal
+	codeTerminal = 3 // __terminal is set, or the message left the PEL: ErrTerminal
 	codeAlready  = 4 // idempotent no-op (mark_dlq.lua, retain.lua); has a TTL (retain_acked.lua)
-	codePending  = 5 // the message is still pending (retain_acked.lua)
-	codeMissing  = 6 // the hash does not exist (retain_acked.lua)
+	codePending  = 5 // the message is still pending (retain.lua, retain_acked.lua)
+	codeMissing  = 6 // the hash does not exist (retain.lua, retain_acked.lua)
 	codeNoGroup  = 7 // the stream or the group does not exist (retain_acked.lua)
 )
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/rueidis"
 )
 
 // TTL expectations of checkPTTL.
@@ -52,6 +51,9 @@ type scriptCase struct {
 	seed func(now int64) map[string]string
 	// seedTTL, when > 0, PEXPIREs the seeded hash.
 	seedTTL time.Duration
+	// message is the state of the key's message when the call runs
+	// (messageIn): "" leaves it pending, as a delivery finds it.
+	message string
 	// call runs the Store method; the env's claims get the token "new".
 	call func(ctx context.Context, e *env) (any, error)
 	// wantErr is matched with errors.Is; nil means the call succeeds
@@ -77,6 +79,9 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 			if tc.seed != nil {
 				seeded = tc.seed(a.seed)
 				e.seed(t, seeded, tc.seedTTL)
+			}
+			if err := messageIn(t.Context(), e, tc.message); err != nil {
+				t.Fatalf("message %s: %v", tc.message, err)
 			}
 			before := e.nowMS(t)
 			got, err := tc.call(t.Context(), e)
@@ -164,6 +169,19 @@ func fencedRejects(do transition, accepted func(now int64, attempt int, token st
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
 		},
 		{name: "missing key", wantErr: ErrStale, pttl: ttlNoKey, call: call},
+		{
+			name: "acknowledged", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "acked",
+			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
+		},
+		{name: "acknowledged without state", wantErr: ErrTerminal, pttl: ttlNoKey, call: call, message: "acked"},
+		{
+			name: "group gone", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "no group",
+			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
+		},
+		{
+			name: "stream gone", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "no stream",
+			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
+		},
 		{
 			name: "missing field", wantErr: ErrStale, pttl: ttlNone, call: call,
 			seed: func(int64) map[string]string { return map[string]string{"other/handler": "ok"} },
@@ -372,6 +390,30 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "terminal without field", call: claim(5), pttl: ttlHour, seedTTL: ttlHour,
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
+			want: fixed(Claim{Status: Terminal}),
+		},
+		// A delivery that outlived its message's acknowledgement: nothing
+		// runs and nothing is written, with or without state.
+		{
+			name: "acknowledged without state", call: claim(5), pttl: ttlNoKey, message: "acked",
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "acknowledged with an expired lease", call: claim(5), pttl: ttlNone, message: "acked",
+			seed: field(func(now int64) string { return running(now-1000, 1, "old") }),
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "acknowledged with a due retry", call: claim(5), pttl: ttlNone, message: "acked",
+			seed: field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "group gone", call: claim(5), pttl: ttlNoKey, message: "no group",
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "stream gone", call: claim(5), pttl: ttlNoKey, message: "no stream",
 			want: fixed(Claim{Status: Terminal}),
 		},
 		{
@@ -744,73 +786,64 @@ func TestRetainScript(t *testing.T) {
 		return func(ctx context.Context, e *env) (any, error) { return nil, e.s.Retain(ctx, e.key, ttl) }
 	}
 	const week = 7 * 24 * time.Hour
-	pending := func(now int64) map[string]string {
+	unfinished := func(now int64) map[string]string {
 		return map[string]string{testField: "ok", "other/handler": running(now+hourMS, 1, "tok")}
 	}
+	retained := func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} }
+	none := func(at) map[string]string { return map[string]string{} }
 	cases := []scriptCase{
+		{name: "missing key", call: retain(week), pttl: ttlNoKey, message: "acked"},
 		{
-			name: "missing key", call: retain(week), pttl: week,
-			state: func(at) map[string]string { return map[string]string{terminalField: "1"} },
-		},
-		{
-			name: "fresh key", call: retain(week), pttl: week, seed: pending,
+			name: "fresh key", call: retain(week), pttl: week, seed: unfinished, message: "acked",
 			state: func(a at) map[string]string {
-				m := pending(a.seed)
+				m := unfinished(a.seed)
 				m[terminalField] = "1"
 				return m
 			},
 		},
 		{
 			name: "already retained keeps the TTL", call: retain(week), pttl: ttlHour, seedTTL: ttlHour,
-			seed: func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
+			seed: retained, message: "acked",
 		},
-		{
-			name: "already retained without TTL", call: retain(week), pttl: week,
-			seed: func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
-		},
-		{
-			name: "zero ttl", call: retain(0), pttl: ttlNone, wantSomeErr: true, seed: pending,
-		},
+		{name: "already retained without TTL", call: retain(week), pttl: week, seed: retained, message: "acked"},
+		{name: "zero retention deletes", call: retain(0), pttl: ttlNoKey, seed: unfinished, message: "acked", state: none},
+		{name: "zero retention deletes a retained hash", call: retain(0), pttl: ttlNoKey, seedTTL: ttlHour, seed: retained, message: "acked", state: none},
+		{name: "zero retention, missing key", call: retain(0), pttl: ttlNoKey, message: "acked"},
+		{name: "group gone", call: retain(week), pttl: week, seed: retained, message: "no group"},
+		{name: "still pending", call: retain(week), pttl: ttlNone, wantSomeErr: true, seed: unfinished},
+		{name: "still pending, zero retention", call: retain(0), pttl: ttlNone, wantSomeErr: true, seed: unfinished},
+		{name: "negative retention", call: retain(-time.Second), pttl: ttlNone, wantSomeErr: true, seed: unfinished, message: "acked"},
 	}
 	runScriptCases(t, cases)
 }
 
-// messageIn puts e.key's message into its stream and, unless state is
-// "no group" or "no stream", delivers it to e.key.Group: "pending" leaves
-// it in the PEL, "acked" acknowledges it.
+// messageIn leaves e.key's message, pending in e.key.Group since newEnv,
+// in state: "pending" as it is, "acked" acknowledged, "no group" with its
+// group destroyed (another group exists), "no stream" with its stream
+// deleted.
 func messageIn(ctx context.Context, e *env, state string) error {
 	c, k := e.c, e.key
-	if state == "no stream" {
-		return nil
-	}
-	if err := c.Do(ctx, c.B().Xadd().Key(k.Stream).Id(k.MessageID).FieldValue().FieldValue("event", "{}").Build()).Error(); err != nil {
-		return err
-	}
-	if state == "no group" {
-		return c.Do(ctx, c.B().XgroupCreate().Key(k.Stream).Group("another").Id("0").Build()).Error()
-	}
-	cmds := rueidis.Commands{
-		c.B().XgroupCreate().Key(k.Stream).Group(k.Group).Id("0").Build(),
-		c.B().Xreadgroup().Group(k.Group, "c1").Count(1).Streams().Key(k.Stream).Id(">").Build(),
-	}
-	if state == "acked" {
-		cmds = append(cmds, c.B().Xack().Key(k.Stream).Group(k.Group).Id(k.MessageID).Build())
-	}
-	for _, r := range c.DoMulti(ctx, cmds...) {
-		if err := r.Error(); err != nil {
-			return err
+	switch state {
+	case "acked":
+		return c.Do(ctx, c.B().Xack().Key(k.Stream).Group(k.Group).Id(k.MessageID).Build()).Error()
+	case "no group":
+		for _, r := range c.DoMulti(ctx,
+			c.B().XgroupDestroy().Key(k.Stream).Group(k.Group).Build(),
+			c.B().XgroupCreate().Key(k.Stream).Group("another").Id("0").Build()) {
+			if err := r.Error(); err != nil {
+				return err
+			}
 		}
+	case "no stream":
+		return c.Do(ctx, c.B().Del().Key(k.Stream).Build()).Error()
 	}
 	return nil
 }
 
 func TestRetainAckedScript(t *testing.T) {
 	const week = 7 * 24 * time.Hour
-	retainAcked := func(message string, ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
+	retainAcked := func(ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
 		return func(ctx context.Context, e *env) (any, error) {
-			if err := messageIn(ctx, e, message); err != nil {
-				return nil, err
-			}
 			return e.s.RetainAcked(ctx, e.key, ttl)
 		}
 	}
@@ -826,47 +859,59 @@ func TestRetainAckedScript(t *testing.T) {
 	terminal := func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} }
 	cases := []scriptCase{
 		{
-			name: "acked without TTL", call: retainAcked("acked", week), pttl: week,
+			name: "acked without TTL", call: retainAcked(week), message: "acked", pttl: week,
 			seed: leaked, want: status(LeakRetained), state: retainedLeak,
 		},
 		{
-			name: "pending", call: retainAcked("pending", week), pttl: ttlNone,
+			name: "pending", call: retainAcked(week), pttl: ttlNone,
 			seed: leaked, want: status(LeakPending),
 		},
 		{
-			name: "pending unfinished", call: retainAcked("pending", week), pttl: ttlNone,
+			name: "pending unfinished", call: retainAcked(week), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 1, "tok") }), want: status(LeakPending),
 		},
 		{
-			name: "acked with TTL", call: retainAcked("acked", week), pttl: ttlHour, seedTTL: ttlHour,
+			name: "acked with TTL", call: retainAcked(week), message: "acked", pttl: ttlHour, seedTTL: ttlHour,
 			seed: leaked, want: status(LeakHasTTL),
 		},
 		{
-			name: "terminal with TTL", call: retainAcked("acked", week), pttl: ttlHour, seedTTL: ttlHour,
+			name: "terminal with TTL", call: retainAcked(week), message: "acked", pttl: ttlHour, seedTTL: ttlHour,
 			seed: terminal, want: status(LeakHasTTL),
 		},
 		{
-			name: "terminal without TTL", call: retainAcked("acked", week), pttl: week,
+			name: "terminal without TTL", call: retainAcked(week), message: "acked", pttl: week,
 			seed: terminal, want: status(LeakRetained),
 		},
 		{
-			name: "terminal without TTL, pending again", call: retainAcked("pending", week), pttl: ttlNone,
+			name: "terminal without TTL, pending again", call: retainAcked(week), pttl: ttlNone,
 			seed: terminal, want: status(LeakPending),
 		},
 		{
-			name: "missing key", call: retainAcked("acked", week), pttl: ttlNoKey,
+			name: "missing key", call: retainAcked(week), message: "acked", pttl: ttlNoKey,
 			want: status(LeakMissing),
 		},
 		{
-			name: "no group", call: retainAcked("no group", week), pttl: ttlNone,
+			name: "no group", call: retainAcked(week), message: "no group", pttl: ttlNone,
 			seed: leaked, want: status(LeakNoGroup),
 		},
 		{
-			name: "no stream", call: retainAcked("no stream", week), pttl: ttlNone,
+			name: "no stream", call: retainAcked(week), message: "no stream", pttl: ttlNone,
 			seed: leaked, want: status(LeakNoGroup),
 		},
 		{
-			name: "zero ttl", call: retainAcked("acked", 0), pttl: ttlNone, wantSomeErr: true,
+			name: "zero retention deletes", call: retainAcked(0), message: "acked", pttl: ttlNoKey,
+			seed: leaked, want: status(LeakRetained), state: func(at) map[string]string { return map[string]string{} },
+		},
+		{
+			name: "zero retention, pending", call: retainAcked(0), pttl: ttlNone,
+			seed: leaked, want: status(LeakPending),
+		},
+		{
+			name: "zero retention, with TTL", call: retainAcked(0), message: "acked", pttl: ttlHour, seedTTL: ttlHour,
+			seed: terminal, want: status(LeakHasTTL),
+		},
+		{
+			name: "negative retention", call: retainAcked(-time.Second), message: "acked", pttl: ttlNone, wantSomeErr: true,
 			seed: leaked,
 		},
 	}

@@ -3,6 +3,9 @@ package invocation
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +22,8 @@ import (
 func pendingMessage(t *testing.T, c rueidis.Client, key Key) Key {
 	t.Helper()
 	ctx := t.Context()
-	if err := c.Do(ctx, c.B().XgroupCreate().Key(key.Stream).Group(key.Group).Id("0").Mkstream().Build()).Error(); err != nil {
+	err := c.Do(ctx, c.B().XgroupCreate().Key(key.Stream).Group(key.Group).Id("0").Mkstream().Build()).Error()
+	if e, ok := rueidis.IsRedisErr(err); err != nil && (!ok || !strings.HasPrefix(e.Error(), "BUSYGROUP")) {
 		t.Fatalf("XGROUP CREATE: %v", err)
 	}
 	id, err := c.Do(ctx, c.B().Xadd().Key(key.Stream).Id("*").FieldValue().FieldValue("event", "{}").Build()).ToString()
@@ -30,23 +34,38 @@ func pendingMessage(t *testing.T, c rueidis.Client, key Key) Key {
 		t.Fatalf("XREADGROUP: %v", err)
 	}
 	key.MessageID = id
-	if n := pending(t, c, key); n != 1 {
-		t.Fatalf("setup: %d entries pending, want 1", n)
+	if n := pendingIDs(t, c, key); !slices.Contains(n, id) {
+		t.Fatalf("setup: %s not pending (%v)", id, n)
 	}
 	return key
 }
 
+// pending returns 1 when key's message is in its group's PEL, else 0.
 func pending(t *testing.T, c rueidis.Client, key Key) int64 {
 	t.Helper()
-	summary, err := c.Do(t.Context(), c.B().Xpending().Key(key.Stream).Group(key.Group).Build()).ToArray()
-	if err != nil || len(summary) == 0 {
+	if slices.Contains(pendingIDs(t, c, key), key.MessageID) {
+		return 1
+	}
+	return 0
+}
+
+// pendingIDs returns the ids in key.Group's PEL (XPENDING - + 100).
+func pendingIDs(t *testing.T, c rueidis.Client, key Key) []string {
+	t.Helper()
+	rows, err := c.Do(t.Context(), c.B().Xpending().Key(key.Stream).Group(key.Group).Start("-").End("+").Count(100).Build()).ToArray()
+	if err != nil {
 		t.Fatalf("XPENDING: %v", err)
 	}
-	n, err := summary[0].AsInt64()
-	if err != nil {
-		t.Fatalf("XPENDING count: %v", err)
+	var ids []string
+	for _, r := range rows {
+		f, err := r.ToArray()
+		if err != nil || len(f) == 0 {
+			t.Fatalf("XPENDING row: %v", err)
+		}
+		id, _ := f[0].ToString()
+		ids = append(ids, id)
 	}
-	return n
+	return ids
 }
 
 func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int64) {
@@ -55,33 +74,19 @@ func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int6
 	return e.state(t)
 }
 
-// TestSettleSHA pins the digest Settle sends in EVALSHA to the one
-// Redis computes for retain.lua as the Store loads it.
-func TestSettleSHA(t *testing.T) {
-	c := redistest.Client(t)
-	sha, err := c.Do(t.Context(), c.B().ScriptLoad().Script(withHelpers(scriptSources["retain.lua"])).Build()).ToString()
-	if err != nil {
-		t.Fatalf("SCRIPT LOAD: %v", err)
-	}
-	if sha != retainSHA {
-		t.Errorf("retainSHA = %s, SCRIPT LOAD says %s", retainSHA, sha)
-	}
-}
-
 // TestSettle: the message leaves the PEL and its hash keeps its fields
 // and gains __terminal and the TTL, as XACK followed by Retain would leave
-// them; a repeated call changes nothing, TTL included.
+// them; a repeated call changes nothing, TTL included. With retention 0
+// the hash is gone with the XACK.
 func TestSettle(t *testing.T) {
 	e := newEnv(t, "")
-	key := pendingMessage(t, e.c, e.key)
-	e.key, e.hash = key, hashOf(key)
 	e.seed(t, map[string]string{testField: "ok"}, 0)
 
-	ackErr, retainErr := e.s.Settle(t.Context(), key, time.Hour)
+	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
 	if ackErr != nil || retainErr != nil {
 		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
 	}
-	if n := pending(t, e.c, key); n != 0 {
+	if n := pending(t, e.c, e.key); n != 0 {
 		t.Errorf("%d entries pending after Settle, want 0", n)
 	}
 	got, pttl := e.state(t)
@@ -90,41 +95,55 @@ func TestSettle(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
-	ackErr, retainErr = e.s.Settle(t.Context(), key, 2*time.Hour)
+	ackErr, retainErr = e.s.Settle(t.Context(), e.key, 2*time.Hour)
 	if ackErr != nil || retainErr != nil {
 		t.Fatalf("second Settle = %v, %v", ackErr, retainErr)
 	}
 	_, again := e.state(t)
 	checkPTTL(t, time.Hour, again) // the running TTL is kept, not extended
+
+	// Retention 0: the other message's hash is deleted in the XACK's script.
+	other := &env{c: e.c, hash: hashOf(e.other)}
+	other.seed(t, map[string]string{testField: "ok", "__trace:" + testField: "x"}, 0)
+	if ackErr, retainErr := e.s.Settle(t.Context(), e.other, 0); ackErr != nil || retainErr != nil {
+		t.Fatalf("Settle with retention 0 = %v, %v", ackErr, retainErr)
+	}
+	if n := pending(t, e.c, e.other); n != 0 {
+		t.Errorf("%d entries pending after Settle with retention 0, want 0", n)
+	}
+	if got, pttl := other.state(t); len(got) != 0 || pttl != -2 {
+		t.Errorf("hash after Settle with retention 0: %v (PTTL %d), want none", got, pttl)
+	}
 }
 
-// TestSettleWithoutScriptCache: after SCRIPT FLUSH (a restarted server)
-// the EVALSHA fails with NOSCRIPT and the retain is sent again in full.
-func TestSettleWithoutScriptCache(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	c := redistest.Connect(t, srv.Addr)
-	s := New(c)
-	key := pendingMessage(t, c, Key{Stream: redistest.Name(t, "stream"), Group: "group"})
-	if err := c.Do(t.Context(), c.B().ScriptFlush().Build()).Error(); err != nil {
-		t.Fatalf("SCRIPT FLUSH: %v", err)
+// TestSettleNotPending: a message no longer in its group's PEL (another
+// delivery settled it, or the group does not know it) is left alone: no
+// error, and no hash changed or created, whatever the retention.
+func TestSettleNotPending(t *testing.T) {
+	for _, retention := range []time.Duration{0, time.Hour} {
+		e := newEnv(t, "")
+		e.seed(t, map[string]string{testField: running(9999999999999, 1, "tok")}, 0)
+		e.ack(t, e.key)
+		unknown := e.key
+		unknown.Group = "unknown"
+		for _, k := range []Key{e.key, unknown} {
+			ackErr, retainErr := e.s.Settle(t.Context(), k, retention)
+			if ackErr != nil || retainErr != nil {
+				t.Fatalf("Settle (retention %v) = %v, %v", retention, ackErr, retainErr)
+			}
+		}
+		got, pttl := e.state(t)
+		if diff := cmp.Diff(map[string]string{testField: running(9999999999999, 1, "tok")}, got); diff != "" || pttl != -1 {
+			t.Errorf("retention %v: hash (-want +got):\n%s PTTL %d", retention, diff, pttl)
+		}
+		if got, _ := hashState(t, e.c, unknown); len(got) != 0 {
+			t.Errorf("retention %v: Settle created %v", retention, got)
+		}
 	}
-	ackErr, retainErr := s.Settle(t.Context(), key, time.Hour)
-	if ackErr != nil || retainErr != nil {
-		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
-	}
-	if n := pending(t, c, key); n != 0 {
-		t.Errorf("%d entries pending, want 0", n)
-	}
-	got, pttl := hashState(t, c, key)
-	if diff := cmp.Diff(map[string]string{terminalField: "1"}, got); diff != "" {
-		t.Errorf("hash (-want +got):\n%s", diff)
-	}
-	checkPTTL(t, time.Hour, pttl)
 }
 
-// TestSettleWrongType: an XACK error reply is ackErr. The pipelined
-// retain has run anyway (documented on Settle): a key that holds no
-// stream holds no PEL either.
+// TestSettleWrongType: a key that holds no stream fails the call, and
+// nothing is written.
 func TestSettleWrongType(t *testing.T) {
 	e := newEnv(t, "")
 	if err := e.c.Do(t.Context(), e.c.B().Set().Key(e.key.Stream).Value("not a stream").Build()).Error(); err != nil {
@@ -135,65 +154,78 @@ func TestSettleWrongType(t *testing.T) {
 		t.Fatalf("Settle on a string key: ackErr = nil, want WRONGTYPE")
 	}
 	if retainErr != nil {
-		t.Errorf("retainErr = %v, want nil when the ack failed", retainErr)
-	}
-	got, _ := e.state(t)
-	if diff := cmp.Diff(map[string]string{terminalField: "1"}, got); diff != "" {
-		t.Errorf("hash (-want +got):\n%s", diff)
-	}
-}
-
-// TestSettleUnknownGroup: Redis acknowledges ids of a group it does not
-// know with 0, so this is no error; the hash is retained.
-func TestSettleUnknownGroup(t *testing.T) {
-	e := newEnv(t, "")
-	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
-	if ackErr != nil || retainErr != nil {
-		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
-	}
-	got, pttl := e.state(t)
-	if diff := cmp.Diff(map[string]string{terminalField: "1"}, got); diff != "" {
-		t.Errorf("hash (-want +got):\n%s", diff)
-	}
-	checkPTTL(t, time.Hour, pttl)
-}
-
-func TestSettleInvalidTTL(t *testing.T) {
-	e := newEnv(t, "")
-	ackErr, retainErr := e.s.Settle(t.Context(), e.key, 0)
-	if ackErr == nil || retainErr == nil {
-		t.Fatalf("Settle with ttl 0 = %v, %v; want both errors", ackErr, retainErr)
+		t.Errorf("retainErr = %v, want nil", retainErr)
 	}
 	if got, pttl := e.state(t); len(got) != 0 || pttl != -2 {
-		t.Errorf("hash after a refused call: %v (PTTL %d), want none", got, pttl)
+		t.Errorf("hash after a failed call: %v (PTTL %d), want none", got, pttl)
 	}
 }
 
-// TestSettleCluster runs Settle on Redis Cluster for a stream with a
-// hash tag, whose hash shares its slot (one pipeline), and for one without,
-// whose hash lives elsewhere (XACK, then the retain): both end acknowledged
-// and retained.
+func TestSettleInvalidRetention(t *testing.T) {
+	e := newEnv(t, "")
+	e.seed(t, map[string]string{testField: "ok"}, 0)
+	ackErr, _ := e.s.Settle(t.Context(), e.key, -time.Second)
+	if ackErr == nil {
+		t.Fatalf("Settle with retention -1s: ackErr = nil, want an error")
+	}
+	if n := pending(t, e.c, e.key); n != 1 {
+		t.Errorf("a refused Settle acknowledged the message")
+	}
+	if got, pttl := e.state(t); len(got) != 1 || pttl != -1 {
+		t.Errorf("hash after a refused call: %v (PTTL %d), want it unchanged", got, pttl)
+	}
+}
+
+// TestSettleCluster runs Settle on Redis Cluster for a stream with a hash
+// tag, whose hash shares its slot: it ends acknowledged and retained. A
+// stream without one is refused with an error that says so, and nothing is
+// acknowledged.
 func TestSettleCluster(t *testing.T) {
 	cl := topology.NewCluster(t)
 	c := topology.Connect(t, cl.ClientOption())
 	s := New(c)
-	for _, name := range []string{"{" + redistest.Name(t, "tagged") + "}", redistest.Name(t, "untagged")} {
-		key := pendingMessage(t, c, Key{Stream: name, Group: "group"})
-		t.Logf("stream %s: hash in the same slot: %v", name, slot(t, c, key.Stream) == slot(t, c, keys.Invocation(key.Stream, key.Group, key.MessageID)))
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		ackErr, retainErr := s.Settle(ctx, key, time.Hour)
-		cancel()
-		if ackErr != nil || retainErr != nil {
-			t.Fatalf("%s: Settle = %v, %v", name, ackErr, retainErr)
-		}
-		if n := pending(t, c, key); n != 0 {
-			t.Errorf("%s: %d entries pending, want 0", name, n)
-		}
-		got, pttl := hashState(t, c, key)
-		if diff := cmp.Diff(map[string]string{terminalField: "1"}, got); diff != "" {
-			t.Errorf("%s: hash (-want +got):\n%s", name, diff)
-		}
-		checkPTTL(t, time.Hour, pttl)
+	key := pendingMessage(t, c, Key{Stream: "{" + redistest.Name(t, "tagged") + "}", Group: "group"})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	(&env{c: c, hash: hashOf(key)}).seed(t, map[string]string{testField: "ok"}, 0)
+	if ackErr, retainErr := s.Settle(ctx, key, time.Hour); ackErr != nil || retainErr != nil {
+		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
+	}
+	if n := pending(t, c, key); n != 0 {
+		t.Errorf("%d entries pending, want 0", n)
+	}
+	got, pttl := hashState(t, c, key)
+	if diff := cmp.Diff(map[string]string{testField: "ok", terminalField: "1"}, got); diff != "" {
+		t.Errorf("hash (-want +got):\n%s", diff)
+	}
+	checkPTTL(t, time.Hour, pttl)
+
+	// Every transition runs there too: claim, finish and ack in one script.
+	next := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
+	claim, err := s.Claim(ctx, next, testField, time.Minute, 3, Record{})
+	if err != nil || claim.Status != Claimed {
+		t.Fatalf("Claim = %+v, %v", claim, err)
+	}
+	if err := s.FinishSettle(ctx, claim.Lease, 0); err != nil {
+		t.Fatalf("FinishSettle = %v", err)
+	}
+	if got, _ := hashState(t, c, next); pending(t, c, next) != 0 || len(got) != 0 {
+		t.Errorf("after FinishSettle with retention 0: pending %d, hash %v; want neither", pending(t, c, next), got)
+	}
+
+	untagged := pendingMessage(t, c, Key{Stream: redistest.Name(t, "untagged"), Group: "group"})
+	if slot(t, c, untagged.Stream) == slot(t, c, keys.Invocation(untagged.Stream, untagged.Group, untagged.MessageID)) {
+		t.Skip("the untagged stream happens to share its hash's slot")
+	}
+	ackErr, _ := s.Settle(ctx, untagged, time.Hour)
+	if ackErr == nil || !strings.Contains(ackErr.Error(), "hash tag") {
+		t.Errorf("Settle of an untagged stream = %v, want an error naming the hash tag", ackErr)
+	}
+	if _, err := s.Claim(ctx, untagged, testField, time.Minute, 3, Record{}); err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Claim of an untagged stream = %v, want an error naming the hash tag", err)
+	}
+	if n := pending(t, c, untagged); n != 1 {
+		t.Errorf("a refused Settle acknowledged the message")
 	}
 }
 
@@ -208,73 +240,91 @@ func slot(t *testing.T, c rueidis.Client, key string) int64 {
 
 // TestFinishSettleScript: the last invocation's success, the XACK and the
 // retention are one script. A running lease of this attempt and token
-// finishes, leaves the PEL and gets the TTL; a stale lease or a retained
-// hash changes nothing and acknowledges nothing.
+// finishes, leaves the PEL and gets the TTL, or with retention 0 its hash
+// is deleted; a stale lease, a retained hash or a message no longer pending
+// changes nothing and acknowledges nothing.
 func TestFinishSettleScript(t *testing.T) {
+	live := func(l Lease) map[string]string {
+		return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), "other/done": "ok"}
+	}
 	for _, tc := range []struct {
 		name    string
 		seed    func(l Lease) map[string]string
+		acked   bool // another delivery acknowledged the message first
 		wantErr error
 	}{
-		{"running", func(l Lease) map[string]string {
-			return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), "other/done": "ok"}
-		}, nil},
+		{"running", live, false, nil},
 		{"expired lease nobody took", func(l Lease) map[string]string {
 			return map[string]string{l.Field: running(1, l.Attempt, l.Token)}
-		}, nil},
+		}, false, nil},
 		{"another token", func(l Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt, "other")}
-		}, ErrStale},
+		}, false, ErrStale},
 		{"another attempt", func(l Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt+1, l.Token)}
-		}, ErrStale},
-		{"already ok", func(l Lease) map[string]string { return map[string]string{l.Field: "ok"} }, ErrStale},
-		{"no state", func(Lease) map[string]string { return nil }, ErrStale},
+		}, false, ErrStale},
+		{"already ok", func(l Lease) map[string]string { return map[string]string{l.Field: "ok"} }, false, ErrStale},
+		{"no state", func(Lease) map[string]string { return nil }, false, ErrStale},
 		{"retained", func(l Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), terminalField: "1"}
-		}, ErrTerminal},
+		}, false, ErrTerminal},
+		{"acknowledged", live, true, ErrTerminal},
+		{"acknowledged without state", func(Lease) map[string]string { return nil }, true, ErrTerminal},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, "")
-			key := pendingMessage(t, e.c, e.key)
-			l := Lease{Key: key, Field: testField, Attempt: 2, Token: "tok"}
-			seeded := tc.seed(l)
-			if seeded != nil {
-				(&env{c: e.c, hash: hashOf(key)}).seed(t, seeded, 0)
-			}
-			err := e.s.FinishSettle(t.Context(), l, time.Hour)
-			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
-				t.Fatalf("FinishSettle = %v, want %v", err, tc.wantErr)
-			}
-			st, pttl := hashState(t, e.c, key)
-			if tc.wantErr != nil {
-				if n := pending(t, e.c, key); n != 1 {
-					t.Errorf("a refused FinishSettle acknowledged the message (%d pending)", n)
+		for _, retention := range []time.Duration{0, time.Hour} {
+			t.Run(fmt.Sprintf("%s/retention %v", tc.name, retention), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t, "")
+				l := Lease{Key: e.key, Field: testField, Attempt: 2, Token: "tok"}
+				seeded := tc.seed(l)
+				e.seed(t, seeded, 0)
+				if tc.acked {
+					e.ack(t, e.key)
 				}
-				if seeded == nil {
-					seeded = map[string]string{}
+				err := e.s.FinishSettle(t.Context(), l, retention)
+				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+					t.Fatalf("FinishSettle = %v, want %v", err, tc.wantErr)
 				}
-				if diff := cmp.Diff(seeded, st); diff != "" {
-					t.Errorf("a refused FinishSettle changed the hash (-want +got):\n%s", diff)
-				}
-				return
-			}
-			if n := pending(t, e.c, key); n != 0 {
-				t.Errorf("%d entries pending after FinishSettle, want 0", n)
-			}
-			want := map[string]string{l.Field: "ok", terminalField: "1"}
-			for f, v := range seeded {
-				if f != l.Field {
-					want[f] = v
-				}
-			}
-			if diff := cmp.Diff(want, st); diff != "" {
-				t.Errorf("hash (-want +got):\n%s", diff)
-			}
-			if pttl <= 0 || pttl > int64(time.Hour/time.Millisecond) {
-				t.Errorf("PTTL %d, want the retention of 1h", pttl)
-			}
-		})
+				checkFinishSettled(t, e, l, seeded, retention, tc.wantErr == nil, tc.acked)
+			})
+		}
 	}
+}
+
+// checkFinishSettled asserts the message's PEL entry and hash after a
+// FinishSettle of l on a hash seeded with seeded, which applied or not.
+func checkFinishSettled(t *testing.T, e *env, l Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
+	t.Helper()
+	st, pttl := e.state(t)
+	if !applied {
+		if n := pending(t, e.c, e.key); n != 1 && !acked {
+			t.Errorf("a refused FinishSettle acknowledged the message (%d pending)", n)
+		}
+		if seeded == nil {
+			seeded = map[string]string{}
+		}
+		if diff := cmp.Diff(seeded, st); diff != "" {
+			t.Errorf("a refused FinishSettle changed the hash (-want +got):\n%s", diff)
+		}
+		return
+	}
+	if n := pending(t, e.c, e.key); n != 0 {
+		t.Errorf("%d entries pending after FinishSettle, want 0", n)
+	}
+	if retention == 0 {
+		if len(st) != 0 || pttl != -2 {
+			t.Errorf("hash after FinishSettle with retention 0: %v (PTTL %d), want none", st, pttl)
+		}
+		return
+	}
+	want := map[string]string{l.Field: "ok", terminalField: "1"}
+	for f, v := range seeded {
+		if f != l.Field {
+			want[f] = v
+		}
+	}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("hash (-want +got):\n%s", diff)
+	}
+	checkPTTL(t, retention, pttl)
 }

@@ -3,7 +3,6 @@ package invocation
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -86,15 +85,25 @@ func randomToken() string {
 // when it may (claim.lua):
 //
 //   - no state: attempt 1 is Claimed, running until now+lease;
+//
 //   - running with a live lease: Running, with RunningUntil;
+//
 //   - running with an expired lease: the owner died mid-run, so that attempt
 //     counts as executed and failed (Lost), and the next attempt is Claimed,
 //     or Exhausted when it was the last;
+//
 //   - next_attempt_at in the future: NotDue, with NextAttemptAt;
+//
 //   - next_attempt_at due: the next attempt is Claimed;
+//
 //   - "ok": Succeeded; exhausted: Exhausted or DeadLettered, with the
 //     exhausted attempt and its token in Lease;
+//
 //   - __terminal set: Terminal, and nothing changes.
+//
+//   - the message is no longer in key.Group's PEL (acknowledged, or its
+//     reference cleared): Terminal, and nothing changes, whatever the hash
+//     holds (docs/delivery.md#invocation-state).
 //
 // Claimed, Exhausted and DeadLettered carry PrevTrace, the lineage the
 // latest unsuccessful attempt stored (Lease.Trace).
@@ -110,90 +119,92 @@ func randomToken() string {
 // with millisecond precision. A malformed stored value is an error; the
 // caller must then not run the handler.
 func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Duration, maxAttempts int, rec Record) (Claim, error) {
-	hash := keys.Invocation(key.Stream, key.Group, key.MessageID)
+	hash := hashOf(key)
 	fail := func(err error) (Claim, error) {
 		return Claim{}, fmt.Errorf("claim %s in %s: %w", field, hash, err)
 	}
-	if err := CheckClaim(field, lease, maxAttempts); err != nil {
+	token := s.token()
+	args, err := s.claimArgs(key, field, lease, maxAttempts, rec, token)
+	if err != nil {
 		return fail(err)
+	}
+	r, err := s.claims.Do(ctx, s.claimGroup(key.Stream, hash), claimItem{hash: hash, stream: key.Stream, args: args})
+	if err != nil {
+		return fail(err)
+	}
+	c, err := claimOf(r, Lease{Key: key, Field: field}, token)
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// claimArgs checks Claim's arguments and returns its segment of
+// claim.lua's ARGV.
+func (s *Store) claimArgs(key Key, field string, lease time.Duration, maxAttempts int, rec Record, token string) ([]string, error) {
+	if err := CheckClaim(field, lease, maxAttempts); err != nil {
+		return nil, err
 	}
 	if err := CheckRecord(field, rec); err != nil {
-		return fail(err)
+		return nil, err
 	}
-	token := s.token()
 	if err := CheckToken(token); err != nil {
-		return fail(err)
+		return nil, err
+	}
+	if err := s.checkKeys(key); err != nil {
+		return nil, err
 	}
 	complete := "0"
 	if rec.Complete {
 		complete = "1"
 	}
-	args := make([]string, 0, 6+len(rec.Fields))
+	args := make([]string, 0, 8+len(rec.Fields))
 	args = append(args, field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts),
-		complete, strconv.Itoa(len(rec.Fields)))
-	args = append(args, rec.Fields...)
-	r, err := s.claims.Do(ctx, s.claimGroup(key.Stream, hash), claimItem{hash: hash, args: args})
-	if err != nil {
-		return fail(err)
-	}
-	base := Lease{Key: key, Field: field}
+		complete, key.Group, key.MessageID, strconv.Itoa(len(rec.Fields)))
+	return append(args, rec.Fields...), nil
+}
+
+// claimOf reads one claim's reply r: base is the lease of the claimed
+// field and token the claim's.
+func claimOf(r reply, base Lease, token string) (Claim, error) {
+	var c Claim
 	switch r.code {
 	case claimFirst:
-		deadlineMS := r.int(1)
-		if r.err != nil {
-			return fail(r.err)
-		}
-		l := base
-		l.Attempt, l.Token, l.Deadline = 1, token, time.UnixMilli(deadlineMS)
-		return Claim{Status: Claimed, Lease: l}, nil
+		c.Status, c.Lease = Claimed, base
+		c.Lease.Attempt, c.Lease.Token, c.Lease.Deadline = 1, token, time.UnixMilli(r.int(1))
 	case claimClaimed:
-		attempt, deadlineMS, prev, lost := r.int(1), r.int(2), r.str(3), r.int(4)
-		if r.err != nil {
-			return fail(r.err)
-		}
-		l := base
-		l.Attempt, l.Token, l.Deadline = int(attempt), token, time.UnixMilli(deadlineMS)
-		return Claim{Status: Claimed, Lease: l, PrevTrace: prev, Lost: int(lost)}, nil
+		c.Status, c.Lease = Claimed, base
+		c.Lease.Attempt, c.Lease.Token, c.Lease.Deadline = int(r.int(1)), token, time.UnixMilli(r.int(2))
+		c.PrevTrace, c.Lost = r.str(3), int(r.int(4))
 	case claimRunning:
-		deadlineMS := r.int(1)
-		if r.err != nil {
-			return fail(r.err)
-		}
-		return Claim{Status: Running, RunningUntil: time.UnixMilli(deadlineMS)}, nil
+		c.Status, c.RunningUntil = Running, time.UnixMilli(r.int(1))
 	case claimNotDue:
-		nextMS := r.int(1)
-		if r.err != nil {
-			return fail(r.err)
-		}
-		return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(nextMS)}, nil
+		c.Status, c.NextAttemptAt = NotDue, time.UnixMilli(r.int(1))
 	case claimSucceeded:
-		return Claim{Status: Succeeded}, nil
+		c.Status = Succeeded
 	case claimExhausted, claimDeadLettered:
-		attempt, tok, prev := r.int(1), r.str(2), r.str(3)
-		var lost int64
-		if r.code == claimExhausted { // not 0 only when this claim exhausted the invocation
-			lost = r.int(4)
-		}
-		if r.err != nil {
-			return fail(r.err)
-		}
-		l := base
-		l.Attempt, l.Token = int(attempt), tok
-		st := Exhausted
+		c.Status, c.Lease = Exhausted, base
 		if r.code == claimDeadLettered {
-			st = DeadLettered
+			c.Status = DeadLettered
 		}
-		return Claim{Status: st, Lease: l, PrevTrace: prev, Lost: int(lost)}, nil
+		c.Lease.Attempt, c.Lease.Token, c.PrevTrace = int(r.int(1)), r.str(2), r.str(3)
+		if r.code == claimExhausted { // not 0 only when this claim exhausted the invocation
+			c.Lost = int(r.int(4))
+		}
 	case claimTerminal:
-		return Claim{Status: Terminal}, nil
+		c.Status = Terminal
 	case claimMalformed:
 		v := r.str(1)
-		if r.err != nil {
-			return fail(r.err)
+		if r.err == nil {
+			return Claim{}, fmt.Errorf("malformed state %q", v)
 		}
-		return fail(fmt.Errorf("malformed state %q", v))
+	default:
+		return Claim{}, r.unknown()
 	}
-	return fail(r.unknown())
+	if r.err != nil {
+		return Claim{}, r.err
+	}
+	return c, nil
 }
 
 // Release gives a claimed attempt back without charging it, for a runtime
@@ -202,7 +213,8 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 // next Claim runs the same attempt number; for attempt 1 (0 used) too, so
 // that Unfinished still lists the invocation. A non-empty l.Trace is stored in
 // TraceField(l.Field) either way. ErrStale unless the field is running with
-// l's attempt and token; ErrTerminal on a retained hash.
+// l's attempt and token; ErrTerminal on a retained hash or once the
+// message left the group's PEL.
 func (s *Store) Release(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "release", releaseScript, l, l.Trace)
 	return err
@@ -212,32 +224,38 @@ func (s *Store) Release(ctx context.Context, l Lease) error {
 // unless the field is running with l's attempt and token, including when it
 // is "ok" already (Finish is not idempotent: "ok" carries no token, so a
 // caller that lost the reply learns the outcome from Claim, which reports
-// Succeeded). ErrTerminal on a retained hash.
+// Succeeded). ErrTerminal on a retained hash or once the message left the
+// group's PEL.
 func (s *Store) Finish(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "finish", finishScript, l)
 	return err
 }
 
 // FinishSettle records the success of the last unfinished invocation of a
-// message (the field becomes "ok"), acknowledges the message in its group
-// (XACK) and switches its hash to terminal retention with a TTL of ttl, all
-// in one script (finish_settle.lua): Finish, then the acknowledgement and
-// Retain, without a round trip or a crash between them. The caller must
-// know every other invocation of the message is terminal. ErrStale unless
-// the field is running with l's attempt and token, and then nothing is
-// acknowledged; ErrTerminal on a retained hash. Under Redis Cluster the
-// stream and the hash must share a hash slot (a stream name with a hash
-// tag).
-func (s *Store) FinishSettle(ctx context.Context, l Lease, ttl time.Duration) error {
+// message, acknowledges the message in its group (XACK) and applies the
+// retention of its hash, all in one script (finish_settle.lua): Finish,
+// then the acknowledgement and Retain, without a round trip or a crash
+// between them. retention is CheckRetention's: 0 deletes the hash in that
+// script, so none outlives the XACK; otherwise the field becomes "ok" and
+// the hash gets __terminal and a TTL of retention. The caller must know
+// every other invocation of the message is terminal. ErrStale unless the
+// field is running with l's attempt and token, and then nothing is
+// acknowledged; ErrTerminal on a retained hash or when the message is no
+// longer in the group's PEL. Under Redis Cluster the stream and the hash
+// must share a hash slot (a stream name with a hash tag).
+func (s *Store) FinishSettle(ctx context.Context, l Lease, retention time.Duration) error {
 	hash := hashOf(l.Key)
 	fail := func(err error) error { return fmt.Errorf("finish and settle %s in %s: %w", l.Field, hash, err) }
 	if err := l.Check(); err != nil {
 		return fail(err)
 	}
-	if ttl < time.Millisecond {
-		return fail(fmt.Errorf("ttl %v: must be >= 1ms", ttl))
+	if err := s.checkKeys(l.Key); err != nil {
+		return fail(err)
 	}
-	g := settleGroup{stream: l.Key.Stream, group: l.Key.Group, ttl: strconv.FormatInt(ttl.Milliseconds(), 10)}
+	if err := CheckRetention(retention); err != nil {
+		return fail(err)
+	}
+	g := settleGroup{stream: l.Key.Stream, group: l.Key.Group, ttl: retentionArg(retention)}
 	code, err := s.settles.Do(ctx, g, settleItem{hash: hash, args: [4]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.MessageID}})
 	if err != nil {
 		return fail(err)
@@ -258,7 +276,8 @@ func (s *Store) FinishSettle(ctx context.Context, l Lease, ttl time.Duration) er
 // (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>, and a
 // non-empty l.Trace in TraceField(l.Field). backoff must be >= 0 and is used
 // with millisecond precision. ErrStale unless the field is running with l's
-// attempt and token; ErrTerminal on a retained hash.
+// attempt and token; ErrTerminal on a retained hash or once the message
+// left the group's PEL.
 func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duration) (time.Time, error) {
 	if backoff < 0 {
 		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0",
@@ -280,7 +299,7 @@ func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duratio
 // (exhaust.lua), and a non-empty l.Trace in TraceField(l.Field). The caller
 // then writes the DLQ entry and calls MarkDLQ with the same lease. ErrStale
 // unless the field is running with l's attempt and token; ErrTerminal on a
-// retained hash.
+// retained hash or once the message left the group's PEL.
 func (s *Store) Exhaust(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "exhaust", exhaustScript, l, l.Trace)
 	return err
@@ -290,92 +309,103 @@ func (s *Store) Exhaust(ctx context.Context, l Lease) error {
 // exhausted:<attempt>:<token>:dlq (mark_dlq.lua). Idempotent: a field
 // already marked with l's attempt and token is left as is and nil returned.
 // ErrStale unless the field is exhausted with l's attempt and token;
-// ErrTerminal on a retained hash.
+// ErrTerminal on a retained hash or once the message left the group's PEL.
 func (s *Store) MarkDLQ(ctx context.Context, l Lease) error {
 	_, err := s.transition(ctx, "mark_dlq", markDLQScript, l)
 	return err
 }
 
-// Retain switches the hash of message key to terminal retention after the
-// message left the PEL (retain.lua): it sets __terminal and a TTL of ttl
-// (>= 1ms, millisecond precision). A missing hash is created with only the
-// marker, so late transitions of stale deliveries stay inert. Idempotent:
-// on a retained hash nothing changes, and the TTL already running is kept.
-// No other method removes a TTL; only Settle, FinishSettle and RetainAcked (for a
-// leaked hash) also set one.
-func (s *Store) Retain(ctx context.Context, key Key, ttl time.Duration) error {
+// Retain applies the retention of message key's hash after the message
+// left the PEL (retain.lua): with retention 0 the hash is deleted;
+// otherwise it gets __terminal and a TTL of retention (millisecond
+// precision), a running TTL being kept (a repeated Retain cannot extend
+// it). retention is CheckRetention's. A missing hash stays missing: a
+// stale delivery is inert without it, since every transition checks that
+// the message is still in the group's PEL. A message still pending is left
+// alone and an error returned: its state is live. Idempotent. No other
+// method removes a TTL; only Settle, FinishSettle and RetainAcked (for a
+// leaked hash) also apply the retention.
+func (s *Store) Retain(ctx context.Context, key Key, retention time.Duration) error {
 	hash := hashOf(key)
-	if ttl < time.Millisecond {
-		return fmt.Errorf("retain %s: ttl %v: must be >= 1ms", hash, ttl)
+	fail := func(err error) error { return fmt.Errorf("retain %s: %w", hash, err) }
+	if err := s.checkKeys(key); err != nil {
+		return fail(err)
 	}
-	return retainReply(hash, retainScript.Exec(ctx, s.client, []string{hash}, []string{strconv.FormatInt(ttl.Milliseconds(), 10)}))
-}
-
-func retainReply(hash string, res rueidis.RedisResult) error {
-	r, err := decode(res)
+	if err := CheckRetention(retention); err != nil {
+		return fail(err)
+	}
+	r, err := decode(retainScript.Exec(ctx, s.client, []string{hash, key.Stream}, []string{key.Group, key.MessageID, retentionArg(retention)}))
 	if err != nil {
-		return fmt.Errorf("retain %s: %w", hash, err)
+		return fail(err)
 	}
 	switch r.code {
-	case codeApplied, codeAlready:
+	case codeApplied, codeAlready, codeMissing:
 		return nil
+	case codePending:
+		return fail(fmt.Errorf("message %s is still pending in %s group %s: its state is live", key.MessageID, key.Stream, key.Group))
 	}
-	return fmt.Errorf("retain %s: %w", hash, r.unknown())
+	return fail(r.unknown())
 }
 
-// retainSHA is the SHA1 digest of retain.lua as retainScript sends it
-// (helpers included), for Settle's EVALSHA.
-var retainSHA = func() string {
-	sum := sha1.Sum([]byte(withHelpers(mustRead("retain.lua"))))
-	return hex.EncodeToString(sum[:])
-}()
-
-// Settle acknowledges message key.MessageID in consumer group key.Group
-// of stream key.Stream (XACK) and then switches the message's hash to
-// terminal retention exactly as Retain does, in one round trip instead of
-// two. Call it where XACK would be called followed by Retain: once every
-// invocation of the message is terminal (docs/delivery.md#invocation-state).
+// Settle acknowledges message key.MessageID in consumer group key.Group of
+// stream key.Stream (XACK) and applies the retention of its hash as Retain
+// does, in one script (settle.lua): with retention 0 the hash is deleted
+// with the XACK, so none is left behind. Call it where XACK would be
+// called followed by Retain: once every invocation of the message is
+// terminal (docs/delivery.md#invocation-state). A message no longer in the
+// group's PEL was settled already (by another delivery) or its reference
+// cleared: nothing changes and both errors are nil. retention is
+// CheckRetention's. Under Redis Cluster the stream and the hash must share
+// a hash slot (a stream name with a hash tag, docs/deployment.md).
 //
-// The two commands are pipelined on one connection, so Redis runs the
-// retain after the XACK, never before it. Pipelining cannot make the retain
-// depend on the XACK's reply: when the XACK fails with an error reply the
-// retain has still run. The only such reply XACK gives is WRONGTYPE (Redis
-// answers 0 for a missing stream, group or id): the key holds no stream,
-// so no PEL holds the message any more and the retention still follows its
-// leaving the PEL. Errors of the connection or of the server (LOADING,
-// READONLY, OOM) fail both commands alike.
-// Under Redis Cluster, when the stream and the hash are in different slots
-// (the stream name has no hash tag), the two could reach different nodes
-// in any order, so Settle sends the XACK and, after its reply, the
-// retain. If Redis lost the script cache (NOSCRIPT), the retain is sent
-// again as Retain sends it.
-//
-// ackErr is the XACK's error; nothing is acknowledged then. retainErr is
-// the retain's, with the message acknowledged; Retain may be retried.
+// ackErr is the script's error; nothing is acknowledged then. retainErr
+// is always nil: the retention cannot fail apart from the XACK.
 // Idempotent, like XACK and Retain.
-func (s *Store) Settle(ctx context.Context, key Key, ttl time.Duration) (ackErr, retainErr error) {
+func (s *Store) Settle(ctx context.Context, key Key, retention time.Duration) (ackErr, retainErr error) {
 	hash := hashOf(key)
-	if ttl < time.Millisecond {
-		err := fmt.Errorf("ack and retain %s: ttl %v: must be >= 1ms", hash, ttl)
-		return err, err
+	fail := func(err error) error {
+		return fmt.Errorf("ack and retain %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err)
 	}
-	b := s.client.B()
-	xack := b.Xack().Key(key.Stream).Group(key.Group).Id(key.MessageID).Build().ToRetryable()
-	retain := b.Evalsha().Sha1(retainSHA).Numkeys(1).Key(hash).Arg(strconv.FormatInt(ttl.Milliseconds(), 10)).Build().ToRetryable()
-	if s.client.Mode() == rueidis.ClientModeCluster && xack.Slot() != retain.Slot() {
-		if err := s.client.Do(ctx, xack).Error(); err != nil {
-			return fmt.Errorf("ack %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err), nil
-		}
-		return nil, s.Retain(ctx, key, ttl)
+	if err := s.checkKeys(key); err != nil {
+		return fail(err), nil
 	}
-	res := s.client.DoMulti(ctx, xack, retain)
-	if err := res[0].Error(); err != nil {
-		return fmt.Errorf("ack %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err), nil
+	if err := CheckRetention(retention); err != nil {
+		return fail(err), nil
 	}
-	if e, ok := rueidis.IsRedisErr(res[1].Error()); ok && e.IsNoScript() {
-		return nil, s.Retain(ctx, key, ttl)
+	r, err := decode(settleScript.Exec(ctx, s.client, []string{hash, key.Stream}, []string{key.Group, key.MessageID, retentionArg(retention)}))
+	if err != nil {
+		return fail(err), nil
 	}
-	return nil, retainReply(hash, res[1])
+	switch r.code {
+	case codeApplied, codeTerminal:
+		return nil, nil
+	}
+	return fail(r.unknown()), nil
+}
+
+// CheckRetention reports whether retention is one a Store applies: 0
+// deletes a message's state when it leaves the PEL, a positive value (>=
+// 1ms, millisecond precision) keeps it that long. Every StateStore refuses
+// what it refuses.
+func CheckRetention(retention time.Duration) error {
+	if retention != 0 && retention < time.Millisecond {
+		return fmt.Errorf("retention %v: must be 0 (delete) or >= 1ms", retention)
+	}
+	return nil
+}
+
+func retentionArg(retention time.Duration) string {
+	return strconv.FormatInt(retention.Milliseconds(), 10)
+}
+
+// checkKeys reports, under Redis Cluster, a stream whose invocation hashes
+// are in another hash slot: every script touches both
+// (docs/deployment.md#redis-cluster-one-hash-slot-per-stream).
+func (s *Store) checkKeys(k Key) error {
+	if s.cluster && keys.Slot(k.Stream) != keys.Slot(hashOf(k)) {
+		return fmt.Errorf("stream %q has no hash tag, so under Redis Cluster its invocation hashes are in other hash slots (docs/deployment.md); name it with a tag such as {%s}", k.Stream, k.Stream)
+	}
+	return nil
 }
 
 // Client returns the Redis client the Store uses, so that a caller can
@@ -387,14 +417,18 @@ func (s *Store) Client() rueidis.Client { return s.client }
 // value already, and returns the value that holds now: the first writer
 // wins and every later caller adopts its value (pin.lua). field must start
 // with "__" and must be neither "__terminal" nor a trace field
-// ("__trace:..."). ErrTerminal on a retained hash. Retrying is safe: a lost
-// reply's write is read back as the pin.
+// ("__trace:..."). ErrTerminal on a retained hash or when the message is
+// no longer in the group's PEL. Retrying is safe: a lost reply's write is
+// read back as the pin.
 func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, error) {
 	hash := hashOf(key)
 	if !strings.HasPrefix(field, "__") || field == terminalField || strings.HasPrefix(field, tracePrefix) || len(field) < 3 {
 		return "", fmt.Errorf("pin %s in %s: field must be a reserved \"__<name>\" other than __terminal and __trace:*", field, hash)
 	}
-	r, err := exec(ctx, s.client, pinScript, hash, field, value)
+	if err := s.checkKeys(key); err != nil {
+		return "", fmt.Errorf("pin %s in %s: %w", field, hash, err)
+	}
+	r, err := decode(pinScript.Exec(ctx, s.client, []string{hash, key.Stream}, []string{field, value, key.Group, key.MessageID}))
 	if err != nil {
 		return "", fmt.Errorf("pin %s in %s: %w", field, hash, err)
 	}
@@ -457,8 +491,9 @@ func UnfinishedOf(m map[string]string) Unfinished {
 	return u
 }
 
-// transition runs one fenced script on l with the arguments field, attempt,
-// token and then extra, and maps the shared reply codes.
+// transition runs one fenced script on l with the keys hash and stream and
+// the arguments field, attempt, token, extra, group and message id, and
+// maps the shared reply codes.
 func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Lease, extra ...string) (reply, error) {
 	hash := hashOf(l.Key)
 	fail := func(err error) (reply, error) {
@@ -467,8 +502,11 @@ func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Le
 	if err := l.Check(); err != nil {
 		return fail(err)
 	}
-	args := append([]string{l.Field, strconv.Itoa(l.Attempt), l.Token}, extra...)
-	r, err := exec(ctx, s.client, sc, hash, args...)
+	if err := s.checkKeys(l.Key); err != nil {
+		return fail(err)
+	}
+	args := append(append([]string{l.Field, strconv.Itoa(l.Attempt), l.Token}, extra...), l.Key.Group, l.Key.MessageID)
+	r, err := decode(sc.Exec(ctx, s.client, []string{hash, l.Key.Stream}, args))
 	if err != nil {
 		return fail(err)
 	}
@@ -559,10 +597,6 @@ type reply struct {
 	code int64
 	arr  []rueidis.RedisMessage
 	err  error
-}
-
-func exec(ctx context.Context, c rueidis.Client, sc *rueidis.Lua, hash string, args ...string) (reply, error) {
-	return decode(sc.Exec(ctx, c, []string{hash}, args))
 }
 
 // decode reads a script reply {code, ...}.

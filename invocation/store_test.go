@@ -2,6 +2,7 @@ package invocation
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -168,6 +169,7 @@ func TestClaimRetryFlow(t *testing.T) {
 			t.Fatalf("mark_dlq: %v", err)
 		}
 	}
+	e.ack(t, e.key)
 	if err := e.s.Retain(ctx, e.key, DefaultRetention); err != nil {
 		t.Fatal(err)
 	}
@@ -242,37 +244,66 @@ func TestClaimConcurrent(t *testing.T) {
 	}
 }
 
-func TestRetainMakesEveryTransitionInert(t *testing.T) {
-	e := newEnv(t, "")
-	ctx := t.Context()
-	c := mustClaim(t, e, time.Minute, 5)
-	e.seed(t, map[string]string{"ex/handler": exhausted(2, "tok")}, 0)
-	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
-		t.Fatal(err)
+// TestStaleDeliveryAfterAckIsInert: a delivery that claimed before another
+// worker acknowledged the message, and held its lease in memory, changes
+// nothing afterwards, with any retention: its transitions and new claims
+// are refused, nothing runs, and no state reappears, whether the ack path
+// retained the hash (retention on) or deleted it (retention 0).
+func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
+	for _, retention := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("retention %v", retention), func(t *testing.T) {
+			e := newEnv(t, "")
+			ctx := t.Context()
+			c := mustClaim(t, e, time.Minute, 5)
+			e.seed(t, map[string]string{"ex/handler": exhausted(2, "tok")}, 0)
+			// Another worker settles the message.
+			if ackErr, retainErr := e.s.Settle(ctx, e.key, retention); ackErr != nil || retainErr != nil {
+				t.Fatalf("settle: %v %v", ackErr, retainErr)
+			}
+			before, ttlBefore := e.state(t)
+			checkStaleInert(t, e, c.Lease, retention)
+			after, ttlAfter := e.state(t)
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Errorf("hash changed (-before +after):\n%s", diff)
+			}
+			if retention == 0 && ttlAfter != -2 {
+				t.Errorf("PTTL %d after the transitions, want no hash", ttlAfter)
+			}
+			if retention > 0 && (ttlAfter <= 0 || ttlAfter > ttlBefore) {
+				t.Errorf("PTTL %d after the transitions, was %d", ttlAfter, ttlBefore)
+			}
+			if n := pending(t, e.c, e.key); n != 0 {
+				t.Errorf("the message is pending again")
+			}
+		})
 	}
-	before, ttlBefore := e.state(t)
+}
 
-	if got := mustClaim(t, e, time.Minute, 5); got.Status != Terminal {
-		t.Errorf("claim = %v, want terminal", got.Status)
+// checkStaleInert runs every transition of a stale delivery holding lease
+// l of e.key after its message left the PEL, and expects each refused.
+func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
+	t.Helper()
+	ctx := t.Context()
+	for _, f := range []string{l.Field, "new/handler"} {
+		if got, err := e.s.Claim(ctx, e.key, f, time.Minute, 5, Record{}); err != nil || got.Status != Terminal {
+			t.Errorf("claim of %s = %v %v, want terminal", f, got.Status, err)
+		}
 	}
-	if got, err := e.s.Claim(ctx, e.key, "new/handler", time.Minute, 5, Record{}); err != nil || got.Status != Terminal {
-		t.Errorf("claim of a new field = %v %v, want terminal", got.Status, err)
-	}
-	// A first delivery's claim records the message's other invocations: on
-	// a retained hash it records nothing.
+	// A first delivery's claim records the message's other invocations:
+	// after the ack it records nothing.
 	rec := Record{Fields: []string{"other/handler"}, Complete: true}
 	if got, err := e.s.Claim(ctx, e.key, "late/handler", time.Minute, 5, rec); err != nil || got.Status != Terminal {
 		t.Errorf("recording claim = %v %v, want terminal", got.Status, err)
 	}
 	exLease := Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
-	_, retryErr := e.s.ScheduleRetry(ctx, c.Lease, time.Second)
+	_, retryErr := e.s.ScheduleRetry(ctx, l, time.Second)
 	_, pinErr := e.s.Pin(ctx, e.key, "__schedule", "late")
 	for name, err := range map[string]error{
-		"release":        e.s.Release(ctx, c.Lease),
-		"finish":         e.s.Finish(ctx, c.Lease),
-		"finish_settle":  e.s.FinishSettle(ctx, c.Lease, time.Minute),
+		"release":        e.s.Release(ctx, l),
+		"finish":         e.s.Finish(ctx, l),
+		"finish_settle":  e.s.FinishSettle(ctx, l, retention),
 		"schedule_retry": retryErr,
-		"exhaust":        e.s.Exhaust(ctx, c.Lease),
+		"exhaust":        e.s.Exhaust(ctx, l),
 		"mark_dlq":       e.s.MarkDLQ(ctx, exLease),
 		"pin":            pinErr,
 	} {
@@ -280,32 +311,31 @@ func TestRetainMakesEveryTransitionInert(t *testing.T) {
 			t.Errorf("%s: %v, want ErrTerminal", name, err)
 		}
 	}
+	if ackErr, retainErr := e.s.Settle(ctx, e.key, 7*24*time.Hour); ackErr != nil || retainErr != nil {
+		t.Errorf("settle again: %v %v", ackErr, retainErr)
+	}
 	if err := e.s.Retain(ctx, e.key, 7*24*time.Hour); err != nil {
 		t.Errorf("retain again: %v", err)
 	}
-
-	after, ttlAfter := e.state(t)
-	if diff := cmp.Diff(before, after); diff != "" {
-		t.Errorf("hash changed (-before +after):\n%s", diff)
-	}
-	if ttlAfter <= 0 || ttlAfter > ttlBefore {
-		t.Errorf("PTTL %d after the transitions, was %d", ttlAfter, ttlBefore)
+	if u, err := e.s.Unfinished(ctx, e.key); err != nil || len(u.Fields) != 0 {
+		t.Errorf("unfinished = %v %v, want none", u, err)
 	}
 }
 
-func TestRetainMissingKeyMakesLateDeliveriesInert(t *testing.T) {
+// TestRetainKeepsLateDeliveriesInert: Retain of an acknowledged message
+// without state creates nothing, and a late claim is inert all the same.
+func TestRetainKeepsLateDeliveriesInert(t *testing.T) {
 	e := newEnv(t, "")
+	e.ack(t, e.key)
 	if err := e.s.Retain(t.Context(), e.key, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustClaim(t, e, time.Minute, 5); got.Status != Terminal {
 		t.Errorf("claim = %v, want terminal", got.Status)
 	}
-	hash, pttl := e.state(t)
-	if diff := cmp.Diff(map[string]string{terminalField: "1"}, hash); diff != "" {
-		t.Errorf("hash (-want +got):\n%s", diff)
+	if hash, pttl := e.state(t); len(hash) != 0 || pttl != -2 {
+		t.Errorf("hash %v (PTTL %d), want none", hash, pttl)
 	}
-	checkPTTL(t, time.Hour, pttl)
 }
 
 func TestGet(t *testing.T) {
@@ -349,7 +379,8 @@ func TestInvalidArguments(t *testing.T) {
 		"finish token with ':'":  e.s.Finish(ctx, bad(func(l *Lease) { l.Token = "a:b" })),
 		"finish reserved field":  e.s.Finish(ctx, bad(func(l *Lease) { l.Field = "__x" })),
 		"schedule_retry backoff": retryErr,
-		"retain zero ttl":        e.s.Retain(ctx, e.key, 0),
+		"retain negative ttl":    e.s.Retain(ctx, e.key, -time.Millisecond),
+		"retain while pending":   e.s.Retain(ctx, e.key, time.Hour),
 	} {
 		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
 			t.Errorf("%s: %v, want a validation error", name, err)
@@ -436,6 +467,7 @@ func TestPinFirstWriterWins(t *testing.T) {
 		t.Errorf("pin after the first = %q %v, want %q", v, err, got[0])
 	}
 
+	e.ack(t, e.key)
 	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -496,6 +528,7 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 	if err := e.s.MarkDLQ(ctx, c.Lease); err != nil {
 		t.Fatal(err)
 	}
+	e.ack(t, e.key)
 	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
 		t.Fatal(err)
 	}

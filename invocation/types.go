@@ -30,8 +30,9 @@ const (
 	Exhausted
 	// DeadLettered: exhausted and its DLQ entry is persisted.
 	DeadLettered
-	// Terminal: the hash is retained (__terminal set); the message already
-	// left the PEL and every transition is inert.
+	// Terminal: the message already left the group's PEL (acknowledged, or
+	// its reference cleared), or its hash is retained (__terminal set, a
+	// rewound group delivering it again): every transition is inert.
 	Terminal
 )
 
@@ -125,7 +126,9 @@ var (
 	// ErrStale is returned by a transition whose lease no longer matches the
 	// stored attempt and token: another delivery owns the invocation now.
 	ErrStale = errors.New("invocation: stale lease")
-	// ErrTerminal is returned by a transition on a retained hash: the
-	// message already left the PEL and its state is frozen.
+	// ErrTerminal is returned by a transition once the message left the
+	// consumer group's PEL (acknowledged, or its reference cleared), or on
+	// a retained hash: the state is frozen, or gone with retention 0
+	// (docs/delivery.md#invocation-state).
 	ErrTerminal = errors.New("invocation: terminal state is retained")
 )

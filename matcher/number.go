@@ -26,21 +26,37 @@ const maxExp = 1 << 50
 // zeros are still refused (YAML 1.1 reads them as octal), but ".5" and "5."
 // are accepted.
 func parseDecimal(s string, yamlForms bool) (decimal, bool) {
-	var d decimal
-	i := 0
+	neg, intPart, frac, i, ok := parseMantissa(s, yamlForms)
+	if !ok {
+		return decimal{}, false
+	}
+	e10, ok := parseExponent(s, i)
+	if !ok {
+		return decimal{}, false
+	}
+	d := normalise(intPart, frac, e10)
+	d.neg = neg
+	if d.ndigits() == 0 {
+		return decimal{}, true
+	}
+	return d, true
+}
+
+// parseMantissa reads the sign, integer part and fraction of a number
+// (parseDecimal's forms) and returns them with the index after them.
+func parseMantissa(s string, yamlForms bool) (neg bool, intPart, frac string, i int, ok bool) {
 	if i < len(s) && (s[i] == '-' || (yamlForms && s[i] == '+')) {
-		d.neg = s[i] == '-'
+		neg = s[i] == '-'
 		i++
 	}
 	start := i
 	for i < len(s) && isDigit(s[i]) {
 		i++
 	}
-	intPart := s[start:i]
+	intPart = s[start:i]
 	if len(intPart) > 1 && intPart[0] == '0' {
-		return decimal{}, false // leading zeros: not JSON, and octal in YAML 1.1
+		return false, "", "", 0, false // leading zeros: not JSON, and octal in YAML 1.1
 	}
-	var frac string
 	if i < len(s) && s[i] == '.' {
 		i++
 		start = i
@@ -49,41 +65,53 @@ func parseDecimal(s string, yamlForms bool) (decimal, bool) {
 		}
 		frac = s[start:i]
 		if frac == "" && !yamlForms {
-			return decimal{}, false
+			return false, "", "", 0, false
 		}
 	}
 	if intPart == "" && (frac == "" || !yamlForms) {
-		return decimal{}, false
+		return false, "", "", 0, false
+	}
+	return neg, intPart, frac, i, true
+}
+
+// parseExponent reads the optional exponent s[i:] ("e-7"), which must end
+// s, bounded to maxExp.
+func parseExponent(s string, i int) (int64, bool) {
+	if i == len(s) {
+		return 0, true
+	}
+	if s[i] != 'e' && s[i] != 'E' {
+		return 0, false
+	}
+	i++
+	eneg := false
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		eneg = s[i] == '-'
+		i++
+	}
+	if i == len(s) {
+		return 0, false
 	}
 	var e10 int64
-	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
-		i++
-		eneg := false
-		if i < len(s) && (s[i] == '+' || s[i] == '-') {
-			eneg = s[i] == '-'
-			i++
+	for ; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return 0, false
 		}
-		if i == len(s) {
-			return decimal{}, false
-		}
-		for ; i < len(s); i++ {
-			if !isDigit(s[i]) {
-				return decimal{}, false
-			}
-			if e10 < maxExp {
-				e10 = e10*10 + int64(s[i]-'0')
-			}
-		}
-		e10 = min(e10, maxExp)
-		if eneg {
-			e10 = -e10
+		if e10 < maxExp {
+			e10 = e10*10 + int64(s[i]-'0')
 		}
 	}
-	if i != len(s) {
-		return decimal{}, false
+	e10 = min(e10, maxExp)
+	if eneg {
+		e10 = -e10
 	}
+	return e10, true
+}
 
-	// Normalise: drop leading zeros, then trailing zeros.
+// normalise returns the decimal intPart.frac × 10^e10 without leading or
+// trailing zeros, its exponent bounded; the sign is the caller's.
+func normalise(intPart, frac string, e10 int64) decimal {
+	var d decimal
 	for intPart != "" && intPart[0] == '0' {
 		intPart = intPart[1:]
 	}
@@ -106,14 +134,11 @@ func parseDecimal(s string, yamlForms bool) (decimal, bool) {
 		}
 	}
 	d.hi, d.lo = intPart, frac
-	if d.ndigits() == 0 {
-		return decimal{}, true
-	}
 	// Bound the value's exponent, not only the literal's: String writes
 	// d.ddd e(exp-1), whose literal must be within maxExp for the canonical
 	// form to parse back to itself.
 	d.exp = min(max(d.exp, 1-maxExp), maxExp+1)
-	return d, true
+	return d
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -33,6 +33,17 @@ type StateStoreHarness struct {
 	// not keep Lease.Trace for the next Claim's PrevTrace: relay.go makes
 	// that optional.
 	NoTraceLineage bool
+	// Deliver returns the key of a new message of a stream of the sub-test,
+	// pending in its consumer group's PEL as a delivery finds it (XADD,
+	// then XREADGROUP). The suite calls it twice per sub-test.
+	Deliver func(t *testing.T) invocation.Key
+	// Ack acknowledges the message of key (XACK), as another worker's
+	// settlement does: it leaves the PEL.
+	Ack func(t *testing.T, key invocation.Key)
+	// Redeliver puts the acknowledged message of key back in the group's
+	// PEL, as a rewound group (XGROUP SETID to an older id, then a read)
+	// delivers it again. Nil skips the cases that need it.
+	Redeliver func(t *testing.T, key invocation.Key)
 }
 
 // TestStateStore runs the contract of relay.StateStore
@@ -47,8 +58,13 @@ type StateStoreHarness struct {
 // Exhaust and the idempotent MarkDLQ; Release of first and later attempts
 // without charging them; ErrStale for every transition whose attempt or
 // token does not match, or whose state does not exist; ErrTerminal for every
-// transition once Retain ran; the retention TTL running out, and not being
-// extended by a second Retain; independence of fields and keys; exactly one
+// transition and a Terminal claim once the message left the PEL, whether
+// Retain kept its state or deleted it (retention 0) or there was none, so a
+// stale delivery changes nothing; Retain refused while the message is
+// pending; a rewound message inert while its state is retained and handled
+// afresh once it is deleted or expired (unless Redeliver is nil); the
+// retention TTL not being extended by a second Retain; independence of
+// fields and keys; exactly one
 // winner among concurrent claims; first-writer-wins pins; the trace lineage
 // a Release, ScheduleRetry or Exhaust stores for the next Claim (unless the
 // harness sets NoTraceLineage); and rejection of ill-formed arguments.
@@ -57,19 +73,18 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			if h.Store == nil || h.Now == nil || h.Advance == nil || h.Short <= 0 {
-				t.Fatal("relaytest: StateStoreHarness needs Store, Now, Advance and a positive Short")
+			if h.Store == nil || h.Now == nil || h.Advance == nil || h.Short <= 0 || h.Deliver == nil || h.Ack == nil {
+				t.Fatal("relaytest: StateStoreHarness needs Store, Now, Advance, a positive Short, Deliver and Ack")
 			}
-			n := UniqueName(t)
-			c.run(t, &stateSuite{h: h, key: invocation.Key{Stream: n, Group: "group", MessageID: "1700000000000-0"}})
+			c.run(t, &stateSuite{h: h, key: h.Deliver(t), other: h.Deliver(t)})
 		})
 	}
 }
 
 // stateCases are the cases of TestStateStore, in the order they run. Each
-// is a function named state<case>, in contract_state_attempts.go or
-// contract_state_guards.go; a failure names the calling test and the case,
-// such as TestStoreContract/ClaimNew.
+// is a function named state<case>, in contract_state_attempts.go,
+// contract_state_guards.go or contract_state_retention.go; a failure names
+// the calling test and the case, such as TestStoreContract/ClaimNew.
 var stateCases = []struct {
 	name string
 	run  func(t *testing.T, s *stateSuite)
@@ -93,7 +108,12 @@ var stateCases = []struct {
 	{"IncompleteRecord", stateIncompleteRecord},
 	{"RecordArgumentsChecked", stateRecordArguments},
 	{"RetainMakesStateInert", stateRetainMakesStateInert},
-	{"RetainWithoutState", stateRetainWithoutState},
+	{"StaleDeliveryAfterAck", stateStaleDeliveryAfterAck},
+	{"StaleDeliveryAfterAckWithoutRetention", stateStaleDeliveryAfterAckWithoutRetention},
+	{"AckedWithoutState", stateAckedWithoutState},
+	{"RetainRefusedWhilePending", stateRetainRefusedWhilePending},
+	{"RedeliveredWhileRetained", stateRedeliveredWhileRetained},
+	{"RedeliveredAfterDeletion", stateRedeliveredAfterDeletion},
 	{"RetentionExpires", stateRetentionExpires},
 	{"RetainDoesNotExtendTTL", stateRetainDoesNotExtendTTL},
 	{"FieldsAndKeysAreIndependent", stateFieldsAndKeysAreIndependent},
@@ -109,8 +129,26 @@ const (
 )
 
 type stateSuite struct {
-	h   StateStoreHarness
-	key invocation.Key
+	h          StateStoreHarness
+	key, other invocation.Key // two messages, pending in their group
+}
+
+// settle acknowledges key's message and applies retention to its state,
+// as the Engine's ack path does (Ack, then Retain).
+func (s *stateSuite) settle(t *testing.T, key invocation.Key, retention time.Duration) {
+	t.Helper()
+	s.h.Ack(t, key)
+	if err := s.h.Store.Retain(t.Context(), key, retention); err != nil {
+		t.Fatalf("retain after the ack: %v", err)
+	}
+}
+
+// needRedeliver skips a case the harness cannot rewind for.
+func (s *stateSuite) needRedeliver(t *testing.T) {
+	t.Helper()
+	if s.h.Redeliver == nil {
+		t.Skip("the harness cannot deliver an acknowledged message again (StateStoreHarness.Redeliver)")
+	}
 }
 
 func (s *stateSuite) claim(t *testing.T, f string, lease time.Duration, maxAttempts int) invocation.Claim {
@@ -142,6 +180,8 @@ func (s *stateSuite) wantAllStale(t *testing.T, l invocation.Lease, want error) 
 	s.wantErr(t, "exhaust", want, st.Exhaust(ctx, l))
 	s.wantErr(t, "mark_dlq", want, st.MarkDLQ(ctx, l))
 }
+
+func isTerminal(err error) bool { return errors.Is(err, invocation.ErrTerminal) }
 
 func isContractErr(err error) bool {
 	return errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal)

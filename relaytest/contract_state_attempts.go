@@ -266,9 +266,7 @@ func stateUnfinishedListsWhatIsNotFinal(t *testing.T, s *stateSuite) {
 	if got := unfinished("with state"); !slices.Equal(got, want) {
 		t.Errorf("unfinished = %v, want %v (sorted; no ok, dead-lettered or reserved fields)", got, want)
 	}
-	if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	s.settle(t, s.key, time.Hour)
 	if got := unfinished("after retain"); len(got) != 0 {
 		t.Errorf("unfinished after retain = %v, want none", got)
 	}

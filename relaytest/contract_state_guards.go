@@ -46,10 +46,9 @@ func stateRetainMakesStateInert(t *testing.T, s *stateSuite) {
 		t.Fatal(err)
 	}
 	live := s.claim(t, otherField, time.Hour, 3)
-	for i := range 2 { // idempotent
-		if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil {
-			t.Fatalf("retain #%d: %v", i+1, err)
-		}
+	s.settle(t, s.key, time.Hour)
+	if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil { // idempotent
+		t.Fatalf("retain again: %v", err)
 	}
 	for _, f := range []string{field, otherField, "never/claimed"} {
 		if got := s.claim(t, f, time.Hour, 3); got.Status != invocation.Terminal {
@@ -61,52 +60,13 @@ func stateRetainMakesStateInert(t *testing.T, s *stateSuite) {
 	s.wantAllStale(t, done.Lease, invocation.ErrTerminal)
 }
 
-func stateRetainWithoutState(t *testing.T, s *stateSuite) {
-	if err := s.h.Store.Retain(t.Context(), s.key, time.Hour); err != nil {
-		t.Fatalf("retain: %v", err)
-	}
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Terminal {
-		t.Fatalf("claim after retaining a missing hash = %+v, want terminal", got)
-	}
-	s.wantAllStale(t, invocation.Lease{Key: s.key, Field: field, Attempt: 1, Token: "late"}, invocation.ErrTerminal)
-}
-
-func stateRetentionExpires(t *testing.T, s *stateSuite) {
-	c := s.claim(t, field, time.Hour, 3)
-	if err := s.h.Store.Finish(t.Context(), c.Lease); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.h.Store.Retain(t.Context(), s.key, s.h.Short); err != nil {
-		t.Fatal(err)
-	}
-	s.h.Advance(t, 2*s.h.Short)
-	// The state is gone, as if the message had never been seen.
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
-		t.Fatalf("claim after the retention TTL ran out = %+v, want attempt 1", got)
-	}
-}
-
-func stateRetainDoesNotExtendTTL(t *testing.T, s *stateSuite) {
-	if err := s.h.Store.Retain(t.Context(), s.key, s.h.Short); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.h.Store.Retain(t.Context(), s.key, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	s.h.Advance(t, 2*s.h.Short)
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed {
-		t.Fatalf("claim after the first TTL ran out = %+v, want claimed (a second Retain must not extend the TTL)", got)
-	}
-}
-
 func stateFieldsAndKeysAreIndependent(t *testing.T, s *stateSuite) {
 	a := s.claim(t, field, time.Hour, 3)
 	b := s.claim(t, otherField, time.Hour, 3)
 	if a.Status != invocation.Claimed || b.Status != invocation.Claimed || b.Lease.Attempt != 1 {
 		t.Fatalf("claims of two fields = %+v, %+v; want both claimed", a, b)
 	}
-	otherKey := s.key
-	otherKey.MessageID = "1700000000000-1"
+	otherKey := s.other
 	c, err := s.h.Store.Claim(t.Context(), otherKey, field, time.Hour, 3, invocation.Record{})
 	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 1 || c.Lease.Key != otherKey {
 		t.Fatalf("claim on another message = %+v, %v; want claimed attempt 1", c, err)
@@ -121,9 +81,7 @@ func stateFieldsAndKeysAreIndependent(t *testing.T, s *stateSuite) {
 	if got := s.claim(t, otherField, time.Hour, 3); got.Status != invocation.Running {
 		t.Errorf("claim of the other field = %+v, want still running", got)
 	}
-	if err := s.h.Store.Retain(t.Context(), otherKey, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	s.settle(t, otherKey, time.Hour)
 	if got := s.claim(t, otherField, time.Hour, 3); got.Status != invocation.Running {
 		t.Errorf("claim after retaining another message = %+v, want still running", got)
 	}
@@ -199,9 +157,7 @@ func statePinFirstWriterWins(t *testing.T, s *stateSuite) {
 			t.Errorf("pin of field %q succeeded, want an error (pins take a reserved \"__<name>\" field)", bad)
 		}
 	}
-	if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil {
-		t.Fatal(err)
-	}
+	s.settle(t, s.key, time.Hour)
 	if _, err := s.h.Store.Pin(ctx, s.key, "__other", "x"); !errors.Is(err, invocation.ErrTerminal) {
 		t.Errorf("pin on retained state: %v, want ErrTerminal", err)
 	}
@@ -233,8 +189,8 @@ func stateInvalidArguments(t *testing.T, s *stateSuite) {
 	if err := s.h.Store.Finish(ctx, noAttempt); err == nil || errors.Is(err, invocation.ErrTerminal) {
 		t.Errorf("finish of attempt 0: %v, want an error", err)
 	}
-	if err := s.h.Store.Retain(ctx, s.key, 0); err == nil {
-		t.Error("retain with a zero TTL succeeded, want an argument error")
+	if err := s.h.Store.Retain(ctx, s.key, -time.Second); err == nil {
+		t.Error("retain with a negative retention succeeded, want an argument error")
 	}
 	// Nothing was changed by the refused calls.
 	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Running {

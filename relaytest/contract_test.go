@@ -3,6 +3,7 @@ package relaytest_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -30,13 +32,54 @@ var start = time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
 func TestStateStoreContract(t *testing.T) {
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
 		clock := relaytest.NewManualClock(start)
-		return relaytest.StateStoreHarness{
-			Store:   relaytest.NewStateStore(relaytest.WithClock(clock)),
-			Now:     func(*testing.T) time.Time { return clock.Now() },
-			Advance: relaytest.AdvanceManual(clock),
-			Short:   time.Minute,
-		}
+		p := newPEL(t)
+		h := p.harness()
+		h.Store = relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithPending(p.has))
+		h.Now = func(*testing.T) time.Time { return clock.Now() }
+		h.Advance, h.Short = relaytest.AdvanceManual(clock), time.Minute
+		return h
 	})
+}
+
+// pel is a consumer group's PEL for the StateStore harnesses: the messages
+// Deliver adds are pending until Ack, and again after Redeliver.
+type pel struct {
+	stream string
+	mu     sync.Mutex
+	n      int
+	ids    map[invocation.Key]bool
+}
+
+func newPEL(t *testing.T) *pel {
+	return &pel{stream: relaytest.UniqueName(t), ids: map[invocation.Key]bool{}}
+}
+
+func (p *pel) has(k invocation.Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ids[k]
+}
+
+func (p *pel) set(k invocation.Key, pending bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids[k] = pending
+}
+
+// harness returns a StateStoreHarness with Deliver, Ack and Redeliver on p.
+func (p *pel) harness() relaytest.StateStoreHarness {
+	return relaytest.StateStoreHarness{
+		Deliver: func(*testing.T) invocation.Key {
+			p.mu.Lock()
+			p.n++
+			k := invocation.Key{Stream: p.stream, Group: "group", MessageID: "1700000000000-" + strconv.Itoa(p.n)}
+			p.mu.Unlock()
+			p.set(k, true)
+			return k
+		},
+		Ack:       func(_ *testing.T, k invocation.Key) { p.set(k, false) },
+		Redeliver: func(_ *testing.T, k invocation.Key) { p.set(k, true) },
+	}
 }
 
 func TestStreamSourceContract(t *testing.T) {
@@ -84,12 +127,11 @@ func TestDLQWriterContract(t *testing.T) {
 func TestStateStoreContractSystemClock(t *testing.T) {
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
 		now := func(*testing.T) time.Time { return time.Now() }
-		return relaytest.StateStoreHarness{
-			Store:   relaytest.NewStateStore(),
-			Now:     now,
-			Advance: relaytest.AdvanceByPolling(now),
-			Short:   50 * time.Millisecond,
-		}
+		p := newPEL(t)
+		h := p.harness()
+		h.Store = relaytest.NewStateStore(relaytest.WithPending(p.has))
+		h.Now, h.Advance, h.Short = now, relaytest.AdvanceByPolling(now), 50*time.Millisecond
+		return h
 	})
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -379,5 +379,5 @@ func TestOptionMisuse(t *testing.T) {
 	}
 }
 
-// The fake DLQ serves relay.Replay, so replay paths test without Redis.
-var _ relay.DLQReader = (*relaytest.DLQ)(nil)
+// The fake DLQ serves manual.Invoker.Replay, so replay paths test without Redis.
+var _ manual.DLQReader = (*relaytest.DLQ)(nil)

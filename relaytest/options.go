@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/relaydev/relay/invocation"
 )
 
 // DefaultBlock is how long Consumer.Read waits for a new entry before it
@@ -19,9 +21,10 @@ const DefaultBlock = 100 * time.Millisecond
 type Option func(*config) error
 
 type config struct {
-	clock Clock
-	block time.Duration
-	token func() string
+	clock   Clock
+	block   time.Duration
+	token   func() string
+	pending func(invocation.Key) bool
 	// set records which options were given, by name, so a constructor can
 	// reject the ones that do not apply to it.
 	set map[string]bool
@@ -64,6 +67,28 @@ func WithTokenSource(f func() string) Option {
 		}
 		o.token = f
 		return o.once("WithTokenSource")
+	}
+}
+
+// WithPending tells a StateStore whether a message is in its consumer
+// group's PEL, as invocation.Store asks Redis in every transition
+// (docs/delivery.md#invocation-state): a transition or claim of a message
+// that is not is inert (ErrTerminal, Terminal) and Retain refuses one that
+// is. f is called with the store's lock held, must be safe for concurrent
+// use and must not call the StateStore. Beside a Stream:
+//
+//	relaytest.WithPending(func(k invocation.Key) bool { return s.IsPending(k.MessageID) })
+//
+// Default: the StateStore does not know the PEL; its transitions take
+// every message as pending, and Retain trusts its caller that the message
+// left the PEL.
+func WithPending(f func(key invocation.Key) bool) Option {
+	return func(o *config) error {
+		if f == nil {
+			return fmt.Errorf("WithPending: nil function")
+		}
+		o.pending = f
+		return o.once("WithPending")
 	}
 }
 

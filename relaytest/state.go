@@ -16,7 +16,9 @@ import (
 // invocation.Store (docs/delivery.md#invocation-state; see that package's doc
 // for the state machine): one hash per message key, one field per invocation
 // "<app>/<handler>", every transition fenced on the lease's attempt and
-// token, inert once the hash is retained; first-writer-wins pins in reserved
+// token, inert once the hash is retained or, with WithPending, once the
+// message left its group's PEL (acknowledged, or its reference cleared),
+// whatever the hash holds; first-writer-wins pins in reserved
 // fields (Pin); and the trace lineage of the latest unsuccessful attempt
 // (Lease.Trace, returned by the next Claim as Claim.PrevTrace). Its clock
 // plays the part of the Redis server's TIME: deadlines are Unix milliseconds
@@ -29,8 +31,9 @@ import (
 //
 // Safe for concurrent use; every method is atomic, as a Lua script is.
 type StateStore struct {
-	clock Clock
-	token func() string
+	clock     Clock
+	token     func() string
+	isPending func(invocation.Key) bool
 
 	mu     sync.Mutex
 	hashes map[invocation.Key]*stateHash
@@ -101,10 +104,10 @@ func (v stateValue) String() string {
 }
 
 // NewStateStore returns an empty StateStore. Options: WithClock,
-// WithTokenSource.
+// WithTokenSource, WithPending.
 func NewStateStore(opts ...Option) *StateStore {
-	o := buildConfig("NewStateStore", opts, "WithClock", "WithTokenSource")
-	return &StateStore{clock: o.clock, token: o.token, hashes: map[invocation.Key]*stateHash{}}
+	o := buildConfig("NewStateStore", opts, "WithClock", "WithTokenSource", "WithPending")
+	return &StateStore{clock: o.clock, token: o.token, isPending: o.pending, hashes: map[invocation.Key]*stateHash{}}
 }
 
 // hash returns the live hash of key at nowMS, dropping it first when its
@@ -124,22 +127,14 @@ func (s *StateStore) hash(key invocation.Key, nowMS int64) *stateHash {
 const matchedField = "__matched"
 
 // Claim implements relay.StateStore.Claim as claim.lua does; see
-// invocation.Store.Claim for every outcome, and for rec.
+// invocation.Store.Claim for every outcome, and for rec. A message that is
+// not pending (WithPending) is Terminal and nothing is written.
 func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
 	fail := func(err error) (invocation.Claim, error) {
 		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
 	}
-	if err := invocation.CheckClaim(field, lease, maxAttempts); err != nil {
-		return fail(err)
-	}
-	if err := invocation.CheckRecord(field, rec); err != nil {
-		return fail(err)
-	}
 	token := s.token()
-	if err := invocation.CheckToken(token); err != nil {
-		return fail(err)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := checkClaim(ctx, field, lease, maxAttempts, rec, token); err != nil {
 		return fail(err)
 	}
 
@@ -147,87 +142,133 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
 	h := s.hash(key, now)
-	if h != nil && h.terminal {
+	if h != nil && h.terminal || !s.pending(key) {
 		return invocation.Claim{Status: invocation.Terminal}, nil
 	}
-	if rec.Complete || len(rec.Fields) > 0 {
-		if h == nil {
-			h = newHash()
-			s.hashes[key] = h
-		}
-		for _, f := range rec.Fields {
-			if _, ok := h.fields[f]; !ok {
-				h.fields[f] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: 0, token: token}
-			}
-		}
-		if rec.Complete {
-			h.reserved[matchedField] = "1"
-		}
+	c := claimer{s: s, key: key, field: field, lease: lease, maxAttempts: maxAttempts, token: token, now: now, h: h}
+	c.record(rec)
+	out, err := c.decide()
+	if err != nil {
+		return fail(err)
 	}
-	base := invocation.Lease{Key: key, Field: field}
-	prevTrace := func() string {
-		if h == nil {
-			return ""
-		}
-		return h.reserved[traceField(field)]
-	}
-	start := func(attempt int) invocation.Claim {
-		deadline := now + lease.Milliseconds()
-		if h == nil {
-			h = newHash()
-			s.hashes[key] = h
-		}
-		h.fields[field] = stateValue{kind: kindRunning, deadlineMS: deadline, attempt: attempt, token: token}
-		l := base
-		l.Attempt, l.Token, l.Deadline = attempt, token, time.UnixMilli(deadline)
-		return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: prevTrace()}
-	}
-	// executed attempts are used up: start the next one, or exhaust. lost
-	// is the attempt whose expired lease this claim charges, or 0.
-	nextAfter := func(executed, lost int) invocation.Claim {
-		if executed >= maxAttempts {
-			h.fields[field] = stateValue{kind: kindExhausted, attempt: executed, token: token}
-			l := base
-			l.Attempt, l.Token = executed, token
-			return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: prevTrace(), Lost: lost}
-		}
-		c := start(executed + 1)
-		c.Lost = lost
-		return c
-	}
+	return out, nil
+}
 
+// checkClaim refuses what invocation.Store's Claim refuses, and a done ctx.
+func checkClaim(ctx context.Context, field string, lease time.Duration, maxAttempts int, rec invocation.Record, token string) error {
+	if err := invocation.CheckClaim(field, lease, maxAttempts); err != nil {
+		return err
+	}
+	if err := invocation.CheckRecord(field, rec); err != nil {
+		return err
+	}
+	if err := invocation.CheckToken(token); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// claimer decides one Claim of field in key's hash h (nil: none yet) at
+// now, with s.mu held, as claim_one in invocation's prelude.lua does.
+type claimer struct {
+	s           *StateStore
+	key         invocation.Key
+	field       string
+	lease       time.Duration
+	maxAttempts int
+	token       string
+	now         int64
+	h           *stateHash
+}
+
+// ensure returns the hash, creating it when missing.
+func (c *claimer) ensure() *stateHash {
+	if c.h == nil {
+		c.h = newHash()
+		c.s.hashes[c.key] = c.h
+	}
+	return c.h
+}
+
+// record stores rec's fields as due with no attempt used unless they have
+// state, and the complete marker.
+func (c *claimer) record(rec invocation.Record) {
+	if !rec.Complete && len(rec.Fields) == 0 {
+		return
+	}
+	h := c.ensure()
+	for _, f := range rec.Fields {
+		if _, ok := h.fields[f]; !ok {
+			h.fields[f] = stateValue{kind: kindNextAttempt, deadlineMS: c.now, attempt: 0, token: c.token}
+		}
+	}
+	if rec.Complete {
+		h.reserved[matchedField] = "1"
+	}
+}
+
+func (c *claimer) prevTrace() string {
+	if c.h == nil {
+		return ""
+	}
+	return c.h.reserved[traceField(c.field)]
+}
+
+// start claims attempt: the field runs until now+lease.
+func (c *claimer) start(attempt int) invocation.Claim {
+	deadline := c.now + c.lease.Milliseconds()
+	c.ensure().fields[c.field] = stateValue{kind: kindRunning, deadlineMS: deadline, attempt: attempt, token: c.token}
+	l := invocation.Lease{Key: c.key, Field: c.field, Attempt: attempt, Token: c.token, Deadline: time.UnixMilli(deadline)}
+	return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: c.prevTrace()}
+}
+
+// nextAfter starts the attempt after executed ones, or exhausts the field
+// when they were the last. lost is the attempt whose expired lease this
+// claim charges, or 0.
+func (c *claimer) nextAfter(executed, lost int) invocation.Claim {
+	if executed >= c.maxAttempts {
+		c.h.fields[c.field] = stateValue{kind: kindExhausted, attempt: executed, token: c.token}
+		l := invocation.Lease{Key: c.key, Field: c.field, Attempt: executed, Token: c.token}
+		return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: c.prevTrace(), Lost: lost}
+	}
+	out := c.start(executed + 1)
+	out.Lost = lost
+	return out
+}
+
+// decide reads the field's value and claims, or reports, accordingly.
+func (c *claimer) decide() (invocation.Claim, error) {
 	var v stateValue
 	var ok bool
-	if h != nil {
-		v, ok = h.fields[field]
+	if c.h != nil {
+		v, ok = c.h.fields[c.field]
 	}
 	if !ok {
-		return start(1), nil
+		return c.start(1), nil
 	}
 	switch v.kind {
 	case kindOK:
 		return invocation.Claim{Status: invocation.Succeeded}, nil
 	case kindRunning:
-		if v.deadlineMS > now {
+		if v.deadlineMS > c.now {
 			return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		// The owner died or stalled mid-run: that attempt counts as failed.
-		return nextAfter(v.attempt, v.attempt), nil
+		return c.nextAfter(v.attempt, v.attempt), nil
 	case kindNextAttempt:
-		if v.deadlineMS > now {
+		if v.deadlineMS > c.now {
 			return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
 		}
-		return nextAfter(v.attempt, 0), nil
+		return c.nextAfter(v.attempt, 0), nil
 	case kindExhausted:
-		l := base
-		l.Attempt, l.Token = v.attempt, v.token
+		l := invocation.Lease{Key: c.key, Field: c.field, Attempt: v.attempt, Token: v.token}
 		st := invocation.Exhausted
 		if v.dlq {
 			st = invocation.DeadLettered
 		}
-		return invocation.Claim{Status: st, Lease: l, PrevTrace: prevTrace()}, nil
+		return invocation.Claim{Status: st, Lease: l, PrevTrace: c.prevTrace()}, nil
 	}
-	return fail(fmt.Errorf("malformed state %q", v))
+	return invocation.Claim{}, fmt.Errorf("malformed state %q", v)
 }
 
 // Release implements relay.StateStore.Release as release.lua does: the
@@ -292,29 +333,34 @@ func (s *StateStore) MarkDLQ(ctx context.Context, l invocation.Lease) error {
 	})
 }
 
-// Retain implements relay.StateStore.Retain as retain.lua does: it marks the
-// hash of key terminal with a TTL of ttl (>= 1ms, ms precision) on the
-// store's clock, creating it when missing. Idempotent: on a retained hash
-// nothing changes and the running TTL is kept. When the TTL has run out the
-// hash is gone, as if never written.
-func (s *StateStore) Retain(ctx context.Context, key invocation.Key, ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("retain %s: ttl %v: must be >= 1ms", hashName(key), ttl)
+// Retain implements relay.StateStore.Retain as retain.lua does: with
+// retention 0 it deletes the hash of key; otherwise it marks it terminal
+// with a TTL of retention (ms precision) on the store's clock, a running
+// TTL being kept (idempotent). A missing hash stays missing. A message
+// still pending (WithPending) is left alone and an error returned. When
+// the TTL has run out the hash is gone, as if never written.
+func (s *StateStore) Retain(ctx context.Context, key invocation.Key, retention time.Duration) error {
+	fail := func(err error) error { return fmt.Errorf("retain %s: %w", hashName(key), err) }
+	if err := invocation.CheckRetention(retention); err != nil {
+		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("retain %s: %w", hashName(key), err)
+		return fail(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.isPending != nil && s.isPending(key) {
+		return fail(fmt.Errorf("message %s is still pending in %s group %s: its state is live", key.MessageID, key.Stream, key.Group))
+	}
 	now := nowMS(s.clock)
 	h := s.hash(key, now)
-	if h == nil {
-		h = newHash()
-		s.hashes[key] = h
-	}
-	if !h.terminal {
+	switch {
+	case h == nil:
+	case retention == 0:
+		delete(s.hashes, key)
+	case !h.terminal:
 		h.terminal = true
-		h.expiresMS = now + ttl.Milliseconds()
+		h.expiresMS = now + retention.Milliseconds()
 	}
 	return nil
 }
@@ -323,7 +369,7 @@ func (s *StateStore) Retain(ctx context.Context, key invocation.Key, ttl time.Du
 // the reserved field of key's hash unless that holds a value already, and
 // returns the value that holds now (first writer wins). field must start
 // with "__" and be neither "__terminal" nor a trace field ("__trace:...").
-// ErrTerminal on a retained hash.
+// ErrTerminal on a retained hash or when the message is not pending.
 func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value string) (string, error) {
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("pin %s in %s: %w", field, hashName(key), err)
@@ -337,7 +383,7 @@ func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.hash(key, nowMS(s.clock))
-	if h != nil && h.terminal {
+	if h != nil && h.terminal || !s.pending(key) {
 		return fail(invocation.ErrTerminal)
 	}
 	if h == nil {
@@ -401,7 +447,8 @@ func (s *StateStore) TTL(key invocation.Key) (time.Duration, bool) {
 }
 
 // transition runs one fenced write: after the checks invocation.Store makes
-// in Go, it returns ErrTerminal on a retained hash and ErrStale unless the
+// in Go, it returns ErrTerminal on a retained hash or when the message is
+// not pending (WithPending), and ErrStale unless the
 // field has kind want with l's attempt and token, and otherwise calls apply
 // with the current value and time.
 func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lease, want stateKind, apply func(h *stateHash, v stateValue, nowMS int64)) error {
@@ -418,7 +465,7 @@ func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lea
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
 	h := s.hash(l.Key, now)
-	if h != nil && h.terminal {
+	if h != nil && h.terminal || !s.pending(l.Key) {
 		return fail(invocation.ErrTerminal)
 	}
 	if h == nil {
@@ -430,6 +477,13 @@ func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lea
 	}
 	apply(h, v, now)
 	return nil
+}
+
+// pending reports whether key's message is in its group's PEL, as the
+// function given WithPending says; without one every message counts as
+// pending.
+func (s *StateStore) pending(key invocation.Key) bool {
+	return s.isPending == nil || s.isPending(key)
 }
 
 func hashName(k invocation.Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }

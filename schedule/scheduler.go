@@ -166,25 +166,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	now := s.serverNow(ctx)
-	s.drain(ctx)
-
-	// Catch-up: the latest firing within the window, then the first after
-	// now, per schedule.
-	next := make([]time.Time, len(s.specs))
-	var catchUp []occurrence
-	for i, oc := range s.specs {
-		if at, ok, err := oc.Latest(now, s.o.catchUpWindow); err != nil {
-			s.specError(ctx, oc, err)
-		} else if ok {
-			catchUp = append(catchUp, occurrence{oc, at})
-		}
-		next[i] = s.nextAfter(ctx, oc, now)
-	}
-	if len(catchUp) > 0 {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "schedule catch-up", slog.Int("occurrences", len(catchUp)), slog.Duration("window", s.o.catchUpWindow))
-		s.publishAll(ctx, catchUp)
-	}
+	next := s.catchUp(ctx)
 
 	ticker := time.NewTicker(s.o.outboxInterval)
 	defer ticker.Stop()
@@ -215,27 +197,56 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		var batch []occurrence
-		for i, oc := range s.specs {
-			if next[i].IsZero() || next[i].After(now) {
-				continue
-			}
-			at := next[i]
-			// Several firings passed while the process was stopped or the
-			// clock stepped: as at startup, only the latest counts.
-			if n, err := oc.Next(at); err == nil && !n.After(now) {
-				latest, ok, err := oc.Latest(now, now.Sub(at)+time.Nanosecond)
-				if err == nil && ok {
-					s.log.LogAttrs(ctx, slog.LevelWarn, "schedule fell behind; publishing only the latest missed occurrence",
-						s.attrs(occurrence{oc, latest}, slog.String("first_missed", formatAt(at)))...)
-					at = latest
-				}
-			}
-			batch = append(batch, occurrence{oc, at})
-			next[i] = s.nextAfter(ctx, oc, now)
-		}
-		s.publishAll(ctx, batch)
+		s.publishAll(ctx, s.dueBatch(ctx, next, now))
 	}
+}
+
+// catchUp retries the outbox, publishes per schedule the latest firing
+// within the catch-up window and returns each schedule's first firing
+// after now, in s.specs order.
+func (s *Scheduler) catchUp(ctx context.Context) []time.Time {
+	now := s.serverNow(ctx)
+	s.drain(ctx)
+	next := make([]time.Time, len(s.specs))
+	var catchUp []occurrence
+	for i, oc := range s.specs {
+		if at, ok, err := oc.Latest(now, s.o.catchUpWindow); err != nil {
+			s.specError(ctx, oc, err)
+		} else if ok {
+			catchUp = append(catchUp, occurrence{oc, at})
+		}
+		next[i] = s.nextAfter(ctx, oc, now)
+	}
+	if len(catchUp) > 0 {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "schedule catch-up", slog.Int("occurrences", len(catchUp)), slog.Duration("window", s.o.catchUpWindow))
+		s.publishAll(ctx, catchUp)
+	}
+	return next
+}
+
+// dueBatch returns the occurrences due at now and moves each of their
+// schedules' next firing (next, in s.specs order) past now.
+func (s *Scheduler) dueBatch(ctx context.Context, next []time.Time, now time.Time) []occurrence {
+	var batch []occurrence
+	for i, oc := range s.specs {
+		if next[i].IsZero() || next[i].After(now) {
+			continue
+		}
+		at := next[i]
+		// Several firings passed while the process was stopped or the
+		// clock stepped: as at startup, only the latest counts.
+		if n, err := oc.Next(at); err == nil && !n.After(now) {
+			latest, ok, err := oc.Latest(now, now.Sub(at)+time.Nanosecond)
+			if err == nil && ok {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "schedule fell behind; publishing only the latest missed occurrence",
+					s.attrs(occurrence{oc, latest}, slog.String("first_missed", formatAt(at)))...)
+				at = latest
+			}
+		}
+		batch = append(batch, occurrence{oc, at})
+		next[i] = s.nextAfter(ctx, oc, now)
+	}
+	return batch
 }
 
 // pause sleeps up to d, retrying the outbox instead when its interval comes

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Relay's demo and tests need and is missing: redis-server,
 # containerd (with ctr), runc, busybox-static (the example image's rootfs),
-# debootstrap (the python3/node runtime images), chromium (the console's
-# browser test) and a Go toolchain new enough for go.mod. Idempotent; needs
-# root for apt.
+# debootstrap (the python3/node runtime images), ca-certificates (the relay
+# image's CA bundle), chromium (the console's browser test) and a Go
+# toolchain new enough for go.mod. Idempotent; needs root for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +22,14 @@ command -v gcc >/dev/null || need+=(gcc)   # go test -race needs cgo
 # built from Debian packages with debootstrap.
 [ -x /usr/sbin/debootstrap ] || command -v debootstrap >/dev/null || need+=(debootstrap)
 # --- end runtime images
+# --- producers: docs/producing.md's Python and Node.js examples run in
+# make test (producer/docs_test.go) with Debian's Redis clients.
+dpkg -s python3-redis >/dev/null 2>&1 || need+=(python3-redis)
+dpkg -s node-redis >/dev/null 2>&1 || need+=(node-redis)
+# --- end producers
+# --- relay image (scripts/image.sh, make image): Debian's CA bundle goes into it.
+[ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
+# --- end relay image
 # --- console: the browser test (console/browser_test.go) drives Debian's
 # headless chromium; fonts-dejavu-core gives its screenshots legible text.
 command -v chromium >/dev/null || need+=(chromium)

@@ -258,6 +258,32 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 	a.Spec.PIDs = app.DefaultPIDs
 	a.Spec.Network = "none"
 
+	fields, ok := t.document(src)
+	if !ok {
+		return
+	}
+	var top topNodes
+	for _, fl := range fields {
+		t.topField(a, fl, &top)
+	}
+	if top.runtime == nil && top.image == nil {
+		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3 or node)")
+	}
+	if top.runtime != nil && top.command != nil {
+		t.errorf(top.command, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
+	}
+	if top.runtime == nil && a.Spec.Warm {
+		t.errorf(top.warm, "warm", "warm: true is only allowed with runtime (python3 or node): an image's own command runs once per invocation")
+	}
+	a.Incomplete = t.unreadRules
+	if t.declared == 0 {
+		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
+	}
+}
+
+// document parses src as one YAML document holding a mapping and returns
+// its fields; ok is false after adding the error that says why not.
+func (t *tpl) document(src []byte) (fields []field, ok bool) {
 	// Some editors on Windows start files with a UTF-8 byte order mark,
 	// which YAML would take for part of the first key.
 	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
@@ -273,91 +299,87 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 		} else {
 			t.errs.Add(t.file, 1, 1, "", "YAML syntax error: "+err.Error())
 		}
-		return
+		return nil, false
 	}
 	if len(f.Docs) != 1 || f.Docs[0] == nil || f.Docs[0].Body == nil {
 		t.errs.Add(t.file, 1, 1, "", "template must be one YAML document holding a mapping")
-		return
+		return nil, false
 	}
-	fields, ok := t.mapping(f.Docs[0].Body, "", "template")
-	if !ok {
-		return
-	}
-	var imageN, commandN, runtimeN, warmN ast.Node
-	for _, fl := range fields {
-		switch fl.key {
-		case "runtime":
-			runtimeN = fl.value
-			if s, ok := t.str(fl.value, "runtime"); ok {
-				if !validRuntime(s) {
-					t.errorf(fl.value, "runtime", "unknown runtime %q: use python3 or node, or omit runtime and set image", s)
-				}
-				a.Spec.Runtime = s
+	return t.mapping(f.Docs[0].Body, "", "template")
+}
+
+// topNodes are the top-level values whose combination parseTemplate checks
+// once every key is read; nil when absent.
+type topNodes struct {
+	image, command, runtime, warm ast.Node
+}
+
+// topField reads one top-level key of the template into a.
+func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
+	switch fl.key {
+	case "runtime":
+		top.runtime = fl.value
+		if s, ok := t.str(fl.value, "runtime"); ok {
+			if !validRuntime(s) {
+				t.errorf(fl.value, "runtime", "unknown runtime %q: use python3 or node, or omit runtime and set image", s)
 			}
-		case "image":
-			imageN = fl.value
-			if s, ok := t.str(fl.value, "image"); ok {
-				if s == "" || strings.IndexFunc(s, isSpace) >= 0 {
-					t.errorf(fl.value, "image", "image must be an OCI reference such as docker.io/library/busybox:1.36")
-				} else if i := strings.IndexFunc(s, notRefChar); i >= 0 {
-					r, _ := utf8.DecodeRuneInString(s[i:])
-					t.errorf(fl.value, "image", "%q contains %q, which no OCI reference can; use e.g. docker.io/library/busybox:1.36", s, r)
-				} else if _, err := reference.ParseDockerRef(s); err != nil {
-					// The runtime parses it the same way; caught here, the
-					// app is refused at load instead of holding every message.
-					t.errorf(fl.value, "image", "%q is not a valid OCI reference (%v); use e.g. docker.io/library/busybox:1.36", s, err)
-				}
-				a.Spec.Image = s
-			}
-		case "command":
-			commandN = fl.value
-			a.Spec.Command = t.stringList(fl.value, "command")
-		case "concurrency":
-			if v, ok := t.integer(fl.value, "concurrency"); ok {
-				if v <= 0 || v > 10000 {
-					t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most 10000)")
-				} else {
-					a.Concurrency = int(v)
-				}
-			}
-		case "warm":
-			warmN = fl.value
-			if b, ok := t.boolean(fl.value, "warm"); ok {
-				a.Spec.Warm = b
-			}
-		case "resources":
-			t.resources(a, fl.value)
-		case "network":
-			if s, ok := t.str(fl.value, "network"); ok {
-				if s != "none" && s != "host" {
-					t.errorf(fl.value, "network", "network must be none or host, not %q", s)
-				}
-				a.Spec.Network = s
-			}
-		case "env":
-			t.env(a, fl.value)
-		case "secrets":
-			t.secrets(a, fl.value)
-		case "events":
-			t.events(a, fl.value)
-		case "schedules":
-			t.schedules(a, fl.value)
-		default:
-			t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
+			a.Spec.Runtime = s
 		}
+	case "image":
+		top.image = fl.value
+		if s, ok := t.str(fl.value, "image"); ok {
+			t.checkImage(fl.value, s)
+			a.Spec.Image = s
+		}
+	case "command":
+		top.command = fl.value
+		a.Spec.Command = t.stringList(fl.value, "command")
+	case "concurrency":
+		if v, ok := t.integer(fl.value, "concurrency"); ok {
+			if v <= 0 || v > 10000 {
+				t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most 10000)")
+			} else {
+				a.Concurrency = int(v)
+			}
+		}
+	case "warm":
+		top.warm = fl.value
+		if b, ok := t.boolean(fl.value, "warm"); ok {
+			a.Spec.Warm = b
+		}
+	case "resources":
+		t.resources(a, fl.value)
+	case "network":
+		if s, ok := t.str(fl.value, "network"); ok {
+			if s != "none" && s != "host" {
+				t.errorf(fl.value, "network", "network must be none or host, not %q", s)
+			}
+			a.Spec.Network = s
+		}
+	case "env":
+		t.env(a, fl.value)
+	case "secrets":
+		t.secrets(a, fl.value)
+	case "events":
+		t.events(a, fl.value)
+	case "schedules":
+		t.schedules(a, fl.value)
+	default:
+		t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
 	}
-	if runtimeN == nil && imageN == nil {
-		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3 or node)")
-	}
-	if runtimeN != nil && commandN != nil {
-		t.errorf(commandN, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
-	}
-	if runtimeN == nil && a.Spec.Warm {
-		t.errorf(warmN, "warm", "warm: true is only allowed with runtime (python3 or node): an image's own command runs once per invocation")
-	}
-	a.Incomplete = t.unreadRules
-	if t.declared == 0 {
-		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
+}
+
+// checkImage adds an error when image s (at n) is not an OCI reference.
+func (t *tpl) checkImage(n ast.Node, s string) {
+	if s == "" || strings.IndexFunc(s, isSpace) >= 0 {
+		t.errorf(n, "image", "image must be an OCI reference such as docker.io/library/busybox:1.36")
+	} else if i := strings.IndexFunc(s, notRefChar); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		t.errorf(n, "image", "%q contains %q, which no OCI reference can; use e.g. docker.io/library/busybox:1.36", s, r)
+	} else if _, err := reference.ParseDockerRef(s); err != nil {
+		// The runtime parses it the same way; caught here, the app is
+		// refused at load instead of holding every message.
+		t.errorf(n, "image", "%q is not a valid OCI reference (%v); use e.g. docker.io/library/busybox:1.36", s, err)
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/worker"
 )
 
 const group = "bench"
@@ -290,7 +291,7 @@ func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client
 			return measurement{}, err
 		}
 		defer rc.Close()
-		wk, err := worker(apps, rc, names, fmt.Sprintf("w%d", w+1))
+		wk, err := newWorker(apps, rc, names, fmt.Sprintf("w%d", w+1))
 		if err != nil {
 			return measurement{}, err
 		}
@@ -332,16 +333,16 @@ func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client
 	return m, nil
 }
 
-// worker builds what relay start builds for names: a relay.Worker, one
+// newWorker builds what relay start builds for names: a worker.Worker, one
 // Engine per stream on one client, sharing MAX_CONCURRENCY slots.
-func worker(apps *app.Set, rc rueidis.Client, names []string, consumer string) (*relay.Worker, error) {
+func newWorker(apps *app.Set, rc rueidis.Client, names []string, consumer string) (*worker.Worker, error) {
 	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
 		"bench/noop.run": func(context.Context, runtime.Request) error { return nil },
 	})
-	return relay.NewWorker(relay.WorkerConfig{
+	return worker.New(worker.Config{
 		Redis: rc, Streams: names, Group: group, Consumer: consumer,
-		Apps: relay.Static(apps), Runner: runner,
-		Config: relay.Config{
+		Apps: worker.Static(apps), Runner: runner,
+		Engine: relay.Config{
 			MaxConcurrency: maxConcurrency, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Retention: time.Minute, ShutdownTimeout: 5 * time.Second,
 		},

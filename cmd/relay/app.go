@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/relaydev/relay/internal/plural"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
@@ -241,7 +243,14 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return writeJSON(g.stdout, out)
 	}
+	if err := writeAppFacts(g.stdout, a, env, deps); err != nil {
+		return err
+	}
+	return writeAppRules(g.stdout, a, now, next)
+}
 
+// writeAppFacts prints the table of an app's settings.
+func writeAppFacts(w io.Writer, a *app.App, env []string, deps *depsJSON) error {
 	envText := "-"
 	if len(env) > 0 {
 		envText = strings.Join(env, ", ") + " (values hidden)"
@@ -250,8 +259,7 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if !a.Available() {
 		status += " (" + plural.Of(len(a.Errors), "template error") + ")"
 	}
-	w := g.stdout
-	err = table(w, []string{"App:", a.Name}, [][]string{
+	return table(w, []string{"App:", a.Name}, [][]string{
 		{"Status:", status},
 		{"Template:", a.File},
 		{"Directory:", a.Spec.Dir},
@@ -269,9 +277,11 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"Deps:", depsText(deps)},
 		{"Deps image:", depsImageText(deps)},
 	})
-	if err != nil {
-		return err
-	}
+}
+
+// writeAppRules prints an app's event rules, schedules with their next
+// fire times, and template errors.
+func writeAppRules(w io.Writer, a *app.App, now time.Time, next [][]fireJSON) error {
 	fmt.Fprintf(w, "\nEvent rules, in dispatch order (%d):\n", len(a.Rules))
 	if len(a.Rules) > 0 {
 		rows := make([][]string, 0, len(a.Rules))
@@ -367,7 +377,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("--message-id %q: a control character at byte %d; an id is printable text, e.g. 1718000000000-0", id, i)
 	}
 	if id == "" {
-		id = relay.NewInvokeMessageID()
+		id = manual.NewMessageID()
 	}
 	a, err := g.findApp(c.Name)
 	if err != nil {
@@ -381,22 +391,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 	defer stopTracing()
 	runner := c.manualRunner(ctx, g, c.JSON)
 	defer runner.Close()
-	var r relay.Runner = runner
-	if !c.JSON {
-		r = observed{Runner: runner,
-			before: func(req runtime.Request) {
-				fmt.Fprintf(g.stdout, "Running %s/%s (message %s)\n", req.App, req.Handler, req.MessageID)
-			},
-			after: func(req runtime.Request, took time.Duration, err error) {
-				if err == nil {
-					fmt.Fprintf(g.stdout, "%s/%s: ok in %s\n", req.App, req.Handler, duration(took))
-				} else {
-					fmt.Fprintf(g.stdout, "%s/%s: failed after %s: %v\n", req.App, req.Handler, duration(took), err)
-				}
-			},
-		}
-	}
-	results, err := relay.Manual{Runner: r, MessageID: id}.Invoke(ctx, a, src)
+	results, err := manual.Invoker{Runner: c.progress(g, runner), MessageID: id}.Invoke(ctx, a, src)
 	switch {
 	case errors.Is(err, matcher.ErrMalformed):
 		msg := err.Error()
@@ -404,7 +399,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 			msg = after
 		}
 		return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		return fmt.Errorf("app %s is unavailable: its template has %s (relay validate shows them); nothing ran",
 			a.Name, plural.Of(len(a.Errors), "error"))
 	}
@@ -415,18 +410,7 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		}
 	}
 	if c.JSON {
-		out := invokeJSON{App: a.Name, MessageID: id, Results: []invokeResultJSON{}}
-		for _, res := range results {
-			j := invokeResultJSON{Handler: res.Handler, Result: "ok", Duration: res.Duration.Seconds()}
-			if res.Err != nil {
-				j.Result, j.Error = "failed", res.Err.Error()
-				if exit, ok := errors.AsType[*runtime.ExitError](res.Err); ok {
-					j.ExitCode, j.TimedOut = &exit.Code, exit.TimedOut
-				}
-			}
-			out.Results = append(out.Results, j)
-		}
-		if werr := writeJSON(g.stdout, out); werr != nil {
+		if werr := writeInvokeJSON(g.stdout, a.Name, id, results); werr != nil {
 			return werr
 		}
 	} else if len(results) == 0 && err == nil {
@@ -439,4 +423,40 @@ func (c *AppInvokeCmd) Run(ctx context.Context, g *Globals) error {
 		return fmt.Errorf("%d of %s failed", failed, plural.Of(len(results), "handler"))
 	}
 	return nil
+}
+
+// progress wraps runner to print each handler's run on stdout, unless
+// the output is JSON.
+func (c *AppInvokeCmd) progress(g *Globals, runner relay.Runner) relay.Runner {
+	if c.JSON {
+		return runner
+	}
+	return observed{Runner: runner,
+		before: func(req runtime.Request) {
+			fmt.Fprintf(g.stdout, "Running %s/%s (message %s)\n", req.App, req.Handler, req.MessageID)
+		},
+		after: func(req runtime.Request, took time.Duration, err error) {
+			if err == nil {
+				fmt.Fprintf(g.stdout, "%s/%s: ok in %s\n", req.App, req.Handler, duration(took))
+			} else {
+				fmt.Fprintf(g.stdout, "%s/%s: failed after %s: %v\n", req.App, req.Handler, duration(took), err)
+			}
+		},
+	}
+}
+
+// writeInvokeJSON prints the results of an invoke as JSON.
+func writeInvokeJSON(w io.Writer, appName, id string, results []manual.Result) error {
+	out := invokeJSON{App: appName, MessageID: id, Results: []invokeResultJSON{}}
+	for _, res := range results {
+		j := invokeResultJSON{Handler: res.Handler, Result: "ok", Duration: res.Duration.Seconds()}
+		if res.Err != nil {
+			j.Result, j.Error = "failed", res.Err.Error()
+			if exit, ok := errors.AsType[*runtime.ExitError](res.Err); ok {
+				j.ExitCode, j.TimedOut = &exit.Code, exit.TimedOut
+			}
+		}
+		out.Results = append(out.Results, j)
+	}
+	return writeJSON(w, out)
 }

@@ -61,6 +61,7 @@ type CLI struct {
 	Health   HealthCmd   `cmd:"" help:"Check that Redis (stream and group) and containerd are usable; exit 1 naming what is not."`
 	Stats    StatsCmd    `cmd:"" help:"Show the cluster-wide counters, the pending entries and the DLQ length."`
 	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: pipeline overview, apps, pending, DLQ, pattern playground, live outcomes."`
+	Publish  PublishCmd  `cmd:"" help:"Publish events to the stream (an argument, stdin, or a newline-delimited JSON file), printing their ids."`
 }
 
 // usageError marks an error as the caller's (exit 2).

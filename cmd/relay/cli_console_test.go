@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -37,9 +38,34 @@ func TestCLIConsoleRefuses(t *testing.T) {
 			t.Errorf("relay console %v: exit %d, stderr %q; want exit 2 with %q", tc.args, r.code, r.stderr, tc.want)
 		}
 	}
+	// Off loopback a short token is refused: it would fall to guessing.
+	t.Setenv("RELAY_CONSOLE_TOKEN", "hunter2")
+	if r := relayCLI(t, "", "console", "--listen", "0.0.0.0:8089"); r.code != exitUsage ||
+		!strings.Contains(r.stderr, "RELAY_CONSOLE_TOKEN has 7 characters: off loopback (--listen 0.0.0.0:8089) it needs at least 16") {
+		t.Errorf("relay console with a 7-character token off loopback: exit %d, stderr %q", r.code, r.stderr)
+	}
 	isolateEnv(t)
 	if r := relayCLI(t, "", "console"); r.code != exitUsage || !strings.Contains(r.stderr, "missing required configuration") {
 		t.Errorf("relay console without settings: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// TestServedAt: the address printed is the host given, with the port
+// bound: Go reports a listener on 0.0.0.0 as [::].
+func TestServedAt(t *testing.T) {
+	for _, tc := range []struct{ host, addr, want string }{
+		{"0.0.0.0", "[::]:7313", "0.0.0.0:7313"},
+		{"127.0.0.1", "127.0.0.1:40001", "127.0.0.1:40001"},
+		{"::1", "[::1]:8089", "[::1]:8089"},
+		{"localhost", "127.0.0.1:8089", "localhost:8089"},
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", tc.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := servedAt(tc.host, addr); got != tc.want {
+			t.Errorf("servedAt(%q, %s) = %q, want %q", tc.host, tc.addr, got, tc.want)
+		}
 	}
 }
 

@@ -65,7 +65,10 @@ func TestCLIHealth(t *testing.T) {
 			if r.code != tc.code {
 				t.Errorf("exit %d, want %d", r.code, tc.code)
 			}
-			checkCLIGolden(t, tc.name, r.transcript(down.Addr, "<down>", addr, "<redis>", ready, "events", noGroup, "events-without-group"))
+			got := r.transcript(down.Addr, "<down>", addr, "<redis>", ready, "events", noGroup, "events-without-group")
+			// The shared server's memory changes with every other test
+			// (TestCLIStatsMemory checks the budget on a server of its own).
+			checkCLIGolden(t, tc.name, projection.ReplaceAllString(got, "$1 <size>"))
 		})
 	}
 }
@@ -120,6 +123,8 @@ func TestCLIStats(t *testing.T) {
 	}
 	empty, _ := newGroup(t)
 	ageJSON := regexp.MustCompile(`"oldest_pending_age_seconds": [0-9.e+]+`)
+	memoryJSON := regexp.MustCompile(`(?s)"memory": \{.*?\n  \}`)
+	memoryText := regexp.MustCompile(`(?s)\nRedis memory: .*?\n(projected|OVER)[^\n]*\n`)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -137,6 +142,9 @@ func TestCLIStats(t *testing.T) {
 				t.Errorf("exit %d, want %d", r.code, tc.code)
 			}
 			got := r.transcript(redistest.Addr(t), "<redis>", name, "events", empty, "quiet")
+			// The shared server's memory changes with every other test:
+			// TestCLIStatsMemory checks the memory part on a server of its own.
+			got = memoryText.ReplaceAllString(memoryJSON.ReplaceAllString(got, `"memory": <memory>`), "\nRedis memory: <memory>\n")
 			checkCLIGolden(t, tc.name, ageJSON.ReplaceAllString(got, `"oldest_pending_age_seconds": <age>`))
 		})
 	}
@@ -151,6 +159,8 @@ func TestCLIStats(t *testing.T) {
 		t.Errorf("stats --json = %+v (%v)", got, err)
 	}
 }
+
+var projection = regexp.MustCompile(`(projected steady state at this rate:) [0-9.]+ [KMG]?i?B`)
 
 // TestCLIStatsAfterEngine runs a known sequence through an Engine that
 // keeps stats, then reads them with relay stats.
@@ -201,7 +211,10 @@ events:
 	}
 	want := statsJSON{Stream: name, Group: "workers", Received: 5, Matched: 3, Unmatched: 1, Malformed: 1,
 		Successes: 2, Failures: 1, DLQEntries: 2, DLQLength: 2}
-	if got != want {
+	if got.Memory == nil || got.Memory.Stream.Items != 5 {
+		t.Errorf("stats memory = %+v, want the 5 entries of the stream", got.Memory)
+	}
+	if got.Memory = nil; got != want {
 		t.Errorf("stats = %+v\nwant    %+v", got, want)
 	}
 }
@@ -235,5 +248,61 @@ func TestCLIHealthWarnsOnEviction(t *testing.T) {
 		if mem.Name != "redis memory" || !mem.OK || !mem.Warning || mem.Detail != want {
 			t.Errorf("memory check = %+v, want a warning %q", mem, want)
 		}
+	}
+}
+
+// TestCLIStatsMemory: relay stats shows the stream's Redis memory by part
+// and its projection at the current rate, and relay health fails when the
+// projection exceeds 90% of maxmemory (docs/operations.md#redis-memory).
+func TestCLIStatsMemory(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	ctx := t.Context()
+	if err := rc.Do(ctx, rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "100000000").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	const name = "orders"
+	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 60 entries in the last 30 s: 1 per second over the 60 s window.
+	now := time.Now()
+	for i := range 60 {
+		id := fmt.Sprintf("%d-0", now.Add(-30*time.Second+time.Duration(i)*500*time.Millisecond).UnixMilli())
+		if err := rc.Do(ctx, rc.B().Xadd().Key(name).Id(id).FieldValue().FieldValue("event", `{"kind":"order","pad":"`+strings.Repeat("x", 200)+`"}`).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := []string{"--redis-uri", srv.Addr, "--stream", name, "--group", "workers"}
+	r := relayCLI(t, "", append([]string{"stats", "--json"}, base...)...)
+	var got statsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || got.Memory == nil {
+		t.Fatalf("exit %d, %v: %s %s", r.code, err, r.stdout, r.stderr)
+	}
+	m := got.Memory
+	if m.Stream.Items != 60 || m.Stream.PerItem < 200 || m.EventsPerSecond != 1 || m.MaxBytes != 100000000 || m.OverBudget {
+		t.Errorf("memory %+v: want 60 entries of > 200 bytes at 1/s, maxmemory 100 MB, within budget", m)
+	}
+	// At 1 event/s a day of entries is about 20 MB; a year is far over.
+	if want := int64(86400 * m.Stream.PerItem); m.Stream.Projected < want*9/10 || m.Stream.Projected > want*11/10 {
+		t.Errorf("stream projected %d, want about %d (a day at 1/s)", m.Stream.Projected, want)
+	}
+	year := append([]string{"--stream-retention", "8760h"}, base...)
+	r = relayCLI(t, "", append([]string{"stats"}, year...)...)
+	if r.code != exitOK || !strings.Contains(r.stdout, "OVER BUDGET: projected steady state") || !strings.Contains(r.stdout, "source stream") {
+		t.Errorf("stats with a year's retention: exit %d\n%s", r.code, r.stdout)
+	}
+	r = relayCLI(t, "", append([]string{"health", "--runner", "process"}, year...)...)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "unhealthy: memory budget") {
+		t.Errorf("health with a year's retention: exit %d, stderr %q; want 1 naming the memory budget\n%s", r.code, r.stderr, r.stdout)
+	}
+	r = relayCLI(t, "", append([]string{"health", "--runner", "process"}, base...)...)
+	if r.code != exitOK {
+		t.Errorf("health with a day's retention: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = relayCLI(t, "", append([]string{"stats", "--stream-retention", "0"}, base...)...)
+	if !strings.Contains(r.stdout, "OVER BUDGET: the stream (REDIS_STREAM_RETENTION 0 keeps every entry) grows without bound") {
+		t.Errorf("stats with no stream retention:\n%s", r.stdout)
 	}
 }

@@ -54,6 +54,22 @@ func TestCLIDLQReplay(t *testing.T) {
 			if got := f.ids(); !slices.Equal(got, want) {
 				t.Errorf("entries left %v, want %v", got, want)
 			}
+			// A kept entry's replay history says what the replay met,
+			// as the console shows it.
+			if tc.name == "replay_failure" {
+				h, err := f.store.Replays(t.Context(), idCharge)
+				if err != nil || h.Count != 1 || h.LastResult != dlq.ReplayFailed || !strings.Contains(h.LastError, "handler exited with code 3") {
+					t.Errorf("replay history of %s: %+v, %v; want one failed replay with its error", idCharge, h, err)
+				}
+				if r := f.relay("", "dlq", "inspect", idCharge); !strings.Contains(r.stdout, "Replays:           1 without success; the last") ||
+					!strings.Contains(r.stdout, ": failed: replay of "+idCharge) {
+					t.Errorf("relay dlq inspect after a failed replay:\n%s", r.stdout)
+				}
+				if r := f.relay("", "dlq", "inspect", "--json", idCharge); !strings.Contains(r.stdout, `"replays": {`) ||
+					!strings.Contains(r.stdout, `"count": 1`) || !strings.Contains(r.stdout, `"last_result": "failed"`) {
+					t.Errorf("relay dlq inspect --json after a failed replay:\n%s", r.stdout)
+				}
+			}
 		})
 	}
 }

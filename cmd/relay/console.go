@@ -26,6 +26,7 @@ type ConsoleCmd struct {
 	Token        string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
 	Hosts        []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
 	ReadOnly     bool     `name:"read-only" help:"Hide and refuse replay and remove."`
+	Secure       bool     `name:"secure-cookies" help:"Mark the console's cookies Secure: browsers reach it over HTTPS through a TLS-terminating proxy. (A request through a --host proxy saying X-Forwarded-Proto: https gets them anyway.)"`
 	DLQRetention `embed:""`
 	RunnerFlags  `embed:""`
 }
@@ -47,45 +48,21 @@ const consoleShutdown = 5 * time.Second
 
 // Run serves the console until ctx is cancelled (SIGINT, SIGTERM).
 func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
-	streams, err := g.startStreams()
+	streams, host, err := c.parse(g)
 	if err != nil {
 		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	host, _, err := net.SplitHostPort(c.Listen)
-	if err != nil {
-		return usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8089", c.Listen)
-	}
-	if !console.Loopback(host) && c.Token == "" {
-		return usagef("--listen %s is not a loopback address: set RELAY_CONSOLE_TOKEN so that every request must carry it (the console shows event payloads and can replay work)", c.Listen)
 	}
 	if _, err := g.loadApps(); err != nil {
 		return err
 	}
 	log := g.logger()
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
-		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, DLQRetention: c.Retention, Logger: log}
-	rc, err := g.redisClient()
-	switch {
-	case err == nil:
-		defer rc.Close()
-		for _, st := range streams {
-			if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
-				return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
-			}
-		}
-		cfg.Redis = rc
-	case unreachable(err):
-		// The on-call engineer opens the console when things are broken:
-		// serve pages that say Redis is unreachable, and connect once it
-		// is back (docs/console.md#while-redis-is-unreachable).
-		log.Warn("relay console: Redis is unreachable; the pages say so until it is back", "error", err)
-		cfg.Connect = func(context.Context) (rueidis.Client, error) { return g.redisClient() }
-	default:
+		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention, Logger: log}
+	closeRedis, err := c.connect(ctx, g, &cfg)
+	if err != nil {
 		return err
 	}
+	defer closeRedis()
 	if c.Runner == "containerd" {
 		// The Apps page shows each dependency image as relay app inspect
 		// does, asking containerd.
@@ -107,12 +84,66 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer srv.Close()
+	return c.serve(ctx, g, srv, host, streams)
+}
+
+// parse checks the flags: the streams, the listen address and the token
+// it needs; host is the address's host.
+func (c *ConsoleCmd) parse(g *Globals) (streams []string, host string, err error) {
+	if streams, err = g.startStreams(); err != nil {
+		return nil, "", err
+	}
+	if err := c.check(); err != nil {
+		return nil, "", err
+	}
+	host, _, err = net.SplitHostPort(c.Listen)
+	if err != nil {
+		return nil, "", usagef("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8089", c.Listen)
+	}
+	if !console.Loopback(host) && c.Token == "" {
+		return nil, "", usagef("--listen %s is not a loopback address: set RELAY_CONSOLE_TOKEN so that every request must carry it (the console shows event payloads and can replay work)", c.Listen)
+	}
+	if n := len([]rune(c.Token)); !console.Loopback(host) && n < console.MinTokenLength {
+		return nil, "", usagef("RELAY_CONSOLE_TOKEN has %d characters: off loopback (--listen %s) it needs at least %d, e.g. openssl rand -hex 16", n, c.Listen, console.MinTokenLength)
+	}
+	return streams, host, nil
+}
+
+// connect sets cfg.Redis, or cfg.Connect when Redis is unreachable: the
+// on-call engineer opens the console when things are broken, so it serves
+// pages that say so and connects once Redis is back
+// (docs/console.md#while-redis-is-unreachable). closeFn closes the client.
+func (c *ConsoleCmd) connect(ctx context.Context, g *Globals, cfg *console.Config) (closeFn func(), err error) {
+	// A page fails at once when Redis refuses the connection, rather than
+	// retrying until its request timeout.
+	fast := func(o *rueidis.ClientOption) { o.RetryDelay = console.RetryDelay }
+	rc, err := g.redisClient(fast)
+	switch {
+	case err == nil:
+		for _, st := range cfg.Streams {
+			if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
+				rc.Close()
+				return nil, fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
+			}
+		}
+		cfg.Redis = rc
+		return rc.Close, nil
+	case unreachable(err):
+		cfg.Logger.Warn("relay console: Redis is unreachable; the pages say so until it is back", "error", err)
+		cfg.Connect = func(context.Context) (rueidis.Client, error) { return g.redisClient(fast) }
+		return func() {}, nil
+	}
+	return nil, err
+}
+
+// serve serves srv on --listen, and its sampler, until ctx is done.
+func (c *ConsoleCmd) serve(ctx context.Context, g *Globals, srv *console.Server, host string, streams []string) error {
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", c.Listen, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	// The sampler stops before srv.Close (deferred earlier) closes the
+	// The sampler stops before srv.Close (deferred by Run) closes the
 	// client it reads through.
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var sampling sync.WaitGroup
@@ -120,7 +151,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer func() { stopSampling(); sampling.Wait() }()
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
-	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", ln.Addr(), streams, g.RedisGroup)
+	fmt.Fprintf(g.stdout, "relay console on http://%s (streams %v, group %s)\n", servedAt(host, ln.Addr()), streams, g.RedisGroup)
 	select {
 	case err := <-done:
 		return fmt.Errorf("console server: %w", err)
@@ -130,6 +161,16 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	return nil
+}
+
+// servedAt is the address to print for a listener on host: the host as
+// given (Go reports 0.0.0.0 as [::]) with the port bound (for port 0).
+func servedAt(host string, addr net.Addr) string {
+	_, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // unreachable reports whether err, from connecting, says that Redis could

@@ -21,6 +21,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/worker"
 )
 
 // documentedMetricNames are the Prometheus names
@@ -75,10 +76,10 @@ func registeredMetrics(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	r := &metricNames{names: map[string]bool{}}
-	// NewWorker registers everything relay start does and connects nowhere.
-	_, err = relay.NewWorker(relay.WorkerConfig{
+	// worker.New registers everything relay start does and connects nowhere.
+	_, err = worker.New(worker.Config{
 		Redis: redistest.Client(t), Streams: []string{"events"}, Group: "relay", Consumer: "c1",
-		Apps: relay.Static(apps), Runner: runtime.NewFunc(nil), Config: relay.Config{Metrics: r},
+		Apps: worker.Static(apps), Runner: runtime.NewFunc(nil), Engine: relay.Config{Metrics: r},
 	})
 	if err != nil {
 		t.Fatal(err)

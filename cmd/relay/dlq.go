@@ -19,6 +19,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -183,6 +184,25 @@ type dlqJSON struct {
 	Event           string `json:"event"`
 	Trace           string `json:"trace,omitempty"`
 	Expires         string `json:"expires,omitempty"` // absent when kept forever
+	// Replays is the entry's replay history (inspect only), absent when
+	// it was never replayed without success.
+	Replays *replaysJSON `json:"replays,omitempty"`
+}
+
+type replaysJSON struct {
+	Count      int64  `json:"count"`
+	LastAt     string `json:"last_at"`
+	LastResult string `json:"last_result"`
+	LastError  string `json:"last_error"`
+}
+
+// replaysText is an entry's replay history on one line.
+func replaysText(h dlq.Replays, now time.Time) string {
+	if h.Count == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, age(now.Sub(h.LastAt)),
+		h.LastAt.UTC().Format(time.RFC3339), h.LastResult, h.LastError)
 }
 
 func entryJSON(e dlq.Entry, r DLQRetention) dlqJSON {
@@ -277,8 +297,16 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return notFound(store, err, c.ID)
 	}
+	h, err := store.Replays(ctx, e.ID)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
-		return writeJSON(g.stdout, entryJSON(e, c.DLQRetention))
+		out := entryJSON(e, c.DLQRetention)
+		if h.Count > 0 {
+			out.Replays = &replaysJSON{h.Count, h.LastAt.Format(time.RFC3339Nano), h.LastResult, h.LastError}
+		}
+		return writeJSON(g.stdout, out)
 	}
 	written := "-"
 	if !e.Timestamp.IsZero() {
@@ -302,6 +330,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 		{"App:", e.App},
 		{"Handler:", e.Handler},
 		{"Handler attempts:", strconv.Itoa(e.HandlerAttempts)},
+		{"Replays:", replaysText(h, time.Now())},
 		{"Deliveries:", strconv.FormatInt(e.Deliveries, 10)},
 		{"Reason:", e.Reason},
 		{"Trace:", trace},
@@ -341,6 +370,8 @@ type DLQReplayCmd struct {
 	Limit       int  `default:"0" help:"With --all, at most this many entries (0: all)."`
 	JSON        bool `name:"json" help:"Print the outcome of each entry as JSON; handler output then goes to stderr."`
 	RunnerFlags `embed:""`
+	// The retention bounds how long a kept entry's replay history lives.
+	DLQRetention `embed:""`
 }
 
 // Help shows examples under relay dlq replay --help.
@@ -377,6 +408,9 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if err := c.DLQRetention.check(); err != nil {
+		return err
+	}
 	// Each replay is a dlq.replay trace when OTEL_* names an endpoint.
 	_, stopTracing, err := startTracing(ctx, g.logger())
 	if err != nil {
@@ -392,17 +426,9 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	var entries []dlq.Entry
-	if c.All {
-		if entries, err = store.List(ctx, f); err != nil {
-			return unreadable(err)
-		}
-	} else {
-		e, err := store.Get(ctx, c.ID)
-		if err != nil {
-			return notFound(store, err, c.ID)
-		}
-		entries = []dlq.Entry{e}
+	entries, err := c.selected(ctx, store, f)
+	if err != nil {
+		return err
 	}
 	if len(entries) == 0 {
 		if c.JSON {
@@ -434,6 +460,28 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 			return err
 		}
 	}
+	return c.summary(g, entries, results, replayed)
+}
+
+// selected returns the entry given by ID, or with --all those f selects.
+func (c *DLQReplayCmd) selected(ctx context.Context, store *dlq.Store, f dlq.Filter) ([]dlq.Entry, error) {
+	if c.All {
+		entries, err := store.List(ctx, f)
+		if err != nil {
+			return nil, unreadable(err)
+		}
+		return entries, nil
+	}
+	e, err := store.Get(ctx, c.ID)
+	if err != nil {
+		return nil, notFound(store, err, c.ID)
+	}
+	return []dlq.Entry{e}, nil
+}
+
+// summary prints the count of a replay --all and returns the command's
+// error: nil when every entry was replayed.
+func (c *DLQReplayCmd) summary(g *Globals, entries []dlq.Entry, results []replayJSON, replayed int) error {
 	kept := len(entries) - replayed
 	switch {
 	case kept == 0:
@@ -465,7 +513,7 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 		}}
 	}
 	start := time.Now()
-	err := relay.Manual{Runner: runner}.Replay(ctx, apps, store, e.ID)
+	err := manual.Invoker{Runner: runner}.Replay(ctx, apps, store, e.ID)
 	took := time.Since(start)
 	r.Duration = took.Seconds()
 	switch {
@@ -475,15 +523,15 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 			fmt.Fprintf(g.stdout, "Replayed %s (%s) in %s; entry deleted\n", e.ID, target, duration(took))
 		}
 		return r
-	case errors.Is(err, relay.ErrReplayMalformed):
+	case errors.Is(err, manual.ErrReplayMalformed):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s records a malformed message (%s): there is no handler to replay; remove it with relay dlq rm %s",
 			e.ID, e.Reason, e.ID)
-	case errors.Is(err, relay.ErrHandlerGone):
+	case errors.Is(err, manual.ErrHandlerGone):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s: handler %s is not in the apps root %s any more (relay app inspect %s lists its handlers); remove the entry with relay dlq rm %s",
 			e.ID, target, g.Apps, e.App, e.ID)
-	case errors.Is(err, relay.ErrAppUnavailable):
+	case errors.Is(err, manual.ErrAppUnavailable):
 		r.Result = "refused"
 		r.Error = fmt.Sprintf("%s: app %s is unavailable, its template has errors (relay validate shows them); the entry is kept", e.ID, e.App)
 	case errors.Is(err, dlq.ErrNotFound):
@@ -496,6 +544,13 @@ func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, ru
 			cause = err
 		}
 		r.Error = fmt.Sprintf("replay of %s (%s) failed: %v; the entry is kept", e.ID, target, cause)
+	}
+	if !errors.Is(err, dlq.ErrNotFound) {
+		// The entry keeps the reason it was dead-lettered with; its replay
+		// history, which the console shows, says what this replay met.
+		if _, herr := store.RecordReplay(ctx, e.ID, time.Now(), r.Result, r.Error, c.Retention); herr != nil {
+			g.logger().Warn("relay dlq replay: recording the replay failed", "id", e.ID, "error", herr)
+		}
 	}
 	if c.All && !c.JSON {
 		fmt.Fprintf(g.stdout, "%s: %s\n", strings.ToUpper(r.Result[:1])+r.Result[1:], r.Error)
@@ -551,41 +606,8 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	defer closeStore()
 	if !c.All {
-		// All or nothing: a typo in one ID must not leave a half-done
-		// deletion behind. An entry that cannot be decoded exists all the
-		// same, and deleting it by id is the way to get rid of it. An ID
-		// given twice is one entry.
-		ids := make([]string, 0, len(c.IDs))
-		for _, id := range c.IDs {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
-		}
-		c.IDs = ids
-		var unknown []string
-		for _, id := range c.IDs {
-			_, err := store.Get(ctx, id)
-			if _, bad := dlq.IsUndecodable(err); bad {
-				continue
-			}
-			if errors.Is(err, dlq.ErrNotFound) {
-				unknown = append(unknown, id)
-			} else if err != nil {
-				return err
-			}
-		}
-		if len(unknown) > 0 {
-			return fmt.Errorf("no dead-letter entry %s in %s; nothing deleted (relay dlq ls lists them)", strings.Join(unknown, ", "), store.Key())
-		}
-		for _, id := range c.IDs {
-			if err := store.Delete(ctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
-				return err
-			}
-			fmt.Fprintf(g.stdout, "Deleted %s\n", id)
-		}
-		return nil
+		return c.removeIDs(ctx, g, store)
 	}
-
 	entries, err := store.List(ctx, f)
 	if err != nil {
 		return unreadable(err)
@@ -595,16 +617,8 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 		return nil
 	}
 	if !c.Yes {
-		if err := entryTable(g.stdout, entries, nil); err != nil {
+		if err := c.confirm(g, entries); err != nil {
 			return err
-		}
-		fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))
-		ok := confirmed(os.Stdin)
-		if st, err := os.Stdin.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
-			fmt.Fprintln(g.stdout) // the answer was not typed, so no newline was echoed
-		}
-		if !ok {
-			return errors.New("not confirmed; nothing deleted (--yes skips the question)")
 		}
 	}
 	deleted := 0
@@ -622,6 +636,57 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	fmt.Fprintf(g.stdout, "Deleted %s%s\n", nEntries(deleted), c.describe())
 	return errors.Join(errs...)
+}
+
+// removeIDs deletes the entries given by id, all or nothing: a typo in
+// one ID must not leave a half-done deletion behind. An entry that cannot
+// be decoded exists all the same, and deleting it by id is the way to get
+// rid of it. An ID given twice is one entry.
+func (c *DLQRmCmd) removeIDs(ctx context.Context, g *Globals, store *dlq.Store) error {
+	ids := make([]string, 0, len(c.IDs))
+	for _, id := range c.IDs {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	var unknown []string
+	for _, id := range ids {
+		_, err := store.Get(ctx, id)
+		if _, bad := dlq.IsUndecodable(err); bad {
+			continue
+		}
+		if errors.Is(err, dlq.ErrNotFound) {
+			unknown = append(unknown, id)
+		} else if err != nil {
+			return err
+		}
+	}
+	if len(unknown) > 0 {
+		return fmt.Errorf("no dead-letter entry %s in %s; nothing deleted (relay dlq ls lists them)", strings.Join(unknown, ", "), store.Key())
+	}
+	for _, id := range ids {
+		if err := store.Delete(ctx, id); err != nil && !errors.Is(err, dlq.ErrNotFound) {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "Deleted %s\n", id)
+	}
+	return nil
+}
+
+// confirm lists the entries --all would delete and asks on stdin.
+func (c *DLQRmCmd) confirm(g *Globals, entries []dlq.Entry) error {
+	if err := entryTable(g.stdout, entries, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "Delete these %s? [y/N] ", nEntries(len(entries)))
+	ok := confirmed(os.Stdin)
+	if st, err := os.Stdin.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		fmt.Fprintln(g.stdout) // the answer was not typed, so no newline was echoed
+	}
+	if !ok {
+		return errors.New("not confirmed; nothing deleted (--yes skips the question)")
+	}
+	return nil
 }
 
 // confirmed reads one line and reports whether it is y or yes.

@@ -17,8 +17,9 @@ import (
 
 // HealthCmd is `relay health`.
 type HealthCmd struct {
-	RunnerFlags `embed:""`
-	JSON        bool `name:"json" help:"Print JSON instead of a table."`
+	RunnerFlags    `embed:""`
+	RetentionFlags `embed:""`
+	JSON           bool `name:"json" help:"Print JSON instead of a table."`
 }
 
 // Help shows examples under relay health --help.
@@ -54,7 +55,10 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.requireStream(true); err != nil {
 		return err
 	}
-	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkContainerd(ctx, g)}
+	if err := c.RetentionFlags.check(); err != nil {
+		return err
+	}
+	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkBudget(ctx, g), c.checkContainerd(ctx, g)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -208,5 +212,30 @@ func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheck
 	r.Close()
 	ch.OK = true
 	ch.Detail = fmt.Sprintf("%s, namespace %s", c.ContainerdAddress, c.ContainerdNamespace)
+	return ch
+}
+
+// checkBudget fails when the stream's Redis memory, projected at the
+// current event rate with the retentions, exceeds 90% of maxmemory
+// (docs/operations.md#redis-memory): at maxmemory the workers fail closed.
+func (c *HealthCmd) checkBudget(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "memory budget"}
+	rc, err := g.redisClient()
+	if err != nil {
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: Redis is unreachable"
+		return ch
+	}
+	defer rc.Close()
+	mctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	m, err := c.measureMemory(mctx, rc, g)
+	if err != nil {
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: " + err.Error()
+		return ch
+	}
+	ch.OK = !m.Pressure(memoryShare)
+	ch.Detail = memoryView{m: m, r: c.retentions()}.verdict()
 	return ch
 }

@@ -56,24 +56,8 @@ type matchJSON struct {
 // containerd. Rules of unavailable apps that parsed still match, as in the
 // worker, and are marked.
 func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
-	now := time.Now()
-	if c.Now != "" {
-		t, err := time.Parse(time.RFC3339Nano, c.Now)
-		if err != nil {
-			return usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
-		}
-		now = t
-	}
-	src, from, err := c.readEvent()
+	now, event, err := c.parse()
 	if err != nil {
-		return err
-	}
-	event, err := matcher.DecodeEvent(src)
-	if err != nil {
-		if errors.Is(err, matcher.ErrMalformed) {
-			msg := strings.TrimPrefix(err.Error(), matcher.ErrMalformed.Error()+": ")
-			return usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
-		}
 		return err
 	}
 	apps, err := g.loadApps()
@@ -101,27 +85,56 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	} else {
 		matches = set.MatchValue(event, now)
 	}
-
 	if c.JSON {
-		out := matchJSON{Matches: []matchTargetJSON{}}
-		for _, t := range matches {
-			out.Matches = append(out.Matches, matchTargetJSON{t.App, t.Handler, available[t.App]})
-		}
-		for _, x := range explained {
-			r := matchRuleJSON{matchTargetJSON: matchTargetJSON{x.Target.App, x.Target.Handler, available[x.Target.App]},
-				Matched: x.Matched, Conditions: []matchConditionJSON{}}
-			for _, cond := range x.Conditions {
-				r.Conditions = append(r.Conditions, matchConditionJSON{cond.Path, cond.Matched, cond.Reason})
-			}
-			out.Rules = append(out.Rules, r)
-		}
-		// Reasons quote comparisons such as "> 70": keep them readable.
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		return enc.Encode(out)
+		return writeMatchJSON(g.stdout, matches, explained, available)
 	}
+	c.writeMatches(g.stdout, matches, explained, available)
+	return nil
+}
 
+// parse reads --now and the event.
+func (c *MatchCmd) parse() (now time.Time, event map[string]any, err error) {
+	now = time.Now()
+	if c.Now != "" {
+		if now, err = time.Parse(time.RFC3339Nano, c.Now); err != nil {
+			return now, nil, usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
+		}
+	}
+	src, from, err := c.readEvent()
+	if err != nil {
+		return now, nil, err
+	}
+	event, err = matcher.DecodeEvent(src)
+	if err != nil && errors.Is(err, matcher.ErrMalformed) {
+		msg := strings.TrimPrefix(err.Error(), matcher.ErrMalformed.Error()+": ")
+		return now, nil, usagef("malformed event from %s: %s; an event is one JSON object, e.g. {\"event_name\":\"INSERT\"}", from, msg)
+	}
+	return now, event, err
+}
+
+// writeMatchJSON prints the matches (and explanations) as JSON.
+func writeMatchJSON(w io.Writer, matches []matcher.Target, explained []matcher.Explanation, available map[string]bool) error {
+	out := matchJSON{Matches: []matchTargetJSON{}}
+	for _, t := range matches {
+		out.Matches = append(out.Matches, matchTargetJSON{t.App, t.Handler, available[t.App]})
+	}
+	for _, x := range explained {
+		r := matchRuleJSON{matchTargetJSON: matchTargetJSON{x.Target.App, x.Target.Handler, available[x.Target.App]},
+			Matched: x.Matched, Conditions: []matchConditionJSON{}}
+		for _, cond := range x.Conditions {
+			r.Conditions = append(r.Conditions, matchConditionJSON{cond.Path, cond.Matched, cond.Reason})
+		}
+		out.Rules = append(out.Rules, r)
+	}
+	// Reasons quote comparisons such as "> 70": keep them readable.
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(out)
+}
+
+// writeMatches prints the explanations (with --explain) and the matches.
+func (c *MatchCmd) writeMatches(w io.Writer, matches []matcher.Target, explained []matcher.Explanation, available map[string]bool) {
 	// Names and conditions come from templates, valid or not: escaped,
 	// they can neither send escape sequences nor forge an output line.
 	name := func(t matcher.Target) string {
@@ -131,7 +144,6 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 		}
 		return s
 	}
-	w := g.stdout
 	if c.Explain {
 		for _, x := range explained {
 			verdict := "not matched"
@@ -154,7 +166,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if len(matches) == 0 {
 		fmt.Fprintln(w, "No matching handlers")
-		return nil
+		return
 	}
 	if c.Explain {
 		fmt.Fprintf(w, "%s, in dispatch order:\n", plural.Of(len(matches), "matching handler"))
@@ -162,7 +174,6 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	for _, t := range matches {
 		fmt.Fprintln(w, name(t))
 	}
-	return nil
 }
 
 // readEvent returns the event text and where it came from, for messages.

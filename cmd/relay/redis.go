@@ -81,12 +81,16 @@ func (g *Globals) clusterConfigured() bool {
 	return err == nil && opt.Sentinel.MasterSet == "" && len(opt.InitAddress) > 1
 }
 
-// redisClient connects with the settings of redisOptions. With
-// REDIS_CLUSTER set, a server that is not a cluster node is an error.
-func (g *Globals) redisClient() (rueidis.Client, error) {
+// redisClient connects with the settings of redisOptions, changed by
+// tune (relay console's retry policy). With REDIS_CLUSTER set, a server
+// that is not a cluster node is an error.
+func (g *Globals) redisClient(tune ...func(*rueidis.ClientOption)) (rueidis.Client, error) {
 	opt, err := g.redisOptions()
 	if err != nil {
 		return nil, err
+	}
+	for _, t := range tune {
+		t(&opt)
 	}
 	c, err := rueidis.NewClient(opt)
 	if hint := authHint(err); hint != "" {

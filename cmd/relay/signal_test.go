@@ -14,7 +14,7 @@ import (
 )
 
 // TestSignalsStopGracefully: SIGINT and SIGTERM each stop relay start
-// gracefully, exit 0 with the engine's "worker stopped", instead of killing
+// gracefully, exit 0 with the worker's "worker stopped", instead of killing
 // it mid-handler with its warm containers and presence label left behind.
 // SIGHUP reloads the apps and leaves the worker running.
 func TestSignalsStopGracefully(t *testing.T) {
@@ -53,7 +53,7 @@ func TestSignalsStopGracefully(t *testing.T) {
 					t.Fatal(err)
 				}
 				testutil.WaitFor(t, 30*time.Second, "the reload", func() bool { return strings.Contains(out.String(), "SIGHUP: reloading the apps") })
-				if strings.Contains(out.String(), "worker stopping") {
+				if strings.Contains(out.String(), "engine stopping") {
 					t.Fatalf("SIGHUP stopped the worker:\n%s", out)
 				}
 			}

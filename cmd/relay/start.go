@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/keys"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
+	"github.com/relaydev/relay/worker"
 )
 
 // StartCmd is `relay start`.
@@ -39,6 +40,9 @@ type StartCmd struct {
 	DLQRetention    `embed:""`
 	MaxEventBytes   byteSize      `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
 	DepsRetention   time.Duration `name:"deps-retention" env:"RELAY_DEPS_RETENTION" default:"168h" help:"Remove a dependency image no worker of the containerd namespace used for this long (0: keep them; else at least 1h)."`
+
+	// InvocationRetention: docs/operations.md#redis-memory sizes it.
+	InvocationRetention time.Duration `name:"invocation-retention" env:"REDIS_INVOCATION_RETENTION" default:"48h" help:"Keep a message's invocation state this long after its ack; 0 deletes it with the ack (docs/delivery.md#invocation-state)."`
 }
 
 // byteSize is a flag value in bytes, written with a KiB, MiB or GiB unit.
@@ -59,7 +63,7 @@ func (b *byteSize) Decode(ctx *kong.DecodeContext) error {
 }
 
 // Run starts a worker and blocks until ctx is cancelled (SIGINT/SIGTERM).
-// It turns the flags into a relay.WorkerConfig; the Worker does the rest.
+// It turns the flags into a worker.Config; the Worker does the rest.
 func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	streams, err := g.startStreams()
 	if err != nil {
@@ -76,6 +80,9 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	if err := c.DLQRetention.check(); err != nil {
 		return err
+	}
+	if c.InvocationRetention < 0 {
+		return usagef("REDIS_INVOCATION_RETENTION must be >= 0 (0: delete with the ack), got %s", c.InvocationRetention)
 	}
 	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
 		return usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
@@ -108,30 +115,20 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := worker.New(worker.Config{
 		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
 		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
 		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
-		Config: relay.Config{
+		Engine: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,
-			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg,
+			MaxEventBytes: int(c.MaxEventBytes), Logger: log, Metrics: reg, Retention: orDeleteOnAck(c.InvocationRetention),
 			TracerProvider: tp,
 		},
 	})
 	if err != nil {
 		return err
 	}
-	// SIGHUP rescans the apps root, as it reloads the configuration of
-	// nginx or Prometheus; SIGINT and SIGTERM stop the worker.
-	hangups := make(chan os.Signal, 1)
-	signal.Notify(hangups, syscall.SIGHUP)
-	defer signal.Stop(hangups)
-	go func() {
-		for range hangups {
-			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
-			w.Reload()
-		}
-	}()
+	defer reloadOnHangup(ctx, log, w)()
 	if c.MetricsAddr != "" {
 		srv, err := serveMetrics(ctx, c.MetricsAddr, reg, w)
 		if err != nil {
@@ -144,8 +141,57 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		}()
 		log.LogAttrs(ctx, slog.LevelInfo, "metrics listening", slog.String("addr", c.MetricsAddr))
 	}
-	switch err := w.Run(ctx); {
-	case errors.Is(err, relay.ErrNoApps):
+	return runError(g, w.Run(ctx))
+}
+
+// check checks the flags of relay start and returns the streams to
+// consume; it names the consumer after the host when none is set.
+func (c *StartCmd) check(g *Globals) ([]string, error) {
+	streams, err := g.startStreams()
+	if err != nil {
+		return nil, err
+	}
+	if c.MaxConcurrency <= 0 {
+		return nil, usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return nil, usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
+	}
+	if c.StreamRetention < 0 {
+		return nil, usagef("REDIS_STREAM_RETENTION must be >= 0 (0: never trim), got %s", c.StreamRetention)
+	}
+	if err := c.DLQRetention.check(); err != nil {
+		return nil, err
+	}
+	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
+		return nil, usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)
+	}
+	if c.Consumer == "" {
+		c.Consumer = hostname()
+	}
+	return streams, nil
+}
+
+// reloadOnHangup reloads w's apps on every SIGHUP, as nginx or Prometheus
+// reload their configuration (SIGINT and SIGTERM stop the worker), until
+// the function it returns is called.
+func reloadOnHangup(ctx context.Context, log *slog.Logger, w *worker.Worker) (stop func()) {
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	go func() {
+		for range hangups {
+			log.LogAttrs(ctx, slog.LevelInfo, "SIGHUP: reloading the apps")
+			w.Reload()
+		}
+	}()
+	return func() { signal.Stop(hangups) }
+}
+
+// runError is the error relay start exits with for the error of
+// Worker.Run.
+func runError(g *Globals, err error) error {
+	switch {
+	case errors.Is(err, worker.ErrNoApps):
 		return errNoApps(g.Apps)
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w (set RELAY_APPS or --apps to the directory holding your apps)", err)
@@ -156,10 +202,18 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	}
 }
 
-// orDisabled maps a retention flag's 0 (never trim) to relay.Disabled.
+// orDisabled maps a retention flag's 0 (never trim) to worker.Disabled.
 func orDisabled(d time.Duration) time.Duration {
 	if d == 0 {
-		return relay.Disabled
+		return worker.Disabled
+	}
+	return d
+}
+
+// orDeleteOnAck maps REDIS_INVOCATION_RETENTION's 0 to relay.DeleteOnAck.
+func orDeleteOnAck(d time.Duration) time.Duration {
+	if d == 0 {
+		return relay.DeleteOnAck
 	}
 	return d
 }
@@ -175,7 +229,7 @@ func (g *Globals) startStreams() ([]string, error) {
 
 // serveMetrics serves /metrics of reg, /healthz, and /readyz from the
 // Worker's readiness, on addr.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *relay.Worker) (*http.Server, error) {
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, w *worker.Worker) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("METRICS_ADDR %s: %w", addr, err)

@@ -15,7 +15,8 @@ import (
 
 // StatsCmd is `relay stats`.
 type StatsCmd struct {
-	JSON bool `name:"json" help:"Print JSON instead of a table."`
+	JSON           bool `name:"json" help:"Print JSON instead of a table."`
+	RetentionFlags `embed:""`
 }
 
 // Help shows examples under relay stats --help.
@@ -43,11 +44,17 @@ type statsJSON struct {
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
 	OldestPendingAt  string  `json:"oldest_pending_at,omitempty"`
+	// Memory is nil when it could not be measured; MemoryError says why.
+	Memory      *memoryJSON `json:"memory"`
+	MemoryError string      `json:"memory_error,omitempty"`
 }
 
 // Run prints the cluster-wide counters, the PEL summary and the DLQ length.
 func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.requireStream(true); err != nil {
+		return err
+	}
+	if err := c.RetentionFlags.check(); err != nil {
 		return err
 	}
 	rc, err := g.redisClient()
@@ -73,12 +80,21 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	// Memory is measured last and may be refused (an ACL user without
+	// +memory or +info): the counters are still worth printing.
+	mem, memErr := c.measureMemory(ctx, rc, g)
+	view := memoryView{m: mem, r: c.retentions()}
 	if c.JSON {
 		out := statsJSON{Stream: g.RedisStream, Group: g.RedisGroup, Received: s.Received, Matched: s.Matched,
 			Unmatched: s.Unmatched, Malformed: s.Malformed, Successes: s.Successes, Failures: s.Failures,
 			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds()}
 		if pending > 0 {
 			out.OldestPendingAt = time.Now().Add(-oldest).UTC().Format(time.RFC3339)
+		}
+		if memErr != nil {
+			out.MemoryError = memErr.Error()
+		} else {
+			out.Memory = view.json()
 		}
 		return writeJSON(g.stdout, out)
 	}
@@ -88,7 +104,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		oldestText = age(oldest)
 	}
 	fmt.Fprintf(g.stdout, "Stream %s, group %s\n\n", g.RedisStream, g.RedisGroup)
-	return table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
+	err = table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
 		{"received", n(s.Received)},
 		{"matched", n(s.Matched)},
 		{"unmatched", n(s.Unmatched)},
@@ -101,4 +117,12 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		{"pending", n(pending)},
 		{"oldest pending age", oldestText},
 	})
+	if err != nil {
+		return err
+	}
+	if memErr != nil {
+		_, err = fmt.Fprintf(g.stdout, "\nRedis memory: not measured: %v\n", memErr)
+		return err
+	}
+	return view.write(g.stdout)
 }

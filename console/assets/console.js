@@ -33,6 +33,7 @@ function live(feed) {
   src.onopen = function () { say("live", "good"); };
   src.onerror = function () { say("reconnecting…", "warn"); };
   src.addEventListener("problem", function (e) { say("feed error: " + JSON.parse(e.data), "bad"); });
+  src.addEventListener("recovered", function () { say("live", "good"); });
   src.addEventListener("outcome", function (e) {
     var ev = JSON.parse(e.data);
     var empty = document.getElementById("feed-empty");

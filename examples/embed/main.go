@@ -26,6 +26,7 @@ import (
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule/cron"
+	"github.com/relaydev/relay/worker"
 )
 
 func main() {
@@ -93,10 +94,10 @@ func run(ctx context.Context, rc rueidis.Client, streams []string, group, consum
 		"shop/orders.record":  handler("recording order"),
 		"shop/reports.hourly": handler("writing hourly report"),
 	})
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := worker.New(worker.Config{
 		Redis: rc, Streams: streams, Group: group, Consumer: consumer,
-		Apps: relay.Static(apps), Runner: runner,
-		Config: relay.Config{Logger: log, MaxConcurrency: 4},
+		Apps: worker.Static(apps), Runner: runner,
+		Engine: relay.Config{Logger: log, MaxConcurrency: 4},
 	})
 	if err != nil {
 		return err

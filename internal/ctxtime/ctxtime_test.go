@@ -3,6 +3,7 @@ package ctxtime
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func TestSleep(t *testing.T) {
@@ -13,5 +14,19 @@ func TestSleep(t *testing.T) {
 	cancel()
 	if Sleep(ctx, 1<<62) {
 		t.Error("Sleep with a done context = true, want false")
+	}
+}
+
+func TestEveryStopsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := 0
+	Every(ctx, time.Millisecond, func() {
+		calls++
+		if calls == 3 {
+			cancel()
+		}
+	})
+	if calls != 3 {
+		t.Errorf("Every called fn %d times after its context ended at the 3rd, want 3", calls)
 	}
 }

@@ -10,6 +10,10 @@ import (
 
 const prefix = "relay:"
 
+// Pattern is a SCAN MATCH glob for every key under Relay's prefix: all
+// its keys but the source streams, which are the producers'.
+const Pattern = prefix + "*"
+
 var escaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // Escape percent-escapes ':' and '%' so a name cannot forge key segments.
@@ -52,6 +56,13 @@ func DLQ(stream string) string { return prefix + stream + ":dlq" }
 // slot.
 func DLQWritten(stream, group, messageID, app, handler string) string {
 	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
+}
+
+// DLQReplays is the replay history of one dead-letter entry, a hash:
+// relay:<stream>:dlq:replays:<entry-id>. It shares the DLQ stream's hash
+// tag.
+func DLQReplays(stream, entryID string) string {
+	return DLQ(stream) + ":replays:" + Escape(entryID)
 }
 
 // ScheduleOccurrence is the dedup key of one occurrence of a schedule that

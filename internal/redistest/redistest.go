@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/stream"
 )
 
 var (
@@ -290,4 +292,30 @@ func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Settled reports whether group has delivered everything up to last on
+// streamName and nothing is pending: every message was acknowledged.
+func Settled(ctx context.Context, rc rueidis.Client, streamName, group, last string) bool {
+	n, _, err := stream.New(rc, streamName, group, "checker").Pending(ctx)
+	if err != nil || n != 0 {
+		return false
+	}
+	info, err := rc.Do(ctx, rc.B().XinfoGroups().Key(streamName).Build()).ToArray()
+	if err != nil {
+		return false
+	}
+	for _, g := range info {
+		m, err := g.AsMap()
+		if err != nil {
+			return false
+		}
+		name, lastDelivered := m["name"], m["last-delivered-id"]
+		if n, _ := name.ToString(); n != group {
+			continue
+		}
+		l, _ := lastDelivered.ToString()
+		return stream.CompareID(l, last) >= 0
+	}
+	return false
 }

@@ -3,7 +3,9 @@
 -- takes a batch of claims, of messages of one stream (one hash slot), so
 -- that concurrent deliveries share a script run.
 --
--- KEYS[i]  invocation hash of claim i, keys.Invocation(stream, group, message id)
+-- KEYS     for each claim i, two keys: KEYS[2i-1] its invocation hash,
+--          keys.Invocation(stream, group, message id), and KEYS[2i] its
+--          stream (the same hash slot under Redis Cluster)
 -- ARGV     for each claim i, in KEYS order, a segment:
 --            field, "<app>/<handler>"
 --            lease, ms (>= 1): a new attempt runs until now + lease
@@ -11,6 +13,7 @@
 --            max attempts (>= 1): the rule's retries + 1
 --            '1' when the record below is complete (every invocation of
 --              the message), else '0'
+--            consumer group, message id
 --            n, then n other invocation fields of the message to record as
 --              next_attempt_at:<now>:0:<token> (due, no attempt used)
 --              unless they have state; with a complete record __matched
@@ -20,6 +23,10 @@
 -- redelivery run exactly those, even when it would no longer match some of
 -- them (a now() cutoff passed, a template changed) and when the worker died
 -- before claiming them.
+--
+-- A claim of a message that is not in the group's PEL (acknowledged, or its
+-- reference cleared) is inert, as on a retained hash: reply 7, nothing
+-- written (prelude.lua in_pel).
 --
 -- now is the server's TIME in Unix ms, read once for the batch. An attempt
 -- that was claimed and whose lease expired counts as executed and failed.
@@ -39,7 +46,8 @@
 --   4                                 succeeded ("ok")
 --   5, attempt, token, trace, lost    exhausted, DLQ entry not recorded yet
 --   6, attempt, token, trace          exhausted, DLQ entry recorded (":dlq")
---   7                                 terminal: __terminal is set
+--   7                                 terminal: __terminal is set, or the
+--                                     message is not in the group's PEL
 --   8, value                          the stored value is malformed
 -- trace is the lineage of the latest attempt that stored one in
 -- __trace:<field> (release, schedule_retry, exhaust), '' when none. lost is
@@ -52,13 +60,13 @@ local now = now_ms()
 local now_s -- now in decimal, for recorded fields only
 local replies, o = {}, 0
 local i = 1
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[i + 5])
+for k = 1, #KEYS, 2 do
+  local n = tonumber(ARGV[i + 7])
   if n > 0 and not now_s then
     now_s = string.format('%d', now)
   end
-  local r = claim_one(KEYS[k], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], tonumber(ARGV[i + 3]),
-    ARGV[i + 4] == '1', i + 6, n, now, now_s)
+  local r = claim_one(KEYS[k], KEYS[k + 1], ARGV[i + 5], ARGV[i + 6], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2],
+    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s)
   if type(r) == 'number' then
     replies[o + 1], replies[o + 2] = 9, r
     o = o + 2
@@ -68,6 +76,6 @@ for k = 1, #KEYS do
     end
     o = o + #r
   end
-  i = i + 6 + n
+  i = i + 8 + n
 end
 return replies

@@ -22,12 +22,30 @@ local RUNNING = '^running:%d+:(%d+):([^:]+)$'
 -- rest of the value (':dlq' once the entry is written).
 local EXHAUSTED = '^exhausted:(%d+):([^:]+)(.*)$'
 
--- helper: fence
--- fence checks that the hash is not retained and that field matches
--- pattern with this attempt and token, in one HMGET. It returns 0, the
--- stored value and the third capture when it does; otherwise the reply
--- code, 3 (terminal) or 2 (stale).
-local function fence(key, field, pattern, attempt, token)
+-- helper: in_pel
+-- in_pel reports whether message id is in the PEL of group on stream
+-- (a single-id XPENDING range, O(log n) in the PEL). A missing stream or
+-- group (NOGROUP) is not pending; any other error is raised. A message
+-- that left the PEL (acknowledged, or its reference cleared) makes every
+-- transition inert, whether or not its hash is retained
+-- (docs/delivery.md#invocation-state).
+local function in_pel(stream, group, id)
+  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+  if type(p) == 'table' and p.err then
+    if string.sub(p.err, 1, 8) == 'NOGROUP ' then
+      return false
+    end
+    error(p)
+  end
+  return #p > 0
+end
+
+-- helper: match
+-- match checks, in one HMGET, that the hash is not retained and that field
+-- matches pattern with this attempt and token. It returns 0, the stored
+-- value and the third capture when both hold; otherwise the reply code, 3
+-- (terminal) or 2 (stale).
+local function match(key, field, pattern, attempt, token)
   local got = redis.call('HMGET', key, '__terminal', field)
   if got[1] then
     return 3
@@ -41,6 +59,18 @@ local function fence(key, field, pattern, attempt, token)
     return 2
   end
   return 0, v, rest
+end
+
+-- helper: fence
+-- fence is match for the message id of group on stream, which must also
+-- still be in the group's PEL (in_pel): one that left it gets 3
+-- (terminal) whatever its hash holds.
+local function fence(key, field, pattern, attempt, token, stream, group, id)
+  local code, v, rest = match(key, field, pattern, attempt, token)
+  if code == 3 or not in_pel(stream, group, id) then
+    return 3
+  end
+  return code, v, rest
 end
 
 -- helper: save_trace
@@ -61,20 +91,23 @@ local function prev_trace(key, field)
 end
 
 -- helper: claim_one
--- claim_one decides one claim (claim.lua) at the server time now (now_s:
--- the same in decimal) and returns its reply as a table, or, for a claim
+-- claim_one decides one claim (claim.lua) of message id of group on stream
+-- at the server time now (now_s: the same in decimal) and returns its reply as a table, or, for a claim
 -- of a field without state that records nothing (the common case), only
 -- the deadline_ms of reply 9, without a table. ARGV[first .. first+n-1]
 -- are the message's other invocation fields to record (due, no attempt
 -- used) unless they have state; complete writes __matched with them.
 --
--- A claim costs one HMGET and at most one HSET, and an HGET of the lineage
+-- A retained hash, or a message no longer in the group's PEL (in_pel),
+-- gets {7} and nothing is written.
+--
+-- A claim costs one HMGET, one XPENDING and at most one HSET, and an HGET of the lineage
 -- on the paths whose reply carries it: every redis.call, and every table,
 -- costs the server more than the hash command it runs (bench/RESULTS.md,
 -- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
 -- within what unpack can put on the Lua stack.
 local CLAIM_CHUNK = 1000
-local function claim_one(key, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
+local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
   -- One read for the marker, the value and the fields to record.
   local last = first + n - 1
   local got
@@ -83,7 +116,7 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
   else
     got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
   end
-  if got[1] then
+  if got[1] or not in_pel(stream, group, id) then
     return {7}
   end
   for s = first + CLAIM_CHUNK, last, CLAIM_CHUNK do
@@ -187,15 +220,25 @@ local function claim_one(key, field, lease_ms, token, max_attempts, complete, fi
 end
 
 -- helper: retain
--- retain switches key to terminal retention (retain.lua, retain_acked.lua):
--- it sets __terminal and a TTL of ttl_ms, creating the hash if it is
--- missing, and returns 1. On a hash already retained it changes nothing
--- but a TTL removed from outside, put back (a running TTL is never
--- extended), and returns 4.
+-- retain applies the retention of a message that left the PEL to its hash
+-- key (retain.lua, retain_acked.lua, settle.lua, finish_settle.lua). With
+-- ttl_ms '0' it deletes the hash and returns 1. Otherwise it sets
+-- __terminal and a TTL of ttl_ms and returns 1; on a hash already retained
+-- it changes nothing but a TTL removed from outside, put back (a running
+-- TTL is never extended), and returns 4. A missing hash is not created
+-- (nothing to keep: in_pel keeps a stale delivery inert without it), and 6
+-- is returned.
 local function retain(key, ttl_ms)
+  if ttl_ms == '0' then
+    redis.call('DEL', key)
+    return 1
+  end
   if redis.call('HEXISTS', key, '__terminal') == 1 then
     redis.call('PEXPIRE', key, ttl_ms, 'NX')
     return 4
+  end
+  if redis.call('EXISTS', key) == 0 then
+    return 6
   end
   redis.call('HSET', key, '__terminal', '1')
   redis.call('PEXPIRE', key, ttl_ms)

@@ -1,24 +1,26 @@
--- retain_acked.lua: switch a leaked invocation hash, one left without a
--- TTL after its message was acknowledged (a crash between the XACK and
--- Retain), to terminal retention, unless its message is still pending
--- (Store.RetainAcked, run by RetainLeaked). Idempotent.
+-- retain_acked.lua: apply the retention to a leaked invocation hash, one
+-- left without a TTL after its message left the PEL (a crash between an
+-- XACK, or an XAUTOCLAIM that cleared its reference, and Retain): delete it
+-- (retention 0) or switch it to terminal retention, unless its message is
+-- still pending (Store.RetainAcked, run by RetainLeaked). Idempotent.
 --
 -- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
 -- KEYS[2]  the stream (the same hash slot under Redis Cluster)
 -- ARGV[1]  the consumer group
 -- ARGV[2]  the message id
--- ARGV[3]  ttl, ms (>= 1)
+-- ARGV[3]  retention, ms: '0' deletes the hash, else its TTL
 --
 -- A hash with a TTL is left alone: retained already, or expiring anyway.
 -- A hash whose message is in the group's PEL (XPENDING <stream> <group>
 -- <id> <id> 1) is left alone: it is still recoverable and must keep its
 -- markers. When the stream or the group does not exist nothing is changed
 -- either: a group recreated from id 0 delivers the message again, and its
--- markers then still count. Otherwise the hash is retained exactly as
--- retain.lua does (prelude.lua retain).
+-- markers then still count. Otherwise the hash is deleted or retained
+-- exactly as retain.lua does (prelude.lua retain).
 --
 -- Returns {code}:
---   {1}  retained now: the hash had no TTL and has __terminal and ttl
+--   {1}  deleted, or retained now: the hash had no TTL and has __terminal
+--        and the TTL
 --   {4}  the hash has a TTL already: nothing changed
 --   {5}  the message is still pending: nothing changed
 --   {6}  the hash does not exist: nothing changed

@@ -24,6 +24,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/schedule"
@@ -115,7 +116,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	for _, w := range workers {
 		testutil.WaitFor(t, time.Minute, "every stream's engine started", func() bool {
-			return strings.Count(w.stderr.String(), "worker started") == len(streams)
+			return strings.Count(w.stderr.String(), "engine started") == len(streams)
 		})
 	}
 
@@ -142,7 +143,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	}
 	for _, s := range streams {
 		testutil.WaitFor(t, 2*time.Minute, "every message of "+s+" acknowledged", func() bool {
-			return settled(ctx, rc, s, group, last[s])
+			return redistest.Settled(ctx, rc, s, group, last[s])
 		})
 	}
 

@@ -15,16 +15,12 @@
 package cluster_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/stream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -56,30 +52,4 @@ func writeApp(t *testing.T, name, src string, files map[string]string) string {
 		}
 	}
 	return root
-}
-
-// settled reports whether group has delivered everything up to last on
-// streamName and nothing is pending: every message was acknowledged.
-func settled(ctx context.Context, rc rueidis.Client, streamName, group, last string) bool {
-	n, _, err := stream.New(rc, streamName, group, "checker").Pending(ctx)
-	if err != nil || n != 0 {
-		return false
-	}
-	info, err := rc.Do(ctx, rc.B().XinfoGroups().Key(streamName).Build()).ToArray()
-	if err != nil {
-		return false
-	}
-	for _, g := range info {
-		m, err := g.AsMap()
-		if err != nil {
-			return false
-		}
-		name, lastDelivered := m["name"], m["last-delivered-id"]
-		if n, _ := name.ToString(); n != group {
-			continue
-		}
-		l, _ := lastDelivered.ToString()
-		return stream.CompareID(l, last) >= 0
-	}
-	return false
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/invocation"
@@ -197,7 +198,7 @@ func TestSentinelFailover(t *testing.T) {
 			done = done && runs[n] > 0
 		}
 		mu.Unlock()
-		return done && settled(ctx, check, streamName, group, last)
+		return done && redistest.Settled(ctx, check, streamName, group, last)
 	})
 	stopWorkers()
 	workers.Wait()

@@ -78,7 +78,7 @@ func (s *soak) waitStarted() {
 		defer s.mu.Unlock()
 		for _, w := range s.alive {
 			b, _ := os.ReadFile(w.log)
-			if !strings.Contains(string(b), `msg="worker started"`) {
+			if !strings.Contains(string(b), `msg="engine started"`) {
 				return false
 			}
 		}

@@ -101,7 +101,7 @@ type retentionSample struct {
 func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBytes }
 
 // TestSoakRetention is "a month in an hour": short retentions (seconds)
-// while three relay.Worker processes are killed (SIGKILL) and restarted
+// while three worker.Worker processes are killed (SIGKILL) and restarted
 // under new consumer names and the apps root is edited under them (valid
 // edits, a broken one, an app removed and added again). Every few seconds
 // it samples Redis: used memory, the stream's and the dead-letter stream's

@@ -15,7 +15,7 @@
 // TestContainerdStallSoak stalls that containerd (SIGSTOP) under them
 // (RELAY_SOAK_CONTAINERD_STALL). TestPausedWorkerOwnExit stops a worker
 // (SIGSTOP) past its handler's timeout.
-// TestSoakRetention runs relay.Worker processes, as relay start does, with
+// TestSoakRetention runs worker.Worker processes, as relay start does, with
 // retentions of seconds, live reload of an apps root edited under them,
 // and samples Redis to show that what retention bounds stays bounded.
 // RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them, and

@@ -29,6 +29,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	relayworker "github.com/relaydev/relay/worker"
 )
 
 // Worker-process settings, passed through the environment.
@@ -41,7 +42,7 @@ const (
 	envSocket    = "FAULTS_SOCKET"      // containerd socket, for the containerd runner
 	envNamespace = "FAULTS_NAMESPACE"   // containerd namespace, for the containerd runner
 	envHelper    = "FAULTS_EXEC_HELPER" // relay-exec, for the containerd runner (optional)
-	// envRetention makes the worker a relay.Worker with short retentions
+	// envRetention makes the worker a worker.Worker with short retentions
 	// and live reload of the apps root (TestSoakRetention): a
 	// retentionSettings in its String form.
 	envRetention = "FAULTS_RETENTION"
@@ -84,7 +85,7 @@ func containerdWorkerConfig() relay.Config {
 }
 
 // containerdSweepInterval is how often a soak worker sweeps its
-// containerd runner's leftovers, as a relay.Worker does every minute.
+// containerd runner's leftovers, as a worker.Worker does every minute.
 const containerdSweepInterval = 500 * time.Millisecond
 
 // TestWorkerProcess is not a test: the soaks run the test binary again with
@@ -133,7 +134,7 @@ func TestWorkerProcess(t *testing.T) {
 	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
 	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
-	// relay.Worker would, and sweeps its runner as the Worker does.
+	// worker.Worker would, and sweeps its runner as the Worker does.
 	store := invocation.New(rc)
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: ledgerSource{src, rec}, State: ledgerState{store, rec},
@@ -187,13 +188,13 @@ func parseRetentionSettings(v string) (retentionSettings, error) {
 	return retentionSettings{stream: d[0], dlq: d[1], state: d[2], interval: d[3]}, nil
 }
 
-// retentionWorker runs what relay start runs, a relay.Worker over the apps
+// retentionWorker runs what relay start runs, a worker.Worker over the apps
 // root with live reload, retention and the janitor, with the ledger
 // wrapped around the Engine's parts, until ctx ends.
 func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *recorder, runner relay.Runner, cfg relay.Config, rs retentionSettings, consumer string) {
 	rec.keepAcked = true
 	cfg.Retention = rs.state
-	w, err := relay.NewWorker(relay.WorkerConfig{
+	w, err := relayworker.New(relayworker.Config{
 		Redis: rc, Streams: []string{rec.stream}, Group: soakGroup, Consumer: consumer,
 		Apps: template.Dir(os.Getenv(envApps)), Runner: runner,
 		StreamRetention: rs.stream, DLQRetention: rs.dlq,
@@ -208,7 +209,7 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 			c.DLQ = ledgerDLQ{c.DLQ, rec}
 			return c
 		},
-		Config: cfg,
+		Engine: cfg,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/worker"
 )
 
 // WorkerMain runs this process as the worker its parent described, serving
@@ -114,7 +115,7 @@ commands:
 type child struct {
 	spec     WorkerSpec
 	rc       rueidis.Client
-	worker   *relay.Worker
+	worker   *worker.Worker
 	logFile  *os.File
 	handled  atomic.Int64
 	begun    atomic.Int64
@@ -196,10 +197,10 @@ func (w *child) buildEngine() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	s := w.spec
-	w.worker, err = relay.NewWorker(relay.WorkerConfig{
+	w.worker, err = worker.New(worker.Config{
 		Redis: w.rc, Streams: []string{s.Stream}, Group: s.Group, Consumer: s.Consumer,
-		Apps: relay.Static(apps), Runner: runner,
-		Config: relay.Config{
+		Apps: worker.Static(apps), Runner: runner,
+		Engine: relay.Config{
 			MaxConcurrency: positiveOr(s.Concurrency, 8), Logger: log, Metrics: reg,
 			ShutdownTimeout: 10 * time.Second, MinPendingIdle: s.MinPendingIdle,
 			// As `relay start` with tracing off.

@@ -1,6 +1,6 @@
 // Command mkimage builds Relay's offline images without a registry, as a
-// docker-archive tarball that `ctr images import` and the containerd
-// client's Import accept. It has two modes.
+// tarball that `ctr images import`, the containerd client's Import and
+// `docker load` accept. It has three modes.
 //
 // By default it builds the small test image of the containerd runner tests
 // and examples: one layer holding a static busybox, a symlink per busybox
@@ -16,6 +16,17 @@
 //
 //	go run ./internal/tools/mkimage -o python3.tar -ref relay.local/python3:bookworm \
 //		-rootfs /tmp/rootfs -env LANG=C.UTF-8 -cmd '["python3"]'
+//
+// With -containerfile it builds the final stage of a Containerfile, which
+// must be FROM scratch and copy files from an earlier stage, whose output
+// -stage NAME=DIR names on disk (make image, scripts/image.sh: the relay
+// image of deploy/Containerfile). This mode writes an OCI image layout
+// that is also a docker-archive, and honours SOURCE_DATE_EPOCH:
+//
+//	go run ./internal/tools/mkimage -o relay.tar -ref relay.local/relay:dev \
+//		-containerfile deploy/Containerfile -stage build=/tmp/stage [-label KEY=VALUE]
+//
+// The first two modes write a docker-archive.
 //
 // The output is reproducible: file times and the image creation time are
 // fixed, so the same input always gives the same image digest.
@@ -60,24 +71,39 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 func main() {
 	var (
-		out         = flag.String("o", "", "output archive path (required)")
-		ref         = flag.String("ref", "relay.local/busybox:latest", "image reference stored in the archive")
-		busybox     = flag.String("busybox", "/bin/busybox", "path of a statically linked busybox binary")
-		rootfsDir   = flag.String("rootfs", "", "pack this root filesystem directory instead of building the busybox image")
-		cmdJSON     = flag.String("cmd", "", `image command as a JSON array, e.g. '["python3"]' (-rootfs only)`)
-		description = flag.String("description", "", "org.opencontainers.image.description label (-rootfs only)")
-		env         listFlag
+		out                 = flag.String("o", "", "output archive path (required)")
+		ref                 = flag.String("ref", "relay.local/busybox:latest", "image reference stored in the archive")
+		busybox             = flag.String("busybox", "/bin/busybox", "path of a statically linked busybox binary")
+		rootfsDir           = flag.String("rootfs", "", "pack this root filesystem directory instead of building the busybox image")
+		cmdJSON             = flag.String("cmd", "", `image command as a JSON array, e.g. '["python3"]' (-rootfs only)`)
+		description         = flag.String("description", "", "org.opencontainers.image.description label (-rootfs only)")
+		containerfile       = flag.String("containerfile", "", "build the final stage of this Containerfile (FROM scratch, COPY --from=<stage>)")
+		env, stages, labels listFlag
 	)
 	flag.Var(&env, "env", "NAME=VALUE in the image config, repeatable (-rootfs only; default PATH is the Debian one)")
+	flag.Var(&stages, "stage", "NAME=DIR: the filesystem of stage NAME for COPY --from=NAME, repeatable (-containerfile only)")
+	flag.Var(&labels, "label", "KEY=VALUE label added to the Containerfile's, repeatable (-containerfile only)")
 	flag.Parse()
 	if *out == "" || flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
 	var err error
-	if *rootfsDir != "" {
+	switch {
+	case *containerfile != "":
+		o := buildOptions{out: *out, ref: *ref, containerfile: *containerfile, stages: map[string]string{}, labels: labels}
+		for _, s := range stages {
+			k, v, ok := strings.Cut(s, "=")
+			if !ok || k == "" || v == "" {
+				fmt.Fprintf(os.Stderr, "mkimage: -stage %q: want NAME=DIR\n", s)
+				os.Exit(2)
+			}
+			o.stages[k] = v
+		}
+		err = runContainerfile(o)
+	case *rootfsDir != "":
 		err = runRootfs(*out, *ref, *rootfsDir, env, *cmdJSON, *description)
-	} else {
+	default:
 		err = run(*out, *ref, *busybox)
 	}
 	if err != nil {

@@ -1,0 +1,37 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/producer"
+)
+
+// An orders service publishes an event for Relay's workers; the id is the
+// new stream entry's.
+func ExampleProducer_Publish() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"localhost:6379"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer client.Close()
+	p, err := producer.New(client, "events")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	type order struct {
+		Type    string `json:"type"`
+		OrderID int    `json:"order_id"`
+		Amount  int    `json:"amount"`
+	}
+	id, err := p.Publish(context.Background(), order{Type: "orders.placed", OrderID: 7, Amount: 42})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("published", id)
+}

@@ -1,0 +1,34 @@
+package stats
+
+import (
+	"testing"
+	"time"
+)
+
+func TestProjection(t *testing.T) {
+	m := Memory{
+		Used:        10_000_000, // 1 MB of it not Relay's
+		Stream:      Part{Bytes: 6_000_000, PerItem: 1000},
+		DLQ:         Part{Bytes: 1_000_000, PerItem: 500},
+		Invocations: Part{Bytes: 1_500_000, PerItem: 250},
+		Other:       Part{Bytes: 500_000},
+		Rate:        10, DLQRate: 0.01, MatchedShare: 0.5,
+	}
+	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, Invocation: 2 * time.Hour})
+	// 1 MB + 0.5 MB other + 10×3600×1000 + 0.01×86400×500 + 5×7200×250
+	want := int64(1_000_000 + 500_000 + 36_000_000 + 432_000 + 9_000_000)
+	if m.Projected != want || m.Unbounded != "" {
+		t.Errorf("projected %d (%q), want %d", m.Projected, m.Unbounded, want)
+	}
+	if m.Stream.Projected != 36_000_000 || m.DLQ.Projected != 432_000 || m.Invocations.Projected != 9_000_000 || m.Other.Projected != 500_000 {
+		t.Errorf("parts projected %d %d %d %d", m.Stream.Projected, m.DLQ.Projected, m.Invocations.Projected, m.Other.Projected)
+	}
+	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour}) // invocation state deleted at ack
+	if want -= 9_000_000; m.Projected != want {
+		t.Errorf("with invocation retention 0: projected %d, want %d", m.Projected, want)
+	}
+	m.project(Retentions{Stream: time.Hour, DLQ: 0})
+	if m.Projected != -1 || m.Unbounded == "" {
+		t.Errorf("DLQ kept forever with dead letters arriving: projected %d (%q), want unbounded", m.Projected, m.Unbounded)
+	}
+}

@@ -1,0 +1,77 @@
+package worker
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+)
+
+// streamParts are the Redis-backed parts of one stream, the Engine that
+// consumes it through them, and the services that keep it: the retainer
+// and the janitor.
+type streamParts struct {
+	name     string
+	engine   *relay.Engine
+	source   *stream.Source
+	retainer *retainer
+	janitor  *janitor
+}
+
+// newStreamParts builds the parts of stream name: its source, invocation
+// store (also the Settler: one Redis client), dead-letter writer and
+// stats recorder, the Engine over them, and its retainer and janitor. reg
+// is where the parts register their metrics, labelled by stream when the
+// worker has several.
+func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slog.Logger) (*streamParts, error) {
+	ecfg := cfg.Engine
+	if len(cfg.Streams) > 1 {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"stream": name}, reg)
+		ecfg.Metrics = reg
+	}
+	if !cfg.DisableStats {
+		ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
+	}
+	var srcOpts []stream.Option
+	if ecfg.Logger != nil {
+		srcOpts = append(srcOpts, stream.WithLogger(ecfg.Logger))
+	}
+	src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
+	store := invocation.New(cfg.Redis)
+	// A dead-letter entry's written marker lives as long as the invocation
+	// state it guards (docs/delivery.md#dead-letter-queue).
+	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.markerRetention()))
+	c := relay.Components{
+		Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
+		// The source and the store share the client: a message's last
+		// transition, its XACK and its retention take one script.
+		Settler: store,
+		Stream:  name, Group: cfg.Group, Consumer: cfg.Consumer,
+	}
+	if cfg.WrapComponents != nil {
+		c = cfg.WrapComponents(c)
+	}
+	empty, _ := app.NewSet()
+	e, err := relay.NewEngine(empty, c, ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: New: stream %s: %w", name, err)
+	}
+	m, err := newStreamMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: New: stream %s: register metrics: %w", name, err)
+	}
+	log = log.With(slog.String("stream", name))
+	return &streamParts{
+		name: name, engine: e, source: src,
+		retainer: &retainer{cfg: retainerConfigOf(cfg), source: src, dlq: dlqw, log: log, m: m},
+		janitor: &janitor{interval: cfg.JanitorInterval, ttl: cfg.stateRetention(), state: store,
+			stream: name, group: cfg.Group, log: log, retained: m.leaksRetained},
+	}, nil
+}

@@ -1,0 +1,333 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/worker"
+)
+
+// sweepingRunner counts Sweep calls of a Runner that is a Sweeper.
+type sweepingRunner struct {
+	relay.Runner
+	sweeps atomic.Int32
+}
+
+func (s *sweepingRunner) Sweep(context.Context) error { s.sweeps.Add(1); return nil }
+
+// workerApp has a rule and a schedule that fires every minute. Schedule
+// dedup keys are not per stream, so each test names its schedule apart
+// (tick-<n>) or another test's occurrence of the same minute would take its
+// place.
+func workerApp() string {
+	return fmt.Sprintf(`
+image: x
+events:
+  - {handler: events.created, pattern: {event_name: [INSERT]}}
+schedules:
+  - {name: tick-%d, handler: jobs.tick, cron: "* * * * *"}
+`, rand.Uint64())
+}
+
+// workerHarness runs a Worker over streams on a private redis-server.
+type workerHarness struct {
+	t       *testing.T
+	cfg     worker.Config
+	calls   *apptest.Calls
+	logs    *testutil.Buffer
+	reg     *prometheus.Registry
+	runner  *sweepingRunner
+	streams []string
+}
+
+func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
+	t.Helper()
+	h := &workerHarness{t: t, calls: &apptest.Calls{}, logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
+	for _, s := range streams {
+		h.streams = append(h.streams, redistest.Name(t, s))
+	}
+	record := func(context.Context, runtime.Request) error { return nil }
+	handlers := map[string]runtime.HandlerFunc{}
+	for _, k := range []string{"users/events.created", "users/jobs.tick"} {
+		handlers[k] = func(ctx context.Context, req runtime.Request) error { h.calls.Add(req); return record(ctx, req) }
+	}
+	h.runner = &sweepingRunner{Runner: runtime.NewFunc(handlers)}
+	cfg := fastConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Metrics = h.reg
+	h.cfg = worker.Config{
+		Redis: redistest.Client(t), Streams: h.streams, Group: "workers", Consumer: "w1",
+		Apps: worker.Static(apptest.Load(t, map[string]string{"users": workerApp()})), Runner: h.runner,
+		StateDir: t.TempDir(), SweepInterval: 50 * time.Millisecond, Engine: cfg,
+	}
+	return h
+}
+
+// counter sums the counter name over every label set in h's registry.
+func (h *workerHarness) counter(name string) float64 {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// run runs a Worker of h.cfg until the test ends; stop stops it and
+// returns Run's error.
+func (h *workerHarness) run() (w *worker.Worker, stop func() error) {
+	h.t.Helper()
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var result error
+	stopped := false
+	stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			result = <-done
+		}
+		return result
+	}
+	h.t.Cleanup(func() { _ = stop() })
+	h.t.Cleanup(func() {
+		if h.t.Failed() {
+			h.t.Logf("worker log:\n%s", h.logs.String())
+		}
+	})
+	return w, stop
+}
+
+// TestWorkerRunsStreamsAndSchedules: one Worker consumes two streams with
+// one app, runs the app's schedule (its latest occurrence, caught up at
+// start, published into the first stream), acknowledges and retains every
+// message, keeps cluster stats per stream, and labels metrics by stream.
+func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
+	h := newWorkerHarness(t, "orders", "payments")
+	w, stop := h.run()
+	rc := h.cfg.Redis
+	ids := map[string]string{}
+	for _, s := range h.streams {
+		id, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[s] = id
+	}
+	testutil.WaitFor(t, 10*time.Second, "both events and the tick", func() bool {
+		return h.calls.Count("users/events.created") == 2 && h.calls.Count("users/jobs.tick") >= 1
+	})
+	for _, s := range h.streams {
+		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
+			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
+			return err == nil && n == 0
+		})
+		// The Worker pairs XACK and retention: the state is retained.
+		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
+			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
+			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
+		})
+	}
+	if err := w.Ready(t.Context()); err != nil {
+		t.Errorf("Ready while running: %v", err)
+	}
+	if w.Apps() == nil || w.Apps().Get("users") == nil {
+		t.Error("Apps() does not return the loaded apps")
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := w.Ready(t.Context()); err == nil || !strings.Contains(err.Error(), "consuming "+h.streams[0]) {
+		t.Errorf("Ready after the stop = %v, want the engines named as not consuming", err)
+	}
+	// The occurrence went to the first stream.
+	c, err := stats.Read(t.Context(), rc, h.streams[0], "workers")
+	if err != nil || c.Received != 1 || c.Successes < 2 {
+		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
+	}
+	// The feed relay console tails has the event's outcome.
+	feed, err := stats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
+	if err != nil || len(feed) != 1 || feed[0].MessageID != ids[h.streams[1]] || feed[0].Outcome != "succeeded" ||
+		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
+		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)
+	}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := map[string]bool{}
+	for _, mf := range mfs {
+		if mf.GetName() != "relay_events_received_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
+					labelled[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if !labelled[h.streams[0]] || !labelled[h.streams[1]] {
+		t.Errorf("relay_events_received_total by stream = %v, want 1 for each of %v", labelled, h.streams)
+	}
+}
+
+// tallyDLQ counts the dead-letter writes of the Engine it wraps.
+type tallyDLQ struct {
+	relay.DLQWriter
+	writes atomic.Int64
+}
+
+func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	d.writes.Add(1)
+	return d.DLQWriter.Write(ctx, e)
+}
+
+// TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
+// parts the Worker built and the Engine uses what it returns; the marker
+// of a written dead-letter entry lives as long as the invocation state
+// (Config.Retention), not a fixed week.
+func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
+	h := newWorkerHarness(t, "orders")
+	h.cfg.Engine.Retention = time.Hour
+	var wrapped []*tallyDLQ
+	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
+		if _, ok := c.DLQ.(*dlq.Writer); !ok {
+			t.Errorf("WrapComponents got DLQ %T, want the Worker's *dlq.Writer", c.DLQ)
+		}
+		if c.Source == nil || c.State == nil || c.Settler == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
+			t.Errorf("WrapComponents got incomplete components %+v", c)
+		}
+		d := &tallyDLQ{DLQWriter: c.DLQ}
+		wrapped = append(wrapped, d)
+		c.DLQ = d
+		return c
+	}
+	_, stop := h.run()
+	defer stop()
+	rc := h.cfg.Redis
+	id, err := stream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the malformed event dead-lettered", func() bool {
+		return len(wrapped) == 1 && wrapped[0].writes.Load() == 1
+	})
+	marker := keys.DLQWritten(h.streams[0], "workers", id, dlq.MalformedName, dlq.MalformedName)
+	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(marker).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
+		t.Errorf("PTTL of the written marker = %dms, %v; want at most the state retention, 1h", ttl, err)
+	}
+}
+
+// TestWorkerSweepsTheRunnerOnce: a Runner that is a Sweeper is swept at
+// start and then every sweep interval, once per interval whatever the
+// number of streams.
+func TestWorkerSweepsTheRunnerOnce(t *testing.T) {
+	h := newWorkerHarness(t, "a", "b", "c")
+	h.cfg.SweepInterval = 200 * time.Millisecond
+	start := time.Now()
+	_, stop := h.run()
+	testutil.WaitFor(t, 5*time.Second, "repeated sweeps", func() bool { return h.runner.sweeps.Load() >= 3 })
+	_ = stop()
+	// Sweeps per stream would be three at start alone and three per tick.
+	if n, max := h.runner.sweeps.Load(), int32(time.Since(start)/(200*time.Millisecond))+1; n > max {
+		t.Errorf("%d sweeps in %s: more than one per interval", n, time.Since(start))
+	}
+}
+
+func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	empty, _ := app.NewSet()
+	h.cfg.Apps = worker.Static(empty)
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrNoApps) {
+		t.Errorf("Run with no apps = %v, want ErrNoApps", err)
+	}
+	if err := w.Run(t.Context()); !errors.Is(err, worker.ErrRan) {
+		t.Errorf("second Run = %v, want ErrWorkerRan", err)
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
+	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
+		"Config.Runner is required", `"a" is empty or listed twice`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New error %v does not say %q", err, want)
+		}
+	}
+	h := newWorkerHarness(t, "events")
+	h.cfg.Engine.MinPendingIdle = -time.Second
+	if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "Config.MinPendingIdle") {
+		t.Errorf("New with a bad engine setting = %v, want it named", err)
+	}
+}
+
+// healthyPinger is a Runner whose Ping answers at once, as a reachable
+// containerd does, unless its context has already ended.
+type healthyPinger struct{ relay.Runner }
+
+func (healthyPinger) Ping(ctx context.Context) error { return ctx.Err() }
+
+// TestWorkerReadyBlamesOnlyWhatHangs: a Redis that hangs until Ready's
+// deadline must not make the Runner look unreachable as well (/readyz
+// said "runner: ... deadline exceeded" of a healthy containerd).
+func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	h := newWorkerHarness(t, "events")
+	h.cfg.Redis = redistest.Connect(t, srv.Addr)
+	h.cfg.Runner = healthyPinger{h.runner}
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	err = w.Ready(ctx)
+	if err == nil || !strings.Contains(err.Error(), "redis: ") {
+		t.Fatalf("Ready with Redis hung = %v, want redis named", err)
+	}
+	if strings.Contains(err.Error(), "runner") {
+		t.Errorf("Ready with Redis hung = %v: the runner answered, it must not be named", err)
+	}
+}
