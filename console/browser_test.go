@@ -247,11 +247,19 @@ func TestBrowser(t *testing.T) {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
+		for try := 1; ; try++ {
+			v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			// A page still replacing the one a click left can drop the
+			// node between its query and its read: read it again.
+			if err != nil && strings.Contains(err.Error(), "No node with given id") && try < 5 {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("read %s: %v", sel, err)
+			}
+			return v
 		}
-		return v
 	}
 	count := func(sel string) int {
 		t.Helper()
