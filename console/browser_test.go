@@ -180,10 +180,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stopWorker := context.WithCancel(t.Context())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	runWorker(t, w)
 
 	// The dependency image as relay console finds it in containerd
 	// (TestCLIConsoleAppsDeps asks a real one).

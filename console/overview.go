@@ -36,6 +36,8 @@ type streamView struct {
 	Counters      []counterView
 	Sampled       time.Duration // the span the rates cover
 	Samples       int
+	// Holds say why the live workers hold messages of the stream.
+	Holds []holdView
 }
 
 // readFigures says which of a stream's figures the overview read.
@@ -89,6 +91,9 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		v.Read.Counters = true
 	}
 	v.Counters = s.counterViews(name, c)
+	if v.Holds, err = s.readHolds(ctx, rc, name); err != nil && v.Problem == "" {
+		v.Problem = "reading the workers' status failed: " + err.Error()
+	}
 	if sm := s.sampler.get(name); len(sm) > 0 {
 		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
 	}

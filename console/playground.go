@@ -51,6 +51,9 @@ type playgroundView struct {
 	// they were: the lists then say so instead of "none".
 	PicksError string
 	AppsError  string
+	// Unreadable are the apps some of whose rules cannot be read: the
+	// playground cannot try those rules, and says so.
+	Unreadable []unreadableApp
 
 	// Pattern is the pattern being edited, BacktestApp the app whose
 	// rules a backtest runs without one ("" for every app), Window how
@@ -206,6 +209,7 @@ func (s *Server) evaluate(r *http.Request, v *playgroundView) {
 		return
 	}
 	v.Evaluated = true
+	v.Unreadable = unreadableApps(apps)
 	available := map[string]bool{}
 	patterns := map[matcher.Target]string{}
 	for _, a := range apps.List() {
