@@ -10,7 +10,7 @@ import (
 // (docs/observability.md#metrics).
 type streamMetrics struct {
 	streamTrimmed, dlqTrimmed, leaksRetained prometheus.Counter
-	memoryProjected, maxmemory                prometheus.Gauge
+	memoryProjected, maxmemory               prometheus.Gauge
 }
 
 func newStreamMetrics(r prometheus.Registerer) (*streamMetrics, error) {
