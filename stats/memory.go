@@ -84,6 +84,10 @@ type Memory struct {
 	Unbounded string
 }
 
+// BudgetShare is the share of maxmemory a projection may reach: relay
+// health fails, and a worker warns, above it (docs/operations.md#memory-budget).
+const BudgetShare = 0.9
+
 // Pressure reports whether the projection exceeds share (0 < share ≤ 1)
 // of maxmemory, or grows without bound under one. Without maxmemory
 // nothing is at risk this way (the host's memory is, which Redis cannot
@@ -408,4 +412,37 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 	}
 	per := float64(sum) / float64(got)
 	return Part{Bytes: int64(math.Round(per * float64(n))), Items: n, PerItem: per}, nil
+}
+
+// Verdict is one sentence on the projection against share of maxmemory,
+// naming what to change when it is over.
+func (m Memory) Verdict(share float64) string {
+	switch {
+	case m.Projected < 0 && m.Max > 0:
+		return fmt.Sprintf("OVER BUDGET: %s grows without bound and will reach maxmemory %s; set a retention (docs/operations.md#redis-memory)", m.Unbounded, FormatBytes(m.Max))
+	case m.Projected < 0:
+		return fmt.Sprintf("projected: %s grows without bound (no maxmemory set)", m.Unbounded)
+	case m.Max == 0:
+		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
+	}
+	pct := 100 * float64(m.Projected) / float64(m.Max)
+	if m.Pressure(share) {
+		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%); lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
+			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share)
+	}
+	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
+}
+
+// FormatBytes formats a byte count with a binary unit ("12.3 MiB").
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

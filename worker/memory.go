@@ -13,15 +13,10 @@ import (
 	"github.com/relaydev/relay/stats"
 )
 
-// MemoryShare is the share of maxmemory above which a worker warns that
-// the projected Redis memory is over budget, as relay health fails then
-// (docs/operations.md#memory-budget).
-const MemoryShare = 0.9
-
 // memoryWatch measures one stream's Redis memory and its projection at
 // the worker's retentions every interval (stats.MeasureMemory), exports
-// them as gauges, and warns when the projection is over MemoryShare of
-// maxmemory: once, and again only when the verdict changes (back under
+// them as gauges, and warns when the projection is over stats.BudgetShare
+// of maxmemory: once, and again only when the verdict changes (back under
 // budget, or another part is to blame).
 type memoryWatch struct {
 	interval      time.Duration
@@ -68,7 +63,7 @@ func (m *memoryWatch) check(ctx context.Context) {
 	m.maxmemory.Set(float64(mem.Max))
 
 	over := ""
-	if mem.Pressure(MemoryShare) {
+	if mem.Pressure(stats.BudgetShare) {
 		over = overBudgetPart(mem)
 	}
 	if over == m.over {
