@@ -281,7 +281,8 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 	res := c.DoMulti(ctx,
 		c.B().Xlen().Key(stream).Build(),
 		c.B().MemoryUsage().Key(stream).Build(),
-		c.B().Xrevrange().Key(stream).End("+").Start(strconv.FormatInt(start.UnixMilli(), 10)).Count(int64(b.RateEntries)).Build())
+		c.B().Xrevrange().Key(stream).End("+").Start(strconv.FormatInt(start.UnixMilli(), 10)).Count(int64(b.RateEntries)).Build(),
+		c.B().XinfoStream().Key(stream).Build())
 	n, err := res[0].AsInt64()
 	if err != nil {
 		return Part{}, 0, fmt.Errorf("XLEN %s: %w", stream, err)
@@ -301,14 +302,38 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 	if n > 0 {
 		p.PerItem = float64(bytes) / float64(n)
 	}
-	return p, rate(recent, now, b), nil
+	// entries-added (Redis 7) above the length: entries were trimmed or
+	// deleted, so the window may reach back past the oldest one left.
+	var removed bool
+	if info, err := res[3].AsMap(); err == nil {
+		if added, err := field(info, "entries-added"); err == nil {
+			removed = added > n
+		}
+	}
+	return p, rate(recent, n, removed, now, b), nil
 }
 
-// rate is entries per second from the newest entries (newest first): their
-// count over the window, or, when the bound cut them short, over the time
-// they span.
-func rate(newest []rueidis.XRangeEntry, now time.Time, b Budget) float64 {
+func field(m map[string]rueidis.RedisMessage, k string) (int64, error) {
+	v, ok := m[k]
+	if !ok {
+		return 0, fmt.Errorf("no %s", k)
+	}
+	return v.AsInt64()
+}
+
+// rate is entries per second from the newest entries (newest first) of a
+// stream of n entries: their count over the window, or, when the bound cut
+// them short, over the time they span. When the window holds the whole
+// stream and entries were removed (removed), a retention shorter than the
+// window trimmed the older ones: the count is over the time since the
+// oldest entry left.
+func rate(newest []rueidis.XRangeEntry, n int64, removed bool, now time.Time, b Budget) float64 {
 	if len(newest) < b.RateEntries {
+		if oldest, ok := oldestTime(newest); ok && removed && int64(len(newest)) == n {
+			if span := now.Sub(oldest); span > 0 && span < b.RateWindow {
+				return float64(len(newest)) / span.Seconds()
+			}
+		}
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
 	first, ok1 := idTime(newest[len(newest)-1].ID)
@@ -318,6 +343,14 @@ func rate(newest []rueidis.XRangeEntry, now time.Time, b Budget) float64 {
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
 	return float64(len(newest)-1) / span.Seconds()
+}
+
+// oldestTime is the time of the last (oldest) of newest.
+func oldestTime(newest []rueidis.XRangeEntry) (time.Time, bool) {
+	if len(newest) == 0 {
+		return time.Time{}, false
+	}
+	return idTime(newest[len(newest)-1].ID)
 }
 
 // idTime is the time part of a stream id.
