@@ -35,6 +35,10 @@ type Part struct {
 	// Projected is what the part levels off at when the rate goes on with
 	// the retentions; -1 when it grows without bound.
 	Projected int64 `json:"projected_bytes"`
+	// Live is how many of Items have no TTL (estimated from the sample):
+	// for the invocation state, that of messages still pending, which
+	// stays at any retention while the rate goes on.
+	Live int64 `json:"live,omitempty"`
 	// Estimated is true when PerItem is not measured: no invocation hash
 	// was there to sample, so the projection assumes RetainedHashBytes.
 	Estimated bool `json:"estimated,omitempty"`
@@ -76,8 +80,9 @@ type Memory struct {
 	// any was counted), the share that leaves invocation state.
 	Rate, DLQRate, MatchedShare float64
 	// Projected is the used memory the parts level off at: what is not
-	// Relay's stays, Other stays, and each retained part holds rate ×
-	// retention items of its measured size. -1 when a part grows without
+	// Relay's stays, Other stays, the live invocation state stays, and
+	// each retained part holds rate × retention items of its measured
+	// size. -1 when a part grows without
 	// bound (a zero stream or DLQ retention with entries arriving);
 	// Unbounded then names it.
 	Projected int64
@@ -186,7 +191,8 @@ func (m *Memory) project(r Retentions) {
 	if m.Invocations.PerItem == 0 && r.Invocation > 0 && m.Rate > 0 {
 		m.Invocations.PerItem, m.Invocations.Estimated = RetainedHashBytes, true
 	}
-	m.Invocations.Projected = hold(m.Rate*m.MatchedShare, r.Invocation, m.Invocations.PerItem)
+	m.Invocations.Projected = hold(m.Rate*m.MatchedShare, r.Invocation, m.Invocations.PerItem) +
+		int64(math.Round(float64(m.Invocations.Live)*m.Invocations.PerItem))
 	m.Other.Projected = m.Other.Bytes
 	m.Projected, m.Unbounded = rest, ""
 	for _, p := range []struct {
@@ -421,7 +427,7 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		cmds = append(cmds, c.B().MemoryUsage().Key(k).Build(), c.B().Pttl().Key(k).Build())
 	}
 	res := c.DoMulti(ctx, cmds...)
-	var sum, got int64
+	var sum, got, live int64
 	for i, k := range ks {
 		v, err := res[2*i].AsInt64()
 		if rueidis.IsRedisNil(err) {
@@ -437,6 +443,8 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		v += keyEntryBytes
 		if ttl >= 0 {
 			v += expiryEntryBytes
+		} else {
+			live++
 		}
 		sum, got = sum+v, got+1
 	}
@@ -444,7 +452,7 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		return Part{}, nil
 	}
 	per := float64(sum) / float64(got)
-	return Part{Bytes: int64(math.Round(per * float64(n))), Items: n, PerItem: per}, nil
+	return Part{Bytes: int64(math.Round(per * float64(n))), Items: n, PerItem: per, Live: live * n / got}, nil
 }
 
 // Verdict is one sentence on the projection against share of maxmemory,
