@@ -3,9 +3,11 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -44,13 +47,22 @@ const (
 	killEvery = 2 * time.Second
 )
 
-var retentionSettingsShort = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 10 * time.Second, interval: time.Second}
+// The retention soak's settings: invocation state kept 10 s after the
+// acknowledgement, or deleted with it.
+var (
+	retentionSettingsShort  = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 10 * time.Second, interval: time.Second}
+	retentionSettingsDelete = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 0, interval: time.Second}
+)
+
+// projectionTolerance is how far the memory the parts level off at may be
+// from what stats.MeasureMemory projected earlier in the run.
+const projectionTolerance = 0.25
 
 func retentionSoakDuration() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("RELAY_SOAK_RETENTION_DURATION")); err == nil && d > 0 {
 		return d
 	}
-	return 90 * time.Second
+	return time.Minute
 }
 
 // Templates the soak edits while it runs. Every valid version of the soak
@@ -94,13 +106,35 @@ type retentionSample struct {
 	markers, markersNoTTL int
 	otherKeys             int
 	consumers             int
+	// mem is what stats.MeasureMemory measured and projected at the
+	// soak's retentions; measured is false when it failed.
+	mem      stats.Memory
+	measured bool
+}
+
+// relayParts is what the retentions bound in m: the stream, the
+// dead-letter stream and the invocation state, as they are now and as
+// projected.
+func relayParts(m stats.Memory) (now, projected int64) {
+	return m.Stream.Bytes + m.DLQ.Bytes + m.Invocations.Bytes, m.Stream.Projected + m.DLQ.Projected + m.Invocations.Projected
 }
 
 // engineMemory is used_memory without the ledger's keys, which grow with
 // every event by design.
 func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBytes }
 
-// TestSoakRetention is "a month in an hour": short retentions (seconds)
+// TestSoakRetention runs the retention soak with the invocation state kept
+// 10 s after the acknowledgement, and deleted with it.
+func TestSoakRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test")
+	}
+	for _, rs := range []retentionSettings{retentionSettingsShort, retentionSettingsDelete} {
+		t.Run("state="+rs.state.String(), func(t *testing.T) { soakRetention(t, rs) })
+	}
+}
+
+// soakRetention is "a month in an hour": short retentions (seconds)
 // while three worker.Worker processes are killed (SIGKILL) and restarted
 // under new consumer names and the apps root is edited under them (valid
 // edits, a broken one, an app removed and added again). Every few seconds
@@ -110,13 +144,12 @@ func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBy
 // must stay under a bound derived from the retentions and the publishing
 // rate, and the memory must plateau, while the ledger proves nothing lost
 // or acknowledged early and no pending entry trimmed
-// (docs/operations.md#retention).
-func TestSoakRetention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("soak test")
-	}
+// (docs/operations.md#retention). The stream, dead-letter stream and
+// invocation state must level off within projectionTolerance of what
+// stats.MeasureMemory projected in the middle of the run
+// (docs/operations.md#memory-budget).
+func soakRetention(t *testing.T, rs retentionSettings) {
 	duration := retentionSoakDuration()
-	rs := retentionSettingsShort
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	streamName := redistest.Name(t, "soak")
@@ -170,6 +203,10 @@ func TestSoakRetention(t *testing.T) {
 		if err != nil {
 			t.Logf("sample: %v", err)
 			return
+		}
+		sm.mem, err = stats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
+		if sm.measured = err == nil; err != nil {
+			t.Logf("measure memory: %v", err)
 		}
 		sm.at, sm.published = time.Since(began).Round(time.Second), n
 		smu.Lock()
@@ -314,6 +351,7 @@ func TestSoakRetention(t *testing.T) {
 
 	rate := float64(published) / publishedFor.Seconds()
 	checkPlateaus(t, samples, rs, rate)
+	checkProjection(t, samples)
 	t.Logf("%s: %d events in %s (%.0f/s); retentions stream %s, DLQ %s, invocation state %s; trim and janitor every %s\n%s",
 		t.Name(), published, publishedFor.Round(time.Second), rate, rs.stream, rs.dlq, rs.state, rs.interval, curve(samples, 16))
 }
@@ -384,6 +422,41 @@ func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings
 	t.Logf("used_memory without the ledger: %s at the start, peak %s in the middle third, %s in the last, %s after the soak; of it, not reported by any key: %s at the start, %s after",
 		mib(used(first)), mib(peak(run[third:2*third], used)), mib(peak(run[2*third:], used)), mib(used(end)),
 		mib(first.unattributed), mib(end.unattributed))
+}
+
+// checkProjection fails the soak when the stream, the dead-letter stream
+// and the invocation state level off (the median of the last third of
+// the run) farther than projectionTolerance from the projection of the
+// middle third (its median), and logs used_memory beside them.
+func checkProjection(t *testing.T, samples []retentionSample) {
+	t.Helper()
+	run := samples[:len(samples)-1] // the last one is after the soak
+	third := len(run) / 3
+	median := func(ss []retentionSample, v func(retentionSample) int64) int64 {
+		var vs []int64
+		for _, s := range ss {
+			if s.measured {
+				vs = append(vs, v(s))
+			}
+		}
+		if len(vs) == 0 {
+			t.Fatalf("no memory measurement in %d samples", len(ss))
+		}
+		slices.Sort(vs)
+		return vs[len(vs)/2]
+	}
+	now := func(s retentionSample) int64 { n, _ := relayParts(s.mem); return n }
+	projected := func(s retentionSample) int64 { _, p := relayParts(s.mem); return p }
+	predicted, level := median(run[third:2*third], projected), median(run[2*third:], now)
+	used := func(s retentionSample) int64 { return s.mem.Used - s.ledgerBytes }
+	usedProjected := func(s retentionSample) int64 { return s.mem.Projected - s.ledgerBytes }
+	t.Logf("stream, DLQ and invocation state: projected %s in the middle third, level %s in the last (%+.0f%%); used_memory without the ledger: projected %s, level %s",
+		mib(predicted), mib(level), 100*(float64(level)/float64(predicted)-1),
+		mib(median(run[third:2*third], usedProjected)), mib(median(run[2*third:], used)))
+	if d := math.Abs(float64(level) - float64(predicted)); d > projectionTolerance*float64(predicted) {
+		t.Errorf("the stream, DLQ and invocation state levelled off at %s, %.0f%% from the projection %s (tolerance %.0f%%)",
+			mib(level), 100*d/float64(predicted), mib(predicted), 100*projectionTolerance)
+	}
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
