@@ -243,19 +243,38 @@ func TestBrowser(t *testing.T) {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
+		for try := 1; ; try++ {
+			err := chromedp.Do(tctx, steps...)
+			// On a busy machine chromium can renumber a page's nodes after
+			// the load a step waited for; the action that met a stale node
+			// did nothing, so the step is tried again.
+			if err != nil && staleNode(err) && try < 3 {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return
 		}
 	}
 	text := func(sel string) string {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
+		for try := 1; ; try++ {
+			v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			// A page still replacing the one a click left can drop the
+			// node between its query and its read: read it again.
+			if err != nil && staleNode(err) && try < 5 {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("read %s: %v", sel, err)
+			}
+			return v
 		}
-		return v
 	}
 	count := func(sel string) int {
 		t.Helper()
@@ -395,4 +414,10 @@ func TestBrowser(t *testing.T) {
 	if dlqLen() != 0 {
 		t.Errorf("DLQ holds %d entries, want 0", dlqLen())
 	}
+}
+
+// staleNode reports an error of a browser action that met a node the page
+// no longer has.
+func staleNode(err error) bool {
+	return strings.Contains(err.Error(), "No node with given id") || strings.Contains(err.Error(), "Could not find node with given id")
 }
