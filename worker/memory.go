@@ -23,7 +23,6 @@ type memoryWatch struct {
 	redis         rueidis.Client
 	stream, group string
 	retentions    stats.Retentions
-	budget        stats.Budget
 	log           *slog.Logger
 	projected     prometheus.Gauge
 	maxmemory     prometheus.Gauge
@@ -48,7 +47,7 @@ func (m *memoryWatch) Run(ctx context.Context) {
 // failed measurement (a user without +memory or +info, Redis down) is
 // logged at debug level: the policy watch and the engines report those.
 func (m *memoryWatch) check(ctx context.Context) {
-	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, m.budget)
+	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.LogAttrs(ctx, slog.LevelDebug, "cannot measure Redis memory", slog.Any("error", err))
