@@ -189,7 +189,8 @@ func TestBrowser(t *testing.T) {
 			BuildTime: 41 * time.Second, Size: 12 << 20}, nil
 	}
 	srv, err := console.New(console.Config{Redis: rc, Streams: []string{streamName}, Group: group, Apps: template.Dir(apps),
-		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 250 * time.Millisecond, Logger: quiet, Deps: depsBuilt})
+		Runner: runner, DLQRetention: 336 * time.Hour, StreamRetention: 24 * time.Hour, InvocationRetention: 48 * time.Hour,
+		SampleInterval: 250 * time.Millisecond, Logger: quiet, Deps: depsBuilt})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,9 @@ type streamView struct {
 	Samples       int
 	// Holds say why the live workers hold messages of the stream.
 	Holds []holdView
+	// Memory is the Redis memory by part and its projection; nil when the
+	// stream could not be read.
+	Memory *memoryView
 }
 
 // readFigures says which of a stream's figures the overview read.
@@ -81,6 +84,8 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	if s.readGroup(&v, res[0], res[1]) {
 		v.Consumers, v.Read.Consumers = consumers(res[2])
 		s.readQueues(ctx, rc, &v)
+		mem := s.streamMemory(ctx, rc, name)
+		v.Memory = &mem
 	}
 	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {
