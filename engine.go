@@ -95,6 +95,9 @@ type Engine struct {
 	// dispatched yet (no free message slot): they are heartbeated too, or
 	// another worker would reclaim them while they wait.
 	waiting map[string]struct{}
+
+	// held counts the messages held pending by each reason (holds.go).
+	held *heldSet
 }
 
 // generation is one set of apps and the matcher over its rules.
@@ -160,7 +163,13 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		msgSlots:     make(chan struct{}, 2*cfg.MaxConcurrency),
 		inFlight:     map[string]struct{}{},
 		waiting:      map[string]struct{}{},
+		held:         newHeldSet(),
 		loopFailures: newRepeats(),
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
+			return nil, fmt.Errorf("relay: register metrics: %w", err)
+		}
 	}
 	e.SetApps(apps)
 	if unused != nil {
@@ -210,6 +219,7 @@ func (e *Engine) SetApps(apps *app.Set) {
 		g.matcher = apps.Matcher()
 	}
 	e.gen.Store(g)
+	e.pruneHolds(g)
 }
 
 // Apps returns the set of apps new deliveries use.

@@ -37,6 +37,9 @@ const (
 	// DefaultPolicyCheckInterval is how often a Worker reads Redis's
 	// maxmemory-policy again after start (docs/operations.md#redis-memory).
 	DefaultPolicyCheckInterval = 10 * time.Minute
+	// DefaultMemoryCheckInterval is how often a Worker measures each
+	// stream's Redis memory and projects it (docs/operations.md#memory-budget).
+	DefaultMemoryCheckInterval = 10 * time.Minute
 	// DefaultStreamRetention is how long an entry stays in the source
 	// stream once no consumer group needs it (REDIS_STREAM_RETENTION).
 	DefaultStreamRetention = stream.DefaultRetention
@@ -130,6 +133,13 @@ type Config struct {
 	// again after start, to warn when it changed to one that evicts
 	// (docs/operations.md#redis-memory). Default: DefaultPolicyCheckInterval.
 	PolicyCheckInterval time.Duration
+	// MemoryCheckInterval is how often each stream's Redis memory is
+	// measured and projected at the worker's retentions
+	// (stats.MeasureMemory): the projection is exported as a gauge, and a
+	// projection over 90% of maxmemory is warned about once, then when it
+	// changes (docs/operations.md#memory-budget). Default:
+	// DefaultMemoryCheckInterval; Disabled turns the measurement off.
+	MemoryCheckInterval time.Duration
 	// PrepareRetry is how long after a failed preparation the Worker
 	// reloads to prepare the app again; the delay doubles while the
 	// preparations keep failing, up to ReloadInterval, and starts again
@@ -200,6 +210,7 @@ func (c Config) withDefaults() (Config, error) {
 		{&c.StreamRetention, DefaultStreamRetention}, {&c.DLQRetention, DefaultDLQRetention},
 		{&c.ConsumerIdle, DefaultConsumerIdle}, {&c.PrepareWait, DefaultPrepareWait},
 		{&c.PrepareRetry, DefaultPrepareRetry}, {&c.PolicyCheckInterval, DefaultPolicyCheckInterval},
+		{&c.MemoryCheckInterval, DefaultMemoryCheckInterval},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def

@@ -16,14 +16,15 @@ import (
 )
 
 // streamParts are the Redis-backed parts of one stream, the Engine that
-// consumes it through them, and the services that keep it: the retainer
-// and the janitor.
+// consumes it through them, and the services that keep it: the retainer,
+// the janitor and the memory watch.
 type streamParts struct {
 	name     string
 	engine   *relay.Engine
 	source   *stream.Source
 	retainer *retainer
 	janitor  *janitor
+	memory   *memoryWatch // nil: Config.MemoryCheckInterval is Disabled
 }
 
 // newStreamParts builds the parts of stream name: its source, invocation
@@ -73,12 +74,17 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		return nil, fmt.Errorf("worker: New: stream %s: register metrics: %w", name, err)
 	}
 	log = log.With(slog.String("stream", name))
-	return &streamParts{
+	p := &streamParts{
 		name: name, engine: e, source: src,
 		retainer: &retainer{cfg: retainerConfigOf(cfg), source: src, dlq: dlqw, log: log, m: m},
 		janitor: &janitor{interval: cfg.JanitorInterval, ttl: cfg.stateRetention(), state: store,
 			stream: name, group: cfg.Group, log: log, retained: m.leaksRetained},
-	}, nil
+	}
+	if cfg.MemoryCheckInterval > 0 {
+		p.memory = &memoryWatch{interval: cfg.MemoryCheckInterval, redis: cfg.Redis, stream: name, group: cfg.Group,
+			retentions: memoryRetentions(cfg), log: log, projected: m.memoryProjected, maxmemory: m.maxmemory}
+	}
+	return p, nil
 }
 
 // checkWrapped refuses wrapped parts that break a promise of the parts the

@@ -31,9 +31,9 @@ var ErrRan = errors.New("worker: already ran")
 // every app's schedules publishing into the first stream, and the
 // services that keep them: the reloader of changed apps, one sweeper of
 // the Runner's leftovers, the watch of Redis's eviction policy, and per
-// stream the retainer of the stream and its dead-letter stream and the
-// janitor of leaked invocation state. Create it with New and run it with
-// Run. Safe for concurrent use.
+// stream the retainer of the stream and its dead-letter stream, the
+// janitor of leaked invocation state and the watch of its Redis memory.
+// Create it with New and run it with Run. Safe for concurrent use.
 type Worker struct {
 	cfg      Config
 	log      *slog.Logger
@@ -179,12 +179,17 @@ func (w *Worker) runServices(ctx context.Context, stop context.CancelFunc) error
 	w.sched = &scheduleRunner{cfg: w.schedCfg, fail: fail}
 	w.sched.replace(ctx, apps)
 	defer w.sched.stop()
-	services := []interface{ Run(context.Context) }{w.reloader, w.policy}
+	status := &statusPublisher{redis: w.cfg.Redis, group: w.cfg.Group, consumer: w.cfg.Consumer,
+		interval: statusInterval(w.cfg), streams: w.streams, log: w.log}
+	services := []interface{ Run(context.Context) }{w.reloader, w.policy, status}
 	if w.sweeper != nil {
 		services = append(services, w.sweeper)
 	}
 	for _, p := range w.streams {
 		services = append(services, p.retainer, p.janitor)
+		if p.memory != nil {
+			services = append(services, p.memory)
+		}
 	}
 	for _, s := range services {
 		parts.Go(func() { s.Run(ctx) })

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
@@ -86,6 +87,10 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 
 // counter sums the counter name over every label set in h's registry.
 func (h *workerHarness) counter(name string) float64 {
+	return h.sum(name, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+func (h *workerHarness) sum(name string, value func(*dto.Metric) float64) float64 {
 	h.t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
@@ -95,7 +100,7 @@ func (h *workerHarness) counter(name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += value(m)
 			}
 		}
 	}
