@@ -501,8 +501,8 @@ func (d *downSource) Reclaim(ctx context.Context, minIdle time.Duration, n int) 
 	return nil, nil, false, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 }
 
-// While Redis is gone the reclaim loop backs off (a pass after 1, 2, 4, 8,
-// then every 16 intervals) and the read and reclaim loops each log the
+// While Redis is gone the reclaim loop backs off (passes 2, 4, 8, then 16
+// intervals apart) and the read and reclaim loops each log the
 // same error at ERROR once per 10 s window, the lines between at DEBUG
 // (docs/operations.md#logs).
 func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
@@ -528,7 +528,7 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 		src.mu.Lock()
 		reclaims := src.reclaims
 		src.mu.Unlock()
-		// 100 intervals: passes at 1, 2, 4, 8, 16, then every 16 s: about 10.
+		// 100 intervals: passes 2, 4, 8, then 16 s apart: about 8.
 		if reclaims > 15 {
 			t.Errorf("%d reclaims in 100 intervals while Redis is gone, want the loop to back off", reclaims)
 		}
