@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -77,6 +78,9 @@ type Engine struct {
 	// not a claim refused): while it is not 0 the read loop paces its
 	// reads (readLoop).
 	claimFails atomic.Int32
+	// loopFailures keeps the read and reclaim loops' failure lines to one
+	// per repeatWindow while they repeat (Redis gone).
+	loopFailures *repeats
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
@@ -117,7 +121,9 @@ func (g *generation) field(name string, i int) string {
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
-// fails naming every missing component and invalid setting.
+// fails naming every missing component and invalid setting, and when apps
+// is not empty and the Runner serves a fixed set of Go functions, every
+// handler that does not match (CheckHandlers).
 func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	var errs []error
 	if apps == nil {
@@ -133,6 +139,14 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	}
 	cfg, err := cfg.withDefaults()
 	errs = append(errs, err)
+	var unused error
+	if apps != nil && len(apps.List()) > 0 && c.Runner != nil {
+		err := CheckHandlers(apps, c.Runner)
+		if Refuses(err) {
+			errs = append(errs, fmt.Errorf("relay: NewEngine: %w", err))
+		}
+		unused = err
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -145,11 +159,12 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      newObservers(cfg, log, m, c.Consumer),
-		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
-		inFlight: map[string]struct{}{},
-		waiting:  map[string]struct{}{},
-		held:     newHeldSet(),
+		obs:          newObservers(cfg, log, m, c.Consumer),
+		msgSlots:     make(chan struct{}, 2*cfg.MaxConcurrency),
+		inFlight:     map[string]struct{}{},
+		waiting:      map[string]struct{}{},
+		held:         newHeldSet(),
+		loopFailures: newRepeats(),
 	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
@@ -157,7 +172,33 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		}
 	}
 	e.SetApps(apps)
+	if unused != nil {
+		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
+	}
 	return e, nil
+}
+
+// CheckHandlers checks apps against r when r serves a fixed set of
+// handlers (a runtime.HandlerChecker such as runtime.Func): the error
+// (a *runtime.HandlerMismatch for a Func) lists every handler of a Go app
+// that r does not serve and every function r serves that nothing names
+// (docs/embedding.md#go-handlers). It is nil for any other Runner.
+// Refuses tells whether the error stops a start.
+func CheckHandlers(apps *app.Set, r Runner) error {
+	hc, ok := r.(runtime.HandlerChecker)
+	if !ok || apps == nil {
+		return nil
+	}
+	return hc.CheckHandlers(apps.Targets())
+}
+
+// Refuses reports whether err, from CheckHandlers, stops an Engine or a
+// Worker from starting: a handler has no function. Functions that nothing
+// names only warn: an app was removed, or a handler renamed while
+// retries or schedule occurrences of the old name are pending.
+func Refuses(err error) bool {
+	hm, ok := errors.AsType[*runtime.HandlerMismatch](err)
+	return err != nil && (!ok || hm.Refuses())
 }
 
 // SetApps makes apps the set that deliveries starting from now use;

@@ -171,10 +171,16 @@ type Config struct {
 	// Engine as the Worker built them and returns the ones the Engine
 	// gets: a hook to observe or decorate a part (count its calls, record
 	// what it does) while the Worker still runs everything else. The
-	// wrappers must keep each part's contract (docs/embedding.md#worker);
-	// the Worker's own retention, janitor and reload keep using the parts
-	// it built. Optional.
+	// wrappers must keep each part's contract and the Source's optional
+	// capabilities, and a wrapped Source needs a wrapped or nil Settler:
+	// New refuses them otherwise, naming what is hidden
+	// (docs/embedding.md#wrapping-the-parts). The Worker's own retention,
+	// janitor and reload keep using the parts it built. Optional.
 	WrapComponents func(relay.Components) relay.Components
+	// RequireStreams refuses to start (Run) when a stream of Streams does
+	// not exist yet; by default it is created with its group, with a WARN
+	// naming it, so that a misspelled name shows.
+	RequireStreams bool
 	// Engine holds the tunables of every stream's Engine. MaxConcurrency
 	// and each app's concurrency bound the worker as a whole, whatever the
 	// number of streams; with several streams, metrics carry a stream
