@@ -487,14 +487,27 @@ type downSource struct {
 	*relaytest.Consumer
 	mu       sync.Mutex
 	reclaims int
+	up       bool // Redis is back
+}
+
+func (d *downSource) isUp() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.up
 }
 
 func (d *downSource) Read(ctx context.Context, n int) ([]stream.Message, error) {
+	if d.isUp() {
+		return d.Consumer.Read(ctx, n)
+	}
 	time.Sleep(time.Second) // a dial timeout
 	return nil, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
 }
 
 func (d *downSource) Reclaim(ctx context.Context, minIdle time.Duration, n int) ([]stream.Message, []string, bool, error) {
+	if d.isUp() {
+		return d.Consumer.Reclaim(ctx, minIdle, n)
+	}
 	d.mu.Lock()
 	d.reclaims++
 	d.mu.Unlock()
@@ -515,7 +528,7 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			return logs.Write(p)
-		}), &slog.HandlerOptions{Level: slog.LevelError}))
+		}), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner, DLQ: f.dlq,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1"}, relay.Config{Logger: log, ReclaimInterval: time.Second, MinPendingIdle: 2 * time.Second})
 		if err != nil {
@@ -523,11 +536,13 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 		}
 		stop := runEngine(t, e)
 		time.Sleep(100 * time.Second)
-		stop()
-
 		src.mu.Lock()
 		reclaims := src.reclaims
+		src.up = true
 		src.mu.Unlock()
+		// Back within the longest backoff: both loops say so, once.
+		time.Sleep(30 * time.Second)
+		stop()
 		// 100 intervals: passes 2, 4, 8, then 16 s apart: about 8.
 		if reclaims > 15 {
 			t.Errorf("%d reclaims in 100 intervals while Redis is gone, want the loop to back off", reclaims)
@@ -543,6 +558,11 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 		}
 		if !strings.Contains(out, "repeated=") {
 			t.Errorf("no ERROR line counts the repeats logged at DEBUG:\n%s", out)
+		}
+		for _, msg := range []string{"stream read works again", "reclaim works again"} {
+			if n := strings.Count(out, msg); n != 1 {
+				t.Errorf("%d %q lines once Redis is back, want 1:\n%s", n, msg, out)
+			}
 		}
 	})
 }

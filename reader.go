@@ -44,6 +44,9 @@ func (e *Engine) readLoop(ctx context.Context, r *run) {
 			fails++
 			e.loopFailed(ctx, "stream read failed; retrying", fails, err)
 		} else {
+			if err == nil {
+				e.loopRecovered(ctx, "stream read works again", fails)
+			}
 			fails = 0
 		}
 		for _, msg := range batch {

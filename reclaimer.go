@@ -33,8 +33,17 @@ func (e *Engine) reclaimLoop(ctx context.Context, r *run) {
 // per repeatWindow for the same error, at DEBUG in between, the next ERROR
 // line counting those (docs/operations.md#logs).
 func (e *Engine) loopFailed(ctx context.Context, msg string, fails int, err error) {
-	level, n := e.loopFailures.level(slog.LevelError, msg, err.Error(), time.Now())
+	level, n := e.loopFailures.level(slog.LevelError, msg, cause(err), time.Now())
 	e.log.LogAttrs(ctx, level, msg, repeatedAttr([]slog.Attr{slog.Int("failures", fails), slog.Any("error", err)}, n)...)
+}
+
+// loopRecovered says that the read or the reclaim loop works again after
+// fails failures in a row, so an outage's end is in the log as well as its
+// start.
+func (e *Engine) loopRecovered(ctx context.Context, msg string, fails int) {
+	if fails > 0 {
+		e.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Int("failures", fails))
+	}
 }
 
 // dispatchWaiting dispatches reclaimed messages as message slots free up.
@@ -96,6 +105,7 @@ func (e *Engine) reclaimPass(ctx context.Context, r *run, fails *int) {
 			}
 			return
 		}
+		e.loopRecovered(ctx, "reclaim works again", *fails)
 		*fails = 0
 		if done || short {
 			return
