@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // The tests in this file drive an Engine with its production timings (1m
@@ -309,7 +311,11 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 	}{{"retry left", 1}, {"last attempt", 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newOnFakes(t, app.Rule{Retries: c.retries})
+				rule := app.Rule{Retries: c.retries}
+				if c.retries == 0 {
+					rule.Retries = app.NoRetries
+				}
+				f := newOnFakes(t, rule)
 				id := f.publish()
 				// The dead worker read the entry and claimed attempt 1 with
 				// the lease an Engine takes: timeout (the default 30s) plus
@@ -438,3 +444,129 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 		f.wantRetained(id, "ok")
 	})
 }
+
+// A handler that exits runtime.ExitPermanent, or a Go function that returns
+// runtime.Permanent, fails its invocation for good: with the default four
+// retries left it is dead-lettered after its one attempt, with its reason,
+// and never retried (docs/delivery.md#permanent-failures).
+func TestFakesPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
+	for name, fail := range map[string]relaytest.Reply{
+		"exit code 65": relaytest.Fail(runtime.ExitPermanent, "order 7 has no customer"),
+		"Go function": func(ctx context.Context, _ runtime.Request) error {
+			_, err := runtime.NewFunc(map[string]runtime.HandlerFunc{"h": func(context.Context, runtime.Request) error {
+				return runtime.Permanent(errors.New("order 7 has no customer"))
+			}}).Run(ctx, runtime.Request{App: "shop", Handler: "h"})
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newOnFakes(t, app.Rule{}) // the template's default: 4 retries
+				f.runner.Script(fakeField, fail, relaytest.Succeed())
+				f.run("c1", relay.Config{})
+				id := f.publish()
+				f.settle(time.Hour)
+
+				if reqs := f.runner.Requests(fakeField); len(reqs) != 1 {
+					t.Fatalf("runs = %d, want 1: a permanent failure is not retried", len(reqs))
+				}
+				es, _ := f.dlq.List(context.Background(), dlq.Filter{})
+				if len(es) != 1 || es[0].OriginalID != id || es[0].HandlerAttempts != 1 || !strings.Contains(es[0].Reason, "order 7 has no customer") ||
+					!strings.Contains(es[0].Reason, "permanent") {
+					t.Errorf("DLQ = %+v, want one entry for %s after 1 attempt, its reason saying why and that it is permanent", es, id)
+				}
+				f.wantRetained(id, "exhausted:1:")
+			})
+		})
+	}
+}
+
+// downSource is a stream source whose Redis is gone: every read and
+// reclaim fails. It counts the reclaims.
+type downSource struct {
+	*relaytest.Consumer
+	mu       sync.Mutex
+	reclaims int
+	up       bool // Redis is back
+}
+
+func (d *downSource) isUp() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.up
+}
+
+func (d *downSource) Read(ctx context.Context, n int) ([]stream.Message, error) {
+	if d.isUp() {
+		return d.Consumer.Read(ctx, n)
+	}
+	time.Sleep(time.Second) // a dial timeout
+	return nil, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+func (d *downSource) Reclaim(ctx context.Context, minIdle time.Duration, n int) ([]stream.Message, []string, bool, error) {
+	if d.isUp() {
+		return d.Consumer.Reclaim(ctx, minIdle, n)
+	}
+	d.mu.Lock()
+	d.reclaims++
+	d.mu.Unlock()
+	return nil, nil, false, errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+}
+
+// While Redis is gone the reclaim loop backs off (passes 2, 4, 8, then 16
+// intervals apart) and the read and reclaim loops each log the
+// same error at ERROR once per 10 s window, the lines between at DEBUG
+// (docs/operations.md#logs).
+func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		src := &downSource{Consumer: f.src.Consumer("c1")}
+		logs := &strings.Builder{}
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner, DLQ: f.dlq,
+			Stream: fakeStream, Group: fakeGroup, Consumer: "c1"}, relay.Config{Logger: log, ReclaimInterval: time.Second, MinPendingIdle: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := runEngine(t, e)
+		time.Sleep(100 * time.Second)
+		src.mu.Lock()
+		reclaims := src.reclaims
+		src.up = true
+		src.mu.Unlock()
+		// Back within the longest backoff: both loops say so, once.
+		time.Sleep(30 * time.Second)
+		stop()
+		// 100 intervals: passes 2, 4, 8, then 16 s apart: about 8.
+		if reclaims > 15 {
+			t.Errorf("%d reclaims in 100 intervals while Redis is gone, want the loop to back off", reclaims)
+		}
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		for _, msg := range []string{"reclaim failed", "stream read failed"} {
+			// At most one ERROR line per 10 s window: 11 in 100 s.
+			if n := strings.Count(out, msg); n == 0 || n > 11 {
+				t.Errorf("%d %q lines at ERROR in 100 s, want one per 10 s window:\n%s", n, msg, out)
+			}
+		}
+		if !strings.Contains(out, "repeated=") {
+			t.Errorf("no ERROR line counts the repeats logged at DEBUG:\n%s", out)
+		}
+		for _, msg := range []string{"stream read works again", "reclaim works again"} {
+			if n := strings.Count(out, msg); n != 1 {
+				t.Errorf("%d %q lines once Redis is back, want 1:\n%s", n, msg, out)
+			}
+		}
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

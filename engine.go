@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -77,6 +78,9 @@ type Engine struct {
 	// not a claim refused): while it is not 0 the read loop paces its
 	// reads (readLoop).
 	claimFails atomic.Int32
+	// loopFailures keeps the read and reclaim loops' failure lines to one
+	// per repeatWindow while they repeat (Redis gone).
+	loopFailures *repeats
 	// unsettled holds the claims to give back whose outcome was not
 	// learnt (unsettled.go).
 	unsettled *unsettledClaims
@@ -94,6 +98,9 @@ type Engine struct {
 	// dispatched yet (no free message slot): they are heartbeated too, or
 	// another worker would reclaim them while they wait.
 	waiting map[string]struct{}
+
+	// held counts the messages held pending by each reason (holds.go).
+	held *heldSet
 }
 
 // generation is one set of apps and the matcher over its rules.
@@ -117,7 +124,9 @@ func (g *generation) field(name string, i int) string {
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
-// fails naming every missing component and invalid setting.
+// fails naming every missing component and invalid setting, and when apps
+// is not empty and the Runner serves a fixed set of Go functions, every
+// handler that does not match (CheckHandlers).
 func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	var errs []error
 	if apps == nil {
@@ -133,6 +142,14 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	}
 	cfg, err := cfg.withDefaults()
 	errs = append(errs, err)
+	var unused error
+	if apps != nil && len(apps.List()) > 0 && c.Runner != nil {
+		err := CheckHandlers(apps, c.Runner)
+		if Refuses(err) {
+			errs = append(errs, fmt.Errorf("relay: NewEngine: %w", err))
+		}
+		unused = err
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -145,15 +162,47 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{
 		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:      newObservers(cfg, log, m, c.Consumer),
-		msgSlots: make(chan struct{}, 2*cfg.MaxConcurrency),
-		inFlight: map[string]struct{}{},
-		waiting:  map[string]struct{}{},
-
-		unsettled: newUnsettledClaims(),
+		obs:          newObservers(cfg, log, m, c.Consumer),
+		msgSlots:     make(chan struct{}, 2*cfg.MaxConcurrency),
+		inFlight:     map[string]struct{}{},
+		waiting:      map[string]struct{}{},
+		held:         newHeldSet(),
+		loopFailures: newRepeats(),
+		unsettled:    newUnsettledClaims(),
+	}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
+			return nil, fmt.Errorf("relay: register metrics: %w", err)
+		}
 	}
 	e.SetApps(apps)
+	if unused != nil {
+		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
+	}
 	return e, nil
+}
+
+// CheckHandlers checks apps against r when r serves a fixed set of
+// handlers (a runtime.HandlerChecker such as runtime.Func): the error
+// (a *runtime.HandlerMismatch for a Func) lists every handler of a Go app
+// that r does not serve and every function r serves that nothing names
+// (docs/embedding.md#go-handlers). It is nil for any other Runner.
+// Refuses tells whether the error stops a start.
+func CheckHandlers(apps *app.Set, r Runner) error {
+	hc, ok := r.(runtime.HandlerChecker)
+	if !ok || apps == nil {
+		return nil
+	}
+	return hc.CheckHandlers(apps.Targets())
+}
+
+// Refuses reports whether err, from CheckHandlers, stops an Engine or a
+// Worker from starting: a handler has no function. Functions that nothing
+// names only warn: an app was removed, or a handler renamed while
+// retries or schedule occurrences of the old name are pending.
+func Refuses(err error) bool {
+	hm, ok := errors.AsType[*runtime.HandlerMismatch](err)
+	return err != nil && (!ok || hm.Refuses())
 }
 
 // SetApps makes apps the set that deliveries starting from now use;
@@ -174,6 +223,7 @@ func (e *Engine) SetApps(apps *app.Set) {
 		g.matcher = apps.Matcher()
 	}
 	e.gen.Store(g)
+	e.pruneHolds(g)
 }
 
 // Apps returns the set of apps new deliveries use.

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 )
@@ -86,5 +88,31 @@ func TestPingReportsConsuming(t *testing.T) {
 	stop()
 	if err := e.Ping(t.Context()); !errors.Is(err, relay.ErrNotConsuming) {
 		t.Errorf("Ping after Run = %v, want ErrNotConsuming", err)
+	}
+}
+
+// NewEngine refuses a Go app whose handler has no function, naming it and
+// every function no rule names; a function nothing names alone is only a
+// warning (docs/embedding.md#go-handlers).
+func TestNewEngineChecksGoHandlers(t *testing.T) {
+	apps := apptest.Load(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n  - {handler: orders.charge, pattern: {type: [charge]}}\n"})
+	ok := func(context.Context, runtime.Request) error { return nil }
+	c := relay.Components{
+		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Stream: "events", Group: "g", Consumer: "c1",
+	}
+	c.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok, "orders/orders.chrage": ok})
+	_, err := relay.NewEngine(apps, c, relay.Config{})
+	if err == nil || !strings.Contains(err.Error(), "no Go function registered for orders/orders.charge;") ||
+		!strings.Contains(err.Error(), "named by no rule or schedule: orders/orders.chrage") {
+		t.Errorf("NewEngine = %v, want it to name the missing orders.charge and the unused orders.chrage", err)
+	}
+	logs := &testutil.Buffer{}
+	c.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok, "orders.charge": ok, "orders/orders.refund": ok})
+	if _, err := relay.NewEngine(apps, c, relay.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))}); err != nil {
+		t.Errorf("NewEngine with an extra function = %v, want a warning only", err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "orders/orders.refund") {
+		t.Errorf("no warning names the unused function:\n%s", logs.String())
 	}
 }

@@ -240,7 +240,7 @@ type logObserver struct {
 func (lo logObserver) logFailure(ctx context.Context, level slog.Level, msg string, err error, attrs []slog.Attr) {
 	if err != nil {
 		var n int
-		level, n = lo.repeats.level(level, msg, err.Error(), time.Now())
+		level, n = lo.repeats.level(level, msg, cause(err), time.Now())
 		attrs = repeatedAttr(attrs, n)
 	}
 	logAttrs(ctx, lo.log, level, msg, attrs...)

@@ -53,7 +53,7 @@ func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
 	}
 	if !a.Available() {
 		return verdict{pending: &pendingReason{level: slog.LevelWarn, msg: "app unavailable; schedule occurrence left pending", err: a.Errors.Err(),
-			attrs: append(attrs, slog.String("app", a.Name))}}
+			attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
 	}
 	s := a.Schedule(env.Schedule)
 	if s == nil {
@@ -67,7 +67,7 @@ func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
 	}
 	if err != nil {
 		return verdict{pending: &pendingReason{level: slog.LevelError, msg: "pinning schedule occurrence failed; left pending", err: err,
-			attrs: append(attrs, slog.String("app", a.Name))}}
+			attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
 	}
 	// The occurrence must be a firing of the cron it is pinned to. The
 	// first delivery pinned the schedule's cron as it was then and checked
@@ -82,7 +82,7 @@ func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
 		}
 		if err != nil {
 			return verdict{pending: &pendingReason{level: slog.LevelError, msg: "checking schedule occurrence failed; left pending", err: err,
-				attrs: append(attrs, slog.String("app", a.Name))}}
+				attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
 		}
 	}
 	last := e.invoke(ctx, d, call{

@@ -9,7 +9,9 @@ import (
 
 // Result says how one handler attempt ended, or why it could not start. It
 // is the outcome label of relay_invocations_total and the result attribute
-// of a function.invoke span (docs/observability.md#metrics).
+// of a function.invoke span (docs/observability.md#metrics). ResultOf
+// derives it from a Runner's error; a runtime.Result is only the run's
+// duration.
 type Result string
 
 // The results, a closed set.

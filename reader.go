@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/relaydev/relay/internal/ctxtime"
@@ -43,8 +42,11 @@ func (e *Engine) readLoop(ctx context.Context, r *run) {
 		e.consuming.Store(err == nil && ctx.Err() == nil)
 		if err != nil && ctx.Err() == nil {
 			fails++
-			e.log.LogAttrs(ctx, slog.LevelError, "stream read failed; retrying", slog.Int("failures", fails), slog.Any("error", err))
+			e.loopFailed(ctx, "stream read failed; retrying", fails, err)
 		} else {
+			if err == nil {
+				e.loopRecovered(ctx, "stream read works again", fails)
+			}
 			fails = 0
 		}
 		for _, msg := range batch {

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
@@ -12,9 +13,37 @@ import (
 // reclaimLoop is the message-level backstop of
 // docs/delivery.md#from-entry-to-acknowledgement: every reclaim interval it
 // takes over entries idle beyond MinPendingIdle, whoever owned them.
+// While passes fail (Redis gone) it backs off: it skips 1, 3, 7, then 15
+// intervals between passes, as the read loop paces its reads.
 func (e *Engine) reclaimLoop(ctx context.Context, r *run) {
-	var fails int
-	ctxtime.Every(ctx, e.cfg.ReclaimInterval, func() { e.reclaimPass(ctx, r, &fails) })
+	var fails, skip int
+	ctxtime.Every(ctx, e.cfg.ReclaimInterval, func() {
+		if skip > 0 {
+			skip--
+			return
+		}
+		e.reclaimPass(ctx, r, &fails)
+		if fails > 0 {
+			skip = 1<<min(fails, 4) - 1
+		}
+	})
+}
+
+// loopFailed logs a failure of the read or the reclaim loop: at ERROR once
+// per repeatWindow for the same error, at DEBUG in between, the next ERROR
+// line counting those (docs/operations.md#logs).
+func (e *Engine) loopFailed(ctx context.Context, msg string, fails int, err error) {
+	level, n := e.loopFailures.level(slog.LevelError, msg, cause(err), time.Now())
+	e.log.LogAttrs(ctx, level, msg, repeatedAttr([]slog.Attr{slog.Int("failures", fails), slog.Any("error", err)}, n)...)
+}
+
+// loopRecovered says that the read or the reclaim loop works again after
+// fails failures in a row, so an outage's end is in the log as well as its
+// start.
+func (e *Engine) loopRecovered(ctx context.Context, msg string, fails int) {
+	if fails > 0 {
+		e.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Int("failures", fails))
+	}
 }
 
 // dispatchWaiting dispatches reclaimed messages as message slots free up.
@@ -72,10 +101,11 @@ func (e *Engine) reclaimPass(ctx context.Context, r *run, fails *int) {
 		if err != nil {
 			if ctx.Err() == nil {
 				*fails++
-				e.log.LogAttrs(ctx, slog.LevelError, "reclaim failed; retrying", slog.Int("failures", *fails), slog.Any("error", err))
+				e.loopFailed(ctx, "reclaim failed; retrying", *fails, err)
 			}
 			return
 		}
+		e.loopRecovered(ctx, "reclaim works again", *fails)
 		*fails = 0
 		if done || short {
 			return

@@ -32,8 +32,8 @@ const (
 	// retryAt: it failed with attempts left; record the failure and the
 	// next attempt's due time, now plus the backoff (State.ScheduleRetry).
 	retryAt
-	// exhaust: it failed its last attempt; record exhaustion, then write
-	// and mark its dead-letter entry.
+	// exhaust: it failed its last attempt, or failed permanently; record
+	// exhaustion, then write and mark its dead-letter entry.
 	exhaust
 	// giveBack: the runtime could not run it, or the shutdown timeout
 	// stopped it; give the attempt back uncharged (State.Release).
@@ -51,7 +51,7 @@ func nextTransition(o Outcome, err error) transition {
 	case ResultSuccess:
 		return finish
 	case ResultFailure, ResultTimeout, ResultOOM:
-		if o.Attempt >= o.MaxAttempts {
+		if o.Attempt >= o.MaxAttempts || permanent(err) {
 			return exhaust
 		}
 		return retryAt
@@ -60,6 +60,14 @@ func nextTransition(o Outcome, err error) transition {
 		return keepLease
 	}
 	return giveBack
+}
+
+// permanent reports whether the handler said its failure is permanent
+// (runtime.ExitPermanent, runtime.Permanent): the invocation is exhausted
+// at this attempt, never retried (docs/delivery.md#permanent-failures).
+func permanent(err error) bool {
+	exit, ok := errors.AsType[*runtime.ExitError](err)
+	return ok && exit.IsPermanent()
 }
 
 // record is the fourth stage: it writes a's transition and returns the

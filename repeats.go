@@ -2,6 +2,7 @@ package relay
 
 import (
 	"log/slog"
+	"regexp"
 	"sync"
 	"time"
 )
@@ -62,6 +63,17 @@ func (r *repeats) level(level slog.Level, msg, errText string, now time.Time) (s
 	r.seen[key] = &repeat{until: now.Add(repeatWindow)}
 	return level, n
 }
+
+// ids matches what makes the text of one cause differ from failure to
+// failure: generated ids (a container's 16 hex digits, digests), stream
+// entry ids and other long numbers (a temporary file's suffix).
+var ids = regexp.MustCompile(`[0-9a-f]{16,}|[0-9]{10,}(-[0-9]+)?`)
+
+// cause is the text that tells one failure's cause from another's for
+// repeats: err's text without the ids that differ per attempt, so that a
+// full disk or an unreachable daemon reads alike whichever container or
+// message met it (docs/operations.md#logs).
+func cause(err error) string { return ids.ReplaceAllLiteralString(err.Error(), "…") }
 
 // repeatedAttr is the attribute that counts the repeats logged at DEBUG
 // before a line, if any.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -44,5 +45,29 @@ func TestRepeatsBounded(t *testing.T) {
 	r.level(slog.LevelWarn, "m", "new", t0.Add(repeatWindow))
 	if len(r.seen) != 1 {
 		t.Errorf("%d lines remembered, want only the new one once the others' windows passed", len(r.seen))
+	}
+}
+
+// TestRepeatsByCause: failures whose errors differ only in the ids of the
+// container or message they met are one cause, logged once per window.
+func TestRepeatsByCause(t *testing.T) {
+	r := newRepeats()
+	t0 := time.Unix(1_700_000_000, 0)
+	errs := []error{
+		errors.New(`create container shop-orders.record-8f3a2c1d9e0b4a77: write /var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db: no space left on device`),
+		errors.New(`create container shop-orders.record-0b1c2d3e4f5a6b7c: write /var/lib/containerd/io.containerd.metadata.v1.bolt/meta.db: no space left on device`),
+		errors.New(`stage bootstrap: open /state/bootstrap/.tmp-3668785983: no space left on device`),
+		errors.New(`stage bootstrap: open /state/bootstrap/.tmp-1234567890: no space left on device`),
+		errors.New(`claim 1796198721265-0: OOM command not allowed`),
+		errors.New(`claim 1796198721266-3: OOM command not allowed`),
+	}
+	for i, err := range errs {
+		got, _ := r.level(slog.LevelWarn, "not run", cause(err), t0)
+		if want := []slog.Level{slog.LevelWarn, slog.LevelDebug}[i%2]; got != want {
+			t.Errorf("error %d (%v): level %v, want %v", i, err, got, want)
+		}
+	}
+	if cause(errors.New("no space left on device")) != "no space left on device" {
+		t.Error("cause changed an error without ids")
 	}
 }

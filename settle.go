@@ -34,6 +34,9 @@ type pendingReason struct {
 	msg   string
 	err   error
 	attrs []slog.Attr
+	// app names the app the reason concerns, "" for none: it is counted
+	// as a hold of that app (holds.go).
+	app string
 }
 
 // Reasons to leave a message pending that are not errors.
@@ -87,11 +90,13 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
 		if o.Kind != Succeeded {
 			p = pendingUnfinished
 		} else if p == nil {
+			e.held.set(d.msg.ID, heldBy{})
 			e.obs.message(ctx, d, msgEvent{kind: msgAcked})
 			return true
 		}
 	}
 	if p != nil {
+		e.held.set(d.msg.ID, holdsOf(v, p, d.gen))
 		e.obs.message(ctx, d, msgEvent{kind: msgLeftPending, pending: p})
 		return false
 	}
@@ -99,6 +104,7 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
 		e.obs.message(ctx, d, msgEvent{kind: msgAckFailed, err: err})
 		return false
 	}
+	e.held.set(d.msg.ID, heldBy{})
 	e.obs.message(ctx, d, msgEvent{kind: msgAcked})
 	return true
 }

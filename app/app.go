@@ -1,11 +1,14 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
@@ -24,6 +27,12 @@ const (
 	MaxTimeout = 15 * time.Minute
 	// DefaultRetries allows DefaultRetries+1 attempts.
 	DefaultRetries = invocation.DefaultRetries
+	// NoRetries is the Retries of a rule or schedule defined in Go that
+	// must not be retried: one attempt. A zero Retries takes
+	// DefaultRetries, as an omitted `retries` does in a template.
+	NoRetries = -1
+	// MaxRetries is the largest Retries a template or NewSet accepts.
+	MaxRetries = 1000
 	// DefaultMemoryBytes, DefaultCPUs and DefaultPIDs are the resource
 	// limits of a handler's container.
 	DefaultMemoryBytes = 128 << 20
@@ -60,6 +69,8 @@ type App struct {
 	// SHA-256); empty for an app defined in Go. An unchanged template loads
 	// with the same digest, so a reload can tell what changed.
 	Digest string
+	// filled is set once NewSet checked the app and put in its defaults.
+	filled bool
 	// Incomplete is set when some of the app's event rules could not be
 	// read (the template is unreadable or not valid YAML, or a rule's
 	// pattern is broken). Relay then cannot tell which events the app
@@ -98,10 +109,12 @@ type Rule struct {
 	// Handler is "module.function", unique within the app.
 	Handler string
 	Pattern *matcher.Pattern
-	// Timeout bounds one attempt, in (0, MaxTimeout].
+	// Timeout bounds one attempt, in (0, MaxTimeout]; NewSet turns 0
+	// into DefaultTimeout.
 	Timeout time.Duration
 	// Retries is how many times a failed invocation is retried (attempts =
-	// Retries+1).
+	// Retries+1), at most MaxRetries. NewSet turns 0 into DefaultRetries
+	// and NoRetries into 0, as a template does.
 	Retries int
 }
 
@@ -132,9 +145,15 @@ type Set struct {
 }
 
 // NewSet builds a set from apps defined in Go (for example by a service
-// that embeds Relay with runtime.Func handlers). Names must be valid and
-// unique, patterns present, handlers unique per app; a zero Concurrency or
-// Timeout takes its default. NewSet fills those defaults in place.
+// that embeds Relay with runtime.Func handlers), validated as a template is
+// (docs/embedding.md#apps-in-go): app and schedule names valid and unique,
+// handlers unique per app and "module.function" when the Spec names a
+// container (else any name without /, whitespace or control characters), patterns present,
+// timeouts in (0, MaxTimeout], retries in [0, MaxRetries]. It fills the
+// template's defaults in place: a zero Concurrency takes
+// DefaultConcurrency, a zero Timeout DefaultTimeout, a zero Retries
+// DefaultRetries (NoRetries means none); an app already in a set is not
+// filled again. The first problem found is the error.
 func NewSet(apps ...*App) (*Set, error) {
 	for _, a := range apps {
 		if err := check(a); err != nil {
@@ -147,7 +166,16 @@ func NewSet(apps ...*App) (*Set, error) {
 // Loaded returns the set of apps a loader read from templates. Unlike
 // NewSet it accepts apps with errors (unavailable apps keep their place in
 // matching); only duplicate or invalid names are refused.
-func Loaded(apps []*App) (*Set, error) { return collect(apps) }
+// Their values are final: a NewSet of such an app later fills nothing in
+// (a template's retries: 0 stays 0).
+func Loaded(apps []*App) (*Set, error) {
+	for _, a := range apps {
+		if a != nil {
+			a.filled = true
+		}
+	}
+	return collect(apps)
+}
 
 func collect(apps []*App) (*Set, error) {
 	s := &Set{byName: make(map[string]*App, len(apps))}
@@ -165,10 +193,13 @@ func collect(apps []*App) (*Set, error) {
 	return s, nil
 }
 
-// check validates and completes an app defined in Go.
+// check validates and completes an app defined in Go, once.
 func check(a *App) error {
 	if a == nil {
 		return fmt.Errorf("app: nil app")
+	}
+	if a.filled {
+		return nil
 	}
 	if !ValidName(a.Name) {
 		return fmt.Errorf("app: app name %q: must match [a-z0-9][a-z0-9._-]* and be at most 63 characters", a.Name)
@@ -179,32 +210,97 @@ func check(a *App) error {
 	if a.Spec.Warm && a.Spec.Runtime == "" {
 		return fmt.Errorf("app: app %q: Spec.Warm needs Spec.Runtime (python3 or node)", a.Name)
 	}
+	validate := ValidateHandler
+	if a.Spec.Image == "" && (a.Spec.Runtime == "" || a.Spec.Runtime == runtime.RuntimeGo) {
+		validate = validateGoHandler
+	}
 	seen := map[string]bool{}
-	for i, r := range a.Rules {
+	for i := range a.Rules {
+		r := &a.Rules[i]
+		what := fmt.Sprintf("app %q handler %q", a.Name, r.Handler)
+		if err := validate(r.Handler); err != nil {
+			return fmt.Errorf("app: app %q rule %d: %w", a.Name, i, err)
+		}
 		if r.Pattern == nil {
-			return fmt.Errorf("app: app %q rule %d (%s): nil pattern", a.Name, i, r.Handler)
+			return fmt.Errorf("app: %s: nil pattern", what)
 		}
 		if seen[r.Handler] {
 			return fmt.Errorf("app: app %q: handler %q defined twice", a.Name, r.Handler)
 		}
 		seen[r.Handler] = true
-		if r.Timeout <= 0 {
-			a.Rules[i].Timeout = DefaultTimeout
-		}
-		if r.Retries < 0 {
-			return fmt.Errorf("app: app %q handler %q: retries must be >= 0", a.Name, r.Handler)
+		if err := fill(&r.Timeout, &r.Retries); err != nil {
+			return fmt.Errorf("app: %s: %w", what, err)
 		}
 	}
-	for i, s := range a.Schedules {
-		if !ValidName(s.Name) || s.Handler == "" || s.Cron == nil {
-			return fmt.Errorf("app: app %q schedule %d (%s): needs a valid name, a handler and a Cron", a.Name, i, s.Name)
+	names := map[string]bool{}
+	for i := range a.Schedules {
+		s := &a.Schedules[i]
+		if !ValidName(s.Name) || s.Cron == nil || names[s.Name] {
+			return fmt.Errorf("app: app %q schedule %d (%s): needs a valid name unique in the app and a Cron", a.Name, i, s.Name)
 		}
-		if s.Timeout <= 0 {
-			a.Schedules[i].Timeout = DefaultTimeout
+		names[s.Name] = true
+		if err := validate(s.Handler); err != nil {
+			return fmt.Errorf("app: app %q schedule %q: %w", a.Name, s.Name, err)
 		}
-		if s.Retries < 0 {
-			return fmt.Errorf("app: app %q schedule %q: retries must be >= 0", a.Name, s.Name)
+		if err := fill(&s.Timeout, &s.Retries); err != nil {
+			return fmt.Errorf("app: app %q schedule %q: %w", a.Name, s.Name, err)
 		}
+	}
+	a.filled = true
+	return nil
+}
+
+// fill checks a rule's or schedule's timeout and retries and puts in the
+// template's defaults.
+func fill(timeout *time.Duration, retries *int) error {
+	switch {
+	case *timeout < 0:
+		return fmt.Errorf("timeout %s must be > 0 (0 takes the default %s)", *timeout, DefaultTimeout)
+	case *timeout > MaxTimeout:
+		return fmt.Errorf("timeout %s is longer than the maximum %s", *timeout, MaxTimeout)
+	case *timeout == 0:
+		*timeout = DefaultTimeout
+	}
+	switch {
+	case *retries == NoRetries:
+		*retries = 0
+	case *retries == 0:
+		*retries = DefaultRetries
+	case *retries < 0 || *retries > MaxRetries:
+		return fmt.Errorf("retries %d must be between 0 and %d (0 takes the default %d; app.NoRetries means none)", *retries, MaxRetries, DefaultRetries)
+	}
+	return nil
+}
+
+// validateGoHandler checks the handler name of an app whose handlers are
+// Go functions: no container splits it into module and function, but a
+// Func key "app/handler" must be unambiguous.
+func validateGoHandler(h string) error {
+	if h == "" || strings.ContainsRune(h, '/') || strings.IndexFunc(h, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("handler %q must be non-empty, without /, whitespace or control characters", h)
+	}
+	return nil
+}
+
+// ValidateHandler checks a handler name as a template does: "module.function",
+// split at the last dot, both parts non-empty, no whitespace, the module a
+// path inside the app. The error says what is wrong.
+func ValidateHandler(h string) error {
+	if h == "" {
+		return errors.New("handler must not be empty; write module.function")
+	}
+	if strings.IndexFunc(h, unicode.IsSpace) >= 0 {
+		return fmt.Errorf("handler %q must not contain whitespace", h)
+	}
+	i := strings.LastIndexByte(h, '.')
+	if i <= 0 || i == len(h)-1 {
+		return fmt.Errorf("handler %q must be module.function (split at the last dot, both parts non-empty)", h)
+	}
+	// The module names code under /app; a path that leaves it, or a
+	// Python module path with empty parts, fails only at run time.
+	if strings.HasPrefix(h, "/") || strings.HasPrefix(h, ".") || strings.Contains(h, "..") || strings.Contains(h, "/.") ||
+		strings.IndexFunc(h, unicode.IsControl) >= 0 {
+		return fmt.Errorf("handler %q: the module must be a path inside the app (no leading / or ., no .. or empty parts, no control characters)", h)
 	}
 	return nil
 }
@@ -235,6 +331,21 @@ func (s *Set) Rules() []matcher.Rule {
 		}
 	}
 	return rules
+}
+
+// Targets returns every (app, handler) the set runs, from its rules and
+// schedules, with the app's Spec: what runtime.HandlerChecker checks.
+func (s *Set) Targets() []runtime.Target {
+	var ts []runtime.Target
+	for _, a := range s.list {
+		for _, r := range a.Rules {
+			ts = append(ts, runtime.Target{App: a.Name, Handler: r.Handler, Spec: a.Spec})
+		}
+		for _, sc := range a.Schedules {
+			ts = append(ts, runtime.Target{App: a.Name, Handler: sc.Handler, Spec: a.Spec})
+		}
+	}
+	return ts
 }
 
 // Incomplete returns the names of the apps whose rules are not all known

@@ -38,8 +38,20 @@ func TestNewSet(t *testing.T) {
 	if got := set.List(); len(got) != 2 || got[0].Name != "billing" || got[1].Name != "orders" {
 		t.Errorf("List is not in name order: %v", got)
 	}
-	if a.Concurrency != app.DefaultConcurrency || a.Rules[0].Timeout != app.DefaultTimeout || a.Schedules[0].Timeout != app.DefaultTimeout {
+	// The template's defaults: a rule written in Go without Retries is
+	// retried as one in a template.yaml without retries is.
+	if a.Concurrency != app.DefaultConcurrency || a.Rules[0].Timeout != app.DefaultTimeout || a.Schedules[0].Timeout != app.DefaultTimeout ||
+		a.Rules[0].Retries != app.DefaultRetries || a.Schedules[0].Retries != app.DefaultRetries {
 		t.Errorf("defaults not filled: %+v", a)
+	}
+	// NewSet again (a second set of the same app) does not fill again.
+	if _, err := app.NewSet(a); err != nil || a.Rules[0].Retries != app.DefaultRetries {
+		t.Errorf("second NewSet: %v, retries %d", err, a.Rules[0].Retries)
+	}
+	none := good()
+	none.Rules[0].Retries, none.Schedules[0].Retries = app.NoRetries, app.NoRetries
+	if _, err := app.NewSet(none); err != nil || none.Rules[0].Retries != 0 || none.Schedules[0].Retries != 0 {
+		t.Errorf("NoRetries: %v, rule retries %d, schedule retries %d; want 0", err, none.Rules[0].Retries, none.Schedules[0].Retries)
 	}
 	if a.RuleIndex("h.run") != 0 || a.RuleIndex("nope") != -1 || (*app.App)(nil).RuleIndex("h.run") != -1 {
 		t.Error("RuleIndex")
@@ -55,11 +67,18 @@ func TestNewSet(t *testing.T) {
 		mod  func(*app.App)
 		want string
 	}{
-		"bad name":          {func(a *app.App) { a.Name = "Orders" }, `app name "Orders"`},
-		"nil pattern":       {func(a *app.App) { a.Rules[0].Pattern = nil }, "nil pattern"},
-		"duplicate handler": {func(a *app.App) { a.Rules = append(a.Rules, a.Rules[0]) }, `handler "h.run" defined twice`},
-		"negative retries":  {func(a *app.App) { a.Rules[0].Retries = -1 }, "retries must be >= 0"},
-		"schedule no cron":  {func(a *app.App) { a.Schedules[0].Cron = nil }, "needs a valid name, a handler and a Cron"},
+		"bad name":           {func(a *app.App) { a.Name = "Orders" }, `app name "Orders"`},
+		"nil pattern":        {func(a *app.App) { a.Rules[0].Pattern = nil }, "nil pattern"},
+		"duplicate handler":  {func(a *app.App) { a.Rules = append(a.Rules, a.Rules[0]) }, `handler "h.run" defined twice`},
+		"negative retries":   {func(a *app.App) { a.Rules[0].Retries = -2 }, "retries -2 must be between 0 and 1000"},
+		"too many retries":   {func(a *app.App) { a.Schedules[0].Retries = 1001 }, "retries 1001 must be between 0 and 1000"},
+		"schedule no cron":   {func(a *app.App) { a.Schedules[0].Cron = nil }, "needs a valid name unique in the app and a Cron"},
+		"timeout too long":   {func(a *app.App) { a.Rules[0].Timeout = 20 * time.Minute }, "timeout 20m0s is longer than the maximum 15m0s"},
+		"negative timeout":   {func(a *app.App) { a.Schedules[0].Timeout = -time.Second }, "timeout -1s must be > 0"},
+		"bad handler":        {func(a *app.App) { a.Rules[0].Handler = "h/run" }, `handler "h/run" must be non-empty, without /`},
+		"schedule handler":   {func(a *app.App) { a.Schedules[0].Handler = "" }, `handler "" must be non-empty`},
+		"container handler":  {func(a *app.App) { a.Spec.Image = "docker.io/library/busybox:1.36"; a.Rules[0].Handler = "run" }, `handler "run" must be module.function`},
+		"duplicate schedule": {func(a *app.App) { a.Schedules = append(a.Schedules, a.Schedules[0]) }, "unique in the app"},
 	} {
 		a := good()
 		c.mod(a)

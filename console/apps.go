@@ -39,6 +39,11 @@ type appView struct {
 	Rules       []ruleView
 	Schedules   []scheduleView
 	Errors      []errorView
+	// Incomplete: some of its rules cannot be read, which holds every
+	// message (docs/delivery.md#held-messages).
+	Incomplete bool
+	// Holds say what the live workers hold for this app, and why.
+	Holds []holdView
 }
 
 // depsView is an app's dependency manifest and the state of its image.
@@ -91,8 +96,10 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "apps", "Apps", v)
 		return
 	}
+	holds := s.appHolds(r.Context())
 	for _, a := range set.List() {
 		av := viewApp(a, v.Now)
+		av.Holds = holds[a.Name]
 		if av.Deps != nil {
 			s.lookUpDeps(r.Context(), a.Spec, av.Deps)
 		}
@@ -105,7 +112,7 @@ func viewApp(a *app.App, now time.Time) appView {
 	v := appView{Name: a.Name, Ready: a.Available(), File: a.File, Runtime: a.Spec.Runtime, Image: a.Spec.Image,
 		Command: a.Spec.CommandLine(), Concurrency: a.Concurrency, Memory: runtime.FormatSize(a.Spec.MemoryBytes),
 		CPUs: strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64), PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
-		Env: slices.Sorted(maps.Keys(a.Spec.Env))}
+		Incomplete: a.Incomplete, Env: slices.Sorted(maps.Keys(a.Spec.Env))}
 	// Names and errors come from the template, which may be broken:
 	// shown as the CLI shows stored text.
 	for i, n := range v.Env {

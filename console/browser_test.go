@@ -180,10 +180,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, stopWorker := context.WithCancel(t.Context())
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	runWorker(t, w)
 
 	// The dependency image as relay console finds it in containerd
 	// (TestCLIConsoleAppsDeps asks a real one).
@@ -192,7 +189,8 @@ func TestBrowser(t *testing.T) {
 			BuildTime: 41 * time.Second, Size: 12 << 20}, nil
 	}
 	srv, err := console.New(console.Config{Redis: rc, Streams: []string{streamName}, Group: group, Apps: template.Dir(apps),
-		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 250 * time.Millisecond, Logger: quiet, Deps: depsBuilt})
+		Runner: runner, DLQRetention: 336 * time.Hour, StreamRetention: 24 * time.Hour, InvocationRetention: 48 * time.Hour,
+		SampleInterval: 250 * time.Millisecond, Logger: quiet, Deps: depsBuilt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,19 +240,38 @@ func TestBrowser(t *testing.T) {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		if err := chromedp.Do(tctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
+		for try := 1; ; try++ {
+			err := chromedp.Do(tctx, steps...)
+			// On a busy machine chromium can renumber a page's nodes after
+			// the load a step waited for; the action that met a stale node
+			// did nothing, so the step is tried again.
+			if err != nil && staleNode(err) && try < 3 {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return
 		}
 	}
 	text := func(sel string) string {
 		t.Helper()
 		tctx, cancel := step()
 		defer cancel()
-		v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
+		for try := 1; ; try++ {
+			v, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			// A page still replacing the one a click left can drop the
+			// node between its query and its read: read it again.
+			if err != nil && staleNode(err) && try < 5 {
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("read %s: %v", sel, err)
+			}
+			return v
 		}
-		return v
 	}
 	count := func(sel string) int {
 		t.Helper()
@@ -394,4 +411,10 @@ func TestBrowser(t *testing.T) {
 	if dlqLen() != 0 {
 		t.Errorf("DLQ holds %d entries, want 0", dlqLen())
 	}
+}
+
+// staleNode reports an error of a browser action that met a node the page
+// no longer has.
+func staleNode(err error) bool {
+	return strings.Contains(err.Error(), "No node with given id") || strings.Contains(err.Error(), "Could not find node with given id")
 }

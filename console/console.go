@@ -108,6 +108,12 @@ type Config struct {
 	// DLQRetention is the workers' dead-letter retention, to show when
 	// entries expire; 0 means kept forever.
 	DLQRetention time.Duration
+	// StreamRetention and InvocationRetention are the workers' other
+	// retentions, for the overview's projection of Redis memory
+	// (docs/operations.md#memory-budget): a StreamRetention of 0 keeps
+	// every entry, an InvocationRetention of 0 deletes the state with the
+	// acknowledgement.
+	StreamRetention, InvocationRetention time.Duration
 	// SampleInterval and SampleWindow set the rate sampling
 	// (DefaultSampleInterval, DefaultSampleWindow when 0).
 	SampleInterval, SampleWindow time.Duration
@@ -150,6 +156,7 @@ type Server struct {
 	stopJobs context.CancelFunc
 	sampler  *sampler
 	link     *link
+	memory   memoryCache
 }
 
 // New checks cfg and returns a console. It errs (wrapping ErrConfig) on a
@@ -167,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
 	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 ||
+		cfg.StreamRetention < 0 || cfg.InvocationRetention < 0 ||
 		cfg.ReconnectInterval < 0 || cfg.SessionTTL < 0:
 		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout, reconnect interval or session TTL", ErrConfig)
 	}

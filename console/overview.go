@@ -36,6 +36,11 @@ type streamView struct {
 	Counters      []counterView
 	Sampled       time.Duration // the span the rates cover
 	Samples       int
+	// Holds say why the live workers hold messages of the stream.
+	Holds []holdView
+	// Memory is the Redis memory by part and its projection; nil when the
+	// stream could not be read.
+	Memory *memoryView
 }
 
 // readFigures says which of a stream's figures the overview read.
@@ -79,6 +84,8 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	if s.readGroup(&v, res[0], res[1]) {
 		v.Consumers, v.Read.Consumers = consumers(res[2])
 		s.readQueues(ctx, rc, &v)
+		mem := s.streamMemory(ctx, rc, name)
+		v.Memory = &mem
 	}
 	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {
@@ -89,6 +96,9 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		v.Read.Counters = true
 	}
 	v.Counters = s.counterViews(name, c)
+	if v.Holds, err = s.readHolds(ctx, rc, name); err != nil && v.Problem == "" {
+		v.Problem = "reading the workers' status failed: " + err.Error()
+	}
 	if sm := s.sampler.get(name); len(sm) > 0 {
 		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
 	}

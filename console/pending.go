@@ -31,6 +31,9 @@ type pendingRow struct {
 	// NoState: the message has no invocation state: no invocation was
 	// claimed yet (it waits for a slot, or its worker died first).
 	NoState bool
+	// Held are the holds of apps whose rules cannot be read: they keep
+	// every message pending, whatever its invocations.
+	Held []holdView
 }
 
 // invocationView is one invocation of a pending message, from its field
@@ -53,6 +56,9 @@ type invocationView struct {
 	// DLQURL is the page of the dead-letter entry of a dead-lettered
 	// invocation, "" when unknown.
 	DLQURL string
+	// Held is set when the invocation's app is unavailable: it waits for
+	// the app, not for a retry.
+	Held *holdView
 }
 
 type pendingView struct {
@@ -63,6 +69,8 @@ type pendingView struct {
 	Count   int64
 	Oldest  time.Duration
 	Rows    []pendingRow
+	// Holds say why the workers hold messages of the stream.
+	Holds   []holdView
 	After   string
 	Next    string
 	Problem string
@@ -102,10 +110,17 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	v.Counted = true
+	if v.Holds, err = s.readHolds(ctx, rc, st); err != nil {
+		return v, err
+	}
 	if v.Rows, v.Next, err = s.pendingRows(ctx, rc, st, after); err != nil || len(v.Rows) == 0 {
 		return v, err
 	}
-	return v, s.addInvocations(ctx, rc, st, v.Rows)
+	if err := s.addInvocations(ctx, rc, st, v.Rows); err != nil {
+		return v, err
+	}
+	markHeld(v.Rows, v.Holds)
+	return v, nil
 }
 
 // pendingRows reads a page of the PEL after the cursor; next is the

@@ -3,12 +3,15 @@ package console
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/stream"
 )
@@ -48,6 +51,27 @@ type playgroundView struct {
 	// they were: the lists then say so instead of "none".
 	PicksError string
 	AppsError  string
+	// Unreadable are the apps some of whose rules cannot be read: the
+	// playground cannot try those rules, and says so.
+	Unreadable []unreadableApp
+
+	// Pattern is the pattern being edited, BacktestApp the app whose
+	// rules a backtest runs without one ("" for every app), Window how
+	// many of the newest entries it reads.
+	Pattern       string
+	PatternFrom   string // the rule the pattern was loaded from
+	BacktestApp   string
+	Window        string
+	AppNames      []string
+	MaxWindow     int
+	DefaultWindow int
+	Backtest      *backtestView
+	// PatternErrors lists why the edited pattern did not parse.
+	PatternErrors []string
+
+	// apps is the apps root as loaded once for this request.
+	apps    *app.Set
+	appsErr error
 }
 
 // playground matches an event against every rule of every app and says
@@ -61,8 +85,11 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	v := playgroundView{Stream: st}
+	v := playgroundView{Stream: st, Window: r.FormValue("window"), BacktestApp: r.FormValue("app")}
 	if r.Method == http.MethodGet {
+		if h := r.FormValue("handler"); h != "" {
+			s.loadPattern(r, &v, h)
+		}
 		switch id, dlqID := r.FormValue("id"), r.FormValue("dlq"); {
 		case id != "":
 			if !stream.IsID(id) {
@@ -91,23 +118,76 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		r.Body = http.MaxBytesReader(w, r.Body, maxEventBytes+64<<10)
-		v.Event, v.Now = r.PostFormValue("event"), strings.TrimSpace(r.PostFormValue("now"))
-		s.evaluate(r, &v)
+		v.Event, v.Now = textarea(r, "event"), strings.TrimSpace(r.PostFormValue("now"))
+		v.Pattern = textarea(r, "pattern")
+		if r.PostFormValue("action") == "backtest" {
+			s.backtest(r, &v)
+		} else {
+			s.evaluate(r, &v)
+		}
 	}
-	v.Event = clean(v.Event)
-	s.recentPicks(r, &v)
+	s.finish(r, &v)
 	s.renderPage(w, r, "playground", page{Title: "Pattern playground", Stream: st, Data: v})
 }
 
-func (s *Server) evaluate(r *http.Request, v *playgroundView) {
+// finish cleans what the form shows again and lists what it offers.
+func (s *Server) finish(r *http.Request, v *playgroundView) {
+	v.Event, v.Pattern = clean(v.Event), clean(v.Pattern)
+	v.BacktestApp, v.Window, v.MaxWindow, v.DefaultWindow = clean(v.BacktestApp), clean(v.Window), backtest.MaxWindow, defaultWindow
+	if v.Window == "" {
+		v.Window = strconv.Itoa(defaultWindow)
+	}
+	if apps, err := s.loadApps(r, v); err == nil {
+		for _, a := range apps.List() {
+			v.AppNames = append(v.AppNames, a.Name)
+		}
+	}
+	s.recentPicks(r, v)
+}
+
+// loadPattern puts the pattern of the rule of app v.BacktestApp that
+// handler runs into the form, to edit and backtest.
+func (s *Server) loadPattern(r *http.Request, v *playgroundView, handler string) {
+	apps, err := s.loadApps(r, v)
+	if err != nil {
+		v.AppsError = err.Error()
+		return
+	}
+	a := apps.Get(v.BacktestApp)
+	if i := a.RuleIndex(handler); i >= 0 {
+		v.Pattern, v.PatternFrom = patternYAML(a.Rules[i].Pattern.String()), clean("rule "+v.BacktestApp+"/"+handler)
+		return
+	}
+	v.Error = clean("no rule " + v.BacktestApp + "/" + handler + " is loaded")
+}
+
+// loadApps loads the apps root once for the request: matching,
+// backtesting and the form's list of apps see the same templates.
+func (s *Server) loadApps(r *http.Request, v *playgroundView) (*app.Set, error) {
+	if v.apps == nil && v.appsErr == nil {
+		v.apps, v.appsErr = s.cfg.Apps.Load(r.Context())
+	}
+	return v.apps, v.appsErr
+}
+
+// parseNow sets v.At from the form's now, false (with v.Error) when it
+// is not a time.
+func parseNow(v *playgroundView) bool {
 	v.At = time.Now()
 	if v.Now != "" {
 		t, err := time.Parse(time.RFC3339Nano, v.Now)
 		if err != nil {
 			v.Error = "now: want an RFC 3339 time such as 2026-09-12T10:00:00Z"
-			return
+			return false
 		}
 		v.At = t
+	}
+	return true
+}
+
+func (s *Server) evaluate(r *http.Request, v *playgroundView) {
+	if !parseNow(v) {
+		return
 	}
 	if len(v.Event) > maxEventBytes {
 		v.Error = "the event is larger than 1 MiB"
@@ -123,12 +203,13 @@ func (s *Server) evaluate(r *http.Request, v *playgroundView) {
 		v.Error = clean(msg)
 		return
 	}
-	apps, err := s.cfg.Apps.Load(r.Context())
+	apps, err := s.loadApps(r, v)
 	if err != nil {
 		v.AppsError = err.Error()
 		return
 	}
 	v.Evaluated = true
+	v.Unreadable = unreadableApps(apps)
 	available := map[string]bool{}
 	patterns := map[matcher.Target]string{}
 	for _, a := range apps.List() {
@@ -184,7 +265,15 @@ func (s *Server) playgroundForm(w http.ResponseWriter, r *http.Request, msg stri
 	if !ok {
 		st = s.cfg.Streams[0]
 	}
-	v := playgroundView{Stream: st, Event: clean(r.PostFormValue("event")), Now: clean(strings.TrimSpace(r.PostFormValue("now"))), Error: msg}
-	s.recentPicks(r, &v)
+	v := playgroundView{Stream: st, Event: textarea(r, "event"), Now: clean(strings.TrimSpace(r.PostFormValue("now"))), Error: msg,
+		Pattern: textarea(r, "pattern"), BacktestApp: r.PostFormValue("app"), Window: r.PostFormValue("window")}
+	s.finish(r, &v)
 	s.renderPage(w, r, "playground", page{Title: "Pattern playground", Stream: st, Data: v})
+}
+
+// textarea returns the posted text of a textarea with its line breaks
+// as the user typed them: browsers send every one as CRLF, and a CR
+// shown again would read \x0d.
+func textarea(r *http.Request, name string) string {
+	return strings.ReplaceAll(r.PostFormValue(name), "\r\n", "\n")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/internal/textsafe"
+	"github.com/relaydev/relay/stats"
 )
 
 // page is what the layout template gets: the page's own data is Data.
@@ -54,6 +55,8 @@ var funcs = template.FuncMap{
 	"pretty":    prettyEvent,
 	"q":         query,
 	"num":       func(n int64) string { return thousands(n) },
+	"bytes":     stats.FormatBytes,
+	"int64f":    func(f float64) int64 { return int64(f) },
 	"inc":       func(i int) int { return i + 1 },
 	"plural":    plural.Of,
 	"int64":     func(n int) int64 { return int64(n) },

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -187,6 +188,22 @@ func TestHostileContent(t *testing.T) {
 	checkEscaped(t, "playground", body)
 	_, body = f.post("/playground", url.Values{"event": {rawEvent}})
 	checkEscaped(t, "playground malformed", body)
+	// A backtest lists matching events, a broken pattern's errors and the
+	// pattern itself, all hostile here. (The events above are not JSON:
+	// xss holds quotes.)
+	f.publish(`{"name":` + strconv.Quote(xss) + `}`)
+	_, body = f.post("/playground", url.Values{"action": {"backtest"}, "pattern": {`name: [` + strconv.Quote(xss) + `]`}})
+	contains(t, "backtest", body, `class="bt-matched">1<`)
+	checkEscaped(t, "backtest", body)
+	_, body = f.post("/playground", url.Values{"action": {"backtest"}, "pattern": {`name: "` + xss + `"` + invalidU8}, "window": {hostile}})
+	checkEscaped(t, "backtest bad window", body)
+	_, body = f.post("/playground", url.Values{"action": {"backtest"}, "pattern": {`name: "` + xss + `"` + invalidU8}})
+	contains(t, "backtest broken pattern", body, "The pattern does not parse")
+	checkEscaped(t, "backtest broken pattern", body)
+	_, body = f.post("/playground", url.Values{"action": {"backtest"}, "app": {hostile}})
+	checkEscaped(t, "backtest unknown app", body)
+	_, body = f.get("/playground?app=" + url.QueryEscape(hostile) + "&handler=" + url.QueryEscape(hostile) + s)
+	checkEscaped(t, "load an unknown rule", body)
 }
 
 func checkEscaped(t *testing.T, name, body string) {

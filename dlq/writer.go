@@ -26,7 +26,7 @@ type WriterOption func(*Writer)
 
 // WithWrittenTTL sets how long the Writer remembers that an invocation's
 // entry was written (default WrittenTTL). It should be the retention of
-// the invocation state (relay.Config.Retention), which relay.Worker
+// the invocation state (relay.Config.Retention), which worker.Worker
 // passes: a redelivery that could write the entry again is only possible
 // while that state exists, and a shorter retention then bounds the markers
 // too. A d <= 0 keeps the default.

@@ -43,7 +43,7 @@ type RunnerHarness struct {
 
 // TestRunner runs the contract of relay.Runner (relay.go;
 // docs/apps.md#the-handler-contract and
-// docs/embedding.md#handlers-as-go-functions) against the runners
+// docs/embedding.md#go-handlers) against the runners
 // newHarness returns, one per parallel sub-test.
 //
 // It covers: success as a nil error; a handler failure as an error

@@ -150,7 +150,7 @@ func TestRunnerContract(t *testing.T) {
 			Request: func(t *testing.T, b relaytest.Behaviour) runtime.Request {
 				// One handler per request, so each runs its own script.
 				req := runtime.Request{App: "relaytest", Handler: "h" + strconv.Itoa(int(n.Add(1)))}
-				var out relaytest.Outcome
+				var out relaytest.Reply
 				switch b {
 				case relaytest.Succeeds:
 					out = relaytest.Succeed()

@@ -258,3 +258,39 @@ func TestEngineUnavailableChargesNothing(t *testing.T) {
 		}
 	})
 }
+
+// An Engine on the fakes finds every optional capability of a source (the
+// group, the PEL gauges, ping): its log says nothing about missing ones.
+func TestEngineOnFakesMissesNoCapability(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		pattern, err := yamlpattern.Parse("t", []byte(`{type: [order]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		apps, err := app.NewSet(&app.App{Name: "orders", Rules: []app.Rule{{Handler: "ship", Pattern: pattern}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs strings.Builder
+		e, err := relay.NewEngine(apps, relay.Components{
+			Source: relaytest.NewStream().Consumer("w"), State: relaytest.NewStateStore(), Runner: relaytest.NewRunner(),
+			DLQ: relaytest.NewDLQ("events"), Stream: "events", Group: "g", Consumer: "w",
+		}, relay.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx) }()
+		synctest.Wait()
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for _, noise := range []string{"cannot create its consumer group", "does not report its PEL"} {
+			if strings.Contains(logs.String(), noise) {
+				t.Errorf("the log says %q on fakes:\n%s", noise, logs.String())
+			}
+		}
+	})
+}

@@ -11,46 +11,53 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// Outcome decides one run of a fake Runner: it returns what Runner.Run
-// returns (nil for success) and may block, honouring ctx.
-type Outcome func(ctx context.Context, req runtime.Request) error
+// Reply decides one run of a fake Runner: it returns what Runner.Run
+// returns (nil for success) and may block, honouring ctx. (What an Engine
+// did with an invocation is a relay.Outcome; Outcomes records those.)
+type Reply func(ctx context.Context, req runtime.Request) error
 
-// Succeed is the Outcome of a handler that exits 0.
-func Succeed() Outcome {
+// Outcome is the former name of Reply.
+//
+// Deprecated: use Reply; relay.Outcome is what an Engine did with an
+// invocation.
+type Outcome = Reply
+
+// Succeed is the Reply of a handler that exits 0.
+func Succeed() Reply {
 	return func(context.Context, runtime.Request) error { return nil }
 }
 
-// Fail is the Outcome of a handler that exits with code (> 0) and writes
+// Fail is the Reply of a handler that exits with code (> 0) and writes
 // stderr as its last line: a *runtime.ExitError, so an attempt is used.
-func Fail(code int, stderr string) Outcome {
+func Fail(code int, stderr string) Reply {
 	return func(context.Context, runtime.Request) error {
 		return &runtime.ExitError{Code: code, Stderr: stderr}
 	}
 }
 
-// TimeOut is the Outcome of a handler killed at its rule's timeout: a
+// TimeOut is the Reply of a handler killed at its rule's timeout: a
 // *runtime.ExitError with TimedOut set, so an attempt is used. It returns
 // at once rather than waiting out the timeout.
-func TimeOut() Outcome {
+func TimeOut() Reply {
 	return func(_ context.Context, req runtime.Request) error {
 		return &runtime.ExitError{Code: 137, TimedOut: true, Timeout: req.Timeout}
 	}
 }
 
-// Unavailable is the Outcome of an app that cannot run right now (image
+// Unavailable is the Reply of an app that cannot run right now (image
 // missing, runtime down): an error wrapping runtime.ErrUnavailable, so no
 // attempt is charged and the message stays pending.
-func Unavailable(reason string) Outcome {
+func Unavailable(reason string) Reply {
 	return func(_ context.Context, req runtime.Request) error {
 		return fmt.Errorf("run %s/%s: %s: %w", req.App, req.Handler, reason, runtime.ErrUnavailable)
 	}
 }
 
-// Block is the Outcome of a handler that runs until release is closed and
+// Block is the Reply of a handler that runs until release is closed and
 // then returns then's result. When ctx ends first (the Engine abandons it at
 // shutdown) it returns an infrastructure error wrapping ctx's error, as
 // runtime.Func does, so no attempt is charged.
-func Block(release <-chan struct{}, then Outcome) Outcome {
+func Block(release <-chan struct{}, then Reply) Reply {
 	return func(ctx context.Context, req runtime.Request) error {
 		select {
 		case <-release:
@@ -61,12 +68,12 @@ func Block(release <-chan struct{}, then Outcome) Outcome {
 	}
 }
 
-// Hang is the Outcome of a handler that never finishes on its own: it is
+// Hang is the Reply of a handler that never finishes on its own: it is
 // killed at the request's Timeout (when > 0), which is a *runtime.ExitError
 // with TimedOut set, as a real runner reports it; when ctx ends first (the
 // Engine abandons it at shutdown) it returns an infrastructure error
 // wrapping ctx's error, so no attempt is charged.
-func Hang() Outcome {
+func Hang() Reply {
 	return func(ctx context.Context, req runtime.Request) error {
 		var timeout <-chan time.Time
 		if req.Timeout > 0 {
@@ -84,13 +91,13 @@ func Hang() Outcome {
 }
 
 // Runner is a fake relay.Runner. It records every request and answers each
-// run of a handler with the next Outcome scripted for it; a handler with no
+// run of a handler with the next Reply scripted for it; a handler with no
 // outcome left succeeds. Use it to drive an Engine through failures,
 // timeouts and unavailability without real handlers; use runtime.Func to
 // run real Go handlers. Safe for concurrent use.
 type Runner struct {
 	mu       sync.Mutex
-	scripts  map[string][]Outcome
+	scripts  map[string][]Reply
 	requests []runtime.Request
 	// ran is closed and replaced after every recorded run starts, so
 	// WaitRuns can wait without polling.
@@ -99,12 +106,12 @@ type Runner struct {
 
 // NewRunner returns a Runner on which every handler succeeds until scripted.
 func NewRunner() *Runner {
-	return &Runner{scripts: map[string][]Outcome{}, ran: make(chan struct{})}
+	return &Runner{scripts: map[string][]Reply{}, ran: make(chan struct{})}
 }
 
 // Script appends outcomes for the handler key "<app>/<handler>": its next
 // runs take them in order.
-func (r *Runner) Script(key string, outcomes ...Outcome) {
+func (r *Runner) Script(key string, outcomes ...Reply) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.scripts[key] = append(r.scripts[key], outcomes...)

@@ -392,6 +392,15 @@ func (c *Consumer) Pending(ctx context.Context) (count int64, oldestAge time.Dur
 	return int64(len(s.pel)), oldestAge, nil
 }
 
+// EnsureGroup returns nil, or ctx's error: the in-memory stream's group
+// always exists, from its first entry (relay.GroupEnsurer).
+func (c *Consumer) EnsureGroup(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("relaytest: ensure group: %w", err)
+	}
+	return nil
+}
+
 // Ping returns nil, or ctx's error: an in-memory stream is always there.
 func (c *Consumer) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

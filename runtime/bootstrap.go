@@ -12,6 +12,10 @@ import (
 const (
 	RuntimePython3 = "python3"
 	RuntimeNode    = "node"
+	// RuntimeGo names an app whose handlers are Go functions registered
+	// with a Func in the worker's process: it has no bootstrap, and no
+	// container runs it (docs/apps.md#go-handlers).
+	RuntimeGo = "go"
 )
 
 // BootstrapDir is the directory in a container where a runner mounts the
@@ -68,6 +72,9 @@ func LookupBootstrap(runtime string) (Bootstrap, error) {
 		// .cjs: CommonJS whatever package.json is found above the mount.
 		return Bootstrap{Runtime: runtime, FileName: "bootstrap.cjs", Source: nodeBootstrap,
 			interpreter: []string{"node"}, inlineFlag: "-e"}, nil
+	}
+	if runtime == RuntimeGo {
+		return Bootstrap{}, fmt.Errorf("runtime go: the handlers are Go functions, which only a runtime.Func in the worker's process runs, not containers (docs/apps.md#go-handlers): %w", ErrUnavailable)
 	}
 	return Bootstrap{}, fmt.Errorf("unknown runtime %q (want %q or %q): %w", runtime, RuntimePython3, RuntimeNode, ErrUnavailable)
 }

@@ -41,6 +41,10 @@ func TestLookupBootstrap(t *testing.T) {
 	if _, err := runtime.LookupBootstrap("ruby"); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("unknown runtime: got %v, want ErrUnavailable", err)
 	}
+	// runtime: go apps are Go functions: no container runner can run them.
+	if _, err := runtime.LookupBootstrap(runtime.RuntimeGo); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "the handlers are Go functions") {
+		t.Errorf("runtime go: got %v, want ErrUnavailable saying the handlers are Go functions", err)
+	}
 }
 
 // bootstrapCase runs one handler through a bootstrap file with a local
@@ -130,6 +134,10 @@ async def fails_later(event):
     raise RuntimeError("async failure")
 def exits(event):
     raise SystemExit(5)
+class BadOrder(ValueError):
+    relay_permanent = True
+def refuses(event):
+    raise BadOrder("order %d has no customer" % event["id"])
 not_a_function = 3
 `,
 		"events/created.py":   "def handle(event):\n    print('package path', event['id'])\n",
@@ -144,6 +152,7 @@ not_a_function = 3
 			wantStderr: "handlers.py\", line 12, in helper", wantLast: "ValueError: cannot handle 7"},
 		{name: "async exception", handler: "handlers.fails_later", wantCode: 1, wantLast: "RuntimeError: async failure"},
 		{name: "handler's own exit code", handler: "handlers.exits", wantCode: 5},
+		{name: "permanent failure", handler: "handlers.refuses", wantCode: runtime.ExitPermanent, wantLast: "handlers.BadOrder: order 7 has no customer"},
 		{name: "missing module", handler: "nomodule.run", wantCode: 127,
 			wantStderr: "relay: handler nomodule.run: module 'nomodule' not found in /"},
 		{name: "missing submodule", handler: "events.deleted.handle", wantCode: 127,
@@ -168,6 +177,7 @@ exports.fails = (event) => { throw new TypeError("cannot handle " + event.id); }
 exports.linger = () => { setInterval(() => {}, 1000); console.log("left a timer"); };
 exports.throwsString = () => { throw "just a string"; };
 exports.notAFunction = 3;
+exports.refuses = (event) => { throw Object.assign(new Error("order " + event.id + " has no customer"), { relayPermanent: true }); };
 `,
 		"assigned.cjs": "const h = {}; h.handle = (e) => console.log('module.exports object', e.id); module.exports = h;\n",
 		"esm.mjs": `export async function handle(event) { await null; console.log("esm", event.name); }
@@ -190,6 +200,8 @@ export default { viaDefault(event) { console.log("default export", event.id); } 
 		{name: "exits despite a pending timer", handler: "cjs.linger", wantStdout: "left a timer"},
 		{name: "throw", handler: "cjs.fails", wantCode: 1,
 			wantStderr: "TypeError: cannot handle 7\n    at ", wantLast: "relay: handler cjs.fails failed: TypeError: cannot handle 7"},
+		{name: "permanent failure", handler: "cjs.refuses", wantCode: runtime.ExitPermanent,
+			wantLast: "relay: handler cjs.refuses failed: Error: order 7 has no customer"},
 		{name: "rejection", handler: "esm.rejects", wantCode: 1, wantLast: "relay: handler esm.rejects failed: Error: rejected 7"},
 		{name: "thrown non-error", handler: "cjs.throwsString", wantCode: 1,
 			wantLast: "relay: handler cjs.throwsString failed: thrown 'just a string'"},

@@ -10,23 +10,31 @@ import (
 )
 
 // HandlerFunc is an in-process handler. It gets the request (event, app,
-// handler, attempt) and returns nil on success. ctx is cancelled when the
-// request's timeout expires or the Engine shuts down; a handler must return
-// promptly then, since a Go function cannot be killed.
+// handler, attempt) and returns nil on success; an error wrapping
+// ErrPermanent (Permanent) fails the invocation for good. ctx is cancelled
+// when the request's timeout expires, or when the worker gives up on
+// running handlers at shutdown (Config.ShutdownTimeout after it began
+// draining); a handler must return promptly then, since a Go function
+// cannot be killed.
 type HandlerFunc func(ctx context.Context, req Request) error
 
 // Func is a Runner that calls Go functions in-process instead of starting
 // processes. It is meant for library users embedding Relay without
 // containers, and for tests. Safe for concurrent use.
 type Func struct {
-	handlers map[string]HandlerFunc
+	handlers   map[string]HandlerFunc
+	middleware []Middleware
 }
 
 // NewFunc returns a Func serving handlers, keyed by "<app>/<handler>" or, to
 // serve a handler name in every app, by "<handler>" alone; the app-specific
 // key wins. The map is copied.
-func NewFunc(handlers map[string]HandlerFunc) *Func {
-	return &Func{handlers: maps.Clone(handlers)}
+func NewFunc(handlers map[string]HandlerFunc, opts ...FuncOption) *Func {
+	f := &Func{handlers: maps.Clone(handlers)}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
 }
 
 // PanicError is the cause of an *ExitError for a handler that panicked.
@@ -43,17 +51,15 @@ var errTimedOut = errors.New("runtime: handler timeout")
 // Run calls the handler registered for req and waits for it to return.
 //
 // Outcomes: nil on success; *ExitError{Code: 127} when no handler is
-// registered; *ExitError{Code: 1, Err: err} when it returns err;
+// registered; *ExitError{Code: 1, Err: err} when it returns err
+// (Code ExitPermanent when err wraps ErrPermanent);
 // *ExitError{Code: 2, Err: *PanicError} when it panics;
 // *ExitError{TimedOut: true} when req.Timeout expired before it returned,
 // whatever it returned. If ctx itself is cancelled (shutdown) and the handler
 // fails, Run returns an infrastructure error wrapping ctx.Err(), which charges
 // no attempt. Result.Duration is the handler's run time in every case.
 func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
-	h, ok := f.handlers[req.App+"/"+req.Handler]
-	if !ok {
-		h, ok = f.handlers[req.Handler]
-	}
+	h, ok := f.lookup(req.App, req.Handler)
 	if !ok {
 		return Result{}, &ExitError{Code: 127, Err: fmt.Errorf("no handler %q registered for app %q", req.Handler, req.App)}
 	}
@@ -61,7 +67,7 @@ func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
 	defer cancel()
 
 	start := time.Now()
-	err := callHandler(hctx, h, req)
+	err := callHandler(hctx, f.chain(h), req)
 	res := Result{Duration: time.Since(start)}
 	switch {
 	case errors.Is(context.Cause(hctx), errTimedOut) && ctx.Err() == nil:
@@ -72,8 +78,11 @@ func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
 		return res, fmt.Errorf("run %s/%s: %w", req.App, req.Handler, ctx.Err())
 	}
 	var pe *PanicError
-	if errors.As(err, &pe) {
+	switch {
+	case errors.As(err, &pe):
 		return res, &ExitError{Code: 2, Err: err}
+	case errors.Is(err, ErrPermanent):
+		return res, &ExitError{Code: ExitPermanent, Err: err}
 	}
 	return res, &ExitError{Code: 1, Err: err}
 }

@@ -24,6 +24,7 @@ events.created)
 	;;
 env.pwd) pwd ;;
 fail.exit) echo "bad input" >&2; exit 3 ;;
+fail.permanent) echo "order 7 does not exist" >&2; exit 65 ;;
 slow.sleep) sleep 30 & sleep 30 ;;
 self.kill) kill -TERM $$ ;;
 *) echo "unknown handler $RELAY_HANDLER" >&2; exit 127 ;;
@@ -93,8 +94,12 @@ func TestProcessWorkingDir(t *testing.T) {
 func TestProcessExitCode(t *testing.T) {
 	p, out, dir := newProcess(t)
 	_, err := p.Run(t.Context(), processRequest(dir, "fail.exit"))
-	if ee := asExit(t, err); ee.Code != 3 || ee.TimedOut {
-		t.Errorf("got %#v, want code 3", ee)
+	if ee := asExit(t, err); ee.Code != 3 || ee.TimedOut || ee.IsPermanent() {
+		t.Errorf("got %#v, want code 3, not permanent", ee)
+	}
+	_, err = p.Run(t.Context(), processRequest(dir, "fail.permanent"))
+	if ee := asExit(t, err); !ee.IsPermanent() || ee.Stderr != "order 7 does not exist" {
+		t.Errorf("exit 65: got %#v, want a permanent failure with its stderr line", ee)
 	}
 	if !strings.Contains(out.String(), "[users/fail.exit] bad input\n") {
 		t.Errorf("stderr not forwarded:\n%s", out)

@@ -67,7 +67,7 @@ type Request struct {
 	App     string
 	Handler string // "module.function"
 	// MessageID is the stream entry id; for relay app invoke, the id it
-	// was given or an "invoke-" one it generated (relay.Manual).
+	// was given or an "invoke-" one it generated (manual.Invoker).
 	MessageID string
 	Attempt   int
 	// Event is the JSON written to the handler's stdin, followed by EOF.
@@ -80,7 +80,10 @@ type Request struct {
 	Spec Spec
 }
 
-// Result describes a successful attempt (exit code 0).
+// Result is what Runner.Run returns besides its error: how long the run
+// took (a runner may leave it zero when Run fails). How an attempt ended, as the Engine counts and
+// logs it, is a relay.Result (success, failure, timeout, ...), decided
+// from Run's error (relay.ResultOf).
 type Result struct {
 	Duration time.Duration
 }
@@ -119,8 +122,12 @@ func (e *ExitError) Error() string {
 		msg = fmt.Sprintf("handler killed: out of memory (limit %s)", FormatSize(e.MemoryLimit))
 	case e.OOMKilled:
 		msg = "handler killed: out of memory"
+	case e.IsPermanent() && e.Err != nil:
+		msg = fmt.Sprintf("handler failed permanently: %v", e.Err)
 	case e.Err != nil:
 		msg = fmt.Sprintf("handler failed: %v", e.Err)
+	case e.IsPermanent():
+		msg = fmt.Sprintf("handler exited with code %d (permanent failure)", e.Code)
 	default:
 		msg = fmt.Sprintf("handler exited with code %d", e.Code)
 	}
@@ -131,6 +138,42 @@ func (e *ExitError) Error() string {
 }
 
 func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitPermanent is the exit code by which a handler says that its failure
+// is permanent: the same event can never succeed, so the invocation is
+// dead-lettered at once instead of retried (docs/delivery.md#permanent-failures).
+// It is EX_DATAERR of sysexits.h, "the input data was incorrect".
+const ExitPermanent = 65
+
+// ErrPermanent is wrapped by Permanent; a Go handler's error that wraps it
+// fails its invocation for good.
+var ErrPermanent = errors.New("permanent failure")
+
+// Permanent marks err as a permanent failure: returned by a HandlerFunc,
+// the invocation is exhausted at once and dead-lettered with err as the
+// reason, never retried (docs/delivery.md#permanent-failures). The attempt
+// still counts. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() []error { return []error{e.err, ErrPermanent} }
+
+// IsPermanent reports whether the handler said its failure is permanent:
+// it exited ExitPermanent by itself (not at a timeout or out of memory), or
+// its Go function returned an error wrapping ErrPermanent.
+func (e *ExitError) IsPermanent() bool {
+	if e.TimedOut || e.OOMKilled {
+		return false
+	}
+	return e.Code == ExitPermanent || errors.Is(e.Err, ErrPermanent)
+}
 
 // ErrOutcomeUnknown marks an infrastructure error after the handler
 // started (the runtime lost track of it): it may have run to the end, or may

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: runs the benchmarks under bench/ and prints one table each:
-# pipeline throughput against the raw XREADGROUP+XACK loop (bench/pipeline),
+# pipeline throughput, Redis CPU and bytes per event with the invocation
+# retention 48h and 0 against the raw XREADGROUP+XACK loop (bench/pipeline),
 # end-to-end latency per runner with `ctr run --rm` as the anchor of one-shot
 # containerd, bursts against parallel `ctr run --rm` loops and the runtime
 # targets table (bench/runners), and the memory of a worker with 10,000

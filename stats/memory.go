@@ -35,6 +35,10 @@ type Part struct {
 	// Projected is what the part levels off at when the rate goes on with
 	// the retentions; -1 when it grows without bound.
 	Projected int64 `json:"projected_bytes"`
+	// Live is how many of Items have no TTL (estimated from the sample):
+	// for the invocation state, that of messages still pending, which
+	// stays at any retention while the rate goes on.
+	Live int64 `json:"live,omitempty"`
 	// Estimated is true when PerItem is not measured: no invocation hash
 	// was there to sample, so the projection assumes RetainedHashBytes.
 	Estimated bool `json:"estimated,omitempty"`
@@ -76,13 +80,18 @@ type Memory struct {
 	// any was counted), the share that leaves invocation state.
 	Rate, DLQRate, MatchedShare float64
 	// Projected is the used memory the parts level off at: what is not
-	// Relay's stays, Other stays, and each retained part holds rate ×
-	// retention items of its measured size. -1 when a part grows without
+	// Relay's stays, Other stays, the live invocation state stays, and
+	// each retained part holds rate × retention items of its measured
+	// size. -1 when a part grows without
 	// bound (a zero stream or DLQ retention with entries arriving);
 	// Unbounded then names it.
 	Projected int64
 	Unbounded string
 }
+
+// BudgetShare is the share of maxmemory a projection may reach: relay
+// health fails, and a worker warns, above it (docs/operations.md#memory-budget).
+const BudgetShare = 0.9
 
 // Pressure reports whether the projection exceeds share (0 < share ≤ 1)
 // of maxmemory, or grows without bound under one. Without maxmemory
@@ -182,7 +191,8 @@ func (m *Memory) project(r Retentions) {
 	if m.Invocations.PerItem == 0 && r.Invocation > 0 && m.Rate > 0 {
 		m.Invocations.PerItem, m.Invocations.Estimated = RetainedHashBytes, true
 	}
-	m.Invocations.Projected = hold(m.Rate*m.MatchedShare, r.Invocation, m.Invocations.PerItem)
+	m.Invocations.Projected = hold(m.Rate*m.MatchedShare, r.Invocation, m.Invocations.PerItem) +
+		int64(math.Round(float64(m.Invocations.Live)*m.Invocations.PerItem))
 	m.Other.Projected = m.Other.Bytes
 	m.Projected, m.Unbounded = rest, ""
 	for _, p := range []struct {
@@ -277,7 +287,8 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 	res := c.DoMulti(ctx,
 		c.B().Xlen().Key(stream).Build(),
 		c.B().MemoryUsage().Key(stream).Build(),
-		c.B().Xrevrange().Key(stream).End("+").Start(strconv.FormatInt(start.UnixMilli(), 10)).Count(int64(b.RateEntries)).Build())
+		c.B().Xrevrange().Key(stream).End("+").Start(strconv.FormatInt(start.UnixMilli(), 10)).Count(int64(b.RateEntries)).Build(),
+		c.B().XinfoStream().Key(stream).Build())
 	n, err := res[0].AsInt64()
 	if err != nil {
 		return Part{}, 0, fmt.Errorf("XLEN %s: %w", stream, err)
@@ -297,14 +308,38 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 	if n > 0 {
 		p.PerItem = float64(bytes) / float64(n)
 	}
-	return p, rate(recent, now, b), nil
+	// entries-added (Redis 7) above the length: entries were trimmed or
+	// deleted, so the window may reach back past the oldest one left.
+	var removed bool
+	if info, err := res[3].AsMap(); err == nil {
+		if added, err := field(info, "entries-added"); err == nil {
+			removed = added > n
+		}
+	}
+	return p, rate(recent, n, removed, now, b), nil
 }
 
-// rate is entries per second from the newest entries (newest first): their
-// count over the window, or, when the bound cut them short, over the time
-// they span.
-func rate(newest []rueidis.XRangeEntry, now time.Time, b Budget) float64 {
+func field(m map[string]rueidis.RedisMessage, k string) (int64, error) {
+	v, ok := m[k]
+	if !ok {
+		return 0, fmt.Errorf("no %s", k)
+	}
+	return v.AsInt64()
+}
+
+// rate is entries per second from the newest entries (newest first) of a
+// stream of n entries: their count over the window, or, when the bound cut
+// them short, over the time they span. When the window holds the whole
+// stream and entries were removed (removed), a retention shorter than the
+// window trimmed the older ones: the count is over the time since the
+// oldest entry left.
+func rate(newest []rueidis.XRangeEntry, n int64, removed bool, now time.Time, b Budget) float64 {
 	if len(newest) < b.RateEntries {
+		if oldest, ok := oldestTime(newest); ok && removed && int64(len(newest)) == n {
+			if span := now.Sub(oldest); span > 0 && span < b.RateWindow {
+				return float64(len(newest)) / span.Seconds()
+			}
+		}
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
 	first, ok1 := idTime(newest[len(newest)-1].ID)
@@ -314,6 +349,14 @@ func rate(newest []rueidis.XRangeEntry, now time.Time, b Budget) float64 {
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
 	return float64(len(newest)-1) / span.Seconds()
+}
+
+// oldestTime is the time of the last (oldest) of newest.
+func oldestTime(newest []rueidis.XRangeEntry) (time.Time, bool) {
+	if len(newest) == 0 {
+		return time.Time{}, false
+	}
+	return idTime(newest[len(newest)-1].ID)
 }
 
 // idTime is the time part of a stream id.
@@ -384,7 +427,7 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		cmds = append(cmds, c.B().MemoryUsage().Key(k).Build(), c.B().Pttl().Key(k).Build())
 	}
 	res := c.DoMulti(ctx, cmds...)
-	var sum, got int64
+	var sum, got, live int64
 	for i, k := range ks {
 		v, err := res[2*i].AsInt64()
 		if rueidis.IsRedisNil(err) {
@@ -400,6 +443,8 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		v += keyEntryBytes
 		if ttl >= 0 {
 			v += expiryEntryBytes
+		} else {
+			live++
 		}
 		sum, got = sum+v, got+1
 	}
@@ -407,5 +452,38 @@ func sampleKeys(ctx context.Context, c rueidis.CoreClient, ks []string, n int64)
 		return Part{}, nil
 	}
 	per := float64(sum) / float64(got)
-	return Part{Bytes: int64(math.Round(per * float64(n))), Items: n, PerItem: per}, nil
+	return Part{Bytes: int64(math.Round(per * float64(n))), Items: n, PerItem: per, Live: live * n / got}, nil
+}
+
+// Verdict is one sentence on the projection against share of maxmemory,
+// naming what to change when it is over.
+func (m Memory) Verdict(share float64) string {
+	switch {
+	case m.Projected < 0 && m.Max > 0:
+		return fmt.Sprintf("OVER BUDGET: %s grows without bound and will reach maxmemory %s; set a retention (docs/operations.md#redis-memory)", m.Unbounded, FormatBytes(m.Max))
+	case m.Projected < 0:
+		return fmt.Sprintf("projected: %s grows without bound (no maxmemory set)", m.Unbounded)
+	case m.Max == 0:
+		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
+	}
+	pct := 100 * float64(m.Projected) / float64(m.Max)
+	if m.Pressure(share) {
+		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%); lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
+			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share)
+	}
+	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
+}
+
+// FormatBytes formats a byte count with a binary unit ("12.3 MiB").
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

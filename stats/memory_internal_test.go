@@ -27,6 +27,12 @@ func TestProjection(t *testing.T) {
 	if want -= 9_000_000; m.Projected != want {
 		t.Errorf("with invocation retention 0: projected %d, want %d", m.Projected, want)
 	}
+	// The state of 100 pending messages stays at any retention.
+	m.Invocations.Live = 100
+	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour})
+	if want += 25_000; m.Projected != want || m.Invocations.Projected != 25_000 {
+		t.Errorf("with 100 live hashes: projected %d (state %d), want %d (25000)", m.Projected, m.Invocations.Projected, want)
+	}
 	m.project(Retentions{Stream: time.Hour, DLQ: 0})
 	if m.Projected != -1 || m.Unbounded == "" {
 		t.Errorf("DLQ kept forever with dead letters arriving: projected %d (%q), want unbounded", m.Projected, m.Unbounded)

@@ -114,6 +114,24 @@ func TestMeasureMemoryRateOfABusyStream(t *testing.T) {
 	}
 }
 
+// TestMeasureMemoryRateOfATrimmedStream: a retention shorter than the rate
+// window trimmed the older half of 200 entries spread over 30 s; the rate
+// counts the 100 left over the 15 s they span, not over the minute.
+func TestMeasureMemoryRateOfATrimmedStream(t *testing.T) {
+	f := newMemoryFixture(t, 200, 0, 0, 0)
+	minID := strconv.FormatInt(f.now.Add(-15*time.Second).UnixMilli(), 10)
+	if err := f.rc.Do(context.Background(), f.rc.B().Xtrim().Key(f.stream).Minid().Threshold(minID).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: 15 * time.Second}, stats.Budget{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 200.0 / 30; m.Stream.Items != 100 || m.Rate < want*0.85 || m.Rate > want*1.15 {
+		t.Errorf("%d entries at %.2f/s, want 100 at about %.2f/s", m.Stream.Items, m.Rate, want)
+	}
+}
+
 func TestMeasureMemorySampledScan(t *testing.T) {
 	f := newMemoryFixture(t, 1, 6000, 0, 0)
 	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{ScanCalls: 2, Samples: 20})

@@ -1,7 +1,9 @@
 // Package stats keeps the cluster-wide delivery counters of one stream and
 // consumer group in Redis, the numbers relay stats shows
-// (docs/delivery.md#cluster-wide-counters), and a sampled feed of recent
-// invocation outcomes that relay console tails.
+// (docs/delivery.md#cluster-wide-counters), a sampled feed of recent
+// invocation outcomes that relay console tails, and each worker's status:
+// why it holds messages pending (WriteStatus, ReadHolds;
+// docs/delivery.md#held-messages).
 //
 // Every worker counts in memory (Recorder.Add never waits for Redis or
 // fails) and adds its counts to one hash every second (Recorder.Flush);

@@ -37,6 +37,9 @@ const (
 	// DefaultPolicyCheckInterval is how often a Worker reads Redis's
 	// maxmemory-policy again after start (docs/operations.md#redis-memory).
 	DefaultPolicyCheckInterval = 10 * time.Minute
+	// DefaultMemoryCheckInterval is how often a Worker measures each
+	// stream's Redis memory and projects it (docs/operations.md#memory-budget).
+	DefaultMemoryCheckInterval = 10 * time.Minute
 	// DefaultStreamRetention is how long an entry stays in the source
 	// stream once no consumer group needs it (REDIS_STREAM_RETENTION).
 	DefaultStreamRetention = stream.DefaultRetention
@@ -130,6 +133,13 @@ type Config struct {
 	// again after start, to warn when it changed to one that evicts
 	// (docs/operations.md#redis-memory). Default: DefaultPolicyCheckInterval.
 	PolicyCheckInterval time.Duration
+	// MemoryCheckInterval is how often each stream's Redis memory is
+	// measured and projected at the worker's retentions
+	// (stats.MeasureMemory): the projection is exported as a gauge, and a
+	// projection over 90% of maxmemory is warned about once, then when it
+	// changes (docs/operations.md#memory-budget). Default:
+	// DefaultMemoryCheckInterval; Disabled turns the measurement off.
+	MemoryCheckInterval time.Duration
 	// PrepareRetry is how long after a failed preparation the Worker
 	// reloads to prepare the app again; the delay doubles while the
 	// preparations keep failing, up to ReloadInterval, and starts again
@@ -161,10 +171,16 @@ type Config struct {
 	// Engine as the Worker built them and returns the ones the Engine
 	// gets: a hook to observe or decorate a part (count its calls, record
 	// what it does) while the Worker still runs everything else. The
-	// wrappers must keep each part's contract (docs/embedding.md#worker);
-	// the Worker's own retention, janitor and reload keep using the parts
-	// it built. Optional.
+	// wrappers must keep each part's contract and the Source's optional
+	// capabilities, and a wrapped Source needs a wrapped or nil Settler:
+	// New refuses them otherwise, naming what is hidden
+	// (docs/embedding.md#wrapping-the-parts). The Worker's own retention,
+	// janitor and reload keep using the parts it built. Optional.
 	WrapComponents func(relay.Components) relay.Components
+	// RequireStreams refuses to start (Run) when a stream of Streams does
+	// not exist yet; by default it is created with its group, with a WARN
+	// naming it, so that a misspelled name shows.
+	RequireStreams bool
 	// Engine holds the tunables of every stream's Engine. MaxConcurrency
 	// and each app's concurrency bound the worker as a whole, whatever the
 	// number of streams; with several streams, metrics carry a stream
@@ -194,6 +210,7 @@ func (c Config) withDefaults() (Config, error) {
 		{&c.StreamRetention, DefaultStreamRetention}, {&c.DLQRetention, DefaultDLQRetention},
 		{&c.ConsumerIdle, DefaultConsumerIdle}, {&c.PrepareWait, DefaultPrepareWait},
 		{&c.PrepareRetry, DefaultPrepareRetry}, {&c.PolicyCheckInterval, DefaultPolicyCheckInterval},
+		{&c.MemoryCheckInterval, DefaultMemoryCheckInterval},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def

@@ -10,6 +10,7 @@ import (
 // (docs/observability.md#metrics).
 type streamMetrics struct {
 	streamTrimmed, dlqTrimmed, leaksRetained prometheus.Counter
+	memoryProjected, maxmemory               prometheus.Gauge
 }
 
 func newStreamMetrics(r prometheus.Registerer) (*streamMetrics, error) {
@@ -21,8 +22,12 @@ func newStreamMetrics(r prometheus.Registerer) (*streamMetrics, error) {
 		dlqTrimmed:    counter("dlq_trimmed_total", "Entries this worker removed from the dead-letter stream by retention."),
 		leaksRetained: counter("invocation_state_repaired_total", "Invocation hashes left without a TTL after their message was acknowledged, switched to retention by the janitor."),
 	}
+	m.memoryProjected = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "redis_memory_projected_bytes",
+		Help: "Redis used_memory the stream's parts level off at when the current event rate goes on with this worker's retentions; +Inf when a part grows without bound."})
+	m.maxmemory = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "redis_maxmemory_bytes",
+		Help: "maxmemory of the Redis node that holds the stream; 0 when none is set."})
 	var errs []error
-	for _, c := range []prometheus.Collector{m.streamTrimmed, m.dlqTrimmed, m.leaksRetained} {
+	for _, c := range []prometheus.Collector{m.streamTrimmed, m.dlqTrimmed, m.leaksRetained, m.memoryProjected, m.maxmemory} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)

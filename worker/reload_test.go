@@ -285,3 +285,46 @@ events:
 		t.Errorf("the removed rule ran %d times, want once (for the delivery that started before the reload)", n)
 	}
 }
+
+// A reload whose runtime: go app names a handler the Func does not serve
+// is refused whole: the previous apps keep serving, and the error is
+// logged once however often the apps are reloaded; once fixed, the reload
+// goes through (docs/embedding.md#go-handlers).
+func TestReloadRefusesMissingGoHandlersOnce(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	root := testutil.AppsRoot(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n"})
+	h.cfg.Apps = template.Dir(root)
+	h.cfg.ReloadInterval = time.Hour
+	ok := func(context.Context, runtime.Request) error { return nil }
+	h.cfg.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok, "orders/orders.shipped": ok})
+	w, stop := h.run()
+	defer stop()
+	testutil.WaitFor(t, 10*time.Second, "the worker to start", func() bool { return w.Apps() != nil })
+
+	writeTemplate(t, root, "orders", "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n  - {handler: orders.charge, pattern: {type: [charge]}}\n")
+	const refused = "the reloaded apps name handlers the runner does not serve; the previous apps keep serving"
+	testutil.WaitFor(t, 10*time.Second, "the refusal", func() bool { return strings.Contains(h.logs.String(), refused) })
+	w.Reload()
+	w.Reload()
+	// A different mismatch is logged again; by then the reloads asked
+	// above, which came first, have run.
+	writeTemplate(t, root, "orders", "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n  - {handler: orders.charge, pattern: {type: [charge]}}\n  - {handler: orders.refund, pattern: {type: [refund]}}\n")
+	testutil.WaitFor(t, 10*time.Second, "the second refusal", func() bool {
+		return strings.Contains(h.logs.String(), "no Go function registered for orders/orders.charge, orders/orders.refund")
+	})
+	if a := w.Apps().Get("orders"); a == nil || len(a.Rules) != 1 {
+		t.Errorf("served orders app = %+v, want the previous version with one rule", a)
+	}
+	if n := strings.Count(h.logs.String(), refused); n != 2 {
+		t.Errorf("the refusals are logged %d times, want once for each of the two mismatches:\n%s", n, h.logs.String())
+	}
+	if !strings.Contains(h.logs.String(), "no Go function registered for orders/orders.charge") {
+		t.Errorf("the refusal does not name orders/orders.charge:\n%s", h.logs.String())
+	}
+
+	writeTemplate(t, root, "orders", "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n  - {handler: orders.shipped, pattern: {type: [shipped]}}\n")
+	testutil.WaitFor(t, 10*time.Second, "the fixed apps to serve", func() bool {
+		a := w.Apps().Get("orders")
+		return a != nil && len(a.Rules) == 2
+	})
+}

@@ -27,6 +27,7 @@ type reloader struct {
 	log      *slog.Logger
 	errors   *prometheus.CounterVec // relay_app_reload_errors_total
 	requests chan struct{}
+	runner   relay.Runner
 	// serve makes next, which follows prev, the generation of apps the
 	// Worker serves.
 	serve func(ctx context.Context, prev, next *app.Set)
@@ -43,9 +44,11 @@ type reloader struct {
 	// as being prepared (reportPreparing); retry, the timer of the next
 	// reload after a failed preparation.
 	invalid map[string]string
-	preps   map[string]*preparation
-	waiting map[string]*app.App
-	retry   *retryTimer
+	// mismatch is the handler check error last logged by a reload.
+	mismatch string
+	preps    map[string]*preparation
+	waiting  map[string]*app.App
+	retry    *retryTimer
 }
 
 // reloaderConfig is what a reloader loads and how long it waits.
@@ -58,7 +61,7 @@ type reloaderConfig struct {
 func newReloader(cfg Config, log *slog.Logger, reg prometheus.Registerer, serve func(ctx context.Context, prev, next *app.Set)) (*reloader, error) {
 	rc := reloaderConfig{apps: cfg.Apps, interval: cfg.ReloadInterval, prepareWait: cfg.PrepareWait, prepareRetry: cfg.PrepareRetry}
 	rc.preparer, _ = cfg.Runner.(relay.Preparer)
-	r := &reloader{cfg: rc, log: log, serve: serve, requests: make(chan struct{}, 1),
+	r := &reloader{cfg: rc, log: log, serve: serve, runner: cfg.Runner, requests: make(chan struct{}, 1),
 		invalid: map[string]string{}, preps: map[string]*preparation{}, waiting: map[string]*app.App{},
 		retry: newRetryTimer(cfg.PrepareRetry, cfg.ReloadInterval)}
 	r.errors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "app_reload_errors_total",
@@ -99,6 +102,9 @@ func (r *reloader) load(ctx context.Context) (*app.Set, error) {
 	}
 	if len(apps.List()) == 0 {
 		return nil, ErrNoApps
+	}
+	if err := relay.CheckHandlers(apps, r.runner); relay.Refuses(err) {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
 	return apps, nil
 }
@@ -216,6 +222,17 @@ func (r *reloader) reload(ctx context.Context) {
 		r.retry.update(r.retry.failing) // the failed preparation is still to retry
 		return
 	}
+	// Go functions are registered at build time: a reload that names a
+	// handler the Runner does not serve is refused whole, logged once per
+	// distinct mismatch (docs/embedding.md#go-handlers).
+	if err := relay.CheckHandlers(loaded, r.runner); relay.Refuses(err) {
+		if msg := err.Error(); msg != r.mismatch {
+			r.mismatch = msg
+			r.log.LogAttrs(ctx, slog.LevelError, "the reloaded apps name handlers the runner does not serve; the previous apps keep serving", slog.Any("error", err))
+		}
+		return
+	}
+	r.mismatch = ""
 	prev := r.Apps()
 	loaded, waiting, failed := r.prepareApps(ctx, prev, loaded)
 	if ctx.Err() != nil {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -15,14 +16,15 @@ import (
 )
 
 // streamParts are the Redis-backed parts of one stream, the Engine that
-// consumes it through them, and the services that keep it: the retainer
-// and the janitor.
+// consumes it through them, and the services that keep it: the retainer,
+// the janitor and the memory watch.
 type streamParts struct {
 	name     string
 	engine   *relay.Engine
 	source   *stream.Source
 	retainer *retainer
 	janitor  *janitor
+	memory   *memoryWatch // nil: Config.MemoryCheckInterval is Disabled
 }
 
 // newStreamParts builds the parts of stream name: its source, invocation
@@ -56,7 +58,11 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		Stream:  name, Group: cfg.Group, Consumer: cfg.Consumer,
 	}
 	if cfg.WrapComponents != nil {
+		orig := c
 		c = cfg.WrapComponents(c)
+		if err := checkWrapped(orig, c); err != nil {
+			return nil, fmt.Errorf("worker: New: stream %s: WrapComponents: %w", name, err)
+		}
 	}
 	empty, _ := app.NewSet()
 	e, err := relay.NewEngine(empty, c, ecfg)
@@ -68,10 +74,42 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		return nil, fmt.Errorf("worker: New: stream %s: register metrics: %w", name, err)
 	}
 	log = log.With(slog.String("stream", name))
-	return &streamParts{
+	p := &streamParts{
 		name: name, engine: e, source: src,
 		retainer: &retainer{cfg: retainerConfigOf(cfg), source: src, dlq: dlqw, log: log, m: m},
 		janitor: &janitor{interval: cfg.JanitorInterval, ttl: cfg.stateRetention(), state: store,
 			stream: name, group: cfg.Group, log: log, retained: m.leaksRetained},
-	}, nil
+	}
+	if cfg.MemoryCheckInterval > 0 {
+		p.memory = &memoryWatch{interval: cfg.MemoryCheckInterval, redis: cfg.Redis, stream: name, group: cfg.Group,
+			retentions: memoryRetentions(cfg), log: log, projected: m.memoryProjected, maxmemory: m.maxmemory}
+	}
+	return p, nil
+}
+
+// checkWrapped refuses wrapped parts that break a promise of the parts the
+// Worker built (docs/embedding.md#wrapping-the-parts): a Source that lost
+// an optional capability (the group would not be created, the PEL gauges
+// would stay 0, readiness would not ask the stream), or a wrapped Source
+// beside the Worker's own Settler, which acknowledges without calling
+// Source.Ack, so the wrapper would never see an acknowledgement.
+func checkWrapped(orig, c relay.Components) error {
+	var errs []error
+	for _, capability := range []struct {
+		name string
+		has  func(relay.StreamSource) bool
+	}{
+		{"relay.GroupEnsurer", func(s relay.StreamSource) bool { _, ok := s.(relay.GroupEnsurer); return ok }},
+		{"relay.PendingReporter", func(s relay.StreamSource) bool { _, ok := s.(relay.PendingReporter); return ok }},
+		{"relay.Pinger", func(s relay.StreamSource) bool { _, ok := s.(relay.Pinger); return ok }},
+	} {
+		if c.Source != nil && capability.has(orig.Source) && !capability.has(c.Source) {
+			errs = append(errs, fmt.Errorf("the Source %T hides %s of the Worker's source: implement it and forward the call", c.Source, capability.name))
+		}
+	}
+	if c.Source != orig.Source && c.Settler != nil && c.Settler == orig.Settler {
+		errs = append(errs, errors.New("the Source is wrapped but the Settler is the Worker's, which acknowledges without Source.Ack: "+
+			"set Settler to nil to acknowledge through Source.Ack (then State.Retain), or wrap the Settler too"))
+	}
+	return errors.Join(errs...)
 }

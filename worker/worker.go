@@ -31,9 +31,9 @@ var ErrRan = errors.New("worker: already ran")
 // every app's schedules publishing into the first stream, and the
 // services that keep them: the reloader of changed apps, one sweeper of
 // the Runner's leftovers, the watch of Redis's eviction policy, and per
-// stream the retainer of the stream and its dead-letter stream and the
-// janitor of leaked invocation state. Create it with New and run it with
-// Run. Safe for concurrent use.
+// stream the retainer of the stream and its dead-letter stream, the
+// janitor of leaked invocation state and the watch of its Redis memory.
+// Create it with New and run it with Run. Safe for concurrent use.
 type Worker struct {
 	cfg      Config
 	log      *slog.Logger
@@ -49,7 +49,10 @@ type Worker struct {
 
 // New validates cfg and builds the Worker's Engines and services,
 // registering their metrics. It does no I/O: Run loads the apps and
-// connects. The error names every missing or invalid field.
+// connects. The error names every missing or invalid field, and for
+// Static apps and a Runner that serves a fixed set of Go functions
+// (runtime.Func), every handler that does not match (relay.CheckHandlers;
+// Run checks apps from any other source once it loaded them).
 func New(cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -62,6 +65,12 @@ func New(cfg Config) (*Worker, error) {
 	reg := cfg.Engine.Metrics
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
+	}
+	if st, ok := cfg.Apps.(staticApps); ok {
+		// Apps built in Go are known now: a handler typo fails New.
+		if err := relay.CheckHandlers(st.set, cfg.Runner); relay.Refuses(err) {
+			return nil, fmt.Errorf("worker: New: %w", err)
+		}
 	}
 	w := &Worker{cfg: cfg, log: log, policy: &policyWatch{redis: cfg.Redis, interval: cfg.PolicyCheckInterval, log: log}}
 	if sw, ok := cfg.Runner.(relay.Sweeper); ok {
@@ -123,6 +132,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkAccess(ctx); err != nil {
 		return err
 	}
+	if err := w.checkStreams(ctx); err != nil {
+		return err
+	}
 	w.policy.check(ctx)
 
 	ctx, stop := context.WithCancel(ctx)
@@ -167,12 +179,17 @@ func (w *Worker) runServices(ctx context.Context, stop context.CancelFunc) error
 	w.sched = &scheduleRunner{cfg: w.schedCfg, fail: fail}
 	w.sched.replace(ctx, apps)
 	defer w.sched.stop()
-	services := []interface{ Run(context.Context) }{w.reloader, w.policy}
+	status := &statusPublisher{redis: w.cfg.Redis, group: w.cfg.Group, consumer: w.cfg.Consumer,
+		interval: statusInterval(w.cfg), streams: w.streams, log: w.log}
+	services := []interface{ Run(context.Context) }{w.reloader, w.policy, status}
 	if w.sweeper != nil {
 		services = append(services, w.sweeper)
 	}
 	for _, p := range w.streams {
 		services = append(services, p.retainer, p.janitor)
+		if p.memory != nil {
+			services = append(services, p.memory)
+		}
 	}
 	for _, s := range services {
 		parts.Go(func() { s.Run(ctx) })
@@ -239,6 +256,25 @@ func (w *Worker) checkAccess(ctx context.Context) error {
 		}
 		if err != nil {
 			w.log.LogAttrs(ctx, slog.LevelWarn, "cannot check the Redis user's permissions", slog.String("stream", name), slog.Any("error", err))
+		}
+	}
+	return nil
+}
+
+// checkStreams warns about each stream that does not exist yet, which
+// starting creates empty: a misspelled name would otherwise wait forever
+// without a word. With RequireStreams it refuses to start instead. An error
+// of the probe is left to the parts that follow.
+func (w *Worker) checkStreams(ctx context.Context) error {
+	for _, name := range w.cfg.Streams {
+		n, err := w.cfg.Redis.Do(ctx, w.cfg.Redis.B().Exists().Key(name).Build()).AsInt64()
+		switch {
+		case err != nil || n > 0:
+		case w.cfg.RequireStreams:
+			return fmt.Errorf("worker: stream %s does not exist (RequireStreams); check its name, or publish to it first", name)
+		default:
+			w.log.LogAttrs(ctx, slog.LevelWarn, "stream does not exist; creating it empty with the consumer group: check its name if events were expected",
+				slog.String("stream", name), slog.String("group", w.cfg.Group))
 		}
 	}
 	return nil

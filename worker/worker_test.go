@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
@@ -85,6 +87,10 @@ func newWorkerHarness(t *testing.T, streams ...string) *workerHarness {
 
 // counter sums the counter name over every label set in h's registry.
 func (h *workerHarness) counter(name string) float64 {
+	return h.sum(name, func(m *dto.Metric) float64 { return m.GetCounter().GetValue() })
+}
+
+func (h *workerHarness) sum(name string, value func(*dto.Metric) float64) float64 {
 	h.t.Helper()
 	mfs, err := h.reg.Gather()
 	if err != nil {
@@ -94,7 +100,7 @@ func (h *workerHarness) counter(name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				sum += value(m)
 			}
 		}
 	}
@@ -286,6 +292,36 @@ func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	}
 }
 
+// A handler with no Go function fails New for apps built in Go, and Run for
+// apps from templates (runtime: go), naming every missing and unused one;
+// a function nothing names is no reason to refuse
+// (docs/embedding.md#go-handlers).
+func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	ok := func(context.Context, runtime.Request) error { return nil }
+	h.cfg.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok, "orders/orders.plaecd": ok})
+	pattern := apptest.One(t, "x", "runtime: go\nevents:\n  - {handler: h.x, pattern: {type: [x]}}\n").Rules[0].Pattern
+	set, err := app.NewSet(&app.App{Name: "orders", Rules: []app.Rule{{Handler: "orders.placed", Pattern: pattern}, {Handler: "orders.charge", Pattern: pattern}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Apps = worker.Static(set)
+	_, err = worker.New(h.cfg)
+	if err == nil || !strings.Contains(err.Error(), "no Go function registered for orders/orders.charge;") ||
+		!strings.Contains(err.Error(), "named by no rule or schedule: orders/orders.plaecd") {
+		t.Errorf("New = %v, want it to name the missing orders.charge and the unused orders.plaecd", err)
+	}
+
+	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.charge, pattern: {type: [x]}}\n"}))
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "no Go function registered for orders/orders.charge") {
+		t.Errorf("Run = %v, want it to name the missing orders.charge", err)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
 	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
@@ -330,4 +366,56 @@ func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
 	if strings.Contains(err.Error(), "runner") {
 		t.Errorf("Ready with Redis hung = %v: the runner answered, it must not be named", err)
 	}
+}
+
+// ackCounter wraps a StreamSource by embedding the interface, which hides
+// every optional capability of the Worker's source.
+type ackCounter struct {
+	relay.StreamSource
+	acks atomic.Int64
+}
+
+func (a *ackCounter) Ack(ctx context.Context, ids ...string) error {
+	a.acks.Add(int64(len(ids)))
+	return a.StreamSource.Ack(ctx, ids...)
+}
+
+// A wrapper that hides the source's optional capabilities, or that wraps
+// the source but leaves acknowledgements to the Worker's Settler (so it
+// would never see one), is refused by New, naming what it hides
+// (docs/embedding.md#wrapping-the-parts).
+func TestWorkerRefusesWrappersThatHideCapabilities(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
+		c.Source = &ackCounter{StreamSource: c.Source}
+		return c
+	}
+	_, err := worker.New(h.cfg)
+	for _, want := range []string{"hides relay.GroupEnsurer", "hides relay.PendingReporter", "hides relay.Pinger", "the Settler is the Worker's"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New = %v, want it to say %q", err, want)
+		}
+	}
+}
+
+// A stream that does not exist at start is named at WARN (a misspelled
+// stream would otherwise wait forever in silence), or refused under
+// RequireStreams.
+func TestWorkerNamesAMissingStream(t *testing.T) {
+	h := newWorkerHarness(t, "ordres")
+	h.cfg.RequireStreams = true
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "stream "+h.streams[0]+" does not exist") {
+		t.Errorf("Run with RequireStreams = %v, want it to name the missing stream", err)
+	}
+
+	h.cfg.RequireStreams = false
+	h.cfg.Engine.Metrics = prometheus.NewRegistry()
+	_, stop := h.run()
+	defer stop()
+	want := `level=WARN msg="stream does not exist; creating it empty with the consumer group: check its name if events were expected" stream=` + h.streams[0]
+	testutil.WaitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(h.logs.String(), want) })
 }

@@ -14,9 +14,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 )
 
 // maxTemplateBytes and maxTemplateLines bound what a hostile template can
@@ -210,28 +210,6 @@ func checkNesting(src []byte) (line, col int, msg string) {
 	return 0, 0, ""
 }
 
-// validHandler checks "module.function": split at the last dot, both parts
-// non-empty, no whitespace.
-func validHandler(h string) string {
-	if h == "" {
-		return "handler must not be empty; write module.function"
-	}
-	if strings.IndexFunc(h, isSpace) >= 0 {
-		return fmt.Sprintf("handler %q must not contain whitespace", h)
-	}
-	i := strings.LastIndexByte(h, '.')
-	if i <= 0 || i == len(h)-1 {
-		return fmt.Sprintf("handler %q must be module.function (split at the last dot, both parts non-empty)", h)
-	}
-	// The module names code under /app; a path that leaves it, or a
-	// Python module path with empty parts, fails only at run time.
-	if strings.HasPrefix(h, "/") || strings.HasPrefix(h, ".") || strings.Contains(h, "..") || strings.Contains(h, "/.") ||
-		strings.IndexFunc(h, unicode.IsControl) >= 0 {
-		return fmt.Sprintf("handler %q: the module must be a path inside the app (no leading / or ., no .. or empty parts, no control characters)", h)
-	}
-	return ""
-}
-
 // insideDir reports whether path, with every symbolic link resolved, lies
 // in dir (also resolved). Links within the app directory are fine: a
 // Kubernetes ConfigMap volume is made of them.
@@ -254,12 +232,12 @@ func isSpace(r rune) bool {
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-var runtimes = []string{"python3", "node"}
+var runtimes = []string{runtime.RuntimePython3, runtime.RuntimeNode, runtime.RuntimeGo}
 
 func validRuntime(r string) bool { return slices.Contains(runtimes, r) }
 
 // Dir is an apps root read as a source of apps: it implements
-// relay.AppSource, loading the root anew on each Load (LoadDir).
+// worker.AppSource, loading the root anew on each Load (LoadDir).
 type Dir string
 
 // Load loads every app under the root (LoadDir).

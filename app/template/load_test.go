@@ -323,3 +323,35 @@ func TestTemplateSymlinks(t *testing.T) {
 		t.Errorf("inside: %+v", in)
 	}
 }
+
+// A `runtime: go` template names Go functions: it needs no image, and
+// refuses every setting of a container.
+func TestLoadGoRuntime(t *testing.T) {
+	a := apptest.One(t, "orders", `
+runtime: go
+events:
+  - handler: orders.placed
+    pattern: {type: [orders.placed]}
+`)
+	if !a.Available() || a.Spec.Runtime != "go" || a.Spec.Image != "" || a.Rules[0].Retries != app.DefaultRetries {
+		t.Fatalf("runtime: go app: errors %v, spec %+v", a.Errors, a.Spec)
+	}
+	bad := apptest.One(t, "orders", `
+runtime: go
+image: relay.local/busybox:latest
+warm: true
+resources: {memory: 64MiB}
+events:
+  - handler: orders.placed
+    pattern: {type: [orders.placed]}
+`)
+	var msg string
+	for _, e := range bad.Errors {
+		msg += e.Error() + "\n"
+	}
+	for _, key := range []string{"image", "warm", "resources"} {
+		if !strings.Contains(msg, key+" configures a container; runtime: go runs Go functions") {
+			t.Errorf("errors do not refuse %s:\n%s", key, msg)
+		}
+	}
+}

@@ -92,8 +92,8 @@ func (t *tpl) scheduleField(r *scheduleReader, fl field, p string, seen map[stri
 			r.valid = false
 			return
 		}
-		if msg := validHandler(v); msg != "" {
-			t.errorf(fl.value, p, "%s", msg)
+		if err := app.ValidateHandler(v); err != nil {
+			t.errorf(fl.value, p, "%s", err)
 			r.valid = false
 		}
 		r.s.Handler = v

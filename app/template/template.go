@@ -236,8 +236,8 @@ func (t *tpl) retries(n ast.Node, path string) int {
 	if !ok {
 		return app.DefaultRetries
 	}
-	if v < 0 || v > 1000 {
-		t.errorf(n, path, "retries must be between 0 and 1000")
+	if v < 0 || v > app.MaxRetries {
+		t.errorf(n, path, "retries must be between 0 and %d", app.MaxRetries)
 		return app.DefaultRetries
 	}
 	return int(v)
@@ -267,7 +267,10 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 		t.topField(a, fl, &top)
 	}
 	if top.runtime == nil && top.image == nil {
-		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3 or node)")
+		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3, node, or go for Go functions)")
+	}
+	if a.Spec.Runtime == runtime.RuntimeGo {
+		t.goOnly(top)
 	}
 	if top.runtime != nil && top.command != nil {
 		t.errorf(top.command, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
@@ -278,6 +281,21 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 	a.Incomplete = t.unreadRules
 	if t.declared == 0 {
 		t.errs.Add(t.file, 1, 1, "", "an app needs at least one event rule (events) or schedule (schedules)")
+	}
+}
+
+// goOnly adds an error for every container setting of a `runtime: go`
+// app, whose handlers are Go functions in the worker's process
+// (docs/apps.md#go-handlers).
+func (t *tpl) goOnly(top topNodes) {
+	for _, f := range []struct {
+		key string
+		n   ast.Node
+	}{{"image", top.image}, {"command", top.command}, {"warm", top.warm}, {"resources", top.resources},
+		{"network", top.network}, {"secrets", top.secrets}} {
+		if f.n != nil {
+			t.errorf(f.n, f.key, "%s configures a container; runtime: go runs Go functions in the worker's process, which have none", f.key)
+		}
 	}
 }
 
@@ -312,6 +330,8 @@ func (t *tpl) document(src []byte) (fields []field, ok bool) {
 // once every key is read; nil when absent.
 type topNodes struct {
 	image, command, runtime, warm ast.Node
+	// resources, network and secrets configure a container.
+	resources, network, secrets ast.Node
 }
 
 // topField reads one top-level key of the template into a.
@@ -321,7 +341,7 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 		top.runtime = fl.value
 		if s, ok := t.str(fl.value, "runtime"); ok {
 			if !validRuntime(s) {
-				t.errorf(fl.value, "runtime", "unknown runtime %q: use python3 or node, or omit runtime and set image", s)
+				t.errorf(fl.value, "runtime", "unknown runtime %q: use python3, node or go, or omit runtime and set image", s)
 			}
 			a.Spec.Runtime = s
 		}
@@ -348,8 +368,10 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 			a.Spec.Warm = b
 		}
 	case "resources":
+		top.resources = fl.value
 		t.resources(a, fl.value)
 	case "network":
+		top.network = fl.value
 		if s, ok := t.str(fl.value, "network"); ok {
 			if s != "none" && s != "host" {
 				t.errorf(fl.value, "network", "network must be none or host, not %q", s)
@@ -359,6 +381,7 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 	case "env":
 		t.env(a, fl.value)
 	case "secrets":
+		top.secrets = fl.value
 		t.secrets(a, fl.value)
 	case "events":
 		t.events(a, fl.value)
@@ -549,8 +572,8 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 			case "handler":
 				handlerN = fl.value
 				if s, ok := t.str(fl.value, p); ok {
-					if msg := validHandler(s); msg != "" {
-						t.errorf(fl.value, p, "%s", msg)
+					if err := app.ValidateHandler(s); err != nil {
+						t.errorf(fl.value, p, "%s", err)
 					} else if prev, dup := seen[s]; dup {
 						t.errorf(fl.value, p, "handler %q is already used by %s; event handler names are unique within an app", s, prev)
 					} else {

@@ -29,7 +29,7 @@ const settle = 200 * time.Millisecond
 //
 // A watch can miss changes (a file system that does not report them, such
 // as some network mounts, or an overflow of the kernel's queue): callers
-// rescan on a timer too, as relay.Worker does.
+// rescan on a timer too, as worker.Worker does.
 func (d Dir) Watch(ctx context.Context, changed func()) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -52,6 +52,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/keys"
@@ -78,6 +79,7 @@ func main() {
 	flag.IntVar(&cfg.events, "events", 20000, "events per measurement")
 	workers := flag.String("workers", "1,3", "worker counts to measure, comma-separated")
 	modes := flag.String("modes", "raw,engine", "modes to measure: raw, engine, reclaim (engine workers taking over events pending on a dead consumer)")
+	retentions := flag.String("retentions", "48h,0", "invocation state retentions the engine and reclaim modes run with, comma-separated, a row each (REDIS_INVOCATION_RETENTION; 0 deletes the state with the acknowledgement)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "each engine worker's MAX_CONCURRENCY")
 	flag.IntVar(&cfg.batch, "batch", 0, "the raw loop's XREADGROUP COUNT (default 2 × -concurrency, an Engine's largest read)")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per row; the row shows the run with the median rate")
@@ -90,7 +92,9 @@ func main() {
 	var err error
 	if cfg.workers, err = ints(*workers); err == nil {
 		cfg.modes = strings.Split(*modes, ",")
-		err = run(cfg)
+		if cfg.retentions, err = durations(*retentions); err == nil {
+			err = run(cfg)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pipeline:", err)
@@ -103,6 +107,7 @@ type config struct {
 	events      int
 	workers     []int
 	modes       []string
+	retentions  []retention
 	concurrency int
 	batch       int
 	runs        int
@@ -121,6 +126,29 @@ func ints(s string) ([]int, error) {
 			return nil, fmt.Errorf("%q: want a comma list of positive numbers", s)
 		}
 		out = append(out, n)
+	}
+	return out, nil
+}
+
+// retention is an invocation state retention as given and as the
+// Engine takes it.
+type retention struct {
+	text string
+	d    time.Duration
+}
+
+func durations(s string) ([]retention, error) {
+	var out []retention
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("-retentions: %q: want a comma list of durations >= 0", s)
+		}
+		if d == 0 {
+			d = relay.DeleteOnAck
+		}
+		out = append(out, retention{text: f, d: d})
 	}
 	return out, nil
 }
@@ -161,40 +189,48 @@ func run(cfg config) error {
 	raw := map[int]float64{}
 	t := benchkit.Table{
 		Title:  "pipeline throughput (XREADGROUP → match → claim → run no-op → finish → XACK → retain)",
-		Header: []string{"MODE", "WORKERS", "EVENTS", "SECONDS", "EVENTS/S", "% OF RAW", "WORKER CPU µs/EV", "REDIS CPU µs/EV", "LOAD", "REDIS COMMANDS PER EVENT"},
+		Header: []string{"MODE", "RETENTION", "WORKERS", "EVENTS", "SECONDS", "EVENTS/S", "% OF RAW", "WORKER CPU µs/EV", "REDIS CPU µs/EV", "REDIS BYTES/EV", "LOAD", "REDIS COMMANDS PER EVENT"},
 	}
 	var notes []string
 	for _, nw := range cfg.workers {
 		for _, mode := range cfg.modes {
-			var results []result
-			for i := range cfg.runs {
-				name := fmt.Sprintf("bench-pipeline-%s-%s-%d-%d", runID, mode, nw, i)
-				r, err := measure(ctx, cfg, admin, mode, name, nw)
-				cleanup(context.WithoutCancel(ctx), admin, name)
-				if err != nil {
-					return fmt.Errorf("%s, %d workers: %w", mode, nw, err)
-				}
-				fmt.Fprintf(os.Stderr, "pipeline: %s workers=%d run=%d %.0f events/s in %.2fs (load %.2f)\n",
-					mode, nw, i+1, r.rate(), r.elapsed.Seconds(), r.load)
-				results = append(results, r)
-			}
-			slices.SortFunc(results, func(a, b result) int { return cmp.Compare(a.rate(), b.rate()) })
-			r := results[len(results)/2]
-			pct := "-"
+			rets := cfg.retentions
 			if mode == benchkit.KindRaw {
-				raw[nw] = r.rate()
-			} else if base := raw[nw]; base > 0 {
-				pct = fmt.Sprintf("%.1f%%", 100*r.rate()/base)
+				rets = []retention{{text: "-"}}
 			}
-			notes = append(notes, fmt.Sprintf("%s, %d workers: %s", mode, nw, r.server.TimePerEvent(r.events)))
-			t.Add(mode, nw, r.events, fmt.Sprintf("%.2f", r.elapsed.Seconds()), fmt.Sprintf("%.0f", r.rate()), pct,
-				perEvent(r.workerCPU, r.events), perEvent(r.server.CPU, r.events), fmt.Sprintf("%.2f", r.load),
-				r.server.PerEvent(r.events))
+			for ri, ret := range rets {
+				var results []result
+				for i := range cfg.runs {
+					name := fmt.Sprintf("bench-pipeline-%s-%s-%d-%d-%d", runID, mode, ri, nw, i)
+					r, err := measure(ctx, cfg, admin, mode, ret.d, name, nw)
+					cleanup(context.WithoutCancel(ctx), admin, name)
+					if err != nil {
+						return fmt.Errorf("%s, retention %s, %d workers: %w", mode, ret.text, nw, err)
+					}
+					fmt.Fprintf(os.Stderr, "pipeline: %s retention=%s workers=%d run=%d %.0f events/s in %.2fs (load %.2f)\n",
+						mode, ret.text, nw, i+1, r.rate(), r.elapsed.Seconds(), r.load)
+					results = append(results, r)
+				}
+				slices.SortFunc(results, func(a, b result) int { return cmp.Compare(a.rate(), b.rate()) })
+				r := results[len(results)/2]
+				pct := "-"
+				if mode == benchkit.KindRaw {
+					raw[nw] = r.rate()
+				} else if base := raw[nw]; base > 0 {
+					pct = fmt.Sprintf("%.1f%%", 100*r.rate()/base)
+				}
+				notes = append(notes, fmt.Sprintf("%s, retention %s, %d workers: %s", mode, ret.text, nw, r.server.TimePerEvent(r.events)))
+				t.Add(mode, ret.text, nw, r.events, fmt.Sprintf("%.2f", r.elapsed.Seconds()), fmt.Sprintf("%.0f", r.rate()), pct,
+					perEvent(r.workerCPU, r.events), perEvent(r.server.CPU, r.events), fmt.Sprintf("%.0f", float64(r.bytes)/float64(r.events)),
+					fmt.Sprintf("%.2f", r.load), r.server.PerEvent(r.events))
+			}
 		}
 	}
 	if err := t.Print(os.Stdout); err != nil {
 		return err
 	}
+	fmt.Println("\nREDIS BYTES/EV is used_memory after the run less before the events were added, per event: the stream entry,")
+	fmt.Println("and the invocation state a retention keeps (none with 0; the raw loop keeps only the entry).")
 	fmt.Println("\nRedis time per event by command (INFO commandstats; a script's time includes the commands it calls):")
 	for _, n := range notes {
 		fmt.Println("  " + n)
@@ -208,8 +244,11 @@ func perEvent(d time.Duration, events int) string {
 
 // result is one measurement.
 type result struct {
-	events    int
-	elapsed   time.Duration
+	events  int
+	elapsed time.Duration
+	// bytes is used_memory after the run less before the events were
+	// added: the stream's entries and the state left with them.
+	bytes     int64
 	workerCPU time.Duration
 	server    benchkit.ServerStats
 	load      float64
@@ -220,8 +259,12 @@ func (r result) rate() float64 { return float64(r.events) / r.elapsed.Seconds() 
 // measure fills stream name with cfg.events events, runs nw workers of
 // mode until the group has delivered and acknowledged all of them, and
 // returns how long that took and what it cost.
-func measure(ctx context.Context, cfg config, admin rueidis.Client, mode, name string, nw int) (result, error) {
+func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string, retention time.Duration, name string, nw int) (result, error) {
 	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+		return result{}, err
+	}
+	usedBefore, err := benchkit.UsedMemory(ctx, admin)
+	if err != nil {
 		return result{}, err
 	}
 	last, err := benchkit.Fill(ctx, admin, name, 0, cfg.events)
@@ -246,7 +289,7 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode, name s
 			Kind: kind, Redis: cfg.redis, Stream: name, Group: group, Consumer: fmt.Sprintf("w%d", i+1),
 			Apps: cfg.apps, Concurrency: cfg.concurrency, Batch: cfg.batch, Handler: benchkit.HandlerNoop,
 			LogFile: filepath.Join(cfg.dir, name+fmt.Sprintf("-w%d.log", i+1)), LogLevel: cfg.logLevel,
-			MinPendingIdle: minIdle,
+			MinPendingIdle: minIdle, Retention: retention,
 		}
 		if cfg.profile != "" && kind == benchkit.KindEngine {
 			spec.CPUProfile = filepath.Join(cfg.profile, fmt.Sprintf("%s-%dw-w%d.pprof", mode, nw, i+1))
@@ -293,7 +336,11 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode, name s
 	if err != nil {
 		return result{}, err
 	}
-	r := result{events: cfg.events, elapsed: elapsed, load: load,
+	usedAfter, err := benchkit.UsedMemory(ctx, admin)
+	if err != nil {
+		return result{}, err
+	}
+	r := result{events: cfg.events, elapsed: elapsed, load: load, bytes: usedAfter - usedBefore,
 		server: after.Sub(before).Without(benchkit.SettledCommands, polls)}
 	var handled int64
 	for _, w := range workers {

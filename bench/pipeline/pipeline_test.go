@@ -4,9 +4,11 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
@@ -38,20 +40,23 @@ func TestMeasureDrainsEveryEvent(t *testing.T) {
 	}
 	cfg := config{redis: redistest.Addr(t), events: 300, concurrency: 4, batch: 8, runs: 1, logLevel: "info", dir: dir, apps: apps}
 	for _, tc := range []struct {
-		mode    string
-		workers int
-		want    []string // commands every event costs, at least once
+		mode      string
+		retention time.Duration
+		workers   int
+		want      []string // commands every event costs, at least once
 	}{
-		{benchkit.KindRaw, 2, []string{"xreadgroup", "xack"}},
-		{benchkit.KindEngine, 2, []string{"evalsha", "xack", "xreadgroup"}},
-		{modeReclaim, 2, []string{"evalsha", "xack", "xautoclaim"}},
+		{benchkit.KindRaw, 0, 2, []string{"xreadgroup", "xack"}},
+		{benchkit.KindEngine, 0, 2, []string{"evalsha", "xack", "xreadgroup"}},
+		{benchkit.KindEngine, relay.DeleteOnAck, 2, []string{"evalsha", "xack", "xreadgroup"}},
+		{modeReclaim, 0, 2, []string{"evalsha", "xack", "xautoclaim"}},
 	} {
 		name := redistest.Name(t, tc.mode)
-		r, err := measure(t.Context(), cfg, admin, tc.mode, name, tc.workers)
+		r, err := measure(t.Context(), cfg, admin, tc.mode, tc.retention, name, tc.workers)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.mode, err)
 		}
-		if r.events != cfg.events || r.elapsed <= 0 || r.rate() <= 0 {
+		// The stream's 300 entries of about 1 KB stay.
+		if r.events != cfg.events || r.elapsed <= 0 || r.rate() <= 0 || r.bytes < 100*int64(cfg.events) {
 			t.Errorf("%s: result %+v", tc.mode, r)
 		}
 		for _, c := range tc.want {
@@ -62,7 +67,13 @@ func TestMeasureDrainsEveryEvent(t *testing.T) {
 		if tc.mode == benchkit.KindRaw && r.server.Calls["evalsha"] != 0 {
 			t.Errorf("raw mode ran scripts: %s", r.server.PerEvent(r.events))
 		}
-		if tc.mode != benchkit.KindRaw {
+		if tc.retention == relay.DeleteOnAck {
+			// Deleted with the acknowledgement: no state is left.
+			ks, err := admin.Do(t.Context(), admin.B().Keys().Pattern(keys.InvocationPattern(name, group)).Build()).AsStrSlice()
+			if err != nil || len(ks) != 0 {
+				t.Errorf("engine with retention 0: %d invocation hashes left (%v), want none", len(ks), err)
+			}
+		} else if tc.mode != benchkit.KindRaw {
 			// Claims and settlements run in batched script calls (docs/delivery.md,
 			// "Batched transitions"), so the count of EVALSHA says nothing per
 			// event; every event's retained state does.

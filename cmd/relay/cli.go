@@ -55,7 +55,7 @@ type CLI struct {
 
 	Start    StartCmd    `cmd:"" help:"Run a worker in the foreground until SIGINT or SIGTERM."`
 	Validate ValidateCmd `cmd:"" help:"Load the apps root and print every template error; exit 1 on any."`
-	Match    MatchCmd    `cmd:"" help:"Print the app/handler targets an event would run, in dispatch order; --explain says why."`
+	Match    MatchCmd    `cmd:"" help:"Print the app/handler targets an event would run, in dispatch order; --explain says why, --backtest N counts what each rule matches among the stream's newest N entries."`
 	DLQ      DLQCmd      `cmd:"" name:"dlq" help:"Inspect the dead-letter queue."`
 	App      AppCmd      `cmd:"" help:"List, inspect and manually invoke apps."`
 	Health   HealthCmd   `cmd:"" help:"Check that Redis (stream and group) and containerd are usable; exit 1 naming what is not."`

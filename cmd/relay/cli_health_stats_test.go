@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -81,8 +82,8 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 4 ||
-		got.Checks[3].Name != "containerd" || !got.Checks[3].OK || !strings.Contains(got.Checks[3].Detail, cc.DefaultNamespace()) {
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 6 ||
+		got.Checks[4].Name != "containerd" || !got.Checks[4].OK || !strings.Contains(got.Checks[4].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
 }
@@ -214,7 +215,10 @@ events:
 	if got.Memory == nil || got.Memory.Stream.Items != 5 {
 		t.Errorf("stats memory = %+v, want the 5 entries of the stream", got.Memory)
 	}
-	if got.Memory = nil; got != want {
+	if got.Holds == nil || len(got.Holds) != 0 {
+		t.Errorf("stats holds = %#v, want [] (nothing held)", got.Holds)
+	}
+	if got.Memory, got.Holds = nil, nil; !reflect.DeepEqual(got, want) {
 		t.Errorf("stats = %+v\nwant    %+v", got, want)
 	}
 }

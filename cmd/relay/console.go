@@ -22,13 +22,14 @@ import (
 
 // ConsoleCmd is `relay console`.
 type ConsoleCmd struct {
-	Listen       string   `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
-	Token        string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
-	Hosts        []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
-	ReadOnly     bool     `name:"read-only" help:"Hide and refuse replay and remove."`
-	Secure       bool     `name:"secure-cookies" help:"Mark the console's cookies Secure: browsers reach it over HTTPS through a TLS-terminating proxy. (A request through a --host proxy saying X-Forwarded-Proto: https gets them anyway.)"`
-	DLQRetention `embed:""`
-	RunnerFlags  `embed:""`
+	Listen   string   `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
+	Token    string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
+	Hosts    []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
+	ReadOnly bool     `name:"read-only" help:"Hide and refuse replay and remove."`
+	Secure   bool     `name:"secure-cookies" help:"Mark the console's cookies Secure: browsers reach it over HTTPS through a TLS-terminating proxy. (A request through a --host proxy saying X-Forwarded-Proto: https gets them anyway.)"`
+	// The workers' retentions, for the overview's memory projection.
+	RetentionFlags `embed:""`
+	RunnerFlags    `embed:""`
 }
 
 // Help shows examples under relay console --help.
@@ -57,7 +58,8 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	log := g.logger()
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
-		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention, Logger: log}
+		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention,
+		StreamRetention: c.StreamRetention, InvocationRetention: c.InvocationRetention, Logger: log}
 	closeRedis, err := c.connect(ctx, g, &cfg)
 	if err != nil {
 		return err

@@ -30,7 +30,8 @@ var documentedMetricNames = []string{
 	"events_received_total", "events_matched_total", "events_unmatched_total", "events_malformed_total",
 	"invocations_total", "invocation_duration_seconds", "retries_total", "dlq_entries_total",
 	"missing_payload_total", "pending_entries", "pending_oldest_age_seconds",
-	"in_flight_invocations", "concurrency_waits_total", "claims_given_back_total",
+	"in_flight_invocations", "concurrency_waits_total", "apps_unavailable", "held_messages",
+	"claims_given_back_total",
 	"schedule_occurrences_published_total", "schedule_occurrences_duplicate_total",
 }
 

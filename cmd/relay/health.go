@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -24,7 +26,7 @@ type HealthCmd struct {
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), and that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret). Exits 1 naming each failing part.
 
 Examples:
 
@@ -58,7 +60,7 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.RetentionFlags.check(); err != nil {
 		return err
 	}
-	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkBudget(ctx, g), c.checkContainerd(ctx, g)}
+	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkBudget(ctx, g), c.checkContainerd(ctx, g), c.checkHolds(ctx, g)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -132,10 +134,8 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 // would read its messages and then fail every claim, leaving them pending.
 func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON {
 	ch := healthCheckJSON{Name: "redis access"}
-	rc, err := g.redisClient()
-	if err != nil {
-		ch.OK, ch.Skipped = true, true
-		ch.Detail = "not checked: Redis is unreachable"
+	rc, ok := redisToCheck(g, &ch)
+	if !ok {
 		return ch
 	}
 	defer rc.Close()
@@ -149,7 +149,7 @@ func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err = redisinfo.Access(pctx, rc, keys.StreamAndDerived(g.RedisStream, g.RedisGroup))
+	err := redisinfo.Access(pctx, rc, keys.StreamAndDerived(g.RedisStream, g.RedisGroup))
 	if err != nil {
 		ch.Detail = fmt.Sprintf("%v; grant the user the ACL rules of docs/deployment.md (ACL users)", err)
 		return ch
@@ -193,6 +193,59 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 	}
 	ch.Detail = "maxmemory-policy noeviction"
 	return ch
+}
+
+// checkHolds fails when a live worker holds messages pending that only an
+// operator can release (docs/delivery.md#held-messages): an app whose
+// rules cannot be read holds every message of the stream, an unavailable
+// app holds its invocations. It reads the status the workers publish.
+func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "held messages"}
+	rc, ok := redisToCheck(g, &ch)
+	if !ok {
+		return ch
+	}
+	defer rc.Close()
+	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
+	switch {
+	case err != nil:
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: " + err.Error()
+		return ch
+	case len(workers) == 0:
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = fmt.Sprintf("not checked: no worker of group %s published its status in the last %s", g.RedisGroup, stats.StatusStaleAfter)
+		return ch
+	}
+	holds := stats.Holds(workers)
+	if len(holds) == 0 {
+		ch.OK = true
+		ch.Detail = fmt.Sprintf("%d workers report no held message", len(workers))
+		if len(workers) == 1 {
+			ch.Detail = "1 worker reports no held message"
+		}
+		return ch
+	}
+	lines := make([]string, len(holds))
+	for i, h := range holds {
+		lines[i] = h.String()
+	}
+	ch.Detail = strings.Join(lines, "; ")
+	return ch
+}
+
+// redisToCheck opens a Redis client for check ch, or marks ch skipped
+// (Redis is unreachable: the redis check fails for it) and returns false.
+func redisToCheck(g *Globals, ch *healthCheckJSON) (rueidis.Client, bool) {
+	rc, err := g.redisClient()
+	if err != nil {
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = "not checked: Redis is unreachable"
+		return nil, false
+	}
+	return rc, true
 }
 
 func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheckJSON {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/matcher"
@@ -25,6 +27,10 @@ type MatchCmd struct {
 	Explain bool   `help:"For every rule of every app, print whether it matched and why, condition by condition."`
 	JSON    bool   `name:"json" help:"Print JSON instead of text."`
 	Now     string `placeholder:"TIME" help:"Evaluate now() cutoffs at this RFC 3339 time instead of the current time."`
+	// Backtest is the window of entries, nil without --backtest.
+	Backtest *int   `placeholder:"N" xor:"input" help:"Instead of one event, match the newest N entries of REDIS_STREAM (1 to 10000) and print, per rule, how many matched and the first matches. Needs REDIS_URI and REDIS_STREAM, no group; only reads the stream."`
+	App      string `placeholder:"NAME" help:"With --backtest, only this app's rules."`
+	First    int    `placeholder:"K" default:"3" help:"With --backtest, how many of each rule's matches to list, newest first (0 to 100; --json lists them with their events)."`
 }
 
 type matchTargetJSON struct {
@@ -54,8 +60,12 @@ type matchJSON struct {
 // would (docs/delivery.md#from-entry-to-acknowledgement) and prints the
 // matching app/handler targets in dispatch order. It needs neither Redis nor
 // containerd. Rules of unavailable apps that parsed still match, as in the
-// worker, and are marked.
+// worker, and are marked. With --backtest (or --app) it runs backtest
+// instead.
 func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
+	if c.Backtest != nil || c.App != "" {
+		return c.backtest(ctx, g)
+	}
 	now, event, err := c.parse()
 	if err != nil {
 		return err
@@ -64,14 +74,7 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	available := make(map[string]bool)
-	for _, a := range apps.List() {
-		available[a.Name] = a.Available()
-		if !a.Available() {
-			fmt.Fprintf(g.stderr, "relay: warning: app %q is unavailable (%s; see relay validate): its handlers do not run, and only its rules without errors are matched\n",
-				a.Name, plural.Of(len(a.Errors), "template error"))
-		}
-	}
+	available := warnUnavailable(g.stderr, apps)
 	set := matcher.NewSet(apps.Rules())
 	var explained []matcher.Explanation
 	var matches []matcher.Target
@@ -92,13 +95,22 @@ func (c *MatchCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
+// parseNow reads --now, the current time without it.
+func (c *MatchCmd) parseNow() (time.Time, error) {
+	if c.Now == "" {
+		return time.Now(), nil
+	}
+	now, err := time.Parse(time.RFC3339Nano, c.Now)
+	if err != nil {
+		return now, usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
+	}
+	return now, nil
+}
+
 // parse reads --now and the event.
 func (c *MatchCmd) parse() (now time.Time, event map[string]any, err error) {
-	now = time.Now()
-	if c.Now != "" {
-		if now, err = time.Parse(time.RFC3339Nano, c.Now); err != nil {
-			return now, nil, usagef("--now %q: want an RFC 3339 time such as 2026-09-12T10:00:00Z", c.Now)
-		}
+	if now, err = c.parseNow(); err != nil {
+		return now, nil, err
 	}
 	src, from, err := c.readEvent()
 	if err != nil {
@@ -212,11 +224,130 @@ func readLimited(r io.Reader, name string) ([]byte, error) {
 
 // Help is shown by relay match --help.
 func (c *MatchCmd) Help() string {
-	return `A dry run of matching: prints the app/handler targets the event would run, in dispatch order (apps by name, rules by declaration), or "No matching handlers". With --explain every rule of every app is shown with each condition matched or not, and why. Needs neither Redis nor containerd.
+	return `A dry run of matching: prints the app/handler targets the event would run, in dispatch order (apps by name, rules by declaration), or "No matching handlers". With --explain every rule of every app is shown with each condition matched or not, and why. One event needs neither Redis nor containerd.
 
 Examples:
 
     relay match --apps ./apps --event '{"event_name":"INSERT","table_name":"users"}'
     relay match --explain --file event.json
-    redis-cli XRANGE events <id> <id> | tail -1 | relay match --explain    # an event from the stream, via stdin`
+    redis-cli XRANGE events <id> <id> | tail -1 | relay match --explain    # an event from the stream, via stdin
+
+With --backtest N it instead matches the newest N entries still in REDIS_STREAM (at most 10000, read with XREVRANGE; no consumer group is read or changed) and prints every rule in dispatch order with how many of them it matched and its newest matches, then how many entries matched some rule, none, or were malformed:
+
+    relay match --backtest 1000 --apps ./apps
+    relay match --backtest 10000 --app orders --first 10
+    relay match --backtest 500 --json | jq '.rules[] | select(.matches == 0)'`
+}
+
+// warnUnavailable warns of every unavailable app of apps and returns
+// which apps are available, by name.
+func warnUnavailable(w io.Writer, apps *app.Set) map[string]bool {
+	available := make(map[string]bool)
+	for _, a := range apps.List() {
+		available[a.Name] = a.Available()
+		if !a.Available() {
+			fmt.Fprintf(w, "relay: warning: app %q is unavailable (%s; see relay validate): its handlers do not run, and only its rules without errors are matched\n",
+				a.Name, plural.Of(len(a.Errors), "template error"))
+		}
+	}
+	return available
+}
+
+// maxFirst bounds --first.
+const maxFirst = 100
+
+type backtestJSON struct {
+	Stream string `json:"stream"`
+	Window int    `json:"window"`
+	Now    string `json:"now"`
+	backtest.Result
+}
+
+// backtest is relay match --backtest: every loaded rule (or --app's)
+// against the newest entries of the stream (docs/console.md#backtesting-patterns).
+func (c *MatchCmd) backtest(ctx context.Context, g *Globals) error {
+	if c.Backtest == nil {
+		return usagef("--app selects the rules of --backtest; give --backtest N too")
+	}
+	n := *c.Backtest
+	switch {
+	case n < 1 || n > backtest.MaxWindow:
+		return usagef("--backtest %d: the window is 1 to %d entries", n, backtest.MaxWindow)
+	case c.First < 0 || c.First > maxFirst:
+		return usagef("--first %d: want 0 to %d", c.First, maxFirst)
+	case c.Explain:
+		return usagef("--explain explains one event; with --backtest, try the event with relay match --event")
+	}
+	now, err := c.parseNow()
+	if err != nil {
+		return err
+	}
+	if err := g.requireStream(false); err != nil {
+		return err
+	}
+	apps, err := g.loadApps()
+	if err != nil {
+		return err
+	}
+	if len(apps.List()) == 0 {
+		return errNoApps(g.Apps)
+	}
+	if c.App != "" {
+		a := apps.Get(c.App)
+		if a == nil {
+			var names []string
+			for _, a := range apps.List() {
+				names = append(names, a.Name)
+			}
+			return usagef("--app %q: no such app in %s (apps: %s)", c.App, g.Apps, strings.Join(names, ", "))
+		}
+		if apps, err = app.Loaded([]*app.App{a}); err != nil {
+			return err
+		}
+	}
+	available := warnUnavailable(g.stderr, apps)
+	rc, err := g.redisClient()
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if err := g.checkStream(ctx, rc); err != nil {
+		return err
+	}
+	res, err := backtest.Run(ctx, rc, g.RedisStream, apps, n, c.First, now)
+	if err != nil {
+		return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
+	}
+	if c.JSON {
+		return writeJSON(g.stdout, backtestJSON{Stream: g.RedisStream, Window: n, Now: now.UTC().Format(time.RFC3339Nano), Result: res})
+	}
+	w := g.stdout
+	fmt.Fprintf(w, "The newest %s of stream %s", plural.Of(res.Examined, "entry"), textsafe.Escape(g.RedisStream, false))
+	if res.Examined > 0 {
+		fmt.Fprintf(w, " (%s back to %s)", res.Newest, res.Oldest)
+	}
+	if res.Examined < n {
+		fmt.Fprintf(w, ", all it holds")
+	}
+	fmt.Fprintf(w, ": %d matched a rule, %d matched none, %d malformed\n\n", res.Matched, res.Unmatched, res.Malformed)
+	rows := make([][]string, 0, len(res.Rules))
+	for _, r := range res.Rules {
+		name := r.App + "/" + r.Handler
+		if !available[r.App] {
+			name += " (app unavailable)"
+		}
+		ids := "-"
+		if len(r.First) > 0 {
+			ids = r.First[0].ID
+			for _, m := range r.First[1:] {
+				ids += " " + m.ID
+			}
+		}
+		rows = append(rows, []string{name, fmt.Sprint(r.Matches), ids})
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "No event rules loaded")
+		return nil
+	}
+	return table(w, []string{"RULE", "MATCHED", "NEWEST MATCHES"}, rows)
 }

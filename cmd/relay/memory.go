@@ -14,7 +14,7 @@ import (
 
 // memoryShare is the share of maxmemory above which a projection fails
 // relay health (docs/operations.md#redis-memory).
-const memoryShare = 0.9
+const memoryShare = stats.BudgetShare
 
 // RetentionFlags are the retentions a memory projection assumes, read
 // from the same settings as relay start's, so that an operator with the
@@ -105,22 +105,7 @@ func (v memoryView) write(w io.Writer) error {
 }
 
 // verdict is one sentence on the projection against maxmemory.
-func (v memoryView) verdict() string {
-	switch {
-	case v.m.Projected < 0 && v.m.Max > 0:
-		return fmt.Sprintf("OVER BUDGET: %s grows without bound and will reach maxmemory %s; set a retention (docs/operations.md#redis-memory)", v.m.Unbounded, iec(v.m.Max))
-	case v.m.Projected < 0:
-		return fmt.Sprintf("projected: %s grows without bound (no maxmemory set)", v.m.Unbounded)
-	case v.m.Max == 0:
-		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", iec(v.m.Projected))
-	}
-	share := 100 * float64(v.m.Projected) / float64(v.m.Max)
-	if v.m.Pressure(memoryShare) {
-		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%); lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
-			iec(v.m.Projected), share, iec(v.m.Max), 100*memoryShare)
-	}
-	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", iec(v.m.Projected), share, iec(v.m.Max))
-}
+func (v memoryView) verdict() string { return v.m.Verdict(memoryShare) }
 
 // retentionText is d, or zero when d is 0.
 func retentionText(d time.Duration, zero string) string {
@@ -145,15 +130,4 @@ func maxText(n int64) string {
 }
 
 // iec formats a byte count with a binary unit ("12.3 MiB").
-func iec(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func iec(n int64) string { return stats.FormatBytes(n) }

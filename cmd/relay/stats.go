@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -44,6 +46,9 @@ type statsJSON struct {
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
 	OldestPendingAt  string  `json:"oldest_pending_at,omitempty"`
+	// Holds says why live workers hold messages pending
+	// (docs/delivery.md#held-messages); empty when nothing is held.
+	Holds []stats.Hold `json:"holds"`
 	// Memory is nil when it could not be measured; MemoryError says why.
 	Memory      *memoryJSON `json:"memory"`
 	MemoryError string      `json:"memory_error,omitempty"`
@@ -80,6 +85,10 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	holds, err := stats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
+	if err != nil {
+		return err
+	}
 	// Memory is measured last and may be refused (an ACL user without
 	// +memory or +info): the counters are still worth printing.
 	mem, memErr := c.measureMemory(ctx, rc, g)
@@ -87,7 +96,8 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := statsJSON{Stream: g.RedisStream, Group: g.RedisGroup, Received: s.Received, Matched: s.Matched,
 			Unmatched: s.Unmatched, Malformed: s.Malformed, Successes: s.Successes, Failures: s.Failures,
-			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds()}
+			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds(),
+			Holds: append([]stats.Hold{}, holds...)}
 		if pending > 0 {
 			out.OldestPendingAt = time.Now().Add(-oldest).UTC().Format(time.RFC3339)
 		}
@@ -120,9 +130,31 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if err := writeHolds(g.stdout, holds); err != nil {
+		return err
+	}
 	if memErr != nil {
 		_, err = fmt.Fprintf(g.stdout, "\nRedis memory: not measured: %v\n", memErr)
 		return err
 	}
 	return view.write(g.stdout)
+}
+
+// writeHolds prints why workers hold messages pending, when they do.
+func writeHolds(w io.Writer, holds []stats.Hold) error {
+	if len(holds) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(w, "\nHELD: messages stay pending until these are fixed\n"); err != nil {
+		return err
+	}
+	rows := make([][]string, len(holds))
+	for i, h := range holds {
+		n := strconv.Itoa(h.Held)
+		if h.AtLeast {
+			n = ">=" + n
+		}
+		rows[i] = []string{cmp.Or(h.App, "-"), h.Reason, n, h.Error}
+	}
+	return table(w, []string{"APP", "REASON", "HELD", "ERROR"}, rows)
 }

@@ -5,91 +5,70 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
+	"testing/synctest"
 
-	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/relaytest"
+	"github.com/relaydev/relay/runtime"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
-
-// TestRun runs the example's Worker on a private redis-server: a matching
-// signup on one stream and an order on the other reach their Go handlers
-// and are acknowledged with their state retained; an event no rule matches
-// is acknowledged without running anything; the hourly schedule's latest
-// occurrence is caught up at start and run; cancelling the context stops
-// the Worker cleanly.
-func TestRun(t *testing.T) {
-	rc := redistest.Client(t)
-	signups, orders, group := redistest.Name(t, "signups"), redistest.Name(t, "orders"), "embed"
-	logs := &testutil.Buffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-
-	ctx, stop := context.WithCancel(t.Context())
-	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, rc, []string{signups, orders}, group, "test-host", log) }()
-
-	publish := func(stream, event string) string {
-		t.Helper()
-		id, err := rc.Do(ctx, rc.B().Xadd().Key(stream).Id("*").FieldValue().FieldValue("event", event).Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
+// TestOrders runs the service's template and handlers through a real
+// relay.Engine on relaytest's in-memory fakes: no Redis, no containers.
+// The synctest bubble lets the Engine's production timings (retries after
+// 1m, 2m, ...) pass in virtual time.
+func TestOrders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		apps, err := template.LoadDir("apps")
+		if err != nil || len(apps.Errors()) > 0 {
+			t.Fatalf("load apps: %v %v", err, apps.Errors())
 		}
-		return id
-	}
-	pending := func(stream string) int64 {
-		t.Helper()
-		n, err := rc.Do(ctx, rc.B().Xpending().Key(stream).Group(group).Build()).ToArray()
+		src, outcomes := relaytest.NewStream(), &relaytest.Outcomes{}
+		e, err := relay.NewEngine(apps, relay.Components{
+			Source: src.Consumer("test"), State: relaytest.NewStateStore(), Runner: runtime.NewFunc(Handlers),
+			DLQ: relaytest.NewDLQ("orders"), Stream: "orders", Group: "orders", Consumer: "test",
+		}, relay.Config{OnOutcome: outcomes.Record, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
-			return -1 // the Worker has not created the group yet
+			t.Fatal(err) // also when a handler of the template has no function
 		}
-		count, _ := n[0].AsInt64()
-		return count
-	}
-	// The Worker creates each group from id 0, so entries published before
-	// it starts are delivered too.
-	signup := publish(signups, `{"type":"signup","email":"ada@example.com"}`)
-	other := publish(signups, `{"type":"signup","email":"bob@elsewhere.org"}`)
-	order := publish(orders, `{"type":"order","total":42}`)
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- e.Run(ctx) }()
 
-	for _, want := range []string{
-		`msg="sending welcome mail" message_id=` + signup,
-		`msg="recording order" message_id=` + order,
-		`msg="writing hourly report"`,
-	} {
-		testutil.WaitFor(t, 10*time.Second, want, func() bool { return strings.Contains(logs.String(), want) })
-	}
-	testutil.WaitFor(t, 10*time.Second, "every message to be acknowledged", func() bool {
-		return pending(signups) == 0 && pending(orders) == 0
-	})
-	if strings.Contains(logs.String(), `msg="sending welcome mail" message_id=`+other) {
-		t.Errorf("the handler ran for %s, whose email does not match:\n%s", other, logs.String())
-	}
-	// The state switches to retention right after the acknowledgement.
-	for stream, id := range map[string]string{signups: signup, orders: order} {
-		var st map[string]string
-		testutil.WaitFor(t, 10*time.Second, id+"'s state to be retained", func() bool {
-			var err error
-			st, err = invocation.New(rc).Get(ctx, invocation.Key{Stream: stream, Group: group, MessageID: id})
+		publish := func(event string) string {
+			id, err := src.Publish(ctx, map[string]string{"event": event})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return st["__terminal"] == "1"
-		})
-		if st["shop/mail.welcome"] != "ok" && st["shop/orders.record"] != "ok" {
-			t.Errorf("state of %s = %v, want its handler ok", id, st)
+			return id
 		}
-	}
+		placed := publish(`{"type":"orders.placed","id":"o-1","total":200}`)
+		small := publish(`{"type":"orders.charge","id":"o-1","total":200}`)
+		large := publish(`{"type":"orders.charge","id":"o-2","total":1200}`)
+		garbled := publish(`{"type":"orders.charge","id":"o-3","total":"lots"}`)
+		if err := relaytest.WaitDrained(ctx, src); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 
-	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v", err)
+		for _, c := range []struct {
+			id, handler string
+			kind        relay.OutcomeKind
+			reason      string
+		}{
+			{placed, "orders.placed", relay.Succeeded, ""},
+			{small, "orders.charge", relay.Succeeded, ""},
+			// Permanent failures: one attempt, then the dead-letter queue.
+			{large, "orders.charge", relay.DeadLettered, "total 1200 is above the limit of 1000"},
+			{garbled, "orders.charge", relay.DeadLettered, "Order.total"},
+		} {
+			o, ok := outcomes.Final(c.id, "orders", c.handler)
+			if !ok || o.Kind != c.kind || o.Attempt != 1 || !strings.Contains(o.Reason, c.reason) {
+				t.Errorf("%s of %s: %+v, want %s after attempt 1 with a reason saying %q", c.handler, c.id, o, c.kind, c.reason)
+			}
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("run did not return within 30s of cancellation")
-	}
+	})
 }

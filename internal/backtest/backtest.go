@@ -1,6 +1,6 @@
 // Package backtest runs apps' rules against the newest events of a stream,
 // so a template change is tried on real traffic before it is deployed
-// (docs/console.md#pages). It only reads the
+// (docs/console.md#backtesting-patterns). It only reads the
 // stream (XREVRANGE) and never touches a consumer group.
 package backtest
 
@@ -26,7 +26,10 @@ type Match struct {
 
 // Rule is one rule's result.
 type Rule struct {
-	matcher.Target
+	App     string `json:"app"`
+	Handler string `json:"handler"`
+	// Rule is the rule's index in its app's events list.
+	Rule int `json:"rule"`
 	// Matches counts the examined events the rule matched.
 	Matches int `json:"matches"`
 	// First holds the newest matches, at most the first argument of Run.
@@ -37,12 +40,15 @@ type Rule struct {
 type Result struct {
 	// Examined counts the entries read, newest first, from Newest back to
 	// Oldest (stream ids; empty when the stream is empty).
-	Examined       int    `json:"examined"`
-	Newest, Oldest string `json:"-"`
+	Examined int    `json:"examined"`
+	Newest   string `json:"newest,omitempty"`
+	Oldest   string `json:"oldest,omitempty"`
 	// Matched counts events that matched at least one rule, Unmatched the
 	// others, Malformed the entries a worker would dead-letter as
 	// malformed (no "event" field, or not a JSON object).
-	Matched, Unmatched, Malformed int `json:"-"`
+	Matched   int `json:"matched"`
+	Unmatched int `json:"unmatched"`
+	Malformed int `json:"malformed"`
 	// Rules lists every rule of the apps in dispatch order, matched or not.
 	Rules []Rule `json:"rules"`
 }
@@ -65,7 +71,7 @@ func Run(ctx context.Context, client rueidis.Client, stream string, apps *app.Se
 		for i, r := range a.Rules {
 			t := matcher.Target{App: a.Name, Handler: r.Handler, Rule: i}
 			index[t] = len(res.Rules)
-			res.Rules = append(res.Rules, Rule{Target: t})
+			res.Rules = append(res.Rules, Rule{App: t.App, Handler: t.Handler, Rule: t.Rule, First: []Match{}})
 		}
 	}
 	set := apps.Matcher()

@@ -104,3 +104,9 @@ func HashTag(key string) (string, bool) {
 func Stats(stream, group string) string {
 	return prefix + "stats:" + Escape(stream) + ":" + Escape(group)
 }
+
+// Status is the hash of the workers' hold status for one stream and group:
+// one field per consumer, its JSON status (stats.WorkerStatus).
+func Status(stream, group string) string {
+	return prefix + "status:" + Escape(stream) + ":" + Escape(group)
+}

@@ -19,6 +19,9 @@
 //        while loading: the stack is on stderr, then a last line naming
 //        the error
 //   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
+//   65   the function threw (or rejected with) an error whose relayPermanent
+//        property is true: a permanent failure, not retried
+//        (docs/delivery.md#permanent-failures)
 //   127  the module or the function does not exist (message on stderr)
 //
 // Warm mode (`warm: true`; argv "--warm"): the process serves invocations
@@ -47,6 +50,7 @@ const { pathToFileURL } = require("node:url");
 
 const EXIT_FAILED = 1;
 const EXIT_USAGE = 2;
+const EXIT_PERMANENT = 65;
 const EXIT_NOT_FOUND = 127;
 
 const EXTENSIONS = [".mjs", ".cjs", ".js"];
@@ -177,7 +181,7 @@ async function invoke(handler, appDir, readEvent) {
       return err.code;
     }
     report(handler, err);
-    return EXIT_FAILED;
+    return err !== null && typeof err === "object" && err.relayPermanent === true ? EXIT_PERMANENT : EXIT_FAILED;
   }
   return 0;
 }

@@ -14,6 +14,9 @@
 #   1    the function raised, or the module raised while being imported:
 #        the traceback is on stderr, its last line names the exception
 #   2    RELAY_HANDLER is missing or malformed, or stdin is not JSON
+#   65   the function raised an exception whose relay_permanent attribute
+#        is True (set it on the class): a permanent failure, not retried
+#        (docs/delivery.md#permanent-failures)
 #   127  the module or the function does not exist (message on stderr)
 #
 # Warm mode (`warm: true`; argv "--warm"): the process serves invocations
@@ -44,6 +47,7 @@ import sys
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_PERMANENT = 65
 EXIT_NOT_FOUND = 127
 
 # The bootstrap's own directory (empty when run with -c) must not shadow the
@@ -81,6 +85,11 @@ def report(exc):
 
     traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
     sys.stderr.flush()
+
+
+def failure_code(exc):
+    """The exit code of a handler that raised exc."""
+    return EXIT_PERMANENT if getattr(exc, "relay_permanent", False) is True else EXIT_FAILED
 
 
 def load(handler, app_dir):
@@ -195,7 +204,7 @@ def main():
         raise
     except BaseException as e:  # KeyboardInterrupt included: the handler failed
         report(e)
-        sys.exit(EXIT_FAILED)
+        sys.exit(failure_code(e))
 
 
 def exit_code(e):
@@ -225,7 +234,7 @@ def invoke(handler, app_dir, raw_event):
         return exit_code(e)
     except BaseException as e:
         report(e)
-        return EXIT_FAILED
+        return failure_code(e)
 
 
 def flush_output():

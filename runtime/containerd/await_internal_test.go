@@ -20,14 +20,14 @@ func TestAwaitExitPrefersAnExitAlreadyReported(t *testing.T) {
 		timeout <- time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		status, timedOut, cancelled := awaitExit(ctx, statusC, timeout)
-		if timedOut || cancelled || status.ExitCode() != 0 {
-			t.Fatalf("timedOut %v, cancelled %v, code %d; want the reported exit 0", timedOut, cancelled, status.ExitCode())
+		status, ended := awaitExit(ctx, statusC, timeout)
+		if ended != endExited || status.ExitCode() != 0 {
+			t.Fatalf("ended %v, code %d; want the reported exit 0", ended, status.ExitCode())
 		}
 	}
 	timeout := make(chan time.Time, 1)
 	timeout <- time.Now()
-	if _, timedOut, _ := awaitExit(context.Background(), make(chan client.ExitStatus), timeout); !timedOut {
+	if _, ended := awaitExit(context.Background(), make(chan client.ExitStatus), timeout); ended != endTimedOut {
 		t.Error("a timeout with no exit reported is not a timeout")
 	}
 }

@@ -2,7 +2,9 @@ package containerd
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -94,8 +96,18 @@ func (f *bootstrapFiles) removePrivate() {
 
 // writeFileAtomic writes data to path with mode through a temporary file
 // renamed into place, so a reader (or a container being created by another
-// process) never sees a partial script.
+// process) never sees a partial script. Its error names path, never the
+// temporary file, so that it reads the same every time: a failure repeated
+// attempt after attempt (a full disk) is then logged as one
+// (docs/operations.md#logs).
 func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := writeTemp(path, data, mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, pathCause(err))
+	}
+	return nil
+}
+
+func writeTemp(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -122,4 +134,17 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// pathCause is err without the path of the file it is about, when that is
+// a *fs.PathError or an *os.LinkError: the error of an operation on a file
+// of a random name (a temporary file), whose caller names what it wrote.
+func pathCause(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	if le, ok := errors.AsType[*os.LinkError](err); ok {
+		return fmt.Errorf("%s: %w", le.Op, le.Err)
+	}
+	return err
 }

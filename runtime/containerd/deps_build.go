@@ -85,9 +85,7 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	script, what := buildScript(spec)
 	r.logger.LogAttrs(ctx, slog.LevelInfo, "building dependency image",
 		slog.String("app", app), slog.String("image", name), slog.String("base", ref), slog.String("installer", what))
-	infra := func(err error) error {
-		return fmt.Errorf("dependency build of app %s: %w: %w", app, errDepsInfra, classify(err))
-	}
+	infra := func(err error) error { return depsInfra(app, err) }
 	// The lease keeps the layer and the new blobs from garbage collection
 	// until the image refers to them.
 	lctx, done, err := r.client.WithLease(ctx)
@@ -99,52 +97,20 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 		defer cancel()
 		done(dctx)
 	}()
-
-	staging, err := os.MkdirTemp("", "relay-build-")
+	staging, err := r.stageBuildFiles(spec)
+	if staging != "" {
+		defer os.RemoveAll(staging)
+	}
 	if err != nil {
 		return nil, infra(err)
 	}
-	defer os.RemoveAll(staging)
-	files := map[string][]byte{spec.Deps.Manifest: spec.Deps.ManifestData}
-	if spec.Deps.Lockfile != "" {
-		files[spec.Deps.Lockfile] = spec.Deps.LockfileData
-	}
-	if r.deps.caFile != "" {
-		// A copy beside the manifest: the worker may read the file at a
-		// path containerd, which resolves bind mounts on the host, cannot.
-		ca, err := os.ReadFile(r.deps.caFile)
-		if err != nil {
-			return nil, infra(fmt.Errorf("RELAY_BUILD_CA_FILE: %w", err))
-		}
-		files[buildCAFile] = ca
-	}
-	for f, data := range files {
-		if err := os.WriteFile(filepath.Join(staging, f), data, 0o444); err != nil {
-			return nil, infra(err)
-		}
-	}
-	os.Chmod(staging, 0o755)
-
 	out := newBuildOutput(r.logger, app)
 	id := containerID(app, "deps-build")
 	r.track(id, true)
 	defer r.track(id, false)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: app, LabelHandler: "deps-build"}
-	appDir, _ := filepath.Abs(spec.Dir)
-	imgSpec, err := base.Spec(lctx)
+	cont, err := r.createBuildContainer(lctx, id, app, spec, base, staging, script)
 	if err != nil {
 		return nil, infra(err)
-	}
-	cont, err := r.client.NewContainer(lctx, id,
-		client.WithImage(base),
-		client.WithSnapshotter(r.snapshotter),
-		client.WithNewSnapshot(id, base, snapshots.WithLabels(labels)),
-		client.WithContainerLabels(labels),
-		client.WithNewSpec(r.buildSpecOpts(imgSpec, appDir, staging, script)...),
-	)
-	if err != nil {
-		r.remove(lctx, id)
-		return nil, infra(fmt.Errorf("create build container: %w", err))
 	}
 	defer func() {
 		dctx, cancel := r.detached(ctx)
@@ -156,25 +122,9 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	}()
 	code, err := r.runBuild(lctx, cont, out)
 	out.Close()
-	if errors.Is(err, errBuildTimedOut) {
-		// The installer's doing, most often waiting on an index that does
-		// not answer: a failure of this manifest, tried again after the
-		// retry interval like any other, not at the next reload.
-		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build timed out", slog.String("app", app),
-			slog.String("installer", what), slog.Duration("timeout", r.deps.timeout))
-		return nil, fmt.Errorf("dependency build of app %s timed out: %s was killed after %v; check that the worker reaches the package index (PIP_INDEX_URL, npm_config_registry, HTTPS_PROXY); last output: %s: %w",
-			app, what, r.deps.timeout, out.Tail(), runtime.ErrUnavailable)
+	if err := r.buildFailed(ctx, app, what, code, err, out); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, infra(err)
-	}
-	if code != 0 {
-		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
-			slog.String("installer", what), slog.Int("exit_code", code))
-		return nil, fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s%s: %w",
-			app, what, code, out.Tail(), tlsHint(out.Tail()), runtime.ErrUnavailable)
-	}
-
 	img, size, err := r.commitDeps(lctx, base, id, name, app, ref, what, start)
 	if err != nil {
 		return nil, infra(err)
@@ -182,6 +132,91 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 	r.logger.LogAttrs(ctx, slog.LevelInfo, "dependency image built", slog.String("app", app), slog.String("image", name),
 		slog.Int64("size_bytes", size), slog.Duration("duration", time.Since(start)))
 	return img, nil
+}
+
+// stageBuildFiles writes the manifest, the lockfile and the extra CA
+// certificates of a build to a new directory, which the build container
+// mounts, and returns it ("" when none could be made).
+func (r *Runner) stageBuildFiles(spec runtime.Spec) (string, error) {
+	staging, err := os.MkdirTemp("", "relay-build-")
+	if err != nil {
+		return "", err
+	}
+	files := map[string][]byte{spec.Deps.Manifest: spec.Deps.ManifestData}
+	if spec.Deps.Lockfile != "" {
+		files[spec.Deps.Lockfile] = spec.Deps.LockfileData
+	}
+	if r.deps.caFile != "" {
+		// A copy beside the manifest: the worker may read the file at a
+		// path containerd, which resolves bind mounts on the host, cannot.
+		ca, err := os.ReadFile(r.deps.caFile)
+		if err != nil {
+			return staging, fmt.Errorf("RELAY_BUILD_CA_FILE: %w", err)
+		}
+		files[buildCAFile] = ca
+	}
+	for f, data := range files {
+		if err := os.WriteFile(filepath.Join(staging, f), data, 0o444); err != nil {
+			return staging, err
+		}
+	}
+	os.Chmod(staging, 0o755)
+	return staging, nil
+}
+
+// createBuildContainer creates build container id of app from base,
+// running script with the staged files; on error nothing is left.
+func (r *Runner) createBuildContainer(lctx context.Context, id, app string, spec runtime.Spec, base client.Image, staging, script string) (client.Container, error) {
+	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: app, LabelHandler: "deps-build"}
+	appDir, _ := filepath.Abs(spec.Dir)
+	imgSpec, err := base.Spec(lctx)
+	if err != nil {
+		return nil, err
+	}
+	cont, err := r.client.NewContainer(lctx, id,
+		client.WithImage(base),
+		client.WithSnapshotter(r.snapshotter),
+		client.WithNewSnapshot(id, base, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(r.buildSpecOpts(imgSpec, appDir, staging, script)...),
+	)
+	if err != nil {
+		r.remove(lctx, id)
+		return nil, fmt.Errorf("create build container: %w", err)
+	}
+	return cont, nil
+}
+
+// depsInfra marks err as a failure of app's build that is not the
+// manifest's (errDepsInfra).
+func depsInfra(app string, err error) error {
+	return fmt.Errorf("dependency build of app %s: %w: %w", app, errDepsInfra, classify(err))
+}
+
+// buildFailed says what a finished build's exit code and runBuild's error
+// mean: nil for a success, an error wrapping runtime.ErrUnavailable for a
+// failure of the installer (logged), a depsInfra error for one of the
+// infrastructure.
+func (r *Runner) buildFailed(ctx context.Context, app, what string, code int, err error, out *buildOutput) error {
+	if errors.Is(err, errBuildTimedOut) {
+		// The installer's doing, most often waiting on an index that does
+		// not answer: a failure of this manifest, tried again after the
+		// retry interval like any other, not at the next reload.
+		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build timed out", slog.String("app", app),
+			slog.String("installer", what), slog.Duration("timeout", r.deps.timeout))
+		return fmt.Errorf("dependency build of app %s timed out: %s was killed after %v; check that the worker reaches the package index (PIP_INDEX_URL, npm_config_registry, HTTPS_PROXY); last output: %s: %w",
+			app, what, r.deps.timeout, out.Tail(), runtime.ErrUnavailable)
+	}
+	if err != nil {
+		return depsInfra(app, err)
+	}
+	if code != 0 {
+		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
+			slog.String("installer", what), slog.Int("exit_code", code))
+		return fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s%s: %w",
+			app, what, code, out.Tail(), tlsHint(out.Tail()), runtime.ErrUnavailable)
+	}
+	return nil
 }
 
 // tlsHint points a build whose installer did not trust the package index's

@@ -42,7 +42,7 @@
 //
 // An image that is not in the namespace is pulled from its registry,
 // anonymously, once for all concurrent callers, with its progress logged
-// (WithPull, WithPullTimeout): by Runner.Prepare, which a relay.Worker
+// (WithPull, WithPullTimeout): by Runner.Prepare, which a worker.Worker
 // calls before a version of an app serves, or else by the first Run that
 // needs it (docs/runtimes.md "Images"). A failed pull is an error wrapping
 // runtime.ErrUnavailable that names the image and says how to provide it,

@@ -56,6 +56,12 @@ const DefaultPreparedContainers = 2
 // last Run: a quiet worker holds no containers for long.
 const preparedIdleTimeout = 10 * time.Second
 
+// preparedRetryDelay is how long after a container of an app could not be
+// prepared (a full disk, containerd refusing) no other is: attempts then
+// create their containers, and a failure repeated attempt after attempt
+// is not logged at each.
+const preparedRetryDelay = 10 * time.Second
+
 // LabelPrepared is "true" on a container prepared ahead of demand that no
 // attempt has taken yet; its relay.handler label is empty until then.
 const LabelPrepared = "relay.prepared"
@@ -94,6 +100,7 @@ type preparedApp struct {
 	ready   []preparedContainer
 	filling int // creations under way
 	timer   *time.Timer
+	failed  time.Time // when a creation last failed
 }
 
 type preparedContainer struct {
@@ -230,7 +237,7 @@ func (r *Runner) takePrepared(ctx context.Context, app, key string, spec runtime
 		pc = a.ready[0]
 		a.ready = a.ready[1:]
 	}
-	for len(a.ready)+a.filling < o.max {
+	for len(a.ready)+a.filling < o.max && time.Since(a.failed) >= preparedRetryDelay {
 		a.filling++
 		o.bg.Add(1)
 		go r.fillPrepared(ctx, app, a, spec, p)
@@ -277,6 +284,9 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 	o.mu.Lock()
 	a.filling--
 	keep := err == nil && !o.closed && o.apps[app] == a
+	if err != nil {
+		a.failed = time.Now()
+	}
 	if keep {
 		a.ready = append(a.ready, pc)
 	}

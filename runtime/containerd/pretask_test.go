@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 		childWorker()
 		return
 	}
+	if os.Getenv(envPausedChild) != "" {
+		pausedChild()
+		return
+	}
 	dir, err := os.MkdirTemp("", "relay-exec-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -524,8 +528,7 @@ func TestPreTaskOOMKill(t *testing.T) {
 // for it again after containerd restarted and reports its outcome with its
 // output.
 func TestPreTaskContainerdRestart(t *testing.T) {
-	state := privateContainerd(t)
-
+	d := containerdtest.Private(t)
 	f := newFixture(t)
 	r := f.newRunner(t, "pretask-restart-"+randomHex(4), containerd.WithPreparedContainers(1))
 	req := f.request("events.created")
@@ -538,7 +541,7 @@ func TestPreTaskContainerdRestart(t *testing.T) {
 	f.stdout.Reset()
 	done := runInBackground(t, r, req)
 	ctx := t.Context()
-	restartMidRun(t, f.client, state, done)
+	restartMidRun(t, f.client, d, done)
 	if out := f.stdout.String(); !strings.Contains(out, "helper-mounted") || !strings.Contains(out, "finished 3") {
 		t.Errorf("the handler's output after the restart is lost: %q", out)
 	}

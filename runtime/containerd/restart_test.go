@@ -3,8 +3,6 @@ package containerd_test
 import (
 	"context"
 	"log/slog"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -18,44 +16,17 @@ import (
 	"github.com/relaydev/relay/runtime/containerd"
 )
 
-// containerdScript runs scripts/containerd.sh, which starts a private
-// daemon under a state directory and stops only the PID it started.
-func containerdScript(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("bash", append([]string{"../../scripts/containerd.sh"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
-	}
-}
-
-// privateContainerd starts a containerd of the test's own under a
-// temporary state directory, stopped when the test ends, and points
-// CONTAINERD_ADDRESS at it; it returns the state directory. It skips the
-// test without root or a containerd setup.
-func privateContainerd(t *testing.T) string {
-	t.Helper()
-	if testing.Short() || os.Geteuid() != 0 || os.Getenv(containerdtest.EnvAddress) == "" {
-		t.Skip("needs root and a containerd setup (CONTAINERD_ADDRESS); restarts a private daemon of its own")
-	}
-	state := t.TempDir()
-	containerdScript(t, "start", state)
-	// Registered first, so it runs after containerdtest's own cleanup.
-	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
-	t.Setenv(containerdtest.EnvAddress, state+"/containerd/containerd.sock")
-	return state
-}
-
 // restartMidRun waits until a task runs in c's namespace, restarts the
-// private containerd under state, and fails the test unless the Run
-// reporting on done then returns without error within 30 s.
-func restartMidRun(t *testing.T, c *client.Client, state string, done <-chan error) {
+// private containerd d, and fails the test unless the Run reporting on
+// done then returns without error within 30 s.
+func restartMidRun(t *testing.T, c *client.Client, d *containerdtest.Daemon, done <-chan error) {
 	t.Helper()
 	testutil.WaitFor(t, 10*time.Second, "the handler's task running", func() bool {
 		tasks, err := c.TaskService().List(t.Context(), nil)
 		return err == nil && slices.ContainsFunc(tasks.Tasks, func(p *task.Process) bool { return p.Status == task.Status_RUNNING })
 	})
-	containerdScript(t, "stop", state)
-	containerdScript(t, "start", state)
+	d.Stop()
+	d.Start()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -72,14 +43,13 @@ func restartMidRun(t *testing.T, c *client.Client, state string, done <-chan err
 // of an unknown outcome that would run it a second time; nothing is left
 // behind.
 func TestContainerdRestartMidHandler(t *testing.T) {
-	state := privateContainerd(t)
-
+	d := containerdtest.Private(t)
 	f := newFixture(t)
 	req := f.request("events.created")
 	req.Spec.Command = []string{"/bin/sh", "-c", "sleep 3; echo finished"}
 	done := runInBackground(t, f.runner, req)
 	ctx := t.Context()
-	restartMidRun(t, f.client, state, done)
+	restartMidRun(t, f.client, d, done)
 	if out := f.stdout.String(); !strings.Contains(out, "finished") {
 		t.Errorf("the handler's output after the restart is lost: %q", out)
 	}
@@ -92,7 +62,7 @@ func TestContainerdRestartMidHandler(t *testing.T) {
 // removed because containerd went away are logged with their app, so an
 // operator knows whose leftovers the next sweep removes.
 func TestCleanupFailureNamesTheApp(t *testing.T) {
-	state := privateContainerd(t)
+	d := containerdtest.Private(t)
 	f := newFixture(t)
 	logs := &testutil.Buffer{}
 	r := f.newRunner(t, "cleanup-"+randomHex(4), containerd.WithPreparedContainers(1),
@@ -103,11 +73,11 @@ func TestCleanupFailureNamesTheApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 30*time.Second, "a container prepared", func() bool { return len(preparedIDs(t, f.client)) == 1 })
-	containerdScript(t, "stop", state)
+	d.Stop()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_ = r.Close(cctx)
-	containerdScript(t, "start", state)
+	d.Start()
 	out := logs.String()
 	if !strings.Contains(out, `msg="container cleanup failed" app=users container_id=`) {
 		t.Errorf("the failed removal of a prepared container is not logged with its app and without a handler:\n%s", out)

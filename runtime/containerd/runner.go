@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
@@ -279,154 +280,194 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		// After the task's deletion below (deferred later, runs first).
 		defer pre.release()
 	}
-	removing := false // the background removal untracks id
-	defer func() {
-		if !removing {
-			r.track(id, false)
-		}
-	}()
-
 	prefix := runtime.Prefix(req.App, req.Handler)
-	stdout, stderr := r.stdout.LineWriter(prefix), r.stderr.LineWriter(prefix)
-	var task client.Task
-	exited := false
-	defer func() {
-		// Always: delete the task (draining its output), flush partial
-		// lines, delete the container and its snapshot; never with ctx,
-		// which may be cancelled. Delete cancels the task's IO, closing
-		// the pipes with whatever a slow output destination has not taken
-		// yet: let the copy finish first. The container's processes are
-		// gone with its init, so the pipes reach EOF.
-		// finishOutput flushes partial lines once the output is complete.
-		finishOutput := func() {
-			stdout.Close()
-			stderr.Close()
-			if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
-				ee.Stderr = stderr.LastLine()
-			}
-		}
-		if task != nil && exited && drainOutput(task, outputDrainTimeout) {
-			// The usual end: the rest is removal, which no one waits for
-			// (docs/runtimes.md "One-shot containers").
-			finishOutput()
-			removing = true
-			r.removeLater(ctx, req, id, cont, task)
-			return
-		}
-		dctx, cancel := r.detached(ctx)
-		defer cancel()
-		var errs []error
-		if task != nil {
-			var delOpts []client.ProcessDeleteOpts
-			if !exited {
-				delOpts = append(delOpts, client.WithProcessKill)
-			}
-			if err := deleteTask(dctx, cont, task, delOpts...); err != nil {
-				errs = append(errs, fmt.Errorf("delete task: %w", err))
-			}
-		}
-		// Output is complete now: the task's deletion ended the copy.
-		finishOutput()
-		if task == nil {
-			// NewTask failed, possibly after the shim created the task (ctx
-			// cancelled mid-call): remove whatever task exists as well.
-			if err := r.remove(ctx, id); err != nil {
-				errs = append(errs, err)
-			}
-		} else if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete container: %w", err))
-		}
-		r.cleanup(ctx, req, id, errors.Join(errs...))
-	}()
+	a := &oneShotRun{r: r, req: req, id: id, cont: cont, pre: pre,
+		stdout: r.stdout.LineWriter(prefix), stderr: r.stderr.LineWriter(prefix)}
+	defer func() { a.end(ctx, runErr) }()
+	statusC, err := a.begin(ctx, p, rootfs)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	started := time.Now()
+	status, ended, err := a.await(ctx, statusC)
+	if err != nil {
+		return runtime.Result{}, err
+	}
+	a.exited = true
+	res := runtime.Result{Duration: time.Since(started)}
+	code, _, err := status.Result()
+	switch {
+	case ended == endCancelled:
+		return res, ctx.Err()
+	case err != nil:
+		return res, a.unknown(fmt.Errorf("wait task %s: %w", id, err))
+	case ended == endTimedOut:
+		return res, &runtime.ExitError{Code: int(code), TimedOut: true, Timeout: req.Timeout}
+	case code != 0:
+		return res, r.exitError(ctx, req, id, a.task, int(code), 0)
+	}
+	return res, nil
+}
 
+// oneShotRun is one attempt in a one-shot container (Runner.run): its
+// container, its task once created, and the writers of its output.
+type oneShotRun struct {
+	r              *Runner
+	req            runtime.Request
+	id             string
+	cont           client.Container
+	pre            *preTask // the task created ahead, or nil
+	stdout, stderr *runtime.LineWriter
+
+	task   client.Task
+	exited bool // the task's exit status was received
+	// waitCtx bounds the waits for the exit status; cancelWait, at the
+	// end of the attempt, ends them.
+	waitCtx    context.Context
+	cancelWait func()
+	relabelled chan struct{} // closed once a prepared container is relabelled
+}
+
+// unknown marks err as leaving the attempt's outcome unknown: from Start
+// on the handler may be running, so losing track of it is not "never ran".
+func (a *oneShotRun) unknown(err error) error {
+	return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err)
+}
+
+// begin creates the attempt's task (or takes the one created ahead),
+// waits for its exit and starts it; it returns where the exit status
+// arrives.
+func (a *oneShotRun) begin(ctx context.Context, p prepared, rootfs []mount.Mount) (<-chan client.ExitStatus, error) {
 	var env []string // the attempt's environment, for a task created ahead
-	if pre == nil {
-		ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(req.Event), stdout, stderr))
-		task, err = r.newTask(ctx, cont, rootfs, ioCreator)
-		if err != nil {
+	var err error
+	if a.pre == nil {
+		ioCreator := cio.NewCreator(cio.WithStreams(bytes.NewReader(a.req.Event), a.stdout, a.stderr))
+		if a.task, err = a.r.newTask(ctx, a.cont, rootfs, ioCreator); err != nil {
 			if ee := execError(err); ee != nil {
-				return runtime.Result{}, ee
+				return nil, ee
 			}
-			return runtime.Result{}, classify(fmt.Errorf("create task %s: %w", id, err))
+			return nil, classify(fmt.Errorf("create task %s: %w", a.id, err))
 		}
 	} else {
-		task = pre.task
-		if env, err = r.attemptEnv(ctx, id, req, p); err != nil {
-			return runtime.Result{}, fmt.Errorf("environment of %s: %w", id, err)
+		a.task = a.pre.task
+		if env, err = a.r.attemptEnv(ctx, a.id, a.req, p); err != nil {
+			return nil, fmt.Errorf("environment of %s: %w", a.id, err)
 		}
 	}
 	// Wait before Start so that the exit cannot be missed. Its context is
 	// detached: after a timeout or cancellation we still wait for the exit
 	// caused by the kill.
-	waitCtx, cancelWait := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWait()
-	statusC, err := task.Wait(waitCtx)
+	a.waitCtx, a.cancelWait = context.WithCancel(context.WithoutCancel(ctx))
+	statusC, err := a.task.Wait(a.waitCtx)
 	if err != nil {
-		return runtime.Result{}, classify(fmt.Errorf("wait task %s: %w", id, err))
+		return nil, classify(fmt.Errorf("wait task %s: %w", a.id, err))
 	}
-	// From Start on the handler may be running: if containerd loses track
-	// of it now, its outcome is unknown, not "never ran".
-	unknown := func(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
-	if pre != nil {
-		// Beside the start, and before Run returns: the container
-		// is no longer a prepared one. Only its listing depends on it.
-		relabelled := make(chan struct{})
-		defer func() { <-relabelled }()
-		go func() {
-			defer close(relabelled)
-			dctx, cancel := r.detached(ctx)
-			defer cancel()
-			if err := r.relabel(dctx, id, req); err != nil {
-				r.logger.LogAttrs(dctx, slog.LevelWarn, "labelling a prepared container failed",
-					slog.String("app", req.App), slog.String("container_id", id), slog.Any("error", err))
-			}
-		}()
-	}
-	start := task.Start
-	if pre != nil {
-		start = func(ctx context.Context) error { return pre.start(ctx, env, req.Event, stdout, stderr) }
+	start := a.task.Start
+	if a.pre != nil {
+		a.relabel(ctx)
+		start = func(ctx context.Context) error { return a.pre.start(ctx, env, a.req.Event, a.stdout, a.stderr) }
 	}
 	if err := start(ctx); err != nil {
 		if ee := execError(err); ee != nil {
-			return runtime.Result{}, ee
+			return nil, ee
 		}
 		if errdefs.IsUnavailable(err) {
 			// The connection broke during Start: the process may have been
 			// launched. Fail closed rather than run it again uncharged.
-			return runtime.Result{}, unknown(fmt.Errorf("start task %s: %w", id, err))
+			return nil, a.unknown(fmt.Errorf("start task %s: %w", a.id, err))
 		}
-		return runtime.Result{}, classify(fmt.Errorf("start task %s: %w", id, err))
+		return nil, classify(fmt.Errorf("start task %s: %w", a.id, err))
 	}
-	started := time.Now()
+	return statusC, nil
+}
+
+// relabel labels a prepared container as the attempt's, beside the start
+// and before Run returns (end waits for it): the container is no longer a
+// prepared one. Only its listing depends on it.
+func (a *oneShotRun) relabel(ctx context.Context) {
+	a.relabelled = make(chan struct{})
+	go func() {
+		defer close(a.relabelled)
+		dctx, cancel := a.r.detached(ctx)
+		defer cancel()
+		if err := a.r.relabel(dctx, a.id, a.req); err != nil {
+			a.r.logger.LogAttrs(dctx, slog.LevelWarn, "labelling a prepared container failed",
+				slog.String("app", a.req.App), slog.String("container_id", a.id), slog.Any("error", err))
+		}
+	}()
+}
+
+// How an attempt's wait for its handler ended.
+type ending int
+
+const (
+	endExited    ending = iota // the handler exited by itself
+	endTimedOut                // the rule's timeout expired and the handler was killed
+	endCancelled               // ctx was cancelled and the handler was killed
+)
+
+// await waits for the started handler's exit, the rule's timeout or ctx,
+// and returns the exit status and how the wait ended. A handler still
+// running at the timeout or cancellation is killed, and the status is the
+// one of the kill. Errors leave the outcome unknown.
+func (a *oneShotRun) await(ctx context.Context, statusC <-chan client.ExitStatus) (client.ExitStatus, ending, error) {
 	// The shim holds stdin open until told otherwise: without this the
 	// handler never sees EOF after the event (docs/apps.md "The handler
 	// contract").
-	var status client.ExitStatus
-	var timedOut, cancelled bool
-	if err := task.CloseIO(ctx, client.WithStdinCloser); err != nil {
+	if err := a.task.CloseIO(ctx, client.WithStdinCloser); err != nil {
 		// Harmless if the handler already exited; anything else is not.
 		select {
-		case status = <-statusC:
-			statusC = nil
+		case status := <-statusC:
+			replay := make(chan client.ExitStatus, 1)
+			replay <- status
+			statusC = replay
 		case <-time.After(time.Second):
-			return runtime.Result{}, unknown(fmt.Errorf("close stdin of %s: %w", id, err))
+			return client.ExitStatus{}, endExited, a.unknown(fmt.Errorf("close stdin of %s: %w", a.id, err))
 		}
 	}
-
 	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
+	if a.req.Timeout > 0 {
+		t := time.NewTimer(a.req.Timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	wait := func() { status, timedOut, cancelled = awaitExit(ctx, statusC, timeout) }
-	if statusC != nil {
-		wait()
+	status, ended, statusC, err := a.rewait(ctx, statusC, timeout)
+	if err != nil || ended == endExited {
+		return status, ended, err
 	}
-	// containerd went away mid-wait (a restart): the shim keeps the task
-	// and, once it exits, its exit status, and the restarted daemon finds
-	// them again, so wait again rather than lose the outcome.
-	for lost := time.Now(); !timedOut && !cancelled && daemonLost(status.Error()); {
+	// The timer or ctx fired, which says nothing of the handler when the
+	// worker was stopped past the timeout (SIGSTOP, a stalled VM) or its
+	// exit's report is on its way: containerd's task state decides, and a
+	// handler that exited by itself is reported with its own exit
+	// (docs/delivery.md "Leases").
+	if st, ok := a.exitedStatus(ctx); ok {
+		return st, endExited, nil
+	}
+	if statusC == nil {
+		// Lost and not waited for again: the kill waits for the exit on
+		// statusC.
+		if sc, err := a.task.Wait(a.waitCtx); err == nil {
+			statusC = sc
+		}
+	}
+	if status, err = a.r.kill(ctx, a.task, statusC); err != nil {
+		return status, ended, a.unknown(fmt.Errorf("kill task %s: %w", a.id, err))
+	}
+	if code, _, err := status.Result(); err == nil && code != sigkillExit {
+		// It exited by itself between the look and the kill.
+		return status, endExited, nil
+	}
+	return status, ended, nil
+}
+
+// rewait waits for the handler's exit as awaitExit does and, when
+// containerd went away mid-wait (a restart), waits again: the shim keeps
+// the task and, once it exits, its exit status, and the restarted daemon
+// finds them again, so the outcome is not lost. It returns the status
+// channel to wait on after a kill, nil when none is pending.
+func (a *oneShotRun) rewait(ctx context.Context, statusC <-chan client.ExitStatus, timeout <-chan time.Time) (client.ExitStatus, ending, <-chan client.ExitStatus, error) {
+	status, ended := awaitExit(ctx, statusC, timeout)
+	for lost := time.Now(); ended == endExited && daemonLost(status.Error()); {
 		statusC = nil // it delivered the lost wait's status
 		if time.Since(lost) > rewaitLimit {
 			break
@@ -434,69 +475,113 @@ func (r *Runner) run(ctx context.Context, req runtime.Request) (_ runtime.Result
 		select {
 		case <-time.After(rewaitInterval):
 		case <-timeout:
-			timedOut = true
-			continue
+			return status, endTimedOut, nil, nil
 		case <-ctx.Done():
-			cancelled = true
-			continue
+			return status, endCancelled, nil, nil
 		}
-		sc, err := task.Wait(waitCtx)
+		sc, err := a.task.Wait(a.waitCtx)
 		if err != nil {
 			if !daemonLost(err) {
-				return runtime.Result{}, unknown(fmt.Errorf("wait task %s again after containerd came back: %w", id, err))
+				return status, ended, nil, a.unknown(fmt.Errorf("wait task %s again after containerd came back: %w", a.id, err))
 			}
 			continue
 		}
 		statusC = sc
-		wait()
+		status, ended = awaitExit(ctx, statusC, timeout)
 	}
-	if statusC == nil && (timedOut || cancelled) {
-		// Lost and not waited for again: the kill below waits for the exit
-		// on statusC.
-		if sc, err := task.Wait(waitCtx); err == nil {
-			statusC = sc
+	return status, ended, statusC, nil
+}
+
+// exitedStatus returns the exit status containerd holds for the attempt's
+// task when it has stopped; ok is false while it runs or when containerd
+// cannot tell.
+func (a *oneShotRun) exitedStatus(ctx context.Context) (_ client.ExitStatus, ok bool) {
+	dctx, cancel := a.r.detached(ctx)
+	defer cancel()
+	st, err := a.task.Status(dctx)
+	if err != nil || st.Status != client.Stopped {
+		return client.ExitStatus{}, false
+	}
+	return *client.NewExitStatus(st.ExitStatus, st.ExitTime, nil), true
+}
+
+// end runs when the attempt returns, with its error: it deletes the task
+// (draining its output), flushes partial lines, deletes the container and
+// its snapshot; never with ctx, which may be cancelled. Delete cancels the
+// task's IO, closing the pipes with whatever a slow output destination
+// has not taken yet: the copy finishes first. The container's processes
+// are gone with its init, so the pipes reach EOF.
+func (a *oneShotRun) end(ctx context.Context, runErr error) {
+	if a.relabelled != nil {
+		<-a.relabelled
+	}
+	if a.cancelWait != nil {
+		a.cancelWait()
+	}
+	r, task := a.r, a.task
+	// finishOutput flushes partial lines once the output is complete.
+	finishOutput := func() {
+		a.stdout.Close()
+		a.stderr.Close()
+		if ee, ok := errors.AsType[*runtime.ExitError](runErr); ok {
+			ee.Stderr = a.stderr.LastLine()
 		}
 	}
-	if timedOut || cancelled {
-		if status, err = r.kill(ctx, task, statusC); err != nil {
-			return runtime.Result{}, unknown(fmt.Errorf("kill task %s: %w", id, err))
+	if task != nil && a.exited && drainOutput(task, outputDrainTimeout) {
+		// The usual end: the rest is removal, which no one waits for
+		// (docs/runtimes.md "One-shot containers"); it untracks the id.
+		finishOutput()
+		r.removeLater(ctx, a.req, a.id, a.cont, task)
+		return
+	}
+	defer r.track(a.id, false)
+	dctx, cancel := r.detached(ctx)
+	defer cancel()
+	var errs []error
+	if task != nil {
+		var delOpts []client.ProcessDeleteOpts
+		if !a.exited {
+			delOpts = append(delOpts, client.WithProcessKill)
+		}
+		if err := deleteTask(dctx, a.cont, task, delOpts...); err != nil {
+			errs = append(errs, fmt.Errorf("delete task: %w", err))
 		}
 	}
-	exited = true
-	res := runtime.Result{Duration: time.Since(started)}
-	code, _, err := status.Result()
-	switch {
-	case cancelled:
-		return res, ctx.Err()
-	case err != nil:
-		return res, unknown(fmt.Errorf("wait task %s: %w", id, err))
-	case timedOut:
-		return res, &runtime.ExitError{Code: int(code), TimedOut: true, Timeout: req.Timeout}
-	case code != 0:
-		return res, r.exitError(ctx, req, id, task, int(code), 0)
+	// Output is complete now: the task's deletion ended the copy.
+	finishOutput()
+	if task == nil {
+		// NewTask failed, possibly after the shim created the task (ctx
+		// cancelled mid-call): remove whatever task exists as well.
+		if err := r.remove(ctx, a.id); err != nil {
+			errs = append(errs, err)
+		}
+	} else if err := a.cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("delete container: %w", err))
 	}
-	return res, nil
+	r.cleanup(ctx, a.req, a.id, errors.Join(errs...))
 }
 
 // awaitExit waits for the exit status on statusC, the rule's timeout or
 // ctx. An exit already reported when the timeout or ctx is seen wins: a
-// worker stopped (SIGSTOP, a stalled VM) past the timeout finds both
-// ready when it resumes, and a handler that exited by itself meanwhile
-// was not stopped by the timeout, so its own exit is its outcome.
-func awaitExit(ctx context.Context, statusC <-chan client.ExitStatus, timeout <-chan time.Time) (status client.ExitStatus, timedOut, cancelled bool) {
+// worker stopped (SIGSTOP, a stalled VM) past the timeout may find both
+// ready when it resumes. When it does not, the caller asks containerd
+// (oneShotRun.await).
+func awaitExit(ctx context.Context, statusC <-chan client.ExitStatus, timeout <-chan time.Time) (client.ExitStatus, ending) {
+	var status client.ExitStatus
+	ended := endExited
 	select {
 	case status = <-statusC:
-		return status, false, false
+		return status, endExited
 	case <-timeout:
-		timedOut = true
+		ended = endTimedOut
 	case <-ctx.Done():
-		cancelled = true
+		ended = endCancelled
 	}
 	select {
 	case status = <-statusC:
-		return status, false, false
+		return status, endExited
 	default:
-		return status, timedOut, cancelled
+		return status, ended
 	}
 }
 

@@ -72,7 +72,8 @@ func (r *Runner) stageSecrets(names []string) (*stagedSecrets, error) {
 	}
 	s, err := r.newStagingDir()
 	if err != nil {
-		return nil, fmt.Errorf("stage secrets: %w", err)
+		// The directory's name is random: the error names its parent.
+		return nil, fmt.Errorf("stage secrets in %s: %w", os.TempDir(), pathCause(err))
 	}
 	if err := r.refreshSecrets(s, names); err != nil {
 		s.remove()
@@ -107,7 +108,7 @@ func (r *Runner) newStagingDir() (*stagedSecrets, error) {
 func (r *Runner) refreshSecrets(s *stagedSecrets, names []string) error {
 	// Writable for the copy, then read-only for the handler user again.
 	if err := os.Chmod(s.dir, 0o700); err != nil {
-		return fmt.Errorf("stage secrets: %w", err)
+		return fmt.Errorf("stage secrets: %w", pathCause(err))
 	}
 	for _, name := range names {
 		if err := runtime.CheckSecretName(name); err != nil {
@@ -118,15 +119,19 @@ func (r *Runner) refreshSecrets(s *stagedSecrets, names []string) error {
 			return r.secretError(name, err)
 		}
 		tmp := filepath.Join(s.dir, ".tmp-"+name)
+		// Errors name the secret, not the staging directory's random path.
 		if err := writeSecret(tmp, data); err != nil {
-			return fmt.Errorf("stage secret %q: %w", name, err)
+			return fmt.Errorf("stage secret %q: %w", name, pathCause(err))
 		}
 		if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
 			os.Remove(tmp)
-			return fmt.Errorf("stage secret %q: %w", name, err)
+			return fmt.Errorf("stage secret %q: %w", name, pathCause(err))
 		}
 	}
-	return handOver(s.dir, 0o500, 0o555)
+	if err := handOver(s.dir, 0o500, 0o555); err != nil {
+		return fmt.Errorf("stage secrets: %w", pathCause(err))
+	}
+	return nil
 }
 
 // readSecret reads one secret file, refusing more than MaxSecretBytes and

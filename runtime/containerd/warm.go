@@ -266,66 +266,23 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 	if err != nil {
 		return nil, err
 	}
-	mounts := p.mounts
-	if secrets != nil {
-		mounts = append(append([]specs.Mount(nil), mounts...), secrets.mount())
-	}
-	id := containerID(req.App, "warm")
-	r.track(id, true)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelWarm: "true"}
-	// The container's environment is the app's, without the variables of
-	// any one request: the bootstrap resets to it before each invocation.
-	base := runtime.Request{App: req.App, Spec: req.Spec}
-	argv := append(append([]string(nil), p.argv...), "--warm")
-	newOpts := []client.NewContainerOpts{
-		client.WithImage(p.img),
-		client.WithSnapshotter(r.snapshotter),
-		client.WithNewSnapshot(id, p.img, snapshots.WithLabels(labels)),
-		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(base, p.imgSpec, p.appDir, argv, mounts), p.specOpts...)...),
-	}
-	cont, err := r.client.NewContainer(ctx, id, newOpts...)
+	id, cont, err := r.createWarm(ctx, req, p, secrets)
 	if err != nil {
 		secrets.remove()
-		// NewContainer may have prepared the snapshot before failing.
-		if rerr := r.remove(ctx, id); rerr != nil {
-			r.logWarmCleanup(ctx, req.App, id, rerr)
-		}
-		r.track(id, false)
-		return nil, classify(fmt.Errorf("create container %s: %w", id, err))
+		return nil, err
 	}
 	idlePrefix := runtime.Prefix(req.App, warmIdlePrefix)
-	stdin, stdinW := io.Pipe()
 	w := &warmContainer{
-		id: id, app: req.App, pool: a, cont: cont, stdin: stdinW, secrets: secrets,
+		id: id, app: req.App, pool: a, cont: cont, secrets: secrets,
 		idleOut: r.stdout.LineWriter(idlePrefix),
 		idleErr: r.stderr.LineWriter(idlePrefix),
 		exited:  make(chan struct{}),
 	}
 	w.stdout, w.stderr = newDemux(w.idleOut), newDemux(w.idleErr)
-	fail := func(err error) (*warmContainer, error) {
+	statusC, err := r.startWarmTask(ctx, w)
+	if err != nil {
 		r.discard(w)
 		return nil, err
-	}
-	w.task, err = cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, w.stdout, w.stderr)))
-	if err != nil {
-		if ee := execError(err); ee != nil {
-			return fail(ee)
-		}
-		return fail(classify(fmt.Errorf("create task %s: %w", id, err)))
-	}
-	// The wait lasts as long as the container, not as the Run starting it.
-	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w.cancelWait = cancel
-	statusC, err := w.task.Wait(waitCtx)
-	if err != nil {
-		return fail(classify(fmt.Errorf("wait task %s: %w", id, err)))
-	}
-	if err := w.task.Start(ctx); err != nil {
-		if ee := execError(err); ee != nil {
-			return fail(ee)
-		}
-		return fail(classify(fmt.Errorf("start task %s: %w", id, err)))
 	}
 	w.started = true
 	r.warm.mu.Lock()
@@ -339,6 +296,67 @@ func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp)
 	return w, nil
 }
 
+// createWarm creates a warm container for req's app, tracked live, and
+// returns its id. On error nothing is left and the id is not tracked.
+func (r *Runner) createWarm(ctx context.Context, req runtime.Request, p prepared, secrets *stagedSecrets) (string, client.Container, error) {
+	mounts := p.mounts
+	if secrets != nil {
+		mounts = append(append([]specs.Mount(nil), mounts...), secrets.mount())
+	}
+	id := containerID(req.App, "warm")
+	r.track(id, true)
+	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelWarm: "true"}
+	// The container's environment is the app's, without the variables of
+	// any one request: the bootstrap resets to it before each invocation.
+	base := runtime.Request{App: req.App, Spec: req.Spec}
+	argv := append(append([]string(nil), p.argv...), "--warm")
+	cont, err := r.client.NewContainer(ctx, id,
+		client.WithImage(p.img),
+		client.WithSnapshotter(r.snapshotter),
+		client.WithNewSnapshot(id, p.img, snapshots.WithLabels(labels)),
+		client.WithContainerLabels(labels),
+		client.WithNewSpec(append(specOpts(base, p.imgSpec, p.appDir, argv, mounts), p.specOpts...)...),
+	)
+	if err != nil {
+		// NewContainer may have prepared the snapshot before failing.
+		if rerr := r.remove(ctx, id); rerr != nil {
+			r.logWarmCleanup(ctx, req.App, id, rerr)
+		}
+		r.track(id, false)
+		return "", nil, classify(fmt.Errorf("create container %s: %w", id, err))
+	}
+	return id, cont, nil
+}
+
+// startWarmTask creates and starts w's task, its stdin a pipe whose
+// writing end is w.stdin, and returns where its exit status arrives.
+func (r *Runner) startWarmTask(ctx context.Context, w *warmContainer) (<-chan client.ExitStatus, error) {
+	stdin, stdinW := io.Pipe()
+	w.stdin = stdinW
+	var err error
+	w.task, err = w.cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, w.stdout, w.stderr)))
+	if err != nil {
+		if ee := execError(err); ee != nil {
+			return nil, ee
+		}
+		return nil, classify(fmt.Errorf("create task %s: %w", w.id, err))
+	}
+	// The wait lasts as long as the container, not as the Run starting it.
+	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancelWait = cancel
+	statusC, err := w.task.Wait(waitCtx)
+	if err != nil {
+		return nil, classify(fmt.Errorf("wait task %s: %w", w.id, err))
+	}
+	if err := w.task.Start(ctx); err != nil {
+		if ee := execError(err); ee != nil {
+			return nil, ee
+		}
+		return nil, classify(fmt.Errorf("start task %s: %w", w.id, err))
+	}
+	return statusC, nil
+}
+
 // invoke runs req in w. keep is false when w must not serve again.
 func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Request) (_ runtime.Result, keep bool, _ error) {
 	if w.secrets != nil {
@@ -347,17 +365,101 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 			return runtime.Result{}, true, err
 		}
 	}
-	prefix := runtime.Prefix(req.App, req.Handler)
-	stdout, stderr := r.stdout.LineWriter(prefix), r.stderr.LineWriter(prefix)
-	token := newToken()
-	frameC := w.stdout.begin(token, stdout)
-	markC := w.stderr.begin(token, stderr)
-	finish := func() {
-		w.stdout.end()
-		w.stderr.end()
-		stdout.Close()
-		stderr.Close()
+	c, err := r.sendWarm(w, req)
+	if err != nil {
+		return runtime.Result{}, true, err
 	}
+	payload, ended := awaitWarm(ctx, w, c, req.Timeout)
+	switch {
+	case ended == endTimedOut:
+		r.discard(w)
+		c.finish(w)
+		res := runtime.Result{Duration: time.Since(c.start)}
+		if !w.hasExited() {
+			return res, false, warmUnknown(fmt.Errorf("kill task %s: no exit %v after SIGKILL", w.id, killWait))
+		}
+		return res, false, &runtime.ExitError{Code: int(w.status.ExitCode()), TimedOut: true, Timeout: req.Timeout, Stderr: c.stderr.LastLine()}
+	case ended == endCancelled:
+		r.discard(w)
+		c.finish(w)
+		return runtime.Result{Duration: time.Since(c.start)}, false, ctx.Err()
+	case payload == nil:
+		res, err := r.warmExited(ctx, w, req, c)
+		return res, false, err
+	}
+	return r.warmOutcome(ctx, w, req, c, payload)
+}
+
+// Past the deadline by more than warmLate, the timer says this worker was
+// stopped (SIGSTOP, a frozen VM) rather than the handler slow: a reply
+// written meanwhile may still be in the pipe, and gets warmLateGrace to be
+// read.
+const (
+	warmLate      = 500 * time.Millisecond
+	warmLateGrace = time.Second
+)
+
+// awaitWarm waits for call c's outcome frame (returned), the death of w's
+// bootstrap (nil frame, endExited), the timeout or ctx. A handler that
+// ended by itself before the timeout, seen late because this worker was
+// stopped, ends by itself (docs/runtimes.md "Exit codes").
+func awaitWarm(ctx context.Context, w *warmContainer, c *warmCall, timeout time.Duration) ([]byte, ending) {
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	ended := endTimedOut
+	select {
+	case payload := <-c.frameC:
+		return payload, endExited
+	case <-w.exited:
+		return nil, endExited
+	case <-timer:
+	case <-ctx.Done():
+		ended = endCancelled
+	}
+	if timeout == 0 || time.Since(c.start.Add(timeout)) < warmLate {
+		return nil, ended
+	}
+	select {
+	case payload := <-c.frameC:
+		return payload, endExited
+	case <-w.exited:
+		return nil, endExited
+	case <-time.After(warmLateGrace):
+		return nil, ended
+	}
+}
+
+// warmCall is an invocation sent to a warm container: the writers of its
+// output, where its outcome frame and stderr marker arrive, and when it
+// was sent.
+type warmCall struct {
+	stdout, stderr *runtime.LineWriter
+	frameC, markC  <-chan []byte
+	start          time.Time
+}
+
+// finish ends the call's output: what w writes next is no longer its.
+func (c *warmCall) finish(w *warmContainer) {
+	w.stdout.end()
+	w.stderr.end()
+	c.stdout.Close()
+	c.stderr.Close()
+}
+
+// warmUnknown marks err as leaving the invocation's outcome unknown.
+func warmUnknown(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
+
+// sendWarm routes w's output to req's writers and sends req to w.
+func (r *Runner) sendWarm(w *warmContainer, req runtime.Request) (*warmCall, error) {
+	prefix := runtime.Prefix(req.App, req.Handler)
+	c := &warmCall{stdout: r.stdout.LineWriter(prefix), stderr: r.stderr.LineWriter(prefix)}
+	token := newToken()
+	c.frameC = w.stdout.begin(token, c.stdout)
+	c.markC = w.stderr.begin(token, c.stderr)
 	env := runtime.Environ(req)
 	envMap := make(map[string]string, len(env))
 	for _, kv := range env {
@@ -366,66 +468,51 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 	}
 	line, err := json.Marshal(warmRequest{Token: token, Handler: req.Handler, Env: envMap, Event: string(req.Event)})
 	if err != nil {
-		finish()
-		return runtime.Result{}, true, err
+		c.finish(w)
+		return nil, err
 	}
 	line = append(line, '\n')
-	start := time.Now()
+	c.start = time.Now()
 	// A pipe write blocks until containerd's copy reads it, which a dead
 	// container never does: write aside, discard unblocks it.
 	go w.stdin.Write(line)
+	return c, nil
+}
 
-	var timeout <-chan time.Time
-	if req.Timeout > 0 {
-		t := time.NewTimer(req.Timeout)
-		defer t.Stop()
-		timeout = t.C
+// warmExited is the outcome of an invocation whose bootstrap died
+// mid-invocation: a crash, an OOM kill, or the handler ending the
+// process. Its exit code is the outcome, as for a one-shot container; the
+// output is complete once the task is gone.
+func (r *Runner) warmExited(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall) (runtime.Result, error) {
+	res := runtime.Result{Duration: time.Since(c.start)}
+	code, _, err := w.status.Result()
+	var ee *runtime.ExitError
+	if err == nil && code != 0 {
+		// Before discard deletes the task, whose cgroup counts the OOM
+		// kills. The bootstrap is the container's init, which nothing
+		// inside can SIGKILL: a 137 with an OOM kill counted is the
+		// kernel's doing.
+		ee = r.exitError(ctx, req, w.id, w.task, int(code), 0)
 	}
-	unknown := func(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
-	var payload []byte
-	select {
-	case payload = <-frameC:
-	case <-w.exited:
-		// The bootstrap died mid-invocation: a crash, an OOM kill, or the
-		// handler ending the process. Its exit code is the outcome, as for a
-		// one-shot container; the output is complete once the task is gone.
-		res := runtime.Result{Duration: time.Since(start)}
-		code, _, err := w.status.Result()
-		var ee *runtime.ExitError
-		if err == nil && code != 0 {
-			// Before discard deletes the task, whose cgroup counts the OOM
-			// kills. The bootstrap is the container's init, which nothing
-			// inside can SIGKILL: a 137 with an OOM kill counted is the
-			// kernel's doing.
-			ee = r.exitError(ctx, req, w.id, w.task, int(code), 0)
-		}
-		r.discard(w)
-		finish()
-		switch {
-		case err != nil:
-			return res, false, unknown(fmt.Errorf("wait task %s: %w", w.id, err))
-		case ee != nil:
-			ee.Stderr = stderr.LastLine()
-			return res, false, ee
-		}
-		return res, false, nil
-	case <-timeout:
-		r.discard(w)
-		finish()
-		res := runtime.Result{Duration: time.Since(start)}
-		if !w.hasExited() {
-			return res, false, unknown(fmt.Errorf("kill task %s: no exit %v after SIGKILL", w.id, killWait))
-		}
-		return res, false, &runtime.ExitError{Code: int(w.status.ExitCode()), TimedOut: true, Timeout: req.Timeout, Stderr: stderr.LastLine()}
-	case <-ctx.Done():
-		r.discard(w)
-		finish()
-		return runtime.Result{Duration: time.Since(start)}, false, ctx.Err()
+	r.discard(w)
+	c.finish(w)
+	switch {
+	case err != nil:
+		return res, warmUnknown(fmt.Errorf("wait task %s: %w", w.id, err))
+	case ee != nil:
+		ee.Stderr = c.stderr.LastLine()
+		return res, ee
 	}
-	res := runtime.Result{Duration: time.Since(start)}
+	return res, nil
+}
+
+// warmOutcome is the outcome of an invocation whose outcome frame,
+// payload, arrived; keep says whether w may serve again.
+func (r *Runner) warmOutcome(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall, payload []byte) (_ runtime.Result, keep bool, _ error) {
+	res := runtime.Result{Duration: time.Since(c.start)}
 	keep = true
 	select {
-	case <-markC:
+	case <-c.markC:
 	case <-w.exited:
 		keep = false
 	case <-time.After(warmOutputWait):
@@ -433,10 +520,10 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 			slog.String("app", req.App), slog.String("container_id", w.id))
 		keep = false
 	}
-	finish()
+	c.finish(w)
 	code, clean, err := parseOutcome(payload)
 	if err != nil {
-		return res, false, unknown(fmt.Errorf("container %s: %w", w.id, err))
+		return res, false, warmUnknown(fmt.Errorf("container %s: %w", w.id, err))
 	}
 	if !clean && keep {
 		// Processes the invocation started may still run, or linger as
@@ -446,7 +533,7 @@ func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Reque
 		keep = false
 	}
 	if code != 0 {
-		return res, keep, &runtime.ExitError{Code: code, Stderr: stderr.LastLine()}
+		return res, keep, &runtime.ExitError{Code: code, Stderr: c.stderr.LastLine()}
 	}
 	return res, keep, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/relaydev/relay/app"
 
 	taskapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/v2/client"
@@ -120,12 +117,8 @@ func TestContainerdSoak(t *testing.T) {
 		t.Setenv(containerdtest.EnvImageArchive, exportTestImage(t, shared))
 	}
 	// A private daemon, so that restarting it disturbs no other test.
-	state := t.TempDir()
-	containerdScript(t, "start", state)
-	// Registered first, so it runs after containerdtest's own cleanup.
-	t.Cleanup(func() { _ = exec.Command("bash", "../../scripts/containerd.sh", "stop", state).Run() })
-	socket := filepath.Join(state, "containerd", "containerd.sock")
-	t.Setenv(containerdtest.EnvAddress, socket)
+	daemon := containerdtest.Private(t)
+	socket := daemon.Socket
 	var ns string
 	// Runs after containerdtest's cleanup deleted the namespace: a shim
 	// still serving it is a leak, stopped here so it does not outlive
@@ -141,29 +134,13 @@ func TestContainerdSoak(t *testing.T) {
 
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "soak")
-	appsRoot := t.TempDir()
-	appDir := filepath.Join(appsRoot, soakAppName)
-	if err := os.Mkdir(appDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, text := range map[string]string{app.TemplateFile: containerdApp, "handler.sh": containerdHandler} {
-		if err := os.WriteFile(filepath.Join(appDir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The handler user (65534) reads /app through the "other" bits.
-	if err := os.Chmod(appDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	appsRoot := writeSoakApp(t, containerdApp, containerdHandler)
 	ctx := context.Background()
 	src := stream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	helper := filepath.Join(t.TempDir(), ctrd.ExecHelperName)
-	if out, err := exec.Command("env", "CGO_ENABLED=0", "go", "build", "-o", helper, "../../cmd/relay-exec").CombinedOutput(); err != nil {
-		t.Fatalf("build relay-exec: %v\n%s", err, out)
-	}
+	helper := buildExecHelper(t)
 	s := newSoak(t, envRedis+"="+redistest.Addr(t), envStream+"="+streamName, envApps+"="+appsRoot,
 		envRunner+"=containerd", envSocket+"="+socket, envNamespace+"="+ns, envHelper+"="+helper)
 	names := []string{"c1", "c2", "c3"}
@@ -203,9 +180,9 @@ func TestContainerdSoak(t *testing.T) {
 				restartTasks += len(resp.Tasks)
 			}
 			from := time.Now()
-			containerdScript(t, "stop", state)
+			daemon.Stop()
 			time.Sleep(300 * time.Millisecond) // down long enough for calls to fail
-			containerdScript(t, "start", state)
+			daemon.Start()
 			s.mu.Lock()
 			s.containerdRestarts++
 			restartWindows = append(restartWindows, window{from, time.Now()})
@@ -415,16 +392,6 @@ func containerdEvents() int {
 		return v
 	}
 	return 300
-}
-
-// containerdScript runs scripts/containerd.sh, which starts a private
-// daemon under a state directory and stops only the PID it started.
-func containerdScript(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("bash", append([]string{"../../scripts/containerd.sh"}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("containerd.sh %v: %v\n%s", args, err, out)
-	}
 }
 
 // exportTestImage writes the test image from the namespace scripts/images.sh

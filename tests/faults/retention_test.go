@@ -3,9 +3,11 @@ package faults_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,11 +22,12 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
 // The retention soak's settings. Its length is RELAY_SOAK_RETENTION_DURATION
-// (make soak: 15m; make test: 90s).
+// for each retention setting (make soak: 10m; make test: 1m).
 const (
 	retentionRate = 60 // events published per second
 	// retentionHold bounds how long a message stays unsettled in this
@@ -44,13 +47,22 @@ const (
 	killEvery = 2 * time.Second
 )
 
-var retentionSettingsShort = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 10 * time.Second, interval: time.Second}
+// The retention soak's settings: invocation state kept 10 s after the
+// acknowledgement, or deleted with it.
+var (
+	retentionSettingsShort  = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 10 * time.Second, interval: time.Second}
+	retentionSettingsDelete = retentionSettings{stream: 5 * time.Second, dlq: 5 * time.Second, state: 0, interval: time.Second}
+)
+
+// projectionTolerance is how far the memory the parts level off at may be
+// from what stats.MeasureMemory projected earlier in the run.
+const projectionTolerance = 0.25
 
 func retentionSoakDuration() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("RELAY_SOAK_RETENTION_DURATION")); err == nil && d > 0 {
 		return d
 	}
-	return 90 * time.Second
+	return time.Minute
 }
 
 // Templates the soak edits while it runs. Every valid version of the soak
@@ -94,13 +106,35 @@ type retentionSample struct {
 	markers, markersNoTTL int
 	otherKeys             int
 	consumers             int
+	// mem is what stats.MeasureMemory measured and projected at the
+	// soak's retentions; measured is false when it failed.
+	mem      stats.Memory
+	measured bool
+}
+
+// relayParts is what the retentions bound in m: the stream, the
+// dead-letter stream and the invocation state, as they are now and as
+// projected.
+func relayParts(m stats.Memory) (now, projected int64) {
+	return m.Stream.Bytes + m.DLQ.Bytes + m.Invocations.Bytes, m.Stream.Projected + m.DLQ.Projected + m.Invocations.Projected
 }
 
 // engineMemory is used_memory without the ledger's keys, which grow with
 // every event by design.
 func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBytes }
 
-// TestSoakRetention is "a month in an hour": short retentions (seconds)
+// TestSoakRetention runs the retention soak with the invocation state kept
+// 10 s after the acknowledgement, and deleted with it.
+func TestSoakRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak test")
+	}
+	for _, rs := range []retentionSettings{retentionSettingsShort, retentionSettingsDelete} {
+		t.Run("state="+rs.state.String(), func(t *testing.T) { soakRetention(t, rs) })
+	}
+}
+
+// soakRetention is "a month in an hour": short retentions (seconds)
 // while three worker.Worker processes are killed (SIGKILL) and restarted
 // under new consumer names and the apps root is edited under them (valid
 // edits, a broken one, an app removed and added again). Every few seconds
@@ -110,13 +144,12 @@ func (s retentionSample) engineMemory() int64 { return s.usedMemory - s.ledgerBy
 // must stay under a bound derived from the retentions and the publishing
 // rate, and the memory must plateau, while the ledger proves nothing lost
 // or acknowledged early and no pending entry trimmed
-// (docs/operations.md#retention).
-func TestSoakRetention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("soak test")
-	}
+// (docs/operations.md#retention). The stream, dead-letter stream and
+// invocation state must level off within projectionTolerance of what
+// stats.MeasureMemory projected in the middle of the run
+// (docs/operations.md#memory-budget).
+func soakRetention(t *testing.T, rs retentionSettings) {
 	duration := retentionSoakDuration()
-	rs := retentionSettingsShort
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	streamName := redistest.Name(t, "soak")
@@ -170,6 +203,10 @@ func TestSoakRetention(t *testing.T) {
 		if err != nil {
 			t.Logf("sample: %v", err)
 			return
+		}
+		sm.mem, err = stats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
+		if sm.measured = err == nil; err != nil {
+			t.Logf("measure memory: %v", err)
 		}
 		sm.at, sm.published = time.Since(began).Round(time.Second), n
 		smu.Lock()
@@ -271,18 +308,21 @@ func TestSoakRetention(t *testing.T) {
 	// Everything settled: nothing may be left without a TTL (the janitor
 	// retains what a kill leaked), and once the retentions pass, both
 	// streams are empty but for the group's last delivered entry, and
-	// every invocation hash and marker has expired.
+	// every invocation hash and marker has expired. With the state deleted
+	// at the ack the markers keep the default retention (markerRetention):
+	// they must only all have a TTL.
 	var end retentionSample
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		var err error
 		end, err = sampleRedis(ctx, rc, streamName)
-		if err == nil && end.streamLen <= 1 && end.dlqLen == 0 && end.hashes == 0 && end.markers == 0 &&
+		markersDone := end.markers == 0 || rs.state == 0 && end.markersNoTTL == 0
+		if err == nil && end.streamLen <= 1 && end.dlqLen == 0 && end.hashes == 0 && markersDone &&
 			end.consumers <= len(names) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("2 minutes after the soak: stream %d, DLQ %d, invocation hashes %d (%d without a TTL), markers %d, consumers %d (%v); want at most 1, 0, 0, 0, %d (an idle worker's consumer may go too, and comes back with its next delivery)",
-				end.streamLen, end.dlqLen, end.hashes, end.hashesNoTTL, end.markers, end.consumers, err, len(names))
+			t.Fatalf("2 minutes after the soak: stream %d, DLQ %d, invocation hashes %d (%d without a TTL), markers %d (%d without a TTL), consumers %d (%v); want at most 1, 0, 0, 0 (or all with a TTL when the state is deleted at the ack), %d (an idle worker's consumer may go too, and comes back with its next delivery)",
+				end.streamLen, end.dlqLen, end.hashes, end.hashesNoTTL, end.markers, end.markersNoTTL, end.consumers, err, len(names))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -314,8 +354,19 @@ func TestSoakRetention(t *testing.T) {
 
 	rate := float64(published) / publishedFor.Seconds()
 	checkPlateaus(t, samples, rs, rate)
+	checkProjection(t, samples)
 	t.Logf("%s: %d events in %s (%.0f/s); retentions stream %s, DLQ %s, invocation state %s; trim and janitor every %s\n%s",
 		t.Name(), published, publishedFor.Round(time.Second), rate, rs.stream, rs.dlq, rs.state, rs.interval, curve(samples, 16))
+}
+
+// markerRetention is how long the workers of rs keep a dead-letter
+// marker: as long as the invocation state, or the default retention when
+// the state is deleted at the ack (worker.Config, markerRetention).
+func markerRetention(rs retentionSettings) time.Duration {
+	if rs.state > 0 {
+		return rs.state
+	}
+	return relay.DefaultRetention
 }
 
 // checkPlateaus fails the soak when a sample is over its bound, or the
@@ -336,7 +387,7 @@ func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings
 		{"DLQ length", rate*dlqShare*(secs(rs.dlq)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.dlqLen) }},
 		{"invocation hashes", rate*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.hashes) }},
 		{"invocation hashes without a TTL", rate*hold + retentionSlack, func(s retentionSample) float64 { return float64(s.hashesNoTTL) }},
-		{"dead-letter markers", rate*dlqShare*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.markers) }},
+		{"dead-letter markers", rate*dlqShare*(secs(markerRetention(rs))+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.markers) }},
 		{"dead-letter markers without a TTL", 0, func(s retentionSample) float64 { return float64(s.markersNoTTL) }},
 		// The stats hash, the console feed and the group's keys.
 		{"other keys", 10, func(s retentionSample) float64 { return float64(s.otherKeys) }},
@@ -384,6 +435,41 @@ func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings
 	t.Logf("used_memory without the ledger: %s at the start, peak %s in the middle third, %s in the last, %s after the soak; of it, not reported by any key: %s at the start, %s after",
 		mib(used(first)), mib(peak(run[third:2*third], used)), mib(peak(run[2*third:], used)), mib(used(end)),
 		mib(first.unattributed), mib(end.unattributed))
+}
+
+// checkProjection fails the soak when the stream, the dead-letter stream
+// and the invocation state level off (the median of the last third of
+// the run) farther than projectionTolerance from the projection of the
+// middle third (its median), and logs used_memory beside them.
+func checkProjection(t *testing.T, samples []retentionSample) {
+	t.Helper()
+	run := samples[:len(samples)-1] // the last one is after the soak
+	third := len(run) / 3
+	median := func(ss []retentionSample, v func(retentionSample) int64) int64 {
+		var vs []int64
+		for _, s := range ss {
+			if s.measured {
+				vs = append(vs, v(s))
+			}
+		}
+		if len(vs) == 0 {
+			t.Fatalf("no memory measurement in %d samples", len(ss))
+		}
+		slices.Sort(vs)
+		return vs[len(vs)/2]
+	}
+	now := func(s retentionSample) int64 { n, _ := relayParts(s.mem); return n }
+	projected := func(s retentionSample) int64 { _, p := relayParts(s.mem); return p }
+	predicted, level := median(run[third:2*third], projected), median(run[2*third:], now)
+	used := func(s retentionSample) int64 { return s.mem.Used - s.ledgerBytes }
+	usedProjected := func(s retentionSample) int64 { return s.mem.Projected - s.ledgerBytes }
+	t.Logf("stream, DLQ and invocation state: projected %s in the middle third, level %s in the last (%+.0f%%); used_memory without the ledger: projected %s, level %s",
+		mib(predicted), mib(level), 100*(float64(level)/float64(predicted)-1),
+		mib(median(run[third:2*third], usedProjected)), mib(median(run[2*third:], used)))
+	if d := math.Abs(float64(level) - float64(predicted)); d > projectionTolerance*float64(predicted) {
+		t.Errorf("the stream, DLQ and invocation state levelled off at %s, %.0f%% from the projection %s (tolerance %.0f%%)",
+			mib(level), 100*d/float64(predicted), mib(predicted), 100*projectionTolerance)
+	}
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }

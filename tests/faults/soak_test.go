@@ -11,7 +11,10 @@
 //
 // TestSoakWithRandomKills and TestSoakWithRedisRestarts run in-process Go
 // handlers (runtime.Func); TestContainerdSoak runs busybox containers
-// through the real containerd runner against a private containerd.
+// through the real containerd runner against a private containerd, and
+// TestContainerdStallSoak stalls that containerd (SIGSTOP) under them
+// (RELAY_SOAK_CONTAINERD_STALL). TestPausedWorkerOwnExit stops a worker
+// (SIGSTOP) past its handler's timeout.
 // TestSoakRetention runs worker.Worker processes, as relay start does, with
 // retentions of seconds, live reload of an apps root edited under them,
 // and samples Redis to show that what retention bounds stays bounded.

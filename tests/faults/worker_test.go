@@ -202,6 +202,9 @@ func parseRetentionSettings(v string) (retentionSettings, error) {
 func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *recorder, runner relay.Runner, cfg relay.Config, rs retentionSettings, consumer string) {
 	rec.keepAcked = true
 	cfg.Retention = rs.state
+	if rs.state == 0 {
+		cfg.Retention = relay.DeleteOnAck
+	}
 	w, err := relayworker.New(relayworker.Config{
 		Redis: rc, Streams: []string{rec.stream}, Group: soakGroup, Consumer: consumer,
 		Apps: template.Dir(os.Getenv(envApps)), Runner: runner,

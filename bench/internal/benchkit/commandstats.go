@@ -3,6 +3,7 @@ package benchkit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -151,3 +152,17 @@ func (s ServerStats) TimePerEvent(events int) string {
 // scriptCalled are the commands only Relay's scripts call: their time is
 // part of EVALSHA's.
 var scriptCalled = map[string]bool{"hexists": true, "hget": true, "hset": true, "time": true, "pexpire": true, "hdel": true}
+
+// UsedMemory is the server's used_memory (INFO memory), in bytes.
+func UsedMemory(ctx context.Context, c rueidis.Client) (int64, error) {
+	text, err := c.Do(ctx, c.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		return 0, fmt.Errorf("info memory: %w", err)
+	}
+	for line := range strings.Lines(text) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("info memory: no used_memory")
+}

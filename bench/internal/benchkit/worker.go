@@ -56,6 +56,10 @@ type WorkerSpec struct {
 	// CPUProfile, when set, is where the worker writes a CPU profile of
 	// the time between Go and Stop.
 	CPUProfile string
+	// Retention is the engine's invocation state retention,
+	// relay.Config.Retention: 0 keeps the default, relay.DeleteOnAck
+	// deletes the state with the acknowledgement.
+	Retention time.Duration
 }
 
 // Report is what a worker tells its parent, one JSON object per line.

@@ -202,7 +202,7 @@ func (w *child) buildEngine() error {
 		Apps: worker.Static(apps), Runner: runner,
 		Engine: relay.Config{
 			MaxConcurrency: positiveOr(s.Concurrency, 8), Logger: log, Metrics: reg,
-			ShutdownTimeout: 10 * time.Second, MinPendingIdle: s.MinPendingIdle,
+			ShutdownTimeout: 10 * time.Second, MinPendingIdle: s.MinPendingIdle, Retention: s.Retention,
 			// As `relay start` with tracing off.
 			TracerProvider: noop.NewTracerProvider(),
 		},

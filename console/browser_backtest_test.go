@@ -1,0 +1,113 @@
+package console_test
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/testutil"
+)
+
+// TestBrowserPlaygroundBacktest backtests in a real browser, on a
+// read-only console: every app's rules against the stream of known
+// content of backtestStream, then an edited pattern, whose newest match
+// links to its event page, then a broken pattern, which says where.
+func TestBrowserPlaygroundBacktest(t *testing.T) {
+	b := tab{t, browser(t)}
+	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
+	small := backtestStream(f)
+	s := url.QueryEscape(f.stream)
+	// waitFor waits until the page the form posted to has loaded and its
+	// backtest heading says what.
+	waitFor := func(what string) {
+		t.Helper()
+		testutil.WaitFor(t, 30*time.Second, "the backtest of "+what, func() bool {
+			return strings.Contains(b.loaded(`.bt-what`), what)
+		})
+	}
+	rules := func() []string {
+		t.Helper()
+		var out []string
+		for i := 1; i <= b.count(`table.backtest tbody tr`); i++ {
+			row := `table.backtest tbody tr:nth-child(` + strconv.Itoa(i) + `) `
+			out = append(out, b.text(row+`td:first-child code`)+"="+b.text(row+`td.bt-count`))
+		}
+		return out
+	}
+	totals := func() string {
+		return b.text(`.bt-matched`) + "/" + b.text(`.bt-unmatched`) + "/" + b.text(`.bt-malformed`)
+	}
+
+	b.run("open the playground", chromedp.Navigate(f.http.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
+	if got := b.text(`fieldset.backtest`); !strings.Contains(got, "1 to 10\u202f000 (default 1\u202f000)") {
+		t.Errorf("the backtest form does not state its bound: %q", got)
+	}
+	b.run("backtest every app", chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
+	waitFor("the rules of every app")
+	if got, want := strings.Join(rules(), " "), "broken/orders.audit=11 shop/orders.charge=7 shop/refunds.run=3 shop/orders.stale=0"; got != want {
+		t.Errorf("rules %q, want %q", got, want)
+	}
+	if got := totals(); got != "14/2/2" {
+		t.Errorf("matched/unmatched/malformed %s, want 14/2/2", got)
+	}
+
+	b.run("edit a pattern", chromedp.SendKeys(chromedp.CSS(`textarea#pattern`), "kind: [order]\namount: [{lt: 100}]"),
+		chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
+	waitFor("the edited pattern")
+	if got := strings.Join(rules(), " "); got != "edited pattern=4" {
+		t.Errorf("edited pattern: rules %q, want edited pattern=4", got)
+	}
+	if got := totals(); got != "4/12/2" {
+		t.Errorf("edited pattern: matched/unmatched/malformed %s, want 4/12/2", got)
+	}
+	if n := b.count(`table.backtest ul.picks a`); n != 4 {
+		t.Errorf("edited pattern: %d matches listed, want 4", n)
+	}
+	// The pattern comes back as typed (browsers send line breaks as CRLF).
+	if got := b.value(`textarea#pattern`); got != "kind: [order]\namount: [{lt: 100}]" {
+		t.Errorf("the pattern box holds %q after the backtest", got)
+	}
+	b.shot("playground-backtest")
+	b.run("open the newest match", chromedp.Click(chromedp.CSS(`table.backtest ul.picks a`)))
+	b.waitURL("/event?id=" + url.QueryEscape(small[0]))
+
+	b.run("back to the playground", chromedp.Navigate(f.http.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
+	b.run("break the pattern", chromedp.SendKeys(chromedp.CSS(`textarea#pattern`), "kind: [order]\namount: 20"),
+		chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
+	testutil.WaitFor(t, 30*time.Second, "the pattern's error", func() bool { return b.loaded(`.pattern-errors`) != "" })
+	if got := b.text(`.pattern-errors`); !strings.Contains(got, "pattern:2:9: amount:") {
+		t.Errorf("broken pattern: %q, want its position pattern:2:9", got)
+	}
+}
+
+// value reads the current value of a form field.
+func (b tab) value(sel string) string {
+	b.t.Helper()
+	ctx, cancel := b.step()
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(sel)+`).value`))
+	if err != nil {
+		b.t.Fatalf("read the value of %s: %v", sel, err)
+	}
+	return v
+}
+
+// loaded returns the text of the element sel once the document has
+// loaded, and "" before, or while a form submission replaces it (a read
+// then may fail: the document it ran in is gone).
+func (b tab) loaded(sel string) string {
+	b.t.Helper()
+	ctx, cancel := b.step()
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+		`);return document.readyState==="complete"&&e?e.innerText:""})()`))
+	if err != nil {
+		return ""
+	}
+	return v
+}

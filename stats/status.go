@@ -1,0 +1,161 @@
+package stats
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/keys"
+)
+
+// The reasons a worker holds messages pending
+// (docs/delivery.md#held-messages), the values of Hold.Reason and of the
+// reason label of relay_apps_unavailable and relay_held_messages.
+const (
+	// ReasonRulesUnreadable: some of the app's rules could not be read
+	// (template or pattern error). Relay cannot tell which events the app
+	// would match, so every message of the stream is held.
+	ReasonRulesUnreadable = "rules_unreadable"
+	// ReasonAppUnavailable: the app's handlers cannot run (a template
+	// error outside its patterns, its image or a secret missing, its
+	// preparation running); its invocations wait.
+	ReasonAppUnavailable = "app_unavailable"
+	// ReasonError: handling failed for a reason outside the message (its
+	// state or a schedule pin could not be read or written, ...).
+	ReasonError = "error"
+)
+
+// StatusStaleAfter is the age past which a worker's status is ignored: a
+// live worker writes its status every stats interval (a second by
+// default), so an older one belongs to a worker that stopped or hangs.
+const StatusStaleAfter = 30 * time.Second
+
+// statusTTL expires the whole hash once no worker writes it.
+const statusTTL = 10 * time.Minute
+
+// Hold is one reason a worker keeps messages pending.
+type Hold struct {
+	// App is the app that holds them; "" for a reason of no app.
+	App string `json:"app,omitempty"`
+	// Reason is one of the Reason constants.
+	Reason string `json:"reason"`
+	// Error is what is wrong, with the template's file:line:col when the
+	// template is at fault.
+	Error string `json:"error"`
+	// Held counts the messages this hold keeps pending that the worker
+	// delivered and saw held; AtLeast says the count reached the bound a
+	// worker tracks (MaxHeldTracked) and is a lower bound.
+	Held    int  `json:"held"`
+	AtLeast bool `json:"at_least,omitempty"`
+}
+
+// MaxHeldTracked bounds the message ids a worker remembers per hold, so a
+// long stall of a busy stream does not grow its memory without limit.
+const MaxHeldTracked = 10_000
+
+// WorkerStatus is what one worker (consumer) publishes about one stream:
+// the field of the status hash named by its consumer, as JSON (a wire
+// contract: docs/delivery.md#data-layout-in-redis).
+type WorkerStatus struct {
+	Consumer  string    `json:"consumer"`
+	UpdatedAt time.Time `json:"updated_at"`
+	Holds     []Hold    `json:"holds"`
+}
+
+// WriteStatus publishes s as s.Consumer's field of stream and group's
+// status hash and keeps the hash from expiring.
+func WriteStatus(ctx context.Context, client rueidis.Client, stream, group string, s WorkerStatus) error {
+	key := keys.Status(stream, group)
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("write status %s: %w", key, err)
+	}
+	for _, res := range client.DoMulti(ctx,
+		client.B().Hset().Key(key).FieldValue().FieldValue(s.Consumer, string(b)).Build(),
+		client.B().Pexpire().Key(key).Milliseconds(statusTTL.Milliseconds()).Build()) {
+		if err := res.Error(); err != nil {
+			return fmt.Errorf("write status %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// ClearStatus removes consumer's status: a worker that stops holds nothing.
+func ClearStatus(ctx context.Context, client rueidis.Client, stream, group, consumer string) error {
+	key := keys.Status(stream, group)
+	if err := client.Do(ctx, client.B().Hdel().Key(key).Field(consumer).Build()).Error(); err != nil {
+		return fmt.Errorf("clear status %s: %w", key, err)
+	}
+	return nil
+}
+
+// ReadStatus returns the status of every worker of stream and group that
+// wrote it within StatusStaleAfter of now, by consumer name. A field that
+// is not a status is skipped: one broken writer must not hide the others.
+func ReadStatus(ctx context.Context, client rueidis.Client, stream, group string, now time.Time) ([]WorkerStatus, error) {
+	key := keys.Status(stream, group)
+	m, err := client.Do(ctx, client.B().Hgetall().Key(key).Build()).AsStrMap()
+	if err != nil {
+		return nil, fmt.Errorf("read status %s: %w", key, err)
+	}
+	var out []WorkerStatus
+	for consumer, v := range m {
+		var s WorkerStatus
+		if json.Unmarshal([]byte(v), &s) != nil || now.Sub(s.UpdatedAt) > StatusStaleAfter {
+			continue
+		}
+		s.Consumer = consumer
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b WorkerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
+	return out, nil
+}
+
+// Holds merges the holds of workers: one per app and reason, its Held the
+// sum (each worker counts the messages it was delivered), its Error the
+// first worker's. Sorted by app, then reason.
+func Holds(workers []WorkerStatus) []Hold {
+	var out []Hold
+	for _, w := range workers {
+		for _, h := range w.Holds {
+			i := slices.IndexFunc(out, func(o Hold) bool { return o.App == h.App && o.Reason == h.Reason })
+			if i < 0 {
+				out = append(out, h)
+				continue
+			}
+			out[i].Held += h.Held
+			out[i].AtLeast = out[i].AtLeast || h.AtLeast
+		}
+	}
+	slices.SortFunc(out, func(a, b Hold) int { return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Reason, b.Reason)) })
+	return out
+}
+
+// ReadHolds is ReadStatus merged by Holds.
+func ReadHolds(ctx context.Context, client rueidis.Client, stream, group string) ([]Hold, error) {
+	ws, err := ReadStatus(ctx, client, stream, group, time.Now())
+	return Holds(ws), err
+}
+
+// String says h in one line: "app orders: rules_unreadable, holds 3
+// messages: orders/template.yaml:4:12: ...".
+func (h Hold) String() string {
+	who := "relay"
+	if h.App != "" {
+		who = "app " + h.App
+	}
+	n := fmt.Sprint(h.Held)
+	if h.AtLeast {
+		n = "at least " + n
+	}
+	noun := "messages"
+	if h.Held == 1 && !h.AtLeast {
+		noun = "message"
+	}
+	return fmt.Sprintf("%s: %s, holds %s %s: %s", who, h.Reason, n, noun, h.Error)
+}

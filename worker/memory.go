@@ -1,0 +1,134 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/internal/ctxtime"
+	"github.com/relaydev/relay/stats"
+)
+
+// memoryWatch measures one stream's Redis memory and its projection at
+// the worker's retentions every interval (stats.MeasureMemory), exports
+// them as gauges, and warns when the projection is over stats.BudgetShare
+// of maxmemory: once, and again only when the verdict changes (back under
+// budget, or another part is to blame).
+type memoryWatch struct {
+	interval      time.Duration
+	redis         rueidis.Client
+	stream, group string
+	retentions    stats.Retentions
+	log           *slog.Logger
+	projected     prometheus.Gauge
+	maxmemory     prometheus.Gauge
+	// over is the part the last measurement blamed, "" when under budget.
+	// Confined to Run's goroutine.
+	over string
+}
+
+// memoryRetentions are c's retentions as a projection reads them: a
+// disabled stream retention keeps every entry (0 in stats.Retentions).
+func memoryRetentions(c Config) stats.Retentions {
+	return stats.Retentions{Stream: max(c.StreamRetention, 0), DLQ: max(c.DLQRetention, 0), Invocation: c.stateRetention()}
+}
+
+// Run measures now and every interval until ctx ends.
+func (m *memoryWatch) Run(ctx context.Context) {
+	m.check(ctx)
+	ctxtime.Every(ctx, m.interval, func() { m.check(ctx) })
+}
+
+// check measures once, sets the gauges and logs a change of verdict. A
+// failed measurement (a user without +memory or +info, Redis down) is
+// logged at debug level: the policy watch and the engines report those.
+func (m *memoryWatch) check(ctx context.Context) {
+	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.LogAttrs(ctx, slog.LevelDebug, "cannot measure Redis memory", slog.Any("error", err))
+		}
+		return
+	}
+	projected := float64(mem.Projected)
+	if mem.Projected < 0 {
+		projected = math.Inf(1)
+	}
+	m.projected.Set(projected)
+	m.maxmemory.Set(float64(mem.Max))
+
+	over := ""
+	if mem.Pressure(stats.BudgetShare) {
+		over = overBudgetPart(mem)
+	}
+	if over == m.over {
+		return
+	}
+	was := m.over
+	m.over = over
+	if over == "" {
+		m.log.LogAttrs(ctx, slog.LevelInfo, "projected Redis memory is back under budget",
+			slog.Int64("projected_bytes", mem.Projected), slog.Int64("maxmemory_bytes", mem.Max), slog.String("was", was))
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("part", over), slog.String("change", overBudgetFix(over)),
+		slog.Int64("projected_bytes", mem.Projected), slog.Int64("maxmemory_bytes", mem.Max),
+		slog.Int64("used_bytes", mem.Used), slog.Float64("events_per_second", mem.Rate),
+	}
+	m.log.LogAttrs(ctx, slog.LevelWarn, "projected Redis memory is over 90% of maxmemory; at maxmemory Relay stops (docs/operations.md#memory-budget)", attrs...)
+}
+
+// Parts a warning can blame.
+const (
+	partStream      = "source stream"
+	partDLQ         = "dead-letter stream"
+	partInvocations = "invocation state"
+	partOther       = "other relay keys"
+	partNotRelay    = "memory not Relay's"
+)
+
+// overBudgetPart names the part that grows the projection most: the one
+// that grows without bound, else the largest projected part, else what is
+// not Relay's when that is larger than every part.
+func overBudgetPart(m stats.Memory) string {
+	switch {
+	case m.Projected >= 0:
+	case m.Stream.Projected < 0:
+		return partStream
+	default:
+		return partDLQ
+	}
+	name, top := partNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+	for _, p := range []struct {
+		name  string
+		bytes int64
+	}{
+		{partStream, m.Stream.Projected}, {partDLQ, m.DLQ.Projected},
+		{partInvocations, m.Invocations.Projected}, {partOther, m.Other.Projected},
+	} {
+		if p.bytes > top {
+			name, top = p.name, p.bytes
+		}
+	}
+	return name
+}
+
+// overBudgetFix says what to change for part.
+func overBudgetFix(part string) string {
+	switch part {
+	case partStream:
+		return "lower REDIS_STREAM_RETENTION (0 keeps every entry) or raise maxmemory"
+	case partDLQ:
+		return "lower REDIS_DLQ_RETENTION (0 keeps every entry), replay or remove dead letters, or raise maxmemory"
+	case partInvocations:
+		return "lower REDIS_INVOCATION_RETENTION (0 deletes the state with the acknowledgement) or raise maxmemory"
+	case partOther:
+		return "look for other keys under relay: (relay stats) or raise maxmemory"
+	}
+	return "other data on this Redis takes the memory: move it or raise maxmemory"
+}
