@@ -430,7 +430,11 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 	if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 		// Not a failure to fix: the attempt outlived its lease (a stalled
 		// or suspended worker) and another delivery owns the invocation
-		// now, or has finished it (docs/delivery.md).
+		// now, or has finished it (docs/delivery.md). The line still says
+		// how the handler really ended.
+		if o.Result != "" {
+			attrs = append(attrs, slog.String("handler_result", string(o.Result)))
+		}
 		log(slog.LevelWarn, "attempt's lease taken over by another delivery; its outcome is not recorded", attrs...)
 		return
 	}

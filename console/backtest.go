@@ -10,6 +10,7 @@ import (
 	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/matcher/yamlpattern"
+	"github.com/relaydev/relay/producer"
 )
 
 // A backtest reads the newest defaultWindow entries unless the form asks
@@ -87,7 +88,7 @@ func (s *Server) backtest(r *http.Request, v *playgroundView) {
 			bv.What = "the rules of app " + a.Name
 		}
 	}
-	res, err := backtest.Run(r.Context(), s.redis(r.Context()), v.Stream, apps, n, firstMatches, v.At)
+	res, err := backtest.Run(r.Context(), s.redis(r.Context()), v.Stream, apps, n, firstMatches, s.maxEventBytes(), v.At)
 	if err != nil {
 		v.Error = clean(err.Error())
 		return
@@ -121,4 +122,12 @@ func patternErrors(err error) []string {
 		return out
 	}
 	return []string{clean(err.Error())}
+}
+
+// maxEventBytes is the workers' event size limit the backtest applies.
+func (s *Server) maxEventBytes() int {
+	if s.cfg.MaxEventBytes == 0 {
+		return producer.DefaultMaxEventBytes
+	}
+	return s.cfg.MaxEventBytes
 }

@@ -114,6 +114,10 @@ type Config struct {
 	// every entry, an InvocationRetention of 0 deletes the state with the
 	// acknowledgement.
 	StreamRetention, InvocationRetention time.Duration
+	// MaxEventBytes is the workers' MAX_EVENT_BYTES: the playground's
+	// backtest counts a larger event as malformed, as they dead-letter it
+	// undecoded. 0 means their default (1 MiB), < 0 no limit.
+	MaxEventBytes int
 	// SampleInterval and SampleWindow set the rate sampling
 	// (DefaultSampleInterval, DefaultSampleWindow when 0).
 	SampleInterval, SampleWindow time.Duration

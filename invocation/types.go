@@ -131,7 +131,7 @@ var (
 	// consumer group's PEL (acknowledged, or its reference cleared), or on
 	// a retained hash: the state is frozen, or gone with retention 0
 	// (docs/delivery.md#invocation-state).
-	ErrTerminal = errors.New("invocation: terminal state is retained")
+	ErrTerminal = errors.New("invocation: the message is no longer pending or its state is final")
 )
 
 // ClaimUnknownError is the error of a Claim whose reply was lost (a

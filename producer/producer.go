@@ -26,22 +26,40 @@ const (
 // JSON object Relay can decode; nothing was written.
 var ErrInvalidEvent = errors.New("producer: invalid event")
 
+// DefaultMaxEventBytes is the largest event a Producer writes unless told
+// otherwise: the workers' own default (MAX_EVENT_BYTES), above which they
+// dead-letter an event undecoded (docs/delivery.md#oversized-events).
+const DefaultMaxEventBytes = 1 << 20
+
 // Producer appends events to one stream.
 type Producer struct {
-	client rueidis.Client
-	stream string
+	client   rueidis.Client
+	stream   string
+	maxBytes int
 }
+
+// Option configures a Producer.
+type Option func(*Producer)
+
+// WithMaxEventBytes sets the largest event the Producer writes; set it to
+// the workers' MAX_EVENT_BYTES when that is not the default. n <= 0 means
+// no limit. Default: DefaultMaxEventBytes.
+func WithMaxEventBytes(n int) Option { return func(p *Producer) { p.maxBytes = n } }
 
 // New returns a Producer for stream on client. The stream is created by
 // the first XADD if it does not exist.
-func New(client rueidis.Client, stream string) (*Producer, error) {
+func New(client rueidis.Client, stream string, opts ...Option) (*Producer, error) {
 	if client == nil {
 		return nil, errors.New("producer: nil rueidis client")
 	}
 	if stream == "" {
 		return nil, errors.New("producer: empty stream name")
 	}
-	return &Producer{client: client, stream: stream}, nil
+	p := &Producer{client: client, stream: stream, maxBytes: DefaultMaxEventBytes}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // Stream returns the name of the stream p writes to.
@@ -78,7 +96,7 @@ func (p *Producer) PublishJSON(ctx context.Context, event []byte) (string, error
 // the entries written before the first failure are returned with it.
 func (p *Producer) PublishBatch(ctx context.Context, events [][]byte) ([]string, error) {
 	for i, ev := range events {
-		if err := Validate(ev); err != nil {
+		if err := ValidateWithin(ev, p.maxBytes); err != nil {
 			if len(events) == 1 {
 				return nil, err
 			}
@@ -105,12 +123,19 @@ func (p *Producer) PublishBatch(ctx context.Context, events [][]byte) ([]string,
 	return ids, nil
 }
 
-// Validate reports whether event is what a worker accepts in the "event"
-// field: a JSON object in valid UTF-8, nested at most
-// matcher.MaxEventDepth deep, with nothing after it
-// (docs/delivery.md#from-entry-to-acknowledgement). The error wraps
-// ErrInvalidEvent.
-func Validate(event []byte) error {
+// Validate reports whether event is what a worker with the default
+// MAX_EVENT_BYTES runs a handler for: at most DefaultMaxEventBytes, a JSON
+// object in valid UTF-8, nested at most matcher.MaxEventDepth deep, with
+// nothing after it (docs/delivery.md#from-entry-to-acknowledgement). The
+// error wraps ErrInvalidEvent.
+func Validate(event []byte) error { return ValidateWithin(event, DefaultMaxEventBytes) }
+
+// ValidateWithin is Validate for workers whose MAX_EVENT_BYTES is
+// maxBytes (<= 0: no limit).
+func ValidateWithin(event []byte, maxBytes int) error {
+	if maxBytes > 0 && len(event) > maxBytes {
+		return fmt.Errorf("%w: %d bytes, larger than the workers' limit of %d (MAX_EVENT_BYTES): they would dead-letter it undecoded", ErrInvalidEvent, len(event), maxBytes)
+	}
 	if _, err := matcher.DecodeEvent(event); err != nil {
 		detail := strings.TrimPrefix(err.Error(), matcher.ErrMalformed.Error()+": ")
 		return fmt.Errorf("%w: %s", ErrInvalidEvent, detail)

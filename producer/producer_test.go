@@ -82,6 +82,10 @@ func TestInvalidEventsWriteNothing(t *testing.T) {
 			t.Errorf("PublishJSON(%.20q) = %v, want ErrInvalidEvent saying %q", tc.event, err, tc.want)
 		}
 	}
+	big := []byte(`{"pad":"` + strings.Repeat("x", producer.DefaultMaxEventBytes) + `"}`)
+	if _, err := p.PublishJSON(ctx, big); !errors.Is(err, producer.ErrInvalidEvent) || !strings.Contains(err.Error(), "MAX_EVENT_BYTES") {
+		t.Errorf("PublishJSON of %d bytes = %v, want ErrInvalidEvent naming MAX_EVENT_BYTES", len(big), err)
+	}
 	if _, err := p.Publish(ctx, []int{1}); !errors.Is(err, producer.ErrInvalidEvent) {
 		t.Errorf("Publish([]int) = %v, want ErrInvalidEvent", err)
 	}
@@ -167,6 +171,26 @@ func TestPublishNeverTrims(t *testing.T) {
 	added, _ := entriesAdded.AsInt64()
 	if n != 3 || added != 3 {
 		t.Errorf("length %d, entries-added %d, want 3 and 3", n, added)
+	}
+}
+
+func TestMaxEventBytes(t *testing.T) {
+	_, c, s := newProducer(t)
+	ctx := context.Background()
+	small, err := producer.New(c, s, producer.WithMaxEventBytes(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := small.PublishJSON(ctx, []byte(`{"a":"0123456789abcdef"}`)); !errors.Is(err, producer.ErrInvalidEvent) {
+		t.Errorf("a 24-byte event under a 16-byte limit: %v", err)
+	}
+	unlimited, _ := producer.New(c, s, producer.WithMaxEventBytes(0))
+	big := []byte(`{"pad":"` + strings.Repeat("x", producer.DefaultMaxEventBytes) + `"}`)
+	if _, err := unlimited.PublishJSON(ctx, big); err != nil {
+		t.Errorf("no limit: %v", err)
+	}
+	if es := entries(t, c, s); len(es) != 1 {
+		t.Errorf("%d entries, want only the unlimited producer's", len(es))
 	}
 }
 

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -109,6 +111,7 @@ func TestCLIPublishBadInputWritesNothing(t *testing.T) {
 		{args: []string{"publish", "--rate=-1", `{}`}, code: exitUsage, want: "--rate must be >= 0"},
 		{args: []string{"publish", "--trace", "00-nope", `{}`}, code: exitUsage, want: "is not a W3C traceparent"},
 		{args: []string{"publish", "--file", bad, `{}`}, code: exitUsage, want: "not both"},
+		{args: []string{"publish", "--max-event-bytes", "1KiB", `{"pad":"` + strings.Repeat("x", 1100) + `"}`}, code: exitFailure, want: "larger than the workers' limit of 1024 (MAX_EVENT_BYTES)"},
 	} {
 		res := relayCLI(t, tc.stdin, tc.args...)
 		if res.code != tc.code || !strings.Contains(res.stderr, tc.want) {
@@ -143,5 +146,24 @@ func TestCLIPublishNeedsTheStream(t *testing.T) {
 	r := relayCLI(t, "", "publish", `{}`)
 	if r.code != exitUsage || !strings.Contains(r.stderr, "REDIS_URI") || !strings.Contains(r.stderr, "REDIS_STREAM") {
 		t.Errorf("exit %d, stderr %q; want a usage error naming REDIS_URI and REDIS_STREAM", r.code, r.stderr)
+	}
+}
+
+// TestCLIPublishSaysWhereItStopped: Redis gone midway, relay publish
+// prints the ids it wrote and says how many and which event is next.
+func TestCLIPublishSaysWhereItStopped(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	t.Setenv("REDIS_URI", srv.Addr)
+	t.Setenv("REDIS_STREAM", "events")
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		srv.Kill()
+	}()
+	r := relayCLI(t, "", "publish", "--count", "200", "--rate", "40", `{"n":1}`)
+	printed := len(strings.Fields(r.stdout))
+	want := fmt.Sprintf("published %d of 200 (the ids above), the next is event 1 of pass %d", printed, printed+1)
+	if r.code != exitFailure || printed == 0 || printed == 200 || !strings.Contains(r.stderr, want) {
+		t.Errorf("exit %d, %d ids, stderr %q; want exit 1 saying %q", r.code, printed, r.stderr, want)
 	}
 }

@@ -29,7 +29,9 @@ type ConsoleCmd struct {
 	Secure   bool     `name:"secure-cookies" help:"Mark the console's cookies Secure: browsers reach it over HTTPS through a TLS-terminating proxy. (A request through a --host proxy saying X-Forwarded-Proto: https gets them anyway.)"`
 	// The workers' retentions, for the overview's memory projection.
 	RetentionFlags `embed:""`
-	RunnerFlags    `embed:""`
+	// The workers' event size limit, for the playground's backtest.
+	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"The workers' MAX_EVENT_BYTES: the playground's backtest counts a larger event as malformed."`
+	RunnerFlags   `embed:""`
 }
 
 // Help shows examples under relay console --help.
@@ -59,7 +61,8 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	log := g.logger()
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
 		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention,
-		StreamRetention: c.StreamRetention, InvocationRetention: c.InvocationRetention, Logger: log}
+		StreamRetention: c.StreamRetention, InvocationRetention: c.InvocationRetention,
+		MaxEventBytes: int(c.MaxEventBytes), Logger: log}
 	closeRedis, err := c.connect(ctx, g, &cfg)
 	if err != nil {
 		return err

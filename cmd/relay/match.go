@@ -31,6 +31,8 @@ type MatchCmd struct {
 	Backtest *int   `placeholder:"N" xor:"input" help:"Instead of one event, match the newest N entries of REDIS_STREAM (1 to 10000) and print, per rule, how many matched and the first matches. Needs REDIS_URI and REDIS_STREAM, no group; only reads the stream."`
 	App      string `placeholder:"NAME" help:"With --backtest, only this app's rules."`
 	First    int    `placeholder:"K" default:"3" help:"With --backtest, how many of each rule's matches to list, newest first (0 to 100; --json lists them with their events)."`
+	// MaxEventBytes is the workers' limit: larger events count as malformed.
+	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"With --backtest, the workers' MAX_EVENT_BYTES: a larger event counts as malformed, as they dead-letter it undecoded."`
 }
 
 type matchTargetJSON struct {
@@ -314,7 +316,7 @@ func (c *MatchCmd) backtest(ctx context.Context, g *Globals) error {
 	if err := g.checkStream(ctx, rc); err != nil {
 		return err
 	}
-	res, err := backtest.Run(ctx, rc, g.RedisStream, apps, n, c.First, now)
+	res, err := backtest.Run(ctx, rc, g.RedisStream, apps, n, c.First, int(c.MaxEventBytes), now)
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
 	}

@@ -27,6 +27,8 @@ type PublishCmd struct {
 	Count int     `default:"1" help:"Publish the input this many times over."`
 	Rate  float64 `placeholder:"N" help:"At most N events per second (0: as fast as Redis takes them, 100 per round trip)."`
 	Trace string  `placeholder:"TRACEPARENT" env:"TRACEPARENT" help:"W3C traceparent to put on every entry, so the workers' spans continue that trace."`
+	// MaxEventBytes is the workers' limit; a larger event is refused.
+	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"The workers' MAX_EVENT_BYTES: a larger event is refused, since they would dead-letter it undecoded."`
 }
 
 // Help is shown by relay publish --help.
@@ -58,7 +60,7 @@ func (c *PublishCmd) Run(ctx context.Context, g *Globals) error {
 	if err := g.requireStream(false); err != nil {
 		return err
 	}
-	events, err := c.readEvents()
+	events, err := c.readEvents(int(c.MaxEventBytes))
 	if err != nil {
 		return err
 	}
@@ -67,7 +69,7 @@ func (c *PublishCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
-	p, err := producer.New(rc, g.RedisStream)
+	p, err := producer.New(rc, g.RedisStream, producer.WithMaxEventBytes(int(c.MaxEventBytes)))
 	if err != nil {
 		return err
 	}
@@ -88,10 +90,10 @@ func (c *PublishCmd) traceContext(ctx context.Context) (context.Context, error) 
 
 // readEvents returns the events of the input, each checked as a worker
 // decodes it.
-func (c *PublishCmd) readEvents() ([][]byte, error) {
+func (c *PublishCmd) readEvents(maxBytes int) ([][]byte, error) {
 	switch {
 	case c.Event != "":
-		return checked([][]byte{[]byte(c.Event)}, "the argument")
+		return checked([][]byte{[]byte(c.Event)}, "the argument", maxBytes)
 	case c.File == "":
 		if st, err := os.Stdin.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
 			return nil, usagef("no event: give it as an argument or --file FILE, or pipe it on stdin")
@@ -100,21 +102,21 @@ func (c *PublishCmd) readEvents() ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return checked([][]byte{bytes.TrimSpace(b)}, "stdin")
+		return checked([][]byte{bytes.TrimSpace(b)}, "stdin", maxBytes)
 	case c.File == "-":
-		return readLines(os.Stdin, "stdin")
+		return readLines(os.Stdin, "stdin", maxBytes)
 	}
 	f, err := os.Open(c.File)
 	if err != nil {
 		return nil, usagef("--file: %v", err)
 	}
 	defer f.Close()
-	return readLines(f, c.File)
+	return readLines(f, c.File, maxBytes)
 }
 
 // checked returns events when each is valid, else an error naming from.
-func checked(events [][]byte, from string) ([][]byte, error) {
-	if err := producer.Validate(events[0]); err != nil {
+func checked(events [][]byte, from string, maxBytes int) ([][]byte, error) {
+	if err := producer.ValidateWithin(events[0], maxBytes); err != nil {
 		return nil, fmt.Errorf("%s: %w; nothing published", from, err)
 	}
 	return events, nil
@@ -122,7 +124,7 @@ func checked(events [][]byte, from string) ([][]byte, error) {
 
 // readLines returns the non-blank lines of r, each a valid event; the
 // first invalid one is named by name:line and nothing is returned.
-func readLines(r io.Reader, name string) ([][]byte, error) {
+func readLines(r io.Reader, name string, maxBytes int) ([][]byte, error) {
 	sc := bufio.NewScanner(io.LimitReader(r, maxEventBytes+1))
 	sc.Buffer(make([]byte, 64<<10), maxEventBytes)
 	var events [][]byte
@@ -133,7 +135,7 @@ func readLines(r io.Reader, name string) ([][]byte, error) {
 		if len(ev) == 0 {
 			continue
 		}
-		if err := producer.Validate(ev); err != nil {
+		if err := producer.ValidateWithin(ev, maxBytes); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w; nothing published", name, line, err)
 		}
 		events = append(events, bytes.Clone(ev))
@@ -163,7 +165,7 @@ func (c *PublishCmd) publish(ctx context.Context, p *producer.Producer, events [
 	for range c.Count {
 		all = append(all, events...)
 	}
-	next := time.Now()
+	next, total, done := time.Now(), len(all), 0
 	for len(all) > 0 {
 		n := min(batch, len(all))
 		if every > 0 {
@@ -178,8 +180,11 @@ func (c *PublishCmd) publish(ctx context.Context, p *producer.Producer, events [
 				return werr
 			}
 		}
-		if err != nil {
-			return err
+		if done += len(ids); err != nil {
+			// Say where to resume: the events are in input order, Count
+			// passes over them.
+			return fmt.Errorf("%w; published %d of %d (the ids above), the next is event %d of pass %d",
+				err, done, total, done%len(events)+1, done/len(events)+1)
 		}
 		all = all[n:]
 	}

@@ -45,7 +45,8 @@ type Result struct {
 	Oldest   string `json:"oldest,omitempty"`
 	// Matched counts events that matched at least one rule, Unmatched the
 	// others, Malformed the entries a worker would dead-letter as
-	// malformed (no "event" field, or not a JSON object).
+	// malformed (no "event" field, not a JSON object, or larger than its
+	// MAX_EVENT_BYTES).
 	Matched   int `json:"matched"`
 	Unmatched int `json:"unmatched"`
 	Malformed int `json:"malformed"`
@@ -55,9 +56,11 @@ type Result struct {
 
 // Run matches the newest n entries of stream (1 ≤ n ≤ MaxWindow) against
 // every rule of apps, with now() cutoffs relative to now, and keeps the
-// first k matches of each rule. A rule whose pattern did not load matches
-// nothing.
-func Run(ctx context.Context, client rueidis.Client, stream string, apps *app.Set, n, k int, now time.Time) (Result, error) {
+// first k matches of each rule. An event larger than maxEventBytes (the
+// workers' MAX_EVENT_BYTES; <= 0: no limit) counts as malformed, as the
+// workers dead-letter it undecoded. A rule whose pattern did not load
+// matches nothing.
+func Run(ctx context.Context, client rueidis.Client, stream string, apps *app.Set, n, k, maxEventBytes int, now time.Time) (Result, error) {
 	if n < 1 || n > MaxWindow {
 		return Result{}, fmt.Errorf("backtest: window of %d entries: must be 1 to %d", n, MaxWindow)
 	}
@@ -81,7 +84,7 @@ func Run(ctx context.Context, client rueidis.Client, stream string, apps *app.Se
 	}
 	for _, e := range entries {
 		event, ok := e.FieldValues["event"]
-		if !ok {
+		if !ok || maxEventBytes > 0 && len(event) > maxEventBytes {
 			res.Malformed++
 			continue
 		}

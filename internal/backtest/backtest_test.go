@@ -61,7 +61,7 @@ func TestBacktestCountsAStreamOfKnownContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := backtest.Run(ctx, c, stream, apps, 100, 3, time.Now())
+	res, err := backtest.Run(ctx, c, stream, apps, 100, 3, 0, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +85,17 @@ func TestBacktestCountsAStreamOfKnownContent(t *testing.T) {
 		t.Errorf("orders.big's first match %s, want the newest order (amount 29)", big.First[0].Event)
 	}
 	// A window of the newest 12 holds 7 malformed entries and 5 signups.
-	res, err = backtest.Run(ctx, c, stream, apps, 12, 3, time.Now())
+	res, err = backtest.Run(ctx, c, stream, apps, 12, 3, 0, time.Now())
 	if err != nil || res.Examined != 12 || res.Malformed != 7 || res.Rules[3].Matches != 5 || res.Rules[0].Matches != 0 {
 		t.Errorf("window of 12: %+v, %v", res, err)
 	}
-	if _, err := backtest.Run(ctx, c, stream, apps, backtest.MaxWindow+1, 3, time.Now()); err == nil {
+	// Under a 35-byte limit the orders with two-digit amounts (36 bytes)
+	// are dead-lettered undecoded by the workers: malformed here too.
+	res, err = backtest.Run(ctx, c, stream, apps, 100, 3, 35, time.Now())
+	if err != nil || res.Malformed != 7+20 || res.Rules[0].Matches != 10 {
+		t.Errorf("under a 35-byte limit: malformed %d, orders.record %d (%v); want 27 and 10", res.Malformed, res.Rules[0].Matches, err)
+	}
+	if _, err := backtest.Run(ctx, c, stream, apps, backtest.MaxWindow+1, 3, 0, time.Now()); err == nil {
 		t.Error("a window over MaxWindow was accepted")
 	}
 }

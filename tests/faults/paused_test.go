@@ -106,7 +106,7 @@ func TestPausedWorkerOwnExit(t *testing.T) {
 			line := logLine(t, s, id, "lease taken over")
 			want := regexp.MustCompile(fmt.Sprintf(`attempt=1 .*exit_code=%d error="handler exited with code %d`, code, code))
 			if code == 0 {
-				want = regexp.MustCompile(`attempt=1 duration=\S+ op=finish error=`)
+				want = regexp.MustCompile(`attempt=1 duration=\S+ op=finish error=.* handler_result=success`)
 			}
 			if strings.Contains(line, "timed out") || !want.MatchString(line) {
 				t.Errorf("worker a's attempt exited %d by itself while a was stopped; its refused outcome is logged as:\n%s\nwant it to match %s", code, line, want)
