@@ -24,15 +24,17 @@ test:
 # killed and apps edited, invocation state kept 10 s and deleted at the ack)
 # for 10 minutes each; make test runs 10,000, 300 and 1 minute each;
 # containerd is stalled (SIGSTOP) for 60 seconds under workers, 5 in make
-# test. Like make test it starts containerd under STATE_DIR and stops
-# only what it started. Each soak logs its ledger table; the retention soak
+# test; network faults between workers and Redis (black holes of 5-90 s)
+# run for 10 minutes, 40 seconds in make test. Like make test it starts
+# containerd under STATE_DIR and stops only what it started. Each soak logs its ledger table; the retention soak
 # also its curve (bench/RESULTS.md).
 soak:
 	@bash -c 'set -euo pipefail; source scripts/services.sh; use_go; trap services_stop EXIT; \
 		services_start containerd; export RELAY_TEST_REQUIRE=1; \
 		export RELAY_SOAK_EVENTS=$${RELAY_SOAK_EVENTS:-100000} RELAY_SOAK_CONTAINERD_EVENTS=$${RELAY_SOAK_CONTAINERD_EVENTS:-3000} \
 		RELAY_SOAK_RETENTION_DURATION=$${RELAY_SOAK_RETENTION_DURATION:-10m} \
-		RELAY_SOAK_CONTAINERD_STALL=$${RELAY_SOAK_CONTAINERD_STALL:-60s}; \
+		RELAY_SOAK_CONTAINERD_STALL=$${RELAY_SOAK_CONTAINERD_STALL:-60s} \
+		RELAY_SOAK_NETWORK_DURATION=$${RELAY_SOAK_NETWORK_DURATION:-10m}; \
 		go test -race -count=1 -v -timeout 90m -run "Soak" ./tests/faults/'
 
 # The Redis Cluster and Sentinel suites alone: topologies started by

@@ -81,6 +81,9 @@ type Engine struct {
 	// loopFailures keeps the read and reclaim loops' failure lines to one
 	// per repeatWindow while they repeat (Redis gone).
 	loopFailures *repeats
+	// unsettled holds the claims to give back whose outcome was not
+	// learnt (unsettled.go).
+	unsettled *unsettledClaims
 
 	// msgSlots bounds the messages this Engine holds.
 	msgSlots chan struct{}
@@ -165,6 +168,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		waiting:      map[string]struct{}{},
 		held:         newHeldSet(),
 		loopFailures: newRepeats(),
+		unsettled:    newUnsettledClaims(),
 	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
@@ -247,6 +251,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	if _, ok := e.c.Source.(PendingReporter); !ok {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the stream source does not report its PEL; relay_pending_entries stays 0")
 	}
+	if _, ok := e.c.State.(ClaimVoider); !ok {
+		e.log.LogAttrs(ctx, slog.LevelInfo, "the state store cannot give back claims whose reply was lost; their leases will be charged as failed attempts when they expire")
+	}
 	if inc := e.gen.Load().incomplete; len(inc) > 0 {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
@@ -267,6 +274,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.heartbeatLoop(ctx) })
 	loops.Go(func() { e.pendingLoop(ctx) })
 	loops.Go(func() { e.statsLoop(ctx) })
+	loops.Go(func() { e.voidLoop(ctx) })
 	<-ctx.Done()
 	loops.Wait()
 	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as r.msgs
@@ -282,6 +290,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		abandon()
 		<-done
 	}
+	e.flushUnsettled()
 	e.flushStats(ctx)
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
 	return nil

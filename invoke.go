@@ -89,7 +89,7 @@ func (e *Engine) start(ctx context.Context, d *delivery, a *app.App, c call, o *
 		return leaseOf(cl), taken, true
 	}
 	if err := e.release(ctx, leaseOf(cl)); err != nil {
-		// The claim stays; its lease expires and counts as an attempt.
+		// The claim stays until it is given back (unsettled.go).
 		o.Waited = true
 		o.failed(OpRelease, err)
 		return invocation.Lease{}, slots{}, false
@@ -140,7 +140,7 @@ func (e *Engine) claimInTime(ctx context.Context, d *delivery, c call, o *Outcom
 	o.Kind, o.Attempt, o.Err = NotRun, cl.Lease.Attempt, fmt.Errorf("%w: the claim took %v, half the lease grace (%v) or more",
 		errLateClaim, took.Round(time.Millisecond), e.cfg.LeaseGrace)
 	if err := e.release(ctx, leaseOf(cl)); err != nil {
-		// The lease then expires and counts as a failed attempt.
+		// Given back later, once the store answers (unsettled.go).
 		o.WriteErr = &WriteError{Op: OpRelease, Err: err}
 	}
 	return cl, false
@@ -173,6 +173,9 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 	cl, err := e.c.State.Claim(e.writeCtx(ctx), d.key, field, lease, maxAttempts, rec)
 	if err != nil {
 		e.claimFails.Add(1)
+		if lost, ok := errors.AsType[*invocation.ClaimUnknownError](err); ok && e.unsettle(lost.Lease) {
+			err = fmt.Errorf("%w (the claim is given back once the store answers)", err)
+		}
 		o.failed(OpClaim, err)
 		return cl, err
 	}

@@ -11,7 +11,7 @@ import (
 type metrics struct {
 	received, matched, unmatched, malformed prometheus.Counter
 	missingPayload, concurrencyWaits        prometheus.Counter
-	oversized                               prometheus.Counter
+	oversized, claimsVoided                 prometheus.Counter
 	invocations                             *prometheus.CounterVec
 	duration                                *prometheus.HistogramVec
 	retries, dlqEntries                     *prometheus.CounterVec
@@ -30,6 +30,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		missingPayload:   counter("missing_payload_total", "Reclaimed PEL entries whose stream body no longer exists (data loss)."),
 		concurrencyWaits: counter("concurrency_waits_total", "Invocations that had to wait for a concurrency slot."),
 		oversized:        counter("events_oversized_total", "Events larger than MAX_EVENT_BYTES, dead-lettered without decoding."),
+		claimsVoided:     counter("claims_given_back_total", "Claims whose reply was lost, or whose release failed, given back uncharged once Redis answered."),
 		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "invocations_total",
 			Help: "Handler attempts by outcome (success, failure, timeout, oom, unavailable, error, lost)."}, []string{"app", "handler", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "relay", Name: "invocation_duration_seconds",
@@ -50,7 +51,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.received, m.matched, m.unmatched, m.malformed, m.missingPayload,
-		m.concurrencyWaits, m.oversized, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
+		m.concurrencyWaits, m.oversized, m.claimsVoided, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)

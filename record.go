@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -104,7 +105,7 @@ func (e *Engine) record(ctx context.Context, d *delivery, a *attempt) Outcome {
 			o.Kind = Stopping
 		}
 		if err := e.release(ctx, l); err != nil {
-			// The lease then expires and counts as a failed attempt.
+			// Given back later, once the store answers (unsettled.go).
 			o.WriteErr = &WriteError{Op: OpRelease, Err: err}
 		}
 	}
@@ -125,7 +126,14 @@ func (e *Engine) finishWith(ctx context.Context, d *delivery, a *attempt, write 
 	return o
 }
 
-// release gives attempt l back uncharged.
+// release gives attempt l back uncharged. When that fails for another
+// reason than a contract error, l is given back later, once the store
+// answers (unsettled.go), rather than left to expire into a charged
+// attempt; the error then says so.
 func (e *Engine) release(ctx context.Context, l invocation.Lease) error {
-	return e.persist(ctx, func(octx context.Context) error { return e.c.State.Release(octx, l) })
+	err := e.persist(ctx, func(octx context.Context) error { return e.c.State.Release(octx, l) })
+	if err != nil && !errors.Is(err, invocation.ErrStale) && !errors.Is(err, invocation.ErrTerminal) && e.unsettle(l) {
+		err = fmt.Errorf("%w (the attempt is given back once the store answers)", err)
+	}
+	return err
 }

@@ -196,6 +196,18 @@ type Preparer interface {
 	Prepare(ctx context.Context, app string, spec runtime.Spec) error
 }
 
+// ClaimVoider is an optional StateStore capability: it gives back a claim
+// whose outcome the Engine did not learn (docs/delivery.md#lost-replies),
+// a Claim whose error wraps *invocation.ClaimUnknownError or an attempt
+// whose Release failed, knowing only l's Key, Field and Token. Whether or
+// not the claim ran, and even when it runs after Void, it must not leave a
+// lease whose expiry charges an attempt: invocation.Store.Void says how.
+// Idempotent. Without it such a lease expires and is charged as a failed
+// attempt that never ran.
+type ClaimVoider interface {
+	Void(ctx context.Context, l invocation.Lease) error
+}
+
 // Pinger is an optional capability of any part that can check its backend
 // (relay health, worker.Worker.Ready).
 type Pinger interface {

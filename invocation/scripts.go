@@ -34,6 +34,7 @@ var (
 	settleScript        = script("settle.lua", rueidis.NewLuaScriptRetryable)
 	pinScript           = script("pin.lua", rueidis.NewLuaScriptRetryable)
 	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
+	voidScript          = script("void.lua", rueidis.NewLuaScriptRetryable)
 )
 
 // helpers are the blocks of prelude.lua by name, in file order: the
@@ -110,22 +111,23 @@ const (
 // Reply codes of claim.lua, each with the length of its reply in
 // claim.lua's flat array (claimReplyLen).
 const (
-	claimClaimed      = 1 // 1, attempt, deadline_ms, trace, lost
-	claimRunning      = 2 // 2, deadline_ms
-	claimNotDue       = 3 // 3, deadline_ms
-	claimSucceeded    = 4 // 4
-	claimExhausted    = 5 // 5, attempt, token, trace, lost
-	claimDeadLettered = 6 // 6, attempt, token, trace
-	claimTerminal     = 7 // 7
-	claimMalformed    = 8 // 8, value
-	claimFirst        = 9 // 9, deadline_ms: attempt 1 claimed, trace '' and lost 0
+	claimClaimed      = 1  // 1, attempt, deadline_ms, trace, lost
+	claimRunning      = 2  // 2, deadline_ms
+	claimNotDue       = 3  // 3, deadline_ms
+	claimSucceeded    = 4  // 4
+	claimExhausted    = 5  // 5, attempt, token, trace, lost
+	claimDeadLettered = 6  // 6, attempt, token, trace
+	claimTerminal     = 7  // 7
+	claimMalformed    = 8  // 8, value
+	claimFirst        = 9  // 9, deadline_ms: attempt 1 claimed, trace '' and lost 0
+	claimVoided       = 10 // 10: the claim was voided before it ran (void.lua)
 )
 
 // claimReplyLen returns how many elements, code included, the reply of
 // code takes in claim.lua's flat array, or 0 for an unknown code.
 func claimReplyLen(code int64) int {
 	switch code {
-	case claimSucceeded, claimTerminal:
+	case claimSucceeded, claimTerminal, claimVoided:
 		return 1
 	case claimRunning, claimNotDue, claimMalformed, claimFirst:
 		return 2

@@ -54,8 +54,9 @@ type Option func(*Store)
 
 // WithTokenSource replaces the generator of claim tokens, for tests that
 // assert stored values. f must be safe for concurrent use and return a
-// non-empty string without ':' that no earlier claim of the same field used.
-// A nil f is ignored. Default: 16 random bytes (crypto/rand), hex-encoded.
+// non-empty string without ':' that no earlier claim of the same message
+// used (a claim that finds its own token stored takes itself for voided:
+// Void). A nil f is ignored. Default: 16 random bytes (crypto/rand), hex-encoded.
 func WithTokenSource(f func() string) Option {
 	return func(s *Store) {
 		if f != nil {
@@ -130,6 +131,9 @@ func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Dur
 	}
 	r, err := s.claims.Do(ctx, s.claimGroup(key.Stream, hash), claimItem{hash: hash, stream: key.Stream, args: args})
 	if err != nil {
+		if replyLost(err) {
+			err = &ClaimUnknownError{Lease: Lease{Key: key, Field: field, Token: token}, Err: err}
+		}
 		return fail(err)
 	}
 	c, err := claimOf(r, Lease{Key: key, Field: field}, token)
@@ -193,6 +197,10 @@ func claimOf(r reply, base Lease, token string) (Claim, error) {
 		}
 	case claimTerminal:
 		c.Status = Terminal
+	case claimVoided:
+		// Only a claim whose caller gave it up for lost gets here, and
+		// that caller no longer reads the reply.
+		return Claim{}, errors.New("claim voided before it ran: its token was given back (Void)")
 	case claimMalformed:
 		v := r.str(1)
 		if r.err == nil {
@@ -205,6 +213,52 @@ func claimOf(r reply, base Lease, token string) (Claim, error) {
 		return Claim{}, r.err
 	}
 	return c, nil
+}
+
+// replyLost reports whether err, from a script call, leaves it unknown
+// whether the script ran: anything but a reply of the server's (an error
+// reply, such as OOM or NOSCRIPT, means it did not run, or ran to its end).
+func replyLost(err error) bool {
+	_, isRedis := rueidis.IsRedisErr(err)
+	return !isRedis
+}
+
+// Void gives back a claim whose reply was lost (void.lua): the caller
+// knows only l.Key, l.Field and l.Token (from the ClaimUnknownError), not
+// whether the claim ran, nor, so, its attempt (l.Attempt is ignored). When
+// the claim ran and the field is still running with its token, the attempt
+// is given back uncharged, as Release does; when it has not run (it may
+// still be on its way, held up in the network), the field is marked with
+// its token, due and with its count unchanged (next_attempt_at:<now>:0:<token>
+// when it had no state), so that the claim, if it arrives later, finds its
+// own token and records nothing. Anything else (another delivery's lease,
+// "ok", exhausted) is left alone and nil returned. Idempotent, so retry it
+// until it returns; ErrTerminal on a retained hash or once the message
+// left the group's PEL, when there is nothing to give back either
+// (docs/delivery.md#lost-replies).
+func (s *Store) Void(ctx context.Context, l Lease) error {
+	hash := hashOf(l.Key)
+	fail := func(err error) error { return fmt.Errorf("void claim %s of %s in %s: %w", l.Token, l.Field, hash, err) }
+	if err := checkField(l.Field); err != nil {
+		return fail(err)
+	}
+	if err := CheckToken(l.Token); err != nil {
+		return fail(err)
+	}
+	if err := s.checkKeys(l.Key); err != nil {
+		return fail(err)
+	}
+	r, err := decode(voidScript.Exec(ctx, s.client, []string{hash, l.Key.Stream}, []string{l.Field, l.Token, l.Key.Group, l.Key.MessageID}))
+	if err != nil {
+		return fail(err)
+	}
+	switch r.code {
+	case codeApplied, codeAlready:
+		return nil
+	case codeTerminal:
+		return fail(ErrTerminal)
+	}
+	return fail(r.unknown())
 }
 
 // Release gives a claimed attempt back without charging it, for a runtime

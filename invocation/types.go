@@ -2,6 +2,7 @@ package invocation
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -132,3 +133,20 @@ var (
 	// (docs/delivery.md#invocation-state).
 	ErrTerminal = errors.New("invocation: the message is no longer pending or its state is final")
 )
+
+// ClaimUnknownError is the error of a Claim whose reply was lost (a
+// timeout, a connection that broke or froze): its script may have run, or
+// may still run later, recording a lease nobody uses, whose expiry would
+// charge an attempt that never ran. Lease has the claim's Key, Field and
+// Token, but no Attempt: give it to Store.Void (relay.ClaimVoider) once the
+// store answers again (docs/delivery.md#lost-replies).
+type ClaimUnknownError struct {
+	Lease Lease
+	Err   error
+}
+
+func (e *ClaimUnknownError) Error() string {
+	return fmt.Sprintf("reply of claim %s lost: %v", e.Lease.Token, e.Err)
+}
+
+func (e *ClaimUnknownError) Unwrap() error { return e.Err }

@@ -31,6 +31,7 @@ var documentedMetricNames = []string{
 	"invocations_total", "invocation_duration_seconds", "retries_total", "dlq_entries_total",
 	"missing_payload_total", "pending_entries", "pending_oldest_age_seconds",
 	"in_flight_invocations", "concurrency_waits_total", "apps_unavailable", "held_messages",
+	"claims_given_back_total",
 	"schedule_occurrences_published_total", "schedule_occurrences_duplicate_total",
 }
 

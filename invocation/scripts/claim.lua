@@ -49,6 +49,10 @@
 --   7                                 terminal: __terminal is set, or the
 --                                     message is not in the group's PEL
 --   8, value                          the stored value is malformed
+--   10                                voided: the field holds this claim's
+--                                     token, which void.lua wrote when
+--                                     the worker gave the claim up for
+--                                     lost; nothing written
 -- trace is the lineage of the latest attempt that stored one in
 -- __trace:<field> (release, schedule_retry, exhaust), '' when none. lost is
 -- the attempt whose expired lease this claim charged (its worker died

@@ -34,6 +34,8 @@ type soak struct {
 	t      *testing.T
 	env    []string
 	logDir string
+	// workerEnv, when set, adds to the environment of worker name.
+	workerEnv func(name string) []string
 
 	// faultMu serialises faults: a kill, a restart or a deletion of
 	// pending entries happens while no other is under way.
@@ -117,6 +119,9 @@ func (s *soak) startAs(name, consumer string) {
 	defer f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
 	cmd.Env = append(append(os.Environ(), s.env...), envWorker+"="+consumer)
+	if s.workerEnv != nil {
+		cmd.Env = append(cmd.Env, s.workerEnv(name)...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

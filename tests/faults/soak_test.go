@@ -18,8 +18,11 @@
 // TestSoakRetention runs worker.Worker processes, as relay start does, with
 // retentions of seconds, live reload of an apps root edited under them,
 // and samples Redis to show that what retention bounds stays bounded.
+// TestSoakNetworkFaults puts a fault proxy between each worker and Redis
+// (latency, black holes, resets, a partition past a handler's lease).
 // RELAY_SOAK_EVENTS and RELAY_SOAK_CONTAINERD_EVENTS scale them, and
-// RELAY_SOAK_RETENTION_DURATION sets the retention soak's length (make soak).
+// RELAY_SOAK_RETENTION_DURATION and RELAY_SOAK_NETWORK_DURATION set the
+// retention and network soaks' lengths (make soak).
 //
 // Bugs the soaks found in engine or runner code have a minimal
 // reproduction in repro_test.go, skipped naming the bug. Until they are
@@ -40,6 +43,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/app"
 
@@ -124,25 +129,32 @@ func faultCount(events, least, per int) int { return max(least, events/per) }
 // over events goes.
 func spreadAt(i, events, n int) bool { return i > 0 && i%max(1, events/(n+1)) == 0 }
 
-// runSoak runs three worker processes, plus a fourth that shares the first
-// one's consumer name, against addr; publishes events while fault runs
-// again and again and a few pending entries are deleted; then checks the
-// ledger.
-func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []string)) {
+// newSoakStream connects to addr and returns the client, a new stream with
+// the soak's group, an apps root holding the soak app of template
+// tmpl, and the publisher's source.
+func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *stream.Source) {
 	rc := redistest.Connect(t, addr)
 	streamName := redistest.Name(t, "soak")
 	appsRoot := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(appsRoot, soakAppName), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(soakApp), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	src := stream.New(rc, streamName, soakGroup, "publisher")
-	if err := src.EnsureGroup(ctx); err != nil {
+	if err := src.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return rc, streamName, appsRoot, src
+}
+
+// runSoak runs three worker processes, plus a fourth that shares the first
+// one's consumer name, against addr; publishes events while fault runs
+// again and again and a few pending entries are deleted; then checks the
+// ledger.
+func runSoak(t *testing.T, addr string, events int, fault func(s *soak, names []string)) {
+	rc, streamName, appsRoot, src := newSoakStream(t, addr, soakApp)
 	s := newSoak(t, envRedis+"="+addr, envStream+"="+streamName, envApps+"="+appsRoot, envRunner+"=func")
 	names := []string{"w1", "w2", "w3"}
 	for _, n := range names {

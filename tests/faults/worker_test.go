@@ -46,6 +46,10 @@ const (
 	// and live reload of the apps root (TestSoakRetention): a
 	// retentionSettings in its String form.
 	envRetention = "FAULTS_RETENTION"
+	// envEngineRedis makes the worker a worker.Worker whose parts reach
+	// Redis at this host:port, a fault proxy, while the ledger keeps
+	// envRedis (TestSoakNetworkFaults).
+	envEngineRedis = "FAULTS_ENGINE_REDIS"
 )
 
 // soakGroup is the consumer group of every soak; soakAppName its only app.
@@ -120,6 +124,10 @@ func TestWorkerProcess(t *testing.T) {
 	default:
 		runner = funcWorkerRunner(rec)
 		cfg = funcWorkerConfig()
+	}
+	if a := os.Getenv(envEngineRedis); a != "" {
+		networkWorker(ctx, t, redistest.Connect(t, a), rec, runner, log, consumer)
+		return
 	}
 	reg := prometheus.NewRegistry()
 	if v := os.Getenv(envRetention); v != "" {
@@ -253,6 +261,7 @@ func funcWorkerRunner(rec *recorder) relay.Runner {
 			}
 			return nil
 		},
+		soakAppName + "/slow.run": slowRun(rec, start),
 		soakAppName + "/bad.run": func(ctx context.Context, req runtime.Request) error {
 			if err := start(ctx, req); err != nil {
 				return err
