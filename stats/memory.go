@@ -50,12 +50,14 @@ type Part struct {
 // sample.
 const RetainedHashBytes = 240
 
-// Per-key memory that MEMORY USAGE leaves out: the key's entry in the
-// keyspace dictionary and, for a key with a TTL, in the expires dictionary
-// (an entry and a bucket pointer each on 64-bit Redis 7).
+// Per-key memory that MEMORY USAGE leaves out: the key's share of the
+// keyspace dictionary and, for a key with a TTL, of the expires dictionary
+// (an entry and, on average, one and a half bucket pointers of a table that
+// grows by doubling, on 64-bit Redis 7; calibrated against used_memory's
+// growth per retained hash, TestMeasuredHashBytesMatchUsedMemory).
 const (
-	keyEntryBytes    = 32
-	expiryEntryBytes = 32
+	keyEntryBytes    = 40
+	expiryEntryBytes = 40
 )
 
 // Memory is the Redis memory of one stream and consumer group by part, the
@@ -166,7 +168,7 @@ func MeasureMemory(ctx context.Context, client rueidis.Client, stream, group str
 		if m.DLQ, m.DLQRate, err = measureStream(ctx, c, keys.DLQ(stream), now, dlqWindow); err != nil {
 			return err
 		}
-		return measureKeys(ctx, c, stream, group, b, &m)
+		return measureKeys(ctx, c, stream, group, client.Mode() == rueidis.ClientModeCluster, b, &m)
 	})
 	if err != nil {
 		return Memory{}, fmt.Errorf("measure memory of %s: %w", stream, err)
@@ -367,9 +369,13 @@ func idTime(id string) (time.Time, bool) {
 }
 
 // measureKeys counts and samples the "relay:" keys other than the DLQ
-// stream: the invocation hashes of stream and group, and the rest.
-func measureKeys(ctx context.Context, c rueidis.CoreClient, stream, group string, b Budget, m *Memory) error {
+// stream: the invocation hashes of stream and group, and the rest. Under
+// Redis Cluster only the keys of the stream's hash slot count: the node
+// holds other streams' keys too, and a connection pinned to the stream's
+// slot may not touch them.
+func measureKeys(ctx context.Context, c rueidis.CoreClient, stream, group string, cluster bool, b Budget, m *Memory) error {
 	dlq := keys.DLQ(stream)
+	slot := keys.Slot(stream)
 	var inv, other []string
 	var nInv, nOther int64
 	cursor, calls := uint64(0), 0
@@ -379,6 +385,9 @@ func measureKeys(ctx context.Context, c rueidis.CoreClient, stream, group string
 			return fmt.Errorf("SCAN: %w", err)
 		}
 		for _, k := range e.Elements {
+			if cluster && keys.Slot(k) != slot {
+				continue
+			}
 			switch _, ok := keys.InvocationMessageID(stream, group, k); {
 			case ok:
 				nInv++

@@ -82,7 +82,7 @@ func TestMeasureMemoryParts(t *testing.T) {
 	if m.DLQ.Items != 3 || m.DLQ.Bytes != f.usage(t, keys.DLQ(f.stream)) {
 		t.Errorf("DLQ part %+v, want 3 entries", m.DLQ)
 	}
-	hash := f.usage(t, keys.Invocation(f.stream, f.group, "1000-0")) + 32 // + its keyspace entry
+	hash := f.usage(t, keys.Invocation(f.stream, f.group, "1000-0")) + 40 // + its keyspace entry
 	if m.Invocations.Items != 40 || m.Invocations.PerItem != float64(hash) || m.Invocations.Bytes != 40*hash {
 		t.Errorf("invocation part %+v, want 40 hashes of %d bytes", m.Invocations, hash)
 	}
@@ -202,7 +202,8 @@ func TestMeasuredHashBytesMatchUsedMemory(t *testing.T) {
 		return m.Used
 	}
 	before := used()
-	const n = 5000
+	// Enough hashes that the dictionaries' growth by doubling averages out.
+	const n = 20000
 	cmds := make(rueidis.Commands, 0, 2*n)
 	for i := range n {
 		k := keys.Invocation(f.stream, f.group, fmt.Sprintf("%d-0", f.now.UnixMilli()+int64(i)))
