@@ -204,6 +204,20 @@ func (g *Globals) loadApps(opts ...template.Option) (*app.Set, error) {
 
 // checkStream fails when the source stream does not exist: a mistyped
 // REDIS_STREAM would otherwise read as an empty DLQ, "all clear".
+// streamClient connects to Redis and checks that REDIS_STREAM exists
+// (checkStream); the caller closes the client.
+func (g *Globals) streamClient(ctx context.Context) (rueidis.Client, error) {
+	rc, err := g.redisClient()
+	if err != nil {
+		return nil, err
+	}
+	if err := g.checkStream(ctx, rc); err != nil {
+		rc.Close()
+		return nil, err
+	}
+	return rc, nil
+}
+
 func (g *Globals) checkStream(ctx context.Context, rc rueidis.Client) error {
 	n, err := rc.Do(ctx, rc.B().Exists().Key(g.RedisStream).Build()).AsInt64()
 	if err != nil {

@@ -112,12 +112,8 @@ func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
 	if err := g.requireStream(false); err != nil {
 		return nil, nil, err
 	}
-	rc, err := g.redisClient()
+	rc, err := g.streamClient(ctx)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := g.checkStream(ctx, rc); err != nil {
-		rc.Close()
 		return nil, nil, err
 	}
 	return dlq.NewStore(rc, g.RedisStream), rc.Close, nil

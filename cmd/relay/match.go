@@ -308,14 +308,11 @@ func (c *MatchCmd) backtest(ctx context.Context, g *Globals) error {
 		}
 	}
 	available := warnUnavailable(g.stderr, apps)
-	rc, err := g.redisClient()
+	rc, err := g.streamClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := g.checkStream(ctx, rc); err != nil {
-		return err
-	}
 	res, err := backtest.Run(ctx, rc, g.RedisStream, apps, n, c.First, int(c.MaxEventBytes), now)
 	if err != nil {
 		return fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)

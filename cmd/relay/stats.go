@@ -62,14 +62,11 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.RetentionFlags.check(); err != nil {
 		return err
 	}
-	rc, err := g.redisClient()
+	rc, err := g.streamClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := g.checkStream(ctx, rc); err != nil {
-		return err
-	}
 	s, err := stats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
