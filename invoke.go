@@ -269,7 +269,7 @@ func (e *Engine) run(d *delivery, a *app.App, c call, l invocation.Lease, span t
 }
 
 // ResultOf is the Result of a Runner's error: how the attempt ended.
-func ResultOf(err error) Result {
+func ResultOf(err error) AttemptResult {
 	exit, isExit := errors.AsType[*runtime.ExitError](err)
 	switch {
 	case err == nil:

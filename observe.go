@@ -139,7 +139,7 @@ func (o Outcome) retries() int {
 }
 
 // ran reports whether a handler ran to a result of its own.
-func ran(r Result) bool {
+func ran(r AttemptResult) bool {
 	return r == ResultSuccess || r == ResultFailure || r == ResultTimeout || r == ResultOOM
 }
 

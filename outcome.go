@@ -7,32 +7,32 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Result says how one handler attempt ended, or why it could not start. It
-// is the outcome label of relay_invocations_total and the result attribute
-// of a function.invoke span (docs/observability.md#metrics). ResultOf
-// derives it from a Runner's error; a runtime.Result is only the run's
-// duration.
-type Result string
+// AttemptResult says how one handler attempt ended, or why it could not
+// start. It is the outcome label of relay_invocations_total and the result
+// attribute of a function.invoke span (docs/observability.md#metrics).
+// ResultOf derives it from a Runner's error; a runtime.Result is only the
+// run's duration, and a manual.Result one run by hand.
+type AttemptResult string
 
 // The results, a closed set.
 const (
 	// ResultSuccess: the handler exited 0.
-	ResultSuccess Result = "success"
+	ResultSuccess AttemptResult = "success"
 	// ResultFailure: the handler exited non-zero (or returned an error).
-	ResultFailure Result = "failure"
+	ResultFailure AttemptResult = "failure"
 	// ResultTimeout: the handler was killed at its rule's timeout.
-	ResultTimeout Result = "timeout"
+	ResultTimeout AttemptResult = "timeout"
 	// ResultOOM: the handler was killed at its memory limit.
-	ResultOOM Result = "oom"
+	ResultOOM AttemptResult = "oom"
 	// ResultUnavailable: the runtime could not run the app now (image
 	// missing, containerd down); no attempt was charged.
-	ResultUnavailable Result = "unavailable"
+	ResultUnavailable AttemptResult = "unavailable"
 	// ResultError: the run failed for another reason outside the handler,
 	// or its outcome was lost; see the log line.
-	ResultError Result = "error"
+	ResultError AttemptResult = "error"
 	// ResultLost: an earlier attempt whose worker stopped or stalled
 	// mid-run; a later claim found its lease expired and charged it.
-	ResultLost Result = "lost"
+	ResultLost AttemptResult = "lost"
 )
 
 // OutcomeKind is what a delivery did with one invocation
@@ -109,7 +109,7 @@ type Outcome struct {
 	Attempt, MaxAttempts int
 	// Result says how the attempt ended when this delivery ran a handler
 	// or failed to start one; empty otherwise.
-	Result Result
+	Result AttemptResult
 	// Duration is how long the handler ran (with its runtime's setup).
 	Duration time.Duration
 	// Err is why the attempt failed or did not run: the runner's error,

@@ -16,12 +16,6 @@ import (
 // did with an invocation is a relay.Outcome; Outcomes records those.)
 type Reply func(ctx context.Context, req runtime.Request) error
 
-// Outcome is the former name of Reply.
-//
-// Deprecated: use Reply; relay.Outcome is what an Engine did with an
-// invocation.
-type Outcome = Reply
-
 // Succeed is the Reply of a handler that exits 0.
 func Succeed() Reply {
 	return func(context.Context, runtime.Request) error { return nil }

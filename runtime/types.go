@@ -82,7 +82,7 @@ type Request struct {
 
 // Result is what Runner.Run returns besides its error: how long the run
 // took (a runner may leave it zero when Run fails). How an attempt ended, as the Engine counts and
-// logs it, is a relay.Result (success, failure, timeout, ...), decided
+// logs it, is a relay.AttemptResult (success, failure, timeout, ...), decided
 // from Run's error (relay.ResultOf).
 type Result struct {
 	Duration time.Duration
