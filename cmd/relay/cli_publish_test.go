@@ -67,6 +67,7 @@ func TestCLIPublishInputForms(t *testing.T) {
 		{stdin: "{\n  \"type\": \"pretty\"\n}\n", args: []string{"publish"}, want: []string{"{\n  \"type\": \"pretty\"\n}"}},
 		{args: []string{"publish", "--file", ndjson}, want: []string{`{"n":1}`, `{"n":2}`, `{"n":3}`}},
 		{stdin: "{\"l\":1}\n{\"l\":2}\n", args: []string{"publish", "-f", "-"}, want: []string{`{"l":1}`, `{"l":2}`}},
+		{stdin: "\xef\xbb\xbf{\"bom\":1}\n", args: []string{"publish", "-f", "-"}, want: []string{`{"bom":1}`}},
 		{args: []string{"publish", "--count", "3", "--rate", "1000", `{"c":1}`}, want: []string{`{"c":1}`, `{"c":1}`, `{"c":1}`}},
 	}
 	var want []string
@@ -107,6 +108,7 @@ func TestCLIPublishBadInputWritesNothing(t *testing.T) {
 		{stdin: "{\"a\":1}\nnope\n", args: []string{"publish", "-f", "-"}, code: exitFailure, want: "stdin:2: "},
 		{stdin: "\"text\"", args: []string{"publish"}, code: exitFailure, want: "stdin: producer: invalid event: want a JSON object, got a string"},
 		{args: []string{"publish", "--file", f.file("\n\n")}, code: exitUsage, want: "holds no event"},
+		{stdin: " \n", args: []string{"publish"}, code: exitUsage, want: "stdin holds no event"},
 		{args: []string{"publish", "--count", "0", `{}`}, code: exitUsage, want: "--count must be at least 1"},
 		{args: []string{"publish", "--rate=-1", `{}`}, code: exitUsage, want: "--rate must be >= 0"},
 		{args: []string{"publish", "--trace", "00-nope", `{}`}, code: exitUsage, want: "is not a W3C traceparent"},

@@ -102,7 +102,11 @@ func (c *PublishCmd) readEvents(maxBytes int) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		return checked([][]byte{bytes.TrimSpace(b)}, "stdin", maxBytes)
+		ev := bytes.TrimSpace(bytes.TrimPrefix(b, utf8BOM))
+		if len(ev) == 0 {
+			return nil, usagef("stdin holds no event")
+		}
+		return checked([][]byte{ev}, "stdin", maxBytes)
 	case c.File == "-":
 		return readLines(os.Stdin, "stdin", maxBytes)
 	}
@@ -122,6 +126,10 @@ func checked(events [][]byte, from string, maxBytes int) ([][]byte, error) {
 	return events, nil
 }
 
+// utf8BOM is the byte-order mark some editors put at the start of a UTF-8
+// file: an encoding mark, not part of the first event.
+var utf8BOM = []byte("\xef\xbb\xbf")
+
 // readLines returns the non-blank lines of r, each a valid event; the
 // first invalid one is named by name:line and nothing is returned.
 func readLines(r io.Reader, name string, maxBytes int) ([][]byte, error) {
@@ -131,7 +139,11 @@ func readLines(r io.Reader, name string, maxBytes int) ([][]byte, error) {
 	read := 0
 	for line := 1; sc.Scan(); line++ {
 		read += len(sc.Bytes()) + 1
-		ev := bytes.TrimSpace(sc.Bytes())
+		ev := sc.Bytes()
+		if line == 1 {
+			ev = bytes.TrimPrefix(ev, utf8BOM)
+		}
+		ev = bytes.TrimSpace(ev)
 		if len(ev) == 0 {
 			continue
 		}
