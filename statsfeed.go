@@ -14,22 +14,15 @@ func (e *Engine) statsLoop(ctx context.Context) {
 	if e.cfg.Stats == nil {
 		return
 	}
-	var fails int
+	var fails ctxtime.Failures
 	ctxtime.Every(ctx, e.cfg.StatsInterval, func() {
 		// Not under ctx: a stop cancelling a flush whose HINCRBYs Redis
 		// already applied would put the counts back, and the final flush
 		// would add them twice.
 		err := e.cfg.Stats.Flush(e.writeCtx(ctx))
-		switch {
-		case err == nil:
-			fails = 0
-		case ctx.Err() != nil:
-		default:
-			if fails%30 == 0 {
-				e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats failed; the counts are kept and written later",
-					slog.Int("failures", fails+1), slog.Any("error", err))
-			}
-			fails++
+		if n, report := fails.Note(err); report && ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "writing stats failed; the counts are kept and written later",
+				slog.Int("failures", n), slog.Any("error", err))
 		}
 	})
 }

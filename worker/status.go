@@ -29,19 +29,12 @@ type statusPublisher struct {
 
 // Run publishes at once, then every interval until ctx ends.
 func (p *statusPublisher) Run(ctx context.Context) {
-	fails := 0
+	var fails ctxtime.Failures
 	publish := func() {
 		err := p.publish(ctx)
-		switch {
-		case err == nil:
-			fails = 0
-		case ctx.Err() != nil:
-		default:
-			if fails%30 == 0 {
-				p.log.LogAttrs(ctx, slog.LevelWarn, "publishing the worker's status failed; relay health and the console may miss held messages",
-					slog.Int("failures", fails+1), slog.Any("error", err))
-			}
-			fails++
+		if n, report := fails.Note(err); report && ctx.Err() == nil {
+			p.log.LogAttrs(ctx, slog.LevelWarn, "publishing the worker's status failed; relay health and the console may miss held messages",
+				slog.Int("failures", n), slog.Any("error", err))
 		}
 	}
 	publish()

@@ -2,6 +2,8 @@ package ctxtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -28,5 +30,27 @@ func TestEveryStopsWithItsContext(t *testing.T) {
 	})
 	if calls != 3 {
 		t.Errorf("Every called fn %d times after its context ended at the 3rd, want 3", calls)
+	}
+}
+
+// TestFailuresReportsTheFirstAndEvery30th: of 61 failures in a row the
+// 1st, 31st and 61st are reported; a success starts a new run.
+func TestFailuresReportsTheFirstAndEvery30th(t *testing.T) {
+	var f Failures
+	boom := errors.New("boom")
+	var reported []int
+	for range 61 {
+		if n, ok := f.Note(boom); ok {
+			reported = append(reported, n)
+		}
+	}
+	if fmt.Sprint(reported) != "[1 31 61]" {
+		t.Errorf("reported failures %v, want [1 31 61]", reported)
+	}
+	if n, ok := f.Note(nil); n != 0 || ok {
+		t.Errorf("a success: %d, %v", n, ok)
+	}
+	if n, ok := f.Note(boom); n != 1 || !ok {
+		t.Errorf("the first failure after a success: %d, %v; want 1, reported", n, ok)
 	}
 }
