@@ -245,11 +245,7 @@ func validatePodSpec(p *corev1.PodSpec, fld *field.Path) field.ErrorList {
 	volumes := map[string]bool{}
 	for i, v := range p.Volumes {
 		vf := fld.Child("volumes").Index(i)
-		errs = append(errs, dns1123Label(vf.Child("name"), v.Name)...)
-		if volumes[v.Name] {
-			errs = append(errs, field.Duplicate(vf.Child("name"), v.Name))
-		}
-		volumes[v.Name] = true
+		errs = append(errs, uniqueLabel(vf.Child("name"), v.Name, volumes)...)
 		var sources int
 		if hp := v.HostPath; hp != nil {
 			sources++
@@ -276,11 +272,7 @@ func validatePodSpec(p *corev1.PodSpec, fld *field.Path) field.ErrorList {
 	names := map[string]bool{}
 	for i, c := range p.Containers {
 		cf := fld.Child("containers").Index(i)
-		errs = append(errs, dns1123Label(cf.Child("name"), c.Name)...)
-		if names[c.Name] {
-			errs = append(errs, field.Duplicate(cf.Child("name"), c.Name))
-		}
-		names[c.Name] = true
+		errs = append(errs, uniqueLabel(cf.Child("name"), c.Name, names)...)
 		if strings.TrimSpace(c.Image) == "" {
 			errs = append(errs, field.Required(cf.Child("image"), ""))
 		}
@@ -407,4 +399,15 @@ func TestKustomizeRenders(t *testing.T) {
 			}
 		}
 	}
+}
+
+// uniqueLabel checks that name is a DNS-1123 label not yet in seen, and
+// adds it.
+func uniqueLabel(f *field.Path, name string, seen map[string]bool) field.ErrorList {
+	errs := dns1123Label(f, name)
+	if seen[name] {
+		errs = append(errs, field.Duplicate(f, name))
+	}
+	seen[name] = true
+	return errs
 }
