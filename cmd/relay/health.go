@@ -288,7 +288,7 @@ func (c *HealthCmd) checkBudget(ctx context.Context, g *Globals) healthCheckJSON
 		ch.Detail = "not checked: " + err.Error()
 		return ch
 	}
-	ch.OK = !m.Pressure(memoryShare)
+	ch.OK = !m.Pressure(stats.BudgetShare)
 	ch.Detail = memoryView{m: m, r: c.retentions()}.verdict()
 	return ch
 }

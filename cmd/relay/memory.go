@@ -12,10 +12,6 @@ import (
 	"github.com/relaydev/relay/stats"
 )
 
-// memoryShare is the share of maxmemory above which a projection fails
-// relay health (docs/operations.md#redis-memory).
-const memoryShare = stats.BudgetShare
-
 // RetentionFlags are the retentions a memory projection assumes, read
 // from the same settings as relay start's, so that an operator with the
 // workers' environment sees the workers' projection.
@@ -76,7 +72,7 @@ func (v memoryView) json() *memoryJSON {
 		Stream: v.m.Stream, DLQ: v.m.DLQ, Invocations: v.m.Invocations, Other: v.m.Other,
 		Sampled: v.m.Sampled, EventsPerSecond: v.m.Rate, DLQPerSecond: v.m.DLQRate, MatchedShare: v.m.MatchedShare,
 		Retentions:     retentionsJSON{Stream: v.r.Stream.Seconds(), DLQ: v.r.DLQ.Seconds(), Invocation: v.r.Invocation.Seconds()},
-		ProjectedBytes: v.m.Projected, Unbounded: v.m.Unbounded, OverBudget: v.m.Pressure(memoryShare), BudgetShareOfMax: memoryShare}
+		ProjectedBytes: v.m.Projected, Unbounded: v.m.Unbounded, OverBudget: v.m.Pressure(stats.BudgetShare), BudgetShareOfMax: stats.BudgetShare}
 }
 
 // write renders the memory table and the projection's verdict.
@@ -87,10 +83,10 @@ func (v memoryView) write(w io.Writer) error {
 		if m.Sampled && (name == "invocation state" || name == "other relay keys") {
 			items = "~" + items
 		}
-		return []string{name, iec(p.Bytes), items, iec(int64(p.PerItem)), kept, projectedText(p.Projected)}
+		return []string{name, stats.FormatBytes(p.Bytes), items, stats.FormatBytes(int64(p.PerItem)), kept, projectedText(p.Projected)}
 	}
 	fmt.Fprintf(w, "\nRedis memory: %s used, %s; %.2f events/s (%.4f dead letters/s), %.0f%% matched\n\n",
-		iec(m.Used), maxText(m.Max), m.Rate, m.DLQRate, 100*m.MatchedShare)
+		stats.FormatBytes(m.Used), maxText(m.Max), m.Rate, m.DLQRate, 100*m.MatchedShare)
 	err := table(w, []string{"PART", "NOW", "ITEMS", "PER ITEM", "KEPT FOR", "AT THIS RATE"}, [][]string{
 		row("source stream", m.Stream, retentionText(r.Stream, "forever")),
 		row("dead-letter stream", m.DLQ, retentionText(r.DLQ, "forever")),
@@ -105,7 +101,7 @@ func (v memoryView) write(w io.Writer) error {
 }
 
 // verdict is one sentence on the projection against maxmemory.
-func (v memoryView) verdict() string { return v.m.Verdict(memoryShare) }
+func (v memoryView) verdict() string { return v.m.Verdict(stats.BudgetShare) }
 
 // retentionText is d, or zero when d is 0.
 func retentionText(d time.Duration, zero string) string {
@@ -119,15 +115,13 @@ func projectedText(n int64) string {
 	if n < 0 {
 		return "unbounded"
 	}
-	return iec(n)
+	return stats.FormatBytes(n)
 }
 
 func maxText(n int64) string {
 	if n <= 0 {
 		return "no maxmemory"
 	}
-	return "maxmemory " + iec(n)
+	return "maxmemory " + stats.FormatBytes(n)
 }
 
-// iec formats a byte count with a binary unit ("12.3 MiB").
-func iec(n int64) string { return stats.FormatBytes(n) }
