@@ -124,4 +124,3 @@ func maxText(n int64) string {
 	}
 	return "maxmemory " + stats.FormatBytes(n)
 }
-
