@@ -56,6 +56,9 @@ const (
 	// DefaultMaxEventBytes is the largest "event" field decoded
 	// (MAX_EVENT_BYTES); a larger one is dead-lettered undecoded.
 	DefaultMaxEventBytes = 1 << 20
+	// DefaultSettleLinger is how long the first settlement of a read waits
+	// for the others of the read (Config.SettleLinger).
+	DefaultSettleLinger = 2 * time.Millisecond
 	// DefaultStatsInterval is how often an Engine adds what it counted to
 	// the cluster-wide counters (Config.Stats).
 	DefaultStatsInterval = stats.DefaultFlushInterval
@@ -109,6 +112,12 @@ type Config struct {
 	// deletes it with the ack instead. A stale delivery stays inert either
 	// way (docs/delivery.md#invocation-state). Default: DefaultRetention.
 	Retention time.Duration
+	// SettleLinger bounds how long the acknowledgement of a message whose
+	// last attempt succeeded waits for those of the other messages of its
+	// read, to go with them in one call (BatchSettler,
+	// docs/delivery.md#batched-transitions). Only a Settler that is a
+	// BatchSettler batches. Default: DefaultSettleLinger.
+	SettleLinger time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
 	// WriteTimeout) longer (docs/embedding.md#config). Default:
@@ -178,6 +187,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Retention = 0 // the stores' "delete" (invocation.CheckRetention)
 	}
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	orDefault(&c.SettleLinger, DefaultSettleLinger)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
@@ -214,6 +224,7 @@ func (c Config) check() error {
 	}
 	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
 	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	nonNegative("SettleLinger", c.SettleLinger)
 	nonNegative("ReclaimInterval", c.ReclaimInterval)
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
 	nonNegative("LeaseGrace", c.LeaseGrace)

@@ -54,12 +54,19 @@ type delivery struct {
 	// all the message has.
 	invocations         []string
 	invocationsComplete bool
+	// settles is the settle group of the read the message came in, nil for
+	// none; settleDone is set once the delivery joined or left it
+	// (readsettle.go).
+	settles    *readSettles
+	settleDone bool
 }
 
 // deliver handles one delivery of msg; ctx ends when the Engine stops,
 // handlerCtx when it abandons running handlers.
-func (e *Engine) deliver(ctx, handlerCtx context.Context, msg stream.Message) {
-	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load(), handlerCtx: handlerCtx}
+func (e *Engine) deliver(ctx, handlerCtx context.Context, j job) {
+	msg := j.msg
+	d := &delivery{msg: msg, key: e.key(msg.ID), event: msg.Fields["event"], gen: e.gen.Load(), handlerCtx: handlerCtx, settles: j.settles}
+	defer d.leaveSettles()
 	ctx = e.startMessage(ctx, d)
 	var v verdict
 	switch c := classify(msg, e.cfg.MaxEventBytes); c.kind {

@@ -89,7 +89,7 @@ type Engine struct {
 	msgSlots chan struct{}
 	// handoff hands a message to an idle handleLoop; dispatchDone is
 	// closed when Run stops dispatching. Both are made by Run.
-	handoff      chan stream.Message
+	handoff      chan job
 	dispatchDone chan struct{}
 
 	mu       sync.Mutex
@@ -101,6 +101,16 @@ type Engine struct {
 
 	// held counts the messages held pending by each reason (holds.go).
 	held *heldSet
+	// batchSettler is Components.Settler when it settles in batches
+	// (readsettle.go), else nil.
+	batchSettler BatchSettler
+}
+
+// job is one message to deliver and the settle group of its read, nil
+// for none.
+type job struct {
+	msg     stream.Message
+	settles *readSettles
 }
 
 // generation is one set of apps and the matcher over its rules.
@@ -175,6 +185,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
 	}
+	e.batchSettler, _ = c.Settler.(BatchSettler)
 	e.SetApps(apps)
 	if unused != nil {
 		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
@@ -266,7 +277,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	// timeout so running handlers can finish.
 	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	e.handoff, e.dispatchDone = make(chan stream.Message), make(chan struct{})
+	e.handoff, e.dispatchDone = make(chan job), make(chan struct{})
 	r := &run{handlerCtx: handlerCtx}
 	var loops sync.WaitGroup
 	loops.Go(func() { e.readLoop(ctx, r) })

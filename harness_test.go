@@ -67,6 +67,7 @@ type timing struct {
 	minPendingIdle  time.Duration
 	maxEventBytes   int
 	maxConcurrency  int
+	settleLinger    time.Duration
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
@@ -88,8 +89,11 @@ func fastConfig(mods ...func(*timing)) relay.Config {
 		WriteTimeout:      tm.writeTimeout,
 		MaxEventBytes:     tm.maxEventBytes,
 		MaxConcurrency:    tm.maxConcurrency,
+		SettleLinger:      tm.settleLinger,
 	}
 }
+
+func settleLinger(d time.Duration) func(*timing) { return func(tm *timing) { tm.settleLinger = d } }
 
 func maxEventBytes(n int) func(*timing) { return func(tm *timing) { tm.maxEventBytes = n } }
 

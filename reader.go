@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/internal/ctxtime"
-	"github.com/relaydev/relay/stream"
 )
 
 // readLoop reads new entries whenever a message slot is free. Taking the
@@ -49,9 +48,10 @@ func (e *Engine) readLoop(ctx context.Context, r *run) {
 			}
 			fails = 0
 		}
+		settles := e.newReadSettles(len(batch))
 		for _, msg := range batch {
 			n--
-			e.dispatch(ctx, r, msg)
+			e.dispatch(ctx, r, job{msg: msg, settles: settles})
 		}
 		for ; n > 0; n-- {
 			<-e.msgSlots
@@ -122,23 +122,26 @@ func (e *Engine) freeSlots() int {
 }
 
 // dispatch starts the goroutine of one message; the caller holds its slot.
-func (e *Engine) dispatch(ctx context.Context, r *run, msg stream.Message) {
-	if !e.track(msg.ID) {
+func (e *Engine) dispatch(ctx context.Context, r *run, j job) {
+	if !e.track(j.msg.ID) {
 		<-e.msgSlots
+		if j.settles != nil {
+			j.settles.leave()
+		}
 		return
 	}
 	select {
-	case e.handoff <- msg: // a handler goroutine was idle and took it
+	case e.handoff <- j: // a handler goroutine was idle and took it
 	default:
-		r.msgs.Go(func() { e.handleLoop(ctx, r, msg) })
+		r.msgs.Go(func() { e.handleLoop(ctx, r, j) })
 	}
 }
 
-// handle delivers msg, then frees its message slot.
-func (e *Engine) handle(ctx context.Context, r *run, msg stream.Message) {
+// handle delivers j's message, then frees its message slot.
+func (e *Engine) handle(ctx context.Context, r *run, j job) {
 	defer func() { <-e.msgSlots }()
-	defer e.untrack(msg.ID)
-	e.deliver(ctx, r.handlerCtx, msg)
+	defer e.untrack(j.msg.ID)
+	e.deliver(ctx, r.handlerCtx, j)
 }
 
 // handlerIdle is how long a message goroutine waits for another message
@@ -153,14 +156,14 @@ const handlerIdle = time.Second
 // one starts only when none is idle, so there are about as many as
 // messages were in flight in the last handlerIdle, which the message slots
 // bound.
-func (e *Engine) handleLoop(ctx context.Context, r *run, msg stream.Message) {
+func (e *Engine) handleLoop(ctx context.Context, r *run, j job) {
 	idle := time.NewTimer(handlerIdle)
 	defer idle.Stop()
 	for {
-		e.handle(ctx, r, msg)
+		e.handle(ctx, r, j)
 		idle.Reset(handlerIdle)
 		select {
-		case msg = <-e.handoff:
+		case j = <-e.handoff:
 		case <-idle.C:
 			return
 		case <-e.dispatchDone:

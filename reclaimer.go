@@ -55,7 +55,7 @@ func (e *Engine) dispatchWaiting(ctx context.Context, r *run, batch []stream.Mes
 	for i, msg := range batch {
 		select {
 		case e.msgSlots <- struct{}{}:
-			e.dispatch(ctx, r, msg)
+			e.dispatch(ctx, r, job{msg: msg})
 			e.setWaiting(batch[i:i+1], false)
 		case <-ctx.Done():
 			// The rest stay pending for the next reclaim, by any worker.
@@ -90,7 +90,7 @@ func (e *Engine) reclaimPass(ctx context.Context, r *run, fails *int) {
 		i := 0
 		for ; i < len(batch) && n > 0; i++ {
 			n--
-			e.dispatch(ctx, r, batch[i])
+			e.dispatch(ctx, r, job{msg: batch[i]})
 		}
 		for ; n > 0; n-- {
 			<-e.msgSlots

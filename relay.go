@@ -148,6 +148,18 @@ type Settler interface {
 	FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error
 }
 
+// BatchSettler is an optional Settler capability: it settles the last
+// attempts of several messages in one step. The Engine gathers the
+// settlements of the messages of one read and hands them over together
+// (docs/delivery.md#batched-transitions); without it each goes through
+// FinishSettle alone.
+type BatchSettler interface {
+	// FinishSettleBatch is FinishSettle for each of ls, leases of messages
+	// of the Settler's stream and group: it returns one error per lease, in
+	// ls's order, each what FinishSettle would have returned for it.
+	FinishSettleBatch(ctx context.Context, ls []invocation.Lease, ttl time.Duration) []error
+}
+
 // Optional capabilities, found by type assertion on the value passed in
 // Components or worker.Config. A wrapper (a Runner that adds a circuit
 // breaker, a StreamSource that adds logging) hides them unless it

@@ -115,7 +115,7 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
 func (e *Engine) finishLast(ctx context.Context, d *delivery, a *attempt, ack bool) Outcome {
 	l := a.lease
 	if ack {
-		return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.c.Settler.FinishSettle(octx, l, e.cfg.Retention) })
+		return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.finishSettle(octx, d, l) })
 	}
 	return e.finishWith(ctx, d, a, func(octx context.Context) error { return e.c.State.Finish(octx, l) })
 }

@@ -207,10 +207,11 @@ func TestConcurrentClaimsShareScriptRuns(t *testing.T) {
 	}
 }
 
-// TestConcurrentFinishSettlesShareOneXACK: the last successes of several
-// messages that arrive together finish, acknowledge and retain each message
-// in one script run; a stale lease among them changes nothing of its own.
-func TestConcurrentFinishSettlesShareOneXACK(t *testing.T) {
+// TestConcurrentFinishSettlesShareOneScriptRun: the last successes of
+// several messages that arrive together finish, acknowledge and retain each
+// message in one script run; a stale lease among them changes nothing of
+// its own.
+func TestConcurrentFinishSettlesShareOneScriptRun(t *testing.T) {
 	p := newPausedStore(t)
 	stream, group := "{orders}", "g"
 	if err := p.c.Do(t.Context(), p.c.B().XgroupCreate().Key(stream).Group(group).Id("0").Mkstream().Build()).Error(); err != nil {
@@ -279,6 +280,124 @@ func TestConcurrentFinishSettlesShareOneXACK(t *testing.T) {
 		if errs[i] != nil || state[testField] != "ok" || state["__terminal"] != "1" || ttl <= 0 {
 			t.Errorf("message %d: err %v, state %v ttl %d; want ok, retained", i, errs[i], state, ttl)
 		}
+	}
+}
+
+// TestClaimBatchPELRangeFallsBack: a batch checks its claims' PEL entries
+// with one XPENDING range (prelude.lua pel_set), which holds at most twice
+// as many entries as the batch has claims; a claim whose id the range did
+// not reach, because other pending entries filled it, is checked alone and
+// claimed all the same.
+func TestClaimBatchPELRangeFallsBack(t *testing.T) {
+	p := newPausedStore(t, WithMaxBatch(2))
+	stream := "orders"
+	key := func(i int) Key { return Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)} }
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = key(i).MessageID
+	}
+	deliver(t, p.c, stream, "g", ids...)
+
+	p.pause(t)
+	results := make(map[int]Claim)
+	errs := make(map[int]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	claim := func(i int) {
+		wg.Go(func() {
+			c, err := p.s.Claim(context.Background(), key(i), testField, time.Minute, 3, Record{})
+			mu.Lock()
+			results[i], errs[i] = c, err
+			mu.Unlock()
+		})
+	}
+	claim(5) // alone, in flight
+	waitFor(t, "the first claim to be in flight", func() bool { return p.s.claims.Pending(stream) == 1 })
+	claim(0)
+	waitFor(t, "claims to queue", func() bool { return p.s.claims.Pending(stream) == 2 })
+	claim(9) // 1-0 .. 1-9 holds ten entries; the range reads four
+	waitFor(t, "claims to queue", func() bool { return p.s.claims.Pending(stream) == 3 })
+	before := p.scriptRuns(t)
+	p.unpause(t)
+	wg.Wait()
+	if got := p.scriptRuns(t) - before; got != 2 {
+		t.Errorf("%d script runs, want 2: the first claim alone, then 1-0 and 1-9 together", got)
+	}
+	for _, i := range []int{0, 5, 9} {
+		if errs[i] != nil || results[i].Status != Claimed {
+			t.Errorf("claim of %s = %+v, %v; want Claimed", key(i).MessageID, results[i], errs[i])
+		}
+	}
+}
+
+// TestFinishSettleBatch: FinishSettleBatch answers each lease as
+// FinishSettle would, in script calls of at most WithMaxBatch leases, at
+// either retention: a stale lease, a message acknowledged elsewhere and an
+// invalid lease each get their own error and change nothing, and the
+// others are finished, acknowledged and retained or deleted.
+func TestFinishSettleBatch(t *testing.T) {
+	for _, retention := range []time.Duration{time.Hour, 0} {
+		t.Run(retention.String(), func(t *testing.T) {
+			p := newPausedStore(t, WithMaxBatch(2))
+			stream, group := "{orders}", "g"
+			const n = 7
+			leases := make([]Lease, n)
+			ids := make([]string, n)
+			for i := range n {
+				ids[i] = fmt.Sprintf("1-%d", i+1)
+			}
+			deliver(t, p.c, stream, group, ids...)
+			for i := range n {
+				c, err := p.s.Claim(t.Context(), Key{Stream: stream, Group: group, MessageID: ids[i]}, testField, time.Minute, 3, Record{})
+				if err != nil || c.Status != Claimed {
+					t.Fatalf("claim %d: %+v %v", i, c, err)
+				}
+				leases[i] = c.Lease
+			}
+			leases[2].Token = "someone-else" // stale
+			if err := p.c.Do(t.Context(), p.c.B().Xack().Key(stream).Group(group).Id(ids[4]).Build()).Error(); err != nil {
+				t.Fatal(err) // acknowledged by another worker
+			}
+			leases[6].Attempt = 0 // invalid
+
+			before := p.scriptRuns(t)
+			errs := p.s.FinishSettleBatch(t.Context(), leases, retention)
+			if got := p.scriptRuns(t) - before; got != 3 {
+				t.Errorf("%d script runs for 6 valid leases in batches of 2, want 3", got)
+			}
+			if len(errs) != n {
+				t.Fatalf("%d errors for %d leases", len(errs), n)
+			}
+			if diff := cmp.Diff([]string{ids[2], ids[6]}, pendingIDs(t, p.c, leases[0].Key)); diff != "" {
+				t.Errorf("pending after the batch (-want +got):\n%s", diff)
+			}
+			for i, l := range leases {
+				state, ttl := hashState(t, p.c, l.Key)
+				switch i {
+				case 2:
+					if !errors.Is(errs[i], ErrStale) || state[testField] == "ok" || ttl != -1 {
+						t.Errorf("stale lease: %v, state %v ttl %d; want ErrStale and nothing changed", errs[i], state, ttl)
+					}
+				case 4:
+					if !errors.Is(errs[i], ErrTerminal) || state[testField] == "ok" {
+						t.Errorf("lease of an acknowledged message: %v, state %v; want ErrTerminal and nothing changed", errs[i], state)
+					}
+				case 6:
+					if errs[i] == nil || !strings.Contains(errs[i].Error(), "finish and settle "+testField) || state[testField] == "ok" {
+						t.Errorf("invalid lease: %v, state %v; want its own error naming the field", errs[i], state)
+					}
+				default:
+					switch {
+					case errs[i] != nil:
+						t.Errorf("lease %d: %v", i, errs[i])
+					case retention == 0 && len(state) != 0:
+						t.Errorf("lease %d: state %v left at retention 0", i, state)
+					case retention > 0 && (state[testField] != "ok" || state["__terminal"] != "1" || ttl <= 0):
+						t.Errorf("lease %d: state %v ttl %d; want ok and retained", i, state, ttl)
+					}
+				}
+			}
+		})
 	}
 }
 

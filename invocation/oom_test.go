@@ -97,3 +97,45 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 		t.Errorf("Claim after memory was freed = %+v, %v; want Claimed", cl, err)
 	}
 }
+
+// TestOutOfMemoryFinishSettleDrains: on a Redis at maxmemory a claimed
+// attempt's success still settles at either retention: the XACK, which
+// needs no memory, is the script's first write, and a script that has
+// written finishes (docs/delivery.md#claim-errors-fail-closed). So a full
+// Redis drains its running work rather than holding it pending.
+func TestOutOfMemoryFinishSettleDrains(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	c := redistest.Connect(t, srv.Addr)
+	s := New(c)
+	ctx := t.Context()
+	stream, group := "events", "g"
+	deliver(t, c, stream, group, "1-1", "1-2")
+	var leases []Lease
+	for _, id := range []string{"1-1", "1-2"} {
+		cl, err := s.Claim(ctx, Key{Stream: stream, Group: group, MessageID: id}, testField, time.Minute, 3, Record{})
+		if err != nil || cl.Status != Claimed {
+			t.Fatalf("claim %s: %+v %v", id, cl, err)
+		}
+		leases = append(leases, cl.Lease)
+	}
+	free := outOfMemory(t, c)
+	defer free()
+	if _, err := s.Claim(ctx, Key{Stream: stream, Group: group, MessageID: "1-1"}, "app/other", time.Minute, 3, Record{}); !isOOM(err) {
+		t.Fatalf("Claim on a full Redis: %v, want an OOM error (the fixture is not full)", err)
+	}
+	if err := s.FinishSettle(ctx, leases[0], time.Hour); err != nil {
+		t.Fatalf("FinishSettle with retention 1h on a full Redis: %v; want it done", err)
+	}
+	if got, pttl := hashState(t, c, leases[0].Key); got[testField] != "ok" || got[terminalField] != "1" || pttl <= 0 {
+		t.Errorf("after FinishSettle on a full Redis: hash %v PTTL %d; want ok and retained", got, pttl)
+	}
+	if err := s.FinishSettle(ctx, leases[1], 0); err != nil {
+		t.Fatalf("FinishSettle with retention 0 on a full Redis: %v; want it done", err)
+	}
+	if got, _ := hashState(t, c, leases[1].Key); len(got) != 0 {
+		t.Errorf("after FinishSettle with retention 0: hash %v; want none", got)
+	}
+	if ids := pendingIDs(t, c, leases[0].Key); len(ids) != 0 {
+		t.Errorf("pending after both settled: %v", ids)
+	}
+}

@@ -298,31 +298,94 @@ func (s *Store) Finish(ctx context.Context, l Lease) error {
 // longer in the group's PEL. Under Redis Cluster the stream and the hash
 // must share a hash slot (a stream name with a hash tag).
 func (s *Store) FinishSettle(ctx context.Context, l Lease, retention time.Duration) error {
-	hash := hashOf(l.Key)
-	fail := func(err error) error { return fmt.Errorf("finish and settle %s in %s: %w", l.Field, hash, err) }
+	g, it, err := s.settleItemOf(l, retention)
+	if err == nil {
+		var code int64
+		code, err = s.settles.Do(ctx, g, it)
+		err = settleResult(code, err)
+	}
+	return wrapSettle(l, err)
+}
+
+// FinishSettleBatch is FinishSettle for each of ls, in as few script
+// calls as WithMaxBatch allows: leases of one stream and group (and, under
+// Redis Cluster, one hash slot) go together. It returns one error per
+// lease, in ls's order, each FinishSettle's; a failed call fails the
+// leases it carried. Under Redis Cluster a stream's hashes share its slot
+// (checkKeys), so a group is one slot. It implements relay.BatchSettler.
+func (s *Store) FinishSettleBatch(ctx context.Context, ls []Lease, retention time.Duration) []error {
+	errs := make([]error, len(ls))
+	type pos struct {
+		items []settleItem
+		at    []int
+	}
+	groups := map[settleGroup]*pos{}
+	var order []settleGroup
+	for i, l := range ls {
+		g, it, err := s.settleItemOf(l, retention)
+		if err != nil {
+			errs[i] = wrapSettle(l, err)
+			continue
+		}
+		p := groups[g]
+		if p == nil {
+			p = &pos{}
+			groups[g] = p
+			order = append(order, g)
+		}
+		p.items = append(p.items, it)
+		p.at = append(p.at, i)
+	}
+	for _, g := range order {
+		p := groups[g]
+		for from := 0; from < len(p.items); from += s.maxBatch {
+			to := min(from+s.maxBatch, len(p.items))
+			for k, r := range s.runSettles(ctx, g, p.items[from:to]) {
+				i := p.at[from+k]
+				errs[i] = wrapSettle(ls[i], settleResult(r.Value, r.Err))
+			}
+		}
+	}
+	return errs
+}
+
+// settleItemOf checks l and retention and returns l's batch and item of
+// finish_settle.lua.
+func (s *Store) settleItemOf(l Lease, retention time.Duration) (settleGroup, settleItem, error) {
 	if err := l.Check(); err != nil {
-		return fail(err)
+		return settleGroup{}, settleItem{}, err
 	}
 	if err := s.checkKeys(l.Key); err != nil {
-		return fail(err)
+		return settleGroup{}, settleItem{}, err
 	}
 	if err := CheckRetention(retention); err != nil {
-		return fail(err)
+		return settleGroup{}, settleItem{}, err
 	}
 	g := settleGroup{stream: l.Key.Stream, group: l.Key.Group, ttl: retentionArg(retention)}
-	code, err := s.settles.Do(ctx, g, settleItem{hash: hash, args: [4]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.MessageID}})
-	if err != nil {
-		return fail(err)
-	}
-	switch code {
-	case codeApplied:
+	return g, settleItem{hash: hashOf(l.Key), args: [4]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.MessageID}}, nil
+}
+
+// settleResult is the error of one finish_settle.lua reply code.
+func settleResult(code int64, err error) error {
+	switch {
+	case err != nil:
+		return err
+	case code == codeApplied:
 		return nil
-	case codeStale:
-		return fail(ErrStale)
-	case codeTerminal:
-		return fail(ErrTerminal)
+	case code == codeStale:
+		return ErrStale
+	case code == codeTerminal:
+		return ErrTerminal
 	}
-	return fail(fmt.Errorf("unknown script reply code %d", code))
+	return fmt.Errorf("unknown script reply code %d", code)
+}
+
+// wrapSettle names l's field and hash in a FinishSettle error.
+func wrapSettle(l Lease, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("finish and settle %s in %s: %w", l.Field, hashOf(l.Key), err)
 }
 
 // ScheduleRetry records a failed attempt and the earliest time of the next

@@ -99,13 +99,35 @@ func (c *Combiner[K, T, R]) Do(ctx context.Context, group K, item T) (R, error) 
 		}
 	} else {
 		// Calls made ready together (the deliveries of one read) reach
-		// this point microseconds apart: yielding once lets them queue
-		// behind this one instead of each running alone.
-		runtime.Gosched()
+		// this point microseconds apart: yielding lets them queue behind
+		// this one instead of each running alone. It yields again while
+		// calls keep coming, a few times at most.
+		c.gather(q)
 	}
 	c.lead(group, q)
 	<-o.done
 	return o.res.Value, o.res.Err
+}
+
+// maxYields bounds how often a leader yields for calls to queue behind it.
+const maxYields = 4
+
+// gather yields the processor until no call joined q during a yield,
+// maxYields times at most, or q holds a full batch.
+func (c *Combiner[K, T, R]) gather(q *queue[T, R]) {
+	c.mu.Lock()
+	n := len(q.ops)
+	c.mu.Unlock()
+	for range maxYields {
+		runtime.Gosched()
+		c.mu.Lock()
+		m := len(q.ops)
+		c.mu.Unlock()
+		if m == n || m >= c.max {
+			return
+		}
+		n = m
+	}
 }
 
 // lead runs the next batch of q, which holds the leader's own item first,
@@ -145,21 +167,31 @@ func (c *Combiner[K, T, R]) lead(group K, q *queue[T, R]) {
 	c.mu.Unlock()
 }
 
-// batchContext is the context a batch runs under: the values of its first
-// call, no cancellation (one caller giving up must not fail the others),
-// and the latest deadline of its calls when every one has a deadline.
+// batchContext is the context a batch runs under (Detached of its calls').
 func batchContext[T, R any](batch []*op[T, R]) (context.Context, context.CancelFunc) {
+	ctxs := make([]context.Context, len(batch))
+	for i, o := range batch {
+		ctxs[i] = o.ctx
+	}
+	return Detached(ctxs)
+}
+
+// Detached is the context one call made on behalf of several callers runs
+// under: the values of the first of ctxs, no cancellation (one caller
+// giving up must not fail the others), and the latest deadline of ctxs
+// when every one has a deadline. ctxs must not be empty.
+func Detached(ctxs []context.Context) (context.Context, context.CancelFunc) {
 	var latest time.Time
-	for _, o := range batch {
-		d, ok := o.ctx.Deadline()
+	for _, c := range ctxs {
+		d, ok := c.Deadline()
 		if !ok {
-			return context.WithoutCancel(batch[0].ctx), func() {}
+			return context.WithoutCancel(ctxs[0]), func() {}
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+	return context.WithDeadline(context.WithoutCancel(ctxs[0]), latest)
 }
 
 type shortRunError struct{}

@@ -26,7 +26,7 @@
 --
 -- A claim of a message that is not in the group's PEL (acknowledged, or its
 -- reference cleared) is inert, as on a retained hash: reply 7, nothing
--- written (prelude.lua in_pel).
+-- written (prelude.lua pel_set and in_pel).
 --
 -- now is the server's TIME in Unix ms, read once for the batch. An attempt
 -- that was claimed and whose lease expired counts as executed and failed.
@@ -63,14 +63,30 @@
 local now = now_ms()
 local now_s -- now in decimal, for recorded fields only
 local replies, o = {}, 0
+
+-- The PEL check of the claims of the first claim's stream and group, in
+-- one XPENDING (prelude.lua pel_set).
+local pel, ids, m = {}, {}, 0
 local i = 1
+for k = 1, #KEYS, 2 do
+  if KEYS[k + 1] == KEYS[2] and ARGV[i + 5] == ARGV[6] then
+    m = m + 1
+    ids[m] = ARGV[i + 6]
+  end
+  i = i + 8 + tonumber(ARGV[i + 7])
+end
+if m > 1 then
+  pel = pel_set(KEYS[2], ARGV[6], ids, m)
+end
+
+i = 1
 for k = 1, #KEYS, 2 do
   local n = tonumber(ARGV[i + 7])
   if n > 0 and not now_s then
     now_s = string.format('%d', now)
   end
   local r = claim_one(KEYS[k], KEYS[k + 1], ARGV[i + 5], ARGV[i + 6], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2],
-    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s)
+    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s, pel)
   if type(r) == 'number' then
     replies[o + 1], replies[o + 2] = 9, r
     o = o + 2

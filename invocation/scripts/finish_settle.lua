@@ -14,12 +14,20 @@
 -- The caller knows every other invocation of each message is terminal. Only
 -- for a message still in the group's PEL whose field is
 -- running:<deadline_ms>:<attempt>:<token> with its lease's attempt and
--- token does anything change (prelude.lua fence): the message is
--- acknowledged (XACK) and its hash deleted (retention 0: the XACK's reply
--- is the PEL check), or its field becomes "ok" and __terminal is set with
--- a TTL of the retention (one XACK for the batch). This is
--- Finish, then XACK, then Retain, without a round trip or a crash between
--- them, so with retention 0 no hash outlives the XACK.
+-- token does anything change: the message is acknowledged (XACK) and its
+-- hash deleted (retention 0), or its field becomes "ok" and __terminal is
+-- set with a TTL of the retention. The XACK's count is the PEL check: it
+-- costs a fraction of an XPENDING, whose nested reply the script would
+-- have to convert (bench/RESULTS.md, section 1). This is Finish, then
+-- XACK, then Retain, without a round trip or a crash between them, so with
+-- retention 0 no hash outlives the XACK.
+--
+-- On a Redis at maxmemory the XACK, which needs no memory, goes first, and
+-- a script that has written may finish its writes (Redis refuses only a
+-- script's first write that needs memory): the message is acknowledged and
+-- its hash retained with a few bytes over the limit, so settling drains a
+-- full Redis rather than holding its messages pending
+-- (docs/delivery.md#claim-errors-fail-closed).
 --
 -- Returns one code per message, in KEYS order:
 --   1  finished, acknowledged and retained (or deleted)
@@ -29,39 +37,25 @@
 --      PEL; nothing changed
 
 local group, ttl_ms = ARGV[1], ARGV[2]
-local codes, acked = {}, {}
+local codes = {}
 for k = 2, #KEYS do
   local a = 3 + (k - 2) * 4
   local key, field, attempt, token, id = KEYS[k], ARGV[a], tonumber(ARGV[a + 1]), ARGV[a + 2], ARGV[a + 3]
-  local code
-  if ttl_ms == '0' then
-    -- The XACK's count says whether the message was pending: a deletion
-    -- needs no memory, so nothing can fail after it.
-    code = match(key, field, RUNNING, attempt, token)
-    if code == 0 then
-      if redis.call('XACK', KEYS[1], group, id) == 1 then
-        redis.call('DEL', key)
-        code = 1
-      else
-        code = 3
-      end
-    elseif code == 2 and not in_pel(KEYS[1], group, id) then
+  local code = match(key, field, RUNNING, attempt, token)
+  if code == 0 then
+    if redis.call('XACK', KEYS[1], group, id) == 0 then
       code = 3
-    end
-  else
-    -- Checked first, so that a Redis at maxmemory refuses the HSET before
-    -- anything is acknowledged.
-    code = fence(key, field, RUNNING, attempt, token, KEYS[1], group, id)
-    if code == 0 then
+    elseif ttl_ms == '0' then
+      redis.call('DEL', key)
+      code = 1
+    else
       redis.call('HSET', key, field, 'ok', '__terminal', '1')
       redis.call('PEXPIRE', key, ttl_ms)
-      acked[#acked + 1] = id
       code = 1
     end
+  elseif code == 2 and not in_pel(KEYS[1], group, id) then
+    code = 3
   end
   codes[k - 1] = code
-end
-if #acked > 0 then
-  redis.call('XACK', KEYS[1], group, unpack(acked))
 end
 return codes

@@ -40,6 +40,44 @@ local function in_pel(stream, group, id)
   return #p > 0
 end
 
+-- helper: pel_set
+-- pel_set returns the set of those of ids (message ids, a table of n > 1)
+-- that one XPENDING range finds in the PEL of group on stream: the range
+-- from the lowest to the highest of them, at most 2n entries. The claims
+-- of a batch are mostly one read's messages, a short run of ids, so one
+-- range answers for all of them at a fraction of the cost of an XPENDING
+-- each (bench/RESULTS.md, section 1). The set only says yes: an id it
+-- lacks (the range held other entries, or ids beyond what a Lua number
+-- holds exactly misordered it) is asked with in_pel.
+local function pel_set(stream, group, ids, n)
+  local lo, hi, lo_ms, lo_seq, hi_ms, hi_seq
+  for j = 1, n do
+    local ms, seq = string.match(ids[j], '^(%d+)-(%d+)$')
+    if not ms then
+      return {}
+    end
+    ms, seq = tonumber(ms), tonumber(seq)
+    if not lo or ms < lo_ms or (ms == lo_ms and seq < lo_seq) then
+      lo, lo_ms, lo_seq = ids[j], ms, seq
+    end
+    if not hi or ms > hi_ms or (ms == hi_ms and seq > hi_seq) then
+      hi, hi_ms, hi_seq = ids[j], ms, seq
+    end
+  end
+  local set = {}
+  local p = redis.pcall('XPENDING', stream, group, lo, hi, 2 * n)
+  if type(p) == 'table' and p.err then
+    if string.sub(p.err, 1, 8) == 'NOGROUP ' then
+      return set
+    end
+    error(p)
+  end
+  for j = 1, #p do
+    set[p[j][1]] = true
+  end
+  return set
+end
+
 -- helper: match
 -- match checks, in one HMGET, that the hash is not retained and that field
 -- matches pattern with this attempt and token. It returns 0, the stored
@@ -98,16 +136,16 @@ end
 -- are the message's other invocation fields to record (due, no attempt
 -- used) unless they have state; complete writes __matched with them.
 --
--- A retained hash, or a message no longer in the group's PEL (in_pel),
--- gets {7} and nothing is written.
+-- A retained hash, or a message no longer in the group's PEL (in the
+-- batch's pel set, else in_pel), gets {7} and nothing is written.
 --
--- A claim costs one HMGET, one XPENDING and at most one HSET, and an HGET of the lineage
+-- A claim costs one HMGET, its share of the batch's XPENDING and at most one HSET, and an HGET of the lineage
 -- on the paths whose reply carries it: every redis.call, and every table,
 -- costs the server more than the hash command it runs (bench/RESULTS.md,
 -- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
 -- within what unpack can put on the Lua stack.
 local CLAIM_CHUNK = 1000
-local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, first, n, now, now_s)
+local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, first, n, now, now_s, pel)
   -- One read for the marker, the value and the fields to record.
   local last = first + n - 1
   local got
@@ -116,7 +154,7 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
   else
     got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
   end
-  if got[1] or not in_pel(stream, group, id) then
+  if got[1] or not (pel[id] or in_pel(stream, group, id)) then
     return {7}
   end
   for s = first + CLAIM_CHUNK, last, CLAIM_CHUNK do

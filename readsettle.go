@@ -1,0 +1,156 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/relaydev/relay/internal/combine"
+	"github.com/relaydev/relay/invocation"
+)
+
+// readSettles gathers the settlements of the deliveries of one read into
+// as few BatchSettler calls as it can (docs/delivery.md#batched-transitions):
+// every delivery of the read is a member that either joins, with the
+// lease its settle records (FinishSettle), or leaves, when it settles
+// otherwise or not at all. The batch goes when every member has joined or
+// left, or SettleLinger after the first join, whichever comes first, so
+// one slow handler delays the others' acknowledgements by the linger at
+// most. Members that join after a batch went form the next one. Safe for
+// concurrent use; each member joins or leaves once (delivery.settleDone).
+type readSettles struct {
+	bs     BatchSettler
+	ttl    time.Duration
+	linger time.Duration
+
+	mu     sync.Mutex
+	open   int // members that have neither joined nor left
+	queued []*queuedSettle
+	timer  *time.Timer // runs expire while queued is not empty
+}
+
+// queuedSettle is one member's FinishSettle waiting for its batch.
+type queuedSettle struct {
+	ctx  context.Context
+	l    invocation.Lease
+	err  error
+	done chan struct{}
+}
+
+// newReadSettles returns the group of a read of n messages, or nil when
+// the Engine has no BatchSettler: its deliveries then settle one by one.
+func (e *Engine) newReadSettles(n int) *readSettles {
+	if e.batchSettler == nil || n < 2 {
+		return nil
+	}
+	return &readSettles{bs: e.batchSettler, ttl: e.cfg.Retention, linger: e.cfg.SettleLinger, open: n}
+}
+
+// finishSettle records the success of d's last attempt l with its
+// message's acknowledgement: in d's read's batch the first time, alone
+// when d has no read group or already joined it (a retry after an error).
+func (e *Engine) finishSettle(ctx context.Context, d *delivery, l invocation.Lease) error {
+	if d.settles == nil || d.settleDone {
+		return e.c.Settler.FinishSettle(ctx, l, e.cfg.Retention)
+	}
+	d.settleDone = true
+	return d.settles.join(ctx, l)
+}
+
+// leaveSettles takes d out of its read's batch unless it joined it: the
+// others no longer wait for it.
+func (d *delivery) leaveSettles() {
+	if d.settles != nil && !d.settleDone {
+		d.settleDone = true
+		d.settles.leave()
+	}
+}
+
+// join queues l for the read's batch and waits for its result. When ctx
+// ends while l waits, join returns ctx's error and l is not settled; once
+// its batch is in flight it waits for the batch's answer.
+func (g *readSettles) join(ctx context.Context, l invocation.Lease) error {
+	q := &queuedSettle{ctx: ctx, l: l, done: make(chan struct{})}
+	g.mu.Lock()
+	g.open--
+	g.queued = append(g.queued, q)
+	if g.open == 0 {
+		g.flushLocked()
+	} else {
+		if len(g.queued) == 1 {
+			g.timer = time.AfterFunc(g.linger, g.expire)
+		}
+		g.mu.Unlock()
+	}
+	select {
+	case <-q.done:
+		return q.err
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.queued, q); i >= 0 {
+		g.queued = slices.Delete(g.queued, i, i+1)
+		if len(g.queued) == 0 && g.timer != nil {
+			// The next join's linger starts afresh.
+			g.timer.Stop()
+			g.timer = nil
+		}
+		g.mu.Unlock()
+		return ctx.Err()
+	}
+	g.mu.Unlock()
+	<-q.done // in a batch in flight: its answer says what happened
+	return q.err
+}
+
+// leave counts out a member that will not join; the batch goes if it was
+// the last one the others waited for.
+func (g *readSettles) leave() {
+	g.mu.Lock()
+	g.open--
+	if g.open == 0 && len(g.queued) > 0 {
+		g.flushLocked()
+		return
+	}
+	g.mu.Unlock()
+}
+
+// expire sends what is queued when the linger has passed.
+func (g *readSettles) expire() {
+	g.mu.Lock()
+	if len(g.queued) == 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.flushLocked()
+}
+
+// flushLocked takes the queued settlements, unlocks g and settles them in
+// one call, then hands each member its result.
+func (g *readSettles) flushLocked() {
+	batch := g.queued
+	g.queued = nil
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.mu.Unlock()
+	ctxs := make([]context.Context, len(batch))
+	ls := make([]invocation.Lease, len(batch))
+	for i, q := range batch {
+		ctxs[i], ls[i] = q.ctx, q.l
+	}
+	ctx, cancel := combine.Detached(ctxs)
+	errs := g.bs.FinishSettleBatch(ctx, ls, g.ttl)
+	cancel()
+	for i, q := range batch {
+		if i < len(errs) {
+			q.err = errs[i]
+		} else {
+			q.err = fmt.Errorf("relay: FinishSettleBatch returned %d results for %d leases", len(errs), len(batch))
+		}
+		close(q.done)
+	}
+}
