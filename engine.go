@@ -265,6 +265,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	if _, ok := e.c.State.(ClaimVoider); !ok {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the state store cannot give back claims whose reply was lost; their leases will be charged as failed attempts when they expire")
 	}
+	if e.c.Settler != nil && e.batchSettler == nil {
+		// Only slower: each message is settled in a call of its own.
+		e.log.LogAttrs(ctx, slog.LevelDebug, "the Settler is not a BatchSettler; a read's messages are settled one by one")
+	}
 	if inc := e.gen.Load().incomplete; len(inc) > 0 {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
