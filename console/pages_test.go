@@ -524,7 +524,8 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
 		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
 		Runner:         runtime.NewFunc(map[string]runtime.HandlerFunc{}),
-		RequestTimeout: requestTimeout, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		RequestTimeout: requestTimeout, SampleInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,6 +533,19 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 	defer h.Close()
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, Timeout: requestTimeout / 6}
+	// Rates sampled before Redis stops must not pass for current ones.
+	sctx, stopSampling := context.WithCancel(t.Context())
+	defer stopSampling()
+	go c.Sample(sctx)
+	testutil.WaitFor(t, 5*time.Second, "a rate", func() bool {
+		resp, err := client.Get(h.URL + "/")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "<td>received</td>\n      <td class=\"n\">0</td>\n      <td class=\"n\">0.0</td>")
+	})
 	resp, err := client.Get(h.URL + "/playground")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("with Redis up: %v %v", resp, err)
@@ -593,7 +607,9 @@ func TestPagesWhileRedisIsDown(t *testing.T) {
 			t.Errorf("overview with Redis down: tile %s is not shown as unknown (%s)", tile, want)
 		}
 	}
-	contains(t, "overview with Redis down", bodies["/"], "<td>received</td>\n      <td class=\"n\">?</td>")
+	for _, counter := range []string{"received", "matched", "unmatched", "malformed", "succeeded", "failed", "dead-lettered"} {
+		contains(t, "overview with Redis down", bodies["/"], "<td>"+counter+"</td>\n      <td class=\"n\">?</td>\n      <td class=\"n\">?</td>")
+	}
 	lacks(t, "overview with Redis down", bodies["/"], "No consumers yet")
 	contains(t, "dlq with Redis down", bodies["/dlq"], "? entries", "reading the dead-letter queue failed")
 	lacks(t, "dlq with Redis down", bodies["/dlq"], "No dead-letter entries")

@@ -97,20 +97,22 @@ start_worker "$log"
 
 echo
 echo "demo: publishing events"
+# redis-cli itself, not rcli: xtrace shows a function's call and then each
+# command in it, so every event would show twice.
 set -x
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"audit_log"}'
-rcli XADD "$REDIS_STREAM" '*' event 'this is not JSON'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoice_mails","new_image":{"invoice":7,"to":"ada@example.com"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"audit_log"}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event 'this is not JSON'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoices","new_image":{"id":7,"amount":120}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"invoices","new_image":{"id":8,"amount":5000}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"invoice_mails","new_image":{"invoice":7,"to":"ada@example.com"}}'
 # runtime apps: orders (Python) and products (Node)
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"products","new_image":{"id":"sku-1","name":"Desk lamp"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"orders","new_image":{"id":1001,"items":3,"total":59.9}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"orders","new_image":{"id":1001,"status":"SHIPPED","carrier":"DHL"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"products","new_image":{"id":"sku-1","name":"Desk lamp"}}'
 # an npm dependency (inventory, Node) and a mounted secret (notify, Python)
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"stock","new_image":{"sku":"sku-1","quantity":2,"restock_in":"2 days"}}'
-rcli XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"signups","new_image":{"email":"ada@example.com"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"UPDATE","table_name":"stock","new_image":{"sku":"sku-1","quantity":2,"restock_in":"2 days"}}'
+redis-cli -p "$RELAY_REDIS_PORT" XADD "$REDIS_STREAM" '*' event '{"event_name":"INSERT","table_name":"signups","new_image":{"email":"ada@example.com"}}'
 { set +x; } 2>/dev/null
 
 # Wait until every entry was delivered and acknowledged.

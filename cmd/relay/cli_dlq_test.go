@@ -140,9 +140,10 @@ func TestCLIDLQ(t *testing.T) {
 		{name: "dlq_inspect_json", args: []string{"dlq", "inspect", idCharge, "--json"}},
 		{name: "dlq_inspect_malformed", args: []string{"dlq", "inspect", idMalformed}},
 		{name: "dlq_inspect_unknown", args: []string{"dlq", "inspect", "1-1"}, code: exitFailure},
-		{name: "dlq_inspect_bad_id", args: []string{"dlq", "inspect", "bogus"}, code: exitFailure},
+		{name: "dlq_inspect_bad_id", args: []string{"dlq", "inspect", "bogus"}, code: exitUsage},
 		{name: "dlq_rm", args: []string{"dlq", "rm", idCharge, idCharge}, left: without(idCharge)}, // one line for an ID given twice
 		{name: "dlq_rm_unknown", args: []string{"dlq", "rm", "1-1"}, code: exitFailure},
+		{name: "dlq_rm_bad_id", args: []string{"dlq", "rm", idGone, "bogus"}, code: exitUsage},                 // nothing deleted
 		{name: "dlq_rm_some_unknown", args: []string{"dlq", "rm", idGone, "1-1", idBroken}, code: exitFailure}, // all or nothing
 		{name: "dlq_rm_all_declined", args: []string{"dlq", "rm", "--all", "--app", "shop"}, stdin: "n\n", code: exitFailure},
 		{name: "dlq_rm_all_no_answer", args: []string{"dlq", "rm", "--all"}, stdin: " ", code: exitFailure},

@@ -31,6 +31,7 @@ func TestCLIDLQReplay(t *testing.T) {
 		{name: "replay_handler_gone", args: []string{idGone}, code: exitFailure},
 		{name: "replay_app_unavailable", args: []string{idBroken}, code: exitFailure},
 		{name: "replay_unknown_id", args: []string{"1-1"}, code: exitFailure},
+		{name: "replay_bad_id", args: []string{"bogus"}, code: exitUsage},
 		{name: "replay_all", args: []string{"--all"}, code: exitFailure, left: without(idRefund)},
 		{name: "replay_all_json", args: []string{"--all", "--json"}, code: exitFailure, left: without(idRefund)},
 		{name: "replay_all_filtered", args: []string{"--all", "--app", "shop", "--handler", "refunds.run"}, left: without(idRefund)},

@@ -21,6 +21,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // DLQCmd groups the dead-letter queue commands.
@@ -136,6 +137,17 @@ func unreadable(err error) error {
 		return fmt.Errorf("%w; relay cannot read this entry: relay dlq rm %s deletes it", err, id)
 	}
 	return err
+}
+
+// checkIDs rejects an argument that cannot be an entry id before Redis is
+// asked: a typo is the caller's mistake (exit 2), not a missing entry.
+func checkIDs(ids ...string) error {
+	for _, id := range ids {
+		if !stream.IsID(id) {
+			return usagef("%q is not a dead-letter entry id: an id is <ms>-<seq>, e.g. 1718000000000-0 (the ID column of relay dlq ls)", id)
+		}
+	}
+	return nil
 }
 
 // nEntries returns "1 entry" or "2 entries".
@@ -284,6 +296,9 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	if err := checkIDs(c.ID); err != nil {
+		return err
+	}
 	store, closeStore, err := g.dlqStore(ctx)
 	if err != nil {
 		return err
@@ -399,6 +414,10 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("give an entry ID or --all, not both")
 	case c.ID != "" && (c.set() || c.Limit != 0):
 		return usagef("--app, --handler, --since and --limit select entries for --all; leave them out with an ID")
+	case c.ID != "":
+		if err := checkIDs(c.ID); err != nil {
+			return err
+		}
 	}
 	f, err := c.filter(c.Limit)
 	if err != nil {
@@ -591,6 +610,9 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 		return usagef("give entry IDs or --all, not both")
 	case len(c.IDs) > 0 && (c.set() || c.Limit != 0 || c.Yes):
 		return usagef("--app, --handler, --since, --limit and --yes go with --all; leave them out with IDs")
+	}
+	if err := checkIDs(c.IDs...); err != nil {
+		return err
 	}
 	f, err := c.filter(c.Limit)
 	if err != nil {
