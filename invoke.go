@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -185,6 +186,8 @@ func (e *Engine) claim(ctx context.Context, d *delivery, field string, lease tim
 	d.invocations = nil // recorded
 	if cl.Lost > 0 {
 		o.Lost = cl.Lost
+		e.obs.message(ctx, d, msgEvent{kind: msgAttemptLost, app: o.App,
+			attrs: []slog.Attr{slog.String(telemetry.Handler, o.Handler), slog.Int("lost_attempt", cl.Lost)}})
 	}
 	return cl, nil
 }

@@ -12,9 +12,11 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
@@ -624,4 +626,60 @@ func TestFailingClaimsPaceTheReads(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "every message run once the claims succeed", func() bool {
 		return h.calls.Count("users/events.created") == n && h.pending() == 0
 	})
+}
+
+// TestLostAttemptIsLoggedWhenCharged (docs/observability.md#logs): the
+// "attempt lost" line is written when the claim charges the lost attempt,
+// while the attempt that follows runs, not when that attempt ends.
+func TestLostAttemptIsLoggedWhenCharged(t *testing.T) {
+	h := newHarness(t, map[string]string{"shop": `
+image: x
+events:
+  - {handler: orders.charge, pattern: {kind: [charge]}}
+`})
+	release := make(chan struct{})
+	h.handle("shop/orders.charge", func(ctx context.Context, _ runtime.Request) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	id := h.publish("event", `{"kind":"charge"}`)
+	// A dead worker read the entry and claimed attempt 1; its lease has
+	// expired.
+	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	if _, err := dead.Read(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	expired := fmt.Sprintf("running:%d:1:deadtoken", time.Now().Add(-time.Minute).UnixMilli())
+	key := keys.Invocation(h.stream, h.group, id)
+	if err := h.rc.Do(t.Context(), h.rc.B().Hset().Key(key).FieldValue().FieldValue("shop/orders.charge", expired).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.start("c1")
+	testutil.WaitFor(t, 10*time.Second, "attempt 2 running", func() bool { return h.calls.Count("shop/orders.charge") == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the attempt lost line while attempt 2 runs", func() bool {
+		return strings.Contains(h.logs.String(), "attempt lost")
+	})
+	line := ""
+	for _, l := range strings.Split(h.logs.String(), "\n") {
+		if strings.Contains(l, "attempt lost") {
+			line = l
+		}
+	}
+	for _, want := range []string{"app=shop", "handler=orders.charge", "lost_attempt=1", "message_id=" + id} {
+		if !strings.Contains(line, want) {
+			t.Errorf("attempt lost line %q lacks %s", line, want)
+		}
+	}
+	close(release)
+	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
+	if n := strings.Count(h.logs.String(), "attempt lost"); n != 1 {
+		t.Errorf("%d attempt lost lines, want 1", n)
+	}
+	if runs := h.calls.Get("shop/orders.charge"); len(runs) != 1 || runs[0].Attempt != 2 {
+		t.Errorf("runs = %+v, want attempt 2 alone", runs)
+	}
 }

@@ -32,6 +32,7 @@ const (
 	msgAcked                       // it was acknowledged
 	msgAckFailed                   // acknowledging it failed (err)
 	msgRetainFailed                // it was acknowledged but its state not retained (err)
+	msgAttemptLost                 // its claim charged an attempt whose lease expired (app, attrs: handler, lost_attempt)
 )
 
 type msgEvent struct {
@@ -281,6 +282,11 @@ func (lo logObserver) message(ctx context.Context, d *delivery, ev msgEvent) {
 	case msgRetainFailed:
 		logAttrs(ctx, lo.log, slog.LevelWarn, "switching invocation state to retention failed; the state is leaked, not expired",
 			attrs(slog.Any("error", ev.err))...)
+	case msgAttemptLost:
+		// Logged as the claim charges it, not when the attempt that follows
+		// ends, which may be minutes later.
+		logAttrs(ctx, lo.log, slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
+			attrs(append([]slog.Attr{slog.String(telemetry.App, ev.app)}, ev.attrs...)...)...)
 	}
 }
 
@@ -289,7 +295,7 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 	if span == nil {
 		span = d.span
 	}
-	if o.Kind == Succeeded && o.Lost == 0 && o.WriteErr == nil {
+	if o.Kind == Succeeded && o.WriteErr == nil {
 		// The line of every successful invocation, without the closure
 		// and slices of the rarer lines below.
 		lo.succeeded(ctx, d.msg.ID, span, o)
@@ -304,11 +310,7 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 		base := []slog.Attr{slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler)}
 		lo.logFailure(ctx, level, msg, err, spanLogAttrs(d.msg.ID, span, append(base, extra...)...))
 	}
-	log := func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, nil, extra...) }
-	if o.Lost > 0 {
-		log(slog.LevelWarn, "attempt lost: its worker stopped or stalled mid-run and its lease expired; charged as failed",
-			slog.Int("lost_attempt", o.Lost))
-	}
+	// A lost attempt was logged when the claim charged it (msgAttemptLost).
 	lo.kindLine(o, failure)
 	if o.WriteErr != nil && o.Kind != WriteFailed {
 		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
