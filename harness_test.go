@@ -143,6 +143,19 @@ func (h *harness) handle(key string, fn runtime.HandlerFunc) {
 	}
 }
 
+// blockUntil is a handler that runs until release is closed, or its
+// context ends.
+func blockUntil(release <-chan struct{}) runtime.HandlerFunc {
+	return func(ctx context.Context, _ runtime.Request) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // start runs an engine until the test ends (or stop is called).
 func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	h.t.Helper()

@@ -638,14 +638,7 @@ events:
   - {handler: orders.charge, pattern: {kind: [charge]}}
 `})
 	release := make(chan struct{})
-	h.handle("shop/orders.charge", func(ctx context.Context, _ runtime.Request) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	h.handle("shop/orders.charge", blockUntil(release))
 	id := h.publish("event", `{"kind":"charge"}`)
 	// A dead worker read the entry and claimed attempt 1; its lease has
 	// expired.

@@ -96,14 +96,7 @@ func TestSlowHandlerDoesNotHoldItsReadsSettlements(t *testing.T) {
 	h.settler = rec
 	release := make(chan struct{})
 	h.handle("shop/orders.ok", nil)
-	h.handle("shop/orders.slow", func(ctx context.Context, _ runtime.Request) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	})
+	h.handle("shop/orders.slow", blockUntil(release))
 	h.publish("event", `{"kind":"ok"}`) // read alone
 	var oks []string
 	for range 3 {

@@ -22,22 +22,28 @@ local RUNNING = '^running:%d+:(%d+):([^:]+)$'
 -- rest of the value (':dlq' once the entry is written).
 local EXHAUSTED = '^exhausted:(%d+):([^:]+)(.*)$'
 
--- helper: in_pel
--- in_pel reports whether message id is in the PEL of group on stream
--- (a single-id XPENDING range, O(log n) in the PEL). A missing stream or
--- group (NOGROUP) is not pending; any other error is raised. A message
--- that left the PEL (acknowledged, or its reference cleared) makes every
--- transition inert, whether or not its hash is retained
--- (docs/delivery.md#invocation-state).
-local function in_pel(stream, group, id)
-  local p = redis.pcall('XPENDING', stream, group, id, id, 1)
+-- helper: pel_range
+-- pel_range returns the PEL entries of group on stream from id lo to id hi,
+-- at most count (XPENDING's extended form, O(log n) in the PEL). A missing
+-- stream or group (NOGROUP) has none; any other error is raised.
+local function pel_range(stream, group, lo, hi, count)
+  local p = redis.pcall('XPENDING', stream, group, lo, hi, count)
   if type(p) == 'table' and p.err then
     if string.sub(p.err, 1, 8) == 'NOGROUP ' then
-      return false
+      return {}
     end
     error(p)
   end
-  return #p > 0
+  return p
+end
+
+-- helper: in_pel
+-- in_pel reports whether message id is in the PEL of group on stream. A
+-- message that left the PEL (acknowledged, or its reference cleared) makes
+-- every transition inert, whether or not its hash is retained
+-- (docs/delivery.md#invocation-state).
+local function in_pel(stream, group, id)
+  return #pel_range(stream, group, id, id, 1) > 0
 end
 
 -- helper: pel_set
@@ -65,13 +71,7 @@ local function pel_set(stream, group, ids, n)
     end
   end
   local set = {}
-  local p = redis.pcall('XPENDING', stream, group, lo, hi, 2 * n)
-  if type(p) == 'table' and p.err then
-    if string.sub(p.err, 1, 8) == 'NOGROUP ' then
-      return set
-    end
-    error(p)
-  end
+  local p = pel_range(stream, group, lo, hi, 2 * n)
   for j = 1, #p do
     set[p[j][1]] = true
   end
