@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,6 +84,62 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 	testutil.WaitFor(t, 30*time.Second, "the pattern's error", func() bool { return b.loaded(`.pattern-errors`) != "" })
 	if got := b.text(`.pattern-errors`); !strings.Contains(got, "pattern:2:9: amount:") {
 		t.Errorf("broken pattern: %q, want its position pattern:2:9", got)
+	}
+}
+
+// TestBrowserPlaygroundBacktestFits backtests at a 1280 and a 1024 px
+// wide window the rules of an app whose names are as long as they may be,
+// against an event whose JSON runs long: the results wrap inside their
+// column, and the page does not scroll sideways.
+func TestBrowserPlaygroundBacktestFits(t *testing.T) {
+	b := tab{t, browser(t)}
+	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
+	backtestStream(f)
+	longApp := strings.Repeat("customer.notifications.", 3)[:63]
+	const longHandler = "customer.subscription.renewal.reminder.email.dispatch_with_proration"
+	dir := filepath.Join(f.apps, longApp)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tpl := "image: relay.local/busybox:latest\nevents:\n  - handler: " + longHandler + "\n    pattern:\n      kind: [order]\n"
+	if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.publish(`{"kind":"order","amount":150,"id":"ord_` + strings.Repeat("0123456789", 12) + `"}`)
+	s := url.QueryEscape(f.stream)
+
+	for _, width := range []int64{1280, 1024} {
+		for _, a := range []string{"", longApp} {
+			what := "the rules of every app"
+			if a != "" {
+				what = "the rules of app " + a
+			}
+			b.run("open the playground", chromedp.EmulateViewport(width, 800),
+				chromedp.Navigate(f.http.URL+"/playground?stream="+s+"&app="+a), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)),
+				chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
+			testutil.WaitFor(t, 30*time.Second, "the backtest of "+what, func() bool {
+				return strings.Contains(b.loaded(`.bt-what`), what)
+			})
+			if n := b.count(`table.backtest tbody tr`); n < 1 {
+				t.Fatalf("%d px, %s: no rule listed", width, what)
+			}
+			// The column holding the results is the backtest's panel; the
+			// window's clientWidth leaves out its scroll bar.
+			type widths struct{ Page, Window, Panel, Column int }
+			ctx, cancel := b.step()
+			w, err := chromedp.Run(ctx, chromedp.Evaluate[widths](`(function(){var d=document.documentElement,p=document.querySelector("table.backtest").parentElement;`+
+				`return {Page:d.scrollWidth,Window:d.clientWidth,Panel:p.scrollWidth,Column:p.clientWidth}})()`))
+			cancel()
+			if err != nil {
+				t.Fatalf("measure the page: %v", err)
+			}
+			if w.Page > w.Window {
+				t.Errorf("%d px, %s: the page scrolls sideways, %d px wide in a window %d px wide", width, what, w.Page, w.Window)
+			}
+			if w.Panel > w.Column {
+				t.Errorf("%d px, %s: the backtest runs %d px wide out of its %d px column", width, what, w.Panel, w.Column)
+			}
+		}
 	}
 }
 
