@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -95,21 +96,11 @@ func TestBrowserPlaygroundBacktestFits(t *testing.T) {
 	b := tab{t, browser(t)}
 	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
 	backtestStream(f)
-	longApp := strings.Repeat("customer.notifications.", 3)[:63]
-	const longHandler = "customer.subscription.renewal.reminder.email.dispatch_with_proration"
-	dir := filepath.Join(f.apps, longApp)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tpl := "image: relay.local/busybox:latest\nevents:\n  - handler: " + longHandler + "\n    pattern:\n      kind: [order]\n"
-	if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(tpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f.publish(`{"kind":"order","amount":150,"id":"ord_` + strings.Repeat("0123456789", 12) + `"}`)
+	longApp, _ := longNames(f)
 	s := url.QueryEscape(f.stream)
 
 	for _, width := range []int64{1280, 1024} {
-		for _, a := range []string{"", longApp} {
+		for i, a := range []string{"", longApp} {
 			what := "the rules of every app"
 			if a != "" {
 				what = "the rules of app " + a
@@ -123,23 +114,68 @@ func TestBrowserPlaygroundBacktestFits(t *testing.T) {
 			if n := b.count(`table.backtest tbody tr`); n < 1 {
 				t.Fatalf("%d px, %s: no rule listed", width, what)
 			}
-			// The column holding the results is the backtest's panel; the
-			// window's clientWidth leaves out its scroll bar.
-			type widths struct{ Page, Window, Panel, Column int }
-			ctx, cancel := b.step()
-			w, err := chromedp.Run(ctx, chromedp.Evaluate[widths](`(function(){var d=document.documentElement,p=document.querySelector("table.backtest").parentElement;`+
-				`return {Page:d.scrollWidth,Window:d.clientWidth,Panel:p.scrollWidth,Column:p.clientWidth}})()`))
-			cancel()
-			if err != nil {
-				t.Fatalf("measure the page: %v", err)
-			}
-			if w.Page > w.Window {
-				t.Errorf("%d px, %s: the page scrolls sideways, %d px wide in a window %d px wide", width, what, w.Page, w.Window)
-			}
-			if w.Panel > w.Column {
-				t.Errorf("%d px, %s: the backtest runs %d px wide out of its %d px column", width, what, w.Panel, w.Column)
-			}
+			b.shot(fmt.Sprintf("playground-backtest-fits-%d-%d", width, i))
+			b.fits(fmt.Sprintf("%d px, %s", width, what), `table.backtest`)
 		}
+	}
+}
+
+// TestBrowserPlaygroundMatchFits matches, at a 1280 and a 1024 px wide
+// window, an event whose JSON runs long against the rules of an app whose
+// names are as long as they may be: the matching handlers and each rule's
+// heading wrap inside their column, and the page does not scroll sideways.
+func TestBrowserPlaygroundMatchFits(t *testing.T) {
+	b := tab{t, browser(t)}
+	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
+	longApp, id := longNames(f)
+	for _, width := range []int64{1280, 1024} {
+		b.run("match the event", chromedp.EmulateViewport(width, 800),
+			chromedp.Navigate(f.http.URL+"/playground?stream="+url.QueryEscape(f.stream)+"&id="+url.QueryEscape(id)),
+			chromedp.WaitVisible(chromedp.CSS(`ol.matches`)))
+		if got := b.text(`ol.matches`); !strings.Contains(got, longApp) {
+			t.Fatalf("%d px: the long-named app's rule does not match: %q", width, got)
+		}
+		b.shot(fmt.Sprintf("playground-match-%d", width))
+		b.fits(fmt.Sprintf("%d px", width), `ol.matches`)
+	}
+}
+
+// longNames adds to f's apps one whose app and handler names are as long
+// as they may be, with a rule that matches orders, and publishes an order
+// whose JSON runs long; it returns the app's name and the order's id.
+func longNames(f *fixture) (app, id string) {
+	f.t.Helper()
+	app = strings.Repeat("customer.notifications.", 3)[:63]
+	const handler = "customer.subscription.renewal.reminder.email.dispatch_with_proration"
+	dir := filepath.Join(f.apps, app)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	tpl := "image: relay.local/busybox:latest\nevents:\n  - handler: " + handler + "\n    pattern:\n      kind: [order]\n"
+	if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(tpl), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+	return app, f.publish(`{"kind":"order","amount":150,"id":"ord_` + strings.Repeat("0123456789", 12) + `"}`)
+}
+
+// fits says where the page scrolls sideways, or the column of results
+// holding sel (its parent's) runs wider than it; the window's clientWidth
+// leaves out its scroll bar.
+func (b tab) fits(where, sel string) {
+	b.t.Helper()
+	type widths struct{ Page, Window, Panel, Column int }
+	ctx, cancel := b.step()
+	w, err := chromedp.Run(ctx, chromedp.Evaluate[widths](`(function(){var d=document.documentElement,p=document.querySelector(`+strconv.Quote(sel)+`).parentElement;`+
+		`return {Page:d.scrollWidth,Window:d.clientWidth,Panel:p.scrollWidth,Column:p.clientWidth}})()`))
+	cancel()
+	if err != nil {
+		b.t.Fatalf("measure the page: %v", err)
+	}
+	if w.Page > w.Window {
+		b.t.Errorf("%s: the page scrolls sideways, %d px wide in a window %d px wide", where, w.Page, w.Window)
+	}
+	if w.Panel > w.Column {
+		b.t.Errorf("%s: the results run %d px wide out of their %d px column", where, w.Panel, w.Column)
 	}
 }
 
