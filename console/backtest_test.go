@@ -102,10 +102,14 @@ func TestPlaygroundBacktest(t *testing.T) {
 	body = backtest(url.Values{"pattern": {"kind: [order]\namount: [{lt: 100}]\n"}, "app": {"shop"}})
 	check("edited pattern", body, "4/12/2", "edited pattern=4")
 	contains(t, "edited pattern", body, "Backtest of the edited pattern", "amount: [{lt: 100}]")
-	for _, id := range small {
-		contains(t, "edited pattern", body, html.EscapeString(`/event?id=`+url.QueryEscape(id)+`&stream=`+url.QueryEscape(f.stream)))
+	link := func(id string) string {
+		return html.EscapeString(`/event?id=` + url.QueryEscape(id) + `&stream=` + url.QueryEscape(f.stream))
 	}
-	if i, j := strings.Index(body, small[0]), strings.Index(body, small[3]); i < 0 || j < i {
+	for _, id := range small {
+		contains(t, "edited pattern", body, link(id))
+	}
+	// By their whole links: an id such as ...-1 is a prefix of ...-10.
+	if i, j := strings.Index(body, link(small[0])), strings.Index(body, link(small[3])); i < 0 || j < i {
 		t.Errorf("edited pattern: the newest match %s is not listed first", small[0])
 	}
 
