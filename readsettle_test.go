@@ -103,7 +103,7 @@ func TestSlowHandlerDoesNotHoldItsReadsSettlements(t *testing.T) {
 		oks = append(oks, h.publish("event", `{"kind":"ok"}`))
 	}
 	slow := h.publish("event", `{"kind":"slow"}`)
-	h.start("c1", settleLinger(50*time.Millisecond))
+	h.start("c1", settleLinger(500*time.Millisecond))
 	testutil.WaitFor(t, 10*time.Second, "all but the slow message settled", func() bool { return h.pending() == 1 })
 	if batches, _ := rec.calls(); len(batches) != 1 || !slices.Equal(batches[0], oks) {
 		t.Errorf("batches while the slow handler runs: %v; want %v", batches, oks)
