@@ -47,7 +47,7 @@ func leaseOfID(id string) invocation.Lease {
 // every member.
 func TestReadSettlesLingerAndCancel(t *testing.T) {
 	f := &fakeBatchSettler{err: errors.New("injected")}
-	g := &readSettles{bs: f, linger: 20 * time.Millisecond, open: 4}
+	g := &readSettles{bs: f, linger: 300 * time.Millisecond, open: 4}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancelled := make(chan error, 1)
