@@ -106,12 +106,15 @@ func (g *readSettles) join(ctx context.Context, l invocation.Lease) error {
 }
 
 // leave counts out a member that will not join; the batch goes if it was
-// the last one the others waited for.
+// the last one the others waited for. It does not wait for the batch: the
+// read loop leaves for a message it does not dispatch.
 func (g *readSettles) leave() {
 	g.mu.Lock()
 	g.open--
 	if g.open == 0 && len(g.queued) > 0 {
-		g.flushLocked()
+		batch := g.takeLocked()
+		g.mu.Unlock()
+		go g.flush(batch)
 		return
 	}
 	g.mu.Unlock()
@@ -127,16 +130,26 @@ func (g *readSettles) expire() {
 	g.flushLocked()
 }
 
-// flushLocked takes the queued settlements, unlocks g and settles them in
-// one call, then hands each member its result.
+// flushLocked takes the queued settlements, unlocks g and settles them.
 func (g *readSettles) flushLocked() {
+	batch := g.takeLocked()
+	g.mu.Unlock()
+	g.flush(batch)
+}
+
+// takeLocked empties the queue and stops its linger.
+func (g *readSettles) takeLocked() []*queuedSettle {
 	batch := g.queued
 	g.queued = nil
 	if g.timer != nil {
 		g.timer.Stop()
 		g.timer = nil
 	}
-	g.mu.Unlock()
+	return batch
+}
+
+// flush settles batch in one call and hands each member its result.
+func (g *readSettles) flush(batch []*queuedSettle) {
 	ctxs := make([]context.Context, len(batch))
 	ls := make([]invocation.Lease, len(batch))
 	for i, q := range batch {
