@@ -12,16 +12,19 @@ import (
 )
 
 // readSettles gathers the settlements of the deliveries of one read into
-// as few BatchSettler calls as it can (docs/delivery.md#batched-transitions):
-// every delivery of the read is a member that either joins, with the
-// lease its settle records (FinishSettle), or leaves, when it settles
-// otherwise or not at all. The batch goes when every member has joined or
-// left, or SettleLinger after the first join, whichever comes first, so
-// one slow handler delays the others' acknowledgements by the linger at
-// most. Members that join after a batch went form the next one. Safe for
-// concurrent use; each member joins or leaves once (delivery.settleDone).
+// one call of each kind (docs/delivery.md#batched-transitions): every
+// delivery of the read is a member that either joins, with the lease its
+// settle records (BatchSettler.FinishSettleBatch) or, for a message
+// without invocation state, its id to acknowledge (one Source.Ack), or
+// leaves, when it settles otherwise or not at all. The batch goes when
+// every member has joined or left, or SettleLinger after the first join,
+// whichever comes first, so one slow handler delays the others'
+// acknowledgements by the linger at most. Members that join after a batch
+// went form the next one. Safe for concurrent use; each member joins or
+// leaves once (delivery.settleDone).
 type readSettles struct {
-	bs     BatchSettler
+	src    StreamSource
+	bs     BatchSettler // nil: leases are not batched
 	ttl    time.Duration
 	linger time.Duration
 
@@ -31,32 +34,45 @@ type readSettles struct {
 	timer  *time.Timer // runs expire while queued is not empty
 }
 
-// queuedSettle is one member's FinishSettle waiting for its batch.
+// queuedSettle is one member's settlement waiting for its batch: a
+// FinishSettle of l, or when ackID is set an acknowledgement alone.
 type queuedSettle struct {
-	ctx  context.Context
-	l    invocation.Lease
-	err  error
-	done chan struct{}
+	ctx   context.Context
+	l     invocation.Lease
+	ackID string
+	err   error
+	done  chan struct{}
 }
 
-// newReadSettles returns the group of a read of n messages, or nil when
-// the Engine has no BatchSettler: its deliveries then settle one by one.
+// newReadSettles returns the group of a read of n messages, nil for a
+// read of one.
 func (e *Engine) newReadSettles(n int) *readSettles {
-	if e.batchSettler == nil || n < 2 {
+	if n < 2 {
 		return nil
 	}
-	return &readSettles{bs: e.batchSettler, ttl: e.cfg.Retention, linger: e.cfg.SettleLinger, open: n}
+	return &readSettles{src: e.c.Source, bs: e.batchSettler, ttl: e.cfg.Retention, linger: e.cfg.SettleLinger, open: n}
 }
 
 // finishSettle records the success of d's last attempt l with its
 // message's acknowledgement: in d's read's batch the first time, alone
-// when d has no read group or already joined it (a retry after an error).
+// when d has no read group or already joined it (a retry after an error),
+// or when the Settler cannot batch.
 func (e *Engine) finishSettle(ctx context.Context, d *delivery, l invocation.Lease) error {
-	if d.settles == nil || d.settleDone {
+	if d.settles == nil || d.settleDone || d.settles.bs == nil {
 		return e.c.Settler.FinishSettle(ctx, l, e.cfg.Retention)
 	}
 	d.settleDone = true
-	return d.settles.join(ctx, l)
+	return d.settles.join(ctx, &queuedSettle{l: l})
+}
+
+// sourceAck acknowledges d's message, which has no invocation state: in
+// d's read's batch the first time, alone otherwise.
+func (e *Engine) sourceAck(ctx context.Context, d *delivery) error {
+	if d.settles == nil || d.settleDone {
+		return e.c.Source.Ack(ctx, d.msg.ID)
+	}
+	d.settleDone = true
+	return d.settles.join(ctx, &queuedSettle{ackID: d.msg.ID})
 }
 
 // leaveSettles takes d out of its read's batch unless it joined it: the
@@ -68,11 +84,11 @@ func (d *delivery) leaveSettles() {
 	}
 }
 
-// join queues l for the read's batch and waits for its result. When ctx
-// ends while l waits, join returns ctx's error and l is not settled; once
+// join queues q for the read's batch and waits for its result. When ctx
+// ends while q waits, join returns ctx's error and q is not settled; once
 // its batch is in flight it waits for the batch's answer.
-func (g *readSettles) join(ctx context.Context, l invocation.Lease) error {
-	q := &queuedSettle{ctx: ctx, l: l, done: make(chan struct{})}
+func (g *readSettles) join(ctx context.Context, q *queuedSettle) error {
+	q.ctx, q.done = ctx, make(chan struct{})
 	g.mu.Lock()
 	g.open--
 	g.queued = append(g.queued, q)
@@ -148,22 +164,46 @@ func (g *readSettles) takeLocked() []*queuedSettle {
 	return batch
 }
 
-// flush settles batch in one call and hands each member its result.
+// flush settles batch, its leases in one FinishSettleBatch and its
+// acknowledgements in one Source.Ack, and hands each member its result.
 func (g *readSettles) flush(batch []*queuedSettle) {
 	ctxs := make([]context.Context, len(batch))
-	ls := make([]invocation.Lease, len(batch))
+	var leases, acks []*queuedSettle
 	for i, q := range batch {
-		ctxs[i], ls[i] = q.ctx, q.l
+		ctxs[i] = q.ctx
+		if q.ackID != "" {
+			acks = append(acks, q)
+		} else {
+			leases = append(leases, q)
+		}
 	}
 	ctx, cancel := combine.Detached(ctxs)
-	errs := g.bs.FinishSettleBatch(ctx, ls, g.ttl)
-	cancel()
-	for i, q := range batch {
-		if i < len(errs) {
-			q.err = errs[i]
-		} else {
-			q.err = fmt.Errorf("relay: FinishSettleBatch returned %d results for %d leases", len(errs), len(batch))
+	defer cancel()
+	if len(leases) > 0 {
+		ls := make([]invocation.Lease, len(leases))
+		for i, q := range leases {
+			ls[i] = q.l
 		}
+		errs := g.bs.FinishSettleBatch(ctx, ls, g.ttl)
+		for i, q := range leases {
+			if i < len(errs) {
+				q.err = errs[i]
+			} else {
+				q.err = fmt.Errorf("relay: FinishSettleBatch returned %d results for %d leases", len(errs), len(ls))
+			}
+		}
+	}
+	if len(acks) > 0 {
+		ids := make([]string, len(acks))
+		for i, q := range acks {
+			ids[i] = q.ackID
+		}
+		err := g.src.Ack(ctx, ids...)
+		for _, q := range acks {
+			q.err = err
+		}
+	}
+	for _, q := range batch {
 		close(q.done)
 	}
 }

@@ -51,7 +51,7 @@ func TestReadSettlesLingerAndCancel(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancelled := make(chan error, 1)
-	go func() { cancelled <- g.join(ctx, leaseOfID("1-1")) }()
+	go func() { cancelled <- g.join(ctx, &queuedSettle{l: leaseOfID("1-1")}) }()
 	for f.seen() == nil && func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queued) == 0 }() {
 		time.Sleep(time.Millisecond)
 	}
@@ -61,14 +61,14 @@ func TestReadSettlesLingerAndCancel(t *testing.T) {
 	}
 
 	start := time.Now()
-	if err := g.join(context.Background(), leaseOfID("1-2")); err == nil || err.Error() != "injected" {
+	if err := g.join(context.Background(), &queuedSettle{l: leaseOfID("1-2")}); err == nil || err.Error() != "injected" {
 		t.Errorf("join = %v; want the batch's answer", err)
 	}
 	if waited := time.Since(start); waited < g.linger {
 		t.Errorf("the batch went after %s with two members open; want it to wait for the linger (%s)", waited, g.linger)
 	}
 	g.leave()
-	if err := g.join(context.Background(), leaseOfID("1-3")); err == nil {
+	if err := g.join(context.Background(), &queuedSettle{l: leaseOfID("1-3")}); err == nil {
 		t.Error("the last member's join = nil; want the batch's answer")
 	}
 	if got := f.seen(); len(got) != 2 || len(got[0]) != 1 || got[0][0] != "1-2" || len(got[1]) != 1 || got[1][0] != "1-3" {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -112,5 +113,50 @@ func TestSlowHandlerDoesNotHoldItsReadsSettlements(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "every message settled", h.settled)
 	if batches, _ := rec.calls(); len(batches) != 2 || !slices.Equal(batches[1], []string{slow}) {
 		t.Errorf("batches: %v; want the slow message's settlement on its own last", batches)
+	}
+}
+
+// ackRecorder notes the ids of each Ack call of the source it wraps.
+type ackRecorder struct {
+	relay.StreamSource
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (a *ackRecorder) Ack(ctx context.Context, ids ...string) error {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	a.mu.Lock()
+	a.calls = append(a.calls, sorted)
+	a.mu.Unlock()
+	return a.StreamSource.Ack(ctx, ids...)
+}
+
+func (a *ackRecorder) seen() [][]string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.calls)
+}
+
+// TestUnmatchedMessagesOfAReadAreAckedTogether: messages of one read that
+// match no rule have no invocation state; they are acknowledged in one
+// XACK once every other message of the read has settled, here without
+// waiting for the minute-long linger.
+func TestUnmatchedMessagesOfAReadAreAckedTogether(t *testing.T) {
+	h := newHarness(t, map[string]string{"shop": settleApp})
+	rec := &ackRecorder{StreamSource: h.src}
+	h.source = rec
+	h.handle("shop/orders.ok", nil)
+	first := h.publish("event", `{"kind":"none"}`) // read alone
+	var none []string
+	for range 4 {
+		none = append(none, h.publish("event", `{"kind":"none"}`))
+	}
+	ok := h.publish("event", `{"kind":"ok"}`)
+	h.start("c1", settleLinger(time.Minute))
+	testutil.WaitFor(t, 10*time.Second, "every message settled", h.settled)
+	calls := rec.seen()
+	if len(calls) != 3 || !slices.Equal(calls[0], []string{first}) || !slices.Equal(calls[1], none) && !slices.Equal(calls[2], none) {
+		t.Errorf("Ack calls %v; want [%s] alone, %v together, and %s (matched: Ack then Retain without a Settler)", calls, first, none, ok)
 	}
 }

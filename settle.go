@@ -136,7 +136,12 @@ func (e *Engine) ack(ctx context.Context, d *delivery, hasState bool) error {
 			retainErr = e.retain(ctx, d.key)
 		}
 	} else {
-		err = e.persist(ctx, func(octx context.Context) error { return e.c.Source.Ack(octx, d.msg.ID) })
+		err = e.persist(ctx, func(octx context.Context) error {
+			if hasState {
+				return e.c.Source.Ack(octx, d.msg.ID)
+			}
+			return e.sourceAck(octx, d)
+		})
 		if err == nil && hasState {
 			retainErr = e.retain(ctx, d.key)
 		}

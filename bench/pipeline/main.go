@@ -82,6 +82,7 @@ func main() {
 	retentions := flag.String("retentions", "48h,0", "invocation state retentions the engine and reclaim modes run with, comma-separated, a row each (REDIS_INVOCATION_RETENTION; 0 deletes the state with the acknowledgement)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 8, "each engine worker's MAX_CONCURRENCY")
 	flag.IntVar(&cfg.batch, "batch", 0, "the raw loop's XREADGROUP COUNT (default 2 × -concurrency, an Engine's largest read)")
+	flag.IntVar(&cfg.unmatched, "unmatched", 0, "percent of the events that match no rule (0-100); the engine acknowledges those without running anything")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per row; the row shows the run with the median rate")
 	flag.StringVar(&cfg.logLevel, "log-level", "info", "engine log level, as LOG_LEVEL (the log is written to a file in the work directory)")
 	flag.StringVar(&cfg.profile, "profile", "", "write a CPU profile of every engine worker into this directory")
@@ -110,6 +111,7 @@ type config struct {
 	retentions  []retention
 	concurrency int
 	batch       int
+	unmatched   int
 	runs        int
 	logLevel    string
 	profile     string
@@ -183,8 +185,8 @@ func run(cfg config) error {
 	defer closeRedis()
 
 	fmt.Printf("pipeline: %s\n", benchkit.Machine())
-	fmt.Printf("pipeline: redis %s, %d events per run, %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",
-		cfg.redis, cfg.events, cfg.runs, cfg.concurrency, cfg.batch)
+	fmt.Printf("pipeline: redis %s, %d events per run (%d%% matching no rule), %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",
+		cfg.redis, cfg.events, cfg.unmatched, cfg.runs, cfg.concurrency, cfg.batch)
 	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	raw := map[int]float64{}
 	t := benchkit.Table{
@@ -267,7 +269,7 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string,
 	if err != nil {
 		return result{}, err
 	}
-	last, err := benchkit.Fill(ctx, admin, name, 0, cfg.events)
+	last, err := benchkit.FillMix(ctx, admin, name, 0, cfg.events, cfg.unmatched)
 	if err != nil {
 		return result{}, err
 	}
@@ -352,8 +354,14 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string,
 		r.workerCPU += rep.CPU
 	}
 	workers = nil
-	if handled != int64(cfg.events) {
-		return result{}, fmt.Errorf("workers handled %d events, want %d", handled, cfg.events)
+	want := int64(0)
+	for i := range cfg.events {
+		if mode == benchkit.KindRaw || benchkit.Matches(i, cfg.unmatched) {
+			want++
+		}
+	}
+	if handled != want {
+		return result{}, fmt.Errorf("workers handled %d events, want %d", handled, want)
 	}
 	return r, nil
 }

@@ -27,6 +27,16 @@ func Event(i int) string {
 	return fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","new_image":{"id":%d,"email":"user%d@example.com","plan":"free"}}`, i, i)
 }
 
+// Unmatched returns the i-th event that the benchmark rule does not match:
+// the same record from another table.
+func Unmatched(i int) string {
+	return fmt.Sprintf(`{"event_name":"INSERT","table_name":"orders","new_image":{"id":%d,"email":"user%d@example.com","plan":"free"}}`, i, i)
+}
+
+// Matches reports whether event i of a stream filled with unmatchedPct
+// percent of unmatched events (FillMix) matches the benchmark rule.
+func Matches(i, unmatchedPct int) bool { return i%100 >= unmatchedPct }
+
 // AppSpec describes the one app the benchmarks load.
 type AppSpec struct {
 	// Concurrency is the app's concurrency key (1 to 10000).
@@ -132,12 +142,22 @@ func LoadApps(root string) (*app.Set, error) {
 // Fill appends n events (Event(from) to Event(from+n-1)) to name in
 // pipelined batches of 500 and returns the id of the last one.
 func Fill(ctx context.Context, c rueidis.Client, name string, from, n int) (string, error) {
+	return FillMix(ctx, c, name, from, n, 0)
+}
+
+// FillMix is Fill with unmatchedPct percent of the events (those for which
+// Matches is false) replaced by Unmatched ones.
+func FillMix(ctx context.Context, c rueidis.Client, name string, from, n, unmatchedPct int) (string, error) {
 	var last string
 	for done := 0; done < n; {
 		batch := min(500, n-done)
 		cmds := make(rueidis.Commands, 0, batch)
 		for i := range batch {
-			cmds = append(cmds, c.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", Event(from+done+i)).Build())
+			ev := Event(from + done + i)
+			if !Matches(from+done+i, unmatchedPct) {
+				ev = Unmatched(from + done + i)
+			}
+			cmds = append(cmds, c.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", ev).Build())
 		}
 		for _, res := range c.DoMulti(ctx, cmds...) {
 			id, err := res.ToString()
