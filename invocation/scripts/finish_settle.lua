@@ -1,8 +1,9 @@
 -- finish_settle.lua: record that the last unfinished invocation of each of
 -- a batch of messages succeeded, acknowledge those messages and apply the
--- retention of their state, in one step (Store.FinishSettle). One call
--- takes the messages of one stream and group, so that concurrent
--- deliveries share a script run and one XACK.
+-- retention of their state, in one step (Store.FinishSettle,
+-- Store.FinishSettleBatch). One call takes the messages of one stream and
+-- group, so that concurrent deliveries, or the messages of one read, share
+-- a script run.
 --
 -- KEYS[1]    the source stream (the same hash slot under Redis Cluster)
 -- KEYS[i+1]  invocation hash of message i, keys.Invocation(stream, group, id)
