@@ -202,8 +202,6 @@ func (g *Globals) loadApps(opts ...template.Option) (*app.Set, error) {
 	return apps, err
 }
 
-// checkStream fails when the source stream does not exist: a mistyped
-// REDIS_STREAM would otherwise read as an empty DLQ, "all clear".
 // streamClient connects to Redis and checks that REDIS_STREAM exists
 // (checkStream); the caller closes the client.
 func (g *Globals) streamClient(ctx context.Context) (rueidis.Client, error) {
@@ -218,6 +216,8 @@ func (g *Globals) streamClient(ctx context.Context) (rueidis.Client, error) {
 	return rc, nil
 }
 
+// checkStream fails when the source stream does not exist: a mistyped
+// REDIS_STREAM would otherwise read as an empty DLQ, "all clear".
 func (g *Globals) checkStream(ctx context.Context, rc rueidis.Client) error {
 	n, err := rc.Do(ctx, rc.B().Exists().Key(g.RedisStream).Build()).AsInt64()
 	if err != nil {
