@@ -265,6 +265,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	if _, ok := e.c.State.(ClaimVoider); !ok {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the state store cannot give back claims whose reply was lost; their leases will be charged as failed attempts when they expire")
 	}
+	if _, ok := e.c.Source.(OwnerChecker); !ok {
+		e.log.LogAttrs(ctx, slog.LevelDebug, "the stream source cannot say which messages it still owns; held counts keep messages other workers took over")
+	}
 	if e.c.Settler != nil && e.batchSettler == nil {
 		// Only slower: each message is settled in a call of its own.
 		e.log.LogAttrs(ctx, slog.LevelDebug, "the Settler is not a BatchSettler; a read's messages are settled one by one")

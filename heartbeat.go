@@ -24,13 +24,21 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 
 // pendingLoop samples the PEL every reclaim interval. The gauges describe
 // the whole consumer group, so every worker reports the same cluster-wide
-// values.
+// values. It also forgets held messages this consumer no longer owns
+// (forgetTakenOver).
 func (e *Engine) pendingLoop(ctx context.Context) {
-	pr, ok := e.c.Source.(PendingReporter)
-	if !ok {
+	pr, reports := e.c.Source.(PendingReporter)
+	oc, checks := e.c.Source.(OwnerChecker)
+	if !reports && !checks {
 		return
 	}
 	sample := func() {
+		if checks {
+			e.forgetTakenOver(ctx, oc)
+		}
+		if !reports {
+			return
+		}
 		n, age, err := pr.Pending(ctx)
 		switch {
 		case err == nil:
@@ -42,4 +50,32 @@ func (e *Engine) pendingLoop(ctx context.Context) {
 	}
 	sample()
 	ctxtime.Every(ctx, e.cfg.ReclaimInterval, sample)
+}
+
+// forgetTakenOver drops from the held counts the messages that are no
+// longer pending for this consumer: another worker reclaimed them (and
+// holds them, or acknowledged them), or they were acknowledged. A message
+// that is in flight or waiting here was delivered again since and is left
+// to its delivery.
+func (e *Engine) forgetTakenOver(ctx context.Context, oc OwnerChecker) {
+	ids := e.held.all()
+	if len(ids) == 0 {
+		return
+	}
+	owned, err := oc.Owned(ctx, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelDebug, "checking held messages' owner failed", slog.Any("error", err))
+		}
+		return
+	}
+	here := map[string]bool{}
+	for _, id := range e.ownedIDs() {
+		here[id] = true
+	}
+	for _, id := range ids {
+		if !owned[id] && !here[id] {
+			e.held.set(id, heldBy{})
+		}
+	}
 }

@@ -100,6 +100,26 @@ func (h *heldSet) prune(keep func(holdKey) bool) {
 	}
 }
 
+// all returns the id of every message some hold keeps, each once.
+func (h *heldSet) all() []string {
+	if h.tracked.Load() == 0 {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]struct{}{}
+	var ids []string
+	for _, m := range h.ids {
+		for id := range m {
+			if _, ok := seen[id]; !ok {
+				seen[id] = struct{}{}
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
 // count is how many messages k holds, and whether that is a lower bound.
 func (h *heldSet) count(k holdKey) (int, bool) {
 	h.mu.Lock()

@@ -181,6 +181,16 @@ type PendingReporter interface {
 	Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error)
 }
 
+// OwnerChecker is an optional StreamSource capability: which of ids are
+// pending and delivered to this consumer. The Engine asks it, every
+// reclaim interval, about the messages it holds pending for a reason
+// outside them (docs/delivery.md#held-messages), and forgets those that
+// another worker took over or acknowledged; without it they stay in its
+// held counts until their app is fixed.
+type OwnerChecker interface {
+	Owned(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
 // Sweeper is an optional Runner capability: it removes what earlier or
 // failed invocations left behind (containers whose removal failed while the
 // runtime was down, leftovers of a crashed process) without touching

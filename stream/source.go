@@ -193,6 +193,42 @@ func (s *Source) Heartbeat(ctx context.Context, ids ...string) error {
 	return nil
 }
 
+// Owned reports which of ids are in the group's PEL and delivered to this
+// consumer (a single-id XPENDING each, pipelined): an id missing from the
+// map was acknowledged, or another consumer took it over. It implements
+// relay.OwnerChecker.
+func (s *Source) Owned(ctx context.Context, ids []string) (map[string]bool, error) {
+	owned := make(map[string]bool, len(ids))
+	b := s.client.B()
+	for from := 0; from < len(ids); from += ownedChunk {
+		chunk := ids[from:min(from+ownedChunk, len(ids))]
+		cmds := make(rueidis.Commands, len(chunk))
+		for i, id := range chunk {
+			cmds[i] = b.Xpending().Key(s.stream).Group(s.group).Start(id).End(id).Count(1).Build()
+		}
+		for i, res := range s.client.DoMulti(ctx, cmds...) {
+			rows, err := res.ToArray()
+			if err != nil {
+				return nil, s.wrap("owned", err)
+			}
+			if len(rows) == 0 {
+				continue
+			}
+			row, err := rows[0].ToArray()
+			if err != nil || len(row) < 2 {
+				return nil, fmt.Errorf("stream: owned %s: XPENDING entry of %s: %v", s.stream, chunk[i], err)
+			}
+			if consumer, _ := row[1].ToString(); consumer == s.consumer {
+				owned[chunk[i]] = true
+			}
+		}
+	}
+	return owned, nil
+}
+
+// ownedChunk bounds the commands of one Owned round trip.
+const ownedChunk = 1000
+
 // Ping checks that Redis answers and that the stream and its consumer group
 // exist. The error wraps ErrNoStream or ErrNoGroup and names what is missing.
 func (s *Source) Ping(ctx context.Context) error {

@@ -347,6 +347,33 @@ func TestPending(t *testing.T) {
 	}
 }
 
+// TestOwned: of the ids asked, Owned says which are pending and delivered
+// to its consumer; one acknowledged, one taken over by another consumer
+// and one never delivered are not.
+func TestOwned(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	s := f.source(t, "c1")
+	ctx := t.Context()
+	ids := f.publishN(t, s, 4)
+	if _, err := s.Read(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.c.Do(ctx, f.c.B().Xclaim().Key(f.stream).Group(f.group).Consumer("c2").MinIdleTime("0").Id(ids[2]).Justid().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	owned, err := s.Owned(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(owned) != 1 || !owned[ids[0]] {
+		t.Errorf("Owned(%v) = %v; want only %s (1 acknowledged, 2 taken over, 3 never delivered)", ids, owned, ids[0])
+	}
+}
+
 // TestReadBlockedWhenGroupOrStreamVanishes removes the group, then the stream
 // key, while Read is blocked in XREADGROUP; Read recreates the group and
 // reads again instead of failing. It uses a private server so that

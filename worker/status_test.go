@@ -153,3 +153,35 @@ func TestStatusNamesAnUnavailableApp(t *testing.T) {
 		t.Errorf("billing ran %d times, want 2", n)
 	}
 }
+
+// TestHeldCountForgetsMessagesTakenOver: a message this worker holds
+// (its app's rules cannot be read here) that another worker takes over
+// and acknowledges leaves this worker's held count at the next reclaim
+// interval, not when the app is fixed here (docs/delivery.md#held-messages).
+func TestHeldCountForgetsMessagesTakenOver(t *testing.T) {
+	h, root := reloadHarness(t)
+	h.cfg.Engine.StatsInterval = 20 * time.Millisecond
+	writeTemplate(t, root, "orders", "image: x\nevents:\n  - {handler: orders.new, pattern: {kind: [{prefx: ord}]}}\n")
+	_, stop := h.run()
+	defer stop()
+	ids := []string{h.publish(`{"event_name":"INSERT"}`), h.publish(`{"event_name":"INSERT"}`)}
+	testutil.WaitFor(t, 10*time.Second, "both messages held", func() bool {
+		return h.gauge("relay_held_messages", "reason", stats.ReasonRulesUnreadable) == 2
+	})
+	// Another worker, where the template reads, takes the first over and
+	// acknowledges it.
+	c, s := h.cfg.Redis, h.streams[0]
+	if err := c.Do(t.Context(), c.B().Xclaim().Key(s).Group("workers").Consumer("w2").MinIdleTime("0").Id(ids[0]).Justid().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(t.Context(), c.B().Xack().Key(s).Group("workers").Id(ids[0]).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the acknowledged message forgotten", func() bool {
+		return h.gauge("relay_held_messages", "reason", stats.ReasonRulesUnreadable) == 1
+	})
+	testutil.WaitFor(t, 10*time.Second, "the published status to follow", func() bool {
+		hs := h.holds()
+		return len(hs) == 1 && hs[0].Held == 1
+	})
+}
