@@ -196,7 +196,8 @@ func (s *Source) Heartbeat(ctx context.Context, ids ...string) error {
 // Owned reports which of ids are in the group's PEL and delivered to this
 // consumer (a single-id XPENDING each, pipelined): an id missing from the
 // map was acknowledged, or another consumer took it over. It implements
-// relay.OwnerChecker.
+// relay.OwnerChecker, which keeps held counts true
+// (docs/delivery.md#held-messages).
 func (s *Source) Owned(ctx context.Context, ids []string) (map[string]bool, error) {
 	owned := make(map[string]bool, len(ids))
 	b := s.client.B()
