@@ -212,15 +212,17 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	}
 }
 
-// tallyDLQ counts the dead-letter writes of the Engine it wraps.
+// tallyDLQ counts the dead-letter writes of the Engine it wraps, once
+// each has returned.
 type tallyDLQ struct {
 	relay.DLQWriter
 	writes atomic.Int64
 }
 
 func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	id, err := d.DLQWriter.Write(ctx, e)
 	d.writes.Add(1)
-	return d.DLQWriter.Write(ctx, e)
+	return id, err
 }
 
 // TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
