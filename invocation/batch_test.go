@@ -330,6 +330,56 @@ func TestClaimBatchPELRangeFallsBack(t *testing.T) {
 	}
 }
 
+// TestClaimBatchPELOfOneGroupAnswersForItAlone: the batch's XPENDING range
+// is of its first claim's stream and group; a claim of the same message id
+// in another group that acknowledged it is checked on its own, and stays
+// inert (a Store shared by two groups of one stream batches their claims
+// together).
+func TestClaimBatchPELOfOneGroupAnswersForItAlone(t *testing.T) {
+	p := newPausedStore(t)
+	stream := "orders"
+	deliver(t, p.c, stream, "a", "1-1", "1-2", "1-3")
+	deliver(t, p.c, stream, "b")
+	if err := p.c.Do(t.Context(), p.c.B().Xack().Key(stream).Group("b").Id("1-2").Build()).Error(); err != nil {
+		t.Fatal(err) // group b is done with 1-2
+	}
+	p.pause(t)
+	type res struct {
+		c   Claim
+		err error
+	}
+	var mu sync.Mutex
+	got := map[string]res{}
+	var wg sync.WaitGroup
+	claim := func(group, id string) {
+		wg.Go(func() {
+			c, err := p.s.Claim(context.Background(), Key{Stream: stream, Group: group, MessageID: id}, testField, time.Minute, 3, Record{})
+			mu.Lock()
+			got[group+"/"+id] = res{c, err}
+			mu.Unlock()
+		})
+	}
+	claim("a", "1-3") // alone, in flight
+	waitFor(t, "the first claim to be in flight", func() bool { return p.s.claims.Pending(stream) == 1 })
+	for i, c := range [][2]string{{"a", "1-1"}, {"a", "1-2"}, {"b", "1-2"}} {
+		claim(c[0], c[1])
+		waitFor(t, "claims to queue", func() bool { return p.s.claims.Pending(stream) == i+2 })
+	}
+	p.unpause(t)
+	wg.Wait()
+	for _, k := range []string{"a/1-1", "a/1-2", "a/1-3"} {
+		if r := got[k]; r.err != nil || r.c.Status != Claimed {
+			t.Errorf("claim %s = %+v, %v; want Claimed", k, r.c, r.err)
+		}
+	}
+	if r := got["b/1-2"]; r.err != nil || r.c.Status != Terminal {
+		t.Errorf("claim b/1-2 (acknowledged by b, pending in a) = %+v, %v; want Terminal", r.c, r.err)
+	}
+	if st, _ := hashState(t, p.c, Key{Stream: stream, Group: "b", MessageID: "1-2"}); len(st) != 0 {
+		t.Errorf("claim of an acknowledged message wrote %v", st)
+	}
+}
+
 // TestFinishSettleBatch: FinishSettleBatch answers each lease as
 // FinishSettle would, in script calls of at most WithMaxBatch leases, at
 // either retention: a stale lease, a message acknowledged elsewhere and an

@@ -65,8 +65,8 @@ local now_s -- now in decimal, for recorded fields only
 local replies, o = {}, 0
 
 -- The PEL check of the claims of the first claim's stream and group, in
--- one XPENDING (prelude.lua pel_set).
-local pel, ids, m = {}, {}, 0
+-- one XPENDING (prelude.lua pel_set); it answers for those claims only.
+local pel, none, ids, m = {}, {}, {}, 0
 local i = 1
 for k = 1, #KEYS, 2 do
   if KEYS[k + 1] == KEYS[2] and ARGV[i + 5] == ARGV[6] then
@@ -85,8 +85,12 @@ for k = 1, #KEYS, 2 do
   if n > 0 and not now_s then
     now_s = string.format('%d', now)
   end
+  local mine = pel
+  if KEYS[k + 1] ~= KEYS[2] or ARGV[i + 5] ~= ARGV[6] then
+    mine = none -- another stream or group: the same id may be pending there
+  end
   local r = claim_one(KEYS[k], KEYS[k + 1], ARGV[i + 5], ARGV[i + 6], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2],
-    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s, pel)
+    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s, mine)
   if type(r) == 'number' then
     replies[o + 1], replies[o + 2] = 9, r
     o = o + 2
