@@ -55,10 +55,10 @@ func (e *Engine) pendingLoop(ctx context.Context) {
 // forgetTakenOver drops from the held counts the messages that are no
 // longer pending for this consumer: another worker reclaimed them (and
 // holds them, or acknowledged them), or they were acknowledged. A message
-// that is in flight or waiting here was delivered again since and is left
-// to its delivery.
+// that is in flight or waiting here, or that a delivery held again since
+// the ids were read, is left to its delivery.
 func (e *Engine) forgetTakenOver(ctx context.Context, oc OwnerChecker) {
-	ids := e.held.all()
+	ids, asOf := e.held.all()
 	if len(ids) == 0 {
 		return
 	}
@@ -73,9 +73,11 @@ func (e *Engine) forgetTakenOver(ctx context.Context, oc OwnerChecker) {
 	for _, id := range e.ownedIDs() {
 		here[id] = true
 	}
+	var gone []string
 	for _, id := range ids {
 		if !owned[id] && !here[id] {
-			e.held.set(id, heldBy{})
+			gone = append(gone, id)
 		}
 	}
+	e.held.forget(gone, asOf)
 }

@@ -30,10 +30,15 @@ type heldSet struct {
 	full map[holdKey]bool
 	// errs keeps the error text of each stats.ReasonError hold.
 	errs map[holdKey]string
+	// seq counts the sets that held a message; setAt is the seq of each
+	// held message's latest, so forget leaves alone a message held again
+	// since the ids it was given were read (all).
+	seq   uint64
+	setAt map[string]uint64
 }
 
 func newHeldSet() *heldSet {
-	return &heldSet{ids: map[holdKey]map[string]struct{}{}, full: map[holdKey]bool{}, errs: map[holdKey]string{}}
+	return &heldSet{ids: map[holdKey]map[string]struct{}{}, full: map[holdKey]bool{}, errs: map[holdKey]string{}, setAt: map[string]uint64{}}
 }
 
 // heldBy is what holdsOf found holds a message: the holds, and the error
@@ -52,6 +57,21 @@ func (h *heldSet) set(id string, by heldBy) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.setLocked(id, by)
+}
+
+// setLocked is set with h.mu held.
+func (h *heldSet) setLocked(id string, by heldBy) {
+	ks := by.keys
+	defer func() {
+		// Only ids some hold keeps have a seq: the set stays bounded.
+		if len(ks) > 0 && h.holdsLocked(id) {
+			h.seq++
+			h.setAt[id] = h.seq
+		} else {
+			delete(h.setAt, id)
+		}
+	}()
 	for k, m := range h.ids {
 		if _, ok := m[id]; ok && !slices.Contains(ks, k) {
 			delete(m, id)
@@ -90,25 +110,44 @@ func (h *heldSet) set(id string, by heldBy) {
 func (h *heldSet) prune(keep func(holdKey) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	pruned := false
 	for k, m := range h.ids {
 		if !keep(k) {
 			h.tracked.Add(-int64(len(m)))
 			delete(h.ids, k)
 			delete(h.full, k)
 			delete(h.errs, k)
+			pruned = true
+		}
+	}
+	if pruned {
+		for id := range h.setAt {
+			if !h.holdsLocked(id) {
+				delete(h.setAt, id)
+			}
 		}
 	}
 }
 
-// all returns the id of every message some hold keeps, each once.
-func (h *heldSet) all() []string {
+// holdsLocked reports whether some hold keeps id; h.mu is held.
+func (h *heldSet) holdsLocked(id string) bool {
+	for _, m := range h.ids {
+		if _, ok := m[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// all returns the id of every message some hold keeps, each once, and
+// the point they were read at, for forget.
+func (h *heldSet) all() (ids []string, asOf uint64) {
 	if h.tracked.Load() == 0 {
-		return nil
+		return nil, 0
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen := map[string]struct{}{}
-	var ids []string
 	for _, m := range h.ids {
 		for id := range m {
 			if _, ok := seen[id]; !ok {
@@ -117,7 +156,19 @@ func (h *heldSet) all() []string {
 			}
 		}
 	}
-	return ids
+	return ids, h.seq
+}
+
+// forget stops holding each of ids that no delivery held again after asOf
+// (all).
+func (h *heldSet) forget(ids []string, asOf uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range ids {
+		if h.setAt[id] <= asOf {
+			h.setLocked(id, heldBy{})
+		}
+	}
 }
 
 // count is how many messages k holds, and whether that is a lower bound.

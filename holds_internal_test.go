@@ -37,3 +37,30 @@ func TestHeldSetIsBounded(t *testing.T) {
 		t.Errorf("count after prune = %d, %v; want 0, false", n, atLeast)
 	}
 }
+
+// TestHeldSetForgetSparesMessagesHeldAgain: forget drops the ids it is
+// given unless a delivery held one of them again after they were read;
+// only held ids keep a sequence number.
+func TestHeldSetForgetSparesMessagesHeldAgain(t *testing.T) {
+	h := newHeldSet()
+	orders := holdKey{app: "orders", reason: stats.ReasonAppUnavailable}
+	by := heldBy{keys: []holdKey{orders}}
+	h.set("1-1", by)
+	h.set("1-2", by)
+	ids, asOf := h.all()
+	if len(ids) != 2 {
+		t.Fatalf("all = %v, want both", ids)
+	}
+	h.set("1-2", by) // delivered and held again meanwhile
+	h.forget(ids, asOf)
+	if n, _ := h.count(orders); n != 1 {
+		t.Errorf("count after forget = %d, want 1: 1-2 was held again", n)
+	}
+	if ids, _ := h.all(); len(ids) != 1 || ids[0] != "1-2" {
+		t.Errorf("held after forget = %v, want [1-2]", ids)
+	}
+	h.set("1-2", heldBy{})
+	if len(h.setAt) != 0 {
+		t.Errorf("sequence numbers of messages no longer held: %v", h.setAt)
+	}
+}
