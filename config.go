@@ -115,8 +115,11 @@ type Config struct {
 	// SettleLinger bounds how long the acknowledgement of a message whose
 	// last attempt succeeded waits for those of the other messages of its
 	// read, to go with them in one call (BatchSettler,
-	// docs/delivery.md#batched-transitions). Only a Settler that is a
-	// BatchSettler batches. Default: DefaultSettleLinger.
+	// docs/delivery.md#batched-transitions). The successes go in one call
+	// when the Settler is a BatchSettler; the acknowledgements of messages
+	// without invocation state go in one XACK whatever the Settler. It
+	// cannot be turned off, and must be under half of WriteTimeout.
+	// Default: DefaultSettleLinger.
 	SettleLinger time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
@@ -191,6 +194,10 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if c.SettleLinger >= c.WriteTimeout/2 {
+		// A settlement waits for its batch within its write's deadline.
+		return c, fmt.Errorf("relay: Config.SettleLinger: %s must be under half of WriteTimeout %s", c.SettleLinger, c.WriteTimeout)
 	}
 	if c.HeartbeatInterval >= c.MinPendingIdle {
 		return c, fmt.Errorf("relay: Config.HeartbeatInterval: %s must be shorter than MinPendingIdle %s", c.HeartbeatInterval, c.MinPendingIdle)

@@ -76,4 +76,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		!strings.Contains(err.Error(), "HeartbeatInterval") {
 		t.Errorf("a heartbeat as long as MinPendingIdle: %v", err)
 	}
+	if _, err := (Config{SettleLinger: 5 * time.Second}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), "Config.SettleLinger: 5s must be under half of WriteTimeout 10s") {
+		t.Errorf("a linger of half the write timeout: %v", err)
+	}
+	if cfg, err := (Config{SettleLinger: time.Second}).withDefaults(); err != nil || cfg.SettleLinger != time.Second {
+		t.Errorf("a linger of 1s: %v, %v", cfg.SettleLinger, err)
+	}
 }

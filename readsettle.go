@@ -85,8 +85,10 @@ func (d *delivery) leaveSettles() {
 }
 
 // join queues q for the read's batch and waits for its result. When ctx
-// ends while q waits, join returns ctx's error and q is not settled; once
-// its batch is in flight it waits for the batch's answer.
+// ends while q waits, join returns ctx's error and q is not settled; when
+// it ends while q's batch is in flight, join returns ctx's error and q may
+// or may not have been settled, as with any call cut short (a worker that
+// abandons its work does not wait for Redis).
 func (g *readSettles) join(ctx context.Context, q *queuedSettle) error {
 	q.ctx, q.done = ctx, make(chan struct{})
 	g.mu.Lock()
@@ -117,8 +119,12 @@ func (g *readSettles) join(ctx context.Context, q *queuedSettle) error {
 		return ctx.Err()
 	}
 	g.mu.Unlock()
-	<-q.done // in a batch in flight: its answer says what happened
-	return q.err
+	select {
+	case <-q.done: // the batch answered as ctx ended
+		return q.err
+	default:
+		return ctx.Err()
+	}
 }
 
 // leave counts out a member that will not join; the batch goes if it was

@@ -75,7 +75,7 @@ func TestReadSettlesInOneCall(t *testing.T) {
 	}
 	h.publish("event", `{"kind":"fail"}`)
 	h.publish("event", `{"kind":"none"}`)
-	h.start("c1", settleLinger(time.Minute))
+	h.start("c1", settleLinger(time.Minute), writeTimeout(5*time.Minute))
 	testutil.WaitFor(t, 10*time.Second, "every message settled", h.settled)
 	batches, singles := rec.calls()
 	if !slices.Equal(singles, []string{first}) || len(batches) != 1 || !slices.Equal(batches[0], oks) {
@@ -153,7 +153,7 @@ func TestUnmatchedMessagesOfAReadAreAckedTogether(t *testing.T) {
 		none = append(none, h.publish("event", `{"kind":"none"}`))
 	}
 	ok := h.publish("event", `{"kind":"ok"}`)
-	h.start("c1", settleLinger(time.Minute))
+	h.start("c1", settleLinger(time.Minute), writeTimeout(5*time.Minute))
 	testutil.WaitFor(t, 10*time.Second, "every message settled", h.settled)
 	calls := rec.seen()
 	if len(calls) != 3 || !slices.Equal(calls[0], []string{first}) || !slices.Equal(calls[1], none) && !slices.Equal(calls[2], none) {

@@ -84,6 +84,11 @@ func (e *Engine) settle(ctx context.Context, d *delivery, v *verdict) bool {
 		v.hasLast = false
 	}
 	p := decide(v, d.gen)
+	if p != nil || (!v.hasLast && v.hasState) {
+		// Settled alone or not at all: the rest of the read's batch need
+		// not wait for it (readsettle.go).
+		d.leaveSettles()
+	}
 	if v.hasLast {
 		o := e.finishLast(ctx, d, &v.last, p == nil)
 		e.report(ctx, d, o)
