@@ -164,13 +164,8 @@ func longNames(f *fixture) (app, id string) {
 func (b tab) fits(where, sel string) {
 	b.t.Helper()
 	type widths struct{ Page, Window, Panel, Column int }
-	ctx, cancel := b.step()
-	w, err := chromedp.Run(ctx, chromedp.Evaluate[widths](`(function(){var d=document.documentElement,p=document.querySelector(`+strconv.Quote(sel)+`).parentElement;`+
-		`return {Page:d.scrollWidth,Window:d.clientWidth,Panel:p.scrollWidth,Column:p.clientWidth}})()`))
-	cancel()
-	if err != nil {
-		b.t.Fatalf("measure the page: %v", err)
-	}
+	w := eval[widths](b, "measure the page", `(function(){var d=document.documentElement,p=document.querySelector(`+strconv.Quote(sel)+`).parentElement;`+
+		`return {Page:d.scrollWidth,Window:d.clientWidth,Panel:p.scrollWidth,Column:p.clientWidth}})()`)
 	if w.Page > w.Window {
 		b.t.Errorf("%s: the page scrolls sideways, %d px wide in a window %d px wide", where, w.Page, w.Window)
 	}
@@ -182,13 +177,7 @@ func (b tab) fits(where, sel string) {
 // value reads the current value of a form field.
 func (b tab) value(sel string) string {
 	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(`+strconv.Quote(sel)+`).value`))
-	if err != nil {
-		b.t.Fatalf("read the value of %s: %v", sel, err)
-	}
-	return v
+	return eval[string](b, "read the value of "+sel, `document.querySelector(`+strconv.Quote(sel)+`).value`)
 }
 
 // loaded returns the text of the element sel once the document has

@@ -41,29 +41,30 @@ func (b tab) run(what string, steps ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-func (b tab) text(sel string) string {
+// eval runs js in the tab and returns its value; what names the step in a
+// failure.
+func eval[T any](b tab, what, js string) T {
 	b.t.Helper()
 	ctx, cancel := b.step()
 	defer cancel()
-	// Read through a script rather than by node id: an id read just after
-	// a navigation may belong to the document the browser has left.
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(function(){var e=document.querySelector(`+strconv.Quote(sel)+
-		`);if(!e){throw new Error("no element")};return e.innerText})()`))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
-		b.t.Fatalf("read %s: %v", sel, err)
+		b.t.Fatalf("%s: %v", what, err)
 	}
 	return v
 }
 
+func (b tab) text(sel string) string {
+	b.t.Helper()
+	// Read through a script rather than by node id: an id read just after
+	// a navigation may belong to the document the browser has left.
+	return eval[string](b, "read "+sel, `(function(){var e=document.querySelector(`+strconv.Quote(sel)+
+		`);if(!e){throw new Error("no element")};return e.innerText})()`)
+}
+
 func (b tab) count(sel string) int {
 	b.t.Helper()
-	ctx, cancel := b.step()
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(`+strconv.Quote(sel)+`).length`))
-	if err != nil {
-		b.t.Fatalf("count %s: %v", sel, err)
-	}
-	return v
+	return eval[int](b, "count "+sel, `document.querySelectorAll(`+strconv.Quote(sel)+`).length`)
 }
 
 func (b tab) location() string {
