@@ -156,7 +156,11 @@ type Settler interface {
 type BatchSettler interface {
 	// FinishSettleBatch is FinishSettle for each of ls, leases of messages
 	// of the Settler's stream and group: it returns one error per lease, in
-	// ls's order, each what FinishSettle would have returned for it.
+	// ls's order, each what FinishSettle would have returned for it. ctx
+	// carries the values (span, log attributes) of one delivery of the
+	// read, the first to join its batch, and the latest of the deliveries'
+	// deadlines (none when one has none): a wrapper that traces the call
+	// finds it under that delivery's span.
 	FinishSettleBatch(ctx context.Context, ls []invocation.Lease, ttl time.Duration) []error
 }
 

@@ -72,11 +72,19 @@ func (p *pausedStore) unpause(t *testing.T) {
 // not counting failed ones (the NOSCRIPT of a script's first EVALSHA).
 func (p *pausedStore) scriptRuns(t *testing.T) int {
 	t.Helper()
-	info, err := p.admin.Do(t.Context(), p.admin.B().Info().Section("commandstats").Build()).ToString()
+	n, _ := scriptStats(t, p.admin)
+	return n
+}
+
+// scriptStats returns how many EVALSHA and EVAL commands the server of c
+// has run, not counting failed ones (the NOSCRIPT of a script's first
+// EVALSHA), and the server time they took in µs (INFO commandstats).
+func scriptStats(t testing.TB, c rueidis.Client) (runs int, usec int64) {
+	t.Helper()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
 	}
-	n := 0
 	for _, line := range strings.Split(info, "\n") {
 		name, stats, _ := strings.Cut(strings.TrimSpace(line), ":")
 		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
@@ -84,19 +92,23 @@ func (p *pausedStore) scriptRuns(t *testing.T) int {
 		}
 		for _, kv := range strings.Split(stats, ",") {
 			k, v, _ := strings.Cut(kv, "=")
-			c, err := strconv.Atoi(v)
+			if k != "calls" && k != "failed_calls" && k != "usec" {
+				continue
+			}
+			c, err := strconv.ParseInt(v, 10, 64)
 			switch {
-			case k != "calls" && k != "failed_calls":
 			case err != nil:
 				t.Fatalf("INFO line %q: %v", line, err)
 			case k == "calls":
-				n += c
+				runs += int(c)
+			case k == "failed_calls":
+				runs -= int(c)
 			default:
-				n -= c
+				usec += c
 			}
 		}
 	}
-	return n
+	return runs, usec
 }
 
 // waitFor polls until cond holds.

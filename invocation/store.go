@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -308,8 +309,8 @@ func (s *Store) FinishSettle(ctx context.Context, l Lease, retention time.Durati
 }
 
 // FinishSettleBatch is FinishSettle for each of ls, in as few script
-// calls as WithMaxBatch allows: leases of one stream and group (and, under
-// Redis Cluster, one hash slot) go together. It returns one error per
+// calls as WithMaxBatch allows, sent together: leases of one stream and
+// group (and, under Redis Cluster, one hash slot) go together. It returns one error per
 // lease, in ls's order, each FinishSettle's; a failed call fails the
 // leases it carried. Under Redis Cluster a stream's hashes share its slot
 // (checkKeys), so a group is one slot. It implements relay.BatchSettler.
@@ -336,16 +337,22 @@ func (s *Store) FinishSettleBatch(ctx context.Context, ls []Lease, retention tim
 		p.items = append(p.items, it)
 		p.at = append(p.at, i)
 	}
+	// The chunks go at once: the client pipelines concurrent calls, so
+	// several chunks cost one round trip, not one each.
+	var wg sync.WaitGroup
 	for _, g := range order {
 		p := groups[g]
 		for from := 0; from < len(p.items); from += s.maxBatch {
 			to := min(from+s.maxBatch, len(p.items))
-			for k, r := range s.runSettles(ctx, g, p.items[from:to]) {
-				i := p.at[from+k]
-				errs[i] = wrapSettle(ls[i], settleResult(r.Value, r.Err))
-			}
+			wg.Go(func() {
+				for k, r := range s.runSettles(ctx, g, p.items[from:to]) {
+					i := p.at[from+k]
+					errs[i] = wrapSettle(ls[i], settleResult(r.Value, r.Err))
+				}
+			})
 		}
 	}
+	wg.Wait()
 	return errs
 }
 

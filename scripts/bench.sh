@@ -2,6 +2,7 @@
 # make bench: runs the benchmarks under bench/ and prints one table each:
 # pipeline throughput, Redis CPU and bytes per event with the invocation
 # retention 48h and 0 against the raw XREADGROUP+XACK loop (bench/pipeline),
+# the server time of a claim and a settlement (invocation BenchmarkScriptCost),
 # end-to-end latency per runner with `ctr run --rm` as the anchor of one-shot
 # containerd, bursts against parallel `ctr run --rm` loops and the runtime
 # targets table (bench/runners), and the memory of a worker with 10,000
@@ -36,6 +37,9 @@ done
 CGO_ENABLED=0 go build -o "$STATE_DIR/bin/relay-exec" ./cmd/relay-exec
 echo "bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$STATE_DIR/bin/bench-pipeline" ${BENCH_PIPELINE_FLAGS:-}
+# The Redis server time of the scripts of one invocation, apart from the
+# worker and the network (bench/RESULTS.md section 4.7).
+go test -run '^$' -bench ScriptCost -benchtime 500x ./invocation | grep -E '^Benchmark'
 "$STATE_DIR/bin/bench-runners" -containerd "$CONTAINERD_ADDRESS" -namespace "$namespace" ${BENCH_RUNNERS_FLAGS:-}
 "$STATE_DIR/bin/bench-memory" ${BENCH_MEMORY_FLAGS:-}
 echo "bench: load average after $(cut -d' ' -f1-3 /proc/loadavg)"
