@@ -472,6 +472,38 @@ func TestLiveEvents(t *testing.T) {
 	wait(`"target":"shop/refunds.run"`)
 }
 
+// TestLiveEventsEndWithTheirReader: a reader that leaves (a closed tab)
+// ends its feed's blocking read at once, rather than when the block times
+// out (5 s), which held a stopping console's shutdown that long.
+func TestLiveEventsEndWithTheirReader(t *testing.T) {
+	f := newFixture(t)
+	blockedReads := func() int {
+		list, err := f.rc.Do(t.Context(), f.rc.B().ClientList().Build()).ToString()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(list, "\n") {
+			if strings.Contains(line, " cmd=xread ") && strings.Contains(line, " flags=b ") {
+				n++
+			}
+		}
+		return n
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.http.URL+"/live/events?stream="+url.QueryEscape(f.stream), nil)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	testutil.WaitFor(t, 10*time.Second, "the feed's read to block in Redis", func() bool { return blockedReads() == 1 })
+	cancel()
+	// Well under the read's 5 s block: the read ends with its reader.
+	testutil.WaitFor(t, 3*time.Second, "the feed's blocked read to end with its reader", func() bool { return blockedReads() == 0 })
+}
+
 func TestErrorsAndNotFound(t *testing.T) {
 	f := newFixture(t)
 	if code, _ := f.get("/nope"); code != http.StatusNotFound {

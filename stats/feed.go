@@ -115,7 +115,10 @@ func ReadFeed(ctx context.Context, client rueidis.Client, stream, group, after s
 	key := keys.Feed(stream, group)
 	var cmd rueidis.Completed
 	if block > 0 {
-		cmd = client.B().Xread().Count(int64(count)).Block(block.Milliseconds()).Streams().Key(key).Id(after).Build()
+		// A reader that goes away (a closed console tab, a stop) ends the
+		// wait at once; the client then unblocks the connection (CLIENT
+		// UNBLOCK) or, without that permission, closes it.
+		cmd = client.B().Xread().Count(int64(count)).Block(block.Milliseconds()).Streams().Key(key).Id(after).Build().UnblockOnCancel()
 	} else {
 		cmd = client.B().Xread().Count(int64(count)).Streams().Key(key).Id(after).Build()
 	}
