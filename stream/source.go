@@ -72,7 +72,9 @@ func (s *Source) Client() rueidis.Client { return s.client }
 
 // EnsureGroup creates the consumer group from id 0, creating the stream if it
 // does not exist (XGROUP CREATE ... 0 MKSTREAM). An existing group is left
-// as it is. Idempotent.
+// as it is. Idempotent. A refused XGROUP CREATE is no error when the group
+// exists: Redis at maxmemory refuses it (OOM) whether or not the group is
+// there, and a worker must still start then, to trim and free memory.
 func (s *Source) EnsureGroup(ctx context.Context) error {
 	_, err := s.createGroup(ctx)
 	return err
@@ -87,6 +89,9 @@ func (s *Source) createGroup(ctx context.Context) (created bool, err error) {
 	case rueidis.IsRedisBusyGroup(err):
 		return false, nil
 	default:
+		if s.Ping(ctx) == nil {
+			return false, nil // there already: the refusal (OOM) did not matter
+		}
 		return false, fmt.Errorf("stream: create group %s on %s: %w", s.group, s.stream, err)
 	}
 }

@@ -600,3 +600,27 @@ func TestTrimOutOfMemory(t *testing.T) {
 		t.Errorf("XLEN %d, want 1", n)
 	}
 }
+
+// TestEnsureGroupOutOfMemory: XGROUP CREATE is refused at maxmemory even
+// when the group exists, but a worker (re)starting then must still start:
+// only a running worker trims the stream and frees memory
+// (docs/operations.md#redis-memory). EnsureGroup succeeds for an existing
+// group on a full Redis, and still reports the refusal when the group is
+// missing.
+func TestEnsureGroupOutOfMemory(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	f := fixture{c: redistest.Connect(t, srv.Addr), stream: "events", group: "relay"}
+	src := f.source(t, "c1") // creates the group
+	f.publishFast(t, 10)
+	f.do(t, f.c.B().ConfigSet().ParameterValue().ParameterValue("maxmemory-policy", "noeviction").ParameterValue("maxmemory", "1").Build())
+
+	if err := src.EnsureGroup(t.Context()); err != nil {
+		t.Errorf("EnsureGroup of an existing group on a full Redis: %v, want nil", err)
+	}
+	other := stream.New(f.c, f.stream, "other", "c1")
+	err := other.EnsureGroup(t.Context())
+	var re *rueidis.RedisError
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "OOM ") {
+		t.Errorf("EnsureGroup of a missing group on a full Redis: %v, want the OOM error", err)
+	}
+}
