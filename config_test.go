@@ -52,6 +52,17 @@ func TestConfigDefaults(t *testing.T) {
 	if _, err := (Config{Retention: -time.Second}).withDefaults(); err == nil {
 		t.Error("Retention -1s accepted, want an error")
 	}
+	// TTLs are in milliseconds: a retention under 1ms would make every
+	// settlement and dead-letter write fail at run time, with handlers
+	// run again and again, so it is refused up front.
+	for _, d := range []time.Duration{time.Nanosecond, 500 * time.Microsecond} {
+		if _, err := (Config{Retention: d}).withDefaults(); err == nil || !strings.Contains(err.Error(), "Config.Retention") {
+			t.Errorf("Retention %s: %v, want an error naming Config.Retention", d, err)
+		}
+	}
+	if cfg, err := (Config{Retention: time.Millisecond}).withDefaults(); err != nil || cfg.Retention != time.Millisecond {
+		t.Errorf("Retention 1ms: %s, %v; want it kept", cfg.Retention, err)
+	}
 	// A short MinPendingIdle shortens the derived intervals.
 	cfg, err = Config{MinPendingIdle: 300 * time.Millisecond}.withDefaults()
 	if err != nil || cfg.ReclaimInterval != 150*time.Millisecond || cfg.HeartbeatInterval != 100*time.Millisecond {

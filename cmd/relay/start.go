@@ -81,8 +81,8 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.DLQRetention.check(); err != nil {
 		return err
 	}
-	if c.InvocationRetention < 0 {
-		return usagef("REDIS_INVOCATION_RETENTION must be >= 0 (0: delete with the ack), got %s", c.InvocationRetention)
+	if c.InvocationRetention < 0 || (c.InvocationRetention > 0 && c.InvocationRetention < time.Millisecond) {
+		return usagef("REDIS_INVOCATION_RETENTION must be 0 (delete with the ack) or at least 1ms, got %s", c.InvocationRetention)
 	}
 	if c.DepsRetention != 0 && c.DepsRetention < time.Hour {
 		return usagef("RELAY_DEPS_RETENTION (--deps-retention) must be 0 (keep them) or at least 1h, got %s", c.DepsRetention)

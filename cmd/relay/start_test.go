@@ -2,6 +2,7 @@ package main
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/alecthomas/kong"
@@ -37,6 +38,24 @@ func TestRetryAndReclaimTimingsAreNotConfigurable(t *testing.T) {
 	for _, name := range names {
 		if internal.MatchString(name) {
 			t.Errorf("%s sets what docs/operations.md#configuration fixes", name)
+		}
+	}
+}
+
+// TestStartRefusesSubMillisecondInvocationRetention: invocation state's
+// TTL is set in milliseconds, so a REDIS_INVOCATION_RETENTION above 0 and
+// under 1ms is a usage error at start, before Redis is dialled, rather than
+// a worker whose every acknowledgement and dead-letter write fails after
+// its handler ran (the messages then stay pending and run again).
+func TestStartRefusesSubMillisecondInvocationRetention(t *testing.T) {
+	isolateRedisEnv(t)
+	t.Setenv("REDIS_URI", "127.0.0.1:1") // never dialled
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	for _, v := range []string{"1ns", "500us", "-1s"} {
+		r := relayCLI(t, "", "start", "--runner", "process", "--state-dir", t.TempDir(), "--invocation-retention="+v)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "REDIS_INVOCATION_RETENTION must be 0 (delete with the ack) or at least 1ms") {
+			t.Errorf("relay start --invocation-retention=%s: exit %d, want %d naming the setting:\n%s", v, r.code, exitUsage, r.stderr)
 		}
 	}
 }
