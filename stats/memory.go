@@ -96,14 +96,22 @@ type Memory struct {
 const BudgetShare = 0.9
 
 // Pressure reports whether the projection exceeds share (0 < share ≤ 1)
-// of maxmemory, or grows without bound under one. Without maxmemory
-// nothing is at risk this way (the host's memory is, which Redis cannot
-// tell).
+// of maxmemory, or grows without bound under one, or Redis already uses
+// more than that share (OverNow). Without maxmemory nothing is at risk
+// this way (the host's memory is, which Redis cannot tell).
 func (m Memory) Pressure(share float64) bool {
 	if m.Max <= 0 {
 		return false
 	}
-	return m.Projected < 0 || float64(m.Projected) > share*float64(m.Max)
+	return m.Projected < 0 || float64(m.Projected) > share*float64(m.Max) || m.OverNow(share)
+}
+
+// OverNow reports whether Redis already uses more than share of
+// maxmemory. The projection alone can miss it: at maxmemory producers
+// cannot add entries, so the rate, and the projection with it, falls
+// just when Redis is full.
+func (m Memory) OverNow(share float64) bool {
+	return m.Max > 0 && float64(m.Used) > share*float64(m.Max)
 }
 
 // Budget limits the work of one MeasureMemory call.
@@ -476,11 +484,32 @@ func (m Memory) Verdict(share float64) string {
 		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
 	}
 	pct := 100 * float64(m.Projected) / float64(m.Max)
-	if m.Pressure(share) {
-		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%); lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
-			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share)
+	if float64(m.Projected) > share*float64(m.Max) {
+		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
+			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share, m.usedNow(share))
+	}
+	if m.OverNow(share) {
+		return fmt.Sprintf("OVER BUDGET now: Redis uses %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; the projection at this rate is %s = %.0f%%: raise maxmemory, or lower the retentions so that the workers' trims free memory (docs/operations.md#redis-memory)",
+			FormatBytes(m.Used), 100*float64(m.Used)/float64(m.Max), FormatBytes(m.Max), 100*share, m.atMax(), FormatBytes(m.Projected), pct)
 	}
 	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
+}
+
+// usedNow is what the projection's verdict adds when Redis is over the
+// budget already.
+func (m Memory) usedNow(share float64) string {
+	if !m.OverNow(share) {
+		return ""
+	}
+	return fmt.Sprintf("; Redis uses %.0f%% of it now%s", 100*float64(m.Used)/float64(m.Max), m.atMax())
+}
+
+// atMax says what a Redis at maxmemory does.
+func (m Memory) atMax() string {
+	if m.Used < m.Max {
+		return ""
+	}
+	return ", at maxmemory: it refuses writes, so producers cannot add events and workers run no handler"
 }
 
 // FormatBytes formats a byte count with a binary unit ("12.3 MiB").

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,5 +37,30 @@ func TestProjection(t *testing.T) {
 	m.project(Retentions{Stream: time.Hour, DLQ: 0})
 	if m.Projected != -1 || m.Unbounded == "" {
 		t.Errorf("DLQ kept forever with dead letters arriving: projected %d (%q), want unbounded", m.Projected, m.Unbounded)
+	}
+}
+
+// TestPressureOfMemoryInUseNow: a Redis already over the budget is under
+// pressure whatever the projection says. At maxmemory producers cannot
+// add entries, so the rate, and with it the projection, falls to nothing
+// just when Redis is full: the check must not turn ok then.
+func TestPressureOfMemoryInUseNow(t *testing.T) {
+	full := Memory{Used: 3_100_000, Max: 3_000_000, Stream: Part{Bytes: 1_000_000, PerItem: 2000}, Projected: 2_100_000}
+	if !full.Pressure(0.9) {
+		t.Errorf("used %d of maxmemory %d with a projection of %d: no pressure, want some", full.Used, full.Max, full.Projected)
+	}
+	if v := full.Verdict(0.9); !strings.Contains(v, "OVER BUDGET") || !strings.Contains(v, "now") || !strings.Contains(v, "at maxmemory") {
+		t.Errorf("verdict %q, want it over budget now, at maxmemory", v)
+	}
+	near := Memory{Used: 2_800_000, Max: 3_000_000, Projected: 1_000_000}
+	if !near.Pressure(0.9) || strings.Contains(near.Verdict(0.9), "at maxmemory") {
+		t.Errorf("used 93%% of maxmemory: pressure %v, verdict %q; want pressure, not at maxmemory yet", near.Pressure(0.9), near.Verdict(0.9))
+	}
+	fine := Memory{Used: 1_000_000, Max: 3_000_000, Projected: 2_000_000}
+	if fine.Pressure(0.9) || strings.Contains(fine.Verdict(0.9), "OVER") {
+		t.Errorf("used 33%%, projected 67%%: pressure %v, verdict %q; want none", fine.Pressure(0.9), fine.Verdict(0.9))
+	}
+	if none := (Memory{Used: 5_000_000, Projected: 5_000_000}); none.Pressure(0.9) {
+		t.Error("pressure without maxmemory")
 	}
 }

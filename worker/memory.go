@@ -26,9 +26,11 @@ type memoryWatch struct {
 	log           *slog.Logger
 	projected     prometheus.Gauge
 	maxmemory     prometheus.Gauge
-	// over is the part the last measurement blamed, "" when under budget.
-	// Confined to Run's goroutine.
-	over string
+	// over is the part the last measurement blamed, "" when under budget,
+	// and overNow whether it was for the memory in use now rather than
+	// the projection. Confined to Run's goroutine.
+	over    string
+	overNow bool
 }
 
 // memoryRetentions are c's retentions as a projection reads them: a
@@ -61,15 +63,15 @@ func (m *memoryWatch) check(ctx context.Context) {
 	m.projected.Set(projected)
 	m.maxmemory.Set(float64(mem.Max))
 
-	over := ""
+	over, now := "", false
 	if mem.Pressure(stats.BudgetShare) {
-		over = overBudgetPart(mem)
+		over, now = overBudgetPart(mem), !projectedOver(mem)
 	}
-	if over == m.over {
+	if over == m.over && now == m.overNow {
 		return
 	}
 	was := m.over
-	m.over = over
+	m.over, m.overNow = over, now
 	if over == "" {
 		m.log.LogAttrs(ctx, slog.LevelInfo, "projected Redis memory is back under budget",
 			slog.Int64("projected_bytes", mem.Projected), slog.Int64("maxmemory_bytes", mem.Max), slog.String("was", was))
@@ -80,7 +82,17 @@ func (m *memoryWatch) check(ctx context.Context) {
 		slog.Int64("projected_bytes", mem.Projected), slog.Int64("maxmemory_bytes", mem.Max),
 		slog.Int64("used_bytes", mem.Used), slog.Float64("events_per_second", mem.Rate),
 	}
-	m.log.LogAttrs(ctx, slog.LevelWarn, "projected Redis memory is over 90% of maxmemory; at maxmemory Relay stops (docs/operations.md#memory-budget)", attrs...)
+	msg := "projected Redis memory is over 90% of maxmemory; at maxmemory Relay stops (docs/operations.md#memory-budget)"
+	if now {
+		msg = "Redis memory in use is over 90% of maxmemory now; at maxmemory Relay stops (docs/operations.md#memory-budget)"
+	}
+	m.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
+}
+
+// projectedOver reports whether the projection, not only the memory in
+// use now, is over budget.
+func projectedOver(m stats.Memory) bool {
+	return m.Max > 0 && (m.Projected < 0 || float64(m.Projected) > stats.BudgetShare*float64(m.Max))
 }
 
 // Parts a warning can blame.
@@ -94,7 +106,9 @@ const (
 
 // overBudgetPart names the part that grows the projection most: the one
 // that grows without bound, else the largest projected part, else what is
-// not Relay's when that is larger than every part.
+// not Relay's when that is larger than every part. When only the memory in
+// use now is over budget (the projection is not), it names the part that
+// takes the most now.
 func overBudgetPart(m stats.Memory) string {
 	switch {
 	case m.Projected >= 0:
@@ -103,14 +117,18 @@ func overBudgetPart(m stats.Memory) string {
 	default:
 		return partDLQ
 	}
-	name, top := partNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
-	for _, p := range []struct {
+	parts := []struct {
 		name  string
 		bytes int64
 	}{
 		{partStream, m.Stream.Projected}, {partDLQ, m.DLQ.Projected},
 		{partInvocations, m.Invocations.Projected}, {partOther, m.Other.Projected},
-	} {
+	}
+	if m.Max > 0 && !projectedOver(m) {
+		parts[0].bytes, parts[1].bytes, parts[2].bytes, parts[3].bytes = m.Stream.Bytes, m.DLQ.Bytes, m.Invocations.Bytes, m.Other.Bytes
+	}
+	name, top := partNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+	for _, p := range parts {
 		if p.bytes > top {
 			name, top = p.name, p.bytes
 		}

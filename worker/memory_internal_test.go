@@ -25,6 +25,10 @@ func TestOverBudgetPart(t *testing.T) {
 			Other: stats.Part{Bytes: 50, Projected: 700}}, partOther},
 		{"not Relay's", stats.Memory{Used: 1000, Projected: 1100,
 			Stream: stats.Part{Bytes: 10, Projected: 50}}, partNotRelay},
+		// Redis full, producers refused, so the rate and the stream's
+		// projection fell to 0: the stream takes the most now.
+		{"over budget now only", stats.Memory{Used: 3000, Max: 3000, Projected: 1500,
+			Stream: stats.Part{Bytes: 2000, Projected: 0}, Invocations: stats.Part{Bytes: 100, Projected: 200}}, partStream},
 	} {
 		if got := overBudgetPart(c.m); got != c.want {
 			t.Errorf("%s: blamed %q, want %q", c.name, got, c.want)

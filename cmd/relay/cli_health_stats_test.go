@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay/stats"
 
 	"github.com/relaydev/relay"
@@ -308,5 +310,50 @@ func TestCLIStatsMemory(t *testing.T) {
 	r = relayCLI(t, "", append([]string{"stats", "--stream-retention", "0"}, base...)...)
 	if !strings.Contains(r.stdout, "OVER BUDGET: the stream (REDIS_STREAM_RETENTION 0 keeps every entry) grows without bound") {
 		t.Errorf("stats with no stream retention:\n%s", r.stdout)
+	}
+}
+
+// TestCLIHealthAtMaxmemory: a Redis at maxmemory refuses the producers'
+// XADD, so a minute later the event rate, and the projection with it, is
+// 0. relay health must still fail its memory budget check then, saying
+// that Redis is at maxmemory now (docs/operations.md#memory-budget).
+func TestCLIHealthAtMaxmemory(t *testing.T) {
+	isolateEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rc := redistest.Connect(t, srv.Addr)
+	ctx := t.Context()
+	const name = "orders"
+	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 500 entries of 2 KB, all older than the rate's one-minute window.
+	old := time.Now().Add(-5 * time.Minute)
+	cmds := make(rueidis.Commands, 0, 500)
+	for i := range 500 {
+		cmds = append(cmds, rc.B().Xadd().Key(name).Id(fmt.Sprintf("%d-%d", old.UnixMilli(), i+1)).FieldValue().
+			FieldValue("event", `{"kind":"order","pad":"`+strings.Repeat("x", 2000)+`"}`).Build())
+	}
+	for _, r := range rc.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := rc.Do(ctx, rc.B().Info().Section("memory").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := regexp.MustCompile(`(?m)^used_memory:(\d+)`).FindStringSubmatch(info)
+	n, _ := strconv.ParseInt(used[1], 10, 64)
+	if err := rc.Do(ctx, rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", strconv.FormatInt(n-20000, 10)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Do(ctx, rc.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", `{}`).Build()).Error(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("XADD on the full Redis: %v, want OOM", err)
+	}
+	base := []string{"--redis-uri", srv.Addr, "--stream", name, "--group", "workers"}
+	r := relayCLI(t, "", append([]string{"health", "--runner", "process"}, base...)...)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "unhealthy: memory budget") ||
+		!regexp.MustCompile(`memory budget +FAIL +OVER BUDGET now: .* at maxmemory`).MatchString(r.stdout) {
+		t.Errorf("health on a Redis at maxmemory: exit %d, want 1 naming it at maxmemory:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
