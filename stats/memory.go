@@ -125,7 +125,8 @@ type Budget struct {
 	Samples int
 	// RateWindow is how far back the rate looks; RateEntries bounds the
 	// entries read for it (the rate of a busier stream comes from the
-	// time its newest RateEntries span). Defaults 1 minute and 1,000.
+	// time since the oldest of its newest RateEntries). Defaults 1 minute
+	// and 1,000.
 	RateWindow  time.Duration
 	RateEntries int
 }
@@ -339,7 +340,9 @@ func field(m map[string]rueidis.RedisMessage, k string) (int64, error) {
 
 // rate is entries per second from the newest entries (newest first) of a
 // stream of n entries: their count over the window, or, when the bound cut
-// them short, over the time they span. When the window holds the whole
+// them short, over the time from the oldest of them to now (not to the
+// newest: a burst followed by silence would count as the burst's rate,
+// thousands of times the stream's). When the window holds the whole
 // stream and entries were removed (removed), a retention shorter than the
 // window trimmed the older ones: the count is over the time since the
 // oldest entry left.
@@ -352,13 +355,12 @@ func rate(newest []rueidis.XRangeEntry, n int64, removed bool, now time.Time, b 
 		}
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
-	first, ok1 := idTime(newest[len(newest)-1].ID)
-	last, ok2 := idTime(newest[0].ID)
-	span := last.Sub(first)
-	if !ok1 || !ok2 || span <= 0 {
+	first, ok := idTime(newest[len(newest)-1].ID)
+	span := now.Sub(first)
+	if !ok || span <= 0 {
 		return float64(len(newest)) / b.RateWindow.Seconds()
 	}
-	return float64(len(newest)-1) / span.Seconds()
+	return float64(len(newest)) / span.Seconds()
 }
 
 // oldestTime is the time of the last (oldest) of newest.

@@ -33,7 +33,8 @@ func newMemoryFixture(t *testing.T, entries, hashes, deadLetters, others int) me
 		t.Fatal(err)
 	}
 	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	f.now = time.Unix(sec, 0)
+	usec, _ := strconv.ParseInt(tm[1], 10, 64)
+	f.now = time.Unix(sec, usec*1000)
 	var cmds rueidis.Commands
 	// entries spread evenly over the last 30 s: 2 per second when 60.
 	for i := range entries {
@@ -103,7 +104,7 @@ func TestMeasureMemoryParts(t *testing.T) {
 
 func TestMeasureMemoryRateOfABusyStream(t *testing.T) {
 	// 200 entries in 30 s with at most 50 read: the rate comes from the
-	// span of the newest 50.
+	// time since the oldest of the newest 50.
 	f := newMemoryFixture(t, 200, 0, 0, 0)
 	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: time.Hour}, stats.Budget{RateEntries: 50})
 	if err != nil {
@@ -234,5 +235,37 @@ func TestProjectionWithoutAHashToSample(t *testing.T) {
 	}
 	if !m.Invocations.Estimated || m.Invocations.Projected != 3600*stats.RetainedHashBytes {
 		t.Errorf("invocation part %+v: want an hour at 1/s of %d-byte hashes, marked estimated", m.Invocations, stats.RetainedHashBytes)
+	}
+}
+
+// TestMeasureMemoryRateAfterABurst: 1,500 entries written in one burst 30 s
+// ago and nothing since (a backfill, a replay) are 25 per second over the
+// last minute. With more entries in the window than it reads, the rate is
+// over the time since the oldest entry read, not over the milliseconds
+// the burst took, which made it about 100,000 per second and the
+// projection terabytes: relay health failed and the workers warned for a
+// rate the stream never kept up.
+func TestMeasureMemoryRateAfterABurst(t *testing.T) {
+	f := newMemoryFixture(t, 0, 0, 0, 0)
+	ctx := context.Background()
+	at := f.now.Add(-30 * time.Second).UnixMilli()
+	cmds := make(rueidis.Commands, 0, 1500)
+	for i := range 1500 {
+		id := fmt.Sprintf("%d-%d", at+int64(i/100), i%100) // 15 ms
+		cmds = append(cmds, f.rc.B().Xadd().Key(f.stream).Id(id).FieldValue().FieldValue("event", `{"n":1}`).Build())
+	}
+	for _, r := range f.rc.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 24 * time.Hour}, stats.Budget{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1,000 read of them over the 30 s since: about 33/s, between the
+	// minute's 25/s and 1,500/30 s.
+	if m.Rate < 20 || m.Rate > 50 {
+		t.Errorf("rate %.1f entries/s after a burst of 1,500 30 s ago, want about 33", m.Rate)
 	}
 }
