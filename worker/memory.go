@@ -31,6 +31,8 @@ type memoryWatch struct {
 	// the projection. Confined to Run's goroutine.
 	over    string
 	overNow bool
+	// failing counts the measurements in a row that failed.
+	failing int
 }
 
 // memoryRetentions are c's retentions as a projection reads them: a
@@ -45,16 +47,29 @@ func (m *memoryWatch) Run(ctx context.Context) {
 	ctxtime.Every(ctx, m.interval, func() { m.check(ctx) })
 }
 
-// check measures once, sets the gauges and logs a change of verdict. A
-// failed measurement (a user without +memory or +info, Redis down) is
-// logged at debug level: the policy watch and the engines report those.
+// check measures once, sets the gauges and logs a change of verdict. The
+// first of failed measurements in a row (a user without +memory or +info,
+// Redis down) is logged at warn level, the others at debug: nothing else
+// says that a user without +memory is never measured, and the gauges then
+// stay as if there were no maxmemory. The first success after them is
+// logged at info.
 func (m *memoryWatch) check(ctx context.Context) {
 	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
 	if err != nil {
 		if ctx.Err() == nil {
-			m.log.LogAttrs(ctx, slog.LevelDebug, "cannot measure Redis memory", slog.Any("error", err))
+			level := slog.LevelDebug
+			if m.failing == 0 {
+				level = slog.LevelWarn
+			}
+			m.failing++
+			m.log.LogAttrs(ctx, level, "cannot measure Redis memory; relay_redis_memory_projected_bytes and relay_redis_maxmemory_bytes are not updated (the user needs +memory and +info, docs/operations.md#memory-budget)",
+				slog.Any("error", err))
 		}
 		return
+	}
+	if m.failing > 0 {
+		m.log.LogAttrs(ctx, slog.LevelInfo, "measures Redis memory again", slog.Int("failures", m.failing))
+		m.failing = 0
 	}
 	projected := float64(mem.Projected)
 	if mem.Projected < 0 {
