@@ -391,7 +391,7 @@ func TestACLUser(t *testing.T) {
 
 // aclRules are the ACL rules docs/deployment.md recommends for Relay's
 // user; TestACLWorker runs a worker under exactly these.
-const aclRules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info ~*"
+const aclRules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info +memory|usage ~*"
 
 // aclClusterRules are what a Redis Cluster user needs on top of aclRules:
 // the client learns the slot map with CLUSTER SLOTS.
@@ -484,6 +484,14 @@ func TestACLWorker(t *testing.T) {
 		if r := relayCLI(t, "", args...); r.code != exitOK {
 			t.Errorf("relay %s as the ACL user: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 		}
+	}
+	// The memory budget (docs/operations.md#memory-budget) is measured
+	// under these rules too, not skipped for a missing permission.
+	if r := relayCLI(t, "", "stats", "--json"); !strings.Contains(r.stdout, `"used_bytes"`) || strings.Contains(r.stdout, "memory_error") {
+		t.Errorf("relay stats --json as the ACL user measured no memory:\n%s", r.stdout)
+	}
+	if r := relayCLI(t, "", "health", "--runner", "process"); !regexp.MustCompile(`memory budget +ok`).MatchString(r.stdout) {
+		t.Errorf("relay health as the ACL user did not check the memory budget:\n%s", r.stdout)
 	}
 }
 
