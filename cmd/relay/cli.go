@@ -59,7 +59,7 @@ type CLI struct {
 	DLQ      DLQCmd      `cmd:"" name:"dlq" help:"Inspect the dead-letter queue."`
 	App      AppCmd      `cmd:"" help:"List, inspect and manually invoke apps."`
 	Health   HealthCmd   `cmd:"" help:"Check that Redis (stream and group) and containerd are usable; exit 1 naming what is not."`
-	Stats    StatsCmd    `cmd:"" help:"Show the cluster-wide counters, the pending entries and the DLQ length."`
+	Stats    StatsCmd    `cmd:"" help:"Show the cluster-wide counters, the pending entries, the DLQ length and the Redis memory budget."`
 	Console  ConsoleCmd  `cmd:"" help:"Serve the web console: pipeline overview, apps, pending, DLQ, pattern playground, live outcomes."`
 	Publish  PublishCmd  `cmd:"" help:"Publish events to the stream (an argument, stdin, or a newline-delimited JSON file), printing their ids."`
 }

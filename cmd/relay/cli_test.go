@@ -112,6 +112,14 @@ func TestCLIHelp(t *testing.T) {
 			t.Errorf("relay %s --help: exit %d, stderr %q, stdout:\n%s", strings.Join(cmd, " "), r.code, r.stderr, r.stdout)
 		}
 	}
+	// The memory budget (docs/operations.md#memory-budget) is part of
+	// what stats shows and health checks: their help says so, and why
+	// they take the retention flags.
+	for _, cmd := range []string{"stats", "health"} {
+		if r := relayCLI(t, "", cmd, "--help"); !strings.Contains(r.stdout, "memory budget") || !strings.Contains(r.stdout, "maxmemory") {
+			t.Errorf("relay %s --help does not mention the memory budget:\n%s", cmd, r.stdout)
+		}
+	}
 }
 
 // writeTemplates writes one template.yaml per app into a temporary apps

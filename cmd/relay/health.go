@@ -26,7 +26,7 @@ type HealthCmd struct {
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), and that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), and that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
 
 Examples:
 
