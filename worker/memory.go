@@ -26,6 +26,7 @@ type memoryWatch struct {
 	log           *slog.Logger
 	projected     prometheus.Gauge
 	maxmemory     prometheus.Gauge
+	used          prometheus.Gauge
 	// over is the part the last measurement blamed, "" when under budget,
 	// and overNow whether it was for the memory in use now rather than
 	// the projection. Confined to Run's goroutine.
@@ -77,6 +78,7 @@ func (m *memoryWatch) check(ctx context.Context) {
 	}
 	m.projected.Set(projected)
 	m.maxmemory.Set(float64(mem.Max))
+	m.used.Set(float64(mem.Used))
 
 	over, now := "", false
 	if mem.Pressure(stats.BudgetShare) {

@@ -68,7 +68,8 @@ func TestMemoryWatchSaysWhyItCannotMeasure(t *testing.T) {
 	var logs testutil.Buffer
 	m := &memoryWatch{redis: user, stream: "events", group: "relay",
 		log:       slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		projected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}), maxmemory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "m"})}
+		projected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "p"}), maxmemory: prometheus.NewGauge(prometheus.GaugeOpts{Name: "m"}),
+		used: prometheus.NewGauge(prometheus.GaugeOpts{Name: "u"})}
 	for range 3 {
 		m.check(ctx)
 	}

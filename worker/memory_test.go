@@ -58,6 +58,11 @@ func TestWorkerWarnsWhenTheMemoryProjectionIsOverBudget(t *testing.T) {
 	if m := h.gauge("relay_redis_maxmemory_bytes"); m != limit {
 		t.Errorf("relay_redis_maxmemory_bytes = %v, want %d", m, limit)
 	}
+	// The memory in use beside them: relay health also fails when it is
+	// over 90% of maxmemory, which the projection alone can miss.
+	if u := h.gauge("relay_redis_used_memory_bytes"); u <= 0 || u > limit {
+		t.Errorf("relay_redis_used_memory_bytes = %v, want Redis's used_memory, under %d", u, limit)
+	}
 	time.Sleep(200 * time.Millisecond) // many checks with the same verdict
 	if n := strings.Count(h.logs.String(), warning); n != 1 {
 		t.Fatalf("warned %d times for one verdict, want once:\n%s", n, h.logs.String())

@@ -10,7 +10,7 @@ import (
 // (docs/observability.md#metrics).
 type streamMetrics struct {
 	streamTrimmed, dlqTrimmed, leaksRetained prometheus.Counter
-	memoryProjected, maxmemory               prometheus.Gauge
+	memoryProjected, maxmemory, usedMemory   prometheus.Gauge
 }
 
 func newStreamMetrics(r prometheus.Registerer) (*streamMetrics, error) {
@@ -26,8 +26,10 @@ func newStreamMetrics(r prometheus.Registerer) (*streamMetrics, error) {
 		Help: "Redis used_memory the stream's parts level off at when the current event rate goes on with this worker's retentions; +Inf when a part grows without bound."})
 	m.maxmemory = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "redis_maxmemory_bytes",
 		Help: "maxmemory of the Redis node that holds the stream; 0 when none is set."})
+	m.usedMemory = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "redis_used_memory_bytes",
+		Help: "used_memory of the Redis node that holds the stream, when the projection was measured."})
 	var errs []error
-	for _, c := range []prometheus.Collector{m.streamTrimmed, m.dlqTrimmed, m.leaksRetained, m.memoryProjected, m.maxmemory} {
+	for _, c := range []prometheus.Collector{m.streamTrimmed, m.dlqTrimmed, m.leaksRetained, m.memoryProjected, m.maxmemory, m.usedMemory} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)

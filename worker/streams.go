@@ -82,7 +82,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	}
 	if cfg.MemoryCheckInterval > 0 {
 		p.memory = &memoryWatch{interval: cfg.MemoryCheckInterval, redis: cfg.Redis, stream: name, group: cfg.Group,
-			retentions: memoryRetentions(cfg), log: log, projected: m.memoryProjected, maxmemory: m.maxmemory}
+			retentions: memoryRetentions(cfg), log: log, projected: m.memoryProjected, maxmemory: m.maxmemory, used: m.usedMemory}
 	}
 	return p, nil
 }
