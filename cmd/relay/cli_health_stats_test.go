@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -355,5 +358,43 @@ func TestCLIHealthAtMaxmemory(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stderr, "unhealthy: memory budget") ||
 		!regexp.MustCompile(`memory budget +FAIL +OVER BUDGET now: .* at maxmemory`).MatchString(r.stdout) {
 		t.Errorf("health on a Redis at maxmemory: exit %d, want 1 naming it at maxmemory:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestCLIHealthRedisNotAnswering: a Redis that accepts connections and
+// never answers (a paused server, a black hole) is tried once: the redis
+// check fails naming it, and the checks that read Redis are skipped
+// rather than each dialling it and waiting out its own timeout.
+func TestCLIHealthRedisNotAnswering(t *testing.T) {
+	isolateEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepted atomic.Int32
+	var held sync.WaitGroup
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop); ln.Close(); held.Wait() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			held.Go(func() { <-stop; conn.Close() }) // read nothing, answer nothing
+		}
+	}()
+	r := relayCLI(t, "", "health", "--runner", "process", "--redis-uri", ln.Addr().String(), "--stream", "orders", "--group", "workers")
+	if r.code != exitFailure || !regexp.MustCompile(`(?m)^redis +FAIL`).MatchString(r.stdout) {
+		t.Fatalf("health with a Redis that does not answer: exit %d, want 1 with the redis check failing:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, check := range []string{"redis access", "redis memory", "memory budget", "held messages"} {
+		if !regexp.MustCompile(`(?m)^` + check + ` +skipped +not checked: Redis is unreachable \(see the redis check\)`).MatchString(r.stdout) {
+			t.Errorf("check %s is not skipped for the unreachable Redis:\n%s", check, r.stdout)
+		}
+	}
+	if n := accepted.Load(); n > 2 {
+		t.Errorf("health opened %d connections to a Redis that does not answer, want one client for every check", n)
 	}
 }

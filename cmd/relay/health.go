@@ -60,7 +60,18 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if err := c.RetentionFlags.check(); err != nil {
 		return err
 	}
-	checks := []healthCheckJSON{c.checkRedis(ctx, g), c.checkAccess(ctx, g), c.checkMemory(ctx, g), c.checkBudget(ctx, g), c.checkContainerd(ctx, g), c.checkHolds(ctx, g)}
+	// One client for every Redis check; once Redis is found unreachable
+	// (refused, or not answering within pingTimeout) the checks that read
+	// it are skipped rather than each waiting out its own timeout.
+	rc, dialErr := g.redisClient()
+	if dialErr == nil {
+		defer rc.Close()
+	}
+	redisCheck, reachable := c.checkRedis(ctx, g, rc, dialErr)
+	if !reachable {
+		rc = nil
+	}
+	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -95,26 +106,28 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	return nil
 }
 
-func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON {
-	ch := healthCheckJSON{Name: "redis"}
-	rc, err := g.redisClient()
-	if err != nil {
+// checkRedis checks that Redis answers on rc (dialErr: the client could
+// not be made) and that the stream and group exist. reachable is false
+// when Redis did not answer, so the other Redis checks are not made.
+func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals, rc rueidis.Client, dialErr error) (ch healthCheckJSON, reachable bool) {
+	ch = healthCheckJSON{Name: "redis"}
+	if err := dialErr; err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
 			ch.Detail = err.Error()
-			return ch
+			return ch, false
 		}
 		if authHint(err) != "" {
 			ch.Detail = fmt.Sprintf("%s refused the login: %v", redactURI(g.RedisURI), errors.Unwrap(err))
-			return ch
+			return ch, false
 		}
 		ch.Detail = fmt.Sprintf("%s is unreachable: %v", redactURI(g.RedisURI), errors.Unwrap(err))
-		return ch
+		return ch, false
 	}
-	defer rc.Close()
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err = stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	reachable = err == nil || errors.Is(err, stream.ErrNoStream) || errors.Is(err, stream.ErrNoGroup)
 	switch {
 	case errors.Is(err, stream.ErrNoStream):
 		ch.Detail = fmt.Sprintf("stream %q does not exist on %s: check REDIS_STREAM (a worker's first start creates it)", g.RedisStream, redactURI(g.RedisURI))
@@ -126,19 +139,17 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals) healthCheckJSON 
 		ch.OK = true
 		ch.Detail = fmt.Sprintf("%s, stream %s, group %s", redactURI(g.RedisURI), g.RedisStream, g.RedisGroup)
 	}
-	return ch
+	return ch, reachable
 }
 
 // checkAccess fails when the Redis user may not run what a worker needs on
 // the stream's keys (docs/deployment.md#connecting-to-redis): a worker
 // would read its messages and then fail every claim, leaving them pending.
-func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON {
+func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals, rc rueidis.Client) healthCheckJSON {
 	ch := healthCheckJSON{Name: "redis access"}
-	rc, ok := redisToCheck(g, &ch)
-	if !ok {
+	if !redisToCheck(rc, &ch) {
 		return ch
 	}
-	defer rc.Close()
 	if rc.Mode() == rueidis.ClientModeCluster {
 		// The probe is one script over the stream's keys: they must share
 		// its slot, or the client refuses to send it.
@@ -163,15 +174,11 @@ func (c *HealthCmd) checkAccess(ctx context.Context, g *Globals) healthCheckJSON
 // (docs/operations.md#redis-memory): eviction can drop invocation state,
 // dedup keys or the stream itself. A server that does not tell is not a
 // failure.
-func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON {
+func (c *HealthCmd) checkMemory(ctx context.Context, rc rueidis.Client) healthCheckJSON {
 	ch := healthCheckJSON{Name: "redis memory", OK: true}
-	rc, err := g.redisClient()
-	if err != nil {
-		ch.Skipped = true
-		ch.Detail = "not checked: Redis is unreachable"
+	if !redisToCheck(rc, &ch) {
 		return ch
 	}
-	defer rc.Close()
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	mems, err := redisinfo.MemoryPolicies(pctx, rc)
@@ -199,13 +206,11 @@ func (c *HealthCmd) checkMemory(ctx context.Context, g *Globals) healthCheckJSON
 // operator can release (docs/delivery.md#held-messages): an app whose
 // rules cannot be read holds every message of the stream, an unavailable
 // app holds its invocations. It reads the status the workers publish.
-func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals) healthCheckJSON {
+func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Client) healthCheckJSON {
 	ch := healthCheckJSON{Name: "held messages"}
-	rc, ok := redisToCheck(g, &ch)
-	if !ok {
+	if !redisToCheck(rc, &ch) {
 		return ch
 	}
-	defer rc.Close()
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
@@ -236,16 +241,16 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals) healthCheckJSON 
 	return ch
 }
 
-// redisToCheck opens a Redis client for check ch, or marks ch skipped
-// (Redis is unreachable: the redis check fails for it) and returns false.
-func redisToCheck(g *Globals, ch *healthCheckJSON) (rueidis.Client, bool) {
-	rc, err := g.redisClient()
-	if err != nil {
+// redisToCheck reports whether check ch can read Redis through rc, or
+// marks ch skipped (Redis is unreachable: the redis check fails for it)
+// when rc is nil.
+func redisToCheck(rc rueidis.Client, ch *healthCheckJSON) bool {
+	if rc == nil {
 		ch.OK, ch.Skipped = true, true
-		ch.Detail = "not checked: Redis is unreachable"
-		return nil, false
+		ch.Detail = "not checked: Redis is unreachable (see the redis check)"
+		return false
 	}
-	return rc, true
+	return true
 }
 
 func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheckJSON {
@@ -271,15 +276,11 @@ func (c *HealthCmd) checkContainerd(ctx context.Context, g *Globals) healthCheck
 // checkBudget fails when the stream's Redis memory, projected at the
 // current event rate with the retentions, exceeds 90% of maxmemory
 // (docs/operations.md#redis-memory): at maxmemory the workers fail closed.
-func (c *HealthCmd) checkBudget(ctx context.Context, g *Globals) healthCheckJSON {
+func (c *HealthCmd) checkBudget(ctx context.Context, g *Globals, rc rueidis.Client) healthCheckJSON {
 	ch := healthCheckJSON{Name: "memory budget"}
-	rc, err := g.redisClient()
-	if err != nil {
-		ch.OK, ch.Skipped = true, true
-		ch.Detail = "not checked: Redis is unreachable"
+	if !redisToCheck(rc, &ch) {
 		return ch
 	}
-	defer rc.Close()
 	mctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	m, err := c.measureMemory(mctx, rc, g)
