@@ -114,6 +114,68 @@ func (m Memory) OverNow(share float64) bool {
 	return m.Max > 0 && float64(m.Used) > share*float64(m.Max)
 }
 
+// ProjectedOver reports whether the projection itself, not only the
+// memory in use now, is over share of maxmemory.
+func (m Memory) ProjectedOver(share float64) bool {
+	return m.Max > 0 && (m.Projected < 0 || float64(m.Projected) > share*float64(m.Max))
+}
+
+// The parts Blame names.
+const (
+	PartStream      = "source stream"
+	PartDLQ         = "dead-letter stream"
+	PartInvocations = "invocation state"
+	PartOther       = "other relay keys"
+	PartNotRelay    = "memory not Relay's"
+)
+
+// Blame names the part to change when m is over share of maxmemory, and
+// what to change: the part that grows without bound, else the largest
+// projected part, else what is not Relay's when that is larger than every
+// part. When only the memory in use now is over (the projection is not),
+// it names the part that takes the most now.
+func (m Memory) Blame(share float64) (part, change string) {
+	part = m.blamed(share)
+	switch part {
+	case PartStream:
+		return part, "lower REDIS_STREAM_RETENTION (0 keeps every entry) or raise maxmemory"
+	case PartDLQ:
+		return part, "lower REDIS_DLQ_RETENTION (0 keeps every entry), replay or remove dead letters, or raise maxmemory"
+	case PartInvocations:
+		return part, "lower REDIS_INVOCATION_RETENTION (0 deletes the state with the acknowledgement) or raise maxmemory"
+	case PartOther:
+		return part, "look for other keys under relay: (relay stats) or raise maxmemory"
+	}
+	return part, "other data on this Redis takes the memory: move it or raise maxmemory"
+}
+
+func (m Memory) blamed(share float64) string {
+	switch {
+	case m.Projected >= 0:
+	case m.Stream.Projected < 0:
+		return PartStream
+	default:
+		return PartDLQ
+	}
+	parts := []struct {
+		name  string
+		bytes int64
+	}{
+		{PartStream, m.Stream.Projected}, {PartDLQ, m.DLQ.Projected},
+		{PartInvocations, m.Invocations.Projected}, {PartOther, m.Other.Projected},
+	}
+	if m.Max > 0 && !m.ProjectedOver(share) {
+		parts[0].bytes, parts[1].bytes, parts[2].bytes, parts[3].bytes = m.Stream.Bytes, m.DLQ.Bytes, m.Invocations.Bytes, m.Other.Bytes
+	}
+	name, top := PartNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+	for _, p := range parts {
+		if p.bytes > top {
+			name, top = p.name, p.bytes
+		}
+	}
+	return name
+}
+
 // Budget limits the work of one MeasureMemory call.
 type Budget struct {
 	// ScanCalls bounds the SCAN calls (COUNT 1000 each) that look for
@@ -487,12 +549,14 @@ func (m Memory) Verdict(share float64) string {
 	}
 	pct := 100 * float64(m.Projected) / float64(m.Max)
 	if float64(m.Projected) > share*float64(m.Max) {
-		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; lower the retentions or raise maxmemory (docs/operations.md#redis-memory)",
-			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share, m.usedNow(share))
+		part, change := m.Blame(share)
+		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; most of it is the %s: %s (docs/operations.md#redis-memory)",
+			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share, m.usedNow(share), part, change)
 	}
 	if m.OverNow(share) {
-		return fmt.Sprintf("OVER BUDGET now: Redis uses %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; the projection at this rate is %s = %.0f%%: raise maxmemory, or lower the retentions so that the workers' trims free memory (docs/operations.md#redis-memory)",
-			FormatBytes(m.Used), 100*float64(m.Used)/float64(m.Max), FormatBytes(m.Max), 100*share, m.atMax(), FormatBytes(m.Projected), pct)
+		part, change := m.Blame(share)
+		return fmt.Sprintf("OVER BUDGET now: Redis uses %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; the projection at this rate is %s = %.0f%%; most of it is the %s: %s (docs/operations.md#redis-memory)",
+			FormatBytes(m.Used), 100*float64(m.Used)/float64(m.Max), FormatBytes(m.Max), 100*share, m.atMax(), FormatBytes(m.Projected), pct, part, change)
 	}
 	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
 }

@@ -64,3 +64,33 @@ func TestPressureOfMemoryInUseNow(t *testing.T) {
 		t.Error("pressure without maxmemory")
 	}
 }
+
+// TestBlame: the warning blames the part that grows without
+// bound, else the largest projected part, else the memory that is not
+// Relay's.
+func TestBlame(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		m    Memory
+		want string
+	}{
+		{"unbounded stream", Memory{Projected: -1, Stream: Part{Projected: -1}}, PartStream},
+		{"unbounded dead letters", Memory{Projected: -1, DLQ: Part{Projected: -1}}, PartDLQ},
+		{"retained state largest", Memory{Used: 100, Projected: 900,
+			Stream: Part{Projected: 300}, Invocations: Part{Projected: 500}}, PartInvocations},
+		{"stream largest", Memory{Used: 100, Projected: 900,
+			Stream: Part{Projected: 600}, Invocations: Part{Projected: 200}}, PartStream},
+		{"other keys largest", Memory{Used: 100, Projected: 900,
+			Other: Part{Bytes: 50, Projected: 700}}, PartOther},
+		{"not Relay's", Memory{Used: 1000, Projected: 1100,
+			Stream: Part{Bytes: 10, Projected: 50}}, PartNotRelay},
+		// Redis full, producers refused, so the rate and the stream's
+		// projection fell to 0: the stream takes the most now.
+		{"over budget now only", Memory{Used: 3000, Max: 3000, Projected: 1500,
+			Stream: Part{Bytes: 2000, Projected: 0}, Invocations: Part{Bytes: 100, Projected: 200}}, PartStream},
+	} {
+		if got, change := c.m.Blame(BudgetShare); got != c.want || change == "" {
+			t.Errorf("%s: blamed %q (%q), want %q", c.name, got, change, c.want)
+		}
+	}
+}

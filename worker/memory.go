@@ -80,9 +80,10 @@ func (m *memoryWatch) check(ctx context.Context) {
 	m.maxmemory.Set(float64(mem.Max))
 	m.used.Set(float64(mem.Used))
 
-	over, now := "", false
+	over, change, now := "", "", false
 	if mem.Pressure(stats.BudgetShare) {
-		over, now = overBudgetPart(mem), !projectedOver(mem)
+		over, change = mem.Blame(stats.BudgetShare)
+		now = !mem.ProjectedOver(stats.BudgetShare)
 	}
 	if over == m.over && now == m.overNow {
 		return
@@ -95,7 +96,7 @@ func (m *memoryWatch) check(ctx context.Context) {
 		return
 	}
 	attrs := []slog.Attr{
-		slog.String("part", over), slog.String("change", overBudgetFix(over)),
+		slog.String("part", over), slog.String("change", change),
 		slog.Int64("projected_bytes", mem.Projected), slog.Int64("maxmemory_bytes", mem.Max),
 		slog.Int64("used_bytes", mem.Used), slog.Float64("events_per_second", mem.Rate),
 	}
@@ -104,66 +105,4 @@ func (m *memoryWatch) check(ctx context.Context) {
 		msg = "Redis memory in use is over 90% of maxmemory now; at maxmemory Relay stops (docs/operations.md#memory-budget)"
 	}
 	m.log.LogAttrs(ctx, slog.LevelWarn, msg, attrs...)
-}
-
-// projectedOver reports whether the projection, not only the memory in
-// use now, is over budget.
-func projectedOver(m stats.Memory) bool {
-	return m.Max > 0 && (m.Projected < 0 || float64(m.Projected) > stats.BudgetShare*float64(m.Max))
-}
-
-// Parts a warning can blame.
-const (
-	partStream      = "source stream"
-	partDLQ         = "dead-letter stream"
-	partInvocations = "invocation state"
-	partOther       = "other relay keys"
-	partNotRelay    = "memory not Relay's"
-)
-
-// overBudgetPart names the part that grows the projection most: the one
-// that grows without bound, else the largest projected part, else what is
-// not Relay's when that is larger than every part. When only the memory in
-// use now is over budget (the projection is not), it names the part that
-// takes the most now.
-func overBudgetPart(m stats.Memory) string {
-	switch {
-	case m.Projected >= 0:
-	case m.Stream.Projected < 0:
-		return partStream
-	default:
-		return partDLQ
-	}
-	parts := []struct {
-		name  string
-		bytes int64
-	}{
-		{partStream, m.Stream.Projected}, {partDLQ, m.DLQ.Projected},
-		{partInvocations, m.Invocations.Projected}, {partOther, m.Other.Projected},
-	}
-	if m.Max > 0 && !projectedOver(m) {
-		parts[0].bytes, parts[1].bytes, parts[2].bytes, parts[3].bytes = m.Stream.Bytes, m.DLQ.Bytes, m.Invocations.Bytes, m.Other.Bytes
-	}
-	name, top := partNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
-	for _, p := range parts {
-		if p.bytes > top {
-			name, top = p.name, p.bytes
-		}
-	}
-	return name
-}
-
-// overBudgetFix says what to change for part.
-func overBudgetFix(part string) string {
-	switch part {
-	case partStream:
-		return "lower REDIS_STREAM_RETENTION (0 keeps every entry) or raise maxmemory"
-	case partDLQ:
-		return "lower REDIS_DLQ_RETENTION (0 keeps every entry), replay or remove dead letters, or raise maxmemory"
-	case partInvocations:
-		return "lower REDIS_INVOCATION_RETENTION (0 deletes the state with the acknowledgement) or raise maxmemory"
-	case partOther:
-		return "look for other keys under relay: (relay stats) or raise maxmemory"
-	}
-	return "other data on this Redis takes the memory: move it or raise maxmemory"
 }

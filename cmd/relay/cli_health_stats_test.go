@@ -306,6 +306,11 @@ func TestCLIStatsMemory(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stderr, "unhealthy: memory budget") {
 		t.Errorf("health with a year's retention: exit %d, stderr %q; want 1 naming the memory budget\n%s", r.code, r.stderr, r.stdout)
 	}
+	// The failure says which part to change, and how, as a worker's
+	// warning does.
+	if !strings.Contains(r.stdout, "most of it is the source stream: lower REDIS_STREAM_RETENTION") {
+		t.Errorf("health with a year's retention does not name the stream and its retention:\n%s", r.stdout)
+	}
 	r = relayCLI(t, "", append([]string{"health", "--runner", "process"}, base...)...)
 	if r.code != exitOK {
 		t.Errorf("health with a day's retention: exit %d\n%s%s", r.code, r.stdout, r.stderr)
