@@ -79,11 +79,25 @@ func (m *memoryWatch) check(ctx context.Context) {
 	m.projected.Set(projected)
 	m.maxmemory.Set(float64(mem.Max))
 	m.used.Set(float64(mem.Used))
+	m.judge(ctx, mem)
+}
 
+// budgetHysteresis is how far under the budget share a Redis that was
+// over it must come before the worker says it is back under: one that
+// hovers at the limit warns once, not at every measurement that crosses
+// it.
+const budgetHysteresis = 0.05
+
+// judge logs a change of verdict on mem: a warning naming the part to
+// change when it goes over budget (or another part is to blame), an info
+// line when it is back under, with budgetHysteresis of margin.
+func (m *memoryWatch) judge(ctx context.Context, mem stats.Memory) {
 	over, change, now := "", "", false
 	if mem.Pressure(stats.BudgetShare) {
 		over, change = mem.Blame(stats.BudgetShare)
 		now = !mem.ProjectedOver(stats.BudgetShare)
+	} else if m.over != "" && mem.Pressure(stats.BudgetShare-budgetHysteresis) {
+		return // still close to the limit: the warning stands
 	}
 	if over == m.over && now == m.overNow {
 		return

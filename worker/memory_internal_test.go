@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/stats"
 )
 
 // TestMemoryWatchSaysWhyItCannotMeasure: a Redis user without +memory (the
@@ -50,5 +51,31 @@ func TestMemoryWatchSaysWhyItCannotMeasure(t *testing.T) {
 	m.check(ctx)
 	if !strings.Contains(logs.String(), `level=INFO msg="measures Redis memory again"`) {
 		t.Errorf("no info line when the measurement works again:\n%s", logs.String())
+	}
+}
+
+// TestMemoryWatchWarnsOnceNearTheLimit: a Redis whose projection hovers
+// at 90% of maxmemory gets one warning, not one at each measurement that
+// crosses the line; the worker says it is back under budget only once
+// the projection is well under it.
+func TestMemoryWatchWarnsOnceNearTheLimit(t *testing.T) {
+	var logs testutil.Buffer
+	m := &memoryWatch{log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	at := func(projectedPct int64) stats.Memory {
+		return stats.Memory{Used: 100, Max: 1000, Projected: projectedPct * 10, Stream: stats.Part{Bytes: 50, Projected: projectedPct*10 - 100}}
+	}
+	for _, pct := range []int64{95, 88, 92, 87, 91, 95} {
+		m.judge(t.Context(), at(pct))
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || strings.Contains(logs.String(), "back under budget") {
+		t.Fatalf("a projection between 87%% and 95%% logged %d warnings (want 1) and no return under budget:\n%s", n, logs.String())
+	}
+	m.judge(t.Context(), at(80))
+	if !strings.Contains(logs.String(), "back under budget") {
+		t.Errorf("a projection of 80%% after the warning: no line saying it is back under budget:\n%s", logs.String())
+	}
+	m.judge(t.Context(), at(92))
+	if n := strings.Count(logs.String(), "level=WARN"); n != 2 {
+		t.Errorf("over budget again after being back under: %d warnings in all, want 2:\n%s", n, logs.String())
 	}
 }
