@@ -40,7 +40,9 @@ type Part struct {
 	// stays at any retention while the rate goes on.
 	Live int64 `json:"live,omitempty"`
 	// Estimated is true when PerItem is not measured: no invocation hash
-	// was there to sample, so the projection assumes RetainedHashBytes.
+	// was there to sample, so the projection assumes RetainedHashBytes, or
+	// a stream is shorter than one node, so PerItem comes from its
+	// entries' size.
 	Estimated bool `json:"estimated,omitempty"`
 }
 
@@ -381,6 +383,15 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 	if n > 0 {
 		p.PerItem = float64(bytes) / float64(n)
 	}
+	if n < nodeEntries && len(recent) > 0 {
+		// A short stream's MEMORY USAGE is mostly its first node's
+		// allocation (about 5 KB even for one small entry), which the
+		// entries to come fill: per entry it can be a hundred times what
+		// one more costs. Its entries' own size says more.
+		if est := entryBytes(recent); est < p.PerItem {
+			p.PerItem, p.Estimated = est, true
+		}
+	}
 	// entries-added (Redis 7) above the length: entries were trimmed or
 	// deleted, so the window may reach back past the oldest one left.
 	var removed bool
@@ -390,6 +401,29 @@ func measureStream(ctx context.Context, c rueidis.CoreClient, stream string, now
 		}
 	}
 	return p, rate(recent, n, removed, now, b), nil
+}
+
+// nodeEntries is how many entries a stream node holds by default
+// (stream-node-max-entries): from a node's worth on, MEMORY USAGE per
+// entry is within about a tenth of what one more entry costs
+// (TestShortStreamPerEntry).
+const nodeEntries = 100
+
+// entryOverhead is what a stream entry costs beyond its fields and values
+// in a node of entries with the same fields (its id's deltas, flags and
+// lengths), about 20–40 bytes on Redis 7.0.
+const entryOverhead = 32
+
+// entryBytes estimates one entry's memory from entries: their average
+// field and value bytes plus entryOverhead.
+func entryBytes(entries []rueidis.XRangeEntry) float64 {
+	var total int
+	for _, e := range entries {
+		for k, v := range e.FieldValues {
+			total += len(k) + len(v)
+		}
+	}
+	return float64(total)/float64(len(entries)) + entryOverhead
 }
 
 func field(m map[string]rueidis.RedisMessage, k string) (int64, error) {

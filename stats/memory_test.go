@@ -269,3 +269,49 @@ func TestMeasureMemoryRateAfterABurst(t *testing.T) {
 		t.Errorf("rate %.1f entries/s after a burst of 1,500 30 s ago, want about 33", m.Rate)
 	}
 }
+
+// TestShortStreamPerEntry: a stream shorter than one node (100 entries)
+// reports its first node's allocation in MEMORY USAGE, about 5 KB even
+// for one small entry, so per entry it measured up to a hundred times what
+// the entries to come cost, and a new stream's projection failed the
+// memory budget of a small Redis. Its per-entry cost now comes from its
+// entries' size, within reach of what a node's worth of them measures.
+func TestShortStreamPerEntry(t *testing.T) {
+	for _, size := range []int{10, 200, 2000} {
+		t.Run(fmt.Sprintf("%d bytes", size), func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			rc := redistest.Connect(t, srv.Addr)
+			ctx := context.Background()
+			add := func(n int) {
+				cmds := make(rueidis.Commands, 0, n)
+				for i := range n {
+					cmds = append(cmds, rc.B().Xadd().Key("orders").Id("*").FieldValue().
+						FieldValue("event", fmt.Sprintf(`{"kind":"order","id":"ord_%d","pad":"%0*d"}`, i, size, 0)).Build())
+				}
+				for _, r := range rc.DoMulti(ctx, cmds...) {
+					if err := r.Error(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			measure := func() stats.Part {
+				m, err := stats.MeasureMemory(ctx, rc, "orders", "shop", stats.Retentions{Stream: time.Hour}, stats.Budget{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m.Stream
+			}
+			add(1)
+			short := measure()
+			add(999)
+			long := measure()
+			if long.Estimated {
+				t.Fatalf("1,000 entries: per entry estimated, want measured")
+			}
+			if !short.Estimated || short.PerItem < 0.6*long.PerItem || short.PerItem > 1.5*long.PerItem {
+				t.Errorf("1 entry of %d bytes: %.0f bytes per entry (estimated %v, MEMORY USAGE %d), want within 0.6–1.5 of the %.0f that 1,000 measure",
+					size, short.PerItem, short.Estimated, short.Bytes, long.PerItem)
+			}
+		})
+	}
+}
