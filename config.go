@@ -86,7 +86,8 @@ type Config struct {
 	// ConcurrencyWait bounds the wait for a concurrency slot. Default:
 	// DefaultConcurrencyWait.
 	ConcurrencyWait time.Duration
-	// MinPendingIdle is the reclaim threshold. Default:
+	// MinPendingIdle is the reclaim threshold; when set, at least 1ms
+	// (Redis counts idle times in milliseconds). Default:
 	// DefaultMinPendingIdle.
 	MinPendingIdle time.Duration
 	// ReclaimInterval is how often idle pending entries are reclaimed.
@@ -100,8 +101,8 @@ type Config struct {
 	// lease that expires counts as a failed attempt. An attempt whose claim
 	// took half of it or more is given back unrun (docs/delivery.md#leases),
 	// so it must be well above twice a claim's round trip to Redis: a grace
-	// of a few milliseconds gives every attempt back. Default:
-	// DefaultLeaseGrace.
+	// of a few milliseconds gives every attempt back, and one under 1ms is
+	// refused. Default: DefaultLeaseGrace.
 	LeaseGrace time.Duration
 	// ShutdownTimeout bounds how long Run lets running invocations finish
 	// after its context is cancelled; then they are abandoned and their
@@ -118,7 +119,8 @@ type Config struct {
 	// docs/delivery.md#batched-transitions). The successes go in one call
 	// when the Settler is a BatchSettler; the acknowledgements of messages
 	// without invocation state go in one XACK whatever the Settler. It
-	// cannot be turned off, and must be under half of WriteTimeout.
+	// cannot be turned off, and must be under half of WriteTimeout (so a
+	// WriteTimeout of 4ms or less needs a shorter SettleLinger too).
 	// Default: DefaultSettleLinger.
 	SettleLinger time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
@@ -190,6 +192,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Retention = 0 // the stores' "delete" (invocation.CheckRetention)
 	}
 	orDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	lingerSet := c.SettleLinger != 0
 	orDefault(&c.SettleLinger, DefaultSettleLinger)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
@@ -197,6 +200,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SettleLinger >= c.WriteTimeout/2 {
 		// A settlement waits for its batch within its write's deadline.
+		if !lingerSet {
+			// Name the field that was set: the linger is the default.
+			return c, fmt.Errorf("relay: Config.WriteTimeout: %s must be over twice SettleLinger %s (the default; lower it too)", c.WriteTimeout, c.SettleLinger)
+		}
 		return c, fmt.Errorf("relay: Config.SettleLinger: %s must be under half of WriteTimeout %s", c.SettleLinger, c.WriteTimeout)
 	}
 	if c.HeartbeatInterval >= c.MinPendingIdle {
@@ -229,8 +236,20 @@ func (c Config) check() error {
 	if c.MaxConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("relay: Config.MaxConcurrency: must be >= 0 (0 means the default), got %d", c.MaxConcurrency))
 	}
+	// atLeastMs refuses a duration set below a millisecond: Redis counts
+	// idle times and leases in milliseconds, and such a value is most often
+	// a bare number meant as seconds (MinPendingIdle: 60 is 60ns). A
+	// MinPendingIdle under 3ns would also derive a zero heartbeat and
+	// reclaim interval, which panics in time.NewTicker.
+	atLeastMs := func(name string, d time.Duration) {
+		if d > 0 && d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("relay: Config.%s: must be 0 (the default) or at least 1ms, got %s (a time.Duration: write 2 * time.Second, not 2)", name, d))
+		}
+	}
 	nonNegative("ConcurrencyWait", c.ConcurrencyWait)
 	nonNegative("MinPendingIdle", c.MinPendingIdle)
+	atLeastMs("MinPendingIdle", c.MinPendingIdle)
+	atLeastMs("LeaseGrace", c.LeaseGrace)
 	nonNegative("SettleLinger", c.SettleLinger)
 	nonNegative("ReclaimInterval", c.ReclaimInterval)
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)

@@ -94,4 +94,32 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if cfg, err := (Config{SettleLinger: time.Second}).withDefaults(); err != nil || cfg.SettleLinger != time.Second {
 		t.Errorf("a linger of 1s: %v, %v", cfg.SettleLinger, err)
 	}
+	// Only WriteTimeout was set: the error names it, not the defaulted
+	// SettleLinger the caller never touched.
+	if _, err := (Config{WriteTimeout: 3 * time.Millisecond}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), "Config.WriteTimeout: 3ms must be over twice SettleLinger 2ms (the default") {
+		t.Errorf("a write timeout under twice the default linger: %v", err)
+	}
+}
+
+// TestConfigRefusesSubMillisecondDurations: a bare number is nanoseconds
+// (MinPendingIdle: 2 meant as seconds). Such a MinPendingIdle derived a
+// zero heartbeat and reclaim interval, and Run panicked in time.NewTicker;
+// such a LeaseGrace gave every attempt back unrun.
+func TestConfigRefusesSubMillisecondDurations(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{MinPendingIdle: 2}, "Config.MinPendingIdle: must be 0 (the default) or at least 1ms, got 2ns"},
+		{Config{LeaseGrace: 30}, "Config.LeaseGrace: must be 0 (the default) or at least 1ms, got 30ns"},
+	} {
+		if _, err := c.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.want)
+		}
+	}
+	if cfg, err := (Config{MinPendingIdle: time.Millisecond, LeaseGrace: time.Millisecond}).withDefaults(); err != nil ||
+		cfg.HeartbeatInterval <= 0 || cfg.ReclaimInterval <= 0 {
+		t.Errorf("1ms: %v, heartbeat %s, reclaim %s", err, cfg.HeartbeatInterval, cfg.ReclaimInterval)
+	}
 }
