@@ -104,6 +104,9 @@ type Engine struct {
 	// batchSettler is Components.Settler when it settles in batches
 	// (readsettle.go), else nil.
 	batchSettler BatchSettler
+	// uncheckedWarned is set once SetApps warned that the Go handlers of
+	// its apps cannot be checked against the Runner.
+	uncheckedWarned atomic.Bool
 }
 
 // job is one message to deliver and the settle group of its read, nil
@@ -235,6 +238,29 @@ func (e *Engine) SetApps(apps *app.Set) {
 	}
 	e.gen.Store(g)
 	e.pruneHolds(g)
+	if names := uncheckedGoApps(apps, e.c.Runner); len(names) > 0 && e.uncheckedWarned.CompareAndSwap(false, true) {
+		e.log.LogAttrs(context.Background(), slog.LevelWarn, "the Runner does not say which Go functions it serves (runtime.HandlerChecker), "+
+			"so the handlers of these Go apps are not checked at start and a rule naming a missing function fails its attempts; "+
+			"a Runner that wraps a runtime.Func must forward CheckHandlers", slog.Any("apps", names))
+	}
+}
+
+// uncheckedGoApps names the apps whose handlers are Go functions (no
+// image; runtime go, or none) when r is not a runtime.HandlerChecker,
+// typically a wrapper of a runtime.Func that forwards Run only: nothing
+// then checks at start that every handler has a function
+// (docs/embedding.md#go-handlers).
+func uncheckedGoApps(apps *app.Set, r Runner) []string {
+	if _, ok := r.(runtime.HandlerChecker); ok || r == nil || apps == nil {
+		return nil
+	}
+	var names []string
+	for _, a := range apps.List() {
+		if a.Spec.Image == "" && (a.Spec.Runtime == "" || a.Spec.Runtime == runtime.RuntimeGo) {
+			names = append(names, a.Name)
+		}
+	}
+	return names
 }
 
 // Apps returns the set of apps new deliveries use.

@@ -116,3 +116,39 @@ func TestNewEngineChecksGoHandlers(t *testing.T) {
 		t.Errorf("no warning names the unused function:\n%s", logs.String())
 	}
 }
+
+// onlyRun wraps a Runner forwarding Run alone, as a naive wrapper does.
+type onlyRun struct{ relay.Runner }
+
+// A Runner wrapper that hides runtime.HandlerChecker turns off the start
+// check of Go handlers: a missing function then fails its attempts at run
+// time. NewEngine warns, naming the Go apps (docs/embedding.md#go-handlers).
+func TestNewEngineWarnsWhenGoHandlersCannotBeChecked(t *testing.T) {
+	apps := apptest.Load(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n"})
+	ok := func(context.Context, runtime.Request) error { return nil }
+	c := relay.Components{
+		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Stream: "events", Group: "g", Consumer: "c1",
+		Runner: onlyRun{runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.plaecd": ok})},
+	}
+	logs := &testutil.Buffer{}
+	e, err := relay.NewEngine(apps, c, relay.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "runtime.HandlerChecker") ||
+		!strings.Contains(logs.String(), "apps=[orders]") {
+		t.Errorf("no warning says the Go handlers of orders are not checked:\n%s", logs.String())
+	}
+	before := strings.Count(logs.String(), "HandlerChecker")
+	e.SetApps(apps)
+	if n := strings.Count(logs.String(), "HandlerChecker"); n != before {
+		t.Errorf("warned again on SetApps:\n%s", logs.String())
+	}
+	// A runtime.Func checks its handlers itself: no warning.
+	logs = &testutil.Buffer{}
+	c.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok})
+	if _, err := relay.NewEngine(apps, c, relay.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))}); err != nil || strings.Contains(logs.String(), "HandlerChecker") {
+		t.Errorf("a Func: %v\n%s", err, logs.String())
+	}
+}

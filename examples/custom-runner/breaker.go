@@ -53,8 +53,12 @@ func (s State) String() string {
 //
 // Infrastructure errors of the wrapped Runner pass through unchanged and
 // neither count as failures nor reset the count: they say nothing about the
-// handler. Breaker forwards Sweep to a wrapped relay.Sweeper, since the
-// Engine finds that capability by type assertion on the outermost Runner.
+// handler. Breaker forwards Sweep to a wrapped relay.Sweeper and
+// CheckHandlers to a wrapped runtime.HandlerChecker (the runtime.Func of
+// this example), since the Worker and the Engine find those capabilities
+// by type assertion on the outermost Runner: without CheckHandlers a rule
+// naming a Go function that is not registered would pass the start check
+// and fail its attempts at run time.
 //
 // Safe for concurrent use.
 type Breaker struct {
@@ -131,6 +135,15 @@ func (b *Breaker) State(key string) State {
 func (b *Breaker) Sweep(ctx context.Context) error {
 	if s, ok := b.next.(relay.Sweeper); ok {
 		return s.Sweep(ctx)
+	}
+	return nil
+}
+
+// CheckHandlers forwards to the wrapped Runner when it is a
+// runtime.HandlerChecker; any other Runner says nothing of its handlers.
+func (b *Breaker) CheckHandlers(targets []runtime.Target) error {
+	if hc, ok := b.next.(runtime.HandlerChecker); ok {
+		return hc.CheckHandlers(targets)
 	}
 	return nil
 }

@@ -21,8 +21,9 @@ import (
 )
 
 var (
-	_ relay.Runner  = (*Breaker)(nil)
-	_ relay.Sweeper = (*Breaker)(nil)
+	_ relay.Runner           = (*Breaker)(nil)
+	_ relay.Sweeper          = (*Breaker)(nil)
+	_ runtime.HandlerChecker = (*Breaker)(nil)
 )
 
 const coolDown = time.Minute
@@ -298,4 +299,18 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 			t.Errorf("DLQ = %+v", entries)
 		}
 	})
+}
+
+// A Breaker around a runtime.Func keeps the start check of Go handlers: a
+// rule naming an unregistered function still fails NewEngine.
+func TestBreakerForwardsCheckHandlers(t *testing.T) {
+	ok := func(context.Context, runtime.Request) error { return nil }
+	b, err := NewBreaker(runtime.NewFunc(map[string]runtime.HandlerFunc{"payments/charge": ok}), 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.CheckHandlers([]runtime.Target{{App: "payments", Handler: "charge"}, {App: "payments", Handler: "refund"}})
+	if err == nil || !strings.Contains(err.Error(), "payments/refund") {
+		t.Errorf("CheckHandlers = %v, want it to name the missing payments/refund", err)
+	}
 }
