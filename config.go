@@ -106,7 +106,10 @@ type Config struct {
 	LeaseGrace time.Duration
 	// ShutdownTimeout bounds how long Run lets running invocations finish
 	// after its context is cancelled; then they are abandoned and their
-	// messages stay pending. Default: DefaultShutdownTimeout.
+	// messages stay pending. Their contexts are cancelled, and Run still
+	// waits for every handler to return: a Go function (runtime.Func)
+	// that ignores its context keeps Run from returning until it does.
+	// Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Retention is the TTL of a message's invocation state after the
 	// message left the PEL (REDIS_INVOCATION_RETENTION); DeleteOnAck
