@@ -19,9 +19,13 @@ import (
 // consumes it through them, and the services that keep it: the retainer,
 // the janitor and the memory watch.
 type streamParts struct {
-	name     string
-	engine   *relay.Engine
-	source   *stream.Source
+	name   string
+	engine *relay.Engine
+	source *stream.Source
+	// ping is the Engine's source as a relay.Pinger, for readiness: the
+	// wrapped one when WrapComponents wrapped it (checkWrapped keeps its
+	// Pinger), else source.
+	ping     relay.Pinger
 	retainer *retainer
 	janitor  *janitor
 	memory   *memoryWatch // nil: Config.MemoryCheckInterval is Disabled
@@ -64,6 +68,10 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 			return nil, fmt.Errorf("worker: New: stream %s: WrapComponents: %w", name, err)
 		}
 	}
+	var ping relay.Pinger = src
+	if p, ok := c.Source.(relay.Pinger); ok {
+		ping = p
+	}
 	empty, _ := app.NewSet()
 	e, err := relay.NewEngine(empty, c, ecfg)
 	if err != nil {
@@ -75,7 +83,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	}
 	log = log.With(slog.String("stream", name))
 	p := &streamParts{
-		name: name, engine: e, source: src,
+		name: name, engine: e, source: src, ping: ping,
 		retainer: &retainer{cfg: retainerConfigOf(cfg), source: src, dlq: dlqw, log: log, m: m},
 		janitor: &janitor{interval: cfg.JanitorInterval, ttl: cfg.stateRetention(), state: store,
 			stream: name, group: cfg.Group, log: log, retained: m.leaksRetained},

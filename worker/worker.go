@@ -296,7 +296,7 @@ func (w *Worker) Ready(ctx context.Context) error {
 			redisName, consumingName = "redis "+p.name, "consuming "+p.name
 		}
 		wg.Go(func() {
-			if err := p.source.Ping(ctx); err != nil {
+			if err := p.ping.Ping(ctx); err != nil {
 				errs[2*i] = fmt.Errorf("%s: %w", redisName, err)
 			}
 		})

@@ -421,3 +421,34 @@ func TestWorkerNamesAMissingStream(t *testing.T) {
 	want := `level=WARN msg="stream does not exist; creating it empty with the consumer group: check its name if events were expected" stream=` + h.streams[0]
 	testutil.WaitFor(t, 10*time.Second, "the warning", func() bool { return strings.Contains(h.logs.String(), want) })
 }
+
+// pingCounter wraps the Worker's source keeping every capability (it
+// embeds the *stream.Source) and counts the readiness pings it sees.
+type pingCounter struct {
+	*stream.Source
+	pings atomic.Int32
+}
+
+func (p *pingCounter) Ping(ctx context.Context) error {
+	p.pings.Add(1)
+	return p.Source.Ping(ctx)
+}
+
+// New refuses a source wrapper that hides relay.Pinger because readiness
+// asks the stream through it; so Ready must ask the wrapped source, not
+// the one the Worker built (docs/embedding.md#wrapping-the-parts).
+func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	var pc *pingCounter
+	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
+		pc = &pingCounter{Source: c.Source.(*stream.Source)}
+		c.Source, c.Settler = pc, nil
+		return c
+	}
+	w, stop := h.run()
+	defer stop()
+	testutil.WaitFor(t, 10*time.Second, "the worker ready", func() bool { return w.Ready(t.Context()) == nil })
+	if pc.pings.Load() == 0 {
+		t.Error("Ready succeeded without pinging the wrapped source")
+	}
+}
