@@ -145,12 +145,16 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	if apps == nil {
 		errs = append(errs, errors.New("relay: NewEngine: nil apps"))
 	}
-	for name, missing := range map[string]bool{
-		"Source": c.Source == nil, "State": c.State == nil, "Runner": c.Runner == nil, "DLQ": c.DLQ == nil,
-		"Stream": c.Stream == "", "Group": c.Group == "", "Consumer": c.Consumer == "",
+	// In field order, so the error reads the same on every run.
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Source", c.Source == nil}, {"State", c.State == nil}, {"Runner", c.Runner == nil}, {"DLQ", c.DLQ == nil},
+		{"Stream", c.Stream == ""}, {"Group", c.Group == ""}, {"Consumer", c.Consumer == ""},
 	} {
-		if missing {
-			errs = append(errs, fmt.Errorf("relay: NewEngine: Components.%s is required", name))
+		if f.missing {
+			errs = append(errs, fmt.Errorf("relay: NewEngine: Components.%s is required", f.name))
 		}
 	}
 	cfg, err := cfg.withDefaults()

@@ -28,6 +28,15 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
+	// The same mistakes read the same on every run, in Components' order.
+	if i, j := strings.Index(err.Error(), "Components.Source"), strings.Index(err.Error(), "Components.Consumer"); i < 0 || j < i {
+		t.Errorf("error %q does not list the missing components in field order", err)
+	}
+	for range 20 {
+		if _, again := relay.NewEngine(apps, relay.Components{}, relay.Config{MaxConcurrency: -1, MinPendingIdle: -1}); again.Error() != err.Error() {
+			t.Fatalf("the same mistakes gave %q, then %q", err, again)
+		}
+	}
 }
 
 func TestGracefulShutdownLeavesUnfinishedPendingWithoutCharge(t *testing.T) {

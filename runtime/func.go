@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime/debug"
+	"slices"
 	"time"
 )
 
@@ -28,8 +29,15 @@ type Func struct {
 
 // NewFunc returns a Func serving handlers, keyed by "<app>/<handler>" or, to
 // serve a handler name in every app, by "<handler>" alone; the app-specific
-// key wins. The map is copied.
+// key wins. The map is copied. It panics naming the key when a function is
+// nil, which is a programming error (CheckHandlers would otherwise report
+// that key both as missing and as registered).
 func NewFunc(handlers map[string]HandlerFunc, opts ...FuncOption) *Func {
+	for _, k := range slices.Sorted(maps.Keys(handlers)) {
+		if handlers[k] == nil {
+			panic(fmt.Sprintf("runtime: NewFunc: the function of %q is nil", k))
+		}
+	}
 	f := &Func{handlers: maps.Clone(handlers)}
 	for _, o := range opts {
 		o(f)

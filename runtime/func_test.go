@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +108,16 @@ func asExit(t *testing.T, err error) *runtime.ExitError {
 		t.Fatalf("error %v (%T) is not an *ExitError", err, err)
 	}
 	return ee
+}
+
+// TestNewFuncRefusesANilFunction: a nil function under a key is a
+// programming error, named at once rather than found at the first event,
+// or reported by CheckHandlers as both missing and registered.
+func TestNewFuncRefusesANilFunction(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `"shop/orders.charge"`) {
+			t.Errorf("NewFunc with a nil function: recovered %v, want a panic naming the key", r)
+		}
+	}()
+	runtime.NewFunc(map[string]runtime.HandlerFunc{"shop/orders.charge": nil, "shop/refunds.run": func(context.Context, runtime.Request) error { return nil }})
 }
