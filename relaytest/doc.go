@@ -12,6 +12,11 @@
 //     invocation.Store: claims with leases and fencing tokens, ErrStale and
 //     ErrTerminal, exhaustion when the last attempt's lease expired,
 //     terminal retention with a TTL.
+//   - Settler pairs a Consumer with a StateStore as invocation.Store pairs
+//     with a stream.Source on one Redis: a relay.Settler and
+//     relay.BatchSettler whose settlements are atomic, so an Engine on the
+//     fakes takes the path it takes on Redis, and a wrapper of a Settler
+//     can be tested without Redis.
 //   - DLQ is a relay.DLQWriter that keeps its entries, with the reading side
 //     of dlq.Store (List, Get, Delete, Len).
 //   - Runner is a relay.Runner that records requests and answers with

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -50,12 +51,47 @@ func (a *attempts) get(user string) []runAt {
 // handlers only: no Redis, no containers. It runs in a synctest bubble, so
 // the Engine's default timings (1m MinPendingIdle, 1m/2m backoff) pass in
 // virtual time, and the gaps between attempts show the backoff schedule.
+//
+// It runs twice: with the Source and the State apart, and paired by a
+// Settler (its successes settled in batches), as worker.New pairs them
+// on Redis; the outcomes are the same.
 func TestEngineOnFakes(t *testing.T) {
+	for _, paired := range []bool{false, true} {
+		t.Run(map[bool]string{false: "apart", true: "settler"}[paired], func(t *testing.T) { engineOnFakes(t, paired) })
+	}
+}
+
+// countingSettler counts the successes a relaytest.Settler settles, alone
+// or in batches.
+type countingSettler struct {
+	*relaytest.Settler
+	finished atomic.Int64
+}
+
+func (c *countingSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
+	c.finished.Add(1)
+	return c.Settler.FinishSettle(ctx, l, ttl)
+}
+
+func (c *countingSettler) FinishSettleBatch(ctx context.Context, ls []invocation.Lease, ttl time.Duration) []error {
+	c.finished.Add(int64(len(ls)))
+	return c.Settler.FinishSettleBatch(ctx, ls, ttl)
+}
+
+func engineOnFakes(t *testing.T, paired bool) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		const streamName, group = "events", "workers"
 		src := relaytest.NewStream()
+		consumer := src.Consumer("worker-1")
 		state := relaytest.NewStateStore()
+		var settler relay.Settler
+		counted := &countingSettler{}
+		if paired {
+			state = relaytest.NewStateStore(relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) }))
+			counted.Settler = relaytest.NewSettler(consumer, state)
+			settler = counted
+		}
 		dead := relaytest.NewDLQ(streamName)
 
 		pattern, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
@@ -90,7 +126,7 @@ func TestEngineOnFakes(t *testing.T) {
 			},
 		})
 		engine, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("worker-1"), State: state, Runner: runner, DLQ: dead,
+			Source: consumer, State: state, Settler: settler, Runner: runner, DLQ: dead,
 			Stream: streamName, Group: group, Consumer: "worker-1",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -176,6 +212,12 @@ func TestEngineOnFakes(t *testing.T) {
 			t.Errorf("malformed message's DLQ entry = %+v", m)
 		}
 
+		// Paired, ada's and bob's successes were settled by the Settler
+		// (alone here: ada came first, in a read of her own, and bob's
+		// success was a retry).
+		if paired && counted.finished.Load() != 2 {
+			t.Errorf("%d successes settled through the Settler, want ada's and bob's", counted.finished.Load())
+		}
 		// Every message was acknowledged; the invocation state of those that
 		// matched is retained, with the terminal outcome of each.
 		for name, id := range ids {

@@ -352,7 +352,13 @@ func (s *StateStore) Retain(ctx context.Context, key invocation.Key, retention t
 	if s.isPending != nil && s.isPending(key) {
 		return fail(fmt.Errorf("message %s is still pending in %s group %s: its state is live", key.MessageID, key.Stream, key.Group))
 	}
-	now := nowMS(s.clock)
+	s.retainLocked(key, retention, nowMS(s.clock))
+	return nil
+}
+
+// retainLocked applies retention to key's hash, if there is one: deleted
+// with 0, else retained with a TTL unless it is already. s.mu must be held.
+func (s *StateStore) retainLocked(key invocation.Key, retention time.Duration, now int64) {
 	h := s.hash(key, now)
 	switch {
 	case h == nil:
@@ -362,7 +368,6 @@ func (s *StateStore) Retain(ctx context.Context, key invocation.Key, retention t
 		h.terminal = true
 		h.expiresMS = now + retention.Milliseconds()
 	}
-	return nil
 }
 
 // Pin implements relay.StateStore.Pin as pin.lua does: it stores value in
