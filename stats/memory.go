@@ -102,10 +102,7 @@ const BudgetShare = 0.9
 // more than that share (OverNow). Without maxmemory nothing is at risk
 // this way (the host's memory is, which Redis cannot tell).
 func (m Memory) Pressure(share float64) bool {
-	if m.Max <= 0 {
-		return false
-	}
-	return m.Projected < 0 || float64(m.Projected) > share*float64(m.Max) || m.OverNow(share)
+	return m.ProjectedOver(share) || m.OverNow(share)
 }
 
 // OverNow reports whether Redis already uses more than share of
@@ -582,7 +579,7 @@ func (m Memory) Verdict(share float64) string {
 		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
 	}
 	pct := 100 * float64(m.Projected) / float64(m.Max)
-	if float64(m.Projected) > share*float64(m.Max) {
+	if m.ProjectedOver(share) {
 		part, change := m.Blame(share)
 		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; most of it is the %s: %s (docs/operations.md#redis-memory)",
 			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share, m.usedNow(share), part, change)
