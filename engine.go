@@ -260,7 +260,7 @@ func uncheckedGoApps(apps *app.Set, r Runner) []string {
 	}
 	var names []string
 	for _, a := range apps.List() {
-		if a.Spec.Image == "" && (a.Spec.Runtime == "" || a.Spec.Runtime == runtime.RuntimeGo) {
+		if a.Spec.GoFunctions() {
 			names = append(names, a.Name)
 		}
 	}

@@ -211,7 +211,7 @@ func check(a *App) error {
 		return fmt.Errorf("app: app %q: Spec.Warm needs Spec.Runtime (python3 or node)", a.Name)
 	}
 	validate := ValidateHandler
-	if a.Spec.Image == "" && (a.Spec.Runtime == "" || a.Spec.Runtime == runtime.RuntimeGo) {
+	if a.Spec.GoFunctions() {
 		validate = validateGoHandler
 	}
 	seen := map[string]bool{}

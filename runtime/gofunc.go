@@ -65,19 +65,6 @@ type Target struct {
 	Spec         Spec
 }
 
-// container reports whether spec describes a container (an image, or the
-// python3 or node runtime) rather than Go functions: "" when it does not,
-// else what it names.
-func container(spec Spec) string {
-	switch {
-	case spec.Image != "":
-		return "image " + spec.Image
-	case spec.Runtime != "" && spec.Runtime != RuntimeGo:
-		return "runtime " + spec.Runtime
-	}
-	return ""
-}
-
 // CheckHandlers compares the handlers that targets name with those f
 // serves. It returns an error listing every target of a Go app (one
 // defined in Go, or a template with runtime: go) that no function is
@@ -94,7 +81,7 @@ func (f *Func) CheckHandlers(targets []Target) error {
 			used[t.App+"/"+t.Handler] = true
 		case f.handlers[t.Handler] != nil:
 			used[t.Handler] = true
-		case container(t.Spec) == "":
+		case t.Spec.GoFunctions():
 			missing = append(missing, t.App+"/"+t.Handler)
 		}
 	}

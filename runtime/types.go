@@ -49,6 +49,14 @@ type Spec struct {
 	Secrets []string
 }
 
+// GoFunctions reports whether the handlers of an app with this Spec are Go
+// functions (runtime.Func): no image, and the runtime go or none. Any
+// other Spec describes a container (an image, or the python3 or node
+// runtime).
+func (s Spec) GoFunctions() bool {
+	return s.Image == "" && (s.Runtime == "" || s.Runtime == RuntimeGo)
+}
+
 // CommandLine shows Command as a shell would take it: an argument that is
 // empty or holds blanks, quotes, a backslash or '$' is double-quoted.
 func (s Spec) CommandLine() string {
