@@ -166,7 +166,7 @@ func (m Memory) blamed(share float64) string {
 	if m.Max > 0 && !m.ProjectedOver(share) {
 		parts[0].bytes, parts[1].bytes, parts[2].bytes, parts[3].bytes = m.Stream.Bytes, m.DLQ.Bytes, m.Invocations.Bytes, m.Other.Bytes
 	}
-	name, top := PartNotRelay, max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+	name, top := PartNotRelay, m.notRelay()
 	for _, p := range parts {
 		if p.bytes > top {
 			name, top = p.name, p.bytes
@@ -255,9 +255,14 @@ func MeasureMemory(ctx context.Context, client rueidis.Client, stream, group str
 	return m, nil
 }
 
+// notRelay is the memory in use that none of the parts holds.
+func (m Memory) notRelay() int64 {
+	return max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+}
+
 // project fills the parts' and the total's Projected, and Unbounded.
 func (m *Memory) project(r Retentions) {
-	rest := max(m.Used-(m.Stream.Bytes+m.DLQ.Bytes+m.Invocations.Bytes+m.Other.Bytes), 0)
+	rest := m.notRelay()
 	m.Stream.Projected = kept(m.Stream, m.Rate, r.Stream)
 	m.DLQ.Projected = kept(m.DLQ, m.DLQRate, r.DLQ)
 	if m.Invocations.PerItem == 0 && r.Invocation > 0 && m.Rate > 0 {
