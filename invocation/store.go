@@ -337,19 +337,28 @@ func (s *Store) FinishSettleBatch(ctx context.Context, ls []Lease, retention tim
 		p.items = append(p.items, it)
 		p.at = append(p.at, i)
 	}
-	// The chunks go at once: the client pipelines concurrent calls, so
-	// several chunks cost one round trip, not one each.
-	var wg sync.WaitGroup
+	var chunks []func()
 	for _, g := range order {
 		p := groups[g]
 		for from := 0; from < len(p.items); from += s.maxBatch {
 			to := min(from+s.maxBatch, len(p.items))
-			wg.Go(func() {
+			chunks = append(chunks, func() {
 				for k, r := range s.runSettles(ctx, g, p.items[from:to]) {
 					i := p.at[from+k]
 					errs[i] = wrapSettle(ls[i], settleResult(r.Value, r.Err))
 				}
 			})
+		}
+	}
+	// The chunks go at once: the client pipelines concurrent calls, so
+	// several chunks cost one round trip, not one each. The last runs
+	// here, so a batch of one chunk (a read's) starts no goroutine.
+	var wg sync.WaitGroup
+	for i, run := range chunks {
+		if i == len(chunks)-1 {
+			run()
+		} else {
+			wg.Go(run)
 		}
 	}
 	wg.Wait()
