@@ -54,6 +54,19 @@ func (h *workerHarness) holds() []stats.Hold {
 	return hs
 }
 
+// runWithUnreadableRules runs a worker whose apps root holds app
+// "orders" with a pattern typo, so every message of the stream is held
+// (docs/delivery.md#held-messages); it returns the harness, the apps root
+// and the worker's stop.
+func runWithUnreadableRules(t *testing.T) (*workerHarness, string, func() error) {
+	t.Helper()
+	h, root := reloadHarness(t)
+	h.cfg.Engine.StatsInterval = 20 * time.Millisecond
+	writeTemplate(t, root, "orders", "image: x\nevents:\n  - {handler: orders.new, pattern: {kind: [{prefx: ord}]}}\n")
+	_, stop := h.run()
+	return h, root, stop
+}
+
 // TestStatusNamesAnAppWithUnreadableRules: a new app whose pattern has a
 // typo holds every message of the stream (docs/delivery.md#held-messages).
 // The worker publishes that to Redis, naming the app, the error at its
@@ -61,10 +74,7 @@ func (h *workerHarness) holds() []stats.Hold {
 // relay_apps_unavailable and relay_held_messages; fixing the template
 // releases the messages and clears the status and the gauges.
 func TestStatusNamesAnAppWithUnreadableRules(t *testing.T) {
-	h, root := reloadHarness(t)
-	h.cfg.Engine.StatsInterval = 20 * time.Millisecond
-	writeTemplate(t, root, "orders", "image: x\nevents:\n  - {handler: orders.new, pattern: {kind: [{prefx: ord}]}}\n")
-	_, stop := h.run()
+	h, root, stop := runWithUnreadableRules(t)
 	defer stop()
 	for range 3 {
 		h.publish(`{"event_name":"INSERT"}`)
@@ -159,10 +169,7 @@ func TestStatusNamesAnUnavailableApp(t *testing.T) {
 // and acknowledges leaves this worker's held count at the next reclaim
 // interval, not when the app is fixed here (docs/delivery.md#held-messages).
 func TestHeldCountForgetsMessagesTakenOver(t *testing.T) {
-	h, root := reloadHarness(t)
-	h.cfg.Engine.StatsInterval = 20 * time.Millisecond
-	writeTemplate(t, root, "orders", "image: x\nevents:\n  - {handler: orders.new, pattern: {kind: [{prefx: ord}]}}\n")
-	_, stop := h.run()
+	h, _, stop := runWithUnreadableRules(t)
 	defer stop()
 	ids := []string{h.publish(`{"event_name":"INSERT"}`), h.publish(`{"event_name":"INSERT"}`)}
 	testutil.WaitFor(t, 10*time.Second, "both messages held", func() bool {
