@@ -116,7 +116,8 @@ type preparedContainer struct {
 // spec mounts. A prepared container whose task exists already (pre not
 // nil) keeps its spec: req's secrets are copied into its secrets
 // directory, and its environment comes with the header (preTask.start).
-// On error nothing is left and the id is no longer tracked.
+// On error nothing is left and the id is no longer tracked, or, when ctx
+// was cancelled, the removal of what is left is under way.
 func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepared, secrets *stagedSecrets) (_ client.Container, id string, rootfs []mount.Mount, pre *preTask, _ error) {
 	key := warmKey(req.Spec, p.ref)
 	// The containers prepared for later attempts have none of this
@@ -149,8 +150,12 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 	labels := r.labels(req.App, req.Handler)
 	cont, err := r.createContainer(ctx, id, labels, p, p.spec(req))
 	if err != nil {
-		r.cleanup(ctx, req, id, r.remove(ctx, id))
-		r.track(id, false)
+		if ctx.Err() != nil {
+			r.removeCancelled(ctx, req, id)
+		} else {
+			r.cleanup(ctx, req, id, r.remove(ctx, id))
+			r.track(id, false)
+		}
 		return nil, "", nil, nil, classify(fmt.Errorf("create container %s: %w", id, err))
 	}
 	return cont, id, nil, nil, nil
@@ -356,10 +361,9 @@ func (r *Runner) removeUntracked(ctx context.Context, app, id string) {
 }
 
 // removeLater deletes an attempt's exited task, its container and snapshot
-// in the background, then stops tracking the container; Close waits. After
-// Close it removes them before returning.
+// in the background, then stops tracking the container.
 func (r *Runner) removeLater(ctx context.Context, req runtime.Request, id string, cont client.Container, task client.Task) {
-	remove := func() {
+	r.later(func() {
 		defer r.track(id, false)
 		dctx, cancel := r.detached(ctx)
 		defer cancel()
@@ -371,7 +375,24 @@ func (r *Runner) removeLater(ctx context.Context, req runtime.Request, id string
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
 		r.cleanup(dctx, req, id, errors.Join(errs...))
-	}
+	})
+}
+
+// removeCancelled removes, in the background, what a containerd call
+// cancelled mid-way may have left of container id (the container, its
+// snapshot, a task), then stops tracking it: a cancelled attempt returns
+// without waiting for containerd, which may be the reason for the
+// cancellation (stalled; docs/operations.md "Faults").
+func (r *Runner) removeCancelled(ctx context.Context, req runtime.Request, id string) {
+	r.later(func() {
+		defer r.track(id, false)
+		r.cleanup(ctx, req, id, r.remove(ctx, id))
+	})
+}
+
+// later runs f in the background; Close waits for it. Once Close has
+// begun, f runs before later returns.
+func (r *Runner) later(f func()) {
 	o := &r.oneShot
 	o.mu.Lock()
 	closed := o.closed
@@ -380,12 +401,12 @@ func (r *Runner) removeLater(ctx context.Context, req runtime.Request, id string
 	}
 	o.mu.Unlock()
 	if closed {
-		remove()
+		f()
 		return
 	}
 	go func() {
 		defer o.bg.Done()
-		remove()
+		f()
 	}()
 }
 

@@ -534,6 +534,12 @@ func (a *oneShotRun) end(ctx context.Context, runErr error) {
 		r.removeLater(ctx, a.req, a.id, a.cont, task)
 		return
 	}
+	if task == nil && ctx.Err() != nil {
+		// NewTask was cancelled, possibly after the shim created the task.
+		finishOutput()
+		r.removeCancelled(ctx, a.req, a.id)
+		return
+	}
 	defer r.track(a.id, false)
 	dctx, cancel := r.detached(ctx)
 	defer cancel()

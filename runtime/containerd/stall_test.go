@@ -7,8 +7,12 @@ import (
 	"os"
 	goruntime "runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"google.golang.org/grpc"
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -75,14 +79,17 @@ func TestContainerdStalled(t *testing.T) {
 	cancelled := run(cctx, "cancelled")
 	time.Sleep(stall / 3)
 	cancel()
+	// containerd stays stalled until the cancelled attempt returns: one
+	// that waited for containerd would not return before the bound, however
+	// slow a busy machine is to run it.
 	select {
 	case err := <-cancelled:
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("attempt cancelled during the stall: %v, want its cancellation", err)
 		}
 		t.Logf("the cancelled attempt returned %v after its cancellation", time.Since(paused)-stall/3)
-	case <-time.After(stall / 3):
-		t.Errorf("an attempt cancelled during the stall did not return within %v", stall/3)
+	case <-time.After(cancelBound):
+		t.Errorf("an attempt cancelled during the stall did not return within %v, while containerd stayed stalled", cancelBound)
 	}
 	time.Sleep(time.Until(paused.Add(stall)))
 	for i, done := range runs {
@@ -131,6 +138,90 @@ func TestContainerdStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	containerdtest.AssertClean(t, f.client)
+}
+
+// cancelBound is how long a cancelled attempt may take to return while
+// containerd does not answer: long enough for the busiest test machine, too
+// short for one that waits for containerd, which stays stalled meanwhile.
+const cancelBound = 30 * time.Second
+
+// TestRunCancelledDuringCreation cancels an attempt while containerd
+// creates its container, or its task, and holds containerd's answers from
+// then on: the attempt returns its cancellation without waiting for them,
+// and what the creation left is removed once containerd answers again
+// (before Close returns).
+func TestRunCancelledDuringCreation(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{".Containers/Create", ".Tasks/Create"} {
+		t.Run(method[1:], func(t *testing.T) {
+			t.Parallel()
+			testRunCancelledDuring(t, method)
+		})
+	}
+}
+
+// testRunCancelledDuring is TestRunCancelledDuringCreation with the
+// creation whose gRPC method ends in method.
+func testRunCancelledDuring(t *testing.T, method string) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var held atomic.Bool
+	release := make(chan struct{})
+	stalled := grpc.WithChainUnaryInterceptor(func(callCtx context.Context, called string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if held.Load() {
+			select {
+			case <-release:
+			case <-callCtx.Done():
+				return callCtx.Err()
+			}
+		}
+		err := invoker(callCtx, called, req, reply, cc, opts...)
+		if strings.HasSuffix(called, method) && err == nil {
+			// Created, but the answer comes too late: the attempt is
+			// cancelled first, and containerd answers nothing more.
+			held.Store(true)
+			cancel()
+			<-callCtx.Done()
+			return callCtx.Err()
+		}
+		return err
+	})
+	c, err := client.New(os.Getenv(containerdtest.EnvAddress), client.WithDefaultNamespace(f.client.DefaultNamespace()),
+		client.WithExtraDialOpts([]grpc.DialOption{stalled}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	clean := f.client
+	f.client = c
+	r := f.newRunner(t, "cancelled-"+randomHex(4))
+	f.client = clean
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx, f.request("events.created"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want its cancellation", err)
+		}
+		if !held.Load() {
+			t.Fatalf("the attempt was cancelled before a call to %s", method)
+		}
+	case <-time.After(cancelBound):
+		t.Error("the cancelled attempt waited for containerd")
+		close(release)
+		<-done
+		return
+	}
+	close(release)
+	if err := r.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	containerdtest.AssertClean(t, clean)
 }
 
 // settledGoroutines counts the goroutines, with a moment for those that
