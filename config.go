@@ -77,7 +77,7 @@ type Config struct {
 	// min(its concurrency, MaxConcurrency). The Engine holds at most twice
 	// as many messages, so that messages waiting for one app's slot do not
 	// starve other apps. Default: Limiter.Max() when Limiter is set, else
-	// DefaultConcurrency.
+	// DefaultConcurrency. With a Limiter, at most Limiter.Max().
 	MaxConcurrency int
 	// Limiter, when set, is where the Engine takes invocation slots,
 	// shared with the other Engines of a worker (one per stream). Default:
@@ -184,6 +184,12 @@ func (c Config) withDefaults() (Config, error) {
 		if c.Limiter != nil {
 			c.MaxConcurrency = c.Limiter.Max()
 		}
+	}
+	if c.Limiter != nil && c.MaxConcurrency > c.Limiter.Max() {
+		// The Engine would read and hold messages no slot can run, which
+		// then wait ConcurrencyWait and stay pending until a reclaim.
+		return c, fmt.Errorf("relay: Config.MaxConcurrency: %d is over Limiter.Max() %d, so the Engine could never run that many; lower it, or leave it 0 for Limiter.Max()",
+			c.MaxConcurrency, c.Limiter.Max())
 	}
 	orDefault(&c.ConcurrencyWait, DefaultConcurrencyWait)
 	orDefault(&c.MinPendingIdle, DefaultMinPendingIdle)

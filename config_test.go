@@ -94,6 +94,16 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if cfg, err := (Config{SettleLinger: time.Second}).withDefaults(); err != nil || cfg.SettleLinger != time.Second {
 		t.Errorf("a linger of 1s: %v, %v", cfg.SettleLinger, err)
 	}
+	// A bound over the shared Limiter's: messages read for it would wait
+	// for slots that never come.
+	l, _ := NewLimiter(4)
+	if _, err := (Config{MaxConcurrency: 8, Limiter: l}).withDefaults(); err == nil ||
+		!strings.Contains(err.Error(), "Config.MaxConcurrency: 8 is over Limiter.Max() 4") {
+		t.Errorf("MaxConcurrency 8 with a Limiter of 4: %v", err)
+	}
+	if cfg, err := (Config{MaxConcurrency: 2, Limiter: l}).withDefaults(); err != nil || cfg.MaxConcurrency != 2 {
+		t.Errorf("MaxConcurrency 2 with a Limiter of 4: %v, %v", cfg.MaxConcurrency, err)
+	}
 	// Only WriteTimeout was set: the error names it, not the defaulted
 	// SettleLinger the caller never touched.
 	if _, err := (Config{WriteTimeout: 3 * time.Millisecond}).withDefaults(); err == nil ||
