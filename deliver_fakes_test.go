@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
@@ -570,3 +573,127 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(p []byte) (int, error) { return w(p) }
+
+// lostReply is a StateStore whose first Claim runs but loses its reply,
+// as a frozen connection does (invocation.ClaimUnknownError). It forwards
+// Void, as a wrapper must for the Engine to see the capability (relay.go).
+type lostReply struct {
+	relay.StateStore
+	lost atomic.Bool
+}
+
+func (s *lostReply) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
+	c, err := s.StateStore.Claim(ctx, key, field, lease, maxAttempts, rec)
+	if err != nil || c.Status != invocation.Claimed || !s.lost.CompareAndSwap(false, true) {
+		return c, err
+	}
+	return invocation.Claim{}, &invocation.ClaimUnknownError{
+		Lease: invocation.Lease{Key: key, Field: field, Token: c.Lease.Token}, Err: context.DeadlineExceeded}
+}
+
+func (s *lostReply) Void(ctx context.Context, l invocation.Lease) error {
+	v, ok := s.StateStore.(relay.ClaimVoider)
+	if !ok {
+		return errors.New("the state store cannot give claims back")
+	}
+	return v.Void(ctx, l)
+}
+
+// A claim that ran but whose reply was lost is given back at once on the
+// fakes as on Redis (docs/delivery.md#lost-replies): its lease expires
+// without charging an attempt, and the next delivery runs attempt 1.
+func TestFakesLostClaimReplyIsGivenBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		reg := prometheus.NewRegistry()
+		e, err := relay.NewEngine(f.apps, relay.Components{
+			Source: f.src.Consumer("c1"), State: &lostReply{StateStore: f.state}, Runner: f.runner, DLQ: f.dlq,
+			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
+		}, relay.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runEngine(t, e)
+		id := f.publish()
+		f.settle(time.Hour)
+		var attempts []int
+		for _, r := range f.runner.Requests(fakeField) {
+			attempts = append(attempts, r.Attempt)
+		}
+		if !slices.Equal(attempts, []int{1}) {
+			t.Fatalf("attempts run = %v, want [1]: the lost claim's lease charged nothing", attempts)
+		}
+		if n := invocationsTotal(t, reg, "lost"); n != 0 {
+			t.Errorf(`relay_invocations_total{outcome="lost"} = %v, want 0`, n)
+		}
+		if n := plainCounter(t, reg, "relay_claims_given_back_total"); n != 1 {
+			t.Errorf("relay_claims_given_back_total = %v, want 1", n)
+		}
+		f.wantRetained(id, "ok")
+	})
+}
+
+// plainCounter returns the value of the unlabelled counter name gathered
+// from reg; 0 when it is missing.
+func plainCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// A message this worker holds (its app is unavailable here) that another
+// worker takes over and acknowledges leaves the held count at the next
+// reclaim interval, on the fakes as on Redis: the fake Consumer says which
+// messages it still owns (relay.OwnerChecker, docs/delivery.md#held-messages).
+func TestFakesHeldMessageTakenOverIsForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		f.apps = apptest.Load(t, map[string]string{"shop": "image: x\nevents:\n  - {handler: nodot, pattern: {kind: [order]}}\n"})
+		if f.apps.Get("shop").Available() {
+			t.Fatal("the shop app should be unavailable")
+		}
+		e, err := relay.NewEngine(f.apps, relay.Components{
+			Source: f.src.Consumer("c1"), State: f.state, Runner: f.runner, DLQ: f.dlq,
+			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
+		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runEngine(t, e)
+		held := func() int {
+			n := 0
+			for _, h := range e.Holds() {
+				n += h.Held
+			}
+			return n
+		}
+		id := f.publish()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := held(); n != 1 {
+			t.Fatalf("held = %d, want the message held", n)
+		}
+		// Another worker, where the app is available, takes it over and
+		// acknowledges it.
+		other := f.src.Consumer("c2")
+		if err := other.Heartbeat(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Ack(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(relay.DefaultReclaimInterval)
+		synctest.Wait()
+		if n := held(); n != 0 {
+			t.Errorf("held = %d a reclaim interval after another worker acknowledged the message, want 0", n)
+		}
+	})
+}

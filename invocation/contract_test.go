@@ -26,7 +26,7 @@ import (
 func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
-	store := invocation.New(c)
+	var tokens atomic.Uint64 // claim tokens, unique across the sub-tests
 	now := func(t *testing.T) time.Time {
 		t.Helper()
 		parts, err := c.Do(t.Context(), c.B().Time().Build()).AsStrSlice()
@@ -42,8 +42,26 @@ func TestStoreContract(t *testing.T) {
 	}
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
 		stream := redistest.Name(t, "stream")
+		// A Store of the sub-test's own, whose next claim token ClaimToken
+		// may choose.
+		var mu sync.Mutex
+		var next string
+		store := invocation.New(c, invocation.WithTokenSource(func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			if tok := next; tok != "" {
+				next = ""
+				return tok
+			}
+			return strconv.FormatUint(tokens.Add(1), 36) + "t"
+		}))
 		return relaytest.StateStoreHarness{
-			Store:   store,
+			Store: store,
+			ClaimToken: func(_ *testing.T, token string) {
+				mu.Lock()
+				defer mu.Unlock()
+				next = token
+			},
 			Now:     now,
 			Advance: relaytest.AdvanceByPolling(now),
 			Short:   200 * time.Millisecond,
@@ -97,10 +115,16 @@ func readAll(t *testing.T, c rueidis.Client, stream string) {
 func TestFakeStoreAgrees(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
-	tokens := func() func() string {
-		var mu sync.Mutex
-		n := 0
-		return func() string { mu.Lock(); defer mu.Unlock(); n++; return "tok" + strconv.Itoa(n) }
+	// Each store's claims take tokens tok1, tok2, ...; next tells the token
+	// of a store's next claim, for a Void that comes before it.
+	var claims sync.Map // relay.StateStore -> *atomic.Int64, its claims so far
+	tokens := func() (func() string, *atomic.Int64) {
+		n := new(atomic.Int64)
+		return func() string { return "tok" + strconv.FormatInt(n.Add(1), 10) }, n
+	}
+	next := func(s relay.StateStore) string {
+		n, _ := claims.Load(s)
+		return "tok" + strconv.FormatInt(n.(*atomic.Int64).Load()+1, 10)
 	}
 	key := invocation.Key{Stream: redistest.Name(t, "stream"), Group: "group", MessageID: "1700000000000-0"}
 	type store interface {
@@ -116,9 +140,13 @@ func TestFakeStoreAgrees(t *testing.T) {
 	}
 	readAll(t, c, key.Stream)
 	var acked atomic.Bool // the fake's PEL: the one message, until the ack step
-	real := redisStore{invocation.New(c, invocation.WithTokenSource(tokens())), key}
-	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(tokens()),
+	realTokens, realClaims := tokens()
+	fakeTokens, fakeClaims := tokens()
+	real := redisStore{invocation.New(c, invocation.WithTokenSource(realTokens)), key}
+	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(fakeTokens),
 		relaytest.WithPending(func(k invocation.Key) bool { return k == key && !acked.Load() })), key}
+	claims.Store(relay.StateStore(real), realClaims)
+	claims.Store(relay.StateStore(fake), fakeClaims)
 	deadline := regexp.MustCompile(`^(running|next_attempt_at):\d+:`)
 	normalize := func(m map[string]string) map[string]string {
 		out := map[string]string{}
@@ -154,6 +182,15 @@ func TestFakeStoreAgrees(t *testing.T) {
 		_, err := s.ScheduleRetry(ctx, l, 0)
 		return err
 	}
+	void := func(s relay.StateStore, ctx context.Context, l invocation.Lease) error {
+		return s.(relay.ClaimVoider).Void(ctx, l)
+	}
+	// voidNext voids the store's next claim of field f before it runs.
+	voidNext := func(f string) func(context.Context, relay.StateStore, map[string]invocation.Lease) string {
+		return func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
+			return "err=" + errKind(void(s, ctx, invocation.Lease{Key: key, Field: f, Token: next(s)}))
+		}
+	}
 	steps := []step{
 		{"claim a", claim("a/h", 2)},
 		{"claim b", claim("b/h", 3)},
@@ -169,6 +206,15 @@ func TestFakeStoreAgrees(t *testing.T) {
 		{"mark a again", lease("a/h", "", relay.StateStore.MarkDLQ)},
 		{"release b", lease("b/h", "tr-b1", relay.StateStore.Release)},
 		{"claim b, attempt 1 again", claim("b/h", 3)},
+		{"void d before its claim, no state", voidNext("d/h")},
+		{"claim d, voided", claim("d/h", 2)},
+		{"claim d, attempt 1", claim("d/h", 2)},
+		{"void d's claim", lease("d/h", "", void)},
+		{"void d's claim again", lease("d/h", "", void)},
+		{"void d before its claim, due", voidNext("d/h")},
+		{"claim d, voided again", claim("d/h", 2)},
+		{"claim d, attempt 1 again", claim("d/h", 2)},
+		{"void a lost claim of d beside its lease", voidNext("d/h")},
 		{"pin", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
 			v, err := s.Pin(ctx, key, "__schedule", "first")
 			w, err2 := s.Pin(ctx, key, "__schedule", "second")
@@ -192,6 +238,7 @@ func TestFakeStoreAgrees(t *testing.T) {
 		}},
 		{"claim c, terminal", claim("c/h", 1)},
 		{"exhaust a, terminal", lease("a/h", "", relay.StateStore.Exhaust)},
+		{"void d, terminal", lease("d/h", "", void)},
 		{"retain 0 deletes", func(ctx context.Context, s relay.StateStore, _ map[string]invocation.Lease) string {
 			return "err=" + errKind(s.Retain(ctx, key, 0))
 		}},

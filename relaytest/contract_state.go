@@ -44,6 +44,13 @@ type StateStoreHarness struct {
 	// PEL, as a rewound group (XGROUP SETID to an older id, then a read)
 	// delivers it again. Nil skips the cases that need it.
 	Redeliver func(t *testing.T, key invocation.Key)
+	// ClaimToken makes the next Claim of Store use token instead of one of
+	// its own (through a token source of the harness's:
+	// invocation.WithTokenSource, WithTokenSource), so the suite can give
+	// a claim back before it runs (relay.ClaimVoider); later claims get
+	// the store's own tokens again. The store must then serve this harness
+	// alone. Nil skips that case.
+	ClaimToken func(t *testing.T, token string)
 }
 
 // TestStateStore runs the contract of relay.StateStore
@@ -67,7 +74,10 @@ type StateStoreHarness struct {
 // fields and keys; exactly one
 // winner among concurrent claims; first-writer-wins pins; the trace lineage
 // a Release, ScheduleRetry or Exhaust stores for the next Claim (unless the
-// harness sets NoTraceLineage); and rejection of ill-formed arguments.
+// harness sets NoTraceLineage); rejection of ill-formed arguments; and,
+// for a relay.ClaimVoider, a claim given back whether it ran before Void or
+// arrives after it (unless ClaimToken is nil), uncharged, idempotently, and
+// ErrTerminal once the message left the PEL.
 func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarness) {
 	for _, c := range stateCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,7 +93,8 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 
 // stateCases are the cases of TestStateStore, in the order they run. Each
 // is a function named state<case>, in contract_state_attempts.go,
-// contract_state_guards.go or contract_state_retention.go; a failure names
+// contract_state_guards.go, contract_state_retention.go or
+// contract_state_void.go; a failure names
 // the calling test and the case, such as TestStoreContract/ClaimNew.
 var stateCases = []struct {
 	name string
@@ -121,6 +132,9 @@ var stateCases = []struct {
 	{"PinFirstWriterWins", statePinFirstWriterWins},
 	{"TraceLineage", stateTraceLineage},
 	{"InvalidArguments", stateInvalidArguments},
+	{"VoidAfterTheClaimRan", stateVoidAfterTheClaimRan},
+	{"VoidBeforeTheClaimLands", stateVoidBeforeTheClaimLands},
+	{"VoidAfterTheMessageLeft", stateVoidAfterTheMessageLeft},
 }
 
 const (

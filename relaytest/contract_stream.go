@@ -38,7 +38,8 @@ type StreamSourceHarness struct {
 }
 
 // TestStreamSource runs the contract of relay.StreamSource, and of
-// relay.PendingReporter and relay.Pinger when the sources implement them
+// relay.PendingReporter, relay.OwnerChecker and relay.Pinger when the
+// sources implement them
 // (docs/delivery.md), against the harnesses newHarness returns, one per
 // parallel sub-test.
 //
@@ -51,7 +52,8 @@ type StreamSourceHarness struct {
 // across calls until done; Reclaim reporting PEL ids whose entry was
 // deleted, once, and clearing them; Heartbeat keeping entries from being
 // reclaimed without raising their delivery count; Pending counting the
-// PEL; and concurrent readers never sharing an entry.
+// PEL; Owned naming the entries pending for its consumer alone; and
+// concurrent readers never sharing an entry.
 func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHarness) {
 	for _, c := range streamCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -81,6 +83,7 @@ var streamCases = []struct {
 	{"Heartbeat", streamHeartbeat},
 	{"Pending", streamPending},
 	{"Ping", streamPing},
+	{"Owned", streamOwned},
 	{"ConcurrentReadersNeverShare", streamConcurrentReadersNeverShare},
 	{"ReclaimIsBounded", streamReclaimIsBounded},
 	{"InvalidArguments", streamInvalidArguments},
@@ -290,6 +293,47 @@ func streamPing(t *testing.T, h StreamSourceHarness) {
 	}
 	if err := p.Ping(t.Context()); err != nil {
 		t.Errorf("Ping: %v", err)
+	}
+}
+
+// streamOwned: Owned names the asked ids pending for its consumer
+// (docs/delivery.md#held-messages), a pending entry whose stream entry was
+// deleted included, and no others: acknowledged, taken over by another
+// consumer, never delivered, unknown.
+func streamOwned(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	oc1, ok := c1.(relay.OwnerChecker)
+	if !ok {
+		t.Skip("the source is not a relay.OwnerChecker")
+	}
+	oc2 := c2.(relay.OwnerChecker)
+	ctx := t.Context()
+	ids := publishN(t, h, 5)
+	read(t, c1, 4) // ids[4] is never delivered
+	if err := c1.Ack(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.Heartbeat(ctx, ids[2]); err != nil { // c2 takes it over
+		t.Fatal(err)
+	}
+	h.Delete(t, ids[3]) // its PEL reference stays
+	asked := append(slices.Clone(ids), "1-1")
+	for _, c := range []struct {
+		name string
+		oc   relay.OwnerChecker
+		want []string
+	}{{"c1", oc1, []string{ids[0], ids[3]}}, {"c2", oc2, []string{ids[2]}}} {
+		owned, err := c.oc.Owned(ctx, asked)
+		if err != nil {
+			t.Fatalf("%s Owned: %v", c.name, err)
+		}
+		got := slices.SortedFunc(maps.Keys(owned), stream.CompareID)
+		if !slices.Equal(got, c.want) || slices.Contains(slices.Collect(maps.Values(owned)), false) {
+			t.Errorf("%s Owned(%v) = %v, want %v true", c.name, asked, owned, c.want)
+		}
+	}
+	if owned, err := oc1.Owned(ctx, nil); err != nil || len(owned) != 0 {
+		t.Errorf("Owned of no ids = %v, %v; want none", owned, err)
 	}
 }
 

@@ -2,6 +2,8 @@ package relaytest_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,8 +21,10 @@ import (
 
 var (
 	_ relay.StateStore      = (*relaytest.StateStore)(nil)
+	_ relay.ClaimVoider     = (*relaytest.StateStore)(nil)
 	_ relay.StreamSource    = (*relaytest.Consumer)(nil)
 	_ relay.PendingReporter = (*relaytest.Consumer)(nil)
+	_ relay.OwnerChecker    = (*relaytest.Consumer)(nil)
 	_ relay.Pinger          = (*relaytest.Consumer)(nil)
 	_ relay.DLQWriter       = (*relaytest.DLQ)(nil)
 	_ relay.Runner          = (*relaytest.Runner)(nil)
@@ -34,11 +38,38 @@ func TestStateStoreContract(t *testing.T) {
 		clock := relaytest.NewManualClock(start)
 		p := newPEL(t)
 		h := p.harness()
-		h.Store = relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithPending(p.has))
+		tokens := &nextToken{}
+		h.Store = relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithPending(p.has), relaytest.WithTokenSource(tokens.token))
+		h.ClaimToken = tokens.set
 		h.Now = func(*testing.T) time.Time { return clock.Now() }
 		h.Advance, h.Short = relaytest.AdvanceManual(clock), time.Minute
 		return h
 	})
+}
+
+// nextToken is a claim token source whose next token a test may choose
+// (StateStoreHarness.ClaimToken); otherwise its tokens are random.
+type nextToken struct {
+	mu   sync.Mutex
+	next string
+}
+
+func (n *nextToken) set(_ *testing.T, token string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.next = token
+}
+
+func (n *nextToken) token() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if tok := n.next; tok != "" {
+		n.next = ""
+		return tok
+	}
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // pel is a consumer group's PEL for the StateStore harnesses: the messages
@@ -129,7 +160,9 @@ func TestStateStoreContractSystemClock(t *testing.T) {
 		now := func(*testing.T) time.Time { return time.Now() }
 		p := newPEL(t)
 		h := p.harness()
-		h.Store = relaytest.NewStateStore(relaytest.WithPending(p.has))
+		tokens := &nextToken{}
+		h.Store = relaytest.NewStateStore(relaytest.WithPending(p.has), relaytest.WithTokenSource(tokens.token))
+		h.ClaimToken = tokens.set
 		h.Now, h.Advance, h.Short = now, relaytest.AdvanceByPolling(now), 50*time.Millisecond
 		return h
 	})

@@ -6,12 +6,14 @@
 // relay.Engine, without Redis or containers:
 //
 //   - Stream is a Redis Stream with one consumer group; Stream.Consumer
-//     returns a relay.StreamSource (also a relay.PendingReporter and a
-//     relay.Pinger) for one consumer of it.
+//     returns a relay.StreamSource (also a relay.GroupEnsurer,
+//     relay.PendingReporter, relay.OwnerChecker and relay.Pinger) for one
+//     consumer of it.
 //   - StateStore is a relay.StateStore with the semantics of
 //     invocation.Store: claims with leases and fencing tokens, ErrStale and
 //     ErrTerminal, exhaustion when the last attempt's lease expired,
-//     terminal retention with a TTL.
+//     terminal retention with a TTL; and a relay.ClaimVoider, which gives
+//     back a claim whose reply was lost (docs/delivery.md#lost-replies).
 //   - Settler pairs a Consumer with a StateStore as invocation.Store pairs
 //     with a stream.Source on one Redis: a relay.Settler and
 //     relay.BatchSettler whose settlements are atomic, so an Engine on the
@@ -21,6 +23,10 @@
 //     of dlq.Store (List, Get, Delete, Len).
 //   - Runner is a relay.Runner that records requests and answers with
 //     scripted outcomes; runtime.Func runs real Go handlers instead.
+//
+// Consumer has every optional capability of stream.Source, and StateStore
+// that of invocation.Store (relay.ClaimVoider), so an Engine on them takes
+// the paths it takes on Redis.
 //
 // Time in Stream, StateStore and DLQ comes from a Clock (WithClock): the
 // system clock by default, or a ManualClock a test steps by hand. All fakes

@@ -18,11 +18,12 @@ import (
 // "<app>/<handler>", every transition fenced on the lease's attempt and
 // token, inert once the hash is retained or, with WithPending, once the
 // message left its group's PEL (acknowledged, or its reference cleared),
-// whatever the hash holds; first-writer-wins pins in reserved
-// fields (Pin); and the trace lineage of the latest unsuccessful attempt
-// (Lease.Trace, returned by the next Claim as Claim.PrevTrace). Its clock
-// plays the part of the Redis server's TIME: deadlines are Unix milliseconds
-// of it.
+// whatever the hash holds; first-writer-wins pins in reserved fields (Pin);
+// the trace lineage of the latest unsuccessful attempt (Lease.Trace,
+// returned by the next Claim as Claim.PrevTrace); and claims given back
+// uncharged when their reply was lost (Void, relay.ClaimVoider). Its clock
+// plays the part of the Redis server's TIME: deadlines are Unix
+// milliseconds of it.
 //
 // Arguments are checked as invocation.Store checks them, with errors that
 // name the operation, the invocation field and the hash; ErrStale and
@@ -128,7 +129,9 @@ const matchedField = "__matched"
 
 // Claim implements relay.StateStore.Claim as claim.lua does; see
 // invocation.Store.Claim for every outcome, and for rec. A message that is
-// not pending (WithPending) is Terminal and nothing is written.
+// not pending (WithPending) is Terminal and nothing is written. A claim
+// whose token the field holds already was given back by Void before it
+// ran: it fails and writes nothing.
 func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
 	fail := func(err error) (invocation.Claim, error) {
 		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
@@ -144,6 +147,13 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	h := s.hash(key, now)
 	if h != nil && h.terminal || !s.pending(key) {
 		return invocation.Claim{Status: invocation.Terminal}, nil
+	}
+	if h != nil {
+		if v, ok := h.fields[field]; ok && strings.HasSuffix(v.String(), ":"+token) {
+			// Only Void writes a claim's token before the claim runs: the
+			// caller gave this claim up for lost, so it records nothing.
+			return fail(errors.New("claim voided before it ran: its token was given back (Void)"))
+		}
 	}
 	c := claimer{s: s, key: key, field: field, lease: lease, maxAttempts: maxAttempts, token: token, now: now, h: h}
 	c.record(rec)
@@ -281,6 +291,49 @@ func (s *StateStore) Release(ctx context.Context, l invocation.Lease) error {
 		h.saveTrace(l.Field, l.Trace)
 		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: l.Attempt - 1, token: l.Token}
 	})
+}
+
+// Void implements relay.ClaimVoider as void.lua does (invocation.Store.Void,
+// docs/delivery.md#lost-replies): it gives back the claim of l.Field with
+// l.Token whose outcome the caller did not learn; l.Attempt is ignored. A
+// field running with that token is released as Release does, uncharged; a
+// field without state becomes due with no attempt used, and a waiting one
+// takes the token, due time and count unchanged, so that the claim, should
+// it come after Void, finds its own token and records nothing (Claim). Any
+// other value is left alone. Idempotent. ErrTerminal on a retained hash or
+// when the message is not pending (WithPending).
+func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
+	fail := func(err error) error {
+		return fmt.Errorf("void claim %s of %s in %s: %w", l.Token, l.Field, hashName(l.Key), err)
+	}
+	if err := (invocation.Lease{Field: l.Field, Attempt: 1, Token: l.Token}).Check(); err != nil {
+		return fail(err) // field and token as Store.Void checks them
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	h := s.hash(l.Key, now)
+	if h != nil && h.terminal || !s.pending(l.Key) {
+		return fail(invocation.ErrTerminal)
+	}
+	if h == nil {
+		h = newHash()
+		s.hashes[l.Key] = h
+	}
+	v, ok := h.fields[l.Field]
+	switch {
+	case !ok:
+		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: 0, token: l.Token}
+	case v.kind == kindRunning && v.token == l.Token:
+		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: v.attempt - 1, token: l.Token}
+	case v.kind == kindNextAttempt && v.token != l.Token:
+		v.token = l.Token
+		h.fields[l.Field] = v
+	}
+	return nil
 }
 
 // Finish implements relay.StateStore.Finish as finish.lua does: the field

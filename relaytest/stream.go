@@ -212,8 +212,9 @@ func (s *Stream) pelIDs() []streamID {
 }
 
 // Consumer is one consumer of a Stream's group. It implements
-// relay.StreamSource, relay.PendingReporter and relay.Pinger, with the
-// semantics of the same methods of stream.Source.
+// relay.StreamSource, relay.GroupEnsurer, relay.PendingReporter,
+// relay.OwnerChecker and relay.Pinger, with the semantics of the same
+// methods of stream.Source.
 // Safe for concurrent use.
 type Consumer struct {
 	s    *Stream
@@ -399,6 +400,33 @@ func (c *Consumer) EnsureGroup(ctx context.Context) error {
 		return fmt.Errorf("relaytest: ensure group: %w", err)
 	}
 	return nil
+}
+
+// Owned reports which of ids are in the group's PEL and delivered to this
+// consumer, as stream.Source.Owned does (relay.OwnerChecker,
+// docs/delivery.md#held-messages): an id missing from the map was
+// acknowledged, never delivered, or taken over by another consumer (a
+// Reclaim or Heartbeat of its). A pending id whose stream entry was deleted
+// is owned until a Reclaim clears it. An id that is not of the form
+// "<ms>-<seq>" is an error.
+func (c *Consumer) Owned(ctx context.Context, ids []string) (map[string]bool, error) {
+	parsed, err := parseIDs("owned", ids)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("relaytest: owned: %w", err)
+	}
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	owned := make(map[string]bool, len(ids))
+	for i, id := range parsed {
+		if p, ok := s.pel[id]; ok && p.consumer == c.name {
+			owned[ids[i]] = true
+		}
+	}
+	return owned, nil
 }
 
 // Ping returns nil, or ctx's error: an in-memory stream is always there.

@@ -17,7 +17,7 @@ import (
 
 // Source reads one Redis Stream as one consumer of one consumer group. It
 // implements relay.StreamSource and the optional relay.GroupEnsurer,
-// relay.PendingReporter and relay.Pinger.
+// relay.PendingReporter, relay.OwnerChecker and relay.Pinger.
 //
 // A Source is safe for concurrent use.
 type Source struct {
