@@ -63,6 +63,7 @@ func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration, max int) (m
 		if err != nil {
 			return msgs, deleted, false, err
 		}
+		s.seen.Store(true)
 		if len(gone) > 0 {
 			// Redis 7 already removed these from the PEL; Redis 6.2 reports
 			// them as entries without fields and keeps them. XACK clears

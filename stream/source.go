@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -29,6 +30,10 @@ type Source struct {
 
 	mu     sync.Mutex
 	cursor string // where the next Reclaim starts; "0-0" for a new pass
+	// seen records that this Source created the group or found it (a
+	// command on it succeeded): a group Read must create after that was
+	// lost, while one never seen may just be new.
+	seen atomic.Bool
 }
 
 // New returns a Source for consumer of group on stream. It neither connects
@@ -85,8 +90,10 @@ func (s *Source) createGroup(ctx context.Context) (created bool, err error) {
 	cmd := s.client.B().XgroupCreate().Key(s.stream).Group(s.group).Id("0").Mkstream().Build()
 	switch err := s.client.Do(ctx, cmd).Error(); {
 	case err == nil:
+		s.seen.Store(true)
 		return true, nil
 	case rueidis.IsRedisBusyGroup(err):
+		s.seen.Store(true)
 		return false, nil
 	default:
 		if s.Ping(ctx) == nil {
@@ -99,23 +106,32 @@ func (s *Source) createGroup(ctx context.Context) (created bool, err error) {
 // Read returns up to count new entries for this consumer (XREADGROUP ... >),
 // blocking at most the WithBlock duration; it returns (nil, nil) when none
 // arrived. Every message has Deliveries 1. If the group is missing (deleted
-// by an operator, or the stream key removed, also while Read was blocked),
-// Read recreates it once with EnsureGroup and reads again; note that a
-// recreated group starts at id 0 and so redelivers every entry still in the
-// stream, which Read logs as a warning (WithLogger). count must be > 0.
+// by an operator, or the stream key removed, also while Read was blocked;
+// or never created), Read creates it once as EnsureGroup does and reads
+// again. A created group starts at id 0 and so delivers every entry still
+// in the stream: when this Source had found the group before (EnsureGroup,
+// a read or another command on the group), they are delivered again, which
+// Read logs as a warning (WithLogger); creating a group it never saw, as
+// at the first start of an Engine whose source hides relay.GroupEnsurer,
+// is logged at INFO. count must be > 0.
 func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
 	if count <= 0 {
 		return nil, fmt.Errorf("stream: read %s: count must be > 0, got %d", s.stream, count)
 	}
 	msgs, err := s.read(ctx, count)
 	if errors.Is(err, ErrNoGroup) || errors.Is(err, errUnblocked) {
+		seen := s.seen.Load()
 		created, cerr := s.createGroup(ctx)
 		if cerr != nil {
 			return nil, cerr
 		}
-		if created {
+		switch {
+		case created && seen:
 			s.opts.logger.LogAttrs(ctx, slog.LevelWarn, "the consumer group was missing and has been created again from id 0: "+
 				"every entry still in the stream is delivered again (Redis lost its data, or the group or the stream was deleted)",
+				slog.String("stream", s.stream), slog.String("group", s.group))
+		case created:
+			s.opts.logger.LogAttrs(ctx, slog.LevelInfo, "created the consumer group from id 0: every entry already in the stream is delivered",
 				slog.String("stream", s.stream), slog.String("group", s.group))
 		}
 		msgs, err = s.read(ctx, count)
@@ -128,6 +144,7 @@ func (s *Source) read(ctx context.Context, count int) ([]Message, error) {
 		Block(s.opts.block.Milliseconds()).Streams().Key(s.stream).Id(">").Build()
 	res, err := s.client.Do(ctx, cmd).AsXRead()
 	if rueidis.IsRedisNil(err) {
+		s.seen.Store(true)
 		return nil, nil
 	}
 	if isUnblocked(err) {
@@ -138,6 +155,7 @@ func (s *Source) read(ctx context.Context, count int) ([]Message, error) {
 	if err != nil {
 		return nil, s.wrap("read", err)
 	}
+	s.seen.Store(true)
 	entries := res[s.stream]
 	if len(entries) == 0 {
 		return nil, nil
@@ -195,6 +213,7 @@ func (s *Source) Heartbeat(ctx context.Context, ids ...string) error {
 	if err := s.client.Do(ctx, cmd).Error(); err != nil {
 		return s.wrap("heartbeat", err)
 	}
+	s.seen.Store(true)
 	return nil
 }
 
@@ -228,6 +247,7 @@ func (s *Source) Owned(ctx context.Context, ids []string) (map[string]bool, erro
 				owned[chunk[i]] = true
 			}
 		}
+		s.seen.Store(true)
 	}
 	return owned, nil
 }
@@ -265,6 +285,7 @@ func (s *Source) Ping(ctx context.Context) error {
 		}
 		name := info["name"]
 		if v, err := name.ToString(); err == nil && v == s.group {
+			s.seen.Store(true)
 			return nil
 		}
 	}
@@ -287,6 +308,7 @@ func (s *Source) Pending(ctx context.Context) (count int64, oldestAge time.Durat
 	if err != nil {
 		return 0, 0, s.wrap("pending", err)
 	}
+	s.seen.Store(true)
 	now, err := res[1].AsStrSlice()
 	if err != nil {
 		return 0, 0, fmt.Errorf("stream: pending %s: time: %w", s.stream, err)

@@ -204,6 +204,55 @@ func TestReadRecreatesMissingGroup(t *testing.T) {
 	}
 }
 
+// TestReadCreatesANewGroupQuietly: a Source whose group was never created
+// (its Engine's source does not forward relay.GroupEnsurer) creates it at
+// its first Read and says so at INFO: nothing was lost, so no warning. Once
+// it has found the group, by a read or another command of the group's, a
+// group it must create again was lost, and that is a warning.
+func TestReadCreatesANewGroupQuietly(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var log testutil.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	s := stream.New(f.c, f.stream, f.group, "c1", stream.WithBlock(20*time.Millisecond), stream.WithLogger(logger))
+	// A producer's entries, written before any consumer group exists.
+	want := f.publishN(t, stream.New(f.c, f.stream, f.group, "producer"), 2)
+	msgs, err := s.Read(t.Context(), 10)
+	if err != nil || !slices.Equal(ids(msgs), want) {
+		t.Fatalf("first Read = %v, %v; want %v, the group created from id 0", ids(msgs), err, want)
+	}
+	got := log.String()
+	if strings.Contains(got, "level=WARN") || strings.Contains(got, "created again") {
+		t.Errorf("a new group's creation was logged as a loss: %q", got)
+	}
+	if !strings.Contains(got, "level=INFO") || !strings.Contains(got, "created the consumer group from id 0") || !strings.Contains(got, "group="+f.group) {
+		t.Errorf("no INFO line about the created group: %q", got)
+	}
+
+	// Lost after this Source read from it: a warning.
+	f.do(t, f.c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build())
+	if _, err := s.Read(t.Context(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimPrefix(log.String(), got); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "created again from id 0") {
+		t.Errorf("no warning about the group lost after a read: %q", got)
+	}
+
+	// Lost after another Source of the group only pinged it: a warning too.
+	var log2 testutil.Buffer
+	s2 := stream.New(f.c, f.stream, f.group, "c2", stream.WithBlock(20*time.Millisecond), stream.WithLogger(slog.New(slog.NewTextHandler(&log2, nil))))
+	if err := s2.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	f.do(t, f.c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build())
+	if _, err := s2.Read(t.Context(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := log2.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "created again from id 0") {
+		t.Errorf("no warning about the group lost after a ping: %q", got)
+	}
+}
+
 func TestPingMissingGroupAndStream(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
