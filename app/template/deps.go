@@ -85,16 +85,16 @@ func readManifest(a *app.App, dir, name string) (data []byte, ok bool) {
 	}
 	switch {
 	case err != nil:
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read %s: %v", name, err))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("cannot read %s: %v", name, err))
 		return nil, false
 	case !insideDir(dir, path):
-		a.Errors.Add(file, 0, 0, "", name+" is a symbolic link to a file outside the app directory; copy the file in instead")
+		a.Errors.Add(file, 1, 1, "", name+" is a symbolic link to a file outside the app directory; copy the file in instead")
 		return nil, false
 	case !fi.Mode().IsRegular():
-		a.Errors.Add(file, 0, 0, "", name+" must be a regular file")
+		a.Errors.Add(file, 1, 1, "", name+" must be a regular file")
 		return nil, false
 	case fi.Size() > maxManifestBytes:
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
 		return nil, false
 	}
 	f, err := os.Open(path)
@@ -103,11 +103,11 @@ func readManifest(a *app.App, dir, name string) (data []byte, ok bool) {
 		data, err = io.ReadAll(io.LimitReader(f, maxManifestBytes+1))
 	}
 	if err != nil {
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read %s: %v", name, err))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("cannot read %s: %v", name, err))
 		return nil, false
 	}
 	if len(data) > maxManifestBytes {
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("%s is larger than %d bytes", name, maxManifestBytes))
 		return nil, false
 	}
 	return data, true

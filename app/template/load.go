@@ -95,7 +95,7 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 	if err == nil && !insideDir(dir, path) {
 		// Its content would be echoed in error messages: whoever can write
 		// the apps root must not read any file of the worker's user.
-		a.Errors.Add(file, 0, 0, "", "template is a symbolic link to a file outside the app directory; copy the file in instead")
+		a.Errors.Add(file, 1, 1, "", "template is a symbolic link to a file outside the app directory; copy the file in instead")
 		return a, true
 	}
 	if err == nil && !fi.Mode().IsRegular() {
@@ -111,7 +111,7 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 		case m&fs.ModeSocket != 0:
 			kind = "a socket"
 		}
-		a.Errors.Add(file, 0, 0, "", "template must be a regular file, not "+kind)
+		a.Errors.Add(file, 1, 1, "", "template must be a regular file, not "+kind)
 		return a, true
 	}
 	var f *os.File
@@ -119,13 +119,13 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 		f, err = os.Open(path)
 	}
 	if err != nil {
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("cannot read template: %v", err))
 		return a, true
 	}
 	defer f.Close()
 	src, err := io.ReadAll(io.LimitReader(f, maxTemplateBytes+1))
 	if err != nil {
-		a.Errors.Add(file, 0, 0, "", fmt.Sprintf("cannot read template: %v", err))
+		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("cannot read template: %v", err))
 		return a, true
 	}
 	sum := sha256.Sum256(src)

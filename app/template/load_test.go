@@ -355,3 +355,41 @@ events:
 		}
 	}
 }
+
+// TestFileErrorsArePositioned: an error about a whole file (a template or
+// manifest that is a directory, a link out of the app, too large) still
+// reads file:line:col: message, as relay validate prints every error, so
+// editors and CI annotations that parse that form find it.
+func TestFileErrorsArePositioned(t *testing.T) {
+	root := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "elsewhere.yaml")
+	if err := os.WriteFile(outside, []byte("image: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"dir/" + app.TemplateFile, "link", "manifest/requirements.txt"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link", app.TemplateFile)); err != nil {
+		t.Fatal(err)
+	}
+	tpl := "runtime: python3\nevents: [{handler: a.b, pattern: {k: [v]}}]\n"
+	if err := os.WriteFile(filepath.Join(root, "manifest", app.TemplateFile), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := template.LoadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"dir":      "dir/template.yaml:1:1: template must be a regular file, not a directory",
+		"link":     "link/template.yaml:1:1: template is a symbolic link to a file outside the app directory",
+		"manifest": "manifest/requirements.txt:1:1: requirements.txt must be a regular file",
+	} {
+		a := apps.Get(name)
+		if a == nil || len(a.Errors) != 1 || !strings.HasPrefix(a.Errors[0].Error(), want) {
+			t.Errorf("%s: errors %v, want one starting %q", name, a.Errors, want)
+		}
+	}
+}
