@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
+	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/schedule"
 )
 
@@ -68,13 +69,14 @@ Examples:
 }
 
 type appSummaryJSON struct {
-	Name      string   `json:"name"`
-	Status    string   `json:"status"`
-	Runtime   string   `json:"runtime,omitempty"`
-	Image     string   `json:"image,omitempty"`
-	Rules     int      `json:"rules"`
-	Schedules int      `json:"schedules"`
-	Errors    []string `json:"errors"`
+	Name           string   `json:"name"`
+	Status         string   `json:"status"`
+	Runtime        string   `json:"runtime,omitempty"`
+	Image          string   `json:"image,omitempty"`
+	ImageIsDefault bool     `json:"image_is_default,omitempty"`
+	Rules          int      `json:"rules"`
+	Schedules      int      `json:"schedules"`
+	Errors         []string `json:"errors"`
 }
 
 // Run lists the apps as NAME STATUS RUNTIME IMAGE RULES SCHEDULES.
@@ -87,7 +89,8 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := make([]appSummaryJSON, 0, len(list))
 		for _, a := range list {
-			out = append(out, appSummaryJSON{Name: a.Name, Status: appStatus(a), Runtime: a.Spec.Runtime, Image: a.Spec.Image,
+			image, isDefault := resolvedImage(a.Spec)
+			out = append(out, appSummaryJSON{Name: a.Name, Status: appStatus(a), Runtime: a.Spec.Runtime, Image: image, ImageIsDefault: isDefault,
 				Rules: len(a.Rules), Schedules: len(a.Schedules), Errors: errorStrings(a.Errors)})
 		}
 		return writeJSON(g.stdout, out)
@@ -102,7 +105,8 @@ func (c *AppLsCmd) Run(ctx context.Context, g *Globals) error {
 		if !a.Available() {
 			unavailable++
 		}
-		rows = append(rows, []string{a.Name, appStatus(a), orDash(a.Spec.Runtime), orDash(a.Spec.Image),
+		image, _ := resolvedImage(a.Spec)
+		rows = append(rows, []string{a.Name, appStatus(a), orDash(a.Spec.Runtime), orDash(image),
 			strconv.Itoa(len(a.Rules)), strconv.Itoa(len(a.Schedules))})
 	}
 	if err := table(g.stdout, []string{"NAME", "STATUS", "RUNTIME", "IMAGE", "RULES", "SCHEDULES"}, rows); err != nil {
@@ -133,25 +137,28 @@ Examples:
 }
 
 type appJSON struct {
-	Name        string         `json:"name"`
-	Status      string         `json:"status"`
-	Template    string         `json:"template"`
-	Dir         string         `json:"dir"`
-	Runtime     string         `json:"runtime,omitempty"`
-	Image       string         `json:"image,omitempty"`
-	Command     []string       `json:"command"`
-	Concurrency int            `json:"concurrency"`
-	MemoryBytes int64          `json:"memory_bytes"`
-	CPUs        float64        `json:"cpus"`
-	PIDs        int64          `json:"pids"`
-	Network     string         `json:"network"`
-	Warm        bool           `json:"warm"`
-	Env         []string       `json:"env"`     // names only
-	Secrets     []string       `json:"secrets"` // names only
-	Deps        *depsJSON      `json:"dependencies,omitempty"`
-	Rules       []ruleJSON     `json:"rules"`
-	Schedules   []scheduleJSON `json:"schedules"`
-	Errors      []string       `json:"errors"`
+	Name     string `json:"name"`
+	Status   string `json:"status"`
+	Template string `json:"template"`
+	Dir      string `json:"dir"`
+	Runtime  string `json:"runtime,omitempty"`
+	Image    string `json:"image,omitempty"`
+	// ImageIsDefault: the template names no image; Image is the runtime's.
+	ImageIsDefault bool           `json:"image_is_default,omitempty"`
+	Command        []string       `json:"command"`
+	Concurrency    int            `json:"concurrency"`
+	MemoryBytes    int64          `json:"memory_bytes"`
+	TmpBytes       int64          `json:"tmp_bytes"`
+	CPUs           float64        `json:"cpus"`
+	PIDs           int64          `json:"pids"`
+	Network        string         `json:"network"`
+	Warm           bool           `json:"warm"`
+	Env            []string       `json:"env"`     // names only
+	Secrets        []string       `json:"secrets"` // names only
+	Deps           *depsJSON      `json:"dependencies,omitempty"`
+	Rules          []ruleJSON     `json:"rules"`
+	Schedules      []scheduleJSON `json:"schedules"`
+	Errors         []string       `json:"errors"`
 }
 
 type ruleJSON struct {
@@ -231,9 +238,10 @@ func (c *AppInspectCmd) Run(ctx context.Context, g *Globals) error {
 	env := slices.Sorted(maps.Keys(a.Spec.Env))
 	deps := c.depsInfo(ctx, g, a)
 	if c.JSON {
+		image, isDefault := resolvedImage(a.Spec)
 		out := appJSON{Name: a.Name, Status: appStatus(a), Template: a.File, Dir: a.Spec.Dir, Runtime: a.Spec.Runtime,
-			Image: a.Spec.Image, Command: append([]string{}, a.Spec.Command...), Concurrency: a.Concurrency,
-			MemoryBytes: a.Spec.MemoryBytes, CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
+			Image: image, ImageIsDefault: isDefault, Command: append([]string{}, a.Spec.Command...), Concurrency: a.Concurrency,
+			MemoryBytes: a.Spec.MemoryBytes, TmpBytes: ctrd.TmpBytes(a.Spec), CPUs: a.Spec.CPUs, PIDs: a.Spec.PIDs, Network: a.Spec.Network, Warm: a.Spec.Warm,
 			Env: append([]string{}, env...), Secrets: append([]string{}, a.Spec.Secrets...), Deps: deps, Rules: []ruleJSON{}, Schedules: []scheduleJSON{}, Errors: errorStrings(a.Errors)}
 		for _, r := range a.Rules {
 			out.Rules = append(out.Rules, ruleJSON{r.Handler, r.Pattern.String(), r.Timeout.Seconds(), r.Retries})
@@ -259,16 +267,22 @@ func writeAppFacts(w io.Writer, a *app.App, env []string, deps *depsJSON) error 
 	if !a.Available() {
 		status += " (" + plural.Of(len(a.Errors), "template error") + ")"
 	}
+	image, isDefault := resolvedImage(a.Spec)
+	image = orDash(image)
+	if isDefault {
+		image += " (the " + a.Spec.Runtime + " default)"
+	}
 	return table(w, []string{"App:", a.Name}, [][]string{
 		{"Status:", status},
 		{"Template:", a.File},
 		{"Directory:", a.Spec.Dir},
 		{"Runtime:", orDash(a.Spec.Runtime)},
 		{"Warm:", strconv.FormatBool(a.Spec.Warm)},
-		{"Image:", orDash(a.Spec.Image)},
+		{"Image:", image},
 		{"Command:", orDash(a.Spec.CommandLine())},
 		{"Concurrency:", strconv.Itoa(a.Concurrency)},
 		{"Memory:", runtime.FormatSize(a.Spec.MemoryBytes)},
+		{"Tmp:", runtime.FormatSize(ctrd.TmpBytes(a.Spec))},
 		{"CPUs:", strconv.FormatFloat(a.Spec.CPUs, 'f', -1, 64)},
 		{"PIDs:", strconv.FormatInt(a.Spec.PIDs, 10)},
 		{"Network:", a.Spec.Network},
@@ -319,6 +333,19 @@ func writeAppRules(w io.Writer, a *app.App, now time.Time, next [][]fireJSON) er
 		}
 	}
 	return nil
+}
+
+// resolvedImage returns the image app spec runs in under relay's
+// containerd runner: its template's image, or else its runtime's default
+// image (isDefault), or "" when there is none (runtime: go).
+func resolvedImage(spec runtime.Spec) (image string, isDefault bool) {
+	if spec.Image != "" {
+		return spec.Image, false
+	}
+	if d := ctrd.DefaultImage(spec.Runtime); d != "" {
+		return d, true
+	}
+	return "", false
 }
 
 func tzName(l *time.Location) string {

@@ -62,6 +62,19 @@ const (
 	DefaultNodeImage    = "docker.io/library/node:22-slim"
 )
 
+// DefaultImage returns the image a Runner without WithDefaultImages runs an
+// app in that sets runtime rt and no image: DefaultPython3Image or
+// DefaultNodeImage, and "" for any other runtime (go, or none).
+func DefaultImage(rt string) string {
+	switch rt {
+	case runtime.RuntimePython3:
+		return DefaultPython3Image
+	case runtime.RuntimeNode:
+		return DefaultNodeImage
+	}
+	return ""
+}
+
 // Labels set on every container and snapshot the Runner creates.
 const (
 	LabelHost    = "relay.host"
@@ -367,8 +380,8 @@ func newOptions(opts []Option) (options, error) {
 		taskCreationGrace: DefaultTaskCreationGrace,
 		orphanTimeout:     DefaultOrphanTimeout,
 		defaultImages: map[string]string{
-			runtime.RuntimePython3: DefaultPython3Image,
-			runtime.RuntimeNode:    DefaultNodeImage,
+			runtime.RuntimePython3: DefaultImage(runtime.RuntimePython3),
+			runtime.RuntimeNode:    DefaultImage(runtime.RuntimeNode),
 		},
 		pull:                 true,
 		pullTimeout:          DefaultPullTimeout,

@@ -100,6 +100,11 @@ func memoryLimit(spec runtime.Spec) int64 {
 	return DefaultMemoryBytes
 }
 
+// TmpBytes returns the size of the tmpfs at /tmp of spec's containers:
+// resources.tmp, or DefaultTmpBytes but at most half the memory limit
+// (docs/apps.md#templateyaml).
+func TmpBytes(spec runtime.Spec) int64 { return tmpSize(spec, memoryLimit(spec)) }
+
 // tmpSize returns the size of spec's /tmp in bytes: Spec.TmpBytes, or
 // DefaultTmpBytes but at most half of mem, and never more than mem.
 func tmpSize(spec runtime.Spec, mem int64) int64 {
