@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 )
@@ -140,4 +142,47 @@ func writeTemplates(t *testing.T, templates map[string]string) *app.Set {
 		t.Fatal(err)
 	}
 	return apps
+}
+
+// TestCLIHelpShowsDefaults: every flag with a default names it in its
+// command's --help. kong shows a default in place of the placeholder, so
+// a flag with both (--listen=HOST:PORT) must say it in its help text.
+func TestCLIHelpShowsDefaults(t *testing.T) {
+	isolateEnv(t)
+	parser, err := kong.New(&CLI{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	space := regexp.MustCompile(`\s+`)
+	var walk func(n *kong.Node)
+	walk = func(n *kong.Node) {
+		for _, c := range n.Children {
+			walk(c)
+		}
+		if n.Type != kong.CommandNode {
+			return
+		}
+		for _, f := range n.Flags {
+			for _, e := range f.Envs {
+				t.Setenv(e, "")
+				os.Unsetenv(e)
+			}
+		}
+		path := strings.Fields(n.Path())
+		r := relayCLI(t, "", append(path, "--help")...)
+		help := space.ReplaceAllString(r.stdout, " ")
+		for _, f := range n.Flags {
+			if f.Default == "" || f.IsBool() {
+				continue
+			}
+			shown := false
+			for _, s := range []string{"--" + f.Name + "=" + f.Default, "--" + f.Name + `="` + f.Default + `"`, "default " + f.Default} {
+				shown = shown || strings.Contains(help, s)
+			}
+			if !shown {
+				t.Errorf("relay %s --help does not show the default %q of --%s", n.Path(), f.Default, f.Name)
+			}
+		}
+	}
+	walk(parser.Model.Node)
 }

@@ -22,7 +22,7 @@ import (
 
 // ConsoleCmd is `relay console`.
 type ConsoleCmd struct {
-	Listen   string   `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on. Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
+	Listen   string   `default:"127.0.0.1:8089" placeholder:"HOST:PORT" help:"Address to serve the console on (default ${default}). Any address other than loopback requires RELAY_CONSOLE_TOKEN."`
 	Token    string   `name:"token" env:"RELAY_CONSOLE_TOKEN" help:"Token every request must carry (Authorization: Bearer, or the login form's cookie); required off loopback. Prefer the env variable."`
 	Hosts    []string `name:"host" placeholder:"NAME" help:"Further Host name to answer without a token (a local reverse proxy's); without a token only loopback names are answered. Repeatable."`
 	ReadOnly bool     `name:"read-only" help:"Hide and refuse replay and remove."`

@@ -30,7 +30,7 @@ type MatchCmd struct {
 	// Backtest is the window of entries, nil without --backtest.
 	Backtest *int   `placeholder:"N" xor:"input" help:"Instead of one event, match the newest N entries of REDIS_STREAM (1 to 10000) and print, per rule, how many matched and the first matches. Needs REDIS_URI and REDIS_STREAM, no group; only reads the stream."`
 	App      string `placeholder:"NAME" help:"With --backtest, only this app's rules."`
-	First    int    `placeholder:"K" default:"3" help:"With --backtest, how many of each rule's matches to list, newest first (0 to 100; --json lists them with their events)."`
+	First    int    `placeholder:"K" default:"3" help:"With --backtest, how many of each rule's matches to list, newest first (default ${default}; 0 to 100; --json lists them with their events)."`
 	// MaxEventBytes is the workers' limit: larger events count as malformed.
 	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"With --backtest, the workers' MAX_EVENT_BYTES: a larger event counts as malformed, as they dead-letter it undecoded."`
 }
