@@ -21,24 +21,26 @@ import (
 const nextFires = 3
 
 type appView struct {
-	Name        string
-	Ready       bool
-	File        string
-	Runtime     string
-	Image       string
-	Command     string
-	Concurrency int
-	Memory      string
-	CPUs        string
-	PIDs        int64
-	Network     string
-	Warm        bool
-	Env         []string // names only: values are never shown
-	Secrets     []string // names only: values are never read
-	Deps        *depsView
-	Rules       []ruleView
-	Schedules   []scheduleView
-	Errors      []errorView
+	Name    string
+	Ready   bool
+	File    string
+	Runtime string
+	Image   string
+	// ImageDefault names the runtime whose default image Image is.
+	ImageDefault string
+	Command      string
+	Concurrency  int
+	Memory       string
+	CPUs         string
+	PIDs         int64
+	Network      string
+	Warm         bool
+	Env          []string // names only: values are never shown
+	Secrets      []string // names only: values are never read
+	Deps         *depsView
+	Rules        []ruleView
+	Schedules    []scheduleView
+	Errors       []errorView
 	// Incomplete: some of its rules cannot be read, which holds every
 	// message (docs/delivery.md#held-messages).
 	Incomplete bool
@@ -99,6 +101,11 @@ func (s *Server) apps(w http.ResponseWriter, r *http.Request) {
 	holds := s.appHolds(r.Context())
 	for _, a := range set.List() {
 		av := viewApp(a, v.Now)
+		if av.Image == "" && s.cfg.DefaultImage != nil {
+			if av.Image = s.cfg.DefaultImage(a.Spec.Runtime); av.Image != "" {
+				av.ImageDefault = a.Spec.Runtime
+			}
+		}
 		av.Holds = holds[a.Name]
 		if av.Deps != nil {
 			s.lookUpDeps(r.Context(), a.Spec, av.Deps)

@@ -86,6 +86,10 @@ type Config struct {
 	// inspect does (docs/runtimes.md#dependencies). Without it the page
 	// shows the manifest and its digest, and the image as not looked up.
 	Deps func(ctx context.Context, spec runtime.Spec) (DepsImage, error)
+	// DefaultImage, when set, names the image an app that sets runtime
+	// but no image runs in, for the Apps page, as relay app inspect shows
+	// it (runtime/containerd.DefaultImage); "" when there is none.
+	DefaultImage func(runtime string) string
 	// ReadOnly hides and refuses replay and remove.
 	ReadOnly bool
 	// Token, when set, is required by every request: as

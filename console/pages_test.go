@@ -738,6 +738,43 @@ func TestAppsSecretsAndDeps(t *testing.T) {
 	}
 }
 
+// TestAppsDefaultImage: an app that sets runtime but no image shows the
+// image it runs in, its runtime's default (Config.DefaultImage), as relay
+// app inspect does; without DefaultImage, and for runtime: go, "-".
+func TestAppsDefaultImage(t *testing.T) {
+	root := testutil.AppsRoot(t, map[string]string{
+		"py":  "runtime: python3\nevents:\n  - handler: handlers.run\n    pattern: {kind: [x]}\n",
+		"own": "runtime: python3\nimage: relay.local/python3:bookworm\nevents:\n  - handler: handlers.run\n    pattern: {kind: [y]}\n",
+	})
+	for _, tc := range []struct {
+		name  string
+		image func(string) string
+		want  string
+	}{
+		{"default", func(rt string) string { return map[string]string{"python3": "docker.io/library/python:3.12-slim"}[rt] },
+			`<dt>image</dt><dd><code>docker.io/library/python:3.12-slim</code> <span class="muted">(the python3 default)</span></dd>`},
+		{"no default", nil, `<dt>image</dt><dd><code>-</code></dd>`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := console.New(console.Config{Redis: redistest.Client(t), Streams: []string{"s"}, Group: "g",
+				Apps: template.Dir(root), DefaultImage: tc.image, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := httptest.NewServer(c)
+			defer h.Close()
+			code, body := getPage(t, h.URL, "/apps")
+			if code != http.StatusOK {
+				t.Fatalf("status %d", code)
+			}
+			own := body[strings.Index(body, `id="app-own"`):strings.Index(body, `id="app-py"`)]
+			py := body[strings.Index(body, `id="app-py"`):]
+			contains(t, "app with its own image", own, `<dt>image</dt><dd><code>relay.local/python3:bookworm</code></dd>`)
+			contains(t, "app with the runtime's image", py, tc.want)
+		})
+	}
+}
+
 // syncBuffer is a log destination a test reads while the console writes.
 type syncBuffer struct {
 	mu sync.Mutex

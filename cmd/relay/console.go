@@ -62,7 +62,7 @@ func (c *ConsoleCmd) Run(ctx context.Context, g *Globals) error {
 	cfg := console.Config{Streams: streams, Group: g.RedisGroup, Apps: template.Dir(g.Apps),
 		ReadOnly: c.ReadOnly, Token: c.Token, Hosts: c.Hosts, SecureCookies: c.Secure, DLQRetention: c.Retention,
 		StreamRetention: c.StreamRetention, InvocationRetention: c.InvocationRetention,
-		MaxEventBytes: int(c.MaxEventBytes), Logger: log}
+		MaxEventBytes: int(c.MaxEventBytes), Logger: log, DefaultImage: ctrd.DefaultImage}
 	closeRedis, err := c.connect(ctx, g, &cfg)
 	if err != nil {
 		return err
