@@ -128,7 +128,9 @@ func (e *Engine) invalidOccurrence(ctx context.Context, d *delivery, err error) 
 // occurrence unless an earlier delivery did, and returns what is pinned.
 func (e *Engine) pin(ctx context.Context, d *delivery, s *app.Schedule) (schedulePin, error) {
 	want, err := json.Marshal(schedulePin{
-		Handler: s.Handler, TimeoutMS: s.Timeout.Milliseconds(), Retries: s.Retries,
+		// Whole milliseconds, rounded up: a timeout under 1ms is valid
+		// (> 0) and must not pin 0, which reads as malformed.
+		Handler: s.Handler, TimeoutMS: (s.Timeout + time.Millisecond - 1).Milliseconds(), Retries: s.Retries,
 		Cron: s.Cron.String(), Timezone: s.Timezone().String(),
 	})
 	if err != nil {

@@ -97,6 +97,21 @@ func TestScheduleOccurrenceFollowsItsPinAfterATemplateChange(t *testing.T) {
 	}
 }
 
+// TestScheduleOccurrenceWithASubMillisecondTimeout: the pin keeps a
+// timeout in whole milliseconds, rounded up, so a schedule's timeout under
+// 1ms (valid: > 0) runs with 1ms instead of a pin of 0, which every
+// delivery found malformed and left the occurrence pending for good.
+func TestScheduleOccurrenceWithASubMillisecondTimeout(t *testing.T) {
+	h := newHarness(t, map[string]string{"billing": strings.Replace(apptest.NightlyApp, "timeout: 5s", "timeout: 500us", 1)})
+	h.handle("billing/jobs.nightly", nil)
+	h.start("c1")
+	h.publishOccurrence(apptest.NightlySpec(), apptest.NightlyAt)
+	testutil.WaitFor(t, 5*time.Second, "ack", func() bool { return h.calls.Count("billing/jobs.nightly") == 1 && h.settled() })
+	if got := h.calls.Get("billing/jobs.nightly")[0].Timeout; got != time.Millisecond {
+		t.Errorf("timeout %s, want the 500µs rounded up to 1ms", got)
+	}
+}
+
 func TestObsoleteScheduleOccurrenceIsAckedWithoutDLQ(t *testing.T) {
 	for name, templates := range map[string]map[string]string{
 		"schedule removed": {"billing": strings.Replace(apptest.NightlyApp, "name: nightly", "name: weekly", 1)},
