@@ -1,6 +1,8 @@
 package containerdtest
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Daemon is a containerd of one test's own, run by scripts/containerd.sh
@@ -59,8 +62,47 @@ func (d *Daemon) Stop() { d.script("stop") }
 func (d *Daemon) Start() { d.script("start") }
 
 // Pause stalls the daemon with SIGSTOP: its socket stays open, and calls
-// wait without an answer until Resume.
-func (d *Daemon) Pause() { d.signal(syscall.SIGSTOP) }
+// wait without an answer until Resume. It returns once every thread of the
+// daemon has stopped: SIGSTOP only asks them to, and on a busy machine a
+// thread may answer calls for a while before it does.
+func (d *Daemon) Pause() {
+	d.t.Helper()
+	d.signal(syscall.SIGSTOP)
+	pid := d.PID()
+	if pid == 0 {
+		d.t.Fatal("containerdtest: Pause: the daemon is not running")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !stopped(pid) {
+		if time.Now().After(deadline) {
+			d.t.Fatalf("containerdtest: Pause: containerd (pid %d) has threads still running 30s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stopped reports whether every thread of process pid is stopped by a
+// signal (state T in /proc/<pid>/task/<tid>/stat).
+func stopped(pid int) bool {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself hold any character.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
 
 // Resume continues a paused daemon (SIGCONT).
 func (d *Daemon) Resume() { d.signal(syscall.SIGCONT) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,6 +67,13 @@ func TestContainerdStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPreTasks(t, r, f.client, 2)
+	// The first attempt's removal, in the background, is done before the
+	// stall: one that outlasted the cleanup timeout would leave its
+	// container to the next sweep.
+	testutil.WaitFor(t, 20*time.Second, "the first attempt's container removed", func() bool {
+		cs, err := f.client.Containers(ctx)
+		return err == nil && len(cs) == 2
+	})
 	goroutines, sockets := settledGoroutines(), socketFDs(t)
 
 	d.Pause()
@@ -89,7 +97,8 @@ func TestContainerdStalled(t *testing.T) {
 		}
 		t.Logf("the cancelled attempt returned %v after its cancellation", time.Since(paused)-stall/3)
 	case <-time.After(cancelBound):
-		t.Errorf("an attempt cancelled during the stall did not return within %v, while containerd stayed stalled", cancelBound)
+		t.Errorf("an attempt cancelled during the stall did not return within %v, while containerd stayed stalled; goroutines:\n%s",
+			cancelBound, goroutineStacks())
 	}
 	time.Sleep(time.Until(paused.Add(stall)))
 	for i, done := range runs {
@@ -222,6 +231,14 @@ func testRunCancelledDuring(t *testing.T, method string) {
 		t.Fatal(err)
 	}
 	containerdtest.AssertClean(t, clean)
+}
+
+// goroutineStacks returns the stacks of every goroutine, to show what a
+// call that did not return waits for.
+func goroutineStacks() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	return b.String()
 }
 
 // settledGoroutines counts the goroutines, with a moment for those that
