@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -19,6 +20,11 @@ import (
 func (e *Engine) deadLetter(ctx context.Context, d *delivery, l invocation.Lease, entry dlq.Entry, o *Outcome) {
 	o.Reason = entry.Reason
 	id, err := e.c.DLQ.Write(e.writeCtx(ctx), entry)
+	if errors.Is(err, dlq.ErrNotPending) {
+		// The message left the PEL after the invocation was found
+		// exhausted: refused like any transition of a stale delivery.
+		err = fmt.Errorf("%w: %w", invocation.ErrTerminal, err)
+	}
 	if err != nil {
 		o.failed(OpDLQ, err)
 		return

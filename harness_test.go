@@ -124,7 +124,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
 	h.source = h.src
 	h.dlq = dlq.NewStore(rc, h.stream)
-	h.dlqw = dlq.NewWriter(rc, h.stream)
+	h.dlqw = dlq.NewWriter(rc, h.stream, dlq.WithPELFence())
 	h.state = invocation.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)

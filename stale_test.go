@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -209,6 +211,63 @@ func TestRewindAndReusedIDs(t *testing.T) {
 				}
 				if n := h.calls.Count("a/m.ok"); n != want {
 					t.Errorf("handler ran %d times, want %d", n, want)
+				}
+			})
+		}
+	}
+}
+
+// pausedDLQ holds the first Write until release is closed, after closing
+// writing: a delivery stalled between its Exhaust and its dead-letter
+// write.
+type pausedDLQ struct {
+	relay.DLQWriter
+	writing, release chan struct{}
+	once             sync.Once
+}
+
+func (p *pausedDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
+	first := false
+	p.once.Do(func() { first = true })
+	if first {
+		close(p.writing)
+		<-p.release
+	}
+	return p.DLQWriter.Write(ctx, e)
+}
+
+// TestStaleDeliveryWritesNoDLQEntry: a delivery that found an invocation
+// exhausted (a failed last attempt, a malformed message) and is about to
+// write its dead-letter entry when its message leaves the PEL (its
+// reference cleared, as a missing payload's is, or acknowledged elsewhere)
+// writes no entry, with retention 0 and on: once the message has left the
+// PEL a stale delivery can write no DLQ entry
+// (docs/delivery.md#invocation-state).
+func TestStaleDeliveryWritesNoDLQEntry(t *testing.T) {
+	for _, event := range []string{`{"k":"last"}`, `not json`} {
+		for _, retention := range []time.Duration{0, time.Hour} {
+			t.Run(fmt.Sprintf("%s/retention %v", event, retention), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, map[string]string{"a": staleApp})
+				h.handle("a/m.last", func(context.Context, runtime.Request) error { return errors.New("boom") })
+				p := &pausedDLQ{DLQWriter: h.dlqw, writing: make(chan struct{}), release: make(chan struct{})}
+				h.dlqw = p
+				startRetention(h, retention)
+				id := h.publish("event", event)
+				waitClosed(t, p.writing, "the dead-letter write")
+				h.settleElsewhere(id, retention)
+				before, ttl := h.hashOf(id)
+				close(p.release)
+				testutil.WaitFor(t, 10*time.Second, "the stale write to end", func() bool {
+					return strings.Contains(h.logs.String(), "lease taken over by another delivery")
+				})
+				time.Sleep(300 * time.Millisecond) // a few reclaim rounds
+				if es := h.dlqEntries(); len(es) != 0 {
+					t.Errorf("dead-letter entries %+v written after the message left the PEL, want none", es)
+				}
+				after, ttlAfter := h.hashOf(id)
+				if fmt.Sprint(before) != fmt.Sprint(after) || (retention == 0) != (ttlAfter == -2) || ttlAfter > ttl {
+					t.Errorf("state %v (PTTL %d) after the stale delivery, was %v (PTTL %d)", after, ttlAfter, before, ttl)
 				}
 			})
 		}

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -19,6 +20,8 @@ type Writer struct {
 	key    string // keys.DLQ(stream)
 	// writtenTTL is how long the written marker of an invocation is kept.
 	writtenTTL time.Duration
+	// fence: write only while the entry's message is pending (WithPELFence).
+	fence bool
 }
 
 // WriterOption configures a Writer.
@@ -37,6 +40,23 @@ func WithWrittenTTL(d time.Duration) WriterOption {
 		}
 	}
 }
+
+// WithPELFence makes Write append an entry only while its message is
+// pending: OriginalID in the PEL of Group on the source stream, checked in
+// the script that appends it. A delivery stalled between finding an
+// invocation exhausted and writing its entry, whose message then left the
+// PEL (its reference cleared for a missing payload, or acknowledged), then
+// writes nothing and gets ErrNotPending, as every transition of such a
+// delivery is refused (docs/delivery.md#invocation-state). worker.Worker
+// sets it; Redis Cluster needs the stream's hash tag, as for the
+// invocation state.
+func WithPELFence() WriterOption {
+	return func(w *Writer) { w.fence = true }
+}
+
+// ErrNotPending is returned by a Writer WithPELFence for an entry whose
+// message is not pending in its group.
+var ErrNotPending = errors.New("dlq: the message is no longer pending")
 
 // NewWriter returns a Writer for the dead-letter stream of sourceStream. It
 // never closes client. It panics when client is nil or sourceStream is
@@ -88,14 +108,20 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 		return "", err
 	}
 	fields := Encode(e)
-	args := []string{strconv.FormatInt(w.writtenTTL.Milliseconds(), 10)}
+	args := []string{strconv.FormatInt(w.writtenTTL.Milliseconds(), 10), e.Group, e.OriginalID}
 	for _, f := range fieldOrder {
 		if v, ok := fields[f]; ok {
 			args = append(args, f, v)
 		}
 	}
-	written := keys.DLQWritten(w.stream, e.Group, e.OriginalID, e.App, e.Handler)
-	id, err := writeScript.Exec(ctx, w.client, []string{w.key, written}, args).ToString()
+	ks := []string{w.key, keys.DLQWritten(w.stream, e.Group, e.OriginalID, e.App, e.Handler)}
+	if w.fence {
+		ks = append(ks, w.stream)
+	}
+	id, err := writeScript.Exec(ctx, w.client, ks, args).ToString()
+	if rueidis.IsRedisNil(err) {
+		err = ErrNotPending
+	}
 	if err != nil {
 		return "", fmt.Errorf("dlq: write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)
 	}
@@ -109,17 +135,33 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 const WrittenTTL = 7 * 24 * time.Hour
 
 // writeScript appends an entry unless the invocation's written marker
-// exists, and sets the marker to the new id (Writer.Write).
+// exists, and sets the marker to the new id (Writer.Write). With KEYS[3]
+// (WithPELFence) it appends nothing, and returns nil, when the message is
+// not in the group's PEL (a missing group or stream has none).
 //
-// KEYS[1] the DLQ stream, KEYS[2] keys.DLQWritten
-// ARGV[1] marker TTL in ms, ARGV[2..] the entry's field/value pairs
-// Returns the id of the invocation's entry.
+// KEYS[1] the DLQ stream, KEYS[2] keys.DLQWritten, KEYS[3] the source
+// stream (optional)
+// ARGV[1] marker TTL in ms, ARGV[2] group, ARGV[3] message id, ARGV[4..]
+// the entry's field/value pairs
+// Returns the id of the invocation's entry, or nil.
 var writeScript = rueidis.NewLuaScriptRetryable(`
 local id = redis.call('GET', KEYS[2])
 if id then
   return id
 end
-id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+if KEYS[3] then
+  local p = redis.pcall('XPENDING', KEYS[3], ARGV[2], ARGV[3], ARGV[3], 1)
+  if type(p) == 'table' and p.err then
+    if string.sub(p.err, 1, 8) ~= 'NOGROUP ' then
+      return p
+    end
+    return false
+  end
+  if #p == 0 then
+    return false
+  end
+end
+id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 4))
 redis.call('SET', KEYS[2], id, 'PX', ARGV[1])
 return id
 `)

@@ -52,8 +52,10 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
 	store := invocation.New(cfg.Redis)
 	// A dead-letter entry's written marker lives as long as the invocation
-	// state it guards (docs/delivery.md#dead-letter-queue).
-	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.markerRetention()))
+	// state it guards (docs/delivery.md#dead-letter-queue), and no entry
+	// is written for a message that left the PEL, as no transition of its
+	// state is (docs/delivery.md#invocation-state).
+	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.markerRetention()), dlq.WithPELFence())
 	c := relay.Components{
 		Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
 		// The source and the store share the client: a message's last

@@ -228,7 +228,8 @@ func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 // TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
 // parts the Worker built and the Engine uses what it returns; the marker
 // of a written dead-letter entry lives as long as the invocation state
-// (Config.Retention), not a fixed week.
+// (Config.Retention), not a fixed week; the writer writes nothing for a
+// message no longer pending (dlq.WithPELFence).
 func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h := newWorkerHarness(t, "orders")
 	h.cfg.Engine.Retention = time.Hour
@@ -259,6 +260,21 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(marker).Build()).AsInt64()
 	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
 		t.Errorf("PTTL of the written marker = %dms, %v; want at most the state retention, 1h", ttl, err)
+	}
+	// The writer is fenced by the PEL (dlq.WithPELFence): once the message
+	// is acknowledged, no entry of it is written.
+	testutil.WaitFor(t, 10*time.Second, "the malformed event acknowledged", func() bool {
+		summary, err := rc.Do(t.Context(), rc.B().Xpending().Key(h.streams[0]).Group("workers").Build()).ToArray()
+		if err != nil || len(summary) == 0 {
+			return false
+		}
+		n, err := summary[0].AsInt64()
+		return err == nil && n == 0
+	})
+	late := dlq.Entry{OriginalID: id, Group: "workers", Consumer: "w1", Event: "{}", Reason: "late",
+		App: "orders", Handler: "events.late", HandlerAttempts: 1}
+	if eid, err := wrapped[0].DLQWriter.Write(t.Context(), late); !errors.Is(err, dlq.ErrNotPending) {
+		t.Errorf("write for an acknowledged message = %q, %v; want dlq.ErrNotPending", eid, err)
 	}
 }
 
