@@ -1,11 +1,19 @@
 package main
 
 import (
+	"cmp"
+	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // docs/operations.md#configuration: retry backoff, MinPendingIdle and the
@@ -57,5 +65,75 @@ func TestStartRefusesSubMillisecondInvocationRetention(t *testing.T) {
 		if r.code != exitUsage || !strings.Contains(r.stderr, "REDIS_INVOCATION_RETENTION must be 0 (delete with the ack) or at least 1ms") {
 			t.Errorf("relay start --invocation-retention=%s: exit %d, want %d naming the setting:\n%s", v, r.code, exitUsage, r.stderr)
 		}
+	}
+}
+
+// TestStartInvocationRetention: relay start keeps an acknowledged
+// message's invocation state for REDIS_INVOCATION_RETENTION, 48h when it
+// is unset, as a retained hash with a TTL; with 0 the hash is gone once
+// the message has left the PEL (docs/delivery.md#invocation-state).
+func TestStartInvocationRetention(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a worker")
+	}
+	for _, setting := range []string{"", "0", "90m"} {
+		t.Run("REDIS_INVOCATION_RETENTION="+cmp.Or(setting, "unset"), func(t *testing.T) {
+			isolateRedisEnv(t)
+			t.Setenv("REDIS_INVOCATION_RETENTION", setting)
+			want := 90 * time.Minute
+			switch setting {
+			case "":
+				os.Unsetenv("REDIS_INVOCATION_RETENTION")
+				want = 48 * time.Hour
+			case "0":
+				want = 0
+			}
+			rc := redistest.Client(t)
+			name := redistest.Name(t, "events")
+			t.Setenv("REDIS_URI", redistest.Addr(t))
+			t.Setenv("REDIS_STREAM", name)
+			t.Setenv("REDIS_GROUP", "relay")
+			t.Setenv("RELAY_APPS", cliApps(t))
+			ctx, stop := context.WithCancel(t.Context())
+			stdout, stderr := &testutil.Buffer{}, &testutil.Buffer{}
+			exit := make(chan int, 1)
+			go func() {
+				exit <- run(ctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", "w1"}, stdout, stderr)
+			}()
+			t.Cleanup(func() {
+				stop()
+				<-exit
+				if t.Failed() {
+					t.Logf("stderr:\n%s", stderr)
+				}
+			})
+			testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
+			id, err := rc.Do(ctx, rc.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", `{"kind":"refund"}`).Build()).ToString()
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, 30*time.Second, "the message handled and acknowledged", func() bool {
+				p, err := rc.Do(ctx, rc.B().Xpending().Key(name).Group("relay").Start(id).End(id).Count(1).Build()).ToArray()
+				return err == nil && len(p) == 0 && strings.Contains(stdout.String(), "[shop/refunds.run] refunded")
+			})
+			key := keys.Invocation(name, "relay", id)
+			pttl, err := rc.Do(ctx, rc.B().Pttl().Key(key).Build()).AsInt64()
+			if err != nil {
+				t.Fatal(err)
+			}
+			terminal, err := rc.Do(ctx, rc.B().Hexists().Key(key).Field("__terminal").Build()).AsBool()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want == 0 {
+				if pttl != -2 {
+					t.Errorf("state of the acknowledged message has PTTL %dms, want it deleted with the ack", pttl)
+				}
+				return
+			}
+			if !terminal || pttl <= (want-time.Minute).Milliseconds() || pttl > want.Milliseconds() {
+				t.Errorf("state of the acknowledged message: retained %v, PTTL %dms; want retained for %s", terminal, pttl, want)
+			}
+		})
 	}
 }
