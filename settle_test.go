@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // failingAck fails the first Ack of each id, as if the worker crashed
@@ -218,5 +220,61 @@ func TestStateLeftUnretainedIsLeakedNotExpired(t *testing.T) {
 	}
 	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
 		t.Errorf("leaked state TTL = %s; want none (PTTL -1)", ttl)
+	}
+}
+
+// TestEveryAckPathAppliesTheRetention: a message that leaves the PEL by a
+// dead letter, as a malformed message, or as a missing payload whose
+// reference is cleared has its state switched to the configured
+// retention, a reserved marker and that TTL, or, with retention 0,
+// deleted with the XACK (docs/delivery.md#invocation-state).
+func TestEveryAckPathAppliesTheRetention(t *testing.T) {
+	for _, retention := range []time.Duration{0, 90 * time.Minute} {
+		for _, path := range []string{"dead letter", "malformed", "missing payload"} {
+			t.Run(fmt.Sprintf("%s/retention %v", path, retention), func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, map[string]string{"a": staleApp})
+				h.handle("a/m.last", func(context.Context, runtime.Request) error { return errors.New("boom") })
+				var id string
+				switch path {
+				case "dead letter":
+					id = h.publish("event", `{"k":"last"}`)
+				case "malformed":
+					id = h.publish("event", `not json`)
+				case "missing payload":
+					// Read by a consumer that died after its claim; then
+					// the entry was deleted.
+					id = h.publish("event", `{"k":"ok"}`)
+					dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+					if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
+						t.Fatalf("read = %v, %v", msgs, err)
+					}
+					key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
+					if _, err := h.state.Claim(t.Context(), key, "a/m.ok", time.Minute, 5, invocation.Record{}); err != nil {
+						t.Fatal(err)
+					}
+					if err := h.rc.Do(t.Context(), h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				startRetention(h, retention)
+				testutil.WaitFor(t, 10*time.Second, "the message to leave the PEL", h.settled)
+				if path == "missing payload" {
+					// XAUTOCLAIM cleared the reference; the retention is the
+					// next step.
+					testutil.WaitFor(t, 5*time.Second, "the retention", func() bool {
+						st, pttl := h.hashOf(id)
+						return pttl == -2 || st["__terminal"] != ""
+					})
+				}
+				st, pttl := h.hashOf(id)
+				switch {
+				case retention == 0 && pttl != -2:
+					t.Errorf("state %v (PTTL %dms) after the ack, want it deleted", st, pttl)
+				case retention > 0 && (st["__terminal"] == "" || pttl > retention.Milliseconds() || pttl < (retention-time.Minute).Milliseconds()):
+					t.Errorf("state %v (PTTL %dms) after the ack, want it retained for %s", st, pttl, retention)
+				}
+			})
+		}
 	}
 }
