@@ -12,7 +12,9 @@
 // handler): Writer records the id of the first entry beside the queue, so
 // overlapping deliveries of an exhausted invocation, or a retry after a crash
 // between the write and the invocation's exhausted:<attempt>:<token>:dlq
-// marker, leave one entry. Writer.Trim removes entries older than a
+// marker, leave one entry. A Writer WithPELFence, as the Worker builds it,
+// also writes nothing for a message no longer pending in its group
+// (docs/delivery.md#invocation-state). Writer.Trim removes entries older than a
 // retention (docs/operations.md#retention); the caller decides how often
 // to run it. The package does not replay entries. It never closes the
 // rueidis client it is given.
