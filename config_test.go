@@ -32,7 +32,7 @@ func TestDefaultBackoffSchedule(t *testing.T) {
 
 // TestConfigDefaults pins the defaults docs/delivery.md states: recovery
 // reclaims messages idle beyond 1m, every 30s, heartbeats at a third of
-// that; 8 concurrent invocations; a 7-day retention.
+// that; 8 concurrent invocations; a 48h retention.
 func TestConfigDefaults(t *testing.T) {
 	cfg, err := Config{}.withDefaults()
 	if err != nil {

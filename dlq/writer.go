@@ -129,9 +129,9 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 }
 
 // WrittenTTL is how long Writer remembers by default that an invocation's
-// entry was written: as long as the invocation state is retained by
-// default (relay.DefaultRetention), after which no delivery of the message
-// can still be running. WithWrittenTTL follows another retention.
+// entry was written: longer than the invocation state is retained by
+// default (relay.DefaultRetention, 48h), after which no delivery of the
+// message can still be running. WithWrittenTTL follows another retention.
 const WrittenTTL = 7 * 24 * time.Hour
 
 // writeScript appends an entry unless the invocation's written marker
