@@ -146,7 +146,7 @@ func TestWorkerProcess(t *testing.T) {
 	store := invocation.New(rc)
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: ledgerSource{src, rec}, State: ledgerState{store, rec},
-		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName),
+		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName, dlq.WithPELFence()),
 		// Paired as a Worker pairs them, so the soak runs the production
 		// path: the last invocation's success settles its message.
 		Settler: ledgerSettler{store, rec},
