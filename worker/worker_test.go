@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -466,5 +467,70 @@ func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the worker ready", func() bool { return w.Ready(t.Context()) == nil })
 	if pc.pings.Load() == 0 {
 		t.Error("Ready succeeded without pinging the wrapped source")
+	}
+}
+
+// TestWorkerMaxConcurrencyIsWorkerGlobal: Engine.MaxConcurrency
+// (MAX_CONCURRENCY) bounds the invocations of every stream of the worker
+// together, not each stream's: with 2 slots and an app allowing 8, two
+// streams with three blocked messages each run 2 at once
+// (docs/delivery.md#concurrency-and-heartbeat).
+func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
+	h := newWorkerHarness(t, "a", "b")
+	var running, peak, done atomic.Int64
+	release := make(chan struct{})
+	h.cfg.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{
+		"users/events.created": func(ctx context.Context, _ runtime.Request) error {
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			defer done.Add(1)
+			defer running.Add(-1)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		},
+	})
+	h.cfg.Apps = worker.Static(apptest.Load(t, map[string]string{"users": "image: x\nconcurrency: 8\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}}\n"}))
+	h.cfg.Engine.MaxConcurrency = 2
+	_, stop := h.run()
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	rc := h.cfg.Redis
+	for _, s := range h.streams {
+		for range 3 {
+			if _, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testutil.WaitFor(t, 10*time.Second, "two running and another waiting for a slot", func() bool {
+		return running.Load() >= 2 && h.counter("relay_concurrency_waits_total") >= 1
+	})
+	if got := peak.Load(); got != 2 {
+		t.Errorf("peak concurrent invocations over both streams = %d, want 2", got)
+	}
+	unblock()
+	testutil.WaitFor(t, 20*time.Second, "every message handled and acknowledged", func() bool {
+		if done.Load() != 6 {
+			return false
+		}
+		for _, s := range h.streams {
+			n, _, err := stream.New(rc, s, "workers", "w1").Pending(t.Context())
+			if err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if got := peak.Load(); got != 2 {
+		t.Errorf("peak concurrent invocations over both streams = %d, want 2 (MaxConcurrency)", got)
+	}
+	if err := stop(); err != nil {
+		t.Error(err)
 	}
 }
