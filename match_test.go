@@ -55,10 +55,16 @@ func TestUnreadableTemplateHoldsEveryMessage(t *testing.T) {
 	h.start("c1")
 	unmatched := h.publish("event", `{"t":"order"}`)
 	matched := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
+	// A malformed message matches no rule, readable or not: it is still
+	// dead-lettered and acknowledged at once.
+	malformed := h.publish("event", `not json`)
 	testutil.WaitFor(t, 5*time.Second, "the available app ran", func() bool { return h.calls.Count("users/events.created") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "redeliveries", func() bool { return deliveries(t, h, unmatched) >= 2 && deliveries(t, h, matched) >= 2 })
 	if h.pending() != 2 {
-		t.Errorf("pending = %d; with an unreadable template nothing may be acknowledged", h.pending())
+		t.Errorf("pending = %d; with an unreadable template nothing matched or unmatched may be acknowledged, a malformed message must be", h.pending())
+	}
+	if es := h.dlqEntries(); len(es) != 1 || es[0].OriginalID != malformed || es[0].Deliveries != 1 {
+		t.Errorf("DLQ entries = %+v, want the malformed message's, written at its first delivery", es)
 	}
 	if h.calls.Count("users/events.created") != 1 {
 		t.Error("a succeeded invocation ran again while its message was held")
