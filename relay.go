@@ -120,7 +120,11 @@ type Runner interface {
 }
 
 // DLQWriter persists one dead-letter entry (docs/delivery.md#dead-letter-queue)
-// and returns its id. Safe for concurrent use.
+// and returns its id. It may refuse the entry of a message no longer
+// pending in its group with an error wrapping dlq.ErrNotPending, as
+// dlq.Writer does WithPELFence: the Engine then treats the delivery as
+// stale, as it does a refused transition (docs/delivery.md#invocation-state).
+// Safe for concurrent use.
 type DLQWriter interface {
 	Write(ctx context.Context, e dlq.Entry) (string, error)
 }
