@@ -77,6 +77,13 @@ func (o *outbox) open(stateDir string) error {
 	return nil
 }
 
+// CheckStateDir reports whether dir can hold the schedule outbox, as a
+// Scheduler WithStateDir(dir) needs when it starts: it creates the outbox
+// directory and proves it writable. The error names dir and what to set.
+func CheckStateDir(dir string) error {
+	return newOutbox(dir).open(dir)
+}
+
 // fileName names the record of one occurrence: app, schedule and instant,
 // escaped so that '+' separates them unambiguously and nothing in a name
 // can reach another directory.

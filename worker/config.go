@@ -106,7 +106,9 @@ type Config struct {
 	// app before serving it.
 	Runner relay.Runner
 	// StateDir holds the schedule outbox, so occurrences that could not be
-	// published survive a restart. Default: none (the outbox is in memory).
+	// published survive a restart; when an app has schedules, Run refuses
+	// one that cannot hold it before the worker starts. Default: none (the
+	// outbox is in memory).
 	StateDir string
 	// SweepInterval is how often the Runner is swept. Default:
 	// DefaultSweepInterval.

@@ -135,6 +135,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkStreams(ctx); err != nil {
 		return err
 	}
+	if w.cfg.StateDir != "" && len(apps.ScheduleSpecs()) > 0 {
+		// The Scheduler would find out only once the worker had started.
+		if err := schedule.CheckStateDir(w.cfg.StateDir); err != nil {
+			return fmt.Errorf("worker: Config.StateDir: %w", err)
+		}
+	}
 	w.policy.check(ctx)
 
 	ctx, stop := context.WithCancel(ctx)

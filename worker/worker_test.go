@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -532,5 +534,30 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestUnusableStateDirStopsRunBeforeStart: a state directory that cannot
+// hold the schedule outbox of the apps' schedules stops Run before the
+// worker starts, with an error naming the setting; nothing is consumed and
+// "worker started" is never logged.
+func TestUnusableStateDirStopsRunBeforeStart(t *testing.T) {
+	t.Parallel()
+	h := newWorkerHarness(t, "events")
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.StateDir = file
+	w, err := worker.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "Config.StateDir") || !strings.Contains(err.Error(), "cannot hold the schedule outbox") {
+		t.Fatalf("Run = %v, want the state directory refused", err)
+	}
+	if strings.Contains(h.logs.String(), "worker started") {
+		t.Errorf("logged worker started before refusing the state directory:\n%s", h.logs)
 	}
 }
