@@ -714,17 +714,7 @@ func TestAppsSecretsAndDeps(t *testing.T) {
 		}, []string{`<span class="badge warn">unknown</span>`, `containerd: &lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;\u202e\x1b[31m`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := console.New(console.Config{Redis: redistest.Client(t), Streams: []string{"s"}, Group: "g",
-				Apps: template.Dir(root), Deps: tc.deps, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := httptest.NewServer(c)
-			defer h.Close()
-			code, body := getPage(t, h.URL, "/apps")
-			if code != http.StatusOK {
-				t.Fatalf("status %d", code)
-			}
+			body := appsPage(t, console.Config{Apps: template.Dir(root), Deps: tc.deps})
 			contains(t, "apps", body, append([]string{
 				`<dd class="secrets"><code>db-password</code>, <code>api-key</code> <span class="muted">(mounted at /run/secrets/NAME; values never shown)</span>`,
 				`<dd class="deps"><code>requirements.txt</code> <span class="muted">(sha256 `,
@@ -756,17 +746,7 @@ func TestAppsDefaultImage(t *testing.T) {
 		{"no default", nil, `<dt>image</dt><dd><code>-</code></dd>`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := console.New(console.Config{Redis: redistest.Client(t), Streams: []string{"s"}, Group: "g",
-				Apps: template.Dir(root), DefaultImage: tc.image, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := httptest.NewServer(c)
-			defer h.Close()
-			code, body := getPage(t, h.URL, "/apps")
-			if code != http.StatusOK {
-				t.Fatalf("status %d", code)
-			}
+			body := appsPage(t, console.Config{Apps: template.Dir(root), DefaultImage: tc.image})
 			own := body[strings.Index(body, `id="app-own"`):strings.Index(body, `id="app-py"`)]
 			py := body[strings.Index(body, `id="app-py"`):]
 			contains(t, "app with its own image", own, `<dt>image</dt><dd><code>relay.local/python3:bookworm</code></dd>`)
@@ -884,4 +864,23 @@ func TestSmallerFixes(t *testing.T) {
 	}
 	_, body = f.get("/")
 	contains(t, "overview", body, "<td>malformed</td>\n      <td class=\"n\">1</td>")
+}
+
+// appsPage returns the Apps page of a console of cfg on a private Redis,
+// stream "s" and group "g", which must answer 200.
+func appsPage(t *testing.T, cfg console.Config) string {
+	t.Helper()
+	cfg.Redis, cfg.Streams, cfg.Group = redistest.Client(t), []string{"s"}, "g"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := console.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := httptest.NewServer(c)
+	defer h.Close()
+	code, body := getPage(t, h.URL, "/apps")
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	return body
 }

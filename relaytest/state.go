@@ -303,37 +303,25 @@ func (s *StateStore) Release(ctx context.Context, l invocation.Lease) error {
 // other value is left alone. Idempotent. ErrTerminal on a retained hash or
 // when the message is not pending (WithPending).
 func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
-	fail := func(err error) error {
-		return fmt.Errorf("void claim %s of %s in %s: %w", l.Token, l.Field, hashName(l.Key), err)
-	}
-	if err := (invocation.Lease{Field: l.Field, Attempt: 1, Token: l.Token}).Check(); err != nil {
-		return fail(err) // field and token as Store.Void checks them
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := nowMS(s.clock)
-	h := s.hash(l.Key, now)
-	if h != nil && h.terminal || !s.pending(l.Key) {
-		return fail(invocation.ErrTerminal)
-	}
-	if h == nil {
-		h = newHash()
-		s.hashes[l.Key] = h
-	}
-	v, ok := h.fields[l.Field]
-	switch {
-	case !ok:
-		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: 0, token: l.Token}
-	case v.kind == kindRunning && v.token == l.Token:
-		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: v.attempt - 1, token: l.Token}
-	case v.kind == kindNextAttempt && v.token != l.Token:
-		v.token = l.Token
-		h.fields[l.Field] = v
-	}
-	return nil
+	// Field and token are checked as Store.Void checks them.
+	check := invocation.Lease{Field: l.Field, Attempt: 1, Token: l.Token}
+	return s.fenced(ctx, fmt.Sprintf("void claim %s of", l.Token), l, check, func(h *stateHash, now int64) error {
+		if h == nil {
+			h = newHash()
+			s.hashes[l.Key] = h
+		}
+		v, ok := h.fields[l.Field]
+		switch {
+		case !ok:
+			h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: 0, token: l.Token}
+		case v.kind == kindRunning && v.token == l.Token:
+			h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: v.attempt - 1, token: l.Token}
+		case v.kind == kindNextAttempt && v.token != l.Token:
+			v.token = l.Token
+			h.fields[l.Field] = v
+		}
+		return nil
+	})
 }
 
 // Finish implements relay.StateStore.Finish as finish.lua does: the field
@@ -510,10 +498,29 @@ func (s *StateStore) TTL(key invocation.Key) (time.Duration, bool) {
 // field has kind want with l's attempt and token, and otherwise calls apply
 // with the current value and time.
 func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lease, want stateKind, apply func(h *stateHash, v stateValue, nowMS int64)) error {
+	return s.fenced(ctx, op, l, l, func(h *stateHash, now int64) error {
+		if h == nil {
+			return invocation.ErrStale
+		}
+		v, ok := h.fields[l.Field]
+		if !ok || v.kind != want || v.attempt != l.Attempt || v.token != l.Token {
+			return invocation.ErrStale
+		}
+		apply(h, v, now)
+		return nil
+	})
+}
+
+// fenced checks check as invocation.Store checks a lease in Go and, under
+// the store's lock, returns ErrTerminal on a retained hash or when l's
+// message is not pending (WithPending); otherwise it returns what fn
+// returns, given l's hash (nil when none) and the store's time. Errors
+// name op, l's field and hash.
+func (s *StateStore) fenced(ctx context.Context, op string, l, check invocation.Lease, fn func(h *stateHash, nowMS int64) error) error {
 	fail := func(err error) error {
 		return fmt.Errorf("%s %s in %s: %w", op, l.Field, hashName(l.Key), err)
 	}
-	if err := l.Check(); err != nil {
+	if err := check.Check(); err != nil {
 		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -526,14 +533,9 @@ func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lea
 	if h != nil && h.terminal || !s.pending(l.Key) {
 		return fail(invocation.ErrTerminal)
 	}
-	if h == nil {
-		return fail(invocation.ErrStale)
+	if err := fn(h, now); err != nil {
+		return fail(err)
 	}
-	v, ok := h.fields[l.Field]
-	if !ok || v.kind != want || v.attempt != l.Attempt || v.token != l.Token {
-		return fail(invocation.ErrStale)
-	}
-	apply(h, v, now)
 	return nil
 }
 
