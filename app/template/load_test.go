@@ -233,6 +233,23 @@ func TestHostileTemplateIsBounded(t *testing.T) {
 	if a := apptest.One(t, "long", lines.String()); a.Available() || !strings.Contains(a.Errors.Error(), "long/template.yaml:5001:1: template has 6003 lines, more than 5000") {
 		t.Errorf("long template: %v", a.Errors)
 	}
+	// Nesting hidden from a scan of the text: an apostrophe in a plain
+	// scalar is no quote, and compact block sequences (- - - x) nest on
+	// one line. Unchecked, each costs the parser gigabytes.
+	hidden := "image: x\nenv: {A: it's}\nevents: [{handler: a.b, pattern: {k: " + strings.Repeat("[", 30000) + "v" + strings.Repeat("]", 30000) + "}}]\n# '\n"
+	if a := apptest.One(t, "hidden", hidden); a.Available() || !strings.Contains(a.Errors.Error(), "hidden/template.yaml:3:") || !strings.Contains(a.Errors.Error(), "nests [ and { more than 64 deep") {
+		t.Errorf("flow nesting after an apostrophe: %v", a.Errors)
+	}
+	compact := "image: x\nevents:\n  " + strings.Repeat("- ", 30000) + "x\n"
+	if a := apptest.One(t, "compact", compact); a.Available() || !strings.Contains(a.Errors.Error(), "compact/template.yaml:3:") || !strings.Contains(a.Errors.Error(), "more than 256 columns") {
+		t.Errorf("compact block sequences: %v", a.Errors)
+	}
+	// A long flow list is parsed with about 500 bytes of memory per item:
+	// the items are bounded, not only the bytes.
+	flat := "image: x\nevents: [{handler: a.b, pattern: {k: [" + strings.Repeat("v,", 400000) + "v]}}]\n"
+	if a := apptest.One(t, "flat", flat); a.Available() || !strings.Contains(a.Errors.Error(), "tokens") {
+		t.Errorf("flat flow list: %v", a.Errors)
+	}
 	quoted := "image: x\nenv: {X: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}\nevents: [{handler: a.b, pattern: {k: [v]}}] # {{{{\n"
 	if a := apptest.One(t, "quoted", quoted); !a.Available() {
 		t.Errorf("brackets in strings and comments are not nesting: %v", a.Errors)
