@@ -135,6 +135,8 @@ func TestLoadAppErrors(t *testing.T) {
 		{"fraction", "image: x\nresources: {pids: 1.5}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n", []string{`resources.pids: must be a whole number, not the fraction 1.5`}},
 		{"numbers YAML reads otherwise", "image: x\nresources: {cpus: .nan, pids: 1e9}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`2:19: resources.cpus: must be a finite number, not .nan`, `2:31: resources.pids: must be a whole number, not the string "1e9"`}},
+		{"cpus in hex out of range", "image: x\nresources: {cpus: 0x1000}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
+			[]string{`2:19: resources.cpus: cpus must be a number > 0 and at most 1024, not 0x1000`}},
 		{"cpus out of range", "image: x\nresources: {cpus: 2000}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
 			[]string{`resources.cpus: cpus must be a number > 0 and at most 1024, not 2000`}},
 		{"alias in env", "image: x\nenv: {A: &v a, B: *v}\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",
@@ -165,6 +167,18 @@ func TestLoadAppErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIntegersInOtherBases: YAML integers written in hex, octal or with
+// underscores mean the same number in every numeric key, cpus too.
+func TestIntegersInOtherBases(t *testing.T) {
+	a := apptest.One(t, "app", "image: x\nconcurrency: 0x10\nresources: {cpus: 0x10, pids: 0o20}\nevents: [{handler: a.b, pattern: {k: [v]}, retries: 1_6}]\n")
+	if !a.Available() {
+		t.Fatalf("errors: %v", a.Errors)
+	}
+	if a.Concurrency != 16 || a.Spec.CPUs != 16 || a.Spec.PIDs != 16 || a.Rules[0].Retries != 16 {
+		t.Errorf("concurrency %d, cpus %v, pids %d, retries %d; want 16 each", a.Concurrency, a.Spec.CPUs, a.Spec.PIDs, a.Rules[0].Retries)
 	}
 }
 

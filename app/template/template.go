@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -195,8 +194,16 @@ func (t *tpl) boolean(n ast.Node, path string) (bool, bool) {
 func (t *tpl) number(n ast.Node, path string) (float64, bool) {
 	switch v := unwrap(n).(type) {
 	case *ast.IntegerNode:
-		f, err := strconv.ParseFloat(v.GetToken().Value, 64)
-		return f, err == nil
+		// The value YAML read, as integer does: the text may be 0x10 or
+		// 1_000, which ParseFloat refuses.
+		switch x := v.Value.(type) {
+		case int64:
+			return float64(x), true
+		case uint64:
+			return float64(x), true
+		}
+		t.errorf(n, path, "must be a number, not %s", v.GetToken().Value)
+		return 0, false
 	case *ast.FloatNode:
 		return v.Value, true
 	case *ast.InfinityNode, *ast.NanNode:
