@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/scanner"
 	"github.com/goccy/go-yaml/token"
@@ -141,6 +142,12 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 		a.Errors.Add(file, maxTemplateLines+1, 1, "", fmt.Sprintf("template has %d lines, more than %d: split the app, or write long lists and maps in flow style ([a, b], {k: v})", n, maxTemplateLines))
 		return a, true
 	}
+	if line, col, c, bad := invalidUTF8(src); bad {
+		// The YAML parser would read each invalid byte as U+FFFD, so a
+		// pattern would match other text than the file holds.
+		a.Errors.Add(file, line, col, "", fmt.Sprintf("template is not valid UTF-8 (byte %#x); save it as UTF-8", c))
+		return a, true
+	}
 	if !app.ValidName(name) {
 		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("app name %q (the directory name) must match [a-z0-9][a-z0-9._-]* and be at most 63 characters; rename the directory", name))
 	}
@@ -156,6 +163,27 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 	loadDeps(a, dir)
 	a.Errors.Sort()
 	return a, true
+}
+
+// invalidUTF8 returns the line and column (in characters, 1-based) of the
+// first byte of src that is not valid UTF-8, and that byte.
+func invalidUTF8(src []byte) (line, col int, c byte, bad bool) {
+	line, col = 1, 1
+	// The parser does not see a byte order mark; columns do not count it.
+	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
+	for i := 0; i < len(src); {
+		r, n := utf8.DecodeRune(src[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			return line, col, src[i], true
+		case r == '\n':
+			line, col = line+1, 1
+		default:
+			col++
+		}
+		i += n
+	}
+	return 0, 0, 0, false
 }
 
 // Nesting limits checked before YAML parsing: the parser's memory grows
