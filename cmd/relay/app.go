@@ -357,11 +357,11 @@ func tzName(l *time.Location) string {
 
 // AppInvokeCmd is `relay app invoke NAME`.
 type AppInvokeCmd struct {
-	Name        string `arg:"" help:"App name."`
-	Event       string `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
-	File        string `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
-	JSON        bool   `name:"json" help:"Print the results as JSON; handler output then goes to stderr."`
-	MessageID   string `name:"message-id" placeholder:"ID" help:"RELAY_MESSAGE_ID for the handlers (default: a new invoke-<16 hex digits>, which no stream entry id can be)."`
+	Name        string    `arg:"" help:"App name."`
+	Event       rawString `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
+	File        string    `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
+	JSON        bool      `name:"json" help:"Print the results as JSON; handler output then goes to stderr."`
+	MessageID   string    `name:"message-id" placeholder:"ID" help:"RELAY_MESSAGE_ID for the handlers (default: a new invoke-<16 hex digits>, which no stream entry id can be)."`
 	RunnerFlags `embed:""`
 }
 

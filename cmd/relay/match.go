@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/internal/plural"
@@ -20,13 +22,32 @@ import (
 // maxEventBytes bounds the event `relay match` reads.
 const maxEventBytes = 64 << 20
 
+// rawString is a flag or argument taken byte for byte: kong passes a string
+// value through encoding/json, which turns bytes that are not UTF-8 into
+// U+FFFD, so an event that a worker dead-letters would match here.
+type rawString string
+
+// Decode implements kong.MapperValue.
+func (r *rawString) Decode(ctx *kong.DecodeContext) error {
+	t, err := ctx.Scan.PopValue("value")
+	if err != nil {
+		return err
+	}
+	s, ok := t.Value.(string)
+	if !ok {
+		return fmt.Errorf("expected a string, got %v", t.Value)
+	}
+	*r = rawString(s)
+	return nil
+}
+
 // MatchCmd is `relay match`: a dry run of event classification.
 type MatchCmd struct {
-	Event   string `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
-	File    string `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
-	Explain bool   `help:"For every rule of every app, print whether it matched and why, condition by condition."`
-	JSON    bool   `name:"json" help:"Print JSON instead of text."`
-	Now     string `placeholder:"TIME" help:"Evaluate now() cutoffs at this RFC 3339 time instead of the current time."`
+	Event   rawString `placeholder:"JSON" xor:"input" help:"The event, a JSON object."`
+	File    string    `short:"f" placeholder:"FILE" xor:"input" help:"Read the event from this file (- for stdin). Without --event or --file the event is read from stdin."`
+	Explain bool      `help:"For every rule of every app, print whether it matched and why, condition by condition."`
+	JSON    bool      `name:"json" help:"Print JSON instead of text."`
+	Now     string    `placeholder:"TIME" help:"Evaluate now() cutoffs at this RFC 3339 time instead of the current time."`
 	// Backtest is the window of entries, nil without --backtest.
 	Backtest *int   `placeholder:"N" xor:"input" help:"Instead of one event, match the newest N entries of REDIS_STREAM (1 to 10000) and print, per rule, how many matched and the first matches. Needs REDIS_URI and REDIS_STREAM, no group; only reads the stream."`
 	App      string `placeholder:"NAME" help:"With --backtest, only this app's rules."`

@@ -153,3 +153,14 @@ func TestMatchEscapesTemplateText(t *testing.T) {
 		t.Errorf("escaped names and paths missing from the output:\n%s", out.String())
 	}
 }
+
+// TestMatchEventKeepsItsBytes: --event reaches the matcher byte for byte,
+// so an event that is not UTF-8 is malformed here as it is for a worker,
+// not turned into U+FFFD on the way.
+func TestMatchEventKeepsItsBytes(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"match", "--apps", "testdata/apps", "--event", "{\"table_name\":\"users\xff\"}"}, &stdout, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "malformed event from --event: not valid UTF-8") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want the event refused as not UTF-8", code, stdout.String(), stderr.String())
+	}
+}

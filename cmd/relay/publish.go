@@ -22,11 +22,11 @@ const publishBatch = 100
 
 // PublishCmd is `relay publish` (docs/producing.md#relay-publish).
 type PublishCmd struct {
-	Event string  `arg:"" optional:"" placeholder:"JSON" help:"The event, a JSON object. Without it (and without --file) one event is read from stdin."`
-	File  string  `short:"f" placeholder:"FILE" help:"Publish every line of this file as one event (newline-delimited JSON; blank lines are skipped; - for stdin)."`
-	Count int     `default:"1" help:"Publish the input this many times over."`
-	Rate  float64 `placeholder:"N" help:"At most N events per second (0: as fast as Redis takes them, 100 per round trip)."`
-	Trace string  `placeholder:"TRACEPARENT" env:"TRACEPARENT" help:"W3C traceparent to put on every entry, so the workers' spans continue that trace."`
+	Event rawString `arg:"" optional:"" placeholder:"JSON" help:"The event, a JSON object. Without it (and without --file) one event is read from stdin."`
+	File  string    `short:"f" placeholder:"FILE" help:"Publish every line of this file as one event (newline-delimited JSON; blank lines are skipped; - for stdin)."`
+	Count int       `default:"1" help:"Publish the input this many times over."`
+	Rate  float64   `placeholder:"N" help:"At most N events per second (0: as fast as Redis takes them, 100 per round trip)."`
+	Trace string    `placeholder:"TRACEPARENT" env:"TRACEPARENT" help:"W3C traceparent to put on every entry, so the workers' spans continue that trace."`
 	// MaxEventBytes is the workers' limit; a larger event is refused.
 	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"The workers' MAX_EVENT_BYTES: a larger event is refused, since they would dead-letter it undecoded."`
 }
