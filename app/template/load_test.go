@@ -188,6 +188,33 @@ func TestIntegersInOtherBases(t *testing.T) {
 	}
 }
 
+// TestEnvironmentFitsAProcess: a variable longer than the kernel passes to
+// a process (NAME=value, 128 KiB) would fail every attempt to start, so a
+// template whose env value or handler name makes one is refused, except
+// for Go handlers, which are not started as processes.
+func TestEnvironmentFitsAProcess(t *testing.T) {
+	long := strings.Repeat("x", 128<<10)
+	src := "image: x\nenv: {BIG: " + long + ", OK: " + long[:100<<10] + "}\nevents:\n  - {handler: a." + long + ", pattern: {k: [v]}}\n  - {handler: a.b, pattern: {k: [v]}}\n"
+	a := apptest.One(t, "app", src)
+	var all []string
+	for _, e := range a.Errors {
+		all = append(all, e.Error())
+	}
+	got := strings.Join(all, "\n")
+	for _, want := range []string{"app/template.yaml:2:12: env.BIG: environment variable BIG is 131076 bytes", "app/template.yaml:4:15: events[0].handler: RELAY_HANDLER would be 131088 bytes"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %.300s", want, got)
+		}
+	}
+	if len(a.Errors) != 2 {
+		t.Errorf("%d errors, want 2", len(a.Errors))
+	}
+	goApp := apptest.One(t, "app", strings.Replace(src, "image: x", "runtime: go", 1))
+	if !goApp.Available() {
+		t.Errorf("runtime: go: %.300s", goApp.Errors.Error())
+	}
+}
+
 func TestInvalidAppDoesNotStopOthers(t *testing.T) {
 	apps := apptest.Load(t, map[string]string{
 		"good":    "image: x\nevents: [{handler: a.b, pattern: {k: [v]}}]\n",

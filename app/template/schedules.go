@@ -7,6 +7,7 @@ import (
 	"github.com/goccy/go-yaml/ast"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule/cron"
 )
 
@@ -95,6 +96,8 @@ func (t *tpl) scheduleField(r *scheduleReader, fl field, p string, seen map[stri
 		if err := app.ValidateHandler(v); err != nil {
 			t.errorf(fl.value, p, "%s", err)
 			r.valid = false
+		} else {
+			t.checkEnvVar(fl.value, p, runtime.EnvHandler, v)
 		}
 		r.s.Handler = v
 	case "cron":

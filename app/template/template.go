@@ -31,6 +31,29 @@ type tpl struct {
 	declared int
 	// unreadRules is set when some event rule could not be read.
 	unreadRules bool
+	// longEnv lists the env values and handler names that make a variable
+	// longer than a process can be given; parseTemplate reports them once
+	// it knows the app's handlers are not Go functions.
+	longEnv []longVar
+}
+
+// longVar is a variable NAME=value of size bytes, from the node n at path.
+type longVar struct {
+	n          ast.Node
+	path, name string
+	size       int
+}
+
+// maxEnvVar is the most bytes of one NAME=value variable, its terminating
+// NUL included, that Linux passes to a process (MAX_ARG_STRLEN): a longer
+// one fails every start with E2BIG.
+const maxEnvVar = 128 << 10
+
+// checkEnvVar records name=value at n when it is too long for a process.
+func (t *tpl) checkEnvVar(n ast.Node, path, name, value string) {
+	if size := len(name) + 1 + len(value); size+1 > maxEnvVar {
+		t.longEnv = append(t.longEnv, longVar{n: n, path: path, name: name, size: size})
+	}
 }
 
 func (t *tpl) errorf(n ast.Node, path, format string, args ...any) {
@@ -278,6 +301,14 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 	}
 	if a.Spec.Runtime == runtime.RuntimeGo {
 		t.goOnly(top)
+	} else {
+		for _, v := range t.longEnv {
+			if v.name == runtime.EnvHandler {
+				t.errorf(v.n, v.path, "%s would be %d bytes (RELAY_HANDLER=name), more than the %d a process environment holds per variable; shorten the handler name", v.name, v.size, maxEnvVar-1)
+			} else {
+				t.errorf(v.n, v.path, "environment variable %s is %d bytes (NAME=value), more than the %d a process environment holds per variable; put the value in a file of the app", v.name, v.size, maxEnvVar-1)
+			}
+		}
 	}
 	if top.runtime != nil && top.command != nil {
 		t.errorf(top.command, "command", "command is only allowed without runtime: the runtime's bootstrap runs the handler")
@@ -547,6 +578,7 @@ func (t *tpl) env(a *app.App, n ast.Node) {
 			t.errorf(fl.value, p, "environment value of %s contains a NUL byte, which no process environment can hold", fl.key)
 			continue
 		}
+		t.checkEnvVar(fl.value, p, fl.key, v)
 		a.Spec.Env[fl.key] = v
 	}
 }
@@ -585,6 +617,7 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 						t.errorf(fl.value, p, "handler %q is already used by %s; event handler names are unique within an app", s, prev)
 					} else {
 						seen[s] = path
+						t.checkEnvVar(fl.value, p, runtime.EnvHandler, s)
 					}
 					r.Handler = s
 				}
