@@ -94,6 +94,12 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 	path := filepath.Join(dir, app.TemplateFile)
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if li, lerr := os.Lstat(path); lerr == nil && li.Mode()&fs.ModeSymlink != 0 {
+			// Not an app without a template: its events must wait, not
+			// be acknowledged as unmatched.
+			a.Errors.Add(file, 1, 1, "", "template is a symbolic link to a file that does not exist")
+			return a, true
+		}
 		return nil, false
 	}
 	if err == nil && !insideDir(dir, path) {

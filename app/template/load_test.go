@@ -388,6 +388,28 @@ func TestTemplateSymlinks(t *testing.T) {
 	}
 }
 
+// TestDanglingTemplateLink: a template that is a symbolic link to nothing
+// makes the app unavailable, so its messages wait; ignored as if the app
+// had no template, its events were acknowledged as unmatched.
+func TestDanglingTemplateLink(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "dangling")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join("..data", app.TemplateFile), filepath.Join(dir, app.TemplateFile)); err != nil {
+		t.Fatal(err)
+	}
+	apps, err := template.LoadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := apps.Get("dangling")
+	if a == nil || a.Available() || !a.Incomplete || !strings.Contains(a.Errors.Error(), "dangling/template.yaml:1:1: template is a symbolic link to a file that does not exist") {
+		t.Errorf("dangling: %+v", a)
+	}
+}
+
 // A `runtime: go` template names Go functions: it needs no image, and
 // refuses every setting of a container.
 func TestLoadGoRuntime(t *testing.T) {
