@@ -16,10 +16,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/goccy/go-yaml/scanner"
-	"github.com/goccy/go-yaml/token"
-
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -161,8 +159,12 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 		a.Errors.Add(file, line, col, "", msg)
 		return a, true
 	}
-	if line, col, msg := checkTokens(src); msg != "" {
-		a.Errors.Add(file, line, col, "", msg)
+	if line, col, msg := yamlpattern.CheckBounds(src); msg != "" {
+		hint := "flatten it"
+		if strings.HasPrefix(msg, "has ") {
+			hint = "split the app"
+		}
+		a.Errors.Add(file, line, col, "", "template "+msg+"; "+hint)
 		return a, true
 	}
 	parseTemplate(a, src, o)
@@ -195,8 +197,8 @@ func invalidUTF8(src []byte) (line, col int, c byte, bad bool) {
 // Nesting limits checked before YAML parsing: the parser's memory grows
 // quickly with depth, and no real template comes near these.
 const (
-	maxFlowDepth = 64
-	maxIndent    = 256
+	maxFlowDepth = yamlpattern.MaxFlowDepth
+	maxIndent    = yamlpattern.MaxIndent
 )
 
 // checkNesting finds the first place where src nests flow collections
@@ -250,69 +252,6 @@ func checkNesting(src []byte) (line, col int, msg string) {
 	}
 	return 0, 0, ""
 }
-
-// maxTokens bounds the YAML tokens of a template, as counted by
-// tokenBound: the parser takes about 500 bytes of memory per token, so a
-// 1 MiB flow list of one-letter items would take half a gigabyte.
-const maxTokens = 100_000
-
-// checkTokens finds what checkNesting cannot see in the text: the nesting
-// as the YAML scanner reads it, where an apostrophe in a plain scalar (it's)
-// starts no quote and compact block sequences (- - - x) nest on one line.
-// It first bounds the number of tokens with tokenBound, so that the scanner
-// itself holds a bounded number of them. It returns an empty msg when src
-// is fine; a syntax error is left to the parser to report.
-func checkTokens(src []byte) (line, col int, msg string) {
-	if n := tokenBound(src); n > maxTokens {
-		return 1, 1, fmt.Sprintf("template has more than %d YAML tokens (counting every bracket, comma, colon, dash and word); split the app", maxTokens)
-	}
-	var s scanner.Scanner
-	s.Init(string(bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))))
-	depth := 0
-	for {
-		toks, err := s.Scan()
-		for _, tk := range toks {
-			switch tk.Type {
-			case token.SequenceStartType, token.MappingStartType:
-				if depth++; depth > maxFlowDepth {
-					return tk.Position.Line, tk.Position.Column, fmt.Sprintf("template nests [ and { more than %d deep; flatten it", maxFlowDepth)
-				}
-			case token.SequenceEndType, token.MappingEndType:
-				depth = max(depth-1, 0)
-			case token.SequenceEntryType, token.MappingKeyType:
-				// A block collection nests inside another on the same
-				// line only after the other's "-" or "?".
-				if depth == 0 && tk.Position.Column > maxIndent {
-					return tk.Position.Line, tk.Position.Column, fmt.Sprintf("template is indented more than %d columns; flatten it", maxIndent)
-				}
-			}
-		}
-		if err != nil {
-			return 0, 0, ""
-		}
-	}
-}
-
-// tokenBound returns at least the number of tokens the YAML scanner reads in
-// src, without allocating: it counts every indicator that can be a token of
-// its own and every other character that follows one or a space.
-func tokenBound(src []byte) int {
-	n := 0
-	prev := byte('\n')
-	for _, c := range src {
-		switch {
-		case isIndicator(c):
-			n++
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-		case prev == ' ' || prev == '\t' || prev == '\n' || prev == '\r' || isIndicator(prev):
-			n++
-		}
-		prev = c
-	}
-	return n
-}
-
-func isIndicator(c byte) bool { return strings.IndexByte("[]{},:?-", c) >= 0 }
 
 // insideDir reports whether path, with every symbolic link resolved, lies
 // in dir (also resolved). Links within the app directory are fine: a

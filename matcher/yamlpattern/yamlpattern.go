@@ -15,10 +15,16 @@ import (
 )
 
 // Parse parses pattern YAML text: one document holding a mapping of field
-// names to conditions. file names the source in errors. The error is a
+// names to conditions, within the limits of CheckBounds. file names the
+// source in errors. The error is a
 // matcher.ErrorList holding every problem found, YAML syntax errors
 // included, each with its 1-based line and column in src.
 func Parse(file string, src []byte) (*matcher.Pattern, error) {
+	if line, col, msg := CheckBounds(src); msg != "" {
+		var l matcher.ErrorList
+		l.Add(file, line, col, "", "pattern "+msg)
+		return nil, l
+	}
 	f, err := parser.ParseBytes(src, 0)
 	if err != nil {
 		var l matcher.ErrorList

@@ -162,3 +162,23 @@ func TestNodePos(t *testing.T) {
 		})
 	}
 }
+
+// TestParseIsBounded: pattern text from a user (the console's playground)
+// cannot make the YAML parser take gigabytes: the depth and the number of
+// tokens are checked on the scanner's tokens before it parses.
+func TestParseIsBounded(t *testing.T) {
+	for name, c := range map[string]struct{ src, want string }{
+		"deep":    {"k: " + strings.Repeat("[", 30000) + "v" + strings.Repeat("]", 30000), "p.yaml:1:68: pattern nests [ and { more than 64 deep"},
+		"compact": {"k:\n  " + strings.Repeat("- ", 30000) + "v", "p.yaml:2:257: pattern is indented more than 256 columns"},
+		// The parser's lexer scans on past an error: so does the check.
+		"after an error": {"k: [\"\\q\"]\nj: " + strings.Repeat("[", 30000) + "v" + strings.Repeat("]", 30000), "p.yaml:2:68: pattern nests [ and { more than 64 deep"},
+		"flat":           {"k: [" + strings.Repeat("v,", 200000) + "v]", "p.yaml:1:1: pattern has more than 100000 YAML tokens"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := yamlpattern.Parse("p.yaml", []byte(c.src))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want %q", err, c.want)
+			}
+		})
+	}
+}
