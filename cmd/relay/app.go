@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/textsafe"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/manual"
@@ -329,7 +330,7 @@ func writeAppRules(w io.Writer, a *app.App, now time.Time, next [][]fireJSON) er
 	if len(a.Errors) > 0 {
 		fmt.Fprintf(w, "\nTemplate errors (%d):\n", len(a.Errors))
 		for _, e := range a.Errors {
-			fmt.Fprintln(w, e.Error())
+			fmt.Fprintln(w, textsafe.Escape(e.Error(), false))
 		}
 	}
 	return nil

@@ -164,3 +164,29 @@ func TestMatchEventKeepsItsBytes(t *testing.T) {
 		t.Errorf("exit %d, stdout %q, stderr %q; want the event refused as not UTF-8", code, stdout.String(), stderr.String())
 	}
 }
+
+// TestTemplateErrorsAreEscaped: relay validate and relay app inspect print
+// template errors, which hold the app's directory name and text of the
+// template, escaped as relay match does: a directory named with an escape
+// sequence and a newline can neither recolour the terminal nor forge a
+// line of output.
+func TestTemplateErrorsAreEscaped(t *testing.T) {
+	root := t.TempDir()
+	name := "bad\x1b[31mred\nforged: ok"
+	if err := os.MkdirAll(filepath.Join(root, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, name, "template.yaml"), []byte("runtime: go\nevents: [{handler: a.b, pattern: {k: [v]}}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"validate", "--apps", root}, {"app", "inspect", "--apps", root, name}} {
+		var out, errb bytes.Buffer
+		run(context.Background(), args, &out, &errb)
+		if strings.ContainsAny(out.String(), "\x1b") || strings.Contains(out.String(), "\nforged: ok") {
+			t.Errorf("relay %s: template error reached the output unescaped:\n%q", args[0], out.String())
+		}
+		if !strings.Contains(out.String(), `bad\x1b[31mred\x0aforged: ok/template.yaml:1:1: app name`) {
+			t.Errorf("relay %s: escaped error missing from the output:\n%s", args[0], out.String())
+		}
+	}
+}

@@ -14,8 +14,12 @@ import (
 // table writes aligned text columns.
 func table(w io.Writer, header []string, rows [][]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	cells := make([]string, 0, len(header))
+	for _, c := range header {
+		// relay app inspect's header holds the app's name.
+		cells = append(cells, textsafe.Escape(c, false))
+	}
+	fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	for _, r := range rows {
 		cells = cells[:0]
 		for _, c := range r {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/textsafe"
 )
 
 // ValidateCmd is `relay validate`.
@@ -33,7 +34,8 @@ func (c *ValidateCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	errs := apps.Errors()
 	for _, e := range errs {
-		fmt.Fprintln(g.stdout, e.Error())
+		// The app's directory name and the template's text are in it.
+		fmt.Fprintln(g.stdout, textsafe.Escape(e.Error(), false))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", plural.Of(len(errs), "template error"))
