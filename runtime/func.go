@@ -28,8 +28,8 @@ type Func struct {
 }
 
 // NewFunc returns a Func serving handlers, keyed by "<app>/<handler>" or, to
-// serve a handler name in every app, by "<handler>" alone; the app-specific
-// key wins. The map is copied. It panics naming the key when a function is
+// serve a handler name without a "/" in every app, by "<handler>" alone;
+// the app-specific key wins. The map is copied. It panics naming the key when a function is
 // nil, which is a programming error (CheckHandlers would otherwise report
 // that key both as missing and as registered).
 func NewFunc(handlers map[string]HandlerFunc, opts ...FuncOption) *Func {

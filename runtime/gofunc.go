@@ -52,11 +52,17 @@ func (f *Func) Keys() []string {
 
 func (f *Func) lookup(app, handler string) (HandlerFunc, bool) {
 	h, ok := f.handlers[app+"/"+handler]
-	if !ok {
+	if !ok && anyApp(handler) {
 		h, ok = f.handlers[handler]
 	}
 	return h, ok
 }
+
+// anyApp reports whether handler, registered alone, serves it in every
+// app. A key holding a "/" is always "<app>/<handler>" (an app name has
+// none): were a handler name "billing/invoice.pay" looked up alone, a
+// template of another app could run billing's function.
+func anyApp(handler string) bool { return !strings.Contains(handler, "/") }
 
 // Target names one (app, handler) that a set of apps runs, from an event
 // rule or a schedule, with the app's Spec.
@@ -79,7 +85,7 @@ func (f *Func) CheckHandlers(targets []Target) error {
 		switch {
 		case f.handlers[t.App+"/"+t.Handler] != nil:
 			used[t.App+"/"+t.Handler] = true
-		case f.handlers[t.Handler] != nil:
+		case anyApp(t.Handler) && f.handlers[t.Handler] != nil:
 			used[t.Handler] = true
 		case t.Spec.GoFunctions():
 			missing = append(missing, t.App+"/"+t.Handler)

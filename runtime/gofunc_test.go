@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/runtime"
 )
@@ -128,5 +129,30 @@ func TestCheckHandlers(t *testing.T) {
 	}
 	if !f.Handles("any", "orders.charge") || f.Handles("shop", "nope") {
 		t.Error("Handles disagrees with the map")
+	}
+}
+
+// TestHandlerNameCannotReachAnotherApp: a handler name may hold a "/" (a
+// module path), but a key with a "/" is always "<app>/<handler>": the
+// handler "billing/invoice.pay" of app "evil" is not served by billing's
+// function, neither when run nor when the handlers are checked.
+func TestHandlerNameCannotReachAnotherApp(t *testing.T) {
+	ran := false
+	f := runtime.NewFunc(map[string]runtime.HandlerFunc{
+		"billing/invoice.pay": func(context.Context, runtime.Request) error { ran = true; return nil },
+	})
+	_, err := f.Run(t.Context(), runtime.Request{App: "evil", Handler: "billing/invoice.pay", Timeout: time.Second})
+	var ee *runtime.ExitError
+	if ran || !errors.As(err, &ee) || ee.Code != 127 {
+		t.Errorf("evil's handler billing/invoice.pay: ran %v, err %v; want no function (127)", ran, err)
+	}
+	if f.Handles("evil", "billing/invoice.pay") {
+		t.Error("Handles(evil, billing/invoice.pay) = true")
+	}
+	goSpec := runtime.Spec{Runtime: runtime.RuntimeGo}
+	err = f.CheckHandlers([]runtime.Target{{App: "billing", Handler: "invoice.pay", Spec: goSpec}, {App: "evil", Handler: "billing/invoice.pay", Spec: goSpec}})
+	var m *runtime.HandlerMismatch
+	if !errors.As(err, &m) || strings.Join(m.Missing, ",") != "evil/billing/invoice.pay" {
+		t.Errorf("CheckHandlers = %v; want evil/billing/invoice.pay missing", err)
 	}
 }
