@@ -44,9 +44,9 @@ type longVar struct {
 	size       int
 }
 
-// maxEnvVar is the most bytes of one NAME=value variable, its terminating
-// NUL included, that Linux passes to a process (MAX_ARG_STRLEN): a longer
-// one fails every start with E2BIG.
+// maxEnvVar is the most bytes of one NAME=value variable or one argument,
+// its terminating NUL included, that Linux passes to a process
+// (MAX_ARG_STRLEN): a longer one fails every start with E2BIG.
 const maxEnvVar = 128 << 10
 
 // checkEnvVar records name=value at n when it is too long for a process.
@@ -392,6 +392,7 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 	case "command":
 		top.command = fl.value
 		a.Spec.Command = t.stringList(fl.value, "command")
+		t.checkArgs(fl.value, a.Spec.Command)
 	case "concurrency":
 		if v, ok := t.integer(fl.value, "concurrency"); ok {
 			if v <= 0 || v > 10000 {
@@ -476,6 +477,24 @@ func (t *tpl) secrets(a *app.App, n ast.Node) {
 			}
 		}
 		a.Spec.Secrets = append(a.Spec.Secrets, s)
+	}
+}
+
+// checkArgs adds an error for each argument of command (at n) that no
+// process can be given: every run would fail to start.
+func (t *tpl) checkArgs(n ast.Node, command []string) {
+	seq, ok := unwrap(n).(*ast.SequenceNode)
+	if !ok || len(seq.Values) != len(command) {
+		return // stringList reported it
+	}
+	for i, arg := range command {
+		p := fmt.Sprintf("command[%d]", i)
+		switch {
+		case strings.IndexByte(arg, 0) >= 0:
+			t.errorf(seq.Values[i], p, "command argument contains a NUL byte, which no process can be given")
+		case len(arg)+1 > maxEnvVar:
+			t.errorf(seq.Values[i], p, "command argument is %d bytes, more than the %d a process can be given per argument", len(arg), maxEnvVar-1)
+		}
 	}
 }
 
