@@ -49,7 +49,7 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 			}
 			for _, h := range []*harness{a, b} {
 				cfg := fastConfig()
-				cfg.MaxConcurrency, cfg.Limiter, cfg.Metrics = 8, limiter, prometheus.NewRegistry()
+				cfg.Limiter, cfg.Metrics = limiter, prometheus.NewRegistry() // MaxConcurrency: the Limiter's
 				e, err := relay.NewEngine(h.apps, relay.Components{
 					Source: stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond)),
 					State:  h.state, Runner: runner, DLQ: h.dlqw, Stream: h.stream, Group: h.group, Consumer: "c1",
