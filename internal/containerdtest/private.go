@@ -1,8 +1,6 @@
 package containerdtest
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
 
 // Daemon is a containerd of one test's own, run by scripts/containerd.sh
@@ -63,45 +62,14 @@ func (d *Daemon) Start() { d.script("start") }
 
 // Pause stalls the daemon with SIGSTOP: its socket stays open, and calls
 // wait without an answer until Resume. It returns once every thread of the
-// daemon has stopped: SIGSTOP only asks them to, and on a busy machine a
-// thread may answer calls for a while before it does.
+// daemon has stopped (testutil.StopProcess).
 func (d *Daemon) Pause() {
 	d.t.Helper()
-	d.signal(syscall.SIGSTOP)
 	pid := d.PID()
 	if pid == 0 {
 		d.t.Fatal("containerdtest: Pause: the daemon is not running")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !stopped(pid) {
-		if time.Now().After(deadline) {
-			d.t.Fatalf("containerdtest: Pause: containerd (pid %d) has threads still running 30s after SIGSTOP", pid)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// stopped reports whether every thread of process pid is stopped by a
-// signal (state T in /proc/<pid>/task/<tid>/stat).
-func stopped(pid int) bool {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	tasks, err := os.ReadDir(dir)
-	if err != nil || len(tasks) == 0 {
-		return false
-	}
-	for _, task := range tasks {
-		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
-		if err != nil {
-			return false
-		}
-		// The state follows the command name, which is in parentheses
-		// and may itself hold any character.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-			return false
-		}
-	}
-	return true
+	testutil.StopProcess(d.t, pid)
 }
 
 // Resume continues a paused daemon (SIGCONT).

@@ -27,6 +27,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -211,8 +212,20 @@ func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
 func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 
 // Pause freezes the server with SIGSTOP: its connections stay open and
-// nothing answers, as with a hung host. Resume continues it.
-func (s *Server) Pause() { s.send(syscall.SIGSTOP) }
+// nothing answers, as with a hung host. It returns once the server has
+// stopped (testutil.Stopped), or after 30s. Resume continues it.
+func (s *Server) Pause() {
+	s.send(syscall.SIGSTOP)
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	for deadline := time.Now().Add(30 * time.Second); !testutil.Stopped(cmd.Process.Pid) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // Resume continues a paused server (SIGCONT).
 func (s *Server) Resume() { s.send(syscall.SIGCONT) }

@@ -149,9 +149,7 @@ func runPaused(t *testing.T, prepared, warm bool, secs, code int) pausedOutcome 
 	// Past the start of the child's timer, which follows the start of the
 	// task or the request to the warm container.
 	time.Sleep(300 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	testutil.StopProcess(t, cmd.Process.Pid)
 	stopped := time.Now()
 	switch {
 	case secs >= 10:

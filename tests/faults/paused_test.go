@@ -142,9 +142,7 @@ func pauseWhileHandlerRuns(t *testing.T, s *soak, cc *client.Client, name string
 	s.mu.Lock()
 	w := s.alive[name]
 	s.mu.Unlock()
-	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	testutil.StopProcess(t, w.cmd.Process.Pid)
 	stopped := time.Now()
 	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
 	if during != nil {
