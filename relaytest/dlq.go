@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
 )
 
 // DLQ is an in-memory dead-letter queue of one source stream
@@ -19,8 +20,9 @@ import (
 //
 // Safe for concurrent use.
 type DLQ struct {
-	stream string
-	clock  Clock
+	stream  string
+	clock   Clock
+	pending func(invocation.Key) bool // WithPending; nil: every message
 
 	mu      sync.Mutex
 	entries []dlq.Entry // in id order
@@ -31,13 +33,16 @@ type DLQ struct {
 }
 
 // NewDLQ returns an empty dead-letter queue for sourceStream. Options:
-// WithClock. It panics on an empty sourceStream, as dlq.NewWriter does.
+// WithClock, and WithPending, which makes Write refuse an entry whose
+// message is not pending with dlq.ErrNotPending, as a dlq.Writer
+// WithPELFence (a worker.Worker's) does. It panics on an empty
+// sourceStream, as dlq.NewWriter does.
 func NewDLQ(sourceStream string, opts ...Option) *DLQ {
 	if sourceStream == "" {
 		panic("relaytest: NewDLQ: empty source stream")
 	}
-	o := buildConfig("NewDLQ", opts, "WithClock")
-	return &DLQ{stream: sourceStream, clock: o.clock}
+	o := buildConfig("NewDLQ", opts, "WithClock", "WithPending")
+	return &DLQ{stream: sourceStream, clock: o.clock, pending: o.pending}
 }
 
 // Write validates e as dlq.Writer.Write does and appends it, returning the
@@ -67,6 +72,9 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	inv := [4]string{e.Group, e.OriginalID, e.App, e.Handler}
 	if id, ok := d.written[inv]; ok {
 		return id, nil
+	}
+	if d.pending != nil && !d.pending(invocation.Key{Stream: d.stream, Group: e.Group, MessageID: e.OriginalID}) {
+		return "", fmt.Errorf("relaytest: dlq write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, dlq.ErrNotPending)
 	}
 	id := streamID{ms: uint64(max(nowMS(d.clock), 0))}
 	if id.compare(d.last) <= 0 {

@@ -20,7 +20,8 @@
 //     fakes takes the path it takes on Redis, and a wrapper of a Settler
 //     can be tested without Redis.
 //   - DLQ is a relay.DLQWriter that keeps its entries, with the reading side
-//     of dlq.Store (List, Get, Delete, Len).
+//     of dlq.Store (List, Get, Delete, Len); WithPending fences its writes
+//     by the PEL as a Worker's dlq.Writer is.
 //   - Runner is a relay.Runner that records requests and answers with
 //     scripted outcomes; runtime.Func runs real Go handlers instead.
 //

@@ -85,14 +85,15 @@ func engineOnFakes(t *testing.T, paired bool) {
 		src := relaytest.NewStream()
 		consumer := src.Consumer("worker-1")
 		state := relaytest.NewStateStore()
+		dead := relaytest.NewDLQ(streamName)
 		var settler relay.Settler
 		counted := &countingSettler{}
 		if paired {
-			state = relaytest.NewStateStore(relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) }))
+			pending := relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) })
+			state, dead = relaytest.NewStateStore(pending), relaytest.NewDLQ(streamName, pending)
 			counted.Settler = relaytest.NewSettler(consumer, state)
 			settler = counted
 		}
-		dead := relaytest.NewDLQ(streamName)
 
 		pattern, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
 		if err != nil {

@@ -223,6 +223,53 @@ func TestFakesHonourCancelledContexts(t *testing.T) {
 	}
 }
 
+// TestDLQPELFence: a DLQ WithPending writes an entry only while its
+// message is pending, as a dlq.Writer WithPELFence does; refused, it
+// returns dlq.ErrNotPending and writes nothing. Once written, a later
+// write returns the entry's id wherever the message is.
+func TestDLQPELFence(t *testing.T) {
+	ctx := t.Context()
+	src := relaytest.NewStream()
+	c := src.Consumer("c")
+	acked, err := src.Publish(ctx, map[string]string{"event": "{}"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, _ := src.Publish(ctx, map[string]string{"event": "{}"})
+	if _, err := c.Read(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ack(ctx, acked); err != nil {
+		t.Fatal(err)
+	}
+	undelivered, _ := src.Publish(ctx, map[string]string{"event": "{}"})
+	d := relaytest.NewDLQ("events", relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) }))
+	entry := func(id string) dlq.Entry {
+		return dlq.Entry{OriginalID: id, Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
+	}
+	for name, id := range map[string]string{"acknowledged": acked, "never delivered": undelivered, "never added": "1-1"} {
+		if got, err := d.Write(ctx, entry(id)); !errors.Is(err, dlq.ErrNotPending) || got != "" {
+			t.Errorf("%s: Write = %q, %v; want dlq.ErrNotPending", name, got, err)
+		}
+	}
+	if n, err := d.Len(ctx); err != nil || n != 0 {
+		t.Fatalf("%d entries after refused writes (%v), want none", n, err)
+	}
+	id, err := d.Write(ctx, entry(pending))
+	if err != nil || id == "" {
+		t.Fatalf("Write of a pending message = %q, %v", id, err)
+	}
+	if err := c.Ack(ctx, pending); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := d.Write(ctx, entry(pending)); err != nil || again != id {
+		t.Errorf("Write after the ack = %q, %v; want the entry written while pending, %q", again, err, id)
+	}
+	if n, err := d.Len(ctx); err != nil || n != 1 {
+		t.Errorf("%d entries (%v), want 1", n, err)
+	}
+}
+
 func TestDLQReading(t *testing.T) {
 	ctx := t.Context()
 	clock := relaytest.NewManualClock(time.UnixMilli(10_000))

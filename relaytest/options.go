@@ -70,18 +70,20 @@ func WithTokenSource(f func() string) Option {
 	}
 }
 
-// WithPending tells a StateStore whether a message is in its consumer
-// group's PEL, as invocation.Store asks Redis in every transition
+// WithPending tells a StateStore or a DLQ whether a message is in its
+// consumer group's PEL, as invocation.Store asks Redis in every transition
 // (docs/delivery.md#invocation-state): a transition or claim of a message
-// that is not is inert (ErrTerminal, Terminal) and Retain refuses one that
-// is. f is called with the store's lock held, must be safe for concurrent
-// use and must not call the StateStore. Beside a Stream:
+// that is not is inert (ErrTerminal, Terminal), Retain refuses one that
+// is, and a DLQ writes no entry for one that is not (dlq.ErrNotPending,
+// unless the invocation's entry was written already). f is called with
+// the fake's lock held, must be safe for concurrent use and must not call
+// the fake. Beside a Stream:
 //
 //	relaytest.WithPending(func(k invocation.Key) bool { return s.IsPending(k.MessageID) })
 //
-// Default: the StateStore does not know the PEL; its transitions take
-// every message as pending, and Retain trusts its caller that the message
-// left the PEL.
+// Default: the fakes do not know the PEL; a StateStore's transitions take
+// every message as pending, Retain trusts its caller that the message left
+// the PEL, and a DLQ writes every entry.
 func WithPending(f func(key invocation.Key) bool) Option {
 	return func(o *config) error {
 		if f == nil {
