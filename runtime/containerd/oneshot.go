@@ -153,8 +153,7 @@ func (r *Runner) newContainer(ctx context.Context, req runtime.Request, p prepar
 		if ctx.Err() != nil {
 			r.removeCancelled(ctx, req, id)
 		} else {
-			r.cleanup(ctx, req, id, r.remove(ctx, id))
-			r.track(id, false)
+			r.removeUntracked(ctx, req, id)
 		}
 		return nil, "", nil, nil, classify(fmt.Errorf("create container %s: %w", id, err))
 	}
@@ -320,7 +319,7 @@ func (r *Runner) discardPrepared(ctx context.Context, app string, pc preparedCon
 		}
 		cancel()
 	}
-	r.removeUntracked(ctx, app, pc.id)
+	r.removeUntracked(ctx, runtime.Request{App: app}, pc.id)
 }
 
 // dropPrepared removes the ready containers of a, app's, in the background;
@@ -351,13 +350,11 @@ func (r *Runner) expirePrepared(app string, a *preparedApp) {
 	r.dropPrepared(r.backgroundContext(), app, a)
 }
 
-// removeUntracked removes container id and its snapshot, then stops
-// tracking it.
-func (r *Runner) removeUntracked(ctx context.Context, app, id string) {
+// removeUntracked removes container id of req, its snapshot and any task,
+// then stops tracking it.
+func (r *Runner) removeUntracked(ctx context.Context, req runtime.Request, id string) {
 	defer r.track(id, false)
-	if err := r.remove(ctx, id); err != nil {
-		r.cleanup(ctx, runtime.Request{App: app}, id, err)
-	}
+	r.cleanup(ctx, req, id, r.remove(ctx, id))
 }
 
 // removeLater deletes an attempt's exited task, its container and snapshot
@@ -384,10 +381,7 @@ func (r *Runner) removeLater(ctx context.Context, req runtime.Request, id string
 // without waiting for containerd, which may be the reason for the
 // cancellation (stalled; docs/operations.md "Faults").
 func (r *Runner) removeCancelled(ctx context.Context, req runtime.Request, id string) {
-	r.later(func() {
-		defer r.track(id, false)
-		r.cleanup(ctx, req, id, r.remove(ctx, id))
-	})
+	r.later(func() { r.removeUntracked(ctx, req, id) })
 }
 
 // later runs f in the background; Close waits for it. Once Close has
