@@ -213,7 +213,7 @@ func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 
 // Pause freezes the server with SIGSTOP: its connections stay open and
 // nothing answers, as with a hung host. It returns once the server has
-// stopped (testutil.Stopped), or after 30s. Resume continues it.
+// stopped (testutil.WaitStopped), or after 30s. Resume continues it.
 func (s *Server) Pause() {
 	s.send(syscall.SIGSTOP)
 	s.mu.Lock()
@@ -222,9 +222,7 @@ func (s *Server) Pause() {
 	if cmd == nil {
 		return
 	}
-	for deadline := time.Now().Add(30 * time.Second); !testutil.Stopped(cmd.Process.Pid) && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitStopped(cmd.Process.Pid, 30*time.Second)
 }
 
 // Resume continues a paused server (SIGCONT).

@@ -20,13 +20,20 @@ func StopProcess(t testing.TB, pid int) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("testutil: SIGSTOP to pid %d: %v", pid, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !Stopped(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("testutil: pid %d has threads still running 30s after SIGSTOP", pid)
-		}
-		time.Sleep(time.Millisecond)
+	if !WaitStopped(pid, 30*time.Second) {
+		t.Fatalf("testutil: pid %d has threads still running 30s after SIGSTOP", pid)
 	}
+}
+
+// WaitStopped waits until every thread of process pid has stopped
+// (Stopped), at most within; it reports whether they did.
+func WaitStopped(pid int, within time.Duration) bool {
+	for deadline := time.Now().Add(within); !Stopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // Stopped reports whether every thread of process pid is stopped by a
