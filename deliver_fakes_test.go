@@ -448,6 +448,41 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 	})
 }
 
+// A Go function that ignores its context and runs past its rule's timeout
+// is a timed-out attempt, not a success, when the shutdown timeout abandons
+// it after the rule's timeout expired: the attempt is charged, its retry
+// scheduled, and the message stays pending (docs/embedding.md#go-handlers).
+func TestFakesShutdownAfterTheTimeoutIsATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: time.Second})
+		fn := runtime.NewFunc(map[string]runtime.HandlerFunc{fakeField: func(context.Context, runtime.Request) error {
+			time.Sleep(3 * time.Second) // ignores its context
+			return nil
+		}})
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			_, err := fn.Run(ctx, req)
+			return err
+		})
+		reg := prometheus.NewRegistry()
+		stop := f.run("c1", relay.Config{ShutdownTimeout: 200 * time.Millisecond, Metrics: reg})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1600 * time.Millisecond)
+		stop()
+		if !f.src.IsPending(id) {
+			t.Fatal("a handler that outlived its timeout got its message acknowledged")
+		}
+		if v := f.value(id); !strings.HasPrefix(v, "next_attempt_at:") || attemptsUsed(t, v) != 1 {
+			t.Errorf("state after the stop = %q, want attempt 1 charged and its retry scheduled", v)
+		}
+		if n := invocationsTotal(t, reg, "timeout"); n != 1 {
+			t.Errorf("relay_invocations_total{outcome=timeout} = %v, want 1", n)
+		}
+	})
+}
+
 // A handler that exits runtime.ExitPermanent, or a Go function that returns
 // runtime.Permanent, fails its invocation for good: with the default four
 // retries left it is dead-lettered after its one attempt, with its reason,

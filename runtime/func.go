@@ -63,9 +63,13 @@ var errTimedOut = errors.New("runtime: handler timeout")
 // (Code ExitPermanent when err wraps ErrPermanent);
 // *ExitError{Code: 2, Err: *PanicError} when it panics;
 // *ExitError{TimedOut: true} when req.Timeout expired before it returned,
-// whatever it returned. If ctx itself is cancelled (shutdown) and the handler
-// fails, Run returns an infrastructure error wrapping ctx.Err(), which charges
-// no attempt. Result.Duration is the handler's run time in every case.
+// whatever it returned, and even when ctx was cancelled after that. If ctx
+// itself is cancelled (shutdown) before the timeout and the handler then
+// fails, or returns only after its timeout would have expired, Run returns
+// an infrastructure error wrapping ctx.Err(), which charges no attempt: a
+// handler that outlived its timeout is never a success
+// (docs/embedding.md#go-handlers). Result.Duration is the handler's run
+// time in every case.
 func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
 	h, ok := f.lookup(req.App, req.Handler)
 	if !ok {
@@ -78,12 +82,12 @@ func (f *Func) Run(ctx context.Context, req Request) (Result, error) {
 	err := callHandler(hctx, f.chain(h), req)
 	res := Result{Duration: time.Since(start)}
 	switch {
-	case errors.Is(context.Cause(hctx), errTimedOut) && ctx.Err() == nil:
+	case timedOut(hctx):
 		return res, &ExitError{Code: 1, TimedOut: true, Timeout: req.Timeout, Err: err}
+	case ctx.Err() != nil && (err != nil || outlived(req.Timeout, res.Duration)):
+		return res, fmt.Errorf("run %s/%s: %w", req.App, req.Handler, ctx.Err())
 	case err == nil:
 		return res, nil
-	case ctx.Err() != nil:
-		return res, fmt.Errorf("run %s/%s: %w", req.App, req.Handler, ctx.Err())
 	}
 	var pe *PanicError
 	switch {
@@ -103,6 +107,16 @@ func callHandler(ctx context.Context, h HandlerFunc, req Request) (err error) {
 	}()
 	return h(ctx, req)
 }
+
+// timedOut reports whether the timeout of ctx, made by withTimeout, expired
+// before its parent was cancelled: the cause is set by whichever came
+// first, so a shutdown after the timeout does not hide it.
+func timedOut(ctx context.Context) bool { return errors.Is(context.Cause(ctx), errTimedOut) }
+
+// outlived reports whether a run that took took went past timeout (> 0).
+// A shutdown cancels the timeout's timer with the run's context, so a
+// handler that ignores its context and returns after both is caught here.
+func outlived(timeout, took time.Duration) bool { return timeout > 0 && took >= timeout }
 
 // withTimeout bounds ctx by d (no bound when d <= 0); expiry sets the cause
 // errTimedOut so that it can be told apart from the parent's cancellation.

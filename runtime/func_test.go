@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/relaydev/relay/runtime"
@@ -120,4 +121,47 @@ func TestNewFuncRefusesANilFunction(t *testing.T) {
 		}
 	}()
 	runtime.NewFunc(map[string]runtime.HandlerFunc{"shop/orders.charge": nil, "shop/refunds.run": func(context.Context, runtime.Request) error { return nil }})
+}
+
+// A handler that ignores its context and outlives its timeout is never a
+// success, whether or not a shutdown cancels the run's context meanwhile:
+// when the timeout came first the attempt timed out; when the shutdown came
+// first it is given back uncharged (an infrastructure error). A handler
+// that returns nil within its timeout after the shutdown succeeded
+// (docs/embedding.md#go-handlers).
+func TestFuncOutlivedTimeoutIsNeverASuccess(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		runs, stopAt time.Duration // the rule's timeout is 1s
+		want         string        // timed out, uncharged or success
+	}{
+		{"timeout, then shutdown", 3 * time.Second, 1800 * time.Millisecond, "timed out"},
+		{"shutdown, then past the timeout", 3 * time.Second, 500 * time.Millisecond, "uncharged"},
+		{"shutdown, then done within the timeout", 800 * time.Millisecond, 500 * time.Millisecond, "success"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := runtime.NewFunc(map[string]runtime.HandlerFunc{"shop/orders.charge": func(context.Context, runtime.Request) error {
+					time.Sleep(tc.runs) // whatever its context says
+					return nil
+				}})
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(tc.stopAt, cancel)
+				_, err := f.Run(ctx, runtime.Request{App: "shop", Handler: "orders.charge", Timeout: time.Second, Attempt: 1})
+				ee, isExit := errors.AsType[*runtime.ExitError](err)
+				got := "other"
+				switch {
+				case err == nil:
+					got = "success"
+				case isExit && ee.TimedOut:
+					got = "timed out"
+				case !isExit && errors.Is(err, context.Canceled):
+					got = "uncharged"
+				}
+				if got != tc.want {
+					t.Errorf("Run returned %v (%s), want %s", err, got, tc.want)
+				}
+			})
+		})
+	}
 }

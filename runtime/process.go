@@ -45,7 +45,8 @@ func NewProcess(opts ...Option) (*Process, error) {
 // killed by signal n); a command that cannot be executed is an *ExitError
 // with code 127 (not found) or 126 (not executable), as in a shell. A missing
 // app directory or command wraps ErrUnavailable. When ctx is cancelled the
-// process group is killed and Run returns an error wrapping ctx.Err().
+// process group is killed and Run returns an error wrapping ctx.Err(),
+// unless req.Timeout expired first: then it is a timeout (TimedOut).
 func (p *Process) Run(ctx context.Context, req Request) (Result, error) {
 	name := req.App + "/" + req.Handler
 	argv, err := p.command(req.Spec)
@@ -78,9 +79,10 @@ func (p *Process) Run(ctx context.Context, req Request) (Result, error) {
 
 	var exitErr *exec.ExitError
 	switch {
-	case errors.Is(context.Cause(runCtx), errTimedOut) && ctx.Err() == nil:
+	case timedOut(runCtx):
+		// Killed at its timeout, whether or not a shutdown followed.
 		return res, &ExitError{Code: exitCode(cmd), TimedOut: true, Timeout: req.Timeout, Stderr: stderr.LastLine()}
-	case ctx.Err() != nil && err != nil:
+	case ctx.Err() != nil && (err != nil || outlived(req.Timeout, res.Duration)):
 		return res, fmt.Errorf("run %s: %w", name, ctx.Err())
 	case err == nil, errors.Is(err, exec.ErrWaitDelay):
 		// ErrWaitDelay: the handler exited 0 but a child kept its output open.

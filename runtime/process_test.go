@@ -205,3 +205,24 @@ func TestProcessBootstrap(t *testing.T) {
 		})
 	}
 }
+
+// stoppedLater is a context whose cancellation its children never see:
+// Err reports Canceled from the start, as Run's context does when a
+// shutdown follows the handler's timeout while the kill is under way.
+type stoppedLater struct{ context.Context }
+
+func (stoppedLater) Done() <-chan struct{} { return nil }
+func (stoppedLater) Err() error            { return context.Canceled }
+
+// A handler killed at its timeout timed out, even when a shutdown cancels
+// the run's context before Run returns: the attempt is charged, never
+// given back (docs/embedding.md#go-handlers).
+func TestProcessTimeoutThenShutdown(t *testing.T) {
+	p, _, dir := newProcess(t)
+	req := processRequest(dir, "slow.sleep")
+	req.Timeout = 100 * time.Millisecond
+	_, err := p.Run(stoppedLater{t.Context()}, req)
+	if ee, ok := errors.AsType[*runtime.ExitError](err); !ok || !ee.TimedOut {
+		t.Errorf("got %v, want a timed-out *ExitError", err)
+	}
+}
