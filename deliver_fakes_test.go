@@ -102,6 +102,13 @@ func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes 
 // until the test ends or stop is called.
 func (f *onFakes) run(consumer string, cfg relay.Config) (stop func()) {
 	f.t.Helper()
+	_, stop = f.engine(consumer, cfg)
+	return stop
+}
+
+// engine is run, returning the Engine too.
+func (f *onFakes) engine(consumer string, cfg relay.Config) (_ *relay.Engine, stop func()) {
+	f.t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -112,7 +119,7 @@ func (f *onFakes) run(consumer string, cfg relay.Config) (stop func()) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return runEngine(f.t, e)
+	return e, runEngine(f.t, e)
 }
 
 // publish appends an order event and returns its id.
@@ -445,6 +452,52 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 		}
 		f.settle(time.Hour)
 		f.wantRetained(id, "ok")
+	})
+}
+
+// Engine.Running lists the attempts running now, with when they started
+// and their timeout, so a hung handler can be told from a slow one; the
+// Limiter says how many of each app's slots they hold.
+func TestFakesRunningListsTheAttemptsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: time.Minute})
+		release := make(chan struct{})
+		f.runner.Script(fakeField, relaytest.Block(release, relaytest.Succeed()))
+		lim, err := relay.NewLimiter(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _ := f.engine("c1", relay.Config{Limiter: lim})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		time.Sleep(90 * time.Second)
+		rs := e.Running()
+		if len(rs) != 1 {
+			t.Fatalf("Running() = %+v, want the one attempt", rs)
+		}
+		r := rs[0]
+		if r.App != "shop" || r.Handler != "orders.charge" || r.MessageID != id || r.Attempt != 1 || r.MaxAttempts != 5 ||
+			!r.Started.Equal(started) || r.Timeout != time.Minute {
+			t.Errorf("Running() = %+v, want shop/orders.charge attempt 1 of 5 of %s, started at %s, timeout 1m", r, id, started)
+		}
+		if !r.Stalled(time.Now()) || r.Stalled(started.Add(time.Minute)) {
+			t.Errorf("Stalled: want true 90s after its start with a 1m timeout, false at 1m")
+		}
+		global, apps := lim.InUse()
+		if global != 1 || len(apps) != 1 || apps[0] != (relay.AppSlots{App: "shop", InUse: 1, Limit: 2}) {
+			t.Errorf("InUse() = %d, %+v; want 1 and shop 1 of 2", global, apps)
+		}
+		close(release)
+		f.settle(time.Minute)
+		if rs := e.Running(); len(rs) != 0 {
+			t.Errorf("Running() after the attempt = %+v, want none", rs)
+		}
+		if global, apps := lim.InUse(); global != 0 || apps[0].InUse != 0 {
+			t.Errorf("InUse() after the attempt = %d, %+v; want none taken", global, apps)
+		}
 	})
 }
 

@@ -71,6 +71,8 @@ type Engine struct {
 	gen atomic.Pointer[generation]
 
 	running atomic.Bool
+	// runs are the handler attempts running now (Running).
+	runs *runningSet
 	// consuming is set while Run's read loop runs and its last read of the
 	// stream succeeded (Ping, readiness).
 	consuming atomic.Bool
@@ -186,6 +188,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		held:         newHeldSet(),
 		loopFailures: newRepeats(),
 		unsettled:    newUnsettledClaims(),
+		runs:         newRunningSet(),
 	}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {

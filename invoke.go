@@ -265,8 +265,11 @@ func (e *Engine) run(d *delivery, a *app.App, c call, l invocation.Lease, span t
 	}
 	e.m.inFlight.Inc()
 	start := time.Now()
+	done := e.runs.add(l.Token, Running{App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
+		MaxAttempts: c.retries + 1, Started: start, Timeout: c.timeout, LeaseUntil: l.Deadline})
 	_, err := e.c.Runner.Run(trace.ContextWithSpan(d.handlerCtx, span), req)
 	took := time.Since(start)
+	done()
 	e.m.inFlight.Dec()
 	return took, err
 }

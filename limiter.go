@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +23,8 @@ type Limiter struct {
 
 	mu     sync.Mutex
 	perApp map[appSlotsKey]chan struct{}
+	// newest is the bound each app's slots were last made with.
+	newest map[string]int
 }
 
 // appSlotsKey names one app's slots. An app whose concurrency changes (a
@@ -36,7 +40,7 @@ func NewLimiter(max int) (*Limiter, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("relay: NewLimiter: max must be > 0, got %d", max)
 	}
-	return &Limiter{max: max, global: make(chan struct{}, max), perApp: map[appSlotsKey]chan struct{}{}}, nil
+	return &Limiter{max: max, global: make(chan struct{}, max), perApp: map[appSlotsKey]chan struct{}{}, newest: map[string]int{}}, nil
 }
 
 // Max returns the worker-global bound.
@@ -52,6 +56,7 @@ func (l *Limiter) app(a *app.App) chan struct{} {
 	if !ok {
 		s = make(chan struct{}, max(1, min(a.Concurrency, l.max)))
 		l.perApp[k] = s
+		l.newest[a.Name] = cap(s)
 	}
 	return s
 }
@@ -98,4 +103,35 @@ func (l *Limiter) waitAcquire(ctx context.Context, a *app.App, wait time.Duratio
 	}
 	<-appSlots
 	return slots{}, false
+}
+
+// AppSlots is how many of one app's concurrency slots are taken on a
+// Limiter, and its bound there (min(concurrency, the Limiter's max)).
+type AppSlots struct {
+	App          string
+	InUse, Limit int
+}
+
+// InUse returns the slots taken now: the worker-global count, and per app
+// that ever ran here, sorted by app. An app whose
+// concurrency changed (a reload) counts the runs under both bounds, and
+// Limit is the newest. Safe for concurrent use.
+func (l *Limiter) InUse() (global int, apps []AppSlots) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	byApp := map[string]*AppSlots{}
+	for k, s := range l.perApp {
+		a := byApp[k.name]
+		if a == nil {
+			a = &AppSlots{App: k.name}
+			byApp[k.name] = a
+		}
+		a.InUse += len(s)
+		a.Limit = l.newest[k.name]
+	}
+	for _, a := range byApp {
+		apps = append(apps, *a)
+	}
+	slices.SortFunc(apps, func(a, b AppSlots) int { return strings.Compare(a.App, b.App) })
+	return len(l.global), apps
 }
