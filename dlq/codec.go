@@ -35,7 +35,7 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // Encode returns the wire fields of e. Timestamp is written in UTC with
 // millisecond precision and omitted when zero; trace is omitted when empty;
 // every other field is always present. e.ID is not a field. Encode does not
-// validate; Write does.
+// validate: Entry.Validate does.
 func Encode(e Entry) map[string]string {
 	m := map[string]string{
 		fieldOriginalStream:  e.OriginalStream,
@@ -56,6 +56,20 @@ func Encode(e Entry) map[string]string {
 		m[fieldTrace] = e.Trace
 	}
 	return m
+}
+
+// EncodePairs returns the wire fields of e as Encode does, as field/value
+// pairs in the order of docs/delivery.md#dead-letter-queue: what an XADD
+// of the entry takes.
+func EncodePairs(e Entry) []string {
+	m := Encode(e)
+	out := make([]string, 0, 2*len(m))
+	for _, f := range fieldOrder {
+		if v, ok := m[f]; ok {
+			out = append(out, f, v)
+		}
+	}
+	return out
 }
 
 // Decode builds the entry with id from its wire fields. original_id, app and

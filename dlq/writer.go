@@ -107,13 +107,7 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 	if err := e.Validate(); err != nil {
 		return "", err
 	}
-	fields := Encode(e)
-	args := []string{strconv.FormatInt(w.writtenTTL.Milliseconds(), 10), e.Group, e.OriginalID}
-	for _, f := range fieldOrder {
-		if v, ok := fields[f]; ok {
-			args = append(args, f, v)
-		}
-	}
+	args := append([]string{strconv.FormatInt(w.writtenTTL.Milliseconds(), 10), e.Group, e.OriginalID}, EncodePairs(e)...)
 	ks := []string{w.key, keys.DLQWritten(w.stream, e.Group, e.OriginalID, e.App, e.Handler)}
 	if w.fence {
 		ks = append(ks, w.stream)

@@ -23,18 +23,11 @@ var scriptSources = map[string]string{}
 // Only idempotent scripts are retryable (rueidis retries them on a broken
 // connection, where the first run may already have applied).
 var (
-	claimScript         = script("claim.lua", rueidis.NewLuaScript)
-	releaseScript       = script("release.lua", rueidis.NewLuaScript)
-	finishScript        = script("finish.lua", rueidis.NewLuaScript)
-	finishSettleScript  = script("finish_settle.lua", rueidis.NewLuaScript)
-	scheduleRetryScript = script("schedule_retry.lua", rueidis.NewLuaScript)
-	exhaustScript       = script("exhaust.lua", rueidis.NewLuaScript)
-	markDLQScript       = script("mark_dlq.lua", rueidis.NewLuaScriptRetryable)
-	retainScript        = script("retain.lua", rueidis.NewLuaScriptRetryable)
-	settleScript        = script("settle.lua", rueidis.NewLuaScriptRetryable)
-	pinScript           = script("pin.lua", rueidis.NewLuaScriptRetryable)
-	retainAckedScript   = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
-	voidScript          = script("void.lua", rueidis.NewLuaScriptRetryable)
+	claimScript       = script("claim.lua", rueidis.NewLuaScript)
+	settleScript      = script("settle.lua", rueidis.NewLuaScript)
+	pinScript         = script("pin.lua", rueidis.NewLuaScriptRetryable)
+	retainAckedScript = script("retain_acked.lua", rueidis.NewLuaScriptRetryable)
+	voidScript        = script("void.lua", rueidis.NewLuaScriptRetryable)
 )
 
 // helpers are the blocks of prelude.lua by name, in file order: the
@@ -121,6 +114,15 @@ const (
 	claimMalformed    = 8  // 8, value
 	claimFirst        = 9  // 9, deadline_ms: attempt 1 claimed, trace '' and lost 0
 	claimVoided       = 10 // 10: the claim was voided before it ran (void.lua)
+	claimProbed       = 11 // 11, attempts used, lost: a probe recorded the field due
+)
+
+// Reply codes of settle.lua, per settlement.
+const (
+	settleApplied  = 1 // 1, one element per transition
+	settleStale    = 2
+	settleTerminal = 3
+	settlePending  = 5 // a Cleared settlement of a message still pending
 )
 
 // claimReplyLen returns how many elements, code included, the reply of
@@ -131,6 +133,8 @@ func claimReplyLen(code int64) int {
 		return 1
 	case claimRunning, claimNotDue, claimMalformed, claimFirst:
 		return 2
+	case claimProbed:
+		return 3
 	case claimDeadLettered:
 		return 4
 	case claimClaimed, claimExhausted:

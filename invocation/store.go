@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/internal/combine"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 )
 
@@ -46,8 +46,6 @@ type Store struct {
 	token    func() string
 	maxBatch int
 	cluster  bool
-	claims   *combine.Combiner[string, claimItem, reply]
-	settles  *combine.Combiner[settleGroup, settleItem, int64]
 }
 
 // Option configures a Store.
@@ -72,7 +70,7 @@ func New(client rueidis.Client, opts ...Option) *Store {
 	for _, o := range opts {
 		o(s)
 	}
-	s.initBatches()
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	return s
 }
 
@@ -82,11 +80,10 @@ func randomToken() string {
 	return hex.EncodeToString(b)
 }
 
-// Claim decides whether this delivery may run a new attempt of the
-// invocation field ("<app>/<handler>") of message key, and records the claim
-// when it may (claim.lua):
+// Claim decides each of reqs (claim.lua) and returns one result per
+// request, in order. For one request, whatever the hash holds:
 //
-//   - no state: attempt 1 is Claimed, running until now+lease;
+//   - no state: attempt 1 is Claimed, running until now+Lease;
 //
 //   - running with a live lease: Running, with RunningUntil;
 //
@@ -103,70 +100,108 @@ func randomToken() string {
 //
 //   - __terminal set: Terminal, and nothing changes.
 //
-//   - the message is no longer in key.Group's PEL (acknowledged, or its
+//   - the message is no longer in Key.Group's PEL (acknowledged, or its
 //     reference cleared): Terminal, and nothing changes, whatever the hash
 //     holds (docs/delivery.md#invocation-state).
 //
-// Claimed, Exhausted and DeadLettered carry PrevTrace, the lineage the
-// latest unsuccessful attempt stored (Lease.Trace).
+// A Probe is decided the same way, but where a claim would take an
+// attempt the field is recorded due now with its attempts unchanged and
+// the status is Probed. Claimed, Exhausted and DeadLettered carry
+// PrevTrace, the lineage the latest unsuccessful attempt stored
+// (Lease.Trace). When the attempt to claim would exceed MaxAttempts,
+// Claim stores exhausted:<attempt>:<token> instead and returns Exhausted,
+// so the caller writes the DLQ entry without running the handler.
 //
-// When the attempt to claim would exceed maxAttempts (the rule's retries
-// plus one), Claim stores exhausted:<attempt>:<token> instead and returns
-// Exhausted, so the caller writes the DLQ entry without running the handler.
-//
-// rec, given by a message's first delivery, records the message's other
-// invocations in the same script (see Record); it must not name field or a
-// reserved "__" field.
-// now is the Redis server's clock; lease must be at least 1ms and is used
-// with millisecond precision. A malformed stored value is an error; the
-// caller must then not run the handler.
-func (s *Store) Claim(ctx context.Context, key Key, field string, lease time.Duration, maxAttempts int, rec Record) (Claim, error) {
-	hash := hashOf(key)
-	fail := func(err error) (Claim, error) {
-		return Claim{}, fmt.Errorf("claim %s in %s: %w", field, hash, err)
-	}
-	token := s.token()
-	args, err := s.claimArgs(key, field, lease, maxAttempts, rec, token)
-	if err != nil {
-		return fail(err)
-	}
-	r, err := s.claims.Do(ctx, s.claimGroup(key.Stream, hash), claimItem{hash: hash, stream: key.Stream, args: args})
-	if err != nil {
-		if replyLost(err) {
-			err = &ClaimUnknownError{Lease: Lease{Key: key, Field: field, Token: token}, Err: err}
+// Requests of one stream go in one script call (WithMaxBatch bounds its
+// size; several calls are sent at once). now is the Redis server's clock. A
+// malformed request or stored value is that request's error; the caller
+// must then not run the handler. A call whose reply was lost fails each of
+// its claims with a *ClaimUnknownError carrying its token (Void gives it
+// back).
+func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
+	out := make([]ClaimResult, len(reqs))
+	tokens := make([]string, len(reqs))
+	var items []claimItem
+	var at []int
+	for i, r := range reqs {
+		tokens[i] = s.token()
+		args, err := s.claimArgs(r, tokens[i])
+		if err != nil {
+			out[i].Err = fmt.Errorf("claim %s in %s: %w", r.Field, hashOf(r.Key), err)
+			continue
 		}
-		return fail(err)
+		items = append(items, claimItem{hash: hashOf(r.Key), stream: r.Key.Stream, args: args})
+		at = append(at, i)
 	}
-	c, err := claimOf(r, Lease{Key: key, Field: field}, token)
-	if err != nil {
-		return fail(err)
-	}
-	return c, nil
+	s.chunks(len(items), func(from, to int) {
+		for k, res := range s.runClaims(ctx, items[from:to]) {
+			i := at[from+k]
+			r := reqs[i]
+			out[i] = claimResult(res, r, tokens[i])
+		}
+	})
+	return out
 }
 
-// claimArgs checks Claim's arguments and returns its segment of
-// claim.lua's ARGV.
-func (s *Store) claimArgs(key Key, field string, lease time.Duration, maxAttempts int, rec Record, token string) ([]string, error) {
-	if err := CheckClaim(field, lease, maxAttempts); err != nil {
-		return nil, err
+// claimResult reads one claim's reply.
+func claimResult(res result, r ClaimRequest, token string) ClaimResult {
+	fail := func(err error) ClaimResult {
+		return ClaimResult{Err: fmt.Errorf("claim %s in %s: %w", r.Field, hashOf(r.Key), err)}
 	}
-	if err := CheckRecord(field, rec); err != nil {
+	if res.err != nil {
+		if replyLost(res.err) {
+			return fail(&ClaimUnknownError{Lease: Lease{Key: r.Key, Field: r.Field, Token: token}, Err: res.err})
+		}
+		return fail(res.err)
+	}
+	c, err := claimOf(res.reply, Lease{Key: r.Key, Field: r.Field}, token)
+	if err != nil {
+		return fail(err)
+	}
+	return ClaimResult{Claim: c}
+}
+
+// chunks runs f over [0, n) in chunks of at most WithMaxBatch items, all
+// at once: the client pipelines concurrent calls, so several chunks cost
+// one round trip, not one each. The last chunk runs on the caller's
+// goroutine, so a batch of one chunk starts none.
+func (s *Store) chunks(n int, f func(from, to int)) {
+	var wg sync.WaitGroup
+	for from := 0; from < n; from += s.maxBatch {
+		to := min(from+s.maxBatch, n)
+		if to == n {
+			f(from, to)
+			break
+		}
+		wg.Go(func() { f(from, to) })
+	}
+	wg.Wait()
+}
+
+// claimArgs checks r and returns its segment of claim.lua's ARGV.
+func (s *Store) claimArgs(r ClaimRequest, token string) ([]string, error) {
+	if err := r.Check(); err != nil {
 		return nil, err
 	}
 	if err := CheckToken(token); err != nil {
 		return nil, err
 	}
-	if err := s.checkKeys(key); err != nil {
+	if err := s.checkKeys(r.Key); err != nil {
 		return nil, err
 	}
-	complete := "0"
-	if rec.Complete {
-		complete = "1"
+	flags := "-"
+	switch {
+	case r.Record.Complete && r.Probe:
+		flags = "cp"
+	case r.Record.Complete:
+		flags = "c"
+	case r.Probe:
+		flags = "p"
 	}
-	args := make([]string, 0, 8+len(rec.Fields))
-	args = append(args, field, strconv.FormatInt(lease.Milliseconds(), 10), token, strconv.Itoa(maxAttempts),
-		complete, key.Group, key.MessageID, strconv.Itoa(len(rec.Fields)))
-	return append(args, rec.Fields...), nil
+	args := make([]string, 0, 8+len(r.Record.Fields))
+	args = append(args, r.Field, strconv.FormatInt(r.Lease.Milliseconds(), 10), token, strconv.Itoa(r.MaxAttempts),
+		flags, r.Key.Group, r.Key.MessageID, strconv.Itoa(len(r.Record.Fields)))
+	return append(args, r.Record.Fields...), nil
 }
 
 // claimOf reads one claim's reply r: base is the lease of the claimed
@@ -181,6 +216,9 @@ func claimOf(r reply, base Lease, token string) (Claim, error) {
 		c.Status, c.Lease = Claimed, base
 		c.Lease.Attempt, c.Lease.Token, c.Lease.Deadline = int(r.int(1)), token, time.UnixMilli(r.int(2))
 		c.PrevTrace, c.Lost = r.str(3), int(r.int(4))
+	case claimProbed:
+		c.Status, c.Lease = Probed, base
+		c.Lease.Attempt, c.Lease.Token, c.Lost = int(r.int(1)), token, int(r.int(2))
 	case claimRunning:
 		c.Status, c.RunningUntil = Running, time.UnixMilli(r.int(1))
 	case claimNotDue:
@@ -228,7 +266,7 @@ func replyLost(err error) bool {
 // knows only l.Key, l.Field and l.Token (from the ClaimUnknownError), not
 // whether the claim ran, nor, so, its attempt (l.Attempt is ignored). When
 // the claim ran and the field is still running with its token, the attempt
-// is given back uncharged, as Release does; when it has not run (it may
+// is given back uncharged, as a Release does; when it has not run (it may
 // still be on its way, held up in the network), the field is marked with
 // its token, due and with its count unchanged (next_attempt_at:<now>:0:<token>
 // when it had no state), so that the claim, if it arrives later, finds its
@@ -262,258 +300,141 @@ func (s *Store) Void(ctx context.Context, l Lease) error {
 	return fail(r.unknown())
 }
 
-// Release gives a claimed attempt back without charging it, for a runtime
-// that was unavailable or a worker shutting down (release.lua). The field
-// becomes next_attempt_at:<now>:<attempt-1>:<token>, due at once, so the
-// next Claim runs the same attempt number; for attempt 1 (0 used) too, so
-// that Unfinished still lists the invocation. A non-empty l.Trace is stored in
-// TraceField(l.Field) either way. ErrStale unless the field is running with
-// l's attempt and token; ErrTerminal on a retained hash or once the
-// message left the group's PEL.
-func (s *Store) Release(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "release", releaseScript, l, l.Trace)
-	return err
-}
-
-// Finish records success: the field becomes "ok" (finish.lua). ErrStale
-// unless the field is running with l's attempt and token, including when it
-// is "ok" already (Finish is not idempotent: "ok" carries no token, so a
-// caller that lost the reply learns the outcome from Claim, which reports
-// Succeeded). ErrTerminal on a retained hash or once the message left the
-// group's PEL.
-func (s *Store) Finish(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "finish", finishScript, l)
-	return err
-}
-
-// FinishSettle records the success of the last unfinished invocation of a
-// message, acknowledges the message in its group (XACK) and applies the
-// retention of its hash, all in one script (finish_settle.lua): Finish,
-// then the acknowledgement and Retain, without a round trip or a crash
-// between them. retention is CheckRetention's: 0 deletes the hash in that
-// script, so none outlives the XACK; otherwise the field becomes "ok" and
-// the hash gets __terminal and a TTL of retention. The caller must know
-// every other invocation of the message is terminal. ErrStale unless the
-// field is running with l's attempt and token, and then nothing is
-// acknowledged; ErrTerminal on a retained hash or when the message is no
-// longer in the group's PEL. Under Redis Cluster the stream and the hash
-// must share a hash slot (a stream name with a hash tag).
-func (s *Store) FinishSettle(ctx context.Context, l Lease, retention time.Duration) error {
-	g, it, err := s.settleItemOf(l, retention)
-	if err == nil {
-		var code int64
-		code, err = s.settles.Do(ctx, g, it)
-		err = settleResult(code, err)
+// Settle applies each of ss atomically (settle.lua) and returns one result
+// per settlement, in order: the transitions of its invocations, the
+// dead-letter entries they write (to keys.DLQ of the stream, in the same
+// step as their ":dlq" marker, so a redelivery or a retry after a lost
+// reply never writes one twice), and, with Ack, the XACK and the
+// retention of the message's state (the hash deleted with Retention 0, so
+// nothing of it outlives the XACK; else __terminal and a TTL). A
+// settlement one of whose transitions is stale returns ErrStale and
+// changes nothing; one on a retained hash, or of a message no longer in
+// its group's PEL, returns ErrTerminal and changes nothing
+// (docs/delivery.md#invocation-state). Settlements of one stream go in one
+// script call (WithMaxBatch bounds its size). A failed call fails every
+// settlement it carried, which may or may not have applied. Under Redis
+// Cluster the stream, its hashes and its dead-letter stream must share a
+// hash slot (a stream name with a hash tag, docs/deployment.md).
+func (s *Store) Settle(ctx context.Context, ss []Settlement) []SettleResult {
+	out := make([]SettleResult, len(ss))
+	type group struct {
+		stream, group string
+		items         []settleItem
+		at            []int
 	}
-	return wrapSettle(l, err)
-}
-
-// FinishSettleBatch is FinishSettle for each of ls, in as few script
-// calls as WithMaxBatch allows, sent together: leases of one stream and
-// group (and, under Redis Cluster, one hash slot) go together. It returns one error per
-// lease, in ls's order, each FinishSettle's; a failed call fails the
-// leases it carried. Under Redis Cluster a stream's hashes share its slot
-// (checkKeys), so a group is one slot. It implements relay.BatchSettler.
-func (s *Store) FinishSettleBatch(ctx context.Context, ls []Lease, retention time.Duration) []error {
-	errs := make([]error, len(ls))
-	type pos struct {
-		items []settleItem
-		at    []int
-	}
-	groups := map[settleGroup]*pos{}
-	var order []settleGroup
-	for i, l := range ls {
-		g, it, err := s.settleItemOf(l, retention)
+	var groups []*group
+	for i, st := range ss {
+		it, err := s.settleItemOf(st)
 		if err != nil {
-			errs[i] = wrapSettle(l, err)
+			out[i].Err = wrapSettle(st, err)
 			continue
 		}
-		p := groups[g]
-		if p == nil {
-			p = &pos{}
-			groups[g] = p
-			order = append(order, g)
+		var g *group
+		for _, h := range groups {
+			if h.stream == st.Key.Stream && h.group == st.Key.Group {
+				g = h
+			}
 		}
-		p.items = append(p.items, it)
-		p.at = append(p.at, i)
-	}
-	var chunks []func()
-	for _, g := range order {
-		p := groups[g]
-		for from := 0; from < len(p.items); from += s.maxBatch {
-			to := min(from+s.maxBatch, len(p.items))
-			chunks = append(chunks, func() {
-				for k, r := range s.runSettles(ctx, g, p.items[from:to]) {
-					i := p.at[from+k]
-					errs[i] = wrapSettle(ls[i], settleResult(r.Value, r.Err))
-				}
-			})
+		if g == nil {
+			g = &group{stream: st.Key.Stream, group: st.Key.Group}
+			groups = append(groups, g)
 		}
+		g.items = append(g.items, it)
+		g.at = append(g.at, i)
 	}
-	// The chunks go at once: the client pipelines concurrent calls, so
-	// several chunks cost one round trip, not one each. The last runs
-	// here, so a batch of one chunk (a read's) starts no goroutine.
-	var wg sync.WaitGroup
-	for i, run := range chunks {
-		if i == len(chunks)-1 {
-			run()
-		} else {
-			wg.Go(run)
-		}
+	for _, g := range groups {
+		s.chunks(len(g.items), func(from, to int) {
+			for k, res := range s.runSettles(ctx, g.stream, g.group, g.items[from:to]) {
+				i := g.at[from+k]
+				out[i] = settleResultOf(ss[i], res)
+			}
+		})
 	}
-	wg.Wait()
-	return errs
+	return out
 }
 
-// settleItemOf checks l and retention and returns l's batch and item of
-// finish_settle.lua.
-func (s *Store) settleItemOf(l Lease, retention time.Duration) (settleGroup, settleItem, error) {
-	if err := l.Check(); err != nil {
-		return settleGroup{}, settleItem{}, err
+// settleItemOf checks st and returns its segment of settle.lua's ARGV.
+func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
+	if err := st.Check(); err != nil {
+		return settleItem{}, err
 	}
-	if err := s.checkKeys(l.Key); err != nil {
-		return settleGroup{}, settleItem{}, err
+	if err := s.checkKeys(st.Key); err != nil {
+		return settleItem{}, err
 	}
-	if err := CheckRetention(retention); err != nil {
-		return settleGroup{}, settleItem{}, err
-	}
-	g := settleGroup{stream: l.Key.Stream, group: l.Key.Group, ttl: retentionArg(retention)}
-	return g, settleItem{hash: hashOf(l.Key), args: [4]string{l.Field, strconv.Itoa(l.Attempt), l.Token, l.Key.MessageID}}, nil
-}
-
-// settleResult is the error of one finish_settle.lua reply code.
-func settleResult(code int64, err error) error {
+	flags := "-"
 	switch {
-	case err != nil:
-		return err
-	case code == codeApplied:
-		return nil
-	case code == codeStale:
-		return ErrStale
-	case code == codeTerminal:
-		return ErrTerminal
+	case st.Cleared:
+		flags = "c"
+	case st.Ack && len(st.Transitions) == 0 && st.Stateless:
+		flags = "as"
+	case st.Ack:
+		flags = "a"
 	}
-	return fmt.Errorf("unknown script reply code %d", code)
+	args := make([]string, 0, 4+7*len(st.Transitions))
+	args = append(args, st.Key.MessageID, flags, retentionArg(st.Retention), strconv.Itoa(len(st.Transitions)))
+	for _, t := range st.Transitions {
+		backoff := "0"
+		if t.Kind == Retry {
+			backoff = strconv.FormatInt(t.Backoff.Milliseconds(), 10)
+		}
+		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff)
+		if t.Entry == nil {
+			args = append(args, "0")
+			continue
+		}
+		e := *t.Entry
+		if e.OriginalStream == "" {
+			e.OriginalStream = st.Key.Stream
+		}
+		if err := e.Validate(); err != nil {
+			return settleItem{}, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field, err)
+		}
+		pairs := dlq.EncodePairs(e)
+		args = append(args, strconv.Itoa(len(pairs)/2))
+		args = append(args, pairs...)
+	}
+	return settleItem{hash: hashOf(st.Key), args: args, n: len(st.Transitions)}, nil
 }
 
-// wrapSettle names l's field and hash in a FinishSettle error.
-func wrapSettle(l Lease, err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("finish and settle %s in %s: %w", l.Field, hashOf(l.Key), err)
-}
+// transitionCodes are settle.lua's names of the transitions.
+var transitionCodes = [...]string{Finish: "f", Retry: "r", Exhaust: "x", DeadLetter: "d", Release: "l"}
 
-// ScheduleRetry records a failed attempt and the earliest time of the next
-// one, now+backoff on the Redis server's clock, and returns that time
-// (schedule_retry.lua): next_attempt_at:<time>:<attempt>:<token>, and a
-// non-empty l.Trace in TraceField(l.Field). backoff must be >= 0 and is used
-// with millisecond precision. ErrStale unless the field is running with l's
-// attempt and token; ErrTerminal on a retained hash or once the message
-// left the group's PEL.
-func (s *Store) ScheduleRetry(ctx context.Context, l Lease, backoff time.Duration) (time.Time, error) {
-	if backoff < 0 {
-		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0",
-			l.Field, hashOf(l.Key), backoff)
+// settleResultOf reads one settlement's reply.
+func settleResultOf(st Settlement, res result) SettleResult {
+	if res.err != nil {
+		return SettleResult{Err: wrapSettle(st, res.err)}
 	}
-	r, err := s.transition(ctx, "schedule_retry", scheduleRetryScript, l,
-		strconv.FormatInt(backoff.Milliseconds(), 10), l.Trace)
-	if err != nil {
-		return time.Time{}, err
+	r := res.reply
+	switch r.code {
+	case settleApplied:
+	case settleStale:
+		return SettleResult{Err: wrapSettle(st, ErrStale)}
+	case settleTerminal:
+		return SettleResult{Err: wrapSettle(st, ErrTerminal)}
+	case settlePending:
+		return SettleResult{Err: wrapSettle(st, fmt.Errorf("message %s is still pending in %s group %s: its state is live",
+			st.Key.MessageID, st.Key.Stream, st.Key.Group))}
+	default:
+		return SettleResult{Err: wrapSettle(st, r.unknown())}
 	}
-	nextMS := r.int(1)
+	out := SettleResult{Transitions: make([]TransitionResult, len(st.Transitions))}
+	for i, t := range st.Transitions {
+		switch t.Kind {
+		case Retry:
+			out.Transitions[i].Next = time.UnixMilli(r.int(1 + i))
+		case Exhaust, DeadLetter:
+			out.Transitions[i].DLQID = r.str(1 + i)
+		}
+	}
 	if r.err != nil {
-		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: %w", l.Field, hashOf(l.Key), r.err)
+		return SettleResult{Err: wrapSettle(st, r.err)}
 	}
-	return time.UnixMilli(nextMS), nil
+	return out
 }
 
-// Exhaust records a failed last attempt: exhausted:<attempt>:<token>
-// (exhaust.lua), and a non-empty l.Trace in TraceField(l.Field). The caller
-// then writes the DLQ entry and calls MarkDLQ with the same lease. ErrStale
-// unless the field is running with l's attempt and token; ErrTerminal on a
-// retained hash or once the message left the group's PEL.
-func (s *Store) Exhaust(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "exhaust", exhaustScript, l, l.Trace)
-	return err
-}
-
-// MarkDLQ records that the DLQ entry of an exhausted invocation is persisted:
-// exhausted:<attempt>:<token>:dlq (mark_dlq.lua). Idempotent: a field
-// already marked with l's attempt and token is left as is and nil returned.
-// ErrStale unless the field is exhausted with l's attempt and token;
-// ErrTerminal on a retained hash or once the message left the group's PEL.
-func (s *Store) MarkDLQ(ctx context.Context, l Lease) error {
-	_, err := s.transition(ctx, "mark_dlq", markDLQScript, l)
-	return err
-}
-
-// Retain applies the retention of message key's hash after the message
-// left the PEL (retain.lua): with retention 0 the hash is deleted;
-// otherwise it gets __terminal and a TTL of retention (millisecond
-// precision), a running TTL being kept (a repeated Retain cannot extend
-// it). retention is CheckRetention's. A missing hash stays missing: a
-// stale delivery is inert without it, since every transition checks that
-// the message is still in the group's PEL. A message still pending is left
-// alone and an error returned: its state is live. Idempotent. No other
-// method removes a TTL; only Settle, FinishSettle and RetainAcked (for a
-// leaked hash) also apply the retention.
-func (s *Store) Retain(ctx context.Context, key Key, retention time.Duration) error {
-	hash := hashOf(key)
-	fail := func(err error) error { return fmt.Errorf("retain %s: %w", hash, err) }
-	if err := s.checkKeys(key); err != nil {
-		return fail(err)
-	}
-	if err := CheckRetention(retention); err != nil {
-		return fail(err)
-	}
-	r, err := decode(retainScript.Exec(ctx, s.client, []string{hash, key.Stream}, []string{key.Group, key.MessageID, retentionArg(retention)}))
-	if err != nil {
-		return fail(err)
-	}
-	switch r.code {
-	case codeApplied, codeAlready, codeMissing:
-		return nil
-	case codePending:
-		return fail(fmt.Errorf("message %s is still pending in %s group %s: its state is live", key.MessageID, key.Stream, key.Group))
-	}
-	return fail(r.unknown())
-}
-
-// Settle acknowledges message key.MessageID in consumer group key.Group of
-// stream key.Stream (XACK) and applies the retention of its hash as Retain
-// does, in one script (settle.lua): with retention 0 the hash is deleted
-// with the XACK, so none is left behind. Call it where XACK would be
-// called followed by Retain: once every invocation of the message is
-// terminal (docs/delivery.md#invocation-state). A message no longer in the
-// group's PEL was settled already (by another delivery) or its reference
-// cleared: nothing changes and both errors are nil. retention is
-// CheckRetention's. Under Redis Cluster the stream and the hash must share
-// a hash slot (a stream name with a hash tag, docs/deployment.md).
-//
-// ackErr is the script's error; nothing is acknowledged then. retainErr
-// is always nil: the retention cannot fail apart from the XACK.
-// Idempotent, like XACK and Retain.
-func (s *Store) Settle(ctx context.Context, key Key, retention time.Duration) (ackErr, retainErr error) {
-	hash := hashOf(key)
-	fail := func(err error) error {
-		return fmt.Errorf("ack and retain %s in %s group %s: %w", key.MessageID, key.Stream, key.Group, err)
-	}
-	if err := s.checkKeys(key); err != nil {
-		return fail(err), nil
-	}
-	if err := CheckRetention(retention); err != nil {
-		return fail(err), nil
-	}
-	r, err := decode(settleScript.Exec(ctx, s.client, []string{hash, key.Stream}, []string{key.Group, key.MessageID, retentionArg(retention)}))
-	if err != nil {
-		return fail(err), nil
-	}
-	switch r.code {
-	case codeApplied, codeTerminal:
-		return nil, nil
-	}
-	return fail(r.unknown()), nil
+// wrapSettle names st's message in a Settle error.
+func wrapSettle(st Settlement, err error) error {
+	return fmt.Errorf("settle %s: %w", hashOf(st.Key), err)
 }
 
 // CheckRetention reports whether retention is one a Store applies: 0
@@ -532,10 +453,11 @@ func retentionArg(retention time.Duration) string {
 }
 
 // checkKeys reports, under Redis Cluster, a stream whose invocation hashes
-// are in another hash slot: every script touches both
+// or dead-letter stream are in another hash slot: the scripts touch them
+// together
 // (docs/deployment.md#redis-cluster-one-hash-slot-per-stream).
 func (s *Store) checkKeys(k Key) error {
-	if s.cluster && keys.Slot(k.Stream) != keys.Slot(hashOf(k)) {
+	if s.cluster && (keys.Slot(k.Stream) != keys.Slot(hashOf(k)) || keys.Slot(k.Stream) != keys.Slot(dlqKey(k.Stream))) {
 		return fmt.Errorf("stream %q has no hash tag, so under Redis Cluster its invocation hashes are in other hash slots (docs/deployment.md); name it with a tag such as {%s}", k.Stream, k.Stream)
 	}
 	return nil
@@ -624,41 +546,10 @@ func UnfinishedOf(m map[string]string) Unfinished {
 	return u
 }
 
-// transition runs one fenced script on l with the keys hash and stream and
-// the arguments field, attempt, token, extra, group and message id, and
-// maps the shared reply codes.
-func (s *Store) transition(ctx context.Context, op string, sc *rueidis.Lua, l Lease, extra ...string) (reply, error) {
-	hash := hashOf(l.Key)
-	fail := func(err error) (reply, error) {
-		return reply{}, fmt.Errorf("%s %s in %s: %w", op, l.Field, hash, err)
-	}
-	if err := l.Check(); err != nil {
-		return fail(err)
-	}
-	if err := s.checkKeys(l.Key); err != nil {
-		return fail(err)
-	}
-	args := append(append([]string{l.Field, strconv.Itoa(l.Attempt), l.Token}, extra...), l.Key.Group, l.Key.MessageID)
-	r, err := decode(sc.Exec(ctx, s.client, []string{hash, l.Key.Stream}, args))
-	if err != nil {
-		return fail(err)
-	}
-	switch r.code {
-	case codeApplied:
-		return r, nil
-	case codeStale:
-		return fail(ErrStale)
-	case codeTerminal:
-		return fail(ErrTerminal)
-	case codeAlready: // an idempotent no-op; only mark_dlq.lua replies it
-		if sc == markDLQScript {
-			return r, nil
-		}
-	}
-	return fail(r.unknown())
-}
-
 func hashOf(k Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
+
+// dlqKey is the dead-letter stream of stream, which Settle writes to.
+func dlqKey(stream string) string { return keys.DLQ(stream) }
 
 // CheckRecord reports whether rec may go with a Claim of field: its fields
 // non-empty, without the reserved "__" prefix, other than field and each

@@ -31,6 +31,10 @@ const (
 	Exhausted
 	// DeadLettered: exhausted and its DLQ entry is persisted.
 	DeadLettered
+	// Probed: a ClaimRequest.Probe found the invocation claimable and
+	// recorded it due instead (Lease has the attempts used, in Attempt,
+	// and the token of the record).
+	Probed
 	// Terminal: the message already left the group's PEL (acknowledged, or
 	// its reference cleared), or its hash is retained (__terminal set, a
 	// rewound group delivering it again): every transition is inert.
@@ -51,6 +55,8 @@ func (s Status) String() string {
 		return "exhausted"
 	case DeadLettered:
 		return "dead_lettered"
+	case Probed:
+		return "probed"
 	case Terminal:
 		return "terminal"
 	}

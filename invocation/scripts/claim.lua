@@ -11,8 +11,9 @@
 --            lease, ms (>= 1): a new attempt runs until now + lease
 --            token for this claim (hex, no ':')
 --            max attempts (>= 1): the rule's retries + 1
---            '1' when the record below is complete (every invocation of
---              the message), else '0'
+--            flags: 'c' when the record below is complete (every
+--              invocation of the message), 'p' for a probe (record the
+--              field due instead of claiming it), both, or '-'
 --            consumer group, message id
 --            n, then n other invocation fields of the message to record as
 --              next_attempt_at:<now>:0:<token> (due, no attempt used)
@@ -49,6 +50,10 @@
 --   7                                 terminal: __terminal is set, or the
 --                                     message is not in the group's PEL
 --   8, value                          the stored value is malformed
+--   11, attempts used, lost           probed: where a claim would take an
+--                                     attempt, the field is recorded as
+--                                     next_attempt_at:<now>:<attempts used>:<token>
+--                                     (a lost attempt charged, none taken)
 --   10                                voided: the field holds this claim's
 --                                     token, which void.lua wrote when
 --                                     the worker gave the claim up for
@@ -90,7 +95,8 @@ for k = 1, #KEYS, 2 do
     mine = none -- another stream or group: the same id may be pending there
   end
   local r = claim_one(KEYS[k], KEYS[k + 1], ARGV[i + 5], ARGV[i + 6], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2],
-    tonumber(ARGV[i + 3]), ARGV[i + 4] == '1', i + 8, n, now, now_s, mine)
+    tonumber(ARGV[i + 3]), string.find(ARGV[i + 4], 'c', 1, true) ~= nil, string.find(ARGV[i + 4], 'p', 1, true) ~= nil,
+    i + 8, n, now, now_s, mine)
   if type(r) == 'number' then
     replies[o + 1], replies[o + 2] = 9, r
     o = o + 2

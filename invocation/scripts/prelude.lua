@@ -134,7 +134,9 @@ end
 -- of a field without state that records nothing (the common case), only
 -- the deadline_ms of reply 9, without a table. ARGV[first .. first+n-1]
 -- are the message's other invocation fields to record (due, no attempt
--- used) unless they have state; complete writes __matched with them.
+-- used) unless they have state; complete writes __matched with them. A
+-- probe, where a claim would take an attempt, records the field due now
+-- with its attempts unchanged instead (reply 11).
 --
 -- A retained hash, or a message no longer in the group's PEL (in the
 -- batch's pel set, else in_pel), gets {7} and nothing is written.
@@ -145,7 +147,7 @@ end
 -- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
 -- within what unpack can put on the Lua stack.
 local CLAIM_CHUNK = 1000
-local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, first, n, now, now_s, pel)
+local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, probe, first, n, now, now_s, pel)
   -- One read for the marker, the value and the fields to record.
   local last = first + n - 1
   local got
@@ -170,7 +172,7 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
     -- worker gave this claim up for lost, so it records nothing.
     return {10}
   end
-  if not v and n == 0 then
+  if not v and n == 0 and not probe then
     -- The common case: no tables, one HSET.
     local deadline_ms = now + lease_ms
     local value = string.format('running:%d:1:%s', deadline_ms, token)
@@ -197,9 +199,13 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
   end
 
   local reply
-  if not v then
+  if not v and probe then
+    -- Recorded due, no attempt used: the delivery cannot start it now.
+    w[m + 1], w[m + 2], m = field, string.format('next_attempt_at:%d:0:%s', now, token), m + 2
+    reply = {11, 0, 0}
+  elseif not v then
     -- No state, so no lineage either: __trace:<field> is only written to a
-    -- field that has state (release, schedule_retry and exhaust).
+    -- field that has state (the settle transitions).
     local deadline_ms = now + lease_ms
     w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
     reply = {9, deadline_ms}
@@ -233,6 +239,10 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
       if executed >= max_attempts then
         w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s', executed, token), m + 2
         reply = {5, executed, token, trace, lost}
+      elseif probe then
+        -- Due, with the lost attempt (if any) charged and no new one taken.
+        w[m + 1], w[m + 2], m = field, string.format('next_attempt_at:%d:%d:%s', now, executed, token), m + 2
+        reply = {11, executed, lost}
       else
         local deadline_ms = now + lease_ms
         w[m + 1], w[m + 2], m = field, string.format('running:%d:%d:%s', deadline_ms, executed + 1, token), m + 2
