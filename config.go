@@ -116,15 +116,12 @@ type Config struct {
 	// deletes it with the ack instead. A stale delivery stays inert either
 	// way (docs/delivery.md#invocation-state). Default: DefaultRetention.
 	Retention time.Duration
-	// SettleLinger bounds how long the acknowledgement of a message whose
-	// last attempt succeeded waits for those of the other messages of its
-	// read, to go with them in one call (BatchSettler,
-	// docs/delivery.md#batched-transitions). The successes go in one call
-	// when the Settler is a BatchSettler; the acknowledgements of messages
-	// without invocation state go in one XACK whatever the Settler. It
-	// cannot be turned off, and must be under half of WriteTimeout (so a
-	// WriteTimeout of 4ms or less needs a shorter SettleLinger too).
-	// Default: DefaultSettleLinger.
+	// SettleLinger bounds how long a claim or a settlement waits for those
+	// of other deliveries made ready with it (the messages of one read),
+	// to go with them in one StateStore call
+	// (docs/delivery.md#batched-transitions). It cannot be turned off, and
+	// must be under half of WriteTimeout (so a WriteTimeout of 4ms or less
+	// needs a shorter SettleLinger too). Default: DefaultSettleLinger.
 	SettleLinger time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
@@ -151,7 +148,7 @@ type Config struct {
 	// Engine counts in memory and flushes every StatsInterval and once more
 	// when Run returns; a failed write is logged and retried with the next,
 	// never charged to a message. Default: none.
-	Stats *stats.Recorder
+	Stats Stats
 	// StatsInterval is how often Stats is flushed. Default:
 	// DefaultStatsInterval.
 	StatsInterval time.Duration

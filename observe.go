@@ -68,7 +68,11 @@ func (os observers) invocation(ctx context.Context, d *delivery, out Outcome) {
 // newObservers are the observers of an Engine of cfg: its log, metrics,
 // cluster stats and spans, then Config.OnOutcome when set.
 func newObservers(cfg Config, log *slog.Logger, m *metrics, consumer string) observers {
-	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, consumer}, spanObserver{}}
+	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}}
+	if cfg.Stats != nil {
+		obs = append(obs, statsObserver{cfg.Stats, consumer})
+	}
+	obs = append(obs, spanObserver{})
 	if cfg.OnOutcome != nil {
 		obs = append(obs, hookObserver(cfg.OnOutcome))
 	}
@@ -147,7 +151,7 @@ func ran(r AttemptResult) bool {
 // statsObserver counts in the cluster-wide stats hash and adds outcomes to
 // the feed relay console tails (docs/delivery.md#cluster-wide-counters).
 type statsObserver struct {
-	r        *stats.Recorder
+	r        Stats
 	consumer string
 }
 
@@ -371,6 +375,9 @@ func (lo logObserver) kindLine(o Outcome, failure failureLog) {
 	case OutcomeUnknown:
 		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
+	case Gone:
+		log(slog.LevelWarn, "handler stopped: its message is no longer pending in the consumer group (another consumer acknowledged it, or Redis lost its data); its outcome is not recorded",
+			append(run, slog.Any("error", o.Err))...)
 	case WriteFailed:
 		err := o.WriteErr.Err
 		lo.writeFailed(func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, err, extra...) }, o, run)
@@ -432,12 +439,16 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 	if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 		// Not a failure to fix: the attempt outlived its lease (a stalled
 		// or suspended worker) and another delivery owns the invocation
-		// now, or has finished it (docs/delivery.md). The line still says
-		// how the handler really ended.
+		// now, or the message is no longer pending (docs/delivery.md). The
+		// line still says how the handler really ended.
 		if o.Result != "" {
 			attrs = append(attrs, slog.String("handler_result", string(o.Result)))
 		}
-		log(slog.LevelWarn, "attempt's lease taken over by another delivery; its outcome is not recorded", attrs...)
+		msg := "attempt's lease taken over by another delivery; its outcome is not recorded"
+		if errors.Is(err, invocation.ErrTerminal) {
+			msg = "the message is no longer pending in the consumer group (another delivery acknowledged it, or Redis lost its data); the outcome is not recorded"
+		}
+		log(slog.LevelWarn, msg, attrs...)
 		return
 	}
 	log(slog.LevelError, msg, attrs...)
@@ -452,7 +463,6 @@ var writeFailedMsgs = map[Op]string{
 	OpRetry:   "recording failure failed; message left pending",
 	OpExhaust: "recording exhaustion failed; message left pending",
 	OpDLQ:     "dead-letter write failed; message left pending",
-	OpMarkDLQ: "recording dead-letter marker failed; message left pending",
 }
 
 // runAttrs describe the attempt o ran, if any.

@@ -73,6 +73,10 @@ const (
 	// OutcomeUnknown: the handler may have run but its result was lost;
 	// its lease is kept, and counts as a failed attempt when it expires.
 	OutcomeUnknown
+	// Gone: the message left the consumer group's PEL while its handler
+	// ran (another consumer acknowledged it, or Redis lost its data); the
+	// handler was stopped and nothing of it is recorded.
+	Gone
 	// WriteFailed: recording a transition, writing a dead-letter entry or
 	// claiming failed (Outcome.WriteErr says which); the next delivery
 	// reads the state again.
@@ -83,7 +87,7 @@ var outcomeKindNames = map[OutcomeKind]string{
 	Succeeded: "succeeded", DeadLettered: "dead-lettered", Done: "done", Dropped: "dropped",
 	Retrying: "retrying", NotDue: "not due", Leased: "leased", Unavailable: "unavailable",
 	NoSlot: "no slot", Stopping: "stopping", NotRun: "not run", OutcomeUnknown: "outcome unknown",
-	WriteFailed: "write failed",
+	Gone: "gone", WriteFailed: "write failed",
 }
 
 func (k OutcomeKind) String() string {
@@ -147,18 +151,16 @@ type Op int
 
 // The writes.
 const (
-	OpClaim   Op = iota + 1 // StateStore.Claim
-	OpRelease               // StateStore.Release: an attempt given back
-	OpFinish                // StateStore.Finish or Settler.FinishSettle
-	OpRetry                 // StateStore.ScheduleRetry
-	OpExhaust               // StateStore.Exhaust
-	OpDLQ                   // DLQWriter.Write
-	OpMarkDLQ               // StateStore.MarkDLQ
-	OpRecord                // StateStore.Release of an invocation that did not start
+	OpClaim   Op = iota + 1 // StateStore.Claim (a probe too)
+	OpRelease               // a Release settled: an attempt given back
+	OpFinish                // a Finish settled
+	OpRetry                 // a Retry settled
+	OpExhaust               // an Exhaust settled, with its dead-letter entry
+	OpDLQ                   // a DeadLetter settled: the entry of an exhausted invocation
 )
 
 var opNames = [...]string{OpClaim: "claim", OpRelease: "release", OpFinish: "finish", OpRetry: "retry",
-	OpExhaust: "exhaust", OpDLQ: "dlq", OpMarkDLQ: "mark_dlq", OpRecord: "record"}
+	OpExhaust: "exhaust", OpDLQ: "dlq"}
 
 func (op Op) String() string {
 	if op > 0 && int(op) < len(opNames) {

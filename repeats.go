@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"log/slog"
 	"regexp"
 	"sync"
@@ -82,4 +83,27 @@ func repeatedAttr(attrs []slog.Attr, n int) []slog.Attr {
 		return attrs
 	}
 	return append(attrs, slog.Int("repeated", n))
+}
+
+// loopLog writes the failure lines of a background loop (the read and the
+// reclaim loops): at ERROR once per repeatWindow for the same error, at
+// DEBUG in between, the next ERROR line counting those, and a line when
+// the loop works again (docs/operations.md#logs). Safe for concurrent use.
+type loopLog struct {
+	log     *slog.Logger
+	repeats *repeats
+}
+
+// failed logs the fails-th failure in a row, err.
+func (l *loopLog) failed(ctx context.Context, msg string, fails int, err error) {
+	level, n := l.repeats.level(slog.LevelError, msg, cause(err), time.Now())
+	l.log.LogAttrs(ctx, level, msg, repeatedAttr([]slog.Attr{slog.Int("failures", fails), slog.Any("error", err)}, n)...)
+}
+
+// recovered says that the loop works again after fails failures in a row,
+// so an outage's end is in the log as well as its start.
+func (l *loopLog) recovered(ctx context.Context, msg string, fails int) {
+	if fails > 0 {
+		l.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Int("failures", fails))
+	}
 }

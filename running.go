@@ -23,6 +23,11 @@ type Running struct {
 	Timeout time.Duration
 	// LeaseUntil is when its running lease expires (the Redis clock).
 	LeaseUntil time.Time
+	// Orphaned is set once the Engine's heartbeat found the attempt's
+	// message no longer pending in the consumer group (another consumer
+	// acknowledged it, or Redis lost its data): its outcome cannot be
+	// recorded, and the Engine is stopping its handler.
+	Orphaned bool
 }
 
 // Stalled reports whether r has run past its timeout at now.
@@ -51,6 +56,21 @@ func (s *runningSet) add(token string, r Running) (done func()) {
 	}
 }
 
+// orphan marks the attempts of the messages of ids orphaned.
+func (s *runningSet) orphan(ids []string) {
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.all {
+		if gone[r.MessageID] {
+			r.Orphaned = true
+		}
+	}
+}
+
 // list returns a copy of every running attempt, oldest first.
 func (s *runningSet) list() []Running {
 	s.mu.Lock()
@@ -67,4 +87,4 @@ func (s *runningSet) list() []Running {
 
 // Running returns the handler attempts this Engine runs now, oldest first
 // (docs/console.md). Safe for concurrent use.
-func (e *Engine) Running() []Running { return e.runs.list() }
+func (e *Engine) Running() []Running { return e.p.runs.list() }

@@ -29,6 +29,17 @@ const matchedField = "__matched"
 // lineage (prelude.lua save_trace).
 const tracePrefix = "__trace:"
 
+// DLQField returns the reserved hash field that holds the id of the
+// dead-letter entry of invocation field ("<app>/<handler>"):
+// "__dlq:<app>/<handler>", written by Settle with the entry, so a reader of
+// the message's state (the console) finds it. It lives as long as the
+// hash: with retention 0 only the entry itself outlives the XACK.
+func DLQField(field string) string { return dlqPrefix + field }
+
+// dlqPrefix starts the reserved field holding an invocation's dead-letter
+// entry id.
+const dlqPrefix = "__dlq:"
+
 // TraceField returns the reserved hash field that holds the trace lineage
 // of invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
 // written by Release, ScheduleRetry and Exhaust from Lease.Trace. Code that

@@ -3,6 +3,7 @@ package invocation
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -12,6 +13,18 @@ type Key struct {
 	Stream    string
 	Group     string
 	MessageID string
+}
+
+// Field is the invocation field of handler of app in its message's hash:
+// "<app>/<handler>" (docs/delivery.md#data-layout-in-redis). App names
+// have no "/", so SplitField takes it apart again.
+func Field(app, handler string) string { return app + "/" + handler }
+
+// SplitField returns the app and handler of an invocation field; handler
+// is "" when field has no "/".
+func SplitField(field string) (app, handler string) {
+	app, handler, _ = strings.Cut(field, "/")
+	return app, handler
 }
 
 // Status is what Claim found for one invocation field.

@@ -1,3 +1,4 @@
+//go:build relaytest_port
 package relaytest
 
 import (

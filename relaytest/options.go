@@ -25,6 +25,8 @@ type config struct {
 	block   time.Duration
 	token   func() string
 	pending func(invocation.Key) bool
+	stream  *Stream
+	dlq     *DLQ
 	// set records which options were given, by name, so a constructor can
 	// reject the ones that do not apply to it.
 	set map[string]bool
@@ -70,20 +72,15 @@ func WithTokenSource(f func() string) Option {
 	}
 }
 
-// WithPending tells a StateStore or a DLQ whether a message is in its
-// consumer group's PEL, as invocation.Store asks Redis in every transition
-// (docs/delivery.md#invocation-state): a transition or claim of a message
-// that is not is inert (ErrTerminal, Terminal), Retain refuses one that
-// is, and a DLQ writes no entry for one that is not (dlq.ErrNotPending,
-// unless the invocation's entry was written already). f is called with
-// the fake's lock held, must be safe for concurrent use and must not call
-// the fake. Beside a Stream:
-//
-//	relaytest.WithPending(func(k invocation.Key) bool { return s.IsPending(k.MessageID) })
-//
-// Default: the fakes do not know the PEL; a StateStore's transitions take
-// every message as pending, Retain trusts its caller that the message left
-// the PEL, and a DLQ writes every entry.
+// WithPending tells a StateStore whether a message is in its consumer
+// group's PEL, as invocation.Store asks Redis in every transition
+// (docs/delivery.md#invocation-state): a claim or settlement of a message
+// that is not is inert (Terminal, ErrTerminal), and a Cleared settlement
+// refuses one that is. f is called with the fake's lock held, must be
+// safe for concurrent use and must not call the fake. Beside a Stream,
+// give WithStream instead. Default: the store does not know the PEL;
+// every message counts as pending, and a Cleared settlement trusts its
+// caller that the message left the PEL.
 func WithPending(f func(key invocation.Key) bool) Option {
 	return func(o *config) error {
 		if f == nil {
@@ -91,6 +88,33 @@ func WithPending(f func(key invocation.Key) bool) Option {
 		}
 		o.pending = f
 		return o.once("WithPending")
+	}
+}
+
+// WithStream gives a StateStore the Stream whose messages it keeps state
+// of, as invocation.Store and stream.Source share one Redis: its PEL fences
+// every transition (as WithPending does), and Settle acknowledges on it.
+// s must not be nil.
+func WithStream(s *Stream) Option {
+	return func(o *config) error {
+		if s == nil {
+			return fmt.Errorf("WithStream: nil Stream")
+		}
+		o.stream = s
+		return o.once("WithStream")
+	}
+}
+
+// WithDLQ gives a StateStore the dead-letter queue its Settle writes
+// entries to, in the same step as their ":dlq" markers, as
+// invocation.Store writes keys.DLQ of the stream. d must not be nil.
+func WithDLQ(d *DLQ) Option {
+	return func(o *config) error {
+		if d == nil {
+			return fmt.Errorf("WithDLQ: nil DLQ")
+		}
+		o.dlq = d
+		return o.once("WithDLQ")
 	}
 }
 

@@ -338,6 +338,17 @@ func (c *Consumer) Ack(ctx context.Context, ids ...string) error {
 	return nil
 }
 
+// ack removes id from the PEL, for a StateStore's Settle (WithStream).
+func (s *Stream) ack(id string) {
+	parsed, err := parseID(id)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.pel, parsed)
+	s.mu.Unlock()
+}
+
 // Publish appends an entry to the Stream; see Stream.Publish.
 func (c *Consumer) Publish(ctx context.Context, fields map[string]string) (string, error) {
 	return c.s.Publish(ctx, fields)
@@ -345,32 +356,35 @@ func (c *Consumer) Publish(ctx context.Context, fields map[string]string) (strin
 
 // Heartbeat resets the idle time of those ids that are pending and makes
 // them this consumer's, without raising their delivery count (XCLAIM ... 0
-// JUSTID). Ids that are not pending are ignored; a pending id whose stream
-// entry was deleted is dropped from the PEL, as Redis 7 does.
-func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) error {
+// JUSTID), and returns the others: not pending. A pending id whose stream
+// entry was deleted is dropped from the PEL, as Redis 7 does, and
+// returned too.
+func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) (gone []string, err error) {
 	parsed, err := parseIDs("heartbeat", ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("relaytest: heartbeat: %w", err)
+		return nil, fmt.Errorf("relaytest: heartbeat: %w", err)
 	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
-	for _, id := range parsed {
+	for i, id := range parsed {
 		p, ok := s.pel[id]
 		if !ok {
+			gone = append(gone, ids[i])
 			continue
 		}
 		if _, exists := s.find(id); !exists {
 			delete(s.pel, id)
+			gone = append(gone, ids[i])
 			continue
 		}
 		p.consumer, p.deliveredMS = c.name, now
 	}
-	return nil
+	return gone, nil
 }
 
 // Pending returns the size of the group's PEL and the age of its oldest

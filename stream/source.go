@@ -198,23 +198,37 @@ func (s *Source) Publish(ctx context.Context, fields map[string]string) (string,
 	return id, nil
 }
 
-// Heartbeat resets the PEL idle time of ids so that no Reclaim with a
-// MinPendingIdle longer than the heartbeat interval takes them (XCLAIM
-// <stream> <group> <consumer> 0 <ids> JUSTID). It does not raise the delivery
-// count. Ids that are no longer pending are ignored. The entries become
-// owned by this consumer even if another consumer had reclaimed them, and
-// Redis 7 drops ids whose stream entry was deleted from the PEL.
-func (s *Source) Heartbeat(ctx context.Context, ids ...string) error {
+// Heartbeat resets the idle time of the entries of ids that are still
+// pending in the group and makes them this consumer's (XCLAIM <min-idle 0>
+// ... JUSTID, which leaves their delivery counts alone), so that no other
+// consumer's XAUTOCLAIM takes live work, and returns the ids that are not
+// pending: acknowledged, or lost with Redis's data (a restart without
+// it). A pending id whose stream entry was deleted is dropped from the PEL
+// by Redis and returned too. It implements relay.StreamSource.
+func (s *Source) Heartbeat(ctx context.Context, ids ...string) (gone []string, err error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	cmd := s.client.B().Xclaim().Key(s.stream).Group(s.group).Consumer(s.consumer).
 		MinIdleTime("0").Id(ids...).Justid().Build()
-	if err := s.client.Do(ctx, cmd).Error(); err != nil {
-		return s.wrap("heartbeat", err)
+	claimed, err := s.client.Do(ctx, cmd).AsStrSlice()
+	if err != nil {
+		return nil, s.wrap("heartbeat", err)
 	}
 	s.seen.Store(true)
-	return nil
+	if len(claimed) == len(ids) {
+		return nil, nil
+	}
+	pending := make(map[string]bool, len(claimed))
+	for _, id := range claimed {
+		pending[id] = true
+	}
+	for _, id := range ids {
+		if !pending[id] {
+			gone = append(gone, id)
+		}
+	}
+	return gone, nil
 }
 
 // Owned reports which of ids are in the group's PEL and delivered to this

@@ -174,8 +174,7 @@ type Config struct {
 	// gets: a hook to observe or decorate a part (count its calls, record
 	// what it does) while the Worker still runs everything else. The
 	// wrappers must keep each part's contract and the Source's optional
-	// capabilities, and a wrapped Source needs a wrapped or nil Settler:
-	// New refuses them otherwise, naming what is hidden
+	// capabilities: New refuses them otherwise, naming what is hidden
 	// (docs/embedding.md#wrapping-the-parts). The Worker's own retention,
 	// janitor and reload keep using the parts it built. Optional.
 	WrapComponents func(relay.Components) relay.Components
@@ -274,13 +273,3 @@ func (c Config) stateRetention() time.Duration {
 	return relay.DefaultRetention
 }
 
-// markerRetention is how long a DLQ written marker is kept: the state's
-// retention, and the default when the state is deleted with the ack, since
-// a stale delivery that already holds an exhausted claim may still try to
-// write its entry (docs/delivery.md#data-layout-in-redis).
-func (c Config) markerRetention() time.Duration {
-	if r := c.stateRetention(); r > 0 {
-		return r
-	}
-	return relay.DefaultRetention
-}

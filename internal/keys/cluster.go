@@ -67,7 +67,6 @@ func Derived(stream, group string) []string {
 	return []string{
 		DLQ(stream),
 		Invocation(stream, group, "0-0"),
-		DLQWritten(stream, group, "0-0", "app", "handler"),
 		Stats(stream, group),
 		Feed(stream, group),
 		ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),

@@ -48,15 +48,6 @@ func InvocationMessageID(stream, group, key string) (string, bool) {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
-// DLQWritten marks that the dead-letter entry of one invocation of one
-// message, as consumed by one group, is written, holding the entry's id:
-// relay:<stream>:dlq:written:<group>:<message-id>:<app>/<handler>. Groups
-// reading one stream each run their invocations, so each gets its entry.
-// It shares the DLQ stream's hash tag, so the write script stays in one
-// slot.
-func DLQWritten(stream, group, messageID, app, handler string) string {
-	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
-}
 
 // DLQReplays is the replay history of one dead-letter entry, a hash:
 // relay:<stream>:dlq:replays:<entry-id>. It shares the DLQ stream's hash

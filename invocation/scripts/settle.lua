@@ -42,8 +42,9 @@
 --
 -- Then, in order: the XACK; the transitions (finish: "ok"; retry:
 -- next_attempt_at:<now + backoff>:<attempt>:<token>; exhaust and
--- dead-letter: the entry appended (XADD <dlq> *) and the field
--- exhausted:<attempt>:<token>:dlq; release: next_attempt_at:<now>:<attempt
+-- dead-letter: the entry appended (XADD <dlq> *), the field
+-- exhausted:<attempt>:<token>:dlq and the entry's id in __dlq:<field>;
+-- release: next_attempt_at:<now>:<attempt
 -- - 1>:<token>), a non-empty trace stored in __trace:<field> by retry,
 -- exhaust and release; and with 'a' the retention: the hash deleted, or
 -- __terminal set with a TTL. So with retention 0 nothing of the message
@@ -168,6 +169,7 @@ for k = 3, #KEYS do
         local np = tonumber(ARGV[a + 6])
         r = redis.call('XADD', dlq, '*', unpack(ARGV, a + 7, a + 6 + 2 * np))
         w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s:dlq', attempt, token), m + 2
+        w[m + 1], w[m + 2], m = '__dlq:' .. field, r, m + 2
       end
       if trace ~= '' and (kind == 'r' or kind == 'l' or (kind == 'x' and not done[t])) then
         w[m + 1], w[m + 2], m = '__trace:' .. field, trace, m + 2

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/invocation"
 )
@@ -26,7 +28,7 @@ import (
 type unsettledClaims struct {
 	mu     sync.Mutex
 	claims map[string]unsettledClaim
-	// wake tells voidLoop that a claim was added.
+	// wake tells voider.run that a claim was added.
 	wake chan struct{}
 }
 
@@ -73,36 +75,49 @@ func (u *unsettledClaims) len() int {
 	return len(u.claims)
 }
 
-// unsettle records that claim l may hold a lease that nothing will use,
-// and returns whether it will be given back: the store can void claims
+// voider gives back the claims whose outcome a worker did not learn: it
+// holds them until the store answers again (ClaimVoider.Void). Safe for
+// concurrent use.
+type voider struct {
+	claims *unsettledClaims
+	// v is the StateStore as a ClaimVoider; nil when it is not one.
+	v ClaimVoider
+	// writeCtx bounds one Void by the write timeout.
+	writeCtx func(context.Context) context.Context
+	voided   prometheus.Counter
+	log      *slog.Logger
+}
+
+// add records that claim l may hold a lease that nothing will use, and
+// returns whether it will be given back: the store can void claims
 // (ClaimVoider). Only l's Key, Field and Token are needed.
-func (e *Engine) unsettle(l invocation.Lease) bool {
-	if _, ok := e.c.State.(ClaimVoider); !ok {
+func (vd *voider) add(l invocation.Lease) bool {
+	if vd.v == nil {
 		return false
 	}
-	e.unsettled.add(l)
+	vd.claims.add(l)
 	return true
 }
 
-// maxVoidDelay is the longest wait between two rounds of voidLoop while
+// maxVoidDelay is the longest wait between two rounds of run while
 // claims stay unsettled, so that a claim is given back within about that
 // long of the store answering again.
 const maxVoidDelay = time.Second
 
-// voidLoop gives back the unsettled claims until ctx ends, in rounds: at
-// once when one is added, then with a backoff of up to maxVoidDelay while
-// some remain.
-func (e *Engine) voidLoop(ctx context.Context) {
+// run gives back the unsettled claims until ctx ends, in rounds: at once
+// when one is added, then with a backoff of up to maxVoidDelay while some
+// remain.
+func (vd *voider) run(ctx context.Context) {
 	fails := 0
 	for {
 		wait := time.Duration(-1) // until woken
-		if e.unsettled.len() > 0 {
+		if vd.claims.len() > 0 {
 			wait = min(retryDelay(fails+1), maxVoidDelay)
 		}
-		if !e.waitVoid(ctx, wait) {
+		if !vd.wait(ctx, wait) {
 			return
 		}
-		if e.voidRound(ctx) {
+		if vd.round(ctx) {
 			fails = 0
 		} else {
 			fails++
@@ -110,31 +125,30 @@ func (e *Engine) voidLoop(ctx context.Context) {
 	}
 }
 
-// waitVoid waits for d (for ever when d < 0) or a new unsettled claim;
-// false when ctx ended.
-func (e *Engine) waitVoid(ctx context.Context, d time.Duration) bool {
+// wait waits for d (for ever when d < 0) or a new unsettled claim; false
+// when ctx ended.
+func (vd *voider) wait(ctx context.Context, d time.Duration) bool {
 	if d < 0 {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-e.unsettled.wake:
+		case <-vd.claims.wake:
 			return true
 		}
 	}
 	select {
-	case <-e.unsettled.wake:
+	case <-vd.claims.wake:
 		return true
 	default:
 	}
 	return ctxtime.Sleep(ctx, d)
 }
 
-// voidRound tries to give back every unsettled claim once, concurrently,
-// each within the write timeout; it reports whether all were.
-func (e *Engine) voidRound(ctx context.Context) bool {
-	v, ok := e.c.State.(ClaimVoider)
-	claims := e.unsettled.list()
-	if !ok || len(claims) == 0 {
+// round tries to give back every unsettled claim once, concurrently, each
+// within the write timeout; it reports whether all were.
+func (vd *voider) round(ctx context.Context) bool {
+	claims := vd.claims.list()
+	if vd.v == nil || len(claims) == 0 {
 		return true
 	}
 	var wg sync.WaitGroup
@@ -142,19 +156,19 @@ func (e *Engine) voidRound(ctx context.Context) bool {
 	all := true
 	for _, c := range claims {
 		wg.Go(func() {
-			err := v.Void(e.writeCtx(ctx), c.lease)
+			err := vd.v.Void(vd.writeCtx(ctx), c.lease)
 			if err != nil && !errors.Is(err, invocation.ErrTerminal) {
 				mu.Lock()
 				all = false
 				mu.Unlock()
 				return
 			}
-			e.unsettled.remove(c.lease.Token)
+			vd.claims.remove(c.lease.Token)
 			if err != nil {
 				return // the message left the PEL: nothing to give back
 			}
-			e.m.claimsVoided.Inc()
-			e.log.LogAttrs(ctx, slog.LevelInfo, "claim whose outcome was not learnt given back; no attempt charged",
+			vd.voided.Inc()
+			vd.log.LogAttrs(ctx, slog.LevelInfo, "claim whose outcome was not learnt given back; no attempt charged",
 				slog.String("message_id", c.lease.Key.MessageID), slog.String("invocation", c.lease.Field),
 				slog.Duration("unsettled_for", time.Since(c.since).Round(time.Millisecond)))
 		})
@@ -163,16 +177,16 @@ func (e *Engine) voidRound(ctx context.Context) bool {
 	return all
 }
 
-// flushUnsettled is voidRound at the Engine's stop: the claims it cannot
-// give back within the write timeout are logged, as their leases, if they
-// ran, will be charged when they expire.
-func (e *Engine) flushUnsettled() {
+// flush is round at the Engine's stop: the claims it cannot give back
+// within the write timeout are logged, as their leases, if they ran, will
+// be charged when they expire.
+func (vd *voider) flush() {
 	ctx := context.Background()
-	if e.unsettled.len() == 0 || e.voidRound(ctx) {
+	if vd.claims.len() == 0 || vd.round(ctx) {
 		return
 	}
-	for _, c := range e.unsettled.list() {
-		e.log.LogAttrs(ctx, slog.LevelWarn, "claim whose outcome was not learnt could not be given back before the engine stopped; if it ran, its lease expires and is charged as a failed attempt",
+	for _, c := range vd.claims.list() {
+		vd.log.LogAttrs(ctx, slog.LevelWarn, "claim whose outcome was not learnt could not be given back before the engine stopped; if it ran, its lease expires and is charged as a failed attempt",
 			slog.String("message_id", c.lease.Key.MessageID), slog.String("invocation", c.lease.Field))
 	}
 }
