@@ -203,7 +203,9 @@ func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o
 // wait. When none freed, o is NoSlot (Stopping when ctx ended).
 func (p *pipeline) waitSlots(ctx context.Context, a *app.App, o *Outcome) (slots, bool) {
 	o.Waited = true
+	unblock := p.act.block()
 	taken, ok := p.limiter.waitAcquire(ctx, a, p.cfg.ConcurrencyWait)
+	unblock()
 	if !ok {
 		o.Kind = NoSlot
 		if ctx.Err() != nil {
@@ -310,7 +312,7 @@ func (p *pipeline) claim(ctx context.Context, d *delivery, r invocation.ClaimReq
 		others := append(make([]string, 0, len(d.record)-1), d.record[:i]...)
 		r.Record = invocation.Record{Fields: append(others, d.record[i+1:]...), Complete: d.complete}
 	}
-	cl, err := p.claims.Do(p.writeCtx(ctx), struct{}{}, r)
+	cl, err := p.claims.do(p.writeCtx(ctx), r)
 	if err != nil {
 		p.claimFails.Add(1)
 		if lost, ok := errors.AsType[*invocation.ClaimUnknownError](err); ok && p.voids.add(lost.Lease) {
@@ -323,7 +325,7 @@ func (p *pipeline) claim(ctx context.Context, d *delivery, r invocation.ClaimReq
 		p.claimFails.Store(0)
 	}
 	d.record = nil // recorded
-	if cl.Lost > 0 {
+	if cl.Lost > 0 && r.Field != malformedField {
 		p.obs.message(ctx, d, msgEvent{kind: msgAttemptLost, app: o.App,
 			attrs: []slog.Attr{slog.String(telemetry.Handler, o.Handler), slog.Int("lost_attempt", cl.Lost)}})
 	}
@@ -341,11 +343,13 @@ func (p *pipeline) run(d *delivery, a *app.App, c call, l invocation.Lease, span
 		Env: telemetry.HandlerEnv(span.SpanContext()),
 	}
 	p.m.inFlight.Inc()
+	unblock := p.act.block()
 	start := time.Now()
 	done := p.runs.add(l.Token, Running{App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
 		MaxAttempts: c.retries + 1, Started: start, Timeout: c.timeout, LeaseUntil: l.Deadline})
 	_, err := p.runner.Run(trace.ContextWithSpan(d.handlerCtx, span), req)
 	took := time.Since(start)
+	unblock()
 	done()
 	p.m.inFlight.Dec()
 	if err != nil && context.Cause(d.handlerCtx) == errMessageGone {
@@ -383,7 +387,10 @@ func ResultOf(err error) AttemptResult {
 // redelivery writes its entry only once.
 func (p *pipeline) deadLetterMessage(ctx context.Context, d *delivery, reason string) step {
 	o := Outcome{App: dlq.MalformedName, Handler: dlq.MalformedName, MaxAttempts: 1}
-	cl, err := p.claim(ctx, d, invocation.ClaimRequest{Field: malformedField, Lease: time.Minute, MaxAttempts: 1}, &o)
+	// No handler runs: the lease only keeps a concurrent delivery from
+	// writing the entry too (the settlement is fenced either way), so a
+	// redelivery may take over as soon as the grace has passed.
+	cl, err := p.claim(ctx, d, invocation.ClaimRequest{Field: malformedField, Lease: p.cfg.LeaseGrace, MaxAttempts: 1}, &o)
 	if err != nil {
 		return step{o: o}
 	}
@@ -448,12 +455,13 @@ func (p *pipeline) deadLetterFound(d *delivery, appName, handler string, cl invo
 	if trace == "" {
 		trace = dlqTrace(d.span)
 	}
-	attempts := cl.Lease.Attempt
+	attempts, lost := cl.Lease.Attempt, cl.Lost
 	if appName == dlq.MalformedName {
-		attempts = 0
+		// No handler ran: its expired lease was no attempt.
+		attempts, lost = 0, 0
 	}
 	e := p.entry(d, appName, handler, attempts, reason, trace)
-	o.Kind, o.Reason, o.Attempt, o.Lost = DeadLettered, reason, cl.Lease.Attempt, cl.Lost
+	o.Kind, o.Reason, o.Attempt, o.Lost = DeadLettered, reason, cl.Lease.Attempt, lost
 	return step{o: o, t: &invocation.Transition{Kind: invocation.DeadLetter, Lease: cl.Lease, Entry: &e}}
 }
 

@@ -87,11 +87,12 @@ func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes 
 	if err != nil {
 		t.Fatal(err)
 	}
+	src, dlq := relaytest.NewStream(opts...), relaytest.NewDLQ(fakeStream, opts...)
 	return &onFakes{
 		t:      t,
-		src:    relaytest.NewStream(opts...),
-		state:  relaytest.NewStateStore(opts...),
-		dlq:    relaytest.NewDLQ(fakeStream, opts...),
+		src:    src,
+		state:  relaytest.NewStateStore(append(opts, relaytest.WithStream(src), relaytest.WithDLQ(dlq))...),
+		dlq:    dlq,
 		runner: &startTimes{Runner: relaytest.NewRunner()},
 		apps:   apps,
 	}
@@ -113,7 +114,7 @@ func (f *onFakes) engine(consumer string, cfg relay.Config) (_ *relay.Engine, st
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e, err := relay.NewEngine(f.apps, relay.Components{
-		Source: f.src.Consumer(consumer), State: f.state, Runner: f.runner, DLQ: f.dlq,
+		Source: f.src.Consumer(consumer), State: f.state, Runner: f.runner,
 		Stream: fakeStream, Group: fakeGroup, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -334,8 +335,9 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 					t.Fatal(err)
 				}
 				lease := app.DefaultTimeout + relay.DefaultLeaseGrace
-				claim, err := f.state.Claim(t.Context(), invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}, fakeField, lease, c.retries+1, invocation.Record{})
-				if err != nil || claim.Status != invocation.Claimed {
+				r := f.state.Claim(t.Context(), []invocation.ClaimRequest{{Key: invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id},
+					Field: fakeField, Lease: lease, MaxAttempts: c.retries + 1}})
+				if claim, err := r[0].Claim, r[0].Err; err != nil || claim.Status != invocation.Claimed {
 					t.Fatalf("dead worker's claim = %+v, %v", claim, err)
 				}
 				claimedAt := time.Now()
@@ -620,7 +622,7 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 			defer mu.Unlock()
 			return logs.Write(p)
 		}), &slog.HandlerOptions{Level: slog.LevelInfo}))
-		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner, DLQ: f.dlq,
+		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1"}, relay.Config{Logger: log, ReclaimInterval: time.Second, MinPendingIdle: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -670,13 +672,16 @@ type lostReply struct {
 	lost atomic.Bool
 }
 
-func (s *lostReply) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
-	c, err := s.StateStore.Claim(ctx, key, field, lease, maxAttempts, rec)
-	if err != nil || c.Status != invocation.Claimed || !s.lost.CompareAndSwap(false, true) {
-		return c, err
+func (s *lostReply) Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult {
+	res := s.StateStore.Claim(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil || r.Status != invocation.Claimed || !s.lost.CompareAndSwap(false, true) {
+			continue
+		}
+		res[i] = invocation.ClaimResult{Err: &invocation.ClaimUnknownError{
+			Lease: invocation.Lease{Key: reqs[i].Key, Field: reqs[i].Field, Token: r.Lease.Token}, Err: context.DeadlineExceeded}}
 	}
-	return invocation.Claim{}, &invocation.ClaimUnknownError{
-		Lease: invocation.Lease{Key: key, Field: field, Token: c.Lease.Token}, Err: context.DeadlineExceeded}
+	return res
 }
 
 func (s *lostReply) Void(ctx context.Context, l invocation.Lease) error {
@@ -695,7 +700,7 @@ func TestFakesLostClaimReplyIsGivenBack(t *testing.T) {
 		f := newOnFakes(t, app.Rule{})
 		reg := prometheus.NewRegistry()
 		e, err := relay.NewEngine(f.apps, relay.Components{
-			Source: f.src.Consumer("c1"), State: &lostReply{StateStore: f.state}, Runner: f.runner, DLQ: f.dlq,
+			Source: f.src.Consumer("c1"), State: &lostReply{StateStore: f.state}, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
 		}, relay.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -749,7 +754,7 @@ func TestFakesHeldMessageTakenOverIsForgotten(t *testing.T) {
 			t.Fatal("the shop app should be unavailable")
 		}
 		e, err := relay.NewEngine(f.apps, relay.Components{
-			Source: f.src.Consumer("c1"), State: f.state, Runner: f.runner, DLQ: f.dlq,
+			Source: f.src.Consumer("c1"), State: f.state, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -772,7 +777,7 @@ func TestFakesHeldMessageTakenOverIsForgotten(t *testing.T) {
 		// Another worker, where the app is available, takes it over and
 		// acknowledges it.
 		other := f.src.Consumer("c2")
-		if err := other.Heartbeat(t.Context(), id); err != nil {
+		if _, err := other.Heartbeat(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
 		if err := other.Ack(t.Context(), id); err != nil {

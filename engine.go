@@ -122,9 +122,10 @@ func newPipeline(c Components, cfg Config, m *metrics, log *slog.Logger) *pipeli
 	p := &pipeline{
 		id: identity{c.Stream, c.Group, c.Consumer}, state: c.State, runner: c.Runner, limiter: cfg.Limiter, cfg: cfg,
 		tracer: newTracer(cfg.TracerProvider), obs: newObservers(cfg, log, m, c.Consumer), m: m, log: log,
-		claims: newClaims(c.State), settles: newSettles(c.State),
+		act:  newActivity(),
 		held: newHeldSet(), runs: newRunningSet(),
 	}
+	p.claims, p.settles = newClaims(c.State, p.act, cfg.SettleLinger), newSettles(c.State, p.act, cfg.SettleLinger)
 	v, _ := c.State.(ClaimVoider)
 	p.voids = &voider{claims: newUnsettledClaims(), v: v, writeCtx: p.writeCtx, voided: m.claimsVoided, log: log}
 	return p

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,13 +50,10 @@ type harness struct {
 	handlers map[string]runtime.HandlerFunc
 	apps     *app.Set
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
-	dlqw     relay.DLQWriter
-	last     string // id of the last published entry
-	// stateStore and runner replace h.state and the Func runner when set;
-	// settler replaces the Settler (h.state, for a plain source and store).
+	last     string             // id of the last published entry
+	// stateStore and runner replace h.state and the Func runner when set.
 	stateStore relay.StateStore
 	runner     relay.Runner
-	settler    relay.Settler
 }
 
 // timing holds the engine timings a test runs with.
@@ -124,7 +122,6 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
 	h.source = h.src
 	h.dlq = dlq.NewStore(rc, h.stream)
-	h.dlqw = dlq.NewWriter(rc, h.stream, dlq.WithPELFence())
 	h.state = invocation.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
@@ -178,14 +175,8 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if h.runner != nil {
 		runner = h.runner
 	}
-	// Settle in one step as a Worker does, unless the test replaced the
-	// source or the store.
-	settler := h.settler
-	if _, plain := src.(*stream.Source); plain && h.stateStore == nil && settler == nil {
-		settler = h.state
-	}
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: src, State: state, Runner: runner, DLQ: h.dlqw, Settler: settler,
+		Source: src, State: state, Runner: runner,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -415,22 +406,68 @@ events:
       kind: [charge]
 `
 
-// failingDLQ fails the first n writes.
-type failingDLQ struct {
-	relay.DLQWriter
-	mu sync.Mutex
-	n  int
+// hookedState is a StateStore whose settlements a test can fail or hold:
+// hook sees each settlement of a Settle call before the store does, and
+// an error it returns is that settlement's result, which then never
+// reaches the store. It keeps the store's ClaimVoider.
+type hookedState struct {
+	relay.StateStore
+	hook func(ctx context.Context, s invocation.Settlement) error
 }
 
-func (f *failingDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	f.mu.Lock()
-	if f.n > 0 {
-		f.n--
-		f.mu.Unlock()
-		return "", errors.New("injected: DLQ unavailable")
+func (h *hookedState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	out := make([]invocation.SettleResult, len(ss))
+	var pass []invocation.Settlement
+	var at []int
+	for i, s := range ss {
+		if err := h.hook(ctx, s); err != nil {
+			out[i].Err = err
+			continue
+		}
+		pass, at = append(pass, s), append(at, i)
 	}
-	f.mu.Unlock()
-	return f.DLQWriter.Write(ctx, e)
+	if len(pass) > 0 {
+		for k, r := range h.StateStore.Settle(ctx, pass) {
+			out[at[k]] = r
+		}
+	}
+	return out
+}
+
+func (h *hookedState) Void(ctx context.Context, l invocation.Lease) error {
+	return h.StateStore.(relay.ClaimVoider).Void(ctx, l)
+}
+
+// writes reports whether s has a transition of kind k.
+func writes(s invocation.Settlement, k invocation.TransitionKind) bool {
+	for _, t := range s.Transitions {
+		if t.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// writesEntry reports whether s writes a dead-letter entry.
+func writesEntry(s invocation.Settlement) bool {
+	return writes(s, invocation.Exhaust) || writes(s, invocation.DeadLetter)
+}
+
+// failDeadLetters fails the settlements of h's store that write a
+// dead-letter entry for which fail returns true, as a DLQ that cannot be
+// written to would, and returns how many it failed.
+func failDeadLetters(h *harness, fail func(e dlq.Entry) bool) (failed *atomic.Int32) {
+	failed = new(atomic.Int32)
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		for _, t := range s.Transitions {
+			if t.Entry != nil && fail(*t.Entry) {
+				failed.Add(1)
+				return errors.New("injected: DLQ unavailable")
+			}
+		}
+		return nil
+	}}
+	return failed
 }
 
 type runnerFunc func(context.Context, runtime.Request) (runtime.Result, error)

@@ -16,7 +16,6 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -56,7 +55,7 @@ func TestHelperWorker(t *testing.T) {
 	}
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: stream.New(rc, streamName, group, "doomed", stream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
+		State:  invocation.New(rc), Runner: runner,
 		Stream: streamName, Group: group, Consumer: "doomed",
 	}, fastConfig(mods...))
 	if err != nil {

@@ -52,7 +52,7 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 				cfg.Limiter, cfg.Metrics = limiter, prometheus.NewRegistry() // MaxConcurrency: the Limiter's
 				e, err := relay.NewEngine(h.apps, relay.Components{
 					Source: stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond)),
-					State:  h.state, Runner: runner, DLQ: h.dlqw, Stream: h.stream, Group: h.group, Consumer: "c1",
+					State:  h.state, Runner: runner, Stream: h.stream, Group: h.group, Consumer: "c1",
 				}, cfg)
 				if err != nil {
 					t.Fatal(err)

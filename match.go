@@ -136,7 +136,9 @@ func (p *pipeline) match(ctx context.Context, d *delivery, e entry) plan {
 	var unfinished invocation.Unfinished
 	if d.msg.Deliveries >= 2 {
 		var err error
+		unblock := p.act.block()
 		unfinished, err = p.state.Unfinished(p.writeCtx(ctx), d.key)
+		unblock()
 		if err != nil {
 			return plan{pending: &pendingReason{level: slog.LevelError, msg: "reading the message's unfinished invocations failed; message left pending", err: err}}
 		}

@@ -54,7 +54,7 @@ func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e, err := relay.NewEngine(h.apps, relay.Components{
 		Source: stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond)),
-		State:  h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		State:  h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -239,7 +239,7 @@ func TestOnOutcomeSeesEveryOutcomeOnce(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src.Consumer("c1"), State: relaytest.NewStateStore(), Runner: runner, DLQ: relaytest.NewDLQ("events"),
+		Source: src.Consumer("c1"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events"))), Runner: runner,
 		Stream: "events", Group: "workers", Consumer: "c1",
 	}, relay.Config{
 		Logger: slog.New(slog.DiscardHandler), MinPendingIdle: 50 * time.Millisecond, ReclaimInterval: 10 * time.Millisecond,

@@ -138,6 +138,7 @@ func (p *pipeline) pin(ctx context.Context, d *delivery, s *app.Schedule) (sched
 	}
 	var stored string
 	err = p.persist(ctx, func(octx context.Context) (err error) {
+		defer p.act.block()()
 		stored, err = p.state.Pin(octx, d.key, scheduleField, string(want))
 		return err
 	})

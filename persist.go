@@ -27,7 +27,7 @@ func (p *pipeline) writeCtx(ctx context.Context) context.Context {
 // earlier try applied but whose reply was lost comes back ErrStale; the
 // message then stays pending and the next delivery's Claim reads the truth.
 func (p *pipeline) persist(ctx context.Context, op func(context.Context) error) error {
-	return retryWrite(p.writeCtx(ctx), op)
+	return retryWrite(p.writeCtx(ctx), op, p.pause)
 }
 
 // persistSuccess is persist for the record of a handler's success, which
@@ -40,7 +40,7 @@ func (p *pipeline) persist(ctx context.Context, op func(context.Context) error) 
 // until the worker abandons running work (handlerCtx).
 func (p *pipeline) persistSuccess(ctx, handlerCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
 	patience := max(p.cfg.WriteTimeout, time.Until(l.Deadline)+p.cfg.MinPendingIdle)
-	return retryWrite(p.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
+	return retryWrite(p.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op, p.pause)
 }
 
 // maxDeadlineSlack is how much later than asked a write's context may end
@@ -102,7 +102,16 @@ func (c endsWith) Value(key any) any           { return c.values.Value(key) }
 // its end without a goroutine of their own.
 func (c endsWith) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ends, f) }
 
-func retryWrite(octx context.Context, op func(context.Context) error) error {
+// pause waits d before a write is tried again, the delivery counting as
+// waiting meanwhile (batch.go); false when ctx ended first.
+func (p *pipeline) pause(ctx context.Context, d time.Duration) bool {
+	defer p.act.block()()
+	return ctxtime.Sleep(ctx, d)
+}
+
+// retryWrite runs op until it succeeds, fails with a contract error, or
+// octx ends, waiting with pause between tries.
+func retryWrite(octx context.Context, op func(context.Context) error, pause func(context.Context, time.Duration) bool) error {
 	for tries := 1; ; tries++ {
 		err := op(octx)
 		if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
@@ -114,7 +123,7 @@ func retryWrite(octx context.Context, op func(context.Context) error) error {
 		if err == nil {
 			return nil
 		}
-		if !ctxtime.Sleep(octx, retryDelay(tries)) {
+		if !pause(octx, retryDelay(tries)) {
 			return err
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/internal/combine"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stream"
 )
@@ -54,10 +53,11 @@ type pipeline struct {
 	m       *metrics
 	log     *slog.Logger
 
-	// claims and settles gather the calls of concurrent deliveries
-	// (batch.go).
-	claims  *combine.Combiner[struct{}, invocation.ClaimRequest, invocation.Claim]
-	settles *combine.Combiner[struct{}, invocation.Settlement, []invocation.TransitionResult]
+	// claims and settles gather the calls of concurrent deliveries, and
+	// act says what the deliveries do (batch.go).
+	claims  *batcher[invocation.ClaimRequest, invocation.Claim]
+	settles *batcher[invocation.Settlement, []invocation.TransitionResult]
+	act     *activity
 	// voids gives back claims whose outcome was not learnt (voids.go).
 	voids *voider
 	held  *heldSet
@@ -208,10 +208,21 @@ func newDispatcher(p *pipeline, gen func() *generation, handlerCtx context.Conte
 		inFlight: map[string]context.CancelCauseFunc{}, waiting: map[string]struct{}{}}
 }
 
-// dispatch starts the delivery of msg; the caller holds its slot.
-func (ds *dispatcher) dispatch(ctx context.Context, msg stream.Message) {
+// dispatch starts the deliveries of msgs; the caller holds a slot for
+// each. They count as running from now until they end (batch.go): all of
+// them before the first starts, so that its claim waits for the others'.
+func (ds *dispatcher) dispatch(ctx context.Context, msgs ...stream.Message) {
+	ds.p.act.add(len(msgs), 0)
+	for _, msg := range msgs {
+		ds.start(ctx, msg)
+	}
+}
+
+// start starts the delivery of msg, which counts as running.
+func (ds *dispatcher) start(ctx context.Context, msg stream.Message) {
 	if !ds.track(msg.ID) {
 		<-ds.slots // a reclaim of our own slow message
+		ds.p.act.add(-1, 0)
 		return
 	}
 	select {
@@ -254,6 +265,7 @@ func (ds *dispatcher) handle(ctx context.Context, msg stream.Message) {
 	defer func() { <-ds.slots }()
 	hctx := ds.handlerContext(msg.ID)
 	defer ds.untrack(msg.ID)
+	defer ds.p.act.add(-1, 0)
 	ds.p.deliver(ctx, hctx, ds.gen(), msg)
 }
 

@@ -60,11 +60,8 @@ func (r *reader) run(ctx context.Context) {
 			}
 			fails = 0
 		}
-		for _, msg := range batch {
-			n--
-			r.ds.dispatch(ctx, msg)
-		}
-		for ; n > 0; n-- {
+		r.ds.dispatch(ctx, batch...)
+		for n -= len(batch); n > 0; n-- {
 			<-r.ds.slots
 		}
 		if fails > 0 && !ctxtime.Sleep(ctx, retryDelay(fails)) {

@@ -28,7 +28,7 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
 	testutil.WaitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.Count("users/events.created") > 0 })
-	if n := countGoroutines("relay.(*Engine).handleLoop"); n == 0 {
+	if n := countGoroutines("relay.(*dispatcher).handleLoop"); n == 0 {
 		t.Fatal("no message goroutine while a handler runs: the test no longer sees them")
 	}
 	close(release)
@@ -37,7 +37,7 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 		t.Fatalf("handler ran %d times for 40 messages", got)
 	}
 	stop()
-	if n := countGoroutines("relay.(*Engine).handleLoop"); n != 0 {
+	if n := countGoroutines("relay.(*dispatcher).handleLoop"); n != 0 {
 		t.Errorf("%d message goroutines left after Run returned", n)
 	}
 }

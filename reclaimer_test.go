@@ -54,7 +54,7 @@ events:
 	// invocation slot (a minute of concurrency wait) and one reclaimed entry
 	// for a message slot, so the worker holds five.
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, relay.Config{MaxConcurrency: 2, ConcurrencyWait: time.Minute,
 		MinPendingIdle: 300 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
@@ -129,8 +129,9 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	}
 	// The dead consumer had claimed an invocation: its hash is pending,
 	// without a TTL.
-	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5, invocation.Record{}); err != nil {
-		t.Fatal(err)
+	key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
+	if r := h.state.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "users/events.created", Lease: time.Minute, MaxAttempts: 5}}); r[0].Err != nil {
+		t.Fatal(r[0].Err)
 	}
 	if ttl := h.ttl(id); ttl >= 0 {
 		t.Fatalf("pending hash has TTL %s", ttl)

@@ -140,7 +140,7 @@ var errGivenBackLater = errors.New("the attempt is given back once the store ans
 func (p *pipeline) write(ctx context.Context, d *delivery, s invocation.Settlement) ([]invocation.TransitionResult, error) {
 	var res []invocation.TransitionResult
 	op := func(octx context.Context) (err error) {
-		res, err = p.settles.Do(octx, struct{}{}, s)
+		res, err = p.settles.do(octx, s)
 		return err
 	}
 	for _, t := range s.Transitions {

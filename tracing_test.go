@@ -102,7 +102,7 @@ func (h *harness) startTraced(tp trace.TracerProvider, mods ...func(*timing)) {
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics, cfg.TracerProvider = h.reg, tp
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: h.source, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: h.source, State: h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, cfg)
 	if err != nil {

@@ -1,15 +1,16 @@
 package relay
 
 import (
+	"context"
 	"testing"
 
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
 )
 
-// TestClassifyAgreesWithIsEnvelope: the string test classify runs before
+// TestDecodeAgreesWithIsEnvelope: the string test decode runs before
 // schedule.IsEnvelope never turns away an envelope, escaped or not.
-func TestClassifyAgreesWithIsEnvelope(t *testing.T) {
+func TestDecodeAgreesWithIsEnvelope(t *testing.T) {
 	for _, ev := range []string{
 		`{"source":"relay.schedule"}`,
 		`{"source":"relay\u002eschedule"}`,
@@ -19,9 +20,11 @@ func TestClassifyAgreesWithIsEnvelope(t *testing.T) {
 		`{"kind":"order"}`,
 		`not json`,
 	} {
-		got := classify(stream.Message{Fields: map[string]string{"event": ev}}, 0).kind == classOccurrence
+		p := &pipeline{obs: observers{}}
+		d := &delivery{msg: stream.Message{Fields: map[string]string{"event": ev}}}
+		got := p.decode(context.Background(), d).kind == entryOccurrence
 		if want := schedule.IsEnvelope([]byte(ev)); got != want {
-			t.Errorf("classify(%s) is an occurrence: %v, schedule.IsEnvelope: %v", ev, got, want)
+			t.Errorf("decode(%s) is an occurrence: %v, schedule.IsEnvelope: %v", ev, got, want)
 		}
 	}
 }
