@@ -66,9 +66,16 @@ func (s *Store) runSettles(ctx context.Context, stream, group string, items []se
 	for _, it := range items {
 		args = append(args, it.args...)
 	}
+	return splitReplies(settleScript.Exec(ctx, s.client, ks, args), len(items), settleReplyLen(items))
+}
+
+// settleReplyLen returns splitReplies' size function for a settle.lua
+// call of items: called once per item, in order, it returns how many
+// elements the item's reply of code takes, code included (applied: one
+// more per transition), or 0 for an unknown code.
+func settleReplyLen(items []settleItem) func(code int64) int {
 	k := 0
-	return splitReplies(settleScript.Exec(ctx, s.client, ks, args), len(items), func(code int64) int {
-		// Applied: the code and one element per transition.
+	return func(code int64) int {
 		n := items[k].n
 		k++
 		switch code {
@@ -78,7 +85,7 @@ func (s *Store) runSettles(ctx context.Context, stream, group string, items []se
 			return 1
 		}
 		return 0
-	})
+	}
 }
 
 // splitReplies cuts a batch script's flat reply into the replies of its n
