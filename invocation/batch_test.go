@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 )
 
@@ -389,6 +390,145 @@ func TestSettleBatchChunks(t *testing.T) {
 	}
 }
 
+// TestSettleChunksKeepTheirOrder: a batch of 5 settlements of different
+// transitions cut into calls of 2 (WithMaxBatch(2)) returns each
+// settlement its own result: the retry its own next time, the exhausts
+// their own entries, in the order of the batch.
+func TestSettleChunksKeepTheirOrder(t *testing.T) {
+	p := newCountedStore(t, WithMaxBatch(2))
+	stream, group := "{orders}", "g"
+	ids := []string{"1-1", "1-2", "1-3", "1-4", "1-5"}
+	deliver(t, p.c, stream, group, ids...)
+	var reqs []ClaimRequest
+	for _, id := range ids {
+		reqs = append(reqs, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 5})
+	}
+	var leases []Lease
+	for i, c := range p.s.Claim(t.Context(), reqs) {
+		if c.Err != nil || c.Status != Claimed {
+			t.Fatalf("claim %d: %+v", i, c)
+		}
+		leases = append(leases, c.Lease)
+	}
+	retry := func(l Lease, backoff time.Duration) Settlement {
+		st := one(Retry, l)
+		st.Transitions[0].Backoff = backoff
+		return st
+	}
+	ss := []Settlement{
+		retry(leases[0], time.Hour),
+		acked(one(Exhaust, leases[1]), time.Hour),
+		retry(leases[2], 2*time.Hour),
+		acked(one(Exhaust, leases[3]), 0),
+		one(Release, leases[4]),
+	}
+	before := p.scriptRuns(t)
+	rs := p.s.Settle(t.Context(), ss)
+	if got := p.scriptRuns(t) - before; got != 3 {
+		t.Errorf("%d script runs for 5 settlements in batches of 2, want 3", got)
+	}
+	for i, r := range rs {
+		if r.Err != nil || len(r.Transitions) != 1 {
+			t.Fatalf("settlement %d: %+v", i, r)
+		}
+	}
+	for i, want := range map[int]string{0: nextAt(rs[0].Transitions[0].Next.UnixMilli(), 1, leases[0].Token),
+		2: nextAt(rs[2].Transitions[0].Next.UnixMilli(), 1, leases[2].Token)} {
+		if got, _ := hashState(t, p.c, leases[i].Key); got[testField] != want {
+			t.Errorf("settlement %d stored %q, want %q from its result", i, got[testField], want)
+		}
+	}
+	if d := rs[2].Transitions[0].Next.Sub(rs[0].Transitions[0].Next); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("retry of 2h is due %v after the retry of 1h, want about 1h", d)
+	}
+	entries := dlqEntries(t, p.c, stream)
+	if len(entries) != 2 {
+		t.Fatalf("%d dead-letter entries, want 2", len(entries))
+	}
+	entryOfMessage := map[string]string{} // original id → entry id
+	for _, e := range entries {
+		entryOfMessage[e.OriginalID] = e.ID
+	}
+	for _, i := range []int{1, 3} {
+		if got, want := rs[i].Transitions[0].DLQID, entryOfMessage[ids[i]]; got == "" || got != want {
+			t.Errorf("settlement %d: entry %q, want %q, the entry of %s", i, got, want, ids[i])
+		}
+	}
+	if diff := cmp.Diff([]string{ids[0], ids[2], ids[4]}, pendingIDs(t, p.c, leases[0].Key)); diff != "" {
+		t.Errorf("pending (-want +got):\n%s", diff)
+	}
+}
+
+// TestBatchAcrossStreamsAndGroups: one Claim call and one Settle call
+// may mix messages of two streams and of two groups of one stream, with
+// the same message id: each claim and settlement applies to its own
+// message, acknowledges only its own group's PEL entry and writes its
+// dead-letter entry to its own stream's dead-letter stream.
+func TestBatchAcrossStreamsAndGroups(t *testing.T) {
+	p := newCountedStore(t)
+	ctx := t.Context()
+	s1, s2 := "{one}", "{two}"
+	deliver(t, p.c, s1, "g1", "1-1")
+	deliver(t, p.c, s1, "g2")
+	deliver(t, p.c, s2, "g1", "1-1")
+	keys := []Key{
+		{Stream: s1, Group: "g1", MessageID: "1-1"},
+		{Stream: s1, Group: "g2", MessageID: "1-1"},
+		{Stream: s2, Group: "g1", MessageID: "1-1"},
+	}
+	var reqs []ClaimRequest
+	for _, k := range keys {
+		reqs = append(reqs, ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
+	}
+	var leases []Lease
+	for i, c := range p.s.Claim(ctx, reqs) {
+		if c.Err != nil || c.Status != Claimed || c.Lease.Key != keys[i] {
+			t.Fatalf("claim %d: %+v, want claimed on its own key", i, c)
+		}
+		leases = append(leases, c.Lease)
+	}
+	rs := p.s.Settle(ctx, []Settlement{
+		acked(one(Exhaust, leases[0]), time.Hour),
+		one(Retry, leases[1]),
+		acked(one(Exhaust, leases[2]), 0),
+	})
+	for i, r := range rs {
+		if r.Err != nil {
+			t.Fatalf("settlement %d: %v", i, r.Err)
+		}
+	}
+	if got := pendingIDs(t, p.c, keys[0]); len(got) != 0 {
+		t.Errorf("%s g1 pending %v, want none", s1, got)
+	}
+	if diff := cmp.Diff([]string{"1-1"}, pendingIDs(t, p.c, keys[1])); diff != "" {
+		t.Errorf("%s g2 pending (-want +got):\n%s", s1, diff)
+	}
+	if got := pendingIDs(t, p.c, keys[2]); len(got) != 0 {
+		t.Errorf("%s g1 pending %v, want none", s2, got)
+	}
+	want := []map[string]string{
+		{testField: dead(1, leases[0].Token), terminalField: "1"},
+		{testField: nextAt(rs[1].Transitions[0].Next.UnixMilli(), 1, leases[1].Token)},
+		{},
+	}
+	for i, k := range keys {
+		got, _ := hashState(t, p.c, k)
+		if diff := cmp.Diff(want[i], got); diff != "" {
+			t.Errorf("hash of %v (-want +got):\n%s", k, diff)
+		}
+	}
+	for i, stream := range []string{s1, s2} {
+		ids, got := withoutIDs(dlqEntries(t, p.c, stream))
+		l := leases[2*i]
+		if diff := cmp.Diff([]dlq.Entry{stored(l)}, got); diff != "" {
+			t.Errorf("dead-letter entries of %s (-want +got):\n%s", stream, diff)
+		}
+		if len(ids) == 1 && rs[2*i].Transitions[0].DLQID != ids[0] {
+			t.Errorf("settlement %d: entry %s, want %s", 2*i, rs[2*i].Transitions[0].DLQID, ids[0])
+		}
+	}
+}
+
 // TestSplitClaimReplies: claim.lua's flat reply is cut at the lengths its
 // codes fix, and a reply that does not hold exactly the batch's claims
 // fails every claim of the batch rather than hand one a neighbour's reply.
@@ -435,6 +575,39 @@ func TestSplitClaimReplies(t *testing.T) {
 		for i, r := range got {
 			if r.err == nil || !strings.Contains(r.err.Error(), bad.why) {
 				t.Errorf("%s, claim %d: %v, want an error naming %q", bad.lua, i, r.err, bad.why)
+			}
+		}
+	}
+}
+
+// TestSplitSettleReplies: settle.lua's flat reply is cut at its codes,
+// an applied settlement taking one element per transition, and a reply
+// that does not hold exactly the batch's settlements fails them all.
+func TestSplitSettleReplies(t *testing.T) {
+	c := redistest.Client(t)
+	items := []settleItem{{n: 2}, {n: 0}, {n: 1}, {n: 3}, {n: 1}}
+	run := func(lua string, items []settleItem) []result {
+		return splitReplies(rueidis.NewLuaScript(lua).Exec(t.Context(), c, nil, nil), len(items), settleReplyLen(items))
+	}
+	got := run(`return {1, 0, '1-1', 1, 2, 3, 5}`, items)
+	wantCodes := []int64{1, 1, 2, 3, 5}
+	wantLen := []int{3, 1, 1, 1, 1}
+	for i, r := range got {
+		if r.err != nil || r.reply.code != wantCodes[i] || len(r.reply.arr) != wantLen[i] {
+			t.Errorf("settlement %d: %+v, want code %d with %d elements", i, r, wantCodes[i], wantLen[i])
+		}
+	}
+	for _, bad := range []struct{ lua, why string }{
+		{`return {1, 0, '1-1', 4}`, "unknown code 4"},
+		{`return {1, 0, '1-1', 11}`, "unknown code 11"},
+		{`return {1, 0}`, "wants 3 elements"},
+		{`return {1, 0, '1-1'}`, "fewer than 2 items"},
+		{`return {1, 0, '1-1', 1, 2}`, "left after 2 items"},
+		{`return {'x'}`, "the code of item 0"},
+	} {
+		for i, r := range run(bad.lua, items[:2]) {
+			if r.err == nil || !strings.Contains(r.err.Error(), bad.why) {
+				t.Errorf("%s, settlement %d: %v, want an error naming %q", bad.lua, i, r.err, bad.why)
 			}
 		}
 	}

@@ -706,6 +706,116 @@ func TestClaimScriptRecords(t *testing.T) {
 	runScriptCases(t, cases)
 }
 
+// TestClaimScriptProbe: a probe (ClaimRequest.Probe) is decided as a claim
+// is, but where a claim would take an attempt it records the field due
+// now with its attempts unchanged (a lost attempt charged) and reports
+// Probed; where a claim takes none, it finds what the claim finds.
+func TestClaimScriptProbe(t *testing.T) {
+	const lease = 30 * time.Second
+	probe := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
+		return claimCall(func(e *env) ClaimRequest {
+			r := e.req(lease, maxAttempts)
+			r.Probe, r.Record = true, rec
+			return r
+		})
+	}
+	probed := func(attempts, lost int) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: Probed, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempts, Token: "new"}}
+		}
+	}
+	found := func(st Status, attempt int, token string, lost int) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: st, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
+		}
+	}
+	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+	dueNow := func(attempts int) func(a at) map[string]string {
+		return fieldAt(func(a at) string { return nextAt(a.now, attempts, "new") })
+	}
+	cases := []scriptCase{
+		{name: "no state", call: probe(5, Record{}), pttl: ttlNone, want: probed(0, 0), state: dueNow(0)},
+		{
+			name: "no state, with a record", call: probe(5, Record{Fields: []string{"b/one"}, Complete: true}), pttl: ttlNone,
+			want: probed(0, 0),
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 0, "new"), "b/one": nextAt(a.now, 0, "new"), matchedField: "1"}
+			},
+		},
+		{
+			name: "due retry", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 0),
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: nextAt(now-1000, 2, "old"), traceKey: tp1}
+			},
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 2, "new"), traceKey: tp1}
+			},
+		},
+		{
+			name: "released attempt due", call: probe(2, Record{}), pttl: ttlNone, want: probed(1, 0),
+			seed: field(func(now int64) string { return nextAt(now, 1, "old") }), state: dueNow(1),
+		},
+		{
+			// The lost attempt is charged once, by the probe; none is taken.
+			name: "expired lease", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 2),
+			seed: field(func(now int64) string { return running(now-1000, 2, "old") }), state: dueNow(2),
+		},
+		{
+			name: "expired lease at max attempts", call: probe(2, Record{}), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 2, "old") }),
+			want:  found(Exhausted, 2, "new", 2),
+			state: fieldAt(func(at) string { return exhausted(2, "new") }),
+		},
+		{
+			name: "due retry at max attempts", call: probe(4, Record{}), pttl: ttlNone,
+			seed:  field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
+			want:  found(Exhausted, 4, "new", 0),
+			state: fieldAt(func(at) string { return exhausted(4, "new") }),
+		},
+		{
+			name: "live lease", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "not due", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "exhausted", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return exhausted(3, "old") }),
+			want: found(Exhausted, 3, "old", 0),
+		},
+		{
+			name: "dead-lettered", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return dead(3, "old") }),
+			want: found(DeadLettered, 3, "old", 0),
+		},
+		{
+			name: "ok", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return "ok" }),
+			want: fixed(Claim{Status: Succeeded}),
+		},
+		{
+			name: "terminal", call: probe(5, Record{}), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: running(now-1000, 1, "old"), terminalField: "1"}
+			},
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "acknowledged", call: probe(5, Record{Fields: []string{"b/one"}}), pttl: ttlNoKey, message: "acked",
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "malformed", call: probe(5, Record{}), pttl: ttlNone, wantSomeErr: true,
+			seed: field(func(int64) string { return "garbage" }),
+		},
+	}
+	runScriptCases(t, cases)
+}
+
 // prefixed returns cases with their names prefixed.
 func prefixed(prefix string, cases []scriptCase) []scriptCase {
 	out := make([]scriptCase, len(cases))
@@ -1049,6 +1159,104 @@ func TestSettleDeadLetterScript(t *testing.T) {
 	}
 	cases = append(cases, fencedRejects(do, exhaustedValue, runningSame)...)
 	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(DeadLetter), time.Hour), exhaustedValue, runningSame))...)
+	runScriptCases(t, cases)
+}
+
+// TestSettleAllOrNothing: a settlement applies all its transitions or
+// none: when one of them is stale, the others (whichever comes first)
+// write nothing, no dead-letter entry is written and the message is not
+// acknowledged.
+func TestSettleAllOrNothing(t *testing.T) {
+	const other = "b/handler"
+	lease := func(key Key, f string) Lease { return Lease{Key: key, Field: f, Attempt: 2, Token: "tok"} }
+	// pair settles testField with a and other with b.
+	pair := func(a, b TransitionKind, ack bool) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			st := one(a, lease(e.key, testField))
+			st.Transitions = append(st.Transitions, one(b, lease(e.key, other)).Transitions...)
+			if ack {
+				st = acked(st, time.Hour)
+			}
+			r := settleOne(ctx, e.s, st)
+			return r.Transitions, r.Err
+		}
+	}
+	seed := func(a, b string) func(now int64) map[string]string {
+		return func(now int64) map[string]string {
+			return map[string]string{testField: strings.ReplaceAll(a, "NOW", fmt.Sprint(now+hourMS)),
+				other: strings.ReplaceAll(b, "NOW", fmt.Sprint(now+hourMS))}
+		}
+	}
+	live, stale := "running:NOW:2:tok", "running:NOW:2:someone-else"
+	cases := []scriptCase{
+		{name: "exhaust, then a stale finish", call: pair(Exhaust, Finish, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "finish, then a stale exhaust", call: pair(Finish, Exhaust, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "stale finish, then an exhaust", call: pair(Finish, Exhaust, false), seed: seed(stale, live), wantErr: ErrStale, pttl: ttlNone},
+		{name: "retry, then a stale release", call: pair(Retry, Release, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a stale dead-letter", call: pair(Exhaust, DeadLetter, false), seed: seed(live, exhausted(2, "someone-else")), wantErr: ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a dead-letter of a running field", call: pair(Exhaust, DeadLetter, false), seed: seed(live, live), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: finish, then a stale finish", call: pair(Finish, Finish, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a stale exhaust", call: pair(Exhaust, Exhaust, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a missing field", call: pair(Exhaust, Finish, true), wantErr: ErrStale, pttl: ttlNone,
+			seed: func(now int64) map[string]string { return map[string]string{testField: runningLive(now, 2, "tok")} }},
+		{
+			name: "ack: both apply", call: pair(Exhaust, Finish, true), seed: seed(live, live), pttl: ttlHour, acked: true,
+			want: func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			state: func(at) map[string]string {
+				return map[string]string{testField: dead(2, "tok"), other: "ok", terminalField: "1"}
+			},
+			dlq: entries(leaseOf(2, "tok", "")),
+		},
+		{
+			name: "exhaust, and one applied before", call: pair(Exhaust, Exhaust, false), seed: seed(live, dead(2, "tok")), pttl: ttlNone,
+			want:  func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), other: dead(2, "tok")} },
+			dlq:   entries(leaseOf(2, "tok", "")),
+		},
+	}
+	runScriptCases(t, cases)
+}
+
+// TestSettleAckScript: an Ack settlement without transitions
+// acknowledges the message and applies the retention to its hash: kept
+// with __terminal and a TTL, or deleted with retention 0; a Stateless one
+// acknowledges alone. A message no longer pending is left alone and
+// ErrTerminal returned.
+func TestSettleAckScript(t *testing.T) {
+	ack := func(retention time.Duration, stateless bool) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			r := settleOne(ctx, e.s, Settlement{Key: e.key, Ack: true, Stateless: stateless, Retention: retention})
+			return r.Transitions, r.Err
+		}
+	}
+	done := func(int64) map[string]string {
+		return map[string]string{testField: "ok", "other/handler": dead(2, "tok"), traceKey: tp1}
+	}
+	retained := func(a at) map[string]string {
+		m := done(a.seed)
+		m[terminalField] = "1"
+		return m
+	}
+	noKey := func(at) map[string]string { return map[string]string{} }
+	cases := []scriptCase{
+		{name: "retains", call: ack(time.Hour, false), seed: done, state: retained, pttl: ttlHour, acked: true},
+		{name: "retention 0 deletes", call: ack(0, false), seed: done, state: noKey, pttl: ttlNoKey, acked: true},
+		{name: "no state creates none", call: ack(time.Hour, false), pttl: ttlNoKey, acked: true},
+		{name: "stateless", call: ack(time.Hour, true), pttl: ttlNoKey, acked: true},
+		{name: "stateless at retention 0", call: ack(0, true), pttl: ttlNoKey, acked: true},
+		{name: "stateless touches no hash", call: ack(time.Hour, true), seed: done, pttl: ttlNone, acked: true},
+		{
+			name: "retained hash keeps its TTL", call: ack(7*24*time.Hour, false), acked: true,
+			seed:    func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
+			seedTTL: ttlHour, pttl: ttlHour,
+		},
+		{name: "acknowledged", call: ack(time.Hour, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "acknowledged, retention 0", call: ack(0, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "acknowledged, stateless", call: ack(0, true), message: "acked", pttl: ttlNoKey, wantErr: ErrTerminal},
+		{name: "group gone", call: ack(0, false), message: "no group", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "stream gone", call: ack(time.Hour, false), message: "no stream", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "negative retention", call: ack(-time.Second, false), seed: done, pttl: ttlNone, wantSomeErr: true},
+	}
 	runScriptCases(t, cases)
 }
 

@@ -183,6 +183,49 @@ func TestSettleInvalidRetention(t *testing.T) {
 	}
 }
 
+// TestSettleRetentionZeroLeavesOnlyDeadLetters: an Ack at retention 0 of
+// a message whose invocations exhausted leaves no key of the message but
+// its dead-letter entries: no hash, no trace, no marker, and the message
+// out of the PEL.
+func TestSettleRetentionZeroLeavesOnlyDeadLetters(t *testing.T) {
+	e := newEnv(t, "")
+	now := e.nowMS(t)
+	a := Lease{Key: e.key, Field: "a/one", Attempt: 3, Token: "ta", Trace: tp1}
+	b := Lease{Key: e.key, Field: "b/two", Attempt: 2, Token: "tb"}
+	e.seed(t, map[string]string{a.Field: running(now+hourMS, 3, "ta"), b.Field: exhausted(2, "tb"),
+		"c/three": "ok", TraceField(a.Field): tp2, matchedField: "1", "__schedule": "pin"}, 0)
+	st := one(Exhaust, a)
+	st.Transitions = append(st.Transitions, one(DeadLetter, b).Transitions...)
+	r := settleOne(t.Context(), e.s, acked(st, 0))
+	if r.Err != nil {
+		t.Fatalf("Settle: %v", r.Err)
+	}
+	ids, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream))
+	if diff := cmp.Diff([]dlq.Entry{stored(a), stored(b)}, got); diff != "" {
+		t.Errorf("dead-letter entries (-want +got):\n%s", diff)
+	}
+	if len(ids) == 2 {
+		if diff := cmp.Diff([]TransitionResult{{DLQID: ids[0]}, {DLQID: ids[1]}}, r.Transitions); diff != "" {
+			t.Errorf("results (-want +got):\n%s", diff)
+		}
+	}
+	// Every key of the test's stream: the stream and its dead-letter
+	// stream, nothing of the message.
+	all, err := e.c.Do(t.Context(), e.c.B().Keys().Pattern("*"+e.key.Stream+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(all)
+	want := []string{e.key.Stream, keys.DLQ(e.key.Stream)}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Errorf("keys after the settlement (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{e.other.MessageID}, pendingIDs(t, e.c, e.key)); diff != "" {
+		t.Errorf("pending (-want +got):\n%s", diff)
+	}
+}
+
 // TestSettleCluster runs Settle on Redis Cluster for a stream with a hash
 // tag, whose hash and dead-letter stream share its slot: it ends
 // acknowledged and retained. A stream without one is refused with an

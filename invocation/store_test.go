@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
@@ -244,6 +246,40 @@ func TestReleaseDoesNotChargeTheAttempt(t *testing.T) {
 	}
 }
 
+// TestProbeThenClaim: a probe of an invocation whose lease expired
+// charges the lost attempt and takes none, so the claim of the next
+// delivery runs the attempt after the lost one, and reports no lost
+// attempt a second time.
+func TestProbeThenClaim(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	first := mustClaim(t, e, 10*time.Millisecond, 3)
+	probe := e.req(time.Minute, 3)
+	probe.Probe = true
+	var p Claim
+	testutil.WaitFor(t, 5*time.Second, "the running lease to expire", func() bool {
+		var err error
+		if p, err = claimOne(ctx, e.s, probe); err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		return p.Status != Running
+	})
+	if p.Status != Probed || p.Lease.Attempt != 1 || p.Lost != 1 || p.Lease.Token == first.Lease.Token {
+		t.Fatalf("probe after the lease expired = %+v, want probed, 1 attempt used, 1 lost", p)
+	}
+	if err := apply(ctx, e.s, one(Finish, first.Lease)); !errors.Is(err, ErrStale) {
+		t.Errorf("finish with the expired lease after the probe: %v, want ErrStale", err)
+	}
+	// A second probe finds it due, with nothing more lost.
+	if p2, err := claimOne(ctx, e.s, probe); err != nil || p2.Status != Probed || p2.Lease.Attempt != 1 || p2.Lost != 0 {
+		t.Errorf("second probe = %+v, %v; want probed, 1 attempt used, none lost", p2, err)
+	}
+	c := mustClaim(t, e, time.Minute, 3)
+	if c.Status != Claimed || c.Lease.Attempt != 2 || c.Lost != 0 {
+		t.Fatalf("claim after the probes = %+v, want attempt 2 claimed, none lost", c)
+	}
+}
+
 func TestClaimConcurrent(t *testing.T) {
 	e := newEnv(t, "")
 	const n = 50
@@ -457,6 +493,121 @@ func TestInvalidArguments(t *testing.T) {
 	bt := New(e.c, WithTokenSource(func() string { return "a:b" }))
 	if _, err := claimOne(ctx, bt, e.req(time.Minute, 5)); err == nil {
 		t.Error("claim with a token containing ':' succeeded")
+	}
+}
+
+// TestSettlementCheck: Settlement.Check refuses what no StateStore
+// applies, naming the culprit, and Settle refuses it the same way without
+// writing or acknowledging anything, beside a valid settlement of the
+// same batch that applies.
+func TestSettlementCheck(t *testing.T) {
+	key := Key{Stream: "s", Group: "g", MessageID: "1-1"}
+	l := func(field string) Lease { return Lease{Key: key, Field: field, Attempt: 1, Token: "tok"} }
+	tr := func(kind TransitionKind, field string) Transition {
+		t := Transition{Kind: kind, Lease: l(field)}
+		if kind == Exhaust || kind == DeadLetter {
+			t.Entry = entryOf(t.Lease)
+		}
+		return t
+	}
+	otherKey := key
+	otherKey.MessageID = "1-2"
+	for _, tc := range []struct {
+		name string
+		s    Settlement
+		want string // a substring of the error; "" for none
+	}{
+		{name: "finish", s: Settlement{Key: key, Transitions: []Transition{tr(Finish, "a/h")}}},
+		{name: "every kind", s: Settlement{Key: key, Transitions: []Transition{
+			tr(Finish, "a/h"), tr(Retry, "b/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h"), tr(Release, "e/h")}}},
+		{name: "ack with terminal transitions", s: Settlement{Key: key, Ack: true, Retention: time.Hour, Transitions: []Transition{
+			tr(Finish, "a/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h")}}},
+		{name: "ack alone", s: Settlement{Key: key, Ack: true}},
+		{name: "stateless ack", s: Settlement{Key: key, Ack: true, Stateless: true}},
+		{name: "cleared", s: Settlement{Key: key, Cleared: true, Retention: time.Hour}},
+		{name: "nothing", s: Settlement{Key: key}},
+		{name: "zero retry backoff", s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h")}}}},
+
+		{name: "exhaust without an entry", want: "exhaust a/h: no dead-letter entry",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Exhaust, Lease: l("a/h")}}}},
+		{name: "dead-letter without an entry", want: "dead-letter a/h: no dead-letter entry",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: DeadLetter, Lease: l("a/h")}}}},
+		{name: "retry in an ack", want: "retry a/h: a settlement that acknowledges",
+			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Finish, "b/h"), tr(Retry, "a/h")}}},
+		{name: "release in an ack", want: "release a/h: a settlement that acknowledges",
+			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Release, "a/h")}}},
+		{name: "lease of another message", want: "finish a/h: the lease is of message 1-2, not",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: otherKey, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+		{name: "lease of another group", want: "the lease is of message",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: Key{Stream: "s", Group: "h", MessageID: "1-1"}, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+		{name: "duplicate field", want: "finish a/h: a settlement writes an invocation once",
+			s: Settlement{Key: key, Transitions: []Transition{tr(Retry, "a/h"), tr(Finish, "a/h")}}},
+		{name: "negative backoff", want: "backoff -1ms: must be >= 0",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h"), Backoff: -time.Millisecond}}}},
+		{name: "unknown kind", want: "unknown transition TransitionKind(9)",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: 9, Lease: l("a/h")}}}},
+		{name: "zero kind", want: "unknown transition TransitionKind(0)",
+			s: Settlement{Key: key, Transitions: []Transition{{Lease: l("a/h")}}}},
+		{name: "malformed lease", want: "finish: lease attempt 0",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: key, Field: "a/h", Token: "tok"}}}}},
+		{name: "negative retention", want: "retention -1s",
+			s: Settlement{Key: key, Ack: true, Retention: -time.Second}},
+		{name: "cleared with ack", want: "a Cleared settlement has no Ack",
+			s: Settlement{Key: key, Cleared: true, Ack: true}},
+		{name: "cleared with a transition", want: "a Cleared settlement has no Ack and no transitions",
+			s: Settlement{Key: key, Cleared: true, Transitions: []Transition{tr(Finish, "a/h")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.s.Check()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Check = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check = %v, want an error containing %q", err, tc.want)
+			}
+			// The Store refuses it alike, beside a valid settlement that
+			// applies, and writes nothing of it.
+			e := newEnv(t, "")
+			now := e.nowMS(t)
+			seed := map[string]string{}
+			s := tc.s
+			s.Key = e.key
+			s.Transitions = slices.Clone(s.Transitions)
+			for i, tr := range s.Transitions {
+				if tr.Lease.Key == key {
+					tr.Lease.Key = e.key
+				}
+				if tr.Kind == Exhaust || tr.Kind == DeadLetter || tr.Kind == 0 || tr.Kind > Release {
+					seed[tr.Lease.Field] = exhausted(tr.Lease.Attempt, tr.Lease.Token)
+				} else {
+					seed[tr.Lease.Field] = running(now+hourMS, tr.Lease.Attempt, tr.Lease.Token)
+				}
+				s.Transitions[i] = tr
+			}
+			e.seed(t, seed, 0)
+			fine := Lease{Key: e.other, Field: testField, Attempt: 1, Token: "fine"}
+			(&env{c: e.c, hash: hashOf(e.other)}).seed(t, map[string]string{testField: running(now+hourMS, 1, "fine")}, 0)
+			rs := e.s.Settle(t.Context(), []Settlement{s, acked(one(Finish, fine), time.Hour)})
+			if err := rs[0].Err; err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+				t.Errorf("Settle = %v, want an error containing %q", err, tc.want)
+			}
+			if rs[1].Err != nil {
+				t.Errorf("Settle of the valid settlement beside it = %v", rs[1].Err)
+			}
+			got, pttl := e.state(t)
+			if diff := cmp.Diff(seed, got, cmpopts.EquateEmpty()); diff != "" || pttl > 0 {
+				t.Errorf("hash after a refused settlement (PTTL %d; -want +got):\n%s", pttl, diff)
+			}
+			if pending(t, e.c, e.key) != 1 || pending(t, e.c, e.other) != 0 {
+				t.Errorf("pending: refused message %d, valid one %d; want 1 and 0", pending(t, e.c, e.key), pending(t, e.c, e.other))
+			}
+			if got := dlqEntries(t, e.c, e.key.Stream); len(got) != 0 {
+				t.Errorf("a refused settlement wrote dead-letter entries %v", got)
+			}
+		})
 	}
 }
 
