@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/topology"
 )
 
 // deliver adds entries with ids to stream (none: the caller did), creates
@@ -610,5 +613,95 @@ func TestSplitSettleReplies(t *testing.T) {
 				t.Errorf("%s, settlement %d: %v, want an error naming %q", bad.lua, i, r.err, bad.why)
 			}
 		}
+	}
+}
+
+// TestBatchAcrossStreamsCluster: under Redis Cluster one Claim call and
+// one Settle call may carry messages of streams in different hash slots
+// (two hash tags): each stream's claims and settlements go in calls of
+// their own, which a cluster serves, and each gets its own answer.
+func TestBatchAcrossStreamsCluster(t *testing.T) {
+	cl := topology.NewCluster(t)
+	c := topology.Connect(t, cl.ClientOption())
+	s := New(c)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	var streams []string
+	for i := 0; len(streams) < 2; i++ {
+		st := "{" + redistest.Name(t, "tag", strconv.Itoa(i)) + "}"
+		if len(streams) == 1 && keys.Slot(st) == keys.Slot(streams[0]) {
+			continue
+		}
+		streams = append(streams, st)
+	}
+	var reqs []ClaimRequest
+	for _, st := range streams {
+		for range 2 {
+			k := pendingMessage(t, c, Key{Stream: st, Group: "group"})
+			reqs = append(reqs, ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
+		}
+	}
+	// Interleaved: a stream's claims need not be adjacent.
+	reqs[1], reqs[2] = reqs[2], reqs[1]
+	var ss []Settlement
+	for i, r := range s.Claim(ctx, reqs) {
+		if r.Err != nil || r.Status != Claimed || r.Lease.Key != reqs[i].Key {
+			t.Fatalf("claim %d: %+v, want claimed on its own key", i, r)
+		}
+		ss = append(ss, acked(one(Exhaust, r.Lease), 0))
+	}
+	for i, r := range s.Settle(ctx, ss) {
+		if r.Err != nil || len(r.Transitions) != 1 || r.Transitions[0].DLQID == "" {
+			t.Fatalf("settlement %d: %+v, want applied with its entry", i, r)
+		}
+	}
+	for _, st := range streams {
+		var want []string
+		for _, r := range reqs {
+			if r.Key.Stream == st {
+				want = append(want, r.Key.MessageID)
+				if got, _ := hashState(t, c, r.Key); len(got) != 0 || pending(t, c, r.Key) != 0 {
+					t.Errorf("%v: hash %v, pending %d; want neither", r.Key, got, pending(t, c, r.Key))
+				}
+			}
+		}
+		var got []string
+		for _, e := range dlqEntries(t, c, st) {
+			got = append(got, e.OriginalID)
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("dead-letter entries of %s (-want +got):\n%s", st, diff)
+		}
+	}
+}
+
+// TestClaimBatchOfABrokenStreamFailsAlone: the claims of one stream go in
+// script calls of their own, so a stream whose key is no stream (the
+// call fails with WRONGTYPE) fails its own claims only, and the claims of
+// another stream in the same batch are answered.
+func TestClaimBatchOfABrokenStreamFailsAlone(t *testing.T) {
+	p := newCountedStore(t)
+	ctx := t.Context()
+	deliver(t, p.c, "good", "g", "1-1", "1-2")
+	if err := p.c.Do(ctx, p.c.B().Set().Key("broken").Value("not a stream").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []ClaimRequest{
+		{Key: Key{Stream: "good", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+		{Key: Key{Stream: "broken", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+		{Key: Key{Stream: "good", Group: "g", MessageID: "1-2"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+	}
+	res := p.s.Claim(ctx, reqs)
+	for _, i := range []int{0, 2} {
+		if r := res[i]; r.Err != nil || r.Status != Claimed {
+			t.Errorf("claim %d of the good stream = %+v; want Claimed", i, r)
+		}
+	}
+	if r := res[1]; r.Err == nil || !strings.Contains(r.Err.Error(), "WRONGTYPE") {
+		t.Errorf("claim of the broken stream = %+v; want its WRONGTYPE error", r)
+	}
+	if got, _ := hashState(t, p.c, reqs[1].Key); len(got) != 0 {
+		t.Errorf("the failed claim wrote %v", got)
 	}
 }
