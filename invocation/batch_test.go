@@ -676,6 +676,34 @@ func TestBatchAcrossStreamsCluster(t *testing.T) {
 	}
 }
 
+// TestSettleOrder: a settle.lua call takes the settlements that
+// acknowledge first, the others after, each in their order, and those of
+// one message in theirs.
+func TestSettleOrder(t *testing.T) {
+	item := func(hash string, ack bool) settleItem { return settleItem{hash: hash, ack: ack} }
+	for _, tc := range []struct {
+		name  string
+		items []settleItem
+		want  []int
+	}{
+		{name: "none", items: nil, want: []int{}},
+		{name: "acks only", items: []settleItem{item("a", true), item("b", true)}, want: []int{0, 1}},
+		{name: "no acks", items: []settleItem{item("a", false), item("b", false)}, want: []int{0, 1}},
+		{name: "an ack behind a retry", items: []settleItem{item("a", false), item("b", true), item("c", false), item("d", true)},
+			want: []int{1, 3, 0, 2}},
+		{name: "an ack behind a settlement of its message", items: []settleItem{item("a", false), item("a", true), item("b", true)},
+			want: []int{2, 0, 1}},
+		{name: "a settlement behind an ack of its message", items: []settleItem{item("a", true), item("a", false), item("a", true)},
+			want: []int{0, 1, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, settleOrder(tc.items)); diff != "" {
+				t.Errorf("settleOrder (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestClaimBatchOfABrokenStreamFailsAlone: the claims of one stream go in
 // script calls of their own, so a stream whose key is no stream (the
 // call fails with WRONGTYPE) fails its own claims only, and the claims of

@@ -191,3 +191,60 @@ func TestOutOfMemoryFinishSettleDrains(t *testing.T) {
 		t.Errorf("pending after all settled: %v", ids)
 	}
 }
+
+// TestOutOfMemoryBatchDrains: on a Redis at maxmemory, a settlement that
+// acknowledges drains even behind one that does not in the same batch
+// (a retry, whose first write alone Redis would refuse): the batch does
+// not fail as a whole, and the retry either applies or fails with the OOM
+// error without changing anything.
+func TestOutOfMemoryBatchDrains(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	c := redistest.Connect(t, srv.Addr)
+	s := New(c)
+	ctx := t.Context()
+	stream, group := "events", "g"
+	ids := []string{"1-1", "1-2", "1-3"}
+	deliver(t, c, stream, group, ids...)
+	var reqs []ClaimRequest
+	for _, id := range ids {
+		reqs = append(reqs, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
+	}
+	var leases []Lease
+	for i, cl := range s.Claim(ctx, reqs) {
+		if cl.Err != nil || cl.Status != Claimed {
+			t.Fatalf("claim %d: %+v", i, cl)
+		}
+		leases = append(leases, cl.Lease)
+	}
+	before, _ := hashState(t, c, leases[0].Key)
+	free := outOfMemory(t, c)
+	defer free()
+	rs := s.Settle(ctx, []Settlement{one(Retry, leases[0]), acked(one(Finish, leases[1]), time.Hour), acked(one(Exhaust, leases[2]), 0)})
+	for i, r := range rs[1:] {
+		if r.Err != nil {
+			t.Errorf("acknowledging settlement %d behind a retry on a full Redis: %v; want it done", i+1, r.Err)
+		}
+	}
+	if got, _ := hashState(t, c, leases[1].Key); got[testField] != "ok" || got[terminalField] != "1" {
+		t.Errorf("after Finish and Ack on a full Redis: hash %v; want ok and retained", got)
+	}
+	if got, _ := hashState(t, c, leases[2].Key); len(got) != 0 {
+		t.Errorf("after Exhaust and Ack at retention 0 on a full Redis: hash %v; want none", got)
+	}
+	if diff := cmp.Diff([]string{leases[0].Key.MessageID}, pendingIDs(t, c, leases[0].Key)); diff != "" {
+		t.Errorf("pending (-want +got):\n%s", diff)
+	}
+	got, _ := hashState(t, c, leases[0].Key)
+	switch err := rs[0].Err; {
+	case err == nil:
+		if want := nextAt(rs[0].Transitions[0].Next.UnixMilli(), leases[0].Attempt, leases[0].Token); got[testField] != want {
+			t.Errorf("applied retry stored %q, want %q", got[testField], want)
+		}
+	case isOOM(err):
+		if diff := cmp.Diff(before, got); diff != "" {
+			t.Errorf("a retry refused for memory changed the hash (-before +after):\n%s", diff)
+		}
+	default:
+		t.Errorf("retry on a full Redis: %v, want it applied or an OOM error", err)
+	}
+}

@@ -424,7 +424,7 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 		args = append(args, strconv.Itoa(len(pairs)/2))
 		args = append(args, pairs...)
 	}
-	return settleItem{hash: hashOf(st.Key), args: args, n: len(st.Transitions)}, nil
+	return settleItem{hash: hashOf(st.Key), args: args, n: len(st.Transitions), ack: st.Ack}, nil
 }
 
 // transitionCodes are settle.lua's names of the transitions.
