@@ -36,26 +36,33 @@ var helpers = splitHelpers(mustRead("prelude.lua"))
 
 type helper struct{ name, src string }
 
-// splitHelpers cuts prelude.lua at its "-- helper: <name>" lines.
+// splitHelpers cuts prelude.lua at its lines that start with
+// "-- helper: <name>".
 func splitHelpers(prelude string) []helper {
 	var out []helper
-	for _, block := range strings.Split(prelude, "-- helper: ")[1:] {
+	for _, block := range strings.Split(prelude, "\n-- helper: ")[1:] {
 		name, _, _ := strings.Cut(block, "\n")
 		out = append(out, helper{name: strings.TrimSpace(name), src: "-- helper: " + block})
 	}
 	return out
 }
 
-var word = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+// name matches a Lua name that is not a field (string.match, t:len), in
+// its first group; comment matches a comment, whose names a script does
+// not use.
+var (
+	name    = regexp.MustCompile(`(?:^|[^.:A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)`)
+	comment = regexp.MustCompile(`--[^\n]*`)
+)
 
-// withHelpers returns src preceded by the helpers it uses, directly or
-// through another helper, in prelude order (a helper only uses earlier
-// ones).
+// withHelpers returns src preceded by the helpers its code names (not its
+// comments, nor a field such as string.match), directly or through
+// another helper, in prelude order (a helper only uses earlier ones).
 func withHelpers(src string) string {
 	used := map[string]bool{}
 	mark := func(text string) {
-		for _, w := range word.FindAllString(text, -1) {
-			used[w] = true
+		for _, m := range name.FindAllStringSubmatch(comment.ReplaceAllString(text, ""), -1) {
+			used[m[1]] = true
 		}
 	}
 	mark(src)

@@ -78,6 +78,43 @@ func staleTransitions(l Lease) map[string]Settlement {
 	}
 }
 
+// TestWithHelpers: each script gets the prelude helpers its code calls,
+// directly or through another helper, and no other: not one its comments
+// name, nor one named like a field it uses (string.match). Every helper
+// is used by some script.
+func TestWithHelpers(t *testing.T) {
+	want := map[string][]string{
+		"claim.lua":        {"now_ms", "pel_range", "in_pel", "pel_set", "prev_trace", "claim_one"},
+		"settle.lua":       {"now_ms", "RUNNING", "EXHAUSTED", "pel_range", "in_pel", "retain"},
+		"void.lua":         {"now_ms", "RUNNING", "pel_range", "in_pel"},
+		"pin.lua":          {"pel_range", "in_pel"},
+		"retain_acked.lua": {"retain"},
+	}
+	unused := map[string]bool{}
+	for _, h := range helpers {
+		unused[h.name] = true
+	}
+	for file, src := range scriptSources {
+		var got []string
+		full := withHelpers(src)
+		for _, h := range helpers {
+			if strings.Contains(full, h.src) {
+				got = append(got, h.name)
+				delete(unused, h.name)
+			}
+		}
+		if diff := cmp.Diff(want[file], got); diff != "" {
+			t.Errorf("%s: helpers (-want +got):\n%s", file, diff)
+		}
+	}
+	if len(unused) > 0 {
+		t.Errorf("helpers no script uses: %v", unused)
+	}
+	if got := withHelpers("-- in_pel\nreturn string.match('a', '(a)')"); got != "-- in_pel\nreturn string.match('a', '(a)')" {
+		t.Errorf("a comment and a field pulled in helpers:\n%s", got)
+	}
+}
+
 func TestClaimExpiredLeaseClaimsNextAttempt(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
