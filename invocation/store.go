@@ -26,14 +26,14 @@ const terminalField = "__terminal"
 const matchedField = "__matched"
 
 // tracePrefix starts the reserved field holding an invocation's trace
-// lineage (prelude.lua save_trace).
+// lineage (settle.lua).
 const tracePrefix = "__trace:"
 
-// TraceField returns the reserved hash field that holds the trace lineage
-// of invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
-// written by Release, ScheduleRetry and Exhaust from Lease.Trace. Code that
-// reads the whole hash (Get) must skip every field starting with "__": those
-// are not invocations.
+// TraceField returns the reserved hash field that holds the trace lineage of
+// invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
+// written by the Retry, Exhaust and Release transitions from Lease.Trace. Code
+// that reads the whole hash (Get) must skip every field starting with "__":
+// those are not invocations.
 func TraceField(field string) string { return tracePrefix + field }
 
 // Store keeps per-invocation retry state in Redis, one hash per message and
@@ -288,18 +288,18 @@ func replyLost(err error) bool {
 	return !isRedis
 }
 
-// Void gives back a claim whose reply was lost (void.lua): the caller
-// knows only l.Key, l.Field and l.Token (from the ClaimUnknownError), not
-// whether the claim ran, nor, so, its attempt (l.Attempt is ignored). When
-// the claim ran and the field is still running with its token, the attempt
-// is given back uncharged, as a Release does; when it has not run (it may
-// still be on its way, held up in the network), the field is marked with
-// its token, due and with its count unchanged (next_attempt_at:<now>:0:<token>
-// when it had no state), so that the claim, if it arrives later, finds its
-// own token and records nothing. Anything else (another delivery's lease,
-// "ok", exhausted) is left alone and nil returned. Idempotent, so retry it
-// until it returns; ErrTerminal on a retained hash or once the message
-// left the group's PEL, when there is nothing to give back either
+// Void gives back a claim whose reply was lost (void.lua): the caller knows
+// only l.Key, l.Field and l.Token (from the ClaimUnknownError), not whether
+// the claim ran, nor, so, its attempt (l.Attempt is ignored). When the claim
+// ran and the field is still running with its token, the attempt is given back
+// uncharged, as a Release transition does; when it has not run (it may still
+// be on its way, held up in the network), the field is marked with its token,
+// due and with its count unchanged (next_attempt_at:<now>:0:<token> when it
+// had no state), so that the claim, if it arrives later, finds its own token
+// and records nothing. Anything else (another delivery's lease, "ok",
+// exhausted) is left alone and nil returned. Idempotent, so retry it until it
+// returns; ErrTerminal on a retained hash or once the message left the group's
+// PEL, when there is nothing to give back either
 // (docs/delivery.md#lost-replies).
 func (s *Store) Void(ctx context.Context, l Lease) error {
 	hash := hashOf(l.Key)

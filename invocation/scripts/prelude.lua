@@ -230,7 +230,7 @@ end
 
 -- helper: retain
 -- retain applies the retention of a message that left the PEL to its hash
--- key (retain.lua, retain_acked.lua, settle.lua, finish_settle.lua). With
+-- key (settle.lua, retain_acked.lua). With
 -- ttl_ms '0' it deletes the hash and returns 1. Otherwise it sets
 -- __terminal and a TTL of ttl_ms and returns 1; on a hash already retained
 -- it changes nothing but a TTL removed from outside, put back (a running
