@@ -30,7 +30,8 @@ type claimItem struct {
 type settleItem struct {
 	hash string
 	args []string
-	n    int // transitions
+	n    int  // transitions
+	ack  bool // the settlement acknowledges its message
 }
 
 // result is one item's reply in a call, or the call's error.
@@ -53,22 +54,64 @@ func (s *Store) runClaims(ctx context.Context, items []claimItem) []result {
 	return splitReplies(claimScript.Exec(ctx, s.client, ks, args), len(items), claimReplyLen)
 }
 
+// runSettles runs items in one settle.lua call and returns their results,
+// in the order of items. The call takes them in settleOrder.
 func (s *Store) runSettles(ctx context.Context, stream, group string, items []settleItem) []result {
+	order := settleOrder(items)
+	call := make([]settleItem, len(items))
 	ks := make([]string, 2, len(items)+2)
 	ks[0], ks[1] = stream, dlqKey(stream)
 	n := 1
-	for _, it := range items {
-		ks = append(ks, it.hash)
-		n += len(it.args)
+	for k, i := range order {
+		call[k] = items[i]
+		ks = append(ks, items[i].hash)
+		n += len(items[i].args)
 	}
 	args := make([]string, 1, n)
 	args[0] = group
-	for _, it := range items {
+	for _, it := range call {
 		args = append(args, it.args...)
 	}
+	res := splitReplies(settleScript.Exec(ctx, s.client, ks, args), len(call), settleReplyLen(call))
+	out := make([]result, len(items))
+	for k, i := range order {
+		out[i] = res[k]
+	}
+	return out
+}
+
+// settleOrder returns the positions of items in the order settle.lua
+// takes them: the settlements that acknowledge first, then the others,
+// each in the order of items, except that those of one message keep
+// their order (an acknowledgement that follows another settlement of its
+// message stays behind it). On a Redis at maxmemory only a script's first
+// write that needs memory is refused; the XACK needs none, so once a
+// call's first settlement acknowledged its message the others may write.
+// Taken first, the settlements that acknowledge drain a full Redis even in
+// a call with others, which would otherwise fail the whole call with the
+// first write of one that does not (docs/delivery.md#claim-errors-fail-closed).
+func settleOrder(items []settleItem) []int {
+	first := make([]int, 0, len(items))
+	var rest []int
+	held := map[string]bool{} // the hashes of the settlements in rest
+	for i, it := range items {
+		if it.ack && !held[it.hash] {
+			first = append(first, i)
+			continue
+		}
+		held[it.hash] = true
+		rest = append(rest, i)
+	}
+	return append(first, rest...)
+}
+
+// settleReplyLen returns splitReplies' size function for a settle.lua
+// call of items: called once per item, in order, it returns how many
+// elements the item's reply of code takes, code included (applied: one
+// more per transition), or 0 for an unknown code.
+func settleReplyLen(items []settleItem) func(code int64) int {
 	k := 0
-	return splitReplies(settleScript.Exec(ctx, s.client, ks, args), len(items), func(code int64) int {
-		// Applied: the code and one element per transition.
+	return func(code int64) int {
 		n := items[k].n
 		k++
 		switch code {
@@ -78,7 +121,7 @@ func (s *Store) runSettles(ctx context.Context, stream, group string, items []se
 			return 1
 		}
 		return 0
-	})
+	}
 }
 
 // splitReplies cuts a batch script's flat reply into the replies of its n

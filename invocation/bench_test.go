@@ -3,7 +3,6 @@ package invocation
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,9 +13,9 @@ import (
 
 // BenchmarkScriptCost measures the Redis server time of the scripts on the
 // path of a message whose one invocation succeeds at its first attempt,
-// apart from the worker and the network: the concurrent claims of a read's
-// messages, which share script runs as a delivery's do (claim.lua), and
-// their settlement in one FinishSettleBatch (finish_settle.lua). It reports
+// apart from the worker and the network: the claims of a read's messages
+// in one Claim batch (claim.lua), and their settlement, a Finish and the
+// Ack of each, in one Settle batch (settle.lua). It reports
 // the server's µs per claim and per settlement (INFO commandstats), which
 // depend much less on the load of a shared machine than the pipeline's
 // figures do (bench/RESULTS.md, section 4.7).
@@ -36,8 +35,8 @@ func BenchmarkScriptCost(b *testing.B) {
 			}
 			var claimUS, settleUS int64
 			var claimRuns, settleRuns int
-			leases := make([]Lease, perRead)
-			errs := make([]error, perRead)
+			reqs := make([]ClaimRequest, perRead)
+			ss := make([]Settlement, perRead)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
@@ -54,29 +53,26 @@ func BenchmarkScriptCost(b *testing.B) {
 				runs0, us0 := scriptStats(b, c)
 				b.StartTimer()
 
-				var wg sync.WaitGroup
 				for j := range perRead {
-					wg.Go(func() {
-						k := Key{Stream: stream, Group: group, MessageID: fmt.Sprintf("%d-%d", i+1, j)}
-						cl, err := s.Claim(ctx, k, "app/handler", time.Minute, 3, Record{Complete: true})
-						if err == nil && cl.Status != Claimed {
-							err = fmt.Errorf("claim of a fresh message: status %v", cl.Status)
-						}
-						leases[j], errs[j] = cl.Lease, err
-					})
+					reqs[j] = ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: fmt.Sprintf("%d-%d", i+1, j)},
+						Field: "app/handler", Lease: time.Minute, MaxAttempts: 3, Record: Record{Complete: true}}
 				}
-				wg.Wait()
+				claims := s.Claim(ctx, reqs)
 				b.StopTimer()
 				runs1, us1 := scriptStats(b, c)
 				b.StartTimer()
-				for j, err := range errs {
-					if err != nil {
-						b.Fatalf("claim %d: %v", j, err)
+				for j, cl := range claims {
+					if cl.Err == nil && cl.Status != Claimed {
+						cl.Err = fmt.Errorf("claim of a fresh message: status %v", cl.Status)
 					}
+					if cl.Err != nil {
+						b.Fatalf("claim %d: %v", j, cl.Err)
+					}
+					ss[j] = Settlement{Key: cl.Lease.Key, Transitions: []Transition{{Kind: Finish, Lease: cl.Lease}}, Ack: true, Retention: retention}
 				}
-				for j, err := range s.FinishSettleBatch(ctx, leases, retention) {
-					if err != nil {
-						b.Fatalf("settle %d: %v", j, err)
+				for j, r := range s.Settle(ctx, ss) {
+					if r.Err != nil {
+						b.Fatalf("settle %d: %v", j, r.Err)
 					}
 				}
 				b.StopTimer()

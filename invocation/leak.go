@@ -23,7 +23,7 @@ type LeakStatus int
 const (
 	// LeakRetained: the hash had no TTL and its message is not pending;
 	// it is now deleted (retention 0) or has __terminal and the retention
-	// TTL, as Retain leaves it.
+	// TTL, as a Cleared settlement leaves it.
 	LeakRetained LeakStatus = iota + 1
 	// LeakHasTTL: the hash has a TTL already (retained, or expiring
 	// anyway); nothing changed.
@@ -55,16 +55,16 @@ func (s LeakStatus) String() string {
 	return "LeakStatus(" + strconv.Itoa(int(s)) + ")"
 }
 
-// RetainAcked applies the retention to the hash of message key, as Retain
-// does (deleted with retention 0, else __terminal and a TTL of
+// RetainAcked applies the retention to the hash of message key, as a Cleared
+// settlement does (deleted with retention 0, else __terminal and a TTL of
 // retention), if it has no TTL and the message is no longer in the PEL of
-// key.Group (retain_acked.lua): the repair of a hash leaked by a crash
-// between the XACK (or an XAUTOCLAIM that cleared the reference) and
-// Retain (docs/delivery.md#invocation-state). The PEL check (XPENDING
-// <stream> <group> <id> <id> 1) and the write are one script, so a hash
-// whose message is pending is never touched. retention is
-// CheckRetention's. Under Redis Cluster the stream and the hash must share
-// a slot (a stream name with a hash tag, docs/deployment.md). Idempotent.
+// key.Group (retain_acked.lua): the repair of a hash leaked by a crash between
+// an XAUTOCLAIM that cleared the reference and its Cleared settlement, or by
+// an XACK from outside Settle (docs/delivery.md#invocation-state). The PEL
+// check (XPENDING <stream> <group> <id> <id> 1) and the write are one script,
+// so a hash whose message is pending is never touched. retention is
+// CheckRetention's. Under Redis Cluster the stream and the hash must share a
+// slot (a stream name with a hash tag, docs/deployment.md). Idempotent.
 func (s *Store) RetainAcked(ctx context.Context, key Key, retention time.Duration) (LeakStatus, error) {
 	hash := hashOf(key)
 	if err := CheckRetention(retention); err != nil {
@@ -128,18 +128,18 @@ type LeakScan struct {
 	Keys int64
 }
 
-// RetainLeaked is one step of the janitor that applies the retention to
-// leaked invocation hashes of stream and group
-// (docs/delivery.md#invocation-state): hashes left without a TTL after their
-// message left the PEL, by a crash between the XACK (or an XAUTOCLAIM that
-// cleared the reference) and Retain. With retention 0 it deletes them,
-// else it gives them __terminal and a TTL of retention. It runs
-// SCAN cursor MATCH <the stream and group's invocation hashes> COUNT count on
-// the node that owns the stream (under Redis Cluster the stream's keys share
-// its hash tag, docs/deployment.md), reads the PTTL of what it found and runs
-// RetainAcked's script on each hash without a TTL: a hash whose message is
-// still pending is never retained. Pass the returned Cursor to the next call;
-// start a pass with cursor 0.
+// RetainLeaked is one step of the janitor that applies the retention to leaked
+// invocation hashes of stream and group (docs/delivery.md#invocation-state):
+// hashes left without a TTL after their message left the PEL, by a crash
+// between an XAUTOCLAIM that cleared the reference and its Cleared
+// settlement, or by an XACK from outside Settle. With retention 0 it deletes them, else it gives them
+// __terminal and a TTL of retention. It runs SCAN cursor MATCH <the stream and
+// group's invocation hashes> COUNT count on the node that owns the stream
+// (under Redis Cluster the stream's keys share its hash tag,
+// docs/deployment.md), reads the PTTL of what it found and runs RetainAcked's
+// script on each hash without a TTL: a hash whose message is still pending is
+// never retained. Pass the returned Cursor to the next call; start a pass with
+// cursor 0.
 //
 // One call examines about count keys of the node (count > 0), whatever
 // they are. A pass over a node with LeakScan.Keys keys takes about
@@ -148,7 +148,7 @@ type LeakScan struct {
 // Redis 7.0 about 1ms per 1,000 keys examined, so prefer short intervals:
 // with Keys=10M and w=1h, i=1s needs count >= 2,778 (about 3ms per call).
 // Every worker sharing the stream may run it; each call is safe
-// alongside any other and alongside Retain and Settle. retention is
+// alongside any other and alongside Settle. retention is
 // CheckRetention's.
 //
 // On an error the caller retries with the same cursor: nothing is lost

@@ -1,12 +1,16 @@
 package invocation
 
 import (
+	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 )
 
@@ -135,4 +139,90 @@ func checkPTTL(t *testing.T, want time.Duration, got int64) {
 	case got <= 0 || got > want.Milliseconds() || got < (want-10*time.Second).Milliseconds():
 		t.Errorf("PTTL = %dms, want in (%v-10s, %v]", got, want, want)
 	}
+}
+
+// claimOne runs one claim on s, as a batch of one.
+func claimOne(ctx context.Context, s *Store, r ClaimRequest) (Claim, error) {
+	res := s.Claim(ctx, []ClaimRequest{r})
+	return res[0].Claim, res[0].Err
+}
+
+// settleOne applies one settlement on s, as a batch of one.
+func settleOne(ctx context.Context, s *Store, st Settlement) SettleResult {
+	return s.Settle(ctx, []Settlement{st})[0]
+}
+
+// req is a claim of testField of e.key.
+func (e *env) req(lease time.Duration, maxAttempts int) ClaimRequest {
+	return ClaimRequest{Key: e.key, Field: testField, Lease: lease, MaxAttempts: maxAttempts}
+}
+
+// one is the settlement of l's message with one transition of kind on l,
+// with the dead-letter entry entryOf(l) when kind writes one and no Ack.
+func one(kind TransitionKind, l Lease) Settlement {
+	tr := Transition{Kind: kind, Lease: l}
+	if kind == Exhaust || kind == DeadLetter {
+		tr.Entry = entryOf(l)
+	}
+	return Settlement{Key: l.Key, Transitions: []Transition{tr}}
+}
+
+// acked is st with Ack at retention.
+func acked(st Settlement, retention time.Duration) Settlement {
+	st.Ack, st.Retention = true, retention
+	return st
+}
+
+// apply is settleOne's error.
+func apply(ctx context.Context, s *Store, st Settlement) error { return settleOne(ctx, s, st).Err }
+
+// entryTime is the Timestamp of every test's dead-letter entries.
+var entryTime = time.UnixMilli(1700000000123).UTC()
+
+// entryOf is a dead-letter entry of the invocation of l, as the Engine
+// builds one, without OriginalStream, which Settle fills in.
+func entryOf(l Lease) *dlq.Entry {
+	app, handler, _ := strings.Cut(l.Field, "/")
+	return &dlq.Entry{
+		OriginalID: l.Key.MessageID, Group: l.Key.Group, Consumer: "c1", Event: "{}",
+		Reason: "handler failed", App: app, Handler: handler, Deliveries: 3,
+		HandlerAttempts: l.Attempt, Timestamp: entryTime, Trace: l.Trace,
+	}
+}
+
+// stored is the entry of l as Settle stores it: entryOf(l) with the
+// stream of its message.
+func stored(l Lease) dlq.Entry {
+	e := *entryOf(l)
+	e.OriginalStream = l.Key.Stream
+	return e
+}
+
+// dlqEntries returns the entries of stream's dead-letter stream, decoded
+// with dlq.Decode (a test fails on one that does not decode).
+func dlqEntries(t *testing.T, c rueidis.Client, stream string) []dlq.Entry {
+	t.Helper()
+	rows, err := c.Do(t.Context(), c.B().Xrange().Key(keys.DLQ(stream)).Start("-").End("+").Build()).AsXRange()
+	if err != nil {
+		t.Fatalf("XRANGE %s: %v", keys.DLQ(stream), err)
+	}
+	var out []dlq.Entry
+	for _, r := range rows {
+		e, err := dlq.Decode(r.ID, r.FieldValues)
+		if err != nil {
+			t.Fatalf("dead-letter entry %s %v: %v", r.ID, r.FieldValues, err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// withoutIDs returns the ids of es and es with their IDs cleared.
+func withoutIDs(es []dlq.Entry) (ids []string, out []dlq.Entry) {
+	for _, e := range es {
+		ids = append(ids, e.ID)
+		e.ID = ""
+		out = append(out, e)
+	}
+	return ids, out
 }

@@ -19,9 +19,10 @@ var scriptFS embed.FS
 // It is filled during package initialisation and read-only afterwards.
 var scriptSources = map[string]string{}
 
-// One script per state transition, run by the Store method of the same name.
-// Only idempotent scripts are retryable (rueidis retries them on a broken
-// connection, where the first run may already have applied).
+// One script per Store method of the same name (settle.lua applies every
+// transition after a claim). Only idempotent scripts are retryable
+// (rueidis retries them on a broken connection, where the first run may
+// already have applied).
 var (
 	claimScript       = script("claim.lua", rueidis.NewLuaScript)
 	settleScript      = script("settle.lua", rueidis.NewLuaScript)
@@ -36,26 +37,33 @@ var helpers = splitHelpers(mustRead("prelude.lua"))
 
 type helper struct{ name, src string }
 
-// splitHelpers cuts prelude.lua at its "-- helper: <name>" lines.
+// splitHelpers cuts prelude.lua at its lines that start with
+// "-- helper: <name>".
 func splitHelpers(prelude string) []helper {
 	var out []helper
-	for _, block := range strings.Split(prelude, "-- helper: ")[1:] {
+	for _, block := range strings.Split(prelude, "\n-- helper: ")[1:] {
 		name, _, _ := strings.Cut(block, "\n")
 		out = append(out, helper{name: strings.TrimSpace(name), src: "-- helper: " + block})
 	}
 	return out
 }
 
-var word = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+// name matches a Lua name that is not a field (string.match, t:len), in
+// its first group; comment matches a comment, whose names a script does
+// not use.
+var (
+	name    = regexp.MustCompile(`(?:^|[^.:A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*)`)
+	comment = regexp.MustCompile(`--[^\n]*`)
+)
 
-// withHelpers returns src preceded by the helpers it uses, directly or
-// through another helper, in prelude order (a helper only uses earlier
-// ones).
+// withHelpers returns src preceded by the helpers its code names (not its
+// comments, nor a field such as string.match), directly or through
+// another helper, in prelude order (a helper only uses earlier ones).
 func withHelpers(src string) string {
 	used := map[string]bool{}
 	mark := func(text string) {
-		for _, w := range word.FindAllString(text, -1) {
-			used[w] = true
+		for _, m := range name.FindAllStringSubmatch(comment.ReplaceAllString(text, ""), -1) {
+			used[m[1]] = true
 		}
 	}
 	mark(src)
@@ -89,15 +97,15 @@ func script(name string, newScript func(string, ...rueidis.LuaOption) *rueidis.L
 	return newScript(withHelpers(src))
 }
 
-// Reply codes of the transition scripts: the first element of every reply.
-// claim.lua uses its own set (claim*); the others share these.
+// Reply codes of pin.lua, void.lua and retain_acked.lua: the first element
+// of every reply. claim.lua and settle.lua use sets of their own (claim*,
+// settle*).
 const (
-	codeApplied  = 1 // the transition was written
-	codeStale    = 2 // attempt or token did not match: ErrStale
+	codeApplied  = 1 // written
 	codeTerminal = 3 // __terminal is set, or the message left the PEL: ErrTerminal
-	codeAlready  = 4 // idempotent no-op (mark_dlq.lua, retain.lua); has a TTL (retain_acked.lua)
-	codePending  = 5 // the message is still pending (retain.lua, retain_acked.lua)
-	codeMissing  = 6 // the hash does not exist (retain.lua, retain_acked.lua)
+	codeAlready  = 4 // idempotent no-op (pin.lua, void.lua); has a TTL (retain_acked.lua)
+	codePending  = 5 // the message is still pending (retain_acked.lua)
+	codeMissing  = 6 // the hash does not exist (retain_acked.lua)
 	codeNoGroup  = 7 // the stream or the group does not exist (retain_acked.lua)
 )
 

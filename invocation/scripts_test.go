@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/relaydev/relay/dlq"
 )
 
 // TTL expectations of checkPTTL.
@@ -35,10 +38,21 @@ func exhausted(attempt int, token string) string {
 func dead(attempt int, token string) string { return exhausted(attempt, token) + ":dlq" }
 
 // at is what a row's expectations may depend on: the env's key, the server
-// time before seeding (seed) and the server time the script ran (now).
+// time before seeding (seed), the server time the script ran (now) and the
+// ids of the entries of the stream's dead-letter stream after the call.
 type at struct {
 	key       Key
 	seed, now int64
+	dlq       []string
+}
+
+// dlqID is the id of the i-th dead-letter entry after the call, "" when
+// there are fewer.
+func (a at) dlqID(i int) string {
+	if i < len(a.dlq) {
+		return a.dlq[i]
+	}
+	return ""
 }
 
 // scriptCase is one row of a script's table test. Times are the server's
@@ -66,6 +80,13 @@ type scriptCase struct {
 	state func(a at) map[string]string
 	// pttl is the expected PTTL (ttlNone, ttlNoKey, or an upper bound).
 	pttl time.Duration
+	// dlq are the entries expected in the stream's dead-letter stream
+	// after the call, IDs aside, in order; nil means none.
+	dlq func(a at) []dlq.Entry
+	// acked says the call acknowledges the key's message. Otherwise a
+	// message left pending (message "") is still pending after it; the
+	// env's other message always is.
+	acked bool
 }
 
 func runScriptCases(t *testing.T, cases []scriptCase) {
@@ -95,28 +116,48 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 				if err == nil {
 					t.Fatalf("error = nil, want one")
 				}
+				if errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+					t.Fatalf("error = %v, want one that is neither ErrStale nor ErrTerminal", err)
+				}
 			case err != nil:
 				t.Fatalf("error = %v, want nil", err)
 			}
 			hash, pttl := e.state(t)
 			checkPTTL(t, tc.pttl, pttl)
+			if tc.message == "" {
+				if got, want := pending(t, e.c, e.key) == 1, !tc.acked; got != want {
+					t.Errorf("message pending = %v after the call, want %v", got, want)
+				}
+			}
+			if tc.message == "" || tc.message == "acked" {
+				if pending(t, e.c, e.other) != 1 {
+					t.Errorf("the call acknowledged another message")
+				}
+			}
+			var entries []dlq.Entry
+			a.dlq, entries = withoutIDs(dlqEntries(t, e.c, e.key.Stream))
 
 			var diff string
 			for a.now = before; a.now <= after; a.now++ {
 				diff = ""
 				if tc.want != nil {
-					diff += cmp.Diff(tc.want(a), got)
+					diff += cmp.Diff(tc.want(a), got, cmpopts.EquateEmpty())
 				}
 				wantState := seeded
 				if tc.state != nil {
 					wantState = tc.state(a)
 				}
 				diff += cmp.Diff(wantState, hash)
+				var wantDLQ []dlq.Entry
+				if tc.dlq != nil {
+					wantDLQ = tc.dlq(a)
+				}
+				diff += cmp.Diff(wantDLQ, entries, cmpopts.EquateEmpty())
 				if diff == "" {
 					return
 				}
 			}
-			t.Errorf("result or HGETALL mismatch (-want +got), script time in %d..%d:\n%s", before, after, diff)
+			t.Errorf("result, HGETALL or dead-letter entries mismatch (-want +got), script time in %d..%d:\n%s", before, after, diff)
 		})
 	}
 }
@@ -131,8 +172,56 @@ func fieldAt(v func(a at) string) func(a at) map[string]string {
 	return func(a at) map[string]string { return map[string]string{testField: v(a)} }
 }
 
-// transition is a fenced Store method under test.
+// transition is a fenced write under test, given a lease of testField.
 type transition func(ctx context.Context, s *Store, l Lease) (any, error)
+
+// settleAs is the transition that applies the settlement of(l) and returns
+// its transitions' results.
+func settleAs(of func(l Lease) Settlement) transition {
+	return func(ctx context.Context, s *Store, l Lease) (any, error) {
+		r := settleOne(ctx, s, of(l))
+		return r.Transitions, r.Err
+	}
+}
+
+// settleOf is settleAs of one transition of kind (one).
+func settleOf(kind TransitionKind) transition {
+	return settleAs(func(l Lease) Settlement { return one(kind, l) })
+}
+
+// retryIn is settleAs of one Retry with backoff.
+func retryIn(backoff time.Duration) transition {
+	return settleAs(func(l Lease) Settlement {
+		st := one(Retry, l)
+		st.Transitions[0].Backoff = backoff
+		return st
+	})
+}
+
+// results is the result of an applied settlement, one TransitionResult
+// per transition.
+func results(rs ...TransitionResult) func(a at) any {
+	return func(at) any { return rs }
+}
+
+// entries returns the dlq expectation of one entry per lease (stored),
+// leases of testField of the row's key.
+func entries(leases ...func(key Key) Lease) func(a at) []dlq.Entry {
+	return func(a at) []dlq.Entry {
+		var out []dlq.Entry
+		for _, l := range leases {
+			out = append(out, stored(l(a.key)))
+		}
+		return out
+	}
+}
+
+// leaseOf returns the lease of testField at attempt, token and trace.
+func leaseOf(attempt int, token, trace string) func(key Key) Lease {
+	return func(key Key) Lease {
+		return Lease{Key: key, Field: testField, Attempt: attempt, Token: token, Trace: trace}
+	}
+}
 
 // callWith runs do with the lease of testField at attempt and token.
 func callWith(do transition, attempt int, token string) func(ctx context.Context, e *env) (any, error) {
@@ -142,7 +231,8 @@ func callWith(do transition, attempt int, token string) func(ctx context.Context
 // fencedRejects are the rows every fenced transition shares. do is called
 // with attempt 2 and token "tok"; accepted(now, attempt, token) is the kind
 // of value do accepts; wrong lists values of other kinds with the same
-// attempt and token.
+// attempt and token. No row writes a dead-letter entry or acknowledges the
+// message.
 func fencedRejects(do transition, accepted func(now int64, attempt int, token string) string, wrong ...func(now int64) string) []scriptCase {
 	call := callWith(do, 2, "tok")
 	cases := []scriptCase{
@@ -273,13 +363,16 @@ func traceRejects(do transition, accepted func(now int64, attempt int, token str
 	}
 }
 
+// claimCall runs the claim r(e) as a batch of one.
+func claimCall(r func(e *env) ClaimRequest) func(ctx context.Context, e *env) (any, error) {
+	return func(ctx context.Context, e *env) (any, error) { return claimOne(ctx, e.s, r(e)) }
+}
+
 func TestClaimScript(t *testing.T) {
 	const lease = 30 * time.Second
 	leaseMS := lease.Milliseconds()
 	claim := func(maxAttempts int) func(ctx context.Context, e *env) (any, error) {
-		return func(ctx context.Context, e *env) (any, error) {
-			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts, Record{})
-		}
+		return claimCall(func(e *env) ClaimRequest { return e.req(lease, maxAttempts) })
 	}
 	claimed := func(attempt int) func(a at) any {
 		return func(a at) any {
@@ -474,9 +567,11 @@ func TestClaimScriptRecords(t *testing.T) {
 	const lease = 30 * time.Second
 	leaseMS := lease.Milliseconds()
 	claim := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
-		return func(ctx context.Context, e *env) (any, error) {
-			return e.s.Claim(ctx, e.key, testField, lease, maxAttempts, rec)
-		}
+		return claimCall(func(e *env) ClaimRequest {
+			r := e.req(lease, maxAttempts)
+			r.Record = rec
+			return r
+		})
 	}
 	claimed := func(a at) any {
 		return Claim{Status: Claimed, Lease: Lease{Key: a.key, Field: testField, Attempt: 1,
@@ -611,12 +706,144 @@ func TestClaimScriptRecords(t *testing.T) {
 	runScriptCases(t, cases)
 }
 
-func TestReleaseScript(t *testing.T) {
-	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Release(ctx, l) }
+// TestClaimScriptProbe: a probe (ClaimRequest.Probe) is decided as a claim
+// is, but where a claim would take an attempt it records the field due
+// now with its attempts unchanged (a lost attempt charged) and reports
+// Probed; where a claim takes none, it finds what the claim finds.
+func TestClaimScriptProbe(t *testing.T) {
+	const lease = 30 * time.Second
+	probe := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
+		return claimCall(func(e *env) ClaimRequest {
+			r := e.req(lease, maxAttempts)
+			r.Probe, r.Record = true, rec
+			return r
+		})
+	}
+	probed := func(attempts, lost int) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: Probed, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempts, Token: "new"}}
+		}
+	}
+	found := func(st Status, attempt int, token string, lost int) func(a at) any {
+		return func(a at) any {
+			return Claim{Status: st, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
+		}
+	}
+	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+	dueNow := func(attempts int) func(a at) map[string]string {
+		return fieldAt(func(a at) string { return nextAt(a.now, attempts, "new") })
+	}
+	cases := []scriptCase{
+		{name: "no state", call: probe(5, Record{}), pttl: ttlNone, want: probed(0, 0), state: dueNow(0)},
+		{
+			name: "no state, with a record", call: probe(5, Record{Fields: []string{"b/one"}, Complete: true}), pttl: ttlNone,
+			want: probed(0, 0),
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 0, "new"), "b/one": nextAt(a.now, 0, "new"), matchedField: "1"}
+			},
+		},
+		{
+			name: "due retry", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 0),
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: nextAt(now-1000, 2, "old"), traceKey: tp1}
+			},
+			state: func(a at) map[string]string {
+				return map[string]string{testField: nextAt(a.now, 2, "new"), traceKey: tp1}
+			},
+		},
+		{
+			name: "released attempt due", call: probe(2, Record{}), pttl: ttlNone, want: probed(1, 0),
+			seed: field(func(now int64) string { return nextAt(now, 1, "old") }), state: dueNow(1),
+		},
+		{
+			// The lost attempt is charged once, by the probe; none is taken.
+			name: "expired lease", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 2),
+			seed: field(func(now int64) string { return running(now-1000, 2, "old") }), state: dueNow(2),
+		},
+		{
+			name: "expired lease at max attempts", call: probe(2, Record{}), pttl: ttlNone,
+			seed:  field(func(now int64) string { return running(now-1000, 2, "old") }),
+			want:  found(Exhausted, 2, "new", 2),
+			state: fieldAt(func(at) string { return exhausted(2, "new") }),
+		},
+		{
+			name: "due retry at max attempts", call: probe(4, Record{}), pttl: ttlNone,
+			seed:  field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
+			want:  found(Exhausted, 4, "new", 0),
+			state: fieldAt(func(at) string { return exhausted(4, "new") }),
+		},
+		{
+			name: "live lease", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "not due", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
+			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+		},
+		{
+			name: "exhausted", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return exhausted(3, "old") }),
+			want: found(Exhausted, 3, "old", 0),
+		},
+		{
+			name: "dead-lettered", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return dead(3, "old") }),
+			want: found(DeadLettered, 3, "old", 0),
+		},
+		{
+			name: "ok", call: probe(5, Record{}), pttl: ttlNone,
+			seed: field(func(int64) string { return "ok" }),
+			want: fixed(Claim{Status: Succeeded}),
+		},
+		{
+			name: "terminal", call: probe(5, Record{}), pttl: ttlHour, seedTTL: ttlHour,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: running(now-1000, 1, "old"), terminalField: "1"}
+			},
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "acknowledged", call: probe(5, Record{Fields: []string{"b/one"}}), pttl: ttlNoKey, message: "acked",
+			want: fixed(Claim{Status: Terminal}),
+		},
+		{
+			name: "malformed", call: probe(5, Record{}), pttl: ttlNone, wantSomeErr: true,
+			seed: field(func(int64) string { return "garbage" }),
+		},
+	}
+	runScriptCases(t, cases)
+}
+
+// prefixed returns cases with their names prefixed.
+func prefixed(prefix string, cases []scriptCase) []scriptCase {
+	out := make([]scriptCase, len(cases))
+	for i, c := range cases {
+		c.name = prefix + c.name
+		out[i] = c
+	}
+	return out
+}
+
+// ackedAs is settleAs of the settlement of(l) with Ack at retention.
+func ackedAs(of func(l Lease) Settlement, retention time.Duration) transition {
+	return settleAs(func(l Lease) Settlement { return acked(of(l), retention) })
+}
+
+func oneOf(kind TransitionKind) func(l Lease) Settlement {
+	return func(l Lease) Settlement { return one(kind, l) }
+}
+
+// TestSettleReleaseScript: a Release transition (settle.lua 'l') gives the
+// running attempt back uncharged: due now with attempt-1 used.
+func TestSettleReleaseScript(t *testing.T) {
+	do := settleOf(Release)
+	applied := results(TransitionResult{})
 	cases := []scriptCase{
 		{
 			// Due at once with none used, and still listed by Unfinished.
-			name: "first attempt", call: callWith(do, 1, "tok"), pttl: ttlNone,
+			name: "first attempt", call: callWith(do, 1, "tok"), pttl: ttlNone, want: applied,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 1, "tok"), "other/handler": "ok"}
 			},
@@ -625,17 +852,17 @@ func TestReleaseScript(t *testing.T) {
 			},
 		},
 		{
-			name: "later attempt", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "later attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, want: applied,
 			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
 			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
 		},
 		{
-			name: "expired lease", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "expired lease", call: callWith(do, 2, "tok"), pttl: ttlNone, want: applied,
 			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
 			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
 		},
 		{
-			name: "first attempt stores its trace", call: callTraced(do, 1, "tok", tp2), pttl: ttlNone,
+			name: "first attempt stores its trace", call: callTraced(do, 1, "tok", tp2), pttl: ttlNone, want: applied,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 1, "tok"), traceKey: tp1}
 			},
@@ -644,11 +871,16 @@ func TestReleaseScript(t *testing.T) {
 			},
 		},
 		{
-			name: "later attempt stores its trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone,
+			name: "later attempt stores its trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone, want: applied,
 			seed: field(func(now int64) string { return runningLive(now, 2, "tok") }),
 			state: func(a at) map[string]string {
 				return map[string]string{testField: nextAt(a.now, 1, "tok"), traceKey: tp2}
 			},
+		},
+		{
+			name: "refused with Ack", call: callWith(ackedAs(oneOf(Release), time.Hour), 2, "tok"), pttl: ttlNone,
+			wantSomeErr: true,
+			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
@@ -656,11 +888,15 @@ func TestReleaseScript(t *testing.T) {
 	runScriptCases(t, cases)
 }
 
-func TestFinishScript(t *testing.T) {
-	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Finish(ctx, l) }
+// TestSettleFinishScript: a Finish transition (settle.lua 'f') records
+// "ok" for the running attempt of its lease, and with Ack also
+// acknowledges the message and retains its hash.
+func TestSettleFinishScript(t *testing.T) {
+	do := settleOf(Finish)
+	applied := results(TransitionResult{})
 	cases := []scriptCase{
 		{
-			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone, want: applied,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": running(1, 1, "x")}
 			},
@@ -669,30 +905,60 @@ func TestFinishScript(t *testing.T) {
 			},
 		},
 		{
-			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone, want: applied,
 			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
 			state: fieldAt(func(at) string { return "ok" }),
 		},
+		{
+			name: "stores no trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone, want: applied,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
+			},
+			state: func(at) map[string]string { return map[string]string{testField: "ok", traceKey: tp1} },
+		},
+		{
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(Finish), time.Hour), 2, "tok"), acked: true,
+			pttl: ttlHour, want: applied,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": dead(1, "x")}
+			},
+			state: func(at) map[string]string {
+				return map[string]string{testField: "ok", "other/handler": dead(1, "x"), terminalField: "1"}
+			},
+		},
+		{
+			name: "and acknowledge at retention 0", call: callWith(ackedAs(oneOf(Finish), 0), 2, "tok"), acked: true,
+			pttl: ttlNoKey, want: applied,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
+			},
+			state: func(at) map[string]string { return map[string]string{} },
+		},
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(Finish), time.Hour), runningLive, exhaustedSame, deadSame))...)
+	cases = append(cases, prefixed("ack at retention 0/", fencedRejects(ackedAs(oneOf(Finish), 0), runningLive))...)
 	runScriptCases(t, cases)
 }
 
-func TestScheduleRetryScript(t *testing.T) {
-	retryIn := func(backoff time.Duration) transition {
-		return func(ctx context.Context, s *Store, l Lease) (any, error) { return s.ScheduleRetry(ctx, l, backoff) }
+// TestSettleRetryScript: a Retry transition (settle.lua 'r') records the
+// failure of the running attempt and the earliest time of the next one,
+// the server's now + Backoff, which it returns.
+func TestSettleRetryScript(t *testing.T) {
+	next := func(ms int64) func(a at) any {
+		return func(a at) any { return []TransitionResult{{Next: time.UnixMilli(a.now + ms)}} }
 	}
 	cases := []scriptCase{
 		{
 			name: "running", call: callWith(retryIn(time.Minute), 2, "tok"), pttl: ttlNone,
 			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
-			want:  func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			want:  next(60_000),
 			state: fieldAt(func(a at) string { return nextAt(a.now+60_000, 2, "tok") }),
 		},
 		{
 			name: "zero backoff", call: callWith(retryIn(0), 1, "tok"), pttl: ttlNone,
 			seed:  field(func(now int64) string { return runningLive(now, 1, "tok") }),
-			want:  func(a at) any { return time.UnixMilli(a.now) },
+			want:  next(0),
 			state: fieldAt(func(a at) string { return nextAt(a.now, 1, "tok") }),
 		},
 		{
@@ -705,7 +971,7 @@ func TestScheduleRetryScript(t *testing.T) {
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
 			},
-			want: func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			want: next(60_000),
 			state: func(a at) map[string]string {
 				return map[string]string{testField: nextAt(a.now+60_000, 2, "tok"), traceKey: tp2}
 			},
@@ -715,10 +981,15 @@ func TestScheduleRetryScript(t *testing.T) {
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
 			},
-			want: func(a at) any { return time.UnixMilli(a.now + 60_000) },
+			want: next(60_000),
 			state: func(a at) map[string]string {
 				return map[string]string{testField: nextAt(a.now+60_000, 2, "tok"), traceKey: tp1}
 			},
+		},
+		{
+			name: "refused with Ack", call: callWith(ackedAs(oneOf(Retry), time.Hour), 2, "tok"), pttl: ttlNone,
+			wantSomeErr: true,
+			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
 	}
 	cases = append(cases, fencedRejects(retryIn(time.Minute), runningLive, exhaustedSame, deadSame)...)
@@ -726,42 +997,121 @@ func TestScheduleRetryScript(t *testing.T) {
 	runScriptCases(t, cases)
 }
 
-func TestExhaustScript(t *testing.T) {
-	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.Exhaust(ctx, l) }
+// TestSettleExhaustScript: an Exhaust transition (settle.lua 'x') records
+// the failure of the last attempt and writes its dead-letter entry in the
+// same step: exhausted:<attempt>:<token>:dlq. One applied before (the
+// field holds that value already: a retry after a lost reply) writes no
+// second entry.
+func TestSettleExhaustScript(t *testing.T) {
+	do := settleOf(Exhaust)
+	wrote := func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}} }
+	none := results(TransitionResult{})
 	cases := []scriptCase{
 		{
-			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone, want: wrote,
 			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
-			state: fieldAt(func(at) string { return exhausted(2, "tok") }),
+			state: fieldAt(func(at) string { return dead(2, "tok") }),
+			dlq:   entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "expired lease nobody took", call: callWith(do, 2, "tok"), pttl: ttlNone, want: wrote,
 			seed:  field(func(now int64) string { return running(now-1000, 2, "tok") }),
-			state: fieldAt(func(at) string { return exhausted(2, "tok") }),
+			state: fieldAt(func(at) string { return dead(2, "tok") }),
+			dlq:   entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "stores the trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone,
+			name: "stores the trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone, want: wrote,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
 			},
-			state: func(at) map[string]string { return map[string]string{testField: exhausted(2, "tok"), traceKey: tp2} },
+			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), traceKey: tp2} },
+			dlq:   entries(leaseOf(2, "tok", tp2)),
+		},
+		{
+			name: "applied before writes no second entry", call: callWith(do, 2, "tok"), pttl: ttlNone, want: none,
+			seed: field(deadSame),
+		},
+		{
+			name: "applied before keeps the stored trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone, want: none,
+			seed: func(int64) map[string]string { return map[string]string{testField: dead(2, "tok"), traceKey: tp1} },
+		},
+		{
+			name: "applied before, acknowledged since", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrTerminal,
+			message: "acked", seed: field(deadSame),
+		},
+		{
+			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			seed: field(func(int64) string { return dead(2, "other") }),
+		},
+		{
+			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			seed: field(func(int64) string { return dead(1, "tok") }),
+		},
+		{
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(Exhaust), time.Hour), 2, "tok"), acked: true,
+			pttl: ttlHour, want: wrote,
+			seed: func(now int64) map[string]string {
+				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": "ok"}
+			},
+			state: func(at) map[string]string {
+				return map[string]string{testField: dead(2, "tok"), "other/handler": "ok", terminalField: "1"}
+			},
+			dlq: entries(leaseOf(2, "tok", "")),
+		},
+		{
+			name: "and acknowledge at retention 0", call: callTraced(ackedAs(oneOf(Exhaust), 0), 2, "tok", tp2), acked: true,
+			pttl: ttlNoKey, want: wrote,
+			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
+			state: func(at) map[string]string { return map[string]string{} },
+			dlq:   entries(leaseOf(2, "tok", tp2)),
+		},
+		{
+			name: "applied before, and acknowledge", call: callWith(ackedAs(oneOf(Exhaust), time.Hour), 2, "tok"), acked: true,
+			pttl: ttlHour, want: none,
+			seed:  field(deadSame),
+			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), terminalField: "1"} },
+		},
+		{
+			name: "refused without an entry", pttl: ttlNone, wantSomeErr: true,
+			call: callWith(settleAs(func(l Lease) Settlement {
+				st := one(Exhaust, l)
+				st.Transitions[0].Entry = nil
+				return st
+			}), 2, "tok"),
+			seed: field(func(now int64) string { return runningLive(now, 2, "tok") }),
+		},
+		{
+			name: "refused with an invalid entry", pttl: ttlNone, wantSomeErr: true,
+			call: callWith(settleAs(func(l Lease) Settlement {
+				st := one(Exhaust, l)
+				st.Transitions[0].Entry.Reason = ""
+				return st
+			}), 2, "tok"),
+			seed: field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
 	}
-	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
+	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame)...)
 	cases = append(cases, traceRejects(do, runningLive)...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(Exhaust), time.Hour), runningLive, exhaustedSame))...)
 	runScriptCases(t, cases)
 }
 
-func TestMarkDLQScript(t *testing.T) {
-	do := func(ctx context.Context, s *Store, l Lease) (any, error) { return nil, s.MarkDLQ(ctx, l) }
+// TestSettleDeadLetterScript: a DeadLetter transition (settle.lua 'd')
+// writes the entry of an invocation a claim found exhausted and marks it
+// written; one already marked is left as it is and writes nothing.
+func TestSettleDeadLetterScript(t *testing.T) {
+	do := settleOf(DeadLetter)
+	wrote := func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}} }
+	none := results(TransitionResult{})
 	cases := []scriptCase{
 		{
-			name: "exhausted", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "exhausted", call: callWith(do, 2, "tok"), pttl: ttlNone, want: wrote,
 			seed:  field(exhaustedSame),
 			state: fieldAt(func(at) string { return dead(2, "tok") }),
+			dlq:   entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "already marked", call: callWith(do, 2, "tok"), pttl: ttlNone,
+			name: "already marked writes nothing", call: callWith(do, 2, "tok"), pttl: ttlNone, want: none,
 			seed: field(deadSame),
 		},
 		{
@@ -776,14 +1126,149 @@ func TestMarkDLQScript(t *testing.T) {
 			name: "unknown suffix", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
 			seed: field(func(int64) string { return exhausted(2, "tok") + ":xyz" }),
 		},
+		{
+			name: "stores no trace", call: callTraced(do, 2, "tok", tp2), pttl: ttlNone, want: wrote,
+			seed: func(int64) map[string]string { return map[string]string{testField: exhausted(2, "tok"), traceKey: tp1} },
+			state: func(at) map[string]string {
+				return map[string]string{testField: dead(2, "tok"), traceKey: tp1}
+			},
+			dlq: entries(leaseOf(2, "tok", tp2)),
+		},
+		{
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(DeadLetter), time.Hour), 2, "tok"), acked: true,
+			pttl: ttlHour, want: wrote,
+			seed:  field(exhaustedSame),
+			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), terminalField: "1"} },
+			dlq:   entries(leaseOf(2, "tok", "")),
+		},
+		{
+			name: "already marked, and acknowledge at retention 0", call: callWith(ackedAs(oneOf(DeadLetter), 0), 2, "tok"),
+			acked: true, pttl: ttlNoKey, want: none,
+			seed:  field(deadSame),
+			state: func(at) map[string]string { return map[string]string{} },
+		},
+		{
+			name: "refused without an entry", pttl: ttlNone, wantSomeErr: true,
+			call: callWith(settleAs(func(l Lease) Settlement {
+				st := one(DeadLetter, l)
+				st.Transitions[0].Entry = nil
+				return st
+			}), 2, "tok"),
+			seed: field(exhaustedSame),
+		},
 	}
 	cases = append(cases, fencedRejects(do, exhaustedValue, runningSame)...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(DeadLetter), time.Hour), exhaustedValue, runningSame))...)
 	runScriptCases(t, cases)
 }
 
-func TestRetainScript(t *testing.T) {
+// TestSettleAllOrNothing: a settlement applies all its transitions or
+// none: when one of them is stale, the others (whichever comes first)
+// write nothing, no dead-letter entry is written and the message is not
+// acknowledged.
+func TestSettleAllOrNothing(t *testing.T) {
+	const other = "b/handler"
+	lease := func(key Key, f string) Lease { return Lease{Key: key, Field: f, Attempt: 2, Token: "tok"} }
+	// pair settles testField with a and other with b.
+	pair := func(a, b TransitionKind, ack bool) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			st := one(a, lease(e.key, testField))
+			st.Transitions = append(st.Transitions, one(b, lease(e.key, other)).Transitions...)
+			if ack {
+				st = acked(st, time.Hour)
+			}
+			r := settleOne(ctx, e.s, st)
+			return r.Transitions, r.Err
+		}
+	}
+	seed := func(a, b string) func(now int64) map[string]string {
+		return func(now int64) map[string]string {
+			return map[string]string{testField: strings.ReplaceAll(a, "NOW", fmt.Sprint(now+hourMS)),
+				other: strings.ReplaceAll(b, "NOW", fmt.Sprint(now+hourMS))}
+		}
+	}
+	live, stale := "running:NOW:2:tok", "running:NOW:2:someone-else"
+	cases := []scriptCase{
+		{name: "exhaust, then a stale finish", call: pair(Exhaust, Finish, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "finish, then a stale exhaust", call: pair(Finish, Exhaust, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "stale finish, then an exhaust", call: pair(Finish, Exhaust, false), seed: seed(stale, live), wantErr: ErrStale, pttl: ttlNone},
+		{name: "retry, then a stale release", call: pair(Retry, Release, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a stale dead-letter", call: pair(Exhaust, DeadLetter, false), seed: seed(live, exhausted(2, "someone-else")), wantErr: ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a dead-letter of a running field", call: pair(Exhaust, DeadLetter, false), seed: seed(live, live), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: finish, then a stale finish", call: pair(Finish, Finish, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a stale exhaust", call: pair(Exhaust, Exhaust, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a missing field", call: pair(Exhaust, Finish, true), wantErr: ErrStale, pttl: ttlNone,
+			seed: func(now int64) map[string]string { return map[string]string{testField: runningLive(now, 2, "tok")} }},
+		{
+			name: "ack: both apply", call: pair(Exhaust, Finish, true), seed: seed(live, live), pttl: ttlHour, acked: true,
+			want: func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			state: func(at) map[string]string {
+				return map[string]string{testField: dead(2, "tok"), other: "ok", terminalField: "1"}
+			},
+			dlq: entries(leaseOf(2, "tok", "")),
+		},
+		{
+			name: "exhaust, and one applied before", call: pair(Exhaust, Exhaust, false), seed: seed(live, dead(2, "tok")), pttl: ttlNone,
+			want:  func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), other: dead(2, "tok")} },
+			dlq:   entries(leaseOf(2, "tok", "")),
+		},
+	}
+	runScriptCases(t, cases)
+}
+
+// TestSettleAckScript: an Ack settlement without transitions
+// acknowledges the message and applies the retention to its hash: kept
+// with __terminal and a TTL, or deleted with retention 0; a Stateless one
+// acknowledges alone. A message no longer pending is left alone and
+// ErrTerminal returned.
+func TestSettleAckScript(t *testing.T) {
+	ack := func(retention time.Duration, stateless bool) func(ctx context.Context, e *env) (any, error) {
+		return func(ctx context.Context, e *env) (any, error) {
+			r := settleOne(ctx, e.s, Settlement{Key: e.key, Ack: true, Stateless: stateless, Retention: retention})
+			return r.Transitions, r.Err
+		}
+	}
+	done := func(int64) map[string]string {
+		return map[string]string{testField: "ok", "other/handler": dead(2, "tok"), traceKey: tp1}
+	}
+	retained := func(a at) map[string]string {
+		m := done(a.seed)
+		m[terminalField] = "1"
+		return m
+	}
+	noKey := func(at) map[string]string { return map[string]string{} }
+	cases := []scriptCase{
+		{name: "retains", call: ack(time.Hour, false), seed: done, state: retained, pttl: ttlHour, acked: true},
+		{name: "retention 0 deletes", call: ack(0, false), seed: done, state: noKey, pttl: ttlNoKey, acked: true},
+		{name: "no state creates none", call: ack(time.Hour, false), pttl: ttlNoKey, acked: true},
+		{name: "stateless", call: ack(time.Hour, true), pttl: ttlNoKey, acked: true},
+		{name: "stateless at retention 0", call: ack(0, true), pttl: ttlNoKey, acked: true},
+		{name: "stateless touches no hash", call: ack(time.Hour, true), seed: done, pttl: ttlNone, acked: true},
+		{
+			name: "retained hash keeps its TTL", call: ack(7*24*time.Hour, false), acked: true,
+			seed:    func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
+			seedTTL: ttlHour, pttl: ttlHour,
+		},
+		{name: "acknowledged", call: ack(time.Hour, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "acknowledged, retention 0", call: ack(0, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "acknowledged, stateless", call: ack(0, true), message: "acked", pttl: ttlNoKey, wantErr: ErrTerminal},
+		{name: "group gone", call: ack(0, false), message: "no group", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "stream gone", call: ack(time.Hour, false), message: "no stream", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "negative retention", call: ack(-time.Second, false), seed: done, pttl: ttlNone, wantSomeErr: true},
+	}
+	runScriptCases(t, cases)
+}
+
+// TestSettleClearedScript: a Cleared settlement applies the retention to
+// the hash of a message that is no longer pending (its PEL reference was
+// cleared), and does nothing while it is pending.
+func TestSettleClearedScript(t *testing.T) {
 	retain := func(ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
-		return func(ctx context.Context, e *env) (any, error) { return nil, e.s.Retain(ctx, e.key, ttl) }
+		return func(ctx context.Context, e *env) (any, error) {
+			r := settleOne(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: ttl})
+			return r.Transitions, r.Err
+		}
 	}
 	const week = 7 * 24 * time.Hour
 	unfinished := func(now int64) map[string]string {
@@ -813,6 +1298,21 @@ func TestRetainScript(t *testing.T) {
 		{name: "still pending", call: retain(week), pttl: ttlNone, wantSomeErr: true, seed: unfinished},
 		{name: "still pending, zero retention", call: retain(0), pttl: ttlNone, wantSomeErr: true, seed: unfinished},
 		{name: "negative retention", call: retain(-time.Second), pttl: ttlNone, wantSomeErr: true, seed: unfinished, message: "acked"},
+		{
+			name: "refused with Ack", pttl: ttlNone, wantSomeErr: true, seed: unfinished,
+			call: func(ctx context.Context, e *env) (any, error) {
+				return nil, apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Ack: true, Retention: week})
+			},
+		},
+		{
+			name: "refused with a transition", pttl: ttlNone, wantSomeErr: true, message: "acked",
+			seed: func(now int64) map[string]string { return map[string]string{testField: runningLive(now, 1, "tok")} },
+			call: func(ctx context.Context, e *env) (any, error) {
+				st := one(Finish, e.lease(1, "tok"))
+				st.Cleared, st.Retention = true, week
+				return nil, apply(ctx, e.s, st)
+			},
+		},
 	}
 	runScriptCases(t, cases)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/topology"
@@ -74,17 +75,22 @@ func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int6
 	return e.state(t)
 }
 
-// TestSettle: the message leaves the PEL and its hash keeps its fields
-// and gains __terminal and the TTL, as XACK followed by Retain would leave
-// them; a repeated call changes nothing, TTL included. With retention 0
+// ack is the settlement that acknowledges key's message without
+// transitions and applies retention to its hash.
+func ack(key Key, retention time.Duration) Settlement {
+	return Settlement{Key: key, Ack: true, Retention: retention}
+}
+
+// TestSettle: an Ack settlement takes the message out of the PEL and its
+// hash keeps its fields and gains __terminal and the TTL; a repeated one
+// changes nothing, TTL included, and reports ErrTerminal. With retention 0
 // the hash is gone with the XACK.
 func TestSettle(t *testing.T) {
 	e := newEnv(t, "")
 	e.seed(t, map[string]string{testField: "ok"}, 0)
 
-	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
-	if ackErr != nil || retainErr != nil {
-		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
+	if err := apply(t.Context(), e.s, ack(e.key, time.Hour)); err != nil {
+		t.Fatalf("Settle = %v", err)
 	}
 	if n := pending(t, e.c, e.key); n != 0 {
 		t.Errorf("%d entries pending after Settle, want 0", n)
@@ -95,18 +101,20 @@ func TestSettle(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
-	ackErr, retainErr = e.s.Settle(t.Context(), e.key, 2*time.Hour)
-	if ackErr != nil || retainErr != nil {
-		t.Fatalf("second Settle = %v, %v", ackErr, retainErr)
+	if err := apply(t.Context(), e.s, ack(e.key, 2*time.Hour)); !errors.Is(err, ErrTerminal) {
+		t.Fatalf("second Settle = %v, want ErrTerminal", err)
 	}
-	_, again := e.state(t)
-	checkPTTL(t, time.Hour, again) // the running TTL is kept, not extended
+	again, pttl := e.state(t)
+	checkPTTL(t, time.Hour, pttl) // the running TTL is kept, not extended
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Errorf("the second Settle changed the hash (-before +after):\n%s", diff)
+	}
 
 	// Retention 0: the other message's hash is deleted in the XACK's script.
 	other := &env{c: e.c, hash: hashOf(e.other)}
 	other.seed(t, map[string]string{testField: "ok", "__trace:" + testField: "x"}, 0)
-	if ackErr, retainErr := e.s.Settle(t.Context(), e.other, 0); ackErr != nil || retainErr != nil {
-		t.Fatalf("Settle with retention 0 = %v, %v", ackErr, retainErr)
+	if err := apply(t.Context(), e.s, ack(e.other, 0)); err != nil {
+		t.Fatalf("Settle with retention 0 = %v", err)
 	}
 	if n := pending(t, e.c, e.other); n != 0 {
 		t.Errorf("%d entries pending after Settle with retention 0, want 0", n)
@@ -117,8 +125,8 @@ func TestSettle(t *testing.T) {
 }
 
 // TestSettleNotPending: a message no longer in its group's PEL (another
-// delivery settled it, or the group does not know it) is left alone: no
-// error, and no hash changed or created, whatever the retention.
+// delivery settled it, or the group does not know it) is left alone:
+// ErrTerminal, and no hash changed or created, whatever the retention.
 func TestSettleNotPending(t *testing.T) {
 	for _, retention := range []time.Duration{0, time.Hour} {
 		e := newEnv(t, "")
@@ -127,9 +135,10 @@ func TestSettleNotPending(t *testing.T) {
 		unknown := e.key
 		unknown.Group = "unknown"
 		for _, k := range []Key{e.key, unknown} {
-			ackErr, retainErr := e.s.Settle(t.Context(), k, retention)
-			if ackErr != nil || retainErr != nil {
-				t.Fatalf("Settle (retention %v) = %v, %v", retention, ackErr, retainErr)
+			for _, st := range []Settlement{ack(k, retention), acked(one(Finish, Lease{Key: k, Field: testField, Attempt: 1, Token: "tok"}), retention)} {
+				if err := apply(t.Context(), e.s, st); !errors.Is(err, ErrTerminal) {
+					t.Fatalf("Settle (retention %v, %d transitions) = %v, want ErrTerminal", retention, len(st.Transitions), err)
+				}
 			}
 		}
 		got, pttl := e.state(t)
@@ -142,19 +151,18 @@ func TestSettleNotPending(t *testing.T) {
 	}
 }
 
-// TestSettleWrongType: a key that holds no stream fails the call, and
-// nothing is written.
+// TestSettleWrongType: a key that holds no stream fails the call, with an
+// error that is neither ErrStale nor ErrTerminal, and nothing is written.
 func TestSettleWrongType(t *testing.T) {
 	e := newEnv(t, "")
 	if err := e.c.Do(t.Context(), e.c.B().Set().Key(e.key.Stream).Value("not a stream").Build()).Error(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
-	ackErr, retainErr := e.s.Settle(t.Context(), e.key, time.Hour)
-	if ackErr == nil {
-		t.Fatalf("Settle on a string key: ackErr = nil, want WRONGTYPE")
-	}
-	if retainErr != nil {
-		t.Errorf("retainErr = %v, want nil", retainErr)
+	for _, st := range []Settlement{ack(e.key, time.Hour), one(Exhaust, e.lease(1, "tok")), {Key: e.key, Cleared: true}} {
+		err := apply(t.Context(), e.s, st)
+		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+			t.Errorf("Settle on a string key: %v, want WRONGTYPE", err)
+		}
 	}
 	if got, pttl := e.state(t); len(got) != 0 || pttl != -2 {
 		t.Errorf("hash after a failed call: %v (PTTL %d), want none", got, pttl)
@@ -164,9 +172,8 @@ func TestSettleWrongType(t *testing.T) {
 func TestSettleInvalidRetention(t *testing.T) {
 	e := newEnv(t, "")
 	e.seed(t, map[string]string{testField: "ok"}, 0)
-	ackErr, _ := e.s.Settle(t.Context(), e.key, -time.Second)
-	if ackErr == nil {
-		t.Fatalf("Settle with retention -1s: ackErr = nil, want an error")
+	if err := apply(t.Context(), e.s, ack(e.key, -time.Second)); err == nil {
+		t.Fatalf("Settle with retention -1s = nil, want an error")
 	}
 	if n := pending(t, e.c, e.key); n != 1 {
 		t.Errorf("a refused Settle acknowledged the message")
@@ -176,10 +183,53 @@ func TestSettleInvalidRetention(t *testing.T) {
 	}
 }
 
+// TestSettleRetentionZeroLeavesOnlyDeadLetters: an Ack at retention 0 of
+// a message whose invocations exhausted leaves no key of the message but
+// its dead-letter entries: no hash, no trace, no marker, and the message
+// out of the PEL.
+func TestSettleRetentionZeroLeavesOnlyDeadLetters(t *testing.T) {
+	e := newEnv(t, "")
+	now := e.nowMS(t)
+	a := Lease{Key: e.key, Field: "a/one", Attempt: 3, Token: "ta", Trace: tp1}
+	b := Lease{Key: e.key, Field: "b/two", Attempt: 2, Token: "tb"}
+	e.seed(t, map[string]string{a.Field: running(now+hourMS, 3, "ta"), b.Field: exhausted(2, "tb"),
+		"c/three": "ok", TraceField(a.Field): tp2, matchedField: "1", "__schedule": "pin"}, 0)
+	st := one(Exhaust, a)
+	st.Transitions = append(st.Transitions, one(DeadLetter, b).Transitions...)
+	r := settleOne(t.Context(), e.s, acked(st, 0))
+	if r.Err != nil {
+		t.Fatalf("Settle: %v", r.Err)
+	}
+	ids, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream))
+	if diff := cmp.Diff([]dlq.Entry{stored(a), stored(b)}, got); diff != "" {
+		t.Errorf("dead-letter entries (-want +got):\n%s", diff)
+	}
+	if len(ids) == 2 {
+		if diff := cmp.Diff([]TransitionResult{{DLQID: ids[0]}, {DLQID: ids[1]}}, r.Transitions); diff != "" {
+			t.Errorf("results (-want +got):\n%s", diff)
+		}
+	}
+	// Every key of the test's stream: the stream and its dead-letter
+	// stream, nothing of the message.
+	all, err := e.c.Do(t.Context(), e.c.B().Keys().Pattern("*"+e.key.Stream+"*").Build()).AsStrSlice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(all)
+	want := []string{e.key.Stream, keys.DLQ(e.key.Stream)}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Errorf("keys after the settlement (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{e.other.MessageID}, pendingIDs(t, e.c, e.key)); diff != "" {
+		t.Errorf("pending (-want +got):\n%s", diff)
+	}
+}
+
 // TestSettleCluster runs Settle on Redis Cluster for a stream with a hash
-// tag, whose hash shares its slot: it ends acknowledged and retained. A
-// stream without one is refused with an error that says so, and nothing is
-// acknowledged.
+// tag, whose hash and dead-letter stream share its slot: it ends
+// acknowledged and retained. A stream without one is refused with an
+// error that says so, and nothing is acknowledged.
 func TestSettleCluster(t *testing.T) {
 	cl := topology.NewCluster(t)
 	c := topology.Connect(t, cl.ClientOption())
@@ -188,8 +238,8 @@ func TestSettleCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	(&env{c: c, hash: hashOf(key)}).seed(t, map[string]string{testField: "ok"}, 0)
-	if ackErr, retainErr := s.Settle(ctx, key, time.Hour); ackErr != nil || retainErr != nil {
-		t.Fatalf("Settle = %v, %v", ackErr, retainErr)
+	if err := apply(ctx, s, ack(key, time.Hour)); err != nil {
+		t.Fatalf("Settle = %v", err)
 	}
 	if n := pending(t, c, key); n != 0 {
 		t.Errorf("%d entries pending, want 0", n)
@@ -200,28 +250,43 @@ func TestSettleCluster(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
-	// Every transition runs there too: claim, finish and ack in one script.
+	// Every transition runs there too: claim, then finish and ack in one
+	// script, and exhaust with its dead-letter entry and the ack.
 	next := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
-	claim, err := s.Claim(ctx, next, testField, time.Minute, 3, Record{})
-	if err != nil || claim.Status != Claimed {
-		t.Fatalf("Claim = %+v, %v", claim, err)
+	last := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
+	res := s.Claim(ctx, []ClaimRequest{
+		{Key: next, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+		{Key: last, Field: testField, Lease: time.Minute, MaxAttempts: 1},
+	})
+	for i, r := range res {
+		if r.Err != nil || r.Status != Claimed {
+			t.Fatalf("Claim %d = %+v", i, r)
+		}
 	}
-	if err := s.FinishSettle(ctx, claim.Lease, 0); err != nil {
-		t.Fatalf("FinishSettle = %v", err)
+	rs := s.Settle(ctx, []Settlement{acked(one(Finish, res[0].Lease), 0), acked(one(Exhaust, res[1].Lease), 0)})
+	for i, r := range rs {
+		if r.Err != nil {
+			t.Fatalf("Settle %d = %v", i, r.Err)
+		}
 	}
-	if got, _ := hashState(t, c, next); pending(t, c, next) != 0 || len(got) != 0 {
-		t.Errorf("after FinishSettle with retention 0: pending %d, hash %v; want neither", pending(t, c, next), got)
+	for _, k := range []Key{next, last} {
+		if got, _ := hashState(t, c, k); pending(t, c, k) != 0 || len(got) != 0 {
+			t.Errorf("after Settle with retention 0: pending %d, hash %v; want neither", pending(t, c, k), got)
+		}
+	}
+	if _, got := withoutIDs(dlqEntries(t, c, key.Stream)); !cmp.Equal([]dlq.Entry{stored(res[1].Lease)}, got) {
+		t.Errorf("dead-letter entries %+v, want the exhausted one", got)
 	}
 
 	untagged := pendingMessage(t, c, Key{Stream: redistest.Name(t, "untagged"), Group: "group"})
 	if slot(t, c, untagged.Stream) == slot(t, c, keys.Invocation(untagged.Stream, untagged.Group, untagged.MessageID)) {
 		t.Skip("the untagged stream happens to share its hash's slot")
 	}
-	ackErr, _ := s.Settle(ctx, untagged, time.Hour)
-	if ackErr == nil || !strings.Contains(ackErr.Error(), "hash tag") {
-		t.Errorf("Settle of an untagged stream = %v, want an error naming the hash tag", ackErr)
+	err := apply(ctx, s, ack(untagged, time.Hour))
+	if err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Settle of an untagged stream = %v, want an error naming the hash tag", err)
 	}
-	if _, err := s.Claim(ctx, untagged, testField, time.Minute, 3, Record{}); err == nil || !strings.Contains(err.Error(), "hash tag") {
+	if _, err := claimOne(ctx, s, ClaimRequest{Key: untagged, Field: testField, Lease: time.Minute, MaxAttempts: 3}); err == nil || !strings.Contains(err.Error(), "hash tag") {
 		t.Errorf("Claim of an untagged stream = %v, want an error naming the hash tag", err)
 	}
 	if n := pending(t, c, untagged); n != 1 {
@@ -238,12 +303,12 @@ func slot(t *testing.T, c rueidis.Client, key string) int64 {
 	return n
 }
 
-// TestFinishSettleScript: the last invocation's success, the XACK and the
-// retention are one script. A running lease of this attempt and token
+// TestSettleFinishAck: the last invocation's success, the XACK and the
+// retention are one settlement. A running lease of this attempt and token
 // finishes, leaves the PEL and gets the TTL, or with retention 0 its hash
 // is deleted; a stale lease, a retained hash or a message no longer pending
 // changes nothing and acknowledges nothing.
-func TestFinishSettleScript(t *testing.T) {
+func TestSettleFinishAck(t *testing.T) {
 	live := func(l Lease) map[string]string {
 		return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), "other/done": "ok"}
 	}
@@ -281,9 +346,9 @@ func TestFinishSettleScript(t *testing.T) {
 				if tc.acked {
 					e.ack(t, e.key)
 				}
-				err := e.s.FinishSettle(t.Context(), l, retention)
+				err := apply(t.Context(), e.s, acked(one(Finish, l), retention))
 				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
-					t.Fatalf("FinishSettle = %v, want %v", err, tc.wantErr)
+					t.Fatalf("Settle = %v, want %v", err, tc.wantErr)
 				}
 				checkFinishSettled(t, e, l, seeded, retention, tc.wantErr == nil, tc.acked)
 			})
@@ -292,28 +357,28 @@ func TestFinishSettleScript(t *testing.T) {
 }
 
 // checkFinishSettled asserts the message's PEL entry and hash after a
-// FinishSettle of l on a hash seeded with seeded, which applied or not.
+// Finish and Ack of l on a hash seeded with seeded, which applied or not.
 func checkFinishSettled(t *testing.T, e *env, l Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
 	t.Helper()
 	st, pttl := e.state(t)
 	if !applied {
 		if n := pending(t, e.c, e.key); n != 1 && !acked {
-			t.Errorf("a refused FinishSettle acknowledged the message (%d pending)", n)
+			t.Errorf("a refused settlement acknowledged the message (%d pending)", n)
 		}
 		if seeded == nil {
 			seeded = map[string]string{}
 		}
 		if diff := cmp.Diff(seeded, st); diff != "" {
-			t.Errorf("a refused FinishSettle changed the hash (-want +got):\n%s", diff)
+			t.Errorf("a refused settlement changed the hash (-want +got):\n%s", diff)
 		}
 		return
 	}
 	if n := pending(t, e.c, e.key); n != 0 {
-		t.Errorf("%d entries pending after FinishSettle, want 0", n)
+		t.Errorf("%d entries pending after the settlement, want 0", n)
 	}
 	if retention == 0 {
 		if len(st) != 0 || pttl != -2 {
-			t.Errorf("hash after FinishSettle with retention 0: %v (PTTL %d), want none", st, pttl)
+			t.Errorf("hash after the settlement with retention 0: %v (PTTL %d), want none", st, pttl)
 		}
 		return
 	}

@@ -181,6 +181,7 @@ type TransitionResult struct {
 	// Next is Retry's next attempt time, on the store's clock.
 	Next time.Time
 	// DLQID is the id of the dead-letter entry Exhaust or DeadLetter
-	// wrote; empty when DeadLetter found it written already.
+	// wrote; empty when the transition found it written already (an
+	// Exhaust applied before, a DeadLetter of a field marked ":dlq").
 	DLQID string
 }

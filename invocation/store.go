@@ -26,7 +26,7 @@ const terminalField = "__terminal"
 const matchedField = "__matched"
 
 // tracePrefix starts the reserved field holding an invocation's trace
-// lineage (prelude.lua save_trace).
+// lineage (settle.lua).
 const tracePrefix = "__trace:"
 
 // DLQField returns the reserved hash field that holds the id of the
@@ -40,11 +40,11 @@ func DLQField(field string) string { return dlqPrefix + field }
 // entry id.
 const dlqPrefix = "__dlq:"
 
-// TraceField returns the reserved hash field that holds the trace lineage
-// of invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
-// written by Release, ScheduleRetry and Exhaust from Lease.Trace. Code that
-// reads the whole hash (Get) must skip every field starting with "__": those
-// are not invocations.
+// TraceField returns the reserved hash field that holds the trace lineage of
+// invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
+// written by the Retry, Exhaust and Release transitions from Lease.Trace. Code
+// that reads the whole hash (Get) must skip every field starting with "__":
+// those are not invocations.
 func TraceField(field string) string { return tracePrefix + field }
 
 // Store keeps per-invocation retry state in Redis, one hash per message and
@@ -124,16 +124,22 @@ func randomToken() string {
 // so the caller writes the DLQ entry without running the handler.
 //
 // Requests of one stream go in one script call (WithMaxBatch bounds its
-// size; several calls are sent at once). now is the Redis server's clock. A
-// malformed request or stored value is that request's error; the caller
-// must then not run the handler. A call whose reply was lost fails each of
-// its claims with a *ClaimUnknownError carrying its token (Void gives it
-// back).
+// size; the calls of several streams, or chunks, are sent at once). now
+// is the Redis server's clock. A malformed request or stored value is that
+// request's error; the caller must then not run the handler. A call whose
+// reply was lost fails each of its claims with a *ClaimUnknownError
+// carrying its token (Void gives it back).
 func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
 	out := make([]ClaimResult, len(reqs))
 	tokens := make([]string, len(reqs))
-	var items []claimItem
-	var at []int
+	// The claims of each stream, which share its hash slot: a script call
+	// under Redis Cluster touches one slot only.
+	type group struct {
+		stream string
+		items  []claimItem
+		at     []int
+	}
+	var groups []*group
 	for i, r := range reqs {
 		tokens[i] = s.token()
 		args, err := s.claimArgs(r, tokens[i])
@@ -141,14 +147,28 @@ func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
 			out[i].Err = fmt.Errorf("claim %s in %s: %w", r.Field, hashOf(r.Key), err)
 			continue
 		}
-		items = append(items, claimItem{hash: hashOf(r.Key), stream: r.Key.Stream, args: args})
-		at = append(at, i)
+		var g *group
+		for _, h := range groups {
+			if h.stream == r.Key.Stream {
+				g = h
+			}
+		}
+		if g == nil {
+			g = &group{stream: r.Key.Stream}
+			groups = append(groups, g)
+		}
+		g.items = append(g.items, claimItem{hash: hashOf(r.Key), stream: r.Key.Stream, args: args})
+		g.at = append(g.at, i)
 	}
-	s.chunks(len(items), func(from, to int) {
-		for k, res := range s.runClaims(ctx, items[from:to]) {
-			i := at[from+k]
-			r := reqs[i]
-			out[i] = claimResult(res, r, tokens[i])
+	sizes := make([]int, len(groups))
+	for k, g := range groups {
+		sizes[k] = len(g.items)
+	}
+	s.chunks(sizes, func(k, from, to int) {
+		g := groups[k]
+		for j, res := range s.runClaims(ctx, g.items[from:to]) {
+			i := g.at[from+j]
+			out[i] = claimResult(res, reqs[i], tokens[i])
 		}
 	})
 	return out
@@ -172,19 +192,25 @@ func claimResult(res result, r ClaimRequest, token string) ClaimResult {
 	return ClaimResult{Claim: c}
 }
 
-// chunks runs f over [0, n) in chunks of at most WithMaxBatch items, all
-// at once: the client pipelines concurrent calls, so several chunks cost
-// one round trip, not one each. The last chunk runs on the caller's
-// goroutine, so a batch of one chunk starts none.
-func (s *Store) chunks(n int, f func(from, to int)) {
+// chunks runs f(g, from, to) over [0, sizes[g]) of every group g (the
+// items of one script call's keys: one stream's) in chunks of at most
+// WithMaxBatch items, all at once: the client pipelines concurrent calls,
+// so several chunks cost one round trip, not one each. The last chunk runs
+// on the caller's goroutine, so a batch of one chunk starts none.
+func (s *Store) chunks(sizes []int, f func(g, from, to int)) {
 	var wg sync.WaitGroup
-	for from := 0; from < n; from += s.maxBatch {
-		to := min(from+s.maxBatch, n)
-		if to == n {
-			f(from, to)
-			break
+	var last func()
+	for g, n := range sizes {
+		for from := 0; from < n; from += s.maxBatch {
+			if last != nil {
+				wg.Go(last)
+			}
+			to := min(from+s.maxBatch, n)
+			last = func() { f(g, from, to) }
 		}
-		wg.Go(func() { f(from, to) })
+	}
+	if last != nil {
+		last()
 	}
 	wg.Wait()
 }
@@ -273,18 +299,18 @@ func replyLost(err error) bool {
 	return !isRedis
 }
 
-// Void gives back a claim whose reply was lost (void.lua): the caller
-// knows only l.Key, l.Field and l.Token (from the ClaimUnknownError), not
-// whether the claim ran, nor, so, its attempt (l.Attempt is ignored). When
-// the claim ran and the field is still running with its token, the attempt
-// is given back uncharged, as a Release does; when it has not run (it may
-// still be on its way, held up in the network), the field is marked with
-// its token, due and with its count unchanged (next_attempt_at:<now>:0:<token>
-// when it had no state), so that the claim, if it arrives later, finds its
-// own token and records nothing. Anything else (another delivery's lease,
-// "ok", exhausted) is left alone and nil returned. Idempotent, so retry it
-// until it returns; ErrTerminal on a retained hash or once the message
-// left the group's PEL, when there is nothing to give back either
+// Void gives back a claim whose reply was lost (void.lua): the caller knows
+// only l.Key, l.Field and l.Token (from the ClaimUnknownError), not whether
+// the claim ran, nor, so, its attempt (l.Attempt is ignored). When the claim
+// ran and the field is still running with its token, the attempt is given back
+// uncharged, as a Release transition does; when it has not run (it may still
+// be on its way, held up in the network), the field is marked with its token,
+// due and with its count unchanged (next_attempt_at:<now>:0:<token> when it
+// had no state), so that the claim, if it arrives later, finds its own token
+// and records nothing. Anything else (another delivery's lease, "ok",
+// exhausted) is left alone and nil returned. Idempotent, so retry it until it
+// returns; ErrTerminal on a retained hash or once the message left the group's
+// PEL, when there is nothing to give back either
 // (docs/delivery.md#lost-replies).
 func (s *Store) Void(ctx context.Context, l Lease) error {
 	hash := hashOf(l.Key)
@@ -321,11 +347,13 @@ func (s *Store) Void(ctx context.Context, l Lease) error {
 // settlement one of whose transitions is stale returns ErrStale and
 // changes nothing; one on a retained hash, or of a message no longer in
 // its group's PEL, returns ErrTerminal and changes nothing
-// (docs/delivery.md#invocation-state). Settlements of one stream go in one
-// script call (WithMaxBatch bounds its size). A failed call fails every
-// settlement it carried, which may or may not have applied. Under Redis
-// Cluster the stream, its hashes and its dead-letter stream must share a
-// hash slot (a stream name with a hash tag, docs/deployment.md).
+// (docs/delivery.md#invocation-state). Settlements of one stream and group
+// go in one script call (WithMaxBatch bounds its size; the calls of
+// several streams or groups, or chunks, are sent at once). A failed call
+// fails every settlement it carried, which may or may not have applied.
+// Under Redis Cluster the stream, its hashes and its dead-letter stream
+// must share a hash slot (a stream name with a hash tag,
+// docs/deployment.md).
 func (s *Store) Settle(ctx context.Context, ss []Settlement) []SettleResult {
 	out := make([]SettleResult, len(ss))
 	type group struct {
@@ -353,14 +381,17 @@ func (s *Store) Settle(ctx context.Context, ss []Settlement) []SettleResult {
 		g.items = append(g.items, it)
 		g.at = append(g.at, i)
 	}
-	for _, g := range groups {
-		s.chunks(len(g.items), func(from, to int) {
-			for k, res := range s.runSettles(ctx, g.stream, g.group, g.items[from:to]) {
-				i := g.at[from+k]
-				out[i] = settleResultOf(ss[i], res)
-			}
-		})
+	sizes := make([]int, len(groups))
+	for k, g := range groups {
+		sizes[k] = len(g.items)
 	}
+	s.chunks(sizes, func(k, from, to int) {
+		g := groups[k]
+		for j, res := range s.runSettles(ctx, g.stream, g.group, g.items[from:to]) {
+			i := g.at[from+j]
+			out[i] = settleResultOf(ss[i], res)
+		}
+	})
 	return out
 }
 
@@ -404,7 +435,7 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 		args = append(args, strconv.Itoa(len(pairs)/2))
 		args = append(args, pairs...)
 	}
-	return settleItem{hash: hashOf(st.Key), args: args, n: len(st.Transitions)}, nil
+	return settleItem{hash: hashOf(st.Key), args: args, n: len(st.Transitions), ack: st.Ack}, nil
 }
 
 // transitionCodes are settle.lua's names of the transitions.

@@ -6,14 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
 )
 
@@ -62,6 +65,56 @@ func TestScriptsLoad(t *testing.T) {
 	}
 }
 
+// staleTransitions are the settlements a delivery holding lease l could
+// write for l's invocation, each alone, without Ack.
+func staleTransitions(l Lease) map[string]Settlement {
+	retry := one(Retry, l)
+	return map[string]Settlement{
+		"finish":      one(Finish, l),
+		"release":     one(Release, l),
+		"retry":       retry,
+		"exhaust":     one(Exhaust, l),
+		"dead-letter": one(DeadLetter, l),
+	}
+}
+
+// TestWithHelpers: each script gets the prelude helpers its code calls,
+// directly or through another helper, and no other: not one its comments
+// name, nor one named like a field it uses (string.match). Every helper
+// is used by some script.
+func TestWithHelpers(t *testing.T) {
+	want := map[string][]string{
+		"claim.lua":        {"now_ms", "pel_range", "in_pel", "pel_set", "prev_trace", "claim_one"},
+		"settle.lua":       {"now_ms", "RUNNING", "EXHAUSTED", "pel_range", "in_pel", "retain"},
+		"void.lua":         {"now_ms", "RUNNING", "pel_range", "in_pel"},
+		"pin.lua":          {"pel_range", "in_pel"},
+		"retain_acked.lua": {"retain"},
+	}
+	unused := map[string]bool{}
+	for _, h := range helpers {
+		unused[h.name] = true
+	}
+	for file, src := range scriptSources {
+		var got []string
+		full := withHelpers(src)
+		for _, h := range helpers {
+			if strings.Contains(full, h.src) {
+				got = append(got, h.name)
+				delete(unused, h.name)
+			}
+		}
+		if diff := cmp.Diff(want[file], got); diff != "" {
+			t.Errorf("%s: helpers (-want +got):\n%s", file, diff)
+		}
+	}
+	if len(unused) > 0 {
+		t.Errorf("helpers no script uses: %v", unused)
+	}
+	if got := withHelpers("-- in_pel\nreturn string.match('a', '(a)')"); got != "-- in_pel\nreturn string.match('a', '(a)')" {
+		t.Errorf("a comment and a field pulled in helpers:\n%s", got)
+	}
+}
+
 func TestClaimExpiredLeaseClaimsNextAttempt(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
@@ -73,26 +126,29 @@ func TestClaimExpiredLeaseClaimsNextAttempt(t *testing.T) {
 	if next.Status != Claimed || next.Lease.Attempt != 2 || next.Lease.Token == first.Lease.Token {
 		t.Fatalf("claim after expiry = %+v, want attempt 2 with a new token", next)
 	}
-	// The owner of the expired lease comes back: every transition is stale.
-	old := first.Lease
-	for name, err := range map[string]error{
-		"finish":   e.s.Finish(ctx, old),
-		"release":  e.s.Release(ctx, old),
-		"exhaust":  e.s.Exhaust(ctx, old),
-		"mark_dlq": e.s.MarkDLQ(ctx, old),
-	} {
-		if !errors.Is(err, ErrStale) {
+	// The owner of the expired lease comes back: every transition is
+	// stale, alone or acknowledging.
+	for name, st := range staleTransitions(first.Lease) {
+		if err := apply(ctx, e.s, st); !errors.Is(err, ErrStale) {
 			t.Errorf("%s with the expired lease: %v, want ErrStale", name, err)
 		}
+		if name == "finish" || name == "exhaust" {
+			if err := apply(ctx, e.s, acked(st, time.Hour)); !errors.Is(err, ErrStale) {
+				t.Errorf("%s and ack with the expired lease: %v, want ErrStale", name, err)
+			}
+		}
 	}
-	if _, err := e.s.ScheduleRetry(ctx, old, 0); !errors.Is(err, ErrStale) {
-		t.Errorf("schedule_retry with the expired lease: %v, want ErrStale", err)
+	if got := dlqEntries(t, e.c, e.key.Stream); len(got) != 0 {
+		t.Errorf("stale transitions wrote dead-letter entries %v", got)
 	}
-	if err := e.s.Finish(ctx, next.Lease); err != nil {
+	if err := apply(ctx, e.s, one(Finish, next.Lease)); err != nil {
 		t.Fatalf("finish the new attempt: %v", err)
 	}
 	if got := mustClaim(t, e, time.Minute, 5); got.Status != Succeeded {
 		t.Errorf("claim after finish = %v, want succeeded", got.Status)
+	}
+	if pending(t, e.c, e.key) != 1 {
+		t.Errorf("the message is no longer pending")
 	}
 }
 
@@ -104,7 +160,7 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 	if got.Status != Exhausted || got.Lease.Attempt != 1 || got.Lease.Token == first.Lease.Token {
 		t.Fatalf("claim after expiry of the last attempt = %+v, want exhausted at attempt 1 with a new token", got)
 	}
-	if err := e.s.Exhaust(ctx, first.Lease); !errors.Is(err, ErrStale) {
+	if err := apply(ctx, e.s, one(Exhaust, first.Lease)); !errors.Is(err, ErrStale) {
 		t.Errorf("exhaust with the expired lease: %v, want ErrStale", err)
 	}
 	if got.Lost != 1 {
@@ -118,22 +174,37 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 	if diff := cmp.Diff(want, again); diff != "" {
 		t.Errorf("second claim (-first +second):\n%s", diff)
 	}
-	if err := e.s.MarkDLQ(ctx, got.Lease); err != nil {
-		t.Fatalf("mark_dlq: %v", err)
+	r := settleOne(ctx, e.s, one(DeadLetter, got.Lease))
+	if r.Err != nil {
+		t.Fatalf("dead-letter: %v", r.Err)
+	}
+	ids, entries := withoutIDs(dlqEntries(t, e.c, e.key.Stream))
+	if diff := cmp.Diff([]dlq.Entry{stored(got.Lease)}, entries); diff != "" {
+		t.Errorf("dead-letter entries (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]TransitionResult{{DLQID: ids[0]}}, r.Transitions); len(ids) > 0 && diff != "" {
+		t.Errorf("dead-letter result (-want +got):\n%s", diff)
 	}
 	if c := mustClaim(t, e, time.Minute, 1); c.Status != DeadLettered || c.Lease.Attempt != 1 {
-		t.Errorf("claim after mark_dlq = %+v, want dead-lettered", c)
+		t.Errorf("claim after the dead-letter = %+v, want dead-lettered", c)
 	}
 }
 
 func TestClaimRetryFlow(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
-	c := mustClaim(t, e, time.Minute, 3)
-	at, err := e.s.ScheduleRetry(ctx, c.Lease, time.Hour)
-	if err != nil {
-		t.Fatal(err)
+	retry := func(l Lease, backoff time.Duration) SettleResult {
+		t.Helper()
+		st := one(Retry, l)
+		st.Transitions[0].Backoff = backoff
+		r := settleOne(ctx, e.s, st)
+		if r.Err != nil {
+			t.Fatalf("retry: %v", r.Err)
+		}
+		return r
 	}
+	c := mustClaim(t, e, time.Minute, 3)
+	at := retry(c.Lease, time.Hour).Transitions[0].Next
 	if nd := mustClaim(t, e, time.Minute, 3); nd.Status != NotDue || !nd.NextAttemptAt.Equal(at) {
 		t.Fatalf("claim before the retry = %+v, want not due at %v", nd, at)
 	}
@@ -146,9 +217,7 @@ func TestClaimRetryFlow(t *testing.T) {
 	}
 
 	// A short backoff passes: polled, not slept.
-	if _, err := e.s.ScheduleRetry(ctx, c2.Lease, 20*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	retry(c2.Lease, 20*time.Millisecond)
 	var c3 Claim
 	testutil.WaitFor(t, 5*time.Second, "the retry to become due", func() bool {
 		c3 = mustClaim(t, e, time.Minute, 3)
@@ -157,20 +226,17 @@ func TestClaimRetryFlow(t *testing.T) {
 	if c3.Status != Claimed || c3.Lease.Attempt != 3 {
 		t.Fatalf("claim of the third attempt = %+v", c3)
 	}
-	if err := e.s.Exhaust(ctx, c3.Lease); err != nil {
-		t.Fatal(err)
-	}
-	ex := mustClaim(t, e, time.Minute, 3)
-	if ex.Status != Exhausted || ex.Lease.Attempt != 3 || ex.Lease.Token != c3.Lease.Token {
-		t.Fatalf("claim after exhaust = %+v", ex)
-	}
-	for range 2 { // idempotent
-		if err := e.s.MarkDLQ(ctx, ex.Lease); err != nil {
-			t.Fatalf("mark_dlq: %v", err)
+	for i := range 2 { // idempotent: the second writes no entry
+		r := settleOne(ctx, e.s, one(Exhaust, c3.Lease))
+		if r.Err != nil || len(r.Transitions) != 1 || (r.Transitions[0].DLQID == "") != (i == 1) {
+			t.Fatalf("exhaust %d = %+v, want applied, with an entry the first time only", i+1, r)
 		}
 	}
-	e.ack(t, e.key)
-	if err := e.s.Retain(ctx, e.key, DefaultRetention); err != nil {
+	ex := mustClaim(t, e, time.Minute, 3)
+	if ex.Status != DeadLettered || ex.Lease.Attempt != 3 || ex.Lease.Token != c3.Lease.Token {
+		t.Fatalf("claim after exhaust = %+v", ex)
+	}
+	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: DefaultRetention}); err != nil {
 		t.Fatal(err)
 	}
 	hash, pttl := e.state(t)
@@ -179,35 +245,75 @@ func TestClaimRetryFlow(t *testing.T) {
 		t.Errorf("final hash (-want +got):\n%s", diff)
 	}
 	checkPTTL(t, DefaultRetention, pttl)
+	if _, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream)); !cmp.Equal([]dlq.Entry{stored(c3.Lease)}, got) {
+		t.Errorf("dead-letter entries %+v, want the one of attempt 3", got)
+	}
+	if pending(t, e.c, e.key) != 0 {
+		t.Errorf("the message is still pending")
+	}
 }
 
 func TestReleaseDoesNotChargeTheAttempt(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	c := mustClaim(t, e, time.Minute, 2)
-	if err := e.s.Release(ctx, c.Lease); err != nil {
+	if err := apply(ctx, e.s, one(Release, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
 	if c.Status != Claimed || c.Lease.Attempt != 1 {
 		t.Fatalf("claim after releasing attempt 1 = %+v, want attempt 1", c)
 	}
-	if _, err := e.s.ScheduleRetry(ctx, c.Lease, 0); err != nil {
+	if err := apply(ctx, e.s, one(Retry, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
 	if c.Status != Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after a failed attempt 1 = %+v, want attempt 2", c)
 	}
-	if err := e.s.Release(ctx, c.Lease); err != nil {
+	if err := apply(ctx, e.s, one(Release, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.s.Release(ctx, c.Lease); !errors.Is(err, ErrStale) {
+	if err := apply(ctx, e.s, one(Release, c.Lease)); !errors.Is(err, ErrStale) {
 		t.Errorf("second release: %v, want ErrStale", err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
 	if c.Status != Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after releasing the last attempt = %+v, want attempt 2 again", c)
+	}
+}
+
+// TestProbeThenClaim: a probe of an invocation whose lease expired
+// charges the lost attempt and takes none, so the claim of the next
+// delivery runs the attempt after the lost one, and reports no lost
+// attempt a second time.
+func TestProbeThenClaim(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	first := mustClaim(t, e, 10*time.Millisecond, 3)
+	probe := e.req(time.Minute, 3)
+	probe.Probe = true
+	var p Claim
+	testutil.WaitFor(t, 5*time.Second, "the running lease to expire", func() bool {
+		var err error
+		if p, err = claimOne(ctx, e.s, probe); err != nil {
+			t.Fatalf("probe: %v", err)
+		}
+		return p.Status != Running
+	})
+	if p.Status != Probed || p.Lease.Attempt != 1 || p.Lost != 1 || p.Lease.Token == first.Lease.Token {
+		t.Fatalf("probe after the lease expired = %+v, want probed, 1 attempt used, 1 lost", p)
+	}
+	if err := apply(ctx, e.s, one(Finish, first.Lease)); !errors.Is(err, ErrStale) {
+		t.Errorf("finish with the expired lease after the probe: %v, want ErrStale", err)
+	}
+	// A second probe finds it due, with nothing more lost.
+	if p2, err := claimOne(ctx, e.s, probe); err != nil || p2.Status != Probed || p2.Lease.Attempt != 1 || p2.Lost != 0 {
+		t.Errorf("second probe = %+v, %v; want probed, 1 attempt used, none lost", p2, err)
+	}
+	c := mustClaim(t, e, time.Minute, 3)
+	if c.Status != Claimed || c.Lease.Attempt != 2 || c.Lost != 0 {
+		t.Fatalf("claim after the probes = %+v, want attempt 2 claimed, none lost", c)
 	}
 }
 
@@ -224,7 +330,7 @@ func TestClaimConcurrent(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			<-start
-			c, err := e.s.Claim(t.Context(), e.key, testField, time.Minute, 5, Record{})
+			c, err := claimOne(t.Context(), e.s, e.req(time.Minute, 5))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -247,8 +353,9 @@ func TestClaimConcurrent(t *testing.T) {
 // TestStaleDeliveryAfterAckIsInert: a delivery that claimed before another
 // worker acknowledged the message, and held its lease in memory, changes
 // nothing afterwards, with any retention: its transitions and new claims
-// are refused, nothing runs, and no state reappears, whether the ack path
-// retained the hash (retention on) or deleted it (retention 0).
+// are refused, nothing runs, no dead-letter entry is written, and no state
+// reappears, whether the ack path retained the hash (retention on) or
+// deleted it (retention 0).
 func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
 	for _, retention := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("retention %v", retention), func(t *testing.T) {
@@ -257,8 +364,11 @@ func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
 			c := mustClaim(t, e, time.Minute, 5)
 			e.seed(t, map[string]string{"ex/handler": exhausted(2, "tok")}, 0)
 			// Another worker settles the message.
-			if ackErr, retainErr := e.s.Settle(ctx, e.key, retention); ackErr != nil || retainErr != nil {
-				t.Fatalf("settle: %v %v", ackErr, retainErr)
+			other := c.Lease
+			other.Token = "another-worker"
+			e.seed(t, map[string]string{testField: running(e.nowMS(t)+hourMS, 1, other.Token)}, 0)
+			if err := apply(ctx, e.s, acked(one(Finish, other), retention)); err != nil {
+				t.Fatalf("settle: %v", err)
 			}
 			before, ttlBefore := e.state(t)
 			checkStaleInert(t, e, c.Lease, retention)
@@ -275,6 +385,9 @@ func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
 			if n := pending(t, e.c, e.key); n != 0 {
 				t.Errorf("the message is pending again")
 			}
+			if got := dlqEntries(t, e.c, e.key.Stream); len(got) != 0 {
+				t.Errorf("a stale delivery wrote dead-letter entries %v", got)
+			}
 		})
 	}
 }
@@ -285,49 +398,60 @@ func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
 	t.Helper()
 	ctx := t.Context()
 	for _, f := range []string{l.Field, "new/handler"} {
-		if got, err := e.s.Claim(ctx, e.key, f, time.Minute, 5, Record{}); err != nil || got.Status != Terminal {
-			t.Errorf("claim of %s = %v %v, want terminal", f, got.Status, err)
+		r := e.req(time.Minute, 5)
+		r.Field = f
+		for _, probe := range []bool{false, true} {
+			r.Probe = probe
+			if got, err := claimOne(ctx, e.s, r); err != nil || got.Status != Terminal {
+				t.Errorf("claim of %s (probe %v) = %v %v, want terminal", f, probe, got.Status, err)
+			}
 		}
 	}
 	// A first delivery's claim records the message's other invocations:
 	// after the ack it records nothing.
-	rec := Record{Fields: []string{"other/handler"}, Complete: true}
-	if got, err := e.s.Claim(ctx, e.key, "late/handler", time.Minute, 5, rec); err != nil || got.Status != Terminal {
+	rec := e.req(time.Minute, 5)
+	rec.Field, rec.Record = "late/handler", Record{Fields: []string{"other/handler"}, Complete: true}
+	if got, err := claimOne(ctx, e.s, rec); err != nil || got.Status != Terminal {
 		t.Errorf("recording claim = %v %v, want terminal", got.Status, err)
 	}
 	exLease := Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
-	_, retryErr := e.s.ScheduleRetry(ctx, l, time.Second)
 	_, pinErr := e.s.Pin(ctx, e.key, "__schedule", "late")
-	for name, err := range map[string]error{
-		"release":        e.s.Release(ctx, l),
-		"finish":         e.s.Finish(ctx, l),
-		"finish_settle":  e.s.FinishSettle(ctx, l, retention),
-		"schedule_retry": retryErr,
-		"exhaust":        e.s.Exhaust(ctx, l),
-		"mark_dlq":       e.s.MarkDLQ(ctx, exLease),
-		"pin":            pinErr,
-	} {
+	errs := map[string]error{
+		"pin":                     pinErr,
+		"dead-letter":             apply(ctx, e.s, one(DeadLetter, exLease)),
+		"dead-letter and ack":     apply(ctx, e.s, acked(one(DeadLetter, exLease), retention)),
+		"ack":                     apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: 7 * 24 * time.Hour}),
+		"ack at retention 0":      apply(ctx, e.s, Settlement{Key: e.key, Ack: true}),
+		"stateless ack":           apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Stateless: true, Retention: time.Hour}),
+		"finish and ack":          apply(ctx, e.s, acked(one(Finish, l), retention)),
+		"exhaust and ack":         apply(ctx, e.s, acked(one(Exhaust, l), retention)),
+		"finish and ack, another": apply(ctx, e.s, acked(one(Finish, l), 7*24*time.Hour)),
+	}
+	for name, st := range staleTransitions(l) {
+		errs[name] = apply(ctx, e.s, st)
+	}
+	for name, err := range errs {
 		if !errors.Is(err, ErrTerminal) {
 			t.Errorf("%s: %v, want ErrTerminal", name, err)
 		}
 	}
-	if ackErr, retainErr := e.s.Settle(ctx, e.key, 7*24*time.Hour); ackErr != nil || retainErr != nil {
-		t.Errorf("settle again: %v %v", ackErr, retainErr)
-	}
-	if err := e.s.Retain(ctx, e.key, 7*24*time.Hour); err != nil {
-		t.Errorf("retain again: %v", err)
+	// Clearing applies the retention of a message no longer pending: it
+	// keeps the running TTL and creates nothing.
+	if err := apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: 7 * 24 * time.Hour}); err != nil {
+		t.Errorf("cleared: %v", err)
 	}
 	if u, err := e.s.Unfinished(ctx, e.key); err != nil || len(u.Fields) != 0 {
 		t.Errorf("unfinished = %v %v, want none", u, err)
 	}
 }
 
-// TestRetainKeepsLateDeliveriesInert: Retain of an acknowledged message
-// without state creates nothing, and a late claim is inert all the same.
-func TestRetainKeepsLateDeliveriesInert(t *testing.T) {
+// TestClearedKeepsLateDeliveriesInert: a Cleared settlement of an
+// acknowledged message without state creates nothing, and a late claim
+// is inert all the same.
+func TestClearedKeepsLateDeliveriesInert(t *testing.T) {
 	e := newEnv(t, "")
 	e.ack(t, e.key)
-	if err := e.s.Retain(t.Context(), e.key, time.Hour); err != nil {
+	if err := apply(t.Context(), e.s, Settlement{Key: e.key, Cleared: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustClaim(t, e, time.Minute, 5); got.Status != Terminal {
@@ -345,7 +469,7 @@ func TestGet(t *testing.T) {
 		t.Fatalf("get of a missing key = %v %v, want empty", got, err)
 	}
 	c := mustClaim(t, e, time.Minute, 5)
-	if err := e.s.Finish(t.Context(), c.Lease); err != nil {
+	if err := apply(t.Context(), e.s, one(Finish, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	got, err = e.s.Get(t.Context(), e.key)
@@ -357,30 +481,40 @@ func TestGet(t *testing.T) {
 	}
 }
 
+// TestInvalidArguments: malformed claims and settlements are refused with
+// an error of their own, neither ErrStale nor ErrTerminal, before
+// anything is written or acknowledged.
 func TestInvalidArguments(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	good := e.lease(1, "tok")
 	bad := func(f func(l *Lease)) Lease { l := good; f(&l); return l }
-	_, retryErr := e.s.ScheduleRetry(ctx, good, -time.Millisecond)
-	claimErr := func(field string, lease time.Duration, max int) error {
-		_, err := e.s.Claim(ctx, e.key, field, lease, max, Record{})
+	claimErr := func(f func(r *ClaimRequest)) error {
+		r := e.req(time.Minute, 5)
+		f(&r)
+		_, err := claimOne(ctx, e.s, r)
 		return err
 	}
+	retry := one(Retry, good)
+	retry.Transitions[0].Backoff = -time.Millisecond
 	for name, err := range map[string]error{
-		"claim empty field":      claimErr("", time.Minute, 5),
-		"claim reserved field":   claimErr(terminalField, time.Minute, 5),
-		"claim zero lease":       claimErr(testField, 0, 5),
-		"claim sub-ms lease":     claimErr(testField, time.Microsecond, 5),
-		"claim zero max":         claimErr(testField, time.Minute, 0),
-		"finish zero lease":      e.s.Finish(ctx, Lease{}),
-		"finish attempt 0":       e.s.Finish(ctx, bad(func(l *Lease) { l.Attempt = 0 })),
-		"finish empty token":     e.s.Finish(ctx, bad(func(l *Lease) { l.Token = "" })),
-		"finish token with ':'":  e.s.Finish(ctx, bad(func(l *Lease) { l.Token = "a:b" })),
-		"finish reserved field":  e.s.Finish(ctx, bad(func(l *Lease) { l.Field = "__x" })),
-		"schedule_retry backoff": retryErr,
-		"retain negative ttl":    e.s.Retain(ctx, e.key, -time.Millisecond),
-		"retain while pending":   e.s.Retain(ctx, e.key, time.Hour),
+		"claim empty field":      claimErr(func(r *ClaimRequest) { r.Field = "" }),
+		"claim reserved field":   claimErr(func(r *ClaimRequest) { r.Field = terminalField }),
+		"claim zero lease":       claimErr(func(r *ClaimRequest) { r.Lease = 0 }),
+		"claim sub-ms lease":     claimErr(func(r *ClaimRequest) { r.Lease = time.Microsecond }),
+		"claim zero max":         claimErr(func(r *ClaimRequest) { r.MaxAttempts = 0 }),
+		"claim reserved record":  claimErr(func(r *ClaimRequest) { r.Record.Fields = []string{"__x"} }),
+		"claim record of itself": claimErr(func(r *ClaimRequest) { r.Record.Fields = []string{testField} }),
+		"probe zero max":         claimErr(func(r *ClaimRequest) { r.Probe, r.MaxAttempts = true, 0 }),
+		"finish zero lease":      apply(ctx, e.s, Settlement{Key: e.key, Transitions: []Transition{{Kind: Finish}}}),
+		"finish attempt 0":       apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Attempt = 0 }))),
+		"finish empty token":     apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Token = "" }))),
+		"finish token with ':'":  apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Token = "a:b" }))),
+		"finish reserved field":  apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Field = "__x" }))),
+		"retry backoff":          apply(ctx, e.s, retry),
+		"cleared negative ttl":   apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: -time.Millisecond}),
+		"cleared while pending":  apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: time.Hour}),
+		"ack sub-ms retention":   apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Microsecond}),
 	} {
 		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
 			t.Errorf("%s: %v, want a validation error", name, err)
@@ -389,20 +523,157 @@ func TestInvalidArguments(t *testing.T) {
 	if _, pttl := e.state(t); pttl != -2 {
 		t.Errorf("invalid calls wrote the key (PTTL %d)", pttl)
 	}
+	if pending(t, e.c, e.key) != 1 {
+		t.Errorf("invalid calls acknowledged the message")
+	}
 
 	bt := New(e.c, WithTokenSource(func() string { return "a:b" }))
-	if _, err := bt.Claim(ctx, e.key, testField, time.Minute, 5, Record{}); err == nil {
+	if _, err := claimOne(ctx, bt, e.req(time.Minute, 5)); err == nil {
 		t.Error("claim with a token containing ':' succeeded")
 	}
 }
 
+// TestSettlementCheck: Settlement.Check refuses what no StateStore
+// applies, naming the culprit, and Settle refuses it the same way without
+// writing or acknowledging anything, beside a valid settlement of the
+// same batch that applies.
+func TestSettlementCheck(t *testing.T) {
+	key := Key{Stream: "s", Group: "g", MessageID: "1-1"}
+	l := func(field string) Lease { return Lease{Key: key, Field: field, Attempt: 1, Token: "tok"} }
+	tr := func(kind TransitionKind, field string) Transition {
+		t := Transition{Kind: kind, Lease: l(field)}
+		if kind == Exhaust || kind == DeadLetter {
+			t.Entry = entryOf(t.Lease)
+		}
+		return t
+	}
+	otherKey := key
+	otherKey.MessageID = "1-2"
+	for _, tc := range []struct {
+		name string
+		s    Settlement
+		want string // a substring of the error; "" for none
+	}{
+		{name: "finish", s: Settlement{Key: key, Transitions: []Transition{tr(Finish, "a/h")}}},
+		{name: "every kind", s: Settlement{Key: key, Transitions: []Transition{
+			tr(Finish, "a/h"), tr(Retry, "b/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h"), tr(Release, "e/h")}}},
+		{name: "ack with terminal transitions", s: Settlement{Key: key, Ack: true, Retention: time.Hour, Transitions: []Transition{
+			tr(Finish, "a/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h")}}},
+		{name: "ack alone", s: Settlement{Key: key, Ack: true}},
+		{name: "stateless ack", s: Settlement{Key: key, Ack: true, Stateless: true}},
+		{name: "cleared", s: Settlement{Key: key, Cleared: true, Retention: time.Hour}},
+		{name: "nothing", s: Settlement{Key: key}},
+		{name: "zero retry backoff", s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h")}}}},
+
+		{name: "exhaust without an entry", want: "exhaust a/h: no dead-letter entry",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Exhaust, Lease: l("a/h")}}}},
+		{name: "dead-letter without an entry", want: "dead-letter a/h: no dead-letter entry",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: DeadLetter, Lease: l("a/h")}}}},
+		{name: "retry in an ack", want: "retry a/h: a settlement that acknowledges",
+			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Finish, "b/h"), tr(Retry, "a/h")}}},
+		{name: "release in an ack", want: "release a/h: a settlement that acknowledges",
+			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Release, "a/h")}}},
+		{name: "lease of another message", want: "finish a/h: the lease is of message 1-2, not",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: otherKey, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+		{name: "lease of another group", want: "the lease is of message",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: Key{Stream: "s", Group: "h", MessageID: "1-1"}, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+		{name: "duplicate field", want: "finish a/h: a settlement writes an invocation once",
+			s: Settlement{Key: key, Transitions: []Transition{tr(Retry, "a/h"), tr(Finish, "a/h")}}},
+		{name: "negative backoff", want: "backoff -1ms: must be >= 0",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h"), Backoff: -time.Millisecond}}}},
+		{name: "unknown kind", want: "unknown transition TransitionKind(9)",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: 9, Lease: l("a/h")}}}},
+		{name: "zero kind", want: "unknown transition TransitionKind(0)",
+			s: Settlement{Key: key, Transitions: []Transition{{Lease: l("a/h")}}}},
+		{name: "malformed lease", want: "finish: lease attempt 0",
+			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: key, Field: "a/h", Token: "tok"}}}}},
+		{name: "negative retention", want: "retention -1s",
+			s: Settlement{Key: key, Ack: true, Retention: -time.Second}},
+		{name: "cleared with ack", want: "a Cleared settlement has no Ack",
+			s: Settlement{Key: key, Cleared: true, Ack: true}},
+		{name: "cleared with a transition", want: "a Cleared settlement has no Ack and no transitions",
+			s: Settlement{Key: key, Cleared: true, Transitions: []Transition{tr(Finish, "a/h")}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.s.Check()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Check = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Check = %v, want an error containing %q", err, tc.want)
+			}
+			// The Store refuses it alike, beside a valid settlement that
+			// applies, and writes nothing of it.
+			e := newEnv(t, "")
+			now := e.nowMS(t)
+			seed := map[string]string{}
+			s := tc.s
+			s.Key = e.key
+			s.Transitions = slices.Clone(s.Transitions)
+			for i, tr := range s.Transitions {
+				if tr.Lease.Key == key {
+					tr.Lease.Key = e.key
+				}
+				if tr.Kind == Exhaust || tr.Kind == DeadLetter || tr.Kind == 0 || tr.Kind > Release {
+					seed[tr.Lease.Field] = exhausted(tr.Lease.Attempt, tr.Lease.Token)
+				} else {
+					seed[tr.Lease.Field] = running(now+hourMS, tr.Lease.Attempt, tr.Lease.Token)
+				}
+				s.Transitions[i] = tr
+			}
+			e.seed(t, seed, 0)
+			fine := Lease{Key: e.other, Field: testField, Attempt: 1, Token: "fine"}
+			(&env{c: e.c, hash: hashOf(e.other)}).seed(t, map[string]string{testField: running(now+hourMS, 1, "fine")}, 0)
+			rs := e.s.Settle(t.Context(), []Settlement{s, acked(one(Finish, fine), time.Hour)})
+			if err := rs[0].Err; err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+				t.Errorf("Settle = %v, want an error containing %q", err, tc.want)
+			}
+			if rs[1].Err != nil {
+				t.Errorf("Settle of the valid settlement beside it = %v", rs[1].Err)
+			}
+			got, pttl := e.state(t)
+			if diff := cmp.Diff(seed, got, cmpopts.EquateEmpty()); diff != "" || pttl > 0 {
+				t.Errorf("hash after a refused settlement (PTTL %d; -want +got):\n%s", pttl, diff)
+			}
+			if pending(t, e.c, e.key) != 1 || pending(t, e.c, e.other) != 0 {
+				t.Errorf("pending: refused message %d, valid one %d; want 1 and 0", pending(t, e.c, e.key), pending(t, e.c, e.other))
+			}
+			if got := dlqEntries(t, e.c, e.key.Stream); len(got) != 0 {
+				t.Errorf("a refused settlement wrote dead-letter entries %v", got)
+			}
+		})
+	}
+}
+
+// TestUnknownReplyCode: a script reply that is not one of the codes of
+// claim.lua or settle.lua, or not a reply of their shape, fails the claim
+// or the settlement with an error that is neither ErrStale nor
+// ErrTerminal, rather than being read as an outcome.
 func TestUnknownReplyCode(t *testing.T) {
 	e := newEnv(t, "")
-	for _, src := range []string{"return {99}", "return {}", "return 'x'"} {
-		_, err := e.s.transition(t.Context(), "test", rueidis.NewLuaScript(src), e.lease(1, "tok"))
-		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
-			t.Errorf("%q: %v, want an error", src, err)
-		}
+	retry := one(Retry, e.lease(1, "tok"))
+	for _, src := range []string{
+		"return {99}", "return {0}", "return {12}", "return {}", "return 'x'", "return {'x'}",
+		"return {1}",      // claimed takes 5 elements, applied 1 + 1 transition
+		"return {1, 'x'}", // neither claimed nor the next time of a retry
+		"return {11, 1}",  // probed takes 3; settle.lua has no code 11
+		"return {4, 4}",   // succeeded takes 1, leaving one; settle.lua has no code 4
+	} {
+		t.Run(src, func(t *testing.T) {
+			exec := func() rueidis.RedisResult { return rueidis.NewLuaScript(src).Exec(t.Context(), e.c, nil, nil) }
+			c := claimResult(splitReplies(exec(), 1, claimReplyLen)[0], e.req(time.Minute, 5), "tok")
+			if err := c.Err; err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+				t.Errorf("claim: %+v, want an error", c)
+			}
+			items := []settleItem{{n: len(retry.Transitions)}}
+			r := settleResultOf(retry, splitReplies(exec(), 1, settleReplyLen(items))[0])
+			if err := r.Err; err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+				t.Errorf("settle: %+v, want an error", r)
+			}
+		})
 	}
 }
 
@@ -417,7 +688,7 @@ func TestRandomToken(t *testing.T) {
 
 func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim {
 	t.Helper()
-	c, err := e.s.Claim(t.Context(), e.key, testField, lease, maxAttempts, Record{})
+	c, err := claimOne(t.Context(), e.s, e.req(lease, maxAttempts))
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -467,8 +738,7 @@ func TestPinFirstWriterWins(t *testing.T) {
 		t.Errorf("pin after the first = %q %v, want %q", v, err, got[0])
 	}
 
-	e.ack(t, e.key)
-	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
+	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.s.Pin(ctx, e.key, "__other", "x"); !errors.Is(err, ErrTerminal) {
@@ -491,7 +761,7 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 	const lease = time.Minute
 	claimed := func(wantAttempt int, wantPrev string) Lease {
 		t.Helper()
-		c, err := e.s.Claim(ctx, e.key, testField, lease, 2, Record{})
+		c, err := claimOne(ctx, e.s, e.req(lease, 2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -505,31 +775,31 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 
 	l := claimed(1, "")
 	l.Trace = given
-	if err := e.s.Release(ctx, l); err != nil {
+	if err := apply(ctx, e.s, one(Release, l)); err != nil {
 		t.Fatal(err)
 	}
 	l = claimed(1, given)
 	l.Trace = failed
-	if _, err := e.s.ScheduleRetry(ctx, l, 0); err != nil {
+	if err := apply(ctx, e.s, one(Retry, l)); err != nil {
 		t.Fatal(err)
 	}
 	l = claimed(2, failed)
 	l.Trace = last
-	if err := e.s.Exhaust(ctx, l); err != nil {
+	if err := apply(ctx, e.s, one(Exhaust, l)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := e.s.Claim(ctx, e.key, testField, lease, 2, Record{})
+	c, err := claimOne(ctx, e.s, e.req(lease, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != Exhausted || c.PrevTrace != last {
-		t.Fatalf("claim after exhaust = %v prev %q, want exhausted prev %q", c.Status, c.PrevTrace, last)
+	if c.Status != DeadLettered || c.PrevTrace != last {
+		t.Fatalf("claim after exhaust = %v prev %q, want dead-lettered prev %q", c.Status, c.PrevTrace, last)
 	}
-	if err := e.s.MarkDLQ(ctx, c.Lease); err != nil {
-		t.Fatal(err)
+	// The dead-letter entry carries the last attempt's lineage.
+	if _, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream)); len(got) != 1 || got[0].Trace != last {
+		t.Errorf("dead-letter entries %+v, want one with trace %q", got, last)
 	}
-	e.ack(t, e.key)
-	if err := e.s.Retain(ctx, e.key, time.Hour); err != nil {
+	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	hash, _ := e.state(t)

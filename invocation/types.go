@@ -40,7 +40,7 @@ const (
 	// Succeeded: the invocation finished successfully ("ok").
 	Succeeded
 	// Exhausted: retries are used up but no DLQ entry is recorded yet; the
-	// caller must write one and then call MarkDLQ with Lease.
+	// caller writes it with a DeadLetter transition on Lease.
 	Exhausted
 	// DeadLettered: exhausted and its DLQ entry is persisted.
 	DeadLettered
@@ -89,12 +89,12 @@ type Lease struct {
 	Token string
 	// Deadline is when the running lease expires (Redis server clock).
 	Deadline time.Time
-	// Trace is the trace lineage of this attempt, set by the caller after
-	// the claim and opaque to the store (the Engine puts the W3C
-	// traceparent of the attempt's function.invoke span here). Release,
-	// ScheduleRetry and Exhaust store a non-empty Trace beside the field, so
-	// the next Claim returns it in Claim.PrevTrace; no transition fences on
-	// it, and Claim never sets it.
+	// Trace is the trace lineage of this attempt, set by the caller after the
+	// claim and opaque to the store (the Engine puts the W3C traceparent of the
+	// attempt's function.invoke span here). The Retry, Exhaust and Release
+	// transitions store a non-empty Trace beside the field, so the next Claim
+	// returns it in Claim.PrevTrace; no transition fences on it, and Claim never
+	// sets it.
 	Trace string
 }
 
@@ -125,7 +125,8 @@ type Unfinished struct {
 type Claim struct {
 	Status Status
 	// Lease is set for Claimed (the new attempt) and for Exhausted and
-	// DeadLettered (the last attempt, for MarkDLQ and DLQ entries).
+	// DeadLettered (the last attempt, for a DeadLetter transition and DLQ
+	// entries), and for Probed (the attempts used and the record's token).
 	Lease Lease
 	// NextAttemptAt is set for NotDue, and RunningUntil for Running.
 	NextAttemptAt time.Time

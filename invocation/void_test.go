@@ -34,7 +34,7 @@ func TestVoidBeforeTheClaimRuns(t *testing.T) {
 			}
 			voided := m[testField]
 			// The late claim, with the voided token.
-			if c, err := e.s.Claim(t.Context(), e.key, testField, time.Minute, 5, Record{}); err == nil {
+			if c, err := claimOne(t.Context(), e.s, e.req(time.Minute, 5)); err == nil {
 				t.Fatalf("late claim = %+v, want an error", c)
 			}
 			if m, _ := e.state(t); m[testField] != voided {
@@ -45,7 +45,7 @@ func TestVoidBeforeTheClaimRuns(t *testing.T) {
 				t.Fatalf("second Void: %v", err)
 			}
 			next := newStoreWithToken(e, "next")
-			c, err := next.Claim(t.Context(), e.key, testField, time.Minute, 5, Record{})
+			c, err := claimOne(t.Context(), next, e.req(time.Minute, 5))
 			if err != nil || c.Status != Claimed || c.Lease.Attempt != tc.wantAttempt {
 				t.Fatalf("claim after Void = %+v, %v; want attempt %d claimed", c, err, tc.wantAttempt)
 			}
@@ -71,7 +71,7 @@ func TestVoidAfterTheClaimRan(t *testing.T) {
 		t.Fatalf("after Void the field is %q, want attempt 2 given back", m[testField])
 	}
 	next := newStoreWithToken(e, "next")
-	c, err := next.Claim(t.Context(), e.key, testField, time.Minute, 5, Record{})
+	c, err := claimOne(t.Context(), next, e.req(time.Minute, 5))
 	if err != nil || c.Status != Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after Void = %+v, %v; want attempt 2 again", c, err)
 	}

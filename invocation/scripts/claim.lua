@@ -59,10 +59,10 @@
 --                                     the worker gave the claim up for
 --                                     lost; nothing written
 -- trace is the lineage of the latest attempt that stored one in
--- __trace:<field> (release, schedule_retry, exhaust), '' when none. lost is
--- the attempt whose expired lease this claim charged (its worker died
--- mid-run), 0 when none: counted once, by the claim that saw it.
--- Only codes 9 and 1, code 5 when it follows an expired lease or a due
+-- __trace:<field> (settle.lua's retry, exhaust and release), '' when none.
+-- lost is the attempt whose expired lease this claim charged (its worker
+-- died mid-run), 0 when none: counted once, by the claim that saw it.
+-- Only codes 9, 1 and 11, code 5 when it follows an expired lease or a due
 -- retry, and the recording write; no path touches the TTL.
 
 local now = now_ms()

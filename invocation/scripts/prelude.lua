@@ -1,9 +1,9 @@
 -- prelude.lua: helpers that scripts.go puts in front of the transition
 -- scripts that use them (Redis scripts cannot load one another). Every
 -- helper is one block that starts with a "-- helper: <name>" line; a script
--- gets the blocks whose names it mentions, and those the blocks mention. A
--- script runs its whole chunk on every call, so helpers it does not use
--- would cost it time on each one.
+-- gets the blocks whose names its code mentions (not its comments), and
+-- those the blocks' code mentions. A script runs its whole chunk on every
+-- call, so helpers it does not use would cost it time on each one.
 
 -- helper: now_ms
 -- now_ms returns the Redis server clock in Unix milliseconds, so worker
@@ -76,50 +76,6 @@ local function pel_set(stream, group, ids, n)
     set[p[j][1]] = true
   end
   return set
-end
-
--- helper: match
--- match checks, in one HMGET, that the hash is not retained and that field
--- matches pattern with this attempt and token. It returns 0, the stored
--- value and the third capture when both hold; otherwise the reply code, 3
--- (terminal) or 2 (stale).
-local function match(key, field, pattern, attempt, token)
-  local got = redis.call('HMGET', key, '__terminal', field)
-  if got[1] then
-    return 3
-  end
-  local v = got[2]
-  if not v then
-    return 2
-  end
-  local a, tok, rest = string.match(v, pattern)
-  if not a or tonumber(a) ~= attempt or tok ~= token then
-    return 2
-  end
-  return 0, v, rest
-end
-
--- helper: fence
--- fence is match for the message id of group on stream, which must also
--- still be in the group's PEL (in_pel): one that left it gets 3
--- (terminal) whatever its hash holds.
-local function fence(key, field, pattern, attempt, token, stream, group, id)
-  local code, v, rest = match(key, field, pattern, attempt, token)
-  if code == 3 or not in_pel(stream, group, id) then
-    return 3
-  end
-  return code, v, rest
-end
-
--- helper: save_trace
--- Trace lineage: the reserved field '__trace:<field>' holds an opaque trace
--- reference (a W3C traceparent) of the latest attempt of field that ended
--- without success, so the next attempt, on any worker, can link to it.
--- save_trace writes it unless trace is empty.
-local function save_trace(key, field, trace)
-  if trace and trace ~= '' then
-    redis.call('HSET', key, '__trace:' .. field, trace)
-  end
 end
 
 -- helper: prev_trace
@@ -274,7 +230,7 @@ end
 
 -- helper: retain
 -- retain applies the retention of a message that left the PEL to its hash
--- key (retain.lua, retain_acked.lua, settle.lua, finish_settle.lua). With
+-- key (settle.lua, retain_acked.lua). With
 -- ttl_ms '0' it deletes the hash and returns 1. Otherwise it sets
 -- __terminal and a TTL of ttl_ms and returns 1; on a hash already retained
 -- it changes nothing but a TTL removed from outside, put back (a running

@@ -1,8 +1,9 @@
 -- retain_acked.lua: apply the retention to a leaked invocation hash, one
 -- left without a TTL after its message left the PEL (a crash between an
--- XACK, or an XAUTOCLAIM that cleared its reference, and Retain): delete it
--- (retention 0) or switch it to terminal retention, unless its message is
--- still pending (Store.RetainAcked, run by RetainLeaked). Idempotent.
+-- XAUTOCLAIM that cleared its reference and the Cleared settlement, or an
+-- XACK from outside Store.Settle): delete it (retention 0) or switch it to
+-- terminal retention, unless its message is still pending
+-- (Store.RetainAcked, run by RetainLeaked). Idempotent.
 --
 -- KEYS[1]  invocation hash, keys.Invocation(stream, group, message id)
 -- KEYS[2]  the stream (the same hash slot under Redis Cluster)
@@ -16,7 +17,7 @@
 -- markers. When the stream or the group does not exist nothing is changed
 -- either: a group recreated from id 0 delivers the message again, and its
 -- markers then still count. Otherwise the hash is deleted or retained
--- exactly as retain.lua does (prelude.lua retain).
+-- exactly as a Cleared settlement does (settle.lua, prelude.lua retain).
 --
 -- Returns {code}:
 --   {1}  deleted, or retained now: the hash had no TTL and has __terminal

@@ -53,7 +53,9 @@
 -- has written may finish its writes (Redis refuses only a script's first
 -- write that needs memory): a settlement that acknowledges drains a full
 -- Redis rather than holding its message pending
--- (docs/delivery.md#claim-errors-fail-closed).
+-- (docs/delivery.md#claim-errors-fail-closed). Store.Settle puts the
+-- settlements that acknowledge first in a call (settleOrder), so that
+-- another one's refused write cannot hold them back.
 --
 -- Returns one flat array: for each settlement, in KEYS order, its code
 -- and, for code 1, one element per transition:

@@ -12,7 +12,7 @@
 --
 -- What the field holds decides:
 --   running:<deadline_ms>:<attempt>:<token>, this token: the claim ran and
---     nothing used it; released as release.lua does, to
+--     nothing used it; released as settle.lua's release does, to
 --     next_attempt_at:<now_ms>:<attempt-1>:<token>, due at once, uncharged
 --   no value: the claim has not run; next_attempt_at:<now_ms>:0:<token>
 --   next_attempt_at:<deadline_ms>:<attempt>:<other token>: the claim has
