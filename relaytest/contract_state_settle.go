@@ -278,6 +278,16 @@ func stateAckRetainsTheState(t *testing.T, s *stateSuite) {
 	if state := s.h.State(t, s.other); state["__terminal"] != "1" || state[field] != "ok" {
 		t.Errorf("state after an ack of its own = %v, want %s ok and __terminal 1", state, field)
 	}
+	// A settlement that says Stateless beside transitions has state: it is
+	// retained too.
+	key := s.h.Deliver(t)
+	c := s.claimOf(t, key, field, time.Hour, 3)
+	if r := s.settleOne(t, invocation.Settlement{Key: key, Transitions: []invocation.Transition{finish(c.Lease)}, Ack: true, Stateless: true, Retention: time.Hour}); r.Err != nil {
+		t.Fatalf("finish with a stateless ack: %v", r.Err)
+	}
+	if state := s.h.State(t, key); state["__terminal"] != "1" {
+		t.Errorf("state after an ack marked Stateless beside a transition = %v, want it retained", state)
+	}
 }
 
 // stateAckWithoutRetentionLeavesNoState: at retention 0 the ack deletes

@@ -369,6 +369,32 @@ func TestStateStoreDeadLettersFencedByThePEL(t *testing.T) {
 	}
 }
 
+// TestStateStoreDeadLettersOfItsStream: an entry without OriginalStream is
+// of the settlement's stream, as invocation.Store fills it; a message of
+// another stream than the DLQ's gets none written, with a *dlq.FieldError.
+func TestStateStoreDeadLettersOfItsStream(t *testing.T) {
+	ctx := t.Context()
+	d := relaytest.NewDLQ("events")
+	store := relaytest.NewStateStore(relaytest.WithDLQ(d))
+	for _, c := range []struct {
+		stream  string
+		wantErr bool
+	}{{"events", false}, {"other", true}} {
+		key := invocation.Key{Stream: c.stream, Group: "g", MessageID: "1-0"}
+		l := store.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "a/h", Lease: time.Minute, MaxAttempts: 1}})[0].Lease
+		e := dlq.Entry{OriginalID: "1-0", Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
+		r := store.Settle(ctx, []invocation.Settlement{{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &e}}}})[0]
+		var fe *dlq.FieldError
+		if got := errors.As(r.Err, &fe) && fe.Field == "original_stream"; got != c.wantErr || (!c.wantErr && r.Err != nil) {
+			t.Errorf("exhaust of a message of %s: %v, want an original_stream error %v", c.stream, r.Err, c.wantErr)
+		}
+	}
+	entries, err := d.List(ctx, dlq.Filter{})
+	if err != nil || len(entries) != 1 || entries[0].OriginalStream != "events" {
+		t.Errorf("entries = %+v, %v; want one of events", entries, err)
+	}
+}
+
 func TestDLQReading(t *testing.T) {
 	ctx := t.Context()
 	clock := relaytest.NewManualClock(time.UnixMilli(10_000))
