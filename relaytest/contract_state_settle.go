@@ -145,6 +145,9 @@ func stateDeadLetterEntryReadsBack(t *testing.T, s *stateSuite) {
 	if len(got) != 3 {
 		t.Fatalf("dead letters = %+v, want 3", got)
 	}
+	if stamp := got[1].Timestamp; stamp.IsZero() {
+		t.Errorf("an entry without a Timestamp reads back without one: %+v", got[1])
+	}
 	wantFull := full
 	wantFull.Timestamp = full.Timestamp.UTC().Truncate(time.Millisecond)
 	wantDefaults := defaults
@@ -178,6 +181,7 @@ func stateInvalidDeadLetterEntriesRefused(t *testing.T, s *stateSuite) {
 		wire string
 		edit func(e *dlq.Entry)
 	}{
+		{"original_stream", func(e *dlq.Entry) { e.OriginalStream = s.key.Stream + ".other" }},
 		{"original_id", func(e *dlq.Entry) { e.OriginalID = "not-an-id" }},
 		{"group", func(e *dlq.Entry) { e.Group = "" }},
 		{"consumer", func(e *dlq.Entry) { e.Consumer = "" }},
