@@ -9,25 +9,22 @@ import (
 	"github.com/relaydev/relay/relaytest"
 )
 
-// TestWriterContract runs the shared relay.DLQWriter suite against Writer on
-// the shared redis-server, reading entries back through Store.
+var (
+	_ relaytest.DLQWriter = (*dlq.Writer)(nil)
+	_ relaytest.DLQReader = (*dlq.Store)(nil)
+)
+
+// TestWriterContract runs the shared dead-letter queue suite against
+// Writer on the shared redis-server, reading entries back through Store.
 func TestWriterContract(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
 	relaytest.TestDLQWriter(t, func(t *testing.T) relaytest.DLQWriterHarness {
 		name := relaytest.UniqueName(t)
-		store := dlq.NewStore(c, name)
 		return relaytest.DLQWriterHarness{
 			Writer: dlq.NewWriter(c, name),
+			Reader: dlq.NewStore(c, name),
 			Stream: name,
-			List: func(t *testing.T) []dlq.Entry {
-				t.Helper()
-				entries, err := store.List(t.Context(), dlq.Filter{})
-				if err != nil {
-					t.Fatalf("List: %v", err)
-				}
-				return entries
-			},
 			// Write fills a zero Timestamp from the host's clock.
 			Now: func(*testing.T) time.Time { return time.Now() },
 		}

@@ -29,8 +29,7 @@ func newStore(t *testing.T) (*dlq.Store, rueidis.Client, string) {
 	return dlq.NewStore(c, src), c, src
 }
 
-// entrySeq makes each entryFor a different message: writes are idempotent
-// per message and invocation.
+// entrySeq makes each entryFor a different message.
 var entrySeq atomic.Int64
 
 // entryFor returns fullEntry moved to stream src, for a message of its own.
@@ -103,108 +102,6 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 	if n, err := s.Len(ctx); err != nil || n != 2 {
 		t.Errorf("Len = %d, %v; want 2", n, err)
-	}
-}
-
-// TestWrittenMarkerTTL: the marker that makes a write idempotent is kept
-// for WrittenTTL, or what WithWrittenTTL says, and a second write of the
-// invocation returns the first entry's id while it lives.
-func TestWrittenMarkerTTL(t *testing.T) {
-	t.Parallel()
-	c := redistest.Client(t)
-	for _, tc := range []struct {
-		name string
-		opts []dlq.WriterOption
-		want time.Duration
-	}{
-		{"default", nil, dlq.WrittenTTL},
-		{"WithWrittenTTL", []dlq.WriterOption{dlq.WithWrittenTTL(30 * time.Second)}, 30 * time.Second},
-		{"WithWrittenTTL(0)", []dlq.WriterOption{dlq.WithWrittenTTL(0)}, dlq.WrittenTTL},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			src := redistest.Name(t, "events")
-			w := dlq.NewWriter(c, src, tc.opts...)
-			e := entryFor(src)
-			id, err := w.Write(t.Context(), e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			again, err := w.Write(t.Context(), e)
-			if err != nil || again != id {
-				t.Errorf("second write = %q, %v; want the first id %q", again, err, id)
-			}
-			ttl, err := c.Do(t.Context(), c.B().Pttl().Key(keys.DLQWritten(src, e.Group, e.OriginalID, e.App, e.Handler)).Build()).AsInt64()
-			if err != nil || ttl <= 0 || ttl > tc.want.Milliseconds() || ttl < (tc.want-time.Minute).Milliseconds() {
-				t.Errorf("marker PTTL = %dms, %v; want about %s", ttl, err, tc.want)
-			}
-		})
-	}
-}
-
-// TestWritePELFence: a Writer WithPELFence appends an entry only while its
-// message is in its group's PEL; otherwise (never delivered, acknowledged,
-// no such group) it writes nothing, neither entry nor marker, and returns
-// ErrNotPending. Once written, a later write returns the entry's id
-// wherever the message is (docs/delivery.md#invocation-state).
-func TestWritePELFence(t *testing.T) {
-	t.Parallel()
-	c := redistest.Client(t)
-	ctx := t.Context()
-	src := redistest.Name(t, "events")
-	w := dlq.NewWriter(c, src, dlq.WithPELFence())
-	do := func(cmd rueidis.Completed) rueidis.RedisResult { return c.Do(ctx, cmd) }
-	if err := do(c.B().XgroupCreate().Key(src).Group("relay").Id("$").Mkstream().Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	add := func() string {
-		id, err := do(c.B().Xadd().Key(src).Id("*").FieldValue().FieldValue("event", "{}").Build()).ToString()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	acked, pending := add(), add()
-	if err := do(c.B().Xreadgroup().Group("relay", "c1").Count(10).Streams().Key(src).Id(">").Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if err := do(c.B().Xack().Key(src).Group("relay").Id(acked).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	undelivered := add()
-	entry := func(group, id string) dlq.Entry {
-		return entryFor(src, func(e *dlq.Entry) { e.Group, e.OriginalID = group, id })
-	}
-	for name, e := range map[string]dlq.Entry{
-		"acknowledged":    entry("relay", acked),
-		"never delivered": entry("relay", undelivered),
-		"never added":     entry("relay", "1-1"),
-		"no such group":   entry("other", pending),
-	} {
-		if id, err := w.Write(ctx, e); !errors.Is(err, dlq.ErrNotPending) || id != "" {
-			t.Errorf("%s: Write = %q, %v; want ErrNotPending", name, id, err)
-		}
-		n, err := do(c.B().Exists().Key(keys.DLQWritten(src, e.Group, e.OriginalID, e.App, e.Handler)).Build()).AsInt64()
-		if err != nil || n != 0 {
-			t.Errorf("%s: written marker exists (%d, %v), want none", name, n, err)
-		}
-	}
-	if n, err := do(c.B().Xlen().Key(keys.DLQ(src)).Build()).AsInt64(); err != nil || n != 0 {
-		t.Fatalf("%d entries after refused writes, %v; want none", n, err)
-	}
-
-	e := entry("relay", pending)
-	id, err := w.Write(ctx, e)
-	if err != nil || id == "" {
-		t.Fatalf("Write of a pending message = %q, %v", id, err)
-	}
-	if err := do(c.B().Xack().Key(src).Group("relay").Id(pending).Build()).Error(); err != nil {
-		t.Fatal(err)
-	}
-	if again, err := w.Write(ctx, e); err != nil || again != id {
-		t.Errorf("Write after the ack = %q, %v; want the entry written while pending, %q", again, err, id)
-	}
-	if n, err := do(c.B().Xlen().Key(keys.DLQ(src)).Build()).AsInt64(); err != nil || n != 1 {
-		t.Errorf("%d entries, %v; want 1", n, err)
 	}
 }
 

@@ -5,4 +5,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 )
 
-var _ relay.StateStore = (*invocation.Store)(nil)
+var (
+	_ relay.StateStore  = (*invocation.Store)(nil)
+	_ relay.ClaimVoider = (*invocation.Store)(nil)
+)

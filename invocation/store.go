@@ -428,6 +428,15 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 		if e.OriginalStream == "" {
 			e.OriginalStream = st.Key.Stream
 		}
+		if e.OriginalStream != st.Key.Stream {
+			// The entry goes to the message's stream's DLQ, as
+			// dlq.Writer.Write refuses an entry of another stream.
+			return settleItem{}, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field,
+				&dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not the message's stream %q", e.OriginalStream, st.Key.Stream)})
+		}
+		if e.Timestamp.IsZero() {
+			e.Timestamp = time.Now()
+		}
 		if err := e.Validate(); err != nil {
 			return settleItem{}, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field, err)
 		}

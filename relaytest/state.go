@@ -349,8 +349,10 @@ func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
 // an acknowledgement removes the message from the Stream's PEL
 // (WithStream) and applies the retention (deleted with 0, else retained
 // with a TTL); a dead-letter entry goes to the DLQ (WithDLQ), validated
-// and defaulted as dlq.Writer.Write does. ErrTerminal on a retained hash
-// or a message not pending, ErrStale when a lease lost its token.
+// and defaulted as dlq.Writer.Write does (an empty OriginalStream is the
+// settlement's stream, which must be the DLQ's). ErrTerminal on a
+// retained hash or a message not pending, ErrStale when a lease lost its
+// token.
 func (s *StateStore) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
 	out := make([]invocation.SettleResult, len(ss))
 	for i, st := range ss {
@@ -375,7 +377,11 @@ func (s *StateStore) settle(ctx context.Context, st invocation.Settlement) ([]in
 		if s.dlq == nil {
 			return nil, fmt.Errorf("%s %s: a dead-letter entry, and no DLQ (WithDLQ)", t.Kind, t.Lease.Field)
 		}
-		e, err := s.dlq.check(*t.Entry)
+		e := *t.Entry
+		if e.OriginalStream == "" {
+			e.OriginalStream = st.Key.Stream // as invocation.Store fills it
+		}
+		e, err := s.dlq.check(e)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field, err)
 		}
@@ -446,7 +452,9 @@ func (s *StateStore) settle(ctx context.Context, st invocation.Settlement) ([]in
 			}
 		}
 	}
-	if st.Ack && !st.Stateless {
+	// Stateless says something only without transitions, as settle.lua
+	// reads it: a settlement that writes a transition has state to retain.
+	if st.Ack && (!st.Stateless || len(st.Transitions) > 0) {
 		s.retainLocked(st.Key, st.Retention, now)
 	}
 	return res, nil

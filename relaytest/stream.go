@@ -27,7 +27,10 @@ import (
 //     delivery count; PEL entries whose stream entry was deleted are
 //     reported as deleted and dropped (XAUTOCLAIM on Redis 7).
 //   - Heartbeat resets idle times without raising delivery counts (XCLAIM
-//     ... 0 JUSTID); Ack removes entries from the PEL (XACK).
+//     ... 0 JUSTID); Ack removes entries from the PEL (XACK), as does the
+//     Settle of a StateStore given WithStream.
+//   - SetID rewinds the group (XGROUP SETID), so that acknowledged entries
+//     are delivered again.
 //
 // Idle time is measured on the Stream's clock with millisecond precision.
 //
@@ -130,6 +133,23 @@ func (s *Stream) Delete(ids ...string) int {
 		}
 	}
 	return n
+}
+
+// SetID sets the group's last-delivered id, as XGROUP SETID does: Read
+// then delivers the entries after id again, acknowledged ones included,
+// as a rewound group does (docs/delivery.md#replaying-and-reused-message-ids);
+// an entry still pending goes to the reading consumer with its delivery
+// count back at 1, as XREADGROUP gives it. "0-0" rewinds to the start.
+// An id that is not of the form "<ms>-<seq>" is an error.
+func (s *Stream) SetID(id string) error {
+	sid, err := parseID(id)
+	if err != nil {
+		return fmt.Errorf("relaytest: set id: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delivered = sid
+	return nil
 }
 
 // Len returns the number of entries in the stream (XLEN).

@@ -49,6 +49,12 @@ func TestSourceContract(t *testing.T) {
 				}
 				return s
 			},
+			Ack: func(t *testing.T, ids ...string) {
+				t.Helper()
+				if err := c.Do(t.Context(), c.B().Xack().Key(name).Group(group).Id(ids...).Build()).Error(); err != nil {
+					t.Fatalf("XACK: %v", err)
+				}
+			},
 			Delete: func(t *testing.T, ids ...string) {
 				t.Helper()
 				if err := c.Do(t.Context(), c.B().Xdel().Key(name).Id(ids...).Build()).Error(); err != nil {

@@ -170,8 +170,8 @@ func TestHeartbeatPreventsReclaim(t *testing.T) {
 	}
 	// c1 keeps working on live; stuck is abandoned and must be reclaimed.
 	testutil.WaitFor(t, 5*time.Second, "the abandoned entry reclaimed", func() bool {
-		if err := c1.Heartbeat(ctx, live); err != nil {
-			t.Fatal(err)
+		if gone, err := c1.Heartbeat(ctx, live); err != nil || len(gone) != 0 {
+			t.Fatalf("Heartbeat(%s) = %v gone, %v; want it pending", live, gone, err)
 		}
 		msgs, _, _, err := c2.Reclaim(ctx, minIdle, 1000)
 		if err != nil {
@@ -190,11 +190,11 @@ func TestHeartbeatPreventsReclaim(t *testing.T) {
 	if got := pel[stuck]; got != (pelEntry{consumer: "c2", deliveries: 2}) {
 		t.Errorf("reclaimed entry = %+v, want c2 with 2 deliveries", got)
 	}
-	if err := c1.Heartbeat(ctx); err != nil {
-		t.Errorf("Heartbeat() = %v", err)
+	if gone, err := c1.Heartbeat(ctx); err != nil || len(gone) != 0 {
+		t.Errorf("Heartbeat() = %v, %v; want nothing", gone, err)
 	}
-	if err := c1.Heartbeat(ctx, "1-1"); err != nil {
-		t.Errorf("Heartbeat of an id not pending = %v", err)
+	if gone, err := c1.Heartbeat(ctx, "1-1"); err != nil || !slices.Equal(gone, []string{"1-1"}) {
+		t.Errorf("Heartbeat of an id not pending = %v, %v; want it gone", gone, err)
 	}
 }
 

@@ -286,8 +286,8 @@ func TestMissingGroupErrors(t *testing.T) {
 	if _, _, err := s.Pending(ctx); !errors.Is(err, stream.ErrNoGroup) {
 		t.Errorf("Pending = %v, want ErrNoGroup", err)
 	}
-	if err := s.Heartbeat(ctx, "1-0"); !errors.Is(err, stream.ErrNoGroup) {
-		t.Errorf("Heartbeat = %v, want ErrNoGroup", err)
+	if gone, err := s.Heartbeat(ctx, "1-0"); !errors.Is(err, stream.ErrNoGroup) || gone != nil {
+		t.Errorf("Heartbeat = %v, %v; want ErrNoGroup", gone, err)
 	}
 	// XACK on a missing group replies 0, like an unknown id.
 	if err := s.Ack(ctx, "1-0"); err != nil {

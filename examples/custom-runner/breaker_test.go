@@ -255,7 +255,7 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 		src := relaytest.NewStream()
 		dead := relaytest.NewDLQ("events")
 		engine, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("w"), State: relaytest.NewStateStore(), Runner: counter, DLQ: dead,
+			Source: src.Consumer("w"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(dead)), Runner: counter,
 			Stream: "events", Group: "g", Consumer: "w",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
