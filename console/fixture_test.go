@@ -185,13 +185,14 @@ func (f *fixture) claim(msgID, field string, retryIn time.Duration) {
 	f.t.Helper()
 	st := invocation.New(f.rc)
 	key := invocation.Key{Stream: f.stream, Group: f.group, MessageID: msgID}
-	c, err := st.Claim(f.t.Context(), key, field, time.Hour, 3, invocation.Record{})
-	if err != nil {
-		f.t.Fatal(err)
+	r := st.Claim(f.t.Context(), []invocation.ClaimRequest{{Key: key, Field: field, Lease: time.Hour, MaxAttempts: 3}})
+	if r[0].Err != nil {
+		f.t.Fatal(r[0].Err)
 	}
 	if retryIn > 0 {
-		if _, err := st.ScheduleRetry(f.t.Context(), c.Lease, retryIn); err != nil {
-			f.t.Fatal(err)
+		s := invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Retry, Lease: r[0].Lease, Backoff: retryIn}}}
+		if res := st.Settle(f.t.Context(), []invocation.Settlement{s}); res[0].Err != nil {
+			f.t.Fatal(res[0].Err)
 		}
 	}
 }

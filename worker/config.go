@@ -272,4 +272,3 @@ func (c Config) stateRetention() time.Duration {
 	}
 	return relay.DefaultRetention
 }
-

@@ -215,38 +215,49 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	}
 }
 
-// tallyDLQ counts the dead-letter writes of the Engine it wraps, once
-// each has returned.
-type tallyDLQ struct {
-	relay.DLQWriter
+// tallyState counts the settlements of the Engine it wraps that write a
+// dead-letter entry, once each has returned. It keeps the store's
+// ClaimVoider.
+type tallyState struct {
+	relay.StateStore
 	writes atomic.Int64
 }
 
-func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	id, err := d.DLQWriter.Write(ctx, e)
-	d.writes.Add(1)
-	return id, err
+func (d *tallyState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	res := d.StateStore.Settle(ctx, ss)
+	for _, s := range ss {
+		for _, t := range s.Transitions {
+			if t.Entry != nil {
+				d.writes.Add(1)
+			}
+		}
+	}
+	return res
+}
+
+func (d *tallyState) Void(ctx context.Context, l invocation.Lease) error {
+	return d.StateStore.(relay.ClaimVoider).Void(ctx, l)
 }
 
 // TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
 // parts the Worker built and the Engine uses what it returns; the marker
-// of a written dead-letter entry lives as long as the invocation state
-// (Config.Retention), not a fixed week; the writer writes nothing for a
-// message no longer pending (dlq.WithPELFence).
+// of a written dead-letter entry is in the invocation state and lives as
+// long as it (Config.Retention), with no key of its own beside the queue;
+// no entry is written for a message no longer pending.
 func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h := newWorkerHarness(t, "orders")
 	h.cfg.Engine.Retention = time.Hour
-	var wrapped []*tallyDLQ
+	var wrapped []*tallyState
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		if _, ok := c.DLQ.(*dlq.Writer); !ok {
-			t.Errorf("WrapComponents got DLQ %T, want the Worker's *dlq.Writer", c.DLQ)
+		if _, ok := c.State.(*invocation.Store); !ok {
+			t.Errorf("WrapComponents got State %T, want the Worker's *invocation.Store", c.State)
 		}
-		if c.Source == nil || c.State == nil || c.Settler == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
+		if c.Source == nil || c.State == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
 			t.Errorf("WrapComponents got incomplete components %+v", c)
 		}
-		d := &tallyDLQ{DLQWriter: c.DLQ}
+		d := &tallyState{StateStore: c.State}
 		wrapped = append(wrapped, d)
-		c.DLQ = d
+		c.State = d
 		return c
 	}
 	_, stop := h.run()
@@ -259,13 +270,6 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, "the malformed event dead-lettered", func() bool {
 		return len(wrapped) == 1 && wrapped[0].writes.Load() == 1
 	})
-	marker := keys.DLQWritten(h.streams[0], "workers", id, dlq.MalformedName, dlq.MalformedName)
-	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(marker).Build()).AsInt64()
-	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
-		t.Errorf("PTTL of the written marker = %dms, %v; want at most the state retention, 1h", ttl, err)
-	}
-	// The writer is fenced by the PEL (dlq.WithPELFence): once the message
-	// is acknowledged, no entry of it is written.
 	testutil.WaitFor(t, 10*time.Second, "the malformed event acknowledged", func() bool {
 		summary, err := rc.Do(t.Context(), rc.B().Xpending().Key(h.streams[0]).Group("workers").Build()).ToArray()
 		if err != nil || len(summary) == 0 {
@@ -274,10 +278,30 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 		n, err := summary[0].AsInt64()
 		return err == nil && n == 0
 	})
+	key := invocation.Key{Stream: h.streams[0], Group: "workers", MessageID: id}
+	hash := keys.Invocation(key.Stream, key.Group, key.MessageID)
+	st, err := rc.Do(t.Context(), rc.B().Hgetall().Key(hash).Build()).AsStrMap()
+	malformed := dlq.MalformedName + "/" + dlq.MalformedName
+	if err != nil || !strings.HasSuffix(st[malformed], ":dlq") || st[invocation.DLQField(malformed)] == "" {
+		t.Errorf("state of the dead-lettered message = %v, %v; want its marker and entry id", st, err)
+	}
+	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(hash).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
+		t.Errorf("PTTL of the state holding the marker = %dms, %v; want at most the state retention, 1h", ttl, err)
+	}
+	if others, err := rc.Do(t.Context(), rc.B().Keys().Pattern("relay:*"+h.streams[0]+"*:dlq:*").Build()).AsStrSlice(); err != nil || len(others) != 0 {
+		t.Errorf("keys beside the queue = %v, %v; want none", others, err)
+	}
+	// The message is acknowledged: no entry of it is written any more.
 	late := dlq.Entry{OriginalID: id, Group: "workers", Consumer: "w1", Event: "{}", Reason: "late",
 		App: "orders", Handler: "events.late", HandlerAttempts: 1}
-	if eid, err := wrapped[0].DLQWriter.Write(t.Context(), late); !errors.Is(err, dlq.ErrNotPending) {
-		t.Errorf("write for an acknowledged message = %q, %v; want dlq.ErrNotPending", eid, err)
+	l := invocation.Lease{Key: key, Field: "orders/events.late", Attempt: 1, Token: "late"}
+	res := wrapped[0].Settle(t.Context(), []invocation.Settlement{{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &late}}}})
+	if !errors.Is(res[0].Err, invocation.ErrTerminal) {
+		t.Errorf("dead-letter settlement for an acknowledged message = %v; want invocation.ErrTerminal", res[0].Err)
+	}
+	if n, err := dlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
+		t.Errorf("%d DLQ entries, %v; want the one", n, err)
 	}
 }
 
@@ -389,30 +413,20 @@ func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
 	}
 }
 
-// ackCounter wraps a StreamSource by embedding the interface, which hides
-// every optional capability of the Worker's source.
-type ackCounter struct {
-	relay.StreamSource
-	acks atomic.Int64
-}
+// hidingSource wraps a StreamSource by embedding the interface, which
+// hides every optional capability of the Worker's source.
+type hidingSource struct{ relay.StreamSource }
 
-func (a *ackCounter) Ack(ctx context.Context, ids ...string) error {
-	a.acks.Add(int64(len(ids)))
-	return a.StreamSource.Ack(ctx, ids...)
-}
-
-// A wrapper that hides the source's optional capabilities, or that wraps
-// the source but leaves acknowledgements to the Worker's Settler (so it
-// would never see one), is refused by New, naming what it hides
-// (docs/embedding.md#wrapping-the-parts).
+// A wrapper that hides the source's optional capabilities is refused by
+// New, naming what it hides (docs/embedding.md#wrapping-the-parts).
 func TestWorkerRefusesWrappersThatHideCapabilities(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		c.Source = &ackCounter{StreamSource: c.Source}
+		c.Source = hidingSource{c.Source}
 		return c
 	}
 	_, err := worker.New(h.cfg)
-	for _, want := range []string{"hides relay.GroupEnsurer", "hides relay.PendingReporter", "hides relay.Pinger", "the Settler is the Worker's"} {
+	for _, want := range []string{"hides relay.GroupEnsurer", "hides relay.PendingReporter", "hides relay.Pinger"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New = %v, want it to say %q", err, want)
 		}
@@ -461,7 +475,7 @@ func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
 	var pc *pingCounter
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
 		pc = &pingCounter{Source: c.Source.(*stream.Source)}
-		c.Source, c.Settler = pc, nil
+		c.Source = pc
 		return c
 	}
 	w, stop := h.run()

@@ -186,7 +186,7 @@ events:
 	})
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
+		State:  invocation.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
 	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

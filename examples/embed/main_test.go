@@ -25,8 +25,9 @@ func TestOrders(t *testing.T) {
 		}
 		src, outcomes := relaytest.NewStream(), &relaytest.Outcomes{}
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("test"), State: relaytest.NewStateStore(), Runner: runtime.NewFunc(Handlers),
-			DLQ: relaytest.NewDLQ("orders"), Stream: "orders", Group: "orders", Consumer: "test",
+			Source: src.Consumer("test"), Runner: runtime.NewFunc(Handlers),
+			State:  relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("orders"))),
+			Stream: "orders", Group: "orders", Consumer: "test",
 		}, relay.Config{OnOutcome: outcomes.Record, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err) // also when a handler of the template has no function

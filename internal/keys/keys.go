@@ -48,7 +48,6 @@ func InvocationMessageID(stream, group, key string) (string, bool) {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
-
 // DLQReplays is the replay history of one dead-letter entry, a hash:
 // relay:<stream>:dlq:replays:<entry-id>. It shares the DLQ stream's hash
 // tag.

@@ -14,7 +14,6 @@ func TestKeys(t *testing.T) {
 		{Invocation("events", "workers", "1700000000000-0"), "relay:invocation:events:workers:1700000000000-0"},
 		{Invocation("a:b", "g%1", "1-0"), "relay:invocation:a%3Ab:g%251:1-0"},
 		{DLQ("events"), "relay:events:dlq"},
-		{DLQWritten("{orders}", "relay", "1-0", "billing", "a.b"), "relay:{orders}:dlq:written:relay:1-0:billing/a.b"},
 		{ScheduleOccurrence("events", "billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
 		{ScheduleOccurrence("{orders}.in", "billing", "nightly", at), "relay:schedule:{orders}:billing:nightly:2026-03-08T06:00:00Z"},
 		{Stats("events", "workers"), "relay:stats:events:workers"},

@@ -104,7 +104,7 @@ func TestSentinelFailover(t *testing.T) {
 		rc := topology.Connect(t, s.ClientOption())
 		e, err := relay.NewEngine(apps, relay.Components{
 			Source: stream.New(rc, streamName, group, consumer, stream.WithBlock(100*time.Millisecond)),
-			State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
+			State:  invocation.New(rc), Runner: runner,
 			Stream: streamName, Group: group, Consumer: consumer,
 		}, failoverConfig(log.With(slog.String("consumer", consumer))))
 		if err != nil {

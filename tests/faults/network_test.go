@@ -151,7 +151,8 @@ func TestSoakNetworkFaults(t *testing.T) {
 		attemptBudget: faults * 2 * relay.DefaultConcurrency,
 	})
 	logFigures(t, t.Name()+": ledger", f, s)
-	refused := s.countLogLines("attempt's lease taken over by another delivery") + s.countLogLines("a retried write found the attempt's lease gone")
+	refused := s.countLogLines("attempt's lease taken over by another delivery") + s.countLogLines("a retried write found the attempt's lease gone") +
+		s.countLogLines("the message is no longer pending in the consumer group")
 	given := s.countLogLines("claim whose outcome was not learnt given back")
 	healthFailed, healthDetail := healthSummary(nf.health)
 	t.Logf("%s: network faults\n"+
@@ -462,7 +463,6 @@ func networkWorker(ctx context.Context, t *testing.T, engineRC rueidis.Client, r
 		WrapComponents: func(c relay.Components) relay.Components {
 			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
 			c.State = ledgerState{c.State, rec}
-			c.Settler = ledgerSettler{c.Settler.(*invocation.Store), rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
 			return c
 		},

@@ -23,7 +23,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -143,14 +142,10 @@ func TestWorkerProcess(t *testing.T) {
 	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
-	store := invocation.New(rc)
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: ledgerSource{src, rec}, State: ledgerState{store, rec},
-		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName, dlq.WithPELFence()),
-		// Paired as a Worker pairs them, so the soak runs the production
-		// path: the last invocation's success settles its message.
-		Settler: ledgerSettler{store, rec},
-		Stream:  streamName, Group: soakGroup, Consumer: consumer,
+		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
+		Runner: ledgerRunner{runner, rec},
+		Stream: streamName, Group: soakGroup, Consumer: consumer,
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -215,9 +210,7 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 		WrapComponents: func(c relay.Components) relay.Components {
 			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
 			c.State = ledgerState{c.State, rec}
-			c.Settler = ledgerSettler{c.Settler.(*invocation.Store), rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
-			c.DLQ = ledgerDLQ{c.DLQ, rec}
 			return c
 		},
 		Engine: cfg,
