@@ -119,7 +119,31 @@ func (e *env) state(t *testing.T) (map[string]string, int64) {
 	if err != nil {
 		t.Fatalf("PTTL: %v", err)
 	}
+	checkDLQFields(t, e.c, e.key, m)
 	return m, pttl
+}
+
+// checkDLQFields checks, and takes out of m, the hash's DLQField entries:
+// each names an entry of key's message and its invocation in the stream's
+// dead-letter stream, whose invocation field is marked written.
+func checkDLQFields(t *testing.T, c rueidis.Client, key Key, m map[string]string) {
+	t.Helper()
+	for f, id := range m {
+		inv, ok := strings.CutPrefix(f, dlqPrefix)
+		if !ok {
+			continue
+		}
+		delete(m, f)
+		rows, err := c.Do(t.Context(), c.B().Xrange().Key(keys.DLQ(key.Stream)).Start(id).End(id).Build()).AsXRange()
+		if err != nil || len(rows) != 1 {
+			t.Errorf("%s = %s: no such dead-letter entry (%v)", f, id, err)
+			continue
+		}
+		e, err := dlq.Decode(id, rows[0].FieldValues)
+		if err != nil || e.OriginalID != key.MessageID || Field(e.App, e.Handler) != inv || !strings.HasSuffix(m[inv], ":dlq") {
+			t.Errorf("%s = %s: entry %+v (%v) is not of %s of message %s marked written (%q)", f, id, e, err, inv, key.MessageID, m[inv])
+		}
+	}
 }
 
 // lease returns a lease on testField of e.key.

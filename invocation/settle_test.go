@@ -71,7 +71,7 @@ func pendingIDs(t *testing.T, c rueidis.Client, key Key) []string {
 
 func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int64) {
 	t.Helper()
-	e := &env{c: c, hash: hashOf(key)}
+	e := &env{c: c, hash: hashOf(key), key: key}
 	return e.state(t)
 }
 
