@@ -134,7 +134,8 @@ func newScheduleConfig(cfg Config, log *slog.Logger, reg prometheus.Registerer) 
 // error when the worker cannot start: the apps cannot be loaded or there
 // are none (ErrNoApps), a stream violates the Redis Cluster key layout,
 // the Redis user lacks a permission (the error quotes the server's
-// refusal), a consumer group cannot be created, or the Scheduler fails.
+// refusal), Redis did not answer within StartupWait (ErrRedisUnreachable),
+// a consumer group cannot be created, or the Scheduler fails.
 // When one part fails the others are stopped: a worker never runs with a
 // stream or its schedules silently left out. Run runs once (ErrRan).
 func (w *Worker) Run(ctx context.Context) error {
@@ -143,6 +144,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	apps, err := w.reloader.load(ctx)
 	if err != nil {
+		return err
+	}
+	if err := w.waitForRedis(ctx); err != nil {
 		return err
 	}
 	if err := w.checkLayout(ctx); err != nil {
