@@ -68,7 +68,7 @@ func TestCLIHealth(t *testing.T) {
 		// The templates, as relay validate reads them, with no worker running.
 		{"health_apps_unavailable", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps"}, exitFailure},
 		{"health_apps_unavailable_json", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps", "--json"}, exitFailure},
-		{"health_apps_valid", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "../../examples/embed/apps"}, exitOK},
+		{"health_apps_valid", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", validApps}, exitOK},
 		{"health_apps_missing_root", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/no-such-apps"}, exitFailure},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,10 @@ func cliApps(t *testing.T) string {
 	return dir
 }
 
+// validApps is an apps root whose every template is valid, for the apps
+// check of relay health in tests about something else.
+const validApps = "../../examples/embed/apps"
+
 // isolateEnv unsets every environment variable the CLI reads, so that the
 // developer's settings do not leak into a test; set what a test needs after.
 func isolateEnv(t *testing.T) {

@@ -94,19 +94,8 @@ func TestStartInvocationRetention(t *testing.T) {
 			t.Setenv("REDIS_STREAM", name)
 			t.Setenv("REDIS_GROUP", "relay")
 			t.Setenv("RELAY_APPS", cliApps(t))
-			ctx, stop := context.WithCancel(t.Context())
-			stdout, stderr := &testutil.Buffer{}, &testutil.Buffer{}
-			exit := make(chan int, 1)
-			go func() {
-				exit <- run(ctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", "w1"}, stdout, stderr)
-			}()
-			t.Cleanup(func() {
-				stop()
-				<-exit
-				if t.Failed() {
-					t.Logf("stderr:\n%s", stderr)
-				}
-			})
+			stdout, stderr := startInBackground(t)
+			ctx := t.Context()
 			testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
 			id, err := rc.Do(ctx, rc.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", `{"kind":"refund"}`).Build()).ToString()
 			if err != nil {
@@ -160,8 +149,22 @@ func TestStartWaitsForALateRedis(t *testing.T) {
 		t.Errorf("relay start --startup-wait 1s on a stopped Redis: exit %d\n%s", r.code, r.stderr)
 	}
 
+	_, stderr := startInBackground(t)
+	testutil.WaitFor(t, 30*time.Second, "relay start to wait for Redis", func() bool {
+		return strings.Contains(stderr.String(), "Redis does not answer yet; waiting for it")
+	})
+	if err := srv.TryRestart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
+}
+
+// startInBackground runs relay start with the process runner as consumer
+// w1 until the test ends, and returns its output.
+func startInBackground(t *testing.T) (stdout, stderr *testutil.Buffer) {
+	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
-	stdout, stderr := &testutil.Buffer{}, &testutil.Buffer{}
+	stdout, stderr = &testutil.Buffer{}, &testutil.Buffer{}
 	exit := make(chan int, 1)
 	go func() {
 		exit <- run(ctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", "w1"}, stdout, stderr)
@@ -173,11 +176,5 @@ func TestStartWaitsForALateRedis(t *testing.T) {
 			t.Logf("stderr:\n%s", stderr)
 		}
 	})
-	testutil.WaitFor(t, 30*time.Second, "relay start to wait for Redis", func() bool {
-		return strings.Contains(stderr.String(), "Redis does not answer yet; waiting for it")
-	})
-	if err := srv.TryRestart(); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
+	return stdout, stderr
 }
