@@ -17,6 +17,10 @@
 // Each XADD names one key, so a Producer works unchanged on Redis Cluster;
 // the stream name needs a hash tag there ({orders}) only for the sake of the
 // workers' own keys (docs/deployment.md). A Producer needs no consumer group
-// and never closes the rueidis client it is given. It is safe for
-// concurrent use.
+// and never closes the rueidis client it is given.
+//
+// New takes a Stream, the one XADD a Producer needs: Redis(client, name)
+// for a Redis stream, relaytest.NewStream() in tests, so that a service's
+// tests publish through the same code as production. A Producer is safe
+// for concurrent use when its Stream is (both of those are).
 package producer

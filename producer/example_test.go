@@ -18,7 +18,7 @@ func ExampleProducer_Publish() {
 		return
 	}
 	defer client.Close()
-	p, err := producer.New(client, "events")
+	p, err := producer.New(producer.Redis(client, "events"))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -31,10 +33,31 @@ var ErrInvalidEvent = errors.New("producer: invalid event")
 // dead-letter an event undecoded (docs/delivery.md#oversized-events).
 const DefaultMaxEventBytes = 1 << 20
 
-// Producer appends events to one stream.
+// Stream is where a Producer appends entries: Publish appends one entry
+// holding fields (XADD <stream> * field value ...) and returns its id,
+// "<ms>-<seq>". Not idempotent: a retry after an error that lost the reply
+// may append a second entry. Redis returns the Stream of a Redis stream;
+// relaytest.Stream (and relaytest.Consumer), the in-memory stream an
+// Engine consumes in tests, and stream.Source satisfy it too, so a service
+// publishes in its tests with the same Producer code as in production
+// (docs/producing.md#go).
+type Stream interface {
+	Publish(ctx context.Context, fields map[string]string) (string, error)
+}
+
+// BatchStream is an optional capability of a Stream: PublishBatch appends
+// one entry per element of entries, in order, in one round trip, and
+// returns their ids; on an error, the ids of the entries written before
+// it. Producer.PublishBatch uses it when the Stream has it, and calls
+// Publish once per entry otherwise. The Stream of Redis has it.
+type BatchStream interface {
+	Stream
+	PublishBatch(ctx context.Context, entries []map[string]string) ([]string, error)
+}
+
+// Producer appends events to one Stream.
 type Producer struct {
-	client   rueidis.Client
-	stream   string
+	stream   Stream
 	maxBytes int
 }
 
@@ -46,24 +69,76 @@ type Option func(*Producer)
 // no limit. Default: DefaultMaxEventBytes.
 func WithMaxEventBytes(n int) Option { return func(p *Producer) { p.maxBytes = n } }
 
-// New returns a Producer for stream on client. The stream is created by
-// the first XADD if it does not exist.
-func New(client rueidis.Client, stream string, opts ...Option) (*Producer, error) {
-	if client == nil {
-		return nil, errors.New("producer: nil rueidis client")
+// New returns a Producer that appends to s: Redis(client, name) for a
+// Redis stream, or any other Stream (a relaytest.Stream in tests). The
+// error names a nil s.
+func New(s Stream, opts ...Option) (*Producer, error) {
+	if r, ok := s.(*RedisStream); s == nil || ok && r == nil {
+		return nil, errors.New("producer: New: nil Stream (Redis needs a client and a stream name)")
 	}
-	if stream == "" {
-		return nil, errors.New("producer: empty stream name")
-	}
-	p := &Producer{client: client, stream: stream, maxBytes: DefaultMaxEventBytes}
+	p := &Producer{stream: s, maxBytes: DefaultMaxEventBytes}
 	for _, o := range opts {
 		o(p)
 	}
 	return p, nil
 }
 
-// Stream returns the name of the stream p writes to.
-func (p *Producer) Stream() string { return p.stream }
+// RedisStream is the Stream of one Redis stream on a rueidis client,
+// which it never closes. The stream is created by the first XADD if it
+// does not exist. Safe for concurrent use.
+type RedisStream struct {
+	client rueidis.Client
+	name   string
+}
+
+// Redis returns the Stream named name on client; it is nil when client is
+// nil or name is empty, which New refuses.
+func Redis(client rueidis.Client, name string) *RedisStream {
+	if client == nil || name == "" {
+		return nil
+	}
+	return &RedisStream{client: client, name: name}
+}
+
+// Name returns the name of the Redis stream.
+func (r *RedisStream) Name() string { return r.name }
+
+// Publish appends one entry with fields, in sorted field order (XADD *),
+// and returns its id.
+func (r *RedisStream) Publish(ctx context.Context, fields map[string]string) (string, error) {
+	ids, err := r.PublishBatch(ctx, []map[string]string{fields})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// PublishBatch appends one entry per element of entries, each in sorted
+// field order, with pipelined XADDs in one round trip, and returns their
+// ids; on an error, the ids of the entries written before the first
+// failure.
+func (r *RedisStream) PublishBatch(ctx context.Context, entries []map[string]string) ([]string, error) {
+	cmds := make(rueidis.Commands, len(entries))
+	for i, fields := range entries {
+		if len(fields) == 0 {
+			return nil, fmt.Errorf("XADD to %s: entry %d has no fields", r.name, i)
+		}
+		cmd := r.client.B().Xadd().Key(r.name).Id("*").FieldValue()
+		for _, k := range slices.Sorted(maps.Keys(fields)) {
+			cmd = cmd.FieldValue(k, fields[k])
+		}
+		cmds[i] = cmd.Build()
+	}
+	ids := make([]string, 0, len(entries))
+	for _, res := range r.client.DoMulti(ctx, cmds...) {
+		id, err := res.ToString()
+		if err != nil {
+			return ids, fmt.Errorf("XADD to %s: %w", r.name, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
 
 // Publish encodes v with encoding/json and publishes it as PublishJSON
 // does. v must encode to a JSON object (a struct, a map with string keys,
@@ -89,11 +164,12 @@ func (p *Producer) PublishJSON(ctx context.Context, event []byte) (string, error
 	return ids[0], nil
 }
 
-// PublishBatch validates every event, then appends them in order in one
-// round trip (pipelined XADDs), and returns their ids in the same order.
-// When any event is invalid nothing is written and the error names its
-// index. A Redis error can leave a prefix of the batch written: the ids of
-// the entries written before the first failure are returned with it.
+// PublishBatch validates every event, then appends them in order, in one
+// round trip when the Stream is a BatchStream (Redis: pipelined XADDs),
+// and returns their ids in the same order. When any event is invalid
+// nothing is written and the error names its index. A Redis error can
+// leave a prefix of the batch written: the ids of the entries written
+// before the first failure are returned with it.
 func (p *Producer) PublishBatch(ctx context.Context, events [][]byte) ([]string, error) {
 	for i, ev := range events {
 		if err := ValidateWithin(ev, p.maxBytes); err != nil {
@@ -104,19 +180,26 @@ func (p *Producer) PublishBatch(ctx context.Context, events [][]byte) ([]string,
 		}
 	}
 	trace := traceFields(ctx)
-	cmds := make(rueidis.Commands, len(events))
+	entries := make([]map[string]string, len(events))
 	for i, ev := range events {
-		cmd := p.client.B().Xadd().Key(p.stream).Id("*").FieldValue().FieldValue(FieldEvent, string(ev))
+		fields := map[string]string{FieldEvent: string(ev)}
 		for _, f := range trace {
-			cmd = cmd.FieldValue(f[0], f[1])
+			fields[f[0]] = f[1]
 		}
-		cmds[i] = cmd.Build()
+		entries[i] = fields
+	}
+	if b, ok := p.stream.(BatchStream); ok {
+		ids, err := b.PublishBatch(ctx, entries)
+		if err != nil {
+			return ids, fmt.Errorf("producer: %w", err)
+		}
+		return ids, nil
 	}
 	ids := make([]string, 0, len(events))
-	for _, res := range p.client.DoMulti(ctx, cmds...) {
-		id, err := res.ToString()
+	for _, fields := range entries {
+		id, err := p.stream.Publish(ctx, fields)
 		if err != nil {
-			return ids, fmt.Errorf("producer: XADD to %s: %w", p.stream, err)
+			return ids, fmt.Errorf("producer: %w", err)
 		}
 		ids = append(ids, id)
 	}

@@ -178,6 +178,15 @@ type Config struct {
 	// (docs/embedding.md#wrapping-the-parts). The Worker's own retention,
 	// janitor and reload keep using the parts it built. Optional.
 	WrapComponents func(relay.Components) relay.Components
+	// StartupWait is how long Run waits at start for Redis to answer a
+	// PING, retrying with backoff and logging once per 10 s, when the
+	// client cannot reach it (a Redis restarting, or not started yet; make
+	// a client that cannot be made yet with Connect), before it fails
+	// with ErrRedisUnreachable (docs/embedding.md#starting-before-redis).
+	// Default: 0, no wait: Run fails at once when the first PING gets no
+	// answer within 2 s, as a library should not hide a wrong address for
+	// a minute unasked.
+	StartupWait time.Duration
 	// RequireStreams refuses to start (Run) when a stream of Streams does
 	// not exist yet; by default it is created with its group, with a WARN
 	// naming it, so that a misspelled name shows.
@@ -251,7 +260,7 @@ func (c Config) check() error {
 		"SweepInterval": c.SweepInterval, "ReloadInterval": c.ReloadInterval,
 		"RetentionInterval": c.RetentionInterval, "JanitorInterval": c.JanitorInterval,
 		"PrepareWait": c.PrepareWait, "PrepareRetry": c.PrepareRetry,
-		"PolicyCheckInterval": c.PolicyCheckInterval,
+		"PolicyCheckInterval": c.PolicyCheckInterval, "StartupWait": c.StartupWait,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be >= 0, got %s", name, d))

@@ -15,6 +15,9 @@
 //	sweeper.go   removes the Runner's leftovers (relay.Sweeper)
 //	policy.go    warns when Redis may evict keys
 //	             (docs/operations.md#redis-memory)
+//	startup.go   waits for a Redis that does not answer yet at start
+//	             (Connect, Config.StartupWait;
+//	             docs/embedding.md#starting-before-redis)
 //
 // The Worker reaches the Engines through their exported methods only.
 package worker

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -337,9 +338,10 @@ func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	}
 }
 
-// A handler with no Go function fails New for apps built in Go, and Run for
-// apps from templates (runtime: go), naming every missing and unused one;
-// a function nothing names is no reason to refuse
+// A handler with no Go function fails New, for apps built in Go and for
+// apps from templates (runtime: go) in a directory or an fs.FS alike,
+// naming every missing and unused one, and Run when a template changed
+// after New; a function nothing names is no reason to refuse
 // (docs/embedding.md#go-handlers).
 func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
 	h := newWorkerHarness(t, "events")
@@ -357,13 +359,76 @@ func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
 		t.Errorf("New = %v, want it to name the missing orders.charge and the unused orders.plaecd", err)
 	}
 
-	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.charge, pattern: {type: [x]}}\n"}))
+	const charge = "runtime: go\nevents:\n  - {handler: orders.charge, pattern: {type: [x]}}\n"
+	root := testutil.AppsRoot(t, map[string]string{"orders": charge})
+	for name, src := range map[string]worker.AppSource{
+		"template.Dir": template.Dir(root),
+		"template.FS":  template.FS(os.DirFS(root), "."),
+	} {
+		h.cfg.Apps = src
+		if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "worker: New: ") ||
+			!strings.Contains(err.Error(), "no Go function registered for orders/orders.charge") {
+			t.Errorf("New with %s = %v, want it to name the missing orders.charge", name, err)
+		}
+	}
+
+	// A template edited between New and Run: Run checks again.
+	placed := filepath.Join(root, "orders", app.TemplateFile)
+	if err := os.WriteFile(placed, []byte("runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [x]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Apps = template.Dir(root)
 	w, err := worker.New(h.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(placed, []byte(charge), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := w.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "no Go function registered for orders/orders.charge") {
 		t.Errorf("Run = %v, want it to name the missing orders.charge", err)
+	}
+}
+
+// countingSource counts the Loads of an AppSource.
+type countingSource struct {
+	worker.AppSource
+	loads atomic.Int32
+}
+
+func (c *countingSource) Load(ctx context.Context) (*app.Set, error) {
+	c.loads.Add(1)
+	return c.AppSource.Load(ctx)
+}
+
+// TestWorkerServesAppsFromAnFS: a Worker serves the apps of an fs.FS (an
+// embed.FS in a service's binary) and a reload, which finds the same
+// files, changes nothing and logs no change.
+func TestWorkerServesAppsFromAnFS(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	fsys := fstest.MapFS{"apps/users/template.yaml": {Data: []byte("runtime: go\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}}\n")}}
+	src := &countingSource{AppSource: template.FS(fsys, "apps")}
+	h.cfg.Apps = src
+	h.cfg.ReloadInterval = 20 * time.Millisecond
+	w, stop := h.run()
+	testutil.WaitFor(t, 5*time.Second, "the apps served", func() bool { return w.Apps() != nil })
+	first := w.Apps()
+	rc := h.cfg.Redis
+	if err := rc.Do(t.Context(), rc.B().Xadd().Key(h.streams[0]).Id("*").FieldValue().FieldValue("event", `{"event_name":"INSERT"}`).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the handler run", func() bool { return h.calls.Count("users/events.created") == 1 })
+	w.Reload()
+	loads := src.loads.Load() // New's, Run's and the reloads' so far
+	testutil.WaitFor(t, 5*time.Second, "two reloads more", func() bool { return src.loads.Load() >= loads+2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Apps() != first {
+		t.Error("a reload of an fs.FS replaced the apps served, which did not change")
+	}
+	if strings.Contains(h.logs.String(), "app changed") || strings.Count(h.logs.String(), "app loaded") != 1 {
+		t.Errorf("log of reloads of unchanged files:\n%s", h.logs)
 	}
 }
 

@@ -65,6 +65,11 @@ func TestCLIHealth(t *testing.T) {
 		{"health_no_stream", []string{"--redis-uri", addr, "--stream", "no-such-stream", "--group", "workers", "--runner", "process"}, exitFailure},
 		{"health_containerd_down", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--containerd-address", "testdata/no-such.sock"}, exitFailure},
 		{"health_no_settings", nil, exitUsage},
+		// The templates, as relay validate reads them, with no worker running.
+		{"health_apps_unavailable", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps"}, exitFailure},
+		{"health_apps_unavailable_json", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps", "--json"}, exitFailure},
+		{"health_apps_valid", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", validApps}, exitOK},
+		{"health_apps_missing_root", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/no-such-apps"}, exitFailure},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := relayCLI(t, "", append([]string{"health"}, tc.args...)...)
@@ -79,6 +84,21 @@ func TestCLIHealth(t *testing.T) {
 	}
 }
 
+// TestCLIHealthAppsFromEnv: RELAY_APPS names the root to check, and an
+// unavailable app fails the health while Redis is down too: it needs no
+// worker.
+func TestCLIHealthAppsFromEnv(t *testing.T) {
+	isolateEnv(t)
+	down := redistest.Start(t, redistest.Options{})
+	down.Kill()
+	t.Setenv("RELAY_APPS", "testdata/health_apps")
+	r := relayCLI(t, "", "health", "--redis-uri", down.Addr, "--stream", "events", "--group", "workers", "--runner", "process")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "relay: unhealthy: redis, apps") ||
+		!regexp.MustCompile(`(?m)^apps +FAIL +shop unavailable, its rules unreadable: every message of the stream stays pending: shop/template.yaml:7:13: events\[0\]\.pattern\.id\[0\]\.prefx: unknown operator "prefx": did you mean "prefix"\? \(and 1 more error; relay validate lists them\)$`).MatchString(r.stdout) {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestCLIHealthContainerd checks a reachable containerd and namespace.
 func TestCLIHealthContainerd(t *testing.T) {
 	isolateEnv(t)
@@ -87,7 +107,7 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 6 ||
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 7 ||
 		got.Checks[4].Name != "containerd" || !got.Checks[4].OK || !strings.Contains(got.Checks[4].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/internal/redisinfo"
+	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
@@ -26,7 +29,7 @@ type HealthCmd struct {
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), and that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
 
 Examples:
 
@@ -71,7 +74,7 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if !reachable {
 		rc = nil
 	}
-	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc)}
+	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc), checkApps(g)}
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -238,6 +241,50 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Clien
 		lines[i] = h.String()
 	}
 	ch.Detail = strings.Join(lines, "; ")
+	return ch
+}
+
+// checkApps loads the apps root as relay validate does and fails naming
+// each unavailable app with its first error, whether or not a worker runs
+// (docs/operations.md#commands): a worker would serve none of its
+// handlers, and an app whose rules cannot be read holds every message of
+// the stream. The default root is checked only when it exists.
+func checkApps(g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "apps"}
+	apps, err := g.loadApps()
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !g.appsSet:
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = fmt.Sprintf("not checked: no apps root at %s; set RELAY_APPS (--apps) to the workers' to check their templates", g.Apps)
+		return ch
+	case err != nil:
+		ch.Detail = err.Error()
+		return ch
+	case len(apps.List()) == 0:
+		ch.Detail = errNoApps(g.Apps).Error()
+		return ch
+	}
+	var bad []string
+	for _, a := range apps.List() {
+		if a.Available() {
+			continue
+		}
+		what := "unavailable: its messages stay pending"
+		if a.Incomplete {
+			what = "unavailable, its rules unreadable: every message of the stream stays pending"
+		}
+		more := ""
+		if n := len(a.Errors) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %s; relay validate lists them)", plural.Of(n, "more error"))
+		}
+		bad = append(bad, fmt.Sprintf("%s %s: %s%s", a.Name, what, textsafe.Escape(a.Errors[0].Error(), false), more))
+	}
+	if len(bad) > 0 {
+		ch.Detail = strings.Join(bad, "; ")
+		return ch
+	}
+	ch.OK = true
+	ch.Detail = fmt.Sprintf("%s in %s, every template valid", plural.Of(len(apps.List()), "app"), g.Apps)
 	return ch
 }
 

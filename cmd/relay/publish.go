@@ -69,7 +69,7 @@ func (c *PublishCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
-	p, err := producer.New(rc, g.RedisStream, producer.WithMaxEventBytes(int(c.MaxEventBytes)))
+	p, err := producer.New(producer.Redis(rc, g.RedisStream), producer.WithMaxEventBytes(int(c.MaxEventBytes)))
 	if err != nil {
 		return err
 	}

@@ -248,7 +248,7 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apps, err := app.NewSet(&app.App{Name: "payments", Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 2}}})
+		apps, err := app.NewSet(&app.App{Name: "payments", Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retry: app.Retries(2)}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -70,7 +70,7 @@ func run(w io.Writer, tm timings) error {
 	}
 	apps, err := app.NewSet(&app.App{
 		Name:  "payments",
-		Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 4}},
+		Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retry: app.Retries(4)}},
 	})
 	if err != nil {
 		return err

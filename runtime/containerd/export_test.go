@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"strconv"
+	"time"
 )
 
 // StopPresence stops r refreshing its presence label and leaves the label
@@ -45,3 +46,9 @@ func LockDeps(ctx context.Context, r *Runner, key string) (func(), error) {
 // CopyRetention is how long an unused copy of the exec helper or of a
 // bootstrap stays.
 const CopyRetention = copyRetention
+
+// PrepareFailed exposes prepareFailed: it logs that preparing container id
+// of app failed with err at now.
+func PrepareFailed(r *Runner, app, id string, err error, now time.Time) {
+	r.prepareFailed(context.Background(), app, id, err, now)
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/typeurl/v2"
 
+	"github.com/relaydev/relay/internal/repeats"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -87,6 +88,9 @@ func WithPreparedContainers(n int) Option {
 type oneShots struct {
 	max         int // per app; 0: none
 	idleTimeout time.Duration
+	// failures keeps a failure to prepare containers that hits every app
+	// alike (a full disk) to one line per cause per repeats.Window.
+	failures *repeats.Log
 
 	mu     sync.Mutex
 	closed bool
@@ -299,13 +303,23 @@ func (r *Runner) fillPrepared(ctx context.Context, app string, a *preparedApp, s
 		return
 	}
 	if err != nil {
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "preparing a container failed", slog.String("app", app),
-			slog.String("container_id", id), slog.Any("error", err))
+		r.prepareFailed(ctx, app, id, err, time.Now())
 	}
 	if pre == nil {
 		secrets.remove()
 	}
 	r.discardPrepared(ctx, app, pc)
+}
+
+// prepareFailed logs that preparing container id of app failed: at WARN
+// once per cause per repeats.Window, at DEBUG in between, as the Engine
+// logs the attempts the same cause fails (docs/operations.md#logs). A full
+// disk fails the creations of every app at once, each naming a container
+// and temporary directory of its own.
+func (r *Runner) prepareFailed(ctx context.Context, app, id string, err error, now time.Time) {
+	level, n := r.oneShot.failures.Level(slog.LevelWarn, "preparing a container failed", repeats.Cause(err), now)
+	r.logger.LogAttrs(ctx, level, "preparing a container failed", repeats.Attr([]slog.Attr{slog.String("app", app),
+		slog.String("container_id", id), slog.Any("error", err)}, n)...)
 }
 
 // discardPrepared removes prepared container pc, never used: its task

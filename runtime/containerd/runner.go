@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/relaydev/relay/internal/repeats"
 	"github.com/relaydev/relay/runtime"
 )
 
@@ -115,7 +116,7 @@ func New(c *client.Client, opts ...Option) (*Runner, error) {
 			apps:           map[string]*warmApp{},
 			all:            map[*warmContainer]struct{}{},
 		},
-		oneShot: oneShots{max: o.preparedContainers, idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout),
+		oneShot: oneShots{max: o.preparedContainers, failures: repeats.New(), idleTimeout: min(preparedIdleTimeout, o.warmIdleTimeout),
 			apps: map[string]*preparedApp{}},
 	}
 	r.stdout, r.stderr = runtime.SharedOutputs(o.stdout, o.stderr)
