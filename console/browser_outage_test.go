@@ -137,7 +137,7 @@ func TestBrowserHungHandler(t *testing.T) {
 		t.Errorf("pending page does not say the third message waits for a slot:\n%s", page)
 	}
 	if n := b.count(`.slots-full`); n != 1 {
-		t.Errorf("%d messages marked waiting for a slot, want 1 (%s)", n, ids[2])
+		t.Errorf("%d messages marked waiting for a slot, want 1 of %v", n, ids)
 	}
 	b.shot("hung-pending")
 }

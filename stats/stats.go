@@ -3,7 +3,9 @@
 // (docs/delivery.md#cluster-wide-counters), a sampled feed of recent
 // invocation outcomes that relay console tails, and each worker's status:
 // why it holds messages pending (WriteStatus, ReadHolds;
-// docs/delivery.md#held-messages).
+// docs/delivery.md#held-messages), the attempts it runs, its slots and
+// whether it created the consumer group again, and what of that stalls
+// the stream (Stalls, Recreations; docs/delivery.md#worker-status).
 //
 // Every worker counts in memory (Recorder.Add never waits for Redis or
 // fails) and adds its counts to one hash every second (Recorder.Flush);
