@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/testutil"
 )
@@ -21,33 +19,17 @@ import (
 // c_<i>, its original id <i>-7. It returns the ids, oldest first.
 func (f *fixture) fillDLQ(n int) []string {
 	f.t.Helper()
-	now := time.Now().UnixMilli()
-	ids := make([]string, n)
-	cmds := make(rueidis.Commands, 0, n)
-	for i := 1; i <= n; i++ {
-		app, handler := "billing", "orders.charge"
+	return f.writeDLQ(n, func(i0 int) (app, handler, reason, event string) {
+		i := i0 + 1
+		app, handler = "billing", "orders.charge"
 		if i%2 == 0 {
 			app = "shop"
 		}
 		if i%4 == 0 {
 			handler = "refunds.run"
 		}
-		at := now - int64(n-i)*1000
-		ids[i-1] = fmt.Sprintf("%d-0", at)
-		cmds = append(cmds, f.rc.B().Xadd().Key(f.store.Key()).Id(ids[i-1]).FieldValue().
-			FieldValue("original_stream", f.stream).FieldValue("original_id", fmt.Sprintf("%d-7", i)).
-			FieldValue("group", f.group).FieldValue("consumer", "worker-1").
-			FieldValue("event", fmt.Sprintf(`{"kind":"order","customer":"c_%d"}`, i)).
-			FieldValue("reason", "handler exited with code 3").FieldValue("app", app).FieldValue("handler", handler).
-			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").
-			FieldValue("timestamp", time.UnixMilli(at).UTC().Format(time.RFC3339Nano)).Build())
-	}
-	for _, r := range f.rc.DoMulti(f.t.Context(), cmds...) {
-		if err := r.Error(); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	return ids
+		return app, handler, "handler exited with code 3", fmt.Sprintf(`{"kind":"order","customer":"c_%d"}`, i)
+	})
 }
 
 var (

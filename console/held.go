@@ -36,6 +36,11 @@ func (s *Server) readHolds(ctx context.Context, rc rueidis.Client, stream string
 	if err != nil {
 		return nil, err
 	}
+	return holdViews(stream, hs), nil
+}
+
+// holdViews says each of hs, holds of stream, in plain words.
+func holdViews(stream string, hs []stats.Hold) []holdView {
 	out := make([]holdView, 0, len(hs))
 	for _, h := range hs {
 		v := holdView{Stream: clean(stream), App: clean(h.App), Reason: h.Reason, Error: clean(h.Error), Held: h.Held, AtLeast: h.AtLeast}
@@ -56,7 +61,7 @@ func (s *Server) readHolds(ctx context.Context, rc rueidis.Client, stream string
 		}
 		out = append(out, v)
 	}
-	return out, nil
+	return out
 }
 
 // Short is the reason a held invocation or message shows on the

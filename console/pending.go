@@ -34,6 +34,9 @@ type pendingRow struct {
 	// Held are the holds of apps whose rules cannot be read: they keep
 	// every message pending, whatever its invocations.
 	Held []holdView
+	// FullSlots are the apps whose slots are all taken on the message's
+	// worker: for a message without state, what it may wait for.
+	FullSlots []slotView
 }
 
 // invocationView is one invocation of a pending message, from its field
@@ -59,6 +62,12 @@ type invocationView struct {
 	// Held is set when the invocation's app is unavailable: it waits for
 	// the app, not for a retry.
 	Held *holdView
+	// Run is the attempt a worker runs now for a running invocation, as
+	// the workers published it; nil when none did.
+	Run *runView
+	// Slots is set when the invocation is not running and its app's
+	// slots are all taken on the message's worker: it waits for a slot.
+	Slots *slotView
 }
 
 type pendingView struct {
@@ -69,12 +78,16 @@ type pendingView struct {
 	Count   int64
 	Oldest  time.Duration
 	Rows    []pendingRow
-	// Holds say why the workers hold messages of the stream.
-	Holds   []holdView
-	After   string
-	Next    string
-	Problem string
-	Now     time.Time
+	// Holds say why the workers hold messages of the stream; Workers is
+	// all they publish, LostRuns the attempts they run for messages no
+	// longer pending (no row shows them).
+	Holds    []holdView
+	Workers  workersView
+	LostRuns []runView
+	After    string
+	Next     string
+	Problem  string
+	Now      time.Time
 }
 
 func (s *Server) pending(w http.ResponseWriter, r *http.Request) {
@@ -110,9 +123,10 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	v.Counted = true
-	if v.Holds, err = s.readHolds(ctx, rc, st); err != nil {
+	if v.Workers, err = s.readWorkers(ctx, rc, st, v.Count); err != nil {
 		return v, err
 	}
+	v.Holds, v.LostRuns = v.Workers.Holds, v.Workers.lostRuns()
 	if v.Rows, v.Next, err = s.pendingRows(ctx, rc, st, after); err != nil || len(v.Rows) == 0 {
 		return v, err
 	}
@@ -120,7 +134,30 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	markHeld(v.Rows, v.Holds)
+	markRuns(v.Rows, v.Workers)
 	return v, nil
+}
+
+// markRuns adds to the pending rows what the workers publish: the
+// attempt each running invocation is, and the full slots that an
+// invocation not running, or a message without state, waits for.
+func markRuns(rows []pendingRow, w workersView) {
+	for i := range rows {
+		row := &rows[i]
+		if row.NoState {
+			row.FullSlots = w.fullOn(row.Consumer)
+		}
+		for j := range row.Invocations {
+			iv := &row.Invocations[j]
+			switch {
+			case iv.State == "running":
+				iv.Run = w.run(row.ID, iv.Key)
+			case !iv.finished() && iv.Held == nil:
+				name, _, _ := strings.Cut(iv.Key, "/")
+				iv.Slots = w.full(row.Consumer, name)
+			}
+		}
+	}
 }
 
 // pendingRows reads a page of the PEL after the cursor; next is the

@@ -58,6 +58,8 @@ var funcs = template.FuncMap{
 	"bytes":     stats.FormatBytes,
 	"int64f":    func(f float64) int64 { return int64(f) },
 	"inc":       func(i int) int { return i + 1 },
+	"sub":       func(a, b int) int { return a - b },
+	"perHour":   func(perSecond float64) float64 { return perSecond * 3600 },
 	"plural":    plural.Of,
 	"int64":     func(n int) int64 { return int64(n) },
 	"has":       func(l []string, v string) bool { return slices.Contains(l, v) },

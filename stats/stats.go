@@ -3,7 +3,9 @@
 // (docs/delivery.md#cluster-wide-counters), a sampled feed of recent
 // invocation outcomes that relay console tails, and each worker's status:
 // why it holds messages pending (WriteStatus, ReadHolds;
-// docs/delivery.md#held-messages).
+// docs/delivery.md#held-messages), the attempts it runs, its slots and
+// whether it created the consumer group again, and what of that stalls
+// the stream (Stalls, Recreations; docs/delivery.md#worker-status).
 //
 // Every worker counts in memory (Recorder.Add never waits for Redis or
 // fails) and adds its counts to one hash every second (Recorder.Flush);
@@ -48,6 +50,11 @@ type Counts struct {
 	Retries int64
 	// DLQEntries counts dead-letter entries written.
 	DLQEntries int64
+	// Replays and ReplayFailures count the dead-letter replays of relay
+	// console: replays whose handler succeeded (the entry was deleted),
+	// and replays that failed or were refused (the entry was kept). They
+	// are not deliveries, so no other counter counts them.
+	Replays, ReplayFailures int64
 }
 
 // Counter names one of the counters.
@@ -63,6 +70,8 @@ const (
 	Failures
 	Retries
 	DLQEntries
+	Replays
+	ReplayFailures
 	numCounters
 )
 
@@ -77,12 +86,16 @@ var fields = [numCounters]string{
 	Failures:   "failures",
 	Retries:    "retries",
 	DLQEntries: "dlq_entries",
+	// Added later: a reader that does not know them ignores them.
+	Replays:        "replays",
+	ReplayFailures: "replay_failures",
 }
 
 func (c *Counts) field(n Counter) *int64 {
 	return [numCounters]*int64{
 		&c.Received, &c.Matched, &c.Unmatched, &c.Malformed,
 		&c.Successes, &c.Failures, &c.Retries, &c.DLQEntries,
+		&c.Replays, &c.ReplayFailures,
 	}[n]
 }
 

@@ -65,6 +65,81 @@ type WorkerStatus struct {
 	Consumer  string    `json:"consumer"`
 	UpdatedAt time.Time `json:"updated_at"`
 	Holds     []Hold    `json:"holds"`
+	// Running are the handler attempts the worker runs now for the
+	// stream, oldest first (docs/delivery.md#worker-status).
+	Running []Run `json:"running,omitempty"`
+	// Slots are the worker's concurrency slots, which its streams share:
+	// every stream's status repeats them. Nil from a worker that does not
+	// publish them.
+	Slots *Slots `json:"slots,omitempty"`
+	// GroupRecreations counts the times the worker created the consumer
+	// group again after it had found it (Redis lost its data, or the
+	// group or the stream was deleted); GroupRecreatedAt is the last one.
+	GroupRecreations int       `json:"group_recreations,omitempty"`
+	GroupRecreatedAt time.Time `json:"group_recreated_at,omitzero"`
+}
+
+// Run is one handler attempt a worker runs now.
+type Run struct {
+	App       string `json:"app"`
+	Handler   string `json:"handler"`
+	MessageID string `json:"message_id"`
+	// Attempt is the attempt's number; MaxAttempts the rule's retries + 1.
+	Attempt     int `json:"attempt"`
+	MaxAttempts int `json:"max_attempts"`
+	// Started is when the handler was started (the worker's clock).
+	Started time.Time `json:"started"`
+	// TimeoutMS is the rule's timeout in milliseconds, 0 for none.
+	TimeoutMS int64 `json:"timeout_ms"`
+	// LeaseUntil is when its running lease expires (the Redis clock).
+	LeaseUntil time.Time `json:"lease_until"`
+	// Lost is set when the worker found the message no longer pending for
+	// it while the attempt runs: Redis lost it (a restart without
+	// persistence, a flush), it was deleted, or another worker took it
+	// over. The attempt still holds its slots.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// Timeout is r's timeout; 0 for none.
+func (r Run) Timeout() time.Duration { return time.Duration(r.TimeoutMS) * time.Millisecond }
+
+// PastTimeout reports whether r has run past its timeout at now: the
+// runtime failed to stop a hung handler.
+func (r Run) PastTimeout(now time.Time) bool {
+	return r.TimeoutMS > 0 && now.Sub(r.Started) > r.Timeout()
+}
+
+// Target is "app/handler".
+func (r Run) Target() string { return r.App + "/" + r.Handler }
+
+// Slots are a worker's concurrency slots: InUse of Max taken, and per app
+// that ran there its slots taken and its bound, min(concurrency, Max).
+type Slots struct {
+	InUse int        `json:"in_use"`
+	Max   int        `json:"max"`
+	Apps  []AppSlots `json:"apps,omitempty"`
+}
+
+// AppSlots are one app's slots on a worker.
+type AppSlots struct {
+	App   string `json:"app"`
+	InUse int    `json:"in_use"`
+	Limit int    `json:"limit"`
+}
+
+// Full reports whether every one of the app's slots is taken.
+func (a AppSlots) Full() bool { return a.Limit > 0 && a.InUse >= a.Limit }
+
+// App returns the slots of app on s, and false when s has none for it.
+func (s *Slots) App(app string) (AppSlots, bool) {
+	if s == nil {
+		return AppSlots{}, false
+	}
+	i := slices.IndexFunc(s.Apps, func(a AppSlots) bool { return a.App == app })
+	if i < 0 {
+		return AppSlots{}, false
+	}
+	return s.Apps[i], true
 }
 
 // WriteStatus publishes s as s.Consumer's field of stream and group's

@@ -34,6 +34,9 @@ type Source struct {
 	// command on it succeeded): a group Read must create after that was
 	// lost, while one never seen may just be new.
 	seen atomic.Bool
+	// recreations counts the groups Read created again after seen was
+	// set; recreatedAt is the last one's time (Unix ms).
+	recreations, recreatedAt atomic.Int64
 }
 
 // New returns a Source for consumer of group on stream. It neither connects
@@ -127,6 +130,8 @@ func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
 		}
 		switch {
 		case created && seen:
+			s.recreatedAt.Store(time.Now().UnixMilli())
+			s.recreations.Add(1)
 			s.opts.logger.LogAttrs(ctx, slog.LevelWarn, "the consumer group was missing and has been created again from id 0: "+
 				"every entry still in the stream is delivered again (Redis lost its data, or the group or the stream was deleted)",
 				slog.String("stream", s.stream), slog.String("group", s.group))
@@ -137,6 +142,21 @@ func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
 		msgs, err = s.read(ctx, count)
 	}
 	return msgs, err
+}
+
+// GroupRecreations reports how many times Read created the consumer
+// group again after this Source had found it (the warning Read logs:
+// Redis lost its data, or the group or the stream was deleted), and the
+// local time of the last one; 0 and the zero time when it never did.
+// Creating a group never seen, as at a first start, does not count. The
+// worker publishes both (docs/delivery.md#worker-status). Safe for
+// concurrent use.
+func (s *Source) GroupRecreations() (n int, last time.Time) {
+	at := s.recreatedAt.Load()
+	if at == 0 {
+		return 0, time.Time{}
+	}
+	return int(s.recreations.Load()), time.UnixMilli(at)
 }
 
 func (s *Source) read(ctx context.Context, count int) ([]Message, error) {

@@ -179,7 +179,11 @@ func TestReadRecreatesMissingGroup(t *testing.T) {
 	if _, err := s.Read(t.Context(), 10); err != nil || strings.Contains(log.String(), "created again") {
 		t.Fatalf("a first Read with the group in place: %v; log %q", err, log.String())
 	}
+	if n, at := s.GroupRecreations(); n != 0 || !at.IsZero() {
+		t.Errorf("GroupRecreations before any = %d, %v; want 0 and the zero time", n, at)
+	}
 
+	before := time.Now()
 	f.do(t, f.c.B().XgroupDestroy().Key(f.stream).Group(f.group).Build())
 	msgs, err := s.Read(t.Context(), 10)
 	if err != nil {
@@ -193,6 +197,9 @@ func TestReadRecreatesMissingGroup(t *testing.T) {
 	if got := log.String(); !strings.Contains(got, "level=WARN") || !strings.Contains(got, "created again from id 0") || !strings.Contains(got, "group="+f.group) {
 		t.Errorf("no warning about the recreated group: %q", got)
 	}
+	if n, at := s.GroupRecreations(); n != 1 || at.Before(before.Truncate(time.Millisecond)) {
+		t.Errorf("GroupRecreations = %d, %v; want 1 at or after %v", n, at, before)
+	}
 
 	// Without the stream key at all, MKSTREAM recreates both.
 	f.do(t, f.c.B().Del().Key(f.stream).Build())
@@ -201,6 +208,9 @@ func TestReadRecreatesMissingGroup(t *testing.T) {
 	}
 	if err := s.Ping(t.Context()); err != nil {
 		t.Fatalf("Ping after recreation: %v", err)
+	}
+	if n, _ := s.GroupRecreations(); n != 2 {
+		t.Errorf("GroupRecreations after the stream went too = %d, want 2", n)
 	}
 }
 

@@ -209,7 +209,7 @@ func (w *Worker) runServices(ctx context.Context, stop context.CancelFunc) error
 	w.sched.replace(ctx, apps)
 	defer w.sched.stop()
 	status := &statusPublisher{redis: w.cfg.Redis, group: w.cfg.Group, consumer: w.cfg.Consumer,
-		interval: statusInterval(w.cfg), streams: w.streams, log: w.log}
+		interval: statusInterval(w.cfg), streams: w.streams, limiter: w.cfg.Engine.Limiter, log: w.log}
 	services := []interface{ Run(context.Context) }{w.reloader, w.policy, status}
 	if w.sweeper != nil {
 		services = append(services, w.sweeper)

@@ -107,7 +107,7 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 7 ||
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 9 ||
 		got.Checks[4].Name != "containerd" || !got.Checks[4].OK || !strings.Contains(got.Checks[4].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}

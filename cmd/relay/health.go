@@ -29,7 +29,7 @@ type HealthCmd struct {
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). It warns (WARN, exit 0) when a worker runs a handler past its timeout or for a message Redis no longer has pending, when an app's slots are stuck full while messages wait (docs/operations.md#stalled-handlers), and when a worker created the consumer group again in the last hour: Redis lost its data (docs/operations.md#redis-lost-its-data). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
 
 Examples:
 
@@ -75,6 +75,7 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 		rc = nil
 	}
 	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc), checkApps(g)}
+	checks = append(checks, c.checkWorkers(ctx, g, rc)...)
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -286,6 +287,64 @@ func checkApps(g *Globals) healthCheckJSON {
 	ch.OK = true
 	ch.Detail = fmt.Sprintf("%s in %s, every template valid", plural.Of(len(apps.List()), "app"), g.Apps)
 	return ch
+}
+
+// checkWorkers warns about what the live workers publish
+// (docs/operations.md#stalled-handlers): "running handlers" names every
+// attempt past its timeout or running for a message Redis lost, and every
+// app whose slots are stuck full while messages wait; "redis data" names
+// every worker that created the consumer group again within
+// stats.RecreationShownFor (docs/operations.md#redis-lost-its-data). Both
+// only warn: the workers go on, and the operator decides.
+func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Client) []healthCheckJSON {
+	runs, data := healthCheckJSON{Name: "running handlers", OK: true}, healthCheckJSON{Name: "redis data", OK: true}
+	if rc == nil {
+		redisToCheck(rc, &runs)
+		redisToCheck(rc, &data)
+		return []healthCheckJSON{runs, data}
+	}
+	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	now := time.Now()
+	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
+	switch {
+	case err != nil:
+		runs.Skipped, data.Skipped = true, true
+		runs.Detail, data.Detail = "not checked: "+err.Error(), "not checked: "+err.Error()
+		return []healthCheckJSON{runs, data}
+	case len(workers) == 0:
+		runs.Skipped, data.Skipped = true, true
+		runs.Detail = fmt.Sprintf("not checked: no worker of group %s published its status in the last %s", g.RedisGroup, stats.StatusStaleAfter)
+		data.Detail = runs.Detail
+		return []healthCheckJSON{runs, data}
+	}
+	pending, _, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
+	if err != nil {
+		pending = -1 // full slots are not judged
+	}
+	var lines []string
+	n := 0
+	for _, w := range workers {
+		n += len(w.Running)
+	}
+	for _, st := range stats.Stalls(workers, pending, now) {
+		lines = append(lines, st.String())
+	}
+	if len(lines) > 0 {
+		runs.Warning, runs.Detail = true, strings.Join(lines, "; ")
+	} else {
+		runs.Detail = fmt.Sprintf("%s on %s, none past its timeout or for a lost message", plural.Of(n, "handler attempt"), plural.Of(len(workers), "worker"))
+	}
+	lines = lines[:0]
+	for _, r := range stats.Recreations(workers, now) {
+		lines = append(lines, r.String(g.RedisGroup)+"; check why Redis lost its data and publish again what the producers still have")
+	}
+	if len(lines) > 0 {
+		data.Warning, data.Detail = true, strings.Join(lines, "; ")
+	} else {
+		data.Detail = fmt.Sprintf("no worker created consumer group %s again in the last %s", g.RedisGroup, strings.TrimSuffix(stats.RecreationShownFor.String(), "0m0s"))
+	}
+	return []healthCheckJSON{runs, data}
 }
 
 // redisToCheck reports whether check ch can read Redis through rc, or
