@@ -324,6 +324,11 @@ func (p *pipeline) claim(ctx context.Context, d *delivery, r invocation.ClaimReq
 	if p.claimFails.Load() != 0 {
 		p.claimFails.Store(0)
 	}
+	if cl.Status == invocation.Claimed {
+		// The store wrote the deadline at its now + the lease, just before
+		// this reply: its clock's lead over this one (dueAt).
+		p.skew.Store(int64(cl.Lease.Deadline.Add(-r.Lease).Sub(time.Now())))
+	}
 	d.record = nil // recorded
 	if cl.Lost > 0 && r.Field != malformedField {
 		p.obs.message(ctx, d, msgEvent{kind: msgAttemptLost, app: o.App,

@@ -62,6 +62,9 @@ const (
 	// DefaultStatsInterval is how often an Engine adds what it counted to
 	// the cluster-wide counters (Config.Stats).
 	DefaultStatsInterval = stats.DefaultFlushInterval
+	// DefaultMaxWaiting is how many messages an Engine keeps for their
+	// next step's time (Config.MaxWaiting).
+	DefaultMaxWaiting = 10_000
 )
 
 // DefaultBackoff is the fixed retry schedule after the 1st, 2nd, 3rd and
@@ -157,6 +160,16 @@ type Config struct {
 	// its payload, and acknowledged (docs/delivery.md#oversized-events).
 	// Default: DefaultMaxEventBytes; a negative value means no limit.
 	MaxEventBytes int
+	// MaxWaiting bounds the messages the Engine keeps for the time of their
+	// next step, a retry's due time or the end of another delivery's lease,
+	// and delivers again at that time, within a second of it, rather than
+	// when a reclaim finds them idle (docs/delivery.md#attempts-retries-backoff).
+	// They stay pending and owned, heartbeated while kept; one that finds
+	// the bound reached waits for a reclaim, as does every message after a
+	// crash. A negative value keeps none: retries then run when the reclaim
+	// (MinPendingIdle, every ReclaimInterval) finds them due. Each kept
+	// message holds its entry in memory. Default: DefaultMaxWaiting.
+	MaxWaiting int
 	// OnOutcome, when set, is told every invocation outcome once, after
 	// the Engine's own log line, metrics, cluster stats and span
 	// (docs/observability.md); messageID is the stream entry's id. It runs
@@ -203,6 +216,12 @@ func (c Config) withDefaults() (Config, error) {
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
+	}
+	switch {
+	case c.MaxWaiting == 0:
+		c.MaxWaiting = DefaultMaxWaiting
+	case c.MaxWaiting < 0:
+		c.MaxWaiting = 0
 	}
 	if c.SettleLinger >= c.WriteTimeout/2 {
 		// A settlement waits for its batch within its write's deadline.

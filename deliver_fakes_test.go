@@ -457,6 +457,50 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 	})
 }
 
+// A retry starts within a second of its due time, with the production
+// backoff (1m, then 2m): the worker that left its message pending keeps it
+// and delivers it again then, rather than waiting for a reclaim to find it
+// idle (MinPendingIdle, every ReclaimInterval: up to 1m30s late). With
+// MaxWaiting negative the reclaim is all there is, and the retry is late
+// by up to a reclaim cycle (docs/delivery.md#attempts-retries-backoff).
+func TestFakesRetryStartsAtItsDueTime(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		maxWaiting int
+		late       time.Duration // the most a retry may start after its due time
+	}{
+		{"kept by its worker", 0, time.Second},
+		{"reclaim only", -1, relay.DefaultMinPendingIdle + relay.DefaultReclaimInterval},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newOnFakes(t, app.Rule{})
+				// Each failed attempt runs 10s: its due time is off the
+				// reclaim's grid, counted from the delivery.
+				const runs = 10 * time.Second
+				slowFail := func(context.Context, runtime.Request) error {
+					time.Sleep(runs)
+					return &runtime.ExitError{Code: 1, Stderr: "try again"}
+				}
+				f.runner.Script(fakeField, slowFail, slowFail, relaytest.Succeed())
+				f.run("c1", relay.Config{MaxWaiting: c.maxWaiting})
+				id := f.publish()
+				f.settle(time.Hour)
+				starts := f.runner.starts()
+				if len(starts) != 3 {
+					t.Fatalf("%d attempts, want 3", len(starts))
+				}
+				for i, backoff := range relay.DefaultBackoff[:2] {
+					if gap := starts[i+1].Sub(starts[i]) - runs; gap < backoff || gap > backoff+c.late {
+						t.Errorf("attempt %d started %s after attempt %d failed, want between %s and %s", i+2, gap, i+1, backoff, backoff+c.late)
+					}
+				}
+				f.wantRetained(id, "ok")
+			})
+		})
+	}
+}
+
 // Engine.Running lists the attempts running now, with when they started
 // and their timeout, so a hung handler can be told from a slow one; the
 // Limiter says how many of each app's slots they hold.

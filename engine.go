@@ -111,6 +111,15 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		}
 	}
 	e.SetApps(apps)
+	if cfg.MaxWaiting == 0 {
+		for _, b := range cfg.Backoff {
+			if b < cfg.MinPendingIdle+cfg.ReclaimInterval {
+				log.Warn("MaxWaiting keeps no message, so a retry runs only when a reclaim finds it due: a backoff shorter than MinPendingIdle plus ReclaimInterval runs late",
+					slog.Duration("backoff", b), slog.Duration("min_pending_idle", cfg.MinPendingIdle), slog.Duration("reclaim_interval", cfg.ReclaimInterval))
+				break
+			}
+		}
+	}
 	if unused != nil {
 		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
 	}
@@ -216,7 +225,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	// timeout so running handlers can finish.
 	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	ds := newDispatcher(e.p, e.gen.Load, handlerCtx, 2*e.cfg.MaxConcurrency)
+	kept := newLater(e.cfg.MaxWaiting)
+	ds := newDispatcher(e.p, e.gen.Load, handlerCtx, 2*e.cfg.MaxConcurrency, kept)
 	fail := &loopLog{log: e.log, repeats: newRepeats()}
 	src, p, cfg := e.c.Source, e.p, e.cfg
 	services := []func(context.Context){
@@ -225,6 +235,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		(&heartbeat{src: src, ds: ds, p: p, interval: cfg.HeartbeatInterval}).run,
 		(&pendingSampler{src: src, ds: ds, p: p, interval: cfg.ReclaimInterval}).run,
 		p.voids.run,
+		func(ctx context.Context) { kept.run(ctx, ds) },
 	}
 	var feed *statsFeed
 	if cfg.Stats != nil {

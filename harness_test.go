@@ -66,6 +66,7 @@ type timing struct {
 	maxEventBytes   int
 	maxConcurrency  int
 	settleLinger    time.Duration
+	maxWaiting      int
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
@@ -88,8 +89,14 @@ func fastConfig(mods ...func(*timing)) relay.Config {
 		MaxEventBytes:     tm.maxEventBytes,
 		MaxConcurrency:    tm.maxConcurrency,
 		SettleLinger:      tm.settleLinger,
+		MaxWaiting:        tm.maxWaiting,
 	}
 }
+
+// reclaimOnly keeps no message for its next step's time: a message left
+// pending comes back only with a reclaim, as after a crash, so a test sees
+// the redeliveries that come before a retry is due.
+func reclaimOnly(tm *timing) { tm.maxWaiting = -1 }
 
 func settleLinger(d time.Duration) func(*timing) { return func(tm *timing) { tm.settleLinger = d } }
 

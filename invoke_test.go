@@ -176,7 +176,7 @@ func TestRedeliveryBeforeNextAttemptAtDoesNotRun(t *testing.T) {
 	h.handle("users/events.created", func(context.Context, runtime.Request) error { return errors.New("fail") })
 	// A long backoff with a short reclaim threshold: the message is
 	// redelivered many times before its retry is due.
-	h.start("c1", backoff(time.Hour))
+	h.start("c1", backoff(time.Hour), reclaimOnly)
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	testutil.WaitFor(t, 5*time.Second, "first attempt", func() bool { return h.calls.Count("users/events.created") == 1 })
 	testutil.WaitFor(t, 5*time.Second, "retry recorded", func() bool {
@@ -398,7 +398,7 @@ events:
 	// The retry is due 2s after the first attempt; reclaims come every
 	// 300ms, so the message is redelivered while h.fail is exhausted and
 	// h.retry not due.
-	h.start("c1", backoff(2*time.Second))
+	h.start("c1", backoff(2*time.Second), reclaimOnly)
 	id := h.publish("event", `{"kind":"x"}`)
 	testutil.WaitFor(t, 5*time.Second, "h.fail exhausted, h.retry not due, then a redelivery or an ack", func() bool {
 		st := h.hash(id)

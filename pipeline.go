@@ -69,6 +69,9 @@ type pipeline struct {
 	// writeEnds and successEnds share the deadlines of the writes that
 	// record what deliveries did (persist.go).
 	writeEnds, successEnds sharedDeadlines
+	// skew is how far the store's clock is ahead of this worker's, in
+	// nanoseconds, as the latest claim showed it (dueAt).
+	skew atomic.Int64
 }
 
 // identity names the stream, consumer group and consumer an Engine runs
@@ -104,9 +107,10 @@ type delivery struct {
 }
 
 // deliver handles one delivery of msg and reports whether it was
-// acknowledged; ctx ends when the Engine stops, handlerCtx when it
-// abandons running handlers.
-func (p *pipeline) deliver(ctx, handlerCtx context.Context, gen *generation, msg stream.Message) bool {
+// acknowledged, and when not, the time its next step is due on this
+// worker's clock (zero when unknown: the reclaim brings it back); ctx ends
+// when the Engine stops, handlerCtx when it abandons running handlers.
+func (p *pipeline) deliver(ctx, handlerCtx context.Context, gen *generation, msg stream.Message) (acked bool, next time.Time) {
 	d := &delivery{msg: msg, key: p.id.key(msg.ID), event: msg.Fields["event"], gen: gen, handlerCtx: handlerCtx}
 	ctx, d.span = startMessageSpan(ctx, p.tracer, p.id, msg)
 	pl := p.match(ctx, d, p.decode(ctx, d))
@@ -114,9 +118,9 @@ func (p *pipeline) deliver(ctx, handlerCtx context.Context, gen *generation, msg
 	if !pl.done() {
 		v = p.invoke(ctx, d, pl)
 	}
-	acked := p.settle(ctx, d, v)
+	acked, next = p.settle(ctx, d, v)
 	endMessageSpan(d.span, acked)
-	return acked
+	return acked, next
 }
 
 // generation is one set of apps and the matcher over its rules.
@@ -180,6 +184,9 @@ func (p *pipeline) lease(c call) time.Duration { return c.timeout + p.cfg.LeaseG
 type dispatcher struct {
 	p   *pipeline
 	gen func() *generation
+	// later keeps the messages left pending with a known next time
+	// (later.go).
+	later *later
 	// handlerCtx is what handlers run under: it outlives Run's context by
 	// the shutdown timeout, so running handlers can finish.
 	handlerCtx context.Context
@@ -202,8 +209,8 @@ type dispatcher struct {
 	waiting map[string]struct{}
 }
 
-func newDispatcher(p *pipeline, gen func() *generation, handlerCtx context.Context, slots int) *dispatcher {
-	return &dispatcher{p: p, gen: gen, handlerCtx: handlerCtx, slots: make(chan struct{}, slots),
+func newDispatcher(p *pipeline, gen func() *generation, handlerCtx context.Context, slots int, l *later) *dispatcher {
+	return &dispatcher{p: p, gen: gen, later: l, handlerCtx: handlerCtx, slots: make(chan struct{}, slots),
 		handoff: make(chan stream.Message), done: make(chan struct{}),
 		inFlight: map[string]context.CancelCauseFunc{}, waiting: map[string]struct{}{}}
 }
@@ -225,6 +232,7 @@ func (ds *dispatcher) start(ctx context.Context, msg stream.Message) {
 		ds.p.act.add(-1, 0)
 		return
 	}
+	ds.later.drop(msg.ID) // delivered now, whoever brought it
 	select {
 	case ds.handoff <- msg: // a handler goroutine was idle and took it
 	default:
@@ -266,7 +274,9 @@ func (ds *dispatcher) handle(ctx context.Context, msg stream.Message) {
 	hctx := ds.handlerContext(msg.ID)
 	defer ds.untrack(msg.ID)
 	defer ds.p.act.add(-1, 0)
-	ds.p.deliver(ctx, hctx, ds.gen(), msg)
+	if _, next := ds.p.deliver(ctx, hctx, ds.gen(), msg); !next.IsZero() && ctx.Err() == nil {
+		ds.later.add(msg, next)
+	}
 }
 
 // track marks id in flight; false means this worker is already on it (a
@@ -315,6 +325,7 @@ func (ds *dispatcher) gone(ids []string) int {
 		delete(ds.waiting, id)
 	}
 	ds.mu.Unlock()
+	ds.later.drop(ids...)
 	for _, c := range cancels {
 		c(errMessageGone)
 	}
@@ -328,17 +339,24 @@ func (ds *dispatcher) inFlightCount() int {
 	return len(ds.inFlight)
 }
 
-// owned lists the messages this consumer owns: in flight or waiting for a
-// slot.
+// owned lists the messages this consumer owns: in flight, waiting for a
+// slot, or kept for their next step's time (later).
 func (ds *dispatcher) owned() []string {
+	kept := ds.later.ids()
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	ids := make([]string, 0, len(ds.inFlight)+len(ds.waiting))
+	ids := make([]string, 0, len(ds.inFlight)+len(ds.waiting)+len(kept))
 	for id := range ds.inFlight {
 		ids = append(ids, id)
 	}
 	for id := range ds.waiting {
 		if _, dup := ds.inFlight[id]; !dup {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range kept {
+		_, busy := ds.inFlight[id]
+		if _, waits := ds.waiting[id]; !busy && !waits {
 			ids = append(ids, id)
 		}
 	}

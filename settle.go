@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/relaydev/relay/invocation"
 )
@@ -54,8 +55,9 @@ func decide(v verdict, g *generation) *pendingReason {
 // settle is the last stage: it writes, in one Settlement, every
 // transition the earlier stages left unwritten and, when decide says so,
 // the message's acknowledgement; it reports every outcome not reported
-// yet, and returns whether the message was acknowledged.
-func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) bool {
+// yet, and returns whether the message was acknowledged and, when not, when
+// its next step is due (dueAt).
+func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) (bool, time.Time) {
 	why := decide(v, d.gen)
 	s := invocation.Settlement{Key: d.key, Ack: why == nil, Stateless: why == nil && !v.hasState, Retention: p.cfg.Retention}
 	var written []int // the steps whose transitions s carries
@@ -95,13 +97,40 @@ func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) bool {
 	case acked:
 		p.held.set(d.msg.ID, heldBy{})
 		p.obs.message(ctx, d, msgEvent{kind: msgAcked})
+		return true, time.Time{}
 	case ackFailed != nil:
 		p.obs.message(ctx, d, msgEvent{kind: msgAckFailed, err: ackFailed})
-	default:
-		p.held.set(d.msg.ID, holdsOf(v, why, d.gen))
-		p.obs.message(ctx, d, msgEvent{kind: msgLeftPending, pending: why})
+		return false, time.Time{}
 	}
-	return acked
+	p.held.set(d.msg.ID, holdsOf(v, why, d.gen))
+	p.obs.message(ctx, d, msgEvent{kind: msgLeftPending, pending: why})
+	return false, p.dueAt(v, why)
+}
+
+// dueAt is when the next step of a message left pending for why is due,
+// on this worker's clock: the earliest retry due time or lease end of its
+// unfinished invocations, when every one of them has one and nothing else
+// holds the message; zero otherwise, for the reclaim to bring it back.
+func (p *pipeline) dueAt(v verdict, why *pendingReason) time.Time {
+	if why != pendingUnfinished {
+		return time.Time{}
+	}
+	var next time.Time
+	for _, s := range v.steps {
+		switch o := s.o; {
+		case o.Kind.Terminal():
+		case (o.Kind == Retrying || o.Kind == NotDue || o.Kind == Leased) && !o.Next.IsZero():
+			if next.IsZero() || o.Next.Before(next) {
+				next = o.Next
+			}
+		default:
+			return time.Time{}
+		}
+	}
+	if next.IsZero() {
+		return next
+	}
+	return next.Add(-time.Duration(p.skew.Load()))
 }
 
 // settleStep writes the transition of s alone, before another handler of

@@ -152,7 +152,7 @@ events:
 	if err := h.rc.Do(t.Context(), h.rc.B().Hset().Key(key).FieldValue().FieldValue("a/h.one", leased).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	h.start("c1")
+	h.start("c1", reclaimOnly)
 	testutil.WaitFor(t, 5*time.Second, "three deliveries or an ack", func() bool { return deliveries(t, h, id) >= 3 || h.settled() })
 	if h.pending() != 1 {
 		t.Fatal("message acknowledged while one of its invocations was running elsewhere")
