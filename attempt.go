@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -121,7 +122,7 @@ func (p *pipeline) ended(d *delivery, c call, l invocation.Lease, o Outcome, err
 	case ResultFailure, ResultTimeout, ResultOOM:
 		if o.Attempt >= o.MaxAttempts || permanent(err) {
 			o.Kind = DeadLettered
-			e := p.entry(d, c.app, c.handler, l.Attempt, err.Error(), dlqTrace(o.span))
+			e := p.entry(d, c.app, c.handler, l.Attempt, err.Error()+panicStack(err), dlqTrace(o.span))
 			o.Reason = e.Reason
 			return step{o: o, t: &invocation.Transition{Kind: invocation.Exhaust, Lease: l, Entry: &e}}
 		}
@@ -146,6 +147,25 @@ func (p *pipeline) ended(d *delivery, c call, l invocation.Lease, o Outcome, err
 		o.Kind = Stopping
 	}
 	return step{o: o, t: &invocation.Transition{Kind: invocation.Release, Lease: l}}
+}
+
+// maxPanicStack bounds the stack of a panicking Go handler that its
+// dead-letter entry keeps.
+const maxPanicStack = 4 << 10
+
+// panicStack is the stack of a Go handler that panicked
+// (runtime.PanicError), on a line of its own after the reason, cut to
+// maxPanicStack bytes; "" for any other error.
+func panicStack(err error) string {
+	pe, ok := errors.AsType[*runtime.PanicError](err)
+	if !ok || len(pe.Stack) == 0 {
+		return ""
+	}
+	stack := pe.Stack
+	if len(stack) > maxPanicStack {
+		stack = append(stack[:maxPanicStack:maxPanicStack], "…"...)
+	}
+	return "\n" + strings.ToValidUTF8(string(stack), "\ufffd")
 }
 
 // permanent reports whether the handler said its failure is permanent

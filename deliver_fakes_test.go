@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
@@ -454,6 +455,38 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 		}
 		f.settle(time.Hour)
 		f.wantRetained(id, "ok")
+	})
+}
+
+// A Go handler that panics is dead-lettered with the panic's stack, cut
+// to a few KiB, on the lines after its reason, and its stack is in the
+// log at DEBUG, not only in the Outcome OnOutcome gets.
+func TestFakesPanicStackReachesTheDLQAndTheLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Retry: app.Retries(0)})
+		fn := runtime.NewFunc(map[string]runtime.HandlerFunc{fakeField: func(context.Context, runtime.Request) error {
+			panic("kaboom")
+		}})
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			_, err := fn.Run(ctx, req)
+			return err
+		})
+		logs := &testutil.Buffer{}
+		f.run("c1", relay.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		f.publish()
+		f.settle(time.Hour)
+		es, err := f.dlq.List(t.Context(), dlq.Filter{})
+		if err != nil || len(es) != 1 {
+			t.Fatalf("DLQ entries %v, %v; want one", es, err)
+		}
+		reason := es[0].Reason
+		first, stack, _ := strings.Cut(reason, "\n")
+		if !strings.Contains(first, "panic: kaboom") || !strings.Contains(stack, "goroutine") || len(stack) > 5<<10 {
+			t.Errorf("DLQ reason = %q; want the panic, then its stack (at most a few KiB)", reason)
+		}
+		if got := logs.String(); !strings.Contains(got, `msg="handler panicked"`) || !strings.Contains(got, "panic=kaboom") || !strings.Contains(got, "stack=") {
+			t.Errorf("log has no DEBUG line with the panic's stack:\n%s", got)
+		}
 	})
 }
 

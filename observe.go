@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -316,6 +317,11 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 	}
 	// A lost attempt was logged when the claim charged it (msgAttemptLost).
 	lo.kindLine(o, failure)
+	if pe, ok := errors.AsType[*runtime.PanicError](o.Err); ok && lo.log.Enabled(ctx, slog.LevelDebug) {
+		logAttrs(ctx, lo.log, slog.LevelDebug, "handler panicked", spanLogAttrs(d.msg.ID, span,
+			slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler), slog.Int(telemetry.Attempt, o.Attempt),
+			slog.String("panic", fmt.Sprint(pe.Value)), slog.String("stack", string(pe.Stack)))...)
+	}
 	if o.WriteErr != nil && o.Kind != WriteFailed {
 		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
 			o.WriteErr.Err, slog.String("op", o.WriteErr.Op.String()), slog.Any("error", o.WriteErr.Err))
