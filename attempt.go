@@ -47,7 +47,7 @@ func (pl plan) done() bool {
 }
 
 // invoke is the third stage: it drives each invocation of pl in dispatch
-// order, one at a time (docs/delivery.md#dispatch-and-concurrency). An
+// order, one at a time (docs/delivery.md#from-entry-to-acknowledgement). An
 // attempt that ran a handler is settled before the next handler starts,
 // so a crash never loses its outcome; the last one is left to the settle
 // stage, to go with the acknowledgement. Orphans and the targets no rule

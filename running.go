@@ -8,7 +8,7 @@ import (
 )
 
 // Running is one handler attempt running now on an Engine
-// (docs/console.md, docs/operations.md#health): what relay health and the
+// (docs/console.md, docs/operations.md#stalled-handlers): what relay health and the
 // console show to tell a hung handler from a slow one.
 type Running struct {
 	App, Handler string

@@ -24,6 +24,7 @@ import (
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -832,7 +833,8 @@ func TestSmallerFixes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := f.rc.Do(t.Context(), f.rc.B().Hset().Key(keys.Invocation(f.stream, f.group, msg)).FieldValue().
-		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").Build()).Error(); err != nil {
+		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").
+		FieldValue(invocation.DLQField("shop/orders.charge"), entry).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	s := "&stream=" + url.QueryEscape(f.stream)
