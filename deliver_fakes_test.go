@@ -490,6 +490,32 @@ func TestFakesPanicStackReachesTheDLQAndTheLog(t *testing.T) {
 	})
 }
 
+// relaytest.Outcomes.Ran counts the attempts that ran, where Of also has
+// the outcomes of redeliveries that ran nothing (not due yet): three
+// failures and a success are four attempts however often the reclaim
+// came by.
+func TestFakesOutcomesRanCountsAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		f.runner.Script(fakeField, relaytest.Fail(1, "no"), relaytest.Fail(1, "no"), relaytest.Fail(1, "no"), relaytest.Succeed())
+		outcomes := &relaytest.Outcomes{}
+		f.run("c1", relay.Config{MaxWaiting: -1, OnOutcome: outcomes.Record})
+		id := f.publish()
+		f.settle(time.Hour)
+		all, ran := outcomes.Of(id, "shop", "orders.charge"), outcomes.Ran(id, "shop", "orders.charge")
+		var attempts []int
+		for _, o := range ran {
+			attempts = append(attempts, o.Attempt)
+		}
+		if !slices.Equal(attempts, []int{1, 2, 3, 4}) {
+			t.Errorf("Ran attempts %v, want [1 2 3 4]", attempts)
+		}
+		if !slices.ContainsFunc(all, func(o relay.Outcome) bool { return o.Kind == relay.NotDue }) {
+			t.Errorf("Of has no not-due outcome (%d outcomes): the reclaim never came early, the test shows nothing", len(all))
+		}
+	})
+}
+
 // A retry starts within a second of its due time, with the production
 // backoff (1m, then 2m): the worker that left its message pending keeps it
 // and delivers it again then, rather than waiting for a reclaim to find it
