@@ -96,14 +96,15 @@ func TestPausedWorkerOwnExit(t *testing.T) {
 			s.startWorkers("a")
 			id := publish(t, rc, src, fmt.Sprintf(`{"kind":"twice","code":%d}`, code))
 			// Past the lease (1 s timeout + 3 s grace) another worker
-			// counts the stopped attempt as lost and runs the second.
+			// counts the stopped attempt as lost and runs the second; once b
+			// acknowledged the message, a's late outcome is refused.
 			pauseWhileHandlerRuns(t, s, cc, "a", func() {
 				s.startWorkers("b")
 				testutil.WaitFor(t, time.Minute, "worker b finishing the invocation", func() bool {
 					return s.countLogLines(`msg="invocation succeeded" stream=`+src.Stream()+` message_id=`+id) == 1
 				})
 			})
-			line := logLine(t, s, id, "lease taken over")
+			line := logLine(t, s, id, "no longer pending in the consumer group")
 			want := regexp.MustCompile(fmt.Sprintf(`attempt=1 .*exit_code=%d error="handler exited with code %d`, code, code))
 			if code == 0 {
 				want = regexp.MustCompile(`attempt=1 duration=\S+ op=finish error=.* handler_result=success`)
