@@ -368,7 +368,7 @@ func (p *pipeline) run(d *delivery, a *app.App, c call, l invocation.Lease, span
 		Env: telemetry.HandlerEnv(span.SpanContext()),
 	}
 	p.m.inFlight.Inc()
-	unblock := p.act.block()
+	unblock := p.act.handle()
 	start := time.Now()
 	done := p.runs.add(l.Token, Running{App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
 		MaxAttempts: c.retries + 1, Started: start, Timeout: c.timeout, LeaseUntil: l.Deadline})

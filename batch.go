@@ -35,22 +35,25 @@ const maxBatch = 64
 type activity struct {
 	mu sync.Mutex
 	// running counts the deliveries on a processor: deciding, matching,
-	// building what to write. claiming counts those waiting for a claim.
-	running, claiming int
-	// changed is closed, and replaced, whenever a count falls.
+	// building what to write. claiming counts those waiting for a claim,
+	// handling those running a handler, the latest of which started at
+	// lastRun.
+	running, claiming, handling int
+	lastRun                     time.Time
+	// changed, made when a leader waits, is closed when a count falls.
 	changed chan struct{}
 }
 
-func newActivity() *activity { return &activity{changed: make(chan struct{})} }
+func newActivity() *activity { return &activity{} }
 
 // add changes the running and claiming counts by dr and dc.
 func (a *activity) add(dr, dc int) {
 	a.mu.Lock()
 	a.running += dr
 	a.claiming += dc
-	if dr < 0 || dc < 0 {
+	if (dr < 0 || dc < 0) && a.changed != nil {
 		close(a.changed)
-		a.changed = make(chan struct{})
+		a.changed = nil
 	}
 	a.mu.Unlock()
 }
@@ -63,14 +66,49 @@ func (a *activity) block() (unblock func()) {
 	return func() { a.add(1, 0) }
 }
 
+// handle marks a running delivery as running a handler and returns what
+// marks it running again.
+func (a *activity) handle() (done func()) {
+	a.mu.Lock()
+	a.running--
+	a.handling++
+	a.lastRun = time.Now()
+	if a.changed != nil {
+		close(a.changed)
+		a.changed = nil
+	}
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		a.running++
+		a.handling--
+		a.mu.Unlock()
+	}
+}
+
+// runGrace is how long a handler that just started still counts as about
+// to settle: a Go function often returns within microseconds, and its
+// settlement then joins the batch of the deliveries read with it.
+const runGrace = 2 * time.Millisecond
+
 // quiet reports whether no delivery is about to join a batch of claims
 // (claims) or of settlements, and returns what is closed when that may
-// have changed.
-func (a *activity) quiet(claims bool) (bool, <-chan struct{}) {
+// have changed, and, when only a handler that just started holds the
+// batch, how long until it no longer does.
+func (a *activity) quiet(claims bool) (bool, <-chan struct{}, time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	q := a.running == 0 && (claims || a.claiming == 0)
-	return q, a.changed
+	var grace time.Duration
+	if !claims && a.handling > 0 {
+		grace = runGrace - time.Since(a.lastRun)
+	}
+	if a.running == 0 && (claims || a.claiming == 0) && grace <= 0 {
+		return true, nil, 0
+	}
+	if a.changed == nil {
+		a.changed = make(chan struct{})
+	}
+	return false, a.changed, max(grace, 0)
 }
 
 // batcher gathers the calls of concurrent deliveries into batches of one
@@ -84,6 +122,8 @@ type batcher[T, R any] struct {
 	mu       sync.Mutex
 	queue    []*batchCall[T, R]
 	inFlight bool
+	// timer bounds the leader's wait; there is one leader at a time.
+	timer *time.Timer
 }
 
 // batchResult is one item's result in a batch.
@@ -97,9 +137,9 @@ type batchCall[T, R any] struct {
 	ctx  context.Context
 	item T
 	res  batchResult[R]
-	// done is closed when res is set; lead when this call must lead the
-	// next batch.
-	done, lead chan struct{}
+	// done receives false when res is set, true when this call must lead
+	// the next batch.
+	done chan bool
 	// left is set when the caller returned before its result, ctx ended.
 	left bool
 }
@@ -111,7 +151,7 @@ type batchCall[T, R any] struct {
 // returns ctx's error and the item may or may not have been applied, as
 // with any call cut short.
 func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
-	c := &batchCall[T, R]{ctx: ctx, item: item, done: make(chan struct{}), lead: make(chan struct{})}
+	c := &batchCall[T, R]{ctx: ctx, item: item, done: make(chan bool, 1)}
 	if b.claims {
 		b.act.add(-1, 1)
 	} else {
@@ -126,9 +166,10 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 	b.mu.Unlock()
 	if !lead {
 		select {
-		case <-c.done:
-			return c.res.value, c.res.err
-		case <-c.lead:
+		case lead = <-c.done:
+			if !lead {
+				return c.res.value, c.res.err
+			}
 		case <-ctx.Done():
 			return b.leave(c)
 		}
@@ -144,11 +185,11 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 func (b *batcher[T, R]) leave(c *batchCall[T, R]) (R, error) {
 	b.mu.Lock()
 	select {
-	case <-c.done:
+	case lead := <-c.done:
 		b.mu.Unlock()
-		return c.res.value, c.res.err
-	case <-c.lead:
-		b.mu.Unlock()
+		if !lead {
+			return c.res.value, c.res.err
+		}
 		// Made leader as ctx ended: lead the calls behind.
 		b.wait()
 		b.flush()
@@ -178,20 +219,28 @@ func (b *batcher[T, R]) running(n int) {
 // wait is the leader's wait for the calls about to join: until no
 // delivery is about to, SettleLinger at most.
 func (b *batcher[T, R]) wait() {
-	var timer *time.Timer
+	end := time.Now().Add(b.linger)
 	for {
-		quiet, changed := b.act.quiet(b.claims)
+		quiet, changed, grace := b.act.quiet(b.claims)
 		if quiet {
-			break
+			return
 		}
-		if timer == nil {
-			timer = time.NewTimer(b.linger)
-			defer timer.Stop()
+		wait := time.Until(end)
+		if wait <= 0 {
+			return
+		}
+		if grace > 0 && grace < wait {
+			wait = grace
+		}
+		if b.timer == nil {
+			b.timer = time.NewTimer(wait)
+		} else {
+			b.timer.Reset(wait)
 		}
 		select {
 		case <-changed:
-		case <-timer.C:
-			return
+			b.timer.Stop()
+		case <-b.timer.C:
 		}
 	}
 }
@@ -233,10 +282,10 @@ func (b *batcher[T, R]) flush() {
 	// kind must not find the Engine quiet in between.
 	b.running(waiting)
 	for _, c := range batch {
-		close(c.done)
+		c.done <- false
 	}
 	if len(b.queue) > 0 {
-		close(b.queue[0].lead)
+		b.queue[0].done <- true
 	} else {
 		b.inFlight = false
 	}
@@ -248,6 +297,11 @@ func (b *batcher[T, R]) flush() {
 // giving up must not fail the others), and the latest deadline of ctxs
 // when every one has a deadline. ctxs must not be empty.
 func detached(ctxs []context.Context) (context.Context, context.CancelFunc) {
+	if shared(ctxs) {
+		// They end together (the writes of a moment share one deadline,
+		// persist.go): none gives up before the others.
+		return ctxs[0], func() {}
+	}
 	var latest time.Time
 	for _, c := range ctxs {
 		d, ok := c.Deadline()
@@ -259,6 +313,19 @@ func detached(ctxs []context.Context) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(ctxs[0]), latest)
+}
+
+// shared reports whether every one of ctxs ends when the first does and
+// only then: one Done channel and one deadline.
+func shared(ctxs []context.Context) bool {
+	done := ctxs[0].Done()
+	d, _ := ctxs[0].Deadline()
+	for _, c := range ctxs[1:] {
+		if e, _ := c.Deadline(); c.Done() != done || !e.Equal(d) {
+			return false
+		}
+	}
+	return done != nil
 }
 
 // newClaims batches the claims of state.

@@ -51,8 +51,11 @@ func recordSettles(h *harness) *callRecorder {
 	return rec
 }
 
+// settleApp's concurrency lets a read's messages run at once: one that
+// waits for a slot settles in a batch of its own.
 const settleApp = `
 image: x
+concurrency: 8
 events:
   - {handler: orders.ok, pattern: {kind: [ok]}}
   - {handler: orders.slow, pattern: {kind: [slow]}}

@@ -144,9 +144,10 @@ func (p *pipeline) match(ctx context.Context, d *delivery, e entry) plan {
 		}
 	}
 	var targets []matcher.Target
+	event := []byte(d.event) // one copy, for the matcher and every handler's stdin
 	if !unfinished.Complete {
 		var err error
-		targets, err = d.gen.matcher.Match([]byte(d.event))
+		targets, err = d.gen.matcher.Match(event)
 		if errors.Is(err, matcher.ErrMalformed) {
 			// The reason is read by operators in relay dlq ls; drop the
 			// package prefix.
@@ -168,7 +169,11 @@ func (p *pipeline) match(ctx context.Context, d *delivery, e entry) plan {
 			continue
 		}
 		r := a.Rules[t.Rule]
-		pl.calls = append(pl.calls, call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: []byte(d.event),
+		input := event
+		if len(pl.calls) > 0 {
+			input = slices.Clone(event) // a handler's stdin is its own
+		}
+		pl.calls = append(pl.calls, call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: input,
 			field: d.gen.field(a.Name, t.Rule)})
 	}
 	if !unfinished.Complete && len(pl.calls) == 0 && len(pl.orphans) == 0 && len(pl.unknown) == 0 {

@@ -97,8 +97,10 @@ type delivery struct {
 	span trace.Span
 	// handlerCtx is what handlers run under: it outlives the Engine's stop
 	// by the shutdown timeout, and ends early when the message is found no
-	// longer pending (Engine heartbeat).
-	handlerCtx context.Context
+	// longer pending (Engine heartbeat). abandonCtx is the Engine's: it
+	// ends only when running work is abandoned, and bounds the retries of
+	// a success's record, shared by every delivery (persistSuccess).
+	handlerCtx, abandonCtx context.Context
 	// record lists a first delivery's other invocations until a claim
 	// recorded them (invocation.Record); complete says they are all the
 	// message has.
@@ -109,9 +111,10 @@ type delivery struct {
 // deliver handles one delivery of msg and reports whether it was
 // acknowledged, and when not, the time its next step is due on this
 // worker's clock (zero when unknown: the reclaim brings it back); ctx ends
-// when the Engine stops, handlerCtx when it abandons running handlers.
-func (p *pipeline) deliver(ctx, handlerCtx context.Context, gen *generation, msg stream.Message) (acked bool, next time.Time) {
-	d := &delivery{msg: msg, key: p.id.key(msg.ID), event: msg.Fields["event"], gen: gen, handlerCtx: handlerCtx}
+// when the Engine stops, handlerCtx when it abandons running handlers or
+// the message is gone, abandonCtx when it abandons running handlers.
+func (p *pipeline) deliver(ctx, handlerCtx, abandonCtx context.Context, gen *generation, msg stream.Message) (acked bool, next time.Time) {
+	d := &delivery{msg: msg, key: p.id.key(msg.ID), event: msg.Fields["event"], gen: gen, handlerCtx: handlerCtx, abandonCtx: abandonCtx}
 	ctx, d.span = startMessageSpan(ctx, p.tracer, p.id, msg)
 	pl := p.match(ctx, d, p.decode(ctx, d))
 	v := verdict{plan: pl}
@@ -274,7 +277,7 @@ func (ds *dispatcher) handle(ctx context.Context, msg stream.Message) {
 	hctx := ds.handlerContext(msg.ID)
 	defer ds.untrack(msg.ID)
 	defer ds.p.act.add(-1, 0)
-	if _, next := ds.p.deliver(ctx, hctx, ds.gen(), msg); !next.IsZero() && ctx.Err() == nil {
+	if _, next := ds.p.deliver(ctx, hctx, ds.handlerCtx, ds.gen(), msg); !next.IsZero() && ctx.Err() == nil {
 		ds.later.add(msg, next)
 	}
 }

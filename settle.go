@@ -174,7 +174,7 @@ func (p *pipeline) write(ctx context.Context, d *delivery, s invocation.Settleme
 	}
 	for _, t := range s.Transitions {
 		if t.Kind == invocation.Finish {
-			return res, p.persistSuccess(ctx, d.handlerCtx, t.Lease, op)
+			return res, p.persistSuccess(ctx, d.abandonCtx, t.Lease, op)
 		}
 	}
 	return res, p.persist(ctx, op)
