@@ -220,7 +220,8 @@ func (t *tpl) debounce(n ast.Node, p string) (app.Debounce, bool) {
 }
 
 // topLimitField reads a flow-control key written at the top of the
-// template; ok is false when fl is none.
+// template, a default or one refused there; false when fl's key is not a
+// flow-control key.
 func (t *tpl) topLimitField(fl field) bool {
 	switch {
 	case slices.Contains(defaultKeys, fl.key):
