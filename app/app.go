@@ -159,6 +159,12 @@ type Rule struct {
 	// code written before Retry (0 takes DefaultRetries, NoRetries none),
 	// and NewSet refuses a Retries and a Retry that disagree.
 	Retries int
+	// Limits is the rule's flow control (docs/flow-control.md): its
+	// concurrency bound, rate limit, debounce and maximum event age,
+	// the rule's own template keys over the app's defaults. The zero
+	// value limits nothing beyond the app's concurrency. NewSet checks
+	// it and fills its defaults (Limits documents each field).
+	Limits Limits
 }
 
 // Schedule is one cron schedule of an app (docs/schedules.md).
@@ -194,11 +200,13 @@ type Set struct {
 // (docs/embedding.md#apps-in-go): app and schedule names valid and unique,
 // handlers unique per app and "module.function" when the Spec names a
 // container (else any name without /, whitespace or control characters), patterns present,
-// timeouts in (0, MaxTimeout], retries in [0, MaxRetries]. It fills the
-// template's defaults in place: a zero Concurrency takes
-// DefaultConcurrency, a zero Timeout DefaultTimeout, a zero Retries
-// DefaultRetries (NoRetries means none); an app already in a set is not
-// filled again. The first problem found is the error.
+// timeouts in (0, MaxTimeout], retries in [0, MaxRetries], each rule's
+// Limits within the bounds and combinations a template allows
+// (docs/flow-control.md). It fills the template's defaults in place: a
+// zero Concurrency takes DefaultConcurrency, a zero Timeout
+// DefaultTimeout, a zero Retries DefaultRetries (NoRetries means none), a
+// Rate without a RateBurst DefaultRateBurst, a ConcurrencyKey
+// ScopeCluster; an app already in a set is not filled again. The first problem found is the error.
 func NewSet(apps ...*App) (*Set, error) {
 	for _, a := range apps {
 		if err := check(a); err != nil {
@@ -274,6 +282,9 @@ func check(a *App) error {
 		}
 		seen[r.Handler] = true
 		if err := fill(&r.Timeout, r.Retry, &r.Retries); err != nil {
+			return fmt.Errorf("app: %s: %w", what, err)
+		}
+		if err := r.Limits.fill(a.Concurrency); err != nil {
 			return fmt.Errorf("app: %s: %w", what, err)
 		}
 	}
