@@ -377,7 +377,8 @@ func (p *pipeline) run(d *delivery, a *app.App, c call, l invocation.Lease, span
 	unblock()
 	done()
 	p.m.inFlight.Dec()
-	if err != nil && context.Cause(d.handlerCtx) == errMessageGone {
+	if _, exited := errors.AsType[*runtime.ExitError](err); err != nil && !exited && context.Cause(d.handlerCtx) == errMessageGone {
+		// Stopped by the heartbeat, not ended by itself.
 		err = fmt.Errorf("%w: %w", errMessageGone, err)
 	}
 	return took, err
