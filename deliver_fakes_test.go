@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -512,6 +513,50 @@ func TestFakesOutcomesRanCountsAttempts(t *testing.T) {
 		}
 		if !slices.ContainsFunc(all, func(o relay.Outcome) bool { return o.Kind == relay.NotDue }) {
 			t.Errorf("Of has no not-due outcome (%d outcomes): the reclaim never came early, the test shows nothing", len(all))
+		}
+	})
+}
+
+// A handler whose message leaves the PEL while it runs (another consumer
+// acknowledged it, or Redis lost its data) is stopped at the next
+// heartbeat: its attempt is marked orphaned, then ends as Gone, nothing is
+// recorded, and its slot is free for live work
+// (docs/delivery.md#concurrency-and-heartbeat).
+func TestFakesHandlerOfAGoneMessageIsStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 10 * time.Minute})
+		var orphaned atomic.Bool
+		var e *relay.Engine
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			<-ctx.Done()
+			for _, r := range e.Running() {
+				orphaned.Store(orphaned.Load() || r.Orphaned)
+			}
+			return fmt.Errorf("run %s/%s: %w", req.App, req.Handler, context.Cause(ctx))
+		})
+		outcomes := &relaytest.Outcomes{}
+		e, _ = f.engine("c1", relay.Config{OnOutcome: outcomes.Record})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.src.Consumer("c2").Ack(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(relay.DefaultMinPendingIdle / 3) // a heartbeat interval
+		synctest.Wait()
+		got := outcomes.Of(id, "shop", "orders.charge")
+		if len(got) != 1 || got[0].Kind != relay.Gone {
+			t.Fatalf("outcomes %+v, want one Gone", got)
+		}
+		if !orphaned.Load() {
+			t.Error("Running() did not mark the attempt orphaned while its handler was being stopped")
+		}
+		if rs := e.Running(); len(rs) != 0 {
+			t.Errorf("Running() = %+v after the handler was stopped, want none", rs)
+		}
+		if v := f.value(id); !strings.HasPrefix(v, "running:") {
+			t.Errorf("state = %q, want the lease untouched: nothing is recorded for a gone message", v)
 		}
 	})
 }
