@@ -185,9 +185,10 @@ func permanent(err error) bool {
 // would expire and count as a failed attempt although nothing ran. ok
 // reports a claimed attempt and taken slots; otherwise s is the step.
 func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o Outcome) (_ invocation.Claim, taken slots, s step, ok bool) {
+	want := p.limiter.slotsOf(a, c.handler, c.limits)
 	if d.msg.Deliveries < 2 {
-		if taken, ok = p.limiter.tryAcquire(a); !ok {
-			if taken, ok = p.waitSlots(ctx, a, &o); !ok {
+		if taken, ok = p.limiter.tryAcquire(want); !ok {
+			if taken, ok = p.waitSlots(ctx, want, &o); !ok {
 				return invocation.Claim{}, slots{}, p.probe(ctx, d, c, o), false
 			}
 		}
@@ -201,7 +202,7 @@ func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o
 	if !ok {
 		return cl, slots{}, s, false
 	}
-	if taken, ok = p.limiter.tryAcquire(a); ok {
+	if taken, ok = p.limiter.tryAcquire(want); ok {
 		return cl, taken, s, true
 	}
 	o.Waited = true
@@ -210,7 +211,7 @@ func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o
 		o.failed(OpRelease, err)
 		return cl, slots{}, step{o: o}, false
 	}
-	if taken, ok = p.waitSlots(ctx, a, &o); !ok {
+	if taken, ok = p.waitSlots(ctx, want, &o); !ok {
 		return cl, slots{}, step{o: o}, false
 	}
 	if cl, s, ok = p.claimInTime(ctx, d, c, o); !ok {
@@ -219,12 +220,12 @@ func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o
 	return cl, taken, s, ok
 }
 
-// waitSlots waits for a's slot and a global one, at most the concurrency
-// wait. When none freed, o is NoSlot (Stopping when ctx ended).
-func (p *pipeline) waitSlots(ctx context.Context, a *app.App, o *Outcome) (slots, bool) {
+// waitSlots waits for the slots of want, at most the concurrency wait.
+// When they did not free, o is NoSlot (Stopping when ctx ended).
+func (p *pipeline) waitSlots(ctx context.Context, want slots, o *Outcome) (slots, bool) {
 	o.Waited = true
 	unblock := p.act.block()
-	taken, ok := p.limiter.waitAcquire(ctx, a, p.cfg.ConcurrencyWait)
+	taken, ok := p.limiter.waitAcquire(ctx, want, p.cfg.ConcurrencyWait)
 	unblock()
 	if !ok {
 		o.Kind = NoSlot

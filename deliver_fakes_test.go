@@ -561,6 +561,38 @@ func TestFakesHandlerOfAGoneMessageIsStopped(t *testing.T) {
 	})
 }
 
+// A rule's own concurrency (per worker) bounds its invocations below the
+// app's: with the app at 8 and the rule at 1, three events run one at a
+// time (docs/flow-control.md).
+func TestFakesRuleConcurrencyPerWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Limits: app.Limits{Concurrency: 1}})
+		f.apps.Get("shop").Concurrency = 8
+		var running, peak atomic.Int32
+		for range 3 {
+			f.runner.Script(fakeField, func(context.Context, runtime.Request) error {
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Second)
+				running.Add(-1)
+				return nil
+			})
+		}
+		f.run("c1", relay.Config{})
+		for range 3 {
+			f.publish()
+		}
+		f.settle(time.Hour)
+		if n := len(f.runner.Requests(fakeField)); n != 3 {
+			t.Fatalf("%d runs, want 3", n)
+		}
+		if p := peak.Load(); p != 1 {
+			t.Errorf("at most %d ran at once, want 1", p)
+		}
+	})
+}
+
 // A retry starts within a second of its due time, with the production
 // backoff (1m, then 2m): the worker that left its message pending keeps it
 // and delivers it again then, rather than waiting for a reclaim to find it

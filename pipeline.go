@@ -173,6 +173,9 @@ type call struct {
 	input   []byte
 	// field is the invocation field, "app/handler".
 	field string
+	// limits is the rule's flow control (docs/flow-control.md); none for
+	// a schedule occurrence.
+	limits app.Limits
 }
 
 // lease is how long an attempt of c may run before it counts as lost: its
