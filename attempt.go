@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stream"
 )
 
 // step is one invocation after the invoke stage: its outcome and, when
@@ -94,6 +95,8 @@ func (p *pipeline) attempt(ctx context.Context, d *delivery, c call) step {
 	case ctx.Err() != nil:
 		o.Kind = Stopping // start nothing new
 		return p.probe(ctx, d, c, o)
+	case c.limits.MaxAge > 0 && p.age(d) > c.limits.MaxAge:
+		return p.tooOld(ctx, d, c, o)
 	}
 	cl, taken, s, ok := p.start(ctx, d, a, c, o)
 	if !ok {
@@ -166,6 +169,33 @@ func panicStack(err error) string {
 		stack = append(stack[:maxPanicStack:maxPanicStack], "…"...)
 	}
 	return "\n" + strings.ToValidUTF8(string(stack), "\ufffd")
+}
+
+// age is how old d's message is now: from the time in its stream entry id
+// to the store's clock (the entry's time is the Redis server's when
+// Redis chose the id).
+func (p *pipeline) age(d *delivery) time.Duration {
+	ms, _, err := stream.ParseID(d.msg.ID)
+	if err != nil {
+		return 0
+	}
+	return time.Now().Add(time.Duration(p.skew.Load())).Sub(time.UnixMilli(int64(ms)))
+}
+
+// tooOld dead-letters the invocation of c, whose message is older than its
+// rule's max_age, without running it (docs/flow-control.md#maximum-event-age):
+// the claim takes the attempt, and the settlement exhausts it with the
+// reason, counting only the attempts that ran.
+func (p *pipeline) tooOld(ctx context.Context, d *delivery, c call, o Outcome) step {
+	cl, s, ok := p.claimed(ctx, d, c, o, false)
+	if !ok {
+		return s
+	}
+	l := cl.Lease
+	reason := "older than max_age " + app.FormatDuration(c.limits.MaxAge)
+	e := p.entry(d, c.app, c.handler, l.Attempt-1, reason, dlqTrace(d.span))
+	o.Kind, o.Attempt, o.Lost, o.Reason = DeadLettered, l.Attempt, cl.Lost, reason
+	return step{o: o, t: &invocation.Transition{Kind: invocation.Exhaust, Lease: l, Entry: &e}}
 }
 
 // permanent reports whether the handler said its failure is permanent

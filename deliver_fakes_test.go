@@ -593,6 +593,32 @@ func TestFakesRuleConcurrencyPerWorker(t *testing.T) {
 	})
 }
 
+// An invocation whose message is older than its rule's max_age when it
+// would start is dead-lettered, reason "older than max_age 1h", without
+// running; a fresh one runs (docs/flow-control.md#maximum-event-age).
+func TestFakesMaxAgeDeadLettersWithoutRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Limits: app.Limits{MaxAge: time.Hour}})
+		old := f.publish()
+		time.Sleep(2 * time.Hour)
+		fresh := f.publish()
+		f.run("c1", relay.Config{})
+		f.settle(time.Hour)
+		reqs := f.runner.Requests(fakeField)
+		if len(reqs) != 1 || reqs[0].MessageID != fresh {
+			t.Fatalf("runs %+v, want the fresh message's alone", reqs)
+		}
+		es, err := f.dlq.List(t.Context(), dlq.Filter{})
+		if err != nil || len(es) != 1 {
+			t.Fatalf("DLQ entries %+v, %v; want one", es, err)
+		}
+		if e := es[0]; e.OriginalID != old || e.Reason != "older than max_age 1h" || e.HandlerAttempts != 0 {
+			t.Errorf("DLQ entry %+v; want the old message's, reason \"older than max_age 1h\", no attempt run", e)
+		}
+		f.wantRetained(fresh, "ok")
+	})
+}
+
 // A retry starts within a second of its due time, with the production
 // backoff (1m, then 2m): the worker that left its message pending keeps it
 // and delivers it again then, rather than waiting for a reclaim to find it

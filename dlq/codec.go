@@ -123,9 +123,10 @@ func Decode(id string, fields map[string]string) (Entry, error) {
 // otherwise): every identifying field and the reason set, OriginalID a full
 // stream id "<ms>-<seq>", Deliveries >= 0, and either App and Handler both
 // MalformedName with HandlerAttempts 0 (a malformed message) or neither,
-// with HandlerAttempts >= 1 (an exhausted invocation). The error is a
-// *FieldError naming the field. Other DLQWriter implementations
-// (relaytest's) call it to refuse the same entries.
+// with HandlerAttempts >= 0 (an exhausted invocation: 0 when no attempt
+// ran, as for a message past its rule's max_age). The error is a
+// *FieldError naming the field. Other implementations (relaytest's) call
+// it to refuse the same entries.
 func (e Entry) Validate() error {
 	bad := func(field, msg string) error { return &FieldError{Field: field, Msg: msg} }
 	required := []struct{ field, value string }{
@@ -154,8 +155,8 @@ func (e Entry) Validate() error {
 		return bad(fieldHandler, "app and handler must both be "+strconv.Quote(MalformedName)+" or neither")
 	case malformed && e.HandlerAttempts != 0:
 		return bad(fieldHandlerAttempts, "must be 0 for a malformed message")
-	case !malformed && e.HandlerAttempts < 1:
-		return bad(fieldHandlerAttempts, "must be >= 1 for an exhausted invocation")
+	case e.HandlerAttempts < 0:
+		return bad(fieldHandlerAttempts, "negative")
 	}
 	return nil
 }

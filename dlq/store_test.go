@@ -148,7 +148,7 @@ func TestWriteValidation(t *testing.T) {
 		{"no app", func(e *dlq.Entry) { e.App = "" }, "app"},
 		{"no handler", func(e *dlq.Entry) { e.Handler = "" }, "handler"},
 		{"negative deliveries", func(e *dlq.Entry) { e.Deliveries = -1 }, "deliveries"},
-		{"zero attempts", func(e *dlq.Entry) { e.HandlerAttempts = 0 }, "handler_attempts"},
+		{"negative attempts", func(e *dlq.Entry) { e.HandlerAttempts = -1 }, "handler_attempts"},
 		{"half malformed", func(e *dlq.Entry) { e.App = dlq.MalformedName }, "handler"},
 		{"malformed with attempts", func(e *dlq.Entry) { e.App, e.Handler = dlq.MalformedName, dlq.MalformedName }, "handler_attempts"},
 	} {

@@ -158,7 +158,7 @@ func dlqWriterInvalidEntriesRefused(t *testing.T, h DLQWriterHarness) {
 		{"handler_attempts", func(e *dlq.Entry) {
 			e.App, e.Handler, e.HandlerAttempts = dlq.MalformedName, dlq.MalformedName, 1
 		}},
-		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = 0 }},
+		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = -1 }},
 	} {
 		e := dlqEntry(h.Stream)
 		c.edit(&e)

@@ -187,7 +187,7 @@ func stateInvalidDeadLetterEntriesRefused(t *testing.T, s *stateSuite) {
 		{"consumer", func(e *dlq.Entry) { e.Consumer = "" }},
 		{"reason", func(e *dlq.Entry) { e.Reason = "" }},
 		{"handler", func(e *dlq.Entry) { e.App = dlq.MalformedName }},
-		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = 0 }},
+		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = -1 }},
 	} {
 		for _, kind := range []invocation.TransitionKind{invocation.Exhaust, invocation.DeadLetter} {
 			e := deadLetter(c.Lease)
