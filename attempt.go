@@ -17,7 +17,6 @@ import (
 	"github.com/relaydev/relay/internal/telemetry"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
 )
 
 // step is one invocation after the invoke stage: its outcome and, when
@@ -121,16 +120,16 @@ func (p *pipeline) ended(d *delivery, c call, l invocation.Lease, o Outcome, err
 	switch o.Result {
 	case ResultSuccess:
 		o.Kind = Succeeded
-		return step{o: o, t: &invocation.Transition{Kind: invocation.Finish, Lease: l}}
+		return step{o: o, t: &invocation.Transition{Kind: invocation.Finish, Lease: l, Gate: c.gate}}
 	case ResultFailure, ResultTimeout, ResultOOM:
 		if o.Attempt >= o.MaxAttempts || permanent(err) {
 			o.Kind = DeadLettered
 			e := p.entry(d, c.app, c.handler, l.Attempt, err.Error()+panicStack(err), dlqTrace(o.span))
 			o.Reason = e.Reason
-			return step{o: o, t: &invocation.Transition{Kind: invocation.Exhaust, Lease: l, Entry: &e}}
+			return step{o: o, t: &invocation.Transition{Kind: invocation.Exhaust, Lease: l, Entry: &e, Gate: c.gate}}
 		}
 		o.Kind = Retrying
-		return step{o: o, t: &invocation.Transition{Kind: invocation.Retry, Lease: l, Backoff: invocation.Backoff(p.cfg.Backoff, l.Attempt)}}
+		return step{o: o, t: &invocation.Transition{Kind: invocation.Retry, Lease: l, Backoff: invocation.Backoff(p.cfg.Backoff, l.Attempt), Gate: c.gate}}
 	}
 	if errors.Is(err, errMessageGone) {
 		// Nothing to record: the message's state is no longer live.
@@ -149,7 +148,7 @@ func (p *pipeline) ended(d *delivery, c call, l invocation.Lease, o Outcome, err
 	if d.handlerCtx.Err() != nil {
 		o.Kind = Stopping
 	}
-	return step{o: o, t: &invocation.Transition{Kind: invocation.Release, Lease: l}}
+	return step{o: o, t: &invocation.Transition{Kind: invocation.Release, Lease: l, Gate: c.gate}}
 }
 
 // maxPanicStack bounds the stack of a panicking Go handler that its
@@ -175,11 +174,11 @@ func panicStack(err error) string {
 // to the store's clock (the entry's time is the Redis server's when
 // Redis chose the id).
 func (p *pipeline) age(d *delivery) time.Duration {
-	ms, _, err := stream.ParseID(d.msg.ID)
-	if err != nil {
+	t := entryTime(d.msg.ID)
+	if t.IsZero() {
 		return 0
 	}
-	return time.Now().Add(time.Duration(p.skew.Load())).Sub(time.UnixMilli(int64(ms)))
+	return time.Now().Add(time.Duration(p.skew.Load())).Sub(t)
 }
 
 // tooOld dead-letters the invocation of c, whose message is older than its
@@ -187,7 +186,7 @@ func (p *pipeline) age(d *delivery) time.Duration {
 // the claim takes the attempt, and the settlement exhausts it with the
 // reason, counting only the attempts that ran.
 func (p *pipeline) tooOld(ctx context.Context, d *delivery, c call, o Outcome) step {
-	cl, s, ok := p.claimed(ctx, d, c, o, false)
+	cl, s, ok := p.claimed(ctx, d, c, o, claimUngated)
 	if !ok {
 		return s
 	}
@@ -236,7 +235,7 @@ func (p *pipeline) start(ctx context.Context, d *delivery, a *app.App, c call, o
 		return cl, taken, s, true
 	}
 	o.Waited = true
-	if err := p.giveBack(ctx, d, cl.Lease); err != nil {
+	if err := p.giveBack(ctx, d, cl.Lease, c.gate); err != nil {
 		// The claim stays until it is given back (voids.go).
 		o.failed(OpRelease, err)
 		return cl, slots{}, step{o: o}, false
@@ -278,7 +277,7 @@ func (p *pipeline) waitSlots(ctx context.Context, want slots, o *Outcome) (slots
 // with Redis. ok reports a claimed attempt; otherwise s is the step.
 func (p *pipeline) claimInTime(ctx context.Context, d *delivery, c call, o Outcome) (invocation.Claim, step, bool) {
 	asked := time.Now()
-	cl, s, ok := p.claimed(ctx, d, c, o, false)
+	cl, s, ok := p.claimed(ctx, d, c, o, claimRun)
 	if !ok {
 		return cl, s, false
 	}
@@ -288,7 +287,7 @@ func (p *pipeline) claimInTime(ctx context.Context, d *delivery, c call, o Outco
 	}
 	o.Kind, o.Attempt, o.Lost = NotRun, cl.Lease.Attempt, cl.Lost
 	o.Err = fmt.Errorf("%w: the claim took %v, half the lease grace (%v) or more", errLateClaim, took.Round(time.Millisecond), p.cfg.LeaseGrace)
-	if err := p.giveBack(ctx, d, cl.Lease); err != nil {
+	if err := p.giveBack(ctx, d, cl.Lease, c.gate); err != nil {
 		// Given back later, once the store answers (voids.go).
 		o.WriteErr = &WriteError{Op: OpRelease, Err: err}
 	}
@@ -304,7 +303,7 @@ var errLateClaim = errors.New("attempt given back before it ran: its lease may n
 // invocation did not need to run (finished, leased, not due, exhausted),
 // that is the outcome instead.
 func (p *pipeline) probe(ctx context.Context, d *delivery, c call, o Outcome) step {
-	cl, s, ok := p.claimed(ctx, d, c, o, true)
+	cl, s, ok := p.claimed(ctx, d, c, o, claimProbe)
 	if ok {
 		// Recorded due: o stands, with a lost attempt the probe charged.
 		o.Lost = cl.Lost
@@ -313,12 +312,29 @@ func (p *pipeline) probe(ctx context.Context, d *delivery, c call, o Outcome) st
 	return s
 }
 
+// claimMode says what claimed asks the store for.
+type claimMode int
+
+const (
+	// claimRun claims an attempt to run, through the rule's gate.
+	claimRun claimMode = iota
+	// claimUngated claims an attempt that runs no handler (max_age).
+	claimUngated
+	// claimProbe records the invocation due instead (ClaimRequest.Probe).
+	claimProbe
+)
+
 // claimed claims (or probes) the next attempt of c. ok reports a claimed
 // (or probed) attempt; otherwise the claim's status is turned into the
-// step: finished, leased elsewhere, not due, or exhausted, in which case
-// the step writes the dead-letter entry the earlier delivery could not.
-func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, probe bool) (invocation.Claim, step, bool) {
-	cl, err := p.claim(ctx, d, invocation.ClaimRequest{Field: c.field, Lease: p.lease(c), MaxAttempts: o.MaxAttempts, Probe: probe}, &o)
+// step: finished, superseded, leased elsewhere, not due, waiting for a
+// limit, or exhausted, in which case the step writes the dead-letter entry
+// the earlier delivery could not.
+func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, mode claimMode) (invocation.Claim, step, bool) {
+	r := invocation.ClaimRequest{Field: c.field, Lease: p.lease(c), MaxAttempts: o.MaxAttempts, Probe: mode == claimProbe}
+	if mode == claimRun {
+		r.Gate = c.gate
+	}
+	cl, err := p.claim(ctx, d, r, &o)
 	if err != nil {
 		return cl, step{o: o}, false
 	}
@@ -337,6 +353,14 @@ func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, 
 		o.Kind, o.Next = Leased, cl.RunningUntil
 	case invocation.NotDue:
 		o.Kind, o.Next = NotDue, cl.NextAttemptAt
+	case invocation.Superseded:
+		o.Kind, o.Reason = Superseded, "superseded by message "+cl.SupersededBy
+	case invocation.Debounced:
+		o.Kind, o.Next = Debounced, cl.NextAttemptAt
+	case invocation.Throttled:
+		// On the store's clock, as its answer.
+		now := time.Now().Add(time.Duration(p.skew.Load()))
+		o.Kind, o.Reason, o.Next = Throttled, cl.Limit, p.pacer.next(c, cl, now)
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.

@@ -65,6 +65,9 @@ const (
 	// DefaultMaxWaiting is how many messages an Engine keeps for their
 	// next step's time (Config.MaxWaiting).
 	DefaultMaxWaiting = 10_000
+	// DefaultThrottlePoll is how often a worker tries again an invocation
+	// throttled by its rule's cross-worker concurrency (Config.ThrottlePoll).
+	DefaultThrottlePoll = 100 * time.Millisecond
 )
 
 // DefaultBackoff is the fixed retry schedule after the 1st, 2nd, 3rd and
@@ -170,6 +173,13 @@ type Config struct {
 	// (MinPendingIdle, every ReclaimInterval) finds them due. Each kept
 	// message holds its entry in memory. Default: DefaultMaxWaiting.
 	MaxWaiting int
+	// ThrottlePoll is how soon an invocation whose rule's concurrency
+	// slots across workers are all held is claimed again: a slot freed by
+	// another worker is seen within it (docs/flow-control.md#waiting). The
+	// waiters of one rule and limit key are spread a ThrottlePoll ÷ slots
+	// apart, so a backlog costs the store slots ÷ ThrottlePoll claims a
+	// second, not one per waiter. Default: DefaultThrottlePoll.
+	ThrottlePoll time.Duration
 	// OnOutcome, when set, is told every invocation outcome once, after
 	// the Engine's own log line, metrics, cluster stats and span
 	// (docs/observability.md); messageID is the stream entry's id. It runs
@@ -214,6 +224,7 @@ func (c Config) withDefaults() (Config, error) {
 	lingerSet := c.SettleLinger != 0
 	orDefault(&c.SettleLinger, DefaultSettleLinger)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
+	orDefault(&c.ThrottlePoll, DefaultThrottlePoll)
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
 	}
@@ -280,6 +291,8 @@ func (c Config) check() error {
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
 	nonNegative("LeaseGrace", c.LeaseGrace)
 	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	nonNegative("ThrottlePoll", c.ThrottlePoll)
+	atLeastMs("ThrottlePoll", c.ThrottlePoll)
 	if c.Retention != DeleteOnAck {
 		nonNegative("Retention", c.Retention)
 		if c.Retention > 0 && c.Retention < time.Millisecond {

@@ -55,6 +55,9 @@ type Engine struct {
 	gen atomic.Pointer[generation]
 
 	running atomic.Bool
+	// kept is Run's set of messages kept for their next step (later.go),
+	// nil before Run.
+	kept atomic.Pointer[later]
 	// consuming is set while Run's read loop runs and its last read of the
 	// stream succeeded (Ping, readiness).
 	consuming atomic.Bool
@@ -106,7 +109,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
 	e := &Engine{c: c, cfg: cfg, log: log, p: newPipeline(c, cfg, m, log)}
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
+		if err := errors.Join(cfg.Metrics.Register(holdsCollector{e}), cfg.Metrics.Register(waitingCollector{e})); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
 	}
@@ -132,7 +135,7 @@ func newPipeline(c Components, cfg Config, m *metrics, log *slog.Logger) *pipeli
 		id: identity{c.Stream, c.Group, c.Consumer}, state: c.State, runner: c.Runner, limiter: cfg.Limiter, cfg: cfg,
 		tracer: newTracer(cfg.TracerProvider), obs: newObservers(cfg, log, m, c.Consumer), m: m, log: log,
 		act:  newActivity(),
-		held: newHeldSet(), runs: newRunningSet(),
+		held: newHeldSet(), runs: newRunningSet(), pacer: newPacer(cfg.ThrottlePoll),
 	}
 	p.claims, p.settles = newClaims(c.State, p.act, cfg.SettleLinger), newSettles(c.State, p.act, cfg.SettleLinger)
 	v, _ := c.State.(ClaimVoider)
@@ -226,6 +229,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
 	kept := newLater(e.cfg.MaxWaiting)
+	e.kept.Store(kept)
 	ds := newDispatcher(e.p, e.gen.Load, handlerCtx, 2*e.cfg.MaxConcurrency, kept)
 	fail := &loopLog{log: e.log, repeats: newRepeats()}
 	src, p, cfg := e.c.Source, e.p, e.cfg

@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,8 +32,10 @@ type later struct {
 }
 
 type laterItem struct {
-	msg   stream.Message
-	due   time.Time
+	msg stream.Message
+	due time.Time
+	// waits are its invocations that wait for a flow-control limit.
+	waits []waitOf
 	index int // in the heap
 }
 
@@ -39,19 +43,20 @@ func newLater(max int) *later {
 	return &later{max: max, byID: map[string]*laterItem{}, wake: make(chan struct{}, 1)}
 }
 
-// add keeps msg for delivery at due, and reports whether it does: not when
-// the set is full (or disabled). A message kept already gets the new time.
-func (l *later) add(msg stream.Message, due time.Time) bool {
+// add keeps msg for delivery at due, its invocations of waits waiting for
+// their limits, and reports whether it does: not when the set is full (or
+// disabled). A message kept already gets the new time.
+func (l *later) add(msg stream.Message, due time.Time, waits []waitOf) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if it, ok := l.byID[msg.ID]; ok {
-		it.msg, it.due = msg, due
+		it.msg, it.due, it.waits = msg, due, waits
 		heap.Fix(&l.items, it.index)
 	} else {
 		if len(l.byID) >= l.max {
 			return false
 		}
-		it := &laterItem{msg: msg, due: due}
+		it := &laterItem{msg: msg, due: due, waits: waits}
 		heap.Push(&l.items, it)
 		l.byID[msg.ID] = it
 	}
@@ -84,6 +89,44 @@ func (l *later) ids() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// waiting counts the kept invocations that wait for a limit, by rule
+// and limit, sorted.
+func (l *later) waiting() []Waiting {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	byRule := map[waitOf]*Waiting{}
+	for _, it := range l.items {
+		for _, w := range it.waits {
+			c := byRule[w]
+			if c == nil {
+				c = &Waiting{App: w.app, Handler: w.handler, Limit: w.limit}
+				byRule[w] = c
+			}
+			c.Count++
+			if t := entryTime(it.msg.ID); !t.IsZero() && (c.Oldest.IsZero() || t.Before(c.Oldest)) {
+				c.Oldest = t
+			}
+		}
+	}
+	out := make([]Waiting, 0, len(byRule))
+	for _, c := range byRule {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b Waiting) int {
+		return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Handler, b.Handler), cmp.Compare(a.Limit, b.Limit))
+	})
+	return out
+}
+
+// entryTime is the time in stream entry id id, zero when it has none.
+func entryTime(id string) time.Time {
+	ms, _, err := stream.ParseID(id)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
 }
 
 // len is how many messages are kept.

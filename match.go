@@ -173,8 +173,12 @@ func (p *pipeline) match(ctx context.Context, d *delivery, e entry) plan {
 		if len(pl.calls) > 0 {
 			input = slices.Clone(event) // a handler's stdin is its own
 		}
-		pl.calls = append(pl.calls, call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: input,
-			field: d.gen.field(a.Name, t.Rule), limits: r.Limits})
+		c := call{app: a.Name, handler: r.Handler, timeout: r.Timeout, retries: r.Retries, input: input,
+			field: d.gen.field(a.Name, t.Rule), limits: r.Limits}
+		if !r.Limits.IsZero() {
+			c.gate = gateOf(r.Limits, event)
+		}
+		pl.calls = append(pl.calls, c)
 	}
 	if !unfinished.Complete && len(pl.calls) == 0 && len(pl.orphans) == 0 && len(pl.unknown) == 0 {
 		// Matched nothing: acknowledged, never retried. A first delivery

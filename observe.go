@@ -127,6 +127,14 @@ func (mo metricsObserver) invocation(_ context.Context, _ *delivery, o Outcome) 
 	if o.DLQID != "" {
 		m.dlqEntries.WithLabelValues(o.App, o.Handler).Inc()
 	}
+	switch o.Kind {
+	case Throttled:
+		m.deferrals.WithLabelValues(o.App, o.Handler, o.Reason).Inc()
+	case Debounced:
+		m.deferrals.WithLabelValues(o.App, o.Handler, "debounce").Inc()
+	case Superseded:
+		m.superseded.WithLabelValues(o.App, o.Handler).Inc()
+	}
 }
 
 // retries counts the failed attempts of o scheduled for another try: the
@@ -355,6 +363,12 @@ func (lo logObserver) kindLine(o Outcome, failure failureLog) {
 		log(slog.LevelInfo, "invocation of a handler no longer declared had no attempt charged; dropped with its rule")
 	case NotDue:
 		log(slog.LevelDebug, "invocation not due", slog.Time("next_attempt_at", o.Next))
+	case Throttled:
+		log(slog.LevelDebug, "invocation throttled by its rule's "+o.Reason+" limit; waiting, no attempt charged", slog.Time("next_attempt_at", o.Next))
+	case Debounced:
+		log(slog.LevelDebug, "invocation debounced; waiting for its period to end", slog.Time("next_attempt_at", o.Next))
+	case Superseded:
+		log(slog.LevelInfo, "invocation superseded by a newer event with its debounce key; not run", slog.String("reason", o.Reason))
 	case Leased:
 		// The wait can be minutes: say so.
 		log(slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",

@@ -54,6 +54,9 @@ const (
 	// declared, which never had an attempt charged, was dropped with its
 	// rule.
 	Dropped
+	// Superseded: a newer event with the same debounce key runs instead,
+	// and is recorded (docs/flow-control.md#debounce); nothing ran.
+	Superseded
 
 	// Retrying: the handler failed; the next attempt is recorded for Next.
 	Retrying
@@ -73,6 +76,14 @@ const (
 	// OutcomeUnknown: the handler may have run but its result was lost;
 	// its lease is kept, and counts as a failed attempt when it expires.
 	OutcomeUnknown
+	// Throttled: a limit of the rule's (its concurrency across workers,
+	// its rate) lets no attempt start before Next; nothing ran and no
+	// attempt is charged. Reason names the limit
+	// (docs/flow-control.md).
+	Throttled
+	// Debounced: the invocation waits for its debounce period to end at
+	// Next, in case a newer event with its key supersedes it.
+	Debounced
 	// Gone: the message left the consumer group's PEL while its handler
 	// ran (another consumer acknowledged it, or Redis lost its data); the
 	// handler was stopped and nothing of it is recorded.
@@ -84,7 +95,8 @@ const (
 )
 
 var outcomeKindNames = map[OutcomeKind]string{
-	Succeeded: "succeeded", DeadLettered: "dead-lettered", Done: "done", Dropped: "dropped",
+	Succeeded: "succeeded", DeadLettered: "dead-lettered", Done: "done", Dropped: "dropped", Superseded: "superseded",
+	Throttled: "throttled", Debounced: "debounced",
 	Retrying: "retrying", NotDue: "not due", Leased: "leased", Unavailable: "unavailable",
 	NoSlot: "no slot", Stopping: "stopping", NotRun: "not run", OutcomeUnknown: "outcome unknown",
 	Gone: "gone", WriteFailed: "write failed",
@@ -99,7 +111,7 @@ func (k OutcomeKind) String() string {
 
 // Terminal reports whether an invocation with this outcome lets its message
 // be acknowledged.
-func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Dropped }
+func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Superseded }
 
 // Outcome is what one delivery did with one invocation: the value the
 // record stage returns, which the Engine reports once to its observers (log,

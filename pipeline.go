@@ -62,6 +62,8 @@ type pipeline struct {
 	voids *voider
 	held  *heldSet
 	runs  *runningSet
+	// pacer spaces the next tries of throttled invocations (flow.go).
+	pacer *pacer
 	// claimFails counts the claims that failed in a row (a store error,
 	// not a claim refused): while it is not 0 the read loop paces its
 	// reads.
@@ -113,7 +115,7 @@ type delivery struct {
 // worker's clock (zero when unknown: the reclaim brings it back); ctx ends
 // when the Engine stops, handlerCtx when it abandons running handlers or
 // the message is gone, abandonCtx when it abandons running handlers.
-func (p *pipeline) deliver(ctx, handlerCtx, abandonCtx context.Context, gen *generation, msg stream.Message) (acked bool, next time.Time) {
+func (p *pipeline) deliver(ctx, handlerCtx, abandonCtx context.Context, gen *generation, msg stream.Message) settled {
 	d := &delivery{msg: msg, key: p.id.key(msg.ID), event: msg.Fields["event"], gen: gen, handlerCtx: handlerCtx, abandonCtx: abandonCtx}
 	ctx, d.span = startMessageSpan(ctx, p.tracer, p.id, msg)
 	pl := p.match(ctx, d, p.decode(ctx, d))
@@ -121,9 +123,9 @@ func (p *pipeline) deliver(ctx, handlerCtx, abandonCtx context.Context, gen *gen
 	if !pl.done() {
 		v = p.invoke(ctx, d, pl)
 	}
-	acked, next = p.settle(ctx, d, v)
-	endMessageSpan(d.span, acked)
-	return acked, next
+	r := p.settle(ctx, d, v)
+	endMessageSpan(d.span, r.acked)
+	return r
 }
 
 // generation is one set of apps and the matcher over its rules.
@@ -174,8 +176,10 @@ type call struct {
 	// field is the invocation field, "app/handler".
 	field string
 	// limits is the rule's flow control (docs/flow-control.md); none for
-	// a schedule occurrence.
+	// a schedule occurrence. gate is the part of it the state store
+	// enforces across workers, with the event's limit keys.
 	limits app.Limits
+	gate   invocation.Gate
 }
 
 // lease is how long an attempt of c may run before it counts as lost: its
@@ -280,8 +284,8 @@ func (ds *dispatcher) handle(ctx context.Context, msg stream.Message) {
 	hctx := ds.handlerContext(msg.ID)
 	defer ds.untrack(msg.ID)
 	defer ds.p.act.add(-1, 0)
-	if _, next := ds.p.deliver(ctx, hctx, ds.handlerCtx, ds.gen(), msg); !next.IsZero() && ctx.Err() == nil {
-		ds.later.add(msg, next)
+	if r := ds.p.deliver(ctx, hctx, ds.handlerCtx, ds.gen(), msg); !r.next.IsZero() && ctx.Err() == nil {
+		ds.later.add(msg, r.next, r.waits)
 	}
 }
 

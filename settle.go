@@ -52,12 +52,21 @@ func decide(v verdict, g *generation) *pendingReason {
 	return nil
 }
 
+// settled is what a delivery did with its message: acknowledged it, or
+// left it pending with its next step due at next on this worker's clock
+// (zero when unknown: the reclaim brings it back), its invocations in
+// waits waiting for their rules' limits.
+type settled struct {
+	acked bool
+	next  time.Time
+	waits []waitOf
+}
+
 // settle is the last stage: it writes, in one Settlement, every
 // transition the earlier stages left unwritten and, when decide says so,
 // the message's acknowledgement; it reports every outcome not reported
-// yet, and returns whether the message was acknowledged and, when not, when
-// its next step is due (dueAt).
-func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) (bool, time.Time) {
+// yet, and returns what became of the message.
+func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) settled {
 	why := decide(v, d.gen)
 	s := invocation.Settlement{Key: d.key, Ack: why == nil, Stateless: why == nil && !v.hasState, Retention: p.cfg.Retention}
 	var written []int // the steps whose transitions s carries
@@ -97,14 +106,18 @@ func (p *pipeline) settle(ctx context.Context, d *delivery, v verdict) (bool, ti
 	case acked:
 		p.held.set(d.msg.ID, heldBy{})
 		p.obs.message(ctx, d, msgEvent{kind: msgAcked})
-		return true, time.Time{}
+		return settled{acked: true}
 	case ackFailed != nil:
 		p.obs.message(ctx, d, msgEvent{kind: msgAckFailed, err: ackFailed})
-		return false, time.Time{}
+		return settled{}
 	}
 	p.held.set(d.msg.ID, holdsOf(v, why, d.gen))
 	p.obs.message(ctx, d, msgEvent{kind: msgLeftPending, pending: why})
-	return false, p.dueAt(v, why)
+	next := p.dueAt(v, why)
+	if next.IsZero() {
+		return settled{}
+	}
+	return settled{next: next, waits: waitsOf(v)}
 }
 
 // dueAt is when the next step of a message left pending for why is due,
@@ -119,7 +132,7 @@ func (p *pipeline) dueAt(v verdict, why *pendingReason) time.Time {
 	for _, s := range v.steps {
 		switch o := s.o; {
 		case o.Kind.Terminal():
-		case (o.Kind == Retrying || o.Kind == NotDue || o.Kind == Leased) && !o.Next.IsZero():
+		case (o.Kind == Retrying || o.Kind == NotDue || o.Kind == Leased || o.Kind == Throttled || o.Kind == Debounced) && !o.Next.IsZero():
 			if next.IsZero() || o.Next.Before(next) {
 				next = o.Next
 			}
@@ -150,8 +163,8 @@ func (p *pipeline) settleStep(ctx context.Context, d *delivery, s step) step {
 // another reason than a contract error, l is given back later, once the
 // store answers (voids.go), rather than left to expire into a charged
 // attempt; the error then says so.
-func (p *pipeline) giveBack(ctx context.Context, d *delivery, l invocation.Lease) error {
-	_, err := p.write(ctx, d, invocation.Settlement{Key: d.key, Transitions: []invocation.Transition{{Kind: invocation.Release, Lease: l}}, Retention: p.cfg.Retention})
+func (p *pipeline) giveBack(ctx context.Context, d *delivery, l invocation.Lease, g invocation.Gate) error {
+	_, err := p.write(ctx, d, invocation.Settlement{Key: d.key, Transitions: []invocation.Transition{{Kind: invocation.Release, Lease: l, Gate: g}}, Retention: p.cfg.Retention})
 	if err != nil && !errors.Is(err, invocation.ErrStale) && !errors.Is(err, invocation.ErrTerminal) && p.voids.add(l) {
 		err = errors.Join(err, errGivenBackLater)
 	}

@@ -32,6 +32,74 @@ type ClaimRequest struct {
 	// probes it, so its redelivery drives it and a lost attempt is still
 	// charged, without a lease a crash could leave to be charged.
 	Probe bool
+	// Gate is the invocation's flow control that holds across workers
+	// (docs/flow-control.md); the zero Gate has none. A claim that would
+	// take an attempt first passes it: a newer event with its debounce key
+	// makes it Superseded, a debounce period not over makes it Debounced,
+	// and held slots or a used-up rate make it Throttled, each without
+	// writing the field or charging anything. A probe passes no gate.
+	Gate Gate
+}
+
+// Names of the limits a Throttled claim reports in Claim.Limit.
+const (
+	LimitConcurrency = "concurrency"
+	LimitRate        = "rate"
+)
+
+// Gate is the part of one rule's flow control that a StateStore enforces
+// for every worker of a consumer group, at claim time, for one event
+// (docs/flow-control.md). Each limit is off at its zero value. The keys are
+// the event's limit keys (app.KeyOf): every invocation of a rule whose
+// event has the same key shares one bound, one rate and one debounce group.
+type Gate struct {
+	// Slots, when > 0, bounds the attempts of the rule's invocations with
+	// SlotKey that run at once. A claimed attempt holds its slot until a
+	// transition ends it (Finish, Retry, Exhaust, Release with the same
+	// Gate) or its lease expires, whichever comes first, so a worker
+	// killed mid-run holds it one lease at most.
+	Slots   int
+	SlotKey string
+	// Interval, when > 0, is the rate limit's emission interval (period ÷
+	// count, microsecond precision, at least 1µs): a GCRA per RateKey lets
+	// Burst attempts start at once after a quiet spell, then one per
+	// Interval (docs/flow-control.md#rate-limits). Burst is at least 1.
+	Interval time.Duration
+	Burst    int
+	RateKey  string
+	// Period, when > 0, is the debounce period (millisecond precision, at
+	// least 1ms): of the events with DebounceKey, an invocation runs only
+	// once Period passed since its event was recorded without a newer one
+	// (docs/flow-control.md#debounce).
+	Period      time.Duration
+	DebounceKey string
+}
+
+// DebounceKeep is how long a debounce group's latest event is remembered
+// after its period ends: an older event of the group claimed within it
+// (redelivered late, say, from a dead worker's PEL) is superseded by the
+// one that ran; one claimed later counts as the group's newest and runs
+// (docs/flow-control.md#debounce).
+const DebounceKeep = time.Hour
+
+// IsZero reports whether g sets no limit.
+func (g Gate) IsZero() bool { return g.Slots == 0 && g.Interval == 0 && g.Period == 0 }
+
+// Check reports whether g is well-formed: no negative limit, a Burst of
+// at least 1 with an Interval, an Interval of at least 1µs and a Period of
+// at least 1ms.
+func (g Gate) Check() error {
+	switch {
+	case g.Slots < 0:
+		return fmt.Errorf("gate slots %d: must be >= 0", g.Slots)
+	case g.Interval < 0 || g.Interval > 0 && g.Interval < time.Microsecond:
+		return fmt.Errorf("gate rate interval %v: must be 0 or at least 1µs", g.Interval)
+	case g.Interval > 0 && g.Burst < 1:
+		return fmt.Errorf("gate rate burst %d: must be at least 1", g.Burst)
+	case g.Period < 0 || g.Period > 0 && g.Period < time.Millisecond:
+		return fmt.Errorf("gate debounce period %v: must be 0 or at least 1ms", g.Period)
+	}
+	return nil
 }
 
 // Check reports whether r is well-formed: its field, lease, attempts and
@@ -39,6 +107,9 @@ type ClaimRequest struct {
 // what it refuses, with ClaimResult.Err.
 func (r ClaimRequest) Check() error {
 	if err := CheckClaim(r.Field, r.Lease, r.MaxAttempts); err != nil {
+		return err
+	}
+	if err := r.Gate.Check(); err != nil {
 		return err
 	}
 	return CheckRecord(r.Field, r.Record)
@@ -100,6 +171,9 @@ type Transition struct {
 	// does: its ID is ignored, an empty OriginalStream is the message's
 	// stream (any other is refused) and a zero Timestamp the current time.
 	Entry *dlq.Entry
+	// Gate is the claim's (ClaimRequest.Gate): Finish, Retry, Exhaust and
+	// Release give its slot back.
+	Gate Gate
 }
 
 // Settlement is what one delivery writes for one message at once

@@ -52,6 +52,20 @@ const (
 	// its reference cleared), or its hash is retained (__terminal set, a
 	// rewound group delivering it again): every transition is inert.
 	Terminal
+	// Throttled: the invocation was due, but its Gate's concurrency slots
+	// are all held or its rate is used up (Limit says which): nothing was
+	// written or charged; NextAttemptAt is the earliest time the limit is
+	// sure to allow it (docs/flow-control.md#waiting).
+	Throttled
+	// Debounced: the invocation was due, but its Gate's debounce period
+	// runs until NextAttemptAt; a newer event with its key in the meantime
+	// supersedes it (docs/flow-control.md#debounce).
+	Debounced
+	// Superseded: a newer event with the invocation's debounce key was
+	// recorded, so this one never runs: the field is final
+	// ("superseded:<newer message id>"), and SupersededBy names the newer
+	// message.
+	Superseded
 )
 
 func (s Status) String() string {
@@ -72,6 +86,12 @@ func (s Status) String() string {
 		return "probed"
 	case Terminal:
 		return "terminal"
+	case Throttled:
+		return "throttled"
+	case Debounced:
+		return "debounced"
+	case Superseded:
+		return "superseded"
 	}
 	return "unknown"
 }
@@ -128,9 +148,16 @@ type Claim struct {
 	// DeadLettered (the last attempt, for a DeadLetter transition and DLQ
 	// entries), and for Probed (the attempts used and the record's token).
 	Lease Lease
-	// NextAttemptAt is set for NotDue, and RunningUntil for Running.
+	// NextAttemptAt is set for NotDue, Throttled and Debounced, and
+	// RunningUntil for Running. Lease.Attempt is set for NotDue and
+	// Running too: the attempts used, and the attempt running.
 	NextAttemptAt time.Time
 	RunningUntil  time.Time
+	// Limit names the limit of a Throttled claim: LimitConcurrency or
+	// LimitRate.
+	Limit string
+	// SupersededBy is the message id of a Superseded claim's newer event.
+	SupersededBy string
 	// PrevTrace is set for Claimed, Exhausted and DeadLettered: the
 	// Lease.Trace of the latest attempt that stored one (see Lease.Trace),
 	// or empty. The Engine links the new attempt's span to it.

@@ -116,6 +116,18 @@ type StateStoreHarness struct {
 // relay.ClaimVoider, a claim given back whether it ran before Void or
 // arrives after it (unless ClaimToken is nil), uncharged, idempotently,
 // and ErrTerminal once the message left the PEL.
+//
+// Gates (invocation.Gate, docs/flow-control.md): slots bounding the
+// attempts running at once per slot key, Throttled beyond them with the
+// earliest lease's end, given back by Finish, Retry and Release with the
+// gate and by a lease's end, not by a stale transition; a throttled claim
+// charging nothing, not even a lost attempt; a rate letting its burst
+// start, then one per interval, per rate key, a throttled claim using no
+// turn; debounce deferring an event for its period and a newer event of
+// its key superseding it durably, an older one arriving late superseded
+// at once; a deferred claim of an invocation without state recording it
+// due, uncharged; a probe passing no gate; malformed gates refused. Running and
+// NotDue claims carry the attempt.
 func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarness) {
 	for _, c := range stateCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -133,7 +145,8 @@ func TestStateStore(t *testing.T, newHarness func(t *testing.T) StateStoreHarnes
 // stateCases are the cases of TestStateStore, in the order they run. Each
 // is a function named state<case>, in contract_state_attempts.go,
 // contract_state_settle.go, contract_state_guards.go,
-// contract_state_retention.go or contract_state_void.go; a failure names
+// contract_state_retention.go, contract_state_void.go or
+// contract_state_gates.go; a failure names
 // the calling test and the case, such as TestStoreContract/ClaimNew.
 var stateCases = []struct {
 	name string
@@ -187,6 +200,16 @@ var stateCases = []struct {
 	{"VoidAfterTheClaimRan", stateVoidAfterTheClaimRan},
 	{"VoidBeforeTheClaimLands", stateVoidBeforeTheClaimLands},
 	{"VoidAfterTheMessageLeft", stateVoidAfterTheMessageLeft},
+	{"WaitingClaimsCarryTheAttempt", stateWaitingClaimsCarryTheAttempt},
+	{"GateSlots", stateGateSlots},
+	{"GateSlotLapsesWithTheLease", stateGateSlotLapsesWithTheLease},
+	{"GateSlotsFollowTheTransitions", stateGateSlotsFollowTheTransitions},
+	{"GateThrottleChargesNothing", stateGateThrottleChargesNothing},
+	{"GateRate", stateGateRate},
+	{"GateDebounce", stateGateDebounce},
+	{"GateDebounceOlderArrivesLate", stateGateDebounceOlderArrivesLate},
+	{"GateProbePassesNoGate", stateGateProbePassesNoGate},
+	{"InvalidGates", stateInvalidGates},
 }
 
 const (

@@ -34,8 +34,8 @@ func stateClaimWhileRunning(t *testing.T, s *stateSuite) {
 		if c.Status != invocation.Running || !c.RunningUntil.Equal(first.Lease.Deadline) {
 			t.Fatalf("claim during a live lease = %+v, want running until %v", c, first.Lease.Deadline)
 		}
-		if c.Lease != (invocation.Lease{}) {
-			t.Errorf("running claim carries a lease: %+v", c.Lease)
+		if want := (invocation.Lease{Key: s.key, Field: field, Attempt: 1}); c.Lease != want {
+			t.Errorf("running claim's lease = %+v, want only the attempt running: %+v", c.Lease, want)
 		}
 	}
 }
@@ -196,7 +196,7 @@ func stateProbe(t *testing.T, s *stateSuite) {
 		{"probe/none", 3, func(*testing.T, string) {},
 			want{invocation.Probed, 0, 0}, want{invocation.Claimed, 1, 0}},
 		{"probe/running", 3, func(t *testing.T, f string) { s.claim(t, f, time.Hour, 3) },
-			want{invocation.Running, 0, 0}, want{invocation.Running, 0, 0}},
+			want{invocation.Running, 1, 0}, want{invocation.Running, 1, 0}},
 		{"probe/expired", 3, func(t *testing.T, f string) { s.claim(t, f, s.h.Short, 3) },
 			want{invocation.Probed, 1, 1}, want{invocation.Claimed, 2, 0}},
 		{"probe/expired-last", 1, func(t *testing.T, f string) { s.claim(t, f, s.h.Short, 1) },
@@ -204,7 +204,7 @@ func stateProbe(t *testing.T, s *stateSuite) {
 		{"probe/due", 3, func(t *testing.T, f string) { s.retry(t, s.claim(t, f, time.Hour, 3).Lease, 0) },
 			want{invocation.Probed, 1, 0}, want{invocation.Claimed, 2, 0}},
 		{"probe/not-due", 3, func(t *testing.T, f string) { s.retry(t, s.claim(t, f, time.Hour, 3).Lease, time.Hour) },
-			want{invocation.NotDue, 0, 0}, want{invocation.NotDue, 0, 0}},
+			want{invocation.NotDue, 1, 0}, want{invocation.NotDue, 1, 0}},
 		{"probe/succeeded", 3, func(t *testing.T, f string) { s.finish(t, s.claim(t, f, time.Hour, 3).Lease) },
 			want{invocation.Succeeded, 0, 0}, want{invocation.Succeeded, 0, 0}},
 		{"probe/dead-lettered", 1, func(t *testing.T, f string) { s.exhaust(t, s.claim(t, f, time.Hour, 1).Lease) },

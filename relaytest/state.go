@@ -43,6 +43,7 @@ type StateStore struct {
 
 	mu     sync.Mutex
 	hashes map[invocation.Key]*stateHash
+	gates  gates
 }
 
 // stateHash is one message's hash.
@@ -78,6 +79,7 @@ const (
 	kindNextAttempt
 	kindOK
 	kindExhausted
+	kindSuperseded
 )
 
 // stateValue is one field's value, the parsed form of the strings
@@ -87,7 +89,8 @@ type stateValue struct {
 	deadlineMS int64 // running, next attempt
 	attempt    int
 	token      string
-	dlq        bool // exhausted with its DLQ entry recorded
+	dlq        bool   // exhausted with its DLQ entry recorded
+	by         string // superseded: the newer message's id
 }
 
 // String returns the value as invocation.Store stores it.
@@ -105,6 +108,8 @@ func (v stateValue) String() string {
 			s += ":dlq"
 		}
 		return s
+	case kindSuperseded:
+		return "superseded:" + v.by
 	}
 	return "?"
 }
@@ -120,7 +125,7 @@ func NewStateStore(opts ...Option) *StateStore {
 	if o.stream != nil && o.pending != nil {
 		panic("relaytest: NewStateStore: WithStream and WithPending both say which messages are pending; give one")
 	}
-	st := &StateStore{clock: o.clock, token: o.token, isPending: o.pending, stream: o.stream, dlq: o.dlq, hashes: map[invocation.Key]*stateHash{}}
+	st := &StateStore{clock: o.clock, token: o.token, isPending: o.pending, stream: o.stream, dlq: o.dlq, hashes: map[invocation.Key]*stateHash{}, gates: newGates()}
 	if o.stream != nil {
 		st.isPending = func(k invocation.Key) bool { return o.stream.IsPending(k.MessageID) }
 	}
@@ -181,7 +186,7 @@ func (s *StateStore) claim(ctx context.Context, r invocation.ClaimRequest) (invo
 			return fail(errors.New("claim voided before it ran: its token was given back (Void)"))
 		}
 	}
-	c := claimer{s: s, key: r.Key, field: r.Field, lease: r.Lease, maxAttempts: r.MaxAttempts, probe: r.Probe, token: token, now: now, h: h}
+	c := claimer{s: s, key: r.Key, field: r.Field, lease: r.Lease, maxAttempts: r.MaxAttempts, probe: r.Probe, gate: r.Gate, token: token, now: now, h: h}
 	c.record(r.Record)
 	out, err := c.decide()
 	if err != nil {
@@ -210,6 +215,7 @@ type claimer struct {
 	lease       time.Duration
 	maxAttempts int
 	probe       bool
+	gate        invocation.Gate
 	token       string
 	now         int64
 	h           *stateHash
@@ -257,6 +263,19 @@ func (c *claimer) start(attempt int) invocation.Claim {
 		return invocation.Claim{Status: invocation.Probed, Lease: l}
 	}
 	deadline := c.now + c.lease.Milliseconds()
+	if !c.gate.IsZero() {
+		if out, ok := c.s.gates.pass(c.key, c.field, c.gate, attempt, c.now, deadline); !ok {
+			h := c.ensure()
+			if out.Status == invocation.Superseded {
+				h.fields[c.field] = stateValue{kind: kindSuperseded, by: out.SupersededBy}
+			} else if _, ok := h.fields[c.field]; !ok {
+				// Recorded due, as the record does, so a redelivery
+				// finds the invocation unfinished.
+				h.fields[c.field] = stateValue{kind: kindNextAttempt, deadlineMS: c.now, token: c.token}
+			}
+			return out
+		}
+	}
 	c.ensure().fields[c.field] = stateValue{kind: kindRunning, deadlineMS: deadline, attempt: attempt, token: c.token}
 	l := invocation.Lease{Key: c.key, Field: c.field, Attempt: attempt, Token: c.token, Deadline: time.UnixMilli(deadline)}
 	return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: c.prevTrace()}
@@ -272,7 +291,9 @@ func (c *claimer) nextAfter(executed, lost int) invocation.Claim {
 		return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: c.prevTrace(), Lost: lost}
 	}
 	out := c.start(executed + 1)
-	out.Lost = lost
+	if out.Status == invocation.Claimed || out.Status == invocation.Probed {
+		out.Lost = lost // charged with the field written; a gate writes none
+	}
 	return out
 }
 
@@ -289,15 +310,19 @@ func (c *claimer) decide() (invocation.Claim, error) {
 	switch v.kind {
 	case kindOK:
 		return invocation.Claim{Status: invocation.Succeeded}, nil
+	case kindSuperseded:
+		return invocation.Claim{Status: invocation.Superseded, SupersededBy: v.by}, nil
 	case kindRunning:
 		if v.deadlineMS > c.now {
-			return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
+			l := invocation.Lease{Key: c.key, Field: c.field, Attempt: v.attempt}
+			return invocation.Claim{Status: invocation.Running, Lease: l, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		// The owner died or stalled mid-run: that attempt counts as failed.
 		return c.nextAfter(v.attempt, v.attempt), nil
 	case kindNextAttempt:
 		if v.deadlineMS > c.now {
-			return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
+			l := invocation.Lease{Key: c.key, Field: c.field, Attempt: v.attempt}
+			return invocation.Claim{Status: invocation.NotDue, Lease: l, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		return c.nextAfter(v.attempt, 0), nil
 	case kindExhausted:
@@ -425,6 +450,7 @@ func (s *StateStore) settle(ctx context.Context, st invocation.Settlement) ([]in
 	res := make([]invocation.TransitionResult, len(st.Transitions))
 	for i, t := range st.Transitions {
 		l := t.Lease
+		s.gates.release(st.Key, t)
 		if h == nil {
 			h = newHash()
 			s.hashes[st.Key] = h
