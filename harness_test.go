@@ -25,6 +25,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // This file holds what the package's tests share: the harness (one Engine
@@ -41,7 +42,7 @@ type harness struct {
 	rc       rueidis.Client
 	stream   string
 	group    string
-	src      *stream.Source
+	src      *redisstream.Source
 	dlq      *dlq.Store
 	state    *invocation.Store
 	calls    *apptest.Calls
@@ -119,7 +120,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 		handlers: map[string]runtime.HandlerFunc{},
 		apps:     apptest.Load(t, templates),
 	}
-	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
+	h.src = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
 	h.source = h.src
 	h.dlq = dlq.NewStore(rc, h.stream)
 	h.state = invocation.New(rc)
@@ -165,7 +166,7 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	cfg.Metrics = reg
 	src := h.source
 	if consumer != "c1" {
-		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
+		src = redisstream.New(h.rc, h.stream, h.group, consumer, redisstream.WithBlock(50*time.Millisecond))
 	}
 	var state relay.StateStore = h.state
 	if h.stateStore != nil {

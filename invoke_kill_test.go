@@ -20,7 +20,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestHelperWorker is not a test: TestWorkerKilledMidHandler runs the test
@@ -54,7 +54,7 @@ func TestHelperWorker(t *testing.T) {
 		mods = append(mods, func(tm *timing) { tm.concurrencyWait = d })
 	}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: stream.New(rc, streamName, group, "doomed", stream.WithBlock(50*time.Millisecond)),
+		Source: redisstream.New(rc, streamName, group, "doomed", redisstream.WithBlock(50*time.Millisecond)),
 		State:  invocation.New(rc), Runner: runner,
 		Stream: streamName, Group: group, Consumer: "doomed",
 	}, fastConfig(mods...))

@@ -25,7 +25,7 @@ import (
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // statsApp: ok.run succeeds, flaky.run fails its first attempt and is
@@ -53,7 +53,7 @@ func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *
 	cfg.Metrics, cfg.Stats, cfg.StatsInterval = reg, stats.NewRecorder(statsClient, h.stream, h.group), 20*time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond)),
+		Source: redisstream.New(h.rc, h.stream, h.group, consumer, redisstream.WithBlock(50*time.Millisecond)),
 		State:  h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)

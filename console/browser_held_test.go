@@ -23,7 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -81,7 +81,7 @@ func TestBrowserHeldMessages(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 
-	src := stream.New(rc, streamName, group, "producer")
+	src := redisstream.New(rc, streamName, group, "producer")
 	var ids []string
 	for _, ev := range []string{`{"table_name":"users","id":"u_1"}`, `{"table_name":"users","id":"u_2"}`, `{"table_name":"invoices","id":"in_1"}`} {
 		id, err := src.Publish(t.Context(), map[string]string{"event": ev})

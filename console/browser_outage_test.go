@@ -22,7 +22,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -91,7 +91,7 @@ func TestBrowserHungHandler(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	src := stream.New(rc, streamName, "shop", "producer")
+	src := redisstream.New(rc, streamName, "shop", "producer")
 	var ids []string
 	for i := range 3 {
 		id, err := src.Publish(t.Context(), map[string]string{"event": fmt.Sprintf(`{"kind":"work","n":%d}`, i)})
@@ -171,7 +171,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 
 	publish := func(events ...string) {
 		t.Helper()
-		src := stream.New(rc, streamName, "shop", "producer")
+		src := redisstream.New(rc, streamName, "shop", "producer")
 		for _, ev := range events {
 			if _, err := src.Publish(t.Context(), map[string]string{"event": ev}); err != nil {
 				t.Fatal(err)

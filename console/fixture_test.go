@@ -26,7 +26,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -117,7 +117,7 @@ func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
 		"shop/orders.charge": fail,
 		"shop/refunds.run":   fail,
 	})
-	src := stream.New(f.rc, f.stream, f.group, "worker-1")
+	src := redisstream.New(f.rc, f.stream, f.group, "worker-1")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}

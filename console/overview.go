@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamView is one stream of the overview.
@@ -186,7 +187,7 @@ func consumers(res rueidis.RedisResult) ([]consumerView, bool) {
 // readQueues reads the PEL summary and the DLQ length.
 func (s *Server) readQueues(ctx context.Context, rc rueidis.Client, v *streamView) {
 	var err error
-	v.Pending, v.OldestPending, err = stream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Pending, v.OldestPending, err = redisstream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
 	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
 		v.Problem = "XPENDING failed: " + err.Error()
 	} else {

@@ -28,7 +28,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestOverview(t *testing.T) {
@@ -536,7 +536,7 @@ func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
 	}
 	t.Cleanup(rc.Close)
 	st := redistest.Name(t, "events")
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return srv, rc, st

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // feedScan is how many of the newest feed events the pending page reads
@@ -115,7 +116,7 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 	v := pendingView{Stream: st, After: after, Now: time.Now()}
 	rc := s.redis(ctx)
 	var err error
-	v.Count, v.Oldest, err = stream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Count, v.Oldest, err = redisstream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return v, errors.New("consumer group " + s.cfg.Group + " does not exist on stream " + st)
 	}

@@ -516,7 +516,7 @@ func (s *Store) checkKeys(k Key) error {
 
 // Client returns the Redis client the Store uses, so that a caller can
 // tell whether another component talks to the same server (the Engine
-// pairs the Store with a stream.Source on the same client as its Settler).
+// pairs the Store with a redisstream.Source on the same client as its Settler).
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // Pin stores value in the reserved field of key's hash unless it holds a

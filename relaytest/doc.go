@@ -16,7 +16,7 @@
 //     terminal retention with a TTL; and a relay.ClaimVoider, which gives
 //     back a claim whose reply was lost (docs/delivery.md#lost-replies).
 //     Given the Stream (WithStream) and a DLQ (WithDLQ), as
-//     invocation.Store shares one Redis with stream.Source, its Settle
+//     invocation.Store shares one Redis with redisstream.Source, its Settle
 //     acknowledges on the Stream and writes dead-letter entries into the
 //     DLQ in the same step as their markers, so an Engine on the fakes
 //     takes the path it takes on Redis.
@@ -27,7 +27,7 @@
 //   - Runner is a relay.Runner that records requests and answers with
 //     scripted outcomes; runtime.Func runs real Go handlers instead.
 //
-// Consumer has every optional capability of stream.Source, and StateStore
+// Consumer has every optional capability of redisstream.Source, and StateStore
 // that of invocation.Store (relay.ClaimVoider), so an Engine on them takes
 // the paths it takes on Redis.
 //
@@ -60,7 +60,7 @@
 //   - TestRunner and TestMatcher: relay.Runner and relay.Matcher.
 //
 // They run against the fakes in this package's tests, and in the tests of
-// the real implementations against them: invocation.Store, stream.Source
+// the real implementations against them: invocation.Store, redisstream.Source
 // and dlq.Writer with dlq.Store on a real redis-server, runtime.Func,
 // runtime.Process and the containerd runner, and the matcher of app.Set.
 // Run them against your own implementation too. A fake is trusted only

@@ -11,7 +11,7 @@ import (
 
 // DefaultBlock is how long Consumer.Read waits for a new entry before it
 // returns (nil, nil), unless its context ends first. It is shorter than
-// stream.DefaultBlock because nothing is saved by blocking longer in memory,
+// redisstream.DefaultBlock because nothing is saved by blocking longer in memory,
 // and an Engine's read loop then notices shutdown sooner.
 const DefaultBlock = 100 * time.Millisecond
 
@@ -92,7 +92,7 @@ func WithPending(f func(key invocation.Key) bool) Option {
 }
 
 // WithStream gives a StateStore the Stream whose messages it keeps state
-// of, as invocation.Store and stream.Source share one Redis: its PEL fences
+// of, as invocation.Store and redisstream.Source share one Redis: its PEL fences
 // every transition (as WithPending does), and Settle acknowledges on it.
 // s must not be nil.
 func WithStream(s *Stream) Option {

@@ -22,7 +22,7 @@ import (
 // pending (relay.Engine.Holds), the attempts it runs (relay.Engine.Running)
 // with those whose message Redis no longer has pending marked lost, the
 // worker's concurrency slots (relay.Limiter.InUse) and whether its source
-// created the consumer group again (stream.Source.GroupRecreations). It
+// created the consumer group again (redisstream.Source.GroupRecreations). It
 // removes this worker's status when it stops. A failed write is logged on
 // its first occurrence and every 30th.
 type statusPublisher struct {
@@ -90,7 +90,7 @@ func (p *statusPublisher) slots() *stats.Slots {
 
 // runs lists the attempts the Engine of s runs, oldest first, marking
 // lost those whose message is no longer pending for this worker
-// (stream.Source.Owned). The list is taken before and after that check,
+// (redisstream.Source.Owned). The list is taken before and after that check,
 // and only an attempt in both can be lost: it ran throughout the check,
 // and a message is acknowledged only after its attempts end, so a message
 // missing then was not acknowledged but lost (Redis lost its data, the

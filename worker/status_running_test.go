@@ -13,7 +13,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -47,7 +47,7 @@ func TestStatusPublishesRunsSlotsAndLostMessages(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	src := stream.New(rc, name, "workers", "producer")
+	src := redisstream.New(rc, name, "workers", "producer")
 	var ids []string
 	for range 3 {
 		id, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`})

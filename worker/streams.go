@@ -12,7 +12,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamParts are the Redis-backed parts of one stream, the Engine that
@@ -21,7 +21,7 @@ import (
 type streamParts struct {
 	name   string
 	engine *relay.Engine
-	source *stream.Source
+	source *redisstream.Source
 	// ping is the Engine's source as a relay.Pinger, for readiness: the
 	// wrapped one when WrapComponents wrapped it (checkWrapped keeps its
 	// Pinger), else source.
@@ -45,11 +45,11 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	if !cfg.DisableStats {
 		ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
 	}
-	var srcOpts []stream.Option
+	var srcOpts []redisstream.Option
 	if ecfg.Logger != nil {
-		srcOpts = append(srcOpts, stream.WithLogger(ecfg.Logger))
+		srcOpts = append(srcOpts, redisstream.WithLogger(ecfg.Logger))
 	}
-	src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
+	src := redisstream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
 	// The store settles the source's messages: one Redis client, so a
 	// message's last transitions, its dead-letter entries, its XACK and
 	// its retention take one script (docs/delivery.md#invocation-state).

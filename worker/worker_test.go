@@ -29,7 +29,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -151,7 +151,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	rc := h.cfg.Redis
 	ids := map[string]string{}
 	for _, s := range h.streams {
-		id, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
+		id, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	})
 	for _, s := range h.streams {
 		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
-			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "probe").Pending(t.Context())
 			return err == nil && n == 0
 		})
 		// The Worker pairs XACK and retention: the state is retained.
@@ -264,7 +264,7 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	_, stop := h.run()
 	defer stop()
 	rc := h.cfg.Redis
-	id, err := stream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
+	id, err := redisstream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,9 +521,9 @@ func TestWorkerNamesAMissingStream(t *testing.T) {
 }
 
 // pingCounter wraps the Worker's source keeping every capability (it
-// embeds the *stream.Source) and counts the readiness pings it sees.
+// embeds the *redisstream.Source) and counts the readiness pings it sees.
 type pingCounter struct {
-	*stream.Source
+	*redisstream.Source
 	pings atomic.Int32
 }
 
@@ -539,7 +539,7 @@ func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	var pc *pingCounter
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		pc = &pingCounter{Source: c.Source.(*stream.Source)}
+		pc = &pingCounter{Source: c.Source.(*redisstream.Source)}
 		c.Source = pc
 		return c
 	}
@@ -584,7 +584,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 	rc := h.cfg.Redis
 	for _, s := range h.streams {
 		for range 3 {
-			if _, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
+			if _, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -601,7 +601,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 			return false
 		}
 		for _, s := range h.streams {
-			n, _, err := stream.New(rc, s, "workers", "w1").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "w1").Pending(t.Context())
 			if err != nil || n != 0 {
 				return false
 			}

@@ -69,7 +69,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const group = "bench"
@@ -399,7 +399,7 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	if err != nil {
 		return row{}, err
 	}
-	src := &timedSource{Source: stream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
+	src := &timedSource{Source: redisstream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
 	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: src, State: &timedState{Store: invocation.New(rc), src: src}, Runner: timed,
@@ -584,10 +584,10 @@ func measureCtrBurst(ctx context.Context, cfg config) (row, error) {
 
 // timedSource records when the Engine's XACK of an awaited message
 // returned (timedState tells it). Embedding keeps every optional
-// capability of *stream.Source (GroupEnsurer, PendingReporter, Pinger)
+// capability of *redisstream.Source (GroupEnsurer, PendingReporter, Pinger)
 // visible to the Engine.
 type timedSource struct {
-	*stream.Source
+	*redisstream.Source
 	mu    sync.Mutex
 	waits map[string]chan time.Time
 	// early holds acks of ids not registered yet: XADD's reply may arrive

@@ -17,7 +17,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // dlqFixture is a dead-letter queue on the shared redis-server, seeded
@@ -45,7 +45,7 @@ func newDLQFixture(t *testing.T) *dlqFixture {
 	f.store = dlq.NewStore(rc, f.stream)
 	// A DLQ exists because its source stream does; relay refuses a stream
 	// that is not there (a mistyped REDIS_STREAM).
-	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()

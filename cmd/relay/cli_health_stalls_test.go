@@ -14,7 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -52,7 +52,7 @@ func TestCLIHealthWarnsOfStalledHandlersAndLostData(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	src := stream.New(rc, name, "workers", "producer")
+	src := redisstream.New(rc, name, "workers", "producer")
 	for range 3 {
 		if _, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`}); err != nil {
 			t.Fatal(err)

@@ -28,14 +28,14 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // newGroup creates a stream with its consumer group "workers".
-func newGroup(t *testing.T) (name string, src *stream.Source) {
+func newGroup(t *testing.T) (name string, src *redisstream.Source) {
 	t.Helper()
 	name = redistest.Name(t, "events")
-	src = stream.New(redistest.Client(t), name, "workers", "test")
+	src = redisstream.New(redistest.Client(t), name, "workers", "test")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ events:
 		"bad.run": func(context.Context, runtime.Request) error { return errors.New("no") },
 	})
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
+		Source: redisstream.New(rc, name, "workers", "c1", redisstream.WithBlock(50*time.Millisecond)),
 		State:  invocation.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
 	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
@@ -257,7 +257,7 @@ func TestCLIHealthWarnsOnEviction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	ready := redistest.Name(t, "events")
-	if err := stream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for policy, mayEvict := range map[string]string{
@@ -292,7 +292,7 @@ func TestCLIStatsMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 60 entries in the last 30 s: 1 per second over the 60 s window.
@@ -351,7 +351,7 @@ func TestCLIHealthAtMaxmemory(t *testing.T) {
 	rc := redistest.Connect(t, srv.Addr)
 	ctx := t.Context()
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 500 entries of 2 KB, all older than the rate's one-minute window.

@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestCLIDLQReplay replays the fixture entries with the process runner:
@@ -109,7 +110,7 @@ func TestCLIDLQReplayContainerd(t *testing.T) {
 	f.store = dlq.NewStore(f.rc, f.stream)
 	// A DLQ exists because its source stream does; relay refuses a stream
 	// that is not there (a mistyped REDIS_STREAM).
-	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	const usersID, billingID = "1700000000000-0", "1700000000000-1"

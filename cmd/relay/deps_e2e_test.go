@@ -19,7 +19,7 @@ import (
 	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // depsSecret is the value of the api-key secret: it must appear nowhere
@@ -143,7 +143,7 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 		return true
 	})
 
-	src := stream.New(rc, streamName, "relay", "publisher")
+	src := redisstream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
 	for _, ev := range []string{
 		`{"table_name":"people","name":"ada"}`,

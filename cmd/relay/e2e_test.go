@@ -15,7 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -70,7 +70,7 @@ func TestStartEndToEnd(t *testing.T) {
 	})
 	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
 
-	src := stream.New(rc, streamName, "relay", "publisher")
+	src := redisstream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
 	okID, err := src.Publish(ctx, map[string]string{"event": `{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}`})
 	if err != nil {

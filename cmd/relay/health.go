@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // HealthCmd is `relay health`.
@@ -130,7 +131,7 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
 	reachable = err == nil || errors.Is(err, stream.ErrNoStream) || errors.Is(err, stream.ErrNoGroup)
 	switch {
 	case errors.Is(err, stream.ErrNoStream):
@@ -318,7 +319,7 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 		data.Detail = runs.Detail
 		return []healthCheckJSON{runs, data}
 	}
-	pending, _, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
+	pending, _, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
 	if err != nil {
 		pending = -1 // full slots are not judged
 	}

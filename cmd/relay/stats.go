@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // StatsCmd is `relay stats`.
@@ -73,7 +74,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	pending, oldest, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
+	pending, oldest, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return fmt.Errorf("consumer group %q does not exist on stream %q: check REDIS_GROUP (--group)", g.RedisGroup, g.RedisStream)
 	}

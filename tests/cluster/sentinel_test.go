@@ -25,6 +25,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const failoverApp = `
@@ -103,7 +104,7 @@ func TestSentinelFailover(t *testing.T) {
 	for _, consumer := range []string{"w1", "w2"} {
 		rc := topology.Connect(t, s.ClientOption())
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: stream.New(rc, streamName, group, consumer, stream.WithBlock(100*time.Millisecond)),
+			Source: redisstream.New(rc, streamName, group, consumer, redisstream.WithBlock(100*time.Millisecond)),
 			State:  invocation.New(rc), Runner: runner,
 			Stream: streamName, Group: group, Consumer: consumer,
 		}, failoverConfig(log.With(slog.String("consumer", consumer))))

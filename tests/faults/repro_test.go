@@ -33,6 +33,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // closeAtCleanup closes r when the test ends, before the containerd client
@@ -155,7 +156,7 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "repro")
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "w", stream.WithBlock(100*time.Millisecond))
+	src := redisstream.New(rc, streamName, soakGroup, "w", redisstream.WithBlock(100*time.Millisecond))
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 // one way; a duplicate consumer name or a worker paused past
 // MinPendingIdle are others).
 type onceSource struct {
-	*stream.Source
+	*redisstream.Source
 	msg  stream.Message
 	sent atomic.Bool
 }
@@ -290,7 +291,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "repro")
 	ctx := context.Background()
-	pub := stream.New(rc, streamName, soakGroup, "w")
+	pub := redisstream.New(rc, streamName, soakGroup, "w")
 	if err := pub.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, consumer := range []string{"a", "b"} {
-		src := &onceSource{Source: stream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
+		src := &onceSource{Source: redisstream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
 		e, err := relay.NewEngine(apps, relay.Components{
 			Source: src, State: &barrierState{StateStore: invocation.New(rc), arrived: arrived}, Runner: runtime.NewFunc(nil),
 			Stream: streamName, Group: soakGroup, Consumer: consumer,

@@ -23,7 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // The retention soak's settings. Its length is RELAY_SOAK_RETENTION_DURATION
@@ -179,7 +179,7 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 	writeApp(soakAppName, soakApp, true)
 	writeApp(auxAppName, auxApp, true)
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

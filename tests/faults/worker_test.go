@@ -27,7 +27,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	relayworker "github.com/relaydev/relay/worker"
 )
 
@@ -138,7 +138,7 @@ func TestWorkerProcess(t *testing.T) {
 		retentionWorker(ctx, t, rc, rec, runner, cfg, rs, consumer)
 		return
 	}
-	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
+	src := redisstream.New(rc, streamName, soakGroup, consumer, redisstream.WithBlock(100*time.Millisecond))
 	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
@@ -208,7 +208,7 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 		// Restarted workers come back under new names, like pods.
 		ConsumerIdle: rs.stream,
 		WrapComponents: func(c relay.Components) relay.Components {
-			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.Source = ledgerSource{c.Source.(*redisstream.Source), rec}
 			c.State = ledgerState{c.State, rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
 			return c

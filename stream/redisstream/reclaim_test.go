@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"slices"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestReclaimOnlyIdleEntries(t *testing.T) {
@@ -48,7 +48,7 @@ func TestReclaimIteratesCursorPastCount(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c1 := f.source(t, "c1")
-	c2 := f.source(t, "c2", stream.WithReclaimCount(2))
+	c2 := f.source(t, "c2", redisstream.WithReclaimCount(2))
 	ctx := t.Context()
 	// Long enough that the first pass's claims cannot turn idle again
 	// before the second pass, however loaded the machine.
@@ -110,7 +110,7 @@ func TestReclaimReportsDeletedEntries(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			c1 := f.source(t, "c1")
-			c2 := f.source(t, "c2", stream.WithReclaimCount(count))
+			c2 := f.source(t, "c2", redisstream.WithReclaimCount(count))
 			ctx := t.Context()
 			const minIdle = 50 * time.Millisecond
 
@@ -200,10 +200,10 @@ func TestHeartbeatPreventsReclaim(t *testing.T) {
 
 func TestNewPanicsOnInvalidOption(t *testing.T) {
 	f := setup(t)
-	for name, opt := range map[string]stream.Option{
-		"block":        stream.WithBlock(0),
-		"reclaimCount": stream.WithReclaimCount(0),
-		"trimLimit":    stream.WithTrimLimit(999),
+	for name, opt := range map[string]redisstream.Option{
+		"block":        redisstream.WithBlock(0),
+		"reclaimCount": redisstream.WithReclaimCount(0),
+		"trimLimit":    redisstream.WithTrimLimit(999),
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -211,7 +211,7 @@ func TestNewPanicsOnInvalidOption(t *testing.T) {
 					t.Error("New did not panic")
 				}
 			}()
-			stream.New(f.c, f.stream, f.group, "c1", opt)
+			redisstream.New(f.c, f.stream, f.group, "c1", opt)
 		})
 	}
 }
@@ -220,7 +220,7 @@ func TestReclaimBoundedPassResumes(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	c1 := f.source(t, "c1")
-	c2 := f.source(t, "c2", stream.WithReclaimCount(1))
+	c2 := f.source(t, "c2", redisstream.WithReclaimCount(1))
 	ctx := t.Context()
 	const minIdle = 50 * time.Millisecond
 

@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // consumers lists the consumers of f's group (XINFO CONSUMERS), sorted.
@@ -67,7 +68,7 @@ func TestPruneConsumers(t *testing.T) {
 	if _, err := own.PruneConsumers(ctx, 0); err == nil {
 		t.Error("PruneConsumers(0) = nil error, want one")
 	}
-	other := stream.New(f.c, f.stream, "nogroup", "own")
+	other := redisstream.New(f.c, f.stream, "nogroup", "own")
 	if _, err := other.PruneConsumers(ctx, time.Millisecond); !errors.Is(err, stream.ErrNoGroup) {
 		t.Errorf("PruneConsumers of a missing group = %v, want ErrNoGroup", err)
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"strconv"
@@ -8,7 +8,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/relaytest"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestSourceContract runs the shared relay.StreamSource suite against Source
@@ -35,7 +35,7 @@ func TestSourceContract(t *testing.T) {
 		return relaytest.StreamSourceHarness{
 			Publish: func(t *testing.T, fields map[string]string) string {
 				t.Helper()
-				id, err := stream.New(c, name, group, "producer").Publish(t.Context(), fields)
+				id, err := redisstream.New(c, name, group, "producer").Publish(t.Context(), fields)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -43,7 +43,7 @@ func TestSourceContract(t *testing.T) {
 			},
 			Consumer: func(t *testing.T, consumer string) relay.StreamSource {
 				t.Helper()
-				s := stream.New(c, name, group, consumer, stream.WithBlock(20*time.Millisecond))
+				s := redisstream.New(c, name, group, consumer, redisstream.WithBlock(20*time.Millisecond))
 				if err := s.EnsureGroup(t.Context()); err != nil {
 					t.Fatal(err)
 				}

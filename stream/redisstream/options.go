@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"fmt"
@@ -71,7 +71,7 @@ func WithReclaimCount(n int) Option {
 
 // WithTrimLimit sets the most entries one Trim removes as whole stream
 // nodes; a Trim that may have reached it skips the exact step and reports
-// TrimResult.More. The exact step trusts that a node pass removing at most
+// stream.TrimResult.More. The exact step trusts that a node pass removing at most
 // n/2 entries stopped at the node holding the bound, so n must stay far
 // above the entries of one stream node (Redis' stream-node-max-entries,
 // 100 by default): n must be >= 1000. Default: DefaultTrimLimit.

@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // serverMS reads the Redis server's clock (TIME) in Unix ms.
@@ -384,7 +385,7 @@ func TestTrimRetentionZero(t *testing.T) {
 func TestTrimMissingStreamOrGroup(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := stream.New(f.c, f.stream, f.group, "c1")
+	src := redisstream.New(f.c, f.stream, f.group, "c1")
 	if _, err := src.Trim(t.Context(), time.Millisecond); !errors.Is(err, stream.ErrNoStream) {
 		t.Errorf("Trim on a missing stream: %v, want ErrNoStream", err)
 	}
@@ -406,7 +407,7 @@ func TestTrimLimitBoundsOneCall(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const limit = 1000
-	src := f.source(t, "c1", stream.WithTrimLimit(limit))
+	src := f.source(t, "c1", redisstream.WithTrimLimit(limit))
 	all := f.publishFast(t, 3500)
 	f.ack(t, f.group, f.readAll(t, f.group)...)
 	f.waitOlder(t, all[len(all)-1], time.Millisecond)
@@ -548,7 +549,7 @@ func TestTrimThenNewGroupFromZero(t *testing.T) {
 func BenchmarkTrimNothingDue(b *testing.B) {
 	f := fixture{c: redistest.Client(b), stream: redistest.Name(b, "s"), group: "relay"}
 	ctx := b.Context()
-	src := stream.New(f.c, f.stream, f.group, "c1")
+	src := redisstream.New(f.c, f.stream, f.group, "c1")
 	if err := src.EnsureGroup(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -617,7 +618,7 @@ func TestEnsureGroupOutOfMemory(t *testing.T) {
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Errorf("EnsureGroup of an existing group on a full Redis: %v, want nil", err)
 	}
-	other := stream.New(f.c, f.stream, "other", "c1")
+	other := redisstream.New(f.c, f.stream, "other", "c1")
 	err := other.EnsureGroup(t.Context())
 	var re *rueidis.RedisError
 	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "OOM ") {

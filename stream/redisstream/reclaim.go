@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Reclaim takes over at most max (> 0) of the group's entries that have been
@@ -32,9 +34,9 @@ import (
 // no dangling reference remains on any Redis version.
 //
 // When an error ends the call, msgs and deleted hold what was claimed before
-// it: those entries now belong to this consumer. The error wraps ErrNoGroup
+// it: those entries now belong to this consumer. The error wraps stream.ErrNoGroup
 // when the group is missing.
-func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []Message, deleted []string, done bool, err error) {
+func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []stream.Message, deleted []string, done bool, err error) {
 	if minIdle < 0 {
 		return nil, nil, false, fmt.Errorf("stream: reclaim %s: minIdle must be >= 0, got %s", s.stream, minIdle)
 	}
@@ -95,7 +97,7 @@ func (s *Source) Reclaim(ctx context.Context, minIdle time.Duration, max int) (m
 // element exists since Redis 7.0, and Redis 6.2 instead lists a deleted entry
 // among the claimed ones with nil fields, which autoclaim also counts as
 // deleted.
-func (s *Source) autoclaim(ctx context.Context, minIdleMS, start string) (next string, claimed []Message, deleted []string, err error) {
+func (s *Source) autoclaim(ctx context.Context, minIdleMS, start string) (next string, claimed []stream.Message, deleted []string, err error) {
 	cmd := s.client.B().Xautoclaim().Key(s.stream).Group(s.group).Consumer(s.consumer).
 		MinIdleTime(minIdleMS).Start(start).Count(s.opts.reclaimCount).Build()
 	reply, err := s.client.Do(ctx, cmd).ToArray()
@@ -121,7 +123,7 @@ func (s *Source) autoclaim(ctx context.Context, minIdleMS, start string) (next s
 			deleted = append(deleted, e.ID)
 			continue
 		}
-		claimed = append(claimed, Message{ID: e.ID, Fields: e.FieldValues})
+		claimed = append(claimed, stream.Message{ID: e.ID, Fields: e.FieldValues})
 	}
 	if len(reply) > 2 {
 		ids, err := reply[2].AsStrSlice()
@@ -137,7 +139,7 @@ func (s *Source) autoclaim(ctx context.Context, minIdleMS, start string) (next s
 // extended XPENDING over their id range, restricted to this consumer. One
 // XAUTOCLAIM call examines at most ten times its COUNT PEL entries, so that
 // many bounds what the range can hold.
-func (s *Source) fillDeliveries(ctx context.Context, msgs []Message) error {
+func (s *Source) fillDeliveries(ctx context.Context, msgs []stream.Message) error {
 	first, last := msgs[0].ID, msgs[len(msgs)-1].ID
 	cmd := s.client.B().Xpending().Key(s.stream).Group(s.group).Start(first).End(last).
 		Count(10 * s.opts.reclaimCount).Consumer(s.consumer).Build()

@@ -1,4 +1,4 @@
-package stream_test
+package redisstream_test
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -31,10 +32,10 @@ func setup(t *testing.T) fixture {
 }
 
 // source returns a Source of consumer on f whose group exists.
-func (f fixture) source(t *testing.T, consumer string, opts ...stream.Option) *stream.Source {
+func (f fixture) source(t *testing.T, consumer string, opts ...redisstream.Option) *redisstream.Source {
 	t.Helper()
-	opts = append([]stream.Option{stream.WithBlock(20 * time.Millisecond)}, opts...)
-	s := stream.New(f.c, f.stream, f.group, consumer, opts...)
+	opts = append([]redisstream.Option{redisstream.WithBlock(20 * time.Millisecond)}, opts...)
+	s := redisstream.New(f.c, f.stream, f.group, consumer, opts...)
 	if err := s.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func (f fixture) do(t *testing.T, cmd rueidis.Completed) rueidis.RedisResult {
 }
 
 // publishN appends n entries {"n": i} and returns their ids.
-func (f fixture) publishN(t *testing.T, s *stream.Source, n int) []string {
+func (f fixture) publishN(t *testing.T, s *redisstream.Source, n int) []string {
 	t.Helper()
 	ids := make([]string, n)
 	for i := range n {
@@ -123,7 +124,7 @@ func ids(msgs []stream.Message) []string {
 func TestEnsureGroupTwice(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	s := stream.New(f.c, f.stream, f.group, "c1")
+	s := redisstream.New(f.c, f.stream, f.group, "c1")
 	for range 2 {
 		if err := s.EnsureGroup(t.Context()); err != nil {
 			t.Fatalf("EnsureGroup: %v", err)
@@ -174,7 +175,7 @@ func TestReadRecreatesMissingGroup(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	var log testutil.Buffer
-	s := f.source(t, "c1", stream.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	s := f.source(t, "c1", redisstream.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 	want := f.publishN(t, s, 1)
 	if _, err := s.Read(t.Context(), 10); err != nil || strings.Contains(log.String(), "created again") {
 		t.Fatalf("a first Read with the group in place: %v; log %q", err, log.String())
@@ -224,9 +225,9 @@ func TestReadCreatesANewGroupQuietly(t *testing.T) {
 	f := setup(t)
 	var log testutil.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
-	s := stream.New(f.c, f.stream, f.group, "c1", stream.WithBlock(20*time.Millisecond), stream.WithLogger(logger))
+	s := redisstream.New(f.c, f.stream, f.group, "c1", redisstream.WithBlock(20*time.Millisecond), redisstream.WithLogger(logger))
 	// A producer's entries, written before any consumer group exists.
-	want := f.publishN(t, stream.New(f.c, f.stream, f.group, "producer"), 2)
+	want := f.publishN(t, redisstream.New(f.c, f.stream, f.group, "producer"), 2)
 	msgs, err := s.Read(t.Context(), 10)
 	if err != nil || !slices.Equal(ids(msgs), want) {
 		t.Fatalf("first Read = %v, %v; want %v, the group created from id 0", ids(msgs), err, want)
@@ -250,7 +251,7 @@ func TestReadCreatesANewGroupQuietly(t *testing.T) {
 
 	// Lost after another Source of the group only pinged it: a warning too.
 	var log2 testutil.Buffer
-	s2 := stream.New(f.c, f.stream, f.group, "c2", stream.WithBlock(20*time.Millisecond), stream.WithLogger(slog.New(slog.NewTextHandler(&log2, nil))))
+	s2 := redisstream.New(f.c, f.stream, f.group, "c2", redisstream.WithBlock(20*time.Millisecond), redisstream.WithLogger(slog.New(slog.NewTextHandler(&log2, nil))))
 	if err := s2.Ping(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestPingMissingGroupAndStream(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	other := stream.New(f.c, f.stream, f.group+"-other", "c1")
+	other := redisstream.New(f.c, f.stream, f.group+"-other", "c1")
 	err := other.Ping(t.Context())
 	if !errors.Is(err, stream.ErrNoGroup) || !strings.Contains(err.Error(), f.group+"-other") {
 		t.Fatalf("Ping with missing group = %v; want ErrNoGroup naming the group", err)
@@ -287,7 +288,7 @@ func TestPingMissingGroupAndStream(t *testing.T) {
 func TestMissingGroupErrors(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	s := stream.New(f.c, f.stream, f.group, "c1")
+	s := redisstream.New(f.c, f.stream, f.group, "c1")
 	ctx := t.Context()
 
 	if _, _, _, err := s.Reclaim(ctx, 0, 10); !errors.Is(err, stream.ErrNoGroup) {
@@ -442,7 +443,7 @@ func TestReadBlockedWhenGroupOrStreamVanishes(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redistest.Connect(t, srv.Addr)
 	f := fixture{c: c, stream: redistest.Name(t, "s"), group: redistest.Name(t, "g")}
-	s := f.source(t, "c1", stream.WithBlock(5*time.Second))
+	s := f.source(t, "c1", redisstream.WithBlock(5*time.Second))
 
 	// In this order: a destroyed group is recreated from id 0, so the stream
 	// must hold no entry yet.

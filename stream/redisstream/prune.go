@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -8,10 +8,6 @@ import (
 
 	"github.com/redis/rueidis"
 )
-
-// DefaultConsumerIdle is how long a consumer of the group must have been
-// idle, with nothing pending, before PruneConsumers removes it.
-const DefaultConsumerIdle = 24 * time.Hour
 
 // pruneScript removes the consumers of a group that hold nothing pending
 // and have been idle for at least a given time, in one step, so a consumer
@@ -43,7 +39,7 @@ return removed
 // consumer behind, and the group's list of consumers would grow with every
 // restart. A removed consumer that turns out to be alive is created again
 // by its next read. It returns the names removed; a missing stream or
-// group is an error wrapping ErrNoStream or ErrNoGroup, minIdle <= 0 an
+// group is an error wrapping stream.ErrNoStream or stream.ErrNoGroup, minIdle <= 0 an
 // error.
 func (s *Source) PruneConsumers(ctx context.Context, minIdle time.Duration) ([]string, error) {
 	if minIdle <= 0 {

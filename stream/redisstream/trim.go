@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-)
 
-// DefaultRetention is how long the source stream keeps an entry that no
-// consumer group still needs (REDIS_STREAM_RETENTION,
-// docs/operations.md#retention).
-const DefaultRetention = 24 * time.Hour
+	"github.com/relaydev/relay/stream"
+)
 
 // DefaultTrimLimit is the most entries one Trim removes as whole stream
 // nodes before it leaves the rest to the next call (WithTrimLimit). On
@@ -34,42 +31,6 @@ const (
 	trimNoStream = 2
 	trimNoGroup  = 3
 )
-
-// TrimResult is what one Trim did and found.
-type TrimResult struct {
-	// Trimmed is how many entries this call removed (for a counter such
-	// as relay_stream_trimmed_total).
-	Trimmed int64
-	// Cutoff is the Redis server's time minus the retention: entries
-	// added before it are due for removal.
-	Cutoff time.Time
-	// MinID is the XTRIM MINID bound used: every entry with a smaller id
-	// is gone (unless More). "0-0" when nothing was due.
-	MinID string
-	// Floor is the oldest entry id some consumer group still needs; it
-	// and every later entry are kept.
-	Floor string
-	// FloorTime is the time in Floor's id (the Unix epoch for "0-0").
-	FloorTime time.Time
-	// FloorGroup is the consumer group that holds Floor (the first by
-	// name when several hold the same id).
-	FloorGroup string
-	// FloorPending reports that Floor is FloorGroup's oldest pending
-	// entry (delivered, not acknowledged); otherwise Floor is its
-	// last-delivered-id and what follows has not been delivered to it.
-	FloorPending bool
-	// HeldBack reports that FloorGroup keeps entries the retention would
-	// remove: an entry it holds pending is older than Cutoff, or the
-	// entry after its last delivered one is (it has not read it yet).
-	// The last delivered entry alone is no holding back: it is always
-	// kept, so an idle stream whose groups are all caught up is not held
-	// back. Cutoff.Sub(FloorTime) says by how much; a value that keeps
-	// growing is a stuck or abandoned group (docs/operations.md#retention).
-	HeldBack bool
-	// More reports that the call stopped at its limit (WithTrimLimit)
-	// with due entries left: call Trim again.
-	More bool
-}
 
 // Trim removes the entries of the stream that are older than retention
 // (by the time in their ids, against the Redis server's TIME) and that no
@@ -94,17 +55,17 @@ type TrimResult struct {
 // 8.2+): the script gives the same guarantee on Redis 7.0 and reports
 // which group holds the floor.
 //
-// retention 0 disables trimming: Trim returns a zero TrimResult without
+// retention 0 disables trimming: Trim returns a zero stream.TrimResult without
 // calling Redis; a negative retention is an error. When the stream or
 // this Source's group does not exist, nothing is trimmed and the error
-// wraps ErrNoStream or ErrNoGroup: Read recreates the group from id 0
+// wraps stream.ErrNoStream or stream.ErrNoGroup: Read recreates the group from id 0
 // and would then want every entry still there.
-func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult, error) {
+func (s *Source) Trim(ctx context.Context, retention time.Duration) (stream.TrimResult, error) {
 	switch {
 	case retention == 0:
-		return TrimResult{}, nil
+		return stream.TrimResult{}, nil
 	case retention < time.Millisecond:
-		return TrimResult{}, fmt.Errorf("stream: trim %s: retention must be 0 (off) or >= 1ms, got %s", s.stream, retention)
+		return stream.TrimResult{}, fmt.Errorf("stream: trim %s: retention must be 0 (off) or >= 1ms, got %s", s.stream, retention)
 	}
 	args := []string{
 		strconv.FormatInt(retention.Milliseconds(), 10),
@@ -113,10 +74,10 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	}
 	arr, err := trimScript.Exec(ctx, s.client, []string{s.stream}, args).ToArray()
 	if err != nil {
-		return TrimResult{}, s.wrap("trim", err)
+		return stream.TrimResult{}, s.wrap("trim", err)
 	}
-	fail := func(err error) (TrimResult, error) {
-		return TrimResult{}, fmt.Errorf("stream: trim %s: script reply: %w", s.stream, err)
+	fail := func(err error) (stream.TrimResult, error) {
+		return stream.TrimResult{}, fmt.Errorf("stream: trim %s: script reply: %w", s.stream, err)
 	}
 	if len(arr) == 0 {
 		return fail(fmt.Errorf("empty"))
@@ -127,9 +88,9 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	}
 	switch code {
 	case trimNoStream:
-		return TrimResult{}, fmt.Errorf("stream: trim %s: %w", s.stream, ErrNoStream)
+		return stream.TrimResult{}, fmt.Errorf("stream: trim %s: %w", s.stream, stream.ErrNoStream)
 	case trimNoGroup:
-		return TrimResult{}, fmt.Errorf("stream: trim %s: group %s: %w", s.stream, s.group, ErrNoGroup)
+		return stream.TrimResult{}, fmt.Errorf("stream: trim %s: group %s: %w", s.stream, s.group, stream.ErrNoGroup)
 	case trimDone:
 	default:
 		return fail(fmt.Errorf("unknown code %d", code))
@@ -137,7 +98,7 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	if len(arr) != 9 {
 		return fail(fmt.Errorf("%d elements, want 9", len(arr)))
 	}
-	var r TrimResult
+	var r stream.TrimResult
 	var nowMS, pending, more int64
 	for i, p := range []*int64{&r.Trimmed, &nowMS} {
 		if *p, err = arr[1+i].AsInt64(); err != nil {
@@ -154,7 +115,7 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 			return fail(err)
 		}
 	}
-	floorMS, _, err := ParseID(r.Floor)
+	floorMS, _, err := stream.ParseID(r.Floor)
 	if err != nil {
 		return fail(err)
 	}
@@ -169,7 +130,7 @@ func (s *Source) Trim(ctx context.Context, retention time.Duration) (TrimResult,
 	if r.FloorPending {
 		r.HeldBack = due(floorMS)
 	} else if next != "" {
-		nextMS, _, err := ParseID(next)
+		nextMS, _, err := stream.ParseID(next)
 		if err != nil {
 			return fail(err)
 		}

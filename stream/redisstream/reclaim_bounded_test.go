@@ -1,11 +1,11 @@
-package stream_test
+package redisstream_test
 
 import (
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestReclaimClaimsAtMostMax walks one pass in bounded steps: each call
@@ -16,7 +16,7 @@ func TestReclaimClaimsAtMostMax(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	dead := f.source(t, "dead")
-	c2 := f.source(t, "c2", stream.WithReclaimCount(4))
+	c2 := f.source(t, "c2", redisstream.WithReclaimCount(4))
 	ctx := t.Context()
 	const minIdle = 50 * time.Millisecond
 

@@ -1,4 +1,4 @@
-package stream
+package redisstream
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/relaydev/relay/stream"
 )
 
 // Source reads one Redis Stream as one consumer of one consumer group. It
@@ -117,12 +119,12 @@ func (s *Source) createGroup(ctx context.Context) (created bool, err error) {
 // Read logs as a warning (WithLogger); creating a group it never saw, as
 // at the first start of an Engine whose source hides relay.GroupEnsurer,
 // is logged at INFO. count must be > 0.
-func (s *Source) Read(ctx context.Context, count int) ([]Message, error) {
+func (s *Source) Read(ctx context.Context, count int) ([]stream.Message, error) {
 	if count <= 0 {
 		return nil, fmt.Errorf("stream: read %s: count must be > 0, got %d", s.stream, count)
 	}
 	msgs, err := s.read(ctx, count)
-	if errors.Is(err, ErrNoGroup) || errors.Is(err, errUnblocked) {
+	if errors.Is(err, stream.ErrNoGroup) || errors.Is(err, errUnblocked) {
 		seen := s.seen.Load()
 		created, cerr := s.createGroup(ctx)
 		if cerr != nil {
@@ -159,7 +161,7 @@ func (s *Source) GroupRecreations() (n int, last time.Time) {
 	return int(s.recreations.Load()), time.UnixMilli(at)
 }
 
-func (s *Source) read(ctx context.Context, count int) ([]Message, error) {
+func (s *Source) read(ctx context.Context, count int) ([]stream.Message, error) {
 	cmd := s.client.B().Xreadgroup().Group(s.group, s.consumer).Count(int64(count)).
 		Block(s.opts.block.Milliseconds()).Streams().Key(s.stream).Id(">").Build()
 	res, err := s.client.Do(ctx, cmd).AsXRead()
@@ -180,9 +182,9 @@ func (s *Source) read(ctx context.Context, count int) ([]Message, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	msgs := make([]Message, len(entries))
+	msgs := make([]stream.Message, len(entries))
 	for i, e := range entries {
-		msgs[i] = Message{ID: e.ID, Fields: e.FieldValues, Deliveries: 1}
+		msgs[i] = stream.Message{ID: e.ID, Fields: e.FieldValues, Deliveries: 1}
 	}
 	return msgs, nil
 }
@@ -290,7 +292,7 @@ func (s *Source) Owned(ctx context.Context, ids []string) (map[string]bool, erro
 const ownedChunk = 1000
 
 // Ping checks that Redis answers and that the stream and its consumer group
-// exist. The error wraps ErrNoStream or ErrNoGroup and names what is missing.
+// exist. The error wraps stream.ErrNoStream or stream.ErrNoGroup and names what is missing.
 func (s *Source) Ping(ctx context.Context) error {
 	b := s.client.B()
 	res := s.client.DoMulti(ctx,
@@ -306,7 +308,7 @@ func (s *Source) Ping(ctx context.Context) error {
 		return fmt.Errorf("stream: ping: exists %s: %w", s.stream, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("stream: ping: stream %q: %w", s.stream, ErrNoStream)
+		return fmt.Errorf("stream: ping: stream %q: %w", s.stream, stream.ErrNoStream)
 	}
 	groups, err := res[2].ToArray()
 	if err != nil {
@@ -323,14 +325,14 @@ func (s *Source) Ping(ctx context.Context) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("stream: ping: group %q on stream %q: %w", s.group, s.stream, ErrNoGroup)
+	return fmt.Errorf("stream: ping: group %q on stream %q: %w", s.group, s.stream, stream.ErrNoGroup)
 }
 
 // Pending returns how many entries of the group are pending (XPENDING
 // summary) and the age of the oldest one: the Redis server's TIME minus the
 // millisecond part of its id, that is, how long ago the oldest
 // unacknowledged entry was added (0 when nothing is pending). Idle time is
-// not used, since every reclaim resets it. The error wraps ErrNoGroup when
+// not used, since every reclaim resets it. The error wraps stream.ErrNoGroup when
 // the group is missing.
 func (s *Source) Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error) {
 	b := s.client.B()
@@ -374,10 +376,10 @@ func (s *Source) Pending(ctx context.Context) (count int64, oldestAge time.Durat
 	return count, oldestAge, nil
 }
 
-// wrap adds the operation and stream to err and maps NOGROUP to ErrNoGroup.
+// wrap adds the operation and stream to err and maps NOGROUP to stream.ErrNoGroup.
 func (s *Source) wrap(op string, err error) error {
 	if isNoGroup(err) {
-		return fmt.Errorf("stream: %s %s: group %s: %w", op, s.stream, s.group, ErrNoGroup)
+		return fmt.Errorf("stream: %s %s: group %s: %w", op, s.stream, s.group, stream.ErrNoGroup)
 	}
 	return fmt.Errorf("stream: %s %s: %w", op, s.stream, err)
 }
