@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
@@ -43,7 +44,7 @@ type harness struct {
 	stream   string
 	group    string
 	src      *redisstream.Source
-	dlq      *dlq.Store
+	dlq      *redisdlq.Store
 	state    *invocation.Store
 	calls    *apptest.Calls
 	reg      *prometheus.Registry
@@ -122,7 +123,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	}
 	h.src = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
 	h.source = h.src
-	h.dlq = dlq.NewStore(rc, h.stream)
+	h.dlq = redisdlq.NewStore(rc, h.stream)
 	h.state = invocation.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)

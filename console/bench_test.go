@@ -16,6 +16,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -125,7 +126,7 @@ events:
 	if err != nil {
 		b.Fatal(err)
 	}
-	firstEntry, err := dlq.NewStore(rc, streamName).Page(ctx, dlq.PageQuery{Count: 1})
+	firstEntry, err := redisdlq.NewStore(rc, streamName).Page(ctx, dlq.PageQuery{Count: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -183,7 +183,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 		before = append(before, fmt.Sprintf(`{"kind":"order","n":%d}`, i), fmt.Sprintf(`{"kind":"user","n":%d}`, i))
 	}
 	publish(append(before, `{"kind":"work","n":1}`, `{"kind":"work","n":2}`)...)
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 30*time.Second, "40 dead letters and two hung attempts", func() bool {
 		n, _ := store.Len(t.Context())
 		st, ok := status(t, rc, streamName)

@@ -22,7 +22,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -206,7 +206,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	dlqLen := func() int64 {
 		n, err := store.Len(t.Context())
 		if err != nil {

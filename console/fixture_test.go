@@ -21,6 +21,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
@@ -89,7 +90,7 @@ type fixture struct {
 	ran     atomic.Int64
 	// hold, when set, is received from before a handler returns.
 	hold  atomic.Pointer[chan struct{}]
-	store *dlq.Store
+	store *redisdlq.Store
 	cfg   console.Config
 	// location is the Location of the last response, "" when none.
 	location string
@@ -121,7 +122,7 @@ func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	f.store = dlq.NewStore(f.rc, f.stream)
+	f.store = redisdlq.NewStore(f.rc, f.stream)
 	f.cfg = console.Config{Redis: f.rc, Streams: []string{f.stream}, Group: f.group, Apps: template.Dir(f.apps),
 		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -193,7 +193,7 @@ func (s *Server) readQueues(ctx context.Context, rc rueidis.Client, v *streamVie
 	} else {
 		v.Read.Pending = true
 	}
-	if v.DLQ, err = dlq.NewStore(rc, v.Name).Len(ctx); err != nil {
+	if v.DLQ, err = redisdlq.NewStore(rc, v.Name).Len(ctx); err != nil {
 		v.Problem = "reading the dead-letter queue failed: " + err.Error()
 	} else {
 		v.Read.DLQ = true

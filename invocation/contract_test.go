@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/relaytest"
@@ -57,7 +58,7 @@ func TestStoreContract(t *testing.T) {
 			}
 			return strconv.FormatUint(tokens.Add(1), 36) + "t"
 		}))
-		dead := dlq.NewStore(c, stream)
+		dead := redisdlq.NewStore(c, stream)
 		return relaytest.StateStoreHarness{
 			Store: store,
 			ClaimToken: func(_ *testing.T, token string) {
@@ -359,7 +360,7 @@ func (s redisStore) get(t *testing.T) map[string]string {
 
 func (s redisStore) deadLetters(t *testing.T) []dlq.Entry {
 	t.Helper()
-	es, err := dlq.NewStore(s.c, s.key.Stream).List(t.Context(), dlq.Filter{})
+	es, err := redisdlq.NewStore(s.c, s.key.Stream).List(t.Context(), dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

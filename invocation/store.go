@@ -430,7 +430,7 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 		}
 		if e.OriginalStream != st.Key.Stream {
 			// The entry goes to the message's stream's DLQ, as
-			// dlq.Writer.Write refuses an entry of another stream.
+			// redisdlq.Writer.Write refuses an entry of another stream.
 			return settleItem{}, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field,
 				&dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not the message's stream %q", e.OriginalStream, st.Key.Stream)})
 		}

@@ -53,7 +53,7 @@ type StateStoreHarness struct {
 	// empty map when there is none.
 	State func(t *testing.T, key invocation.Key) map[string]string
 	// DeadLetters returns every entry of the dead-letter queue of key's
-	// stream (keys.DLQ), oldest first, as dlq.Store.List with an empty
+	// stream (keys.DLQ), oldest first, as redisdlq.Store.List with an empty
 	// filter reads them: where Settle writes the entries of its Exhaust
 	// and DeadLetter transitions.
 	DeadLetters func(t *testing.T, key invocation.Key) []dlq.Entry

@@ -22,7 +22,7 @@
 //     takes the path it takes on Redis.
 //   - DLQ is a dead-letter queue: the DLQ a StateStore writes into, a
 //     DLQWriter (Write appends an entry outside any delivery, as
-//     dlq.Writer does) and the reading side of dlq.Store (List, Get,
+//     redisdlq.Writer does) and the reading side of redisdlq.Store (List, Get,
 //     Delete, Len: a DLQReader).
 //   - Runner is a relay.Runner that records requests and answers with
 //     scripted outcomes; runtime.Func runs real Go handlers instead.
@@ -61,7 +61,7 @@
 //
 // They run against the fakes in this package's tests, and in the tests of
 // the real implementations against them: invocation.Store, redisstream.Source
-// and dlq.Writer with dlq.Store on a real redis-server, runtime.Func,
+// and redisdlq.Writer with redisdlq.Store on a real redis-server, runtime.Func,
 // runtime.Process and the containerd runner, and the matcher of app.Set.
 // Run them against your own implementation too. A fake is trusted only
 // because it passes the same suite as the real thing. Each suite takes a

@@ -349,7 +349,7 @@ func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
 // an acknowledgement removes the message from the Stream's PEL
 // (WithStream) and applies the retention (deleted with 0, else retained
 // with a TTL); a dead-letter entry goes to the DLQ (WithDLQ), validated
-// and defaulted as dlq.Writer.Write does (an empty OriginalStream is the
+// and defaulted as redisdlq.Writer.Write does (an empty OriginalStream is the
 // settlement's stream, which must be the DLQ's). ErrTerminal on a
 // retained hash or a message not pending, ErrStale when a lease lost its
 // token.

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -32,7 +32,7 @@ func retainerConfigOf(c Config) retainerConfig {
 type retainer struct {
 	cfg    retainerConfig
 	source *redisstream.Source
-	dlq    *dlq.Writer
+	dlq    *redisdlq.Writer
 	log    *slog.Logger
 	m      *streamMetrics
 	// floor is confined to Run's goroutine.

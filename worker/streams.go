@@ -9,7 +9,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -54,7 +54,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	// message's last transitions, its dead-letter entries, its XACK and
 	// its retention take one script (docs/delivery.md#invocation-state).
 	store := invocation.New(cfg.Redis)
-	dlqw := dlq.NewWriter(cfg.Redis, name)
+	dlqw := redisdlq.NewWriter(cfg.Redis, name)
 	c := relay.Components{
 		Source: src, State: store, Runner: cfg.Runner,
 		Stream: name, Group: cfg.Group, Consumer: cfg.Consumer,

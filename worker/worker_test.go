@@ -22,6 +22,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
@@ -301,7 +302,7 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	if !errors.Is(res[0].Err, invocation.ErrTerminal) {
 		t.Errorf("dead-letter settlement for an acknowledged message = %v; want invocation.ErrTerminal", res[0].Err)
 	}
-	if n, err := dlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
+	if n, err := redisdlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
 		t.Errorf("%d DLQ entries, %v; want the one", n, err)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
@@ -141,7 +142,7 @@ func TestCLIStats(t *testing.T) {
 	if err := src.Ack(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	w := dlq.NewWriter(rc, name)
+	w := redisdlq.NewWriter(rc, name)
 	for i := range 2 {
 		if _, err := w.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", i+1), Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
 			t.Fatal(err)
@@ -222,7 +223,7 @@ events:
 	}
 	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		n, _, err := src.Pending(t.Context())
-		l, _ := dlq.NewStore(rc, name).Len(t.Context())
+		l, _ := redisdlq.NewStore(rc, name).Len(t.Context())
 		s, _ := stats.Read(t.Context(), rc, name, "workers")
 		return err == nil && n == 0 && l == 2 && s.Received == 5
 	})

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
@@ -155,7 +156,7 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 2*time.Minute, "handlers ran and the failure was dead-lettered", func() bool {
 		n, _ := store.Len(ctx)
 		s := out1.String()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -80,7 +81,7 @@ func TestStartEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 60*time.Second, "handler output and DLQ entry", func() bool {
 		n, _ := store.Len(ctx)
 		return n == 1 && strings.Contains(stdout.String(), "[users/events.created] welcome user ada@example.com (message "+okID)

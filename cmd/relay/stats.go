@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaydev/relay/stats"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -81,7 +81,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	dlqLen, err := dlq.NewStore(rc, g.RedisStream).Len(ctx)
+	dlqLen, err := redisdlq.NewStore(rc, g.RedisStream).Len(ctx)
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -193,7 +194,7 @@ func TestClusterEndToEnd(t *testing.T) {
 
 	// Each stream's DLQ holds exactly its own failures.
 	for _, s := range streams {
-		entries, err := dlq.NewStore(rc, s).List(ctx, dlq.Filter{})
+		entries, err := redisdlq.NewStore(rc, s).List(ctx, dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
@@ -212,7 +212,7 @@ func TestSentinelFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqLen, err := dlq.NewStore(check, streamName).Len(ctx)
+	dlqLen, err := redisdlq.NewStore(check, streamName).Len(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

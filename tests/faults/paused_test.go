@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -217,7 +217,7 @@ func pending(t *testing.T, src *redisstream.Source) int64 {
 // dlqLen is the length of src's stream's DLQ.
 func dlqLen(t *testing.T, src *redisstream.Source) int64 {
 	rc := src.Client()
-	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(dlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
+	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(redisdlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -326,7 +327,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 		}
 		wg.Go(func() { _ = e.Run(runCtx) })
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 10*time.Second, "a DLQ entry", func() bool { n, _ := store.Len(ctx); return n >= 1 })
 	time.Sleep(3500 * time.Millisecond) // past the barrier's wait: a second writer would have written
 	stop()

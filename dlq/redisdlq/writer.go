@@ -1,4 +1,4 @@
-package dlq
+package redisdlq
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 )
 
@@ -41,16 +42,16 @@ func (w *Writer) Key() string { return w.key }
 // id. An empty OriginalStream is taken to be the Writer's source stream and
 // any other value is an error; a zero Timestamp becomes the current time;
 // e.ID is ignored. OriginalID, Group, Consumer, Reason, App and Handler must
-// be non-empty; a malformed-message entry has App and Handler MalformedName
+// be non-empty; a malformed-message entry has App and Handler dlq.MalformedName
 // and HandlerAttempts 0, any other has HandlerAttempts >= 1. A validation
-// failure is a *FieldError (errors.Is ErrInvalidEntry) and writes nothing.
+// failure is a *dlq.FieldError (errors.Is dlq.ErrInvalidEntry) and writes nothing.
 // Every call appends: a retry after a lost reply may append twice.
-func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
+func (w *Writer) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	if e.OriginalStream == "" {
 		e.OriginalStream = w.stream
 	}
 	if e.OriginalStream != w.stream {
-		return "", &FieldError{Field: fieldOriginalStream, Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, w.stream)}
+		return "", &dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, w.stream)}
 	}
 	if e.Timestamp.IsZero() {
 		e.Timestamp = time.Now()
@@ -59,7 +60,7 @@ func (w *Writer) Write(ctx context.Context, e Entry) (string, error) {
 		return "", err
 	}
 	add := w.client.B().Xadd().Key(w.key).Id("*").FieldValue()
-	pairs := EncodePairs(e)
+	pairs := dlq.EncodePairs(e)
 	for i := 0; i < len(pairs); i += 2 {
 		add = add.FieldValue(pairs[i], pairs[i+1])
 	}

@@ -1,4 +1,4 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"testing"

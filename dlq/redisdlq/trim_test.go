@@ -1,4 +1,4 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"maps"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 )
 
 // serverMS reads the Redis server's clock (TIME) in Unix ms.
@@ -26,7 +27,7 @@ func serverMS(t *testing.T, c rueidis.Client) int64 {
 
 // seedAt writes n entries whose ids carry the time ms (sequence 0..n-1)
 // and returns their ids.
-func seedAt(t *testing.T, s *dlq.Store, c rueidis.Client, src string, ms int64, n int) []string {
+func seedAt(t *testing.T, s *redisdlq.Store, c rueidis.Client, src string, ms int64, n int) []string {
 	t.Helper()
 	cmds := make(rueidis.Commands, n)
 	ids := make([]string, n)
@@ -47,7 +48,7 @@ func seedAt(t *testing.T, s *dlq.Store, c rueidis.Client, src string, ms int64, 
 	return ids
 }
 
-func listIDs(t *testing.T, s *dlq.Store) []string {
+func listIDs(t *testing.T, s *redisdlq.Store) []string {
 	t.Helper()
 	es, err := s.List(t.Context(), dlq.Filter{})
 	if err != nil {
@@ -117,7 +118,7 @@ func TestTrimBounded(t *testing.T) {
 	const limit = 1000
 	var total int64
 	for calls := 1; ; calls++ {
-		r, err := dlq.TrimWithLimit(&s.Writer, t.Context(), time.Hour, limit)
+		r, err := redisdlq.TrimWithLimit(&s.Writer, t.Context(), time.Hour, limit)
 		if err != nil {
 			t.Fatal(err)
 		}

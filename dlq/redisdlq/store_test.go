@@ -1,4 +1,4 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"errors"
@@ -14,19 +14,55 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
+// The entries of package dlq's codec tests.
+var ts = time.Date(2026, 3, 4, 5, 6, 7, 89_000_000, time.UTC)
+
+func fullEntry() dlq.Entry {
+	return dlq.Entry{
+		OriginalStream:  "events",
+		OriginalID:      "1700000000000-3",
+		Group:           "relay",
+		Consumer:        "worker-1",
+		Event:           `{"event_name":"INSERT","table_name":"users"}`,
+		Reason:          "exit code 3",
+		App:             "billing",
+		Handler:         "events.created.handler",
+		Deliveries:      7,
+		HandlerAttempts: 5,
+		Timestamp:       ts,
+		Trace:           "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	}
+}
+
+func malformedEntry() dlq.Entry {
+	return dlq.Entry{
+		OriginalStream: "events",
+		OriginalID:     "1700000000000-4",
+		Group:          "relay",
+		Consumer:       "worker-1",
+		Event:          "not json",
+		Reason:         "malformed: event is not a JSON object",
+		App:            dlq.MalformedName,
+		Handler:        dlq.MalformedName,
+		Deliveries:     1,
+		Timestamp:      ts,
+	}
+}
+
 // newStore returns a Store on a fresh source stream name of the shared
 // server, and the client.
-func newStore(t *testing.T) (*dlq.Store, rueidis.Client, string) {
+func newStore(t *testing.T) (*redisdlq.Store, rueidis.Client, string) {
 	t.Helper()
 	c := redistest.Client(t)
 	src := redistest.Name(t, "events")
-	return dlq.NewStore(c, src), c, src
+	return redisdlq.NewStore(c, src), c, src
 }
 
 // entrySeq makes each entryFor a different message.
@@ -43,7 +79,7 @@ func entryFor(src string, mutate ...func(*dlq.Entry)) dlq.Entry {
 	return e
 }
 
-func write(t *testing.T, w *dlq.Store, e dlq.Entry) dlq.Entry {
+func write(t *testing.T, w *redisdlq.Store, e dlq.Entry) dlq.Entry {
 	t.Helper()
 	id, err := w.Write(t.Context(), e)
 	if err != nil {

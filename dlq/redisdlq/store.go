@@ -1,13 +1,13 @@
-package dlq
+package redisdlq
 
 import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stream"
 )
@@ -28,23 +28,10 @@ func NewStore(client rueidis.Client, sourceStream string) *Store {
 	return &Store{Writer: *NewWriter(client, sourceStream)}
 }
 
-// Filter selects entries in List. Zero fields select everything.
-type Filter struct {
-	// App and Handler match the entry's app and handler exactly
-	// (MalformedName selects malformed-message entries).
-	App     string
-	Handler string
-	// Since keeps entries written at or after this instant, by the time in
-	// the entry id (the Redis server's clock when the entry was added).
-	Since time.Time
-	// Limit is the most entries returned; 0 means no limit.
-	Limit int
-}
-
 // List returns the entries that pass f, oldest first. It fails on the first
-// entry Decode rejects, naming its id, so that one can be inspected or
+// entry dlq.Decode rejects, naming its id, so that one can be inspected or
 // removed.
-func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
+func (s *Store) List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error) {
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("dlq: list: Limit must be >= 0, got %d", f.Limit)
 	}
@@ -52,7 +39,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 	if !f.Since.IsZero() {
 		start = strconv.FormatInt(max(f.Since.UnixMilli(), 0), 10)
 	}
-	var out []Entry
+	var out []dlq.Entry
 	for {
 		cmd := s.client.B().Xrange().Key(s.key).Start(start).End("+").Count(listPage).Build()
 		page, err := s.client.Do(ctx, cmd).AsXRange()
@@ -60,7 +47,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 			return nil, fmt.Errorf("dlq: list %s: %w", s.key, err)
 		}
 		for _, raw := range page {
-			e, err := Decode(raw.ID, raw.FieldValues)
+			e, err := dlq.Decode(raw.ID, raw.FieldValues)
 			if err != nil {
 				return nil, err
 			}
@@ -80,27 +67,27 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Entry, error) {
 }
 
 // Get returns the entry with id. An unknown or ill-formed id wraps
-// ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (Entry, error) {
+// dlq.ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (dlq.Entry, error) {
 	if !stream.IsID(id) {
-		return Entry{}, fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
+		return dlq.Entry{}, fmt.Errorf("%w: %q is not a stream id", dlq.ErrNotFound, id)
 	}
 	cmd := s.client.B().Xrange().Key(s.key).Start(id).End(id).Count(1).Build()
 	page, err := s.client.Do(ctx, cmd).AsXRange()
 	if err != nil {
-		return Entry{}, fmt.Errorf("dlq: get %s: %w", id, err)
+		return dlq.Entry{}, fmt.Errorf("dlq: get %s: %w", id, err)
 	}
 	if len(page) == 0 {
-		return Entry{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return dlq.Entry{}, fmt.Errorf("%w: %s", dlq.ErrNotFound, id)
 	}
-	return Decode(page[0].ID, page[0].FieldValues)
+	return dlq.Decode(page[0].ID, page[0].FieldValues)
 }
 
 // Delete removes the entry with id (XDEL) and its replay history. An
-// unknown or ill-formed id, or one already deleted, wraps ErrNotFound.
+// unknown or ill-formed id, or one already deleted, wraps dlq.ErrNotFound.
 func (s *Store) Delete(ctx context.Context, id string) error {
 	if !stream.IsID(id) {
-		return fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
+		return fmt.Errorf("%w: %q is not a stream id", dlq.ErrNotFound, id)
 	}
 	b := s.client.B()
 	res := s.client.DoMulti(ctx, b.Xdel().Key(s.key).Id(id).Build(), b.Del().Key(keys.DLQReplays(s.stream, id)).Build())
@@ -112,7 +99,7 @@ func (s *Store) Delete(ctx context.Context, id string) error {
 		return fmt.Errorf("dlq: delete %s: %w", id, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%w: %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s", dlq.ErrNotFound, id)
 	}
 	return nil
 }

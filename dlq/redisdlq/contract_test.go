@@ -1,17 +1,17 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/relaytest"
 )
 
 var (
-	_ relaytest.DLQWriter = (*dlq.Writer)(nil)
-	_ relaytest.DLQReader = (*dlq.Store)(nil)
+	_ relaytest.DLQWriter = (*redisdlq.Writer)(nil)
+	_ relaytest.DLQReader = (*redisdlq.Store)(nil)
 )
 
 // TestWriterContract runs the shared dead-letter queue suite against
@@ -22,8 +22,8 @@ func TestWriterContract(t *testing.T) {
 	relaytest.TestDLQWriter(t, func(t *testing.T) relaytest.DLQWriterHarness {
 		name := relaytest.UniqueName(t)
 		return relaytest.DLQWriterHarness{
-			Writer: dlq.NewWriter(c, name),
-			Reader: dlq.NewStore(c, name),
+			Writer: redisdlq.NewWriter(c, name),
+			Reader: redisdlq.NewStore(c, name),
 			Stream: name,
 			// Write fills a zero Timestamp from the host's clock.
 			Now: func(*testing.T) time.Time { return time.Now() },

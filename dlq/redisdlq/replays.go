@@ -1,4 +1,4 @@
-package dlq
+package redisdlq
 
 import (
 	"context"
@@ -8,32 +8,17 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stream"
 )
 
-// Replay results a replay history records (Replays.LastResult).
-const (
-	// ReplayFailed: the handler ran and failed, or could not be run.
-	ReplayFailed = "failed"
-	// ReplayRefused: the entry cannot be replayed as it is (a malformed
-	// message, a handler gone, an app unavailable).
-	ReplayRefused = "refused"
-)
+// replayTimeLayout is the layout of a history's last_at: RFC 3339 in UTC
+// with milliseconds, as an entry's timestamp.
+const replayTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // maxReplayError bounds the last error a history keeps, in bytes.
 const maxReplayError = 4 << 10
-
-// Replays is the replay history of one entry: how often it was replayed
-// without success, and the last such replay. A successful replay deletes
-// the entry and its history (Delete). The zero value is an entry never
-// replayed.
-type Replays struct {
-	Count      int64
-	LastAt     time.Time
-	LastResult string // ReplayFailed or ReplayRefused
-	LastError  string
-}
 
 // Replay hash fields (keys.DLQReplays; docs/console.md#pages).
 const (
@@ -49,9 +34,9 @@ const (
 // this replay, the DLQ retention (retention trims the entry by then); 0
 // keeps it until Delete. The history of an id the stream does not hold is
 // written all the same: the caller has just replayed it.
-func (s *Store) RecordReplay(ctx context.Context, id string, at time.Time, result, errText string, ttl time.Duration) (Replays, error) {
+func (s *Store) RecordReplay(ctx context.Context, id string, at time.Time, result, errText string, ttl time.Duration) (dlq.Replays, error) {
 	if !stream.IsID(id) {
-		return Replays{}, fmt.Errorf("%w: %q is not a stream id", ErrNotFound, id)
+		return dlq.Replays{}, fmt.Errorf("%w: %q is not a stream id", dlq.ErrNotFound, id)
 	}
 	if len(errText) > maxReplayError {
 		errText = errText[:maxReplayError] + "…"
@@ -60,7 +45,7 @@ func (s *Store) RecordReplay(ctx context.Context, id string, at time.Time, resul
 	b := s.client.B()
 	cmds := rueidis.Commands{
 		b.Hincrby().Key(key).Field(replaysCount).Increment(1).Build(),
-		b.Hset().Key(key).FieldValue().FieldValue(replaysAt, at.UTC().Format(timestampLayout)).
+		b.Hset().Key(key).FieldValue().FieldValue(replaysAt, at.UTC().Format(replayTimeLayout)).
 			FieldValue(replaysResult, result).FieldValue(replaysError, errText).Build(),
 	}
 	if ttl > 0 {
@@ -69,24 +54,24 @@ func (s *Store) RecordReplay(ctx context.Context, id string, at time.Time, resul
 	res := s.client.DoMulti(ctx, cmds...)
 	for _, r := range res {
 		if err := r.Error(); err != nil {
-			return Replays{}, fmt.Errorf("dlq: record a replay of %s: %w", id, err)
+			return dlq.Replays{}, fmt.Errorf("dlq: record a replay of %s: %w", id, err)
 		}
 	}
 	n, _ := res[0].AsInt64()
-	return Replays{Count: n, LastAt: at.UTC().Truncate(time.Millisecond), LastResult: result, LastError: errText}, nil
+	return dlq.Replays{Count: n, LastAt: at.UTC().Truncate(time.Millisecond), LastResult: result, LastError: errText}, nil
 }
 
 // Replays returns the replay history of entry id, zero when it has none.
-func (s *Store) Replays(ctx context.Context, id string) (Replays, error) {
+func (s *Store) Replays(ctx context.Context, id string) (dlq.Replays, error) {
 	m, err := s.client.Do(ctx, s.client.B().Hgetall().Key(keys.DLQReplays(s.stream, id)).Build()).AsStrMap()
 	if err != nil {
-		return Replays{}, fmt.Errorf("dlq: replays of %s: %w", id, err)
+		return dlq.Replays{}, fmt.Errorf("dlq: replays of %s: %w", id, err)
 	}
 	return decodeReplays(m), nil
 }
 
 // ReplaysOf returns the replay history of each of ids, in one round trip.
-func (s *Store) ReplaysOf(ctx context.Context, ids []string) ([]Replays, error) {
+func (s *Store) ReplaysOf(ctx context.Context, ids []string) ([]dlq.Replays, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -94,7 +79,7 @@ func (s *Store) ReplaysOf(ctx context.Context, ids []string) ([]Replays, error) 
 	for i, id := range ids {
 		cmds[i] = s.client.B().Hgetall().Key(keys.DLQReplays(s.stream, id)).Build()
 	}
-	out := make([]Replays, len(ids))
+	out := make([]dlq.Replays, len(ids))
 	for i, r := range s.client.DoMulti(ctx, cmds...) {
 		m, err := r.AsStrMap()
 		if err != nil {
@@ -105,8 +90,8 @@ func (s *Store) ReplaysOf(ctx context.Context, ids []string) ([]Replays, error) 
 	return out, nil
 }
 
-func decodeReplays(m map[string]string) Replays {
-	var r Replays
+func decodeReplays(m map[string]string) dlq.Replays {
+	var r dlq.Replays
 	r.Count, _ = strconv.ParseInt(m[replaysCount], 10, 64)
 	if t, err := time.Parse(time.RFC3339Nano, m[replaysAt]); err == nil {
 		r.LastAt = t.UTC()

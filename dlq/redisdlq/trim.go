@@ -1,37 +1,20 @@
-package dlq
+package redisdlq
 
 import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/dlq"
 )
-
-// DefaultRetention is how long the dead-letter stream keeps an entry: 14
-// days (REDIS_DLQ_RETENTION, docs/operations.md#retention).
-const DefaultRetention = 14 * 24 * time.Hour
 
 // trimLimit is the most entries one Trim removes as whole stream nodes
 // before it leaves the rest to the next call (about a millisecond of
 // server time on Redis 7.0).
 const trimLimit = 100_000
-
-// TrimResult is what one Trim did.
-type TrimResult struct {
-	// Trimmed is how many entries this call removed (for a counter).
-	Trimmed int64
-	// Cutoff is the Redis server's time minus the retention: entries
-	// written before it are gone, unless More.
-	Cutoff time.Time
-	// More reports that the call stopped at its internal bound with
-	// expired entries left: call Trim again.
-	More bool
-}
 
 // Trim removes the dead-letter entries older than retention, by the time
 // in their ids (the Redis server's clock when they were written) against
@@ -42,48 +25,33 @@ type TrimResult struct {
 // left in the boundary node; a call that may have stopped at the bound
 // reports More. Safe to run from many workers at once.
 //
-// retention 0 keeps entries forever: Trim returns a zero TrimResult
+// retention 0 keeps entries forever: Trim returns a zero dlq.TrimResult
 // without calling Redis; a negative retention is an error. A missing
 // dead-letter stream is not an error (nothing to trim).
-func (w *Writer) Trim(ctx context.Context, retention time.Duration) (TrimResult, error) {
+func (w *Writer) Trim(ctx context.Context, retention time.Duration) (dlq.TrimResult, error) {
 	return w.trim(ctx, retention, trimLimit)
 }
 
-func (w *Writer) trim(ctx context.Context, retention time.Duration, limit int) (TrimResult, error) {
+func (w *Writer) trim(ctx context.Context, retention time.Duration, limit int) (dlq.TrimResult, error) {
 	switch {
 	case retention == 0:
-		return TrimResult{}, nil
+		return dlq.TrimResult{}, nil
 	case retention < time.Millisecond:
-		return TrimResult{}, fmt.Errorf("dlq: trim %s: retention must be 0 (keep forever) or >= 1ms, got %s", w.key, retention)
+		return dlq.TrimResult{}, fmt.Errorf("dlq: trim %s: retention must be 0 (keep forever) or >= 1ms, got %s", w.key, retention)
 	}
 	args := []string{strconv.FormatInt(retention.Milliseconds(), 10), strconv.Itoa(limit)}
 	reply, err := trimScript.Exec(ctx, w.client, []string{w.key}, args).AsIntSlice()
 	if err != nil {
-		return TrimResult{}, fmt.Errorf("dlq: trim %s: %w", w.key, err)
+		return dlq.TrimResult{}, fmt.Errorf("dlq: trim %s: %w", w.key, err)
 	}
 	if len(reply) != 3 {
-		return TrimResult{}, fmt.Errorf("dlq: trim %s: script reply has %d elements, want 3", w.key, len(reply))
+		return dlq.TrimResult{}, fmt.Errorf("dlq: trim %s: script reply has %d elements, want 3", w.key, len(reply))
 	}
-	return TrimResult{
+	return dlq.TrimResult{
 		Trimmed: reply[0],
 		Cutoff:  time.UnixMilli(reply[1] - retention.Milliseconds()),
 		More:    reply[2] == 1,
 	}, nil
-}
-
-// Expires returns when retention removes the entry: the time in its id
-// plus retention. The zero time when retention is 0 (kept forever) or the
-// id is not a stream id.
-func (e Entry) Expires(retention time.Duration) time.Time {
-	if retention <= 0 || !stream.IsID(e.ID) {
-		return time.Time{}
-	}
-	ms, _, _ := strings.Cut(e.ID, "-")
-	n, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.UnixMilli(n).Add(retention)
 }
 
 // trimScript removes the entries of the dead-letter stream older than the

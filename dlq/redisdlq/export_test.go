@@ -1,4 +1,4 @@
-package dlq
+package redisdlq
 
 // TrimWithLimit is Writer.Trim with the node-pass limit of a test.
 var TrimWithLimit = (*Writer).trim

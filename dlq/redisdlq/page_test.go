@@ -1,4 +1,4 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"fmt"
@@ -9,11 +9,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 )
 
 // addRaw writes a DLQ entry with an explicit id, so tests control the time
 // in it; fields are the wire fields.
-func addRaw(t *testing.T, c rueidis.Client, s *dlq.Store, id string, fields ...string) {
+func addRaw(t *testing.T, c rueidis.Client, s *redisdlq.Store, id string, fields ...string) {
 	t.Helper()
 	cmd := c.B().Xadd().Key(s.Key()).Id(id).FieldValue()
 	for i := 0; i+1 < len(fields); i += 2 {

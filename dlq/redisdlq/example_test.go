@@ -1,4 +1,4 @@
-package dlq_test
+package redisdlq_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/matcher/yamlpattern"
@@ -27,7 +28,7 @@ func ExampleStore_List() {
 
 	// Two dead letters as an Engine writes them: an invocation that used up
 	// its attempts, and a message that was not a JSON object.
-	w := dlq.NewWriter(client, stream)
+	w := redisdlq.NewWriter(client, stream)
 	for _, e := range []dlq.Entry{
 		{OriginalID: "1700000000000-0", Group: "workers", Consumer: "host-1", Event: `{"invoice":7}`,
 			Reason: "handler exited with code 3: payment provider unreachable", App: "billing", Handler: "invoices.charge",
@@ -41,7 +42,7 @@ func ExampleStore_List() {
 		}
 	}
 
-	store := dlq.NewStore(client, stream)
+	store := redisdlq.NewStore(client, stream)
 	entries, err := store.List(ctx, dlq.Filter{})
 	if err != nil {
 		fmt.Println(err)
