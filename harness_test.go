@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/stream"
@@ -45,7 +46,7 @@ type harness struct {
 	group    string
 	src      *redisstream.Source
 	dlq      *redisdlq.Store
-	state    *invocation.Store
+	state    *redisstate.Store
 	calls    *apptest.Calls
 	reg      *prometheus.Registry
 	logs     *testutil.Buffer
@@ -124,7 +125,7 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 	h.src = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
 	h.source = h.src
 	h.dlq = redisdlq.NewStore(rc, h.stream)
-	h.state = invocation.New(rc)
+	h.state = redisstate.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -55,7 +55,7 @@ func TestHelperWorker(t *testing.T) {
 	}
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: redisstream.New(rc, streamName, group, "doomed", redisstream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner,
+		State:  redisstate.New(rc), Runner: runner,
 		Stream: streamName, Group: group, Consumer: "doomed",
 	}, fastConfig(mods...))
 	if err != nil {

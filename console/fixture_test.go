@@ -25,6 +25,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -184,7 +185,7 @@ func (f *fixture) deadLetter(app, handler, event, reason string) string {
 // running, or failed with a retry due when retryIn > 0.
 func (f *fixture) claim(msgID, field string, retryIn time.Duration) {
 	f.t.Helper()
-	st := invocation.New(f.rc)
+	st := redisstate.New(f.rc)
 	key := invocation.Key{Stream: f.stream, Group: f.group, MessageID: msgID}
 	r := st.Claim(f.t.Context(), []invocation.ClaimRequest{{Key: key, Field: field, Lease: time.Hour, MaxAttempts: 3}})
 	if r[0].Err != nil {

@@ -11,7 +11,7 @@ import (
 // DLQ is an in-memory dead-letter queue of one source stream
 // (docs/delivery.md#dead-letter-queue): where a StateStore given WithDLQ
 // writes the entries of its settlements, with the validation and defaults
-// of invocation.Store, and the reading side of redisdlq.Store with the same
+// of redisstate.Store, and the reading side of redisdlq.Store with the same
 // method signatures: List, Get, Delete, Len. Write appends an entry as
 // redisdlq.Writer.Write does, outside any delivery.
 //

@@ -10,7 +10,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq/redisdlq"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -53,7 +53,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 	// The store settles the source's messages: one Redis client, so a
 	// message's last transitions, its dead-letter entries, its XACK and
 	// its retention take one script (docs/delivery.md#invocation-state).
-	store := invocation.New(cfg.Redis)
+	store := redisstate.New(cfg.Redis)
 	dlqw := redisdlq.NewWriter(cfg.Redis, name)
 	c := relay.Components{
 		Source: src, State: store, Runner: cfg.Runner,

@@ -28,6 +28,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -168,7 +169,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		})
 		// The Worker pairs XACK and retention: the state is retained.
 		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
-			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
+			st, err := redisstate.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
 			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
 		})
 	}
@@ -251,8 +252,8 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h.cfg.Engine.Retention = time.Hour
 	var wrapped []*tallyState
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		if _, ok := c.State.(*invocation.Store); !ok {
-			t.Errorf("WrapComponents got State %T, want the Worker's *invocation.Store", c.State)
+		if _, ok := c.State.(*redisstate.Store); !ok {
+			t.Errorf("WrapComponents got State %T, want the Worker's *redisstate.Store", c.State)
 		}
 		if c.Source == nil || c.State == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
 			t.Errorf("WrapComponents got incomplete components %+v", c)

@@ -66,6 +66,7 @@ import (
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stats"
@@ -402,7 +403,7 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	src := &timedSource{Source: redisstream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
 	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src, State: &timedState{Store: invocation.New(rc), src: src}, Runner: timed,
+		Source: src, State: &timedState{Store: redisstate.New(rc), src: src}, Runner: timed,
 		Stream: name, Group: group, Consumer: "bench",
 	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: stats.NewRecorder(rc, name, group)})
 	if err != nil {
@@ -612,10 +613,10 @@ func (s *timedSource) publishAwaited(ctx context.Context, event string, ch chan 
 }
 
 // timedState tells src when a settlement acknowledged its message.
-// Embedding keeps the optional capabilities of *invocation.Store
+// Embedding keeps the optional capabilities of *redisstate.Store
 // (ClaimVoider) visible to the Engine.
 type timedState struct {
-	*invocation.Store
+	*redisstate.Store
 	src *timedSource
 }
 

@@ -27,7 +27,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -207,7 +207,7 @@ events:
 	})
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: redisstream.New(rc, name, "workers", "c1", redisstream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner,
+		State:  redisstate.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
 	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

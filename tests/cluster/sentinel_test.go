@@ -22,7 +22,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -105,7 +105,7 @@ func TestSentinelFailover(t *testing.T) {
 		rc := topology.Connect(t, s.ClientOption())
 		e, err := relay.NewEngine(apps, relay.Components{
 			Source: redisstream.New(rc, streamName, group, consumer, redisstream.WithBlock(100*time.Millisecond)),
-			State:  invocation.New(rc), Runner: runner,
+			State:  redisstate.New(rc), Runner: runner,
 			Stream: streamName, Group: group, Consumer: consumer,
 		}, failoverConfig(log.With(slog.String("consumer", consumer))))
 		if err != nil {

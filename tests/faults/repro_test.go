@@ -31,6 +31,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
@@ -171,7 +172,7 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 	}
 	const minIdle = 300 * time.Millisecond
 	e, err := relay.NewEngine(reproApps(t), relay.Components{
-		Source: src, State: invocation.New(rc), Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"repro/slow.run": slow}),
+		Source: src, State: redisstate.New(rc), Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"repro/slow.run": slow}),
 		Stream: streamName, Group: soakGroup, Consumer: "w",
 	}, relay.Config{MaxConcurrency: 1, MinPendingIdle: minIdle, ReclaimInterval: 50 * time.Millisecond,
 		HeartbeatInterval: 50 * time.Millisecond, ConcurrencyWait: 30 * time.Second, ShutdownTimeout: time.Second})
@@ -307,7 +308,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	// Its only attempt was claimed by a worker that then died: the lease
 	// expires at once.
 	key := invocation.Key{Stream: streamName, Group: soakGroup, MessageID: id}
-	if r := invocation.New(rc).Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "repro/bad.run", Lease: time.Millisecond, MaxAttempts: 1}}); r[0].Err != nil || r[0].Status != invocation.Claimed {
+	if r := redisstate.New(rc).Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "repro/bad.run", Lease: time.Millisecond, MaxAttempts: 1}}); r[0].Err != nil || r[0].Status != invocation.Claimed {
 		t.Fatalf("seed claim: %+v", r[0])
 	}
 	time.Sleep(10 * time.Millisecond)
@@ -319,7 +320,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	for _, consumer := range []string{"a", "b"} {
 		src := &onceSource{Source: redisstream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: src, State: &barrierState{StateStore: invocation.New(rc), arrived: arrived}, Runner: runtime.NewFunc(nil),
+			Source: src, State: &barrierState{StateStore: redisstate.New(rc), arrived: arrived}, Runner: runtime.NewFunc(nil),
 			Stream: streamName, Group: soakGroup, Consumer: consumer,
 		}, relay.Config{ShutdownTimeout: time.Second})
 		if err != nil {

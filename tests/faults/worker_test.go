@@ -24,7 +24,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -143,7 +143,7 @@ func TestWorkerProcess(t *testing.T) {
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
+		Source: ledgerSource{src, rec}, State: ledgerState{redisstate.New(rc), rec},
 		Runner: ledgerRunner{runner, rec},
 		Stream: streamName, Group: soakGroup, Consumer: consumer,
 	}, cfg)

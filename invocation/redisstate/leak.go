@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 	relaystream "github.com/relaydev/relay/stream"
 )
 
@@ -58,16 +59,17 @@ func (s LeakStatus) String() string {
 // RetainAcked applies the retention to the hash of message key, as a Cleared
 // settlement does (deleted with retention 0, else __terminal and a TTL of
 // retention), if it has no TTL and the message is no longer in the PEL of
-// key.Group (retain_acked.lua): the repair of a hash leaked by a crash between
-// an XAUTOCLAIM that cleared the reference and its Cleared settlement, or by
-// an XACK from outside Settle (docs/delivery.md#invocation-state). The PEL
-// check (XPENDING <stream> <group> <id> <id> 1) and the write are one script,
-// so a hash whose message is pending is never touched. retention is
-// CheckRetention's. Under Redis Cluster the stream and the hash must share a
-// slot (a stream name with a hash tag, docs/deployment.md). Idempotent.
-func (s *Store) RetainAcked(ctx context.Context, key Key, retention time.Duration) (LeakStatus, error) {
+// key.Group (retain_acked.lua): the repair of a hash leaked by a crash
+// between an XAUTOCLAIM that cleared the reference and its Cleared
+// settlement, or by an XACK from outside Settle
+// (docs/delivery.md#invocation-state). The PEL check (XPENDING <stream>
+// <group> <id> <id> 1) and the write are one script, so a hash whose message
+// is pending is never touched. retention is invocation.CheckRetention's.
+// Under Redis Cluster the stream and the hash must share a slot (a stream
+// name with a hash tag, docs/deployment.md). Idempotent.
+func (s *Store) RetainAcked(ctx context.Context, key invocation.Key, retention time.Duration) (LeakStatus, error) {
 	hash := hashOf(key)
-	if err := CheckRetention(retention); err != nil {
+	if err := invocation.CheckRetention(retention); err != nil {
 		return 0, fmt.Errorf("retain acked %s: %w", hash, err)
 	}
 	e := retainAckedExec(key, retention)
@@ -78,7 +80,7 @@ func (s *Store) RetainAcked(ctx context.Context, key Key, retention time.Duratio
 	return st, nil
 }
 
-func retainAckedExec(key Key, retention time.Duration) rueidis.LuaExec {
+func retainAckedExec(key invocation.Key, retention time.Duration) rueidis.LuaExec {
 	return rueidis.LuaExec{
 		Keys: []string{hashOf(key), key.Stream},
 		Args: []string{key.Group, key.MessageID, retentionArg(retention)},
@@ -128,18 +130,18 @@ type LeakScan struct {
 	Keys int64
 }
 
-// RetainLeaked is one step of the janitor that applies the retention to leaked
-// invocation hashes of stream and group (docs/delivery.md#invocation-state):
-// hashes left without a TTL after their message left the PEL, by a crash
-// between an XAUTOCLAIM that cleared the reference and its Cleared
-// settlement, or by an XACK from outside Settle. With retention 0 it deletes them, else it gives them
-// __terminal and a TTL of retention. It runs SCAN cursor MATCH <the stream and
-// group's invocation hashes> COUNT count on the node that owns the stream
-// (under Redis Cluster the stream's keys share its hash tag,
-// docs/deployment.md), reads the PTTL of what it found and runs RetainAcked's
-// script on each hash without a TTL: a hash whose message is still pending is
-// never retained. Pass the returned Cursor to the next call; start a pass with
-// cursor 0.
+// RetainLeaked is one step of the janitor that applies the retention to
+// leaked invocation hashes of stream and group
+// (docs/delivery.md#invocation-state): hashes left without a TTL after their
+// message left the PEL, by a crash between an XAUTOCLAIM that cleared the
+// reference and its Cleared settlement, or by an XACK from outside Settle.
+// With retention 0 it deletes them, else it gives them __terminal and a TTL
+// of retention. It runs SCAN cursor MATCH <the stream and group's invocation
+// hashes> COUNT count on the node that owns the stream (under Redis Cluster
+// the stream's keys share its hash tag, docs/deployment.md), reads the PTTL
+// of what it found and runs RetainAcked's script on each hash without a TTL:
+// a hash whose message is still pending is never retained. Pass the returned
+// Cursor to the next call; start a pass with cursor 0.
 //
 // One call examines about count keys of the node (count > 0), whatever
 // they are. A pass over a node with LeakScan.Keys keys takes about
@@ -149,7 +151,7 @@ type LeakScan struct {
 // with Keys=10M and w=1h, i=1s needs count >= 2,778 (about 3ms per call).
 // Every worker sharing the stream may run it; each call is safe
 // alongside any other and alongside Settle. retention is
-// CheckRetention's.
+// invocation.CheckRetention's.
 //
 // On an error the caller retries with the same cursor: nothing is lost
 // by repeating a step.
@@ -163,7 +165,7 @@ func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor u
 	case count <= 0:
 		return fail(fmt.Errorf("count %d: must be > 0", count))
 	}
-	if err := CheckRetention(retention); err != nil {
+	if err := invocation.CheckRetention(retention); err != nil {
 		return fail(err)
 	}
 	b := s.client.B()
@@ -176,13 +178,13 @@ func (s *Store) RetainLeaked(ctx context.Context, stream, group string, cursor u
 		return fail(err)
 	}
 	out := LeakScan{Cursor: scan.Cursor, Done: scan.Cursor == 0, Keys: scan.keys}
-	var found []Key
+	var found []invocation.Key
 	for _, k := range scan.Elements {
 		id, ok := keys.InvocationMessageID(stream, group, k)
 		if !ok || !relaystream.IsID(id) {
 			continue // not a hash Relay wrote for this stream and group
 		}
-		found = append(found, Key{Stream: stream, Group: group, MessageID: id})
+		found = append(found, invocation.Key{Stream: stream, Group: group, MessageID: id})
 	}
 	out.Seen = len(found)
 	if len(found) == 0 {

@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,36 +15,8 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 )
-
-// terminalField is the reserved hash field that marks a retained hash.
-const terminalField = "__terminal"
-
-// matchedField is the reserved hash field that says the first delivery
-// recorded every invocation of the message (Record.Complete).
-const matchedField = "__matched"
-
-// tracePrefix starts the reserved field holding an invocation's trace
-// lineage (settle.lua).
-const tracePrefix = "__trace:"
-
-// DLQField returns the reserved hash field that holds the id of the
-// dead-letter entry of invocation field ("<app>/<handler>"):
-// "__dlq:<app>/<handler>", written by Settle with the entry, so a reader of
-// the message's state (the console) finds it. It lives as long as the
-// hash: with retention 0 only the entry itself outlives the XACK.
-func DLQField(field string) string { return dlqPrefix + field }
-
-// dlqPrefix starts the reserved field holding an invocation's dead-letter
-// entry id.
-const dlqPrefix = "__dlq:"
-
-// TraceField returns the reserved hash field that holds the trace lineage of
-// invocation field ("<app>/<handler>"): "__trace:<app>/<handler>". It is
-// written by the Retry, Exhaust and Release transitions from Lease.Trace. Code
-// that reads the whole hash (Get) must skip every field starting with "__":
-// those are not invocations.
-func TraceField(field string) string { return tracePrefix + field }
 
 // Store keeps per-invocation retry state in Redis, one hash per message and
 // one field per invocation, and implements relay.StateStore. Every method is
@@ -66,7 +37,8 @@ type Option func(*Store)
 // assert stored values. f must be safe for concurrent use and return a
 // non-empty string without ':' that no earlier claim of the same message
 // used (a claim that finds its own token stored takes itself for voided:
-// Void). A nil f is ignored. Default: 16 random bytes (crypto/rand), hex-encoded.
+// Void). A nil f is ignored. Default: 16 random bytes (crypto/rand),
+// hex-encoded.
 func WithTokenSource(f func() string) Option {
 	return func(s *Store) {
 		if f != nil {
@@ -129,8 +101,8 @@ func randomToken() string {
 // request's error; the caller must then not run the handler. A call whose
 // reply was lost fails each of its claims with a *ClaimUnknownError
 // carrying its token (Void gives it back).
-func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
-	out := make([]ClaimResult, len(reqs))
+func (s *Store) Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult {
+	out := make([]invocation.ClaimResult, len(reqs))
 	tokens := make([]string, len(reqs))
 	// The claims of each stream, which share its hash slot: a script call
 	// under Redis Cluster touches one slot only.
@@ -175,21 +147,21 @@ func (s *Store) Claim(ctx context.Context, reqs []ClaimRequest) []ClaimResult {
 }
 
 // claimResult reads one claim's reply.
-func claimResult(res result, r ClaimRequest, token string) ClaimResult {
-	fail := func(err error) ClaimResult {
-		return ClaimResult{Err: fmt.Errorf("claim %s in %s: %w", r.Field, hashOf(r.Key), err)}
+func claimResult(res result, r invocation.ClaimRequest, token string) invocation.ClaimResult {
+	fail := func(err error) invocation.ClaimResult {
+		return invocation.ClaimResult{Err: fmt.Errorf("claim %s in %s: %w", r.Field, hashOf(r.Key), err)}
 	}
 	if res.err != nil {
 		if replyLost(res.err) {
-			return fail(&ClaimUnknownError{Lease: Lease{Key: r.Key, Field: r.Field, Token: token}, Err: res.err})
+			return fail(&invocation.ClaimUnknownError{Lease: invocation.Lease{Key: r.Key, Field: r.Field, Token: token}, Err: res.err})
 		}
 		return fail(res.err)
 	}
-	c, err := claimOf(res.reply, Lease{Key: r.Key, Field: r.Field}, token)
+	c, err := claimOf(res.reply, invocation.Lease{Key: r.Key, Field: r.Field}, token)
 	if err != nil {
 		return fail(err)
 	}
-	return ClaimResult{Claim: c}
+	return invocation.ClaimResult{Claim: c}
 }
 
 // chunks runs f(g, from, to) over [0, sizes[g]) of every group g (the
@@ -216,11 +188,11 @@ func (s *Store) chunks(sizes []int, f func(g, from, to int)) {
 }
 
 // claimArgs checks r and returns its segment of claim.lua's ARGV.
-func (s *Store) claimArgs(r ClaimRequest, token string) ([]string, error) {
+func (s *Store) claimArgs(r invocation.ClaimRequest, token string) ([]string, error) {
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	if err := CheckToken(token); err != nil {
+	if err := invocation.CheckToken(token); err != nil {
 		return nil, err
 	}
 	if err := s.checkKeys(r.Key); err != nil {
@@ -243,50 +215,50 @@ func (s *Store) claimArgs(r ClaimRequest, token string) ([]string, error) {
 
 // claimOf reads one claim's reply r: base is the lease of the claimed
 // field and token the claim's.
-func claimOf(r reply, base Lease, token string) (Claim, error) {
-	var c Claim
+func claimOf(r reply, base invocation.Lease, token string) (invocation.Claim, error) {
+	var c invocation.Claim
 	switch r.code {
 	case claimFirst:
-		c.Status, c.Lease = Claimed, base
+		c.Status, c.Lease = invocation.Claimed, base
 		c.Lease.Attempt, c.Lease.Token, c.Lease.Deadline = 1, token, time.UnixMilli(r.int(1))
 	case claimClaimed:
-		c.Status, c.Lease = Claimed, base
+		c.Status, c.Lease = invocation.Claimed, base
 		c.Lease.Attempt, c.Lease.Token, c.Lease.Deadline = int(r.int(1)), token, time.UnixMilli(r.int(2))
 		c.PrevTrace, c.Lost = r.str(3), int(r.int(4))
 	case claimProbed:
-		c.Status, c.Lease = Probed, base
+		c.Status, c.Lease = invocation.Probed, base
 		c.Lease.Attempt, c.Lease.Token, c.Lost = int(r.int(1)), token, int(r.int(2))
 	case claimRunning:
-		c.Status, c.RunningUntil = Running, time.UnixMilli(r.int(1))
+		c.Status, c.RunningUntil = invocation.Running, time.UnixMilli(r.int(1))
 	case claimNotDue:
-		c.Status, c.NextAttemptAt = NotDue, time.UnixMilli(r.int(1))
+		c.Status, c.NextAttemptAt = invocation.NotDue, time.UnixMilli(r.int(1))
 	case claimSucceeded:
-		c.Status = Succeeded
+		c.Status = invocation.Succeeded
 	case claimExhausted, claimDeadLettered:
-		c.Status, c.Lease = Exhausted, base
+		c.Status, c.Lease = invocation.Exhausted, base
 		if r.code == claimDeadLettered {
-			c.Status = DeadLettered
+			c.Status = invocation.DeadLettered
 		}
 		c.Lease.Attempt, c.Lease.Token, c.PrevTrace = int(r.int(1)), r.str(2), r.str(3)
 		if r.code == claimExhausted { // not 0 only when this claim exhausted the invocation
 			c.Lost = int(r.int(4))
 		}
 	case claimTerminal:
-		c.Status = Terminal
+		c.Status = invocation.Terminal
 	case claimVoided:
 		// Only a claim whose caller gave it up for lost gets here, and
 		// that caller no longer reads the reply.
-		return Claim{}, errors.New("claim voided before it ran: its token was given back (Void)")
+		return invocation.Claim{}, errors.New("claim voided before it ran: its token was given back (Void)")
 	case claimMalformed:
 		v := r.str(1)
 		if r.err == nil {
-			return Claim{}, fmt.Errorf("malformed state %q", v)
+			return invocation.Claim{}, fmt.Errorf("malformed state %q", v)
 		}
 	default:
-		return Claim{}, r.unknown()
+		return invocation.Claim{}, r.unknown()
 	}
 	if r.err != nil {
-		return Claim{}, r.err
+		return invocation.Claim{}, r.err
 	}
 	return c, nil
 }
@@ -300,25 +272,25 @@ func replyLost(err error) bool {
 }
 
 // Void gives back a claim whose reply was lost (void.lua): the caller knows
-// only l.Key, l.Field and l.Token (from the ClaimUnknownError), not whether
-// the claim ran, nor, so, its attempt (l.Attempt is ignored). When the claim
-// ran and the field is still running with its token, the attempt is given back
-// uncharged, as a Release transition does; when it has not run (it may still
-// be on its way, held up in the network), the field is marked with its token,
-// due and with its count unchanged (next_attempt_at:<now>:0:<token> when it
-// had no state), so that the claim, if it arrives later, finds its own token
-// and records nothing. Anything else (another delivery's lease, "ok",
-// exhausted) is left alone and nil returned. Idempotent, so retry it until it
-// returns; ErrTerminal on a retained hash or once the message left the group's
-// PEL, when there is nothing to give back either
-// (docs/delivery.md#lost-replies).
-func (s *Store) Void(ctx context.Context, l Lease) error {
+// only l.Key, l.Field and l.Token (from the invocation.ClaimUnknownError),
+// not whether the claim ran, nor, so, its attempt (l.Attempt is ignored).
+// When the claim ran and the field is still running with its token, the
+// attempt is given back uncharged, as a Release transition does; when it has
+// not run (it may still be on its way, held up in the network), the field is
+// marked with its token, due and with its count unchanged
+// (next_attempt_at:<now>:0:<token> when it had no state), so that the claim,
+// if it arrives later, finds its own token and records nothing. Anything else
+// (another delivery's lease, "ok", exhausted) is left alone and nil returned.
+// Idempotent, so retry it until it returns; invocation.ErrTerminal on a
+// retained hash or once the message left the group's PEL, when there is
+// nothing to give back either (docs/delivery.md#lost-replies).
+func (s *Store) Void(ctx context.Context, l invocation.Lease) error {
 	hash := hashOf(l.Key)
 	fail := func(err error) error { return fmt.Errorf("void claim %s of %s in %s: %w", l.Token, l.Field, hash, err) }
-	if err := checkField(l.Field); err != nil {
+	if err := invocation.CheckField(l.Field); err != nil {
 		return fail(err)
 	}
-	if err := CheckToken(l.Token); err != nil {
+	if err := invocation.CheckToken(l.Token); err != nil {
 		return fail(err)
 	}
 	if err := s.checkKeys(l.Key); err != nil {
@@ -332,7 +304,7 @@ func (s *Store) Void(ctx context.Context, l Lease) error {
 	case codeApplied, codeAlready:
 		return nil
 	case codeTerminal:
-		return fail(ErrTerminal)
+		return fail(invocation.ErrTerminal)
 	}
 	return fail(r.unknown())
 }
@@ -344,18 +316,17 @@ func (s *Store) Void(ctx context.Context, l Lease) error {
 // reply never writes one twice), and, with Ack, the XACK and the
 // retention of the message's state (the hash deleted with Retention 0, so
 // nothing of it outlives the XACK; else __terminal and a TTL). A
-// settlement one of whose transitions is stale returns ErrStale and
-// changes nothing; one on a retained hash, or of a message no longer in
-// its group's PEL, returns ErrTerminal and changes nothing
-// (docs/delivery.md#invocation-state). Settlements of one stream and group
-// go in one script call (WithMaxBatch bounds its size; the calls of
-// several streams or groups, or chunks, are sent at once). A failed call
-// fails every settlement it carried, which may or may not have applied.
-// Under Redis Cluster the stream, its hashes and its dead-letter stream
-// must share a hash slot (a stream name with a hash tag,
-// docs/deployment.md).
-func (s *Store) Settle(ctx context.Context, ss []Settlement) []SettleResult {
-	out := make([]SettleResult, len(ss))
+// settlement one of whose transitions is stale returns invocation.ErrStale
+// and changes nothing; one on a retained hash, or of a message no longer in
+// its group's PEL, returns invocation.ErrTerminal and changes nothing
+// (docs/delivery.md#invocation-state). Settlements of one stream and group go
+// in one script call (WithMaxBatch bounds its size; the calls of several
+// streams or groups, or chunks, are sent at once). A failed call fails every
+// settlement it carried, which may or may not have applied. Under Redis
+// Cluster the stream, its hashes and its dead-letter stream must share a hash
+// slot (a stream name with a hash tag, docs/deployment.md).
+func (s *Store) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	out := make([]invocation.SettleResult, len(ss))
 	type group struct {
 		stream, group string
 		items         []settleItem
@@ -396,7 +367,7 @@ func (s *Store) Settle(ctx context.Context, ss []Settlement) []SettleResult {
 }
 
 // settleItemOf checks st and returns its segment of settle.lua's ARGV.
-func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
+func (s *Store) settleItemOf(st invocation.Settlement) (settleItem, error) {
 	if err := st.Check(); err != nil {
 		return settleItem{}, err
 	}
@@ -416,7 +387,7 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 	args = append(args, st.Key.MessageID, flags, retentionArg(st.Retention), strconv.Itoa(len(st.Transitions)))
 	for _, t := range st.Transitions {
 		backoff := "0"
-		if t.Kind == Retry {
+		if t.Kind == invocation.Retry {
 			backoff = strconv.FormatInt(t.Backoff.Milliseconds(), 10)
 		}
 		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff)
@@ -448,55 +419,44 @@ func (s *Store) settleItemOf(st Settlement) (settleItem, error) {
 }
 
 // transitionCodes are settle.lua's names of the transitions.
-var transitionCodes = [...]string{Finish: "f", Retry: "r", Exhaust: "x", DeadLetter: "d", Release: "l"}
+var transitionCodes = [...]string{invocation.Finish: "f", invocation.Retry: "r", invocation.Exhaust: "x", invocation.DeadLetter: "d", invocation.Release: "l"}
 
 // settleResultOf reads one settlement's reply.
-func settleResultOf(st Settlement, res result) SettleResult {
+func settleResultOf(st invocation.Settlement, res result) invocation.SettleResult {
 	if res.err != nil {
-		return SettleResult{Err: wrapSettle(st, res.err)}
+		return invocation.SettleResult{Err: wrapSettle(st, res.err)}
 	}
 	r := res.reply
 	switch r.code {
 	case settleApplied:
 	case settleStale:
-		return SettleResult{Err: wrapSettle(st, ErrStale)}
+		return invocation.SettleResult{Err: wrapSettle(st, invocation.ErrStale)}
 	case settleTerminal:
-		return SettleResult{Err: wrapSettle(st, ErrTerminal)}
+		return invocation.SettleResult{Err: wrapSettle(st, invocation.ErrTerminal)}
 	case settlePending:
-		return SettleResult{Err: wrapSettle(st, fmt.Errorf("message %s is still pending in %s group %s: its state is live",
+		return invocation.SettleResult{Err: wrapSettle(st, fmt.Errorf("message %s is still pending in %s group %s: its state is live",
 			st.Key.MessageID, st.Key.Stream, st.Key.Group))}
 	default:
-		return SettleResult{Err: wrapSettle(st, r.unknown())}
+		return invocation.SettleResult{Err: wrapSettle(st, r.unknown())}
 	}
-	out := SettleResult{Transitions: make([]TransitionResult, len(st.Transitions))}
+	out := invocation.SettleResult{Transitions: make([]invocation.TransitionResult, len(st.Transitions))}
 	for i, t := range st.Transitions {
 		switch t.Kind {
-		case Retry:
+		case invocation.Retry:
 			out.Transitions[i].Next = time.UnixMilli(r.int(1 + i))
-		case Exhaust, DeadLetter:
+		case invocation.Exhaust, invocation.DeadLetter:
 			out.Transitions[i].DLQID = r.str(1 + i)
 		}
 	}
 	if r.err != nil {
-		return SettleResult{Err: wrapSettle(st, r.err)}
+		return invocation.SettleResult{Err: wrapSettle(st, r.err)}
 	}
 	return out
 }
 
 // wrapSettle names st's message in a Settle error.
-func wrapSettle(st Settlement, err error) error {
+func wrapSettle(st invocation.Settlement, err error) error {
 	return fmt.Errorf("settle %s: %w", hashOf(st.Key), err)
-}
-
-// CheckRetention reports whether retention is one a Store applies: 0
-// deletes a message's state when it leaves the PEL, a positive value (>=
-// 1ms, millisecond precision) keeps it that long. Every StateStore refuses
-// what it refuses.
-func CheckRetention(retention time.Duration) error {
-	if retention != 0 && retention < time.Millisecond {
-		return fmt.Errorf("retention %v: must be 0 (delete) or >= 1ms", retention)
-	}
-	return nil
 }
 
 func retentionArg(retention time.Duration) string {
@@ -507,7 +467,7 @@ func retentionArg(retention time.Duration) string {
 // or dead-letter stream are in another hash slot: the scripts touch them
 // together
 // (docs/deployment.md#redis-cluster-one-hash-slot-per-stream).
-func (s *Store) checkKeys(k Key) error {
+func (s *Store) checkKeys(k invocation.Key) error {
 	if s.cluster && (keys.Slot(k.Stream) != keys.Slot(hashOf(k)) || keys.Slot(k.Stream) != keys.Slot(dlqKey(k.Stream))) {
 		return fmt.Errorf("stream %q has no hash tag, so under Redis Cluster its invocation hashes are in other hash slots (docs/deployment.md); name it with a tag such as {%s}", k.Stream, k.Stream)
 	}
@@ -516,17 +476,18 @@ func (s *Store) checkKeys(k Key) error {
 
 // Client returns the Redis client the Store uses, so that a caller can
 // tell whether another component talks to the same server (the Engine
-// pairs the Store with a redisstream.Source on the same client as its Settler).
+// pairs the Store with a redisstream.Source on the same client as its
+// Settler).
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // Pin stores value in the reserved field of key's hash unless it holds a
 // value already, and returns the value that holds now: the first writer
 // wins and every later caller adopts its value (pin.lua). field must start
 // with "__" and must be neither "__terminal" nor a trace field
-// ("__trace:..."). ErrTerminal on a retained hash or when the message is
-// no longer in the group's PEL. Retrying is safe: a lost reply's write is
-// read back as the pin.
-func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, error) {
+// ("__trace:..."). invocation.ErrTerminal on a retained hash or when the
+// message is no longer in the group's PEL. Retrying is safe: a lost reply's
+// write is read back as the pin.
+func (s *Store) Pin(ctx context.Context, key invocation.Key, field, value string) (string, error) {
 	hash := hashOf(key)
 	if !strings.HasPrefix(field, "__") || field == terminalField || strings.HasPrefix(field, tracePrefix) || len(field) < 3 {
 		return "", fmt.Errorf("pin %s in %s: field must be a reserved \"__<name>\" other than __terminal and __trace:*", field, hash)
@@ -546,7 +507,7 @@ func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, 
 		}
 		return v, nil
 	case codeTerminal:
-		return "", fmt.Errorf("pin %s in %s: %w", field, hash, ErrTerminal)
+		return "", fmt.Errorf("pin %s in %s: %w", field, hash, invocation.ErrTerminal)
 	}
 	return "", fmt.Errorf("pin %s in %s: %w", field, hash, r.unknown())
 }
@@ -554,7 +515,7 @@ func (s *Store) Pin(ctx context.Context, key Key, field, value string) (string, 
 // Get returns every field of the hash of message key (HGETALL), reserved
 // fields ("__terminal", "__schedule", "__trace:<field>") included, for
 // diagnostics; an empty map when there is none.
-func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
+func (s *Store) Get(ctx context.Context, key invocation.Key) (map[string]string, error) {
 	hash := hashOf(key)
 	m, err := s.client.Do(ctx, s.client.B().Hgetall().Key(hash).Build()).AsStrMap()
 	if err != nil {
@@ -571,99 +532,18 @@ func (s *Store) Get(ctx context.Context, key Key) (map[string]string, error) {
 // for a retained (terminal) hash or when there is no hash. A value this
 // package does not recognise counts as unfinished, so that the Claim that
 // follows reports it instead of the message being acknowledged.
-func (s *Store) Unfinished(ctx context.Context, key Key) (Unfinished, error) {
+func (s *Store) Unfinished(ctx context.Context, key invocation.Key) (invocation.Unfinished, error) {
 	m, err := s.Get(ctx, key)
 	if err != nil {
-		return Unfinished{}, fmt.Errorf("unfinished: %w", err)
+		return invocation.Unfinished{}, fmt.Errorf("unfinished: %w", err)
 	}
-	return UnfinishedOf(m), nil
+	return invocation.UnfinishedOf(m), nil
 }
 
-// UnfinishedOf reads Unfinished from the fields of a message's hash, as
-// Store.Unfinished does; other StateStores call it on their own copy.
-func UnfinishedOf(m map[string]string) Unfinished {
-	if _, ok := m[terminalField]; ok {
-		return Unfinished{}
-	}
-	var u Unfinished
-	for f, v := range m {
-		if strings.HasPrefix(f, "__") || v == "ok" || (strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")) {
-			continue
-		}
-		u.Fields = append(u.Fields, f)
-	}
-	slices.Sort(u.Fields)
-	u.Complete = m[matchedField] == "1"
-	return u
-}
-
-func hashOf(k Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
+func hashOf(k invocation.Key) string { return keys.Invocation(k.Stream, k.Group, k.MessageID) }
 
 // dlqKey is the dead-letter stream of stream, which Settle writes to.
 func dlqKey(stream string) string { return keys.DLQ(stream) }
-
-// CheckRecord reports whether rec may go with a Claim of field: its fields
-// non-empty, without the reserved "__" prefix, other than field and each
-// other. Every StateStore refuses what it refuses.
-func CheckRecord(field string, rec Record) error {
-	seen := map[string]bool{field: true}
-	for _, f := range rec.Fields {
-		if f == "" || strings.HasPrefix(f, "__") || seen[f] {
-			return fmt.Errorf("record %q: a recorded field must be non-empty, not reserved, and listed once, not the claimed field", f)
-		}
-		seen[f] = true
-	}
-	return nil
-}
-
-// CheckClaim reports whether Claim's arguments are well-formed: field
-// non-empty and without the reserved "__" prefix, lease >= 1 ms,
-// maxAttempts >= 1. Every StateStore refuses what it refuses, with its
-// error wrapped; other implementations (relaytest's) call it for that.
-func CheckClaim(field string, lease time.Duration, maxAttempts int) error {
-	if err := checkField(field); err != nil {
-		return err
-	}
-	if lease < time.Millisecond {
-		return fmt.Errorf("lease %v: must be >= 1ms", lease)
-	}
-	if maxAttempts < 1 {
-		return fmt.Errorf("max attempts %d: must be >= 1", maxAttempts)
-	}
-	return nil
-}
-
-func checkField(field string) error {
-	switch {
-	case field == "":
-		return errors.New("empty field")
-	case strings.HasPrefix(field, "__"):
-		return fmt.Errorf("field %q: the __ prefix is reserved", field)
-	}
-	return nil
-}
-
-// CheckToken reports whether token can fence a lease: non-empty, without
-// ':' (the separator of a lease's hash value).
-func CheckToken(token string) error {
-	if token == "" || strings.Contains(token, ":") {
-		return fmt.Errorf("token %q: must be non-empty without ':'", token)
-	}
-	return nil
-}
-
-// Check reports whether l is well-formed for a transition: a field as
-// CheckClaim wants it, Attempt >= 1 and a token as CheckToken wants it.
-// Every StateStore refuses a malformed lease before touching state.
-func (l Lease) Check() error {
-	if err := checkField(l.Field); err != nil {
-		return err
-	}
-	if l.Attempt < 1 {
-		return fmt.Errorf("lease attempt %d: must be >= 1", l.Attempt)
-	}
-	return CheckToken(l.Token)
-}
 
 // reply is a decoded script reply {code, ...}. The accessors record the
 // first decoding error in err, so a caller reads every element it needs and

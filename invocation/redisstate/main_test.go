@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -25,9 +26,9 @@ const testField = "app/handler"
 type env struct {
 	c     rueidis.Client
 	s     *Store
-	key   Key
+	key   invocation.Key
 	hash  string
-	other Key // a second key of the same test, never seeded
+	other invocation.Key // a second key of the same test, never seeded
 }
 
 // newEnv returns a Store whose claims all get token "new" (tok) or, when tok
@@ -43,8 +44,8 @@ func newEnv(t *testing.T, tok string) *env {
 	e := &env{
 		c:     c,
 		s:     New(c, opts...),
-		key:   Key{Stream: stream, Group: "group", MessageID: "1700000000000-0"},
-		other: Key{Stream: stream, Group: "group", MessageID: "1700000000000-1"},
+		key:   invocation.Key{Stream: stream, Group: "group", MessageID: "1700000000000-0"},
+		other: invocation.Key{Stream: stream, Group: "group", MessageID: "1700000000000-1"},
 	}
 	e.hash = hashOf(e.key)
 	ctx := t.Context()
@@ -64,7 +65,7 @@ func newEnv(t *testing.T, tok string) *env {
 }
 
 // ack acknowledges key's message (XACK), as another worker would.
-func (e *env) ack(t *testing.T, key Key) {
+func (e *env) ack(t *testing.T, key invocation.Key) {
 	t.Helper()
 	if err := e.c.Do(t.Context(), e.c.B().Xack().Key(key.Stream).Group(key.Group).Id(key.MessageID).Build()).Error(); err != nil {
 		t.Fatalf("XACK: %v", err)
@@ -126,7 +127,7 @@ func (e *env) state(t *testing.T) (map[string]string, int64) {
 // checkDLQFields checks, and takes out of m, the hash's DLQField entries:
 // each names an entry of key's message and its invocation in the stream's
 // dead-letter stream, whose invocation field is marked written.
-func checkDLQFields(t *testing.T, c rueidis.Client, key Key, m map[string]string) {
+func checkDLQFields(t *testing.T, c rueidis.Client, key invocation.Key, m map[string]string) {
 	t.Helper()
 	for f, id := range m {
 		inv, ok := strings.CutPrefix(f, dlqPrefix)
@@ -140,15 +141,15 @@ func checkDLQFields(t *testing.T, c rueidis.Client, key Key, m map[string]string
 			continue
 		}
 		e, err := dlq.Decode(id, rows[0].FieldValues)
-		if err != nil || e.OriginalID != key.MessageID || Field(e.App, e.Handler) != inv || !strings.HasSuffix(m[inv], ":dlq") {
+		if err != nil || e.OriginalID != key.MessageID || invocation.Field(e.App, e.Handler) != inv || !strings.HasSuffix(m[inv], ":dlq") {
 			t.Errorf("%s = %s: entry %+v (%v) is not of %s of message %s marked written (%q)", f, id, e, err, inv, key.MessageID, m[inv])
 		}
 	}
 }
 
 // lease returns a lease on testField of e.key.
-func (e *env) lease(attempt int, token string) Lease {
-	return Lease{Key: e.key, Field: testField, Attempt: attempt, Token: token}
+func (e *env) lease(attempt int, token string) invocation.Lease {
+	return invocation.Lease{Key: e.key, Field: testField, Attempt: attempt, Token: token}
 }
 
 // checkPTTL asserts the TTL: -1 (none) and -2 (no key) exactly; a positive
@@ -166,46 +167,48 @@ func checkPTTL(t *testing.T, want time.Duration, got int64) {
 }
 
 // claimOne runs one claim on s, as a batch of one.
-func claimOne(ctx context.Context, s *Store, r ClaimRequest) (Claim, error) {
-	res := s.Claim(ctx, []ClaimRequest{r})
+func claimOne(ctx context.Context, s *Store, r invocation.ClaimRequest) (invocation.Claim, error) {
+	res := s.Claim(ctx, []invocation.ClaimRequest{r})
 	return res[0].Claim, res[0].Err
 }
 
 // settleOne applies one settlement on s, as a batch of one.
-func settleOne(ctx context.Context, s *Store, st Settlement) SettleResult {
-	return s.Settle(ctx, []Settlement{st})[0]
+func settleOne(ctx context.Context, s *Store, st invocation.Settlement) invocation.SettleResult {
+	return s.Settle(ctx, []invocation.Settlement{st})[0]
 }
 
 // req is a claim of testField of e.key.
-func (e *env) req(lease time.Duration, maxAttempts int) ClaimRequest {
-	return ClaimRequest{Key: e.key, Field: testField, Lease: lease, MaxAttempts: maxAttempts}
+func (e *env) req(lease time.Duration, maxAttempts int) invocation.ClaimRequest {
+	return invocation.ClaimRequest{Key: e.key, Field: testField, Lease: lease, MaxAttempts: maxAttempts}
 }
 
 // one is the settlement of l's message with one transition of kind on l,
 // with the dead-letter entry entryOf(l) when kind writes one and no Ack.
-func one(kind TransitionKind, l Lease) Settlement {
-	tr := Transition{Kind: kind, Lease: l}
-	if kind == Exhaust || kind == DeadLetter {
+func one(kind invocation.TransitionKind, l invocation.Lease) invocation.Settlement {
+	tr := invocation.Transition{Kind: kind, Lease: l}
+	if kind == invocation.Exhaust || kind == invocation.DeadLetter {
 		tr.Entry = entryOf(l)
 	}
-	return Settlement{Key: l.Key, Transitions: []Transition{tr}}
+	return invocation.Settlement{Key: l.Key, Transitions: []invocation.Transition{tr}}
 }
 
 // acked is st with Ack at retention.
-func acked(st Settlement, retention time.Duration) Settlement {
+func acked(st invocation.Settlement, retention time.Duration) invocation.Settlement {
 	st.Ack, st.Retention = true, retention
 	return st
 }
 
 // apply is settleOne's error.
-func apply(ctx context.Context, s *Store, st Settlement) error { return settleOne(ctx, s, st).Err }
+func apply(ctx context.Context, s *Store, st invocation.Settlement) error {
+	return settleOne(ctx, s, st).Err
+}
 
 // entryTime is the Timestamp of every test's dead-letter entries.
 var entryTime = time.UnixMilli(1700000000123).UTC()
 
 // entryOf is a dead-letter entry of the invocation of l, as the Engine
 // builds one, without OriginalStream, which Settle fills in.
-func entryOf(l Lease) *dlq.Entry {
+func entryOf(l invocation.Lease) *dlq.Entry {
 	app, handler, _ := strings.Cut(l.Field, "/")
 	return &dlq.Entry{
 		OriginalID: l.Key.MessageID, Group: l.Key.Group, Consumer: "c1", Event: "{}",
@@ -216,7 +219,7 @@ func entryOf(l Lease) *dlq.Entry {
 
 // stored is the entry of l as Settle stores it: entryOf(l) with the
 // stream of its message.
-func stored(l Lease) dlq.Entry {
+func stored(l invocation.Lease) dlq.Entry {
 	e := *entryOf(l)
 	e.OriginalStream = l.Key.Stream
 	return e

@@ -1,4 +1,4 @@
-package invocation_test
+package redisstate_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 )
 
 // One delivery of one invocation: claim, run, settle the outcome.
@@ -20,7 +21,7 @@ func ExampleStore_Claim() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	store := invocation.New(client)
+	store := redisstate.New(client)
 
 	key := invocation.Key{Stream: "events", Group: "relay", MessageID: "1700000000000-0"}
 	maxAttempts := invocation.DefaultRetries + 1

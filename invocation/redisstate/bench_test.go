@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
 )
 
 // BenchmarkScriptCost measures the Redis server time of the scripts on the
@@ -35,8 +36,8 @@ func BenchmarkScriptCost(b *testing.B) {
 			}
 			var claimUS, settleUS int64
 			var claimRuns, settleRuns int
-			reqs := make([]ClaimRequest, perRead)
-			ss := make([]Settlement, perRead)
+			reqs := make([]invocation.ClaimRequest, perRead)
+			ss := make([]invocation.Settlement, perRead)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
@@ -54,21 +55,21 @@ func BenchmarkScriptCost(b *testing.B) {
 				b.StartTimer()
 
 				for j := range perRead {
-					reqs[j] = ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: fmt.Sprintf("%d-%d", i+1, j)},
-						Field: "app/handler", Lease: time.Minute, MaxAttempts: 3, Record: Record{Complete: true}}
+					reqs[j] = invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: fmt.Sprintf("%d-%d", i+1, j)},
+						Field: "app/handler", Lease: time.Minute, MaxAttempts: 3, Record: invocation.Record{Complete: true}}
 				}
 				claims := s.Claim(ctx, reqs)
 				b.StopTimer()
 				runs1, us1 := scriptStats(b, c)
 				b.StartTimer()
 				for j, cl := range claims {
-					if cl.Err == nil && cl.Status != Claimed {
+					if cl.Err == nil && cl.Status != invocation.Claimed {
 						cl.Err = fmt.Errorf("claim of a fresh message: status %v", cl.Status)
 					}
 					if cl.Err != nil {
 						b.Fatalf("claim %d: %v", j, cl.Err)
 					}
-					ss[j] = Settlement{Key: cl.Lease.Key, Transitions: []Transition{{Kind: Finish, Lease: cl.Lease}}, Ack: true, Retention: retention}
+					ss[j] = invocation.Settlement{Key: cl.Lease.Key, Transitions: []invocation.Transition{{Kind: invocation.Finish, Lease: cl.Lease}}, Ack: true, Retention: retention}
 				}
 				for j, r := range s.Settle(ctx, ss) {
 					if r.Err != nil {

@@ -1,4 +1,4 @@
-package invocation_test
+package redisstate_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/relaytest"
 )
 
@@ -49,7 +50,7 @@ func TestStoreContract(t *testing.T) {
 		// may choose.
 		var mu sync.Mutex
 		var next string
-		store := invocation.New(c, invocation.WithTokenSource(func() string {
+		store := redisstate.New(c, redisstate.WithTokenSource(func() string {
 			mu.Lock()
 			defer mu.Unlock()
 			if tok := next; tok != "" {
@@ -186,7 +187,7 @@ func TestFakeStoreAgrees(t *testing.T) {
 	realTokens, realClaims := tokens()
 	fakeTokens, fakeClaims := tokens()
 	fakeDLQ := relaytest.NewDLQ(key.Stream, relaytest.WithClock(clock))
-	real := redisStore{invocation.New(c, invocation.WithTokenSource(realTokens)), key, c}
+	real := redisStore{redisstate.New(c, redisstate.WithTokenSource(realTokens)), key, c}
 	fake := fakeStore{relaytest.NewStateStore(relaytest.WithTokenSource(fakeTokens), relaytest.WithClock(clock),
 		relaytest.WithStream(src), relaytest.WithDLQ(fakeDLQ)), key, fakeDLQ}
 	claims.Store(relay.StateStore(real), realClaims)
@@ -344,7 +345,7 @@ func TestFakeStoreAgrees(t *testing.T) {
 }
 
 type redisStore struct {
-	*invocation.Store
+	*redisstate.Store
 	key invocation.Key
 	c   rueidis.Client
 }

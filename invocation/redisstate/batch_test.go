@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/topology"
+	"github.com/relaydev/relay/invocation"
 )
 
 // deliver adds entries with ids to stream (none: the caller did), creates
@@ -105,7 +106,9 @@ func TestClaimBatch(t *testing.T) {
 	const limit, n = 4, 10
 	p := newCountedStore(t, WithMaxBatch(limit))
 	stream := "orders"
-	key := func(i int) Key { return Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)} }
+	key := func(i int) invocation.Key {
+		return invocation.Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)}
+	}
 	// Message 1 has a live lease, message 2 is retained, message 3 is
 	// malformed: their claims share batches with fresh ones.
 	seed := map[int][]string{
@@ -132,10 +135,10 @@ func TestClaimBatch(t *testing.T) {
 	if err := p.c.Do(t.Context(), p.c.B().Xack().Key(stream).Group("g").Id(key(4).MessageID).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	reqs := make([]ClaimRequest, n)
+	reqs := make([]invocation.ClaimRequest, n)
 	for i := range n {
-		reqs[i] = ClaimRequest{Key: key(i), Field: testField, Lease: time.Minute, MaxAttempts: 3,
-			Record: Record{Fields: []string{"app/other"}, Complete: true}}
+		reqs[i] = invocation.ClaimRequest{Key: key(i), Field: testField, Lease: time.Minute, MaxAttempts: 3,
+			Record: invocation.Record{Fields: []string{"app/other"}, Complete: true}}
 	}
 	reqs[7].Lease = 0 // invalid: refused alone, before any call
 
@@ -151,11 +154,11 @@ func TestClaimBatch(t *testing.T) {
 	for i, r := range results {
 		switch i {
 		case 1:
-			if r.Err != nil || r.Status != Running {
+			if r.Err != nil || r.Status != invocation.Running {
 				t.Errorf("claim %d (live lease) = %+v; want Running", i, r)
 			}
 		case 2, 4:
-			if r.Err != nil || r.Status != Terminal {
+			if r.Err != nil || r.Status != invocation.Terminal {
 				t.Errorf("claim %d (retained, or acknowledged) = %+v; want Terminal", i, r)
 			}
 			if got, _ := hashState(t, p.c, key(4)); i == 4 && len(got) != 0 {
@@ -173,7 +176,7 @@ func TestClaimBatch(t *testing.T) {
 				t.Errorf("an invalid claim wrote %v", got)
 			}
 		default:
-			if r.Err != nil || r.Status != Claimed || r.Lease.Attempt != 1 || r.Lease.Key != key(i) {
+			if r.Err != nil || r.Status != invocation.Claimed || r.Lease.Attempt != 1 || r.Lease.Key != key(i) {
 				t.Errorf("claim %d (fresh) = %+v; want attempt 1 of its own key", i, r)
 				continue
 			}
@@ -189,7 +192,7 @@ func TestClaimBatch(t *testing.T) {
 	}
 	tokens := map[string]bool{}
 	for _, r := range results {
-		if r.Err == nil && r.Status == Claimed {
+		if r.Err == nil && r.Status == invocation.Claimed {
 			if tokens[r.Lease.Token] {
 				t.Errorf("token %s claimed twice", r.Lease.Token)
 			}
@@ -207,23 +210,23 @@ func TestSettleBatch(t *testing.T) {
 	stream, group := "{orders}", "g"
 	const n = 6
 	ids := make([]string, n)
-	reqs := make([]ClaimRequest, n)
+	reqs := make([]invocation.ClaimRequest, n)
 	for i := range n {
 		ids[i] = fmt.Sprintf("1-%d", i+1)
-		reqs[i] = ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: ids[i]}, Field: testField, Lease: time.Minute, MaxAttempts: 3}
+		reqs[i] = invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: ids[i]}, Field: testField, Lease: time.Minute, MaxAttempts: 3}
 	}
 	deliver(t, p.c, stream, group, ids...)
-	leases := make([]Lease, n)
+	leases := make([]invocation.Lease, n)
 	for i, c := range p.s.Claim(t.Context(), reqs) {
-		if c.Err != nil || c.Status != Claimed {
+		if c.Err != nil || c.Status != invocation.Claimed {
 			t.Fatalf("claim %d: %+v", i, c)
 		}
 		leases[i] = c.Lease
 	}
 	leases[4].Token = "someone-else" // stale
-	ss := make([]Settlement, n)
+	ss := make([]invocation.Settlement, n)
 	for i, l := range leases {
-		ss[i] = acked(one(Finish, l), time.Hour)
+		ss[i] = acked(one(invocation.Finish, l), time.Hour)
 	}
 	before := p.scriptRuns(t)
 	rs := p.s.Settle(t.Context(), ss)
@@ -236,7 +239,7 @@ func TestSettleBatch(t *testing.T) {
 	for i, l := range leases {
 		state, ttl := hashState(t, p.c, l.Key)
 		if i == 4 {
-			if !errors.Is(rs[i].Err, ErrStale) || state[terminalField] != "" || state[testField] == "ok" || ttl != -1 {
+			if !errors.Is(rs[i].Err, invocation.ErrStale) || state[terminalField] != "" || state[testField] == "ok" || ttl != -1 {
 				t.Errorf("stale lease: %+v, state %v ttl %d; want ErrStale and nothing changed", rs[i], state, ttl)
 			}
 			continue
@@ -255,7 +258,9 @@ func TestSettleBatch(t *testing.T) {
 func TestClaimBatchPELRangeFallsBack(t *testing.T) {
 	p := newCountedStore(t)
 	stream := "orders"
-	key := func(i int) Key { return Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)} }
+	key := func(i int) invocation.Key {
+		return invocation.Key{Stream: stream, Group: "g", MessageID: fmt.Sprintf("1-%d", i)}
+	}
 	ids := make([]string, 10)
 	for i := range ids {
 		ids[i] = key(i).MessageID
@@ -264,7 +269,7 @@ func TestClaimBatchPELRangeFallsBack(t *testing.T) {
 
 	before := p.scriptRuns(t)
 	// 1-0 .. 1-9 holds ten entries; the range reads four.
-	res := p.s.Claim(t.Context(), []ClaimRequest{
+	res := p.s.Claim(t.Context(), []invocation.ClaimRequest{
 		{Key: key(0), Field: testField, Lease: time.Minute, MaxAttempts: 3},
 		{Key: key(9), Field: testField, Lease: time.Minute, MaxAttempts: 3},
 	})
@@ -272,7 +277,7 @@ func TestClaimBatchPELRangeFallsBack(t *testing.T) {
 		t.Errorf("%d script runs, want 1", got)
 	}
 	for i, r := range res {
-		if r.Err != nil || r.Status != Claimed {
+		if r.Err != nil || r.Status != invocation.Claimed {
 			t.Errorf("claim %d = %+v; want Claimed", i, r)
 		}
 	}
@@ -291,9 +296,9 @@ func TestClaimBatchPELOfOneGroupAnswersForItAlone(t *testing.T) {
 	if err := p.c.Do(t.Context(), p.c.B().Xack().Key(stream).Group("b").Id("1-2").Build()).Error(); err != nil {
 		t.Fatal(err) // group b is done with 1-2
 	}
-	var reqs []ClaimRequest
+	var reqs []invocation.ClaimRequest
 	for _, c := range [][2]string{{"a", "1-3"}, {"a", "1-1"}, {"a", "1-2"}, {"b", "1-2"}} {
-		reqs = append(reqs, ClaimRequest{Key: Key{Stream: stream, Group: c[0], MessageID: c[1]}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
+		reqs = append(reqs, invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: c[0], MessageID: c[1]}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
 	}
 	before := p.scriptRuns(t)
 	got := p.s.Claim(t.Context(), reqs)
@@ -301,14 +306,14 @@ func TestClaimBatchPELOfOneGroupAnswersForItAlone(t *testing.T) {
 		t.Errorf("%d script runs, want 1", runs)
 	}
 	for i, r := range got[:3] {
-		if r.Err != nil || r.Status != Claimed {
+		if r.Err != nil || r.Status != invocation.Claimed {
 			t.Errorf("claim a/%s = %+v; want Claimed", reqs[i].Key.MessageID, r)
 		}
 	}
-	if r := got[3]; r.Err != nil || r.Status != Terminal {
+	if r := got[3]; r.Err != nil || r.Status != invocation.Terminal {
 		t.Errorf("claim b/1-2 (acknowledged by b, pending in a) = %+v; want Terminal", r)
 	}
-	if st, _ := hashState(t, p.c, Key{Stream: stream, Group: "b", MessageID: "1-2"}); len(st) != 0 {
+	if st, _ := hashState(t, p.c, invocation.Key{Stream: stream, Group: "b", MessageID: "1-2"}); len(st) != 0 {
 		t.Errorf("claim of an acknowledged message wrote %v", st)
 	}
 }
@@ -324,17 +329,17 @@ func TestSettleBatchChunks(t *testing.T) {
 			p := newCountedStore(t, WithMaxBatch(2))
 			stream, group := "{orders}", "g"
 			const n = 7
-			leases := make([]Lease, n)
+			leases := make([]invocation.Lease, n)
 			ids := make([]string, n)
-			reqs := make([]ClaimRequest, n)
+			reqs := make([]invocation.ClaimRequest, n)
 			for i := range n {
 				ids[i] = fmt.Sprintf("1-%d", i+1)
-				reqs[i] = ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: ids[i]}, Field: testField, Lease: time.Minute, MaxAttempts: 3}
+				reqs[i] = invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: ids[i]}, Field: testField, Lease: time.Minute, MaxAttempts: 3}
 			}
 			deliver(t, p.c, stream, group, ids...)
 			before := p.scriptRuns(t)
 			for i, c := range p.s.Claim(t.Context(), reqs) {
-				if c.Err != nil || c.Status != Claimed {
+				if c.Err != nil || c.Status != invocation.Claimed {
 					t.Fatalf("claim %d: %+v", i, c)
 				}
 				leases[i] = c.Lease
@@ -347,9 +352,9 @@ func TestSettleBatchChunks(t *testing.T) {
 				t.Fatal(err) // acknowledged by another worker
 			}
 			leases[6].Attempt = 0 // invalid
-			ss := make([]Settlement, n)
+			ss := make([]invocation.Settlement, n)
 			for i, l := range leases {
-				ss[i] = acked(one(Finish, l), retention)
+				ss[i] = acked(one(invocation.Finish, l), retention)
 			}
 
 			before = p.scriptRuns(t)
@@ -367,11 +372,11 @@ func TestSettleBatchChunks(t *testing.T) {
 				state, ttl := hashState(t, p.c, l.Key)
 				switch i {
 				case 2:
-					if !errors.Is(rs[i].Err, ErrStale) || state[testField] == "ok" || ttl != -1 {
+					if !errors.Is(rs[i].Err, invocation.ErrStale) || state[testField] == "ok" || ttl != -1 {
 						t.Errorf("stale lease: %v, state %v ttl %d; want ErrStale and nothing changed", rs[i].Err, state, ttl)
 					}
 				case 4:
-					if !errors.Is(rs[i].Err, ErrTerminal) || state[testField] == "ok" {
+					if !errors.Is(rs[i].Err, invocation.ErrTerminal) || state[testField] == "ok" {
 						t.Errorf("lease of an acknowledged message: %v, state %v; want ErrTerminal and nothing changed", rs[i].Err, state)
 					}
 				case 6:
@@ -402,28 +407,28 @@ func TestSettleChunksKeepTheirOrder(t *testing.T) {
 	stream, group := "{orders}", "g"
 	ids := []string{"1-1", "1-2", "1-3", "1-4", "1-5"}
 	deliver(t, p.c, stream, group, ids...)
-	var reqs []ClaimRequest
+	var reqs []invocation.ClaimRequest
 	for _, id := range ids {
-		reqs = append(reqs, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 5})
+		reqs = append(reqs, invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 5})
 	}
-	var leases []Lease
+	var leases []invocation.Lease
 	for i, c := range p.s.Claim(t.Context(), reqs) {
-		if c.Err != nil || c.Status != Claimed {
+		if c.Err != nil || c.Status != invocation.Claimed {
 			t.Fatalf("claim %d: %+v", i, c)
 		}
 		leases = append(leases, c.Lease)
 	}
-	retry := func(l Lease, backoff time.Duration) Settlement {
-		st := one(Retry, l)
+	retry := func(l invocation.Lease, backoff time.Duration) invocation.Settlement {
+		st := one(invocation.Retry, l)
 		st.Transitions[0].Backoff = backoff
 		return st
 	}
-	ss := []Settlement{
+	ss := []invocation.Settlement{
 		retry(leases[0], time.Hour),
-		acked(one(Exhaust, leases[1]), time.Hour),
+		acked(one(invocation.Exhaust, leases[1]), time.Hour),
 		retry(leases[2], 2*time.Hour),
-		acked(one(Exhaust, leases[3]), 0),
-		one(Release, leases[4]),
+		acked(one(invocation.Exhaust, leases[3]), 0),
+		one(invocation.Release, leases[4]),
 	}
 	before := p.scriptRuns(t)
 	rs := p.s.Settle(t.Context(), ss)
@@ -474,26 +479,26 @@ func TestBatchAcrossStreamsAndGroups(t *testing.T) {
 	deliver(t, p.c, s1, "g1", "1-1")
 	deliver(t, p.c, s1, "g2")
 	deliver(t, p.c, s2, "g1", "1-1")
-	keys := []Key{
+	keys := []invocation.Key{
 		{Stream: s1, Group: "g1", MessageID: "1-1"},
 		{Stream: s1, Group: "g2", MessageID: "1-1"},
 		{Stream: s2, Group: "g1", MessageID: "1-1"},
 	}
-	var reqs []ClaimRequest
+	var reqs []invocation.ClaimRequest
 	for _, k := range keys {
-		reqs = append(reqs, ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
+		reqs = append(reqs, invocation.ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
 	}
-	var leases []Lease
+	var leases []invocation.Lease
 	for i, c := range p.s.Claim(ctx, reqs) {
-		if c.Err != nil || c.Status != Claimed || c.Lease.Key != keys[i] {
+		if c.Err != nil || c.Status != invocation.Claimed || c.Lease.Key != keys[i] {
 			t.Fatalf("claim %d: %+v, want claimed on its own key", i, c)
 		}
 		leases = append(leases, c.Lease)
 	}
-	rs := p.s.Settle(ctx, []Settlement{
-		acked(one(Exhaust, leases[0]), time.Hour),
-		one(Retry, leases[1]),
-		acked(one(Exhaust, leases[2]), 0),
+	rs := p.s.Settle(ctx, []invocation.Settlement{
+		acked(one(invocation.Exhaust, leases[0]), time.Hour),
+		one(invocation.Retry, leases[1]),
+		acked(one(invocation.Exhaust, leases[2]), 0),
 	})
 	for i, r := range rs {
 		if r.Err != nil {
@@ -634,21 +639,21 @@ func TestBatchAcrossStreamsCluster(t *testing.T) {
 		}
 		streams = append(streams, st)
 	}
-	var reqs []ClaimRequest
+	var reqs []invocation.ClaimRequest
 	for _, st := range streams {
 		for range 2 {
-			k := pendingMessage(t, c, Key{Stream: st, Group: "group"})
-			reqs = append(reqs, ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
+			k := pendingMessage(t, c, invocation.Key{Stream: st, Group: "group"})
+			reqs = append(reqs, invocation.ClaimRequest{Key: k, Field: testField, Lease: time.Minute, MaxAttempts: 1})
 		}
 	}
 	// Interleaved: a stream's claims need not be adjacent.
 	reqs[1], reqs[2] = reqs[2], reqs[1]
-	var ss []Settlement
+	var ss []invocation.Settlement
 	for i, r := range s.Claim(ctx, reqs) {
-		if r.Err != nil || r.Status != Claimed || r.Lease.Key != reqs[i].Key {
+		if r.Err != nil || r.Status != invocation.Claimed || r.Lease.Key != reqs[i].Key {
 			t.Fatalf("claim %d: %+v, want claimed on its own key", i, r)
 		}
-		ss = append(ss, acked(one(Exhaust, r.Lease), 0))
+		ss = append(ss, acked(one(invocation.Exhaust, r.Lease), 0))
 	}
 	for i, r := range s.Settle(ctx, ss) {
 		if r.Err != nil || len(r.Transitions) != 1 || r.Transitions[0].DLQID == "" {
@@ -715,14 +720,14 @@ func TestClaimBatchOfABrokenStreamFailsAlone(t *testing.T) {
 	if err := p.c.Do(ctx, p.c.B().Set().Key("broken").Value("not a stream").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	reqs := []ClaimRequest{
-		{Key: Key{Stream: "good", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
-		{Key: Key{Stream: "broken", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
-		{Key: Key{Stream: "good", Group: "g", MessageID: "1-2"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+	reqs := []invocation.ClaimRequest{
+		{Key: invocation.Key{Stream: "good", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+		{Key: invocation.Key{Stream: "broken", Group: "g", MessageID: "1-1"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
+		{Key: invocation.Key{Stream: "good", Group: "g", MessageID: "1-2"}, Field: testField, Lease: time.Minute, MaxAttempts: 3},
 	}
 	res := p.s.Claim(ctx, reqs)
 	for _, i := range []int{0, 2} {
-		if r := res[i]; r.Err != nil || r.Status != Claimed {
+		if r := res[i]; r.Err != nil || r.Status != invocation.Claimed {
 			t.Errorf("claim %d of the good stream = %+v; want Claimed", i, r)
 		}
 	}

@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -16,11 +16,12 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/topology"
+	"github.com/relaydev/relay/invocation"
 )
 
 // pendingMessage adds one entry to key.Stream, delivers it to a consumer
 // of key.Group so that it is pending, and returns key with its id.
-func pendingMessage(t *testing.T, c rueidis.Client, key Key) Key {
+func pendingMessage(t *testing.T, c rueidis.Client, key invocation.Key) invocation.Key {
 	t.Helper()
 	ctx := t.Context()
 	err := c.Do(ctx, c.B().XgroupCreate().Key(key.Stream).Group(key.Group).Id("0").Mkstream().Build()).Error()
@@ -42,7 +43,7 @@ func pendingMessage(t *testing.T, c rueidis.Client, key Key) Key {
 }
 
 // pending returns 1 when key's message is in its group's PEL, else 0.
-func pending(t *testing.T, c rueidis.Client, key Key) int64 {
+func pending(t *testing.T, c rueidis.Client, key invocation.Key) int64 {
 	t.Helper()
 	if slices.Contains(pendingIDs(t, c, key), key.MessageID) {
 		return 1
@@ -51,7 +52,7 @@ func pending(t *testing.T, c rueidis.Client, key Key) int64 {
 }
 
 // pendingIDs returns the ids in key.Group's PEL (XPENDING - + 100).
-func pendingIDs(t *testing.T, c rueidis.Client, key Key) []string {
+func pendingIDs(t *testing.T, c rueidis.Client, key invocation.Key) []string {
 	t.Helper()
 	rows, err := c.Do(t.Context(), c.B().Xpending().Key(key.Stream).Group(key.Group).Start("-").End("+").Count(100).Build()).ToArray()
 	if err != nil {
@@ -69,7 +70,7 @@ func pendingIDs(t *testing.T, c rueidis.Client, key Key) []string {
 	return ids
 }
 
-func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int64) {
+func hashState(t *testing.T, c rueidis.Client, key invocation.Key) (map[string]string, int64) {
 	t.Helper()
 	e := &env{c: c, hash: hashOf(key), key: key}
 	return e.state(t)
@@ -77,8 +78,8 @@ func hashState(t *testing.T, c rueidis.Client, key Key) (map[string]string, int6
 
 // ack is the settlement that acknowledges key's message without
 // transitions and applies retention to its hash.
-func ack(key Key, retention time.Duration) Settlement {
-	return Settlement{Key: key, Ack: true, Retention: retention}
+func ack(key invocation.Key, retention time.Duration) invocation.Settlement {
+	return invocation.Settlement{Key: key, Ack: true, Retention: retention}
 }
 
 // TestSettle: an Ack settlement takes the message out of the PEL and its
@@ -101,7 +102,7 @@ func TestSettle(t *testing.T) {
 	}
 	checkPTTL(t, time.Hour, pttl)
 
-	if err := apply(t.Context(), e.s, ack(e.key, 2*time.Hour)); !errors.Is(err, ErrTerminal) {
+	if err := apply(t.Context(), e.s, ack(e.key, 2*time.Hour)); !errors.Is(err, invocation.ErrTerminal) {
 		t.Fatalf("second Settle = %v, want ErrTerminal", err)
 	}
 	again, pttl := e.state(t)
@@ -134,9 +135,9 @@ func TestSettleNotPending(t *testing.T) {
 		e.ack(t, e.key)
 		unknown := e.key
 		unknown.Group = "unknown"
-		for _, k := range []Key{e.key, unknown} {
-			for _, st := range []Settlement{ack(k, retention), acked(one(Finish, Lease{Key: k, Field: testField, Attempt: 1, Token: "tok"}), retention)} {
-				if err := apply(t.Context(), e.s, st); !errors.Is(err, ErrTerminal) {
+		for _, k := range []invocation.Key{e.key, unknown} {
+			for _, st := range []invocation.Settlement{ack(k, retention), acked(one(invocation.Finish, invocation.Lease{Key: k, Field: testField, Attempt: 1, Token: "tok"}), retention)} {
+				if err := apply(t.Context(), e.s, st); !errors.Is(err, invocation.ErrTerminal) {
 					t.Fatalf("Settle (retention %v, %d transitions) = %v, want ErrTerminal", retention, len(st.Transitions), err)
 				}
 			}
@@ -158,9 +159,9 @@ func TestSettleWrongType(t *testing.T) {
 	if err := e.c.Do(t.Context(), e.c.B().Set().Key(e.key.Stream).Value("not a stream").Build()).Error(); err != nil {
 		t.Fatalf("SET: %v", err)
 	}
-	for _, st := range []Settlement{ack(e.key, time.Hour), one(Exhaust, e.lease(1, "tok")), {Key: e.key, Cleared: true}} {
+	for _, st := range []invocation.Settlement{ack(e.key, time.Hour), one(invocation.Exhaust, e.lease(1, "tok")), {Key: e.key, Cleared: true}} {
 		err := apply(t.Context(), e.s, st)
-		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 			t.Errorf("Settle on a string key: %v, want WRONGTYPE", err)
 		}
 	}
@@ -190,12 +191,12 @@ func TestSettleInvalidRetention(t *testing.T) {
 func TestSettleRetentionZeroLeavesOnlyDeadLetters(t *testing.T) {
 	e := newEnv(t, "")
 	now := e.nowMS(t)
-	a := Lease{Key: e.key, Field: "a/one", Attempt: 3, Token: "ta", Trace: tp1}
-	b := Lease{Key: e.key, Field: "b/two", Attempt: 2, Token: "tb"}
+	a := invocation.Lease{Key: e.key, Field: "a/one", Attempt: 3, Token: "ta", Trace: tp1}
+	b := invocation.Lease{Key: e.key, Field: "b/two", Attempt: 2, Token: "tb"}
 	e.seed(t, map[string]string{a.Field: running(now+hourMS, 3, "ta"), b.Field: exhausted(2, "tb"),
-		"c/three": "ok", TraceField(a.Field): tp2, matchedField: "1", "__schedule": "pin"}, 0)
-	st := one(Exhaust, a)
-	st.Transitions = append(st.Transitions, one(DeadLetter, b).Transitions...)
+		"c/three": "ok", invocation.TraceField(a.Field): tp2, matchedField: "1", "__schedule": "pin"}, 0)
+	st := one(invocation.Exhaust, a)
+	st.Transitions = append(st.Transitions, one(invocation.DeadLetter, b).Transitions...)
 	r := settleOne(t.Context(), e.s, acked(st, 0))
 	if r.Err != nil {
 		t.Fatalf("Settle: %v", r.Err)
@@ -205,7 +206,7 @@ func TestSettleRetentionZeroLeavesOnlyDeadLetters(t *testing.T) {
 		t.Errorf("dead-letter entries (-want +got):\n%s", diff)
 	}
 	if len(ids) == 2 {
-		if diff := cmp.Diff([]TransitionResult{{DLQID: ids[0]}, {DLQID: ids[1]}}, r.Transitions); diff != "" {
+		if diff := cmp.Diff([]invocation.TransitionResult{{DLQID: ids[0]}, {DLQID: ids[1]}}, r.Transitions); diff != "" {
 			t.Errorf("results (-want +got):\n%s", diff)
 		}
 	}
@@ -234,7 +235,7 @@ func TestSettleCluster(t *testing.T) {
 	cl := topology.NewCluster(t)
 	c := topology.Connect(t, cl.ClientOption())
 	s := New(c)
-	key := pendingMessage(t, c, Key{Stream: "{" + redistest.Name(t, "tagged") + "}", Group: "group"})
+	key := pendingMessage(t, c, invocation.Key{Stream: "{" + redistest.Name(t, "tagged") + "}", Group: "group"})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	(&env{c: c, hash: hashOf(key)}).seed(t, map[string]string{testField: "ok"}, 0)
@@ -252,24 +253,24 @@ func TestSettleCluster(t *testing.T) {
 
 	// Every transition runs there too: claim, then finish and ack in one
 	// script, and exhaust with its dead-letter entry and the ack.
-	next := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
-	last := pendingMessage(t, c, Key{Stream: key.Stream, Group: "group"})
-	res := s.Claim(ctx, []ClaimRequest{
+	next := pendingMessage(t, c, invocation.Key{Stream: key.Stream, Group: "group"})
+	last := pendingMessage(t, c, invocation.Key{Stream: key.Stream, Group: "group"})
+	res := s.Claim(ctx, []invocation.ClaimRequest{
 		{Key: next, Field: testField, Lease: time.Minute, MaxAttempts: 3},
 		{Key: last, Field: testField, Lease: time.Minute, MaxAttempts: 1},
 	})
 	for i, r := range res {
-		if r.Err != nil || r.Status != Claimed {
+		if r.Err != nil || r.Status != invocation.Claimed {
 			t.Fatalf("Claim %d = %+v", i, r)
 		}
 	}
-	rs := s.Settle(ctx, []Settlement{acked(one(Finish, res[0].Lease), 0), acked(one(Exhaust, res[1].Lease), 0)})
+	rs := s.Settle(ctx, []invocation.Settlement{acked(one(invocation.Finish, res[0].Lease), 0), acked(one(invocation.Exhaust, res[1].Lease), 0)})
 	for i, r := range rs {
 		if r.Err != nil {
 			t.Fatalf("Settle %d = %v", i, r.Err)
 		}
 	}
-	for _, k := range []Key{next, last} {
+	for _, k := range []invocation.Key{next, last} {
 		if got, _ := hashState(t, c, k); pending(t, c, k) != 0 || len(got) != 0 {
 			t.Errorf("after Settle with retention 0: pending %d, hash %v; want neither", pending(t, c, k), got)
 		}
@@ -278,7 +279,7 @@ func TestSettleCluster(t *testing.T) {
 		t.Errorf("dead-letter entries %+v, want the exhausted one", got)
 	}
 
-	untagged := pendingMessage(t, c, Key{Stream: redistest.Name(t, "untagged"), Group: "group"})
+	untagged := pendingMessage(t, c, invocation.Key{Stream: redistest.Name(t, "untagged"), Group: "group"})
 	if slot(t, c, untagged.Stream) == slot(t, c, keys.Invocation(untagged.Stream, untagged.Group, untagged.MessageID)) {
 		t.Skip("the untagged stream happens to share its hash's slot")
 	}
@@ -286,7 +287,7 @@ func TestSettleCluster(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hash tag") {
 		t.Errorf("Settle of an untagged stream = %v, want an error naming the hash tag", err)
 	}
-	if _, err := claimOne(ctx, s, ClaimRequest{Key: untagged, Field: testField, Lease: time.Minute, MaxAttempts: 3}); err == nil || !strings.Contains(err.Error(), "hash tag") {
+	if _, err := claimOne(ctx, s, invocation.ClaimRequest{Key: untagged, Field: testField, Lease: time.Minute, MaxAttempts: 3}); err == nil || !strings.Contains(err.Error(), "hash tag") {
 		t.Errorf("Claim of an untagged stream = %v, want an error naming the hash tag", err)
 	}
 	if n := pending(t, c, untagged); n != 1 {
@@ -309,44 +310,44 @@ func slot(t *testing.T, c rueidis.Client, key string) int64 {
 // is deleted; a stale lease, a retained hash or a message no longer pending
 // changes nothing and acknowledges nothing.
 func TestSettleFinishAck(t *testing.T) {
-	live := func(l Lease) map[string]string {
+	live := func(l invocation.Lease) map[string]string {
 		return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), "other/done": "ok"}
 	}
 	for _, tc := range []struct {
 		name    string
-		seed    func(l Lease) map[string]string
+		seed    func(l invocation.Lease) map[string]string
 		acked   bool // another delivery acknowledged the message first
 		wantErr error
 	}{
 		{"running", live, false, nil},
-		{"expired lease nobody took", func(l Lease) map[string]string {
+		{"expired lease nobody took", func(l invocation.Lease) map[string]string {
 			return map[string]string{l.Field: running(1, l.Attempt, l.Token)}
 		}, false, nil},
-		{"another token", func(l Lease) map[string]string {
+		{"another token", func(l invocation.Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt, "other")}
-		}, false, ErrStale},
-		{"another attempt", func(l Lease) map[string]string {
+		}, false, invocation.ErrStale},
+		{"another attempt", func(l invocation.Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt+1, l.Token)}
-		}, false, ErrStale},
-		{"already ok", func(l Lease) map[string]string { return map[string]string{l.Field: "ok"} }, false, ErrStale},
-		{"no state", func(Lease) map[string]string { return nil }, false, ErrStale},
-		{"retained", func(l Lease) map[string]string {
+		}, false, invocation.ErrStale},
+		{"already ok", func(l invocation.Lease) map[string]string { return map[string]string{l.Field: "ok"} }, false, invocation.ErrStale},
+		{"no state", func(invocation.Lease) map[string]string { return nil }, false, invocation.ErrStale},
+		{"retained", func(l invocation.Lease) map[string]string {
 			return map[string]string{l.Field: running(9999999999999, l.Attempt, l.Token), terminalField: "1"}
-		}, false, ErrTerminal},
-		{"acknowledged", live, true, ErrTerminal},
-		{"acknowledged without state", func(Lease) map[string]string { return nil }, true, ErrTerminal},
+		}, false, invocation.ErrTerminal},
+		{"acknowledged", live, true, invocation.ErrTerminal},
+		{"acknowledged without state", func(invocation.Lease) map[string]string { return nil }, true, invocation.ErrTerminal},
 	} {
 		for _, retention := range []time.Duration{0, time.Hour} {
 			t.Run(fmt.Sprintf("%s/retention %v", tc.name, retention), func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t, "")
-				l := Lease{Key: e.key, Field: testField, Attempt: 2, Token: "tok"}
+				l := invocation.Lease{Key: e.key, Field: testField, Attempt: 2, Token: "tok"}
 				seeded := tc.seed(l)
 				e.seed(t, seeded, 0)
 				if tc.acked {
 					e.ack(t, e.key)
 				}
-				err := apply(t.Context(), e.s, acked(one(Finish, l), retention))
+				err := apply(t.Context(), e.s, acked(one(invocation.Finish, l), retention))
 				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 					t.Fatalf("Settle = %v, want %v", err, tc.wantErr)
 				}
@@ -358,7 +359,7 @@ func TestSettleFinishAck(t *testing.T) {
 
 // checkFinishSettled asserts the message's PEL entry and hash after a
 // Finish and Ack of l on a hash seeded with seeded, which applied or not.
-func checkFinishSettled(t *testing.T, e *env, l Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
+func checkFinishSettled(t *testing.T, e *env, l invocation.Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
 	t.Helper()
 	st, pttl := e.state(t)
 	if !applied {

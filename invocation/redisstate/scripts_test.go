@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/invocation"
 )
 
 // TTL expectations of checkPTTL.
@@ -41,7 +42,7 @@ func dead(attempt int, token string) string { return exhausted(attempt, token) +
 // time before seeding (seed), the server time the script ran (now) and the
 // ids of the entries of the stream's dead-letter stream after the call.
 type at struct {
-	key       Key
+	key       invocation.Key
 	seed, now int64
 	dlq       []string
 }
@@ -116,7 +117,7 @@ func runScriptCases(t *testing.T, cases []scriptCase) {
 				if err == nil {
 					t.Fatalf("error = nil, want one")
 				}
-				if errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+				if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 					t.Fatalf("error = %v, want one that is neither ErrStale nor ErrTerminal", err)
 				}
 			case err != nil:
@@ -173,26 +174,26 @@ func fieldAt(v func(a at) string) func(a at) map[string]string {
 }
 
 // transition is a fenced write under test, given a lease of testField.
-type transition func(ctx context.Context, s *Store, l Lease) (any, error)
+type transition func(ctx context.Context, s *Store, l invocation.Lease) (any, error)
 
 // settleAs is the transition that applies the settlement of(l) and returns
 // its transitions' results.
-func settleAs(of func(l Lease) Settlement) transition {
-	return func(ctx context.Context, s *Store, l Lease) (any, error) {
+func settleAs(of func(l invocation.Lease) invocation.Settlement) transition {
+	return func(ctx context.Context, s *Store, l invocation.Lease) (any, error) {
 		r := settleOne(ctx, s, of(l))
 		return r.Transitions, r.Err
 	}
 }
 
 // settleOf is settleAs of one transition of kind (one).
-func settleOf(kind TransitionKind) transition {
-	return settleAs(func(l Lease) Settlement { return one(kind, l) })
+func settleOf(kind invocation.TransitionKind) transition {
+	return settleAs(func(l invocation.Lease) invocation.Settlement { return one(kind, l) })
 }
 
 // retryIn is settleAs of one Retry with backoff.
 func retryIn(backoff time.Duration) transition {
-	return settleAs(func(l Lease) Settlement {
-		st := one(Retry, l)
+	return settleAs(func(l invocation.Lease) invocation.Settlement {
+		st := one(invocation.Retry, l)
 		st.Transitions[0].Backoff = backoff
 		return st
 	})
@@ -200,13 +201,13 @@ func retryIn(backoff time.Duration) transition {
 
 // results is the result of an applied settlement, one TransitionResult
 // per transition.
-func results(rs ...TransitionResult) func(a at) any {
+func results(rs ...invocation.TransitionResult) func(a at) any {
 	return func(at) any { return rs }
 }
 
 // entries returns the dlq expectation of one entry per lease (stored),
 // leases of testField of the row's key.
-func entries(leases ...func(key Key) Lease) func(a at) []dlq.Entry {
+func entries(leases ...func(key invocation.Key) invocation.Lease) func(a at) []dlq.Entry {
 	return func(a at) []dlq.Entry {
 		var out []dlq.Entry
 		for _, l := range leases {
@@ -217,9 +218,9 @@ func entries(leases ...func(key Key) Lease) func(a at) []dlq.Entry {
 }
 
 // leaseOf returns the lease of testField at attempt, token and trace.
-func leaseOf(attempt int, token, trace string) func(key Key) Lease {
-	return func(key Key) Lease {
-		return Lease{Key: key, Field: testField, Attempt: attempt, Token: token, Trace: trace}
+func leaseOf(attempt int, token, trace string) func(key invocation.Key) invocation.Lease {
+	return func(key invocation.Key) invocation.Lease {
+		return invocation.Lease{Key: key, Field: testField, Attempt: attempt, Token: token, Trace: trace}
 	}
 }
 
@@ -237,55 +238,55 @@ func fencedRejects(do transition, accepted func(now int64, attempt int, token st
 	call := callWith(do, 2, "tok")
 	cases := []scriptCase{
 		{
-			name: "stale token", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "stale token", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(now int64) string { return accepted(now, 2, "other") }),
 		},
 		{
-			name: "older attempt", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "older attempt", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(now int64) string { return accepted(now, 3, "tok") }),
 		},
 		{
-			name: "newer attempt", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "newer attempt", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(now int64) string { return accepted(now, 1, "tok") }),
 		},
 		{
-			name: "terminal", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
+			name: "terminal", wantErr: invocation.ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: accepted(now, 2, "tok"), terminalField: "1"}
 			},
 		},
 		{
-			name: "terminal without field", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
+			name: "terminal without field", wantErr: invocation.ErrTerminal, pttl: ttlHour, seedTTL: ttlHour, call: call,
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
 		},
-		{name: "missing key", wantErr: ErrStale, pttl: ttlNoKey, call: call},
+		{name: "missing key", wantErr: invocation.ErrStale, pttl: ttlNoKey, call: call},
 		{
-			name: "acknowledged", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "acked",
+			name: "acknowledged", wantErr: invocation.ErrTerminal, pttl: ttlNone, call: call, message: "acked",
 			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
 		},
-		{name: "acknowledged without state", wantErr: ErrTerminal, pttl: ttlNoKey, call: call, message: "acked"},
+		{name: "acknowledged without state", wantErr: invocation.ErrTerminal, pttl: ttlNoKey, call: call, message: "acked"},
 		{
-			name: "group gone", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "no group",
-			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
-		},
-		{
-			name: "stream gone", wantErr: ErrTerminal, pttl: ttlNone, call: call, message: "no stream",
+			name: "group gone", wantErr: invocation.ErrTerminal, pttl: ttlNone, call: call, message: "no group",
 			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
 		},
 		{
-			name: "missing field", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "stream gone", wantErr: invocation.ErrTerminal, pttl: ttlNone, call: call, message: "no stream",
+			seed: field(func(now int64) string { return accepted(now, 2, "tok") }),
+		},
+		{
+			name: "missing field", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: func(int64) map[string]string { return map[string]string{"other/handler": "ok"} },
 		},
 		{
-			name: "ok", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "ok", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(int64) string { return "ok" }),
 		},
 		{
-			name: "next_attempt_at", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "next_attempt_at", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "tok") }),
 		},
 		{
-			name: "malformed", wantErr: ErrStale, pttl: ttlNone, call: call,
+			name: "malformed", wantErr: invocation.ErrStale, pttl: ttlNone, call: call,
 			seed: field(func(int64) string { return "garbage" }),
 		},
 	}
@@ -296,7 +297,7 @@ func fencedRejects(do transition, accepted func(now int64, attempt int, token st
 			name += " dlq"
 		}
 		cases = append(cases, scriptCase{
-			name: "other kind " + name, wantErr: ErrStale, pttl: ttlNone, call: call, seed: field(w),
+			name: "other kind " + name, wantErr: invocation.ErrStale, pttl: ttlNone, call: call, seed: field(w),
 		})
 	}
 	return cases
@@ -322,7 +323,7 @@ const (
 	tp2 = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
 )
 
-var traceKey = TraceField(testField)
+var traceKey = invocation.TraceField(testField)
 
 // callTraced is callWith on a lease whose Trace is trace.
 func callTraced(do transition, attempt int, token, trace string) func(ctx context.Context, e *env) (any, error) {
@@ -336,7 +337,7 @@ func callTraced(do transition, attempt int, token, trace string) func(ctx contex
 // withPrev sets PrevTrace on the Claim want returns.
 func withPrev(want func(a at) any, trace string) func(a at) any {
 	return func(a at) any {
-		c := want(a).(Claim)
+		c := want(a).(invocation.Claim)
 		c.PrevTrace = trace
 		return c
 	}
@@ -347,14 +348,14 @@ func withPrev(want func(a at) any, trace string) func(a at) any {
 func traceRejects(do transition, accepted func(now int64, attempt int, token string) string) []scriptCase {
 	return []scriptCase{
 		{
-			name: "stale token keeps the stored trace", wantErr: ErrStale, pttl: ttlNone,
+			name: "stale token keeps the stored trace", wantErr: invocation.ErrStale, pttl: ttlNone,
 			call: callTraced(do, 2, "tok", tp2),
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: accepted(now, 2, "other"), traceKey: tp1}
 			},
 		},
 		{
-			name: "terminal keeps the stored trace", wantErr: ErrTerminal, pttl: ttlHour, seedTTL: ttlHour,
+			name: "terminal keeps the stored trace", wantErr: invocation.ErrTerminal, pttl: ttlHour, seedTTL: ttlHour,
 			call: callTraced(do, 2, "tok", tp2),
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: accepted(now, 2, "tok"), terminalField: "1", traceKey: tp1}
@@ -364,7 +365,7 @@ func traceRejects(do transition, accepted func(now int64, attempt int, token str
 }
 
 // claimCall runs the claim r(e) as a batch of one.
-func claimCall(r func(e *env) ClaimRequest) func(ctx context.Context, e *env) (any, error) {
+func claimCall(r func(e *env) invocation.ClaimRequest) func(ctx context.Context, e *env) (any, error) {
 	return func(ctx context.Context, e *env) (any, error) { return claimOne(ctx, e.s, r(e)) }
 }
 
@@ -372,26 +373,26 @@ func TestClaimScript(t *testing.T) {
 	const lease = 30 * time.Second
 	leaseMS := lease.Milliseconds()
 	claim := func(maxAttempts int) func(ctx context.Context, e *env) (any, error) {
-		return claimCall(func(e *env) ClaimRequest { return e.req(lease, maxAttempts) })
+		return claimCall(func(e *env) invocation.ClaimRequest { return e.req(lease, maxAttempts) })
 	}
 	claimed := func(attempt int) func(a at) any {
 		return func(a at) any {
-			return Claim{Status: Claimed, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt,
+			return invocation.Claim{Status: invocation.Claimed, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: attempt,
 				Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
 		}
 	}
 	runningNew := func(attempt int) func(a at) map[string]string {
 		return fieldAt(func(a at) string { return running(a.now+leaseMS, attempt, "new") })
 	}
-	found := func(st Status, attempt int, token string) func(a at) any {
+	found := func(st invocation.Status, attempt int, token string) func(a at) any {
 		return func(a at) any {
-			return Claim{Status: st, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
+			return invocation.Claim{Status: st, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
 		}
 	}
-	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+	fixed := func(c invocation.Claim) func(at) any { return func(at) any { return c } }
 	lost := func(attempt int, want func(a at) any) func(a at) any {
 		return func(a at) any {
-			c := want(a).(Claim)
+			c := want(a).(invocation.Claim)
 			c.Lost = attempt
 			return c
 		}
@@ -413,12 +414,16 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "running live", call: claim(5), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+			},
 		},
 		{
 			name: "running live at max attempts", call: claim(2), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+			},
 		},
 		{
 			name: "running expired", call: claim(5), pttl: ttlNone,
@@ -428,19 +433,21 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "running expired at max attempts", call: claim(5), pttl: ttlNone,
 			seed:  field(func(now int64) string { return running(now-1000, 5, "old") }),
-			want:  lost(5, found(Exhausted, 5, "new")),
+			want:  lost(5, found(invocation.Exhausted, 5, "new")),
 			state: fieldAt(func(at) string { return exhausted(5, "new") }),
 		},
 		{
 			name: "running expired beyond max attempts", call: claim(3), pttl: ttlNone,
 			seed:  field(func(now int64) string { return running(now-1000, 4, "old") }),
-			want:  lost(4, found(Exhausted, 4, "new")),
+			want:  lost(4, found(invocation.Exhausted, 4, "new")),
 			state: fieldAt(func(at) string { return exhausted(4, "new") }),
 		},
 		{
 			name: "next_attempt_at future", call: claim(5), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+			},
 		},
 		{
 			name: "next_attempt_at due", call: claim(5), pttl: ttlNone,
@@ -450,7 +457,7 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "next_attempt_at due at max attempts", call: claim(4), pttl: ttlNone,
 			seed:  field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
-			want:  found(Exhausted, 4, "new"),
+			want:  found(invocation.Exhausted, 4, "new"),
 			state: fieldAt(func(at) string { return exhausted(4, "new") }),
 		},
 		{
@@ -461,53 +468,53 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "ok", call: claim(5), pttl: ttlNone,
 			seed: field(func(int64) string { return "ok" }),
-			want: fixed(Claim{Status: Succeeded}),
+			want: fixed(invocation.Claim{Status: invocation.Succeeded}),
 		},
 		{
 			name: "exhausted", call: claim(5), pttl: ttlNone,
 			seed: field(func(int64) string { return exhausted(3, "old") }),
-			want: found(Exhausted, 3, "old"),
+			want: found(invocation.Exhausted, 3, "old"),
 		},
 		{
 			name: "dead-lettered", call: claim(5), pttl: ttlNone,
 			seed: field(func(int64) string { return dead(3, "old") }),
-			want: found(DeadLettered, 3, "old"),
+			want: found(invocation.DeadLettered, 3, "old"),
 		},
 		{
 			name: "terminal", call: claim(5), pttl: ttlHour, seedTTL: ttlHour,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: running(now-1000, 1, "old"), terminalField: "1"}
 			},
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "terminal without field", call: claim(5), pttl: ttlHour, seedTTL: ttlHour,
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		// A delivery that outlived its message's acknowledgement: nothing
 		// runs and nothing is written, with or without state.
 		{
 			name: "acknowledged without state", call: claim(5), pttl: ttlNoKey, message: "acked",
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "acknowledged with an expired lease", call: claim(5), pttl: ttlNone, message: "acked",
 			seed: field(func(now int64) string { return running(now-1000, 1, "old") }),
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "acknowledged with a due retry", call: claim(5), pttl: ttlNone, message: "acked",
 			seed: field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "group gone", call: claim(5), pttl: ttlNoKey, message: "no group",
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "stream gone", call: claim(5), pttl: ttlNoKey, message: "no stream",
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
 			name: "retry due returns the stored trace", call: claim(5), pttl: ttlNone,
@@ -521,10 +528,10 @@ func TestClaimScript(t *testing.T) {
 		},
 		{
 			name: "another field's trace is not returned", call: claim(5), pttl: ttlNone,
-			seed: func(int64) map[string]string { return map[string]string{TraceField("other/handler"): tp1} },
+			seed: func(int64) map[string]string { return map[string]string{invocation.TraceField("other/handler"): tp1} },
 			want: claimed(1),
 			state: func(a at) map[string]string {
-				return map[string]string{testField: running(a.now+leaseMS, 1, "new"), TraceField("other/handler"): tp1}
+				return map[string]string{testField: running(a.now+leaseMS, 1, "new"), invocation.TraceField("other/handler"): tp1}
 			},
 		},
 		{
@@ -532,7 +539,7 @@ func TestClaimScript(t *testing.T) {
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: running(now-1000, 2, "old"), traceKey: tp1}
 			},
-			want: lost(2, withPrev(found(Exhausted, 2, "new"), tp1)),
+			want: lost(2, withPrev(found(invocation.Exhausted, 2, "new"), tp1)),
 			state: func(at) map[string]string {
 				return map[string]string{testField: exhausted(2, "new"), traceKey: tp1}
 			},
@@ -540,12 +547,12 @@ func TestClaimScript(t *testing.T) {
 		{
 			name: "exhausted returns the stored trace", call: claim(5), pttl: ttlNone,
 			seed: func(int64) map[string]string { return map[string]string{testField: exhausted(3, "old"), traceKey: tp2} },
-			want: withPrev(found(Exhausted, 3, "old"), tp2),
+			want: withPrev(found(invocation.Exhausted, 3, "old"), tp2),
 		},
 		{
 			name: "dead-lettered returns the stored trace", call: claim(5), pttl: ttlNone,
 			seed: func(int64) map[string]string { return map[string]string{testField: dead(3, "old"), traceKey: tp2} },
-			want: withPrev(found(DeadLettered, 3, "old"), tp2),
+			want: withPrev(found(invocation.DeadLettered, 3, "old"), tp2),
 		},
 	}
 	for _, v := range []string{"garbage", "ok:", "running:x:1:tok", "running:1:1:", "running:1:1:a:b",
@@ -566,20 +573,20 @@ func TestClaimScript(t *testing.T) {
 func TestClaimScriptRecords(t *testing.T) {
 	const lease = 30 * time.Second
 	leaseMS := lease.Milliseconds()
-	claim := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
-		return claimCall(func(e *env) ClaimRequest {
+	claim := func(maxAttempts int, rec invocation.Record) func(ctx context.Context, e *env) (any, error) {
+		return claimCall(func(e *env) invocation.ClaimRequest {
 			r := e.req(lease, maxAttempts)
 			r.Record = rec
 			return r
 		})
 	}
 	claimed := func(a at) any {
-		return Claim{Status: Claimed, Lease: Lease{Key: a.key, Field: testField, Attempt: 1,
+		return invocation.Claim{Status: invocation.Claimed, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 1,
 			Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
 	}
 	// with returns m plus the fields of rec recorded at now, unless m has
 	// them, and __matched when rec is complete.
-	with := func(m map[string]string, now int64, rec Record) map[string]string {
+	with := func(m map[string]string, now int64, rec invocation.Record) map[string]string {
 		out := map[string]string{}
 		for f, v := range m {
 			out[f] = v
@@ -594,8 +601,8 @@ func TestClaimScriptRecords(t *testing.T) {
 		}
 		return out
 	}
-	two := Record{Fields: []string{"b/one", "b/two"}, Complete: true}
-	var large Record
+	two := invocation.Record{Fields: []string{"b/one", "b/two"}, Complete: true}
+	var large invocation.Record
 	largeSeed := map[string]string{}
 	for i := range 2500 {
 		f := fmt.Sprintf("b/h%d", i)
@@ -615,7 +622,7 @@ func TestClaimScriptRecords(t *testing.T) {
 		},
 		{
 			name: "recorded fields with state keep it", pttl: ttlNone, want: claimed,
-			call: claim(5, Record{Fields: []string{"b/one", "b/two", "b/three"}}),
+			call: claim(5, invocation.Record{Fields: []string{"b/one", "b/two", "b/three"}}),
 			seed: func(now int64) map[string]string {
 				return map[string]string{"b/one": "ok", "b/two": running(now+hourMS, 1, "old")}
 			},
@@ -627,7 +634,9 @@ func TestClaimScriptRecords(t *testing.T) {
 		{
 			name: "running live", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: running(a.seed+hourMS, 2, "old")}, a.now, two)
 			},
@@ -635,7 +644,9 @@ func TestClaimScriptRecords(t *testing.T) {
 		{
 			name: "next_attempt_at future", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: nextAt(a.seed+hourMS, 2, "old")}, a.now, two)
 			},
@@ -646,7 +657,7 @@ func TestClaimScriptRecords(t *testing.T) {
 				return map[string]string{testField: nextAt(now-1000, 1, "old"), traceKey: tp1}
 			},
 			want: func(a at) any {
-				return Claim{Status: Claimed, PrevTrace: tp1, Lease: Lease{Key: a.key, Field: testField, Attempt: 2,
+				return invocation.Claim{Status: invocation.Claimed, PrevTrace: tp1, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2,
 					Token: "new", Deadline: time.UnixMilli(a.now + leaseMS)}}
 			},
 			state: func(a at) map[string]string {
@@ -657,7 +668,7 @@ func TestClaimScriptRecords(t *testing.T) {
 			name: "expired lease at max attempts", call: claim(2, two), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now-1000, 2, "old") }),
 			want: func(a at) any {
-				return Claim{Status: Exhausted, Lost: 2, Lease: Lease{Key: a.key, Field: testField, Attempt: 2, Token: "new"}}
+				return invocation.Claim{Status: invocation.Exhausted, Lost: 2, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2, Token: "new"}}
 			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: exhausted(2, "new")}, a.now, two)
@@ -666,7 +677,7 @@ func TestClaimScriptRecords(t *testing.T) {
 		{
 			name: "ok", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(int64) string { return "ok" }),
-			want: func(at) any { return Claim{Status: Succeeded} },
+			want: func(at) any { return invocation.Claim{Status: invocation.Succeeded} },
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: "ok"}, a.now, two)
 			},
@@ -675,7 +686,7 @@ func TestClaimScriptRecords(t *testing.T) {
 			name: "dead-lettered", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(int64) string { return dead(3, "old") }),
 			want: func(a at) any {
-				return Claim{Status: DeadLettered, Lease: Lease{Key: a.key, Field: testField, Attempt: 3, Token: "old"}}
+				return invocation.Claim{Status: invocation.DeadLettered, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 3, Token: "old"}}
 			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: dead(3, "old")}, a.now, two)
@@ -691,7 +702,7 @@ func TestClaimScriptRecords(t *testing.T) {
 		{
 			name: "terminal records nothing", call: claim(5, two), pttl: ttlHour, seedTTL: ttlHour,
 			seed: func(int64) map[string]string { return map[string]string{terminalField: "1"} },
-			want: func(at) any { return Claim{Status: Terminal} },
+			want: func(at) any { return invocation.Claim{Status: invocation.Terminal} },
 		},
 		{
 			name: "large record", call: claim(5, large), pttl: ttlNone, want: claimed,
@@ -712,8 +723,8 @@ func TestClaimScriptRecords(t *testing.T) {
 // Probed; where a claim takes none, it finds what the claim finds.
 func TestClaimScriptProbe(t *testing.T) {
 	const lease = 30 * time.Second
-	probe := func(maxAttempts int, rec Record) func(ctx context.Context, e *env) (any, error) {
-		return claimCall(func(e *env) ClaimRequest {
+	probe := func(maxAttempts int, rec invocation.Record) func(ctx context.Context, e *env) (any, error) {
+		return claimCall(func(e *env) invocation.ClaimRequest {
 			r := e.req(lease, maxAttempts)
 			r.Probe, r.Record = true, rec
 			return r
@@ -721,29 +732,29 @@ func TestClaimScriptProbe(t *testing.T) {
 	}
 	probed := func(attempts, lost int) func(a at) any {
 		return func(a at) any {
-			return Claim{Status: Probed, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempts, Token: "new"}}
+			return invocation.Claim{Status: invocation.Probed, Lost: lost, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: attempts, Token: "new"}}
 		}
 	}
-	found := func(st Status, attempt int, token string, lost int) func(a at) any {
+	found := func(st invocation.Status, attempt int, token string, lost int) func(a at) any {
 		return func(a at) any {
-			return Claim{Status: st, Lost: lost, Lease: Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
+			return invocation.Claim{Status: st, Lost: lost, Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: attempt, Token: token}}
 		}
 	}
-	fixed := func(c Claim) func(at) any { return func(at) any { return c } }
+	fixed := func(c invocation.Claim) func(at) any { return func(at) any { return c } }
 	dueNow := func(attempts int) func(a at) map[string]string {
 		return fieldAt(func(a at) string { return nextAt(a.now, attempts, "new") })
 	}
 	cases := []scriptCase{
-		{name: "no state", call: probe(5, Record{}), pttl: ttlNone, want: probed(0, 0), state: dueNow(0)},
+		{name: "no state", call: probe(5, invocation.Record{}), pttl: ttlNone, want: probed(0, 0), state: dueNow(0)},
 		{
-			name: "no state, with a record", call: probe(5, Record{Fields: []string{"b/one"}, Complete: true}), pttl: ttlNone,
+			name: "no state, with a record", call: probe(5, invocation.Record{Fields: []string{"b/one"}, Complete: true}), pttl: ttlNone,
 			want: probed(0, 0),
 			state: func(a at) map[string]string {
 				return map[string]string{testField: nextAt(a.now, 0, "new"), "b/one": nextAt(a.now, 0, "new"), matchedField: "1"}
 			},
 		},
 		{
-			name: "due retry", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 0),
+			name: "due retry", call: probe(5, invocation.Record{}), pttl: ttlNone, want: probed(2, 0),
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: nextAt(now-1000, 2, "old"), traceKey: tp1}
 			},
@@ -752,64 +763,68 @@ func TestClaimScriptProbe(t *testing.T) {
 			},
 		},
 		{
-			name: "released attempt due", call: probe(2, Record{}), pttl: ttlNone, want: probed(1, 0),
+			name: "released attempt due", call: probe(2, invocation.Record{}), pttl: ttlNone, want: probed(1, 0),
 			seed: field(func(now int64) string { return nextAt(now, 1, "old") }), state: dueNow(1),
 		},
 		{
 			// The lost attempt is charged once, by the probe; none is taken.
-			name: "expired lease", call: probe(5, Record{}), pttl: ttlNone, want: probed(2, 2),
+			name: "expired lease", call: probe(5, invocation.Record{}), pttl: ttlNone, want: probed(2, 2),
 			seed: field(func(now int64) string { return running(now-1000, 2, "old") }), state: dueNow(2),
 		},
 		{
-			name: "expired lease at max attempts", call: probe(2, Record{}), pttl: ttlNone,
+			name: "expired lease at max attempts", call: probe(2, invocation.Record{}), pttl: ttlNone,
 			seed:  field(func(now int64) string { return running(now-1000, 2, "old") }),
-			want:  found(Exhausted, 2, "new", 2),
+			want:  found(invocation.Exhausted, 2, "new", 2),
 			state: fieldAt(func(at) string { return exhausted(2, "new") }),
 		},
 		{
-			name: "due retry at max attempts", call: probe(4, Record{}), pttl: ttlNone,
+			name: "due retry at max attempts", call: probe(4, invocation.Record{}), pttl: ttlNone,
 			seed:  field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
-			want:  found(Exhausted, 4, "new", 0),
+			want:  found(invocation.Exhausted, 4, "new", 0),
 			state: fieldAt(func(at) string { return exhausted(4, "new") }),
 		},
 		{
-			name: "live lease", call: probe(5, Record{}), pttl: ttlNone,
+			name: "live lease", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: Running, RunningUntil: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+			},
 		},
 		{
-			name: "not due", call: probe(5, Record{}), pttl: ttlNone,
+			name: "not due", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
-			want: func(a at) any { return Claim{Status: NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)} },
+			want: func(a at) any {
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+			},
 		},
 		{
-			name: "exhausted", call: probe(5, Record{}), pttl: ttlNone,
+			name: "exhausted", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(int64) string { return exhausted(3, "old") }),
-			want: found(Exhausted, 3, "old", 0),
+			want: found(invocation.Exhausted, 3, "old", 0),
 		},
 		{
-			name: "dead-lettered", call: probe(5, Record{}), pttl: ttlNone,
+			name: "dead-lettered", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(int64) string { return dead(3, "old") }),
-			want: found(DeadLettered, 3, "old", 0),
+			want: found(invocation.DeadLettered, 3, "old", 0),
 		},
 		{
-			name: "ok", call: probe(5, Record{}), pttl: ttlNone,
+			name: "ok", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(int64) string { return "ok" }),
-			want: fixed(Claim{Status: Succeeded}),
+			want: fixed(invocation.Claim{Status: invocation.Succeeded}),
 		},
 		{
-			name: "terminal", call: probe(5, Record{}), pttl: ttlHour, seedTTL: ttlHour,
+			name: "terminal", call: probe(5, invocation.Record{}), pttl: ttlHour, seedTTL: ttlHour,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: running(now-1000, 1, "old"), terminalField: "1"}
 			},
-			want: fixed(Claim{Status: Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
-			name: "acknowledged", call: probe(5, Record{Fields: []string{"b/one"}}), pttl: ttlNoKey, message: "acked",
-			want: fixed(Claim{Status: Terminal}),
+			name: "acknowledged", call: probe(5, invocation.Record{Fields: []string{"b/one"}}), pttl: ttlNoKey, message: "acked",
+			want: fixed(invocation.Claim{Status: invocation.Terminal}),
 		},
 		{
-			name: "malformed", call: probe(5, Record{}), pttl: ttlNone, wantSomeErr: true,
+			name: "malformed", call: probe(5, invocation.Record{}), pttl: ttlNone, wantSomeErr: true,
 			seed: field(func(int64) string { return "garbage" }),
 		},
 	}
@@ -827,19 +842,19 @@ func prefixed(prefix string, cases []scriptCase) []scriptCase {
 }
 
 // ackedAs is settleAs of the settlement of(l) with Ack at retention.
-func ackedAs(of func(l Lease) Settlement, retention time.Duration) transition {
-	return settleAs(func(l Lease) Settlement { return acked(of(l), retention) })
+func ackedAs(of func(l invocation.Lease) invocation.Settlement, retention time.Duration) transition {
+	return settleAs(func(l invocation.Lease) invocation.Settlement { return acked(of(l), retention) })
 }
 
-func oneOf(kind TransitionKind) func(l Lease) Settlement {
-	return func(l Lease) Settlement { return one(kind, l) }
+func oneOf(kind invocation.TransitionKind) func(l invocation.Lease) invocation.Settlement {
+	return func(l invocation.Lease) invocation.Settlement { return one(kind, l) }
 }
 
 // TestSettleReleaseScript: a Release transition (settle.lua 'l') gives the
 // running attempt back uncharged: due now with attempt-1 used.
 func TestSettleReleaseScript(t *testing.T) {
-	do := settleOf(Release)
-	applied := results(TransitionResult{})
+	do := settleOf(invocation.Release)
+	applied := results(invocation.TransitionResult{})
 	cases := []scriptCase{
 		{
 			// Due at once with none used, and still listed by Unfinished.
@@ -878,7 +893,7 @@ func TestSettleReleaseScript(t *testing.T) {
 			},
 		},
 		{
-			name: "refused with Ack", call: callWith(ackedAs(oneOf(Release), time.Hour), 2, "tok"), pttl: ttlNone,
+			name: "refused with Ack", call: callWith(ackedAs(oneOf(invocation.Release), time.Hour), 2, "tok"), pttl: ttlNone,
 			wantSomeErr: true,
 			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
@@ -892,8 +907,8 @@ func TestSettleReleaseScript(t *testing.T) {
 // "ok" for the running attempt of its lease, and with Ack also
 // acknowledges the message and retains its hash.
 func TestSettleFinishScript(t *testing.T) {
-	do := settleOf(Finish)
-	applied := results(TransitionResult{})
+	do := settleOf(invocation.Finish)
+	applied := results(invocation.TransitionResult{})
 	cases := []scriptCase{
 		{
 			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone, want: applied,
@@ -917,7 +932,7 @@ func TestSettleFinishScript(t *testing.T) {
 			state: func(at) map[string]string { return map[string]string{testField: "ok", traceKey: tp1} },
 		},
 		{
-			name: "and acknowledge", call: callWith(ackedAs(oneOf(Finish), time.Hour), 2, "tok"), acked: true,
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(invocation.Finish), time.Hour), 2, "tok"), acked: true,
 			pttl: ttlHour, want: applied,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": dead(1, "x")}
@@ -927,7 +942,7 @@ func TestSettleFinishScript(t *testing.T) {
 			},
 		},
 		{
-			name: "and acknowledge at retention 0", call: callWith(ackedAs(oneOf(Finish), 0), 2, "tok"), acked: true,
+			name: "and acknowledge at retention 0", call: callWith(ackedAs(oneOf(invocation.Finish), 0), 2, "tok"), acked: true,
 			pttl: ttlNoKey, want: applied,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), traceKey: tp1}
@@ -936,8 +951,8 @@ func TestSettleFinishScript(t *testing.T) {
 		},
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame, deadSame)...)
-	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(Finish), time.Hour), runningLive, exhaustedSame, deadSame))...)
-	cases = append(cases, prefixed("ack at retention 0/", fencedRejects(ackedAs(oneOf(Finish), 0), runningLive))...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(invocation.Finish), time.Hour), runningLive, exhaustedSame, deadSame))...)
+	cases = append(cases, prefixed("ack at retention 0/", fencedRejects(ackedAs(oneOf(invocation.Finish), 0), runningLive))...)
 	runScriptCases(t, cases)
 }
 
@@ -946,7 +961,7 @@ func TestSettleFinishScript(t *testing.T) {
 // the server's now + Backoff, which it returns.
 func TestSettleRetryScript(t *testing.T) {
 	next := func(ms int64) func(a at) any {
-		return func(a at) any { return []TransitionResult{{Next: time.UnixMilli(a.now + ms)}} }
+		return func(a at) any { return []invocation.TransitionResult{{Next: time.UnixMilli(a.now + ms)}} }
 	}
 	cases := []scriptCase{
 		{
@@ -987,7 +1002,7 @@ func TestSettleRetryScript(t *testing.T) {
 			},
 		},
 		{
-			name: "refused with Ack", call: callWith(ackedAs(oneOf(Retry), time.Hour), 2, "tok"), pttl: ttlNone,
+			name: "refused with Ack", call: callWith(ackedAs(oneOf(invocation.Retry), time.Hour), 2, "tok"), pttl: ttlNone,
 			wantSomeErr: true,
 			seed:        field(func(now int64) string { return runningLive(now, 2, "tok") }),
 		},
@@ -1003,9 +1018,9 @@ func TestSettleRetryScript(t *testing.T) {
 // field holds that value already: a retry after a lost reply) writes no
 // second entry.
 func TestSettleExhaustScript(t *testing.T) {
-	do := settleOf(Exhaust)
-	wrote := func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}} }
-	none := results(TransitionResult{})
+	do := settleOf(invocation.Exhaust)
+	wrote := func(a at) any { return []invocation.TransitionResult{{DLQID: a.dlqID(0)}} }
+	none := results(invocation.TransitionResult{})
 	cases := []scriptCase{
 		{
 			name: "running", call: callWith(do, 2, "tok"), pttl: ttlNone, want: wrote,
@@ -1036,19 +1051,19 @@ func TestSettleExhaustScript(t *testing.T) {
 			seed: func(int64) map[string]string { return map[string]string{testField: dead(2, "tok"), traceKey: tp1} },
 		},
 		{
-			name: "applied before, acknowledged since", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrTerminal,
+			name: "applied before, acknowledged since", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrTerminal,
 			message: "acked", seed: field(deadSame),
 		},
 		{
-			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrStale,
 			seed: field(func(int64) string { return dead(2, "other") }),
 		},
 		{
-			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrStale,
 			seed: field(func(int64) string { return dead(1, "tok") }),
 		},
 		{
-			name: "and acknowledge", call: callWith(ackedAs(oneOf(Exhaust), time.Hour), 2, "tok"), acked: true,
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(invocation.Exhaust), time.Hour), 2, "tok"), acked: true,
 			pttl: ttlHour, want: wrote,
 			seed: func(now int64) map[string]string {
 				return map[string]string{testField: runningLive(now, 2, "tok"), "other/handler": "ok"}
@@ -1059,22 +1074,22 @@ func TestSettleExhaustScript(t *testing.T) {
 			dlq: entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "and acknowledge at retention 0", call: callTraced(ackedAs(oneOf(Exhaust), 0), 2, "tok", tp2), acked: true,
+			name: "and acknowledge at retention 0", call: callTraced(ackedAs(oneOf(invocation.Exhaust), 0), 2, "tok", tp2), acked: true,
 			pttl: ttlNoKey, want: wrote,
 			seed:  field(func(now int64) string { return runningLive(now, 2, "tok") }),
 			state: func(at) map[string]string { return map[string]string{} },
 			dlq:   entries(leaseOf(2, "tok", tp2)),
 		},
 		{
-			name: "applied before, and acknowledge", call: callWith(ackedAs(oneOf(Exhaust), time.Hour), 2, "tok"), acked: true,
+			name: "applied before, and acknowledge", call: callWith(ackedAs(oneOf(invocation.Exhaust), time.Hour), 2, "tok"), acked: true,
 			pttl: ttlHour, want: none,
 			seed:  field(deadSame),
 			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), terminalField: "1"} },
 		},
 		{
 			name: "refused without an entry", pttl: ttlNone, wantSomeErr: true,
-			call: callWith(settleAs(func(l Lease) Settlement {
-				st := one(Exhaust, l)
+			call: callWith(settleAs(func(l invocation.Lease) invocation.Settlement {
+				st := one(invocation.Exhaust, l)
 				st.Transitions[0].Entry = nil
 				return st
 			}), 2, "tok"),
@@ -1082,8 +1097,8 @@ func TestSettleExhaustScript(t *testing.T) {
 		},
 		{
 			name: "refused with an invalid entry", pttl: ttlNone, wantSomeErr: true,
-			call: callWith(settleAs(func(l Lease) Settlement {
-				st := one(Exhaust, l)
+			call: callWith(settleAs(func(l invocation.Lease) invocation.Settlement {
+				st := one(invocation.Exhaust, l)
 				st.Transitions[0].Entry.Reason = ""
 				return st
 			}), 2, "tok"),
@@ -1092,7 +1107,7 @@ func TestSettleExhaustScript(t *testing.T) {
 	}
 	cases = append(cases, fencedRejects(do, runningLive, exhaustedSame)...)
 	cases = append(cases, traceRejects(do, runningLive)...)
-	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(Exhaust), time.Hour), runningLive, exhaustedSame))...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(invocation.Exhaust), time.Hour), runningLive, exhaustedSame))...)
 	runScriptCases(t, cases)
 }
 
@@ -1100,9 +1115,9 @@ func TestSettleExhaustScript(t *testing.T) {
 // writes the entry of an invocation a claim found exhausted and marks it
 // written; one already marked is left as it is and writes nothing.
 func TestSettleDeadLetterScript(t *testing.T) {
-	do := settleOf(DeadLetter)
-	wrote := func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}} }
-	none := results(TransitionResult{})
+	do := settleOf(invocation.DeadLetter)
+	wrote := func(a at) any { return []invocation.TransitionResult{{DLQID: a.dlqID(0)}} }
+	none := results(invocation.TransitionResult{})
 	cases := []scriptCase{
 		{
 			name: "exhausted", call: callWith(do, 2, "tok"), pttl: ttlNone, want: wrote,
@@ -1115,15 +1130,15 @@ func TestSettleDeadLetterScript(t *testing.T) {
 			seed: field(deadSame),
 		},
 		{
-			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			name: "marked by another token", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrStale,
 			seed: field(func(int64) string { return dead(2, "other") }),
 		},
 		{
-			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			name: "marked at another attempt", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrStale,
 			seed: field(func(int64) string { return dead(3, "tok") }),
 		},
 		{
-			name: "unknown suffix", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: ErrStale,
+			name: "unknown suffix", call: callWith(do, 2, "tok"), pttl: ttlNone, wantErr: invocation.ErrStale,
 			seed: field(func(int64) string { return exhausted(2, "tok") + ":xyz" }),
 		},
 		{
@@ -1135,22 +1150,22 @@ func TestSettleDeadLetterScript(t *testing.T) {
 			dlq: entries(leaseOf(2, "tok", tp2)),
 		},
 		{
-			name: "and acknowledge", call: callWith(ackedAs(oneOf(DeadLetter), time.Hour), 2, "tok"), acked: true,
+			name: "and acknowledge", call: callWith(ackedAs(oneOf(invocation.DeadLetter), time.Hour), 2, "tok"), acked: true,
 			pttl: ttlHour, want: wrote,
 			seed:  field(exhaustedSame),
 			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), terminalField: "1"} },
 			dlq:   entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "already marked, and acknowledge at retention 0", call: callWith(ackedAs(oneOf(DeadLetter), 0), 2, "tok"),
+			name: "already marked, and acknowledge at retention 0", call: callWith(ackedAs(oneOf(invocation.DeadLetter), 0), 2, "tok"),
 			acked: true, pttl: ttlNoKey, want: none,
 			seed:  field(deadSame),
 			state: func(at) map[string]string { return map[string]string{} },
 		},
 		{
 			name: "refused without an entry", pttl: ttlNone, wantSomeErr: true,
-			call: callWith(settleAs(func(l Lease) Settlement {
-				st := one(DeadLetter, l)
+			call: callWith(settleAs(func(l invocation.Lease) invocation.Settlement {
+				st := one(invocation.DeadLetter, l)
 				st.Transitions[0].Entry = nil
 				return st
 			}), 2, "tok"),
@@ -1158,7 +1173,7 @@ func TestSettleDeadLetterScript(t *testing.T) {
 		},
 	}
 	cases = append(cases, fencedRejects(do, exhaustedValue, runningSame)...)
-	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(DeadLetter), time.Hour), exhaustedValue, runningSame))...)
+	cases = append(cases, prefixed("ack/", fencedRejects(ackedAs(oneOf(invocation.DeadLetter), time.Hour), exhaustedValue, runningSame))...)
 	runScriptCases(t, cases)
 }
 
@@ -1168,9 +1183,11 @@ func TestSettleDeadLetterScript(t *testing.T) {
 // acknowledged.
 func TestSettleAllOrNothing(t *testing.T) {
 	const other = "b/handler"
-	lease := func(key Key, f string) Lease { return Lease{Key: key, Field: f, Attempt: 2, Token: "tok"} }
+	lease := func(key invocation.Key, f string) invocation.Lease {
+		return invocation.Lease{Key: key, Field: f, Attempt: 2, Token: "tok"}
+	}
 	// pair settles testField with a and other with b.
-	pair := func(a, b TransitionKind, ack bool) func(ctx context.Context, e *env) (any, error) {
+	pair := func(a, b invocation.TransitionKind, ack bool) func(ctx context.Context, e *env) (any, error) {
 		return func(ctx context.Context, e *env) (any, error) {
 			st := one(a, lease(e.key, testField))
 			st.Transitions = append(st.Transitions, one(b, lease(e.key, other)).Transitions...)
@@ -1189,27 +1206,27 @@ func TestSettleAllOrNothing(t *testing.T) {
 	}
 	live, stale := "running:NOW:2:tok", "running:NOW:2:someone-else"
 	cases := []scriptCase{
-		{name: "exhaust, then a stale finish", call: pair(Exhaust, Finish, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
-		{name: "finish, then a stale exhaust", call: pair(Finish, Exhaust, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
-		{name: "stale finish, then an exhaust", call: pair(Finish, Exhaust, false), seed: seed(stale, live), wantErr: ErrStale, pttl: ttlNone},
-		{name: "retry, then a stale release", call: pair(Retry, Release, false), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
-		{name: "exhaust, then a stale dead-letter", call: pair(Exhaust, DeadLetter, false), seed: seed(live, exhausted(2, "someone-else")), wantErr: ErrStale, pttl: ttlNone},
-		{name: "exhaust, then a dead-letter of a running field", call: pair(Exhaust, DeadLetter, false), seed: seed(live, live), wantErr: ErrStale, pttl: ttlNone},
-		{name: "ack: finish, then a stale finish", call: pair(Finish, Finish, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
-		{name: "ack: exhaust, then a stale exhaust", call: pair(Exhaust, Exhaust, true), seed: seed(live, stale), wantErr: ErrStale, pttl: ttlNone},
-		{name: "ack: exhaust, then a missing field", call: pair(Exhaust, Finish, true), wantErr: ErrStale, pttl: ttlNone,
+		{name: "exhaust, then a stale finish", call: pair(invocation.Exhaust, invocation.Finish, false), seed: seed(live, stale), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "finish, then a stale exhaust", call: pair(invocation.Finish, invocation.Exhaust, false), seed: seed(live, stale), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "stale finish, then an exhaust", call: pair(invocation.Finish, invocation.Exhaust, false), seed: seed(stale, live), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "retry, then a stale release", call: pair(invocation.Retry, invocation.Release, false), seed: seed(live, stale), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a stale dead-letter", call: pair(invocation.Exhaust, invocation.DeadLetter, false), seed: seed(live, exhausted(2, "someone-else")), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "exhaust, then a dead-letter of a running field", call: pair(invocation.Exhaust, invocation.DeadLetter, false), seed: seed(live, live), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "ack: finish, then a stale finish", call: pair(invocation.Finish, invocation.Finish, true), seed: seed(live, stale), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a stale exhaust", call: pair(invocation.Exhaust, invocation.Exhaust, true), seed: seed(live, stale), wantErr: invocation.ErrStale, pttl: ttlNone},
+		{name: "ack: exhaust, then a missing field", call: pair(invocation.Exhaust, invocation.Finish, true), wantErr: invocation.ErrStale, pttl: ttlNone,
 			seed: func(now int64) map[string]string { return map[string]string{testField: runningLive(now, 2, "tok")} }},
 		{
-			name: "ack: both apply", call: pair(Exhaust, Finish, true), seed: seed(live, live), pttl: ttlHour, acked: true,
-			want: func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			name: "ack: both apply", call: pair(invocation.Exhaust, invocation.Finish, true), seed: seed(live, live), pttl: ttlHour, acked: true,
+			want: func(a at) any { return []invocation.TransitionResult{{DLQID: a.dlqID(0)}, {}} },
 			state: func(at) map[string]string {
 				return map[string]string{testField: dead(2, "tok"), other: "ok", terminalField: "1"}
 			},
 			dlq: entries(leaseOf(2, "tok", "")),
 		},
 		{
-			name: "exhaust, and one applied before", call: pair(Exhaust, Exhaust, false), seed: seed(live, dead(2, "tok")), pttl: ttlNone,
-			want:  func(a at) any { return []TransitionResult{{DLQID: a.dlqID(0)}, {}} },
+			name: "exhaust, and one applied before", call: pair(invocation.Exhaust, invocation.Exhaust, false), seed: seed(live, dead(2, "tok")), pttl: ttlNone,
+			want:  func(a at) any { return []invocation.TransitionResult{{DLQID: a.dlqID(0)}, {}} },
 			state: func(at) map[string]string { return map[string]string{testField: dead(2, "tok"), other: dead(2, "tok")} },
 			dlq:   entries(leaseOf(2, "tok", "")),
 		},
@@ -1225,7 +1242,7 @@ func TestSettleAllOrNothing(t *testing.T) {
 func TestSettleAckScript(t *testing.T) {
 	ack := func(retention time.Duration, stateless bool) func(ctx context.Context, e *env) (any, error) {
 		return func(ctx context.Context, e *env) (any, error) {
-			r := settleOne(ctx, e.s, Settlement{Key: e.key, Ack: true, Stateless: stateless, Retention: retention})
+			r := settleOne(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Stateless: stateless, Retention: retention})
 			return r.Transitions, r.Err
 		}
 	}
@@ -1250,11 +1267,11 @@ func TestSettleAckScript(t *testing.T) {
 			seed:    func(int64) map[string]string { return map[string]string{testField: "ok", terminalField: "1"} },
 			seedTTL: ttlHour, pttl: ttlHour,
 		},
-		{name: "acknowledged", call: ack(time.Hour, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
-		{name: "acknowledged, retention 0", call: ack(0, false), message: "acked", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
-		{name: "acknowledged, stateless", call: ack(0, true), message: "acked", pttl: ttlNoKey, wantErr: ErrTerminal},
-		{name: "group gone", call: ack(0, false), message: "no group", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
-		{name: "stream gone", call: ack(time.Hour, false), message: "no stream", seed: done, pttl: ttlNone, wantErr: ErrTerminal},
+		{name: "acknowledged", call: ack(time.Hour, false), message: "acked", seed: done, pttl: ttlNone, wantErr: invocation.ErrTerminal},
+		{name: "acknowledged, retention 0", call: ack(0, false), message: "acked", seed: done, pttl: ttlNone, wantErr: invocation.ErrTerminal},
+		{name: "acknowledged, stateless", call: ack(0, true), message: "acked", pttl: ttlNoKey, wantErr: invocation.ErrTerminal},
+		{name: "group gone", call: ack(0, false), message: "no group", seed: done, pttl: ttlNone, wantErr: invocation.ErrTerminal},
+		{name: "stream gone", call: ack(time.Hour, false), message: "no stream", seed: done, pttl: ttlNone, wantErr: invocation.ErrTerminal},
 		{name: "negative retention", call: ack(-time.Second, false), seed: done, pttl: ttlNone, wantSomeErr: true},
 	}
 	runScriptCases(t, cases)
@@ -1266,7 +1283,7 @@ func TestSettleAckScript(t *testing.T) {
 func TestSettleClearedScript(t *testing.T) {
 	retain := func(ttl time.Duration) func(ctx context.Context, e *env) (any, error) {
 		return func(ctx context.Context, e *env) (any, error) {
-			r := settleOne(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: ttl})
+			r := settleOne(ctx, e.s, invocation.Settlement{Key: e.key, Cleared: true, Retention: ttl})
 			return r.Transitions, r.Err
 		}
 	}
@@ -1301,14 +1318,14 @@ func TestSettleClearedScript(t *testing.T) {
 		{
 			name: "refused with Ack", pttl: ttlNone, wantSomeErr: true, seed: unfinished,
 			call: func(ctx context.Context, e *env) (any, error) {
-				return nil, apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Ack: true, Retention: week})
+				return nil, apply(ctx, e.s, invocation.Settlement{Key: e.key, Cleared: true, Ack: true, Retention: week})
 			},
 		},
 		{
 			name: "refused with a transition", pttl: ttlNone, wantSomeErr: true, message: "acked",
 			seed: func(now int64) map[string]string { return map[string]string{testField: runningLive(now, 1, "tok")} },
 			call: func(ctx context.Context, e *env) (any, error) {
-				st := one(Finish, e.lease(1, "tok"))
+				st := one(invocation.Finish, e.lease(1, "tok"))
 				st.Cleared, st.Retention = true, week
 				return nil, apply(ctx, e.s, st)
 			},

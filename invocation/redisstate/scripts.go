@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"embed"

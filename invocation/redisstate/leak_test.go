@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/topology"
+	"github.com/relaydev/relay/invocation"
 )
 
 // leakFixture is one stream with messages of one or more groups whose
@@ -25,7 +26,7 @@ type leakFixture struct {
 // missing) and, when acked, acknowledges it; it then seeds the message's
 // hash with one finished invocation and, when ttl > 0, a TTL. It returns
 // the message's key.
-func (f leakFixture) message(group string, acked bool, ttl time.Duration) Key {
+func (f leakFixture) message(group string, acked bool, ttl time.Duration) invocation.Key {
 	f.t.Helper()
 	ctx := f.t.Context()
 	c := f.c
@@ -36,7 +37,7 @@ func (f leakFixture) message(group string, acked bool, ttl time.Duration) Key {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	key := Key{Stream: f.stream, Group: group, MessageID: id}
+	key := invocation.Key{Stream: f.stream, Group: group, MessageID: id}
 	cmds := rueidis.Commands{
 		c.B().Xreadgroup().Group(group, "c1").Count(1).Streams().Key(f.stream).Id(">").Build(),
 		c.B().Hset().Key(hashOf(key)).FieldValue().FieldValue(testField, "ok").Build(),
@@ -112,7 +113,7 @@ func TestRetainLeaked(t *testing.T) {
 		t.Errorf("pass = %+v; want 1 retained, the pending one seen, at least 3 seen", sum)
 	}
 	for _, k := range []struct {
-		key  Key
+		key  invocation.Key
 		want map[string]string
 		pttl time.Duration
 	}{
@@ -153,7 +154,7 @@ func TestRetainLeakedDeletes(t *testing.T) {
 		t.Errorf("pass = %+v; want 1 deleted, 1 pending", sum)
 	}
 	for _, k := range []struct {
-		key  Key
+		key  invocation.Key
 		want map[string]string
 		pttl time.Duration
 	}{
@@ -198,7 +199,7 @@ func TestRetainLeakedCluster(t *testing.T) {
 	c := topology.Connect(t, cl.ClientOption())
 	s := New(c)
 	owners := map[string]bool{}
-	var leaks []Key
+	var leaks []invocation.Key
 	for i := range 9 {
 		f := leakFixture{t: t, c: c, stream: "{" + redistest.Name(t, "tag", string(rune('a'+i))) + "}"}
 		leaks = append(leaks, f.message("relay", true, 0))

@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"errors"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
 )
 
 // TestScriptsLoad runs SCRIPT LOAD on every embedded script and fails on a
@@ -67,14 +68,14 @@ func TestScriptsLoad(t *testing.T) {
 
 // staleTransitions are the settlements a delivery holding lease l could
 // write for l's invocation, each alone, without Ack.
-func staleTransitions(l Lease) map[string]Settlement {
-	retry := one(Retry, l)
-	return map[string]Settlement{
-		"finish":      one(Finish, l),
-		"release":     one(Release, l),
+func staleTransitions(l invocation.Lease) map[string]invocation.Settlement {
+	retry := one(invocation.Retry, l)
+	return map[string]invocation.Settlement{
+		"finish":      one(invocation.Finish, l),
+		"release":     one(invocation.Release, l),
 		"retry":       retry,
-		"exhaust":     one(Exhaust, l),
-		"dead-letter": one(DeadLetter, l),
+		"exhaust":     one(invocation.Exhaust, l),
+		"dead-letter": one(invocation.DeadLetter, l),
 	}
 }
 
@@ -119,21 +120,21 @@ func TestClaimExpiredLeaseClaimsNextAttempt(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	first := mustClaim(t, e, 10*time.Millisecond, 5)
-	if first.Status != Claimed || first.Lease.Attempt != 1 {
+	if first.Status != invocation.Claimed || first.Lease.Attempt != 1 {
 		t.Fatalf("first claim = %+v, want attempt 1 claimed", first)
 	}
 	next := claimWhenNotRunning(t, e, 10*time.Millisecond, 5)
-	if next.Status != Claimed || next.Lease.Attempt != 2 || next.Lease.Token == first.Lease.Token {
+	if next.Status != invocation.Claimed || next.Lease.Attempt != 2 || next.Lease.Token == first.Lease.Token {
 		t.Fatalf("claim after expiry = %+v, want attempt 2 with a new token", next)
 	}
 	// The owner of the expired lease comes back: every transition is
 	// stale, alone or acknowledging.
 	for name, st := range staleTransitions(first.Lease) {
-		if err := apply(ctx, e.s, st); !errors.Is(err, ErrStale) {
+		if err := apply(ctx, e.s, st); !errors.Is(err, invocation.ErrStale) {
 			t.Errorf("%s with the expired lease: %v, want ErrStale", name, err)
 		}
 		if name == "finish" || name == "exhaust" {
-			if err := apply(ctx, e.s, acked(st, time.Hour)); !errors.Is(err, ErrStale) {
+			if err := apply(ctx, e.s, acked(st, time.Hour)); !errors.Is(err, invocation.ErrStale) {
 				t.Errorf("%s and ack with the expired lease: %v, want ErrStale", name, err)
 			}
 		}
@@ -141,10 +142,10 @@ func TestClaimExpiredLeaseClaimsNextAttempt(t *testing.T) {
 	if got := dlqEntries(t, e.c, e.key.Stream); len(got) != 0 {
 		t.Errorf("stale transitions wrote dead-letter entries %v", got)
 	}
-	if err := apply(ctx, e.s, one(Finish, next.Lease)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Finish, next.Lease)); err != nil {
 		t.Fatalf("finish the new attempt: %v", err)
 	}
-	if got := mustClaim(t, e, time.Minute, 5); got.Status != Succeeded {
+	if got := mustClaim(t, e, time.Minute, 5); got.Status != invocation.Succeeded {
 		t.Errorf("claim after finish = %v, want succeeded", got.Status)
 	}
 	if pending(t, e.c, e.key) != 1 {
@@ -157,10 +158,10 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 	ctx := t.Context()
 	first := mustClaim(t, e, 10*time.Millisecond, 1)
 	got := claimWhenNotRunning(t, e, 10*time.Millisecond, 1)
-	if got.Status != Exhausted || got.Lease.Attempt != 1 || got.Lease.Token == first.Lease.Token {
+	if got.Status != invocation.Exhausted || got.Lease.Attempt != 1 || got.Lease.Token == first.Lease.Token {
 		t.Fatalf("claim after expiry of the last attempt = %+v, want exhausted at attempt 1 with a new token", got)
 	}
-	if err := apply(ctx, e.s, one(Exhaust, first.Lease)); !errors.Is(err, ErrStale) {
+	if err := apply(ctx, e.s, one(invocation.Exhaust, first.Lease)); !errors.Is(err, invocation.ErrStale) {
 		t.Errorf("exhaust with the expired lease: %v, want ErrStale", err)
 	}
 	if got.Lost != 1 {
@@ -174,7 +175,7 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 	if diff := cmp.Diff(want, again); diff != "" {
 		t.Errorf("second claim (-first +second):\n%s", diff)
 	}
-	r := settleOne(ctx, e.s, one(DeadLetter, got.Lease))
+	r := settleOne(ctx, e.s, one(invocation.DeadLetter, got.Lease))
 	if r.Err != nil {
 		t.Fatalf("dead-letter: %v", r.Err)
 	}
@@ -182,10 +183,10 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 	if diff := cmp.Diff([]dlq.Entry{stored(got.Lease)}, entries); diff != "" {
 		t.Errorf("dead-letter entries (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]TransitionResult{{DLQID: ids[0]}}, r.Transitions); len(ids) > 0 && diff != "" {
+	if diff := cmp.Diff([]invocation.TransitionResult{{DLQID: ids[0]}}, r.Transitions); len(ids) > 0 && diff != "" {
 		t.Errorf("dead-letter result (-want +got):\n%s", diff)
 	}
-	if c := mustClaim(t, e, time.Minute, 1); c.Status != DeadLettered || c.Lease.Attempt != 1 {
+	if c := mustClaim(t, e, time.Minute, 1); c.Status != invocation.DeadLettered || c.Lease.Attempt != 1 {
 		t.Errorf("claim after the dead-letter = %+v, want dead-lettered", c)
 	}
 }
@@ -193,9 +194,9 @@ func TestClaimExpiredLeaseAtMaxAttemptsExhausts(t *testing.T) {
 func TestClaimRetryFlow(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
-	retry := func(l Lease, backoff time.Duration) SettleResult {
+	retry := func(l invocation.Lease, backoff time.Duration) invocation.SettleResult {
 		t.Helper()
-		st := one(Retry, l)
+		st := one(invocation.Retry, l)
 		st.Transitions[0].Backoff = backoff
 		r := settleOne(ctx, e.s, st)
 		if r.Err != nil {
@@ -205,38 +206,38 @@ func TestClaimRetryFlow(t *testing.T) {
 	}
 	c := mustClaim(t, e, time.Minute, 3)
 	at := retry(c.Lease, time.Hour).Transitions[0].Next
-	if nd := mustClaim(t, e, time.Minute, 3); nd.Status != NotDue || !nd.NextAttemptAt.Equal(at) {
+	if nd := mustClaim(t, e, time.Minute, 3); nd.Status != invocation.NotDue || !nd.NextAttemptAt.Equal(at) {
 		t.Fatalf("claim before the retry = %+v, want not due at %v", nd, at)
 	}
 
 	// Seed a retry that is due (in the past): the next attempt is claimed.
 	e.seed(t, map[string]string{testField: nextAt(e.nowMS(t)-1, 1, c.Lease.Token)}, 0)
 	c2 := mustClaim(t, e, time.Minute, 3)
-	if c2.Status != Claimed || c2.Lease.Attempt != 2 {
+	if c2.Status != invocation.Claimed || c2.Lease.Attempt != 2 {
 		t.Fatalf("claim of a due retry = %+v, want attempt 2", c2)
 	}
 
 	// A short backoff passes: polled, not slept.
 	retry(c2.Lease, 20*time.Millisecond)
-	var c3 Claim
+	var c3 invocation.Claim
 	testutil.WaitFor(t, 5*time.Second, "the retry to become due", func() bool {
 		c3 = mustClaim(t, e, time.Minute, 3)
-		return c3.Status != NotDue
+		return c3.Status != invocation.NotDue
 	})
-	if c3.Status != Claimed || c3.Lease.Attempt != 3 {
+	if c3.Status != invocation.Claimed || c3.Lease.Attempt != 3 {
 		t.Fatalf("claim of the third attempt = %+v", c3)
 	}
 	for i := range 2 { // idempotent: the second writes no entry
-		r := settleOne(ctx, e.s, one(Exhaust, c3.Lease))
+		r := settleOne(ctx, e.s, one(invocation.Exhaust, c3.Lease))
 		if r.Err != nil || len(r.Transitions) != 1 || (r.Transitions[0].DLQID == "") != (i == 1) {
 			t.Fatalf("exhaust %d = %+v, want applied, with an entry the first time only", i+1, r)
 		}
 	}
 	ex := mustClaim(t, e, time.Minute, 3)
-	if ex.Status != DeadLettered || ex.Lease.Attempt != 3 || ex.Lease.Token != c3.Lease.Token {
+	if ex.Status != invocation.DeadLettered || ex.Lease.Attempt != 3 || ex.Lease.Token != c3.Lease.Token {
 		t.Fatalf("claim after exhaust = %+v", ex)
 	}
-	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: DefaultRetention}); err != nil {
+	if err := apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Retention: invocation.DefaultRetention}); err != nil {
 		t.Fatal(err)
 	}
 	hash, pttl := e.state(t)
@@ -244,7 +245,7 @@ func TestClaimRetryFlow(t *testing.T) {
 	if diff := cmp.Diff(want, hash); diff != "" {
 		t.Errorf("final hash (-want +got):\n%s", diff)
 	}
-	checkPTTL(t, DefaultRetention, pttl)
+	checkPTTL(t, invocation.DefaultRetention, pttl)
 	if _, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream)); !cmp.Equal([]dlq.Entry{stored(c3.Lease)}, got) {
 		t.Errorf("dead-letter entries %+v, want the one of attempt 3", got)
 	}
@@ -257,28 +258,28 @@ func TestReleaseDoesNotChargeTheAttempt(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	c := mustClaim(t, e, time.Minute, 2)
-	if err := apply(ctx, e.s, one(Release, c.Lease)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Release, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
-	if c.Status != Claimed || c.Lease.Attempt != 1 {
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 1 {
 		t.Fatalf("claim after releasing attempt 1 = %+v, want attempt 1", c)
 	}
-	if err := apply(ctx, e.s, one(Retry, c.Lease)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Retry, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
-	if c.Status != Claimed || c.Lease.Attempt != 2 {
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after a failed attempt 1 = %+v, want attempt 2", c)
 	}
-	if err := apply(ctx, e.s, one(Release, c.Lease)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Release, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	if err := apply(ctx, e.s, one(Release, c.Lease)); !errors.Is(err, ErrStale) {
+	if err := apply(ctx, e.s, one(invocation.Release, c.Lease)); !errors.Is(err, invocation.ErrStale) {
 		t.Errorf("second release: %v, want ErrStale", err)
 	}
 	c = mustClaim(t, e, time.Minute, 2)
-	if c.Status != Claimed || c.Lease.Attempt != 2 {
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after releasing the last attempt = %+v, want attempt 2 again", c)
 	}
 }
@@ -293,26 +294,26 @@ func TestProbeThenClaim(t *testing.T) {
 	first := mustClaim(t, e, 10*time.Millisecond, 3)
 	probe := e.req(time.Minute, 3)
 	probe.Probe = true
-	var p Claim
+	var p invocation.Claim
 	testutil.WaitFor(t, 5*time.Second, "the running lease to expire", func() bool {
 		var err error
 		if p, err = claimOne(ctx, e.s, probe); err != nil {
 			t.Fatalf("probe: %v", err)
 		}
-		return p.Status != Running
+		return p.Status != invocation.Running
 	})
-	if p.Status != Probed || p.Lease.Attempt != 1 || p.Lost != 1 || p.Lease.Token == first.Lease.Token {
+	if p.Status != invocation.Probed || p.Lease.Attempt != 1 || p.Lost != 1 || p.Lease.Token == first.Lease.Token {
 		t.Fatalf("probe after the lease expired = %+v, want probed, 1 attempt used, 1 lost", p)
 	}
-	if err := apply(ctx, e.s, one(Finish, first.Lease)); !errors.Is(err, ErrStale) {
+	if err := apply(ctx, e.s, one(invocation.Finish, first.Lease)); !errors.Is(err, invocation.ErrStale) {
 		t.Errorf("finish with the expired lease after the probe: %v, want ErrStale", err)
 	}
 	// A second probe finds it due, with nothing more lost.
-	if p2, err := claimOne(ctx, e.s, probe); err != nil || p2.Status != Probed || p2.Lease.Attempt != 1 || p2.Lost != 0 {
+	if p2, err := claimOne(ctx, e.s, probe); err != nil || p2.Status != invocation.Probed || p2.Lease.Attempt != 1 || p2.Lost != 0 {
 		t.Errorf("second probe = %+v, %v; want probed, 1 attempt used, none lost", p2, err)
 	}
 	c := mustClaim(t, e, time.Minute, 3)
-	if c.Status != Claimed || c.Lease.Attempt != 2 || c.Lost != 0 {
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 2 || c.Lost != 0 {
 		t.Fatalf("claim after the probes = %+v, want attempt 2 claimed, none lost", c)
 	}
 }
@@ -323,7 +324,7 @@ func TestClaimConcurrent(t *testing.T) {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
-		counts = map[Status]int{}
+		counts = map[invocation.Status]int{}
 		errs   []error
 	)
 	start := make(chan struct{})
@@ -345,7 +346,7 @@ func TestClaimConcurrent(t *testing.T) {
 	if len(errs) > 0 {
 		t.Fatalf("claim errors: %v", errs)
 	}
-	if diff := cmp.Diff(map[Status]int{Claimed: 1, Running: n - 1}, counts); diff != "" {
+	if diff := cmp.Diff(map[invocation.Status]int{invocation.Claimed: 1, invocation.Running: n - 1}, counts); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 }
@@ -367,7 +368,7 @@ func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
 			other := c.Lease
 			other.Token = "another-worker"
 			e.seed(t, map[string]string{testField: running(e.nowMS(t)+hourMS, 1, other.Token)}, 0)
-			if err := apply(ctx, e.s, acked(one(Finish, other), retention)); err != nil {
+			if err := apply(ctx, e.s, acked(one(invocation.Finish, other), retention)); err != nil {
 				t.Fatalf("settle: %v", err)
 			}
 			before, ttlBefore := e.state(t)
@@ -394,7 +395,7 @@ func TestStaleDeliveryAfterAckIsInert(t *testing.T) {
 
 // checkStaleInert runs every transition of a stale delivery holding lease
 // l of e.key after its message left the PEL, and expects each refused.
-func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
+func checkStaleInert(t *testing.T, e *env, l invocation.Lease, retention time.Duration) {
 	t.Helper()
 	ctx := t.Context()
 	for _, f := range []string{l.Field, "new/handler"} {
@@ -402,7 +403,7 @@ func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
 		r.Field = f
 		for _, probe := range []bool{false, true} {
 			r.Probe = probe
-			if got, err := claimOne(ctx, e.s, r); err != nil || got.Status != Terminal {
+			if got, err := claimOne(ctx, e.s, r); err != nil || got.Status != invocation.Terminal {
 				t.Errorf("claim of %s (probe %v) = %v %v, want terminal", f, probe, got.Status, err)
 			}
 		}
@@ -410,34 +411,34 @@ func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
 	// A first delivery's claim records the message's other invocations:
 	// after the ack it records nothing.
 	rec := e.req(time.Minute, 5)
-	rec.Field, rec.Record = "late/handler", Record{Fields: []string{"other/handler"}, Complete: true}
-	if got, err := claimOne(ctx, e.s, rec); err != nil || got.Status != Terminal {
+	rec.Field, rec.Record = "late/handler", invocation.Record{Fields: []string{"other/handler"}, Complete: true}
+	if got, err := claimOne(ctx, e.s, rec); err != nil || got.Status != invocation.Terminal {
 		t.Errorf("recording claim = %v %v, want terminal", got.Status, err)
 	}
-	exLease := Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
+	exLease := invocation.Lease{Key: e.key, Field: "ex/handler", Attempt: 2, Token: "tok"}
 	_, pinErr := e.s.Pin(ctx, e.key, "__schedule", "late")
 	errs := map[string]error{
 		"pin":                     pinErr,
-		"dead-letter":             apply(ctx, e.s, one(DeadLetter, exLease)),
-		"dead-letter and ack":     apply(ctx, e.s, acked(one(DeadLetter, exLease), retention)),
-		"ack":                     apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: 7 * 24 * time.Hour}),
-		"ack at retention 0":      apply(ctx, e.s, Settlement{Key: e.key, Ack: true}),
-		"stateless ack":           apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Stateless: true, Retention: time.Hour}),
-		"finish and ack":          apply(ctx, e.s, acked(one(Finish, l), retention)),
-		"exhaust and ack":         apply(ctx, e.s, acked(one(Exhaust, l), retention)),
-		"finish and ack, another": apply(ctx, e.s, acked(one(Finish, l), 7*24*time.Hour)),
+		"dead-letter":             apply(ctx, e.s, one(invocation.DeadLetter, exLease)),
+		"dead-letter and ack":     apply(ctx, e.s, acked(one(invocation.DeadLetter, exLease), retention)),
+		"ack":                     apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Retention: 7 * 24 * time.Hour}),
+		"ack at retention 0":      apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true}),
+		"stateless ack":           apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Stateless: true, Retention: time.Hour}),
+		"finish and ack":          apply(ctx, e.s, acked(one(invocation.Finish, l), retention)),
+		"exhaust and ack":         apply(ctx, e.s, acked(one(invocation.Exhaust, l), retention)),
+		"finish and ack, another": apply(ctx, e.s, acked(one(invocation.Finish, l), 7*24*time.Hour)),
 	}
 	for name, st := range staleTransitions(l) {
 		errs[name] = apply(ctx, e.s, st)
 	}
 	for name, err := range errs {
-		if !errors.Is(err, ErrTerminal) {
+		if !errors.Is(err, invocation.ErrTerminal) {
 			t.Errorf("%s: %v, want ErrTerminal", name, err)
 		}
 	}
 	// Clearing applies the retention of a message no longer pending: it
 	// keeps the running TTL and creates nothing.
-	if err := apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: 7 * 24 * time.Hour}); err != nil {
+	if err := apply(ctx, e.s, invocation.Settlement{Key: e.key, Cleared: true, Retention: 7 * 24 * time.Hour}); err != nil {
 		t.Errorf("cleared: %v", err)
 	}
 	if u, err := e.s.Unfinished(ctx, e.key); err != nil || len(u.Fields) != 0 {
@@ -451,10 +452,10 @@ func checkStaleInert(t *testing.T, e *env, l Lease, retention time.Duration) {
 func TestClearedKeepsLateDeliveriesInert(t *testing.T) {
 	e := newEnv(t, "")
 	e.ack(t, e.key)
-	if err := apply(t.Context(), e.s, Settlement{Key: e.key, Cleared: true, Retention: time.Hour}); err != nil {
+	if err := apply(t.Context(), e.s, invocation.Settlement{Key: e.key, Cleared: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustClaim(t, e, time.Minute, 5); got.Status != Terminal {
+	if got := mustClaim(t, e, time.Minute, 5); got.Status != invocation.Terminal {
 		t.Errorf("claim = %v, want terminal", got.Status)
 	}
 	if hash, pttl := e.state(t); len(hash) != 0 || pttl != -2 {
@@ -469,7 +470,7 @@ func TestGet(t *testing.T) {
 		t.Fatalf("get of a missing key = %v %v, want empty", got, err)
 	}
 	c := mustClaim(t, e, time.Minute, 5)
-	if err := apply(t.Context(), e.s, one(Finish, c.Lease)); err != nil {
+	if err := apply(t.Context(), e.s, one(invocation.Finish, c.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	got, err = e.s.Get(t.Context(), e.key)
@@ -488,35 +489,35 @@ func TestInvalidArguments(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	good := e.lease(1, "tok")
-	bad := func(f func(l *Lease)) Lease { l := good; f(&l); return l }
-	claimErr := func(f func(r *ClaimRequest)) error {
+	bad := func(f func(l *invocation.Lease)) invocation.Lease { l := good; f(&l); return l }
+	claimErr := func(f func(r *invocation.ClaimRequest)) error {
 		r := e.req(time.Minute, 5)
 		f(&r)
 		_, err := claimOne(ctx, e.s, r)
 		return err
 	}
-	retry := one(Retry, good)
+	retry := one(invocation.Retry, good)
 	retry.Transitions[0].Backoff = -time.Millisecond
 	for name, err := range map[string]error{
-		"claim empty field":      claimErr(func(r *ClaimRequest) { r.Field = "" }),
-		"claim reserved field":   claimErr(func(r *ClaimRequest) { r.Field = terminalField }),
-		"claim zero lease":       claimErr(func(r *ClaimRequest) { r.Lease = 0 }),
-		"claim sub-ms lease":     claimErr(func(r *ClaimRequest) { r.Lease = time.Microsecond }),
-		"claim zero max":         claimErr(func(r *ClaimRequest) { r.MaxAttempts = 0 }),
-		"claim reserved record":  claimErr(func(r *ClaimRequest) { r.Record.Fields = []string{"__x"} }),
-		"claim record of itself": claimErr(func(r *ClaimRequest) { r.Record.Fields = []string{testField} }),
-		"probe zero max":         claimErr(func(r *ClaimRequest) { r.Probe, r.MaxAttempts = true, 0 }),
-		"finish zero lease":      apply(ctx, e.s, Settlement{Key: e.key, Transitions: []Transition{{Kind: Finish}}}),
-		"finish attempt 0":       apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Attempt = 0 }))),
-		"finish empty token":     apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Token = "" }))),
-		"finish token with ':'":  apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Token = "a:b" }))),
-		"finish reserved field":  apply(ctx, e.s, one(Finish, bad(func(l *Lease) { l.Field = "__x" }))),
+		"claim empty field":      claimErr(func(r *invocation.ClaimRequest) { r.Field = "" }),
+		"claim reserved field":   claimErr(func(r *invocation.ClaimRequest) { r.Field = terminalField }),
+		"claim zero lease":       claimErr(func(r *invocation.ClaimRequest) { r.Lease = 0 }),
+		"claim sub-ms lease":     claimErr(func(r *invocation.ClaimRequest) { r.Lease = time.Microsecond }),
+		"claim zero max":         claimErr(func(r *invocation.ClaimRequest) { r.MaxAttempts = 0 }),
+		"claim reserved record":  claimErr(func(r *invocation.ClaimRequest) { r.Record.Fields = []string{"__x"} }),
+		"claim record of itself": claimErr(func(r *invocation.ClaimRequest) { r.Record.Fields = []string{testField} }),
+		"probe zero max":         claimErr(func(r *invocation.ClaimRequest) { r.Probe, r.MaxAttempts = true, 0 }),
+		"finish zero lease":      apply(ctx, e.s, invocation.Settlement{Key: e.key, Transitions: []invocation.Transition{{Kind: invocation.Finish}}}),
+		"finish attempt 0":       apply(ctx, e.s, one(invocation.Finish, bad(func(l *invocation.Lease) { l.Attempt = 0 }))),
+		"finish empty token":     apply(ctx, e.s, one(invocation.Finish, bad(func(l *invocation.Lease) { l.Token = "" }))),
+		"finish token with ':'":  apply(ctx, e.s, one(invocation.Finish, bad(func(l *invocation.Lease) { l.Token = "a:b" }))),
+		"finish reserved field":  apply(ctx, e.s, one(invocation.Finish, bad(func(l *invocation.Lease) { l.Field = "__x" }))),
 		"retry backoff":          apply(ctx, e.s, retry),
-		"cleared negative ttl":   apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: -time.Millisecond}),
-		"cleared while pending":  apply(ctx, e.s, Settlement{Key: e.key, Cleared: true, Retention: time.Hour}),
-		"ack sub-ms retention":   apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Microsecond}),
+		"cleared negative ttl":   apply(ctx, e.s, invocation.Settlement{Key: e.key, Cleared: true, Retention: -time.Millisecond}),
+		"cleared while pending":  apply(ctx, e.s, invocation.Settlement{Key: e.key, Cleared: true, Retention: time.Hour}),
+		"ack sub-ms retention":   apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Retention: time.Microsecond}),
 	} {
-		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+		if err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 			t.Errorf("%s: %v, want a validation error", name, err)
 		}
 	}
@@ -538,11 +539,13 @@ func TestInvalidArguments(t *testing.T) {
 // writing or acknowledging anything, beside a valid settlement of the
 // same batch that applies.
 func TestSettlementCheck(t *testing.T) {
-	key := Key{Stream: "s", Group: "g", MessageID: "1-1"}
-	l := func(field string) Lease { return Lease{Key: key, Field: field, Attempt: 1, Token: "tok"} }
-	tr := func(kind TransitionKind, field string) Transition {
-		t := Transition{Kind: kind, Lease: l(field)}
-		if kind == Exhaust || kind == DeadLetter {
+	key := invocation.Key{Stream: "s", Group: "g", MessageID: "1-1"}
+	l := func(field string) invocation.Lease {
+		return invocation.Lease{Key: key, Field: field, Attempt: 1, Token: "tok"}
+	}
+	tr := func(kind invocation.TransitionKind, field string) invocation.Transition {
+		t := invocation.Transition{Kind: kind, Lease: l(field)}
+		if kind == invocation.Exhaust || kind == invocation.DeadLetter {
 			t.Entry = entryOf(t.Lease)
 		}
 		return t
@@ -551,48 +554,48 @@ func TestSettlementCheck(t *testing.T) {
 	otherKey.MessageID = "1-2"
 	for _, tc := range []struct {
 		name string
-		s    Settlement
+		s    invocation.Settlement
 		want string // a substring of the error; "" for none
 	}{
-		{name: "finish", s: Settlement{Key: key, Transitions: []Transition{tr(Finish, "a/h")}}},
-		{name: "every kind", s: Settlement{Key: key, Transitions: []Transition{
-			tr(Finish, "a/h"), tr(Retry, "b/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h"), tr(Release, "e/h")}}},
-		{name: "ack with terminal transitions", s: Settlement{Key: key, Ack: true, Retention: time.Hour, Transitions: []Transition{
-			tr(Finish, "a/h"), tr(Exhaust, "c/h"), tr(DeadLetter, "d/h")}}},
-		{name: "ack alone", s: Settlement{Key: key, Ack: true}},
-		{name: "stateless ack", s: Settlement{Key: key, Ack: true, Stateless: true}},
-		{name: "cleared", s: Settlement{Key: key, Cleared: true, Retention: time.Hour}},
-		{name: "nothing", s: Settlement{Key: key}},
-		{name: "zero retry backoff", s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h")}}}},
+		{name: "finish", s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{tr(invocation.Finish, "a/h")}}},
+		{name: "every kind", s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{
+			tr(invocation.Finish, "a/h"), tr(invocation.Retry, "b/h"), tr(invocation.Exhaust, "c/h"), tr(invocation.DeadLetter, "d/h"), tr(invocation.Release, "e/h")}}},
+		{name: "ack with terminal transitions", s: invocation.Settlement{Key: key, Ack: true, Retention: time.Hour, Transitions: []invocation.Transition{
+			tr(invocation.Finish, "a/h"), tr(invocation.Exhaust, "c/h"), tr(invocation.DeadLetter, "d/h")}}},
+		{name: "ack alone", s: invocation.Settlement{Key: key, Ack: true}},
+		{name: "stateless ack", s: invocation.Settlement{Key: key, Ack: true, Stateless: true}},
+		{name: "cleared", s: invocation.Settlement{Key: key, Cleared: true, Retention: time.Hour}},
+		{name: "nothing", s: invocation.Settlement{Key: key}},
+		{name: "zero retry backoff", s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Retry, Lease: l("a/h")}}}},
 
 		{name: "exhaust without an entry", want: "exhaust a/h: no dead-letter entry",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: Exhaust, Lease: l("a/h")}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l("a/h")}}}},
 		{name: "dead-letter without an entry", want: "dead-letter a/h: no dead-letter entry",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: DeadLetter, Lease: l("a/h")}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.DeadLetter, Lease: l("a/h")}}}},
 		{name: "retry in an ack", want: "retry a/h: a settlement that acknowledges",
-			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Finish, "b/h"), tr(Retry, "a/h")}}},
+			s: invocation.Settlement{Key: key, Ack: true, Transitions: []invocation.Transition{tr(invocation.Finish, "b/h"), tr(invocation.Retry, "a/h")}}},
 		{name: "release in an ack", want: "release a/h: a settlement that acknowledges",
-			s: Settlement{Key: key, Ack: true, Transitions: []Transition{tr(Release, "a/h")}}},
+			s: invocation.Settlement{Key: key, Ack: true, Transitions: []invocation.Transition{tr(invocation.Release, "a/h")}}},
 		{name: "lease of another message", want: "finish a/h: the lease is of message 1-2, not",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: otherKey, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Finish, Lease: invocation.Lease{Key: otherKey, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
 		{name: "lease of another group", want: "the lease is of message",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: Key{Stream: "s", Group: "h", MessageID: "1-1"}, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Finish, Lease: invocation.Lease{Key: invocation.Key{Stream: "s", Group: "h", MessageID: "1-1"}, Field: "a/h", Attempt: 1, Token: "tok"}}}}},
 		{name: "duplicate field", want: "finish a/h: a settlement writes an invocation once",
-			s: Settlement{Key: key, Transitions: []Transition{tr(Retry, "a/h"), tr(Finish, "a/h")}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{tr(invocation.Retry, "a/h"), tr(invocation.Finish, "a/h")}}},
 		{name: "negative backoff", want: "backoff -1ms: must be >= 0",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: Retry, Lease: l("a/h"), Backoff: -time.Millisecond}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Retry, Lease: l("a/h"), Backoff: -time.Millisecond}}}},
 		{name: "unknown kind", want: "unknown transition TransitionKind(9)",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: 9, Lease: l("a/h")}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: 9, Lease: l("a/h")}}}},
 		{name: "zero kind", want: "unknown transition TransitionKind(0)",
-			s: Settlement{Key: key, Transitions: []Transition{{Lease: l("a/h")}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Lease: l("a/h")}}}},
 		{name: "malformed lease", want: "finish: lease attempt 0",
-			s: Settlement{Key: key, Transitions: []Transition{{Kind: Finish, Lease: Lease{Key: key, Field: "a/h", Token: "tok"}}}}},
+			s: invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Finish, Lease: invocation.Lease{Key: key, Field: "a/h", Token: "tok"}}}}},
 		{name: "negative retention", want: "retention -1s",
-			s: Settlement{Key: key, Ack: true, Retention: -time.Second}},
+			s: invocation.Settlement{Key: key, Ack: true, Retention: -time.Second}},
 		{name: "cleared with ack", want: "a Cleared settlement has no Ack",
-			s: Settlement{Key: key, Cleared: true, Ack: true}},
+			s: invocation.Settlement{Key: key, Cleared: true, Ack: true}},
 		{name: "cleared with a transition", want: "a Cleared settlement has no Ack and no transitions",
-			s: Settlement{Key: key, Cleared: true, Transitions: []Transition{tr(Finish, "a/h")}}},
+			s: invocation.Settlement{Key: key, Cleared: true, Transitions: []invocation.Transition{tr(invocation.Finish, "a/h")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.s.Check()
@@ -617,7 +620,7 @@ func TestSettlementCheck(t *testing.T) {
 				if tr.Lease.Key == key {
 					tr.Lease.Key = e.key
 				}
-				if tr.Kind == Exhaust || tr.Kind == DeadLetter || tr.Kind == 0 || tr.Kind > Release {
+				if tr.Kind == invocation.Exhaust || tr.Kind == invocation.DeadLetter || tr.Kind == 0 || tr.Kind > invocation.Release {
 					seed[tr.Lease.Field] = exhausted(tr.Lease.Attempt, tr.Lease.Token)
 				} else {
 					seed[tr.Lease.Field] = running(now+hourMS, tr.Lease.Attempt, tr.Lease.Token)
@@ -625,10 +628,10 @@ func TestSettlementCheck(t *testing.T) {
 				s.Transitions[i] = tr
 			}
 			e.seed(t, seed, 0)
-			fine := Lease{Key: e.other, Field: testField, Attempt: 1, Token: "fine"}
+			fine := invocation.Lease{Key: e.other, Field: testField, Attempt: 1, Token: "fine"}
 			(&env{c: e.c, hash: hashOf(e.other)}).seed(t, map[string]string{testField: running(now+hourMS, 1, "fine")}, 0)
-			rs := e.s.Settle(t.Context(), []Settlement{s, acked(one(Finish, fine), time.Hour)})
-			if err := rs[0].Err; err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+			rs := e.s.Settle(t.Context(), []invocation.Settlement{s, acked(one(invocation.Finish, fine), time.Hour)})
+			if err := rs[0].Err; err == nil || !strings.Contains(err.Error(), tc.want) || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 				t.Errorf("Settle = %v, want an error containing %q", err, tc.want)
 			}
 			if rs[1].Err != nil {
@@ -654,7 +657,7 @@ func TestSettlementCheck(t *testing.T) {
 // ErrTerminal, rather than being read as an outcome.
 func TestUnknownReplyCode(t *testing.T) {
 	e := newEnv(t, "")
-	retry := one(Retry, e.lease(1, "tok"))
+	retry := one(invocation.Retry, e.lease(1, "tok"))
 	for _, src := range []string{
 		"return {99}", "return {0}", "return {12}", "return {}", "return 'x'", "return {'x'}",
 		"return {1}",      // claimed takes 5 elements, applied 1 + 1 transition
@@ -665,12 +668,12 @@ func TestUnknownReplyCode(t *testing.T) {
 		t.Run(src, func(t *testing.T) {
 			exec := func() rueidis.RedisResult { return rueidis.NewLuaScript(src).Exec(t.Context(), e.c, nil, nil) }
 			c := claimResult(splitReplies(exec(), 1, claimReplyLen)[0], e.req(time.Minute, 5), "tok")
-			if err := c.Err; err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+			if err := c.Err; err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 				t.Errorf("claim: %+v, want an error", c)
 			}
 			items := []settleItem{{n: len(retry.Transitions)}}
 			r := settleResultOf(retry, splitReplies(exec(), 1, settleReplyLen(items))[0])
-			if err := r.Err; err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrTerminal) {
+			if err := r.Err; err == nil || errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 				t.Errorf("settle: %+v, want an error", r)
 			}
 		})
@@ -686,7 +689,7 @@ func TestRandomToken(t *testing.T) {
 	}
 }
 
-func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim {
+func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) invocation.Claim {
 	t.Helper()
 	c, err := claimOne(t.Context(), e.s, e.req(lease, maxAttempts))
 	if err != nil {
@@ -696,12 +699,12 @@ func mustClaim(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim
 }
 
 // claimWhenNotRunning polls Claim until the running lease has expired.
-func claimWhenNotRunning(t *testing.T, e *env, lease time.Duration, maxAttempts int) Claim {
+func claimWhenNotRunning(t *testing.T, e *env, lease time.Duration, maxAttempts int) invocation.Claim {
 	t.Helper()
-	var c Claim
+	var c invocation.Claim
 	testutil.WaitFor(t, 5*time.Second, "the running lease to expire", func() bool {
 		c = mustClaim(t, e, lease, maxAttempts)
-		return c.Status != Running
+		return c.Status != invocation.Running
 	})
 	return c
 }
@@ -738,13 +741,13 @@ func TestPinFirstWriterWins(t *testing.T) {
 		t.Errorf("pin after the first = %q %v, want %q", v, err, got[0])
 	}
 
-	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
+	if err := apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.Pin(ctx, e.key, "__other", "x"); !errors.Is(err, ErrTerminal) {
+	if _, err := e.s.Pin(ctx, e.key, "__other", "x"); !errors.Is(err, invocation.ErrTerminal) {
 		t.Errorf("pin on a retained hash: %v, want ErrTerminal", err)
 	}
-	for _, bad := range []string{"app/handler", "__terminal", "__", "", TraceField("app/handler")} {
+	for _, bad := range []string{"app/handler", "__terminal", "__", "", invocation.TraceField("app/handler")} {
 		if _, err := e.s.Pin(ctx, e.key, bad, "x"); err == nil {
 			t.Errorf("pin of field %q succeeded", bad)
 		}
@@ -759,13 +762,13 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := t.Context()
 	const lease = time.Minute
-	claimed := func(wantAttempt int, wantPrev string) Lease {
+	claimed := func(wantAttempt int, wantPrev string) invocation.Lease {
 		t.Helper()
 		c, err := claimOne(ctx, e.s, e.req(lease, 2))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Status != Claimed || c.Lease.Attempt != wantAttempt || c.PrevTrace != wantPrev {
+		if c.Status != invocation.Claimed || c.Lease.Attempt != wantAttempt || c.PrevTrace != wantPrev {
 			t.Fatalf("claim = %v attempt %d prev %q, want claimed attempt %d prev %q",
 				c.Status, c.Lease.Attempt, c.PrevTrace, wantAttempt, wantPrev)
 		}
@@ -775,35 +778,35 @@ func TestTraceLineageFollowsAttempts(t *testing.T) {
 
 	l := claimed(1, "")
 	l.Trace = given
-	if err := apply(ctx, e.s, one(Release, l)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Release, l)); err != nil {
 		t.Fatal(err)
 	}
 	l = claimed(1, given)
 	l.Trace = failed
-	if err := apply(ctx, e.s, one(Retry, l)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Retry, l)); err != nil {
 		t.Fatal(err)
 	}
 	l = claimed(2, failed)
 	l.Trace = last
-	if err := apply(ctx, e.s, one(Exhaust, l)); err != nil {
+	if err := apply(ctx, e.s, one(invocation.Exhaust, l)); err != nil {
 		t.Fatal(err)
 	}
 	c, err := claimOne(ctx, e.s, e.req(lease, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Status != DeadLettered || c.PrevTrace != last {
+	if c.Status != invocation.DeadLettered || c.PrevTrace != last {
 		t.Fatalf("claim after exhaust = %v prev %q, want dead-lettered prev %q", c.Status, c.PrevTrace, last)
 	}
 	// The dead-letter entry carries the last attempt's lineage.
 	if _, got := withoutIDs(dlqEntries(t, e.c, e.key.Stream)); len(got) != 1 || got[0].Trace != last {
 		t.Errorf("dead-letter entries %+v, want one with trace %q", got, last)
 	}
-	if err := apply(ctx, e.s, Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
+	if err := apply(ctx, e.s, invocation.Settlement{Key: e.key, Ack: true, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	hash, _ := e.state(t)
-	want := map[string]string{testField: dead(2, l.Token), TraceField(testField): last, terminalField: "1"}
+	want := map[string]string{testField: dead(2, l.Token), invocation.TraceField(testField): last, terminalField: "1"}
 	if diff := cmp.Diff(want, hash); diff != "" {
 		t.Errorf("hash (-want +got):\n%s", diff)
 	}

@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"context"
@@ -89,7 +89,8 @@ func (s *Store) runSettles(ctx context.Context, stream, group string, items []se
 // call's first settlement acknowledged its message the others may write.
 // Taken first, the settlements that acknowledge drain a full Redis even in
 // a call with others, which would otherwise fail the whole call with the
-// first write of one that does not (docs/delivery.md#claim-errors-fail-closed).
+// first write of one that does not
+// (docs/delivery.md#claim-errors-fail-closed).
 func settleOrder(items []settleItem) []int {
 	first := make([]int, 0, len(items))
 	var rest []int

@@ -1,4 +1,4 @@
-package invocation
+package redisstate
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/invocation"
 )
 
 // outOfMemory makes srv's client c refuse every write that could grow
@@ -61,13 +62,13 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	runKey := f.message("relay", false, 0)
 	leakKey := f.message("relay", true, 0)    // acknowledged without its retention
 	clearedKey := f.message("relay", true, 0) // its reference cleared, its retention not applied yet
-	lease := Lease{Key: runKey, Field: "app/other", Attempt: 1, Token: "tok"}
+	lease := invocation.Lease{Key: runKey, Field: "app/other", Attempt: 1, Token: "tok"}
 	(&env{c: c, hash: hashOf(runKey)}).seed(t, map[string]string{lease.Field: running(9999999999999, 1, "tok")}, 0)
 	runState := map[string]string{testField: "ok", lease.Field: running(9999999999999, 1, "tok")}
 	free := outOfMemory(t, c)
 
 	for _, probe := range []bool{false, true} {
-		_, err := claimOne(ctx, s, ClaimRequest{Key: claimKey, Field: "app/other", Lease: time.Minute, MaxAttempts: 5, Probe: probe})
+		_, err := claimOne(ctx, s, invocation.ClaimRequest{Key: claimKey, Field: "app/other", Lease: time.Minute, MaxAttempts: 5, Probe: probe})
 		if !isOOM(err) {
 			t.Fatalf("Claim (probe %v) on a full Redis: %v, want an OOM error", probe, err)
 		}
@@ -79,10 +80,10 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 		t.Errorf("the message of the refused claim is not pending")
 	}
 
-	for name, st := range map[string]Settlement{
-		"retry":   one(Retry, lease),
-		"release": one(Release, lease),
-		"exhaust": one(Exhaust, lease),
+	for name, st := range map[string]invocation.Settlement{
+		"retry":   one(invocation.Retry, lease),
+		"release": one(invocation.Release, lease),
+		"exhaust": one(invocation.Exhaust, lease),
 	} {
 		if err := apply(ctx, s, st); !isOOM(err) {
 			t.Errorf("%s on a full Redis: %v, want an OOM error", name, err)
@@ -109,7 +110,7 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	if got, _ := hashState(t, c, dropKey); pending(t, c, dropKey) != 0 || len(got) != 0 {
 		t.Errorf("after Ack with retention 0: pending %d, hash %v; want neither", pending(t, c, dropKey), got)
 	}
-	if err := apply(ctx, s, Settlement{Key: clearedKey, Cleared: true, Retention: time.Hour}); !isOOM(err) {
+	if err := apply(ctx, s, invocation.Settlement{Key: clearedKey, Cleared: true, Retention: time.Hour}); !isOOM(err) {
 		t.Errorf("Cleared with retention 1h on a full Redis: %v, want an OOM error", err)
 	}
 	if got, pttl := hashState(t, c, clearedKey); !cmp.Equal(got, map[string]string{testField: "ok"}) || pttl != -1 {
@@ -123,14 +124,14 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	if sum := pass(t, s, f.stream, "relay", 100, time.Hour); sum.Retained != 2 || sum.Pending != 2 {
 		t.Errorf("pass after memory was freed = %+v; want the leaks retained, the pending ones left", sum)
 	}
-	for _, k := range []Key{leakKey, clearedKey} {
+	for _, k := range []invocation.Key{leakKey, clearedKey} {
 		got, pttl := hashState(t, c, k)
 		if got[terminalField] != "1" {
 			t.Errorf("leaked hash %v, want retained", got)
 		}
 		checkPTTL(t, time.Hour, pttl)
 	}
-	if cl, err := claimOne(ctx, s, ClaimRequest{Key: claimKey, Field: "app/other", Lease: time.Minute, MaxAttempts: 5}); err != nil || cl.Status != Claimed {
+	if cl, err := claimOne(ctx, s, invocation.ClaimRequest{Key: claimKey, Field: "app/other", Lease: time.Minute, MaxAttempts: 5}); err != nil || cl.Status != invocation.Claimed {
 		t.Errorf("Claim after memory was freed = %+v, %v; want Claimed", cl, err)
 	}
 }
@@ -149,33 +150,33 @@ func TestOutOfMemoryFinishSettleDrains(t *testing.T) {
 	stream, group := "events", "g"
 	ids := []string{"1-1", "1-2", "1-3", "1-4"}
 	deliver(t, c, stream, group, ids...)
-	var leases []Lease
+	var leases []invocation.Lease
 	for _, id := range ids {
-		cl, err := claimOne(ctx, s, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
-		if err != nil || cl.Status != Claimed {
+		cl, err := claimOne(ctx, s, invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
+		if err != nil || cl.Status != invocation.Claimed {
 			t.Fatalf("claim %s: %+v %v", id, cl, err)
 		}
 		leases = append(leases, cl.Lease)
 	}
 	free := outOfMemory(t, c)
 	defer free()
-	if _, err := claimOne(ctx, s, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: "1-1"}, Field: "app/other", Lease: time.Minute, MaxAttempts: 3}); !isOOM(err) {
+	if _, err := claimOne(ctx, s, invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: "1-1"}, Field: "app/other", Lease: time.Minute, MaxAttempts: 3}); !isOOM(err) {
 		t.Fatalf("Claim on a full Redis: %v, want an OOM error (the fixture is not full)", err)
 	}
-	if err := apply(ctx, s, acked(one(Finish, leases[0]), time.Hour)); err != nil {
+	if err := apply(ctx, s, acked(one(invocation.Finish, leases[0]), time.Hour)); err != nil {
 		t.Fatalf("Finish and Ack with retention 1h on a full Redis: %v; want it done", err)
 	}
 	if got, pttl := hashState(t, c, leases[0].Key); got[testField] != "ok" || got[terminalField] != "1" || pttl <= 0 {
 		t.Errorf("after Finish and Ack on a full Redis: hash %v PTTL %d; want ok and retained", got, pttl)
 	}
-	if err := apply(ctx, s, acked(one(Finish, leases[1]), 0)); err != nil {
+	if err := apply(ctx, s, acked(one(invocation.Finish, leases[1]), 0)); err != nil {
 		t.Fatalf("Finish and Ack with retention 0 on a full Redis: %v; want it done", err)
 	}
 	if got, _ := hashState(t, c, leases[1].Key); len(got) != 0 {
 		t.Errorf("after Finish and Ack with retention 0: hash %v; want none", got)
 	}
 	// Two in one call: the first one's XACK lets the second write.
-	rs := s.Settle(ctx, []Settlement{acked(one(Exhaust, leases[2]), time.Hour), acked(one(Finish, leases[3]), time.Hour)})
+	rs := s.Settle(ctx, []invocation.Settlement{acked(one(invocation.Exhaust, leases[2]), time.Hour), acked(one(invocation.Finish, leases[3]), time.Hour)})
 	for i, r := range rs {
 		if r.Err != nil {
 			t.Fatalf("settlement %d of the batch on a full Redis: %v; want it done", i, r.Err)
@@ -205,13 +206,13 @@ func TestOutOfMemoryBatchDrains(t *testing.T) {
 	stream, group := "events", "g"
 	ids := []string{"1-1", "1-2", "1-3"}
 	deliver(t, c, stream, group, ids...)
-	var reqs []ClaimRequest
+	var reqs []invocation.ClaimRequest
 	for _, id := range ids {
-		reqs = append(reqs, ClaimRequest{Key: Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
+		reqs = append(reqs, invocation.ClaimRequest{Key: invocation.Key{Stream: stream, Group: group, MessageID: id}, Field: testField, Lease: time.Minute, MaxAttempts: 3})
 	}
-	var leases []Lease
+	var leases []invocation.Lease
 	for i, cl := range s.Claim(ctx, reqs) {
-		if cl.Err != nil || cl.Status != Claimed {
+		if cl.Err != nil || cl.Status != invocation.Claimed {
 			t.Fatalf("claim %d: %+v", i, cl)
 		}
 		leases = append(leases, cl.Lease)
@@ -219,7 +220,7 @@ func TestOutOfMemoryBatchDrains(t *testing.T) {
 	before, _ := hashState(t, c, leases[0].Key)
 	free := outOfMemory(t, c)
 	defer free()
-	rs := s.Settle(ctx, []Settlement{one(Retry, leases[0]), acked(one(Finish, leases[1]), time.Hour), acked(one(Exhaust, leases[2]), 0)})
+	rs := s.Settle(ctx, []invocation.Settlement{one(invocation.Retry, leases[0]), acked(one(invocation.Finish, leases[1]), time.Hour), acked(one(invocation.Exhaust, leases[2]), 0)})
 	for i, r := range rs[1:] {
 		if r.Err != nil {
 			t.Errorf("acknowledging settlement %d behind a retry on a full Redis: %v; want it done", i+1, r.Err)

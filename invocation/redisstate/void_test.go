@@ -1,10 +1,12 @@
-package invocation
+package redisstate
 
 import (
 	"errors"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/relaydev/relay/invocation"
 )
 
 // TestVoidBeforeTheClaimRuns: the claim whose reply the worker gave up for
@@ -46,7 +48,7 @@ func TestVoidBeforeTheClaimRuns(t *testing.T) {
 			}
 			next := newStoreWithToken(e, "next")
 			c, err := claimOne(t.Context(), next, e.req(time.Minute, 5))
-			if err != nil || c.Status != Claimed || c.Lease.Attempt != tc.wantAttempt {
+			if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != tc.wantAttempt {
 				t.Fatalf("claim after Void = %+v, %v; want attempt %d claimed", c, err, tc.wantAttempt)
 			}
 		})
@@ -60,7 +62,7 @@ func TestVoidAfterTheClaimRan(t *testing.T) {
 	e := newEnv(t, "lost")
 	e.seed(t, map[string]string{testField: "next_attempt_at:1:1:earlier"}, 0)
 	c := mustClaim(t, e, time.Minute, 5)
-	if c.Status != Claimed || c.Lease.Attempt != 2 {
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim = %+v, want attempt 2", c)
 	}
 	if err := e.s.Void(t.Context(), e.lease(0, "lost")); err != nil {
@@ -72,7 +74,7 @@ func TestVoidAfterTheClaimRan(t *testing.T) {
 	}
 	next := newStoreWithToken(e, "next")
 	c, err := claimOne(t.Context(), next, e.req(time.Minute, 5))
-	if err != nil || c.Status != Claimed || c.Lease.Attempt != 2 {
+	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 2 {
 		t.Fatalf("claim after Void = %+v, %v; want attempt 2 again", c, err)
 	}
 	// Another delivery's lease is not the lost claim's.
@@ -83,7 +85,7 @@ func TestVoidAfterTheClaimRan(t *testing.T) {
 		t.Fatalf("Void touched another delivery's lease: %q", m[testField])
 	}
 	e.ack(t, e.key)
-	if err := e.s.Void(t.Context(), e.lease(0, "lost")); !errors.Is(err, ErrTerminal) {
+	if err := e.s.Void(t.Context(), e.lease(0, "lost")); !errors.Is(err, invocation.ErrTerminal) {
 		t.Fatalf("Void of an acknowledged message = %v, want ErrTerminal", err)
 	}
 }
