@@ -26,6 +26,7 @@ import (
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -236,7 +237,7 @@ func (h *harness) publish(fields ...string) string {
 // publishOccurrence publishes through the real publish script.
 func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
 	h.t.Helper()
-	pub, err := schedule.NewPublisher(h.rc, h.stream)
+	pub, err := redisschedule.NewPublisher(h.rc, h.stream)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/cron"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -17,6 +19,11 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 func mustZone(t testing.TB, name string) *time.Location { return testutil.Zone(t, name) }
 
 func mustTime(t testing.TB, s string) time.Time { return testutil.Time(t, s) }
+
+// nightly is the schedule of package schedule's envelope tests.
+func nightly(t testing.TB) schedule.Spec {
+	return schedule.Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: cron.MustParse("30 2 * * *", mustZone(t, "America/New_York"))}
+}
 
 // entry is one stream entry as the tests read it.
 type entry struct {
@@ -45,7 +52,7 @@ func scheduledAts(t *testing.T, es []entry) []string {
 	t.Helper()
 	out := make([]string, 0, len(es))
 	for _, e := range es {
-		env, err := DecodeEnvelope([]byte(e.Fields["event"]))
+		env, err := schedule.DecodeEnvelope([]byte(e.Fields["event"]))
 		if err != nil {
 			t.Fatalf("entry %s: %v", e.ID, err)
 		}
@@ -67,6 +74,6 @@ func checkDedupTTL(t *testing.T, c rueidis.Client, key string) {
 }
 
 // keysFor is the dedup key of spec's occurrence at at in stream.
-func keysFor(stream string, spec Spec, at time.Time) string {
+func keysFor(stream string, spec schedule.Spec, at time.Time) string {
 	return keys.ScheduleOccurrence(stream, spec.App, spec.Name, at)
 }

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/schedule"
 )
 
 const (
@@ -65,7 +67,7 @@ type options struct {
 	clock          func() time.Time
 	now            func(context.Context) (time.Time, error)
 	tracerProvider trace.TracerProvider
-	observer       func(Spec, time.Time, Result)
+	observer       func(schedule.Spec, time.Time, Result)
 }
 
 func defaultOptions(building target) options {
@@ -280,7 +282,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // relay_schedule_occurrences_duplicate_total. For an outbox retry of a
 // schedule the Scheduler no longer knows, the Spec holds only App, Name
 // and Handler. Default: none.
-func WithObserver(f func(s Spec, at time.Time, r Result)) Option {
+func WithObserver(f func(s schedule.Spec, at time.Time, r Result)) Option {
 	return func(o *options) error {
 		if err := o.check("WithObserver", forScheduler); err != nil {
 			return err

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"embed"

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/schedule"
 	"github.com/relaydev/relay/schedule/cron"
 )
 
@@ -69,10 +70,10 @@ type observed struct {
 	got []string // "app/name@scheduled_at=result"
 }
 
-func (o *observed) observe(s Spec, at time.Time, r Result) {
+func (o *observed) observe(s schedule.Spec, at time.Time, r Result) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.got = append(o.got, s.App+"/"+s.Name+"@"+formatAt(at)+"="+r.String())
+	o.got = append(o.got, s.App+"/"+s.Name+"@"+schedule.FormatAt(at)+"="+r.String())
 }
 
 func (o *observed) list() []string {
@@ -137,7 +138,7 @@ func fast(clock *fakeClock, obs *observed, logs *testutil.Buffer) []Option {
 	return opts
 }
 
-func newScheduler(t *testing.T, c rueidis.Client, stream string, specs []Spec, opts ...Option) *Scheduler {
+func newScheduler(t *testing.T, c rueidis.Client, stream string, specs []schedule.Spec, opts ...Option) *Scheduler {
 	t.Helper()
 	s, err := New(newPublisher(t, c, stream), specs, opts...)
 	if err != nil {
@@ -146,8 +147,8 @@ func newScheduler(t *testing.T, c rueidis.Client, stream string, specs []Spec, o
 	return s
 }
 
-func every5(t *testing.T) Spec {
-	return Spec{App: redistest.Name(t, "app"), Name: "every5", Handler: "h.run", Cron: cron.MustParse("*/5 * * * *", nil)}
+func every5(t *testing.T) schedule.Spec {
+	return schedule.Spec{App: redistest.Name(t, "app"), Name: "every5", Handler: "h.run", Cron: cron.MustParse("*/5 * * * *", nil)}
 }
 
 // Three workers evaluate the same schedule and reach the same occurrence at
@@ -160,7 +161,7 @@ func TestSchedulersRace(t *testing.T) {
 	var stops []func() error
 	for range 3 {
 		clock := newFakeClock(due.Add(-100 * time.Millisecond))
-		s := newScheduler(t, redistest.Client(t), stream, []Spec{spec},
+		s := newScheduler(t, redistest.Client(t), stream, []schedule.Spec{spec},
 			append(fast(clock, obs, nil), WithStateDir(t.TempDir()), WithCatchUpWindow(0))...)
 		stops = append(stops, run(t, s))
 	}
@@ -178,7 +179,7 @@ func TestSchedulersRace(t *testing.T) {
 	if got := scheduledAts(t, es); len(got) != 1 || got[0] != "2026-03-10T12:05:00Z" {
 		t.Fatalf("stream holds %v, want one entry for 2026-03-10T12:05:00Z", got)
 	}
-	env, err := DecodeEnvelope([]byte(es[0].Fields["event"]))
+	env, err := schedule.DecodeEnvelope([]byte(es[0].Fields["event"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,14 +196,14 @@ func TestCatchUp(t *testing.T) {
 	c := redistest.Client(t)
 	stream := redistest.Name(t, "stream")
 	app := redistest.Name(t, "app")
-	yearly := Spec{App: app, Name: "yearly", Handler: "h.y", Cron: cron.MustParse("0 0 1 1 *", nil)} // last fired 68 days ago
-	tenMin := Spec{App: app, Name: "ten", Handler: "h.t", Cron: cron.MustParse("*/10 * * * *", nil)} // fired 150 times in 24h
-	daily := Spec{App: app, Name: "daily", Handler: "h.d", Cron: cron.MustParse("0 13 * * *", nil)}  // fired 23h35m ago
-	stale := Spec{App: app, Name: "stale", Handler: "h.s", Cron: cron.MustParse("30 12 9 3 *", nil)} // fired 24h04m56s ago
+	yearly := schedule.Spec{App: app, Name: "yearly", Handler: "h.y", Cron: cron.MustParse("0 0 1 1 *", nil)} // last fired 68 days ago
+	tenMin := schedule.Spec{App: app, Name: "ten", Handler: "h.t", Cron: cron.MustParse("*/10 * * * *", nil)} // fired 150 times in 24h
+	daily := schedule.Spec{App: app, Name: "daily", Handler: "h.d", Cron: cron.MustParse("0 13 * * *", nil)}  // fired 23h35m ago
+	stale := schedule.Spec{App: app, Name: "stale", Handler: "h.s", Cron: cron.MustParse("30 12 9 3 *", nil)} // fired 24h04m56s ago
 	now := mustTime(t, "2026-03-10T12:34:56Z")
 	obs := &observed{}
 	clock := newFakeClock(now)
-	s := newScheduler(t, c, stream, []Spec{yearly, tenMin, stale, daily}, append(fast(clock, obs, nil), WithStateDir(t.TempDir()))...)
+	s := newScheduler(t, c, stream, []schedule.Spec{yearly, tenMin, stale, daily}, append(fast(clock, obs, nil), WithStateDir(t.TempDir()))...)
 	stop := run(t, s)
 	// Catch-up handles the schedules in order, so once the last one is
 	// reported, all are.
@@ -220,7 +221,7 @@ func TestCatchUp(t *testing.T) {
 
 	// A restart catches up the same occurrences again: duplicates only.
 	obs2 := &observed{}
-	s2 := newScheduler(t, c, stream, []Spec{yearly, tenMin, stale, daily}, append(fast(newFakeClock(now.Add(time.Minute)), obs2, nil), WithStateDir(t.TempDir()))...)
+	s2 := newScheduler(t, c, stream, []schedule.Spec{yearly, tenMin, stale, daily}, append(fast(newFakeClock(now.Add(time.Minute)), obs2, nil), WithStateDir(t.TempDir()))...)
 	stop2 := run(t, s2)
 	testutil.WaitFor(t, 10*time.Second, "second catch-up", func() bool { return len(obs2.list()) == 2 })
 	if err := stop2(); err != nil {
@@ -240,14 +241,14 @@ func TestCatchUp(t *testing.T) {
 func TestCatchUpUsesServerTime(t *testing.T) {
 	c := redistest.Client(t)
 	stream := redistest.Name(t, "stream")
-	spec := Spec{App: redistest.Name(t, "app"), Name: "minutely", Handler: "h.m", Cron: cron.MustParse("* * * * *", nil)}
+	spec := schedule.Spec{App: redistest.Name(t, "app"), Name: "minutely", Handler: "h.m", Cron: cron.MustParse("* * * * *", nil)}
 	pub := newPublisher(t, c, stream)
 	before, err := pub.ServerTime(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	obs := &observed{}
-	s, err := New(pub, []Spec{spec}, WithStateDir(t.TempDir()), WithObserver(obs.observe),
+	s, err := New(pub, []schedule.Spec{spec}, WithStateDir(t.TempDir()), WithObserver(obs.observe),
 		WithLogger(slog.New(slog.DiscardHandler)),
 		WithClock(func() time.Time { return time.Now().Add(time.Hour) }))
 	if err != nil {
@@ -265,7 +266,7 @@ func TestCatchUpUsesServerTime(t *testing.T) {
 	got := scheduledAts(t, entries(t, c, stream))
 	// The minute boundary may pass while the test runs: the first entry is
 	// one of the minutes the server was in.
-	lo, hi := formatAt(before.Truncate(time.Minute)), formatAt(after.Truncate(time.Minute))
+	lo, hi := schedule.FormatAt(before.Truncate(time.Minute)), schedule.FormatAt(after.Truncate(time.Minute))
 	if len(got) == 0 || (got[0] != lo && got[0] != hi) {
 		t.Fatalf("published %v, want the server's current minute (%s or %s)", got, lo, hi)
 	}
@@ -286,7 +287,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	srv.Stop()
 	obs1 := &observed{}
 	logs := &testutil.Buffer{}
-	s1 := newScheduler(t, c1, stream, []Spec{spec},
+	s1 := newScheduler(t, c1, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs1, logs), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop1 := run(t, s1)
 	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs1.count("=outboxed") == 1 })
@@ -309,7 +310,7 @@ func TestOutboxSurvivesRestart(t *testing.T) {
 	c2 := redistest.Connect(t, srv.Addr)
 	obs2 := &observed{}
 	// Catch-up off: only the outbox can publish the occurrence.
-	s2 := newScheduler(t, c2, stream, []Spec{spec},
+	s2 := newScheduler(t, c2, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(due.Add(time.Minute)), obs2, nil), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop2 := run(t, s2)
 	testutil.WaitFor(t, 10*time.Second, "the outbox to publish", func() bool { return obs2.count("=published") == 1 })
@@ -336,7 +337,7 @@ func TestOutboxRetriedWhileRunning(t *testing.T) {
 	c := redistest.Connect(t, srv.Addr)
 	srv.Stop()
 	obs := &observed{}
-	s := newScheduler(t, c, stream, []Spec{spec},
+	s := newScheduler(t, c, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, nil), WithStateDir(state), WithCatchUpWindow(0))...)
 	stop := run(t, s)
 	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
@@ -362,7 +363,7 @@ func TestShutdownKeepsRetryingOccurrence(t *testing.T) {
 	srv.Stop()
 	obs := &observed{}
 	logs := &testutil.Buffer{}
-	s := newScheduler(t, c, stream, []Spec{spec},
+	s := newScheduler(t, c, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, logs), WithStateDir(state), WithCatchUpWindow(0),
 			WithPublishBackoff([]time.Duration{time.Hour}))...)
 	stop := run(t, s)
@@ -408,10 +409,10 @@ func TestSchedulerDST(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cl := redistest.Client(t)
 			stream := redistest.Name(t, "stream")
-			spec := Spec{App: redistest.Name(t, "app"), Name: "dst", Handler: "h.d", Cron: cron.MustParse(c.cron, mustZone(t, c.zone))}
+			spec := schedule.Spec{App: redistest.Name(t, "app"), Name: "dst", Handler: "h.d", Cron: cron.MustParse(c.cron, mustZone(t, c.zone))}
 			obs := &observed{}
 			clock := newFakeClock(mustTime(t, c.start))
-			stop := run(t, newScheduler(t, cl, stream, []Spec{spec}, append(fast(clock, obs, nil), WithCatchUpWindow(0))...))
+			stop := run(t, newScheduler(t, cl, stream, []schedule.Spec{spec}, append(fast(clock, obs, nil), WithCatchUpWindow(0))...))
 			testutil.WaitFor(t, 10*time.Second, "the first firing", func() bool { return len(obs.list()) >= 1 })
 			want := []string{c.first}
 			if c.repeat != "" {
@@ -447,7 +448,7 @@ func TestSchedulerFellBehind(t *testing.T) {
 	obs := &observed{}
 	logs := &testutil.Buffer{}
 	clock := newFakeClock(mustTime(t, "2026-03-10T12:04:59.900Z"))
-	stop := run(t, newScheduler(t, c, stream, []Spec{spec}, append(fast(clock, obs, logs), WithCatchUpWindow(0))...))
+	stop := run(t, newScheduler(t, c, stream, []schedule.Spec{spec}, append(fast(clock, obs, logs), WithCatchUpWindow(0))...))
 	testutil.WaitFor(t, 10*time.Second, "12:05", func() bool { return len(obs.list()) >= 1 })
 	clock.Set(mustTime(t, "2026-03-10T12:31:00Z"))
 	testutil.WaitFor(t, 10*time.Second, "the latest missed firing", func() bool { return len(obs.list()) >= 2 })
@@ -468,7 +469,7 @@ func TestStateDirNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(file, "state") // below a regular file: unusable even for root
-	s := newScheduler(t, redistest.Client(t), redistest.Name(t, "stream"), []Spec{every5(t)}, WithStateDir(state))
+	s := newScheduler(t, redistest.Client(t), redistest.Name(t, "stream"), []schedule.Spec{every5(t)}, WithStateDir(state))
 	err := s.Run(t.Context())
 	if err == nil {
 		t.Fatal("Run with an unusable state directory: no error")
@@ -496,12 +497,12 @@ func TestOutboxCorruptFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := mustTime(t, "2026-03-10T11:55:00Z")
-	if _, err := (&outbox{dir: dir}).put(NewEnvelope(spec, at)); err != nil {
+	if _, err := (&outbox{dir: dir}).put(schedule.NewEnvelope(spec, at)); err != nil {
 		t.Fatal(err)
 	}
 	obs := &observed{}
 	logs := &testutil.Buffer{}
-	stop := run(t, newScheduler(t, c, stream, []Spec{spec},
+	stop := run(t, newScheduler(t, c, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(mustTime(t, "2026-03-10T12:01:00Z")), obs, logs), WithStateDir(state), WithCatchUpWindow(0))...))
 	testutil.WaitFor(t, 10*time.Second, "the valid record", func() bool { return obs.count("=published") == 1 })
 	if err := stop(); err != nil {
@@ -528,12 +529,12 @@ func TestRunWithoutSchedules(t *testing.T) {
 	stop := run(t, s)
 	// A record arriving while it runs is published by the periodic retry,
 	// which shows Run is alive; the observer gets what the record knows.
-	gone := Spec{App: redistest.Name(t, "gone"), Name: "old", Handler: "h.o"}
+	gone := schedule.Spec{App: redistest.Name(t, "gone"), Name: "old", Handler: "h.o"}
 	dir := filepath.Join(state, OutboxDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil { // Run may not have made it yet
 		t.Fatal(err)
 	}
-	if _, err := (&outbox{dir: dir}).put(NewEnvelope(gone, mustTime(t, "2026-03-10T11:00:00Z"))); err != nil {
+	if _, err := (&outbox{dir: dir}).put(schedule.NewEnvelope(gone, mustTime(t, "2026-03-10T11:00:00Z"))); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the outbox record", func() bool { return len(obs.list()) == 1 })
@@ -558,7 +559,7 @@ func TestMemoryOutbox(t *testing.T) {
 	c := redistest.Connect(t, srv.Addr)
 	srv.Stop()
 	obs := &observed{}
-	stop := run(t, newScheduler(t, c, stream, []Spec{spec},
+	stop := run(t, newScheduler(t, c, stream, []schedule.Spec{spec},
 		append(fast(newFakeClock(due.Add(-50*time.Millisecond)), obs, nil), WithCatchUpWindow(0))...))
 	testutil.WaitFor(t, 10*time.Second, "the occurrence to be outboxed", func() bool { return obs.count("=outboxed") == 1 })
 	srv.Restart(t)
@@ -573,21 +574,21 @@ func TestMemoryOutbox(t *testing.T) {
 
 func TestNewRejects(t *testing.T) {
 	pub := newPublisher(t, redistest.Client(t), "s")
-	ok := Spec{App: "a", Name: "n", Handler: "h", Cron: cron.MustParse("@daily", nil)}
+	ok := schedule.Spec{App: "a", Name: "n", Handler: "h", Cron: cron.MustParse("@daily", nil)}
 	for name, c := range map[string]struct {
-		specs []Spec
+		specs []schedule.Spec
 		opts  []Option
 		want  string
 	}{
-		"duplicate schedule": {[]Spec{ok, ok}, nil, "schedule a/n is listed twice"},
-		"empty handler":      {[]Spec{{App: "a", Name: "n", Cron: cron.MustParse("@daily", nil)}}, nil, "app, name and handler must not be empty"},
-		"no cron":            {[]Spec{{App: "a", Name: "n", Handler: "h"}}, nil, "schedule a/n has no Cron"},
-		"negative window":    {[]Spec{ok}, []Option{WithCatchUpWindow(-time.Second)}, "WithCatchUpWindow: must be >= 0"},
-		"zero backoff wait":  {[]Spec{ok}, []Option{WithPublishBackoff([]time.Duration{time.Second, 0})}, "WithPublishBackoff: wait 1 is 0s, must be > 0"},
-		"empty state dir":    {[]Spec{ok}, []Option{WithStateDir("")}, "WithStateDir: directory must not be empty"},
-		"nil option":         {[]Spec{ok}, []Option{nil}, "nil Option"},
-		"nil clock":          {[]Spec{ok}, []Option{WithClock(nil)}, "WithClock"},
-		"zero interval":      {[]Spec{ok}, []Option{WithOutboxInterval(0)}, "WithOutboxInterval: must be > 0"},
+		"duplicate schedule": {[]schedule.Spec{ok, ok}, nil, "schedule a/n is listed twice"},
+		"empty handler":      {[]schedule.Spec{{App: "a", Name: "n", Cron: cron.MustParse("@daily", nil)}}, nil, "app, name and handler must not be empty"},
+		"no cron":            {[]schedule.Spec{{App: "a", Name: "n", Handler: "h"}}, nil, "schedule a/n has no Cron"},
+		"negative window":    {[]schedule.Spec{ok}, []Option{WithCatchUpWindow(-time.Second)}, "WithCatchUpWindow: must be >= 0"},
+		"zero backoff wait":  {[]schedule.Spec{ok}, []Option{WithPublishBackoff([]time.Duration{time.Second, 0})}, "WithPublishBackoff: wait 1 is 0s, must be > 0"},
+		"empty state dir":    {[]schedule.Spec{ok}, []Option{WithStateDir("")}, "WithStateDir: directory must not be empty"},
+		"nil option":         {[]schedule.Spec{ok}, []Option{nil}, "nil Option"},
+		"nil clock":          {[]schedule.Spec{ok}, []Option{WithClock(nil)}, "WithClock"},
+		"zero interval":      {[]schedule.Spec{ok}, []Option{WithOutboxInterval(0)}, "WithOutboxInterval: must be > 0"},
 	} {
 		_, err := New(pub, c.specs, c.opts...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relaydev/relay/schedule"
 )
 
 // OutboxDir is the directory under the state directory that holds the
@@ -36,19 +38,19 @@ type outbox struct {
 	dir string // "" keeps records in mem
 
 	mu  sync.Mutex
-	mem map[string]Envelope
+	mem map[string]schedule.Envelope
 }
 
 // record is one stored occurrence.
 type record struct {
 	name string // file name (or map key)
-	env  Envelope
+	env  schedule.Envelope
 	at   time.Time
 }
 
 func newOutbox(stateDir string) *outbox {
 	if stateDir == "" {
-		return &outbox{mem: map[string]Envelope{}}
+		return &outbox{mem: map[string]schedule.Envelope{}}
 	}
 	return &outbox{dir: filepath.Join(stateDir, OutboxDir)}
 }
@@ -87,7 +89,7 @@ func CheckStateDir(dir string) error {
 // fileName names the record of one occurrence: app, schedule and instant,
 // escaped so that '+' separates them unambiguously and nothing in a name
 // can reach another directory.
-func fileName(e Envelope, at time.Time) string {
+func fileName(e schedule.Envelope, at time.Time) string {
 	return escapeName(e.App) + "+" + escapeName(e.Schedule) + "+" + at.UTC().Format("20060102T150405Z") + outboxExt
 }
 
@@ -108,7 +110,7 @@ func escapeName(s string) string {
 }
 
 // put stores e, replacing an earlier record of the same occurrence.
-func (o *outbox) put(e Envelope) (string, error) {
+func (o *outbox) put(e schedule.Envelope) (string, error) {
 	at, err := e.Time()
 	if err != nil {
 		return "", err
@@ -216,7 +218,7 @@ func (o *outbox) list(now time.Time) ([]record, []problem, error) {
 				probs = append(probs, problem{path, err, "could not read it; will try again"})
 				continue
 			}
-			e, err := DecodeEnvelope(data)
+			e, err := schedule.DecodeEnvelope(data)
 			var at time.Time
 			if err == nil {
 				at, err = e.Time()

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -16,12 +16,13 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/schedule"
 )
 
 // uniqueNightly is nightly with an app name of this test's own: dedup keys
 // depend on app, schedule and instant only, not on the stream, so tests on
 // the shared server must not share them.
-func uniqueNightly(t *testing.T) Spec {
+func uniqueNightly(t *testing.T) schedule.Spec {
 	s := nightly(t)
 	s.App = redistest.Name(t, "app")
 	return s
@@ -78,7 +79,7 @@ func TestPublishRace(t *testing.T) {
 		if winners != 1 {
 			t.Fatalf("occurrence %s: %d publishers report published, want exactly 1", at.Format(time.RFC3339), winners)
 		}
-		want = append(want, formatAt(at))
+		want = append(want, schedule.FormatAt(at))
 		if at, err = s.Next(at); err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +100,7 @@ func TestPublishRace(t *testing.T) {
 	if diff := len(es[0].Fields); diff != 1 {
 		t.Errorf("entry fields = %v, want only event", es[0].Fields)
 	}
-	if got, want := es[0].Fields["event"], string(NewEnvelope(s, first).Marshal()); got != want {
+	if got, want := es[0].Fields["event"], string(schedule.NewEnvelope(s, first).Marshal()); got != want {
 		t.Errorf("event = %s, want %s", got, want)
 	}
 }
@@ -119,7 +120,7 @@ func TestPublishFailedXADDLeavesNoDedupKey(t *testing.T) {
 	if err == nil || published {
 		t.Fatalf("Publish onto a string key = %v, %v; want an error", published, err)
 	}
-	if !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), OccurrenceID(s.App, s.Name, at)) {
+	if !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), schedule.OccurrenceID(s.App, s.Name, at)) {
 		t.Errorf("error %q should carry the Redis error and the occurrence id", err)
 	}
 	key := keys.ScheduleOccurrence(stream, s.App, s.Name, at)
@@ -230,11 +231,11 @@ func TestPublishRejectsBadInput(t *testing.T) {
 	s := uniqueNightly(t)
 	at := mustTime(t, "2026-03-09T06:30:00Z")
 	for name, c := range map[string]struct {
-		s  Spec
+		s  schedule.Spec
 		at time.Time
 	}{
-		"empty handler":      {Spec{App: s.App, Name: s.Name}, at},
-		"empty app":          {Spec{Name: s.Name, Handler: s.Handler}, at},
+		"empty handler":      {schedule.Spec{App: s.App, Name: s.Name}, at},
+		"empty app":          {schedule.Spec{Name: s.Name, Handler: s.Handler}, at},
 		"fractional instant": {s, at.Add(time.Millisecond)},
 	} {
 		if _, err := p.Publish(t.Context(), c.s, c.at); err == nil {

@@ -1,9 +1,11 @@
-package schedule
+package redisschedule
 
 import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relaydev/relay/schedule"
 )
 
 // Metrics counts what a worker's Schedulers did with occurrences
@@ -35,7 +37,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 
 // Observe counts one occurrence's result; it has the signature WithObserver
 // takes.
-func (m *Metrics) Observe(_ Spec, _ time.Time, r Result) {
+func (m *Metrics) Observe(_ schedule.Spec, _ time.Time, r Result) {
 	switch r {
 	case Published:
 		m.published.Inc()

@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/schedule"
 )
 
 // Scheduler publishes the occurrences of a fixed set of schedules when they
@@ -38,8 +39,8 @@ import (
 type Scheduler struct {
 	pub    *Publisher
 	tracer trace.Tracer
-	specs  []Spec
-	byName map[[2]string]Spec // (app, name) → spec, for outbox records
+	specs  []schedule.Spec
+	byName map[[2]string]schedule.Spec // (app, name) → spec, for outbox records
 	o      options
 	log    *slog.Logger
 	outbox *outbox
@@ -55,7 +56,7 @@ type Scheduler struct {
 // pub. Every spec must have App, Name, Handler and a Cron (cron.Parse),
 // and (App, Name) must be unique. An empty list is
 // allowed: Run then only retries the outbox until its context ends.
-func New(pub *Publisher, specs []Spec, opts ...Option) (*Scheduler, error) {
+func New(pub *Publisher, specs []schedule.Spec, opts ...Option) (*Scheduler, error) {
 	if pub == nil {
 		return nil, errors.New("schedule: New: nil Publisher")
 	}
@@ -63,7 +64,7 @@ func New(pub *Publisher, specs []Spec, opts ...Option) (*Scheduler, error) {
 	if err := o.apply(opts); err != nil {
 		return nil, fmt.Errorf("schedule: New: %w", err)
 	}
-	s := &Scheduler{pub: pub, o: o, byName: make(map[[2]string]Spec, len(specs)), outbox: newOutbox(o.stateDir)}
+	s := &Scheduler{pub: pub, o: o, byName: make(map[[2]string]schedule.Spec, len(specs)), outbox: newOutbox(o.stateDir)}
 	s.tracer = pub.tracer
 	if o.tracerProvider != nil {
 		s.tracer = newTracer(o.tracerProvider)
@@ -129,7 +130,7 @@ func (r Result) String() string {
 
 // occurrence is one firing of one schedule.
 type occurrence struct {
-	spec Spec
+	spec schedule.Spec
 	at   time.Time
 }
 
@@ -137,7 +138,7 @@ func (s *Scheduler) attrs(oc occurrence, more ...slog.Attr) []slog.Attr {
 	return append([]slog.Attr{
 		slog.String(telemetry.App, oc.spec.App),
 		slog.String(attrSchedule, oc.spec.Name),
-		slog.String(attrScheduledAt, formatAt(oc.at)),
+		slog.String(attrScheduledAt, schedule.FormatAt(oc.at)),
 	}, more...)
 }
 
@@ -239,7 +240,7 @@ func (s *Scheduler) dueBatch(ctx context.Context, next []time.Time, now time.Tim
 			latest, ok, err := oc.Latest(now, now.Sub(at)+time.Nanosecond)
 			if err == nil && ok {
 				s.log.LogAttrs(ctx, slog.LevelWarn, "schedule fell behind; publishing only the latest missed occurrence",
-					s.attrs(occurrence{oc, latest}, slog.String("first_missed", formatAt(at)))...)
+					s.attrs(occurrence{oc, latest}, slog.String("first_missed", schedule.FormatAt(at)))...)
 				at = latest
 			}
 		}
@@ -277,7 +278,7 @@ func earliest(ts []time.Time) time.Time {
 
 // nextAfter is the schedule's first firing after t, or zero (the schedule
 // is then idle for the rest of this run) when there is none.
-func (s *Scheduler) nextAfter(ctx context.Context, oc Spec, t time.Time) time.Time {
+func (s *Scheduler) nextAfter(ctx context.Context, oc schedule.Spec, t time.Time) time.Time {
 	n, err := oc.Next(t)
 	if err != nil {
 		s.specError(ctx, oc, err)
@@ -286,7 +287,7 @@ func (s *Scheduler) nextAfter(ctx context.Context, oc Spec, t time.Time) time.Ti
 	return n
 }
 
-func (s *Scheduler) specError(ctx context.Context, oc Spec, err error) {
+func (s *Scheduler) specError(ctx context.Context, oc schedule.Spec, err error) {
 	s.log.LogAttrs(ctx, slog.LevelError, "schedule cannot be evaluated; it will not fire until the scheduler is rebuilt",
 		slog.String(telemetry.App, oc.App), slog.String(attrSchedule, oc.Name), slog.String("error", err.Error()))
 }
@@ -385,7 +386,7 @@ func (s *Scheduler) observe(oc occurrence, r Result) {
 }
 
 func (s *Scheduler) toOutbox(ctx context.Context, f failedOccurrence) {
-	path, err := s.outbox.put(NewEnvelope(f.spec, f.at))
+	path, err := s.outbox.put(schedule.NewEnvelope(f.spec, f.at))
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "schedule occurrence lost: publish failed and the outbox cannot store it",
 			s.attrs(f.occurrence, slog.String("publish_error", f.err.Error()), slog.String("error", err.Error()))...)
@@ -422,7 +423,7 @@ func (s *Scheduler) drain(ctx context.Context) {
 			// A schedule this Scheduler does not know (removed, or its app
 			// unavailable): publish it as recorded; the consumer decides
 			// whether it is obsolete.
-			spec = Spec{App: r.env.App, Name: r.env.Schedule, Handler: r.env.Handler}
+			spec = schedule.Spec{App: r.env.App, Name: r.env.Schedule, Handler: r.env.Handler}
 		}
 		// The recorded handler is what the occurrence was published with.
 		spec.Handler = r.env.Handler

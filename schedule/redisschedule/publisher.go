@@ -1,4 +1,4 @@
-package schedule
+package redisschedule
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/telemetry"
+	"github.com/relaydev/relay/schedule"
 )
 
 // SpanPublish is the name of the span around one publish attempt
@@ -94,18 +95,18 @@ func (p *Publisher) Stream() string { return p.stream }
 // makes one attempt; retrying and the outbox are the Scheduler's job. On an
 // error nothing was written, unless the reply was lost after the script ran,
 // in which case a retry reports a duplicate.
-func (p *Publisher) Publish(ctx context.Context, spec Spec, at time.Time) (bool, error) {
+func (p *Publisher) Publish(ctx context.Context, spec schedule.Spec, at time.Time) (bool, error) {
 	return p.publish(ctx, p.tracer, spec, at)
 }
 
-func (p *Publisher) publish(ctx context.Context, tracer trace.Tracer, spec Spec, at time.Time) (published bool, err error) {
+func (p *Publisher) publish(ctx context.Context, tracer trace.Tracer, spec schedule.Spec, at time.Time) (published bool, err error) {
 	switch {
 	case spec.App == "" || spec.Name == "" || spec.Handler == "":
 		return false, fmt.Errorf("schedule: publish %s/%s: app, name and handler must not be empty", spec.App, spec.Name)
 	case !at.Truncate(time.Second).Equal(at):
 		return false, fmt.Errorf("schedule: publish %s/%s: instant %s is not a whole second", spec.App, spec.Name, at.UTC().Format(time.RFC3339Nano))
 	}
-	env := NewEnvelope(spec, at)
+	env := schedule.NewEnvelope(spec, at)
 	ctx, span := tracer.Start(ctx, SpanPublish,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(
