@@ -21,6 +21,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // Sizes of the large-data benchmark (docs/console.md#scale).
@@ -102,7 +103,7 @@ func BenchmarkPages(b *testing.B) {
 			}
 		}
 	}
-	rec := stats.NewRecorder(rc, streamName, group)
+	rec := redisstats.NewRecorder(rc, streamName, group)
 	for i := range stats.FeedBurst {
 		rec.Add(stats.Received)
 		rec.Record(stats.Event{Time: time.Now(), MessageID: strconv.Itoa(i) + "-0", App: "billing", Handler: "invoices.charge", Outcome: "failed", Reason: "exit 3"})

@@ -22,6 +22,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
@@ -64,7 +65,7 @@ func outageWorker(t *testing.T, rc rueidis.Client, streamName, apps string, runn
 
 // status reads worker-1's status of streamName; false when it has none.
 func status(t *testing.T, rc rueidis.Client, streamName string) (stats.WorkerStatus, bool) {
-	ws, err := stats.ReadStatus(t.Context(), rc, streamName, "shop", time.Now())
+	ws, err := redisstats.ReadStatus(t.Context(), rc, streamName, "shop", time.Now())
 	if err != nil || len(ws) != 1 {
 		return stats.WorkerStatus{}, false
 	}
@@ -207,7 +208,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 		if !ok || st.GroupRecreations != 1 || len(st.Running) != 2 {
 			return false
 		}
-		c, err := stats.Read(t.Context(), rc, streamName, "shop")
+		c, err := redisstats.Read(t.Context(), rc, streamName, "shop")
 		return st.Running[0].Lost && st.Running[1].Lost && err == nil && c.Received >= 3
 	})
 	// Samples of the new counters over more than the rate's span.
@@ -306,7 +307,7 @@ func TestBrowserFiguresAgree(t *testing.T) {
 		return eval[int](b, "sparkline points", `(function(){var p=document.querySelector("table.counters polyline");return p?p.getAttribute("points").split(" ").length:0})()`)
 	}
 	testutil.WaitFor(t, 30*time.Second, "a sparkline", func() bool { return points() >= 2 })
-	rec := stats.NewRecorder(f.rc, f.stream, f.group)
+	rec := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	for range 600 {
 		rec.Add(stats.Received)
 	}

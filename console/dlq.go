@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -313,7 +314,7 @@ func (s *Server) countReplay(ctx context.Context, stream string, e dlq.Entry, ro
 		Attempt: e.HandlerAttempts + 1, Duration: row.Duration, Reason: row.Message, Result: row.Result}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
-	rec := stats.NewRecorder(s.redis(rctx), stream, s.cfg.Group)
+	rec := redisstats.NewRecorder(s.redis(rctx), stream, s.cfg.Group)
 	if row.Result == "replayed" {
 		rec.Add(stats.Replays)
 		ev.Outcome = outcomeReplayed

@@ -28,6 +28,7 @@ import (
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 )
 
@@ -284,10 +285,11 @@ func (f *fixture) writeTemplate(app, src string) {
 	}
 }
 
-// record adds counters and feed events as a worker's stats.Recorder does.
+// record adds counters and feed events as a worker's redisstats.Recorder
+// does.
 func (f *fixture) record(evs ...stats.Event) {
 	f.t.Helper()
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	for range 5 {
 		r.Add(stats.Received)
 		r.Add(stats.Matched)

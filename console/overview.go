@@ -10,7 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq/redisdlq"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -96,7 +96,7 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		// What was measured before is no longer what Redis holds.
 		s.forgetMemory(name)
 	}
-	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
+	c, err := redisstats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {
 		if v.Problem == "" {
 			v.Problem = "reading the counters failed: " + err.Error()

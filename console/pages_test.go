@@ -28,6 +28,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 )
 
@@ -856,7 +857,7 @@ func TestSmallerFixes(t *testing.T) {
 	}
 	contains(t, "remove without a token", body, "<!doctype html>", "<nav>", "reload the page and try again")
 
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	r.Add(stats.Received)
 	r.Add(stats.Malformed)
 	if err := r.Flush(t.Context()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -233,7 +234,7 @@ func (s *Server) addInvocations(ctx context.Context, rc rueidis.Client, st strin
 // lastErrors is the newest failure in the sampled feed of each message
 // and handler, keyed "<message-id> <app>/<handler>".
 func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) map[string]stats.Event {
-	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
+	feed, _ := redisstats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
 	lastErr := map[string]stats.Event{}
 	for _, ev := range feed { // newest first: keep the first seen
 		if ev.Outcome == "succeeded" {

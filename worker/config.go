@@ -137,8 +137,8 @@ type Config struct {
 	PolicyCheckInterval time.Duration
 	// MemoryCheckInterval is how often each stream's Redis memory is
 	// measured and projected at the worker's retentions
-	// (stats.MeasureMemory): the projection is exported as a gauge, and a
-	// projection over 90% of maxmemory is warned about once, then when it
+	// (redisstats.MeasureMemory): the projection is exported as a gauge, and
+	// a projection over 90% of maxmemory is warned about once, then when it
 	// changes (docs/operations.md#memory-budget). Default:
 	// DefaultMemoryCheckInterval; Disabled turns the measurement off.
 	MemoryCheckInterval time.Duration

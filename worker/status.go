@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -50,7 +51,7 @@ func (p *statusPublisher) Run(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	for _, s := range p.streams {
-		if err := stats.ClearStatus(cctx, p.redis, s.name, p.group, p.consumer); err != nil {
+		if err := redisstats.ClearStatus(cctx, p.redis, s.name, p.group, p.consumer); err != nil {
 			p.log.LogAttrs(cctx, slog.LevelWarn, "removing the worker's status failed; readers ignore it once it is stale",
 				slog.String("stream", s.name), slog.Any("error", err))
 		}
@@ -68,7 +69,7 @@ func (p *statusPublisher) publish(ctx context.Context) error {
 		if st.Running, err = runs(ctx, s); err != nil {
 			return err
 		}
-		if err := stats.WriteStatus(ctx, p.redis, s.name, p.group, st); err != nil {
+		if err := redisstats.WriteStatus(ctx, p.redis, s.name, p.group, st); err != nil {
 			return err
 		}
 	}

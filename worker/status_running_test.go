@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
@@ -58,7 +59,7 @@ func TestStatusPublishesRunsSlotsAndLostMessages(t *testing.T) {
 	}
 	var st stats.WorkerStatus
 	read := func() bool {
-		ws, err := stats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
+		ws, err := redisstats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
 		if err != nil || len(ws) != 1 {
 			return false
 		}

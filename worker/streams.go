@@ -11,7 +11,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/invocation/redisstate"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 )
 
@@ -43,7 +43,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		ecfg.Metrics = reg
 	}
 	if !cfg.DisableStats {
-		ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
+		ecfg.Stats = redisstats.NewRecorder(cfg.Redis, name, cfg.Group)
 	}
 	var srcOpts []redisstream.Option
 	if ecfg.Logger != nil {

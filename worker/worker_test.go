@@ -30,7 +30,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
@@ -186,12 +186,12 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		t.Errorf("Ready after the stop = %v, want the engines named as not consuming", err)
 	}
 	// The occurrence went to the first stream.
-	c, err := stats.Read(t.Context(), rc, h.streams[0], "workers")
+	c, err := redisstats.Read(t.Context(), rc, h.streams[0], "workers")
 	if err != nil || c.Received != 1 || c.Successes < 2 {
 		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
 	}
 	// The feed relay console tails has the event's outcome.
-	feed, err := stats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
+	feed, err := redisstats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
 	if err != nil || len(feed) != 1 || feed[0].MessageID != ids[h.streams[1]] || feed[0].Outcome != "succeeded" ||
 		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
 		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)

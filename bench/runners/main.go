@@ -69,7 +69,7 @@ import (
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream/redisstream"
 )
 
@@ -405,7 +405,7 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	e, err := relay.NewEngine(apps, relay.Components{
 		Source: src, State: &timedState{Store: redisstate.New(rc), src: src}, Runner: timed,
 		Stream: name, Group: group, Consumer: "bench",
-	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: stats.NewRecorder(rc, name, group)})
+	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: redisstats.NewRecorder(rc, name, group)})
 	if err != nil {
 		return row{}, err
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
@@ -209,7 +209,7 @@ events:
 		Source: redisstream.New(rc, name, "workers", "c1", redisstream.WithBlock(50*time.Millisecond)),
 		State:  redisstate.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
-	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	}, relay.Config{Stats: redisstats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ events:
 	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		n, _, err := src.Pending(t.Context())
 		l, _ := redisdlq.NewStore(rc, name).Len(t.Context())
-		s, _ := stats.Read(t.Context(), rc, name, "workers")
+		s, _ := redisstats.Read(t.Context(), rc, name, "workers")
 		return err == nil && n == 0 && l == 2 && s.Received == 5
 	})
 	cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -218,7 +219,7 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
 	switch {
 	case err != nil:
 		ch.OK, ch.Skipped = true, true
@@ -307,7 +308,7 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	now := time.Now()
-	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
 	switch {
 	case err != nil:
 		runs.Skipped, data.Skipped = true, true

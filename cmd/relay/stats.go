@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/stats"
 
 	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 	"github.com/relaydev/relay/stream/redisstream"
 )
@@ -70,7 +71,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
-	s, err := stats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
+	s, err := redisstats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	holds, err := stats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
+	holds, err := redisstats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,7 +139,7 @@ func TestWorkerProcess(t *testing.T) {
 		return
 	}
 	src := redisstream.New(rc, streamName, soakGroup, consumer, redisstream.WithBlock(100*time.Millisecond))
-	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
+	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, redisstats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
 	e, err := relay.NewEngine(apps, relay.Components{

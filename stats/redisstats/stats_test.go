@@ -1,4 +1,4 @@
-package stats_test
+package redisstats_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -23,7 +24,7 @@ func TestFeed(t *testing.T) {
 	rc := redistest.Client(t)
 	ctx := t.Context()
 	s := redistest.Name(t, "events")
-	r := stats.NewRecorder(rc, s, "g")
+	r := redisstats.NewRecorder(rc, s, "g")
 	at := time.UnixMilli(1_800_000_000_123).UTC()
 	r.Record(stats.Event{Time: at, Consumer: "w1", MessageID: "1-0", App: "shop", Handler: "orders.charge",
 		Outcome: "failed", Result: "failure", Attempt: 1, MaxAttempts: 3, Duration: 1500 * time.Millisecond,
@@ -34,7 +35,7 @@ func TestFeed(t *testing.T) {
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := stats.ReadFeed(ctx, rc, s, "g", "0", 10, 0)
+	got, err := redisstats.ReadFeed(ctx, rc, s, "g", "0", 10, 0)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("ReadFeed = %d events, %v; want 2", len(got), err)
 	}
@@ -48,7 +49,7 @@ func TestFeed(t *testing.T) {
 	if got[1].DLQID != "5-0" || len(got[1].Reason) > 310 {
 		t.Errorf("second event = %+v; want its DLQ id and a reason cut to about 300 bytes", got[1])
 	}
-	if c, err := stats.Read(ctx, rc, s, "g"); err != nil || c.Received != 1 {
+	if c, err := redisstats.Read(ctx, rc, s, "g"); err != nil || c.Received != 1 {
 		t.Errorf("counters flushed with the feed = %+v, %v", c, err)
 	}
 
@@ -59,11 +60,11 @@ func TestFeed(t *testing.T) {
 	if err := r.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after, err := stats.ReadFeed(ctx, rc, s, "g", got[1].ID, 1000, 0)
+	after, err := redisstats.ReadFeed(ctx, rc, s, "g", got[1].ID, 1000, 0)
 	if err != nil || len(after) != stats.FeedBurst {
 		t.Errorf("after a burst the feed has %d new events (%v), want %d", len(after), err, stats.FeedBurst)
 	}
-	latest, err := stats.LatestFeed(ctx, rc, s, "g", 1)
+	latest, err := redisstats.LatestFeed(ctx, rc, s, "g", 1)
 	if err != nil || len(latest) != 1 || latest[0].ID != after[len(after)-1].ID {
 		t.Errorf("LatestFeed = %+v, %v; want the newest event", latest, err)
 	}
@@ -71,7 +72,7 @@ func TestFeed(t *testing.T) {
 	// A blocked read returns what arrives.
 	done := make(chan []stats.Event, 1)
 	go func() {
-		evs, _ := stats.ReadFeed(context.Background(), rc, s, "g", "$", 10, 5*time.Second)
+		evs, _ := redisstats.ReadFeed(context.Background(), rc, s, "g", "$", 10, 5*time.Second)
 		done <- evs
 	}()
 	waitBlocked(t, rc)

@@ -2,15 +2,9 @@ package stats
 
 import (
 	"cmp"
-	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/redis/rueidis"
-
-	"github.com/relaydev/relay/internal/keys"
 )
 
 // The reasons a worker holds messages pending
@@ -34,9 +28,6 @@ const (
 // live worker writes its status every stats interval (a second by
 // default), so an older one belongs to a worker that stopped or hangs.
 const StatusStaleAfter = 30 * time.Second
-
-// statusTTL expires the whole hash once no worker writes it.
-const statusTTL = 10 * time.Minute
 
 // Hold is one reason a worker keeps messages pending.
 type Hold struct {
@@ -142,55 +133,6 @@ func (s *Slots) App(app string) (AppSlots, bool) {
 	return s.Apps[i], true
 }
 
-// WriteStatus publishes s as s.Consumer's field of stream and group's
-// status hash and keeps the hash from expiring.
-func WriteStatus(ctx context.Context, client rueidis.Client, stream, group string, s WorkerStatus) error {
-	key := keys.Status(stream, group)
-	b, err := json.Marshal(s)
-	if err != nil {
-		return fmt.Errorf("write status %s: %w", key, err)
-	}
-	for _, res := range client.DoMulti(ctx,
-		client.B().Hset().Key(key).FieldValue().FieldValue(s.Consumer, string(b)).Build(),
-		client.B().Pexpire().Key(key).Milliseconds(statusTTL.Milliseconds()).Build()) {
-		if err := res.Error(); err != nil {
-			return fmt.Errorf("write status %s: %w", key, err)
-		}
-	}
-	return nil
-}
-
-// ClearStatus removes consumer's status: a worker that stops holds nothing.
-func ClearStatus(ctx context.Context, client rueidis.Client, stream, group, consumer string) error {
-	key := keys.Status(stream, group)
-	if err := client.Do(ctx, client.B().Hdel().Key(key).Field(consumer).Build()).Error(); err != nil {
-		return fmt.Errorf("clear status %s: %w", key, err)
-	}
-	return nil
-}
-
-// ReadStatus returns the status of every worker of stream and group that
-// wrote it within StatusStaleAfter of now, by consumer name. A field that
-// is not a status is skipped: one broken writer must not hide the others.
-func ReadStatus(ctx context.Context, client rueidis.Client, stream, group string, now time.Time) ([]WorkerStatus, error) {
-	key := keys.Status(stream, group)
-	m, err := client.Do(ctx, client.B().Hgetall().Key(key).Build()).AsStrMap()
-	if err != nil {
-		return nil, fmt.Errorf("read status %s: %w", key, err)
-	}
-	var out []WorkerStatus
-	for consumer, v := range m {
-		var s WorkerStatus
-		if json.Unmarshal([]byte(v), &s) != nil || now.Sub(s.UpdatedAt) > StatusStaleAfter {
-			continue
-		}
-		s.Consumer = consumer
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b WorkerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
-	return out, nil
-}
-
 // Holds merges the holds of workers: one per app and reason, its Held the
 // sum (each worker counts the messages it was delivered), its Error the
 // first worker's. Sorted by app, then reason.
@@ -209,12 +151,6 @@ func Holds(workers []WorkerStatus) []Hold {
 	}
 	slices.SortFunc(out, func(a, b Hold) int { return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Reason, b.Reason)) })
 	return out
-}
-
-// ReadHolds is ReadStatus merged by Holds.
-func ReadHolds(ctx context.Context, client rueidis.Client, stream, group string) ([]Hold, error) {
-	ws, err := ReadStatus(ctx, client, stream, group, time.Now())
-	return Holds(ws), err
 }
 
 // String says h in one line: "app orders: rules_unreadable, holds 3

@@ -1,4 +1,4 @@
-package stats
+package redisstats
 
 import (
 	"context"
@@ -11,64 +11,28 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/stats"
 )
 
-// The feed is a capped stream of recent invocation outcomes of one stream
-// and group (docs/delivery.md#cluster-wide-counters): every worker adds what its deliveries
-// did, at most FeedBurst outcomes per flush, and relay console tails it.
-// It is sampled, not a log: under load most outcomes are left out, and the
-// counters, not the feed, are the numbers.
-const (
-	// FeedLength is about how many outcomes the feed keeps (XADD MAXLEN ~).
-	FeedLength = 1000
-	// FeedBurst bounds the outcomes one worker adds per flush, so the feed
-	// costs Redis a bounded amount whatever the event rate.
-	FeedBurst = 100
-	// maxReason bounds an outcome's reason in the feed.
-	maxReason = 300
-)
-
-// Event is one invocation outcome in the feed.
-type Event struct {
-	// ID is the feed entry's id (set by ReadFeed).
-	ID        string
-	Time      time.Time
-	Consumer  string
-	MessageID string
-	App       string
-	Handler   string
-	// Outcome is what happened: "succeeded", "failed" (a retry is due),
-	// "dead-lettered", or "error" (the handler could not run, or its
-	// outcome was not recorded).
-	Outcome string
-	// Result is the handler's result label when it ran (success, failure,
-	// timeout, oom, ...).
-	Result      string
-	Attempt     int
-	MaxAttempts int
-	Duration    time.Duration
-	// Reason is the error's first line, or the dead-letter reason.
-	Reason string
-	// DLQID is the dead-letter entry of a dead-lettered outcome.
-	DLQID string
-}
+// maxReason bounds an outcome's reason in the feed.
+const maxReason = 300
 
 // feedBuffer holds the events of one flush interval.
 type feedBuffer struct {
 	mu      sync.Mutex
-	events  []Event
+	events  []stats.Event
 	dropped int
 }
 
-// Record adds ev to the feed with the next flush, unless FeedBurst events
-// are waiting already. A nil Recorder records nothing.
-func (r *Recorder) Record(ev Event) {
+// Record adds ev to the feed with the next flush, unless stats.FeedBurst
+// events are waiting already. A nil Recorder records nothing.
+func (r *Recorder) Record(ev stats.Event) {
 	if r == nil {
 		return
 	}
 	r.feed.mu.Lock()
 	defer r.feed.mu.Unlock()
-	if len(r.feed.events) >= FeedBurst {
+	if len(r.feed.events) >= stats.FeedBurst {
 		r.feed.dropped++
 		return
 	}
@@ -89,7 +53,7 @@ func (r *Recorder) takeFeed() rueidis.Commands {
 	r.feed.mu.Unlock()
 	cmds := make(rueidis.Commands, 0, len(events))
 	for _, ev := range events {
-		fv := r.client.B().Xadd().Key(r.feedKey).Maxlen().Almost().Threshold(strconv.Itoa(FeedLength)).Id("*").FieldValue().
+		fv := r.client.B().Xadd().Key(r.feedKey).Maxlen().Almost().Threshold(strconv.Itoa(stats.FeedLength)).Id("*").FieldValue().
 			FieldValue("time", strconv.FormatInt(ev.Time.UnixMilli(), 10)).
 			FieldValue("consumer", ev.Consumer).
 			FieldValue("message_id", ev.MessageID).
@@ -111,7 +75,7 @@ func (r *Recorder) takeFeed() rueidis.Commands {
 // entry id after ("$" for only new ones, "0" for everything kept), waiting
 // up to block for one to arrive (0 does not wait). It returns the events
 // in order; the last one's ID is where the next call goes on.
-func ReadFeed(ctx context.Context, client rueidis.Client, stream, group, after string, count int, block time.Duration) ([]Event, error) {
+func ReadFeed(ctx context.Context, client rueidis.Client, stream, group, after string, count int, block time.Duration) ([]stats.Event, error) {
 	key := keys.Feed(stream, group)
 	var cmd rueidis.Completed
 	if block > 0 {
@@ -129,7 +93,7 @@ func ReadFeed(ctx context.Context, client rueidis.Client, stream, group, after s
 	if err != nil {
 		return nil, fmt.Errorf("read feed %s: %w", key, err)
 	}
-	var out []Event
+	var out []stats.Event
 	for _, e := range res[key] {
 		out = append(out, decodeEvent(e.ID, e.FieldValues))
 	}
@@ -137,24 +101,24 @@ func ReadFeed(ctx context.Context, client rueidis.Client, stream, group, after s
 }
 
 // LatestFeed returns the newest count events, newest first (XREVRANGE).
-func LatestFeed(ctx context.Context, client rueidis.Client, stream, group string, count int) ([]Event, error) {
+func LatestFeed(ctx context.Context, client rueidis.Client, stream, group string, count int) ([]stats.Event, error) {
 	key := keys.Feed(stream, group)
 	res, err := client.Do(ctx, client.B().Xrevrange().Key(key).End("+").Start("-").Count(int64(count)).Build()).AsXRange()
 	if err != nil {
 		return nil, fmt.Errorf("read feed %s: %w", key, err)
 	}
-	out := make([]Event, 0, len(res))
+	out := make([]stats.Event, 0, len(res))
 	for _, e := range res {
 		out = append(out, decodeEvent(e.ID, e.FieldValues))
 	}
 	return out, nil
 }
 
-func decodeEvent(id string, f map[string]string) Event {
+func decodeEvent(id string, f map[string]string) stats.Event {
 	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
 	ms, _ := strconv.ParseInt(f["time"], 10, 64)
 	dur, _ := strconv.ParseInt(f["duration_ms"], 10, 64)
-	return Event{
+	return stats.Event{
 		ID: id, Time: time.UnixMilli(ms).UTC(), Consumer: f["consumer"], MessageID: f["message_id"],
 		App: f["app"], Handler: f["handler"], Outcome: f["outcome"], Result: f["result"],
 		Attempt: atoi(f["attempt"]), MaxAttempts: atoi(f["max_attempts"]),

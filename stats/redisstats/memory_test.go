@@ -1,4 +1,4 @@
-package stats_test
+package redisstats_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // memoryFixture fills a private Redis with a stream whose entries arrived
@@ -73,7 +74,7 @@ func (f memoryFixture) usage(t *testing.T, key string) int64 {
 func TestMeasureMemoryParts(t *testing.T) {
 	f := newMemoryFixture(t, 60, 40, 3, 5)
 	ret := stats.Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, Invocation: 48 * time.Hour}
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, ret, stats.Budget{})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, ret, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestMeasureMemoryRateOfABusyStream(t *testing.T) {
 	// 200 entries in 30 s with at most 50 read: the rate comes from the
 	// time since the oldest of the newest 50.
 	f := newMemoryFixture(t, 200, 0, 0, 0)
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: time.Hour}, stats.Budget{RateEntries: 50})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: time.Hour}, stats.Budget{RateEntries: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +125,7 @@ func TestMeasureMemoryRateOfATrimmedStream(t *testing.T) {
 	if err := f.rc.Do(context.Background(), f.rc.B().Xtrim().Key(f.stream).Minid().Threshold(minID).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: 15 * time.Second}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: 15 * time.Second}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestMeasureMemoryRateOfATrimmedStream(t *testing.T) {
 
 func TestMeasureMemorySampledScan(t *testing.T) {
 	f := newMemoryFixture(t, 1, 6000, 0, 0)
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{ScanCalls: 2, Samples: 20})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{ScanCalls: 2, Samples: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestMeasureMemorySampledScan(t *testing.T) {
 
 func TestMeasureMemoryEmpty(t *testing.T) {
 	f := newMemoryFixture(t, 0, 0, 0, 0)
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestMeasureMemoryEmpty(t *testing.T) {
 func TestMeasureMemoryUnboundedAndPressure(t *testing.T) {
 	f := newMemoryFixture(t, 60, 0, 0, 0)
 	ctx := context.Background()
-	m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 0, Invocation: time.Hour}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 0, Invocation: time.Hour}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestMeasureMemoryUnboundedAndPressure(t *testing.T) {
 	if err := f.rc.Do(ctx, f.rc.B().ConfigSet().ParameterValue().ParameterValue("maxmemory", "1000000000").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err = stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 0}, stats.Budget{}); err != nil || !m.Pressure(0.9) {
+	if m, err = redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 0}, stats.Budget{}); err != nil || !m.Pressure(0.9) {
 		t.Errorf("unbounded growth under a maxmemory: pressure %v (%v), want true", m.Pressure(0.9), err)
 	}
 	// A day of 1 entry/s of about 400 bytes fits 1 GB; a year does not.
@@ -179,7 +180,7 @@ func TestMeasureMemoryUnboundedAndPressure(t *testing.T) {
 		stream time.Duration
 		want   bool
 	}{{24 * time.Hour, false}, {365 * 24 * time.Hour, true}} {
-		m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: tc.stream}, stats.Budget{})
+		m, err := redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: tc.stream}, stats.Budget{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +197,7 @@ func TestMeasuredHashBytesMatchUsedMemory(t *testing.T) {
 	f := newMemoryFixture(t, 0, 0, 0, 0)
 	ctx := context.Background()
 	used := func() int64 {
-		m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
+		m, err := redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +217,7 @@ func TestMeasuredHashBytesMatchUsedMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestMeasuredHashBytesMatchUsedMemory(t *testing.T) {
 
 func TestProjectionWithoutAHashToSample(t *testing.T) {
 	f := newMemoryFixture(t, 60, 0, 0, 0)
-	m, err := stats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: time.Hour, Invocation: time.Hour}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(context.Background(), f.rc, f.stream, f.group, stats.Retentions{Stream: time.Hour, Invocation: time.Hour}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +260,7 @@ func TestMeasureMemoryRateAfterABurst(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, err := stats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 24 * time.Hour}, stats.Budget{})
+	m, err := redisstats.MeasureMemory(ctx, f.rc, f.stream, f.group, stats.Retentions{Stream: 24 * time.Hour}, stats.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,7 @@ func TestShortStreamPerEntry(t *testing.T) {
 				}
 			}
 			measure := func() stats.Part {
-				m, err := stats.MeasureMemory(ctx, rc, "orders", "shop", stats.Retentions{Stream: time.Hour}, stats.Budget{})
+				m, err := redisstats.MeasureMemory(ctx, rc, "orders", "shop", stats.Retentions{Stream: time.Hour}, stats.Budget{})
 				if err != nil {
 					t.Fatal(err)
 				}

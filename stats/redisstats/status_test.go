@@ -1,4 +1,4 @@
-package stats_test
+package redisstats_test
 
 import (
 	"reflect"
@@ -8,6 +8,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // TestStatus: each worker's status is its own field; readers skip a stale
@@ -26,14 +27,14 @@ func TestStatus(t *testing.T) {
 		}},
 		{Consumer: "dead", UpdatedAt: now.Add(-stats.StatusStaleAfter - time.Second), Holds: []stats.Hold{{Reason: stats.ReasonError, Error: "gone", Held: 7}}},
 	} {
-		if err := stats.WriteStatus(t.Context(), rc, s, "workers", w); err != nil {
+		if err := redisstats.WriteStatus(t.Context(), rc, s, "workers", w); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := rc.Do(t.Context(), rc.B().Hset().Key(keys.Status(s, "workers")).FieldValue().FieldValue("junk", "{not json").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := stats.ReadStatus(t.Context(), rc, s, "workers", now)
+	ws, err := redisstats.ReadStatus(t.Context(), rc, s, "workers", now)
 	if err != nil || len(ws) != 2 || ws[0].Consumer != "w1" || ws[1].Consumer != "w2" {
 		t.Fatalf("ReadStatus = %+v, %v; want w1 and w2 (dead is stale, junk is no status)", ws, err)
 	}
@@ -47,10 +48,10 @@ func TestStatus(t *testing.T) {
 	if got := want[1].String(); got != "app orders: rules_unreadable, holds at least 10003 messages: orders/template.yaml:5:13: unknown operator" {
 		t.Errorf("String = %q", got)
 	}
-	if err := stats.ClearStatus(t.Context(), rc, s, "workers", "w2"); err != nil {
+	if err := redisstats.ClearStatus(t.Context(), rc, s, "workers", "w2"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := stats.ReadHolds(t.Context(), rc, s, "workers"); err != nil || !reflect.DeepEqual(got, []stats.Hold{orders}) {
+	if got, err := redisstats.ReadHolds(t.Context(), rc, s, "workers"); err != nil || !reflect.DeepEqual(got, []stats.Hold{orders}) {
 		t.Errorf("ReadHolds after w2 cleared = %+v, %v; want w1's", got, err)
 	}
 	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(keys.Status(s, "workers")).Build()).AsInt64()
