@@ -10,7 +10,7 @@ import (
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMatchedEventRunsAndIsAcked(t *testing.T) {
@@ -128,7 +128,7 @@ func TestMalformedMessageFirstSeenOnReclaimIsDeadLettered(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", nil)
 	id := h.publish("event", `not json`)
-	dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 	if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}

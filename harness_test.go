@@ -17,14 +17,18 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // This file holds what the package's tests share: the harness (one Engine
@@ -41,9 +45,9 @@ type harness struct {
 	rc       rueidis.Client
 	stream   string
 	group    string
-	src      *stream.Source
-	dlq      *dlq.Store
-	state    *invocation.Store
+	src      *redisstream.Source
+	dlq      *redisdlq.Store
+	state    *redisstate.Store
 	calls    *apptest.Calls
 	reg      *prometheus.Registry
 	logs     *testutil.Buffer
@@ -126,10 +130,10 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 		handlers: map[string]runtime.HandlerFunc{},
 		apps:     apptest.Load(t, templates),
 	}
-	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
+	h.src = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
 	h.source = h.src
-	h.dlq = dlq.NewStore(rc, h.stream)
-	h.state = invocation.New(rc)
+	h.dlq = redisdlq.NewStore(rc, h.stream)
+	h.state = redisstate.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +176,7 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	cfg.Metrics = reg
 	src := h.source
 	if consumer != "c1" {
-		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
+		src = redisstream.New(h.rc, h.stream, h.group, consumer, redisstream.WithBlock(50*time.Millisecond))
 	}
 	var state relay.StateStore = h.state
 	if h.stateStore != nil {
@@ -240,7 +244,7 @@ func (h *harness) publish(fields ...string) string {
 // publishOccurrence publishes through the real publish script.
 func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
 	h.t.Helper()
-	pub, err := schedule.NewPublisher(h.rc, h.stream)
+	pub, err := redisschedule.NewPublisher(h.rc, h.stream)
 	if err != nil {
 		h.t.Fatal(err)
 	}

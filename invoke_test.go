@@ -16,7 +16,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestFailingRuleWithoutRetriesIsDeadLetteredOnce(t *testing.T) {
@@ -621,7 +621,7 @@ events:
 	id := h.publish("event", `{"kind":"charge"}`)
 	// A dead worker read the entry and claimed attempt 1; its lease has
 	// expired.
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead")
 	if _, err := dead.Read(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestRunLeavesNoMessageGoroutines: goroutines that handle message after
@@ -66,12 +66,12 @@ func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
 	for i := range n {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead")
 	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
 		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
 	}
 	h.handle("users/events.created", nil)
-	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
+	h.source = redisstream.New(h.rc, h.stream, h.group, "c1", redisstream.WithBlock(8*time.Second))
 	h.start("c1")
 	testutil.WaitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
 	if got := h.calls.Count("users/events.created"); got != n {

@@ -14,7 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestReclaimTakesOnlyWhatItCanStart: entries orphaned by a dead consumer
@@ -34,7 +34,7 @@ events:
 	for i := range n {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","n":%d}`, i))
 	}
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead")
 	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
 		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
 	}
@@ -123,7 +123,7 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	// Another consumer read it and died; then the entry was deleted.
-	other := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	other := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 	if msgs, err := other.Read(ctx, 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // lostReplies applies each settlement of h's store that acknowledges and
@@ -234,7 +234,7 @@ func TestStateLeftUnretainedIsLeakedNotExpired(t *testing.T) {
 	// Read by a consumer that died after its claim; then the entry was
 	// deleted.
 	id := h.publish("event", `{"k":"ok"}`)
-	dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 	if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}
@@ -282,7 +282,7 @@ func TestEveryAckPathAppliesTheRetention(t *testing.T) {
 					// Read by a consumer that died after its claim; then
 					// the entry was deleted.
 					id = h.publish("event", `{"k":"ok"}`)
-					dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+					dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 					if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
 						t.Fatalf("read = %v, %v", msgs, err)
 					}

@@ -25,7 +25,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // The producer's span context every traced test publishes beside the
@@ -445,7 +445,7 @@ schedules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := schedule.NewPublisher(h.rc, h.stream, schedule.WithTracerProvider(tr.tp))
+	pub, err := redisschedule.NewPublisher(h.rc, h.stream, redisschedule.WithTracerProvider(tr.tp))
 	if err != nil {
 		t.Fatal(err)
 	}

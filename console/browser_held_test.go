@@ -22,8 +22,8 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -81,7 +81,7 @@ func TestBrowserHeldMessages(t *testing.T) {
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
 
-	src := stream.New(rc, streamName, group, "producer")
+	src := redisstream.New(rc, streamName, group, "producer")
 	var ids []string
 	for _, ev := range []string{`{"table_name":"users","id":"u_1"}`, `{"table_name":"users","id":"u_2"}`, `{"table_name":"invoices","id":"in_1"}`} {
 		id, err := src.Publish(t.Context(), map[string]string{"event": ev})
@@ -91,7 +91,7 @@ func TestBrowserHeldMessages(t *testing.T) {
 		ids = append(ids, id)
 	}
 	testutil.WaitFor(t, 30*time.Second, "the worker to report both holds", func() bool {
-		hs, _ := stats.ReadHolds(t.Context(), rc, streamName, group)
+		hs, _ := redisstats.ReadHolds(t.Context(), rc, streamName, group)
 		return len(hs) == 2 && hs[0].App == "billing" && hs[0].Held == 1 && hs[1].App == "orders" && hs[1].Held == 3
 	})
 
@@ -159,7 +159,7 @@ func TestBrowserHeldMessages(t *testing.T) {
 	w.Reload()
 	testutil.WaitFor(t, 30*time.Second, "the messages released", func() bool {
 		n, _, err := src.Pending(t.Context())
-		hs, _ := stats.ReadHolds(t.Context(), rc, streamName, group)
+		hs, _ := redisstats.ReadHolds(t.Context(), rc, streamName, group)
 		return err == nil && n == 0 && len(hs) == 0
 	})
 	b.run("the overview after the fix", chromedp.Navigate(hs.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`.tiles`)))

@@ -19,6 +19,7 @@ import (
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // tab drives one browser tab with a deadline per step, and saves
@@ -230,7 +231,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 func TestBrowserRedisStopped(t *testing.T) {
 	b := tab{t, browser(t)}
 	srv, rc, st := stoppableRedis(t)
-	rec := stats.NewRecorder(rc, st, "shop")
+	rec := redisstats.NewRecorder(rc, st, "shop")
 	rec.Record(stats.Event{Time: time.Now(), MessageID: "1-1", App: "shop", Handler: "orders.charge", Outcome: "succeeded"})
 	if err := rec.Flush(t.Context()); err != nil {
 		t.Fatal(err)

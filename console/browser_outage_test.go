@@ -17,12 +17,13 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -64,7 +65,7 @@ func outageWorker(t *testing.T, rc rueidis.Client, streamName, apps string, runn
 
 // status reads worker-1's status of streamName; false when it has none.
 func status(t *testing.T, rc rueidis.Client, streamName string) (stats.WorkerStatus, bool) {
-	ws, err := stats.ReadStatus(t.Context(), rc, streamName, "shop", time.Now())
+	ws, err := redisstats.ReadStatus(t.Context(), rc, streamName, "shop", time.Now())
 	if err != nil || len(ws) != 1 {
 		return stats.WorkerStatus{}, false
 	}
@@ -91,7 +92,7 @@ func TestBrowserHungHandler(t *testing.T) {
 	}
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	src := stream.New(rc, streamName, "shop", "producer")
+	src := redisstream.New(rc, streamName, "shop", "producer")
 	var ids []string
 	for i := range 3 {
 		id, err := src.Publish(t.Context(), map[string]string{"event": fmt.Sprintf(`{"kind":"work","n":%d}`, i)})
@@ -171,7 +172,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 
 	publish := func(events ...string) {
 		t.Helper()
-		src := stream.New(rc, streamName, "shop", "producer")
+		src := redisstream.New(rc, streamName, "shop", "producer")
 		for _, ev := range events {
 			if _, err := src.Publish(t.Context(), map[string]string{"event": ev}); err != nil {
 				t.Fatal(err)
@@ -183,7 +184,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 		before = append(before, fmt.Sprintf(`{"kind":"order","n":%d}`, i), fmt.Sprintf(`{"kind":"user","n":%d}`, i))
 	}
 	publish(append(before, `{"kind":"work","n":1}`, `{"kind":"work","n":2}`)...)
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 30*time.Second, "40 dead letters and two hung attempts", func() bool {
 		n, _ := store.Len(t.Context())
 		st, ok := status(t, rc, streamName)
@@ -207,7 +208,7 @@ func TestBrowserRedisLostData(t *testing.T) {
 		if !ok || st.GroupRecreations != 1 || len(st.Running) != 2 {
 			return false
 		}
-		c, err := stats.Read(t.Context(), rc, streamName, "shop")
+		c, err := redisstats.Read(t.Context(), rc, streamName, "shop")
 		return st.Running[0].Lost && st.Running[1].Lost && err == nil && c.Received >= 3
 	})
 	// Samples of the new counters over more than the rate's span.
@@ -306,7 +307,7 @@ func TestBrowserFiguresAgree(t *testing.T) {
 		return eval[int](b, "sparkline points", `(function(){var p=document.querySelector("table.counters polyline");return p?p.getAttribute("points").split(" ").length:0})()`)
 	}
 	testutil.WaitFor(t, 30*time.Second, "a sparkline", func() bool { return points() >= 2 })
-	rec := stats.NewRecorder(f.rc, f.stream, f.group)
+	rec := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	for range 600 {
 		rec.Add(stats.Received)
 	}

@@ -22,11 +22,11 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -206,7 +206,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	dlqLen := func() int64 {
 		n, err := store.Len(t.Context())
 		if err != nil {
@@ -222,7 +222,7 @@ func TestBrowser(t *testing.T) {
 	publish(`{"event_name":"UPDATE","table_name":"users","new_image":{"id":1}}`)
 	testutil.WaitFor(t, 30*time.Second, "the markup event dead-lettered", func() bool { return dlqLen() == 2 })
 	testutil.WaitFor(t, 30*time.Second, "the refund waiting for its retry", func() bool {
-		evs, err := stats.LatestFeed(t.Context(), rc, streamName, group, 100)
+		evs, err := redisstats.LatestFeed(t.Context(), rc, streamName, group, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -226,7 +227,7 @@ func (s *Server) dlqBulk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	store := dlq.NewStore(s.redis(r.Context()), st)
+	store := redisdlq.NewStore(s.redis(r.Context()), st)
 	if r.PostFormValue("confirm") != "yes" {
 		s.bulkConfirm(w, r, store, f, q, action)
 		return
@@ -245,7 +246,7 @@ func (s *Server) dlqBulk(w http.ResponseWriter, r *http.Request) {
 }
 
 // bulkConfirm counts what the filter selects, exactly, and asks.
-func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *dlq.Store, f dlqFilter, q dlq.PageQuery, action string) {
+func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *redisdlq.Store, f dlqFilter, q dlq.PageQuery, action string) {
 	ctx := r.Context()
 	q.Newest, q.Count, q.Scan = true, 1, bulkMax
 	n, complete, err := store.Count(ctx, q, bulkMax)
@@ -279,7 +280,7 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *dlq.
 // j.Total of them, bulkBatch at a time, until done or stopped.
 func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
 	ctx := s.jobCtx
-	store := dlq.NewStore(s.redis(ctx), j.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), j.Stream)
 	var apps *app.Set
 	if j.Action == "replay" {
 		var err error
@@ -333,7 +334,7 @@ func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
 }
 
 // jobStep acts on one entry; stop says why the rest would fail alike.
-func (s *Server) jobStep(ctx context.Context, j *job, apps *app.Set, store *dlq.Store, e dlq.Entry, removed *[]string) (stop string) {
+func (s *Server) jobStep(ctx context.Context, j *job, apps *app.Set, store *redisdlq.Store, e dlq.Entry, removed *[]string) (stop string) {
 	if j.Action == "replay" {
 		row, stop := s.replayOne(ctx, j.Stream, apps, store, e.ID)
 		j.record(row, row.Result == "replayed")

@@ -10,10 +10,12 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -69,7 +71,7 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.FormValue("id")
-	store := dlq.NewStore(s.redis(r.Context()), st)
+	store := redisdlq.NewStore(s.redis(r.Context()), st)
 	e, err := store.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, dlq.ErrNotFound):
@@ -209,7 +211,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "loading the apps failed: "+err.Error())
 		return
 	}
-	store := dlq.NewStore(s.redis(ctx), st)
+	store := redisdlq.NewStore(s.redis(ctx), st)
 	v := resultView{Stream: st, Action: "Replay", Back: backTo(r, st)}
 	for i, id := range ids {
 		row, stop := s.replayOne(ctx, st, apps, store, id)
@@ -234,7 +236,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 // replayOne replays one entry; stop says why the rest of a selection
 // would fail the same way (Redis or the runtime unreachable), "" when it
 // would not.
-func (s *Server) replayOne(ctx context.Context, stream string, apps *app.Set, store *dlq.Store, id string) (row resultRow, stop string) {
+func (s *Server) replayOne(ctx context.Context, stream string, apps *app.Set, store *redisdlq.Store, id string) (row resultRow, stop string) {
 	row = resultRow{ID: id}
 	// The replay itself may run for minutes, but reading the entry must
 	// not wait that long for a Redis that is down: the client retries
@@ -312,7 +314,7 @@ func (s *Server) countReplay(ctx context.Context, stream string, e dlq.Entry, ro
 		Attempt: e.HandlerAttempts + 1, Duration: row.Duration, Reason: row.Message, Result: row.Result}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
 	defer cancel()
-	rec := stats.NewRecorder(s.redis(rctx), stream, s.cfg.Group)
+	rec := redisstats.NewRecorder(s.redis(rctx), stream, s.cfg.Group)
 	if row.Result == "replayed" {
 		rec.Add(stats.Replays)
 		ev.Outcome = outcomeReplayed
@@ -353,7 +355,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	store := dlq.NewStore(s.redis(ctx), st)
+	store := redisdlq.NewStore(s.redis(ctx), st)
 	now := time.Now()
 	var rows []dlqRow
 	var unknown []string

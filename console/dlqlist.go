@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -214,7 +215,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 // dlqPage reads one page of the list into v: forward from after (or the
 // start), or the page before before, or the last page; then the count.
 func (s *Server) dlqPage(ctx context.Context, v *dlqView, f dlqFilter, q dlq.PageQuery, after, before string, last bool) error {
-	store := dlq.NewStore(s.redis(ctx), f.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), f.Stream)
 	backward := before != "" || last
 	if backward {
 		// The page before is the next one in the other order, turned round.
@@ -271,7 +272,7 @@ func (s *Server) dlqPage(ctx context.Context, v *dlqView, f dlqFilter, q dlq.Pag
 
 // dlqCount counts what the filter selects: the queue's length without
 // one, else at most searchWindow entries read.
-func (s *Server) dlqCount(ctx context.Context, store *dlq.Store, v *dlqView, q dlq.PageQuery) error {
+func (s *Server) dlqCount(ctx context.Context, store *redisdlq.Store, v *dlqView, q dlq.PageQuery) error {
 	total, err := store.Len(ctx)
 	if err != nil {
 		return err
@@ -300,7 +301,7 @@ func (s *Server) dlqSearch(w http.ResponseWriter, r *http.Request, f dlqFilter, 
 		return
 	}
 	ctx := r.Context()
-	store := dlq.NewStore(s.redis(ctx), f.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), f.Stream)
 	to := func(entry string) {
 		http.Redirect(w, r, query("/dlq/entry", "stream", f.Stream, "id", entry, "back", f.URL()), http.StatusSeeOther)
 	}
@@ -333,7 +334,7 @@ func (s *Server) dlqSearch(w http.ResponseWriter, r *http.Request, f dlqFilter, 
 
 // dlqScan calls each for the entries of q, in pages, until it returns
 // false or q's Scan budget is spent; it returns how many were read.
-func dlqScan(ctx context.Context, store *dlq.Store, q dlq.PageQuery, each func(dlq.Entry) bool) (int, error) {
+func dlqScan(ctx context.Context, store *redisdlq.Store, q dlq.PageQuery, each func(dlq.Entry) bool) (int, error) {
 	budget, read := q.Scan, 0
 	q.Count = 500
 	for read < budget {

@@ -21,12 +21,15 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -89,7 +92,7 @@ type fixture struct {
 	ran     atomic.Int64
 	// hold, when set, is received from before a handler returns.
 	hold  atomic.Pointer[chan struct{}]
-	store *dlq.Store
+	store *redisdlq.Store
 	cfg   console.Config
 	// location is the Location of the last response, "" when none.
 	location string
@@ -117,11 +120,11 @@ func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
 		"shop/orders.charge": fail,
 		"shop/refunds.run":   fail,
 	})
-	src := stream.New(f.rc, f.stream, f.group, "worker-1")
+	src := redisstream.New(f.rc, f.stream, f.group, "worker-1")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	f.store = dlq.NewStore(f.rc, f.stream)
+	f.store = redisdlq.NewStore(f.rc, f.stream)
 	f.cfg = console.Config{Redis: f.rc, Streams: []string{f.stream}, Group: f.group, Apps: template.Dir(f.apps),
 		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -183,7 +186,7 @@ func (f *fixture) deadLetter(app, handler, event, reason string) string {
 // running, or failed with a retry due when retryIn > 0.
 func (f *fixture) claim(msgID, field string, retryIn time.Duration) {
 	f.t.Helper()
-	st := invocation.New(f.rc)
+	st := redisstate.New(f.rc)
 	key := invocation.Key{Stream: f.stream, Group: f.group, MessageID: msgID}
 	r := st.Claim(f.t.Context(), []invocation.ClaimRequest{{Key: key, Field: field, Lease: time.Hour, MaxAttempts: 3}})
 	if r[0].Err != nil {
@@ -282,10 +285,11 @@ func (f *fixture) writeTemplate(app, src string) {
 	}
 }
 
-// record adds counters and feed events as a worker's stats.Recorder does.
+// record adds counters and feed events as a worker's redisstats.Recorder
+// does.
 func (f *fixture) record(evs ...stats.Event) {
 	f.t.Helper()
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	for range 5 {
 		r.Add(stats.Received)
 		r.Add(stats.Matched)

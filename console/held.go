@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // holdView is one reason the workers hold messages of a stream pending
@@ -30,9 +31,9 @@ type holdView struct {
 }
 
 // readHolds reads why the live workers of stream hold messages, from the
-// status they publish (stats.ReadHolds); nil when none do.
+// status they publish (redisstats.ReadHolds); nil when none do.
 func (s *Server) readHolds(ctx context.Context, rc rueidis.Client, stream string) ([]holdView, error) {
-	hs, err := stats.ReadHolds(ctx, rc, stream, s.cfg.Group)
+	hs, err := redisstats.ReadHolds(ctx, rc, stream, s.cfg.Group)
 	if err != nil {
 		return nil, err
 	}

@@ -8,11 +8,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // memoryMaxAge is how long the overview shows a stream's memory
 // measurement before measuring again: a measurement takes up to a few
-// hundred Redis commands (stats.MeasureMemory), too many for every page
+// hundred Redis commands (redisstats.MeasureMemory), too many for every page
 // load.
 const memoryMaxAge = time.Minute
 
@@ -58,7 +59,7 @@ func (s *Server) streamMemory(ctx context.Context, rc rueidis.Client, stream str
 	}
 	delete(s.memory.by, stream)
 	r := s.cfg.retentions()
-	m, err := stats.MeasureMemory(ctx, rc, stream, s.cfg.Group, r, stats.Budget{})
+	m, err := redisstats.MeasureMemory(ctx, rc, stream, s.cfg.Group, r, stats.Budget{})
 	if err != nil {
 		return memoryView{Problem: "measuring Redis memory failed: " + err.Error()}
 	}

@@ -9,9 +9,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamView is one stream of the overview.
@@ -95,7 +96,7 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		// What was measured before is no longer what Redis holds.
 		s.forgetMemory(name)
 	}
-	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
+	c, err := redisstats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {
 		if v.Problem == "" {
 			v.Problem = "reading the counters failed: " + err.Error()
@@ -186,13 +187,13 @@ func consumers(res rueidis.RedisResult) ([]consumerView, bool) {
 // readQueues reads the PEL summary and the DLQ length.
 func (s *Server) readQueues(ctx context.Context, rc rueidis.Client, v *streamView) {
 	var err error
-	v.Pending, v.OldestPending, err = stream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Pending, v.OldestPending, err = redisstream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
 	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
 		v.Problem = "XPENDING failed: " + err.Error()
 	} else {
 		v.Read.Pending = true
 	}
-	if v.DLQ, err = dlq.NewStore(rc, v.Name).Len(ctx); err != nil {
+	if v.DLQ, err = redisdlq.NewStore(rc, v.Name).Len(ctx); err != nil {
 		v.Problem = "reading the dead-letter queue failed: " + err.Error()
 	} else {
 		v.Read.DLQ = true

@@ -29,7 +29,8 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestOverview(t *testing.T) {
@@ -537,7 +538,7 @@ func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
 	}
 	t.Cleanup(rc.Close)
 	st := redistest.Name(t, "events")
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return srv, rc, st
@@ -858,7 +859,7 @@ func TestSmallerFixes(t *testing.T) {
 	}
 	contains(t, "remove without a token", body, "<!doctype html>", "<nav>", "reload the page and try again")
 
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r := redisstats.NewRecorder(f.rc, f.stream, f.group)
 	r.Add(stats.Received)
 	r.Add(stats.Malformed)
 	if err := r.Flush(t.Context()); err != nil {

@@ -14,7 +14,9 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // feedScan is how many of the newest feed events the pending page reads
@@ -115,7 +117,7 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 	v := pendingView{Stream: st, After: after, Now: time.Now()}
 	rc := s.redis(ctx)
 	var err error
-	v.Count, v.Oldest, err = stream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Count, v.Oldest, err = redisstream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return v, errors.New("consumer group " + s.cfg.Group + " does not exist on stream " + st)
 	}
@@ -232,7 +234,7 @@ func (s *Server) addInvocations(ctx context.Context, rc rueidis.Client, st strin
 // lastErrors is the newest failure in the sampled feed of each message
 // and handler, keyed "<message-id> <app>/<handler>".
 func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) map[string]stats.Event {
-	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
+	feed, _ := redisstats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
 	lastErr := map[string]stats.Event{}
 	for _, ev := range feed { // newest first: keep the first seen
 		if ev.Outcome == "succeeded" {

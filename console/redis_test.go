@@ -19,7 +19,7 @@ import (
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // connector is a Config.Connect for addr that counts its calls and names
@@ -100,7 +100,7 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 
 	srv.Restart(t)
 	rc := redistest.Connect(t, srv.Addr)
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

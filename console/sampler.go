@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // sample is the cluster counters of one stream at one time.
@@ -60,7 +61,7 @@ func (s *sampler) get(stream string) []sample {
 // sampleOnce reads every stream's counters once.
 func (s *Server) sampleOnce(ctx context.Context) {
 	for _, st := range s.cfg.Streams {
-		c, err := stats.Read(ctx, s.redis(ctx), st, s.cfg.Group)
+		c, err := redisstats.Read(ctx, s.redis(ctx), st, s.cfg.Group)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("console: reading the counters failed; the rates skip this sample", "stream", st, "error", err)

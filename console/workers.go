@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // workersView is what the live workers of one stream publish
@@ -68,7 +69,7 @@ type stallView struct {
 // count, < 0 when unknown.
 func (s *Server) readWorkers(ctx context.Context, rc rueidis.Client, stream string, pending int64) (workersView, error) {
 	now := time.Now()
-	ws, err := stats.ReadStatus(ctx, rc, stream, s.cfg.Group, now)
+	ws, err := redisstats.ReadStatus(ctx, rc, stream, s.cfg.Group, now)
 	if err != nil {
 		return workersView{}, err
 	}

@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
@@ -377,7 +378,7 @@ func TestImageRunsAsDeployed(t *testing.T) {
 	testutil.WaitFor(t, 2*time.Minute, "every event acknowledged", func() bool {
 		return redistest.Settled(ctx, rc, streamName, group, last)
 	})
-	entries, err := dlq.NewStore(rc, streamName).List(ctx, dlq.Filter{})
+	entries, err := redisdlq.NewStore(rc, streamName).List(ctx, dlq.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +420,7 @@ func TestImageRunsAsDeployed(t *testing.T) {
 	if !redistest.Settled(ctx, rc, streamName, group, slow) {
 		t.Error("the slow event is not acknowledged: SIGTERM abandoned its handler")
 	}
-	if n, _ := dlq.NewStore(rc, streamName).List(ctx, dlq.Filter{}); len(n) != badEvents {
+	if n, _ := redisdlq.NewStore(rc, streamName).List(ctx, dlq.Filter{}); len(n) != badEvents {
 		t.Errorf("%d dead letters after the drain, want %d", len(n), badEvents)
 	}
 

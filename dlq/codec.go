@@ -7,8 +7,8 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// Wire field names of an entry, in the order Write sends them
-// (docs/delivery.md#dead-letter-queue). trace is optional.
+// Wire field names of an entry, in the order redisdlq.Writer.Write sends
+// them (docs/delivery.md#dead-letter-queue). trace is optional.
 const (
 	fieldOriginalStream  = "original_stream"
 	fieldOriginalID      = "original_id"
@@ -119,7 +119,7 @@ func Decode(id string, fields map[string]string) (Entry, error) {
 	return e, nil
 }
 
-// Validate reports whether e may be written (Writer.Write refuses it
+// Validate reports whether e may be written (redisdlq.Writer.Write refuses it
 // otherwise): every identifying field and the reason set, OriginalID a full
 // stream id "<ms>-<seq>", Deliveries >= 0, and either App and Handler both
 // MalformedName with HandlerAttempts 0 (a malformed message) or neither,

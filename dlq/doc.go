@@ -1,20 +1,15 @@
-// Package dlq keeps the dead-letter queue of a source stream in Redis.
+// Package dlq is the dead-letter queue's data: the Entry one exhausted
+// invocation or malformed message leaves, its wire format (Encode,
+// EncodePairs, Decode, Entry.Validate), the filters and pages a reader asks
+// for (Filter, PageQuery, Page), replay histories (Replays), retention
+// (DefaultRetention, Entry.Expires, TrimResult) and its errors.
 //
 // The queue is the stream relay:<stream>:dlq
 // (docs/delivery.md#dead-letter-queue,
 // docs/delivery.md#data-layout-in-redis), one entry per exhausted invocation
-// and one per malformed message. The Engine's entries are written by the
-// StateStore's Settle (invocation.Store.Settle), in the same step as the
-// invocation's exhausted:<attempt>:<token>:dlq marker, so a redelivery, or
-// a retry after a lost reply, never writes one twice, and no entry is
-// written for a message no longer pending in its group
-// (docs/delivery.md#invocation-state). Writer appends entries outside a
-// delivery and trims the queue: Writer.Trim removes entries older than a
-// retention (docs/operations.md#retention); the caller decides how often
-// to run it. Store adds what the CLI needs: list with filters, get and
-// delete (relay dlq ls / inspect / rm). Encode and Decode are the wire
-// format of one entry, shared by all. The package does not replay
-// entries. It never closes the rueidis client it is given.
-//
-// Writer and Store are safe for concurrent use.
+// and one per malformed message. The Redis implementation, the Writer that
+// appends and trims entries and the Store that lists, gets, deletes and
+// pages them (relay dlq ls / inspect / rm), is package dlq/redisdlq. This
+// package links no Redis client, so the engine (package relay) builds its
+// entries without one.
 package dlq

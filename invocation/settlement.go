@@ -167,7 +167,7 @@ type Transition struct {
 	// Backoff is Retry's wait (>= 0, millisecond precision).
 	Backoff time.Duration
 	// Entry is the dead-letter entry Exhaust and DeadLetter write, in the
-	// same step as the marker, validated and defaulted as dlq.Writer.Write
+	// same step as the marker, validated and defaulted as redisdlq.Writer.Write
 	// does: its ID is ignored, an empty OriginalStream is the message's
 	// stream (any other is refused) and a zero Timestamp the current time.
 	Entry *dlq.Entry

@@ -185,8 +185,8 @@ var (
 // timeout, a connection that broke or froze): its script may have run, or
 // may still run later, recording a lease nobody uses, whose expiry would
 // charge an attempt that never ran. Lease has the claim's Key, Field and
-// Token, but no Attempt: give it to Store.Void (relay.ClaimVoider) once the
-// store answers again (docs/delivery.md#lost-replies).
+// Token, but no Attempt: give it to redisstate.Store.Void (relay.ClaimVoider)
+// once the store answers again (docs/delivery.md#lost-replies).
 type ClaimUnknownError struct {
 	Lease Lease
 	Err   error

@@ -38,7 +38,7 @@ const DefaultMaxEventBytes = 1 << 20
 // "<ms>-<seq>". Not idempotent: a retry after an error that lost the reply
 // may append a second entry. Redis returns the Stream of a Redis stream;
 // relaytest.Stream (and relaytest.Consumer), the in-memory stream an
-// Engine consumes in tests, and stream.Source satisfy it too, so a service
+// Engine consumes in tests, and redisstream.Source satisfy it too, so a service
 // publishes in its tests with the same Producer code as in production
 // (docs/producing.md#go).
 type Stream interface {

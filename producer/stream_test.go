@@ -10,14 +10,14 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/producer"
 	"github.com/relaydev/relay/relaytest"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 var (
 	_ producer.BatchStream = (*producer.RedisStream)(nil)
 	_ producer.Stream      = (*relaytest.Stream)(nil)
 	_ producer.Stream      = (*relaytest.Consumer)(nil)
-	_ producer.Stream      = (*stream.Source)(nil)
+	_ producer.Stream      = (*redisstream.Source)(nil)
 )
 
 // placeOrders is a service's own publishing code: it knows a Producer,

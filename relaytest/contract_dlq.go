@@ -16,16 +16,16 @@ import (
 )
 
 // DLQWriter appends entries to the dead-letter queue of one source
-// stream outside any delivery, as dlq.Writer and DLQ do. The Engine's
+// stream outside any delivery, as redisdlq.Writer and DLQ do. The Engine's
 // entries are written by the StateStore's Settle instead, with their
 // invocations' markers (TestStateStore covers those).
 type DLQWriter interface {
 	// Write validates e and appends it, returning the new entry id; see
-	// dlq.Writer.Write.
+	// redisdlq.Writer.Write.
 	Write(ctx context.Context, e dlq.Entry) (string, error)
 }
 
-// DLQReader is the reading side of a dead-letter queue, as dlq.Store and
+// DLQReader is the reading side of a dead-letter queue, as redisdlq.Store and
 // DLQ have it: relay dlq ls, inspect and rm.
 type DLQReader interface {
 	List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error)
@@ -40,7 +40,7 @@ type DLQReader interface {
 type DLQWriterHarness struct {
 	// Writer is the implementation under test.
 	Writer DLQWriter
-	// Reader reads the same queue back: dlq.Store, or the DLQ itself.
+	// Reader reads the same queue back: redisdlq.Store, or the DLQ itself.
 	Reader DLQReader
 	// Stream is the source stream whose dead letters Writer writes.
 	Stream string
@@ -51,7 +51,7 @@ type DLQWriterHarness struct {
 
 // TestDLQWriter runs the contract of a dead-letter queue's writing and
 // reading sides (docs/delivery.md#dead-letter-queue): DLQWriter and
-// DLQReader, which dlq.Writer and dlq.Store, and DLQ, implement, against
+// DLQReader, which redisdlq.Writer and redisdlq.Store, and DLQ, implement, against
 // the harnesses newHarness returns, one per parallel sub-test.
 //
 // It covers: an entry reading back field for field under the id Write

@@ -19,7 +19,7 @@ type StateStoreHarness struct {
 	Store relay.StateStore
 	// Now returns the current time on the store's clock, the clock its
 	// deadlines are computed from (the Redis server's TIME for
-	// invocation.Store).
+	// redisstate.Store).
 	Now func(t *testing.T) time.Time
 	// Advance lets at least d pass on the store's clock: AdvanceManual for a
 	// store on a ManualClock, AdvanceByPolling for one on real time.
@@ -48,12 +48,12 @@ type StateStoreHarness struct {
 	// (XPENDING), where Settle's acknowledgement removes it from.
 	Pending func(t *testing.T, key invocation.Key) bool
 	// State returns every field of the state of key's message, reserved
-	// ones included, as invocation.Store.Get does ("__terminal" = "1" once
+	// ones included, as redisstate.Store.Get does ("__terminal" = "1" once
 	// retained, invocation.DLQField of a dead-lettered invocation); an
 	// empty map when there is none.
 	State func(t *testing.T, key invocation.Key) map[string]string
 	// DeadLetters returns every entry of the dead-letter queue of key's
-	// stream (keys.DLQ), oldest first, as dlq.Store.List with an empty
+	// stream (keys.DLQ), oldest first, as redisdlq.Store.List with an empty
 	// filter reads them: where Settle writes the entries of its Exhaust
 	// and DeadLetter transitions.
 	DeadLetters func(t *testing.T, key invocation.Key) []dlq.Entry
@@ -63,7 +63,7 @@ type StateStoreHarness struct {
 	Redeliver func(t *testing.T, key invocation.Key)
 	// ClaimToken makes the next Claim of Store use token instead of one of
 	// its own (through a token source of the harness's:
-	// invocation.WithTokenSource, WithTokenSource), so the suite can give
+	// redisstate.WithTokenSource, WithTokenSource), so the suite can give
 	// a claim back before it runs (relay.ClaimVoider); later claims get
 	// the store's own tokens again. The store must then serve this harness
 	// alone. Nil skips that case.

@@ -52,7 +52,7 @@ func TestStateStoreContractSystemClock(t *testing.T) {
 
 // stateHarness returns a StateStoreHarness of a fake StateStore on clock,
 // settling on a Stream of its own (WithStream) and writing dead letters to
-// a DLQ of its own (WithDLQ), as invocation.Store does on one Redis.
+// a DLQ of its own (WithDLQ), as redisstate.Store does on one Redis.
 func stateHarness(t *testing.T, clock relaytest.Clock, advance func(*testing.T, time.Duration), short time.Duration) relaytest.StateStoreHarness {
 	name := relaytest.UniqueName(t)
 	src := relaytest.NewStream(relaytest.WithClock(clock), relaytest.WithBlock(time.Millisecond))

@@ -11,9 +11,9 @@ import (
 // DLQ is an in-memory dead-letter queue of one source stream
 // (docs/delivery.md#dead-letter-queue): where a StateStore given WithDLQ
 // writes the entries of its settlements, with the validation and defaults
-// of invocation.Store, and the reading side of dlq.Store with the same
+// of redisstate.Store, and the reading side of redisdlq.Store with the same
 // method signatures: List, Get, Delete, Len. Write appends an entry as
-// dlq.Writer.Write does, outside any delivery.
+// redisdlq.Writer.Write does, outside any delivery.
 //
 // Entries are stored as a Redis reader would decode them (dlq.Encode, then
 // dlq.Decode): Timestamp in UTC with millisecond precision. Ids are
@@ -30,7 +30,7 @@ type DLQ struct {
 }
 
 // NewDLQ returns an empty dead-letter queue for sourceStream. Options:
-// WithClock. It panics on an empty sourceStream, as dlq.NewWriter does.
+// WithClock. It panics on an empty sourceStream, as redisdlq.NewWriter does.
 func NewDLQ(sourceStream string, opts ...Option) *DLQ {
 	if sourceStream == "" {
 		panic("relaytest: NewDLQ: empty source stream")
@@ -39,7 +39,7 @@ func NewDLQ(sourceStream string, opts ...Option) *DLQ {
 	return &DLQ{stream: sourceStream, clock: o.clock}
 }
 
-// Write validates e as dlq.Writer.Write does and appends it, returning the
+// Write validates e as redisdlq.Writer.Write does and appends it, returning the
 // new entry id. An empty OriginalStream is taken to be the queue's source
 // stream and any other value is an error; a zero Timestamp becomes the
 // clock's time; e.ID is ignored. A validation failure is a *dlq.FieldError
@@ -87,7 +87,7 @@ func (d *DLQ) append(e dlq.Entry) string {
 	return stored.ID
 }
 
-// List returns the entries that pass f, oldest first, as dlq.Store.List
+// List returns the entries that pass f, oldest first, as redisdlq.Store.List
 // does: App and Handler match exactly, Since compares with the millisecond
 // part of the entry id, Limit 0 means no limit.
 func (d *DLQ) List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error) {

@@ -10,25 +10,25 @@
 //     relay.PendingReporter, relay.OwnerChecker and relay.Pinger) for one
 //     consumer of it.
 //   - StateStore is a relay.StateStore with the semantics of
-//     invocation.Store: batched claims with leases and fencing tokens, and
+//     redisstate.Store: batched claims with leases and fencing tokens, and
 //     probes; settlements applied whole or not at all, with ErrStale and
 //     ErrTerminal; exhaustion when the last attempt's lease expired;
 //     terminal retention with a TTL; and a relay.ClaimVoider, which gives
 //     back a claim whose reply was lost (docs/delivery.md#lost-replies).
 //     Given the Stream (WithStream) and a DLQ (WithDLQ), as
-//     invocation.Store shares one Redis with stream.Source, its Settle
+//     redisstate.Store shares one Redis with redisstream.Source, its Settle
 //     acknowledges on the Stream and writes dead-letter entries into the
 //     DLQ in the same step as their markers, so an Engine on the fakes
 //     takes the path it takes on Redis.
 //   - DLQ is a dead-letter queue: the DLQ a StateStore writes into, a
 //     DLQWriter (Write appends an entry outside any delivery, as
-//     dlq.Writer does) and the reading side of dlq.Store (List, Get,
+//     redisdlq.Writer does) and the reading side of redisdlq.Store (List, Get,
 //     Delete, Len: a DLQReader).
 //   - Runner is a relay.Runner that records requests and answers with
 //     scripted outcomes; runtime.Func runs real Go handlers instead.
 //
-// Consumer has every optional capability of stream.Source, and StateStore
-// that of invocation.Store (relay.ClaimVoider), so an Engine on them takes
+// Consumer has every optional capability of redisstream.Source, and StateStore
+// that of redisstate.Store (relay.ClaimVoider), so an Engine on them takes
 // the paths it takes on Redis.
 //
 // Time in Stream, StateStore and DLQ comes from a Clock (WithClock): the
@@ -60,8 +60,8 @@
 //   - TestRunner and TestMatcher: relay.Runner and relay.Matcher.
 //
 // They run against the fakes in this package's tests, and in the tests of
-// the real implementations against them: invocation.Store, stream.Source
-// and dlq.Writer with dlq.Store on a real redis-server, runtime.Func,
+// the real implementations against them: redisstate.Store, redisstream.Source
+// and redisdlq.Writer with redisdlq.Store on a real redis-server, runtime.Func,
 // runtime.Process and the containerd runner, and the matcher of app.Set.
 // Run them against your own implementation too. A fake is trusted only
 // because it passes the same suite as the real thing. Each suite takes a

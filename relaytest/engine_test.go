@@ -51,7 +51,7 @@ func (a *attempts) get(user string) []runAt {
 // the Engine's default timings (1m MinPendingIdle, 1m/2m backoff) pass in
 // virtual time, and the gaps between attempts show the backoff schedule.
 // The StateStore settles on the Stream and writes dead letters to the DLQ
-// (WithStream, WithDLQ), as invocation.Store does on one Redis.
+// (WithStream, WithDLQ), as redisstate.Store does on one Redis.
 func TestEngineOnFakes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()

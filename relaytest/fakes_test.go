@@ -192,7 +192,7 @@ func TestStreamSetID(t *testing.T) {
 	}
 }
 
-// TestStateStoreWireForm checks that Get shows the values invocation.Store
+// TestStateStoreWireForm checks that Get shows the values redisstate.Store
 // writes, so assertions on state read the same with the fake and Redis.
 func TestStateStoreWireForm(t *testing.T) {
 	ctx := t.Context()
@@ -294,7 +294,7 @@ func TestFakesHonourCancelledContexts(t *testing.T) {
 
 // TestStateStoreDeadLettersFencedByThePEL: a StateStore WithStream writes
 // a dead-letter entry only while its message is pending, in the step of
-// its marker, as invocation.Store's Settle does: for a message
+// its marker, as redisstate.Store's Settle does: for a message
 // acknowledged, never delivered or never added the settlement is
 // ErrTerminal and writes nothing, and once the entry is written and the
 // message acknowledged a stale delivery's second Exhaust writes none.
@@ -370,7 +370,7 @@ func TestStateStoreDeadLettersFencedByThePEL(t *testing.T) {
 }
 
 // TestStateStoreDeadLettersOfItsStream: an entry without OriginalStream is
-// of the settlement's stream, as invocation.Store fills it; a message of
+// of the settlement's stream, as redisstate.Store fills it; a message of
 // another stream than the DLQ's gets none written, with a *dlq.FieldError.
 func TestStateStoreDeadLettersOfItsStream(t *testing.T) {
 	ctx := t.Context()

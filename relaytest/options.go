@@ -11,7 +11,7 @@ import (
 
 // DefaultBlock is how long Consumer.Read waits for a new entry before it
 // returns (nil, nil), unless its context ends first. It is shorter than
-// stream.DefaultBlock because nothing is saved by blocking longer in memory,
+// redisstream.DefaultBlock because nothing is saved by blocking longer in memory,
 // and an Engine's read loop then notices shutdown sooner.
 const DefaultBlock = 100 * time.Millisecond
 
@@ -61,7 +61,7 @@ func WithBlock(d time.Duration) Option {
 // for tests that assert tokens. f must be safe for concurrent use and return
 // a non-empty string without ':' that no earlier claim of the same
 // invocation used; a token that breaks this makes Claim fail. Default: 16
-// random bytes, hex-encoded, as invocation.Store uses.
+// random bytes, hex-encoded, as redisstate.Store uses.
 func WithTokenSource(f func() string) Option {
 	return func(o *config) error {
 		if f == nil {
@@ -73,7 +73,7 @@ func WithTokenSource(f func() string) Option {
 }
 
 // WithPending tells a StateStore whether a message is in its consumer
-// group's PEL, as invocation.Store asks Redis in every transition
+// group's PEL, as redisstate.Store asks Redis in every transition
 // (docs/delivery.md#invocation-state): a claim or settlement of a message
 // that is not is inert (Terminal, ErrTerminal), and a Cleared settlement
 // refuses one that is. f is called with the fake's lock held, must be
@@ -92,9 +92,9 @@ func WithPending(f func(key invocation.Key) bool) Option {
 }
 
 // WithStream gives a StateStore the Stream whose messages it keeps state
-// of, as invocation.Store and stream.Source share one Redis: its PEL fences
-// every transition (as WithPending does), and Settle acknowledges on it.
-// s must not be nil.
+// of, as redisstate.Store and redisstream.Source share one Redis: its PEL
+// fences every transition (as WithPending does), and Settle acknowledges on
+// it. s must not be nil.
 func WithStream(s *Stream) Option {
 	return func(o *config) error {
 		if s == nil {
@@ -107,7 +107,7 @@ func WithStream(s *Stream) Option {
 
 // WithDLQ gives a StateStore the dead-letter queue its Settle writes
 // entries to, in the same step as their ":dlq" markers, as
-// invocation.Store writes keys.DLQ of the stream. d must not be nil.
+// redisstate.Store writes keys.DLQ of the stream. d must not be nil.
 func WithDLQ(d *DLQ) Option {
 	return func(o *config) error {
 		if d == nil {

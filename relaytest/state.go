@@ -14,7 +14,7 @@ import (
 )
 
 // StateStore is an in-memory relay.StateStore with the semantics of
-// invocation.Store (docs/delivery.md#invocation-state; see that package's doc
+// redisstate.Store (docs/delivery.md#invocation-state; see that package's doc
 // for the state machine): one hash per message key, one field per invocation
 // "<app>/<handler>", every transition fenced on the lease's attempt and
 // token, inert once the hash is retained or, with WithStream or
@@ -28,7 +28,7 @@ import (
 // their reply was lost (Void, relay.ClaimVoider). Its clock plays the part
 // of the Redis server's TIME: deadlines are Unix milliseconds of it.
 //
-// Arguments are checked as invocation.Store checks them, with errors that
+// Arguments are checked as redisstate.Store checks them, with errors that
 // name the operation, the invocation field and the hash; ErrStale and
 // ErrTerminal are wrapped the same way. A cancelled context fails a call
 // before it changes anything.
@@ -83,7 +83,7 @@ const (
 )
 
 // stateValue is one field's value, the parsed form of the strings
-// invocation.Store writes (running:<deadline_ms>:<attempt>:<token>, ...).
+// redisstate.Store writes (running:<deadline_ms>:<attempt>:<token>, ...).
 type stateValue struct {
 	kind       stateKind
 	deadlineMS int64 // running, next attempt
@@ -93,7 +93,7 @@ type stateValue struct {
 	by         string // superseded: the newer message's id
 }
 
-// String returns the value as invocation.Store stores it.
+// String returns the value as redisstate.Store stores it.
 func (v stateValue) String() string {
 	switch v.kind {
 	case kindRunning:
@@ -149,7 +149,7 @@ func (s *StateStore) hash(key invocation.Key, nowMS int64) *stateHash {
 const matchedField = "__matched"
 
 // Claim implements relay.StateStore.Claim as claim.lua does, for each of
-// reqs; see invocation.Store.Claim for every outcome, and for Record and
+// reqs; see redisstate.Store.Claim for every outcome, and for Record and
 // Probe. A message that is not pending (WithStream, WithPending) is
 // Terminal and nothing is written. A claim whose token the field holds
 // already was given back by Void before it ran: it fails and writes
@@ -195,7 +195,7 @@ func (s *StateStore) claim(ctx context.Context, r invocation.ClaimRequest) (invo
 	return out, nil
 }
 
-// checkClaim refuses what invocation.Store's Claim refuses, and a done ctx.
+// checkClaim refuses what redisstate.Store's Claim refuses, and a done ctx.
 func checkClaim(ctx context.Context, r invocation.ClaimRequest, token string) error {
 	if err := r.Check(); err != nil {
 		return err
@@ -336,7 +336,7 @@ func (c *claimer) decide() (invocation.Claim, error) {
 	return invocation.Claim{}, fmt.Errorf("malformed state %q", v)
 }
 
-// Void implements relay.ClaimVoider as void.lua does (invocation.Store.Void,
+// Void implements relay.ClaimVoider as void.lua does (redisstate.Store.Void,
 // docs/delivery.md#lost-replies): it gives back the claim of l.Field with
 // l.Token whose outcome the caller did not learn; l.Attempt is ignored. A
 // field running with that token is released as Release does, uncharged; a
@@ -368,13 +368,13 @@ func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
 }
 
 // Settle implements relay.StateStore.Settle as settle.lua does, for each
-// of ss (see invocation.Store.Settle): each settlement applies whole or
+// of ss (see redisstate.Store.Settle): each settlement applies whole or
 // not at all. Its transitions are fenced on their leases (an Exhaust or
 // DeadLetter already written with the same lease is not written again);
 // an acknowledgement removes the message from the Stream's PEL
 // (WithStream) and applies the retention (deleted with 0, else retained
 // with a TTL); a dead-letter entry goes to the DLQ (WithDLQ), validated
-// and defaulted as dlq.Writer.Write does (an empty OriginalStream is the
+// and defaulted as redisdlq.Writer.Write does (an empty OriginalStream is the
 // settlement's stream, which must be the DLQ's). ErrTerminal on a
 // retained hash or a message not pending, ErrStale when a lease lost its
 // token.
@@ -404,7 +404,7 @@ func (s *StateStore) settle(ctx context.Context, st invocation.Settlement) ([]in
 		}
 		e := *t.Entry
 		if e.OriginalStream == "" {
-			e.OriginalStream = st.Key.Stream // as invocation.Store fills it
+			e.OriginalStream = st.Key.Stream // as redisstate.Store fills it
 		}
 		e, err := s.dlq.check(e)
 		if err != nil {
@@ -552,7 +552,7 @@ func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value s
 	return value, nil
 }
 
-// Unfinished implements relay.StateStore.Unfinished as invocation.Store
+// Unfinished implements relay.StateStore.Unfinished as redisstate.Store
 // does: the fields that are running, waiting for a retry (recorded ones
 // included) or exhausted without a recorded DLQ entry, sorted, and whether
 // the first delivery's record is complete; nothing once retained.
@@ -563,8 +563,8 @@ func (s *StateStore) Unfinished(ctx context.Context, key invocation.Key) (invoca
 	return invocation.UnfinishedOf(s.Get(key)), nil
 }
 
-// Get returns every field of the hash of key as invocation.Store.Get does:
-// invocation fields with values in invocation.Store's wire form
+// Get returns every field of the hash of key as redisstate.Store.Get does:
+// invocation fields with values in redisstate.Store's wire form
 // ("running:<deadline_ms>:<attempt>:<token>", "ok", ...), the reserved
 // fields ("__terminal" = "1" once retained, pins, "__trace:<field>"); an
 // empty map when there is none. For assertions in tests.
@@ -601,7 +601,7 @@ func (s *StateStore) TTL(key invocation.Key) (time.Duration, bool) {
 	return time.Duration(h.expiresMS-now) * time.Millisecond, true
 }
 
-// fenced checks check as invocation.Store checks a lease in Go and, under
+// fenced checks check as redisstate.Store checks a lease in Go and, under
 // the store's lock, returns ErrTerminal on a retained hash or when l's
 // message is not pending (WithPending); otherwise it returns what fn
 // returns, given l's hash (nil when none) and the store's time. Errors

@@ -13,7 +13,7 @@ import (
 )
 
 // Stream is an in-memory Redis Stream with one consumer group, created from
-// id 0: the delivery semantics stream.Source gets from Redis
+// id 0: the delivery semantics redisstream.Source gets from Redis
 // (docs/delivery.md#from-entry-to-acknowledgement). Consumer returns the
 // relay.StreamSource of one consumer; any number of consumers share the
 // group's PEL.
@@ -234,7 +234,7 @@ func (s *Stream) pelIDs() []streamID {
 // Consumer is one consumer of a Stream's group. It implements
 // relay.StreamSource, relay.GroupEnsurer, relay.PendingReporter,
 // relay.OwnerChecker and relay.Pinger, with the semantics of the same
-// methods of stream.Source.
+// methods of redisstream.Source.
 // Safe for concurrent use.
 type Consumer struct {
 	s    *Stream
@@ -409,7 +409,7 @@ func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) (gone []string,
 
 // Pending returns the size of the group's PEL and the age of its oldest
 // entry: the clock's time minus the millisecond part of that entry's id, 0
-// when nothing is pending (stream.Source.Pending).
+// when nothing is pending (redisstream.Source.Pending).
 func (c *Consumer) Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, fmt.Errorf("relaytest: pending: %w", err)
@@ -437,7 +437,7 @@ func (c *Consumer) EnsureGroup(ctx context.Context) error {
 }
 
 // Owned reports which of ids are in the group's PEL and delivered to this
-// consumer, as stream.Source.Owned does (relay.OwnerChecker,
+// consumer, as redisstream.Source.Owned does (relay.OwnerChecker,
 // docs/delivery.md#held-messages): an id missing from the map was
 // acknowledged, never delivered, or taken over by another consumer (a
 // Reclaim or Heartbeat of its). A pending id whose stream entry was deleted

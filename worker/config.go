@@ -13,7 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -115,9 +115,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// DisableStats turns off the cluster-wide counters of relay stats.
 	DisableStats bool
-	// ScheduleOptions are passed to every schedule.Scheduler the worker
+	// ScheduleOptions are passed to every redisschedule.Scheduler the worker
 	// runs (after its own), so tests can shrink its timings.
-	ScheduleOptions []schedule.Option
+	ScheduleOptions []redisschedule.Option
 	// ReloadInterval is how often the apps are rescanned even when the
 	// AppSource reported no change (docs/apps.md#changing-apps). Default:
 	// DefaultReloadInterval.
@@ -137,8 +137,8 @@ type Config struct {
 	PolicyCheckInterval time.Duration
 	// MemoryCheckInterval is how often each stream's Redis memory is
 	// measured and projected at the worker's retentions
-	// (stats.MeasureMemory): the projection is exported as a gauge, and a
-	// projection over 90% of maxmemory is warned about once, then when it
+	// (redisstats.MeasureMemory): the projection is exported as a gauge, and
+	// a projection over 90% of maxmemory is warned about once, then when it
 	// changes (docs/operations.md#memory-budget). Default:
 	// DefaultMemoryCheckInterval; Disabled turns the measurement off.
 	MemoryCheckInterval time.Duration

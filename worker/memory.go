@@ -11,10 +11,11 @@ import (
 
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // memoryWatch measures one stream's Redis memory and its projection at
-// the worker's retentions every interval (stats.MeasureMemory), exports
+// the worker's retentions every interval (redisstats.MeasureMemory), exports
 // them as gauges, and warns when the projection is over stats.BudgetShare
 // of maxmemory: once, and again only when the verdict changes (back under
 // budget, or another part is to blame).
@@ -55,7 +56,7 @@ func (m *memoryWatch) Run(ctx context.Context) {
 // stay as if there were no maxmemory. The first success after them is
 // logged at info.
 func (m *memoryWatch) check(ctx context.Context) {
-	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
+	mem, err := redisstats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
 	if err != nil {
 		if ctx.Err() == nil {
 			level := slog.LevelDebug

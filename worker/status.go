@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -22,7 +23,7 @@ import (
 // pending (relay.Engine.Holds), the attempts it runs (relay.Engine.Running)
 // with those whose message Redis no longer has pending marked lost, the
 // worker's concurrency slots (relay.Limiter.InUse) and whether its source
-// created the consumer group again (stream.Source.GroupRecreations). It
+// created the consumer group again (redisstream.Source.GroupRecreations). It
 // removes this worker's status when it stops. A failed write is logged on
 // its first occurrence and every 30th.
 type statusPublisher struct {
@@ -50,7 +51,7 @@ func (p *statusPublisher) Run(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	for _, s := range p.streams {
-		if err := stats.ClearStatus(cctx, p.redis, s.name, p.group, p.consumer); err != nil {
+		if err := redisstats.ClearStatus(cctx, p.redis, s.name, p.group, p.consumer); err != nil {
 			p.log.LogAttrs(cctx, slog.LevelWarn, "removing the worker's status failed; readers ignore it once it is stale",
 				slog.String("stream", s.name), slog.Any("error", err))
 		}
@@ -68,7 +69,7 @@ func (p *statusPublisher) publish(ctx context.Context) error {
 		if st.Running, err = runs(ctx, s); err != nil {
 			return err
 		}
-		if err := stats.WriteStatus(ctx, p.redis, s.name, p.group, st); err != nil {
+		if err := redisstats.WriteStatus(ctx, p.redis, s.name, p.group, st); err != nil {
 			return err
 		}
 	}
@@ -90,7 +91,7 @@ func (p *statusPublisher) slots() *stats.Slots {
 
 // runs lists the attempts the Engine of s runs, oldest first, marking
 // lost those whose message is no longer pending for this worker
-// (stream.Source.Owned). The list is taken before and after that check,
+// (redisstream.Source.Owned). The list is taken before and after that check,
 // and only an attempt in both can be lost: it ran throughout the check,
 // and a message is acknowledged only after its attempts end, so a message
 // missing then was not acknowledged but lost (Redis lost its data, the

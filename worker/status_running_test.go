@@ -13,7 +13,8 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -47,7 +48,7 @@ func TestStatusPublishesRunsSlotsAndLostMessages(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	src := stream.New(rc, name, "workers", "producer")
+	src := redisstream.New(rc, name, "workers", "producer")
 	var ids []string
 	for range 3 {
 		id, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`})
@@ -58,7 +59,7 @@ func TestStatusPublishesRunsSlotsAndLostMessages(t *testing.T) {
 	}
 	var st stats.WorkerStatus
 	read := func() bool {
-		ws, err := stats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
+		ws, err := redisstats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
 		if err != nil || len(ws) != 1 {
 			return false
 		}

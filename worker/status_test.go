@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // gauge is the value of gauge name with the label values labels (name=value
@@ -47,7 +48,7 @@ func (h *workerHarness) gauge(name string, labels ...string) float64 {
 // holds reads the holds the harness's worker published for its stream.
 func (h *workerHarness) holds() []stats.Hold {
 	h.t.Helper()
-	hs, err := stats.ReadHolds(h.t.Context(), h.cfg.Redis, h.streams[0], "workers")
+	hs, err := redisstats.ReadHolds(h.t.Context(), h.cfg.Redis, h.streams[0], "workers")
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestStatusNamesAnAppWithUnreadableRules(t *testing.T) {
 		t.Errorf("relay_held_messages{reason=rules_unreadable} = %v after the fix, want 0", got)
 	}
 	stop()
-	if ws, err := stats.ReadStatus(t.Context(), h.cfg.Redis, h.streams[0], "workers", time.Now()); err != nil || len(ws) != 0 {
+	if ws, err := redisstats.ReadStatus(t.Context(), h.cfg.Redis, h.streams[0], "workers", time.Now()); err != nil || len(ws) != 0 {
 		t.Errorf("status after the worker stopped = %+v, %v; want none", ws, err)
 	}
 }

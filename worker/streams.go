@@ -9,10 +9,10 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/invocation/redisstate"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamParts are the Redis-backed parts of one stream, the Engine that
@@ -21,7 +21,7 @@ import (
 type streamParts struct {
 	name   string
 	engine *relay.Engine
-	source *stream.Source
+	source *redisstream.Source
 	// ping is the Engine's source as a relay.Pinger, for readiness: the
 	// wrapped one when WrapComponents wrapped it (checkWrapped keeps its
 	// Pinger), else source.
@@ -43,18 +43,18 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		ecfg.Metrics = reg
 	}
 	if !cfg.DisableStats {
-		ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
+		ecfg.Stats = redisstats.NewRecorder(cfg.Redis, name, cfg.Group)
 	}
-	var srcOpts []stream.Option
+	var srcOpts []redisstream.Option
 	if ecfg.Logger != nil {
-		srcOpts = append(srcOpts, stream.WithLogger(ecfg.Logger))
+		srcOpts = append(srcOpts, redisstream.WithLogger(ecfg.Logger))
 	}
-	src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
+	src := redisstream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
 	// The store settles the source's messages: one Redis client, so a
 	// message's last transitions, its dead-letter entries, its XACK and
 	// its retention take one script (docs/delivery.md#invocation-state).
-	store := invocation.New(cfg.Redis)
-	dlqw := dlq.NewWriter(cfg.Redis, name)
+	store := redisstate.New(cfg.Redis)
+	dlqw := redisdlq.NewWriter(cfg.Redis, name)
 	c := relay.Components{
 		Source: src, State: store, Runner: cfg.Runner,
 		Stream: name, Group: cfg.Group, Consumer: cfg.Consumer,

@@ -17,7 +17,7 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // ErrNoApps is returned by Worker.Run when its AppSource holds no app:
@@ -114,7 +114,7 @@ func checkHandlers(cfg Config) error {
 // newScheduleConfig is what the Worker's Schedulers are built from; it
 // registers their metrics.
 func newScheduleConfig(cfg Config, log *slog.Logger, reg prometheus.Registerer) (scheduleConfig, error) {
-	sm, err := schedule.NewMetrics(reg)
+	sm, err := redisschedule.NewMetrics(reg)
 	if err != nil {
 		return scheduleConfig{}, fmt.Errorf("worker: register schedule metrics: %w", err)
 	}
@@ -160,7 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if w.cfg.StateDir != "" && len(apps.ScheduleSpecs()) > 0 {
 		// The Scheduler would find out only once the worker had started.
-		if err := schedule.CheckStateDir(w.cfg.StateDir); err != nil {
+		if err := redisschedule.CheckStateDir(w.cfg.StateDir); err != nil {
 			return fmt.Errorf("worker: Config.StateDir: %w", err)
 		}
 	}

@@ -22,14 +22,16 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -151,7 +153,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	rc := h.cfg.Redis
 	ids := map[string]string{}
 	for _, s := range h.streams {
-		id, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
+		id, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,12 +164,12 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	})
 	for _, s := range h.streams {
 		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
-			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "probe").Pending(t.Context())
 			return err == nil && n == 0
 		})
 		// The Worker pairs XACK and retention: the state is retained.
 		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
-			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
+			st, err := redisstate.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
 			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
 		})
 	}
@@ -184,12 +186,12 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		t.Errorf("Ready after the stop = %v, want the engines named as not consuming", err)
 	}
 	// The occurrence went to the first stream.
-	c, err := stats.Read(t.Context(), rc, h.streams[0], "workers")
+	c, err := redisstats.Read(t.Context(), rc, h.streams[0], "workers")
 	if err != nil || c.Received != 1 || c.Successes < 2 {
 		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
 	}
 	// The feed relay console tails has the event's outcome.
-	feed, err := stats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
+	feed, err := redisstats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
 	if err != nil || len(feed) != 1 || feed[0].MessageID != ids[h.streams[1]] || feed[0].Outcome != "succeeded" ||
 		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
 		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)
@@ -250,8 +252,8 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h.cfg.Engine.Retention = time.Hour
 	var wrapped []*tallyState
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		if _, ok := c.State.(*invocation.Store); !ok {
-			t.Errorf("WrapComponents got State %T, want the Worker's *invocation.Store", c.State)
+		if _, ok := c.State.(*redisstate.Store); !ok {
+			t.Errorf("WrapComponents got State %T, want the Worker's *redisstate.Store", c.State)
 		}
 		if c.Source == nil || c.State == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
 			t.Errorf("WrapComponents got incomplete components %+v", c)
@@ -264,7 +266,7 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	_, stop := h.run()
 	defer stop()
 	rc := h.cfg.Redis
-	id, err := stream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
+	id, err := redisstream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	if !errors.Is(res[0].Err, invocation.ErrTerminal) {
 		t.Errorf("dead-letter settlement for an acknowledged message = %v; want invocation.ErrTerminal", res[0].Err)
 	}
-	if n, err := dlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
+	if n, err := redisdlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
 		t.Errorf("%d DLQ entries, %v; want the one", n, err)
 	}
 }
@@ -521,9 +523,9 @@ func TestWorkerNamesAMissingStream(t *testing.T) {
 }
 
 // pingCounter wraps the Worker's source keeping every capability (it
-// embeds the *stream.Source) and counts the readiness pings it sees.
+// embeds the *redisstream.Source) and counts the readiness pings it sees.
 type pingCounter struct {
-	*stream.Source
+	*redisstream.Source
 	pings atomic.Int32
 }
 
@@ -539,7 +541,7 @@ func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	var pc *pingCounter
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		pc = &pingCounter{Source: c.Source.(*stream.Source)}
+		pc = &pingCounter{Source: c.Source.(*redisstream.Source)}
 		c.Source = pc
 		return c
 	}
@@ -584,7 +586,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 	rc := h.cfg.Redis
 	for _, s := range h.streams {
 		for range 3 {
-			if _, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
+			if _, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -601,7 +603,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 			return false
 		}
 		for _, s := range h.streams {
-			n, _, err := stream.New(rc, s, "workers", "w1").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "w1").Pending(t.Context())
 			if err != nil || n != 0 {
 				return false
 			}

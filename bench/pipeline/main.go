@@ -56,7 +56,7 @@ import (
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/keys"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const group = "bench"
@@ -262,7 +262,7 @@ func (r result) rate() float64 { return float64(r.events) / r.elapsed.Seconds() 
 // mode until the group has delivered and acknowledged all of them, and
 // returns how long that took and what it cost.
 func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string, retention time.Duration, name string, nw int) (result, error) {
-	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
 		return result{}, err
 	}
 	usedBefore, err := benchkit.UsedMemory(ctx, admin)

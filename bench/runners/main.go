@@ -66,10 +66,11 @@ import (
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const group = "bench"
@@ -399,12 +400,12 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	if err != nil {
 		return row{}, err
 	}
-	src := &timedSource{Source: stream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
+	src := &timedSource{Source: redisstream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
 	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src, State: &timedState{Store: invocation.New(rc), src: src}, Runner: timed,
+		Source: src, State: &timedState{Store: redisstate.New(rc), src: src}, Runner: timed,
 		Stream: name, Group: group, Consumer: "bench",
-	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: stats.NewRecorder(rc, name, group)})
+	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: redisstats.NewRecorder(rc, name, group)})
 	if err != nil {
 		return row{}, err
 	}
@@ -584,10 +585,10 @@ func measureCtrBurst(ctx context.Context, cfg config) (row, error) {
 
 // timedSource records when the Engine's XACK of an awaited message
 // returned (timedState tells it). Embedding keeps every optional
-// capability of *stream.Source (GroupEnsurer, PendingReporter, Pinger)
+// capability of *redisstream.Source (GroupEnsurer, PendingReporter, Pinger)
 // visible to the Engine.
 type timedSource struct {
-	*stream.Source
+	*redisstream.Source
 	mu    sync.Mutex
 	waits map[string]chan time.Time
 	// early holds acks of ids not registered yet: XADD's reply may arrive
@@ -612,10 +613,10 @@ func (s *timedSource) publishAwaited(ctx context.Context, event string, ch chan 
 }
 
 // timedState tells src when a settlement acknowledged its message.
-// Embedding keeps the optional capabilities of *invocation.Store
+// Embedding keeps the optional capabilities of *redisstate.Store
 // (ClaimVoider) visible to the Engine.
 type timedState struct {
-	*invocation.Store
+	*redisstate.Store
 	src *timedSource
 }
 

@@ -14,7 +14,8 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -52,7 +53,7 @@ func TestCLIHealthWarnsOfStalledHandlersAndLostData(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	src := stream.New(rc, name, "workers", "producer")
+	src := redisstream.New(rc, name, "workers", "producer")
 	for range 3 {
 		if _, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`}); err != nil {
 			t.Fatal(err)
@@ -60,7 +61,7 @@ func TestCLIHealthWarnsOfStalledHandlersAndLostData(t *testing.T) {
 	}
 	running := func(cond func(stats.WorkerStatus) bool) func() bool {
 		return func() bool {
-			ws, err := stats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
+			ws, err := redisstats.ReadStatus(t.Context(), rc, name, "workers", time.Now())
 			return err == nil && len(ws) == 1 && len(ws[0].Running) == 2 && cond(ws[0])
 		}
 	}

@@ -18,24 +18,25 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // newGroup creates a stream with its consumer group "workers".
-func newGroup(t *testing.T) (name string, src *stream.Source) {
+func newGroup(t *testing.T) (name string, src *redisstream.Source) {
 	t.Helper()
 	name = redistest.Name(t, "events")
-	src = stream.New(redistest.Client(t), name, "workers", "test")
+	src = redisstream.New(redistest.Client(t), name, "workers", "test")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestCLIStats(t *testing.T) {
 	if err := src.Ack(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	w := dlq.NewWriter(rc, name)
+	w := redisdlq.NewWriter(rc, name)
 	for i := range 2 {
 		if _, err := w.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", i+1), Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
 			t.Fatal(err)
@@ -205,10 +206,10 @@ events:
 		"bad.run": func(context.Context, runtime.Request) error { return errors.New("no") },
 	})
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner,
+		Source: redisstream.New(rc, name, "workers", "c1", redisstream.WithBlock(50*time.Millisecond)),
+		State:  redisstate.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
-	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	}, relay.Config{Stats: redisstats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,8 +223,8 @@ events:
 	}
 	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		n, _, err := src.Pending(t.Context())
-		l, _ := dlq.NewStore(rc, name).Len(t.Context())
-		s, _ := stats.Read(t.Context(), rc, name, "workers")
+		l, _ := redisdlq.NewStore(rc, name).Len(t.Context())
+		s, _ := redisstats.Read(t.Context(), rc, name, "workers")
 		return err == nil && n == 0 && l == 2 && s.Received == 5
 	})
 	cancel()
@@ -257,7 +258,7 @@ func TestCLIHealthWarnsOnEviction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	ready := redistest.Name(t, "events")
-	if err := stream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for policy, mayEvict := range map[string]string{
@@ -292,7 +293,7 @@ func TestCLIStatsMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 60 entries in the last 30 s: 1 per second over the 60 s window.
@@ -351,7 +352,7 @@ func TestCLIHealthAtMaxmemory(t *testing.T) {
 	rc := redistest.Connect(t, srv.Addr)
 	ctx := t.Context()
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 500 entries of 2 KB, all older than the rate's one-minute window.

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -54,7 +55,7 @@ func TestCLIHealthAndStatsNameHeldMessages(t *testing.T) {
 		}
 	}
 	testutil.WaitFor(t, 10*time.Second, "the worker to publish the held messages", func() bool {
-		hs, err := stats.ReadHolds(t.Context(), redistest.Client(t), name, "workers")
+		hs, err := redisstats.ReadHolds(t.Context(), redistest.Client(t), name, "workers")
 		return err == nil && len(hs) == 1 && hs[0].Held == 2
 	})
 	args := []string{"--redis-uri", redistest.Addr(t), "--stream", name, "--group", "workers"}

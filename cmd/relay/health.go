@@ -17,7 +17,9 @@ import (
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // HealthCmd is `relay health`.
@@ -130,7 +132,7 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
 	reachable = err == nil || errors.Is(err, stream.ErrNoStream) || errors.Is(err, stream.ErrNoGroup)
 	switch {
 	case errors.Is(err, stream.ErrNoStream):
@@ -217,7 +219,7 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
 	switch {
 	case err != nil:
 		ch.OK, ch.Skipped = true, true
@@ -306,7 +308,7 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
 	now := time.Now()
-	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
 	switch {
 	case err != nil:
 		runs.Skipped, data.Skipped = true, true
@@ -318,7 +320,7 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 		data.Detail = runs.Detail
 		return []healthCheckJSON{runs, data}
 	}
-	pending, _, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
+	pending, _, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
 	if err != nil {
 		pending = -1 // full slots are not judged
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // RetentionFlags are the retentions a memory projection assumes, read
@@ -34,7 +35,7 @@ func (r RetentionFlags) check() error {
 
 // measureMemory measures the stream's Redis memory with the retentions.
 func (r RetentionFlags) measureMemory(ctx context.Context, rc rueidis.Client, g *Globals) (stats.Memory, error) {
-	return stats.MeasureMemory(ctx, rc, g.RedisStream, g.RedisGroup, r.retentions(), stats.Budget{})
+	return redisstats.MeasureMemory(ctx, rc, g.RedisStream, g.RedisGroup, r.retentions(), stats.Budget{})
 }
 
 type memoryJSON struct {

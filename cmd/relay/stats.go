@@ -11,8 +11,10 @@ import (
 
 	"github.com/relaydev/relay/stats"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // StatsCmd is `relay stats`.
@@ -69,22 +71,22 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
-	s, err := stats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
+	s, err := redisstats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}
-	pending, oldest, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
+	pending, oldest, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return fmt.Errorf("consumer group %q does not exist on stream %q: check REDIS_GROUP (--group)", g.RedisGroup, g.RedisStream)
 	}
 	if err != nil {
 		return err
 	}
-	dlqLen, err := dlq.NewStore(rc, g.RedisStream).Len(ctx)
+	dlqLen, err := redisdlq.NewStore(rc, g.RedisStream).Len(ctx)
 	if err != nil {
 		return err
 	}
-	holds, err := stats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
+	holds, err := redisstats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,7 @@
 // its group idle yields the processor once and then runs with whatever
 // queued meanwhile, so batching adds no timed wait.
 //
-// invocation.Store uses it to run the claims and settlements of concurrent
+// redisstate.Store uses it to run the claims and settlements of concurrent
 // deliveries in one script call (docs/delivery.md#batched-transitions).
 package combine
 

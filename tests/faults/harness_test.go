@@ -18,6 +18,7 @@ import (
 
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // worker is one running worker process.
@@ -337,7 +338,7 @@ func missingMetricSum(ctx context.Context, rc rueidis.Client, streamName string)
 
 // waitQuiet waits until every entry up to newest was delivered and
 // acknowledged.
-func waitQuiet(t *testing.T, rc rueidis.Client, src *stream.Source, newest string, timeout time.Duration) {
+func waitQuiet(t *testing.T, rc rueidis.Client, src *redisstream.Source, newest string, timeout time.Duration) {
 	ctx := context.Background()
 	testutil.WaitFor(t, timeout, "every entry acknowledged", func() bool {
 		n, _, err := src.Pending(ctx)
@@ -359,7 +360,7 @@ func waitQuiet(t *testing.T, rc rueidis.Client, src *stream.Source, newest strin
 // error first looks for the event among the newest entries: a Redis restart
 // can cut off the reply of an XADD that was applied, and publishing again
 // would add an entry the ledger does not know. Events must be unique.
-func publish(t *testing.T, rc rueidis.Client, src *stream.Source, event string) string {
+func publish(t *testing.T, rc rueidis.Client, src *redisstream.Source, event string) string {
 	t.Helper()
 	// rueidis retries a read on a broken connection for as long as its
 	// context lasts: bounded, so that a Redis that never comes back fails

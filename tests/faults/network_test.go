@@ -23,7 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	relayworker "github.com/relaydev/relay/worker"
 )
 
@@ -224,7 +224,7 @@ type healthCheck struct {
 }
 
 // checkHealth runs what relay health's Redis check runs (cmd/relay
-// health.go): a new client of addr and stream.Source.Ping within 10 s.
+// health.go): a new client of addr and redisstream.Source.Ping within 10 s.
 func checkHealth(addr, streamName string) healthCheck {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -232,7 +232,7 @@ func checkHealth(addr, streamName string) healthCheck {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err == nil {
 		defer c.Close()
-		err = stream.New(c, streamName, soakGroup, "relay-health").Ping(ctx)
+		err = redisstream.New(c, streamName, soakGroup, "relay-health").Ping(ctx)
 	}
 	return healthCheck{err: err, took: time.Since(start)}
 }
@@ -461,7 +461,7 @@ func networkWorker(ctx context.Context, t *testing.T, engineRC rueidis.Client, r
 		StreamRetention: relayworker.Disabled, DLQRetention: relayworker.Disabled, ConsumerIdle: relayworker.Disabled,
 		DisableStats: true,
 		WrapComponents: func(c relay.Components) relay.Components {
-			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.Source = ledgerSource{c.Source.(*redisstream.Source), rec}
 			c.State = ledgerState{c.State, rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
 			return c

@@ -16,12 +16,12 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // pausedApp's handler sleeps 3 s on its first attempt, past the rule's
@@ -64,9 +64,9 @@ func TestPausedWorkerOwnExit(t *testing.T) {
 	}
 	// Each path has a stream of its own; they run one after the other, as
 	// both count the namespace's running tasks.
-	setup := func(t *testing.T) (*soak, *stream.Source) {
+	setup := func(t *testing.T) (*soak, *redisstream.Source) {
 		streamName := redistest.Name(t, "paused")
-		src := stream.New(rc, streamName, soakGroup, "publisher")
+		src := redisstream.New(rc, streamName, soakGroup, "publisher")
 		if err := src.EnsureGroup(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func logLine(t *testing.T, s *soak, id, text string) string {
 }
 
 // pending is the number of src's group's pending entries.
-func pending(t *testing.T, src *stream.Source) int64 {
+func pending(t *testing.T, src *redisstream.Source) int64 {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	n, _, err := src.Pending(ctx)
@@ -216,9 +216,9 @@ func pending(t *testing.T, src *stream.Source) int64 {
 }
 
 // dlqLen is the length of src's stream's DLQ.
-func dlqLen(t *testing.T, src *stream.Source) int64 {
+func dlqLen(t *testing.T, src *redisstream.Source) int64 {
 	rc := src.Client()
-	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(dlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
+	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(redisdlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}

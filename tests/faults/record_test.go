@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // The ledger a soak's workers keep in Redis, next to the engine's own state,
@@ -339,7 +340,7 @@ func missingPayloadTotal(reg *prometheus.Registry) (float64, bool) {
 // Pending); Reclaim, which reports deleted entries, is wrapped here, or the
 // engine would learn of deletions the ledger misses.
 type ledgerSource struct {
-	*stream.Source
+	*redisstream.Source
 	rec *recorder
 }
 

@@ -23,7 +23,8 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // The retention soak's settings. Its length is RELAY_SOAK_RETENTION_DURATION
@@ -55,7 +56,7 @@ var (
 )
 
 // projectionTolerance is how far the memory the parts level off at may be
-// from what stats.MeasureMemory projected earlier in the run.
+// from what redisstats.MeasureMemory projected earlier in the run.
 const projectionTolerance = 0.25
 
 func retentionSoakDuration() time.Duration {
@@ -106,7 +107,7 @@ type retentionSample struct {
 	markers, markersNoTTL int
 	otherKeys             int
 	consumers             int
-	// mem is what stats.MeasureMemory measured and projected at the
+	// mem is what redisstats.MeasureMemory measured and projected at the
 	// soak's retentions; measured is false when it failed.
 	mem      stats.Memory
 	measured bool
@@ -146,7 +147,7 @@ func TestSoakRetention(t *testing.T) {
 // or acknowledged early and no pending entry trimmed
 // (docs/operations.md#retention). The stream, dead-letter stream and
 // invocation state must level off within projectionTolerance of what
-// stats.MeasureMemory projected in the middle of the run
+// redisstats.MeasureMemory projected in the middle of the run
 // (docs/operations.md#memory-budget).
 func soakRetention(t *testing.T, rs retentionSettings) {
 	duration := retentionSoakDuration()
@@ -179,7 +180,7 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 	writeApp(soakAppName, soakApp, true)
 	writeApp(auxAppName, auxApp, true)
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 			t.Logf("sample: %v", err)
 			return
 		}
-		sm.mem, err = stats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
+		sm.mem, err = redisstats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
 		if sm.measured = err == nil; err != nil {
 			t.Logf("measure memory: %v", err)
 		}

@@ -51,6 +51,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -132,7 +133,7 @@ func spreadAt(i, events, n int) bool { return i > 0 && i%max(1, events/(n+1)) ==
 // newSoakStream connects to addr and returns the client, a new stream with
 // the soak's group, an apps root holding the soak app of template
 // tmpl, and the publisher's source.
-func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *stream.Source) {
+func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *redisstream.Source) {
 	rc := redistest.Connect(t, addr)
 	streamName := redistest.Name(t, "soak")
 	appsRoot := t.TempDir()
@@ -142,7 +143,7 @@ func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, str
 	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
 	}

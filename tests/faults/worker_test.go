@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,10 +24,10 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	relayworker "github.com/relaydev/relay/worker"
 )
 
@@ -138,12 +138,12 @@ func TestWorkerProcess(t *testing.T) {
 		retentionWorker(ctx, t, rc, rec, runner, cfg, rs, consumer)
 		return
 	}
-	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
-	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
+	src := redisstream.New(rc, streamName, soakGroup, consumer, redisstream.WithBlock(100*time.Millisecond))
+	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, redisstats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: ledgerSource{src, rec}, State: ledgerState{invocation.New(rc), rec},
+		Source: ledgerSource{src, rec}, State: ledgerState{redisstate.New(rc), rec},
 		Runner: ledgerRunner{runner, rec},
 		Stream: streamName, Group: soakGroup, Consumer: consumer,
 	}, cfg)
@@ -208,7 +208,7 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 		// Restarted workers come back under new names, like pods.
 		ConsumerIdle: rs.stream,
 		WrapComponents: func(c relay.Components) relay.Components {
-			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.Source = ledgerSource{c.Source.(*redisstream.Source), rec}
 			c.State = ledgerState{c.State, rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
 			return c

@@ -22,7 +22,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -230,7 +230,7 @@ func (w *child) run(ctx context.Context) error {
 // nothing in between.
 func (w *child) rawLoop(ctx context.Context) error {
 	s := w.spec
-	src := stream.New(w.rc, s.Stream, s.Group, s.Consumer)
+	src := redisstream.New(w.rc, s.Stream, s.Group, s.Consumer)
 	for ctx.Err() == nil {
 		msgs, err := src.Read(ctx, s.Batch)
 		if err != nil {
