@@ -43,7 +43,7 @@ func UnfinishedOf(m map[string]string) Unfinished {
 	}
 	var u Unfinished
 	for f, v := range m {
-		if strings.HasPrefix(f, "__") || v == "ok" || (strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")) {
+		if strings.HasPrefix(f, "__") || Final(v) {
 			continue
 		}
 		u.Fields = append(u.Fields, f)
@@ -51,4 +51,15 @@ func UnfinishedOf(m map[string]string) Unfinished {
 	slices.Sort(u.Fields)
 	u.Complete = m[matchedField] == "1"
 	return u
+}
+
+// SupersededPrefix starts the final value of an invocation a newer event
+// with its debounce key superseded: "superseded:<newer message id>"
+// (docs/delivery.md#data-layout-in-redis).
+const SupersededPrefix = "superseded:"
+
+// Final reports whether v, a stored invocation value, is final: "ok",
+// exhausted with its dead-letter entry written (":dlq"), or superseded.
+func Final(v string) bool {
+	return v == "ok" || strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq") || strings.HasPrefix(v, SupersededPrefix)
 }

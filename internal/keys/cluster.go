@@ -69,6 +69,7 @@ func Derived(stream, group string) []string {
 		Invocation(stream, group, "0-0"),
 		Stats(stream, group),
 		Feed(stream, group),
+		Limit(stream, group, "slots", "app/handler", "key"),
 		ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),
 	}
 }

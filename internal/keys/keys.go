@@ -90,6 +90,17 @@ func HashTag(key string) (string, bool) {
 	return key[open+1 : open+1+end], true
 }
 
+// Limit is the key of one flow-control group of the rule of invocation
+// field ("<app>/<handler>") of stream and group
+// (docs/flow-control.md): relay:limit:<stream>:<group>:<kind>:<field>:<limit key>,
+// kind "slots" (a sorted set of the running attempts' message ids, scored
+// by their leases' ends), "rate" (the GCRA's theoretical arrival time) or
+// "debounce" (a hash of the latest event's id and the end of its period).
+// It shares the stream's hash tag.
+func Limit(stream, group, kind, field, limitKey string) string {
+	return prefix + "limit:" + Escape(stream) + ":" + Escape(group) + ":" + kind + ":" + Escape(field) + ":" + Escape(limitKey)
+}
+
 // Stats is the hash of cluster-wide counters for one stream and group.
 func Stats(stream, group string) string {
 	return prefix + "stats:" + Escape(stream) + ":" + Escape(group)

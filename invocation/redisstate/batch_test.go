@@ -546,10 +546,10 @@ func TestSplitClaimReplies(t *testing.T) {
 		return splitReplies(rueidis.NewLuaScript(lua).Exec(t.Context(), c, nil, nil), n, claimReplyLen)
 	}
 	// One reply of every code.
-	const all = `return {9, 1700000000000, 7, 1, 2, 1700000000000, 'tp', 1, 4, 2, 5, 5, 2, 'tok', '', 0, 6, 2, 'tok', 'tp', 8, 'garbage', 3, 42, 10, 11, 2, 1}`
-	got := run(all, 11)
-	wantCodes := []int64{9, 7, 1, 4, 2, 5, 6, 8, 3, 10, 11}
-	wantLast := []string{"1700000000000", "7", "1", "4", "5", "0", "tp", "garbage", "42", "10", "1"}
+	const all = `return {9, 1700000000000, 7, 1, 2, 1700000000000, 'tp', 1, 4, 2, 5, 3, 5, 2, 'tok', '', 0, 6, 2, 'tok', 'tp', 8, 'garbage', 3, 42, 2, 10, 11, 2, 1, 12, 'c', 5000, 13, 77, 14, '1-0'}`
+	got := run(all, 14)
+	wantCodes := []int64{9, 7, 1, 4, 2, 5, 6, 8, 3, 10, 11, 12, 13, 14}
+	wantLast := []string{"1700000000000", "7", "1", "4", "3", "0", "tp", "garbage", "2", "10", "1", "5000", "77", "1-0"}
 	for i, r := range got {
 		if r.err != nil {
 			t.Fatalf("claim %d: %v", i, r.err)

@@ -113,8 +113,8 @@ const (
 // claim.lua's flat array (claimReplyLen).
 const (
 	claimClaimed      = 1  // 1, attempt, deadline_ms, trace, lost
-	claimRunning      = 2  // 2, deadline_ms
-	claimNotDue       = 3  // 3, deadline_ms
+	claimRunning      = 2  // 2, deadline_ms, attempt
+	claimNotDue       = 3  // 3, deadline_ms, attempts used
 	claimSucceeded    = 4  // 4
 	claimExhausted    = 5  // 5, attempt, token, trace, lost
 	claimDeadLettered = 6  // 6, attempt, token, trace
@@ -123,6 +123,9 @@ const (
 	claimFirst        = 9  // 9, deadline_ms: attempt 1 claimed, trace '' and lost 0
 	claimVoided       = 10 // 10: the claim was voided before it ran (void.lua)
 	claimProbed       = 11 // 11, attempts used, lost: a probe recorded the field due
+	claimThrottled    = 12 // 12, limit ('c' or 'r'), next_us: the gate's slots or rate defer it
+	claimDebounced    = 13 // 13, due_ms: the gate's debounce period runs until due_ms
+	claimSuperseded   = 14 // 14, newer message id: a newer event of its debounce key
 )
 
 // Reply codes of settle.lua, per settlement.
@@ -139,9 +142,9 @@ func claimReplyLen(code int64) int {
 	switch code {
 	case claimSucceeded, claimTerminal, claimVoided:
 		return 1
-	case claimRunning, claimNotDue, claimMalformed, claimFirst:
+	case claimMalformed, claimFirst, claimDebounced, claimSuperseded:
 		return 2
-	case claimProbed:
+	case claimRunning, claimNotDue, claimProbed, claimThrottled:
 		return 3
 	case claimDeadLettered:
 		return 4

@@ -415,14 +415,14 @@ func TestClaimScript(t *testing.T) {
 			name: "running live", call: claim(5), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 		},
 		{
 			name: "running live at max attempts", call: claim(2), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 		},
 		{
@@ -446,7 +446,7 @@ func TestClaimScript(t *testing.T) {
 			name: "next_attempt_at future", call: claim(5), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 		},
 		{
@@ -635,7 +635,7 @@ func TestClaimScriptRecords(t *testing.T) {
 			name: "running live", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: running(a.seed+hourMS, 2, "old")}, a.now, two)
@@ -645,7 +645,7 @@ func TestClaimScriptRecords(t *testing.T) {
 			name: "next_attempt_at future", call: claim(5, two), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 			state: func(a at) map[string]string {
 				return with(map[string]string{testField: nextAt(a.seed+hourMS, 2, "old")}, a.now, two)
@@ -787,14 +787,14 @@ func TestClaimScriptProbe(t *testing.T) {
 			name: "live lease", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(now int64) string { return running(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 		},
 		{
 			name: "not due", call: probe(5, invocation.Record{}), pttl: ttlNone,
 			seed: field(func(now int64) string { return nextAt(now+hourMS, 2, "old") }),
 			want: func(a at) any {
-				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS)}
+				return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(a.seed + hourMS), Lease: invocation.Lease{Key: a.key, Field: testField, Attempt: 2}}
 			},
 		},
 		{

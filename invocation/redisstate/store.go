@@ -198,19 +198,51 @@ func (s *Store) claimArgs(r invocation.ClaimRequest, token string) ([]string, er
 	if err := s.checkKeys(r.Key); err != nil {
 		return nil, err
 	}
-	flags := "-"
-	switch {
-	case r.Record.Complete && r.Probe:
-		flags = "cp"
-	case r.Record.Complete:
-		flags = "c"
-	case r.Probe:
-		flags = "p"
+	flags := ""
+	if r.Record.Complete {
+		flags += "c"
 	}
-	args := make([]string, 0, 8+len(r.Record.Fields))
+	if r.Probe {
+		flags += "p"
+	}
+	gated := !r.Probe && !r.Gate.IsZero()
+	if gated {
+		flags += "g"
+	}
+	if flags == "" {
+		flags = "-"
+	}
+	args := make([]string, 0, 8+len(r.Record.Fields)+gateArgs)
 	args = append(args, r.Field, strconv.FormatInt(r.Lease.Milliseconds(), 10), token, strconv.Itoa(r.MaxAttempts),
 		flags, r.Key.Group, r.Key.MessageID, strconv.Itoa(len(r.Record.Fields)))
-	return append(args, r.Record.Fields...), nil
+	args = append(args, r.Record.Fields...)
+	if gated {
+		g, k := r.Gate, r.Key
+		limit := func(kind, key string, on bool) string {
+			if !on {
+				return ""
+			}
+			return keys.Limit(k.Stream, k.Group, kind, r.Field, key)
+		}
+		args = append(args,
+			strconv.Itoa(g.Slots), limit("slots", g.SlotKey, g.Slots > 0),
+			strconv.FormatInt(g.Interval.Microseconds(), 10), strconv.Itoa(g.Burst), limit("rate", g.RateKey, g.Interval > 0),
+			strconv.FormatInt(g.Period.Milliseconds(), 10), limit("debounce", g.DebounceKey, g.Period > 0))
+	}
+	return args, nil
+}
+
+// gateArgs is how many arguments a claim's gate adds to its segment
+// (claim.lua).
+const gateArgs = 7
+
+// slotsKey is the key of the slots transition t gives back ('' for none:
+// settle.lua).
+func slotsKey(k invocation.Key, t invocation.Transition) string {
+	if t.Gate.Slots == 0 || t.Kind == invocation.DeadLetter {
+		return ""
+	}
+	return keys.Limit(k.Stream, k.Group, "slots", t.Lease.Field, t.Gate.SlotKey)
 }
 
 // claimOf reads one claim's reply r: base is the lease of the claimed
@@ -229,9 +261,21 @@ func claimOf(r reply, base invocation.Lease, token string) (invocation.Claim, er
 		c.Status, c.Lease = invocation.Probed, base
 		c.Lease.Attempt, c.Lease.Token, c.Lost = int(r.int(1)), token, int(r.int(2))
 	case claimRunning:
-		c.Status, c.RunningUntil = invocation.Running, time.UnixMilli(r.int(1))
+		c.Status, c.RunningUntil, c.Lease = invocation.Running, time.UnixMilli(r.int(1)), base
+		c.Lease.Attempt = int(r.int(2))
 	case claimNotDue:
-		c.Status, c.NextAttemptAt = invocation.NotDue, time.UnixMilli(r.int(1))
+		c.Status, c.NextAttemptAt, c.Lease = invocation.NotDue, time.UnixMilli(r.int(1)), base
+		c.Lease.Attempt = int(r.int(2))
+	case claimThrottled:
+		c.Status, c.NextAttemptAt = invocation.Throttled, time.UnixMicro(r.int(2))
+		c.Limit = invocation.LimitRate
+		if r.str(1) == "c" {
+			c.Limit = invocation.LimitConcurrency
+		}
+	case claimDebounced:
+		c.Status, c.NextAttemptAt = invocation.Debounced, time.UnixMilli(r.int(1))
+	case claimSuperseded:
+		c.Status, c.SupersededBy = invocation.Superseded, r.str(1)
 	case claimSucceeded:
 		c.Status = invocation.Succeeded
 	case claimExhausted, claimDeadLettered:
@@ -390,7 +434,7 @@ func (s *Store) settleItemOf(st invocation.Settlement) (settleItem, error) {
 		if t.Kind == invocation.Retry {
 			backoff = strconv.FormatInt(t.Backoff.Milliseconds(), 10)
 		}
-		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff)
+		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff, slotsKey(st.Key, t))
 		if t.Entry == nil {
 			args = append(args, "0")
 			continue

@@ -85,7 +85,7 @@ func staleTransitions(l invocation.Lease) map[string]invocation.Settlement {
 // is used by some script.
 func TestWithHelpers(t *testing.T) {
 	want := map[string][]string{
-		"claim.lua":        {"now_ms", "pel_range", "in_pel", "pel_set", "prev_trace", "claim_one"},
+		"claim.lua":        {"now_ms", "now_us", "newer_id", "gate_pass", "pel_range", "in_pel", "pel_set", "prev_trace", "claim_one"},
 		"settle.lua":       {"now_ms", "RUNNING", "EXHAUSTED", "pel_range", "in_pel", "retain"},
 		"void.lua":         {"now_ms", "RUNNING", "pel_range", "in_pel"},
 		"pin.lua":          {"pel_range", "in_pel"},

@@ -13,12 +13,19 @@
 --            max attempts (>= 1): the rule's retries + 1
 --            flags: 'c' when the record below is complete (every
 --              invocation of the message), 'p' for a probe (record the
---              field due instead of claiming it), both, or '-'
+--              field due instead of claiming it), 'g' for a gate (below),
+--              any of them together, or '-'
 --            consumer group, message id
 --            n, then n other invocation fields of the message to record as
 --              next_attempt_at:<now>:0:<token> (due, no attempt used)
 --              unless they have state; with a complete record __matched
 --              is set to '1'. A first delivery records, others pass 0.
+--            with flag 'g' (a gate, never with 'p'), 7 more: slots, the
+--              slots key ('' with 0 slots), rate interval in µs (0 for
+--              none), burst, the rate key, debounce period in ms (0 for
+--              none), the debounce key (keys.Limit; all in the stream's
+--              hash slot, which is what Redis Cluster needs of keys a
+--              script is not given in KEYS)
 --
 -- Recording the message's invocations at its first delivery is what lets a
 -- redelivery run exactly those, even when it would no longer match some of
@@ -42,8 +49,8 @@
 --                                     state: field = running:<deadline_ms>:1:<token>,
 --                                     trace '' and lost 0
 --   1, attempt, deadline_ms, trace, lost  claimed: field = running:<deadline_ms>:<attempt>:<token>
---   2, deadline_ms                    running: a live lease of another delivery
---   3, deadline_ms                    not due: next attempt allowed at deadline_ms
+--   2, deadline_ms, attempt           running: a live lease of another delivery
+--   3, deadline_ms, attempts used     not due: next attempt allowed at deadline_ms
 --   4                                 succeeded ("ok")
 --   5, attempt, token, trace, lost    exhausted, DLQ entry not recorded yet
 --   6, attempt, token, trace          exhausted, DLQ entry recorded (":dlq")
@@ -54,6 +61,13 @@
 --                                     attempt, the field is recorded as
 --                                     next_attempt_at:<now>:<attempts used>:<token>
 --                                     (a lost attempt charged, none taken)
+--   12, 'c' or 'r', us                throttled by the gate's slots ('c') or
+--                                     rate ('r') until us (µs)
+--   13, due_ms                        debounced until due_ms
+--   14, newer id                      superseded by a newer event of the
+--                                     debounce group: field = superseded:<newer id>
+--   (12 and 13 record a field without state as next_attempt_at:<now>:0:<token>
+--    and leave one with state as it is: nothing is charged; prelude.lua gate_pass)
 --   10                                voided: the field holds this claim's
 --                                     token, which void.lua wrote when
 --                                     the worker gave the claim up for
@@ -65,27 +79,44 @@
 -- Only codes 9, 1 and 11, code 5 when it follows an expired lease or a due
 -- retry, and the recording write; no path touches the TTL.
 
-local now = now_ms()
-local now_s -- now in decimal, for recorded fields only
-local replies, o = {}, 0
-
--- The PEL check of the claims of the first claim's stream and group, in
--- one XPENDING (prelude.lua pel_set); it answers for those claims only.
+-- One pass over the segments: where each starts, whether any has a gate,
+-- and the ids of the claims of the first claim's stream and group, whose
+-- PEL check is one XPENDING (prelude.lua pel_set) that answers for those
+-- claims only.
+local at, gated = {}, false
 local pel, none, ids, m = {}, {}, {}, 0
 local i = 1
 for k = 1, #KEYS, 2 do
+  at[k] = i
   if KEYS[k + 1] == KEYS[2] and ARGV[i + 5] == ARGV[6] then
     m = m + 1
     ids[m] = ARGV[i + 6]
   end
-  i = i + 8 + tonumber(ARGV[i + 7])
+  local size = 8 + tonumber(ARGV[i + 7])
+  if string.find(ARGV[i + 4], 'g', 1, true) then
+    gated = true
+    size = size + 7
+  end
+  i = i + size
 end
 if m > 1 then
   pel = pel_set(KEYS[2], ARGV[6], ids, m)
 end
 
-i = 1
+-- The server's TIME, read once for the batch: in ms, and for a batch with
+-- a gate in µs too (a rate's interval may be under a millisecond).
+local now, now_u
+if gated then
+  now_u = now_us()
+  now = math.floor(now_u / 1000)
+else
+  now = now_ms()
+end
+local now_s -- now in decimal, for recorded fields only
+local replies, o = {}, 0
+
 for k = 1, #KEYS, 2 do
+  i = at[k]
   local n = tonumber(ARGV[i + 7])
   if n > 0 and not now_s then
     now_s = string.format('%d', now)
@@ -94,9 +125,15 @@ for k = 1, #KEYS, 2 do
   if KEYS[k + 1] ~= KEYS[2] or ARGV[i + 5] ~= ARGV[6] then
     mine = none -- another stream or group: the same id may be pending there
   end
+  local gate
+  if string.find(ARGV[i + 4], 'g', 1, true) then
+    local g = i + 8 + n
+    gate = {slots = tonumber(ARGV[g]), slots_key = ARGV[g + 1], interval = tonumber(ARGV[g + 2]),
+      burst = tonumber(ARGV[g + 3]), rate_key = ARGV[g + 4], period = tonumber(ARGV[g + 5]), debounce = ARGV[g + 6]}
+  end
   local r = claim_one(KEYS[k], KEYS[k + 1], ARGV[i + 5], ARGV[i + 6], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2],
     tonumber(ARGV[i + 3]), string.find(ARGV[i + 4], 'c', 1, true) ~= nil, string.find(ARGV[i + 4], 'p', 1, true) ~= nil,
-    i + 8, n, now, now_s, mine)
+    i + 8, n, now, now_s, mine, gate, now_u)
   if type(r) == 'number' then
     replies[o + 1], replies[o + 2] = 9, r
     o = o + 2
@@ -106,6 +143,5 @@ for k = 1, #KEYS, 2 do
     end
     o = o + #r
   end
-  i = i + 8 + n
 end
 return replies

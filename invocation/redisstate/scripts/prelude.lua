@@ -13,6 +13,104 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- helper: now_us
+-- now_us returns the Redis server clock in Unix microseconds, for a rate
+-- limit whose interval is under a millisecond (prelude.lua gate_pass). A
+-- Lua number holds it exactly (it is under 2^53).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- helper: newer_id
+-- newer_id reports whether stream entry id a is newer than id b; an id
+-- that is not <ms>-<seq> is never newer, and any id is newer than one
+-- that is not.
+local function newer_id(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  if not ams then
+    return false
+  end
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if not bms then
+    return true
+  end
+  ams, bms = tonumber(ams), tonumber(bms)
+  return ams > bms or (ams == bms and tonumber(aseq) > tonumber(bseq))
+end
+
+-- helper: gate_pass
+-- gate_pass decides the gate g of a claim (claim.lua, invocation.Gate) of
+-- attempt of message id, at now (ms) and now_u (µs): nil when the claim
+-- may take the attempt, its slot then held until deadline_ms and its
+-- rate's turn used; otherwise the reply that defers it, having changed
+-- nothing but the debounce group's record:
+--   14, newer id   superseded: a newer event of the debounce group was
+--                  recorded
+--   13, due_ms     debounced: this event's period runs until due_ms (its
+--                  first claim records it as the group's latest)
+--   12, 'c', us    throttled: every slot is held; us is the end of the
+--                  earliest lease
+--   12, 'r', us    throttled: the rate's next turn is at us
+-- The debounce record is kept an hour past the period
+-- (invocation.DebounceKeep), so an older event claimed late is still
+-- superseded. Slots are a sorted set of message ids scored by their
+-- leases' ends, dropped once ended: a worker killed mid-run holds its
+-- slot one lease at most. The rate is a GCRA: the key holds the
+-- theoretical arrival time tat, a start is allowed at t >= tat - (burst -
+-- 1) * interval and moves tat to max(tat, t) + interval; the key expires
+-- when tat has passed, which is the same as no key.
+local DEBOUNCE_KEEP_MS = 3600000
+local function gate_pass(g, id, attempt, now, now_u, deadline_ms)
+  if g.period > 0 then
+    local d = redis.call('HMGET', g.debounce, 'id', 'due')
+    local latest, due = d[1], tonumber(d[2])
+    if latest and newer_id(latest, id) then
+      return {14, latest}
+    elseif latest == id then
+      if now < due then
+        return {13, due}
+      end
+    elseif attempt > 1 then
+      -- It waited its period before its first attempt: a record that
+      -- lapsed since does not make a retry wait again.
+      redis.call('HSET', g.debounce, 'id', id, 'due', now)
+      redis.call('PEXPIREAT', g.debounce, now + DEBOUNCE_KEEP_MS)
+    else
+      due = now + g.period
+      redis.call('HSET', g.debounce, 'id', id, 'due', due)
+      redis.call('PEXPIREAT', g.debounce, due + DEBOUNCE_KEEP_MS)
+      return {13, due}
+    end
+  end
+  if g.slots > 0 then
+    redis.call('ZREMRANGEBYSCORE', g.slots_key, '-inf', now)
+    if redis.call('ZCARD', g.slots_key) >= g.slots then
+      local first = redis.call('ZRANGE', g.slots_key, 0, 0, 'WITHSCORES')
+      return {12, 'c', tonumber(first[2]) * 1000}
+    end
+  end
+  if g.interval > 0 then
+    local tat = tonumber(redis.call('GET', g.rate_key)) or now_u
+    if tat < now_u then
+      tat = now_u
+    end
+    local allowed = tat - (g.burst - 1) * g.interval
+    if now_u < allowed then
+      return {12, 'r', allowed}
+    end
+    tat = tat + g.interval
+    redis.call('SET', g.rate_key, string.format('%d', tat), 'PX', math.floor((tat - now_u) / 1000) + 1)
+  end
+  if g.slots > 0 then
+    redis.call('ZADD', g.slots_key, deadline_ms, id)
+    if redis.call('PTTL', g.slots_key) < deadline_ms - now then
+      redis.call('PEXPIRE', g.slots_key, deadline_ms - now + 1)
+    end
+  end
+  return nil
+end
+
 -- helper: RUNNING
 -- The pattern of a running value; captures are attempt and token.
 local RUNNING = '^running:%d+:(%d+):([^:]+)$'
@@ -103,7 +201,7 @@ end
 -- section 1). Recorded fields are read and written CLAIM_CHUNK at a time,
 -- within what unpack can put on the Lua stack.
 local CLAIM_CHUNK = 1000
-local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, probe, first, n, now, now_s, pel)
+local function claim_one(key, stream, group, id, field, lease_ms, token, max_attempts, complete, probe, first, n, now, now_s, pel, gate, now_u)
   -- One read for the marker, the value and the fields to record.
   local last = first + n - 1
   local got
@@ -128,7 +226,7 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
     -- worker gave this claim up for lost, so it records nothing.
     return {10}
   end
-  if not v and n == 0 and not probe then
+  if not v and n == 0 and not probe and not gate then
     -- The common case: no tables, one HSET.
     local deadline_ms = now + lease_ms
     local value = string.format('running:%d:1:%s', deadline_ms, token)
@@ -163,10 +261,22 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
     -- No state, so no lineage either: __trace:<field> is only written to a
     -- field that has state (the settle transitions).
     local deadline_ms = now + lease_ms
-    w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
-    reply = {9, deadline_ms}
+    if gate then
+      reply = gate_pass(gate, id, 1, now, now_u, deadline_ms)
+    end
+    if not reply then
+      w[m + 1], w[m + 2], m = field, string.format('running:%d:1:%s', deadline_ms, token), m + 2
+      reply = {9, deadline_ms}
+    elseif reply[1] == 14 then
+      w[m + 1], w[m + 2], m = field, 'superseded:' .. reply[2], m + 2
+    else
+      -- Recorded due, as the record does, so a redelivery finds it.
+      w[m + 1], w[m + 2], m = field, string.format('next_attempt_at:%d:0:%s', now, token), m + 2
+    end
   elseif v == 'ok' then
     reply = {4}
+  elseif string.sub(v, 1, 11) == 'superseded:' then
+    reply = {14, string.sub(v, 12)}
   else
     -- executed: attempts used up by an expired lease (lost) or a due retry.
     local executed, lost
@@ -174,7 +284,7 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
     if d then
       d = tonumber(d)
       if d > now then
-        reply = {2, d}
+        reply = {2, d, tonumber(a)}
       else
         executed = tonumber(a)
         lost = executed
@@ -184,7 +294,7 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
       if d then
         d = tonumber(d)
         if d > now then
-          reply = {3, d}
+          reply = {3, d, tonumber(a)}
         else
           executed, lost = tonumber(a), 0
         end
@@ -201,8 +311,18 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
         reply = {11, executed, lost}
       else
         local deadline_ms = now + lease_ms
-        w[m + 1], w[m + 2], m = field, string.format('running:%d:%d:%s', deadline_ms, executed + 1, token), m + 2
-        reply = {1, executed + 1, deadline_ms, trace, lost}
+        if gate then
+          reply = gate_pass(gate, id, executed + 1, now, now_u, deadline_ms)
+          if reply and reply[1] == 14 then
+            w[m + 1], w[m + 2], m = field, 'superseded:' .. reply[2], m + 2
+          end
+          -- Otherwise deferred: the field stays as it is, a lost attempt
+          -- uncharged until the claim that passes.
+        end
+        if not reply then
+          w[m + 1], w[m + 2], m = field, string.format('running:%d:%d:%s', deadline_ms, executed + 1, token), m + 2
+          reply = {1, executed + 1, deadline_ms, trace, lost}
+        end
       end
     elseif not reply then
       local code, tok = 5

@@ -19,12 +19,15 @@
 --                (apply the retention, nothing else), or '-'
 --              retention, ms: '0' deletes the hash, else its TTL
 --              n, the number of transitions, then n transitions of
---                7 + 2m arguments each:
+--                8 + 2m arguments each:
 --                kind: 'f' finish, 'r' retry, 'x' exhaust, 'd' dead-letter,
 --                  'l' release
 --                field, attempt, token of the lease
 --                trace lineage ('' = none)
 --                backoff, ms (retry; '0' otherwise)
+--                the slots key of the claim's gate whose slot the
+--                  transition gives back ('' for none; keys.Limit, in the
+--                  stream's hash slot)
 --                m, then m field/value pairs of the dead-letter entry
 --                  (exhaust, dead-letter; m = 0 otherwise)
 --
@@ -46,7 +49,8 @@
 -- exhausted:<attempt>:<token>:dlq and the entry's id in __dlq:<field>;
 -- release: next_attempt_at:<now>:<attempt
 -- - 1>:<token>), a non-empty trace stored in __trace:<field> by retry,
--- exhaust and release; and with 'a' the retention: the hash deleted, or
+-- exhaust and release, the slot of a transition with a slots key given
+-- back (ZREM of the message id); and with 'a' the retention: the hash deleted, or
 -- __terminal set with a TTL. So with retention 0 nothing of the message
 -- outlives its XACK but its dead-letter entries. On a Redis at maxmemory
 -- the XACK, which needs no memory, is the first write, and a script that
@@ -87,7 +91,7 @@ for k = 3, #KEYS do
   local j = i + 4
   for t = 1, n do
     at[t], fields[t] = j, ARGV[j + 1]
-    j = j + 7 + 2 * tonumber(ARGV[j + 6])
+    j = j + 8 + 2 * tonumber(ARGV[j + 7])
   end
   i = j
 
@@ -168,10 +172,13 @@ for k = 3, #KEYS do
       elseif done[t] then
         r = ''
       else
-        local np = tonumber(ARGV[a + 6])
-        r = redis.call('XADD', dlq, '*', unpack(ARGV, a + 7, a + 6 + 2 * np))
+        local np = tonumber(ARGV[a + 7])
+        r = redis.call('XADD', dlq, '*', unpack(ARGV, a + 8, a + 7 + 2 * np))
         w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s:dlq', attempt, token), m + 2
         w[m + 1], w[m + 2], m = '__dlq:' .. field, r, m + 2
+      end
+      if ARGV[a + 6] ~= '' then
+        redis.call('ZREM', ARGV[a + 6], id) -- the attempt gives its slot back
       end
       if trace ~= '' and (kind == 'r' or kind == 'l' or (kind == 'x' and not done[t])) then
         w[m + 1], w[m + 2], m = '__trace:' .. field, trace, m + 2
