@@ -79,7 +79,7 @@ func validateWindow(window time.Duration) error {
 	case window < MinIdempotencyWindow:
 		return fmt.Errorf("%w: the idempotency window %s is shorter than %s", ErrInvalidIdempotency, window, MinIdempotencyWindow)
 	case window > MaxIdempotencyWindow:
-		return fmt.Errorf("%w: the idempotency window %s is longer than %s (30 days)", ErrInvalidIdempotency, window, MaxIdempotencyWindow)
+		return fmt.Errorf("%w: the idempotency window %s is longer than 30 days (720h)", ErrInvalidIdempotency, window)
 	}
 	return nil
 }

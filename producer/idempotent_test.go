@@ -226,7 +226,7 @@ func TestPublishOnceRefuses(t *testing.T) {
 	}{
 		{0, "the idempotency window 0s is shorter than 1s"},
 		{999 * time.Millisecond, "the idempotency window 999ms is shorter than 1s"},
-		{producer.MaxIdempotencyWindow + time.Millisecond, "is longer than 720h0m0s (30 days)"},
+		{producer.MaxIdempotencyWindow + time.Millisecond, "is longer than 30 days (720h)"},
 	} {
 		_, err := producer.New(producer.Redis(c, s), producer.WithIdempotencyWindow(tc.window))
 		if !errors.Is(err, producer.ErrInvalidIdempotency) || !strings.Contains(err.Error(), tc.want) {
