@@ -137,8 +137,9 @@ var publishOnceSource string
 var publishOnceScript = rueidis.NewLuaScript(publishOnceSource)
 
 // PublishOnce appends one entry with fields, in sorted field order,
-// unless the dedup key of key (relay:idempotency:…, keys.Idempotency)
-// records an entry of the last window; see IdempotentStream. Check, XADD
+// unless the dedup key of key (relay:idempotency:<stream>:<key>,
+// docs/delivery.md#data-layout-in-redis) records an entry of the last
+// window; see IdempotentStream. The window is set in whole milliseconds. Check, XADD
 // and SET of the dedup key run in one Lua script, so concurrent
 // publishers are serialised and a failed XADD leaves no key; Redis
 // persists and replicates a script's writes together, so a crash keeps
@@ -172,8 +173,11 @@ func (r *RedisStream) PublishOnce(ctx context.Context, key string, window time.D
 	}
 	code, err1 := reply[0].AsInt64()
 	id, err2 := reply[1].ToString()
-	if err := errors.Join(err1, err2); err != nil || code != 0 && code != 1 {
-		return "", false, fmt.Errorf("idempotent XADD to %s: unexpected script reply (code %d): %v", r.name, code, err)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", false, fmt.Errorf("idempotent XADD to %s: unexpected script reply: %w", r.name, err)
+	}
+	if code != 0 && code != 1 {
+		return "", false, fmt.Errorf("idempotent XADD to %s: unknown script reply code %d", r.name, code)
 	}
 	return id, code == 1, nil
 }
