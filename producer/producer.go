@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/rueidis"
 	"go.opentelemetry.io/otel/propagation"
@@ -49,7 +50,8 @@ type Stream interface {
 // one entry per element of entries, in order, in one round trip, and
 // returns their ids; on an error, the ids of the entries written before
 // it. Producer.PublishBatch uses it when the Stream has it, and calls
-// Publish once per entry otherwise. The Stream of Redis has it.
+// Publish once per entry otherwise. The Stream of Redis has it. The other
+// optional capability is IdempotentStream, for Producer.PublishOnce.
 type BatchStream interface {
 	Stream
 	PublishBatch(ctx context.Context, entries []map[string]string) ([]string, error)
@@ -59,6 +61,7 @@ type BatchStream interface {
 type Producer struct {
 	stream   Stream
 	maxBytes int
+	window   time.Duration // of PublishOnce
 }
 
 // Option configures a Producer.
@@ -71,14 +74,18 @@ func WithMaxEventBytes(n int) Option { return func(p *Producer) { p.maxBytes = n
 
 // New returns a Producer that appends to s: Redis(client, name) for a
 // Redis stream, or any other Stream (a relaytest.Stream in tests). The
-// error names a nil s.
+// error names a nil s, or wraps ErrInvalidIdempotency for a
+// WithIdempotencyWindow out of bounds.
 func New(s Stream, opts ...Option) (*Producer, error) {
 	if r, ok := s.(*RedisStream); s == nil || ok && r == nil {
 		return nil, errors.New("producer: New: nil Stream (Redis needs a client and a stream name)")
 	}
-	p := &Producer{stream: s, maxBytes: DefaultMaxEventBytes}
+	p := &Producer{stream: s, maxBytes: DefaultMaxEventBytes, window: DefaultIdempotencyWindow}
 	for _, o := range opts {
 		o(p)
+	}
+	if err := validateWindow(p.window); err != nil {
+		return nil, fmt.Errorf("producer: New: WithIdempotencyWindow: %w", err)
 	}
 	return p, nil
 }
@@ -144,18 +151,27 @@ func (r *RedisStream) PublishBatch(ctx context.Context, entries []map[string]str
 // does. v must encode to a JSON object (a struct, a map with string keys,
 // a json.RawMessage holding an object, …).
 func (p *Producer) Publish(ctx context.Context, v any) (string, error) {
-	b, err := json.Marshal(v)
+	b, err := encode(v)
 	if err != nil {
-		return "", fmt.Errorf("%w: encoding %T: %v", ErrInvalidEvent, v, err)
+		return "", err
 	}
 	return p.PublishJSON(ctx, b)
+}
+
+// encode is json.Marshal with its error wrapping ErrInvalidEvent.
+func encode(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding %T: %v", ErrInvalidEvent, v, err)
+	}
+	return b, nil
 }
 
 // PublishJSON appends one entry with event and the trace context of ctx,
 // and returns its stream id ("<ms>-<seq>"). The error wraps ErrInvalidEvent
 // (nothing written) when event is not a JSON object that
 // matcher.DecodeEvent accepts. Not idempotent: a retry after an error that
-// lost the reply may append a second entry.
+// lost the reply may append a second entry; PublishOnceJSON is.
 func (p *Producer) PublishJSON(ctx context.Context, event []byte) (string, error) {
 	ids, err := p.PublishBatch(ctx, [][]byte{event})
 	if err != nil {
@@ -182,11 +198,7 @@ func (p *Producer) PublishBatch(ctx context.Context, events [][]byte) ([]string,
 	trace := traceFields(ctx)
 	entries := make([]map[string]string, len(events))
 	for i, ev := range events {
-		fields := map[string]string{FieldEvent: string(ev)}
-		for _, f := range trace {
-			fields[f[0]] = f[1]
-		}
-		entries[i] = fields
+		entries[i] = entryFields(ev, trace)
 	}
 	if b, ok := p.stream.(BatchStream); ok {
 		ids, err := b.PublishBatch(ctx, entries)
@@ -224,6 +236,16 @@ func ValidateWithin(event []byte, maxBytes int) error {
 		return fmt.Errorf("%w: %s", ErrInvalidEvent, detail)
 	}
 	return nil
+}
+
+// entryFields returns the fields of the entry of event: FieldEvent and
+// the trace fields.
+func entryFields(event []byte, trace [][2]string) map[string]string {
+	fields := map[string]string{FieldEvent: string(event)}
+	for _, f := range trace {
+		fields[f[0]] = f[1]
+	}
+	return fields
 }
 
 // traceFields returns the W3C trace context of ctx's span as entry fields,

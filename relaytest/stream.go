@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/producer"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -31,6 +32,8 @@ import (
 //     Settle of a StateStore given WithStream.
 //   - SetID rewinds the group (XGROUP SETID), so that acknowledged entries
 //     are delivered again.
+//   - PublishOnce appends at most one entry per idempotency key and window,
+//     as producer.RedisStream's does (producer.IdempotentStream).
 //
 // Idle time is measured on the Stream's clock with millisecond precision.
 //
@@ -46,6 +49,16 @@ type Stream struct {
 	pel       map[streamID]*pelEntry
 	// wake is closed and replaced by every Publish, to end blocked Reads.
 	wake chan struct{}
+	// once maps PublishOnce's idempotency keys to what they record; made
+	// by the first PublishOnce.
+	once map[string]onceKey
+}
+
+// onceKey is what an idempotency key records: the entry its first
+// PublishOnce added, and when, in Unix ms on the clock.
+type onceKey struct {
+	id      string
+	addedMS int64
 }
 
 type streamID struct{ ms, seq uint64 }
@@ -103,6 +116,42 @@ func (s *Stream) Publish(ctx context.Context, fields map[string]string) (string,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.add(fields), nil
+}
+
+// PublishOnce appends an entry with a copy of fields, as Publish does,
+// unless a PublishOnce of key added one less than window ago on the
+// Stream's clock; it returns the id the key records and whether this call
+// added it (producer.IdempotentStream, docs/producing.md#idempotent-publish).
+// Deleting the entry does not free the key, as on Redis. key and window
+// must pass producer.ValidateIdempotency, and fields must not be empty.
+func (s *Stream) PublishOnce(ctx context.Context, key string, window time.Duration, fields map[string]string) (id string, first bool, err error) {
+	if err := producer.ValidateIdempotency(key, window); err != nil {
+		return "", false, fmt.Errorf("relaytest: publish once: %w", err)
+	}
+	if len(fields) == 0 {
+		return "", false, fmt.Errorf("relaytest: publish once: no fields")
+	}
+	if err := ctx.Err(); err != nil {
+		return "", false, fmt.Errorf("relaytest: publish once: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	if k, ok := s.once[key]; ok && now-k.addedMS < window.Milliseconds() {
+		return k.id, false, nil
+	}
+	if s.once == nil {
+		s.once = map[string]onceKey{}
+	}
+	id = s.add(fields)
+	s.once[key] = onceKey{id: id, addedMS: now}
+	return id, true, nil
+}
+
+// add appends an entry with a copy of fields, wakes blocked Reads and
+// returns its id. s.mu must be held.
+func (s *Stream) add(fields map[string]string) string {
 	id := streamID{ms: uint64(max(nowMS(s.clock), 0))}
 	if id.compare(s.last) <= 0 {
 		id = streamID{ms: s.last.ms, seq: s.last.seq + 1}
@@ -111,7 +160,7 @@ func (s *Stream) Publish(ctx context.Context, fields map[string]string) (string,
 	s.entries = append(s.entries, streamEntry{id: id, fields: maps.Clone(fields)})
 	close(s.wake)
 	s.wake = make(chan struct{})
-	return id.String(), nil
+	return id.String()
 }
 
 // Delete removes entries from the stream, pending or not, as XDEL does (an
@@ -372,6 +421,12 @@ func (s *Stream) ack(id string) {
 // Publish appends an entry to the Stream; see Stream.Publish.
 func (c *Consumer) Publish(ctx context.Context, fields map[string]string) (string, error) {
 	return c.s.Publish(ctx, fields)
+}
+
+// PublishOnce appends an entry to the Stream at most once per key and
+// window; see Stream.PublishOnce.
+func (c *Consumer) PublishOnce(ctx context.Context, key string, window time.Duration, fields map[string]string) (string, bool, error) {
+	return c.s.PublishOnce(ctx, key, window, fields)
 }
 
 // Heartbeat resets the idle time of those ids that are pending and makes

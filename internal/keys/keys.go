@@ -69,6 +69,22 @@ func ScheduleOccurrence(stream, app, schedule string, at time.Time) string {
 	return prefix + "schedule:" + tag + app + ":" + schedule + ":" + at.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
+// Idempotency is the dedup key of one idempotent publish into stream (a
+// string holding the id of the entry the first publish with key added,
+// docs/producing.md#idempotent-publish):
+// relay:idempotency:<stream>:<key>, stream and key percent-escaped. When
+// stream carries a Redis Cluster hash tag ("{orders}"), the tag is
+// inserted after "idempotency:" so the key shares the stream's hash slot
+// and the publish script, which touches both, stays within one slot; the
+// tag comes first, so braces in key cannot move the slot.
+func Idempotency(stream, key string) string {
+	tag := ""
+	if t, ok := HashTag(stream); ok {
+		tag = "{" + t + "}:"
+	}
+	return prefix + "idempotency:" + tag + Escape(stream) + ":" + Escape(key)
+}
+
 // Feed is the capped stream of recent invocation outcomes of one stream
 // and group, which relay console tails: relay:feed:<stream>:<group>.
 func Feed(stream, group string) string {
