@@ -236,7 +236,7 @@ func (s *Store) claimArgs(r invocation.ClaimRequest, token string) ([]string, er
 // (claim.lua).
 const gateArgs = 7
 
-// slotsKey is the key of the slots transition t gives back ('' for none:
+// slotsKey is the key of the slots transition t gives back (” for none:
 // settle.lua).
 func slotsKey(k invocation.Key, t invocation.Transition) string {
 	if t.Gate.Slots == 0 || t.Kind == invocation.DeadLetter {
