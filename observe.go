@@ -193,6 +193,9 @@ func (so statsObserver) invocation(_ context.Context, d *delivery, o Outcome) {
 	if o.DLQID != "" {
 		so.r.Add(stats.DLQEntries)
 	}
+	if o.Kind == Superseded {
+		so.r.Add(stats.Superseded)
+	}
 	if outcome := feedOutcome(o); outcome != "" {
 		ev := stats.Event{
 			Time: time.Now(), Consumer: so.consumer, MessageID: d.msg.ID, App: o.App, Handler: o.Handler,

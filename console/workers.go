@@ -22,6 +22,9 @@ type workersView struct {
 	Holds     []holdView
 	Runs      []runView
 	Slots     []slotView
+	// Waiting are the invocations the workers keep waiting for their
+	// rules' flow control, by rule and limit (docs/flow-control.md#waiting).
+	Waiting []waitingView
 	// Stalls say what keeps the work from moving
 	// (docs/console.md#in-an-outage); Lost counts the runs among Runs
 	// whose message Redis no longer has pending.
@@ -57,6 +60,14 @@ type slotView struct {
 	Global, Max  int // the worker's slots, all apps
 	Oldest       time.Duration
 	Holders      int // attempts of this stream among InUse
+}
+
+// waitingView is one rule's invocations waiting for one of its limits,
+// summed over the workers.
+type waitingView struct {
+	App, Handler, Limit string
+	Count               int
+	Oldest              time.Duration // age of the oldest one's event; 0 unknown
 }
 
 // stallView is one line of the stall banner.
@@ -112,6 +123,13 @@ func (s *Server) workersOf(stream string, ws []stats.WorkerStatus, pending int64
 			}
 			v.Slots = append(v.Slots, sv)
 		}
+	}
+	for _, w := range stats.SumWaiting(ws) {
+		wv := waitingView{App: clean(w.App), Handler: clean(w.Handler), Limit: clean(w.Limit), Count: w.Count}
+		if !w.Oldest.IsZero() {
+			wv.Oldest = stats.Round(now.Sub(w.Oldest))
+		}
+		v.Waiting = append(v.Waiting, wv)
 	}
 	for _, st := range stats.Stalls(ws, pending, now) {
 		v.Stalls = append(v.Stalls, stallView{Kind: st.Kind, Text: clean(st.String())})

@@ -27,6 +27,9 @@ type Counts struct {
 	// and replays that failed or were refused (the entry was kept). They
 	// are not deliveries, so no other counter counts them.
 	Replays, ReplayFailures int64
+	// Superseded counts invocations not run because a newer event with
+	// their debounce key was recorded (docs/flow-control.md#debounce).
+	Superseded int64
 }
 
 // Counter names one of the counters.
@@ -44,6 +47,7 @@ const (
 	DLQEntries
 	Replays
 	ReplayFailures
+	Superseded
 	// NumCounters is the number of counters: every Counter is below it.
 	NumCounters
 )

@@ -68,6 +68,46 @@ type WorkerStatus struct {
 	// group or the stream was deleted); GroupRecreatedAt is the last one.
 	GroupRecreations int       `json:"group_recreations,omitempty"`
 	GroupRecreatedAt time.Time `json:"group_recreated_at,omitzero"`
+	// Waiting are the invocations the worker keeps waiting for their
+	// rules' flow control, by rule and limit (docs/flow-control.md#waiting).
+	Waiting []Waiting `json:"waiting,omitempty"`
+}
+
+// Waiting counts the invocations of one rule waiting for one of its
+// flow-control limits.
+type Waiting struct {
+	App     string `json:"app"`
+	Handler string `json:"handler"`
+	// Limit is "concurrency", "rate" or "debounce".
+	Limit string `json:"limit"`
+	Count int    `json:"count"`
+	// Oldest is the time of the oldest waiting invocation's event, from
+	// its stream entry id.
+	Oldest time.Time `json:"oldest"`
+}
+
+// SumWaiting merges the waiting invocations of workers: one per rule and
+// limit, its Count the sum and its Oldest the oldest. Sorted by app,
+// handler and limit.
+func SumWaiting(workers []WorkerStatus) []Waiting {
+	var out []Waiting
+	for _, w := range workers {
+		for _, v := range w.Waiting {
+			i := slices.IndexFunc(out, func(o Waiting) bool { return o.App == v.App && o.Handler == v.Handler && o.Limit == v.Limit })
+			if i < 0 {
+				out = append(out, v)
+				continue
+			}
+			out[i].Count += v.Count
+			if !v.Oldest.IsZero() && (out[i].Oldest.IsZero() || v.Oldest.Before(out[i].Oldest)) {
+				out[i].Oldest = v.Oldest
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Waiting) int {
+		return cmp.Or(cmp.Compare(a.App, b.App), cmp.Compare(a.Handler, b.Handler), cmp.Compare(a.Limit, b.Limit))
+	})
+	return out
 }
 
 // Run is one handler attempt a worker runs now.

@@ -64,6 +64,9 @@ func (p *statusPublisher) publish(ctx context.Context) error {
 	slots := p.slots()
 	for _, s := range p.streams {
 		st := stats.WorkerStatus{Consumer: p.consumer, UpdatedAt: now, Holds: s.engine.Holds(), Slots: slots}
+		for _, w := range s.engine.Waiting() {
+			st.Waiting = append(st.Waiting, stats.Waiting{App: w.App, Handler: w.Handler, Limit: w.Limit, Count: w.Count, Oldest: w.Oldest})
+		}
 		st.GroupRecreations, st.GroupRecreatedAt = s.source.GroupRecreations()
 		var err error
 		if st.Running, err = runs(ctx, s); err != nil {

@@ -26,12 +26,13 @@ import (
 type HealthCmd struct {
 	RunnerFlags    `embed:""`
 	RetentionFlags `embed:""`
-	JSON           bool `name:"json" help:"Print JSON instead of a table."`
+	JSON           bool          `name:"json" help:"Print JSON instead of a table."`
+	WaitingAge     time.Duration `name:"waiting-age" default:"15m" help:"Warn when an invocation waiting for its rule's flow control (concurrency, rate, debounce) has an event older than this: the waiting grows faster than the limit lets it drain (docs/flow-control.md#waiting)."`
 }
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). It warns (WARN, exit 0) when a worker runs a handler past its timeout or for a message Redis no longer has pending, when an app's slots are stuck full while messages wait (docs/operations.md#stalled-handlers), and when a worker created the consumer group again in the last hour: Redis lost its data (docs/operations.md#redis-lost-its-data). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). It warns (WARN, exit 0) when a worker runs a handler past its timeout or for a message Redis no longer has pending, when an app's slots are stuck full while messages wait (docs/operations.md#stalled-handlers), when a worker created the consumer group again in the last hour: Redis lost its data (docs/operations.md#redis-lost-its-data), and when a rule has an invocation waiting for its flow control with an event older than --waiting-age (docs/flow-control.md#waiting). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
 
 Examples:
 
@@ -300,10 +301,12 @@ func checkApps(g *Globals) healthCheckJSON {
 // only warn: the workers go on, and the operator decides.
 func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Client) []healthCheckJSON {
 	runs, data := healthCheckJSON{Name: "running handlers", OK: true}, healthCheckJSON{Name: "redis data", OK: true}
+	waits := healthCheckJSON{Name: "flow control", OK: true}
 	if rc == nil {
 		redisToCheck(rc, &runs)
 		redisToCheck(rc, &data)
-		return []healthCheckJSON{runs, data}
+		redisToCheck(rc, &waits)
+		return []healthCheckJSON{runs, data, waits}
 	}
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
@@ -311,15 +314,17 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
 	switch {
 	case err != nil:
-		runs.Skipped, data.Skipped = true, true
-		runs.Detail, data.Detail = "not checked: "+err.Error(), "not checked: "+err.Error()
-		return []healthCheckJSON{runs, data}
+		runs.Skipped, data.Skipped, waits.Skipped = true, true, true
+		runs.Detail = "not checked: " + err.Error()
+		data.Detail, waits.Detail = runs.Detail, runs.Detail
+		return []healthCheckJSON{runs, data, waits}
 	case len(workers) == 0:
-		runs.Skipped, data.Skipped = true, true
+		runs.Skipped, data.Skipped, waits.Skipped = true, true, true
 		runs.Detail = fmt.Sprintf("not checked: no worker of group %s published its status in the last %s", g.RedisGroup, stats.StatusStaleAfter)
-		data.Detail = runs.Detail
-		return []healthCheckJSON{runs, data}
+		data.Detail, waits.Detail = runs.Detail, runs.Detail
+		return []healthCheckJSON{runs, data, waits}
 	}
+	waits = c.checkWaiting(workers, now)
 	pending, _, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
 	if err != nil {
 		pending = -1 // full slots are not judged
@@ -346,7 +351,31 @@ func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Cli
 	} else {
 		data.Detail = fmt.Sprintf("no worker created consumer group %s again in the last %s", g.RedisGroup, strings.TrimSuffix(stats.RecreationShownFor.String(), "0m0s"))
 	}
-	return []healthCheckJSON{runs, data}
+	return []healthCheckJSON{runs, data, waits}
+}
+
+// checkWaiting warns about every rule whose invocations wait for its flow
+// control with an event older than --waiting-age: a limit that lets fewer
+// through than arrive keeps the oldest waiting ever older, until max_age
+// (if set) dead-letters them (docs/flow-control.md#waiting).
+func (c *HealthCmd) checkWaiting(workers []stats.WorkerStatus, now time.Time) healthCheckJSON {
+	ch := healthCheckJSON{Name: "flow control", OK: true}
+	waiting := stats.SumWaiting(workers)
+	var lines []string
+	n := 0
+	for _, w := range waiting {
+		n += w.Count
+		if !w.Oldest.IsZero() && now.Sub(w.Oldest) > c.WaitingAge {
+			lines = append(lines, fmt.Sprintf("%s/%s: %s waiting for its %s limit, the oldest event %s old (over --waiting-age %s): the limit drains them slower than they arrive; raise it, or set max_age to give up on stale events",
+				w.App, w.Handler, plural.Of(w.Count, "invocation"), w.Limit, age(now.Sub(w.Oldest)), c.WaitingAge))
+		}
+	}
+	if len(lines) > 0 {
+		ch.Warning, ch.Detail = true, strings.Join(lines, "; ")
+		return ch
+	}
+	ch.Detail = fmt.Sprintf("%s waiting for flow control, none with an event older than %s", plural.Of(n, "invocation"), c.WaitingAge)
+	return ch
 }
 
 // redisToCheck reports whether check ch can read Redis through rc, or

@@ -46,6 +46,7 @@ type statsJSON struct {
 	Failures         int64   `json:"failures"`
 	Retries          int64   `json:"retries"`
 	DLQEntries       int64   `json:"dlq_entries"`
+	Superseded       int64   `json:"superseded"`
 	DLQLength        int64   `json:"dlq_length"`
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
@@ -53,6 +54,10 @@ type statsJSON struct {
 	// Holds says why live workers hold messages pending
 	// (docs/delivery.md#held-messages); empty when nothing is held.
 	Holds []stats.Hold `json:"holds"`
+	// Waiting are the invocations live workers keep waiting for their
+	// rules' flow control, by rule and limit
+	// (docs/flow-control.md#waiting); empty when none waits.
+	Waiting []stats.Waiting `json:"waiting"`
 	// Memory is nil when it could not be measured; MemoryError says why.
 	Memory      *memoryJSON `json:"memory"`
 	MemoryError string      `json:"memory_error,omitempty"`
@@ -86,10 +91,11 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
-	holds, err := redisstats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
+	workers, err := redisstats.ReadStatus(ctx, rc, g.RedisStream, g.RedisGroup, time.Now())
 	if err != nil {
 		return err
 	}
+	holds, waiting := stats.Holds(workers), stats.SumWaiting(workers)
 	// Memory is measured last and may be refused (an ACL user without
 	// +memory or +info): the counters are still worth printing.
 	mem, memErr := c.measureMemory(ctx, rc, g)
@@ -97,8 +103,8 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := statsJSON{Stream: g.RedisStream, Group: g.RedisGroup, Received: s.Received, Matched: s.Matched,
 			Unmatched: s.Unmatched, Malformed: s.Malformed, Successes: s.Successes, Failures: s.Failures,
-			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds(),
-			Holds: append([]stats.Hold{}, holds...)}
+			Retries: s.Retries, DLQEntries: s.DLQEntries, Superseded: s.Superseded, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds(),
+			Holds: append([]stats.Hold{}, holds...), Waiting: append([]stats.Waiting{}, waiting...)}
 		if pending > 0 {
 			out.OldestPendingAt = time.Now().Add(-oldest).UTC().Format(time.RFC3339)
 		}
@@ -125,6 +131,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		{"retries", n(s.Retries)},
 		{"dlq entries written", n(s.DLQEntries)},
 		{"dlq entries now", n(dlqLen)},
+		{"superseded", n(s.Superseded)},
 		{"pending", n(pending)},
 		{"oldest pending age", oldestText},
 	})
@@ -134,11 +141,34 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err := writeHolds(g.stdout, holds); err != nil {
 		return err
 	}
+	if err := writeWaiting(g.stdout, waiting, time.Now()); err != nil {
+		return err
+	}
 	if memErr != nil {
 		_, err = fmt.Fprintf(g.stdout, "\nRedis memory: not measured: %v\n", memErr)
 		return err
 	}
 	return view.write(g.stdout)
+}
+
+// writeWaiting prints the invocations workers keep waiting for their
+// rules' flow control, when any waits.
+func writeWaiting(w io.Writer, waiting []stats.Waiting, now time.Time) error {
+	if len(waiting) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\nWaiting for flow control (docs/flow-control.md#waiting):"); err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(waiting))
+	for _, v := range waiting {
+		oldest := "-"
+		if !v.Oldest.IsZero() {
+			oldest = age(now.Sub(v.Oldest))
+		}
+		rows = append(rows, []string{v.App + "/" + v.Handler, v.Limit, strconv.Itoa(v.Count), oldest})
+	}
+	return table(w, []string{"RULE", "LIMIT", "WAITING", "OLDEST EVENT"}, rows)
 }
 
 // writeHolds prints why workers hold messages pending, when they do.

@@ -27,6 +27,7 @@ var fields = [stats.NumCounters]string{
 	// Added later: a reader that does not know them ignores them.
 	stats.Replays:        "replays",
 	stats.ReplayFailures: "replay_failures",
+	stats.Superseded:     "superseded",
 }
 
 // counter is the field of c that counts n.
@@ -34,7 +35,7 @@ func counter(c *stats.Counts, n stats.Counter) *int64 {
 	return [stats.NumCounters]*int64{
 		&c.Received, &c.Matched, &c.Unmatched, &c.Malformed,
 		&c.Successes, &c.Failures, &c.Retries, &c.DLQEntries,
-		&c.Replays, &c.ReplayFailures,
+		&c.Replays, &c.ReplayFailures, &c.Superseded,
 	}[n]
 }
 
