@@ -400,6 +400,14 @@ func invocationsTotal(t *testing.T, reg *prometheus.Registry, outcome string) fl
 // (and outcome, unless empty) as gathered from reg; 0 when it is missing.
 func shopCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
 	t.Helper()
+	return shopMetric(t, reg, name, map[string]string{"outcome": outcome})
+}
+
+// shopMetric returns the counter or gauge name{app="shop",
+// handler="orders.charge"} whose other labels are labels (a label missing
+// from the metric reads ""), as gathered from reg; 0 when it is missing.
+func shopMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -408,14 +416,24 @@ func shopCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) f
 		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			got := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				got[l.GetName()] = l.GetValue()
 			}
-			if labels["app"] == "shop" && labels["handler"] == "orders.charge" && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
+			if got["app"] != "shop" || got["handler"] != "orders.charge" {
+				continue
 			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/invocation"
@@ -102,9 +104,12 @@ func TestFakesClusterConcurrencyPerKey(t *testing.T) {
 		const perCustomer = 6
 		f.handle(3*perCustomer, probe.run)
 		var engines []*relay.Engine
+		regs := map[*relay.Engine]*prometheus.Registry{}
 		for _, c := range []string{"c1", "c2", "c3"} {
-			e, _ := f.engine(c, relay.Config{})
+			reg := prometheus.NewRegistry()
+			e, _ := f.engine(c, relay.Config{Metrics: reg})
 			engines = append(engines, e)
+			regs[e] = reg
 		}
 		for i := range perCustomer {
 			for _, cust := range []string{"a", "b", "c"} {
@@ -120,7 +125,21 @@ func TestFakesClusterConcurrencyPerKey(t *testing.T) {
 					t.Errorf("Waiting %+v; want shop/orders.charge waiting for concurrency, with its oldest event's time", w)
 				}
 				waiting += w.Count
+				gauge := shopMetric(t, regs[e], "relay_waiting_invocations", map[string]string{"limit": "concurrency"})
+				if int(gauge) != w.Count {
+					t.Errorf("relay_waiting_invocations = %v, Engine.Waiting counts %d", gauge, w.Count)
+				}
+				if shopMetric(t, regs[e], "relay_waiting_oldest_age_seconds", map[string]string{"limit": "concurrency"}) < 1 {
+					t.Error("relay_waiting_oldest_age_seconds under the second the events have waited")
+				}
 			}
+		}
+		deferrals := 0.0
+		for _, reg := range regs {
+			deferrals += shopMetric(t, reg, "relay_flow_deferrals_total", map[string]string{"limit": "concurrency"})
+		}
+		if deferrals < float64(waiting) {
+			t.Errorf("relay_flow_deferrals_total = %v in all, want at least one per waiting invocation (%d)", deferrals, waiting)
 		}
 		if want := 3*perCustomer - 3*2; waiting != want {
 			t.Errorf("%d invocations waiting for a slot after the first runs started, want %d", waiting, want)
