@@ -461,8 +461,11 @@ func (t *tpl) checkImage(n ast.Node, s string) {
 	}
 }
 
+// templateKeys are the keys of a template's top level, as an unknown
+// key's error lists them: concurrency_scope and concurrency_key are rule
+// keys, refused at the top with an error of their own.
 var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "secrets", "events", "schedules",
-	"rate", "rate_burst", "rate_key", "debounce", "max_age", "concurrency_scope", "concurrency_key"}
+	"rate", "rate_burst", "rate_key", "debounce", "max_age"}
 
 // ruleKeys are the keys of an event rule.
 var ruleKeys = append([]string{"handler", "pattern", "timeout", "retries"}, flowKeys...)

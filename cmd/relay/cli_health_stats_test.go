@@ -108,7 +108,7 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 9 ||
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 10 ||
 		got.Checks[4].Name != "containerd" || !got.Checks[4].OK || !strings.Contains(got.Checks[4].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
@@ -244,7 +244,10 @@ events:
 	if got.Holds == nil || len(got.Holds) != 0 {
 		t.Errorf("stats holds = %#v, want [] (nothing held)", got.Holds)
 	}
-	if got.Memory, got.Holds = nil, nil; !reflect.DeepEqual(got, want) {
+	if got.Waiting == nil || len(got.Waiting) != 0 {
+		t.Errorf("stats waiting = %#v, want [] (nothing waits)", got.Waiting)
+	}
+	if got.Memory, got.Holds, got.Waiting = nil, nil, nil; !reflect.DeepEqual(got, want) {
 		t.Errorf("stats = %+v\nwant    %+v", got, want)
 	}
 }
