@@ -423,14 +423,14 @@ func (p *pipeline) run(d *delivery, a *app.App, c call, l invocation.Lease, span
 		Env: telemetry.HandlerEnv(span.SpanContext()),
 	}
 	p.m.inFlight.Inc()
-	unblock := p.act.handle()
+	p.act.handle()
 	start := time.Now()
-	done := p.runs.add(l.Token, Running{App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
+	p.runs.add(l.Token, &Running{App: a.Name, Handler: c.handler, MessageID: d.msg.ID, Attempt: l.Attempt,
 		MaxAttempts: c.retries + 1, Started: start, Timeout: c.timeout, LeaseUntil: l.Deadline})
 	_, err := p.runner.Run(trace.ContextWithSpan(d.handlerCtx, span), req)
 	took := time.Since(start)
-	unblock()
-	done()
+	p.act.handled()
+	p.runs.remove(l.Token)
 	p.m.inFlight.Dec()
 	if _, exited := errors.AsType[*runtime.ExitError](err); err != nil && !exited && context.Cause(d.handlerCtx) == errMessageGone {
 		// Stopped by the heartbeat, not ended by itself.

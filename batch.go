@@ -66,9 +66,9 @@ func (a *activity) block() (unblock func()) {
 	return func() { a.add(1, 0) }
 }
 
-// handle marks a running delivery as running a handler and returns what
+// handle marks a running delivery as running a handler, until handled
 // marks it running again.
-func (a *activity) handle() (done func()) {
+func (a *activity) handle() {
 	a.mu.Lock()
 	a.running--
 	a.handling++
@@ -78,12 +78,13 @@ func (a *activity) handle() (done func()) {
 		a.changed = nil
 	}
 	a.mu.Unlock()
-	return func() {
-		a.mu.Lock()
-		a.running++
-		a.handling--
-		a.mu.Unlock()
-	}
+}
+
+func (a *activity) handled() {
+	a.mu.Lock()
+	a.running++
+	a.handling--
+	a.mu.Unlock()
 }
 
 // runGrace is how long a handler that just started still counts as about
@@ -119,6 +120,9 @@ type batcher[T, R any] struct {
 	linger time.Duration
 	run    func(ctx context.Context, items []T) []batchResult[R]
 
+	// calls recycles the calls answered, so a call allocates nothing.
+	calls sync.Pool
+
 	mu       sync.Mutex
 	queue    []*batchCall[T, R]
 	inFlight bool
@@ -151,7 +155,11 @@ type batchCall[T, R any] struct {
 // returns ctx's error and the item may or may not have been applied, as
 // with any call cut short.
 func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
-	c := &batchCall[T, R]{ctx: ctx, item: item, done: make(chan bool, 1)}
+	c, _ := b.calls.Get().(*batchCall[T, R])
+	if c == nil {
+		c = &batchCall[T, R]{done: make(chan bool, 1)}
+	}
+	c.ctx, c.item = ctx, item
 	if b.claims {
 		b.act.add(-1, 1)
 	} else {
@@ -168,7 +176,7 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 		select {
 		case lead = <-c.done:
 			if !lead {
-				return c.res.value, c.res.err
+				return b.answer(c)
 			}
 		case <-ctx.Done():
 			return b.leave(c)
@@ -177,7 +185,16 @@ func (b *batcher[T, R]) do(ctx context.Context, item T) (R, error) {
 	b.wait()
 	b.flush()
 	<-c.done
-	return c.res.value, c.res.err
+	return b.answer(c)
+}
+
+// answer returns c's result and recycles c: once its done channel said
+// so, no batch refers to it any more.
+func (b *batcher[T, R]) answer(c *batchCall[T, R]) (R, error) {
+	v, err := c.res.value, c.res.err
+	*c = batchCall[T, R]{done: c.done}
+	b.calls.Put(c)
+	return v, err
 }
 
 // leave takes c, whose context ended, out of its queue or batch, and

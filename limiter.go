@@ -80,13 +80,19 @@ func (l *Limiter) rule(a *app.App, handler string, lim app.Limits) chan struct{}
 }
 
 // slots are the slots one attempt holds: its app's, its rule's when the
-// rule bounds itself, and a global one, in the order they are taken.
-type slots []chan struct{}
+// rule bounds itself, and a global one, in the order they are taken. A
+// value, so that taking them allocates nothing.
+type slots struct {
+	c [3]chan struct{}
+	n int
+}
 
-// release gives them back.
-func (s slots) release() {
-	for _, c := range s {
-		<-c
+// release gives the first n back.
+func (s slots) release() { s.releaseFirst(s.n) }
+
+func (s slots) releaseFirst(n int) {
+	for i := range n {
+		<-s.c[i]
 	}
 }
 
@@ -94,19 +100,19 @@ func (s slots) release() {
 // its flow control.
 func (l *Limiter) slotsOf(a *app.App, handler string, lim app.Limits) slots {
 	if r := l.rule(a, handler, lim); r != nil {
-		return slots{l.app(a), r, l.global}
+		return slots{c: [3]chan struct{}{l.app(a), r, l.global}, n: 3}
 	}
-	return slots{l.app(a), l.global}
+	return slots{c: [3]chan struct{}{l.app(a), l.global}, n: 2}
 }
 
 // tryAcquire takes every one of want if all are free now.
 func (l *Limiter) tryAcquire(want slots) (_ slots, ok bool) {
-	for i, c := range want {
+	for i := range want.n {
 		select {
-		case c <- struct{}{}:
+		case want.c[i] <- struct{}{}:
 		default:
-			want[:i].release()
-			return nil, false
+			want.releaseFirst(i)
+			return slots{}, false
 		}
 	}
 	return want, true
@@ -117,15 +123,15 @@ func (l *Limiter) tryAcquire(want slots) (_ slots, ok bool) {
 func (l *Limiter) waitAcquire(ctx context.Context, want slots, wait time.Duration) (_ slots, ok bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	for i, c := range want {
+	for i := range want.n {
 		select {
-		case c <- struct{}{}:
+		case want.c[i] <- struct{}{}:
 			continue
 		case <-timer.C:
 		case <-ctx.Done():
 		}
-		want[:i].release()
-		return nil, false
+		want.releaseFirst(i)
+		return slots{}, false
 	}
 	return want, true
 }

@@ -45,15 +45,17 @@ type runningSet struct {
 func newRunningSet() *runningSet { return &runningSet{all: map[string]*Running{}} }
 
 // add records r under token; the returned func removes it.
-func (s *runningSet) add(token string, r Running) (done func()) {
+func (s *runningSet) add(token string, r *Running) {
 	s.mu.Lock()
-	s.all[token] = &r
+	s.all[token] = r
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.all, token)
-		s.mu.Unlock()
-	}
+}
+
+// remove forgets the attempt of token once it ended.
+func (s *runningSet) remove(token string) {
+	s.mu.Lock()
+	delete(s.all, token)
+	s.mu.Unlock()
 }
 
 // orphan marks the attempts of the messages of ids orphaned.
