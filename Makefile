@@ -64,7 +64,7 @@ build:
 	CGO_ENABLED=0 go build -o bin/relay-exec ./cmd/relay-exec
 
 # The relay image of deploy/Containerfile, built offline by
-# internal/tools/mkimage (docs/deployment.md "Container image"):
+# tools/mkimage (docs/deployment.md "Container image"):
 # dist/relay-image.tar, an OCI layout that is also a docker-archive, for
 # ctr images import, docker load, skopeo or crane. IMAGE_REF names it
 # (default relay.local/relay:dev); one commit gives one digest.
