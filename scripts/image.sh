@@ -14,7 +14,8 @@
 # Reproducible: file and image times are SOURCE_DATE_EPOCH, by default the
 # time of the checked-out commit, and the label org.opencontainers.image.revision
 # its hash, so one commit gives one digest with the same Go toolchain,
-# wherever it is checked out (go test ./deploy/ builds twice and compares).
+# wherever it is checked out (go -C tools test ./deploy/ builds twice and
+# compares).
 # Prints "OUT REF DIGEST" on stdout last.
 set -euo pipefail
 
