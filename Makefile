@@ -75,6 +75,7 @@ image:
 
 vet:
 	go vet ./...
+	go -C tools vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
