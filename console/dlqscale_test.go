@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/testutil"
 )
@@ -30,6 +32,33 @@ func (f *fixture) fillDLQ(n int) []string {
 		}
 		return app, handler, "handler exited with code 3", fmt.Sprintf(`{"kind":"order","customer":"c_%d"}`, i)
 	})
+}
+
+// writeDLQ writes n dead letters, one a second up to now, entry i (from
+// 0, oldest first) with the app, handler, reason and event of at(i); it
+// returns their ids, oldest first.
+func (f *fixture) writeDLQ(n int, at func(i int) (app, handler, reason, event string)) []string {
+	f.t.Helper()
+	now := time.Now().UnixMilli()
+	ids := make([]string, n)
+	cmds := make(rueidis.Commands, 0, n)
+	for i := range n {
+		app, handler, reason, event := at(i)
+		ms := now - int64(n-1-i)*1000
+		ids[i] = fmt.Sprintf("%d-0", ms)
+		cmds = append(cmds, f.rc.B().Xadd().Key(f.store.Key()).Id(ids[i]).FieldValue().
+			FieldValue("original_stream", f.stream).FieldValue("original_id", fmt.Sprintf("%d-7", i+1)).
+			FieldValue("group", f.group).FieldValue("consumer", "worker-1").FieldValue("event", event).
+			FieldValue("reason", reason).FieldValue("app", app).FieldValue("handler", handler).
+			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").
+			FieldValue("timestamp", time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)).Build())
+	}
+	for _, r := range f.rc.DoMulti(f.t.Context(), cmds...) {
+		if err := r.Error(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return ids
 }
 
 var (

@@ -38,6 +38,12 @@ var built struct {
 }
 
 func TestMain(m *testing.M) {
+	// The tests read the files of deploy/ by their paths there, and the
+	// image script of the checkout at "..".
+	if err := os.Chdir(filepath.Join("..", "..", "deploy")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)

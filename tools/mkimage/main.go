@@ -2,19 +2,23 @@
 // tarball that `ctr images import`, the containerd client's Import and
 // `docker load` accept. It has three modes.
 //
+// It belongs to the repository's tools module (tools/go.mod), whose
+// dependencies the library does not carry, so from the repository root it
+// runs with `go -C tools`; relative paths are then relative to tools/.
+//
 // By default it builds the small test image of the containerd runner tests
 // and examples: one layer holding a static busybox, a symlink per busybox
 // applet, a minimal /etc (passwd and group with nobody, 65534) and empty
 // mount points (/app, /tmp, ...):
 //
-//	go run ./internal/tools/mkimage -o busybox.tar [-ref relay.local/busybox:latest] [-busybox /bin/busybox]
+//	go -C tools run ./mkimage -o "$PWD/busybox.tar" [-ref relay.local/busybox:latest] [-busybox /bin/busybox]
 //
 // With -rootfs it packs a prepared root filesystem, such as a debootstrap
 // tree (scripts/runtime-images.sh), into a one-layer image; the contents of
 // dev, proc and sys and any device node, FIFO or socket are left out, since
 // the container runtime provides them:
 //
-//	go run ./internal/tools/mkimage -o python3.tar -ref relay.local/python3:bookworm \
+//	go -C tools run ./mkimage -o "$PWD/python3.tar" -ref relay.local/python3:bookworm \
 //		-rootfs /tmp/rootfs -env LANG=C.UTF-8 -cmd '["python3"]'
 //
 // With -containerfile it builds the final stage of a Containerfile, which
@@ -23,8 +27,8 @@
 // image of deploy/Containerfile). This mode writes an OCI image layout
 // that is also a docker-archive, and honours SOURCE_DATE_EPOCH:
 //
-//	go run ./internal/tools/mkimage -o relay.tar -ref relay.local/relay:dev \
-//		-containerfile deploy/Containerfile -stage build=/tmp/stage [-label KEY=VALUE]
+//	go -C tools run ./mkimage -o "$PWD/relay.tar" -ref relay.local/relay:dev \
+//		-containerfile "$PWD/deploy/Containerfile" -stage build=/tmp/stage [-label KEY=VALUE]
 //
 // The first two modes write a docker-archive.
 //

@@ -8,6 +8,9 @@
 // API types and renders the kustomization; image_test.go and run_test.go
 // build the image of the Containerfile and run it as the Deployment does
 // (docs/deployment.md "What the tests check").
+//
+// They are in the tools module (tools/deploy), so that Kubernetes' and
+// BuildKit's modules stay out of the library's go.mod, and run in deploy/.
 package deploy_test
 
 import (
