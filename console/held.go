@@ -107,7 +107,7 @@ func markHeld(rows []pendingRow, holds []holdView) {
 // finished reports a terminal invocation: it holds its message no more.
 func (v invocationView) finished() bool {
 	switch v.State {
-	case "succeeded", "exhausted", "dead-lettered":
+	case "succeeded", "exhausted", "dead-lettered", "superseded":
 		return true
 	}
 	return false

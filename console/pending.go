@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
@@ -249,28 +249,16 @@ func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) m
 }
 
 // parseInvocation reads one field of the invocation hash
-// (docs/delivery.md#invocation-state).
+// (docs/delivery.md#invocation-state), through invocation.ParseValue.
 func parseInvocation(field, val string) invocationView {
 	v := invocationView{Field: clean(field), Key: field, State: "unknown", Raw: clean(val)}
-	parts := strings.Split(val, ":")
-	num := func(i int) int64 {
-		if i >= len(parts) {
-			return 0
-		}
-		n, _ := strconv.ParseInt(parts[i], 10, 64)
-		return n
+	p, err := invocation.ParseValue(val)
+	if err != nil {
+		return v
 	}
-	switch {
-	case val == "ok":
-		v.State = "succeeded"
-	case parts[0] == "running" && len(parts) == 4:
-		v.State, v.Until, v.Attempt = "running", time.UnixMilli(num(1)), int(num(2))
-	case parts[0] == "next_attempt_at" && len(parts) == 4:
-		v.State, v.Until, v.Attempt = "waiting", time.UnixMilli(num(1)), int(num(2))
-	case parts[0] == "exhausted" && len(parts) == 4 && parts[3] == "dlq":
-		v.State, v.Attempt = "dead-lettered", int(num(1))
-	case parts[0] == "exhausted" && len(parts) == 3:
-		v.State, v.Attempt = "exhausted", int(num(1))
+	v.State, v.Attempt = p.State.String(), p.Attempt
+	if p.State == invocation.StateRunning || p.State == invocation.StateWaiting {
+		v.Until = p.Until
 	}
 	return v
 }
