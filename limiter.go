@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/invocation"
 )
 
 // Limiter holds the concurrency slots of invocations
@@ -70,7 +71,7 @@ func (l *Limiter) rule(a *app.App, handler string, lim app.Limits) chan struct{}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := appSlotsKey{a.Name + "/" + handler, lim.Concurrency}
+	k := appSlotsKey{invocation.Field(a.Name, handler), lim.Concurrency}
 	s, ok := l.perApp[k]
 	if !ok {
 		s = make(chan struct{}, max(1, min(lim.Concurrency, l.max)))

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/invocation"
 )
 
 // AttemptResult says how one handler attempt ended, or why it could not
@@ -155,7 +157,7 @@ type Outcome struct {
 }
 
 // field is the invocation's field in its message's state hash.
-func (o Outcome) field() string { return o.App + "/" + o.Handler }
+func (o Outcome) field() string { return invocation.Field(o.App, o.Handler) }
 
 // Op names a write that records what a delivery did (the op attribute of
 // its log line).
