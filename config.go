@@ -297,8 +297,8 @@ func (c Config) check() error {
 		nonNegative("Retention", c.Retention)
 		if c.Retention > 0 && c.Retention < time.Millisecond {
 			// TTLs are in milliseconds: the stores would refuse every
-			// settlement (invocation.CheckRetention) and Redis the
-			// dead-letter marker's TTL, at run time, after the handler ran.
+			// settlement (invocation.CheckRetention) at run time, after
+			// the handler ran.
 			errs = append(errs, fmt.Errorf("relay: Config.Retention: must be DeleteOnAck, 0 (the default) or at least 1ms, got %s", c.Retention))
 		}
 	}

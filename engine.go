@@ -29,8 +29,8 @@ type Components struct {
 	Source  StreamSource
 	// State keeps invocation state and settles messages: it acknowledges
 	// them and writes their dead-letter entries, so it must act on
-	// Source's stream and group (invocation.Store does, on the same Redis
-	// as a stream.Source).
+	// Source's stream and group (redisstate.Store does, on the same Redis
+	// as a redisstream.Source).
 	State  StateStore
 	Runner Runner
 	// Stream, Group and Consumer name the source stream, the consumer group

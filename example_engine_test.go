@@ -19,8 +19,8 @@ import (
 // An Engine embedded in a Go program, with Go functions as handlers. Here
 // it runs on the in-memory fakes of package relaytest, as a unit test of
 // the handlers would; in production the same Components come from
-// stream.New and invocation.New on a Redis client (see
-// examples/embed).
+// redisstream.New and redisstate.New on a Redis client (docs/embedding.md#engine),
+// and a worker.Worker builds them (examples/embed).
 //
 // One event matches two rules, whose invocations run one after the other:
 // mail.welcome fails once and succeeds on its retry; crm.sync fails both
@@ -29,7 +29,7 @@ func ExampleEngine() {
 	src := relaytest.NewStream()
 	dead := relaytest.NewDLQ("events")
 	// The store settles the stream's messages: it acknowledges them and
-	// writes their dead letters, as invocation.Store does on Redis.
+	// writes their dead letters, as redisstate.Store does on Redis.
 	state := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(dead))
 
 	signup, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))

@@ -34,8 +34,8 @@ import (
 // This file holds what the package's tests share: the harness (one Engine
 // on a real redis-server, with Go handlers), its timings, the app fixtures
 // and the fault injectors that more than one test file uses. Each test
-// lives in the file named after the code it tests: invoke.go's in
-// invoke_test.go, and so on.
+// lives in the file named after the code it tests: settle.go's in
+// settle_test.go, and so on.
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 

@@ -116,9 +116,9 @@ func (k OutcomeKind) String() string {
 func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Superseded }
 
 // Outcome is what one delivery did with one invocation: the value the
-// record stage returns, which the Engine reports once to its observers (log,
-// metrics, cluster stats, trace) and from which the settle stage decides
-// the message's acknowledgement.
+// claim and run stage (attempt.go) returns, which the Engine reports once
+// to its observers (log, metrics, cluster stats, trace) and from which the
+// decide stage (settle.go) says whether the message is acknowledged.
 type Outcome struct {
 	Kind         OutcomeKind
 	App, Handler string
@@ -137,8 +137,8 @@ type Outcome struct {
 	// WriteErr is the write that failed, for WriteFailed, or that failed
 	// without changing the kind (giving an attempt back); nil otherwise.
 	WriteErr *WriteError
-	// Next is the earliest next attempt (Retrying, NotDue) or the end of
-	// the running lease (Leased).
+	// Next is the earliest next attempt (Retrying, NotDue, Throttled,
+	// Debounced) or the end of the running lease (Leased).
 	Next time.Time
 	// DLQID and Reason describe the entry written for DeadLettered.
 	DLQID, Reason string

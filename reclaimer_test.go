@@ -86,8 +86,8 @@ events:
 	if started.Load() != n {
 		t.Errorf("%d handler starts, want %d", started.Load(), n)
 	}
-	// This engine has no Settler: the retention follows the XACK in a
-	// second round trip, so settled can be seen before it.
+	// The retention is written by the script that acknowledges (the
+	// settlement), so it is there once the entries are settled.
 	testutil.WaitFor(t, 5*time.Second, "the last entry's state retained", func() bool { return h.hash(h.last)["__terminal"] == "1" })
 	if st := h.hash(h.last); st["users/events.created"] != "ok" {
 		t.Errorf("state of the last entry = %v, want ok and retained", st)

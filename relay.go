@@ -114,7 +114,7 @@ type Runner interface {
 // Stats keeps the cluster-wide counters and the outcome feed of relay
 // stats and the console (docs/delivery.md#cluster-wide-counters). Add and
 // Record only count in memory and never wait; Flush writes what was
-// counted, keeping it for the next Flush when it fails. stats.Recorder
+// counted, keeping it for the next Flush when it fails. redisstats.Recorder
 // implements it on Redis. Safe for concurrent use.
 type Stats interface {
 	Add(c stats.Counter)
@@ -185,7 +185,7 @@ type Preparer interface {
 // a Claim whose error wraps *invocation.ClaimUnknownError or an attempt
 // whose Release failed, knowing only l's Key, Field and Token. Whether or
 // not the claim ran, and even when it runs after Void, it must not leave a
-// lease whose expiry charges an attempt: invocation.Store.Void says how.
+// lease whose expiry charges an attempt: redisstate.Store.Void says how.
 // Idempotent. Without it such a lease expires and is charged as a failed
 // attempt that never ran.
 type ClaimVoider interface {

@@ -17,6 +17,9 @@
 //	ok                                               succeeded
 //	exhausted:<attempt>:<token>                      last attempt failed; DLQ entry pending
 //	exhausted:<attempt>:<token>:dlq                  DLQ entry persisted
+//	superseded:<message id>                          not run: a newer event of its
+//	                                                 debounce group, that message,
+//	                                                 was recorded
 //
 // Fields starting with "__" are reserved and are not invocations: TraceField
 // and DLQField name two of them. UnfinishedOf reads what is not final from

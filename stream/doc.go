@@ -7,6 +7,8 @@
 //
 // The Redis implementation is package stream/redisstream: a Source that
 // reads a Redis Stream with XREADGROUP, reclaims idle entries with
-// XAUTOCLAIM, acknowledges, publishes and trims. This package links no
-// Redis client, so the engine (package relay) uses its types without one.
+// XAUTOCLAIM, heartbeats, publishes and trims. The Engine's
+// acknowledgements are not the source's: the StateStore's Settle makes
+// them, with the message's last transitions. This package links no Redis
+// client, so the engine (package relay) uses its types without one.
 package stream

@@ -16,8 +16,8 @@ import (
 const listPage = 100
 
 // Store reads and administers the dead-letter stream of one source stream
-// (relay dlq ls / inspect / rm). It embeds a Writer, so it is a
-// relay.DLQWriter too. Safe for concurrent use.
+// (relay dlq ls / inspect / rm). It embeds a Writer, so it appends and
+// trims too (a relaytest.DLQWriter). Safe for concurrent use.
 type Store struct {
 	Writer
 }

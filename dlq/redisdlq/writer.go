@@ -43,7 +43,8 @@ func (w *Writer) Key() string { return w.key }
 // any other value is an error; a zero Timestamp becomes the current time;
 // e.ID is ignored. OriginalID, Group, Consumer, Reason, App and Handler must
 // be non-empty; a malformed-message entry has App and Handler dlq.MalformedName
-// and HandlerAttempts 0, any other has HandlerAttempts >= 1. A validation
+// and HandlerAttempts 0, any other has HandlerAttempts >= 0 (0 when no
+// attempt ran, as for a message past its rule's max_age). A validation
 // failure is a *dlq.FieldError (errors.Is dlq.ErrInvalidEntry) and writes nothing.
 // Every call appends: a retry after a lost reply may append twice.
 func (w *Writer) Write(ctx context.Context, e dlq.Entry) (string, error) {

@@ -61,8 +61,8 @@ func CheckClusterLayout(streams []string, group string) (warnings []string, err 
 
 // Derived are the keys Relay builds from a stream for group, with
 // placeholder ids where only their shape matters: the DLQ stream, an
-// invocation hash, a dead-letter written marker, the stats hash, the feed,
-// a schedule dedup key and an idempotent-publish dedup key
+// invocation hash, the stats hash, the feed, a flow-control limit key, a
+// schedule dedup key and an idempotent-publish dedup key
 // (docs/delivery.md#data-layout-in-redis).
 func Derived(stream, group string) []string {
 	return []string{

@@ -35,10 +35,10 @@ type Memory struct {
 
 // Evicts reports whether the server may evict keys to stay under
 // maxmemory: any policy but noeviction. Eviction can remove a stream, a
-// pending message's invocation state or a dead-letter marker, which
-// breaks Relay's delivery guarantees; volatile-* policies evict only keys
-// with a TTL (retained invocation state, dedup markers), which weakens
-// them. With noeviction a full Redis refuses writes and Relay fails
+// pending message's invocation state (with its dead-letter markers) or a
+// dedup key, which breaks Relay's delivery guarantees; volatile-* policies
+// evict only keys with a TTL (retained invocation state, dedup keys),
+// which weakens them. With noeviction a full Redis refuses writes and Relay fails
 // closed: messages stay pending until memory is freed.
 func (m Memory) Evicts() bool { return m.Policy != NoEviction }
 

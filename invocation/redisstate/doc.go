@@ -12,14 +12,20 @@
 //	ok                                               succeeded
 //	exhausted:<attempt>:<token>                      last attempt failed; DLQ entry pending
 //	exhausted:<attempt>:<token>:dlq                  DLQ entry persisted
+//	superseded:<message id>                          not run: a newer event of its
+//	                                                 debounce group, that message,
+//	                                                 was recorded
 //
 // The keys, leases, claims and settlements a Store takes and returns, their
 // checks and the policy helpers are package invocation's, which links no
 // Redis client.
 //
 // Fields starting with "__" are reserved and are not invocations:
-// "__terminal" marks a retained hash, "__schedule" is the pin of a schedule
-// occurrence (Store.Pin), and "__trace:<app>/<handler>" holds the trace
+// "__terminal" marks a retained hash, "__matched" says the first delivery
+// recorded every invocation of the message (invocation.Record), "__schedule"
+// is the pin of a schedule occurrence (Store.Pin), "__dlq:<app>/<handler>"
+// holds the id of the invocation's dead-letter entry, written with it
+// (invocation.DLQField), and "__trace:<app>/<handler>" holds the trace
 // lineage of the invocation's latest unsuccessful attempt (a W3C traceparent,
 // written by the Retry, Exhaust and Release transitions from Lease.Trace and
 // returned by the next Claim as Claim.PrevTrace), so a retry on any worker
@@ -27,7 +33,9 @@
 //
 // Times are Unix milliseconds from the Redis server's TIME, so worker clock
 // skew cannot change outcomes. attempt counts real handler executions. Claim
-// (claim.lua) decides and records a batch of claims; Settle (settle.lua)
+// (claim.lua) decides and records a batch of claims, passing each claim's
+// flow-control gate (invocation.Gate: the relay:limit keys of
+// docs/flow-control.md#how-it-is-enforced) first; Settle (settle.lua)
 // applies a batch of settlements, each the transitions one delivery writes
 // for one message (Finish, Retry, Exhaust, DeadLetter, Release) and, with
 // Ack, its XACK and retention, all or nothing. Each script first checks the

@@ -519,9 +519,10 @@ func (s *Store) checkKeys(k invocation.Key) error {
 }
 
 // Client returns the Redis client the Store uses, so that a caller can
-// tell whether another component talks to the same server (the Engine
-// pairs the Store with a redisstream.Source on the same client as its
-// Settler).
+// tell whether another component talks to the same server: Settle
+// acknowledges on the stream of the messages it settles, so the Store must
+// share the server of the redisstream.Source that reads them
+// (docs/embedding.md#engine).
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // Pin stores value in the reserved field of key's hash unless it holds a

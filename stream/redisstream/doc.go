@@ -5,8 +5,11 @@
 // the group (MKSTREAM, from id 0), reads new entries with a short XREADGROUP
 // BLOCK, reclaims idle pending entries with XAUTOCLAIM (including the ids of
 // entries deleted while pending, docs/delivery.md#missing-payloads),
-// acknowledges, publishes, and keeps live entries from being reclaimed
-// (Heartbeat). Trim removes entries older than a retention but never one
+// publishes, and keeps live entries from being reclaimed (Heartbeat). Its
+// Ack clears the references of deleted entries (Reclaim) and serves tools
+// and tests: the Engine's acknowledgements are made by
+// the StateStore's Settle (redisstate.Store), in the script that records a
+// message's last transitions. Trim removes entries older than a retention but never one
 // that any consumer group of the stream still holds pending or has not been
 // delivered (docs/operations.md#retention); the caller decides how often to
 // run it.
