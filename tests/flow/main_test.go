@@ -13,6 +13,8 @@
 // stream and the slots of the rule.
 //
 //   - TestConcurrencyPerKey: concurrency: 2 per customer across the cluster.
+//   - TestClusterSlotAfterSIGKILL: the slot of a worker killed mid-run comes
+//     back when its lease ends, and the killed invocation is retried.
 //
 // FLOW_LOG_DIR keeps the workers' logs (one directory per test).
 package flow_test
