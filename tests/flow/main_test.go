@@ -15,6 +15,8 @@
 //   - TestConcurrencyPerKey: concurrency: 2 per customer across the cluster.
 //   - TestClusterSlotAfterSIGKILL: the slot of a worker killed mid-run comes
 //     back when its lease ends, and the killed invocation is retried.
+//   - TestDebounceUnderKills: only the last event of a burst runs, and none
+//     is lost while workers are killed.
 //
 // FLOW_LOG_DIR keeps the workers' logs (one directory per test).
 package flow_test
