@@ -17,6 +17,8 @@
 //     back when its lease ends, and the killed invocation is retried.
 //   - TestDebounceUnderKills: only the last event of a burst runs, and none
 //     is lost while workers are killed.
+//   - TestMaxAge: events older than max_age are dead-lettered unrun, also
+//     those that grew too old waiting for their rate.
 //
 // FLOW_LOG_DIR keeps the workers' logs (one directory per test).
 package flow_test
