@@ -13,6 +13,9 @@
 // stream and the slots of the rule.
 //
 //   - TestConcurrencyPerKey: concurrency: 2 per customer across the cluster.
+//   - TestRateBesideUnlimitedApp: rate: 20/s measured over a minute
+//     (RELAY_FLOW_RATE_DURATION), while an app without limits on the same
+//     stream runs at full speed.
 //   - TestClusterSlotAfterSIGKILL: the slot of a worker killed mid-run comes
 //     back when its lease ends, and the killed invocation is retried.
 //   - TestDebounceUnderKills: only the last event of a burst runs, and none
