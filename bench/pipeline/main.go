@@ -10,7 +10,8 @@
 // group has delivered every entry and none is pending.
 //
 //   - raw: the minimal loop, Batch = -batch (default 2 × -concurrency, the
-//     most an Engine reads at once).
+//     most an Engine reads at once), over -raw-events (default 5 × -events,
+//     so that the anchor runs for about a second, not a fifth of one).
 //   - engine: a relay.Engine wired as relay start wires it (stream source,
 //     Lua invocation state, DLQ writer, cluster stats, Prometheus registry,
 //     a text log at info written to a file, MAX_CONCURRENCY -concurrency)
@@ -94,6 +95,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.redis, "redis", "", "Redis address host:port (default: start a private redis-server)")
 	flag.IntVar(&cfg.events, "events", 20000, "events per measurement")
+	flag.IntVar(&cfg.rawEvents, "raw-events", 0, "events per measurement of the raw loop (default 5 × -events: the anchor of every ratio drains 20,000 events in about 0.2 s, where one scheduling hiccup moves its rate by tens of percent)")
 	workers := flag.String("workers", "1,3", "worker counts to measure, comma-separated")
 	modes := flag.String("modes", "raw,engine", "modes to measure: raw, engine, reclaim (engine workers taking over events pending on a dead consumer)")
 	retentions := flag.String("retentions", "48h,0", "invocation state retentions the engine and reclaim modes run with at 1 worker, comma-separated, a row each (REDIS_INVOCATION_RETENTION; 0 deletes the state with the acknowledgement)")
@@ -109,6 +111,9 @@ func main() {
 	flag.Parse()
 	if cfg.batch == 0 {
 		cfg.batch = 2 * cfg.concurrency
+	}
+	if cfg.rawEvents == 0 {
+		cfg.rawEvents = 5 * cfg.events
 	}
 	var err error
 	if cfg.workers, err = ints(*workers); err == nil {
@@ -128,6 +133,7 @@ func main() {
 type config struct {
 	redis      string
 	events     int
+	rawEvents  int // of the raw mode; 0: events
 	workers    []int
 	modes      []string
 	retentions []retention
@@ -227,8 +233,8 @@ func run(cfg config) error {
 	defer closeRedis()
 
 	fmt.Printf("pipeline: %s\n", benchkit.Machine())
-	fmt.Printf("pipeline: redis %s, %d events per run (%d%% matching no rule), %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",
-		cfg.redis, cfg.events, cfg.unmatched, cfg.runs, cfg.concurrency, cfg.batch)
+	fmt.Printf("pipeline: redis %s, %d events per run (%d%% matching no rule; %d for the raw loop), %d runs per row, engine MAX_CONCURRENCY %d, raw COUNT %d, workers are processes\n",
+		cfg.redis, cfg.events, cfg.unmatched, cfg.eventsOf(benchkit.KindRaw), cfg.runs, cfg.concurrency, cfg.batch)
 	runID := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	if cfg.reads, err = calibrateReads(ctx, admin, "bench-pipeline-"+runID+"-calibrate"); err != nil {
 		return err
@@ -414,25 +420,34 @@ func (r result) rate() float64 { return float64(r.events) / r.elapsed.Seconds() 
 
 func (r result) readsPerEvent() float64 { return float64(r.server.Reads) / float64(r.events) }
 
-// measure fills stream name with cfg.events events, runs nw workers of
+// eventsOf is the count of events of one measurement of mode.
+func (c config) eventsOf(mode string) int {
+	if mode == benchkit.KindRaw && c.rawEvents > 0 {
+		return c.rawEvents
+	}
+	return c.events
+}
+
+// measure fills stream name with cfg.eventsOf(mode) events, runs nw workers of
 // mode until the group has delivered and acknowledged all of them, and
 // returns how long that took and what it cost.
 func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string, retention time.Duration, name string, nw int) (result, error) {
 	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
 		return result{}, err
 	}
+	events := cfg.eventsOf(mode)
 	usedBefore, err := benchkit.UsedMemory(ctx, admin)
 	if err != nil {
 		return result{}, err
 	}
-	last, err := benchkit.FillMix(ctx, admin, name, 0, cfg.events, cfg.unmatched)
+	last, err := benchkit.FillMix(ctx, admin, name, 0, events, cfg.unmatched)
 	if err != nil {
 		return result{}, err
 	}
 	kind, minIdle := mode, time.Duration(0)
 	if mode == modeReclaim {
 		kind, minIdle = benchkit.KindEngine, reclaimIdle
-		if err := orphan(ctx, admin, name, cfg.events); err != nil {
+		if err := orphan(ctx, admin, name, events); err != nil {
 			return result{}, err
 		}
 	}
@@ -496,7 +511,7 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string,
 	if err != nil {
 		return result{}, err
 	}
-	r := result{events: cfg.events, elapsed: elapsed, load: load,
+	r := result{events: events, elapsed: elapsed, load: load,
 		server: after.Sub(before).Without(benchkit.SettledCommands, polls).WithoutReads(cfg.reads, polls)}
 	// The workers' cost up to the drain, not their shutdown's.
 	for _, w := range workers {
@@ -522,7 +537,7 @@ func measure(ctx context.Context, cfg config, admin rueidis.Client, mode string,
 	}
 	workers = nil
 	want := int64(0)
-	for i := range cfg.events {
+	for i := range events {
 		if mode == benchkit.KindRaw || benchkit.Matches(i, cfg.unmatched) {
 			want++
 		}
