@@ -50,9 +50,11 @@ test-cluster:
 		go test -race -count=1 -timeout 20m -run "Redis|Cluster|Sentinel|ACL|TLS" ./cmd/relay/'
 
 # Benchmarks (bench/): pipeline throughput against a raw XREADGROUP+XACK
-# loop, end-to-end latency per runner against `ctr run --rm` (one at a
-# time and in bursts) with the runtime targets, and worker memory with
-# 10,000 pending messages, a table each. Starts containerd
+# loop (with Redis reads, Redis and worker CPU and allocations per event,
+# and publish → ack latency at 1 event/s), end-to-end latency per runner
+# against `ctr run --rm` (one at a time and in bursts) with the runtime
+# targets, worker memory with 10,000 pending messages, a table each, and
+# the retention-0 key count under dead letters (fails when it grows). Starts containerd
 # under STATE_DIR like make test; results of this machine: bench/RESULTS.md.
 .PHONY: bench
 bench:
