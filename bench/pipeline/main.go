@@ -387,7 +387,7 @@ func perEvent(d time.Duration, events int) string {
 // no worker reads, before any worker runs.
 func calibrateReads(ctx context.Context, admin rueidis.Client, name string) (benchkit.ReadOverhead, error) {
 	defer cleanup(context.WithoutCancel(ctx), admin, name)
-	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
 		return benchkit.ReadOverhead{}, err
 	}
 	last, err := benchkit.Fill(ctx, admin, name, 0, 1)

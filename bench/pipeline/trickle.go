@@ -11,7 +11,7 @@ import (
 
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/ctxtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // trickleWarmup events of each pipeline are not counted: the first
@@ -51,7 +51,7 @@ func trickle(ctx context.Context, cfg config, admin rueidis.Client, base string)
 		}
 	}()
 	for _, p := range pipes {
-		if err := stream.New(admin, p.name, group, "bench").EnsureGroup(ctx); err != nil {
+		if err := redisstream.New(admin, p.name, group, "bench").EnsureGroup(ctx); err != nil {
 			return err
 		}
 		spec := benchkit.WorkerSpec{

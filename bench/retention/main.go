@@ -44,7 +44,7 @@ import (
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/internal/keys"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const (
@@ -125,7 +125,7 @@ func run(cfg config) (bool, error) {
 	fmt.Printf("retention: redis %s, %d events/s, every %d-th failing with no retries (%.1f dead letters/s), invocation retention 0, 1 worker, MAX_CONCURRENCY %d\n",
 		addr, cfg.rate, cfg.failEvery, float64(cfg.rate)/float64(cfg.failEvery), cfg.concurrency)
 
-	if err := stream.New(admin, streamName, group, "bench").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(admin, streamName, group, "bench").EnsureGroup(ctx); err != nil {
 		return false, err
 	}
 	w, err := benchkit.StartWorker(ctx, benchkit.WorkerSpec{
