@@ -338,6 +338,9 @@ func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, 
 	if err != nil {
 		return cl, step{o: o}, false
 	}
+	if cl.Status != invocation.Throttled && !r.Gate.IsZero() {
+		p.pacer.started(c, d.msg.ID)
+	}
 	switch cl.Status {
 	case invocation.Claimed, invocation.Probed:
 		return cl, step{}, true
@@ -360,7 +363,7 @@ func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, 
 	case invocation.Throttled:
 		// On the store's clock, as its answer.
 		now := time.Now().Add(time.Duration(p.skew.Load()))
-		o.Kind, o.Reason, o.Next = Throttled, cl.Limit, p.pacer.next(c, cl, now)
+		o.Kind, o.Reason, o.Next = Throttled, cl.Limit, p.pacer.next(c, d.msg.ID, cl, now)
 	case invocation.Exhausted:
 		// A previous delivery exhausted it (or its last lease expired) but
 		// the DLQ entry is not recorded yet.

@@ -68,35 +68,43 @@ func waitsOf(v verdict) []waitOf {
 // one: each waiter is due a step after the one before it, a rate's
 // interval for a rate, the throttle poll over the slots for concurrency.
 // A group's queue restarts from the store's answer once its last waiter
-// is due. Safe for concurrent use.
+// is due. A rate waiter that comes for its turn and finds the rate's next
+// start a little later (the starts before it drifted: a rate counts from
+// when each start happened) tries again at that time, keeping its place,
+// rather than losing the turn to the back of the queue. Safe for
+// concurrent use.
 type pacer struct {
 	poll time.Duration
 
 	mu   sync.Mutex
 	last map[string]time.Time
+	// turns are the times the rate waiters of this worker were given, by
+	// message and invocation field.
+	turns map[string]time.Time
 }
 
 func newPacer(poll time.Duration) *pacer {
-	return &pacer{poll: poll, last: map[string]time.Time{}}
+	return &pacer{poll: poll, last: map[string]time.Time{}, turns: map[string]time.Time{}}
 }
 
-// maxPacerGroups bounds the groups a pacer remembers before it forgets
-// those whose queue is over.
+// maxPacerGroups bounds the groups (and turns) a pacer remembers before
+// it forgets those whose time is over.
 const maxPacerGroups = 4096
 
-// next is when a waiter of c throttled by cl should be claimed again, on
-// the store's clock, whose now is now: no earlier than the store said,
-// nor than a step after the group's previous waiter; for concurrency no
-// later than a poll from now plus its place in the queue either, since a
-// slot may free before the lease the store named ends.
-func (pc *pacer) next(c call, cl invocation.Claim, now time.Time) time.Time {
+// next is when the invocation of c of message id, throttled by cl, should
+// be claimed again, on the store's clock, whose now is now: no earlier
+// than the store said, nor than a step after the group's previous waiter;
+// for concurrency no later than a poll from now plus its place in the
+// queue either, since a slot may free before the lease the store named
+// ends.
+func (pc *pacer) next(c call, id string, cl invocation.Claim, now time.Time) time.Time {
 	var group string
 	var step time.Duration
 	earliest := cl.NextAttemptAt
-	switch cl.Limit {
-	case invocation.LimitRate:
+	rate := cl.Limit == invocation.LimitRate
+	if rate {
 		group, step = c.field+"\x00r\x00"+c.gate.RateKey, c.gate.Interval
-	default:
+	} else {
 		group, step = c.field+"\x00c\x00"+c.gate.SlotKey, pc.poll/time.Duration(max(c.gate.Slots, 1))
 		if poll := now.Add(pc.poll); poll.Before(earliest) {
 			earliest = poll
@@ -104,19 +112,48 @@ func (pc *pacer) next(c call, cl invocation.Claim, now time.Time) time.Time {
 	}
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	turn := id + "\x00" + c.field
+	if t, ok := pc.turns[turn]; rate && ok && !t.After(now) && earliest.Sub(now) < step {
+		// Its turn, which the drift of the starts before it pushed a
+		// little later.
+		pc.turns[turn] = earliest
+		return earliest
+	}
 	at := earliest
 	if last, ok := pc.last[group]; ok && last.After(now) {
 		at = maxTime(at, last.Add(step))
 	}
 	if len(pc.last) >= maxPacerGroups {
-		for g, t := range pc.last {
-			if !t.After(now) {
-				delete(pc.last, g)
-			}
-		}
+		forget(pc.last, now)
 	}
 	pc.last[group] = at
+	if rate {
+		if len(pc.turns) >= maxPacerGroups {
+			forget(pc.turns, now.Add(-time.Minute))
+		}
+		pc.turns[turn] = at
+	}
 	return at
+}
+
+// started forgets the turn of the invocation of c of message id: it
+// passed its limits, or no longer waits.
+func (pc *pacer) started(c call, id string) {
+	if c.gate.Interval == 0 {
+		return
+	}
+	pc.mu.Lock()
+	delete(pc.turns, id+"\x00"+c.field)
+	pc.mu.Unlock()
+}
+
+// forget deletes the entries of m whose time is not after t.
+func forget(m map[string]time.Time, t time.Time) {
+	for k, v := range m {
+		if !v.After(t) {
+			delete(m, k)
+		}
+	}
 }
 
 func maxTime(a, b time.Time) time.Time {

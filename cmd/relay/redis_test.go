@@ -391,7 +391,7 @@ func TestACLUser(t *testing.T) {
 
 // aclRules are the ACL rules docs/deployment.md recommends for Relay's
 // user; TestACLWorker runs a worker under exactly these.
-const aclRules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info +memory|usage ~*"
+const aclRules = "-@all +@stream +@hash +@sortedset +@scripting +@string +@keyspace +@connection +time +info +memory|usage ~*"
 
 // aclClusterRules are what a Redis Cluster user needs on top of aclRules:
 // the client learns the slot map with CLUSTER SLOTS.

@@ -117,6 +117,14 @@ func Limit(stream, group, kind, field, limitKey string) string {
 	return prefix + "limit:" + Escape(stream) + ":" + Escape(group) + ":" + kind + ":" + Escape(field) + ":" + Escape(limitKey)
 }
 
+// IsSlots reports whether key is a Limit key of kind "slots", a sorted
+// set. Stream, group and field are escaped in a Limit key, so ":slots:"
+// after the prefix can only be its kind.
+func IsSlots(key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+"limit:")
+	return ok && strings.Contains(rest, ":slots:")
+}
+
 // Stats is the hash of cluster-wide counters for one stream and group.
 func Stats(stream, group string) string {
 	return prefix + "stats:" + Escape(stream) + ":" + Escape(group)

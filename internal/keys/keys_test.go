@@ -152,3 +152,23 @@ func TestInvocationMessageID(t *testing.T) {
 		}
 	}
 }
+
+// IsSlots tells a slots key from every other key, whatever the stream,
+// group, field and limit key hold.
+func TestIsSlots(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{Limit("orders", "g", "slots", "shop/charge", "c-1"), true},
+		{Limit("{o}:slots:", "g:slots:", "slots", "a/h", ":slots:"), true},
+		{Limit("orders", "g", "rate", "shop/charge", ":slots:"), false},
+		{Limit("o:slots:x", "g", "debounce", "a/h", "k"), false},
+		{Invocation("relay:limit:x:slots:", "g", "1-0"), false},
+		{DLQ("orders"), false},
+	} {
+		if got := IsSlots(c.key); got != c.want {
+			t.Errorf("IsSlots(%q) = %v, want %v", c.key, got, c.want)
+		}
+	}
+}

@@ -174,7 +174,7 @@ func TestImageRunsAsDeployed(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	const password = "p4ss"
-	acl := []string{"on", ">" + password, "-@all", "+@stream", "+@hash", "+@scripting", "+@string", "+@keyspace", "+@connection", "+time", "+info", "+memory|usage", "~*"}
+	acl := []string{"on", ">" + password, "-@all", "+@stream", "+@hash", "+@sortedset", "+@scripting", "+@string", "+@keyspace", "+@connection", "+time", "+info", "+memory|usage", "~*"}
 	if err := rc.Do(ctx, rc.B().AclSetuser().Username("relay").Rule(acl...).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
