@@ -89,7 +89,10 @@ func (g *gates) pass(k invocation.Key, field string, gate invocation.Gate, attem
 	if gate.Interval > 0 {
 		// In microseconds, as claim.lua counts a rate.
 		interval, nowUS := gate.Interval.Microseconds(), now*1000
-		tat := max(g.tat[rg], nowUS)
+		tat := g.tat[rg]
+		if tat+interval/10 < nowUS {
+			tat = nowUS // more than a tenth of an interval late: the schedule restarts
+		}
 		if allowed := tat - int64(gate.Burst-1)*interval; nowUS < allowed {
 			return invocation.Claim{Status: invocation.Throttled, Limit: invocation.LimitRate, NextAttemptAt: time.UnixMicro(allowed)}, false
 		}

@@ -48,6 +48,18 @@ func InvocationMessageID(stream, group, key string) (string, bool) {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
+// LegacyDLQWritten is the marker a worker of the previous version of
+// Relay wrote once the dead-letter entry of one invocation was written,
+// holding the entry's id:
+// relay:<stream>:dlq:written:<group>:<message-id>:<app>/<handler>. This
+// version writes none; its dead-letter transition reads one, so that it
+// takes over an invocation the previous version left exhausted, entry
+// written but not marked, without writing the entry twice. The markers
+// expire on the TTL they were written with.
+func LegacyDLQWritten(stream, group, messageID, app, handler string) string {
+	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
+}
+
 // DLQReplays is the replay history of one dead-letter entry, a hash:
 // relay:<stream>:dlq:replays:<entry-id>. It shares the DLQ stream's hash
 // tag.

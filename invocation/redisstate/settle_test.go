@@ -394,3 +394,59 @@ func checkFinishSettled(t *testing.T, e *env, l invocation.Lease, seeded map[str
 	}
 	checkPTTL(t, retention, pttl)
 }
+
+// TestSettleTakesOverALegacyDeadLetter: a worker of the previous version
+// wrote an invocation's dead-letter entry and its written marker, then
+// stopped before marking the field (exhausted:<a>:<t>, no ":dlq"). The
+// DeadLetter of this version's redelivery takes that entry over, as
+// written before: no second entry, the field marked and the entry's id in
+// __dlq:<field>. Without a marker it writes the entry.
+func TestSettleTakesOverALegacyDeadLetter(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := t.Context()
+	l := invocation.Lease{Key: e.key, Field: testField, Attempt: 2, Token: "tok"}
+	old := stored(l)
+	add := e.c.B().Xadd().Key(keys.DLQ(e.key.Stream)).Id("*").FieldValue()
+	pairs := dlq.EncodePairs(old)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		add = add.FieldValue(pairs[i], pairs[i+1])
+	}
+	id, err := e.c.Do(ctx, add.Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, handler := invocation.SplitField(testField)
+	marker := keys.LegacyDLQWritten(e.key.Stream, e.key.Group, e.key.MessageID, app, handler)
+	if err := e.c.Do(ctx, e.c.B().Set().Key(marker).Value(id).Px(time.Hour).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	e.seed(t, map[string]string{testField: "exhausted:2:tok"}, 0)
+	before := len(dlqEntries(t, e.c, e.key.Stream))
+
+	dead := invocation.Transition{Kind: invocation.DeadLetter, Lease: l, Entry: entryOf(l)}
+	r := settleOne(ctx, e.s, invocation.Settlement{Key: e.key, Transitions: []invocation.Transition{dead}, Ack: true, Retention: time.Hour})
+	if r.Err != nil || len(r.Transitions) != 1 || r.Transitions[0].DLQID != "" {
+		t.Fatalf("DeadLetter over a legacy marker = %+v, want applied, its entry written before (no DLQID)", r)
+	}
+	if after := len(dlqEntries(t, e.c, e.key.Stream)); after != before {
+		t.Errorf("%d dead-letter entries written, want none: the previous version wrote it", after-before)
+	}
+	// state checks that __dlq:<field> names an entry of the message, and
+	// drops it.
+	if got, _ := e.state(t); got[testField] != "exhausted:2:tok:dlq" {
+		t.Errorf("state %v, want %s marked :dlq", got, testField)
+	}
+	if got, err := e.c.Do(ctx, e.c.B().Hget().Key(e.hash).Field(invocation.DLQField(testField)).Build()).ToString(); err != nil || got != id {
+		t.Errorf("%s = %q (%v), want the previous version's entry %s", invocation.DLQField(testField), got, err, id)
+	}
+
+	// The other message has no marker: its entry is written.
+	lo := invocation.Lease{Key: e.other, Field: testField, Attempt: 1, Token: "t2"}
+	other := &env{c: e.c, hash: hashOf(e.other)}
+	other.seed(t, map[string]string{testField: "exhausted:1:t2"}, 0)
+	deadOther := invocation.Transition{Kind: invocation.DeadLetter, Lease: lo, Entry: entryOf(lo)}
+	r = settleOne(ctx, e.s, invocation.Settlement{Key: e.other, Transitions: []invocation.Transition{deadOther}})
+	if r.Err != nil || len(r.Transitions) != 1 || r.Transitions[0].DLQID == "" {
+		t.Fatalf("DeadLetter without a marker = %+v, want its entry written", r)
+	}
+}

@@ -236,10 +236,17 @@ func (s *Store) claimArgs(r invocation.ClaimRequest, token string) ([]string, er
 // (claim.lua).
 const gateArgs = 7
 
-// slotsKey is the key of the slots transition t gives back (” for none:
-// settle.lua).
-func slotsKey(k invocation.Key, t invocation.Transition) string {
-	if t.Gate.Slots == 0 || t.Kind == invocation.DeadLetter {
+// transitionKey is the key settle.lua's transition t takes: for a
+// DeadLetter the marker of its entry that the previous version of Relay
+// wrote, so that a worker of this version taking over its pending work
+// writes no second entry; for the others the slots key the transition
+// gives its slot back to, or "" when its gate has none.
+func transitionKey(k invocation.Key, t invocation.Transition) string {
+	if t.Kind == invocation.DeadLetter {
+		app, handler := invocation.SplitField(t.Lease.Field)
+		return keys.LegacyDLQWritten(k.Stream, k.Group, k.MessageID, app, handler)
+	}
+	if t.Gate.Slots == 0 {
 		return ""
 	}
 	return keys.Limit(k.Stream, k.Group, "slots", t.Lease.Field, t.Gate.SlotKey)
@@ -434,7 +441,7 @@ func (s *Store) settleItemOf(st invocation.Settlement) (settleItem, error) {
 		if t.Kind == invocation.Retry {
 			backoff = strconv.FormatInt(t.Backoff.Milliseconds(), 10)
 		}
-		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff, slotsKey(st.Key, t))
+		args = append(args, transitionCodes[t.Kind], t.Lease.Field, strconv.Itoa(t.Lease.Attempt), t.Lease.Token, t.Lease.Trace, backoff, transitionKey(st.Key, t))
 		if t.Entry == nil {
 			args = append(args, "0")
 			continue

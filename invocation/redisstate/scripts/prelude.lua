@@ -58,8 +58,11 @@ end
 -- leases' ends, dropped once ended: a worker killed mid-run holds its
 -- slot one lease at most. The rate is a GCRA: the key holds the
 -- theoretical arrival time tat, a start is allowed at t >= tat - (burst -
--- 1) * interval and moves tat to max(tat, t) + interval; the key expires
--- when tat has passed, which is the same as no key.
+-- 1) * interval and moves tat to tat + interval when it is at most a tenth
+-- of an interval late (t <= tat + interval / 10: a worker's own delay
+-- between its turn and its claim must not slow a backlog down), else to t
+-- + interval; the key expires a tenth of an interval after tat has
+-- passed, which is the same as no key.
 local DEBOUNCE_KEEP_MS = 3600000
 local function gate_pass(g, id, attempt, now, now_u, deadline_ms)
   if g.period > 0 then
@@ -92,7 +95,8 @@ local function gate_pass(g, id, attempt, now, now_u, deadline_ms)
   end
   if g.interval > 0 then
     local tat = tonumber(redis.call('GET', g.rate_key)) or now_u
-    if tat < now_u then
+    local slack = math.floor(g.interval / 10)
+    if tat + slack < now_u then
       tat = now_u
     end
     local allowed = tat - (g.burst - 1) * g.interval
@@ -100,7 +104,7 @@ local function gate_pass(g, id, attempt, now, now_u, deadline_ms)
       return {12, 'r', allowed}
     end
     tat = tat + g.interval
-    redis.call('SET', g.rate_key, string.format('%d', tat), 'PX', math.floor((tat - now_u) / 1000) + 1)
+    redis.call('SET', g.rate_key, string.format('%d', tat), 'PX', math.floor((tat + slack - now_u) / 1000) + 1)
   end
   if g.slots > 0 then
     redis.call('ZADD', g.slots_key, deadline_ms, id)

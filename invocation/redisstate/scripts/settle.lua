@@ -25,9 +25,12 @@
 --                field, attempt, token of the lease
 --                trace lineage ('' = none)
 --                backoff, ms (retry; '0' otherwise)
---                the slots key of the claim's gate whose slot the
---                  transition gives back ('' for none; keys.Limit, in the
---                  stream's hash slot)
+--                a key: for finish, retry, exhaust and release the slots
+--                  key of the claim's gate whose slot the transition gives
+--                  back; for dead-letter the marker the previous version
+--                  of Relay wrote once the entry was written
+--                  (keys.LegacyDLQWritten); '' for none. In the stream's
+--                  hash slot.
 --                m, then m field/value pairs of the dead-letter entry
 --                  (exhaust, dead-letter; m = 0 otherwise)
 --
@@ -97,6 +100,7 @@ for k = 3, #KEYS do
 
   local code = 1
   local done = {} -- transitions applied before: no second entry
+  local legacy = {} -- dead-letters the previous version wrote: their entry ids
   if cleared then
     if in_pel(stream, group, id) then
       code = 5
@@ -135,6 +139,14 @@ for k = 3, #KEYS do
         end
       elseif kind == 'd' and rest == ':dlq' then
         done[t] = true
+      elseif kind == 'd' and rest == '' and ARGV[a + 6] ~= '' then
+        -- A worker of the previous version wrote the entry and its
+        -- marker, and stopped before it marked the field: take its
+        -- entry, write no second one.
+        local written = redis.call('GET', ARGV[a + 6])
+        if written then
+          done[t], legacy[t] = true, written
+        end
       elseif kind == 'd' and rest ~= '' then
         code = 2
       end
@@ -169,6 +181,10 @@ for k = 3, #KEYS do
         w[m + 1], w[m + 2], m = field, string.format('next_attempt_at:%d:%d:%s', r, attempt, token), m + 2
       elseif kind == 'l' then
         w[m + 1], w[m + 2], m = field, string.format('next_attempt_at:%d:%d:%s', time_ms(), attempt - 1, token), m + 2
+      elseif legacy[t] then
+        r = ''
+        w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s:dlq', attempt, token), m + 2
+        w[m + 1], w[m + 2], m = '__dlq:' .. field, legacy[t], m + 2
       elseif done[t] then
         r = ''
       else
@@ -177,7 +193,7 @@ for k = 3, #KEYS do
         w[m + 1], w[m + 2], m = field, string.format('exhausted:%d:%s:dlq', attempt, token), m + 2
         w[m + 1], w[m + 2], m = '__dlq:' .. field, r, m + 2
       end
-      if ARGV[a + 6] ~= '' then
+      if ARGV[a + 6] ~= '' and kind ~= 'd' then
         redis.call('ZREM', ARGV[a + 6], id) -- the attempt gives its slot back
       end
       if trace ~= '' and (kind == 'r' or kind == 'l' or (kind == 'x' and not done[t])) then
