@@ -1,4 +1,4 @@
-package containerd
+package oneshot
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
 )
 
 // TestAwaitExitPrefersAnExitAlreadyReported: a worker resumed after a stop
@@ -21,13 +23,13 @@ func TestAwaitExitPrefersAnExitAlreadyReported(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		status, ended := awaitExit(ctx, statusC, timeout)
-		if ended != endExited || status.ExitCode() != 0 {
+		if ended != core.EndExited || status.ExitCode() != 0 {
 			t.Fatalf("ended %v, code %d; want the reported exit 0", ended, status.ExitCode())
 		}
 	}
 	timeout := make(chan time.Time, 1)
 	timeout <- time.Now()
-	if _, ended := awaitExit(context.Background(), make(chan client.ExitStatus), timeout); ended != endTimedOut {
+	if _, ended := awaitExit(context.Background(), make(chan client.ExitStatus), timeout); ended != core.EndTimedOut {
 		t.Error("a timeout with no exit reported is not a timeout")
 	}
 }

@@ -1,4 +1,4 @@
-package containerd
+package core
 
 import (
 	"context"
@@ -19,14 +19,29 @@ const cpuPeriod = 100_000
 // minCPUQuota is the smallest CFS quota (µs) the kernel accepts.
 const minCPUQuota = 1000
 
-// defaultPath is used when the image config sets no PATH.
-const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// Limits of a container whose Spec leaves them at 0, and the user it runs
+// as (docs/apps.md "template.yaml"; the public names are in package
+// runtime/containerd).
+const (
+	DefaultMemoryBytes = 128 << 20
+	DefaultCPUs        = 1.0
+	DefaultPIDs        = 128
+	// DefaultTmpBytes is the size of the tmpfs at /tmp, capped at half
+	// the memory limit (its files count against it).
+	DefaultTmpBytes = 64 << 20
+	// HandlerUID and HandlerGID are the ids handlers run as (nobody/nogroup).
+	HandlerUID = 65534
+	HandlerGID = 65534
+)
 
-// specOpts builds the OCI runtime spec of one invocation's container on top
+// DefaultPath is used when the image config sets no PATH.
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SpecOpts builds the OCI runtime spec of one invocation's container on top
 // of containerd's default Linux spec (own PID, IPC, UTS, mount and network
 // namespaces; masked /proc paths). appDir is absolute; argv nil runs the
 // image's entrypoint and cmd; extra are further mounts (the bootstrap).
-func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string, extra []specs.Mount) []oci.SpecOpts {
+func SpecOpts(req runtime.Request, img ocispec.Image, appDir string, argv []string, extra []specs.Mount) []oci.SpecOpts {
 	s := req.Spec
 	mem := memoryLimit(s)
 	cpus := s.CPUs
@@ -42,7 +57,7 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 	}
 	imageEnv := img.Config.Env
 	if len(imageEnv) == 0 {
-		imageEnv = []string{defaultPath}
+		imageEnv = []string{DefaultPath}
 	}
 
 	opts := []oci.SpecOpts{
@@ -55,7 +70,7 @@ func specOpts(req runtime.Request, img ocispec.Image, appDir string, argv []stri
 		oci.WithRootFSReadonly(),
 		oci.WithNoNewPrivileges,
 		oci.WithCapabilities(nil),
-		withNoAmbientCapabilities,
+		WithNoAmbientCapabilities,
 		seccomp.WithDefaultProfile(), // after the capabilities, which it reads
 		oci.WithMounts(append([]specs.Mount{
 			{
@@ -100,9 +115,9 @@ func memoryLimit(spec runtime.Spec) int64 {
 	return DefaultMemoryBytes
 }
 
-// TmpBytes returns the size of the tmpfs at /tmp of spec's containers:
-// resources.tmp, or DefaultTmpBytes but at most half the memory limit
-// (docs/apps.md#templateyaml).
+// TmpBytes returns the size in bytes of the tmpfs at /tmp of spec's
+// containers: resources.tmp, or DefaultTmpBytes but at most half the
+// memory limit (docs/apps.md#templateyaml).
 func TmpBytes(spec runtime.Spec) int64 { return tmpSize(spec, memoryLimit(spec)) }
 
 // tmpSize returns the size of spec's /tmp in bytes: Spec.TmpBytes, or
@@ -114,7 +129,10 @@ func tmpSize(spec runtime.Spec, mem int64) int64 {
 	return min(DefaultTmpBytes, mem/2)
 }
 
-func withNoAmbientCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+// WithNoAmbientCapabilities clears the ambient and inheritable
+// capabilities that containerd's default spec leaves, so that an
+// unprivileged process cannot gain any by executing another.
+func WithNoAmbientCapabilities(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 	if s.Process != nil && s.Process.Capabilities != nil {
 		s.Process.Capabilities.Ambient = nil
 		s.Process.Capabilities.Inheritable = nil

@@ -1,4 +1,7 @@
-package containerd
+// Package presence keeps a Runner's presence label on its containerd
+// namespace fresh and judges the labels and owners of others: whether the
+// process that created a container, or holds a lease, still lives.
+package presence
 
 import (
 	"bytes"
@@ -15,9 +18,11 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
 )
 
-// LabelPresencePrefix + host id is a label of the containerd namespace whose
+// LabelPrefix + host id is a label of the containerd namespace whose
 // value is "<Unix milliseconds> <owner>": when the Runner with that host id
 // last said it was alive, and its LabelOwner value, so that a Runner
 // notices another process writing the same label (two workers given one
@@ -26,16 +31,18 @@ import (
 // worker replaced under another host id (a Kubernetes pod of a new name, a
 // killed CLI) does not leave warm containers or hung handlers running
 // forever. The Runners sharing a namespace share a machine, hence a clock.
-const LabelPresencePrefix = "relay.presence/"
+const LabelPrefix = "relay.presence/"
 
-// presence keeps this Runner's presence label fresh from its first Run or
-// Sweep until Close.
-type presence struct {
+// Presence keeps one Runner's presence label fresh from its first Run or
+// Sweep until Stop, and tells the Runner who else lives. It is safe for
+// concurrent use.
+type Presence struct {
+	host          *core.Host
+	orphanTimeout time.Duration
+
 	once sync.Once
-	stop chan struct{} // closed by Close
+	stop chan struct{} // closed by Stop
 	done chan struct{} // closed when the refresh loop returned
-
-	owner string // this Runner's LabelOwner value, also in the label's value
 
 	mu      sync.Mutex
 	closed  bool
@@ -43,15 +50,30 @@ type presence struct {
 	written string    // the value this Runner wrote last
 }
 
+// New returns the Presence of host's Runner, whose label goes stale after
+// orphanTimeout (WithOrphanTimeout), and counts host.Owner among the live
+// Runners of this process until Stop. It writes nothing yet (Announce).
+func New(host *core.Host, orphanTimeout time.Duration) *Presence {
+	liveRunners.Store(host.Owner, struct{}{})
+	return &Presence{host: host, orphanTimeout: orphanTimeout, stop: make(chan struct{})}
+}
+
+// NewOwner returns a new LabelOwner value for a Runner of this process,
+// "<pid>-<start time>-<random>".
+func NewOwner() string { return OwnerPrefix(os.Getpid()) + "-" + core.RandomHex(6) }
+
+// OrphanTimeout is how long a presence label may go unrefreshed before
+// its host is taken for gone.
+func (p *Presence) OrphanTimeout() time.Duration { return p.orphanTimeout }
+
 // presenceRetry is the pause after a failed refresh: short, so that after a
 // containerd outage the label is fresh again before other Runners judge it.
 const presenceRetry = 5 * time.Second
 
-// announce writes the presence label once and starts its refresh loop; a
+// Announce writes the presence label once and starts its refresh loop; a
 // Run calls it before creating anything, so a host with containers has a
-// label. It does nothing after Close.
-func (r *Runner) announce(ctx context.Context) {
-	p := &r.presence
+// label. It does nothing after Stop.
+func (p *Presence) Announce(ctx context.Context) {
 	p.once.Do(func() {
 		p.mu.Lock()
 		closed := p.closed
@@ -60,15 +82,14 @@ func (r *Runner) announce(ctx context.Context) {
 			return
 		}
 		p.done = make(chan struct{})
-		r.refreshPresence(ctx)
-		go r.presenceLoop()
+		p.refresh(ctx)
+		go p.loop()
 	})
 }
 
-func (r *Runner) presenceLoop() {
-	p := &r.presence
+func (p *Presence) loop() {
 	defer close(p.done)
-	every := r.orphanTimeout / 5
+	every := p.orphanTimeout / 5
 	for {
 		wait := every
 		p.mu.Lock()
@@ -80,23 +101,23 @@ func (r *Runner) presenceLoop() {
 		case <-p.stop:
 			return
 		case <-time.After(wait):
-			r.refreshPresence(context.Background())
+			p.refresh(context.Background())
 		}
 	}
 }
 
-func (r *Runner) refreshPresence(ctx context.Context) {
-	ctx, cancel := r.detached(ctx)
+func (p *Presence) refresh(ctx context.Context) {
+	h := p.host
+	ctx, cancel := h.Detached(ctx)
 	defer cancel()
 	now := time.Now()
-	key := LabelPresencePrefix + r.hostID
-	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + r.presence.owner
-	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	key := LabelPrefix + h.HostID
+	value := strconv.FormatInt(now.UnixMilli(), 10) + " " + h.Owner
+	labels, err := h.Client.NamespaceService().Labels(ctx, h.Namespace)
 	if err == nil {
-		r.noteTwin(ctx, labels[key])
-		err = r.client.NamespaceService().SetLabel(ctx, r.namespace, key, value)
+		p.noteTwin(ctx, labels[key])
+		err = h.Client.NamespaceService().SetLabel(ctx, h.Namespace, key, value)
 	}
-	p := &r.presence
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err == nil {
@@ -105,8 +126,8 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 	switch {
 	case err != nil:
 		if !p.healthy.IsZero() {
-			r.logger.LogAttrs(ctx, slog.LevelWarn, "cannot refresh this worker's presence in containerd; other workers may take its containers for a crashed worker's",
-				slog.String("namespace", r.namespace), slog.Any("error", err))
+			h.Logger.LogAttrs(ctx, slog.LevelWarn, "cannot refresh this worker's presence in containerd; other workers may take its containers for a crashed worker's",
+				slog.String("namespace", h.Namespace), slog.Any("error", err))
 		}
 		p.healthy = time.Time{}
 	case p.healthy.IsZero():
@@ -117,32 +138,38 @@ func (r *Runner) refreshPresence(ctx context.Context) {
 // noteTwin warns when the label holds another value than the one this
 // Runner wrote last: another process with the same host id refreshed it.
 // Sweep itself tells their containers apart by relay.owner.
-func (r *Runner) noteTwin(ctx context.Context, current string) {
-	p := &r.presence
+func (p *Presence) noteTwin(ctx context.Context, current string) {
 	p.mu.Lock()
 	twin := current != "" && p.written != "" && current != p.written
 	p.mu.Unlock()
 	if twin {
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "another process uses this worker's host id: each worker sharing a containerd needs its own (relay start: RELAY_CONSUMER)",
-			slog.String("host_id", r.hostID))
+		p.host.Logger.LogAttrs(ctx, slog.LevelWarn, "another process uses this worker's host id: each worker sharing a containerd needs its own (relay start: RELAY_CONSUMER)",
+			slog.String("host_id", p.host.HostID))
 	}
 }
 
 // liveRunners holds the owner ids (LabelOwner) of this process's Runners
-// from New until Close.
+// from New until Stop.
 var liveRunners sync.Map
 
-// ownedByAnotherLiveRunner reports whether owner, a relay.owner value
+// LiveRunner reports whether owner is a Runner of this process that has
+// not stopped.
+func LiveRunner(owner string) bool {
+	_, ok := liveRunners.Load(owner)
+	return ok
+}
+
+// OwnedByAnotherLiveRunner reports whether owner, a relay.owner value
 // ("<pid>-<start time>-<random>"), is another Runner that may still run:
 // one of this process, or a live process with its pid and start time. A
 // pid equal to this process's that is not one of its Runners was a
 // previous process's: a worker restarted in a container gets pid 1 again.
 // An empty or foreign owner is nobody's.
-func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) bool {
-	if owner == "" || owner == r.presence.owner {
+func (p *Presence) OwnedByAnotherLiveRunner(ctx context.Context, owner string) bool {
+	if owner == "" || owner == p.host.Owner {
 		return false
 	}
-	if _, ok := liveRunners.Load(owner); ok {
+	if LiveRunner(owner) {
 		return true
 	}
 	parts := strings.Split(owner, "-")
@@ -155,18 +182,18 @@ func (r *Runner) ownedByAnotherLiveRunner(ctx context.Context, owner string) boo
 		start = parts[1]
 	}
 	if processLives(pid, start) {
-		r.logger.LogAttrs(ctx, slog.LevelDebug, "sparing a container of another live process with this host id",
+		p.host.Logger.LogAttrs(ctx, slog.LevelDebug, "sparing a container of another live process with this host id",
 			slog.String("owner", owner))
 		return true
 	}
 	return false
 }
 
-// ownerPrefix returns this process's relay.owner prefix, "<pid>-<start time>",
-// the start time empty where /proc cannot tell it.
-func ownerPrefix() string {
-	start, _, _ := procStat(os.Getpid())
-	return strconv.Itoa(os.Getpid()) + "-" + start
+// OwnerPrefix returns the relay.owner prefix of process pid's Runners,
+// "<pid>-<start time>", the start time empty where /proc cannot tell it.
+func OwnerPrefix(pid int) string {
+	start, _, _ := procStat(pid)
+	return strconv.Itoa(pid) + "-" + start
 }
 
 // processLives reports whether process pid runs and, when start is set,
@@ -204,9 +231,9 @@ func procStat(pid int) (start string, state byte, err error) {
 	return f[19], f[0][0], nil
 }
 
-// parsePresence reads a presence label value, "<Unix milliseconds>
+// Parse reads a presence label value, "<Unix milliseconds>
 // <owner>": the time and the owner (LabelOwner) it names.
-func parsePresence(v string) (at time.Time, owner string, ok bool) {
+func Parse(v string) (at time.Time, owner string, ok bool) {
 	ms, owner, _ := strings.Cut(v, " ")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if err != nil {
@@ -215,41 +242,41 @@ func parsePresence(v string) (at time.Time, owner string, ok bool) {
 	return time.UnixMilli(n), owner, true
 }
 
-// healthyFor reports whether this Runner's own refreshes have succeeded for
+// HealthyFor reports whether this Runner's own refreshes have succeeded for
 // at least d: only then has every live Runner had the time to refresh its
 // label after a containerd outage, and a stale label means a gone host.
-func (r *Runner) healthyFor(d time.Duration) bool {
-	p := &r.presence
+func (p *Presence) HealthyFor(d time.Duration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return !p.healthy.IsZero() && time.Since(p.healthy) >= d
 }
 
-// withdraw stops the refresh loop and removes the label (Close).
-func (r *Runner) withdraw(ctx context.Context) error {
-	if !r.stopPresence() {
+// Withdraw stops the refresh loop and removes the label, unless another
+// process with the same host id wrote it since (the Runner's Close).
+func (p *Presence) Withdraw(ctx context.Context) error {
+	if !p.Stop() {
 		return nil
 	}
-	ctx, cancel := r.detached(namespaces.WithNamespace(ctx, r.namespace))
+	h := p.host
+	ctx, cancel := h.Detached(namespaces.WithNamespace(ctx, h.Namespace))
 	defer cancel()
-	key := LabelPresencePrefix + r.hostID
-	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
+	key := LabelPrefix + h.HostID
+	labels, err := h.Client.NamespaceService().Labels(ctx, h.Namespace)
 	if err != nil {
 		return err
 	}
-	r.presence.mu.Lock()
-	mine := labels[key] == r.presence.written
-	r.presence.mu.Unlock()
+	p.mu.Lock()
+	mine := labels[key] == p.written
+	p.mu.Unlock()
 	if !mine {
 		return nil // a live twin's now: it keeps its containers covered
 	}
-	return r.client.NamespaceService().SetLabel(ctx, r.namespace, key, "")
+	return h.Client.NamespaceService().SetLabel(ctx, h.Namespace, key, "")
 }
 
-// stopPresence stops the refresh loop for good and reports whether the
-// label was ever written. It is idempotent.
-func (r *Runner) stopPresence() (announced bool) {
-	p := &r.presence
+// Stop stops the refresh loop for good, leaving the label as it is, and
+// reports whether the label was ever written. It is idempotent.
+func (p *Presence) Stop() (announced bool) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -258,51 +285,11 @@ func (r *Runner) stopPresence() (announced bool) {
 	p.closed = true
 	close(p.stop)
 	p.mu.Unlock()
-	liveRunners.Delete(p.owner)
-	p.once.Do(func() {}) // waits for an announce in progress; none from now on
+	liveRunners.Delete(p.host.Owner)
+	p.once.Do(func() {}) // waits for an Announce in progress; none from now on
 	if p.done == nil {
 		return false
 	}
 	<-p.done
 	return true
-}
-
-// sweepGoneHosts removes the containers and snapshots of every other host
-// whose presence label is older than the orphan timeout, then the label.
-// Hosts without a label (a Relay from before presence labels, another
-// tool) are left alone.
-func (r *Runner) sweepGoneHosts(ctx context.Context) error {
-	if !r.healthyFor(r.orphanTimeout / 2) {
-		return nil
-	}
-	labels, err := r.client.NamespaceService().Labels(ctx, r.namespace)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for k, v := range labels {
-		host, ok := strings.CutPrefix(k, LabelPresencePrefix)
-		if !ok || host == r.hostID {
-			continue
-		}
-		at, _, ok := parsePresence(v)
-		if !ok {
-			continue // not ours to interpret
-		}
-		age := time.Since(at)
-		if age < r.orphanTimeout {
-			continue
-		}
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "removing the containers of a worker gone without cleaning up",
-			slog.String("host_id", host), slog.Duration("last_seen_ago", age.Truncate(time.Second)))
-		if err := r.sweepHost(ctx, host); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// A host that comes back writes its label again at its next refresh.
-		if err := r.client.NamespaceService().SetLabel(ctx, r.namespace, k, ""); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }

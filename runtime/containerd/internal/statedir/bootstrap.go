@@ -1,10 +1,14 @@
-package containerd
+// Package statedir keeps the files a Runner writes on the host for its
+// containers to mount: the copies of the language bootstraps and of the
+// exec helper, in the state directory (WithStateDir) or a temporary one,
+// each written atomically and named by its content, so that Runners of
+// different versions share a directory; and it sweeps the copies no
+// version has used for long (docs/operations.md "State directory").
+package statedir
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -12,24 +16,32 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
 )
 
-// bootstrapFiles keeps the host copies of the embedded bootstraps, which
+// Bootstraps keeps the host copies of the embedded bootstraps, which
 // Runs bind-mount read-only into containers (docs/apps.md "The handler contract").
 // A copy is named by the hash of its content and written once, atomically,
 // so Runners of different Relay versions can share a directory.
-type bootstrapFiles struct {
+type Bootstraps struct {
 	mu       sync.Mutex
 	stateDir string          // WithStateDir; "" means a private temp dir
 	dir      string          // where copies live, once known
 	verified map[string]bool // copies whose content was checked
 }
 
-// mount returns the bind mount that puts b at b.MountPath(), writing the
+// NewBootstraps returns the Bootstraps of a Runner with the state
+// directory stateDir ("": a private directory made under os.TempDir() at
+// the first Mount, removed by RemovePrivate).
+func NewBootstraps(stateDir string) *Bootstraps {
+	return &Bootstraps{stateDir: stateDir, verified: map[string]bool{}}
+}
+
+// Mount returns the bind mount that puts b at b.MountPath(), writing the
 // host copy first if it is missing or damaged. Errors name the directory and
 // wrap runtime.ErrUnavailable: no handler of the runtime can run until the
 // operator fixes the directory.
-func (f *bootstrapFiles) mount(b runtime.Bootstrap) (specs.Mount, error) {
+func (f *Bootstraps) Mount(b runtime.Bootstrap) (specs.Mount, error) {
 	host, err := f.file(b)
 	if err != nil {
 		return specs.Mount{}, fmt.Errorf("bootstrap of runtime %s: %w (check the Runner's state directory): %w", b.Runtime, err, runtime.ErrUnavailable)
@@ -43,7 +55,7 @@ func (f *bootstrapFiles) mount(b runtime.Bootstrap) (specs.Mount, error) {
 	}, nil
 }
 
-func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
+func (f *Bootstraps) file(b runtime.Bootstrap) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.dir == "" {
@@ -54,7 +66,7 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 			}
 			f.dir = d
 		} else {
-			f.dir = bootstrapDir(f.stateDir)
+			f.dir = BootstrapDir(f.stateDir)
 		}
 	}
 	path := filepath.Join(f.dir, b.Runtime+"-"+b.Digest()[:16]+filepath.Ext(b.FileName))
@@ -62,7 +74,7 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 		// Cheap check per Run: a copy removed behind our back (a cleaned
 		// temp dir) would otherwise fail every container's mount.
 		if fi, err := os.Stat(path); err == nil && fi.Size() == int64(len(b.Source)) {
-			touchCopy(path, fi) // in use: no sweep takes it for an old version's
+			Touch(path, fi) // in use: no sweep takes it for an old version's
 			return path, nil
 		}
 		delete(f.verified, path)
@@ -71,21 +83,21 @@ func (f *bootstrapFiles) file(b runtime.Bootstrap) (string, error) {
 		f.verified[path] = true
 		return path, nil
 	}
-	if err := writeFileAtomic(path, b.Source, 0o444); err != nil {
+	if err := WriteAtomic(path, b.Source, 0o444); err != nil {
 		return "", err
 	}
 	f.verified[path] = true
 	return path, nil
 }
 
-// bootstrapDir is where Runners with the state directory stateDir keep
+// BootstrapDir is where Runners with the state directory stateDir keep
 // their bootstrap copies.
-func bootstrapDir(stateDir string) string { return filepath.Join(stateDir, "bootstrap") }
+func BootstrapDir(stateDir string) string { return filepath.Join(stateDir, "bootstrap") }
 
-// removePrivate removes the temporary directory of a Runner without a
+// RemovePrivate removes the temporary directory of a Runner without a
 // state directory (Close): no other process uses it. A Run after Close
 // fails before it mounts anything.
-func (f *bootstrapFiles) removePrivate() {
+func (f *Bootstraps) RemovePrivate() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stateDir == "" && f.dir != "" {
@@ -94,15 +106,15 @@ func (f *bootstrapFiles) removePrivate() {
 	}
 }
 
-// writeFileAtomic writes data to path with mode through a temporary file
+// WriteAtomic writes data to path with mode through a temporary file
 // renamed into place, so a reader (or a container being created by another
 // process) never sees a partial script. Its error names path, never the
 // temporary file, so that it reads the same every time: a failure repeated
 // attempt after attempt (a full disk) is then logged as one
 // (docs/operations.md#logs).
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+func WriteAtomic(path string, data []byte, mode os.FileMode) error {
 	if err := writeTemp(path, data, mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, pathCause(err))
+		return fmt.Errorf("write %s: %w", path, core.PathCause(err))
 	}
 	return nil
 }
@@ -134,17 +146,4 @@ func writeTemp(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-// pathCause is err without the path of the file it is about, when that is
-// a *fs.PathError or an *os.LinkError: the error of an operation on a file
-// of a random name (a temporary file), whose caller names what it wrote.
-func pathCause(err error) error {
-	if pe, ok := errors.AsType[*fs.PathError](err); ok {
-		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
-	}
-	if le, ok := errors.AsType[*os.LinkError](err); ok {
-		return fmt.Errorf("%s: %w", le.Op, le.Err)
-	}
-	return err
 }

@@ -1,4 +1,8 @@
-package containerd
+// Package images gets the images a Runner's containers run: found in the
+// namespace, or pulled from their registry once for all concurrent
+// callers, unpacked, and their configs remembered (docs/runtimes.md
+// "Images").
+package images
 
 import (
 	"context"
@@ -10,7 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/images"
+	cimages "github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
 	clog "github.com/containerd/log"
 	"github.com/distribution/reference"
@@ -19,7 +23,32 @@ import (
 	logrusslog "github.com/sirupsen/logrus/hooks/slog"
 
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
 )
+
+// Config is how a Store pulls images (the WithPull options).
+type Config struct {
+	Pull             bool          // pull an absent image; off: it is unavailable until imported
+	Timeout          time.Duration // bounds one pull (resolve, download and unpack)
+	RetryInterval    time.Duration // how long a failed pull is not tried again
+	ProgressInterval time.Duration // period of the progress log line
+}
+
+// Store gets the images a Runner's containers need: present in the
+// namespace, or pulled, and unpacked into the snapshotter, their configs
+// read once (docs/runtimes.md "Images"). It is safe for concurrent use.
+type Store struct {
+	host  *core.Host
+	cfg   Config
+	pulls pulls
+	facts imageFacts
+}
+
+// New returns the Store of host's namespace and snapshotter.
+func New(host *core.Host, cfg Config) *Store {
+	return &Store{host: host, cfg: cfg,
+		pulls: pulls{inflight: map[string]*pullCall{}, failed: map[string]pullFailure{}, reported: map[string]pullReport{}}}
+}
 
 // pulls deduplicates concurrent pulls of one image, remembers failures
 // for the retry interval, and remembers which failures were logged, so an
@@ -66,31 +95,33 @@ func normalizeRef(ref string) (string, error) {
 	return named.String(), nil
 }
 
-// image returns image ref, pulling it when it is absent (WithPull), unpacked
-// into the snapshotter.
-func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
-	img, err := r.client.GetImage(ctx, ref)
+// Get returns image ref, pulling it when it is absent (Config.Pull),
+// unpacked into the snapshotter. Its errors name the image; those of an
+// image that is absent and cannot be had, and of an unreachable
+// containerd, wrap runtime.ErrUnavailable and say what to do.
+func (s *Store) Get(ctx context.Context, ref string) (client.Image, error) {
+	img, err := s.host.Client.GetImage(ctx, ref)
 	if errdefs.IsNotFound(err) {
-		img, err = r.absentImage(ctx, ref)
+		img, err = s.absentImage(ctx, ref)
 	}
 	if err != nil {
-		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+		return nil, core.Classify(fmt.Errorf("image %s: %w", ref, err))
 	}
-	if r.images.unpacked(img) {
-		r.imageReady(ctx, ref)
+	if s.facts.unpacked(img) {
+		s.imageReady(ctx, ref)
 		return img, nil
 	}
-	unpacked, err := img.IsUnpacked(ctx, r.snapshotter)
+	unpacked, err := img.IsUnpacked(ctx, s.host.Snapshotter)
 	if err != nil {
-		return nil, classify(fmt.Errorf("image %s: %w", ref, err))
+		return nil, core.Classify(fmt.Errorf("image %s: %w", ref, err))
 	}
 	if !unpacked {
-		if err := img.Unpack(ctx, r.snapshotter); err != nil {
-			return nil, classify(fmt.Errorf("unpack image %s into %s: %w", ref, r.snapshotter, err))
+		if err := img.Unpack(ctx, s.host.Snapshotter); err != nil {
+			return nil, core.Classify(fmt.Errorf("unpack image %s into %s: %w", ref, s.host.Snapshotter, err))
 		}
 	}
-	r.images.markUnpacked(img)
-	r.imageReady(ctx, ref)
+	s.facts.markUnpacked(img)
+	s.imageReady(ctx, ref)
 	return img, nil
 }
 
@@ -98,8 +129,8 @@ func (r *Runner) image(ctx context.Context, ref string) (client.Image, error) {
 // pull was reported ("image pull failed") and forgets the report: the
 // image is present now, pulled or imported, and a later failure is
 // reported anew. For any other image it does nothing but a map lookup.
-func (r *Runner) imageReady(ctx context.Context, ref string) {
-	p := &r.pulls
+func (s *Store) imageReady(ctx context.Context, ref string) {
+	p := &s.pulls
 	p.mu.Lock()
 	if len(p.reported) == 0 {
 		p.mu.Unlock()
@@ -115,8 +146,8 @@ func (r *Runner) imageReady(ctx context.Context, ref string) {
 	if !ok {
 		return
 	}
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "image ready", slog.String("image", norm),
-		slog.String("namespace", r.namespace), slog.Int("failed_pulls", rep.failures),
+	s.host.Logger.LogAttrs(ctx, slog.LevelInfo, "image ready", slog.String("image", norm),
+		slog.String("namespace", s.host.Namespace), slog.Int("failed_pulls", rep.failures),
 		slog.Duration("unavailable_for", time.Since(rep.since).Round(time.Second)))
 }
 
@@ -133,9 +164,9 @@ func (p *pulls) reportedFailure(ref string) bool {
 // the error differs from the one logged last, with the error (which says
 // what to do) and when the pull is tried again; at DEBUG when it repeats
 // the failure logged.
-func (r *Runner) pullFailed(ctx context.Context, ref string, err error) {
+func (s *Store) pullFailed(ctx context.Context, ref string, err error) {
 	msg := err.Error()
-	p := &r.pulls
+	p := &s.pulls
 	p.mu.Lock()
 	rep, ok := p.reported[ref]
 	level := slog.LevelDebug
@@ -149,30 +180,30 @@ func (r *Runner) pullFailed(ctx context.Context, ref string, err error) {
 	rep.failures++
 	p.reported[ref] = rep
 	p.mu.Unlock()
-	r.logger.LogAttrs(ctx, level, "image pull failed; tried again at the next rescan or run after retry_after",
-		slog.String("image", ref), slog.String("namespace", r.namespace), slog.String("error", msg),
-		slog.Duration("retry_after", r.pullRetryInterval), slog.Int("failed_pulls", rep.failures))
+	s.host.Logger.LogAttrs(ctx, level, "image pull failed; tried again at the next rescan or run after retry_after",
+		slog.String("image", ref), slog.String("namespace", s.host.Namespace), slog.String("error", msg),
+		slog.Duration("retry_after", s.cfg.RetryInterval), slog.Int("failed_pulls", rep.failures))
 }
 
 // absentImage handles an image that is not stored under the name ref: it
-// may be stored under its normalized name, else it is pulled (WithPull).
+// may be stored under its normalized name, else it is pulled (Config.Pull).
 // Errors wrap runtime.ErrUnavailable and tell the operator what to do.
-func (r *Runner) absentImage(ctx context.Context, ref string) (client.Image, error) {
+func (s *Store) absentImage(ctx context.Context, ref string) (client.Image, error) {
 	norm, err := normalizeRef(ref)
 	if err != nil {
 		return nil, fmt.Errorf("invalid image reference (fix image: in template.yaml): %w: %w", err, runtime.ErrUnavailable)
 	}
 	if norm != ref {
-		img, err := r.client.GetImage(ctx, norm)
+		img, err := s.host.Client.GetImage(ctx, norm)
 		if err == nil || !errdefs.IsNotFound(err) {
 			return img, err
 		}
 	}
-	if !r.pull {
+	if !s.cfg.Pull {
 		return nil, fmt.Errorf("not found in containerd namespace %s and pulling is off; import it (scripts/images.sh, scripts/runtime-images.sh or ctr -n %s images import), or set image: in template.yaml to an image that is present: %w",
-			r.namespace, r.namespace, runtime.ErrUnavailable)
+			s.host.Namespace, s.host.Namespace, runtime.ErrUnavailable)
 	}
-	return r.pullShared(ctx, norm)
+	return s.pullShared(ctx, norm)
 }
 
 // pullShared pulls ref once for all concurrent callers. A caller whose ctx
@@ -180,12 +211,12 @@ func (r *Runner) absentImage(ctx context.Context, ref string) (client.Image, err
 // that started it and ends with that caller's ctx, after which a waiting
 // caller starts a new one. A failed pull is reported to every Run needing
 // ref, without a new attempt, for the retry interval.
-func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, error) {
-	p := &r.pulls
+func (s *Store) pullShared(ctx context.Context, ref string) (client.Image, error) {
+	p := &s.pulls
 	for {
 		p.mu.Lock()
 		if f, ok := p.failed[ref]; ok {
-			if time.Since(f.at) < r.pullRetryInterval {
+			if time.Since(f.at) < s.cfg.RetryInterval {
 				p.mu.Unlock()
 				return nil, f.err
 			}
@@ -207,7 +238,7 @@ func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, erro
 		p.inflight[ref] = call
 		p.mu.Unlock()
 
-		call.img, call.err = r.pullImage(ctx, ref)
+		call.img, call.err = s.pullImage(ctx, ref)
 		call.abandoned = ctx.Err() != nil
 		p.mu.Lock()
 		delete(p.inflight, ref)
@@ -225,22 +256,22 @@ func (r *Runner) pullShared(ctx context.Context, ref string) (client.Image, erro
 // it tries again after a failure that was reported, its start and what
 // containerd's client logs are at DEBUG: the operator was told, and the
 // same lines at every rescan would hide the ones that matter.
-func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error) {
+func (s *Store) pullImage(ctx context.Context, ref string) (client.Image, error) {
 	level := slog.LevelInfo
-	retry := r.pulls.reportedFailure(ref)
+	retry := s.pulls.reportedFailure(ref)
 	if retry {
 		level = slog.LevelDebug
 	}
-	pctx, cancel := context.WithTimeout(r.withClientLog(ctx, retry), r.pullTimeout)
+	pctx, cancel := context.WithTimeout(s.withClientLog(ctx, retry), s.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	r.logger.LogAttrs(ctx, level, "pulling image", slog.String("image", ref), slog.String("namespace", r.namespace))
+	s.host.Logger.LogAttrs(ctx, level, "pulling image", slog.String("image", ref), slog.String("namespace", s.host.Namespace))
 
 	// The descriptors of this pull, seen before each is fetched, make the
 	// progress figures.
 	var mu sync.Mutex
 	descs := map[string]ocispec.Descriptor{} // by digest
-	record := images.HandlerFunc(func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
+	record := cimages.HandlerFunc(func(_ context.Context, d ocispec.Descriptor) ([]ocispec.Descriptor, error) {
 		mu.Lock()
 		descs[d.Digest.String()] = d
 		mu.Unlock()
@@ -255,23 +286,23 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(r.pullProgressInterval)
+		t := time.NewTicker(s.cfg.ProgressInterval)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				done, total := r.pullProgress(pctx, snapshot())
-				r.logger.LogAttrs(ctx, slog.LevelInfo, "image pull progress", slog.String("image", ref),
+				done, total := s.pullProgress(pctx, snapshot())
+				s.host.Logger.LogAttrs(ctx, slog.LevelInfo, "image pull progress", slog.String("image", ref),
 					slog.Int64("bytes_done", done), slog.Int64("bytes_total", total),
 					slog.Duration("elapsed", time.Since(start).Round(time.Millisecond)))
 			}
 		}
 	})
-	img, err := r.client.Pull(pctx, ref,
+	img, err := s.host.Client.Pull(pctx, ref,
 		client.WithPullUnpack,
-		client.WithPullSnapshotter(r.snapshotter),
+		client.WithPullSnapshotter(s.host.Snapshotter),
 		client.WithImageHandler(record),
 	)
 	close(stop)
@@ -281,18 +312,18 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 			return nil, fmt.Errorf("pull %s: %w", ref, ctx.Err())
 		}
 		if pctx.Err() != nil {
-			err = fmt.Errorf("%w after %s (WithPullTimeout)", err, r.pullTimeout)
+			err = fmt.Errorf("%w after %s (WithPullTimeout)", err, s.cfg.Timeout)
 		}
 		err = fmt.Errorf("not in containerd namespace %s, and pulling %s failed: %w; make its registry reachable, import the image (ctr -n %s images import ARCHIVE), or set image: in template.yaml to an image that is present: %w",
-			r.namespace, ref, err, r.namespace, runtime.ErrUnavailable)
-		r.pullFailed(ctx, ref, err)
+			s.host.Namespace, ref, err, s.host.Namespace, runtime.ErrUnavailable)
+		s.pullFailed(ctx, ref, err)
 		return nil, err
 	}
 	var size int64
 	for _, d := range snapshot() {
 		size += d.Size
 	}
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "image pulled", slog.String("image", ref),
+	s.host.Logger.LogAttrs(ctx, slog.LevelInfo, "image pulled", slog.String("image", ref),
 		slog.Int64("bytes", size), slog.Duration("duration", time.Since(start).Round(time.Millisecond)))
 	return img, nil
 }
@@ -304,7 +335,7 @@ func (r *Runner) pullImage(ctx context.Context, ref string) (client.Image, error
 // output (docs/operations.md "Logs"). With debug, every line is at DEBUG
 // whatever its level in containerd: a retry's "fetch failed" repeats a
 // failure already reported.
-func (r *Runner) withClientLog(ctx context.Context, debug bool) context.Context {
+func (s *Store) withClientLog(ctx context.Context, debug bool) context.Context {
 	l := logrus.New()
 	l.SetOutput(io.Discard)
 	l.SetFormatter(discardFormatter{})
@@ -314,7 +345,7 @@ func (r *Runner) withClientLog(ctx context.Context, debug bool) context.Context 
 		// them; Info (logrus.New's) keeps what it passed at the first pull.
 		opts = &logrusslog.HookOptions{LevelMapper: func(logrus.Level) slog.Level { return slog.LevelDebug }}
 	}
-	l.AddHook(logrusslog.NewHook(r.logger, opts))
+	l.AddHook(logrusslog.NewHook(s.host.Logger, opts))
 	return clog.WithLogger(ctx, logrus.NewEntry(l))
 }
 
@@ -326,8 +357,8 @@ func (discardFormatter) Format(*logrus.Entry) ([]byte, error) { return nil, nil 
 
 // pullProgress returns how many bytes of descs are in the content store or
 // being written to it, and their total size.
-func (r *Runner) pullProgress(ctx context.Context, descs map[string]ocispec.Descriptor) (done, total int64) {
-	cs := r.client.ContentStore()
+func (s *Store) pullProgress(ctx context.Context, descs map[string]ocispec.Descriptor) (done, total int64) {
+	cs := s.host.Client.ContentStore()
 	active := map[string]int64{}
 	if statuses, err := cs.ListStatuses(ctx); err == nil {
 		for _, st := range statuses {

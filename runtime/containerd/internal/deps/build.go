@@ -1,4 +1,4 @@
-package containerd
+package deps
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
 )
 
 // Limits of a build's output (docs/runtimes.md "Dependencies").
@@ -78,58 +79,58 @@ exec python3 -B -m pip install --no-cache-dir --disable-pip-version-check --no-w
 `, buildPythonDir, buildManifestDir, d.Manifest), "pip install --target " + buildPythonDir
 }
 
-// buildDeps runs the installer in a build container from base and makes
-// an image named name of base plus the layer of what it wrote.
-func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, base client.Image, name, app string) (client.Image, error) {
+// build runs the installer in a build container from base and makes an
+// image named name of base plus the layer of what it wrote.
+func (b *Builder) build(ctx context.Context, spec runtime.Spec, ref string, base client.Image, name, app string) (client.Image, error) {
 	start := time.Now()
 	script, what := buildScript(spec)
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "building dependency image",
+	b.host.Logger.LogAttrs(ctx, slog.LevelInfo, "building dependency image",
 		slog.String("app", app), slog.String("image", name), slog.String("base", ref), slog.String("installer", what))
 	infra := func(err error) error { return depsInfra(app, err) }
 	// The lease keeps the layer and the new blobs from garbage collection
 	// until the image refers to them.
-	lctx, done, err := r.client.WithLease(ctx)
+	lctx, done, err := b.host.Client.WithLease(ctx)
 	if err != nil {
 		return nil, infra(fmt.Errorf("lease: %w", err))
 	}
 	defer func() {
-		dctx, cancel := r.detached(ctx)
+		dctx, cancel := b.host.Detached(ctx)
 		defer cancel()
 		done(dctx)
 	}()
-	staging, err := r.stageBuildFiles(spec)
+	staging, err := b.stageBuildFiles(spec)
 	if staging != "" {
 		defer os.RemoveAll(staging)
 	}
 	if err != nil {
 		return nil, infra(err)
 	}
-	out := newBuildOutput(r.logger, app)
-	id := containerID(app, "deps-build")
-	r.track(id, true)
-	defer r.track(id, false)
-	cont, err := r.createBuildContainer(lctx, id, app, spec, base, staging, script)
+	out := newBuildOutput(b.host.Logger, app)
+	id := core.ContainerID(app, "deps-build")
+	b.host.Track(id, true)
+	defer b.host.Track(id, false)
+	cont, err := b.createBuildContainer(lctx, id, app, spec, base, staging, script)
 	if err != nil {
 		return nil, infra(err)
 	}
 	defer func() {
-		dctx, cancel := r.detached(ctx)
+		dctx, cancel := b.host.Detached(ctx)
 		defer cancel()
 		if err := cont.Delete(dctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			r.logger.LogAttrs(dctx, slog.LevelError, "build container cleanup failed", slog.String("app", app),
+			b.host.Logger.LogAttrs(dctx, slog.LevelError, "build container cleanup failed", slog.String("app", app),
 				slog.String("container_id", id), slog.Any("error", err))
 		}
 	}()
-	code, err := r.runBuild(lctx, cont, out)
+	code, err := b.runBuild(lctx, cont, out)
 	out.Close()
-	if err := r.buildFailed(ctx, app, what, code, err, out); err != nil {
+	if err := b.buildFailed(ctx, app, what, code, err, out); err != nil {
 		return nil, err
 	}
-	img, size, err := r.commitDeps(lctx, base, id, name, app, ref, what, start)
+	img, size, err := b.commitDeps(lctx, base, id, name, app, ref, what, start)
 	if err != nil {
 		return nil, infra(err)
 	}
-	r.logger.LogAttrs(ctx, slog.LevelInfo, "dependency image built", slog.String("app", app), slog.String("image", name),
+	b.host.Logger.LogAttrs(ctx, slog.LevelInfo, "dependency image built", slog.String("app", app), slog.String("image", name),
 		slog.Int64("size_bytes", size), slog.Duration("duration", time.Since(start)))
 	return img, nil
 }
@@ -137,7 +138,7 @@ func (r *Runner) buildDeps(ctx context.Context, spec runtime.Spec, ref string, b
 // stageBuildFiles writes the manifest, the lockfile and the extra CA
 // certificates of a build to a new directory, which the build container
 // mounts, and returns it ("" when none could be made).
-func (r *Runner) stageBuildFiles(spec runtime.Spec) (string, error) {
+func (b *Builder) stageBuildFiles(spec runtime.Spec) (string, error) {
 	staging, err := os.MkdirTemp("", "relay-build-")
 	if err != nil {
 		return "", err
@@ -146,10 +147,10 @@ func (r *Runner) stageBuildFiles(spec runtime.Spec) (string, error) {
 	if spec.Deps.Lockfile != "" {
 		files[spec.Deps.Lockfile] = spec.Deps.LockfileData
 	}
-	if r.deps.caFile != "" {
+	if b.caFile != "" {
 		// A copy beside the manifest: the worker may read the file at a
 		// path containerd, which resolves bind mounts on the host, cannot.
-		ca, err := os.ReadFile(r.deps.caFile)
+		ca, err := os.ReadFile(b.caFile)
 		if err != nil {
 			return staging, fmt.Errorf("RELAY_BUILD_CA_FILE: %w", err)
 		}
@@ -166,22 +167,22 @@ func (r *Runner) stageBuildFiles(spec runtime.Spec) (string, error) {
 
 // createBuildContainer creates build container id of app from base,
 // running script with the staged files; on error nothing is left.
-func (r *Runner) createBuildContainer(lctx context.Context, id, app string, spec runtime.Spec, base client.Image, staging, script string) (client.Container, error) {
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: app, LabelHandler: "deps-build"}
+func (b *Builder) createBuildContainer(lctx context.Context, id, app string, spec runtime.Spec, base client.Image, staging, script string) (client.Container, error) {
+	labels := b.host.Labels(app, "deps-build")
 	appDir, _ := filepath.Abs(spec.Dir)
 	imgSpec, err := base.Spec(lctx)
 	if err != nil {
 		return nil, err
 	}
-	cont, err := r.client.NewContainer(lctx, id,
+	cont, err := b.host.Client.NewContainer(lctx, id,
 		client.WithImage(base),
-		client.WithSnapshotter(r.snapshotter),
+		client.WithSnapshotter(b.host.Snapshotter),
 		client.WithNewSnapshot(id, base, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(r.buildSpecOpts(imgSpec, appDir, staging, script)...),
+		client.WithNewSpec(b.buildSpecOpts(imgSpec, appDir, staging, script)...),
 	)
 	if err != nil {
-		r.remove(lctx, id)
+		b.host.Remove(lctx, id)
 		return nil, fmt.Errorf("create build container: %w", err)
 	}
 	return cont, nil
@@ -190,28 +191,28 @@ func (r *Runner) createBuildContainer(lctx context.Context, id, app string, spec
 // depsInfra marks err as a failure of app's build that is not the
 // manifest's (errDepsInfra).
 func depsInfra(app string, err error) error {
-	return fmt.Errorf("dependency build of app %s: %w: %w", app, errDepsInfra, classify(err))
+	return fmt.Errorf("dependency build of app %s: %w: %w", app, errDepsInfra, core.Classify(err))
 }
 
 // buildFailed says what a finished build's exit code and runBuild's error
 // mean: nil for a success, an error wrapping runtime.ErrUnavailable for a
 // failure of the installer (logged), a depsInfra error for one of the
 // infrastructure.
-func (r *Runner) buildFailed(ctx context.Context, app, what string, code int, err error, out *buildOutput) error {
+func (b *Builder) buildFailed(ctx context.Context, app, what string, code int, err error, out *buildOutput) error {
 	if errors.Is(err, errBuildTimedOut) {
 		// The installer's doing, most often waiting on an index that does
 		// not answer: a failure of this manifest, tried again after the
 		// retry interval like any other, not at the next reload.
-		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build timed out", slog.String("app", app),
-			slog.String("installer", what), slog.Duration("timeout", r.deps.timeout))
+		b.host.Logger.LogAttrs(ctx, slog.LevelError, "dependency build timed out", slog.String("app", app),
+			slog.String("installer", what), slog.Duration("timeout", b.timeout))
 		return fmt.Errorf("dependency build of app %s timed out: %s was killed after %v; check that the worker reaches the package index (PIP_INDEX_URL, npm_config_registry, HTTPS_PROXY); last output: %s: %w",
-			app, what, r.deps.timeout, out.Tail(), runtime.ErrUnavailable)
+			app, what, b.timeout, out.Tail(), runtime.ErrUnavailable)
 	}
 	if err != nil {
 		return depsInfra(app, err)
 	}
 	if code != 0 {
-		r.logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
+		b.host.Logger.LogAttrs(ctx, slog.LevelError, "dependency build failed", slog.String("app", app),
 			slog.String("installer", what), slog.Int("exit_code", code))
 		return fmt.Errorf("dependency build of app %s failed (%s exited with code %d): %s%s: %w",
 			app, what, code, out.Tail(), tlsHint(out.Tail()), runtime.ErrUnavailable)
@@ -237,27 +238,27 @@ func tlsHint(output string) string {
 // network, the app read-only at /app and the manifest at
 // buildManifestDir. It runs as root without capabilities, so that it can
 // write runtime.DepsDir and nothing owned by another user.
-func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string) []oci.SpecOpts {
+func (b *Builder) buildSpecOpts(img ocispec.Image, appDir, staging, script string) []oci.SpecOpts {
 	env := append([]string(nil), img.Config.Env...)
 	if len(env) == 0 {
-		env = []string{defaultPath}
+		env = []string{core.DefaultPath}
 	}
 	env = append(env, "HOME="+buildHome, "npm_config_cache="+buildHome+"/.npm", "npm_config_update_notifier=false",
 		"PIP_NO_CACHE_DIR=1")
-	names := make([]string, 0, len(r.deps.env))
-	for k := range r.deps.env {
+	names := make([]string, 0, len(b.env))
+	for k := range b.env {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		env = append(env, k+"="+r.deps.env[k])
+		env = append(env, k+"="+b.env[k])
 	}
 	mounts := []specs.Mount{
 		{Destination: "/app", Type: "bind", Source: appDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		{Destination: buildManifestDir, Type: "bind", Source: staging, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.Itoa(1<<30)}},
 	}
-	if r.deps.caFile != "" {
+	if b.caFile != "" {
 		ca := buildManifestDir + "/" + buildCAFile
 		env = append(env, "PIP_CERT="+ca, "NODE_EXTRA_CA_CERTS="+ca)
 	}
@@ -268,7 +269,7 @@ func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string
 		oci.WithUIDGID(0, 0),
 		oci.WithNoNewPrivileges,
 		oci.WithCapabilities(nil),
-		withNoAmbientCapabilities,
+		core.WithNoAmbientCapabilities,
 		seccomp.WithDefaultProfile(),
 		oci.WithMounts(mounts),
 		oci.WithMemoryLimit(BuildMemoryBytes),
@@ -281,15 +282,15 @@ func (r *Runner) buildSpecOpts(img ocispec.Image, appDir, staging, script string
 
 // runBuild runs the build container's task to its end, bounded by the
 // build timeout, and returns its exit code.
-func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *buildOutput) (int, error) {
+func (b *Builder) runBuild(ctx context.Context, cont client.Container, out *buildOutput) (int, error) {
 	task, err := cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(bytes.NewReader(nil), out, out)))
 	if err != nil {
 		return 0, fmt.Errorf("create build task: %w", err)
 	}
 	defer func() {
-		dctx, cancel := r.detached(ctx)
+		dctx, cancel := b.host.Detached(ctx)
 		defer cancel()
-		deleteTask(dctx, cont, task, client.WithProcessKill)
+		core.DeleteTask(dctx, cont, task, client.WithProcessKill)
 	}()
 	statusC, err := task.Wait(context.WithoutCancel(ctx))
 	if err != nil {
@@ -298,7 +299,7 @@ func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *build
 	if err := task.Start(ctx); err != nil {
 		return 0, fmt.Errorf("start build task: %w", err)
 	}
-	t := time.NewTimer(r.deps.timeout)
+	t := time.NewTimer(b.timeout)
 	defer t.Stop()
 	select {
 	case st := <-statusC:
@@ -306,13 +307,13 @@ func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *build
 		if err != nil {
 			return 0, err
 		}
-		drainOutput(task, outputDrainTimeout)
+		core.DrainOutput(task, core.OutputDrainTimeout)
 		return int(code), nil
 	case <-t.C:
-		r.kill(ctx, task, statusC)
-		return 0, fmt.Errorf("%w: it exceeded %v (WithBuildTimeout)", errBuildTimedOut, r.deps.timeout)
+		b.host.Kill(ctx, task, statusC)
+		return 0, fmt.Errorf("%w: it exceeded %v (WithBuildTimeout)", errBuildTimedOut, b.timeout)
 	case <-ctx.Done():
-		r.kill(ctx, task, statusC)
+		b.host.Kill(ctx, task, statusC)
 		return 0, ctx.Err()
 	}
 }
@@ -322,9 +323,9 @@ func (r *Runner) runBuild(ctx context.Context, cont client.Container, out *build
 // config and manifest of base plus that layer into the content store,
 // creates the image name and unpacks it (the diff service's Apply). It
 // returns the image and the layer's size.
-func (r *Runner) commitDeps(ctx context.Context, base client.Image, id, name, app, ref, what string, start time.Time) (client.Image, int64, error) {
-	sn := r.client.SnapshotService(r.snapshotter)
-	cs := r.client.ContentStore()
+func (b *Builder) commitDeps(ctx context.Context, base client.Image, id, name, app, ref, what string, start time.Time) (client.Image, int64, error) {
+	sn := b.host.Client.SnapshotService(b.host.Snapshotter)
+	cs := b.host.Client.ContentStore()
 	diffIDs, err := base.RootFS(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -340,7 +341,7 @@ func (r *Runner) commitDeps(ctx context.Context, base client.Image, id, name, ap
 	if err != nil {
 		return nil, 0, fmt.Errorf("mounts of the build: %w", err)
 	}
-	layer, err := r.client.DiffService().Compare(ctx, lower, upper,
+	layer, err := b.host.Client.DiffService().Compare(ctx, lower, upper,
 		diff.WithMediaType(ocispec.MediaTypeImageLayerGzip), diff.WithReference("relay-deps-"+id))
 	if err != nil {
 		return nil, 0, fmt.Errorf("diff of the build: %w", err)
@@ -381,22 +382,22 @@ func (r *Runner) commitDeps(ctx context.Context, base client.Image, id, name, ap
 		return nil, 0, err
 	}
 	rec := images.Image{Name: name, Target: mfDesc, Labels: map[string]string{
-		LabelDepsApp:      app,
-		LabelDepsBase:     ref,
-		LabelDepsBuilt:    now.Format(time.RFC3339),
-		LabelDepsUsed:     now.Format(time.RFC3339),
-		LabelDepsDuration: time.Since(start).Round(time.Millisecond).String(),
-		LabelDepsSize:     strconv.FormatInt(layer.Size, 10),
+		LabelApp:      app,
+		LabelBase:     ref,
+		LabelBuilt:    now.Format(time.RFC3339),
+		LabelUsed:     now.Format(time.RFC3339),
+		LabelDuration: time.Since(start).Round(time.Millisecond).String(),
+		LabelSize:     strconv.FormatInt(layer.Size, 10),
 	}}
-	stored, err := r.client.ImageService().Create(ctx, rec)
+	stored, err := b.host.Client.ImageService().Create(ctx, rec)
 	if errdefs.IsAlreadyExists(err) {
-		stored, err = r.client.ImageService().Get(ctx, name)
+		stored, err = b.host.Client.ImageService().Get(ctx, name)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("create image %s: %w", name, err)
 	}
-	img := client.NewImageWithPlatform(r.client, stored, base.Platform())
-	if err := img.Unpack(ctx, r.snapshotter); err != nil {
+	img := client.NewImageWithPlatform(b.host.Client, stored, base.Platform())
+	if err := img.Unpack(ctx, b.host.Snapshotter); err != nil {
 		return nil, 0, fmt.Errorf("unpack %s: %w", name, err)
 	}
 	return img, layer.Size, nil

@@ -1,4 +1,7 @@
-package containerd
+// Package shim ends the containerd shims and frees the FIFOs that a client
+// dying mid-way leaves behind (docs/operations.md "containerd"). It knows
+// nothing of Runners: its Reaper is told which containers to look at.
+package shim
 
 import (
 	"context"
@@ -13,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -56,9 +60,38 @@ const shimAnswerTimeout = 2 * time.Second
 // shimBusyTimeout bounds the background stop of a busy shim.
 const shimBusyTimeout = time.Minute
 
-// shimExitWait is how long a shim that containerd asked to exit may take
-// to do so before it is taken for one that will not.
-const shimExitWait = 2 * time.Second
+// ExitWait is how long a shim that containerd asked to exit may take to
+// do so before it is taken for one that will not.
+const ExitWait = 2 * time.Second
+
+// Reaper ends the shims of one containerd namespace for one Runner and
+// holds the readers of the FIFOs those shims wait on. It is safe for
+// concurrent use.
+type Reaper struct {
+	client    *client.Client
+	address   string // containerd's socket, which names shim sockets; "" when unknown
+	namespace string
+	logger    *slog.Logger
+
+	work  sync.WaitGroup // background stops of busy shims (End)
+	fifos fifoReaders    // readers of FIFOs dead clients left (fifo.go)
+	// fifoDenied logs once that a shim's FIFOs may not be read (End).
+	fifoDenied sync.Once
+	// alone holds when each shim Sweep found without a container was
+	// first seen so, by PID; owned by Sweep.
+	alone struct {
+		sync.Mutex
+		since map[int]time.Time
+	}
+}
+
+// New returns a Reaper of the shims that c's containerd starts for
+// namespace; it never closes c. When c's socket path cannot be told (not
+// a unix socket), the shims' sockets cannot be found and the Reaper ends
+// none.
+func New(c *client.Client, namespace string, logger *slog.Logger) *Reaper {
+	return &Reaper{client: c, address: clientAddress(c), namespace: namespace, logger: logger}
+}
 
 // clientAddress returns the path of the socket c dials, which is the
 // address containerd gives its shims when the worker sees containerd's
@@ -76,20 +109,20 @@ func clientAddress(c *client.Client) string {
 }
 
 // shimSocket returns the path of the socket of the shim of container id.
-func (r *Runner) shimSocket(id string) string {
+func (r *Reaper) shimSocket(id string) string {
 	sum := sha256.Sum256([]byte(filepath.Join(r.address, r.namespace, id)))
 	return filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
 }
 
-// endShim ends the shim of container id if one still listens: it kills and
+// End ends the shim of container id if one still listens: it kills and
 // deletes the task the shim may still hold for id, then asks it to exit.
 // Call it only when containerd has no task id: whatever the shim still runs
 // is then a leftover. No shim (the normal case: containerd stopped it with
 // the task) is not an error. A shim that does not answer within
 // shimAnswerTimeout is still busy with a creation that containerd gave up
-// on: endShim then reports busy, and stops it in the background when
-// background is set (Close waits for that).
-func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy bool, err error) {
+// on: End then reports busy, and stops it in the background when
+// background is set (Wait waits for that).
+func (r *Reaper) End(ctx context.Context, id string, background bool) (busy bool, err error) {
 	if r.address == "" {
 		return false, nil
 	}
@@ -123,9 +156,9 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 	if !background {
 		return true, nil
 	}
-	r.shimWork.Add(1)
+	r.work.Add(1)
 	go func() {
-		defer r.shimWork.Done()
+		defer r.work.Done()
 		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shimBusyTimeout)
 		defer cancel()
 		defer r.fifos.close(id)
@@ -147,10 +180,10 @@ func (r *Runner) endShim(ctx context.Context, id string, background bool) (busy 
 	return true, nil
 }
 
-// shimExits reports whether the shim of container id is gone (its socket
+// Exits reports whether the shim of container id is gone (its socket
 // removed, which a shim does as it exits, or no longer listened on) or
 // goes within d.
-func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool {
+func (r *Reaper) Exits(ctx context.Context, id string, d time.Duration) bool {
 	if r.address == "" {
 		return true
 	}
@@ -172,54 +205,55 @@ func (r *Runner) shimExits(ctx context.Context, id string, d time.Duration) bool
 	}
 }
 
-// sweepShims ends the shims of the namespace, started by this Runner's
-// containerd, that have been without their container for longer than the
-// task-creation grace. containerd 1.6 loses track of a shim it started
-// while it was stopping: the task's creation failed, the container was
-// removed, and the shim idles (or holds a created task) until the host
-// reboots (docs/operations.md "containerd"). A container exists before
+// Sweep ends the shims of the namespace, started by the Reaper's
+// containerd, that have been without their container for longer than
+// grace (the task-creation grace), except those of containers isLive
+// reports (a Runner's own). containerd 1.6 loses track of a shim it
+// started while it was stopping: the task's creation failed, the
+// container was removed, and the shim idles (or holds a created task)
+// until the host reboots (docs/operations.md "containerd"). A container exists before
 // its shim starts, so a shim without one is never a creation in flight;
 // the grace lets the shims of containers just removed exit by themselves.
-func (r *Runner) sweepShims(ctx context.Context) error {
+func (r *Reaper) Sweep(ctx context.Context, grace time.Duration, isLive func(id string) bool) error {
 	if r.address == "" {
 		return nil
 	}
-	r.shimsAlone.Lock()
-	defer r.shimsAlone.Unlock()
+	r.alone.Lock()
+	defer r.alone.Unlock()
 	now := time.Now()
 	since := make(map[int]time.Time)
 	var errs []error
 	for _, sh := range shimproc.List() {
-		if !r.startedShim(sh) || sh.ID == "" || r.isLive(sh.ID) {
+		if !r.startedShim(sh) || sh.ID == "" || isLive(sh.ID) {
 			continue
 		}
 		if _, err := r.client.LoadContainer(ctx, sh.ID); !errdefs.IsNotFound(err) {
 			continue // it exists, or containerd cannot say: the container sweep's business
 		}
-		first, seen := r.shimsAlone.since[sh.PID]
+		first, seen := r.alone.since[sh.PID]
 		if !seen {
 			first = now
 		}
-		if now.Sub(first) < r.taskGrace {
+		if now.Sub(first) < grace {
 			since[sh.PID] = first
 			continue
 		}
 		r.logger.LogAttrs(ctx, slog.LevelWarn, "ending a containerd shim whose container is gone",
 			slog.String("container_id", sh.ID), slog.Int("pid", sh.PID))
-		if _, err := r.endShim(ctx, sh.ID, true); err != nil {
+		if _, err := r.End(ctx, sh.ID, true); err != nil {
 			since[sh.PID] = first // tried again at the next sweep
 			errs = append(errs, err)
 		}
 	}
-	r.shimsAlone.since = since
+	r.alone.since = since
 	return errors.Join(errs...)
 }
 
-// shimPID returns the PID of the shim serving container id for this
-// Runner's containerd and namespace, found by its command line, or 0 when
+// shimPID returns the PID of the shim serving container id for the
+// Reaper's containerd and namespace, found by its command line, or 0 when
 // there is none. It asks nothing of the shim, which may not serve
 // requests yet.
-func (r *Runner) shimPID(id string) int {
+func (r *Reaper) shimPID(id string) int {
 	for _, sh := range shimproc.List() {
 		if sh.ID == id && r.startedShim(sh) {
 			return sh.PID
@@ -228,15 +262,15 @@ func (r *Runner) shimPID(id string) int {
 	return 0
 }
 
-// startedShim reports whether sh serves this Runner's namespace for its
-// containerd: a shim this Runner's sweeps may end.
-func (r *Runner) startedShim(sh shimproc.Shim) bool {
+// startedShim reports whether sh serves the Reaper's namespace for its
+// containerd: a shim its sweeps may end.
+func (r *Reaper) startedShim(sh shimproc.Shim) bool {
 	return sh.Namespace == r.namespace && sh.Address == r.address
 }
 
 // dialShim connects to the shim of container id; it returns nil and no
 // error when no shim listens there.
-func (r *Runner) dialShim(ctx context.Context, id string) (*ttrpc.Client, error) {
+func (r *Reaper) dialShim(ctx context.Context, id string) (*ttrpc.Client, error) {
 	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", r.shimSocket(id))
 	if err != nil {
 		if noShimListens(err) {
@@ -257,11 +291,11 @@ func noShimListens(err error) bool {
 // stopShim ends the shim of container id, whose answer to a task state
 // request was stateErr: it kills and deletes the task the shim still holds,
 // if any, then asks it to exit.
-func (r *Runner) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) (err error) {
+func (r *Reaper) stopShim(ctx context.Context, shim taskapi.TTRPCTaskService, id string, stateErr error) (err error) {
 	defer func() {
 		// A shim that closes the connection mid-call is exiting (asked to
 		// by containerd a moment before): done, once its socket is gone.
-		if errors.Is(err, ttrpc.ErrClosed) && r.shimExits(ctx, id, shimExitWait) {
+		if errors.Is(err, ttrpc.ErrClosed) && r.Exits(ctx, id, ExitWait) {
 			err = nil
 		}
 	}()
@@ -344,7 +378,19 @@ func deleteShimTask(ctx context.Context, shim taskapi.TTRPCTaskService, id strin
 	}
 }
 
-// waitShimWork waits for the background stops of busy shims, or for ctx.
-func (r *Runner) waitShimWork(ctx context.Context) {
-	waitUntil(ctx, r.shimWork.Wait)
+// Wait waits for the background stops of busy shims that End started.
+func (r *Reaper) Wait() { r.work.Wait() }
+
+// ReleaseFIFOs closes the readers End kept open for container id and
+// removes the FIFOs a dead client left for it: call it once the container
+// is gone, when its shim can no longer wait on them.
+func (r *Reaper) ReleaseFIFOs(id string) error {
+	r.fifos.close(id)
+	if err := removeLeftFIFOs(fifoDir, id); err != nil {
+		return fmt.Errorf("remove the FIFOs of %s: %w", id, err)
+	}
+	return nil
 }
+
+// Close closes every FIFO reader the Reaper holds; its Runner is closing.
+func (r *Reaper) Close() { r.fifos.closeAll() }

@@ -1,4 +1,4 @@
-package containerd
+package core
 
 import (
 	"crypto/rand"
@@ -9,11 +9,11 @@ import (
 // maxIDLen is containerd's limit on identifiers (pkg/identifiers).
 const maxIDLen = 76
 
-// containerID returns a new container (and snapshot) id for one attempt:
+// ContainerID returns a new container (and snapshot) id for one attempt:
 // "<app>-<handler>-<16 hex>", sanitised to containerd's identifier syntax,
 // letters and digits separated by single '.', '_' or '-'.
-func containerID(app, handler string) string {
-	suffix := randomHex(8)
+func ContainerID(app, handler string) string {
+	suffix := RandomHex(8)
 	base := sanitizeID(app + "-" + handler)
 	if max := maxIDLen - len(suffix) - 1; len(base) > max {
 		base = strings.TrimRight(base[:max], "._-")
@@ -46,8 +46,8 @@ func sanitizeID(s string) string {
 	return strings.TrimRight(sb.String(), "._-")
 }
 
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
+// RandomHex returns n random bytes in hex.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b) // never fails (Go 1.24+)
 	return hex.EncodeToString(b)

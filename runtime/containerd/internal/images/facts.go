@@ -1,4 +1,4 @@
-package containerd
+package images
 
 import (
 	"context"
@@ -75,4 +75,10 @@ func (f *imageFacts) spec(ctx context.Context, img client.Image) (ocispec.Image,
 	fact.spec = &spec
 	f.mu.Unlock()
 	return spec, nil
+}
+
+// Config returns img's config, read from containerd once per digest:
+// content-addressed, it never changes.
+func (s *Store) Config(ctx context.Context, img client.Image) (ocispec.Image, error) {
+	return s.facts.spec(ctx, img)
 }

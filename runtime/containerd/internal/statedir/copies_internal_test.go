@@ -1,4 +1,4 @@
-package containerd
+package statedir
 
 import (
 	"os"
@@ -9,14 +9,14 @@ import (
 )
 
 // TestBootstrapCopyInUseIsTouched: a Runner marks the bootstrap copy it
-// mounts as used at most once per copyTouch, so that a sweep takes only
-// the copies of versions no Runner runs for copyRetention.
+// mounts as used at most once per touchInterval, so that a sweep takes only
+// the copies of versions no Runner runs for Retention.
 func TestBootstrapCopyInUseIsTouched(t *testing.T) {
 	b, err := runtime.LookupBootstrap(runtime.RuntimePython3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &bootstrapFiles{stateDir: t.TempDir(), verified: map[string]bool{}}
+	f := NewBootstraps(t.TempDir())
 	path, err := f.file(b)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestBootstrapCopyInUseIsTouched(t *testing.T) {
 		t.Errorf("a copy touched an hour ago was touched again on use")
 	}
 
-	setAge(copyTouch + time.Hour)
+	setAge(touchInterval + time.Hour)
 	if _, err := f.file(b); err != nil {
 		t.Fatal(err)
 	}
@@ -61,22 +61,22 @@ func TestPrivateBootstrapDirRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &bootstrapFiles{verified: map[string]bool{}}
+	f := NewBootstraps("")
 	path, err := f.file(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := f.dir
-	f.removePrivate()
+	f.RemovePrivate()
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("private bootstrap directory %s: stat %v, want it removed", dir, err)
 	}
 	// Shared state directories are never removed.
-	shared := &bootstrapFiles{stateDir: t.TempDir(), verified: map[string]bool{}}
+	shared := NewBootstraps(t.TempDir())
 	if path, err = shared.file(b); err != nil {
 		t.Fatal(err)
 	}
-	shared.removePrivate()
+	shared.RemovePrivate()
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("a state directory's bootstrap copy: %v, want it kept", err)
 	}

@@ -1,9 +1,10 @@
-package containerd
+// Package warm runs the attempts of apps with `warm: true` in long-lived
+// containers of the one-shot sandbox, one invocation at a time each
+// (docs/runtimes.md "Warm containers").
+package warm
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,32 +18,37 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/cio"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
+	"github.com/relaydev/relay/runtime/containerd/internal/secrets"
 )
 
 // Warm containers (template.yaml `warm: true`, docs/runtimes.md "Warm
 // containers"): instead of one container per attempt, each app with a
 // language runtime keeps long-lived containers running the bootstrap in its
 // warm mode, which serves one invocation at a time over the protocol of
-// warm_frame.go. The sandbox is the one of one-shot containers (specOpts).
+// frame.go. The sandbox is the one of one-shot containers (core.SpecOpts).
 //
 // A container is taken from its app's pool for one invocation and given
 // back afterwards, once the bootstrap killed the processes the invocation
 // left (its outcome frame says "clean"). It is discarded instead, and a
 // later Run starts a new one, when the invocation timed out or was
 // cancelled (the container is killed), when the bootstrap died (a crash, an
-// OOM kill, or the handler ending the process), when it could not confirm
+// OOM kill, or the handler core.Ending the process), when it could not confirm
 // that no process of the invocation is left, after WithWarmMaxInvocations
 // invocations, after
 // WithWarmIdleTimeout unused, and when the app's Spec changed (the pool is
 // keyed by a hash of the Spec and the resolved image reference). Close
-// removes them all; they carry the relay.host label, and the Runner marks
+// removes them all; they carry the relay.host label, and the Pool marks
 // them live, so Sweep spares them while this Runner runs and removes them
 // after a crash.
+
+// LabelWarm is "true" on warm containers, which serve many invocations
+// (their relay.handler label is empty).
+const LabelWarm = "relay.warm"
 
 // warmOutputWait bounds the wait for the stderr marker once the stdout frame
 // arrived; both are written back to back, so missing it means the container
@@ -53,8 +59,33 @@ const warmOutputWait = 5 * time.Second
 // container writes between invocations (a handler's background thread).
 const warmIdlePrefix = "-"
 
-// warmPools holds the warm containers of a Runner.
-type warmPools struct {
+// Config is what a Pool needs.
+type Config struct {
+	Host *core.Host
+	// Resolve returns the image reference a Spec runs in; Prepare what
+	// its containers need, pulling the image and building its
+	// dependencies.
+	Resolve        func(runtime.Spec) (ref string, err error)
+	Prepare        func(context.Context, runtime.Spec) (core.Prepared, error)
+	Secrets        *secrets.Stager
+	Stdout, Stderr *runtime.Output
+	// MaxInvocations (> 0) is how many invocations a container serves,
+	// IdleTimeout how long it may wait for one, MaxContainers the cap of
+	// one app's containers (0: none); the WithWarm options.
+	MaxInvocations int
+	IdleTimeout    time.Duration
+	MaxContainers  int
+}
+
+// Pool holds the warm containers of a Runner and runs attempts in them.
+// It is safe for concurrent use.
+type Pool struct {
+	host           *core.Host
+	resolve        func(runtime.Spec) (string, error)
+	prepare        func(context.Context, runtime.Spec) (core.Prepared, error)
+	secrets        *secrets.Stager
+	stdout, stderr *runtime.Output
+
 	maxInvocations int
 	idleTimeout    time.Duration
 	maxContainers  int // per app; 0: no cap
@@ -65,6 +96,13 @@ type warmPools struct {
 	all    map[*warmContainer]struct{} // not yet discarded
 	busy   sync.WaitGroup              // Runs holding or starting a container
 	bg     sync.WaitGroup              // discards in the background
+}
+
+// New returns the Pool of cfg; it starts no container before a Run.
+func New(cfg Config) *Pool {
+	return &Pool{host: cfg.Host, resolve: cfg.Resolve, prepare: cfg.Prepare, secrets: cfg.Secrets,
+		stdout: cfg.Stdout, stderr: cfg.Stderr, maxInvocations: cfg.MaxInvocations, idleTimeout: cfg.IdleTimeout,
+		maxContainers: cfg.MaxContainers, apps: map[string]*warmApp{}, all: map[*warmContainer]struct{}{}}
 }
 
 // warmApp is the pool of one app for one Spec.
@@ -97,10 +135,10 @@ type warmContainer struct {
 	status     client.ExitStatus
 	cancelWait context.CancelFunc
 
-	secrets *stagedSecrets // the app's secrets, refreshed before each invocation
+	secrets *secrets.Staged // the app's secrets, refreshed before each invocation
 
-	uses      int         // under warmPools.mu
-	idleTimer *time.Timer // under warmPools.mu
+	uses      int         // under Pool.mu
+	idleTimer *time.Timer // under Pool.mu
 
 	discardOnce sync.Once
 }
@@ -114,40 +152,30 @@ func (w *warmContainer) hasExited() bool {
 	}
 }
 
-// warmKey identifies the containers that can serve spec: equal keys mean
-// equal image, command, mounts, environment and limits.
-func warmKey(spec runtime.Spec, ref string) string {
-	b, _ := json.Marshal(struct {
-		Spec runtime.Spec
-		Ref  string
-	}{spec, ref}) // maps marshal in key order: the key is deterministic
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16])
-}
-
-// runWarm runs one attempt in a warm container of req.App, starting one when
-// none is idle. Outcomes are those of run; see Run.
-func (r *Runner) runWarm(ctx context.Context, req runtime.Request) (runtime.Result, error) {
+// Run runs one attempt in a warm container of req.App, starting one when
+// none is idle; its outcomes are those of the Runner's Run (package
+// runtime/containerd). A Spec without a language runtime, and a Run after
+// Close, fail with an error wrapping runtime.ErrUnavailable.
+func (p *Pool) Run(ctx context.Context, req runtime.Request) (runtime.Result, error) {
 	if req.Spec.Runtime == "" {
 		return runtime.Result{}, fmt.Errorf("warm containers need a language runtime (runtime: python3 or node); remove warm from the app or set runtime: %w", runtime.ErrUnavailable)
 	}
-	ref, _, _, err := r.resolve(req.Spec)
+	ref, err := p.resolve(req.Spec)
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	w, err := r.acquire(ctx, req, warmKey(req.Spec, ref))
+	w, err := p.acquire(ctx, req, core.SpecKey(req.Spec, ref))
 	if err != nil {
 		return runtime.Result{}, err
 	}
-	res, keep, err := r.invoke(ctx, w, req)
-	r.release(w, keep)
+	res, keep, err := p.invoke(ctx, w, req)
+	p.release(w, keep)
 	return res, err
 }
 
 // acquire takes an idle container of the app's current pool, or starts one.
 // It counts the caller in busy until release.
-func (r *Runner) acquire(ctx context.Context, req runtime.Request, key string) (*warmContainer, error) {
-	p := &r.warm
+func (p *Pool) acquire(ctx context.Context, req runtime.Request, key string) (*warmContainer, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -159,10 +187,10 @@ func (r *Runner) acquire(ctx context.Context, req runtime.Request, key string) (
 			if a != nil {
 				// The app changed: its idle containers go now, its busy
 				// ones when their invocation ends (release).
-				r.logger.LogAttrs(ctx, slog.LevelInfo, "app changed: replacing its warm containers", slog.String("app", req.App))
+				p.host.Logger.LogAttrs(ctx, slog.LevelInfo, "app changed: replacing its warm containers", slog.String("app", req.App))
 				for _, w := range a.idle {
 					w.idleTimer.Stop()
-					r.discardLater(w)
+					p.discardLater(w)
 				}
 				a.idle = nil
 				a.signal()
@@ -176,7 +204,7 @@ func (r *Runner) acquire(ctx context.Context, req runtime.Request, key string) (
 			w.idleTimer.Stop()
 			if w.hasExited() {
 				a.count--
-				r.discardLater(w)
+				p.discardLater(w)
 				continue
 			}
 			p.busy.Add(1)
@@ -187,7 +215,7 @@ func (r *Runner) acquire(ctx context.Context, req runtime.Request, key string) (
 			a.count++
 			p.busy.Add(1)
 			p.mu.Unlock()
-			w, err := r.startWarm(ctx, req, a)
+			w, err := p.startWarm(ctx, req, a)
 			if err != nil {
 				p.mu.Lock()
 				a.count--
@@ -211,8 +239,7 @@ func (r *Runner) acquire(ctx context.Context, req runtime.Request, key string) (
 // release gives w back to its pool after an invocation, or discards it when
 // keep is false, the pool is no longer current, w has served its quota or
 // the Runner is closed.
-func (r *Runner) release(w *warmContainer, keep bool) {
-	p := &r.warm
+func (p *Pool) release(w *warmContainer, keep bool) {
 	p.mu.Lock()
 	defer p.busy.Done() // after discardLater counted in bg, for Close
 	defer p.mu.Unlock()
@@ -221,17 +248,16 @@ func (r *Runner) release(w *warmContainer, keep bool) {
 	if !keep || p.closed || p.apps[w.app] != a || w.uses >= p.maxInvocations || w.hasExited() {
 		a.count--
 		a.signal()
-		r.discardLater(w)
+		p.discardLater(w)
 		return
 	}
 	a.idle = append(a.idle, w)
-	w.idleTimer = time.AfterFunc(p.idleTimeout, func() { r.reap(w) })
+	w.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.reap(w) })
 	a.signal()
 }
 
 // reap removes w if it is idle: its idle timeout expired or its task exited.
-func (r *Runner) reap(w *warmContainer) {
-	p := &r.warm
+func (p *Pool) reap(w *warmContainer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a := w.pool
@@ -240,154 +266,154 @@ func (r *Runner) reap(w *warmContainer) {
 			a.idle = append(a.idle[:i], a.idle[i+1:]...)
 			a.count--
 			a.signal()
-			r.discardLater(w)
+			p.discardLater(w)
 			return
 		}
 	}
 }
 
 // discardLater discards w in the background; Close waits for it.
-// Called with warmPools.mu held.
-func (r *Runner) discardLater(w *warmContainer) {
-	r.warm.bg.Add(1)
+// Called with Pool.mu held.
+func (p *Pool) discardLater(w *warmContainer) {
+	p.bg.Add(1)
 	go func() {
-		defer r.warm.bg.Done()
-		r.discard(w)
+		defer p.bg.Done()
+		p.discard(w)
 	}()
 }
 
 // startWarm creates and starts a warm container for req's app.
-func (r *Runner) startWarm(ctx context.Context, req runtime.Request, a *warmApp) (*warmContainer, error) {
-	p, err := r.prepare(ctx, req.Spec)
+func (p *Pool) startWarm(ctx context.Context, req runtime.Request, a *warmApp) (*warmContainer, error) {
+	prep, err := p.prepare(ctx, req.Spec)
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := r.stageSecrets(req.Spec.Secrets)
+	staged, err := p.secrets.Stage(req.Spec.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	id, cont, err := r.createWarm(ctx, req, p, secrets)
+	id, cont, err := p.createWarm(ctx, req, prep, staged)
 	if err != nil {
-		secrets.remove()
+		staged.Remove()
 		return nil, err
 	}
 	idlePrefix := runtime.Prefix(req.App, warmIdlePrefix)
 	w := &warmContainer{
-		id: id, app: req.App, pool: a, cont: cont, secrets: secrets,
-		idleOut: r.stdout.LineWriter(idlePrefix),
-		idleErr: r.stderr.LineWriter(idlePrefix),
+		id: id, app: req.App, pool: a, cont: cont, secrets: staged,
+		idleOut: p.stdout.LineWriter(idlePrefix),
+		idleErr: p.stderr.LineWriter(idlePrefix),
 		exited:  make(chan struct{}),
 	}
 	w.stdout, w.stderr = newDemux(w.idleOut), newDemux(w.idleErr)
-	statusC, err := r.startWarmTask(ctx, w)
+	statusC, err := p.startWarmTask(ctx, w)
 	if err != nil {
-		r.discard(w)
+		p.discard(w)
 		return nil, err
 	}
 	w.started = true
-	r.warm.mu.Lock()
-	r.warm.all[w] = struct{}{}
-	r.warm.mu.Unlock()
+	p.mu.Lock()
+	p.all[w] = struct{}{}
+	p.mu.Unlock()
 	go func() {
 		w.status = <-statusC
 		close(w.exited)
-		r.reap(w) // if idle; a busy container's Run sees the exit itself
+		p.reap(w) // if idle; a busy container's Run sees the exit itself
 	}()
 	return w, nil
 }
 
 // createWarm creates a warm container for req's app, tracked live, and
 // returns its id. On error nothing is left and the id is not tracked.
-func (r *Runner) createWarm(ctx context.Context, req runtime.Request, p prepared, secrets *stagedSecrets) (string, client.Container, error) {
-	mounts := p.mounts
-	if secrets != nil {
-		mounts = append(append([]specs.Mount(nil), mounts...), secrets.mount())
+func (p *Pool) createWarm(ctx context.Context, req runtime.Request, prep core.Prepared, staged *secrets.Staged) (string, client.Container, error) {
+	mounts := prep.Mounts
+	if staged != nil {
+		mounts = append(append([]specs.Mount(nil), mounts...), staged.Mount())
 	}
-	id := containerID(req.App, "warm")
-	r.track(id, true)
-	labels := map[string]string{LabelHost: r.hostID, LabelOwner: r.presence.owner, LabelApp: req.App, LabelWarm: "true"}
+	id := core.ContainerID(req.App, "warm")
+	p.host.Track(id, true)
+	labels := map[string]string{core.LabelHost: p.host.HostID, core.LabelOwner: p.host.Owner, core.LabelApp: req.App, LabelWarm: "true"}
 	// The container's environment is the app's, without the variables of
 	// any one request: the bootstrap resets to it before each invocation.
 	base := runtime.Request{App: req.App, Spec: req.Spec}
-	argv := append(append([]string(nil), p.argv...), "--warm")
-	cont, err := r.client.NewContainer(ctx, id,
-		client.WithImage(p.img),
-		client.WithSnapshotter(r.snapshotter),
-		client.WithNewSnapshot(id, p.img, snapshots.WithLabels(labels)),
+	argv := append(append([]string(nil), prep.Argv...), "--warm")
+	cont, err := p.host.Client.NewContainer(ctx, id,
+		client.WithImage(prep.Img),
+		client.WithSnapshotter(p.host.Snapshotter),
+		client.WithNewSnapshot(id, prep.Img, snapshots.WithLabels(labels)),
 		client.WithContainerLabels(labels),
-		client.WithNewSpec(append(specOpts(base, p.imgSpec, p.appDir, argv, mounts), p.specOpts...)...),
+		client.WithNewSpec(append(core.SpecOpts(base, prep.ImgSpec, prep.AppDir, argv, mounts), prep.SpecOpts...)...),
 	)
 	if err != nil {
 		// NewContainer may have prepared the snapshot before failing.
-		if rerr := r.remove(ctx, id); rerr != nil {
-			r.logWarmCleanup(ctx, req.App, id, rerr)
+		if rerr := p.host.Remove(ctx, id); rerr != nil {
+			p.logWarmCleanup(ctx, req.App, id, rerr)
 		}
-		r.track(id, false)
-		return "", nil, classify(fmt.Errorf("create container %s: %w", id, err))
+		p.host.Track(id, false)
+		return "", nil, core.Classify(fmt.Errorf("create container %s: %w", id, err))
 	}
 	return id, cont, nil
 }
 
 // startWarmTask creates and starts w's task, its stdin a pipe whose
 // writing end is w.stdin, and returns where its exit status arrives.
-func (r *Runner) startWarmTask(ctx context.Context, w *warmContainer) (<-chan client.ExitStatus, error) {
+func (p *Pool) startWarmTask(ctx context.Context, w *warmContainer) (<-chan client.ExitStatus, error) {
 	stdin, stdinW := io.Pipe()
 	w.stdin = stdinW
 	var err error
 	w.task, err = w.cont.NewTask(ctx, cio.NewCreator(cio.WithStreams(stdin, w.stdout, w.stderr)))
 	if err != nil {
-		if ee := execError(err); ee != nil {
+		if ee := core.ExecError(err); ee != nil {
 			return nil, ee
 		}
-		return nil, classify(fmt.Errorf("create task %s: %w", w.id, err))
+		return nil, core.Classify(fmt.Errorf("create task %s: %w", w.id, err))
 	}
 	// The wait lasts as long as the container, not as the Run starting it.
 	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancelWait = cancel
 	statusC, err := w.task.Wait(waitCtx)
 	if err != nil {
-		return nil, classify(fmt.Errorf("wait task %s: %w", w.id, err))
+		return nil, core.Classify(fmt.Errorf("wait task %s: %w", w.id, err))
 	}
 	if err := w.task.Start(ctx); err != nil {
-		if ee := execError(err); ee != nil {
+		if ee := core.ExecError(err); ee != nil {
 			return nil, ee
 		}
-		return nil, classify(fmt.Errorf("start task %s: %w", w.id, err))
+		return nil, core.Classify(fmt.Errorf("start task %s: %w", w.id, err))
 	}
 	return statusC, nil
 }
 
 // invoke runs req in w. keep is false when w must not serve again.
-func (r *Runner) invoke(ctx context.Context, w *warmContainer, req runtime.Request) (_ runtime.Result, keep bool, _ error) {
+func (p *Pool) invoke(ctx context.Context, w *warmContainer, req runtime.Request) (_ runtime.Result, keep bool, _ error) {
 	if w.secrets != nil {
 		// Read now: a rotated secret is used from this invocation on.
-		if err := r.refreshSecrets(w.secrets, req.Spec.Secrets); err != nil {
+		if err := p.secrets.Refresh(w.secrets, req.Spec.Secrets); err != nil {
 			return runtime.Result{}, true, err
 		}
 	}
-	c, err := r.sendWarm(w, req)
+	c, err := p.sendWarm(w, req)
 	if err != nil {
 		return runtime.Result{}, true, err
 	}
 	payload, ended := awaitWarm(ctx, w, c, req.Timeout)
 	switch {
-	case ended == endTimedOut:
-		r.discard(w)
+	case ended == core.EndTimedOut:
+		p.discard(w)
 		c.finish(w)
 		res := runtime.Result{Duration: time.Since(c.start)}
 		if !w.hasExited() {
-			return res, false, warmUnknown(fmt.Errorf("kill task %s: no exit %v after SIGKILL", w.id, killWait))
+			return res, false, core.OutcomeUnknown(fmt.Errorf("kill task %s: no exit %v after SIGKILL", w.id, core.KillWait))
 		}
 		return res, false, &runtime.ExitError{Code: int(w.status.ExitCode()), TimedOut: true, Timeout: req.Timeout, Stderr: c.stderr.LastLine()}
-	case ended == endCancelled:
-		r.discard(w)
+	case ended == core.EndCancelled:
+		p.discard(w)
 		c.finish(w)
 		return runtime.Result{Duration: time.Since(c.start)}, false, ctx.Err()
 	case payload == nil:
-		res, err := r.warmExited(ctx, w, req, c)
+		res, err := p.warmExited(ctx, w, req, c)
 		return res, false, err
 	}
-	return r.warmOutcome(ctx, w, req, c, payload)
+	return p.warmOutcome(ctx, w, req, c, payload)
 }
 
 // Past the deadline by more than warmLate, the timer says this worker was
@@ -400,34 +426,34 @@ const (
 )
 
 // awaitWarm waits for call c's outcome frame (returned), the death of w's
-// bootstrap (nil frame, endExited), the timeout or ctx. A handler that
+// bootstrap (nil frame, core.EndExited), the timeout or ctx. A handler that
 // ended by itself before the timeout, seen late because this worker was
 // stopped, ends by itself (docs/runtimes.md "Exit codes").
-func awaitWarm(ctx context.Context, w *warmContainer, c *warmCall, timeout time.Duration) ([]byte, ending) {
+func awaitWarm(ctx context.Context, w *warmContainer, c *warmCall, timeout time.Duration) ([]byte, core.Ending) {
 	var timer <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		timer = t.C
 	}
-	ended := endTimedOut
+	ended := core.EndTimedOut
 	select {
 	case payload := <-c.frameC:
-		return payload, endExited
+		return payload, core.EndExited
 	case <-w.exited:
-		return nil, endExited
+		return nil, core.EndExited
 	case <-timer:
 	case <-ctx.Done():
-		ended = endCancelled
+		ended = core.EndCancelled
 	}
 	if timeout == 0 || time.Since(c.start.Add(timeout)) < warmLate {
 		return nil, ended
 	}
 	select {
 	case payload := <-c.frameC:
-		return payload, endExited
+		return payload, core.EndExited
 	case <-w.exited:
-		return nil, endExited
+		return nil, core.EndExited
 	case <-time.After(warmLateGrace):
 		return nil, ended
 	}
@@ -450,13 +476,10 @@ func (c *warmCall) finish(w *warmContainer) {
 	c.stderr.Close()
 }
 
-// warmUnknown marks err as leaving the invocation's outcome unknown.
-func warmUnknown(err error) error { return fmt.Errorf("%w: %w", runtime.ErrOutcomeUnknown, err) }
-
 // sendWarm routes w's output to req's writers and sends req to w.
-func (r *Runner) sendWarm(w *warmContainer, req runtime.Request) (*warmCall, error) {
+func (p *Pool) sendWarm(w *warmContainer, req runtime.Request) (*warmCall, error) {
 	prefix := runtime.Prefix(req.App, req.Handler)
-	c := &warmCall{stdout: r.stdout.LineWriter(prefix), stderr: r.stderr.LineWriter(prefix)}
+	c := &warmCall{stdout: p.stdout.LineWriter(prefix), stderr: p.stderr.LineWriter(prefix)}
 	token := newToken()
 	c.frameC = w.stdout.begin(token, c.stdout)
 	c.markC = w.stderr.begin(token, c.stderr)
@@ -480,10 +503,10 @@ func (r *Runner) sendWarm(w *warmContainer, req runtime.Request) (*warmCall, err
 }
 
 // warmExited is the outcome of an invocation whose bootstrap died
-// mid-invocation: a crash, an OOM kill, or the handler ending the
+// mid-invocation: a crash, an OOM kill, or the handler core.Ending the
 // process. Its exit code is the outcome, as for a one-shot container; the
 // output is complete once the task is gone.
-func (r *Runner) warmExited(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall) (runtime.Result, error) {
+func (p *Pool) warmExited(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall) (runtime.Result, error) {
 	res := runtime.Result{Duration: time.Since(c.start)}
 	code, _, err := w.status.Result()
 	var ee *runtime.ExitError
@@ -492,13 +515,13 @@ func (r *Runner) warmExited(ctx context.Context, w *warmContainer, req runtime.R
 		// kills. The bootstrap is the container's init, which nothing
 		// inside can SIGKILL: a 137 with an OOM kill counted is the
 		// kernel's doing.
-		ee = r.exitError(ctx, req, w.id, w.task, int(code), 0)
+		ee = p.host.ExitError(ctx, req, w.id, w.task, int(code), 0)
 	}
-	r.discard(w)
+	p.discard(w)
 	c.finish(w)
 	switch {
 	case err != nil:
-		return res, warmUnknown(fmt.Errorf("wait task %s: %w", w.id, err))
+		return res, core.OutcomeUnknown(fmt.Errorf("wait task %s: %w", w.id, err))
 	case ee != nil:
 		ee.Stderr = c.stderr.LastLine()
 		return res, ee
@@ -508,7 +531,7 @@ func (r *Runner) warmExited(ctx context.Context, w *warmContainer, req runtime.R
 
 // warmOutcome is the outcome of an invocation whose outcome frame,
 // payload, arrived; keep says whether w may serve again.
-func (r *Runner) warmOutcome(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall, payload []byte) (_ runtime.Result, keep bool, _ error) {
+func (p *Pool) warmOutcome(ctx context.Context, w *warmContainer, req runtime.Request, c *warmCall, payload []byte) (_ runtime.Result, keep bool, _ error) {
 	res := runtime.Result{Duration: time.Since(c.start)}
 	keep = true
 	select {
@@ -516,19 +539,19 @@ func (r *Runner) warmOutcome(ctx context.Context, w *warmContainer, req runtime.
 	case <-w.exited:
 		keep = false
 	case <-time.After(warmOutputWait):
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "warm container sent no stderr marker; discarding it",
+		p.host.Logger.LogAttrs(ctx, slog.LevelWarn, "warm container sent no stderr marker; discarding it",
 			slog.String("app", req.App), slog.String("container_id", w.id))
 		keep = false
 	}
 	c.finish(w)
 	code, clean, err := parseOutcome(payload)
 	if err != nil {
-		return res, false, warmUnknown(fmt.Errorf("container %s: %w", w.id, err))
+		return res, false, core.OutcomeUnknown(fmt.Errorf("container %s: %w", w.id, err))
 	}
 	if !clean && keep {
 		// Processes the invocation started may still run, or linger as
 		// zombies: the next invocation must not inherit them.
-		r.logger.LogAttrs(ctx, slog.LevelInfo, "replacing a warm container: the processes its invocation left could not all be removed",
+		p.host.Logger.LogAttrs(ctx, slog.LevelInfo, "replacing a warm container: the processes its invocation left could not all be removed",
 			slog.String("app", req.App), slog.String("handler", req.Handler), slog.String("container_id", w.id))
 		keep = false
 	}
@@ -541,9 +564,9 @@ func (r *Runner) warmOutcome(ctx context.Context, w *warmContainer, req runtime.
 // discard kills w's task if it still runs and removes the task, the
 // container and its snapshot, detached from any caller's context. Only the
 // first call acts; concurrent calls wait for it.
-func (r *Runner) discard(w *warmContainer) {
+func (p *Pool) discard(w *warmContainer) {
 	w.discardOnce.Do(func() {
-		ctx, cancel := r.detached(namespaces.WithNamespace(context.Background(), r.namespace))
+		ctx, cancel := p.host.Detached(p.host.Background())
 		defer cancel()
 		var errs []error
 		w.stdin.Close() // ends containerd's stdin copy and a blocked request write
@@ -558,7 +581,7 @@ func (r *Runner) discard(w *warmContainer) {
 				select {
 				case <-w.exited:
 					exited = true
-				case <-time.After(killWait):
+				case <-time.After(core.KillWait):
 				}
 			}
 			var delOpts []client.ProcessDeleteOpts
@@ -566,7 +589,7 @@ func (r *Runner) discard(w *warmContainer) {
 				delOpts = append(delOpts, client.WithProcessKill)
 			}
 			// Deleting the task waits for its output to be copied.
-			if err := deleteTask(ctx, w.cont, w.task, delOpts...); err != nil {
+			if err := core.DeleteTask(ctx, w.cont, w.task, delOpts...); err != nil {
 				errs = append(errs, fmt.Errorf("delete task: %w", err))
 			}
 		}
@@ -580,55 +603,45 @@ func (r *Runner) discard(w *warmContainer) {
 		if w.task == nil {
 			// NewTask failed, possibly after the shim created the task (ctx
 			// cancelled mid-call): remove whatever task exists as well.
-			if err := r.remove(ctx, w.id); err != nil {
+			if err := p.host.Remove(ctx, w.id); err != nil {
 				errs = append(errs, err)
 			}
 		} else if err := w.cont.Delete(ctx, client.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete container: %w", err))
 		}
-		r.track(w.id, false)
-		w.secrets.remove()
-		r.warm.mu.Lock()
-		delete(r.warm.all, w)
-		r.warm.mu.Unlock()
+		p.host.Track(w.id, false)
+		w.secrets.Remove()
+		p.mu.Lock()
+		delete(p.all, w)
+		p.mu.Unlock()
 		if err := errors.Join(errs...); err != nil {
 			// Someone else (a Sweep of another process with our host id)
 			// may have removed it already: then nothing is left over.
-			if _, lerr := r.client.LoadContainer(ctx, w.id); !errdefs.IsNotFound(lerr) {
-				r.logWarmCleanup(ctx, w.app, w.id, err)
+			if _, lerr := p.host.Client.LoadContainer(ctx, w.id); !errdefs.IsNotFound(lerr) {
+				p.logWarmCleanup(ctx, w.app, w.id, err)
 			}
 		}
 	})
 }
 
 // logWarmCleanup logs a failed removal; Sweep removes the leftover later.
-func (r *Runner) logWarmCleanup(ctx context.Context, app, id string, err error) {
-	r.logger.LogAttrs(ctx, slog.LevelError, "warm container cleanup failed",
+func (p *Pool) logWarmCleanup(ctx context.Context, app, id string, err error) {
+	p.host.Logger.LogAttrs(ctx, slog.LevelError, "warm container cleanup failed",
 		slog.String("app", app), slog.String("container_id", id), slog.Any("error", err))
 }
 
-// Close removes the Runner's warm containers: idle ones at once, busy ones
-// when their invocation ends, or at once (killed) when ctx is done first;
-// it also waits, until ctx is done, for the stops of leftover shims still
-// under way (docs/operations.md "containerd"), and ends the dependency
-// builds still running, waiting for each to release its lease and remove
-// its build container. Runs of warm apps fail after
-// Close with an error wrapping runtime.ErrUnavailable; one-shot Runs are
-// unaffected. Close returns ctx.Err() when it had to kill busy containers,
-// nil otherwise; it is idempotent and does not close the containerd
-// client. Close then stops refreshing the Runner's presence label and
-// removes it (LabelPresencePrefix), so call it after the Runner's last Run
-// and Sweep. A process that dies without Close leaves a label that goes
-// stale, and other Runners' Sweep removes its containers after the orphan
-// timeout.
-func (r *Runner) Close(ctx context.Context) error {
-	p := &r.warm
+// Close removes the warm containers: idle ones at once, busy ones when
+// their invocation ends, or at once (killed) when ctx is done first, and
+// waits for the removals. Runs after Close fail with an error wrapping
+// runtime.ErrUnavailable. It returns ctx.Err() when it had to kill busy
+// containers, nil otherwise.
+func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	for _, a := range p.apps {
 		for _, w := range a.idle {
 			w.idleTimer.Stop()
-			r.discardLater(w)
+			p.discardLater(w)
 		}
 		a.idle = nil
 		a.signal()
@@ -648,21 +661,11 @@ func (r *Runner) Close(ctx context.Context) error {
 		err = ctx.Err()
 		p.mu.Lock()
 		for w := range p.all {
-			r.discardLater(w)
+			p.discardLater(w)
 		}
 		p.mu.Unlock()
 		<-idle // the Runs see their containers die and return
 	}
 	p.bg.Wait()
-	if derr := r.closeDeps(ctx); derr != nil && err == nil {
-		err = derr
-	}
-	r.closeOneShots(ctx)
-	r.waitShimWork(ctx)
-	r.fifos.closeAll()
-	r.bootstraps.removePrivate()
-	if werr := r.withdraw(ctx); werr != nil && err == nil {
-		err = fmt.Errorf("containerd: remove presence label: %w", werr)
-	}
 	return err
 }

@@ -1,4 +1,4 @@
-package containerd
+package core
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/relaydev/relay/runtime"
 )
 
-// sigkillExit is the exit status the shim reports for a process ended by
+// SigkillExit is the exit status the shim reports for a process ended by
 // SIGKILL (128+9), which is what the kernel's OOM killer sends.
-const sigkillExit = 137
+const SigkillExit = 137
 
 // oomKills returns how many processes of task's container the kernel has
 // killed for reaching the container's memory limit: the oom_kill count of
@@ -41,23 +41,23 @@ func oomKills(ctx context.Context, task client.Task) (uint64, error) {
 	return 0, fmt.Errorf("task metrics: unknown type %T", v)
 }
 
-// exitError describes a handler that exited with code, its container's
+// ExitError describes a handler that exited with code, its container's
 // task being task (exited, not yet deleted). A SIGKILL that the kernel's
 // OOM killer sent (the cgroup counted more OOM kills than before) is
 // reported as OOMKilled with spec's memory limit; before is the count at
 // the start of the invocation. Any other code, or a SIGKILL the handler
 // sent itself, is a plain exit.
-func (r *Runner) exitError(ctx context.Context, req runtime.Request, id string, task client.Task, code int, before uint64) *runtime.ExitError {
+func (h *Host) ExitError(ctx context.Context, req runtime.Request, id string, task client.Task, code int, before uint64) *runtime.ExitError {
 	ee := &runtime.ExitError{Code: code}
-	if code != sigkillExit {
+	if code != SigkillExit {
 		return ee
 	}
-	dctx, cancel := r.detached(ctx)
+	dctx, cancel := h.Detached(ctx)
 	defer cancel()
 	n, err := oomKills(dctx, task)
 	if err != nil {
 		// The exit stands as reported; only its cause is unknown.
-		r.logger.LogAttrs(ctx, slog.LevelWarn, "cannot tell whether the handler was killed for lack of memory",
+		h.Logger.LogAttrs(ctx, slog.LevelWarn, "cannot tell whether the handler was killed for lack of memory",
 			slog.String("app", req.App), slog.String("handler", req.Handler),
 			slog.String("container_id", id), slog.Any("error", err))
 		return ee
