@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/stats"
 
 	"github.com/relaydev/relay/dlq"
@@ -110,7 +111,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	oldestText := "-"
 	if pending > 0 {
-		oldestText = age(oldest)
+		oldestText = reltime.Age(oldest)
 	}
 	fmt.Fprintf(g.stdout, "Stream %s, group %s\n\n", g.RedisStream, g.RedisGroup)
 	err = table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
