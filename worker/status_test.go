@@ -20,29 +20,11 @@ import (
 // pairs) in h's registry; -1 when there is none.
 func (h *workerHarness) gauge(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
+	ms := testutil.Metrics(h.t, h.reg, name, labels...)
+	if len(ms) == 0 {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
+	return ms[0].GetGauge().GetValue()
 }
 
 // holds reads the holds the harness's worker published for its stream.

@@ -98,17 +98,9 @@ func (h *workerHarness) counter(name string) float64 {
 
 func (h *workerHarness) sum(name string, value func(*dto.Metric) float64) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += value(m)
-			}
-		}
+	for _, m := range testutil.Metrics(h.t, h.reg, name) {
+		sum += value(m)
 	}
 	return sum
 }
@@ -196,20 +188,11 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
 		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)
 	}
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	labelled := map[string]bool{}
-	for _, mf := range mfs {
-		if mf.GetName() != "relay_events_received_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
-					labelled[l.GetValue()] = true
-				}
+	for _, m := range testutil.Metrics(t, h.reg, "relay_events_received_total") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
+				labelled[l.GetValue()] = true
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/textsafe"
 
 	"github.com/relaydev/relay"
@@ -90,7 +91,7 @@ func (r DLQRetention) expires(e dlq.Entry, now time.Time) string {
 	case !at.After(now):
 		return "due"
 	}
-	return "in " + age(at.Sub(now))
+	return "in " + reltime.Age(at.Sub(now))
 }
 
 // expiresJSON is expires as an RFC 3339 time; "" when kept forever.
@@ -210,7 +211,7 @@ func replaysText(h dlq.Replays, now time.Time) string {
 	if h.Count == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, age(now.Sub(h.LastAt)),
+	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, reltime.Age(now.Sub(h.LastAt)),
 		h.LastAt.UTC().Format(time.RFC3339), h.LastResult, h.LastError)
 }
 
@@ -268,7 +269,7 @@ func entryTable(w io.Writer, entries []dlq.Entry, r *DLQRetention) error {
 	now := time.Now()
 	rows := make([][]string, 0, len(entries))
 	for _, e := range entries {
-		row := []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts), age(now.Sub(e.Timestamp))}
+		row := []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts), reltime.Age(now.Sub(e.Timestamp))}
 		if r != nil {
 			row = append(row, r.expires(e, now))
 		}
@@ -322,7 +323,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	written := "-"
 	if !e.Timestamp.IsZero() {
-		written = fmt.Sprintf("%s ago (%s)", age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
+		written = fmt.Sprintf("%s ago (%s)", reltime.Age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
 	}
 	expires := c.expires(e, time.Now())
 	if at := e.Expires(c.Retention); !at.IsZero() {

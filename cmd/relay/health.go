@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
@@ -367,7 +368,7 @@ func (c *HealthCmd) checkWaiting(workers []stats.WorkerStatus, now time.Time) he
 		n += w.Count
 		if !w.Oldest.IsZero() && now.Sub(w.Oldest) > c.WaitingAge {
 			lines = append(lines, fmt.Sprintf("%s/%s: %s waiting for its %s limit, the oldest event %s old (over --waiting-age %s): the limit drains them slower than they arrive; raise it, or set max_age to give up on stale events",
-				w.App, w.Handler, plural.Of(w.Count, "invocation"), w.Limit, age(now.Sub(w.Oldest)), c.WaitingAge))
+				w.App, w.Handler, plural.Of(w.Count, "invocation"), w.Limit, reltime.Age(now.Sub(w.Oldest)), c.WaitingAge))
 		}
 	}
 	if len(lines) > 0 {

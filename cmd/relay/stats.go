@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/stats"
 
 	"github.com/relaydev/relay/dlq/redisdlq"
@@ -118,7 +119,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	oldestText := "-"
 	if pending > 0 {
-		oldestText = age(oldest)
+		oldestText = reltime.Age(oldest)
 	}
 	fmt.Fprintf(g.stdout, "Stream %s, group %s\n\n", g.RedisStream, g.RedisGroup)
 	err = table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
@@ -164,7 +165,7 @@ func writeWaiting(w io.Writer, waiting []stats.Waiting, now time.Time) error {
 	for _, v := range waiting {
 		oldest := "-"
 		if !v.Oldest.IsZero() {
-			oldest = age(now.Sub(v.Oldest))
+			oldest = reltime.Age(now.Sub(v.Oldest))
 		}
 		rows = append(rows, []string{v.App + "/" + v.Handler, v.Limit, strconv.Itoa(v.Count), oldest})
 	}

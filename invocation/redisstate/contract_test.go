@@ -31,19 +31,7 @@ func TestStoreContract(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
 	var tokens atomic.Uint64 // claim tokens, unique across the sub-tests
-	now := func(t *testing.T) time.Time {
-		t.Helper()
-		parts, err := c.Do(t.Context(), c.B().Time().Build()).AsStrSlice()
-		if err != nil || len(parts) != 2 {
-			t.Fatalf("TIME: %v, %v", parts, err)
-		}
-		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
-		usec, err2 := strconv.ParseInt(parts[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("TIME: %v", parts)
-		}
-		return time.Unix(sec, usec*1000)
-	}
+	now := func(t *testing.T) time.Time { return redistest.ServerTime(t, c) }
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
 		stream := redistest.Name(t, "stream")
 		// A Store of the sub-test's own, whose next claim token ClaimToken

@@ -1,7 +1,6 @@
 package redisstream_test
 
 import (
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,19 +16,7 @@ import (
 func TestSourceContract(t *testing.T) {
 	t.Parallel()
 	c := redistest.Client(t)
-	now := func(t *testing.T) time.Time {
-		t.Helper()
-		parts, err := c.Do(t.Context(), c.B().Time().Build()).AsStrSlice()
-		if err != nil || len(parts) != 2 {
-			t.Fatalf("TIME: %v, %v", parts, err)
-		}
-		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
-		usec, err2 := strconv.ParseInt(parts[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("TIME: %v", parts)
-		}
-		return time.Unix(sec, usec*1000)
-	}
+	now := func(t *testing.T) time.Time { return redistest.ServerTime(t, c) }
 	relaytest.TestStreamSource(t, func(t *testing.T) relaytest.StreamSourceHarness {
 		name, group := relaytest.UniqueName(t), "group"
 		return relaytest.StreamSourceHarness{

@@ -15,6 +15,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -322,16 +323,11 @@ func (r *recorder) pushMissingMetric(ctx context.Context, reg *prometheus.Regist
 }
 
 func missingPayloadTotal(reg *prometheus.Registry) (float64, bool) {
-	mfs, err := reg.Gather()
-	if err != nil {
+	ms, err := testutil.GatherMetrics(reg, "relay_missing_payload_total")
+	if err != nil || len(ms) != 1 {
 		return 0, false
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "relay_missing_payload_total" && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue(), true
-		}
-	}
-	return 0, false
+	return ms[0].GetCounter().GetValue(), true
 }
 
 // ledgerSource is the worker's stream source: it records what the engine is
