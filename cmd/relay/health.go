@@ -13,8 +13,8 @@ import (
 
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/plural"
-	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/redisinfo"
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
