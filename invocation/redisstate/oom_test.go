@@ -136,13 +136,13 @@ func TestOutOfMemoryFailsClosed(t *testing.T) {
 	}
 }
 
-// TestOutOfMemoryFinishSettleDrains: on a Redis at maxmemory a claimed
+// TestOutOfMemoryAcknowledgingSettlementDrains: on a Redis at maxmemory a claimed
 // attempt's success, or its exhaustion with its dead-letter entry, still
 // settles at either retention: the XACK, which needs no memory, is the
 // script's first write, and a script that has written finishes
 // (docs/delivery.md#claim-errors-fail-closed). So a full Redis drains its
 // running work rather than holding it pending.
-func TestOutOfMemoryFinishSettleDrains(t *testing.T) {
+func TestOutOfMemoryAcknowledgingSettlementDrains(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	c := redistest.Connect(t, srv.Addr)
 	s := New(c)

@@ -351,15 +351,15 @@ func TestSettleFinishAck(t *testing.T) {
 				if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 					t.Fatalf("Settle = %v, want %v", err, tc.wantErr)
 				}
-				checkFinishSettled(t, e, l, seeded, retention, tc.wantErr == nil, tc.acked)
+				checkFinishAcked(t, e, l, seeded, retention, tc.wantErr == nil, tc.acked)
 			})
 		}
 	}
 }
 
-// checkFinishSettled asserts the message's PEL entry and hash after a
+// checkFinishAcked asserts the message's PEL entry and hash after a
 // Finish and Ack of l on a hash seeded with seeded, which applied or not.
-func checkFinishSettled(t *testing.T, e *env, l invocation.Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
+func checkFinishAcked(t *testing.T, e *env, l invocation.Lease, seeded map[string]string, retention time.Duration, applied, acked bool) {
 	t.Helper()
 	st, pttl := e.state(t)
 	if !applied {

@@ -309,14 +309,15 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 	// Everything settled: nothing may be left without a TTL (the janitor
 	// retains what a kill leaked), and once the retentions pass, both
 	// streams are empty but for the group's last delivered entry, and
-	// every invocation hash and marker has expired. With the state deleted
-	// at the ack the markers keep the default retention (markerRetention):
-	// they must only all have a TTL.
+	// every invocation hash has expired. No dead-letter marker key may
+	// exist at all: an entry's id lives in its invocation hash
+	// (invocation.DLQField), so with the state deleted at the ack nothing
+	// of a dead letter outlives the XACK but the entry.
 	var end retentionSample
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		var err error
 		end, err = sampleRedis(ctx, rc, streamName)
-		markersDone := end.markers == 0 || rs.state == 0 && end.markersNoTTL == 0
+		markersDone := end.markers == 0
 		if err == nil && end.streamLen <= 1 && end.dlqLen == 0 && end.hashes == 0 && markersDone &&
 			end.consumers <= len(names) {
 			break
@@ -360,16 +361,6 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 		t.Name(), published, publishedFor.Round(time.Second), rate, rs.stream, rs.dlq, rs.state, rs.interval, curve(samples, 16))
 }
 
-// markerRetention is how long the workers of rs keep a dead-letter
-// marker: as long as the invocation state, or the default retention when
-// the state is deleted at the ack (worker.Config, markerRetention).
-func markerRetention(rs retentionSettings) time.Duration {
-	if rs.state > 0 {
-		return rs.state
-	}
-	return relay.DefaultRetention
-}
-
 // checkPlateaus fails the soak when a sample is over its bound, or the
 // memory grows in the last third of the run.
 func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings, rate float64) {
@@ -388,8 +379,8 @@ func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings
 		{"DLQ length", rate*dlqShare*(secs(rs.dlq)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.dlqLen) }},
 		{"invocation hashes", rate*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.hashes) }},
 		{"invocation hashes without a TTL", rate*hold + retentionSlack, func(s retentionSample) float64 { return float64(s.hashesNoTTL) }},
-		{"dead-letter markers", rate*dlqShare*(secs(markerRetention(rs))+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.markers) }},
-		{"dead-letter markers without a TTL", 0, func(s retentionSample) float64 { return float64(s.markersNoTTL) }},
+		// The previous version's markers: this one writes none.
+		{"dead-letter markers", 0, func(s retentionSample) float64 { return float64(s.markers) }},
 		// The stats hash, the console feed and the group's keys.
 		{"other keys", 10, func(s retentionSample) float64 { return float64(s.otherKeys) }},
 		// Three live workers, and those killed while their consumer waits
@@ -525,7 +516,7 @@ func sampleRedis(ctx context.Context, rc rueidis.Client, streamName string) (ret
 		}
 	}
 	invocationPrefix := keys.Invocation(streamName, soakGroup, "")
-	markerPrefix := keys.DLQ(streamName) + ":written:"
+	markerPrefix := keys.DLQ(streamName) + ":written:" // keys.LegacyDLQWritten
 	ledgerPrefix := ledgerKey(streamName, "")
 	var invocations, markers, ledger, engine []string
 	var cursor uint64
