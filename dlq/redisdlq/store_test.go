@@ -14,47 +14,13 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/internal/dlqfixture"
 	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
-
-// The entries of package dlq's codec tests.
-var ts = time.Date(2026, 3, 4, 5, 6, 7, 89_000_000, time.UTC)
-
-func fullEntry() dlq.Entry {
-	return dlq.Entry{
-		OriginalStream:  "events",
-		OriginalID:      "1700000000000-3",
-		Group:           "relay",
-		Consumer:        "worker-1",
-		Event:           `{"event_name":"INSERT","table_name":"users"}`,
-		Reason:          "exit code 3",
-		App:             "billing",
-		Handler:         "events.created.handler",
-		Deliveries:      7,
-		HandlerAttempts: 5,
-		Timestamp:       ts,
-		Trace:           "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-	}
-}
-
-func malformedEntry() dlq.Entry {
-	return dlq.Entry{
-		OriginalStream: "events",
-		OriginalID:     "1700000000000-4",
-		Group:          "relay",
-		Consumer:       "worker-1",
-		Event:          "not json",
-		Reason:         "malformed: event is not a JSON object",
-		App:            dlq.MalformedName,
-		Handler:        dlq.MalformedName,
-		Deliveries:     1,
-		Timestamp:      ts,
-	}
-}
 
 // newStore returns a Store on a fresh source stream name of the shared
 // server, and the client.
@@ -70,7 +36,7 @@ var entrySeq atomic.Int64
 
 // entryFor returns fullEntry moved to stream src, for a message of its own.
 func entryFor(src string, mutate ...func(*dlq.Entry)) dlq.Entry {
-	e := fullEntry()
+	e := dlqfixture.Full()
 	e.OriginalStream = src
 	e.OriginalID = fmt.Sprintf("1700000000000-%d", entrySeq.Add(1))
 	for _, m := range mutate {
@@ -98,7 +64,7 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 
 	full := write(t, s, entryFor(src))
-	malformed := write(t, s, entryFor(src, func(e *dlq.Entry) { *e = malformedEntry(); e.OriginalStream = src }))
+	malformed := write(t, s, entryFor(src, func(e *dlq.Entry) { *e = dlqfixture.Malformed(); e.OriginalStream = src }))
 
 	for _, want := range []dlq.Entry{full, malformed} {
 		got, err := s.Get(ctx, want.ID)
