@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -34,25 +33,12 @@ func TestCLIHealthWarnsOfStalledHandlersAndLostData(t *testing.T) {
 	root := testutil.AppsRoot(t, map[string]string{
 		"slow": "image: x\nconcurrency: 2\nevents:\n  - {handler: jobs.work, pattern: {kind: [work]}, timeout: 200ms}\n"})
 	release := make(chan struct{})
-	w, err := worker.New(worker.Config{Redis: rc, Streams: []string{name}, Group: "workers", Consumer: "w1",
-		Apps: template.Dir(root), StateDir: t.TempDir(),
+	runWorker(t, worker.Config{Redis: rc, Streams: []string{name}, Apps: template.Dir(root),
 		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/jobs.work": func(context.Context, runtime.Request) error { <-release; return nil }}),
 		Engine: relay.Config{StatsInterval: 20 * time.Millisecond, MinPendingIdle: 300 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
-			HeartbeatInterval: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+			HeartbeatInterval: 50 * time.Millisecond},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		close(release)
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	t.Cleanup(func() { close(release) }) // before the worker stops
 	src := redisstream.New(rc, name, "workers", "producer")
 	for range 3 {
 		if _, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`}); err != nil {

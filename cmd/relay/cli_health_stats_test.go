@@ -30,6 +30,7 @@ import (
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream/redisstream"
+	"github.com/relaydev/relay/worker"
 )
 
 // newGroup creates a stream with its consumer group "workers".
@@ -41,6 +42,38 @@ func newGroup(t *testing.T) (name string, src *redisstream.Source) {
 		t.Fatal(err)
 	}
 	return name, src
+}
+
+// runWorker runs a worker of group "workers" on cfg, as consumer w1 with a
+// state directory of its own and no log unless cfg says otherwise, until
+// the test ends; a worker that stops in error fails the test.
+func runWorker(t *testing.T, cfg worker.Config) {
+	t.Helper()
+	if cfg.Group == "" {
+		cfg.Group = "workers"
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "w1"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	if cfg.Engine.Logger == nil {
+		cfg.Engine.Logger = slog.New(slog.DiscardHandler)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func TestCLIHealth(t *testing.T) {

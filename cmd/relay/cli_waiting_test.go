@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -32,27 +31,16 @@ func TestCLIShowsFlowControlWaiting(t *testing.T) {
 	root := testutil.AppsRoot(t, map[string]string{
 		"slow": "image: x\nconcurrency: 4\nevents:\n  - {handler: jobs.work, pattern: {kind: [work]}, timeout: 1m, concurrency: 1, concurrency_scope: cluster}\n"})
 	release := make(chan struct{})
-	w, err := worker.New(worker.Config{Redis: rc, Streams: []string{name}, Group: "workers", Consumer: "w1",
-		Apps: template.Dir(root), StateDir: t.TempDir(),
+	runWorker(t, worker.Config{Redis: rc, Streams: []string{name}, Apps: template.Dir(root),
 		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"slow/jobs.work": func(context.Context, runtime.Request) error { <-release; return nil }}),
-		Engine: relay.Config{StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+		Engine: relay.Config{StatsInterval: 20 * time.Millisecond},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
 	released := false
-	defer func() {
+	t.Cleanup(func() { // before the worker stops
 		if !released {
 			close(release)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	})
 	src := redisstream.New(rc, name, "workers", "producer")
 	for range 3 {
 		if _, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"work"}`}); err != nil {
