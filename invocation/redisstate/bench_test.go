@@ -21,7 +21,7 @@ import (
 // depend much less on the load of a shared machine than the pipeline's
 // figures do (bench/RESULTS.md, section 4.7).
 //
-//	go test -run '^$' -bench ScriptCost -benchtime 500x ./invocation
+//	go test -run '^$' -bench ScriptCost -benchtime 500x ./invocation/redisstate
 func BenchmarkScriptCost(b *testing.B) {
 	for _, retention := range []time.Duration{48 * time.Hour, 0} {
 		b.Run("retention="+retention.String(), func(b *testing.B) {
