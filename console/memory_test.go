@@ -32,9 +32,9 @@ func TestOverviewMemory(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, c.opt)
-			f.publish(`{"kind":"order","amount":5}`)
-			f.publish(`{"kind":"order","amount":500}`)
-			f.publish(`{"kind":"refund"}`)
+			f.Publish(`{"kind":"order","amount":5}`)
+			f.Publish(`{"kind":"order","amount":500}`)
+			f.Publish(`{"kind":"refund"}`)
 			f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
 			code, body := f.get("/")
 			if code != http.StatusOK {

@@ -14,14 +14,14 @@ import (
 // age of the oldest one's event (docs/flow-control.md#waiting).
 func TestOverviewShowsFlowControlWaiting(t *testing.T) {
 	f := newFixture(t)
-	f.publish(`{"kind":"order","amount":5}`)
+	f.Publish(`{"kind":"order","amount":5}`)
 	f.deliver("worker-1")
 	now := time.Now()
 	for _, st := range []stats.WorkerStatus{
 		{Consumer: "worker-1", UpdatedAt: now, Waiting: []stats.Waiting{{App: "shop", Handler: "orders.charge", Limit: "rate", Count: 3, Oldest: now.Add(-90 * time.Second)}}},
 		{Consumer: "worker-2", UpdatedAt: now, Waiting: []stats.Waiting{{App: "shop", Handler: "orders.charge", Limit: "rate", Count: 4, Oldest: now.Add(-10 * time.Second)}}},
 	} {
-		if err := redisstats.WriteStatus(t.Context(), f.rc, f.stream, f.group, st); err != nil {
+		if err := redisstats.WriteStatus(t.Context(), f.Redis, f.Stream, f.Group, st); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/testutil"
 )
 
@@ -22,9 +23,9 @@ import (
 // links to its event page, then a broken pattern, which says where.
 func TestBrowserPlaygroundBacktest(t *testing.T) {
 	b := tab{t, browser(t)}
-	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
-	small := backtestStream(f)
-	s := url.QueryEscape(f.stream)
+	f := consoletest.New(t, func(c *console.Config) { c.ReadOnly = true })
+	small := f.BacktestStream()
+	s := url.QueryEscape(f.Stream)
 	// waitFor waits until the page the form posted to has loaded and its
 	// backtest heading says what.
 	waitFor := func(what string) {
@@ -46,7 +47,7 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 		return b.text(`.bt-matched`) + "/" + b.text(`.bt-unmatched`) + "/" + b.text(`.bt-malformed`)
 	}
 
-	b.run("open the playground", chromedp.Navigate(f.http.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
+	b.run("open the playground", chromedp.Navigate(f.HTTP.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
 	if got := b.text(`fieldset.backtest`); !strings.Contains(got, "1 to 10\u202f000 (default 1\u202f000)") {
 		t.Errorf("the backtest form does not state its bound: %q", got)
 	}
@@ -79,7 +80,7 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 	b.run("open the newest match", chromedp.Click(chromedp.CSS(`table.backtest ul.picks a`)))
 	b.waitURL("/event?id=" + url.QueryEscape(small[0]))
 
-	b.run("back to the playground", chromedp.Navigate(f.http.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
+	b.run("back to the playground", chromedp.Navigate(f.HTTP.URL+"/playground?stream="+s), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)))
 	b.run("break the pattern", chromedp.SendKeys(chromedp.CSS(`textarea#pattern`), "kind: [order]\namount: 20"),
 		chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
 	testutil.WaitFor(t, 30*time.Second, "the pattern's error", func() bool { return b.loaded(`.pattern-errors`) != "" })
@@ -94,10 +95,10 @@ func TestBrowserPlaygroundBacktest(t *testing.T) {
 // column, and the page does not scroll sideways.
 func TestBrowserPlaygroundBacktestFits(t *testing.T) {
 	b := tab{t, browser(t)}
-	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
-	backtestStream(f)
+	f := consoletest.New(t, func(c *console.Config) { c.ReadOnly = true })
+	f.BacktestStream()
 	longApp, _ := longNames(f)
-	s := url.QueryEscape(f.stream)
+	s := url.QueryEscape(f.Stream)
 
 	for _, width := range []int64{1280, 1024} {
 		for i, a := range []string{"", longApp} {
@@ -106,7 +107,7 @@ func TestBrowserPlaygroundBacktestFits(t *testing.T) {
 				what = "the rules of app " + a
 			}
 			b.run("open the playground", chromedp.EmulateViewport(width, 800),
-				chromedp.Navigate(f.http.URL+"/playground?stream="+s+"&app="+a), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)),
+				chromedp.Navigate(f.HTTP.URL+"/playground?stream="+s+"&app="+a), chromedp.WaitVisible(chromedp.CSS(`textarea#pattern`)),
 				chromedp.Click(chromedp.CSS(`button[value=backtest]`)))
 			testutil.WaitFor(t, 30*time.Second, "the backtest of "+what, func() bool {
 				return strings.Contains(b.loaded(`.bt-what`), what)
@@ -126,11 +127,11 @@ func TestBrowserPlaygroundBacktestFits(t *testing.T) {
 // heading wrap inside their column, and the page does not scroll sideways.
 func TestBrowserPlaygroundMatchFits(t *testing.T) {
 	b := tab{t, browser(t)}
-	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
+	f := consoletest.New(t, func(c *console.Config) { c.ReadOnly = true })
 	longApp, id := longNames(f)
 	for _, width := range []int64{1280, 1024} {
 		b.run("match the event", chromedp.EmulateViewport(width, 800),
-			chromedp.Navigate(f.http.URL+"/playground?stream="+url.QueryEscape(f.stream)+"&id="+url.QueryEscape(id)),
+			chromedp.Navigate(f.HTTP.URL+"/playground?stream="+url.QueryEscape(f.Stream)+"&id="+url.QueryEscape(id)),
 			chromedp.WaitVisible(chromedp.CSS(`ol.matches`)))
 		if got := b.text(`ol.matches`); !strings.Contains(got, longApp) {
 			t.Fatalf("%d px: the long-named app's rule does not match: %q", width, got)
@@ -143,19 +144,19 @@ func TestBrowserPlaygroundMatchFits(t *testing.T) {
 // longNames adds to f's apps one whose app and handler names are as long
 // as they may be, with a rule that matches orders, and publishes an order
 // whose JSON runs long; it returns the app's name and the order's id.
-func longNames(f *fixture) (app, id string) {
-	f.t.Helper()
+func longNames(f *consoletest.Fixture) (app, id string) {
+	f.T.Helper()
 	app = strings.Repeat("customer.notifications.", 3)[:63]
 	const handler = "customer.subscription.renewal.reminder.email.dispatch_with_proration"
-	dir := filepath.Join(f.apps, app)
+	dir := filepath.Join(f.Apps, app)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	tpl := "image: relay.local/busybox:latest\nevents:\n  - handler: " + handler + "\n    pattern:\n      kind: [order]\n"
 	if err := os.WriteFile(filepath.Join(dir, "template.yaml"), []byte(tpl), 0o644); err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	return app, f.publish(`{"kind":"order","amount":150,"id":"ord_` + strings.Repeat("0123456789", 12) + `"}`)
+	return app, f.Publish(`{"kind":"order","amount":150,"id":"ord_` + strings.Repeat("0123456789", 12) + `"}`)
 }
 
 // fits says where the page scrolls sideways, or the column of results

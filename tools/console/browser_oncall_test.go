@@ -17,6 +17,7 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stats/redisstats"
@@ -114,12 +115,12 @@ func (b tab) shot(name string) {
 func TestBrowserDeadLettersAtScale(t *testing.T) {
 	const token = "on-call-token-0123456789"
 	b := tab{t, browser(t)}
-	f := newFixture(t, func(c *console.Config) { c.Token = token })
-	ids := f.fillDLQ(2000)
-	s := url.QueryEscape(f.stream)
+	f := consoletest.New(t, func(c *console.Config) { c.Token = token })
+	ids := f.FillDLQ(2000)
+	s := url.QueryEscape(f.Stream)
 
-	b.run("open the console", chromedp.Navigate(f.http.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
-	if n := b.count("nav"); n != 0 || strings.Contains(b.text("body"), f.group) {
+	b.run("open the console", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
+	if n := b.count("nav"); n != 0 || strings.Contains(b.text("body"), f.Group) {
 		t.Errorf("the login page shows a visitor %d navigation bars or the group", n)
 	}
 	b.shot("login")
@@ -141,7 +142,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 	}
 
 	// Filter: shop's refunds, the handler typed in another case.
-	b.run("filter", chromedp.Navigate(f.http.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`form.filters`)),
+	b.run("filter", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`form.filters`)),
 		chromedp.SetValue(chromedp.CSS(`form.filters select[name=app]`), "shop"),
 		chromedp.SendKeys(chromedp.CSS(`form.filters input[name=handler]`), "Refunds"),
 		chromedp.Submit(chromedp.CSS(`form.filters`)))
@@ -149,7 +150,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 	if got := b.text(`#dlq-count`); got != "500 entries match (of 2\u202f000)" {
 		t.Errorf("filtered heading %q", got)
 	}
-	f.failing.Store(false)
+	f.Failing.Store(false)
 	b.run("replay all matching", chromedp.Click(chromedp.CSS(`form.bulk button[value=replay]`)), chromedp.WaitVisible(chromedp.CSS(`#bulk-count`)))
 	if got := b.text(`#bulk-count`); got != "500" {
 		t.Errorf("confirmation count %q, want 500", got)
@@ -164,7 +165,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 		t.Errorf("job heading %q", got)
 	}
 	b.shot("bulk-job")
-	if n := f.ran.Load(); n != 500 {
+	if n := f.Ran.Load(); n != 500 {
 		t.Errorf("handlers ran %d times, want 500", n)
 	}
 	b.run("back to the filtered list", chromedp.Click(chromedp.CSS(`a.back`)), chromedp.WaitVisible(chromedp.CSS(`form.filters`)))
@@ -173,8 +174,8 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 	}
 
 	// Find the entry of message 1502-7 (shop/orders.charge) by that id.
-	f.failing.Store(true)
-	ran := f.ran.Load()
+	f.Failing.Store(true)
+	ran := f.Ran.Load()
 	b.run("go to", chromedp.SendKeys(chromedp.CSS(`form.search input[name=q]`), "1502-7"), chromedp.Submit(chromedp.CSS(`form.search`)),
 		chromedp.WaitVisible(chromedp.CSS(`pre.event`)))
 	if l := b.location(); !strings.Contains(l, "id="+ids[1501]) {
@@ -186,7 +187,7 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 	}
 	b.run("reload the result", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`table.results`)))
 	b.run("reload the result again", chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`table.results`)))
-	if n := f.ran.Load() - ran; n != 1 {
+	if n := f.Ran.Load() - ran; n != 1 {
 		t.Errorf("the handler ran %d times after a replay and two reloads of its result, want 1", n)
 	}
 	if got := b.text(`main h1`); got != "Replay of 1 entry: 0 replayed, 1 kept" {
@@ -201,14 +202,14 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 
 	// Log out: the session is over, in this browser and for its cookie.
 	b.run("log out", chromedp.Click(chromedp.CSS(`form.logout button`)), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
-	b.run("after logout", chromedp.Navigate(f.http.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
+	b.run("after logout", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)))
 	// The limiter gives one attempt back every LoginInterval, so on a slow
 	// machine a few more may pass than the burst; the guesses must still
 	// be refused long before twice the burst.
 	refusedAt := 0
 	for i := 1; i <= 2*console.LoginBurst && refusedAt == 0; i++ {
 		// From a fresh form each time, so that the wait is for the answer.
-		b.run("a wrong token", chromedp.Navigate(f.http.URL+"/login"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
+		b.run("a wrong token", chromedp.Navigate(f.HTTP.URL+"/login"), chromedp.WaitVisible(chromedp.CSS(`input[name=token]`)),
 			chromedp.SendKeys(chromedp.CSS(`input[name=token]`), "guess"), chromedp.Submit(chromedp.CSS(`form.login`)),
 			chromedp.WaitVisible(chromedp.CSS(`p.problem`)))
 		switch got := b.text(`p.problem`); {
@@ -230,14 +231,14 @@ func TestBrowserDeadLettersAtScale(t *testing.T) {
 // recover without a restart.
 func TestBrowserRedisStopped(t *testing.T) {
 	b := tab{t, browser(t)}
-	srv, rc, st := stoppableRedis(t)
+	srv, rc, st := consoletest.StoppableRedis(t)
 	rec := redisstats.NewRecorder(rc, st, "shop")
 	rec.Record(stats.Event{Time: time.Now(), MessageID: "1-1", App: "shop", Handler: "orders.charge", Outcome: "succeeded"})
 	if err := rec.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
-		Apps:   template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Apps:   template.Dir(testutil.AppsRoot(t, map[string]string{"shop": consoletest.ShopTemplate})),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
@@ -261,33 +262,6 @@ func TestBrowserRedisLostData(t *testing.T) {
 	b.shot("redis-lost-data-pending")
 }
 
-// writeDLQ writes n dead letters, one a second up to now, entry i (from
-// 0, oldest first) with the app, handler, reason and event of at(i); it
-// returns their ids, oldest first.
-func (f *fixture) writeDLQ(n int, at func(i int) (app, handler, reason, event string)) []string {
-	f.t.Helper()
-	now := time.Now().UnixMilli()
-	ids := make([]string, n)
-	cmds := make(rueidis.Commands, 0, n)
-	for i := range n {
-		app, handler, reason, event := at(i)
-		ms := now - int64(n-1-i)*1000
-		ids[i] = fmt.Sprintf("%d-0", ms)
-		cmds = append(cmds, f.rc.B().Xadd().Key(f.store.Key()).Id(ids[i]).FieldValue().
-			FieldValue("original_stream", f.stream).FieldValue("original_id", fmt.Sprintf("%d-7", i+1)).
-			FieldValue("group", f.group).FieldValue("consumer", "worker-1").FieldValue("event", event).
-			FieldValue("reason", reason).FieldValue("app", app).FieldValue("handler", handler).
-			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").
-			FieldValue("timestamp", time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)).Build())
-	}
-	for _, r := range f.rc.DoMulti(f.t.Context(), cmds...) {
-		if err := r.Error(); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	return ids
-}
-
 // TestBrowserFiguresAgree: the memory card shows the dead-letter rate
 // that drives its projection beside the event rate (a burst of dead
 // letters and no events), and the counters' rate per minute is the
@@ -295,19 +269,19 @@ func (f *fixture) writeDLQ(n int, at func(i int) (app, handler, reason, event st
 // window's average would still show it.
 func TestBrowserFiguresAgree(t *testing.T) {
 	b := tab{t, browser(t)}
-	f := newFixture(t, func(c *console.Config) { c.SampleInterval = 20 * time.Millisecond })
-	f.writeDLQ(200, func(i int) (string, string, string, string) {
+	f := consoletest.New(t, func(c *console.Config) { c.SampleInterval = 20 * time.Millisecond })
+	f.WriteDLQ(200, func(i int) (string, string, string, string) {
 		return "shop", "orders.charge", "handler exited with code 3", fmt.Sprintf(`{"kind":"order","n":%d}`, i)
 	})
 	sctx, stopSampling := context.WithCancel(t.Context())
 	defer stopSampling()
-	go f.srv.Sample(sctx)
+	go f.Server.Sample(sctx)
 	points := func() int {
-		b.run("reload", chromedp.Navigate(f.http.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`table.counters`)))
+		b.run("reload", chromedp.Navigate(f.HTTP.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`table.counters`)))
 		return eval[int](b, "sparkline points", `(function(){var p=document.querySelector("table.counters polyline");return p?p.getAttribute("points").split(" ").length:0})()`)
 	}
 	testutil.WaitFor(t, 30*time.Second, "a sparkline", func() bool { return points() >= 2 })
-	rec := redisstats.NewRecorder(f.rc, f.stream, f.group)
+	rec := redisstats.NewRecorder(f.Redis, f.Stream, f.Group)
 	for range 600 {
 		rec.Add(stats.Received)
 	}
@@ -340,9 +314,9 @@ func TestBrowserFiguresAgree(t *testing.T) {
 // overview and show on the Live page.
 func TestBrowserDeadLetterTriage(t *testing.T) {
 	b := tab{t, browser(t)}
-	f := newFixture(t)
+	f := consoletest.New(t)
 	quota := func(i int) bool { return i < 5 || i >= 2015 }
-	ids := f.writeDLQ(2020, func(i int) (string, string, string, string) {
+	ids := f.WriteDLQ(2020, func(i int) (string, string, string, string) {
 		switch {
 		case quota(i):
 			return "shop", "refunds.run", "disk quota exceeded", fmt.Sprintf(`{"kind":"refund","note":"customer c_%d asked for the needle back","n":%d}`, i, i)
@@ -351,9 +325,9 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 		}
 		return "shop", "refunds.run", "handler exited with code 3", fmt.Sprintf(`{"kind":"refund","n":%d}`, i)
 	})
-	s := url.QueryEscape(f.stream)
+	s := url.QueryEscape(f.Stream)
 
-	b.run("reason filter", chromedp.Navigate(f.http.URL+"/dlq?stream="+s+"&reason=quota"), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)))
+	b.run("reason filter", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s+"&reason=quota"), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)))
 	if got := b.text(`#dlq-count`); got != "10 entries match (of 2\u202f020)" {
 		t.Errorf("heading %q", got)
 	}
@@ -365,7 +339,7 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 	}
 	b.shot("dlq-filter-filled")
 
-	b.run("text filter", chromedp.Navigate(f.http.URL+"/dlq?stream="+s+"&text=NEEDLE"), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)))
+	b.run("text filter", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s+"&text=NEEDLE"), chromedp.WaitVisible(chromedp.CSS(`table.dlq`)))
 	if n := b.count(`table.dlq tbody tr .excerpt mark`); n != 10 {
 		t.Errorf("%d rows show the match in their event, want 10", n)
 	}
@@ -375,7 +349,7 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 	b.shot("dlq-text-excerpt")
 
 	// Replay all 1,000 identical failures of orders.charge.
-	b.run("filter orders.charge", chromedp.Navigate(f.http.URL+"/dlq?stream="+s+"&handler=orders.charge"), chromedp.WaitVisible(chromedp.CSS(`form.bulk`)))
+	b.run("filter orders.charge", chromedp.Navigate(f.HTTP.URL+"/dlq?stream="+s+"&handler=orders.charge"), chromedp.WaitVisible(chromedp.CSS(`form.bulk`)))
 	b.run("replay all matching", chromedp.Click(chromedp.CSS(`form.bulk button[value=replay]`)), chromedp.WaitVisible(chromedp.CSS(`#bulk-count`)))
 	if got := b.text(`#bulk-count`); got != "1\u202f000" {
 		t.Fatalf("confirmation count %q, want 1 000", got)
@@ -404,11 +378,11 @@ func TestBrowserDeadLetterTriage(t *testing.T) {
 	b.shot("bulk-job-grouped")
 
 	// The replays count, and the Live page shows them.
-	b.run("overview", chromedp.Navigate(f.http.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`table.counters`)))
+	b.run("overview", chromedp.Navigate(f.HTTP.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`table.counters`)))
 	if got := b.text(`table.counters`); !regexp.MustCompile(`replay failed\s+1\x{202f}000`).MatchString(got) {
 		t.Errorf("counters:\n%s", got)
 	}
-	b.run("live", chromedp.Navigate(f.http.URL+"/live?stream="+s), chromedp.WaitVisible(chromedp.CSS(`#feed tr`)))
+	b.run("live", chromedp.Navigate(f.HTTP.URL+"/live?stream="+s), chromedp.WaitVisible(chromedp.CSS(`#feed tr`)))
 	if n := b.count(`#feed tr.replay-failed`); n == 0 {
 		t.Errorf("the Live page shows no replay:\n%s", b.text(`#feed`))
 	}
