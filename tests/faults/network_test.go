@@ -21,6 +21,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/netfault"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream/redisstream"
@@ -99,20 +100,11 @@ func TestSoakNetworkFaults(t *testing.T) {
 
 	// Resets of every connection of every worker, every 2–4 s.
 	var resets int
-	stopResets, resetsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(resetsDone)
-		for {
-			select {
-			case <-stopResets:
-				return
-			case <-time.After(2*time.Second + rand.N(2*time.Second)):
-			}
-			for _, p := range proxies {
-				resets += p.ResetAll()
-			}
+	stopResets := testutil.Every(2*time.Second, 2*time.Second, func() {
+		for _, p := range proxies {
+			resets += p.ResetAll()
 		}
-	}()
+	})
 
 	nf := &networkFaults{t: t, s: s, rc: rc, stream: streamName, proxies: proxies}
 	end := time.Now().Add(dur)
@@ -132,8 +124,7 @@ func TestSoakNetworkFaults(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	close(stopResets)
-	<-resetsDone
+	stopResets()
 	close(stopPub)
 	<-pubDone
 	waitQuiet(t, rc, src, newest, 3*time.Minute)
@@ -397,13 +388,11 @@ func (nf *networkFaults) recovered(victim string, ended time.Time) {
 // firstSuccessAfter is the time of victim's first "invocation succeeded"
 // log line after t.
 func (nf *networkFaults) firstSuccessAfter(victim string, t time.Time) (time.Time, bool) {
-	nf.s.mu.Lock()
-	w := nf.s.alive[victim]
-	nf.s.mu.Unlock()
+	w := nf.s.procs.Proc(victim)
 	if w == nil {
 		return time.Time{}, false
 	}
-	f, err := os.Open(w.log)
+	f, err := os.Open(w.Log)
 	if err != nil {
 		return time.Time{}, false
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -140,12 +139,10 @@ func pauseWhileHandlerRuns(t *testing.T, s *soak, cc *client.Client, name string
 		return i >= 0
 	})
 	time.Sleep(300 * time.Millisecond) // past the start of the worker's timer
-	s.mu.Lock()
-	w := s.alive[name]
-	s.mu.Unlock()
-	testutil.StopProcess(t, w.cmd.Process.Pid)
+	w := s.procs.Proc(name)
+	testutil.StopProcess(t, w.Pid())
 	stopped := time.Now()
-	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = w.Cmd.Process.Signal(syscall.SIGCONT) })
 	if during != nil {
 		during()
 	}
@@ -156,7 +153,7 @@ func pauseWhileHandlerRuns(t *testing.T, s *soak, cc *client.Client, name string
 		})
 	})
 	time.Sleep(time.Until(stopped.Add(2 * time.Second)))
-	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := w.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -189,8 +186,7 @@ func logLine(t *testing.T, s *soak, id, text string) string {
 	t.Helper()
 	var line string
 	testutil.WaitFor(t, 30*time.Second, "a log line with "+text, func() bool {
-		logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
-		for _, path := range logs {
+		for _, path := range s.procs.Logs() {
 			b, _ := os.ReadFile(path)
 			for l := range strings.Lines(string(b)) {
 				if strings.Contains(l, "message_id="+id) && strings.Contains(l, text) {

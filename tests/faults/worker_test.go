@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/workerproc"
 	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
@@ -96,12 +95,7 @@ const containerdSweepInterval = 500 * time.Millisecond
 // runs one Engine until SIGKILL, or until SIGTERM stops it gracefully.
 // Around the engine's real components it keeps the ledger (record_test.go).
 func TestWorkerProcess(t *testing.T) {
-	consumer := os.Getenv(envWorker)
-	if consumer == "" {
-		t.Skip("worker process only")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	consumer, ctx := workerproc.Worker(t, envWorker)
 	rc := redistest.Connect(t, os.Getenv(envRedis))
 	streamName := os.Getenv(envStream)
 	apps, err := template.LoadDir(os.Getenv(envApps))

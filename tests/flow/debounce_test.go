@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -65,25 +66,16 @@ func TestDebounceUnderKills(t *testing.T) {
 
 	// Kill a worker at random every 0.3-1s and start it again, one at a
 	// time, while the bursts go through.
-	quit, killerDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(killerDone)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-time.After(300*time.Millisecond + rand.N(700*time.Millisecond)):
-			}
-			victim := names[rand.IntN(len(names))]
-			c.kill(victim)
-			c.start(victim)
-			// Its engine runs before the next kill, which would be wasted
-			// on a process still starting.
-			for deadline := time.Now().Add(time.Minute); !c.started(victim) && time.Now().Before(deadline); {
-				time.Sleep(20 * time.Millisecond)
-			}
+	stopKills := testutil.Every(300*time.Millisecond, 700*time.Millisecond, func() {
+		victim := names[rand.IntN(len(names))]
+		c.kill(victim)
+		c.start(victim)
+		// Its engine runs before the next kill, which would be wasted
+		// on a process still starting.
+		for deadline := time.Now().Add(time.Minute); !c.started(victim) && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
 		}
-	}()
+	})
 
 	const products, burstsPer = 6, 6
 	var mu sync.Mutex
@@ -125,8 +117,7 @@ func TestDebounceUnderKills(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(quit)
-	<-killerDone
+	stopKills()
 	if t.Failed() {
 		t.FailNow()
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,10 +13,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/internal/workerproc"
 	"github.com/relaydev/relay/stream/redisstream"
 )
 
@@ -30,25 +27,12 @@ type cluster struct {
 	rc     rueidis.Client
 	stream string
 	src    *redisstream.Source // the publisher's
-	env    []string
-	logDir string
+	procs  *workerproc.Set
 
-	mu     sync.Mutex
-	procs  map[string]*proc
-	starts int
+	mu sync.Mutex
 	// deaths maps the pid of each worker the test killed to the time
 	// (Redis clock, µs) by which it was dead.
-	deaths  map[int]int64
-	crashes []string
-}
-
-// proc is one worker process.
-type proc struct {
-	name     string
-	cmd      *exec.Cmd
-	log      string
-	done     chan struct{}
-	stopping bool // set (under cluster.mu) before the test signals it
+	deaths map[int]int64
 }
 
 // newCluster makes a stream with the test's consumer group on the shared
@@ -60,15 +44,7 @@ func newCluster(t *testing.T, templates map[string]string, tm timings) *cluster 
 	addr := redistest.Addr(t)
 	rc := redistest.Connect(t, addr)
 	streamName := redistest.Name(t, "flow")
-	root := t.TempDir()
-	for name, tmpl := range templates {
-		if err := os.MkdirAll(filepath.Join(root, name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := testutil.AppsRoot(t, templates)
 	src := redisstream.New(rc, streamName, flowGroup, "publisher")
 	if err := src.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
@@ -77,32 +53,11 @@ func newCluster(t *testing.T, templates map[string]string, tm timings) *cluster 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logDir := t.TempDir()
-	if root := os.Getenv("FLOW_LOG_DIR"); root != "" {
-		logDir = filepath.Join(root, t.Name())
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("worker logs in %s", logDir)
-	}
-	c := &cluster{
-		t: t, rc: rc, stream: streamName, src: src, logDir: logDir,
-		env:   []string{envRedis + "=" + addr, envStream + "=" + streamName, envApps + "=" + root, envTimings + "=" + string(tmJSON)},
-		procs: map[string]*proc{}, deaths: map[int]int64{},
-	}
-	t.Cleanup(func() {
-		c.mu.Lock()
-		var names []string
-		for n := range c.procs {
-			names = append(names, n)
-		}
-		c.mu.Unlock()
-		for _, n := range names {
-			c.signal(n, syscall.SIGKILL)
-		}
-		c.checkCrashes()
+	procs := workerproc.New(t, workerproc.Config{
+		ConsumerVar: envWorker, LogDirVar: "FLOW_LOG_DIR",
+		Env: []string{envRedis + "=" + addr, envStream + "=" + streamName, envApps + "=" + root, envTimings + "=" + string(tmJSON)},
 	})
-	return c
+	return &cluster{t: t, rc: rc, stream: streamName, src: src, procs: procs, deaths: map[int]int64{}}
 }
 
 // startWorkers starts the worker processes names and waits until each one's
@@ -112,100 +67,27 @@ func (c *cluster) startWorkers(names ...string) {
 	for _, n := range names {
 		c.start(n)
 	}
-	c.waitStarted(names...)
+	c.procs.WaitStarted(names...)
 }
 
 // start starts worker process name, consuming under that name, without
 // waiting for it.
 func (c *cluster) start(name string) {
 	c.t.Helper()
-	c.mu.Lock()
-	c.starts++
-	logPath := filepath.Join(c.logDir, fmt.Sprintf("%s.%d.log", name, c.starts))
-	c.mu.Unlock()
-	f, err := os.Create(logPath)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
-	cmd.Env = append(append(os.Environ(), c.env...), envWorker+"="+name)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		c.mu.Lock()
-		if !p.stopping {
-			c.crashes = append(c.crashes, fmt.Sprintf("worker %s exited by itself (%v); end of %s:\n%s", name, err, logPath, tail(logPath, 30)))
-			if c.procs[name] == p {
-				delete(c.procs, name)
-			}
-		}
-		c.mu.Unlock()
-		close(p.done)
-	}()
-	c.mu.Lock()
-	c.procs[name] = p
-	c.mu.Unlock()
-}
-
-// waitStarted waits until the engine of each worker of names runs (its
-// log says so).
-func (c *cluster) waitStarted(names ...string) {
-	c.t.Helper()
-	testutil.WaitFor(c.t, time.Minute, "workers "+strings.Join(names, ", ")+" started", func() bool {
-		for _, n := range names {
-			if !c.started(n) {
-				return false
-			}
-		}
-		return true
-	})
+	c.procs.Start(name)
 }
 
 // started reports whether worker name's engine runs (its log says so).
-func (c *cluster) started(name string) bool {
-	c.mu.Lock()
-	p := c.procs[name]
-	c.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	b, _ := os.ReadFile(p.log)
-	return strings.Contains(string(b), `msg="engine started"`)
-}
-
-// pid returns the pid of worker name, 0 when it does not run.
-func (c *cluster) pid(name string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p := c.procs[name]; p != nil {
-		return p.cmd.Process.Pid
-	}
-	return 0
-}
+func (c *cluster) started(name string) bool { return c.procs.Started(name) }
 
 // nameOf returns the name of the running worker of pid, "" when none.
-func (c *cluster) nameOf(pid int) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for n, p := range c.procs {
-		if p.cmd.Process.Pid == pid {
-			return n
-		}
-	}
-	return ""
-}
+func (c *cluster) nameOf(pid int) string { return c.procs.NameOf(pid) }
 
 // kill kills worker name with SIGKILL, waits for it to exit and records
 // by when (Redis clock) its pid was dead. It returns that time.
 func (c *cluster) kill(name string) time.Time {
-	pid := c.pid(name)
-	c.signal(name, syscall.SIGKILL)
+	pid := c.procs.Pid(name)
+	c.procs.Signal(name, syscall.SIGKILL)
 	at := c.now()
 	c.mu.Lock()
 	c.deaths[pid] = at.UnixMicro()
@@ -229,30 +111,8 @@ func (c *cluster) kills() int {
 	return len(c.deaths)
 }
 
-func (c *cluster) signal(name string, sig syscall.Signal) {
-	c.mu.Lock()
-	p := c.procs[name]
-	delete(c.procs, name)
-	if p != nil {
-		p.stopping = true
-	}
-	c.mu.Unlock()
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(sig)
-	<-p.done
-}
-
 // checkCrashes fails the test for every worker that exited on its own.
-func (c *cluster) checkCrashes() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.crashes {
-		c.t.Error(s)
-	}
-	c.crashes = nil
-}
+func (c *cluster) checkCrashes() { c.procs.CheckCrashes() }
 
 // now is the Redis server's clock, which the probe's records and the
 // state store's leases use.
@@ -359,15 +219,6 @@ func (c *cluster) endOrDeath(r run) int64 {
 	}
 	c.t.Errorf("run of %s attempt %d in pid %d never ended, and its worker was not killed", r.id, r.attempt, r.pid)
 	return r.start
-}
-
-func tail(path string, lines int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // entryMS is the time in stream entry id, Unix ms.

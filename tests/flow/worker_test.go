@@ -1,12 +1,9 @@
 package flow_test
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/workerproc"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/worker"
 )
@@ -89,12 +87,7 @@ type probeEvent struct {
 // runs a worker.Worker over the apps root, with the probe as the handler
 // of every rule, until SIGKILL, or until SIGTERM stops it gracefully.
 func TestWorkerProcess(t *testing.T) {
-	consumer := os.Getenv(envWorker)
-	if consumer == "" {
-		t.Skip("worker process only")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	consumer, ctx := workerproc.Worker(t, envWorker)
 	var tm timings
 	if err := json.Unmarshal([]byte(os.Getenv(envTimings)), &tm); err != nil {
 		t.Fatalf("%s: %v", envTimings, err)
