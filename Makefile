@@ -54,7 +54,9 @@ test-cluster:
 # and publish → ack latency at 1 event/s), end-to-end latency per runner
 # against `ctr run --rm` (one at a time and in bursts) with the runtime
 # targets, worker memory with 10,000 pending messages, a table each, and
-# the retention-0 key count under dead letters (fails when it grows). Starts containerd
+# the retention-0 key count under dead letters (fails when it grows), and
+# relay stats' memory projection against the peak Redis reaches (fails
+# when over 25 % off). Starts containerd
 # under STATE_DIR like make test; results of this machine: bench/RESULTS.md.
 .PHONY: bench
 bench:

@@ -100,5 +100,6 @@ func (s *Server) forgetMemory(stream string) {
 
 // retentions are the workers' retentions as the projection reads them.
 func (c Config) retentions() stats.Retentions {
-	return stats.Retentions{Stream: c.StreamRetention, DLQ: c.DLQRetention, Invocation: c.InvocationRetention}
+	return stats.Retentions{Stream: c.StreamRetention, DLQ: c.DLQRetention, Invocation: c.InvocationRetention,
+		TrimInterval: c.RetentionInterval}
 }

@@ -34,6 +34,12 @@ func TestProjection(t *testing.T) {
 	if want += 25_000; m.Projected != want || m.Invocations.Projected != 25_000 {
 		t.Errorf("with 100 live hashes: projected %d (state %d), want %d (25000)", m.Projected, m.Invocations.Projected, want)
 	}
+	// Trimmed every minute, each stream peaks a minute past its retention,
+	// just before a trim; the invocation state expires by itself.
+	m.Project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, TrimInterval: time.Minute})
+	if m.Stream.Projected != 10*3660*1000 || m.DLQ.Projected != 432_300 || m.Invocations.Projected != 25_000 {
+		t.Errorf("trimmed every minute: parts projected %d %d %d, want %d 432300 25000", m.Stream.Projected, m.DLQ.Projected, m.Invocations.Projected, 10*3660*1000)
+	}
 	m.Project(Retentions{Stream: time.Hour, DLQ: 0})
 	if m.Projected != -1 || m.Unbounded == "" {
 		t.Errorf("DLQ kept forever with dead letters arriving: projected %d (%q), want unbounded", m.Projected, m.Unbounded)

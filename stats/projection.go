@@ -12,6 +12,13 @@ import (
 // with its acknowledgement.
 type Retentions struct {
 	Stream, DLQ, Invocation time.Duration
+	// TrimInterval is how often the workers trim the streams
+	// (worker.Config.RetentionInterval). A trim removes what is older
+	// than the retention, so just before the next one a stream holds
+	// retention + TrimInterval of entries: its peak, which the projection
+	// is (docs/operations.md#memory-budget). With several workers the
+	// trims come more often and the peak is lower.
+	TrimInterval time.Duration
 }
 
 // Part is what one kind of Relay data holds in Redis now.
@@ -45,8 +52,8 @@ type Part struct {
 const RetainedHashBytes = 240
 
 // Memory is the Redis memory of one stream and consumer group by part, the
-// event rate, and the memory the parts level off at when that rate goes on
-// with the configured retentions (docs/operations.md#redis-memory).
+// event rate, and the memory the parts peak at when that rate goes on
+// with the configured retentions (docs/operations.md#memory-budget).
 type Memory struct {
 	// Used and Max are used_memory and maxmemory of the node that holds
 	// the stream (INFO memory); Max is 0 when no limit is set.
@@ -65,10 +72,11 @@ type Memory struct {
 	// MatchedShare the part of deliveries that matched an app (1 before
 	// any was counted), the share that leaves invocation state.
 	Rate, DLQRate, MatchedShare float64
-	// Projected is the used memory the parts level off at: what is not
-	// Relay's stays, Other stays, the live invocation state stays, and
-	// each retained part holds rate × retention items of its measured
-	// size. -1 when a part grows without
+	// Projected is the used memory the parts peak at: what is not
+	// Relay's stays, Other stays, the live invocation state stays, each
+	// stream holds rate × (retention + TrimInterval) entries of its
+	// measured size just before a trim, and the retained invocation state
+	// rate × retention hashes. -1 when a part grows without
 	// bound (a zero stream or DLQ retention with entries arriving);
 	// Unbounded then names it.
 	Projected int64
@@ -183,8 +191,8 @@ func (m Memory) notRelay() int64 {
 // what m measured and the retentions r (redisstats.MeasureMemory calls it).
 func (m *Memory) Project(r Retentions) {
 	rest := m.notRelay()
-	m.Stream.Projected = kept(m.Stream, m.Rate, r.Stream)
-	m.DLQ.Projected = kept(m.DLQ, m.DLQRate, r.DLQ)
+	m.Stream.Projected = kept(m.Stream, m.Rate, r.Stream, r.TrimInterval)
+	m.DLQ.Projected = kept(m.DLQ, m.DLQRate, r.DLQ, r.TrimInterval)
 	if m.Invocations.PerItem == 0 && r.Invocation > 0 && m.Rate > 0 {
 		m.Invocations.PerItem, m.Invocations.Estimated = RetainedHashBytes, true
 	}
@@ -208,12 +216,13 @@ func (m *Memory) Project(r Retentions) {
 	}
 }
 
-// kept is what a stream part levels off at: rate entries per second kept
-// for retention, or, with retention 0, every entry forever.
-func kept(p Part, rate float64, retention time.Duration) int64 {
+// kept is what a stream part peaks at: rate entries per second kept for
+// retention and until the next trim, every interval, or, with retention
+// 0, every entry forever.
+func kept(p Part, rate float64, retention, interval time.Duration) int64 {
 	switch {
 	case retention > 0:
-		return hold(rate, retention, p.PerItem)
+		return hold(rate, retention+max(interval, 0), p.PerItem)
 	case rate > 0:
 		return -1
 	}
@@ -235,12 +244,12 @@ func (m Memory) Verdict(share float64) string {
 	case m.Projected < 0:
 		return fmt.Sprintf("projected: %s grows without bound (no maxmemory set)", m.Unbounded)
 	case m.Max == 0:
-		return fmt.Sprintf("projected steady state at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
+		return fmt.Sprintf("projected peak at this rate: %s (no maxmemory set)", FormatBytes(m.Projected))
 	}
 	pct := 100 * float64(m.Projected) / float64(m.Max)
 	if m.ProjectedOver(share) {
 		part, change := m.Blame(share)
-		return fmt.Sprintf("OVER BUDGET: projected steady state %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; most of it is the %s: %s (docs/operations.md#redis-memory)",
+		return fmt.Sprintf("OVER BUDGET: projected peak %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; most of it is the %s: %s (docs/operations.md#redis-memory)",
 			FormatBytes(m.Projected), pct, FormatBytes(m.Max), 100*share, m.usedNow(share), part, change)
 	}
 	if m.OverNow(share) {
@@ -248,7 +257,7 @@ func (m Memory) Verdict(share float64) string {
 		return fmt.Sprintf("OVER BUDGET now: Redis uses %s = %.0f%% of maxmemory %s (limit %.0f%%)%s; the projection at this rate is %s = %.0f%%; most of it is the %s: %s (docs/operations.md#redis-memory)",
 			FormatBytes(m.Used), 100*float64(m.Used)/float64(m.Max), FormatBytes(m.Max), 100*share, m.atMax(), FormatBytes(m.Projected), pct, part, change)
 	}
-	return fmt.Sprintf("projected steady state at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
+	return fmt.Sprintf("projected peak at this rate: %s = %.0f%% of maxmemory %s", FormatBytes(m.Projected), pct, FormatBytes(m.Max))
 }
 
 // usedNow is what the projection's verdict adds when Redis is over the

@@ -40,7 +40,8 @@ type memoryWatch struct {
 // memoryRetentions are c's retentions as a projection reads them: a
 // disabled stream retention keeps every entry (0 in stats.Retentions).
 func memoryRetentions(c Config) stats.Retentions {
-	return stats.Retentions{Stream: max(c.StreamRetention, 0), DLQ: max(c.DLQRetention, 0), Invocation: c.stateRetention()}
+	return stats.Retentions{Stream: max(c.StreamRetention, 0), DLQ: max(c.DLQRetention, 0), Invocation: c.stateRetention(),
+		TrimInterval: c.RetentionInterval}
 }
 
 // Run measures now and every interval until ctx ends.

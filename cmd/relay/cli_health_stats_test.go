@@ -220,7 +220,7 @@ func TestCLIStats(t *testing.T) {
 	}
 }
 
-var projection = regexp.MustCompile(`(projected steady state at this rate:) [0-9.]+ [KMG]?i?B`)
+var projection = regexp.MustCompile(`(projected peak at this rate:) [0-9.]+ [KMG]?i?B`)
 
 // TestCLIStatsAfterEngine runs a known sequence through an Engine that
 // keeps stats, then reads them with relay stats.
@@ -356,7 +356,7 @@ func TestCLIStatsMemory(t *testing.T) {
 	}
 	year := append([]string{"--stream-retention", "8760h"}, base...)
 	r = relayCLI(t, "", append([]string{"stats"}, year...)...)
-	if r.code != exitOK || !strings.Contains(r.stdout, "OVER BUDGET: projected steady state") || !strings.Contains(r.stdout, "source stream") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "OVER BUDGET: projected peak") || !strings.Contains(r.stdout, "source stream") {
 		t.Errorf("stats with a year's retention: exit %d\n%s", r.code, r.stdout)
 	}
 	r = relayCLI(t, "", append([]string{"health", "--runner", "process"}, year...)...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/worker"
 )
 
 // RetentionFlags are the retentions a memory projection assumes, read
@@ -23,7 +24,9 @@ type RetentionFlags struct {
 }
 
 func (r RetentionFlags) retentions() stats.Retentions {
-	return stats.Retentions{Stream: r.StreamRetention, DLQ: r.Retention, Invocation: r.InvocationRetention}
+	// relay start trims at the worker's default interval.
+	return stats.Retentions{Stream: r.StreamRetention, DLQ: r.Retention, Invocation: r.InvocationRetention,
+		TrimInterval: worker.DefaultRetentionInterval}
 }
 
 func (r RetentionFlags) check() error {

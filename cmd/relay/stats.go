@@ -28,7 +28,7 @@ type StatsCmd struct {
 func (c *StatsCmd) Help() string {
 	return `Counters are cluster-wide: every worker of the stream and group adds to them in Redis, from when it first ran. received counts deliveries, so a redelivered message counts again; successes and failures count handler attempts. pending and the age of the oldest pending entry come from XPENDING, dead-letter entries now from the DLQ stream.
 
-Then the memory budget: the Redis memory of the stream, the dead-letter stream, the invocation state and the other relay: keys, the event rate, and the memory they level off at if that rate goes on with the retentions given (set --stream-retention, --invocation-retention and --dlq-retention, or their variables, as the workers have them), against 90% of maxmemory (docs/operations.md#memory-budget). Needs +memory|usage and +info in the Redis user's ACL.
+Then the memory budget: the Redis memory of the stream, the dead-letter stream, the invocation state and the other relay: keys, the event rate, and the memory they peak at (just before a trim, the workers trimming every minute) if that rate goes on with the retentions given (set --stream-retention, --invocation-retention and --dlq-retention, or their variables, as the workers have them), against 90% of maxmemory (docs/operations.md#memory-budget). Needs +memory|usage and +info in the Redis user's ACL.
 
 Examples:
 
