@@ -114,7 +114,9 @@ type Config struct {
 	// after its context is cancelled; then they are abandoned and their
 	// messages stay pending. Their contexts are cancelled, and Run still
 	// waits for every handler to return: a Go function (runtime.Func)
-	// that ignores its context keeps Run from returning until it does.
+	// that ignores its context keeps Run from returning until it does,
+	// and its success, if it succeeds within its rule's timeout, is
+	// recorded (docs/embedding.md#go-handlers).
 	// Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Retention is the TTL of a message's invocation state after the

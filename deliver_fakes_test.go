@@ -762,6 +762,53 @@ func TestFakesShutdownAfterTheTimeoutIsATimeout(t *testing.T) {
 	})
 }
 
+// A Go function that ignores its context and succeeds within its rule's
+// timeout, but after the shutdown timeout abandoned it, has its success
+// recorded: the message is acknowledged and the handler does not run again
+// (docs/embedding.md#go-handlers).
+func TestFakesSuccessAfterTheShutdownTimeoutIsRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 20 * time.Second, Retry: app.Retries(0)})
+		fn := runtime.NewFunc(map[string]runtime.HandlerFunc{fakeField: func(context.Context, runtime.Request) error {
+			time.Sleep(5 * time.Second) // ignores its context
+			return nil
+		}})
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			_, err := fn.Run(ctx, req)
+			return err
+		})
+		var got []relay.Outcome
+		var mu sync.Mutex
+		stop := f.run("c1", relay.Config{ShutdownTimeout: time.Second, OnOutcome: func(_ context.Context, _ string, o relay.Outcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, o)
+		}})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		stop() // the shutdown timeout ends 3 s before the handler returns
+		if f.src.IsPending(id) {
+			t.Errorf("the message of a handler that succeeded after the shutdown timeout is still pending; state %q", f.value(id))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 1 || got[0].Kind != relay.Succeeded || got[0].WriteErr != nil {
+			t.Errorf("outcomes %+v, want one success, written", got)
+		}
+		f.run("c2", relay.Config{})
+		f.settle(time.Hour)
+		if n := len(f.runner.Requests(fakeField)); n != 1 {
+			t.Errorf("runs = %d, want 1: the success was recorded", n)
+		}
+		if es, _ := f.dlq.List(context.Background(), dlq.Filter{}); len(es) != 0 {
+			t.Errorf("DLQ = %+v, want empty", es)
+		}
+	})
+}
+
 // A handler that exits runtime.ExitPermanent, or a Go function that returns
 // runtime.Permanent, fails its invocation for good: with the default four
 // retries left it is dead-lettered after its one attempt, with its reason,

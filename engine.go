@@ -205,8 +205,10 @@ func (e *Engine) Apps() *app.Set { return e.gen.Load().apps }
 
 // Run consumes until ctx is cancelled, then stops gracefully: it stops
 // reading and reclaiming, lets running invocations finish for up to the
-// shutdown timeout, abandons the rest (their messages stay pending, no
-// attempt is charged) and returns nil. It returns an error only when the
+// shutdown timeout, abandons the rest (their contexts are cancelled, no
+// attempt is charged and their messages stay pending; a handler that
+// ignores its context and then succeeds has its success recorded) and
+// returns nil once every handler returned. It returns an error only when the
 // engine cannot start (the consumer group cannot be created).
 func (e *Engine) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {

@@ -186,10 +186,14 @@ func (p *pipeline) write(ctx context.Context, d *delivery, s invocation.Settleme
 		return err
 	}
 	for _, t := range s.Transitions {
-		if t.Kind == invocation.Finish {
+		if t.Kind == invocation.Finish && d.abandonCtx.Err() == nil {
 			return res, p.persistSuccess(ctx, d.abandonCtx, t.Lease, op)
 		}
 	}
+	// A success whose handler returned after the shutdown timeout
+	// abandoned it is written within the write timeout, as any other:
+	// unwritten, its lease would expire into a charged attempt and the
+	// handler run again.
 	return res, p.persist(ctx, op)
 }
 
