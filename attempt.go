@@ -347,7 +347,14 @@ func (p *pipeline) claimed(ctx context.Context, d *delivery, c call, o Outcome, 
 	}
 	o.Attempt = cl.Lease.Attempt
 	switch cl.Status {
-	case invocation.Succeeded, invocation.DeadLettered, invocation.Terminal:
+	case invocation.Terminal:
+		o.Kind = Done
+		if cl.NotPending {
+			// Left the PEL while this delivery held it, as the
+			// heartbeat finds: its state cannot be read for what ran.
+			o.Kind = Gone
+		}
+	case invocation.Succeeded, invocation.DeadLettered:
 		o.Kind = Done
 	case invocation.Running:
 		// A reclaimed message whose attempt is still leased: its worker

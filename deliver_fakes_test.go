@@ -579,6 +579,36 @@ func TestFakesHandlerOfAGoneMessageIsStopped(t *testing.T) {
 	})
 }
 
+// A message kept for its retry that leaves the PEL before the retry is due
+// (another consumer acknowledged it, or Redis lost its data) ends as Gone
+// at the retry's claim, not Done: nothing says it finished, and the
+// handler does not run again (docs/delivery.md#concurrency-and-heartbeat).
+func TestFakesRetryOfAGoneMessageIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		f.runner.Script(fakeField, relaytest.Fail(1, "transient"), relaytest.Succeed())
+		outcomes := &relaytest.Outcomes{}
+		f.run("c1", relay.Config{Backoff: []time.Duration{2 * time.Second}, OnOutcome: outcomes.Record})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := f.src.Consumer("c2").Ack(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // past the retry's due time, before a heartbeat
+		synctest.Wait()
+		got := outcomes.Of(id, "shop", "orders.charge")
+		if len(got) != 2 || got[0].Kind != relay.Retrying || got[1].Kind != relay.Gone {
+			t.Fatalf("outcomes %+v, want Retrying then Gone", got)
+		}
+		if n := len(f.runner.Requests(fakeField)); n != 1 {
+			t.Errorf("runs = %d, want 1: a message no longer pending is not run again", n)
+		}
+	})
+}
+
 // A rule's own concurrency (per worker) bounds its invocations below the
 // app's: with the app at 8 and the rule at 1, three events run one at a
 // time (docs/flow-control.md).

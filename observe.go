@@ -399,6 +399,10 @@ func (lo logObserver) kindLine(o Outcome, failure failureLog) {
 		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
 	case Gone:
+		if o.Result == "" {
+			log(slog.LevelWarn, "invocation not run: its message is no longer pending in the consumer group (another consumer acknowledged it, or Redis lost its data)")
+			break
+		}
 		log(slog.LevelWarn, "handler stopped: its message is no longer pending in the consumer group (another consumer acknowledged it, or Redis lost its data); its outcome is not recorded",
 			append(run, slog.Any("error", o.Err))...)
 	case WriteFailed:

@@ -87,8 +87,9 @@ const (
 	// Next, in case a newer event with its key supersedes it.
 	Debounced
 	// Gone: the message left the consumer group's PEL while its handler
-	// ran (another consumer acknowledged it, or Redis lost its data); the
-	// handler was stopped and nothing of it is recorded.
+	// ran, or before its claim (another consumer acknowledged it, or Redis
+	// lost its data); a running handler was stopped, and nothing of it is
+	// recorded.
 	Gone
 	// WriteFailed: recording a transition, writing a dead-letter entry or
 	// claiming failed (Outcome.WriteErr says which); the next delivery

@@ -24,6 +24,9 @@ type pendingReason struct {
 var (
 	pendingUnfinished = &pendingReason{level: slog.LevelDebug, msg: "message left pending"}
 	pendingIncomplete = &pendingReason{level: slog.LevelDebug, msg: "event left pending while apps have rules that could not be read"}
+	// A Gone invocation found the message out of the PEL: there is nothing
+	// to acknowledge, and its other transitions would be inert.
+	pendingGone = &pendingReason{level: slog.LevelDebug, msg: "message no longer pending in the consumer group; nothing to acknowledge"}
 )
 
 // decide is the one place that says whether a message is acknowledged
@@ -36,6 +39,11 @@ var (
 func decide(v verdict, g *generation) *pendingReason {
 	if v.pending != nil {
 		return v.pending
+	}
+	for _, s := range v.steps {
+		if s.o.Kind == Gone {
+			return pendingGone
+		}
 	}
 	for _, s := range v.steps {
 		if !s.o.Kind.Terminal() {

@@ -162,6 +162,11 @@ type Claim struct {
 	// Lease.Trace of the latest attempt that stored one (see Lease.Trace),
 	// or empty. The Engine links the new attempt's span to it.
 	PrevTrace string
+	// NotPending is set for Terminal when the message is not in the
+	// group's PEL, rather than its state retained: another consumer
+	// acknowledged it, or Redis lost it with its data. Nothing says it
+	// ran to its end.
+	NotPending bool
 	// Lost is set for Claimed and Exhausted when this claim found the
 	// previous attempt running with an expired lease: its worker died (or
 	// stalled) mid-run, and the attempt, number Lost, is charged as failed.

@@ -53,8 +53,8 @@ func stateAckMakesStateInert(t *testing.T, s *stateSuite) {
 		t.Fatalf("retention again: %v", err)
 	}
 	for _, f := range []string{field, otherField, "never/claimed"} {
-		if got := s.claim(t, f, time.Hour, 3); got.Status != invocation.Terminal {
-			t.Errorf("claim %s on a retained hash = %+v, want terminal", f, got)
+		if got := s.claim(t, f, time.Hour, 3); got.Status != invocation.Terminal || got.NotPending {
+			t.Errorf("claim %s on a retained hash = %+v, want terminal, the state retained (NotPending false)", f, got)
 		}
 	}
 	// A stale in-memory delivery can change nothing any more.

@@ -93,8 +93,8 @@ func stateAckedWithoutState(t *testing.T, s *stateSuite) {
 // no dead-letter entry either.
 func stateUndeliveredMessageIsInert(t *testing.T, s *stateSuite) {
 	never := invocation.Key{Stream: s.key.Stream, Group: s.key.Group, MessageID: "1-1"}
-	if got := s.claimOf(t, never, field, time.Hour, 3); got.Status != invocation.Terminal {
-		t.Errorf("claim of a message never delivered = %+v, want terminal", got)
+	if got := s.claimOf(t, never, field, time.Hour, 3); got.Status != invocation.Terminal || !got.NotPending {
+		t.Errorf("claim of a message never delivered = %+v, want terminal and NotPending", got)
 	}
 	s.wantAllStale(t, invocation.Lease{Key: never, Field: field, Attempt: 1, Token: "never"}, invocation.ErrTerminal)
 	s.wantErr(t, "ack of a message never delivered", invocation.ErrTerminal,

@@ -176,8 +176,11 @@ func (s *StateStore) claim(ctx context.Context, r invocation.ClaimRequest) (invo
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
 	h := s.hash(r.Key, now)
-	if h != nil && h.terminal || !s.pending(r.Key) {
+	if h != nil && h.terminal {
 		return invocation.Claim{Status: invocation.Terminal}, nil
+	}
+	if !s.pending(r.Key) {
+		return invocation.Claim{Status: invocation.Terminal, NotPending: true}, nil
 	}
 	if h != nil {
 		if v, ok := h.fields[r.Field]; ok && strings.HasSuffix(v.String(), ":"+token) {

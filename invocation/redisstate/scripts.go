@@ -126,6 +126,7 @@ const (
 	claimThrottled    = 12 // 12, limit ('c' or 'r'), next_us: the gate's slots or rate defer it
 	claimDebounced    = 13 // 13, due_ms: the gate's debounce period runs until due_ms
 	claimSuperseded   = 14 // 14, newer message id: a newer event of its debounce key
+	claimNotPending   = 15 // 15: the message is not in the group's PEL
 )
 
 // Reply codes of settle.lua, per settlement.
@@ -140,7 +141,7 @@ const (
 // code takes in claim.lua's flat array, or 0 for an unknown code.
 func claimReplyLen(code int64) int {
 	switch code {
-	case claimSucceeded, claimTerminal, claimVoided:
+	case claimSucceeded, claimTerminal, claimVoided, claimNotPending:
 		return 1
 	case claimMalformed, claimFirst, claimDebounced, claimSuperseded:
 		return 2

@@ -496,25 +496,25 @@ func TestClaimScript(t *testing.T) {
 		// runs and nothing is written, with or without state.
 		{
 			name: "acknowledged without state", call: claim(5), pttl: ttlNoKey, message: "acked",
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "acknowledged with an expired lease", call: claim(5), pttl: ttlNone, message: "acked",
 			seed: field(func(now int64) string { return running(now-1000, 1, "old") }),
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "acknowledged with a due retry", call: claim(5), pttl: ttlNone, message: "acked",
 			seed: field(func(now int64) string { return nextAt(now-1000, 4, "old") }),
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "group gone", call: claim(5), pttl: ttlNoKey, message: "no group",
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "stream gone", call: claim(5), pttl: ttlNoKey, message: "no stream",
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "retry due returns the stored trace", call: claim(5), pttl: ttlNone,
@@ -821,7 +821,7 @@ func TestClaimScriptProbe(t *testing.T) {
 		},
 		{
 			name: "acknowledged", call: probe(5, invocation.Record{Fields: []string{"b/one"}}), pttl: ttlNoKey, message: "acked",
-			want: fixed(invocation.Claim{Status: invocation.Terminal}),
+			want: fixed(invocation.Claim{Status: invocation.Terminal, NotPending: true}),
 		},
 		{
 			name: "malformed", call: probe(5, invocation.Record{}), pttl: ttlNone, wantSomeErr: true,

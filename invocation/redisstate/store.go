@@ -296,6 +296,8 @@ func claimOf(r reply, base invocation.Lease, token string) (invocation.Claim, er
 		}
 	case claimTerminal:
 		c.Status = invocation.Terminal
+	case claimNotPending:
+		c.Status, c.NotPending = invocation.Terminal, true
 	case claimVoided:
 		// Only a claim whose caller gave it up for lost gets here, and
 		// that caller no longer reads the reply.

@@ -33,7 +33,7 @@
 -- before claiming them.
 --
 -- A claim of a message that is not in the group's PEL (acknowledged, or its
--- reference cleared) is inert, as on a retained hash: reply 7, nothing
+-- reference cleared) is inert, as on a retained hash: reply 15, nothing
 -- written (prelude.lua pel_set and in_pel).
 --
 -- now is the server's TIME in Unix ms, read once for the batch. An attempt
@@ -54,8 +54,9 @@
 --   4                                 succeeded ("ok")
 --   5, attempt, token, trace, lost    exhausted, DLQ entry not recorded yet
 --   6, attempt, token, trace          exhausted, DLQ entry recorded (":dlq")
---   7                                 terminal: __terminal is set, or the
---                                     message is not in the group's PEL
+--   7                                 terminal: __terminal is set
+--   15                                not pending: the message is not in
+--                                     the group's PEL
 --   8, value                          the stored value is malformed
 --   11, attempts used, lost           probed: where a claim would take an
 --                                     attempt, the field is recorded as

@@ -196,8 +196,8 @@ end
 -- probe, where a claim would take an attempt, records the field due now
 -- with its attempts unchanged instead (reply 11).
 --
--- A retained hash, or a message no longer in the group's PEL (in the
--- batch's pel set, else in_pel), gets {7} and nothing is written.
+-- A retained hash gets {7}, a message no longer in the group's PEL (in
+-- the batch's pel set, else in_pel) {15}; nothing is written.
 --
 -- A claim costs one HMGET, its share of the batch's XPENDING and at most one HSET, and an HGET of the lineage
 -- on the paths whose reply carries it: every redis.call, and every table,
@@ -214,8 +214,10 @@ local function claim_one(key, stream, group, id, field, lease_ms, token, max_att
   else
     got = redis.call('HMGET', key, '__terminal', field, unpack(ARGV, first, math.min(last, first + CLAIM_CHUNK - 1)))
   end
-  if got[1] or not (pel[id] or in_pel(stream, group, id)) then
+  if got[1] then
     return {7}
+  elseif not (pel[id] or in_pel(stream, group, id)) then
+    return {15}
   end
   for s = first + CLAIM_CHUNK, last, CLAIM_CHUNK do
     local more = redis.call('HMGET', key, unpack(ARGV, s, math.min(last, s + CLAIM_CHUNK - 1)))
