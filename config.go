@@ -290,7 +290,9 @@ func (c Config) check() error {
 	atLeastMs("LeaseGrace", c.LeaseGrace)
 	nonNegative("SettleLinger", c.SettleLinger)
 	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	atLeastMs("ReclaimInterval", c.ReclaimInterval) // a loop of XAUTOCLAIM otherwise
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	atLeastMs("HeartbeatInterval", c.HeartbeatInterval)
 	nonNegative("LeaseGrace", c.LeaseGrace)
 	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
 	nonNegative("ThrottlePoll", c.ThrottlePoll)

@@ -38,7 +38,7 @@ const (
 )
 
 // OutcomeKind is what a delivery did with one invocation
-// (docs/delivery.md#outcomes). The first four are terminal: the invocation
+// (docs/delivery.md#outcomes). The first five (Kind.Terminal) are terminal: the invocation
 // needs nothing more, so it does not hold its message. Every other kind
 // leaves the message pending for a later delivery.
 type OutcomeKind int

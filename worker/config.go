@@ -57,7 +57,9 @@ const (
 	// with nothing pending before a worker removes it.
 	DefaultConsumerIdle = stream.DefaultConsumerIdle
 	// Disabled turns a retention off: Config.StreamRetention, DLQRetention
-	// or ConsumerIdle set to it keep entries (consumers) forever.
+	// or ConsumerIdle set to it keep entries (consumers) forever, and
+	// Config.MemoryCheckInterval set to it measures nothing. Any other
+	// negative value of those is an error.
 	Disabled time.Duration = -1
 )
 
@@ -262,8 +264,21 @@ func (c Config) check() error {
 		"PrepareWait": c.PrepareWait, "PrepareRetry": c.PrepareRetry,
 		"PolicyCheckInterval": c.PolicyCheckInterval, "StartupWait": c.StartupWait,
 	} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be >= 0, got %s", name, d))
+		switch {
+		case d < 0:
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		case d > 0 && d < time.Millisecond && name != "StartupWait":
+			// A bare number is nanoseconds, and a loop that short spins.
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be 0 (the default) or at least 1ms, got %s (a time.Duration: write 2 * time.Second, not 2)", name, d))
+		}
+	}
+	// The settings that Disabled turns off.
+	for name, d := range map[string]time.Duration{
+		"StreamRetention": c.StreamRetention, "DLQRetention": c.DLQRetention,
+		"ConsumerIdle": c.ConsumerIdle, "MemoryCheckInterval": c.MemoryCheckInterval,
+	} {
+		if d < 0 && d != Disabled || d > 0 && d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be 0 (the default), Disabled (off) or at least 1ms, got %s", name, d))
 		}
 	}
 	return errors.Join(errs...)

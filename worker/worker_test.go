@@ -418,9 +418,13 @@ func TestWorkerServesAppsFromAnFS(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
+	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1},
+		RetentionInterval: 1, DLQRetention: 1, StreamRetention: -2 * time.Hour, MemoryCheckInterval: worker.Disabled})
 	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
-		"Config.Runner is required", `"a" is empty or listed twice`} {
+		"Config.Runner is required", `"a" is empty or listed twice`,
+		"Config.RetentionInterval: must be 0 (the default) or at least 1ms, got 1ns",
+		"Config.DLQRetention: must be 0 (the default), Disabled (off) or at least 1ms, got 1ns",
+		"Config.StreamRetention: must be 0 (the default), Disabled (off) or at least 1ms, got -2h0m0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New error %v does not say %q", err, want)
 		}
