@@ -39,19 +39,24 @@ soak:
 
 # The Redis Cluster and Sentinel suites alone: topologies started by
 # scripts/cluster.sh and scripts/sentinel.sh, the cluster end-to-end run,
-# the failover ledger, connection modes and the deployment files. make test
-# runs them too, as part of go test ./...
+# the failover ledger, connection modes and the deployment files (in the
+# tools module). make test runs them too, as part of go test ./...
 .PHONY: test-cluster
 test-cluster:
 	@bash scripts/setup.sh
 	@bash -c 'source scripts/services.sh && use_go && export RELAY_TEST_REQUIRE=1 && \
-		go test -race -count=1 -timeout 20m ./tests/cluster/ ./internal/topology/ ./deploy/ && \
+		go test -race -count=1 -timeout 20m ./tests/cluster/ ./internal/topology/ && \
+		go -C tools test -race -count=1 -timeout 20m ./deploy/ && \
 		go test -race -count=1 -timeout 20m -run "Redis|Cluster|Sentinel|ACL|TLS" ./cmd/relay/'
 
 # Benchmarks (bench/): pipeline throughput against a raw XREADGROUP+XACK
-# loop, end-to-end latency per runner against `ctr run --rm` (one at a
-# time and in bursts) with the runtime targets, and worker memory with
-# 10,000 pending messages, a table each. Starts containerd
+# loop (with Redis reads, Redis and worker CPU and allocations per event,
+# and publish → ack latency at 1 event/s), end-to-end latency per runner
+# against `ctr run --rm` (one at a time and in bursts) with the runtime
+# targets, worker memory with 10,000 pending messages, a table each, and
+# the retention-0 key count under dead letters (fails when it grows), and
+# relay stats' memory projection against the peak Redis reaches (fails
+# when over 25 % off). Starts containerd
 # under STATE_DIR like make test; results of this machine: bench/RESULTS.md.
 .PHONY: bench
 bench:
@@ -64,7 +69,7 @@ build:
 	CGO_ENABLED=0 go build -o bin/relay-exec ./cmd/relay-exec
 
 # The relay image of deploy/Containerfile, built offline by
-# internal/tools/mkimage (docs/deployment.md "Container image"):
+# tools/mkimage (docs/deployment.md "Container image"):
 # dist/relay-image.tar, an OCI layout that is also a docker-archive, for
 # ctr images import, docker load, skopeo or crane. IMAGE_REF names it
 # (default relay.local/relay:dev); one commit gives one digest.
@@ -74,6 +79,7 @@ image:
 
 vet:
 	go vet ./...
+	go -C tools vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

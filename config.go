@@ -62,6 +62,12 @@ const (
 	// DefaultStatsInterval is how often an Engine adds what it counted to
 	// the cluster-wide counters (Config.Stats).
 	DefaultStatsInterval = stats.DefaultFlushInterval
+	// DefaultMaxWaiting is how many messages an Engine keeps for their
+	// next step's time (Config.MaxWaiting).
+	DefaultMaxWaiting = 10_000
+	// DefaultThrottlePoll is how often a worker tries again an invocation
+	// throttled by its rule's cross-worker concurrency (Config.ThrottlePoll).
+	DefaultThrottlePoll = 100 * time.Millisecond
 )
 
 // DefaultBackoff is the fixed retry schedule after the 1st, 2nd, 3rd and
@@ -108,7 +114,9 @@ type Config struct {
 	// after its context is cancelled; then they are abandoned and their
 	// messages stay pending. Their contexts are cancelled, and Run still
 	// waits for every handler to return: a Go function (runtime.Func)
-	// that ignores its context keeps Run from returning until it does.
+	// that ignores its context keeps Run from returning until it does,
+	// and its success, if it succeeds within its rule's timeout, is
+	// recorded (docs/embedding.md#go-handlers).
 	// Default: DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Retention is the TTL of a message's invocation state after the
@@ -116,15 +124,12 @@ type Config struct {
 	// deletes it with the ack instead. A stale delivery stays inert either
 	// way (docs/delivery.md#invocation-state). Default: DefaultRetention.
 	Retention time.Duration
-	// SettleLinger bounds how long the acknowledgement of a message whose
-	// last attempt succeeded waits for those of the other messages of its
-	// read, to go with them in one call (BatchSettler,
-	// docs/delivery.md#batched-transitions). The successes go in one call
-	// when the Settler is a BatchSettler; the acknowledgements of messages
-	// without invocation state go in one XACK whatever the Settler. It
-	// cannot be turned off, and must be under half of WriteTimeout (so a
-	// WriteTimeout of 4ms or less needs a shorter SettleLinger too).
-	// Default: DefaultSettleLinger.
+	// SettleLinger bounds how long a claim or a settlement waits for those
+	// of other deliveries made ready with it (the messages of one read),
+	// to go with them in one StateStore call
+	// (docs/delivery.md#batched-transitions). It cannot be turned off, and
+	// must be under half of WriteTimeout (so a WriteTimeout of 4ms or less
+	// needs a shorter SettleLinger too). Default: DefaultSettleLinger.
 	SettleLinger time.Duration
 	// WriteTimeout bounds the retries of one outcome write; writes share
 	// deadlines, so one may run up to 10ms (or 1/64 of a shorter
@@ -151,7 +156,7 @@ type Config struct {
 	// Engine counts in memory and flushes every StatsInterval and once more
 	// when Run returns; a failed write is logged and retried with the next,
 	// never charged to a message. Default: none.
-	Stats *stats.Recorder
+	Stats Stats
 	// StatsInterval is how often Stats is flushed. Default:
 	// DefaultStatsInterval.
 	StatsInterval time.Duration
@@ -160,6 +165,23 @@ type Config struct {
 	// its payload, and acknowledged (docs/delivery.md#oversized-events).
 	// Default: DefaultMaxEventBytes; a negative value means no limit.
 	MaxEventBytes int
+	// MaxWaiting bounds the messages the Engine keeps for the time of their
+	// next step, a retry's due time or the end of another delivery's lease,
+	// and delivers again at that time, within a second of it, rather than
+	// when a reclaim finds them idle (docs/delivery.md#attempts-retries-backoff).
+	// They stay pending and owned, heartbeated while kept; one that finds
+	// the bound reached waits for a reclaim, as does every message after a
+	// crash. A negative value keeps none: retries then run when the reclaim
+	// (MinPendingIdle, every ReclaimInterval) finds them due. Each kept
+	// message holds its entry in memory. Default: DefaultMaxWaiting.
+	MaxWaiting int
+	// ThrottlePoll is how soon an invocation whose rule's concurrency
+	// slots across workers are all held is claimed again: a slot freed by
+	// another worker is seen within it (docs/flow-control.md#waiting). The
+	// waiters of one rule and limit key are spread a ThrottlePoll ÷ slots
+	// apart, so a backlog costs the store slots ÷ ThrottlePoll claims a
+	// second, not one per waiter. Default: DefaultThrottlePoll.
+	ThrottlePoll time.Duration
 	// OnOutcome, when set, is told every invocation outcome once, after
 	// the Engine's own log line, metrics, cluster stats and span
 	// (docs/observability.md); messageID is the stream entry's id. It runs
@@ -204,8 +226,15 @@ func (c Config) withDefaults() (Config, error) {
 	lingerSet := c.SettleLinger != 0
 	orDefault(&c.SettleLinger, DefaultSettleLinger)
 	orDefault(&c.StatsInterval, DefaultStatsInterval)
+	orDefault(&c.ThrottlePoll, DefaultThrottlePoll)
 	if c.MaxEventBytes == 0 {
 		c.MaxEventBytes = DefaultMaxEventBytes
+	}
+	switch {
+	case c.MaxWaiting == 0:
+		c.MaxWaiting = DefaultMaxWaiting
+	case c.MaxWaiting < 0:
+		c.MaxWaiting = 0
 	}
 	if c.SettleLinger >= c.WriteTimeout/2 {
 		// A settlement waits for its batch within its write's deadline.
@@ -261,15 +290,19 @@ func (c Config) check() error {
 	atLeastMs("LeaseGrace", c.LeaseGrace)
 	nonNegative("SettleLinger", c.SettleLinger)
 	nonNegative("ReclaimInterval", c.ReclaimInterval)
+	atLeastMs("ReclaimInterval", c.ReclaimInterval) // a loop of XAUTOCLAIM otherwise
 	nonNegative("HeartbeatInterval", c.HeartbeatInterval)
+	atLeastMs("HeartbeatInterval", c.HeartbeatInterval)
 	nonNegative("LeaseGrace", c.LeaseGrace)
 	nonNegative("ShutdownTimeout", c.ShutdownTimeout)
+	nonNegative("ThrottlePoll", c.ThrottlePoll)
+	atLeastMs("ThrottlePoll", c.ThrottlePoll)
 	if c.Retention != DeleteOnAck {
 		nonNegative("Retention", c.Retention)
 		if c.Retention > 0 && c.Retention < time.Millisecond {
 			// TTLs are in milliseconds: the stores would refuse every
-			// settlement (invocation.CheckRetention) and Redis the
-			// dead-letter marker's TTL, at run time, after the handler ran.
+			// settlement (invocation.CheckRetention) at run time, after
+			// the handler ran.
 			errs = append(errs, fmt.Errorf("relay: Config.Retention: must be DeleteOnAck, 0 (the default) or at least 1ms, got %s", c.Retention))
 		}
 	}

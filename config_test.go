@@ -123,6 +123,8 @@ func TestConfigRefusesSubMillisecondDurations(t *testing.T) {
 	}{
 		{Config{MinPendingIdle: 2}, "Config.MinPendingIdle: must be 0 (the default) or at least 1ms, got 2ns"},
 		{Config{LeaseGrace: 30}, "Config.LeaseGrace: must be 0 (the default) or at least 1ms, got 30ns"},
+		{Config{ReclaimInterval: 1}, "Config.ReclaimInterval: must be 0 (the default) or at least 1ms, got 1ns"},
+		{Config{HeartbeatInterval: 1}, "Config.HeartbeatInterval: must be 0 (the default) or at least 1ms, got 1ns"},
 	} {
 		if _, err := c.cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error saying %q", c.cfg, err, c.want)

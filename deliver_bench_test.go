@@ -50,7 +50,7 @@ func benchDeliver(b *testing.B, level slog.Level) {
 		}
 	}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src.Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Source: src.Consumer("c1"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events"))),
 		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"orders.charge": func(context.Context, runtime.Request) error { return nil }}),
 		Stream: "events", Group: "workers", Consumer: "c1",
 	}, relay.Config{

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/apptest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher/yamlpattern"
 	"github.com/relaydev/relay/relaytest"
@@ -87,11 +89,12 @@ func newOnFakes(t *testing.T, rule app.Rule, opts ...relaytest.Option) *onFakes 
 	if err != nil {
 		t.Fatal(err)
 	}
+	src, dlq := relaytest.NewStream(opts...), relaytest.NewDLQ(fakeStream, opts...)
 	return &onFakes{
 		t:      t,
-		src:    relaytest.NewStream(opts...),
-		state:  relaytest.NewStateStore(opts...),
-		dlq:    relaytest.NewDLQ(fakeStream, opts...),
+		src:    src,
+		state:  relaytest.NewStateStore(append(opts, relaytest.WithStream(src), relaytest.WithDLQ(dlq))...),
+		dlq:    dlq,
 		runner: &startTimes{Runner: relaytest.NewRunner()},
 		apps:   apps,
 	}
@@ -113,7 +116,7 @@ func (f *onFakes) engine(consumer string, cfg relay.Config) (_ *relay.Engine, st
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e, err := relay.NewEngine(f.apps, relay.Components{
-		Source: f.src.Consumer(consumer), State: f.state, Runner: f.runner, DLQ: f.dlq,
+		Source: f.src.Consumer(consumer), State: f.state, Runner: f.runner,
 		Stream: fakeStream, Group: fakeGroup, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -334,8 +337,9 @@ func TestFakesLostAttemptIsChargedWhenItsLeaseExpires(t *testing.T) {
 					t.Fatal(err)
 				}
 				lease := app.DefaultTimeout + relay.DefaultLeaseGrace
-				claim, err := f.state.Claim(t.Context(), invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id}, fakeField, lease, c.retries+1, invocation.Record{})
-				if err != nil || claim.Status != invocation.Claimed {
+				r := f.state.Claim(t.Context(), []invocation.ClaimRequest{{Key: invocation.Key{Stream: fakeStream, Group: fakeGroup, MessageID: id},
+					Field: fakeField, Lease: lease, MaxAttempts: c.retries + 1}})
+				if claim, err := r[0].Claim, r[0].Err; err != nil || claim.Status != invocation.Claimed {
 					t.Fatalf("dead worker's claim = %+v, %v", claim, err)
 				}
 				claimedAt := time.Now()
@@ -396,6 +400,14 @@ func invocationsTotal(t *testing.T, reg *prometheus.Registry, outcome string) fl
 // (and outcome, unless empty) as gathered from reg; 0 when it is missing.
 func shopCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) float64 {
 	t.Helper()
+	return shopMetric(t, reg, name, map[string]string{"outcome": outcome})
+}
+
+// shopMetric returns the counter or gauge name{app="shop",
+// handler="orders.charge"} whose other labels are labels (a label missing
+// from the metric reads ""), as gathered from reg; 0 when it is missing.
+func shopMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -404,14 +416,24 @@ func shopCounter(t *testing.T, reg *prometheus.Registry, name, outcome string) f
 		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
+			got := map[string]string{}
 			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
+				got[l.GetName()] = l.GetValue()
 			}
-			if labels["app"] == "shop" && labels["handler"] == "orders.charge" && labels["outcome"] == outcome {
-				return m.GetCounter().GetValue()
+			if got["app"] != "shop" || got["handler"] != "orders.charge" {
+				continue
 			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue metrics
+				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
+			}
+			return m.GetCounter().GetValue()
 		}
 	}
 	return 0
@@ -453,6 +475,240 @@ func TestFakesGracefulStopGivesTheAttemptBack(t *testing.T) {
 		f.settle(time.Hour)
 		f.wantRetained(id, "ok")
 	})
+}
+
+// A Go handler that panics is dead-lettered with the panic's stack, cut
+// to a few KiB, on the lines after its reason, and its stack is in the
+// log at DEBUG, not only in the Outcome OnOutcome gets.
+func TestFakesPanicStackReachesTheDLQAndTheLog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Retry: app.Retries(0)})
+		fn := runtime.NewFunc(map[string]runtime.HandlerFunc{fakeField: func(context.Context, runtime.Request) error {
+			panic("kaboom")
+		}})
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			_, err := fn.Run(ctx, req)
+			return err
+		})
+		logs := &testutil.Buffer{}
+		f.run("c1", relay.Config{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		f.publish()
+		f.settle(time.Hour)
+		es, err := f.dlq.List(t.Context(), dlq.Filter{})
+		if err != nil || len(es) != 1 {
+			t.Fatalf("DLQ entries %v, %v; want one", es, err)
+		}
+		reason := es[0].Reason
+		first, stack, _ := strings.Cut(reason, "\n")
+		if !strings.Contains(first, "panic: kaboom") || !strings.Contains(stack, "goroutine") || len(stack) > 5<<10 {
+			t.Errorf("DLQ reason = %q; want the panic, then its stack (at most a few KiB)", reason)
+		}
+		if got := logs.String(); !strings.Contains(got, `msg="handler panicked"`) || !strings.Contains(got, "panic=kaboom") || !strings.Contains(got, "stack=") {
+			t.Errorf("log has no DEBUG line with the panic's stack:\n%s", got)
+		}
+	})
+}
+
+// relaytest.Outcomes.Ran counts the attempts that ran, where Of also has
+// the outcomes of redeliveries that ran nothing (not due yet): three
+// failures and a success are four attempts however often the reclaim
+// came by.
+func TestFakesOutcomesRanCountsAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		f.runner.Script(fakeField, relaytest.Fail(1, "no"), relaytest.Fail(1, "no"), relaytest.Fail(1, "no"), relaytest.Succeed())
+		outcomes := &relaytest.Outcomes{}
+		f.run("c1", relay.Config{MaxWaiting: -1, OnOutcome: outcomes.Record})
+		id := f.publish()
+		f.settle(time.Hour)
+		all, ran := outcomes.Of(id, "shop", "orders.charge"), outcomes.Ran(id, "shop", "orders.charge")
+		var attempts []int
+		for _, o := range ran {
+			attempts = append(attempts, o.Attempt)
+		}
+		if !slices.Equal(attempts, []int{1, 2, 3, 4}) {
+			t.Errorf("Ran attempts %v, want [1 2 3 4]", attempts)
+		}
+		if !slices.ContainsFunc(all, func(o relay.Outcome) bool { return o.Kind == relay.NotDue }) {
+			t.Errorf("Of has no not-due outcome (%d outcomes): the reclaim never came early, the test shows nothing", len(all))
+		}
+	})
+}
+
+// A handler whose message leaves the PEL while it runs (another consumer
+// acknowledged it, or Redis lost its data) is stopped at the next
+// heartbeat: its attempt is marked orphaned, then ends as Gone, nothing is
+// recorded, and its slot is free for live work
+// (docs/delivery.md#concurrency-and-heartbeat).
+func TestFakesHandlerOfAGoneMessageIsStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 10 * time.Minute})
+		var orphaned atomic.Bool
+		var e *relay.Engine
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			<-ctx.Done()
+			for _, r := range e.Running() {
+				orphaned.Store(orphaned.Load() || r.Orphaned)
+			}
+			return fmt.Errorf("run %s/%s: %w", req.App, req.Handler, context.Cause(ctx))
+		})
+		outcomes := &relaytest.Outcomes{}
+		e, _ = f.engine("c1", relay.Config{OnOutcome: outcomes.Record})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.src.Consumer("c2").Ack(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(relay.DefaultMinPendingIdle / 3) // a heartbeat interval
+		synctest.Wait()
+		got := outcomes.Of(id, "shop", "orders.charge")
+		if len(got) != 1 || got[0].Kind != relay.Gone {
+			t.Fatalf("outcomes %+v, want one Gone", got)
+		}
+		if !orphaned.Load() {
+			t.Error("Running() did not mark the attempt orphaned while its handler was being stopped")
+		}
+		if rs := e.Running(); len(rs) != 0 {
+			t.Errorf("Running() = %+v after the handler was stopped, want none", rs)
+		}
+		if v := f.value(id); !strings.HasPrefix(v, "running:") {
+			t.Errorf("state = %q, want the lease untouched: nothing is recorded for a gone message", v)
+		}
+	})
+}
+
+// A message kept for its retry that leaves the PEL before the retry is due
+// (another consumer acknowledged it, or Redis lost its data) ends as Gone
+// at the retry's claim, not Done: nothing says it finished, and the
+// handler does not run again (docs/delivery.md#concurrency-and-heartbeat).
+func TestFakesRetryOfAGoneMessageIsGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{})
+		f.runner.Script(fakeField, relaytest.Fail(1, "transient"), relaytest.Succeed())
+		outcomes := &relaytest.Outcomes{}
+		f.run("c1", relay.Config{Backoff: []time.Duration{2 * time.Second}, OnOutcome: outcomes.Record})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := f.src.Consumer("c2").Ack(t.Context(), id); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second) // past the retry's due time, before a heartbeat
+		synctest.Wait()
+		got := outcomes.Of(id, "shop", "orders.charge")
+		if len(got) != 2 || got[0].Kind != relay.Retrying || got[1].Kind != relay.Gone {
+			t.Fatalf("outcomes %+v, want Retrying then Gone", got)
+		}
+		if n := len(f.runner.Requests(fakeField)); n != 1 {
+			t.Errorf("runs = %d, want 1: a message no longer pending is not run again", n)
+		}
+	})
+}
+
+// A rule's own concurrency (per worker) bounds its invocations below the
+// app's: with the app at 8 and the rule at 1, three events run one at a
+// time (docs/flow-control.md).
+func TestFakesRuleConcurrencyPerWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Limits: app.Limits{Concurrency: 1}})
+		f.apps.Get("shop").Concurrency = 8
+		var running, peak atomic.Int32
+		for range 3 {
+			f.runner.Script(fakeField, func(context.Context, runtime.Request) error {
+				n := running.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(time.Second)
+				running.Add(-1)
+				return nil
+			})
+		}
+		f.run("c1", relay.Config{})
+		for range 3 {
+			f.publish()
+		}
+		f.settle(time.Hour)
+		if n := len(f.runner.Requests(fakeField)); n != 3 {
+			t.Fatalf("%d runs, want 3", n)
+		}
+		if p := peak.Load(); p != 1 {
+			t.Errorf("at most %d ran at once, want 1", p)
+		}
+	})
+}
+
+// An invocation whose message is older than its rule's max_age when it
+// would start is dead-lettered, reason "older than max_age 1h", without
+// running; a fresh one runs (docs/flow-control.md#maximum-event-age).
+func TestFakesMaxAgeDeadLettersWithoutRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Limits: app.Limits{MaxAge: time.Hour}})
+		old := f.publish()
+		time.Sleep(2 * time.Hour)
+		fresh := f.publish()
+		f.run("c1", relay.Config{})
+		f.settle(time.Hour)
+		reqs := f.runner.Requests(fakeField)
+		if len(reqs) != 1 || reqs[0].MessageID != fresh {
+			t.Fatalf("runs %+v, want the fresh message's alone", reqs)
+		}
+		es, err := f.dlq.List(t.Context(), dlq.Filter{})
+		if err != nil || len(es) != 1 {
+			t.Fatalf("DLQ entries %+v, %v; want one", es, err)
+		}
+		if e := es[0]; e.OriginalID != old || e.Reason != "older than max_age 1h" || e.HandlerAttempts != 0 {
+			t.Errorf("DLQ entry %+v; want the old message's, reason \"older than max_age 1h\", no attempt run", e)
+		}
+		f.wantRetained(fresh, "ok")
+	})
+}
+
+// A retry starts within a second of its due time, with the production
+// backoff (1m, then 2m): the worker that left its message pending keeps it
+// and delivers it again then, rather than waiting for a reclaim to find it
+// idle (MinPendingIdle, every ReclaimInterval: up to 1m30s late). With
+// MaxWaiting negative the reclaim is all there is, and the retry is late
+// by up to a reclaim cycle (docs/delivery.md#attempts-retries-backoff).
+func TestFakesRetryStartsAtItsDueTime(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		maxWaiting int
+		late       time.Duration // the most a retry may start after its due time
+	}{
+		{"kept by its worker", 0, time.Second},
+		{"reclaim only", -1, relay.DefaultMinPendingIdle + relay.DefaultReclaimInterval},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newOnFakes(t, app.Rule{})
+				// Each failed attempt runs 10s: its due time is off the
+				// reclaim's grid, counted from the delivery.
+				const runs = 10 * time.Second
+				slowFail := func(context.Context, runtime.Request) error {
+					time.Sleep(runs)
+					return &runtime.ExitError{Code: 1, Stderr: "try again"}
+				}
+				f.runner.Script(fakeField, slowFail, slowFail, relaytest.Succeed())
+				f.run("c1", relay.Config{MaxWaiting: c.maxWaiting})
+				id := f.publish()
+				f.settle(time.Hour)
+				starts := f.runner.starts()
+				if len(starts) != 3 {
+					t.Fatalf("%d attempts, want 3", len(starts))
+				}
+				for i, backoff := range relay.DefaultBackoff[:2] {
+					if gap := starts[i+1].Sub(starts[i]) - runs; gap < backoff || gap > backoff+c.late {
+						t.Errorf("attempt %d started %s after attempt %d failed, want between %s and %s", i+2, gap, i+1, backoff, backoff+c.late)
+					}
+				}
+				f.wantRetained(id, "ok")
+			})
+		})
+	}
 }
 
 // Engine.Running lists the attempts running now, with when they started
@@ -532,6 +788,53 @@ func TestFakesShutdownAfterTheTimeoutIsATimeout(t *testing.T) {
 		}
 		if n := invocationsTotal(t, reg, "timeout"); n != 1 {
 			t.Errorf("relay_invocations_total{outcome=timeout} = %v, want 1", n)
+		}
+	})
+}
+
+// A Go function that ignores its context and succeeds within its rule's
+// timeout, but after the shutdown timeout abandoned it, has its success
+// recorded: the message is acknowledged and the handler does not run again
+// (docs/embedding.md#go-handlers).
+func TestFakesSuccessAfterTheShutdownTimeoutIsRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newOnFakes(t, app.Rule{Timeout: 20 * time.Second, Retry: app.Retries(0)})
+		fn := runtime.NewFunc(map[string]runtime.HandlerFunc{fakeField: func(context.Context, runtime.Request) error {
+			time.Sleep(5 * time.Second) // ignores its context
+			return nil
+		}})
+		f.runner.Script(fakeField, func(ctx context.Context, req runtime.Request) error {
+			_, err := fn.Run(ctx, req)
+			return err
+		})
+		var got []relay.Outcome
+		var mu sync.Mutex
+		stop := f.run("c1", relay.Config{ShutdownTimeout: time.Second, OnOutcome: func(_ context.Context, _ string, o relay.Outcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, o)
+		}})
+		id := f.publish()
+		if _, err := f.runner.WaitRuns(t.Context(), fakeField, 1); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		stop() // the shutdown timeout ends 3 s before the handler returns
+		if f.src.IsPending(id) {
+			t.Errorf("the message of a handler that succeeded after the shutdown timeout is still pending; state %q", f.value(id))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) != 1 || got[0].Kind != relay.Succeeded || got[0].WriteErr != nil {
+			t.Errorf("outcomes %+v, want one success, written", got)
+		}
+		f.run("c2", relay.Config{})
+		f.settle(time.Hour)
+		if n := len(f.runner.Requests(fakeField)); n != 1 {
+			t.Errorf("runs = %d, want 1: the success was recorded", n)
+		}
+		if es, _ := f.dlq.List(context.Background(), dlq.Filter{}); len(es) != 0 {
+			t.Errorf("DLQ = %+v, want empty", es)
 		}
 	})
 }
@@ -620,7 +923,7 @@ func TestFakesLoopsBackOffAndLogOnceWhileRedisIsGone(t *testing.T) {
 			defer mu.Unlock()
 			return logs.Write(p)
 		}), &slog.HandlerOptions{Level: slog.LevelInfo}))
-		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner, DLQ: f.dlq,
+		e, err := relay.NewEngine(f.apps, relay.Components{Source: src, State: f.state, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1"}, relay.Config{Logger: log, ReclaimInterval: time.Second, MinPendingIdle: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -670,13 +973,16 @@ type lostReply struct {
 	lost atomic.Bool
 }
 
-func (s *lostReply) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
-	c, err := s.StateStore.Claim(ctx, key, field, lease, maxAttempts, rec)
-	if err != nil || c.Status != invocation.Claimed || !s.lost.CompareAndSwap(false, true) {
-		return c, err
+func (s *lostReply) Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult {
+	res := s.StateStore.Claim(ctx, reqs)
+	for i, r := range res {
+		if r.Err != nil || r.Status != invocation.Claimed || !s.lost.CompareAndSwap(false, true) {
+			continue
+		}
+		res[i] = invocation.ClaimResult{Err: &invocation.ClaimUnknownError{
+			Lease: invocation.Lease{Key: reqs[i].Key, Field: reqs[i].Field, Token: r.Lease.Token}, Err: context.DeadlineExceeded}}
 	}
-	return invocation.Claim{}, &invocation.ClaimUnknownError{
-		Lease: invocation.Lease{Key: key, Field: field, Token: c.Lease.Token}, Err: context.DeadlineExceeded}
+	return res
 }
 
 func (s *lostReply) Void(ctx context.Context, l invocation.Lease) error {
@@ -695,7 +1001,7 @@ func TestFakesLostClaimReplyIsGivenBack(t *testing.T) {
 		f := newOnFakes(t, app.Rule{})
 		reg := prometheus.NewRegistry()
 		e, err := relay.NewEngine(f.apps, relay.Components{
-			Source: f.src.Consumer("c1"), State: &lostReply{StateStore: f.state}, Runner: f.runner, DLQ: f.dlq,
+			Source: f.src.Consumer("c1"), State: &lostReply{StateStore: f.state}, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
 		}, relay.Config{Metrics: reg, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -749,7 +1055,7 @@ func TestFakesHeldMessageTakenOverIsForgotten(t *testing.T) {
 			t.Fatal("the shop app should be unavailable")
 		}
 		e, err := relay.NewEngine(f.apps, relay.Components{
-			Source: f.src.Consumer("c1"), State: f.state, Runner: f.runner, DLQ: f.dlq,
+			Source: f.src.Consumer("c1"), State: f.state, Runner: f.runner,
 			Stream: fakeStream, Group: fakeGroup, Consumer: "c1",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -772,7 +1078,7 @@ func TestFakesHeldMessageTakenOverIsForgotten(t *testing.T) {
 		// Another worker, where the app is available, takes it over and
 		// acknowledges it.
 		other := f.src.Consumer("c2")
-		if err := other.Heartbeat(t.Context(), id); err != nil {
+		if _, err := other.Heartbeat(t.Context(), id); err != nil {
 			t.Fatal(err)
 		}
 		if err := other.Ack(t.Context(), id); err != nil {

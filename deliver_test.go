@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/relaydev/relay"
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMatchedEventRunsAndIsAcked(t *testing.T) {
@@ -103,13 +104,13 @@ func TestMalformedMessagesAreDeadLetteredOnceAndAcked(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, map[string]string{"users": usersApp})
 		h.handle("users/events.created", nil)
-		f := &failingDLQ{DLQWriter: h.dlqw, n: 2}
-		h.dlqw = f
-		h.start("c1")
+		// The DLQ is down for the first two deliveries: the third needs a
+		// redelivery, which an ack after the first failure would have
+		// prevented.
+		failed := failDeadLetters(h, func(e dlq.Entry) bool { return e.Deliveries < 3 })
+		h.start("c1", writeTimeout(200*time.Millisecond))
 		id := h.publish("event", `not json`)
-		// One write per delivery: the second failure needs a redelivery,
-		// which an ack after the first failure would have prevented.
-		testutil.WaitFor(t, 5*time.Second, "two failed writes", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return f.n == 0 })
+		testutil.WaitFor(t, 5*time.Second, "failed writes", func() bool { return failed.Load() >= 2 })
 		testutil.WaitFor(t, 5*time.Second, "written, then acked", func() bool { return len(h.dlqEntries()) == 1 && h.settled() })
 		if e := h.dlqEntries()[0]; e.OriginalID != id || e.App != "-" || e.Deliveries < 3 {
 			t.Errorf("entry = %+v, want the message's, written on its 3rd delivery", e)
@@ -127,7 +128,7 @@ func TestMalformedMessageFirstSeenOnReclaimIsDeadLettered(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", nil)
 	id := h.publish("event", `not json`)
-	dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 	if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}

@@ -4,26 +4,32 @@
 // per-invocation retry state, dead-letters exhausted invocations and
 // acknowledges a message only when every matched invocation is terminal.
 //
-// An Engine wires five replaceable parts: Matcher, StreamSource, StateStore,
-// Runner and DLQWriter (relay.go). The production implementations live in
-// the packages matcher, stream, invocation, runtime/containerd and dlq;
+// An Engine wires four replaceable parts: Matcher, StreamSource,
+// StateStore and Runner (relay.go), and may keep cluster-wide counters
+// (Stats). The production implementations live in the packages matcher,
+// stream/redisstream, invocation/redisstate and runtime/containerd;
 // runtime.Func runs Go functions in-process, for embedding without
-// containers. This package imports no Redis client: package worker runs
-// Engines on Redis as relay start does, and package manual runs a handler
-// by hand.
+// containers. The StateStore settles each message: one Settlement writes
+// its invocations' transitions, their dead-letter entries and, once every
+// invocation is terminal, its acknowledgement, atomically. This package
+// imports no Redis client: package worker runs Engines on Redis as relay
+// start does, and package manual runs a handler by hand.
 //
-// One delivery passes five stages, one file each (deliver.go maps them):
-// classify.go, match.go (occurrence.go for a schedule occurrence),
-// invoke.go, record.go (deadletter.go for the DLQ paths) and settle.go,
-// the one place that decides a message's acknowledgement. record.go asks
-// for the retry backoff of a failed attempt (Config.Backoff, config.go;
-// invocation.Backoff picks the entry); of a handler's output the Engine
-// keeps only the Runner's error (runtime.ExitError carries the last
-// stderr line, runtime/output.go), which record.go puts into the
-// dead-letter entry. observe.go turns every outcome into log
-// lines, metrics, cluster stats and span attributes; reader.go,
-// reclaimer.go and heartbeat.go are the Engine's loops, statsfeed.go
-// flushes the cluster-wide counters.
+// One delivery is a pipeline of stages, each taking the previous one's
+// value (pipeline.go maps them; docs/architecture.md follows one message):
+// decode and match in match.go (occurrence.go for a schedule occurrence),
+// claim and run in attempt.go, decide and settle in settle.go, the one
+// place that decides a message's acknowledgement. batch.go gathers the
+// claims and settlements of concurrent deliveries into one StateStore call
+// each. attempt.go asks for the retry backoff of a failed attempt
+// (Config.Backoff, config.go; invocation.Backoff picks the entry), and
+// later.go delivers a message again at its next step's time; of a
+// handler's output the Engine keeps only the Runner's error
+// (runtime.ExitError carries the last stderr line, runtime/output.go),
+// which attempt.go puts into the dead-letter entry. observe.go turns every
+// outcome into log lines, metrics, cluster stats and span attributes;
+// reader.go, reclaimer.go and heartbeat.go are the Engine's loops,
+// statsfeed.go flushes the cluster-wide counters.
 //
 // Godoc cites the repository's documentation by section, as
 // docs/<page>.md#<heading>: docs/delivery.md (dispatch, retries,

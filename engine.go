@@ -9,21 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
 )
-
-// run is what the loops of one Engine.Run share to dispatch messages.
-type run struct {
-	// handlerCtx is what handlers run under: it outlives Run's context by
-	// the shutdown timeout, so running handlers can finish.
-	handlerCtx context.Context
-	// msgs counts the message goroutines, which Run waits for.
-	msgs sync.WaitGroup
-}
 
 // ErrEngineRunning is returned by Run when the Engine is already running.
 var ErrEngineRunning = errors.New("relay: engine already running")
@@ -39,14 +27,12 @@ type Components struct {
 	// of the Engine's apps (app.Set.Matcher).
 	Matcher Matcher
 	Source  StreamSource
-	State   StateStore
-	Runner  Runner
-	DLQ     DLQWriter
-	// Settler, when set, settles a message in one step where the Engine
-	// would otherwise call Source.Ack and State.Retain, or State.Finish
-	// before them. It must act on Source's stream and group and on State's
-	// hashes (see Settler). Optional.
-	Settler Settler
+	// State keeps invocation state and settles messages: it acknowledges
+	// them and writes their dead-letter entries, so it must act on
+	// Source's stream and group (redisstate.Store does, on the same Redis
+	// as a redisstream.Source).
+	State  StateStore
+	Runner Runner
 	// Stream, Group and Consumer name the source stream, the consumer group
 	// and this consumer; they key invocation state and fill DLQ entries.
 	Stream, Group, Consumer string
@@ -54,88 +40,30 @@ type Components struct {
 
 // Engine consumes one stream through one consumer group and runs the
 // matched handlers of its apps with the delivery semantics of
-// docs/delivery.md. Create it with NewEngine and start it with Run; a
+// docs/delivery.md. It is the supervisor (docs/architecture.md): it runs
+// the read, reclaim and heartbeat loops and hands each message to the
+// delivery pipeline (pipeline.go), bounds the concurrency, and stops
+// gracefully. Create it with NewEngine and start it with Run; a
 // worker.Worker runs one Engine per stream. Safe for concurrent use.
 type Engine struct {
-	c      Components
-	cfg    Config
-	log    *slog.Logger
-	tracer trace.Tracer
-	m      *metrics
-	obs    observers
-	// writeEnds and successEnds share the deadlines of the writes that
-	// record what deliveries did (detached, persistSuccess).
-	writeEnds, successEnds sharedDeadlines
+	c   Components
+	cfg Config
+	log *slog.Logger
+	p   *pipeline
 	// gen is the app generation new deliveries use; a delivery keeps the
 	// one it started with.
 	gen atomic.Pointer[generation]
 
 	running atomic.Bool
-	// runs are the handler attempts running now (Running).
-	runs *runningSet
+	// kept is Run's set of messages kept for their next step (later.go),
+	// nil before Run.
+	kept atomic.Pointer[later]
 	// consuming is set while Run's read loop runs and its last read of the
 	// stream succeeded (Ping, readiness).
 	consuming atomic.Bool
-	// claimFails counts the claims that failed in a row (a store error,
-	// not a claim refused): while it is not 0 the read loop paces its
-	// reads (readLoop).
-	claimFails atomic.Int32
-	// loopFailures keeps the read and reclaim loops' failure lines to one
-	// per repeatWindow while they repeat (Redis gone).
-	loopFailures *repeats
-	// unsettled holds the claims to give back whose outcome was not
-	// learnt (unsettled.go).
-	unsettled *unsettledClaims
-
-	// msgSlots bounds the messages this Engine holds.
-	msgSlots chan struct{}
-	// handoff hands a message to an idle handleLoop; dispatchDone is
-	// closed when Run stops dispatching. Both are made by Run.
-	handoff      chan job
-	dispatchDone chan struct{}
-
-	mu       sync.Mutex
-	inFlight map[string]struct{}
-	// waiting holds reclaimed messages this consumer now owns but has not
-	// dispatched yet (no free message slot): they are heartbeated too, or
-	// another worker would reclaim them while they wait.
-	waiting map[string]struct{}
-
-	// held counts the messages held pending by each reason (holds.go).
-	held *heldSet
-	// batchSettler is Components.Settler when it settles in batches
-	// (readsettle.go), else nil.
-	batchSettler BatchSettler
 	// uncheckedWarned is set once SetApps warned that the Go handlers of
 	// its apps cannot be checked against the Runner.
 	uncheckedWarned atomic.Bool
-}
-
-// job is one message to deliver and the settle group of its read, nil
-// for none.
-type job struct {
-	msg     stream.Message
-	settles *readSettles
-}
-
-// generation is one set of apps and the matcher over its rules.
-type generation struct {
-	apps    *app.Set
-	matcher Matcher
-	// incomplete names apps whose rules could not all be read; while it is
-	// non-empty no matched or unmatched message is acknowledged.
-	incomplete []string
-	// fields holds the invocation field ("app/handler") of each rule, by
-	// app name and rule index, built once rather than per delivery.
-	fields map[string][]string
-}
-
-// field is the invocation field of rule i of app name.
-func (g *generation) field(name string, i int) string {
-	if fs := g.fields[name]; i >= 0 && i < len(fs) {
-		return fs[i]
-	}
-	return ""
 }
 
 // NewEngine validates c and cfg and returns an Engine serving apps. It
@@ -152,7 +80,7 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 		name    string
 		missing bool
 	}{
-		{"Source", c.Source == nil}, {"State", c.State == nil}, {"Runner", c.Runner == nil}, {"DLQ", c.DLQ == nil},
+		{"Source", c.Source == nil}, {"State", c.State == nil}, {"Runner", c.Runner == nil},
 		{"Stream", c.Stream == ""}, {"Group", c.Group == ""}, {"Consumer", c.Consumer == ""},
 	} {
 		if f.missing {
@@ -179,28 +107,40 @@ func NewEngine(apps *app.Set, c Components, cfg Config) (*Engine, error) {
 	// Every line names the stream: a worker runs one Engine per stream
 	// into one log.
 	log := cfg.Logger.With(slog.String("stream", c.Stream))
-	e := &Engine{
-		c: c, cfg: cfg, m: m, log: log, tracer: newTracer(cfg.TracerProvider),
-		obs:          newObservers(cfg, log, m, c.Consumer),
-		msgSlots:     make(chan struct{}, 2*cfg.MaxConcurrency),
-		inFlight:     map[string]struct{}{},
-		waiting:      map[string]struct{}{},
-		held:         newHeldSet(),
-		loopFailures: newRepeats(),
-		unsettled:    newUnsettledClaims(),
-		runs:         newRunningSet(),
-	}
+	e := &Engine{c: c, cfg: cfg, log: log, p: newPipeline(c, cfg, m, log)}
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(holdsCollector{e}); err != nil {
+		if err := errors.Join(cfg.Metrics.Register(holdsCollector{e}), cfg.Metrics.Register(waitingCollector{e})); err != nil {
 			return nil, fmt.Errorf("relay: register metrics: %w", err)
 		}
 	}
-	e.batchSettler, _ = c.Settler.(BatchSettler)
 	e.SetApps(apps)
+	if cfg.MaxWaiting == 0 {
+		for _, b := range cfg.Backoff {
+			if b < cfg.MinPendingIdle+cfg.ReclaimInterval {
+				log.Warn("MaxWaiting keeps no message, so a retry runs only when a reclaim finds it due: a backoff shorter than MinPendingIdle plus ReclaimInterval runs late",
+					slog.Duration("backoff", b), slog.Duration("min_pending_idle", cfg.MinPendingIdle), slog.Duration("reclaim_interval", cfg.ReclaimInterval))
+				break
+			}
+		}
+	}
 	if unused != nil {
 		log.Warn("Go functions are registered that no rule or schedule names", slog.Any("error", unused))
 	}
 	return e, nil
+}
+
+// newPipeline builds the delivery pipeline of an Engine of c and cfg.
+func newPipeline(c Components, cfg Config, m *metrics, log *slog.Logger) *pipeline {
+	p := &pipeline{
+		id: identity{c.Stream, c.Group, c.Consumer}, state: c.State, runner: c.Runner, limiter: cfg.Limiter, cfg: cfg,
+		tracer: newTracer(cfg.TracerProvider), obs: newObservers(cfg, log, m, c.Consumer), m: m, log: log,
+		act:  newActivity(),
+		held: newHeldSet(), runs: newRunningSet(), pacer: newPacer(cfg.ThrottlePoll),
+	}
+	p.claims, p.settles = newClaims(c.State, p.act, cfg.SettleLinger), newSettles(c.State, p.act, cfg.SettleLinger)
+	v, _ := c.State.(ClaimVoider)
+	p.voids = &voider{claims: newUnsettledClaims(), v: v, writeCtx: p.writeCtx, voided: m.claimsVoided, log: log}
+	return p
 }
 
 // CheckHandlers checks apps against r when r serves a fixed set of
@@ -232,19 +172,9 @@ func Refuses(err error) bool {
 // keeps classifying events: replace it by building a new Engine. Safe for
 // concurrent use.
 func (e *Engine) SetApps(apps *app.Set) {
-	g := &generation{apps: apps, matcher: e.c.Matcher, incomplete: apps.Incomplete(), fields: map[string][]string{}}
-	for _, a := range apps.List() {
-		fs := make([]string, len(a.Rules))
-		for i, r := range a.Rules {
-			fs[i] = a.Name + "/" + r.Handler
-		}
-		g.fields[a.Name] = fs
-	}
-	if g.matcher == nil {
-		g.matcher = apps.Matcher()
-	}
+	g := newGeneration(apps, e.c.Matcher)
 	e.gen.Store(g)
-	e.pruneHolds(g)
+	e.p.held.pruneFor(g)
 	if names := uncheckedGoApps(apps, e.c.Runner); len(names) > 0 && e.uncheckedWarned.CompareAndSwap(false, true) {
 		e.log.LogAttrs(context.Background(), slog.LevelWarn, "the Runner does not say which Go functions it serves (runtime.HandlerChecker), "+
 			"so the handlers of these Go apps are not checked at start and a rule naming a missing function fails its attempts; "+
@@ -275,8 +205,10 @@ func (e *Engine) Apps() *app.Set { return e.gen.Load().apps }
 
 // Run consumes until ctx is cancelled, then stops gracefully: it stops
 // reading and reclaiming, lets running invocations finish for up to the
-// shutdown timeout, abandons the rest (their messages stay pending, no
-// attempt is charged) and returns nil. It returns an error only when the
+// shutdown timeout, abandons the rest (their contexts are cancelled, no
+// attempt is charged and their messages stay pending; a handler that
+// ignores its context and then succeeds has its success recorded) and
+// returns nil once every handler returned. It returns an error only when the
 // engine cannot start (the consumer group cannot be created).
 func (e *Engine) Run(ctx context.Context) error {
 	if !e.running.CompareAndSwap(false, true) {
@@ -292,6 +224,60 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the stream source cannot create its consumer group; it must exist already",
 			slog.String("group", e.c.Group))
 	}
+	e.logStart(ctx)
+
+	// Invocations run under handlerCtx, which outlives ctx by the shutdown
+	// timeout so running handlers can finish.
+	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	kept := newLater(e.cfg.MaxWaiting)
+	e.kept.Store(kept)
+	ds := newDispatcher(e.p, e.gen.Load, handlerCtx, 2*e.cfg.MaxConcurrency, kept)
+	fail := &loopLog{log: e.log, repeats: newRepeats()}
+	src, p, cfg := e.c.Source, e.p, e.cfg
+	services := []func(context.Context){
+		(&reader{src: src, ds: ds, p: p, fail: fail, consuming: &e.consuming}).run,
+		(&reclaimer{src: src, ds: ds, p: p, fail: fail, interval: cfg.ReclaimInterval, minIdle: cfg.MinPendingIdle}).run,
+		(&heartbeat{src: src, ds: ds, p: p, interval: cfg.HeartbeatInterval}).run,
+		(&pendingSampler{src: src, ds: ds, p: p, interval: cfg.ReclaimInterval}).run,
+		p.voids.run,
+		func(ctx context.Context) { kept.run(ctx, ds) },
+	}
+	var feed *statsFeed
+	if cfg.Stats != nil {
+		feed = &statsFeed{stats: cfg.Stats, p: p, interval: cfg.StatsInterval}
+		services = append(services, feed.run)
+	}
+	var loops sync.WaitGroup
+	for _, run := range services {
+		loops.Go(func() { run(ctx) })
+	}
+	<-ctx.Done()
+	loops.Wait()
+	close(ds.done) // idle handler goroutines exit; Run waits for them as ds.msgs
+
+	done := make(chan struct{})
+	go func() { ds.msgs.Wait(); close(done) }()
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopping", slog.Int("in_flight_messages", ds.inFlightCount()))
+	select {
+	case <-done:
+	case <-time.After(cfg.ShutdownTimeout):
+		e.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown timeout: abandoning running invocations; their messages stay pending",
+			slog.Duration("timeout", cfg.ShutdownTimeout))
+		abandon()
+		<-done
+	}
+	p.voids.flush()
+	if feed != nil {
+		feed.flush(ctx)
+	}
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
+	return nil
+}
+
+// logStart logs, as Run starts, which optional capabilities the parts
+// lack where that changes behaviour, and the Engine's identity.
+func (e *Engine) logStart(ctx context.Context) {
 	if _, ok := e.c.Source.(PendingReporter); !ok {
 		e.log.LogAttrs(ctx, slog.LevelInfo, "the stream source does not report its PEL; relay_pending_entries stays 0")
 	}
@@ -301,10 +287,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	if _, ok := e.c.Source.(OwnerChecker); !ok {
 		e.log.LogAttrs(ctx, slog.LevelDebug, "the stream source cannot say which messages it still owns; held counts keep messages other workers took over")
 	}
-	if e.c.Settler != nil && e.batchSettler == nil {
-		// Only slower: each message is settled in a call of its own.
-		e.log.LogAttrs(ctx, slog.LevelDebug, "the Settler is not a BatchSettler; a read's messages are settled one by one")
-	}
 	if inc := e.gen.Load().incomplete; len(inc) > 0 {
 		e.log.LogAttrs(ctx, slog.LevelError, "apps have rules that could not be read; no message will be acknowledged until their templates are fixed",
 			slog.Any("apps", inc))
@@ -312,39 +294,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.log.LogAttrs(ctx, slog.LevelInfo, "engine started",
 		slog.String("group", e.c.Group), slog.String("consumer", e.c.Consumer),
 		slog.Int("apps", len(e.Apps().List())), slog.Int("max_concurrency", e.cfg.MaxConcurrency))
-
-	// Invocations run under handlerCtx, which outlives ctx by the shutdown
-	// timeout so running handlers can finish.
-	handlerCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
-	defer abandon()
-	e.handoff, e.dispatchDone = make(chan job), make(chan struct{})
-	r := &run{handlerCtx: handlerCtx}
-	var loops sync.WaitGroup
-	loops.Go(func() { e.readLoop(ctx, r) })
-	loops.Go(func() { e.reclaimLoop(ctx, r) })
-	loops.Go(func() { e.heartbeatLoop(ctx) })
-	loops.Go(func() { e.pendingLoop(ctx) })
-	loops.Go(func() { e.statsLoop(ctx) })
-	loops.Go(func() { e.voidLoop(ctx) })
-	<-ctx.Done()
-	loops.Wait()
-	close(e.dispatchDone) // idle handler goroutines exit; Run waits for them as r.msgs
-
-	done := make(chan struct{})
-	go func() { r.msgs.Wait(); close(done) }()
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopping", slog.Int("in_flight_messages", e.inFlightCount()))
-	select {
-	case <-done:
-	case <-time.After(e.cfg.ShutdownTimeout):
-		e.log.LogAttrs(context.Background(), slog.LevelWarn, "shutdown timeout: abandoning running invocations; their messages stay pending",
-			slog.Duration("timeout", e.cfg.ShutdownTimeout))
-		abandon()
-		<-done
-	}
-	e.flushUnsettled()
-	e.flushStats(ctx)
-	e.log.LogAttrs(context.Background(), slog.LevelInfo, "engine stopped")
-	return nil
 }
 
 // Ping reports whether the Engine is consuming: Run is in its read loop and
@@ -358,57 +307,4 @@ func (e *Engine) Ping(context.Context) error {
 		return fmt.Errorf("%w: starting, or its last read of stream %q failed", ErrNotConsuming, e.c.Stream)
 	}
 	return nil
-}
-
-func (e *Engine) inFlightCount() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.inFlight)
-}
-
-// track marks id in flight; false means this worker is already on it (a
-// reclaim of our own slow message).
-func (e *Engine) track(id string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, busy := e.inFlight[id]; busy {
-		return false
-	}
-	e.inFlight[id] = struct{}{}
-	return true
-}
-
-func (e *Engine) untrack(id string) {
-	e.mu.Lock()
-	delete(e.inFlight, id)
-	e.mu.Unlock()
-}
-
-// ownedIDs lists the messages this consumer owns: in flight or waiting for
-// a slot.
-func (e *Engine) ownedIDs() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ids := make([]string, 0, len(e.inFlight)+len(e.waiting))
-	for id := range e.inFlight {
-		ids = append(ids, id)
-	}
-	for id := range e.waiting {
-		if _, dup := e.inFlight[id]; !dup {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
-func (e *Engine) setWaiting(msgs []stream.Message, waiting bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, m := range msgs {
-		if waiting {
-			e.waiting[m.ID] = struct{}{}
-		} else {
-			delete(e.waiting, m.ID)
-		}
-	}
 }

@@ -79,7 +79,7 @@ func TestPingReportsConsuming(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	src := &toggleSource{StreamSource: h.src}
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: src, State: h.state, Runner: runtime.NewFunc(nil), DLQ: h.dlqw,
+		Source: src, State: h.state, Runner: runtime.NewFunc(nil),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, fastConfig())
 	if err != nil {
@@ -107,7 +107,7 @@ func TestNewEngineChecksGoHandlers(t *testing.T) {
 	apps := apptest.Load(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n  - {handler: orders.charge, pattern: {type: [charge]}}\n"})
 	ok := func(context.Context, runtime.Request) error { return nil }
 	c := relay.Components{
-		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(),
 		Stream: "events", Group: "g", Consumer: "c1",
 	}
 	c.Runner = runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.placed": ok, "orders/orders.chrage": ok})
@@ -136,7 +136,7 @@ func TestNewEngineWarnsWhenGoHandlersCannotBeChecked(t *testing.T) {
 	apps := apptest.Load(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [placed]}}\n"})
 	ok := func(context.Context, runtime.Request) error { return nil }
 	c := relay.Components{
-		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(), DLQ: relaytest.NewDLQ("events"),
+		Source: relaytest.NewStream().Consumer("c1"), State: relaytest.NewStateStore(),
 		Stream: "events", Group: "g", Consumer: "c1",
 		Runner: onlyRun{runtime.NewFunc(map[string]runtime.HandlerFunc{"orders/orders.plaecd": ok})},
 	}

@@ -19,16 +19,18 @@ import (
 // An Engine embedded in a Go program, with Go functions as handlers. Here
 // it runs on the in-memory fakes of package relaytest, as a unit test of
 // the handlers would; in production the same Components come from
-// stream.New, invocation.New and dlq.NewWriter on a Redis client (see
-// examples/embed).
+// redisstream.New and redisstate.New on a Redis client (docs/embedding.md#engine),
+// and a worker.Worker builds them (examples/embed).
 //
 // One event matches two rules, whose invocations run one after the other:
 // mail.welcome fails once and succeeds on its retry; crm.sync fails both
 // of its attempts and is dead-lettered. Then the message is acknowledged.
 func ExampleEngine() {
 	src := relaytest.NewStream()
-	state := relaytest.NewStateStore()
 	dead := relaytest.NewDLQ("events")
+	// The store settles the stream's messages: it acknowledges them and
+	// writes their dead letters, as redisstate.Store does on Redis.
+	state := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(dead))
 
 	signup, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
 	if err != nil {
@@ -59,7 +61,7 @@ func ExampleEngine() {
 	})
 
 	engine, err := relay.NewEngine(apps, relay.Components{
-		Source: src.Consumer("worker-1"), State: state, Runner: runner, DLQ: dead,
+		Source: src.Consumer("worker-1"), State: state, Runner: runner,
 		Stream: "events", Group: "workers", Consumer: "worker-1",
 	}, relay.Config{
 		Logger: slog.New(slog.DiscardHandler),

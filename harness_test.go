@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,21 +17,25 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // This file holds what the package's tests share: the harness (one Engine
 // on a real redis-server, with Go handlers), its timings, the app fixtures
 // and the fault injectors that more than one test file uses. Each test
-// lives in the file named after the code it tests: invoke.go's in
-// invoke_test.go, and so on.
+// lives in the file named after the code it tests: settle.go's in
+// settle_test.go, and so on.
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
@@ -40,22 +45,19 @@ type harness struct {
 	rc       rueidis.Client
 	stream   string
 	group    string
-	src      *stream.Source
-	dlq      *dlq.Store
-	state    *invocation.Store
+	src      *redisstream.Source
+	dlq      *redisdlq.Store
+	state    *redisstate.Store
 	calls    *apptest.Calls
 	reg      *prometheus.Registry
 	logs     *testutil.Buffer
 	handlers map[string]runtime.HandlerFunc
 	apps     *app.Set
 	source   relay.StreamSource // what the engine reads through (src unless wrapped)
-	dlqw     relay.DLQWriter
-	last     string // id of the last published entry
-	// stateStore and runner replace h.state and the Func runner when set;
-	// settler replaces the Settler (h.state, for a plain source and store).
+	last     string             // id of the last published entry
+	// stateStore and runner replace h.state and the Func runner when set.
 	stateStore relay.StateStore
 	runner     relay.Runner
-	settler    relay.Settler
 }
 
 // timing holds the engine timings a test runs with.
@@ -68,6 +70,7 @@ type timing struct {
 	maxEventBytes   int
 	maxConcurrency  int
 	settleLinger    time.Duration
+	maxWaiting      int
 }
 
 // fastConfig shrinks every timing docs/delivery.md fixes so tests take
@@ -90,8 +93,14 @@ func fastConfig(mods ...func(*timing)) relay.Config {
 		MaxEventBytes:     tm.maxEventBytes,
 		MaxConcurrency:    tm.maxConcurrency,
 		SettleLinger:      tm.settleLinger,
+		MaxWaiting:        tm.maxWaiting,
 	}
 }
+
+// reclaimOnly keeps no message for its next step's time: a message left
+// pending comes back only with a reclaim, as after a crash, so a test sees
+// the redeliveries that come before a retry is due.
+func reclaimOnly(tm *timing) { tm.maxWaiting = -1 }
 
 func settleLinger(d time.Duration) func(*timing) { return func(tm *timing) { tm.settleLinger = d } }
 
@@ -121,11 +130,10 @@ func newHarness(t *testing.T, templates map[string]string) *harness {
 		handlers: map[string]runtime.HandlerFunc{},
 		apps:     apptest.Load(t, templates),
 	}
-	h.src = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
+	h.src = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
 	h.source = h.src
-	h.dlq = dlq.NewStore(rc, h.stream)
-	h.dlqw = dlq.NewWriter(rc, h.stream, dlq.WithPELFence())
-	h.state = invocation.New(rc)
+	h.dlq = redisdlq.NewStore(rc, h.stream)
+	h.state = redisstate.New(rc)
 	if err := h.src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +176,7 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	cfg.Metrics = reg
 	src := h.source
 	if consumer != "c1" {
-		src = stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond))
+		src = redisstream.New(h.rc, h.stream, h.group, consumer, redisstream.WithBlock(50*time.Millisecond))
 	}
 	var state relay.StateStore = h.state
 	if h.stateStore != nil {
@@ -178,14 +186,8 @@ func (h *harness) start(consumer string, mods ...func(*timing)) (stop func()) {
 	if h.runner != nil {
 		runner = h.runner
 	}
-	// Settle in one step as a Worker does, unless the test replaced the
-	// source or the store.
-	settler := h.settler
-	if _, plain := src.(*stream.Source); plain && h.stateStore == nil && settler == nil {
-		settler = h.state
-	}
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: src, State: state, Runner: runner, DLQ: h.dlqw, Settler: settler,
+		Source: src, State: state, Runner: runner,
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -242,7 +244,7 @@ func (h *harness) publish(fields ...string) string {
 // publishOccurrence publishes through the real publish script.
 func (h *harness) publishOccurrence(spec schedule.Spec, at time.Time) string {
 	h.t.Helper()
-	pub, err := schedule.NewPublisher(h.rc, h.stream)
+	pub, err := redisschedule.NewPublisher(h.rc, h.stream)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -415,22 +417,68 @@ events:
       kind: [charge]
 `
 
-// failingDLQ fails the first n writes.
-type failingDLQ struct {
-	relay.DLQWriter
-	mu sync.Mutex
-	n  int
+// hookedState is a StateStore whose settlements a test can fail or hold:
+// hook sees each settlement of a Settle call before the store does, and
+// an error it returns is that settlement's result, which then never
+// reaches the store. It keeps the store's ClaimVoider.
+type hookedState struct {
+	relay.StateStore
+	hook func(ctx context.Context, s invocation.Settlement) error
 }
 
-func (f *failingDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	f.mu.Lock()
-	if f.n > 0 {
-		f.n--
-		f.mu.Unlock()
-		return "", errors.New("injected: DLQ unavailable")
+func (h *hookedState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	out := make([]invocation.SettleResult, len(ss))
+	var pass []invocation.Settlement
+	var at []int
+	for i, s := range ss {
+		if err := h.hook(ctx, s); err != nil {
+			out[i].Err = err
+			continue
+		}
+		pass, at = append(pass, s), append(at, i)
 	}
-	f.mu.Unlock()
-	return f.DLQWriter.Write(ctx, e)
+	if len(pass) > 0 {
+		for k, r := range h.StateStore.Settle(ctx, pass) {
+			out[at[k]] = r
+		}
+	}
+	return out
+}
+
+func (h *hookedState) Void(ctx context.Context, l invocation.Lease) error {
+	return h.StateStore.(relay.ClaimVoider).Void(ctx, l)
+}
+
+// writes reports whether s has a transition of kind k.
+func writes(s invocation.Settlement, k invocation.TransitionKind) bool {
+	for _, t := range s.Transitions {
+		if t.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// writesEntry reports whether s writes a dead-letter entry.
+func writesEntry(s invocation.Settlement) bool {
+	return writes(s, invocation.Exhaust) || writes(s, invocation.DeadLetter)
+}
+
+// failDeadLetters fails the settlements of h's store that write a
+// dead-letter entry for which fail returns true, as a DLQ that cannot be
+// written to would, and returns how many it failed.
+func failDeadLetters(h *harness, fail func(e dlq.Entry) bool) (failed *atomic.Int32) {
+	failed = new(atomic.Int32)
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		for _, t := range s.Transitions {
+			if t.Entry != nil && fail(*t.Entry) {
+				failed.Add(1)
+				return errors.New("injected: DLQ unavailable")
+			}
+		}
+		return nil
+	}}
+	return failed
 }
 
 type runnerFunc func(context.Context, runtime.Request) (runtime.Result, error)

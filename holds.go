@@ -195,7 +195,7 @@ func (h *heldSet) errorHolds() []stats.Hold {
 // found v and decide said p (non-nil): the unavailable apps whose
 // invocations could not start, every app whose rules are unreadable when
 // the message is an event, and the error that kept it pending.
-func holdsOf(v *verdict, p *pendingReason, g *generation) heldBy {
+func holdsOf(v verdict, p *pendingReason, g *generation) heldBy {
 	var ks []holdKey
 	var errText map[holdKey]string
 	add := func(k holdKey) {
@@ -203,8 +203,8 @@ func holdsOf(v *verdict, p *pendingReason, g *generation) heldBy {
 			ks = append(ks, k)
 		}
 	}
-	for _, o := range v.outcomes {
-		if o.Kind == Unavailable && !o.Orphan {
+	for _, st := range v.steps {
+		if o := st.o; o.Kind == Unavailable && !o.Orphan {
 			add(holdKey{app: o.App, reason: stats.ReasonAppUnavailable})
 		}
 	}
@@ -241,16 +241,16 @@ func (e *Engine) Holds() []stats.Hold {
 		if a.Incomplete {
 			k.reason = stats.ReasonRulesUnreadable
 		}
-		n, atLeast := e.held.count(k)
+		n, atLeast := e.p.held.count(k)
 		out = append(out, stats.Hold{App: a.Name, Reason: k.reason, Error: a.Errors.Error(), Held: n, AtLeast: atLeast})
 	}
-	return append(out, e.held.errorHolds()...)
+	return append(out, e.p.held.errorHolds()...)
 }
 
-// pruneHolds forgets the holds of apps that are available in g: their
+// pruneFor forgets the holds of apps that are available in g: their
 // messages are released at their next delivery.
-func (e *Engine) pruneHolds(g *generation) {
-	e.held.prune(func(k holdKey) bool {
+func (h *heldSet) pruneFor(g *generation) {
+	h.prune(func(k holdKey) bool {
 		if k.reason == stats.ReasonError {
 			return true
 		}

@@ -16,12 +16,11 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestHelperWorker is not a test: TestWorkerKilledMidHandler runs the test
@@ -55,8 +54,8 @@ func TestHelperWorker(t *testing.T) {
 		mods = append(mods, func(tm *timing) { tm.concurrencyWait = d })
 	}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: stream.New(rc, streamName, group, "doomed", stream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
+		Source: redisstream.New(rc, streamName, group, "doomed", redisstream.WithBlock(50*time.Millisecond)),
+		State:  redisstate.New(rc), Runner: runner,
 		Stream: streamName, Group: group, Consumer: "doomed",
 	}, fastConfig(mods...))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/invocation"
 )
 
 // Limiter holds the concurrency slots of invocations
@@ -61,48 +62,79 @@ func (l *Limiter) app(a *app.App) chan struct{} {
 	return s
 }
 
-// slots are the app slot and the global slot one attempt holds.
-type slots struct{ global, app chan struct{} }
-
-// release gives both back.
-func (s slots) release() { <-s.global; <-s.app }
-
-// tryAcquire takes a's slot and a global one if both are free now.
-func (l *Limiter) tryAcquire(a *app.App) (_ slots, ok bool) {
-	appSlots := l.app(a)
-	select {
-	case appSlots <- struct{}{}:
-		select {
-		case l.global <- struct{}{}:
-			return slots{l.global, appSlots}, true
-		default:
-		}
-		<-appSlots
-	default:
+// rule returns the worker's slots of rule handler of a when it bounds its
+// own concurrency per worker (app.Limits.Concurrency, app.ScopeWorker),
+// made on first use; nil otherwise.
+func (l *Limiter) rule(a *app.App, handler string, lim app.Limits) chan struct{} {
+	if lim.Concurrency <= 0 || lim.Scope != app.ScopeWorker {
+		return nil
 	}
-	return slots{}, false
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := appSlotsKey{invocation.Field(a.Name, handler), lim.Concurrency}
+	s, ok := l.perApp[k]
+	if !ok {
+		s = make(chan struct{}, max(1, min(lim.Concurrency, l.max)))
+		l.perApp[k] = s
+	}
+	return s
 }
 
-// waitAcquire takes a's slot and a global one, waiting at most wait.
-func (l *Limiter) waitAcquire(ctx context.Context, a *app.App, wait time.Duration) (_ slots, ok bool) {
-	appSlots := l.app(a)
+// slots are the slots one attempt holds: its app's, its rule's when the
+// rule bounds itself, and a global one, in the order they are taken. A
+// value, so that taking them allocates nothing.
+type slots struct {
+	c [3]chan struct{}
+	n int
+}
+
+// release gives the first n back.
+func (s slots) release() { s.releaseFirst(s.n) }
+
+func (s slots) releaseFirst(n int) {
+	for i := range n {
+		<-s.c[i]
+	}
+}
+
+// slotsOf are the slots an attempt of rule handler of a needs, with lim
+// its flow control.
+func (l *Limiter) slotsOf(a *app.App, handler string, lim app.Limits) slots {
+	if r := l.rule(a, handler, lim); r != nil {
+		return slots{c: [3]chan struct{}{l.app(a), r, l.global}, n: 3}
+	}
+	return slots{c: [3]chan struct{}{l.app(a), l.global}, n: 2}
+}
+
+// tryAcquire takes every one of want if all are free now.
+func (l *Limiter) tryAcquire(want slots) (_ slots, ok bool) {
+	for i := range want.n {
+		select {
+		case want.c[i] <- struct{}{}:
+		default:
+			want.releaseFirst(i)
+			return slots{}, false
+		}
+	}
+	return want, true
+}
+
+// waitAcquire takes every one of want, in order, waiting at most wait in
+// all.
+func (l *Limiter) waitAcquire(ctx context.Context, want slots, wait time.Duration) (_ slots, ok bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	select {
-	case appSlots <- struct{}{}:
-	case <-timer.C:
-		return slots{}, false
-	case <-ctx.Done():
+	for i := range want.n {
+		select {
+		case want.c[i] <- struct{}{}:
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		want.releaseFirst(i)
 		return slots{}, false
 	}
-	select {
-	case l.global <- struct{}{}:
-		return slots{l.global, appSlots}, true
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	<-appSlots
-	return slots{}, false
+	return want, true
 }
 
 // AppSlots is how many of one app's concurrency slots are taken on a
@@ -121,6 +153,9 @@ func (l *Limiter) InUse() (global int, apps []AppSlots) {
 	defer l.mu.Unlock()
 	byApp := map[string]*AppSlots{}
 	for k, s := range l.perApp {
+		if strings.Contains(k.name, "/") {
+			continue // a rule's own slots
+		}
 		a := byApp[k.name]
 		if a == nil {
 			a = &AppSlots{App: k.name}

@@ -13,7 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // Two Engines (two streams of one worker) sharing a Limiter of 2 slots
@@ -51,8 +51,8 @@ func TestSharedLimiterBoundsEnginesTogether(t *testing.T) {
 				cfg := fastConfig()
 				cfg.Limiter, cfg.Metrics = limiter, prometheus.NewRegistry() // MaxConcurrency: the Limiter's
 				e, err := relay.NewEngine(h.apps, relay.Components{
-					Source: stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond)),
-					State:  h.state, Runner: runner, DLQ: h.dlqw, Stream: h.stream, Group: h.group, Consumer: "c1",
+					Source: redisstream.New(h.rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond)),
+					State:  h.state, Runner: runner, Stream: h.stream, Group: h.group, Consumer: "c1",
 				}, cfg)
 				if err != nil {
 					t.Fatal(err)

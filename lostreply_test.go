@@ -11,7 +11,8 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/invocation/redisstate"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // freezeOnClaim is the worker's store with a network that freezes (a black
@@ -20,7 +21,7 @@ import (
 // claim's script reaches Redis only after the worker gave up waiting for
 // its reply.
 type freezeOnClaim struct {
-	*invocation.Store
+	*redisstate.Store
 	proxy  *netfault.Proxy
 	warmUp atomic.Value // string: the id of the message not to freeze on
 	thaw   time.Duration
@@ -28,15 +29,17 @@ type freezeOnClaim struct {
 	thawed chan struct{}
 }
 
-func (s *freezeOnClaim) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
-	if id, _ := s.warmUp.Load().(string); id == "" || id == key.MessageID {
-		return s.Store.Claim(ctx, key, field, lease, maxAttempts, rec)
+func (s *freezeOnClaim) Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult {
+	warm, _ := s.warmUp.Load().(string)
+	for _, r := range reqs {
+		if warm != "" && r.Key.MessageID != warm {
+			s.once.Do(func() {
+				s.proxy.Blackhole()
+				time.AfterFunc(s.thaw, func() { s.proxy.Heal(); close(s.thawed) })
+			})
+		}
 	}
-	s.once.Do(func() {
-		s.proxy.Blackhole()
-		time.AfterFunc(s.thaw, func() { s.proxy.Heal(); close(s.thawed) })
-	})
-	return s.Store.Claim(ctx, key, field, lease, maxAttempts, rec)
+	return s.Store.Claim(ctx, reqs)
 }
 
 // TestLostClaimReplyChargesNothing: a claim whose reply is lost (the network
@@ -54,9 +57,9 @@ func TestLostClaimReplyChargesNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { proxy.Close() })
 	rc := redistest.Connect(t, proxy.Addr())
-	frozen := &freezeOnClaim{Store: invocation.New(rc), proxy: proxy, thaw: 2 * time.Second, thawed: make(chan struct{})}
-	h.source = stream.New(rc, h.stream, h.group, "c1", stream.WithBlock(50*time.Millisecond))
-	h.stateStore, h.settler = frozen, frozen.Store
+	frozen := &freezeOnClaim{Store: redisstate.New(rc), proxy: proxy, thaw: 2 * time.Second, thawed: make(chan struct{})}
+	h.source = redisstream.New(rc, h.stream, h.group, "c1", redisstream.WithBlock(50*time.Millisecond))
+	h.stateStore = frozen
 	h.start("c1", writeTimeout(500*time.Millisecond))
 	// A first message loads the scripts: a claim's EVALSHA that finds
 	// none would not be followed by its EVAL once the worker stopped

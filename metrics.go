@@ -15,6 +15,7 @@ type metrics struct {
 	invocations                             *prometheus.CounterVec
 	duration                                *prometheus.HistogramVec
 	retries, dlqEntries                     *prometheus.CounterVec
+	deferrals, superseded                   *prometheus.CounterVec
 	inFlight, pending, pendingAge           prometheus.Gauge
 }
 
@@ -39,6 +40,10 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 			Help: "Failed attempts scheduled for a retry."}, []string{"app", "handler"}),
 		dlqEntries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "dlq_entries_total",
 			Help: "Dead-letter entries written."}, []string{"app", "handler"}),
+		deferrals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "flow_deferrals_total",
+			Help: "Claims a rule's flow control deferred, by limit (concurrency, rate, debounce); an invocation counts once per try."}, []string{"app", "handler", "limit"}),
+		superseded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "relay", Name: "superseded_total",
+			Help: "Invocations not run because a newer event with their debounce key was recorded."}, []string{"app", "handler"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "in_flight_invocations",
 			Help: "Invocations running now."}),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "relay", Name: "pending_entries",
@@ -51,7 +56,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.received, m.matched, m.unmatched, m.malformed, m.missingPayload,
-		m.concurrencyWaits, m.oversized, m.claimsVoided, m.invocations, m.duration, m.retries, m.dlqEntries, m.inFlight, m.pending, m.pendingAge} {
+		m.concurrencyWaits, m.oversized, m.claimsVoided, m.invocations, m.duration, m.retries, m.dlqEntries, m.deferrals, m.superseded, m.inFlight, m.pending, m.pendingAge} {
 		errs = append(errs, r.Register(c))
 	}
 	return m, errors.Join(errs...)

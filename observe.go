@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -68,7 +69,11 @@ func (os observers) invocation(ctx context.Context, d *delivery, out Outcome) {
 // newObservers are the observers of an Engine of cfg: its log, metrics,
 // cluster stats and spans, then Config.OnOutcome when set.
 func newObservers(cfg Config, log *slog.Logger, m *metrics, consumer string) observers {
-	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}, statsObserver{cfg.Stats, consumer}, spanObserver{}}
+	obs := observers{logObserver{log: log, repeats: newRepeats()}, metricsObserver{m}}
+	if cfg.Stats != nil {
+		obs = append(obs, statsObserver{cfg.Stats, consumer})
+	}
+	obs = append(obs, spanObserver{})
 	if cfg.OnOutcome != nil {
 		obs = append(obs, hookObserver(cfg.OnOutcome))
 	}
@@ -122,6 +127,14 @@ func (mo metricsObserver) invocation(_ context.Context, _ *delivery, o Outcome) 
 	if o.DLQID != "" {
 		m.dlqEntries.WithLabelValues(o.App, o.Handler).Inc()
 	}
+	switch o.Kind {
+	case Throttled:
+		m.deferrals.WithLabelValues(o.App, o.Handler, o.Reason).Inc()
+	case Debounced:
+		m.deferrals.WithLabelValues(o.App, o.Handler, "debounce").Inc()
+	case Superseded:
+		m.superseded.WithLabelValues(o.App, o.Handler).Inc()
+	}
 }
 
 // retries counts the failed attempts of o scheduled for another try: the
@@ -147,7 +160,7 @@ func ran(r AttemptResult) bool {
 // statsObserver counts in the cluster-wide stats hash and adds outcomes to
 // the feed relay console tails (docs/delivery.md#cluster-wide-counters).
 type statsObserver struct {
-	r        *stats.Recorder
+	r        Stats
 	consumer string
 }
 
@@ -179,6 +192,9 @@ func (so statsObserver) invocation(_ context.Context, d *delivery, o Outcome) {
 	}
 	if o.DLQID != "" {
 		so.r.Add(stats.DLQEntries)
+	}
+	if o.Kind == Superseded {
+		so.r.Add(stats.Superseded)
 	}
 	if outcome := feedOutcome(o); outcome != "" {
 		ev := stats.Event{
@@ -312,6 +328,11 @@ func (lo logObserver) invocation(ctx context.Context, d *delivery, o Outcome) {
 	}
 	// A lost attempt was logged when the claim charged it (msgAttemptLost).
 	lo.kindLine(o, failure)
+	if pe, ok := errors.AsType[*runtime.PanicError](o.Err); ok && lo.log.Enabled(ctx, slog.LevelDebug) {
+		logAttrs(ctx, lo.log, slog.LevelDebug, "handler panicked", spanLogAttrs(d.msg.ID, span,
+			slog.String(telemetry.App, o.App), slog.String(telemetry.Handler, o.Handler), slog.Int(telemetry.Attempt, o.Attempt),
+			slog.String("panic", fmt.Sprint(pe.Value)), slog.String("stack", string(pe.Stack)))...)
+	}
 	if o.WriteErr != nil && o.Kind != WriteFailed {
 		failure(slog.LevelError, "giving the attempt back failed; its lease will expire and count as a failed attempt",
 			o.WriteErr.Err, slog.String("op", o.WriteErr.Op.String()), slog.Any("error", o.WriteErr.Err))
@@ -345,6 +366,12 @@ func (lo logObserver) kindLine(o Outcome, failure failureLog) {
 		log(slog.LevelInfo, "invocation of a handler no longer declared had no attempt charged; dropped with its rule")
 	case NotDue:
 		log(slog.LevelDebug, "invocation not due", slog.Time("next_attempt_at", o.Next))
+	case Throttled:
+		log(slog.LevelDebug, "invocation throttled by its rule's "+o.Reason+" limit; waiting, no attempt charged", slog.Time("next_attempt_at", o.Next))
+	case Debounced:
+		log(slog.LevelDebug, "invocation debounced; waiting for its period to end", slog.Time("next_attempt_at", o.Next))
+	case Superseded:
+		log(slog.LevelInfo, "invocation superseded by a newer event with its debounce key; not run", slog.String("reason", o.Reason))
 	case Leased:
 		// The wait can be minutes: say so.
 		log(slog.LevelInfo, "invocation leased by an earlier delivery; waiting for it to finish or its lease to expire",
@@ -371,6 +398,13 @@ func (lo logObserver) kindLine(o Outcome, failure failureLog) {
 	case OutcomeUnknown:
 		log(slog.LevelError, "handler outcome unknown; its lease will expire and count as an attempt",
 			slog.Int(telemetry.Attempt, o.Attempt), slog.Any("error", o.Err))
+	case Gone:
+		if o.Result == "" {
+			log(slog.LevelWarn, "invocation not run: its message is no longer pending in the consumer group (another consumer acknowledged it, or Redis lost its data)")
+			break
+		}
+		log(slog.LevelWarn, "handler stopped: its message is no longer pending in the consumer group (another consumer acknowledged it, or Redis lost its data); its outcome is not recorded",
+			append(run, slog.Any("error", o.Err))...)
 	case WriteFailed:
 		err := o.WriteErr.Err
 		lo.writeFailed(func(level slog.Level, msg string, extra ...slog.Attr) { failure(level, msg, err, extra...) }, o, run)
@@ -432,12 +466,16 @@ func (lo logObserver) writeFailed(log func(slog.Level, string, ...slog.Attr), o 
 	if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
 		// Not a failure to fix: the attempt outlived its lease (a stalled
 		// or suspended worker) and another delivery owns the invocation
-		// now, or has finished it (docs/delivery.md). The line still says
-		// how the handler really ended.
+		// now, or the message is no longer pending (docs/delivery.md). The
+		// line still says how the handler really ended.
 		if o.Result != "" {
 			attrs = append(attrs, slog.String("handler_result", string(o.Result)))
 		}
-		log(slog.LevelWarn, "attempt's lease taken over by another delivery; its outcome is not recorded", attrs...)
+		msg := "attempt's lease taken over by another delivery; its outcome is not recorded"
+		if errors.Is(err, invocation.ErrTerminal) {
+			msg = "the message is no longer pending in the consumer group (another delivery acknowledged it, or Redis lost its data); the outcome is not recorded"
+		}
+		log(slog.LevelWarn, msg, attrs...)
 		return
 	}
 	log(slog.LevelError, msg, attrs...)
@@ -452,7 +490,6 @@ var writeFailedMsgs = map[Op]string{
 	OpRetry:   "recording failure failed; message left pending",
 	OpExhaust: "recording exhaustion failed; message left pending",
 	OpDLQ:     "dead-letter write failed; message left pending",
-	OpMarkDLQ: "recording dead-letter marker failed; message left pending",
 }
 
 // runAttrs describe the attempt o ran, if any.

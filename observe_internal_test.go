@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/invocation"
 )
 
 // TestWriteFailedOfALostLease: a write refused because the attempt's lease
-// was taken over (a stalled or suspended worker resuming) is logged as a
-// warning that says so, not as a failure to record the outcome; any other
-// failed write stays an error.
+// was taken over (a stalled or suspended worker resuming), or because the
+// message is no longer pending (another delivery acknowledged it, or Redis
+// lost its data), is logged as a warning that says which, not as a failure
+// to record the outcome; any other failed write stays an error.
 func TestWriteFailedOfALostLease(t *testing.T) {
 	type line struct {
 		level slog.Level
@@ -22,11 +24,15 @@ func TestWriteFailedOfALostLease(t *testing.T) {
 	}
 	var got []line
 	log := func(l slog.Level, m string, _ ...slog.Attr) { got = append(got, line{l, m}) }
-	for _, err := range []error{invocation.ErrStale, fmt.Errorf("retry: %w", invocation.ErrTerminal)} {
+	for err, want := range map[error]string{
+		invocation.ErrStale: "attempt's lease taken over by another delivery; its outcome is not recorded",
+		// No other delivery need exist: Redis may have lost the PEL.
+		fmt.Errorf("retry: %w", invocation.ErrTerminal): "the message is no longer pending in the consumer group (another delivery acknowledged it, or Redis lost its data); the outcome is not recorded",
+	} {
 		got = nil
 		logObserver{}.writeFailed(log, Outcome{WriteErr: &WriteError{Op: OpRetry, Err: err}}, nil)
-		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].msg != "attempt's lease taken over by another delivery; its outcome is not recorded" {
-			t.Errorf("write refused with %v logged %+v, want one warning that the lease was taken over", err, got)
+		if len(got) != 1 || got[0].level != slog.LevelWarn || got[0].msg != want {
+			t.Errorf("write refused with %v logged %+v, want one warning: %s", err, got, want)
 		}
 	}
 	// Refused only when tried again after an error: the first try may be
@@ -54,11 +60,11 @@ func TestRetryWriteMarksARefusalAfterAnError(t *testing.T) {
 			return errors.New("i/o timeout")
 		}
 		return invocation.ErrTerminal
-	})
+	}, ctxtime.Sleep)
 	if !errors.As(err, new(retriedWrite)) || !errors.Is(err, invocation.ErrTerminal) || tries != 2 {
 		t.Errorf("after %d tries: %v (%T), want retriedWrite wrapping ErrTerminal after 2", tries, err, err)
 	}
-	err = retryWrite(t.Context(), func(context.Context) error { return invocation.ErrStale })
+	err = retryWrite(t.Context(), func(context.Context) error { return invocation.ErrStale }, ctxtime.Sleep)
 	if errors.As(err, new(retriedWrite)) || !errors.Is(err, invocation.ErrStale) {
 		t.Errorf("first try refused: %v (%T), want ErrStale as it is", err, err)
 	}

@@ -25,7 +25,8 @@ import (
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // statsApp: ok.run succeeds, flaky.run fails its first attempt and is
@@ -50,11 +51,11 @@ func statsWorker(h *harness, consumer string, statsClient rueidis.Client) (reg *
 	h.t.Helper()
 	reg = prometheus.NewRegistry()
 	cfg := fastConfig()
-	cfg.Metrics, cfg.Stats, cfg.StatsInterval = reg, stats.NewRecorder(statsClient, h.stream, h.group), 20*time.Millisecond
+	cfg.Metrics, cfg.Stats, cfg.StatsInterval = reg, redisstats.NewRecorder(statsClient, h.stream, h.group), 20*time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: stream.New(h.rc, h.stream, h.group, consumer, stream.WithBlock(50*time.Millisecond)),
-		State:  h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: redisstream.New(h.rc, h.stream, h.group, consumer, redisstream.WithBlock(50*time.Millisecond)),
+		State:  h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: consumer,
 	}, cfg)
 	if err != nil {
@@ -110,7 +111,7 @@ func promStats(t *testing.T, regs ...*prometheus.Registry) stats.Counts {
 
 func (h *harness) readStats() stats.Counts {
 	h.t.Helper()
-	s, err := stats.Read(context.Background(), h.rc, h.stream, h.group)
+	s, err := redisstats.Read(context.Background(), h.rc, h.stream, h.group)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestStatsNeverHoldUpMessages(t *testing.T) {
 	var got stats.Counts
 	testutil.WaitFor(t, 10*time.Second, "counts written after the outage", func() bool {
 		var err error
-		got, err = stats.Read(context.Background(), statsClient, h.stream, h.group)
+		got, err = redisstats.Read(context.Background(), statsClient, h.stream, h.group)
 		return err == nil && got == want
 	})
 }
@@ -190,7 +191,7 @@ func TestReadStats(t *testing.T) {
 	rc := redistest.Client(t)
 	ctx := t.Context()
 	s := redistest.Name(t, "events")
-	if got, err := stats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{}) {
+	if got, err := redisstats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{}) {
 		t.Errorf("ReadStats without a hash = %+v, %v; want zeros", got, err)
 	}
 	key := keys.Stats(s, "g")
@@ -198,13 +199,13 @@ func TestReadStats(t *testing.T) {
 		FieldValue("future_counter", "1").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := stats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{Received: 5, DLQEntries: 2}) {
+	if got, err := redisstats.Read(ctx, rc, s, "g"); err != nil || got != (stats.Counts{Received: 5, DLQEntries: 2}) {
 		t.Errorf("ReadStats = %+v, %v", got, err)
 	}
 	if err := rc.Do(ctx, rc.B().Hset().Key(key).FieldValue().FieldValue("retries", "many").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stats.Read(ctx, rc, s, "g"); err == nil || !strings.Contains(err.Error(), `"retries"`) {
+	if _, err := redisstats.Read(ctx, rc, s, "g"); err == nil || !strings.Contains(err.Error(), `"retries"`) {
 		t.Errorf("ReadStats with a bad field = %v; want an error naming it", err)
 	}
 }
@@ -239,7 +240,7 @@ func TestOnOutcomeSeesEveryOutcomeOnce(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src.Consumer("c1"), State: relaytest.NewStateStore(), Runner: runner, DLQ: relaytest.NewDLQ("events"),
+		Source: src.Consumer("c1"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events"))), Runner: runner,
 		Stream: "events", Group: "workers", Consumer: "c1",
 	}, relay.Config{
 		Logger: slog.New(slog.DiscardHandler), MinPendingIdle: 50 * time.Millisecond, ReclaimInterval: 10 * time.Millisecond,

@@ -35,39 +35,43 @@ type schedulePin struct {
 }
 
 // occurrence is the match stage of a schedule occurrence
-// (docs/schedules.md#the-stream-entry): instead of matching patterns it resolves the
-// occurrence to its schedule's handler and invokes it. An invalid envelope
-// is dead-lettered; an occurrence of a schedule or app that no longer exists
-// is obsolete (acknowledged without a DLQ entry); one of an unavailable app
-// stays pending.
-func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
-	env, err := e.checkEnvelope([]byte(d.event))
+// (docs/schedules.md#the-stream-entry): instead of matching patterns it
+// resolves the occurrence to its schedule's handler. An invalid envelope
+// is dead-lettered; an occurrence of a schedule or app that no longer
+// exists is obsolete (acknowledged without a DLQ entry); one of an
+// unavailable app stays pending.
+func (p *pipeline) occurrence(ctx context.Context, d *delivery) plan {
+	env, err := p.checkEnvelope([]byte(d.event))
 	if err != nil {
-		return e.invalidOccurrence(ctx, d, err)
+		return invalidOccurrence(err)
 	}
 	attrs := []slog.Attr{slog.String("schedule", env.Schedule), slog.String("scheduled_at", env.ScheduledAt)}
 	a := d.gen.apps.Get(env.App)
 	if a == nil {
-		e.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "app no longer exists", app: env.App, attrs: attrs})
-		return verdict{hasState: true} // an earlier delivery may have left state: retain it
+		p.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "app no longer exists", app: env.App, attrs: attrs})
+		return plan{ack: true, hasState: true} // an earlier delivery may have left state: retain it
+	}
+	held := func(msg string, err error) plan {
+		return plan{pending: &pendingReason{level: slog.LevelError, msg: msg, err: err, attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
 	}
 	if !a.Available() {
-		return verdict{pending: &pendingReason{level: slog.LevelWarn, msg: "app unavailable; schedule occurrence left pending", err: a.Errors.Err(),
-			attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
+		pl := held("app unavailable; schedule occurrence left pending", a.Errors.Err())
+		pl.pending.level = slog.LevelWarn
+		return pl
 	}
 	s := a.Schedule(env.Schedule)
 	if s == nil {
-		e.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "schedule no longer exists", app: env.App, attrs: attrs})
-		return verdict{hasState: true}
+		p.obs.message(ctx, d, msgEvent{kind: msgObsolete, reason: "schedule no longer exists", app: env.App, attrs: attrs})
+		return plan{ack: true, hasState: true}
 	}
-	pin, err := e.pin(ctx, d, s)
+	pin, err := p.pin(ctx, d, s)
 	if errors.Is(err, invocation.ErrTerminal) {
-		// Another delivery finished it and the message left the PEL.
-		return verdict{}
+		// Another delivery finished it and the message left the PEL: the
+		// ack below is inert.
+		return plan{ack: true}
 	}
 	if err != nil {
-		return verdict{pending: &pendingReason{level: slog.LevelError, msg: "pinning schedule occurrence failed; left pending", err: err,
-			attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
+		return held("pinning schedule occurrence failed; left pending", err)
 	}
 	// The occurrence must be a firing of the cron it is pinned to. The
 	// first delivery pinned the schedule's cron as it was then and checked
@@ -78,25 +82,22 @@ func (e *Engine) occurrence(ctx context.Context, d *delivery) verdict {
 	if pin.Cron == s.Cron.String() && pin.Timezone == s.Timezone().String() {
 		err := env.Validate(schedule.Spec{App: a.Name, Name: s.Name, Handler: pin.Handler, Cron: s.Cron})
 		if errors.Is(err, schedule.ErrInvalidEnvelope) {
-			return e.invalidOccurrence(ctx, d, err)
+			return invalidOccurrence(err)
 		}
 		if err != nil {
-			return verdict{pending: &pendingReason{level: slog.LevelError, msg: "checking schedule occurrence failed; left pending", err: err,
-				attrs: append(attrs, slog.String("app", a.Name)), app: a.Name}}
+			return held("checking schedule occurrence failed; left pending", err)
 		}
 	}
-	last := e.invoke(ctx, d, call{
-		app: a.Name, handler: pin.Handler, timeout: time.Duration(pin.TimeoutMS) * time.Millisecond,
-		retries: pin.Retries, input: env.Input(),
-	})
-	return verdict{last: last, hasLast: true, hasState: true}
+	c := call{app: a.Name, handler: pin.Handler, timeout: time.Duration(pin.TimeoutMS) * time.Millisecond,
+		retries: pin.Retries, input: env.Input(), field: invocation.Field(a.Name, pin.Handler)}
+	return plan{calls: []call{c}, hasState: true}
 }
 
 // checkEnvelope decodes an occurrence envelope and checks what needs no
 // schedule: its identity, and that it is not far in the future. The
 // identity is checked before the schedule is looked up, so a forged entry
 // is dead-lettered rather than passed off as obsolete.
-func (e *Engine) checkEnvelope(event []byte) (schedule.Envelope, error) {
+func (p *pipeline) checkEnvelope(event []byte) (schedule.Envelope, error) {
 	env, err := schedule.DecodeEnvelope(event)
 	if err != nil {
 		return env, err
@@ -118,15 +119,14 @@ func (e *Engine) checkEnvelope(event []byte) (schedule.Envelope, error) {
 }
 
 // invalidOccurrence dead-letters an occurrence that must not run.
-func (e *Engine) invalidOccurrence(ctx context.Context, d *delivery, err error) verdict {
+func invalidOccurrence(err error) plan {
 	why := strings.TrimPrefix(err.Error(), schedule.ErrInvalidEnvelope.Error()+": ")
-	o := e.deadLetterMessage(ctx, d, "invalid schedule occurrence: "+why)
-	return verdict{outcomes: []Outcome{e.report(ctx, d, o)}, hasState: true}
+	return plan{deadLetter: "invalid schedule occurrence: " + why, hasState: true}
 }
 
 // pin fixes the schedule's current handler, limits and cron for this
 // occurrence unless an earlier delivery did, and returns what is pinned.
-func (e *Engine) pin(ctx context.Context, d *delivery, s *app.Schedule) (schedulePin, error) {
+func (p *pipeline) pin(ctx context.Context, d *delivery, s *app.Schedule) (schedulePin, error) {
 	want, err := json.Marshal(schedulePin{
 		// Whole milliseconds, rounded up: a timeout under 1ms is valid
 		// (> 0) and must not pin 0, which reads as malformed.
@@ -137,16 +137,17 @@ func (e *Engine) pin(ctx context.Context, d *delivery, s *app.Schedule) (schedul
 		return schedulePin{}, err
 	}
 	var stored string
-	err = e.persist(ctx, func(octx context.Context) (err error) {
-		stored, err = e.c.State.Pin(octx, d.key, scheduleField, string(want))
+	err = p.persist(ctx, func(octx context.Context) (err error) {
+		defer p.act.block()()
+		stored, err = p.state.Pin(octx, d.key, scheduleField, string(want))
 		return err
 	})
 	if err != nil {
 		return schedulePin{}, err
 	}
-	var p schedulePin
-	if err := json.Unmarshal([]byte(stored), &p); err != nil || p.Handler == "" || p.TimeoutMS <= 0 || p.Retries < 0 {
+	var pin schedulePin
+	if err := json.Unmarshal([]byte(stored), &pin); err != nil || pin.Handler == "" || pin.TimeoutMS <= 0 || pin.Retries < 0 {
 		return schedulePin{}, fmt.Errorf("stored pin %q is malformed", stored)
 	}
-	return p, nil
+	return pin, nil
 }

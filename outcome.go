@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/relaydev/relay/invocation"
 )
 
 // AttemptResult says how one handler attempt ended, or why it could not
@@ -36,7 +38,7 @@ const (
 )
 
 // OutcomeKind is what a delivery did with one invocation
-// (docs/delivery.md#outcomes). The first four are terminal: the invocation
+// (docs/delivery.md#outcomes). The first five (Kind.Terminal) are terminal: the invocation
 // needs nothing more, so it does not hold its message. Every other kind
 // leaves the message pending for a later delivery.
 type OutcomeKind int
@@ -54,6 +56,9 @@ const (
 	// declared, which never had an attempt charged, was dropped with its
 	// rule.
 	Dropped
+	// Superseded: a newer event with the same debounce key runs instead,
+	// and is recorded (docs/flow-control.md#debounce); nothing ran.
+	Superseded
 
 	// Retrying: the handler failed; the next attempt is recorded for Next.
 	Retrying
@@ -73,6 +78,19 @@ const (
 	// OutcomeUnknown: the handler may have run but its result was lost;
 	// its lease is kept, and counts as a failed attempt when it expires.
 	OutcomeUnknown
+	// Throttled: a limit of the rule's (its concurrency across workers,
+	// its rate) lets no attempt start before Next; nothing ran and no
+	// attempt is charged. Reason names the limit
+	// (docs/flow-control.md).
+	Throttled
+	// Debounced: the invocation waits for its debounce period to end at
+	// Next, in case a newer event with its key supersedes it.
+	Debounced
+	// Gone: the message left the consumer group's PEL while its handler
+	// ran, or before its claim (another consumer acknowledged it, or Redis
+	// lost its data); a running handler was stopped, and nothing of it is
+	// recorded.
+	Gone
 	// WriteFailed: recording a transition, writing a dead-letter entry or
 	// claiming failed (Outcome.WriteErr says which); the next delivery
 	// reads the state again.
@@ -80,10 +98,11 @@ const (
 )
 
 var outcomeKindNames = map[OutcomeKind]string{
-	Succeeded: "succeeded", DeadLettered: "dead-lettered", Done: "done", Dropped: "dropped",
+	Succeeded: "succeeded", DeadLettered: "dead-lettered", Done: "done", Dropped: "dropped", Superseded: "superseded",
+	Throttled: "throttled", Debounced: "debounced",
 	Retrying: "retrying", NotDue: "not due", Leased: "leased", Unavailable: "unavailable",
 	NoSlot: "no slot", Stopping: "stopping", NotRun: "not run", OutcomeUnknown: "outcome unknown",
-	WriteFailed: "write failed",
+	Gone: "gone", WriteFailed: "write failed",
 }
 
 func (k OutcomeKind) String() string {
@@ -95,12 +114,12 @@ func (k OutcomeKind) String() string {
 
 // Terminal reports whether an invocation with this outcome lets its message
 // be acknowledged.
-func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Dropped }
+func (k OutcomeKind) Terminal() bool { return k >= Succeeded && k <= Superseded }
 
 // Outcome is what one delivery did with one invocation: the value the
-// record stage returns, which the Engine reports once to its observers (log,
-// metrics, cluster stats, trace) and from which the settle stage decides
-// the message's acknowledgement.
+// claim and run stage (attempt.go) returns, which the Engine reports once
+// to its observers (log, metrics, cluster stats, trace) and from which the
+// decide stage (settle.go) says whether the message is acknowledged.
 type Outcome struct {
 	Kind         OutcomeKind
 	App, Handler string
@@ -119,8 +138,8 @@ type Outcome struct {
 	// WriteErr is the write that failed, for WriteFailed, or that failed
 	// without changing the kind (giving an attempt back); nil otherwise.
 	WriteErr *WriteError
-	// Next is the earliest next attempt (Retrying, NotDue) or the end of
-	// the running lease (Leased).
+	// Next is the earliest next attempt (Retrying, NotDue, Throttled,
+	// Debounced) or the end of the running lease (Leased).
 	Next time.Time
 	// DLQID and Reason describe the entry written for DeadLettered.
 	DLQID, Reason string
@@ -139,7 +158,7 @@ type Outcome struct {
 }
 
 // field is the invocation's field in its message's state hash.
-func (o Outcome) field() string { return o.App + "/" + o.Handler }
+func (o Outcome) field() string { return invocation.Field(o.App, o.Handler) }
 
 // Op names a write that records what a delivery did (the op attribute of
 // its log line).
@@ -147,18 +166,16 @@ type Op int
 
 // The writes.
 const (
-	OpClaim   Op = iota + 1 // StateStore.Claim
-	OpRelease               // StateStore.Release: an attempt given back
-	OpFinish                // StateStore.Finish or Settler.FinishSettle
-	OpRetry                 // StateStore.ScheduleRetry
-	OpExhaust               // StateStore.Exhaust
-	OpDLQ                   // DLQWriter.Write
-	OpMarkDLQ               // StateStore.MarkDLQ
-	OpRecord                // StateStore.Release of an invocation that did not start
+	OpClaim   Op = iota + 1 // StateStore.Claim (a probe too)
+	OpRelease               // a Release settled: an attempt given back
+	OpFinish                // a Finish settled
+	OpRetry                 // a Retry settled
+	OpExhaust               // an Exhaust settled, with its dead-letter entry
+	OpDLQ                   // a DeadLetter settled: the entry of an exhausted invocation
 )
 
 var opNames = [...]string{OpClaim: "claim", OpRelease: "release", OpFinish: "finish", OpRetry: "retry",
-	OpExhaust: "exhaust", OpDLQ: "dlq", OpMarkDLQ: "mark_dlq", OpRecord: "record"}
+	OpExhaust: "exhaust", OpDLQ: "dlq"}
 
 func (op Op) String() string {
 	if op > 0 && int(op) < len(opNames) {

@@ -16,8 +16,8 @@ import (
 // still records what its handlers did) and ends after the write timeout,
 // or up to maxDeadlineSlack later (sharedDeadlines). Its timer is shared:
 // there is nothing to cancel.
-func (e *Engine) writeCtx(ctx context.Context) context.Context {
-	return e.writeEnds.with(ctx, context.Background(), time.Now().Add(e.cfg.WriteTimeout), deadlineSlack(e.cfg.WriteTimeout))
+func (p *pipeline) writeCtx(ctx context.Context) context.Context {
+	return p.writeEnds.with(ctx, context.Background(), time.Now().Add(p.cfg.WriteTimeout), deadlineSlack(p.cfg.WriteTimeout))
 }
 
 // persist runs an idempotent or fenced write until it succeeds, fails with
@@ -26,8 +26,8 @@ func (e *Engine) writeCtx(ctx context.Context) context.Context {
 // must not turn its recorded outcome into a lost one. A fenced write whose
 // earlier try applied but whose reply was lost comes back ErrStale; the
 // message then stays pending and the next delivery's Claim reads the truth.
-func (e *Engine) persist(ctx context.Context, op func(context.Context) error) error {
-	return retryWrite(e.writeCtx(ctx), op)
+func (p *pipeline) persist(ctx context.Context, op func(context.Context) error) error {
+	return retryWrite(p.writeCtx(ctx), op, p.pause)
 }
 
 // persistSuccess is persist for the record of a handler's success, which
@@ -38,9 +38,9 @@ func (e *Engine) persist(ctx context.Context, op func(context.Context) error) er
 // fenced write still applies when Redis is back. It retries until the
 // lease's deadline plus MinPendingIdle (at least the write timeout), or
 // until the worker abandons running work (handlerCtx).
-func (e *Engine) persistSuccess(ctx, handlerCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
-	patience := max(e.cfg.WriteTimeout, time.Until(l.Deadline)+e.cfg.MinPendingIdle)
-	return retryWrite(e.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op)
+func (p *pipeline) persistSuccess(ctx, handlerCtx context.Context, l invocation.Lease, op func(context.Context) error) error {
+	patience := max(p.cfg.WriteTimeout, time.Until(l.Deadline)+p.cfg.MinPendingIdle)
+	return retryWrite(p.successEnds.with(ctx, handlerCtx, time.Now().Add(patience), deadlineSlack(patience)), op, p.pause)
 }
 
 // maxDeadlineSlack is how much later than asked a write's context may end
@@ -102,7 +102,16 @@ func (c endsWith) Value(key any) any           { return c.values.Value(key) }
 // its end without a goroutine of their own.
 func (c endsWith) AfterFunc(f func()) (stop func() bool) { return context.AfterFunc(c.ends, f) }
 
-func retryWrite(octx context.Context, op func(context.Context) error) error {
+// pause waits d before a write is tried again, the delivery counting as
+// waiting meanwhile (batch.go); false when ctx ended first.
+func (p *pipeline) pause(ctx context.Context, d time.Duration) bool {
+	defer p.act.block()()
+	return ctxtime.Sleep(ctx, d)
+}
+
+// retryWrite runs op until it succeeds, fails with a contract error, or
+// octx ends, waiting with pause between tries.
+func retryWrite(octx context.Context, op func(context.Context) error, pause func(context.Context, time.Duration) bool) error {
 	for tries := 1; ; tries++ {
 		err := op(octx)
 		if errors.Is(err, invocation.ErrStale) || errors.Is(err, invocation.ErrTerminal) {
@@ -114,7 +123,7 @@ func retryWrite(octx context.Context, op func(context.Context) error) error {
 		if err == nil {
 			return nil
 		}
-		if !ctxtime.Sleep(octx, retryDelay(tries)) {
+		if !pause(octx, retryDelay(tries)) {
 			return err
 		}
 	}

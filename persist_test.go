@@ -7,25 +7,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 )
 
-// failingFinish fails Finish while down reports true, as Redis would while
-// it is unreachable at the moment a handler completes, and counts the calls.
-type failingFinish struct {
-	relay.StateStore
-	down  func() bool
-	tries atomic.Int32
-}
-
-func (f *failingFinish) Finish(ctx context.Context, l invocation.Lease) error {
-	f.tries.Add(1)
-	if f.down() {
-		return errors.New("injected: connection refused")
-	}
-	return f.StateStore.Finish(ctx, l)
+// failFinishes fails the settlements of h's store that record a success
+// while down reports true, as Redis would while it is unreachable at the
+// moment a handler completes, and counts them.
+func failFinishes(h *harness, down func() bool) (tries *atomic.Int32) {
+	tries = new(atomic.Int32)
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		if !writes(s, invocation.Finish) {
+			return nil
+		}
+		tries.Add(1)
+		if down() {
+			return errors.New("injected: connection refused")
+		}
+		return nil
+	}}
+	return tries
 }
 
 func TestSuccessSurvivesRedisBlinkAtFinish(t *testing.T) {
@@ -38,7 +39,7 @@ events:
 	// A restart: the first two writes fail.
 	var fails atomic.Int32
 	fails.Store(2)
-	h.stateStore = &failingFinish{StateStore: h.state, down: func() bool { return fails.Add(-1) >= 0 }}
+	failFinishes(h, func() bool { return fails.Add(-1) >= 0 })
 	h.start("c1")
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "ack", func() bool { return h.settled() })
@@ -66,8 +67,7 @@ events:
 	h.handle("users/events.created", nil)
 	// An outage longer than one write's timeout (200ms).
 	until := time.Now().Add(1500 * time.Millisecond)
-	down := &failingFinish{StateStore: h.state, down: func() bool { return time.Now().Before(until) }}
-	h.stateStore = down
+	tries := failFinishes(h, func() bool { return time.Now().Before(until) })
 	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "ack", h.settled)
@@ -80,7 +80,7 @@ events:
 	if es := h.dlqEntries(); len(es) != 0 {
 		t.Errorf("a succeeded invocation was dead-lettered: %+v", es)
 	}
-	if n := down.tries.Load(); n < 3 {
+	if n := tries.Load(); n < 3 {
 		t.Errorf("Finish tried %d times; the outage was not exercised", n)
 	}
 }

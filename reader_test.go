@@ -10,7 +10,7 @@ import (
 
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestRunLeavesNoMessageGoroutines: goroutines that handle message after
@@ -28,7 +28,7 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
 	testutil.WaitFor(t, 10*time.Second, "a handler running", func() bool { return h.calls.Count("users/events.created") > 0 })
-	if n := countGoroutines("relay.(*Engine).handleLoop"); n == 0 {
+	if n := countGoroutines("relay.(*dispatcher).handleLoop"); n == 0 {
 		t.Fatal("no message goroutine while a handler runs: the test no longer sees them")
 	}
 	close(release)
@@ -37,7 +37,7 @@ func TestRunLeavesNoMessageGoroutines(t *testing.T) {
 		t.Fatalf("handler ran %d times for 40 messages", got)
 	}
 	stop()
-	if n := countGoroutines("relay.(*Engine).handleLoop"); n != 0 {
+	if n := countGoroutines("relay.(*dispatcher).handleLoop"); n != 0 {
 		t.Errorf("%d message goroutines left after Run returned", n)
 	}
 }
@@ -66,12 +66,12 @@ func TestIdleReaderLeavesSlotsToReclaim(t *testing.T) {
 	for i := range n {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","table_name":"users","id":%d}`, i))
 	}
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead")
 	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
 		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
 	}
 	h.handle("users/events.created", nil)
-	h.source = stream.New(h.rc, h.stream, h.group, "c1", stream.WithBlock(8*time.Second))
+	h.source = redisstream.New(h.rc, h.stream, h.group, "c1", redisstream.WithBlock(8*time.Second))
 	h.start("c1")
 	testutil.WaitFor(t, 6*time.Second, "the reclaimed entries handled while the reader blocks", func() bool { return h.settled() })
 	if got := h.calls.Count("users/events.created"); got != n {

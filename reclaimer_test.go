@@ -14,7 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestReclaimTakesOnlyWhatItCanStart: entries orphaned by a dead consumer
@@ -34,7 +34,7 @@ events:
 	for i := range n {
 		h.publish("event", fmt.Sprintf(`{"event_name":"INSERT","n":%d}`, i))
 	}
-	dead := stream.New(h.rc, h.stream, h.group, "dead")
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead")
 	if msgs, err := dead.Read(ctx, n); err != nil || len(msgs) != n {
 		t.Fatalf("dead consumer read %d, %v; want %d", len(msgs), err, n)
 	}
@@ -54,7 +54,7 @@ events:
 	// invocation slot (a minute of concurrency wait) and one reclaimed entry
 	// for a message slot, so the worker holds five.
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, relay.Config{MaxConcurrency: 2, ConcurrencyWait: time.Minute,
 		MinPendingIdle: 300 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond,
@@ -86,8 +86,8 @@ events:
 	if started.Load() != n {
 		t.Errorf("%d handler starts, want %d", started.Load(), n)
 	}
-	// This engine has no Settler: the retention follows the XACK in a
-	// second round trip, so settled can be seen before it.
+	// The retention is written by the script that acknowledges (the
+	// settlement), so it is there once the entries are settled.
 	testutil.WaitFor(t, 5*time.Second, "the last entry's state retained", func() bool { return h.hash(h.last)["__terminal"] == "1" })
 	if st := h.hash(h.last); st["users/events.created"] != "ok" {
 		t.Errorf("state of the last entry = %v, want ok and retained", st)
@@ -123,14 +123,15 @@ func TestMissingPayloadIsCountedNotRunNotDeadLettered(t *testing.T) {
 	ctx := context.Background()
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
 	// Another consumer read it and died; then the entry was deleted.
-	other := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+	other := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 	if msgs, err := other.Read(ctx, 10); err != nil || len(msgs) != 1 {
 		t.Fatalf("read = %v, %v", msgs, err)
 	}
 	// The dead consumer had claimed an invocation: its hash is pending,
 	// without a TTL.
-	if _, err := h.state.Claim(ctx, invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}, "users/events.created", time.Minute, 5, invocation.Record{}); err != nil {
-		t.Fatal(err)
+	key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
+	if r := h.state.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "users/events.created", Lease: time.Minute, MaxAttempts: 5}}); r[0].Err != nil {
+		t.Fatal(r[0].Err)
 	}
 	if ttl := h.ttl(id); ttl >= 0 {
 		t.Fatalf("pending hash has TTL %s", ttl)

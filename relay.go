@@ -4,16 +4,17 @@ import (
 	"context"
 	"time"
 
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
 	"github.com/relaydev/relay/stream"
 )
 
-// The five parts an Engine wires (docs/embedding.md#engine). Each has a
-// production implementation in its own package and an in-memory fake in
-// relaytest; the contract suites of relaytest run against both.
+// The four parts an Engine wires (docs/embedding.md#engine), and the
+// counters it may keep. Each has a production implementation in its own
+// package and an in-memory fake in relaytest; the contract suites of
+// relaytest run against both.
 
 // Matcher classifies one external event (docs/apps.md#patterns).
 type Matcher interface {
@@ -26,9 +27,11 @@ type Matcher interface {
 }
 
 // StreamSource consumes one stream through one consumer group as one
-// consumer (docs/delivery.md#from-entry-to-acknowledgement). It never
-// publishes: producers write to the stream on their own. Implementations
-// are safe for concurrent use.
+// consumer (docs/delivery.md#from-entry-to-acknowledgement). It neither
+// publishes nor acknowledges: producers write to the stream on their own,
+// and a message is acknowledged by the StateStore's Settle, in the same
+// step as its last transitions. Implementations are safe for concurrent
+// use.
 type StreamSource interface {
 	// Read returns up to count new entries for this consumer, blocking at
 	// most a few seconds; it returns (nil, nil) when none arrived.
@@ -40,55 +43,44 @@ type StreamSource interface {
 	// ids whose stream entry no longer exists; their references are
 	// cleared.
 	Reclaim(ctx context.Context, minIdle time.Duration, max int) (msgs []stream.Message, deleted []string, done bool, err error)
-	// Ack acknowledges ids (XACK). Acking an unknown id is not an error.
-	Ack(ctx context.Context, ids ...string) error
-	// Heartbeat resets the idle time of entries this consumer is still
-	// working on, so that no other consumer reclaims live work. Ids that
-	// are no longer pending are ignored.
-	Heartbeat(ctx context.Context, ids ...string) error
+	// Heartbeat resets the idle time of the entries of ids this consumer is
+	// still working on, so that no other consumer reclaims live work, and
+	// returns the ids that are no longer pending in the group
+	// (acknowledged, or lost with Redis's data): the Engine ends what it
+	// runs for them (docs/delivery.md#concurrency-and-heartbeat).
+	Heartbeat(ctx context.Context, ids ...string) (gone []string, err error)
 }
 
-// StateStore keeps durable per-invocation state, one method per transition
-// (docs/delivery.md#invocation-state). Every transition on a lease returns
-// invocation.ErrStale when the lease lost its fencing token and
-// invocation.ErrTerminal when the hash is retained. Implementations are safe
-// for concurrent use.
+// StateStore keeps durable per-invocation state and settles messages
+// (docs/delivery.md#invocation-state): it decides claims, and it applies
+// each Settlement, the transitions of one message's invocations with their
+// dead-letter entries and, once every invocation is terminal, the
+// message's acknowledgement and the retention of its state, atomically
+// per message. Claim and Settle take batches: the Engine gathers the
+// claims and the settlements of concurrent deliveries and hands each
+// batch over in one call (docs/delivery.md#batched-transitions). Every
+// transition is fenced: a settlement one of whose leases lost its token
+// fails with invocation.ErrStale, one of a message no longer pending, or
+// of retained state, with invocation.ErrTerminal, and then nothing of it
+// applied. Implementations are safe for concurrent use.
 //
-// Trace lineage (docs/observability.md#traces) rides on the existing
-// transitions: the Engine sets Lease.Trace to the traceparent of the
-// attempt's span before Release, ScheduleRetry or Exhaust, and expects the
-// next Claim of that invocation (on any worker) to return the latest one
-// stored in Claim.PrevTrace, for Claimed, Exhausted and DeadLettered. It is
-// opaque to the store, written only when the transition applies and
-// non-empty, and kept under the same retention as the invocation.
-// Implementing it is optional: a store that ignores Lease.Trace and never
-// sets PrevTrace loses only the links between retry spans.
+// Trace lineage (docs/observability.md#traces) rides on the transitions:
+// the Engine sets Lease.Trace to the traceparent of the attempt's span in
+// the Retry, Exhaust and Release that end it, and expects the next claim
+// of that invocation (on any worker) to return it in Claim.PrevTrace. It
+// is opaque to the store. A store that ignores it loses only the links
+// between retry spans.
 type StateStore interface {
-	// Claim decides whether this delivery may run a new attempt of the
-	// invocation field ("<app>/<handler>") of message key. On Claimed it
-	// records running with a deadline of now+lease on the store's clock. A
-	// running lease that expired counts as a failed attempt; when that
-	// attempt was the last of maxAttempts the invocation becomes Exhausted.
-	// rec, given by a message's first delivery only, records its other
-	// invocations in the same write (invocation.Record), so a redelivery
-	// drives exactly what the message matched at first.
-	Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error)
-	// Release gives a claimed attempt back without charging it (the runtime
-	// was unavailable or the worker is shutting down).
-	Release(ctx context.Context, l invocation.Lease) error
-	// Finish records success ("ok").
-	Finish(ctx context.Context, l invocation.Lease) error
-	// ScheduleRetry records a failed attempt and the earliest time of the
-	// next one, now+backoff on the store's clock; it returns that time.
-	ScheduleRetry(ctx context.Context, l invocation.Lease, backoff time.Duration) (time.Time, error)
-	// Exhaust records a failed last attempt ("exhausted:<attempt>:<token>").
-	Exhaust(ctx context.Context, l invocation.Lease) error
-	// MarkDLQ records that the DLQ entry of an exhausted invocation is
-	// persisted ("exhausted:<attempt>:<token>:dlq"). Idempotent.
-	MarkDLQ(ctx context.Context, l invocation.Lease) error
-	// Retain switches the message's hash to terminal retention (__terminal
-	// plus a TTL of ttl) after the message left the PEL. Idempotent.
-	Retain(ctx context.Context, key invocation.Key, ttl time.Duration) error
+	// Claim decides each of reqs: whether its delivery may run a new
+	// attempt of the invocation (recording it running with a deadline of
+	// now+Lease on the store's clock) or, for a Probe, records it due
+	// uncharged. A running lease that expired counts as a failed attempt;
+	// when that attempt was the last the invocation becomes Exhausted.
+	// It returns one result per request, in order.
+	Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult
+	// Settle applies each of ss atomically (see invocation.Settlement) and
+	// returns one result per settlement, in order.
+	Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult
 	// Pin stores value in the reserved field ("__<name>") of key's state
 	// unless one is stored already, and returns the stored value: the first
 	// caller wins and later deliveries adopt its value. The schedule path
@@ -119,53 +111,15 @@ type Runner interface {
 	Run(ctx context.Context, req runtime.Request) (runtime.Result, error)
 }
 
-// DLQWriter persists one dead-letter entry (docs/delivery.md#dead-letter-queue)
-// and returns its id. It may refuse the entry of a message no longer
-// pending in its group with an error wrapping dlq.ErrNotPending, as
-// dlq.Writer does WithPELFence: the Engine then treats the delivery as
-// stale, as it does a refused transition (docs/delivery.md#invocation-state).
-// Safe for concurrent use.
-type DLQWriter interface {
-	Write(ctx context.Context, e dlq.Entry) (string, error)
-}
-
-// Settler is an explicit pairing of a StreamSource and a StateStore that
-// can settle a message, its acknowledgement and the last transitions of its
-// invocation state, in one step where separate calls would take a round
-// trip each (docs/delivery.md#outcomes). Set it in Components.Settler only
-// when it acts on the same stream, group and state as the Components'
-// Source and State: invocation.Store does for a stream.Source on the same
-// Redis client (and, under Redis Cluster, a stream with a hash tag), which
-// is how worker.New pairs them.
-type Settler interface {
-	// Settle acknowledges the message of key and switches its state to
-	// retention with a TTL of ttl, in place of Source.Ack then
-	// State.Retain. ackErr is the acknowledgement's error; a retainErr
-	// after a successful acknowledgement only delays retention (the Engine
-	// retries it through State.Retain).
-	Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error)
-	// FinishSettle records the success of lease l, the last unfinished
-	// invocation of its message, acknowledges the message and switches its
-	// state to retention, in place of State.Finish then Settle. Errors are
-	// Finish's: invocation.ErrStale and invocation.ErrTerminal, after which
-	// nothing was acknowledged.
-	FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error
-}
-
-// BatchSettler is an optional Settler capability: it settles the last
-// attempts of several messages in one step. The Engine gathers the
-// settlements of the messages of one read and hands them over together
-// (docs/delivery.md#batched-transitions); without it each goes through
-// FinishSettle alone.
-type BatchSettler interface {
-	// FinishSettleBatch is FinishSettle for each of ls, leases of messages
-	// of the Settler's stream and group: it returns one error per lease, in
-	// ls's order, each what FinishSettle would have returned for it. ctx
-	// carries the values (span, log attributes) of one delivery of the
-	// read, the first to join its batch, and the latest of the deliveries'
-	// deadlines (none when one has none): a wrapper that traces the call
-	// finds it under that delivery's span.
-	FinishSettleBatch(ctx context.Context, ls []invocation.Lease, ttl time.Duration) []error
+// Stats keeps the cluster-wide counters and the outcome feed of relay
+// stats and the console (docs/delivery.md#cluster-wide-counters). Add and
+// Record only count in memory and never wait; Flush writes what was
+// counted, keeping it for the next Flush when it fails. redisstats.Recorder
+// implements it on Redis. Safe for concurrent use.
+type Stats interface {
+	Add(c stats.Counter)
+	Record(ev stats.Event)
+	Flush(ctx context.Context) error
 }
 
 // Optional capabilities, found by type assertion on the value passed in
@@ -231,7 +185,7 @@ type Preparer interface {
 // a Claim whose error wraps *invocation.ClaimUnknownError or an attempt
 // whose Release failed, knowing only l's Key, Field and Token. Whether or
 // not the claim ran, and even when it runs after Void, it must not leave a
-// lease whose expiry charges an attempt: invocation.Store.Void says how.
+// lease whose expiry charges an attempt: redisstate.Store.Void says how.
 // Idempotent. Without it such a lease expires and is charged as a failed
 // attempt that never ran.
 type ClaimVoider interface {

@@ -8,7 +8,7 @@ import (
 )
 
 // Running is one handler attempt running now on an Engine
-// (docs/console.md, docs/operations.md#health): what relay health and the
+// (docs/console.md, docs/operations.md#stalled-handlers): what relay health and the
 // console show to tell a hung handler from a slow one.
 type Running struct {
 	App, Handler string
@@ -23,6 +23,11 @@ type Running struct {
 	Timeout time.Duration
 	// LeaseUntil is when its running lease expires (the Redis clock).
 	LeaseUntil time.Time
+	// Orphaned is set once the Engine's heartbeat found the attempt's
+	// message no longer pending in the consumer group (another consumer
+	// acknowledged it, or Redis lost its data): its outcome cannot be
+	// recorded, and the Engine is stopping its handler.
+	Orphaned bool
 }
 
 // Stalled reports whether r has run past its timeout at now.
@@ -40,14 +45,31 @@ type runningSet struct {
 func newRunningSet() *runningSet { return &runningSet{all: map[string]*Running{}} }
 
 // add records r under token; the returned func removes it.
-func (s *runningSet) add(token string, r Running) (done func()) {
+func (s *runningSet) add(token string, r *Running) {
 	s.mu.Lock()
-	s.all[token] = &r
+	s.all[token] = r
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		delete(s.all, token)
-		s.mu.Unlock()
+}
+
+// remove forgets the attempt of token once it ended.
+func (s *runningSet) remove(token string) {
+	s.mu.Lock()
+	delete(s.all, token)
+	s.mu.Unlock()
+}
+
+// orphan marks the attempts of the messages of ids orphaned.
+func (s *runningSet) orphan(ids []string) {
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.all {
+		if gone[r.MessageID] {
+			r.Orphaned = true
+		}
 	}
 }
 
@@ -67,4 +89,4 @@ func (s *runningSet) list() []Running {
 
 // Running returns the handler attempts this Engine runs now, oldest first
 // (docs/console.md). Safe for concurrent use.
-func (e *Engine) Running() []Running { return e.runs.list() }
+func (e *Engine) Running() []Running { return e.p.runs.list() }

@@ -11,71 +11,82 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
-// failingAck fails the first Ack of each id, as if the worker crashed
-// after the DLQ write and before the XACK.
-type failingAck struct {
-	relay.StreamSource
-	mu     sync.Mutex
-	failed map[string]bool
-}
-
-func (f *failingAck) Ack(ctx context.Context, ids ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, id := range ids {
-		if !f.failed[id] {
-			f.failed[id] = true
-			return errors.New("injected: crash before XACK")
+// lostReplies applies each settlement of h's store that acknowledges and
+// then, the first time for each message, fails as if its reply was lost
+// (the worker crashed, the connection broke): the settlement applied, and
+// the Engine does not know it.
+func lostReplies(h *harness) *atomic.Int32 {
+	var mu sync.Mutex
+	lost := map[string]bool{}
+	n := new(atomic.Int32)
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(ctx context.Context, s invocation.Settlement) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !s.Ack || lost[s.Key.MessageID] {
+			return nil
 		}
-	}
-	return f.StreamSource.Ack(ctx, ids...)
+		lost[s.Key.MessageID] = true
+		if r := h.state.Settle(ctx, []invocation.Settlement{s}); r[0].Err != nil {
+			return r[0].Err
+		}
+		n.Add(1)
+		return errors.New("injected: reply lost after the settlement applied")
+	}}
+	return n
 }
 
-func TestDLQWriteIsIdempotentAcrossCrashBeforeAck(t *testing.T) {
+// docs/delivery.md#dead-letter-queue: the DLQ entry is written in one step
+// with the acknowledgement, so a settlement whose reply was lost and that
+// is tried again leaves one entry and runs no handler again.
+func TestDLQWriteIsIdempotentAcrossALostReply(t *testing.T) {
 	h := newHarness(t, map[string]string{"billing": billingApp})
 	h.handle("billing/charges.fail", func(context.Context, runtime.Request) error { return errors.New("declined") })
 	h.handle("billing/charges.audit", nil)
-	h.source = &failingAck{StreamSource: h.src, failed: map[string]bool{}}
+	lost := lostReplies(h)
 	h.start("c1")
 	h.publish("event", `{"kind":"charge"}`)
-	testutil.WaitFor(t, 10*time.Second, "ack on redelivery", func() bool { return h.settled() })
+	testutil.WaitFor(t, 10*time.Second, "acked", func() bool { return h.settled() })
+	if lost.Load() != 1 {
+		t.Fatalf("%d replies lost, want 1: the case was not exercised", lost.Load())
+	}
 	if n := len(h.dlqEntries()); n != 1 {
-		t.Errorf("%d DLQ entries after a crash between DLQ write and ack, want 1", n)
+		t.Errorf("%d DLQ entries after a settlement whose reply was lost, want 1", n)
 	}
 	if h.calls.Count("billing/charges.fail") != 1 || h.calls.Count("billing/charges.audit") != 1 {
-		t.Errorf("handlers ran again on redelivery: fail %d, audit %d", h.calls.Count("billing/charges.fail"), h.calls.Count("billing/charges.audit"))
+		t.Errorf("handlers ran again: fail %d, audit %d", h.calls.Count("billing/charges.fail"), h.calls.Count("billing/charges.audit"))
 	}
 }
 
-// countingSettler counts the calls of each Settler method.
-type countingSettler struct {
-	relay.Settler
-	settles, finishSettles atomic.Int32
+// settlements records every settlement h's store is given.
+func settlements(h *harness) func() []invocation.Settlement {
+	var mu sync.Mutex
+	var all []invocation.Settlement
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		mu.Lock()
+		all = append(all, s)
+		mu.Unlock()
+		return nil
+	}}
+	return func() []invocation.Settlement {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]invocation.Settlement(nil), all...)
+	}
 }
 
-func (c *countingSettler) Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (error, error) {
-	c.settles.Add(1)
-	return c.Settler.Settle(ctx, key, ttl)
-}
-
-func (c *countingSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
-	c.finishSettles.Add(1)
-	return c.Settler.FinishSettle(ctx, l, ttl)
-}
-
-// TestLastSuccessSettlesTheMessage: the success of a message's last
-// invocation, after terminal ones, is recorded with its acknowledgement and
-// retention in one step (Settler.FinishSettle); a message whose last
-// invocation fails and is dead-lettered is settled afterwards (Settle).
-func TestLastSuccessSettlesTheMessage(t *testing.T) {
+// TestLastTransitionSettlesTheMessage: the last transition of a message,
+// after terminal ones, is written with its acknowledgement and retention
+// in one step, whether it records a success or a dead letter; one that
+// ran before another handler of the message was written before that one
+// ran.
+func TestLastTransitionSettlesTheMessage(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": `
 image: x
 events:
@@ -83,25 +94,41 @@ events:
   - {handler: events.audited, pattern: {event_name: [INSERT]}}
   - {handler: events.failed, pattern: {event_name: [FAIL]}, retries: 0}
 `})
-	cs := &countingSettler{Settler: h.state}
-	h.settler = cs
+	seen := settlements(h)
 	h.handle("users/events.created", nil)
 	h.handle("users/events.audited", nil)
 	h.handle("users/events.failed", func(context.Context, runtime.Request) error { return errors.New("no") })
 	h.start("c1")
 	ok := h.publish("event", `{"event_name":"INSERT"}`)
 	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
-	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 0 {
-		t.Fatalf("FinishSettle %d, Settle %d; want the second invocation's success to settle the message alone", n, m)
+	shapes := func(id string) []string {
+		var out []string
+		for _, s := range seen() {
+			if s.Key.MessageID != id {
+				continue
+			}
+			shape := ""
+			for _, tr := range s.Transitions {
+				shape += tr.Kind.String() + " " + tr.Lease.Field + ", "
+			}
+			if s.Ack {
+				shape += "ack"
+			}
+			out = append(out, shape)
+		}
+		return out
+	}
+	if got, want := fmt.Sprint(shapes(ok)), "[finish users/events.created,  finish users/events.audited, ack]"; got != want {
+		t.Fatalf("settlements of %s = %s; want %s: the first success before the second ran, the second with the ack", ok, got, want)
 	}
 	st := h.hash(ok)
 	if st["users/events.created"] != "ok" || st["users/events.audited"] != "ok" || st["__terminal"] != "1" {
 		t.Errorf("state = %v, want both ok and retained", st)
 	}
-	h.publish("event", `{"event_name":"FAIL"}`)
+	failed := h.publish("event", `{"event_name":"FAIL"}`)
 	testutil.WaitFor(t, 10*time.Second, "settled", h.settled)
-	if n, m := cs.finishSettles.Load(), cs.settles.Load(); n != 1 || m != 1 {
-		t.Errorf("after a dead-lettered message: FinishSettle %d, Settle %d; want 1, 1", n, m)
+	if got, want := fmt.Sprint(shapes(failed)), "[exhaust users/events.failed, ack]"; got != want {
+		t.Errorf("settlements of a dead-lettered message = %s; want %s", got, want)
 	}
 }
 
@@ -125,7 +152,7 @@ events:
 	if err := h.rc.Do(t.Context(), h.rc.B().Hset().Key(key).FieldValue().FieldValue("a/h.one", leased).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	h.start("c1")
+	h.start("c1", reclaimOnly)
 	testutil.WaitFor(t, 5*time.Second, "three deliveries or an ack", func() bool { return deliveries(t, h, id) >= 3 || h.settled() })
 	if h.pending() != 1 {
 		t.Fatal("message acknowledged while one of its invocations was running elsewhere")
@@ -141,47 +168,35 @@ events:
 	}
 }
 
-// brokenAck fails every Ack while broken is set, counting the calls.
-type brokenAck struct {
-	relay.StreamSource
-	broken atomic.Bool
-	calls  atomic.Int32
-}
-
-func (b *brokenAck) Ack(ctx context.Context, ids ...string) error {
-	if b.broken.Load() {
-		b.calls.Add(1)
-		return errors.New("injected: XACK failed")
-	}
-	return b.StreamSource.Ack(ctx, ids...)
-}
-
-// brokenRetain fails every Retain, as a crash between XACK and Retain
-// would leave it.
-type brokenRetain struct {
-	relay.StateStore
-	calls atomic.Int32
-}
-
-func (b *brokenRetain) Retain(context.Context, invocation.Key, time.Duration) error {
-	b.calls.Add(1)
-	return errors.New("injected: retain failed")
+// brokenAcks fails every settlement of h's store that acknowledges while
+// broken is set, counting them, as a Redis that refuses the XACK would.
+func brokenAcks(h *harness) (broken *atomic.Bool, calls *atomic.Int32) {
+	broken, calls = new(atomic.Bool), new(atomic.Int32)
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		if s.Ack && broken.Load() {
+			calls.Add(1)
+			return errors.New("injected: XACK failed")
+		}
+		return nil
+	}}
+	return broken, calls
 }
 
 // docs/delivery.md#invocation-state: the state is switched to terminal
 // retention only after its message left the PEL. While the XACK fails the
 // hash stays as it is, with no TTL; once the XACK succeeds it is retained.
+// (The XACK and the success it follows are one step: while it fails the
+// success is not recorded either, and the attempt's lease holds.)
 func TestStateIsRetainedOnlyAfterTheAck(t *testing.T) {
 	h := newHarness(t, map[string]string{"users": usersApp})
 	h.handle("users/events.created", nil)
-	src := &brokenAck{StreamSource: h.src}
-	src.broken.Store(true)
-	h.source = src
+	broken, calls := brokenAcks(h)
+	broken.Store(true)
 	h.start("c1", writeTimeout(200*time.Millisecond))
 	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 5*time.Second, "failed acks", func() bool { return src.calls.Load() >= 3 })
-	if st := h.hash(id); st["users/events.created"] != "ok" || st["__terminal"] != "" {
-		t.Errorf("state while the XACK fails = %v; want ok, not retained", st)
+	testutil.WaitFor(t, 5*time.Second, "failed acks", func() bool { return calls.Load() >= 3 })
+	if st := h.hash(id); !strings.HasPrefix(st["users/events.created"], "running:") || st["__terminal"] != "" {
+		t.Errorf("state while the XACK fails = %v; want the attempt's lease, not retained", st)
 	}
 	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
 		t.Errorf("state TTL while the XACK fails = %s; want none", ttl)
@@ -189,10 +204,13 @@ func TestStateIsRetainedOnlyAfterTheAck(t *testing.T) {
 	if h.pending() != 1 {
 		t.Error("message left the PEL although every XACK failed")
 	}
-	src.broken.Store(false)
+	broken.Store(false)
 	testutil.WaitFor(t, 10*time.Second, "acked and retained", func() bool { return h.settled() && h.hash(id)["__terminal"] != "" })
 	if ttl := h.ttl(id); ttl <= 0 {
 		t.Errorf("retained state TTL = %s, want the retention", ttl)
+	}
+	if st := h.hash(id); st["users/events.created"] != "ok" {
+		t.Errorf("state after the ack = %v; want ok", st)
 	}
 	if n := h.calls.Count("users/events.created"); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
@@ -200,23 +218,42 @@ func TestStateIsRetainedOnlyAfterTheAck(t *testing.T) {
 }
 
 // docs/delivery.md#invocation-state: a hash left un-retained after its
-// message's XACK (a crash in the ACK→retain window) is leaked, never
-// expired early: no TTL, its outcome kept.
+// message left the PEL (here the retention of a missing payload, whose
+// reference XAUTOCLAIM cleared, fails) is leaked, never expired early: no
+// TTL, its fields kept, until the janitor retains it.
 func TestStateLeftUnretainedIsLeakedNotExpired(t *testing.T) {
-	h := newHarness(t, map[string]string{"users": usersApp})
-	h.handle("users/events.created", nil)
-	store := &brokenRetain{StateStore: h.state}
-	h.stateStore = store
+	h := newHarness(t, map[string]string{"a": staleApp})
+	var calls atomic.Int32
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		if s.Cleared {
+			calls.Add(1)
+			return errors.New("injected: retain failed")
+		}
+		return nil
+	}}
+	// Read by a consumer that died after its claim; then the entry was
+	// deleted.
+	id := h.publish("event", `{"k":"ok"}`)
+	dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
+	if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
+		t.Fatalf("read = %v, %v", msgs, err)
+	}
+	key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
+	if r := h.state.Claim(t.Context(), []invocation.ClaimRequest{{Key: key, Field: "a/m.ok", Lease: time.Minute, MaxAttempts: 5}}); r[0].Err != nil {
+		t.Fatal(r[0].Err)
+	}
+	if err := h.rc.Do(t.Context(), h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 	h.start("c1", writeTimeout(200*time.Millisecond))
-	id := h.publish("event", `{"event_name":"INSERT","table_name":"users"}`)
-	testutil.WaitFor(t, 5*time.Second, "acked, retention given up", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "reference cleared, retention given up", func() bool {
 		return h.settled() && strings.Contains(h.logs.String(), "the state is leaked, not expired")
 	})
-	if store.calls.Load() == 0 {
-		t.Fatal("Retain was never called")
+	if calls.Load() == 0 {
+		t.Fatal("the retention was never tried")
 	}
-	if st := h.hash(id); st["users/events.created"] != "ok" || st["__terminal"] != "" {
-		t.Errorf("leaked state = %v; want ok, not retained", st)
+	if st := h.hash(id); !strings.HasPrefix(st["a/m.ok"], "running:") || st["__terminal"] != "" {
+		t.Errorf("leaked state = %v; want its field kept, not retained", st)
 	}
 	if ttl := h.ttl(id); ttl != -1*time.Millisecond {
 		t.Errorf("leaked state TTL = %s; want none (PTTL -1)", ttl)
@@ -245,13 +282,13 @@ func TestEveryAckPathAppliesTheRetention(t *testing.T) {
 					// Read by a consumer that died after its claim; then
 					// the entry was deleted.
 					id = h.publish("event", `{"k":"ok"}`)
-					dead := stream.New(h.rc, h.stream, h.group, "dead", stream.WithBlock(50*time.Millisecond))
+					dead := redisstream.New(h.rc, h.stream, h.group, "dead", redisstream.WithBlock(50*time.Millisecond))
 					if msgs, err := dead.Read(t.Context(), 10); err != nil || len(msgs) != 1 {
 						t.Fatalf("read = %v, %v", msgs, err)
 					}
 					key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
-					if _, err := h.state.Claim(t.Context(), key, "a/m.ok", time.Minute, 5, invocation.Record{}); err != nil {
-						t.Fatal(err)
+					if r := h.state.Claim(t.Context(), []invocation.ClaimRequest{{Key: key, Field: "a/m.ok", Lease: time.Minute, MaxAttempts: 5}}); r[0].Err != nil {
+						t.Fatal(r[0].Err)
 					}
 					if err := h.rc.Do(t.Context(), h.rc.B().Xdel().Key(h.stream).Id(id).Build()).Error(); err != nil {
 						t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
@@ -42,8 +41,12 @@ func startRetention(h *harness, retention time.Duration) {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics = prometheus.NewRegistry()
+	var state relay.StateStore = h.state
+	if h.stateStore != nil {
+		state = h.stateStore
+	}
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: h.src, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw, Settler: h.state,
+		Source: h.src, State: state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, cfg)
 	if err != nil {
@@ -73,8 +76,8 @@ func (h *harness) hashOf(id string) (map[string]string, int64) {
 func (h *harness) settleElsewhere(id string, retention time.Duration) {
 	h.t.Helper()
 	key := invocation.Key{Stream: h.stream, Group: h.group, MessageID: id}
-	if ackErr, retainErr := h.state.Settle(context.Background(), key, retention); ackErr != nil || retainErr != nil {
-		h.t.Fatalf("settle %s: %v %v", id, ackErr, retainErr)
+	if r := h.state.Settle(context.Background(), []invocation.Settlement{{Key: key, Ack: true, Retention: retention}}); r[0].Err != nil {
+		h.t.Fatalf("settle %s: %v", id, r[0].Err)
 	}
 }
 
@@ -106,7 +109,7 @@ func TestStaleDeliveryRecordsNothing(t *testing.T) {
 				before, ttl := h.hashOf(id)
 				close(release)
 				testutil.WaitFor(t, 10*time.Second, "the stale outcome to be refused", func() bool {
-					return strings.Contains(h.logs.String(), "lease taken over by another delivery")
+					return strings.Contains(h.logs.String(), "the message is no longer pending in the consumer group")
 				})
 				time.Sleep(300 * time.Millisecond) // a few reclaim rounds
 				after, ttlAfter := h.hashOf(id)
@@ -130,7 +133,8 @@ func TestStaleDeliveryRecordsNothing(t *testing.T) {
 // TestStaleDeliveryClaimsNothing: a first delivery waiting for the
 // concurrency slot when another worker acknowledges its message then
 // claims nothing and runs nothing, and no state appears, with retention 0
-// and on.
+// and on; its invocation is Gone (the message is no longer pending), not
+// Done.
 func TestStaleDeliveryClaimsNothing(t *testing.T) {
 	for _, retention := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("retention %v", retention), func(t *testing.T) {
@@ -151,7 +155,8 @@ func TestStaleDeliveryClaimsNothing(t *testing.T) {
 			h.settleElsewhere(held, retention)
 			close(release)
 			testutil.WaitFor(t, 10*time.Second, "both messages to be settled", func() bool {
-				return h.settled() && strings.Count(h.logs.String(), "message acknowledged") >= 2
+				return h.settled() && strings.Contains(h.logs.String(), "message acknowledged") &&
+					strings.Contains(h.logs.String(), "message no longer pending in the consumer group; nothing to acknowledge")
 			})
 			if n := h.calls.Count("a/m.held"); n != 0 {
 				t.Errorf("the acknowledged message's handler ran %d times, want 0", n)
@@ -217,23 +222,23 @@ func TestRewindAndReusedIDs(t *testing.T) {
 	}
 }
 
-// pausedDLQ holds the first Write until release is closed, after closing
-// writing: a delivery stalled between its Exhaust and its dead-letter
-// write.
-type pausedDLQ struct {
-	relay.DLQWriter
-	writing, release chan struct{}
-	once             sync.Once
-}
-
-func (p *pausedDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	first := false
-	p.once.Do(func() { first = true })
-	if first {
-		close(p.writing)
-		<-p.release
-	}
-	return p.DLQWriter.Write(ctx, e)
+// pauseDeadLetter holds the first settlement of h's store that writes a
+// dead-letter entry until release is closed, after closing writing: a
+// delivery stalled between finding an invocation exhausted and writing its
+// entry.
+func pauseDeadLetter(h *harness) (writing, release chan struct{}) {
+	writing, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h.stateStore = &hookedState{StateStore: h.state, hook: func(_ context.Context, s invocation.Settlement) error {
+		if writesEntry(s) {
+			once.Do(func() {
+				close(writing)
+				<-release
+			})
+		}
+		return nil
+	}}
+	return writing, release
 }
 
 // TestStaleDeliveryWritesNoDLQEntry: a delivery that found an invocation
@@ -250,16 +255,15 @@ func TestStaleDeliveryWritesNoDLQEntry(t *testing.T) {
 				t.Parallel()
 				h := newHarness(t, map[string]string{"a": staleApp})
 				h.handle("a/m.last", func(context.Context, runtime.Request) error { return errors.New("boom") })
-				p := &pausedDLQ{DLQWriter: h.dlqw, writing: make(chan struct{}), release: make(chan struct{})}
-				h.dlqw = p
+				writing, release := pauseDeadLetter(h)
 				startRetention(h, retention)
 				id := h.publish("event", event)
-				waitClosed(t, p.writing, "the dead-letter write")
+				waitClosed(t, writing, "the dead-letter write")
 				h.settleElsewhere(id, retention)
 				before, ttl := h.hashOf(id)
-				close(p.release)
+				close(release)
 				testutil.WaitFor(t, 10*time.Second, "the stale write to end", func() bool {
-					return strings.Contains(h.logs.String(), "lease taken over by another delivery")
+					return strings.Contains(h.logs.String(), "the message is no longer pending in the consumer group")
 				})
 				time.Sleep(300 * time.Millisecond) // a few reclaim rounds
 				if es := h.dlqEntries(); len(es) != 0 {

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relaydev/relay/internal/telemetry"
-	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -25,7 +24,7 @@ var (
 // startMessageSpan starts the stream.message span of one delivery of msg.
 // It continues the producer's trace when the entry carries a traceparent;
 // otherwise the span is a new root.
-func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, consumer string, msg stream.Message) (context.Context, trace.Span) {
+func startMessageSpan(ctx context.Context, tr trace.Tracer, id identity, msg stream.Message) (context.Context, trace.Span) {
 	remote := false
 	if sc := trace.SpanContextFromContext(telemetry.Extract(context.Background(), msg.Fields)); sc.IsValid() {
 		ctx, remote = trace.ContextWithRemoteSpanContext(ctx, sc), true
@@ -39,7 +38,7 @@ func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, c
 	}
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(messageAttrs(streamName, group, consumer, msg)...),
+		trace.WithAttributes(messageAttrs(id, msg)...),
 	}
 	if !remote {
 		opts = append(opts, trace.WithNewRoot())
@@ -48,13 +47,13 @@ func startMessageSpan(ctx context.Context, tr trace.Tracer, streamName, group, c
 }
 
 // messageAttrs are the attributes of the stream.message span of msg.
-func messageAttrs(streamName, group, consumer string, msg stream.Message) []attribute.KeyValue {
+func messageAttrs(id identity, msg stream.Message) []attribute.KeyValue {
 	return []attribute.KeyValue{
 		telemetry.AttrMessagingSystem.String(telemetry.MessagingSystem),
 		telemetry.AttrMessagingOperationType.String("process"),
-		telemetry.AttrMessagingDestination.String(streamName),
-		telemetry.AttrMessagingConsumerGroup.String(group),
-		telemetry.AttrMessagingConsumerID.String(consumer),
+		telemetry.AttrMessagingDestination.String(id.stream),
+		telemetry.AttrMessagingConsumerGroup.String(id.group),
+		telemetry.AttrMessagingConsumerID.String(id.consumer),
 		telemetry.AttrMessagingMessageID.String(msg.ID),
 		telemetry.AttrDeliveryCount.Int64(msg.Deliveries),
 	}
@@ -99,11 +98,4 @@ func spanLogAttrs(messageID string, span trace.Span, attrs ...slog.Attr) []slog.
 		out = telemetry.AppendSpanAttrs(out, span)
 	}
 	return append(out, attrs...)
-}
-
-// withLineage returns l carrying the lineage of span, for the transition
-// that ends the attempt.
-func withLineage(l invocation.Lease, span trace.Span) invocation.Lease {
-	l.Trace = lineage(span)
-	return l
 }

@@ -26,7 +26,7 @@ func TestUnsampledTracers(t *testing.T) {
 	if telemetry.Unsampled(tr) {
 		t.Fatal("unsampled(SDK tracer) = true")
 	}
-	_, span := startMessageSpan(context.Background(), tr, "events", "workers", "c1", stream.Message{ID: "1-0", Deliveries: 1})
+	_, span := startMessageSpan(context.Background(), tr, identity{"events", "workers", "c1"}, stream.Message{ID: "1-0", Deliveries: 1})
 	endMessageSpan(span, true)
 	if got := rec.Ended(); len(got) != 1 || len(got[0].Attributes()) != 8 {
 		t.Fatalf("SDK spans: %v, want one stream.message with 7 start attributes and its outcome", got)

@@ -25,7 +25,7 @@ import (
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // The producer's span context every traced test publishes beside the
@@ -102,7 +102,7 @@ func (h *harness) startTraced(tp trace.TracerProvider, mods ...func(*timing)) {
 	cfg.Logger = slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg.Metrics, cfg.TracerProvider = h.reg, tp
 	e, err := relay.NewEngine(h.apps, relay.Components{
-		Source: h.source, State: h.state, Runner: runtime.NewFunc(h.handlers), DLQ: h.dlqw,
+		Source: h.source, State: h.state, Runner: runtime.NewFunc(h.handlers),
 		Stream: h.stream, Group: h.group, Consumer: "c1",
 	}, cfg)
 	if err != nil {
@@ -445,7 +445,7 @@ schedules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := schedule.NewPublisher(h.rc, h.stream, schedule.WithTracerProvider(tr.tp))
+	pub, err := redisschedule.NewPublisher(h.rc, h.stream, redisschedule.WithTracerProvider(tr.tp))
 	if err != nil {
 		t.Fatal(err)
 	}

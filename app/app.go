@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -27,9 +28,10 @@ const (
 	MaxTimeout = 15 * time.Minute
 	// DefaultRetries allows DefaultRetries+1 attempts.
 	DefaultRetries = invocation.DefaultRetries
-	// NoRetries is the Retries of a rule or schedule defined in Go that
-	// must not be retried: one attempt. A zero Retries takes
-	// DefaultRetries, as an omitted `retries` does in a template.
+	// NoRetries is the legacy Retries of a rule or schedule defined in
+	// Go that must not be retried.
+	//
+	// Deprecated: set Retry to Retries(0) instead.
 	NoRetries = -1
 	// MaxRetries is the largest Retries a template or NewSet accepts.
 	MaxRetries = 1000
@@ -104,6 +106,41 @@ func (a *App) Schedule(name string) *Schedule {
 	return nil
 }
 
+// Retry says how often a failed invocation of a rule or schedule defined
+// in Go is retried (docs/embedding.md#apps-in-go). The zero value is the
+// default, DefaultRetries retries, as an omitted `retries:` in a
+// template; Retries(n) is n retries (n+1 attempts), Retries(0) none. A
+// Retry cannot be written as a number, so a rule cannot say 0 and get 4.
+type Retry struct {
+	n   int
+	set bool
+}
+
+// Retries returns the Retry of n retries, n+1 attempts in all; Retries(0)
+// means a single attempt. NewSet refuses n outside [0, MaxRetries].
+func Retries(n int) Retry { return Retry{n: n, set: true} }
+
+// IsDefault reports whether r is the zero Retry, which takes
+// DefaultRetries.
+func (r Retry) IsDefault() bool { return !r.set }
+
+// Count returns the number of retries r stands for: DefaultRetries for
+// the zero Retry.
+func (r Retry) Count() int {
+	if !r.set {
+		return DefaultRetries
+	}
+	return r.n
+}
+
+// String is "default (4)" for the zero Retry, else the number of retries.
+func (r Retry) String() string {
+	if !r.set {
+		return fmt.Sprintf("default (%d)", DefaultRetries)
+	}
+	return strconv.Itoa(r.n)
+}
+
 // Rule is one event rule of an app.
 type Rule struct {
 	// Handler is "module.function", unique within the app.
@@ -112,10 +149,22 @@ type Rule struct {
 	// Timeout bounds one attempt, in (0, MaxTimeout]; NewSet turns 0
 	// into DefaultTimeout.
 	Timeout time.Duration
-	// Retries is how many times a failed invocation is retried (attempts =
-	// Retries+1), at most MaxRetries. NewSet turns 0 into DefaultRetries
-	// and NoRetries into 0, as a template does.
+	// Retry says how often a failed invocation is retried: the zero
+	// value takes DefaultRetries, Retries(n) n. Set it, not Retries, in
+	// a rule defined in Go.
+	Retry Retry
+	// Retries is the number of retries in effect (attempts = Retries+1),
+	// which the Engine reads: NewSet sets it from Retry, a template
+	// loader from `retries`. As an input it keeps its old meaning for
+	// code written before Retry (0 takes DefaultRetries, NoRetries none),
+	// and NewSet refuses a Retries and a Retry that disagree.
 	Retries int
+	// Limits is the rule's flow control (docs/flow-control.md): its
+	// concurrency bound, rate limit, debounce and maximum event age,
+	// the rule's own template keys over the app's defaults. The zero
+	// value limits nothing beyond the app's concurrency. NewSet checks
+	// it and fills its defaults (Limits documents each field).
+	Limits Limits
 }
 
 // Schedule is one cron schedule of an app (docs/schedules.md).
@@ -126,6 +175,8 @@ type Schedule struct {
 	// template expressions (cron.Parse).
 	Cron    schedule.Cron
 	Timeout time.Duration
+	// Retry and Retries mean what they mean in a Rule.
+	Retry   Retry
 	Retries int
 }
 
@@ -149,11 +200,13 @@ type Set struct {
 // (docs/embedding.md#apps-in-go): app and schedule names valid and unique,
 // handlers unique per app and "module.function" when the Spec names a
 // container (else any name without /, whitespace or control characters), patterns present,
-// timeouts in (0, MaxTimeout], retries in [0, MaxRetries]. It fills the
-// template's defaults in place: a zero Concurrency takes
-// DefaultConcurrency, a zero Timeout DefaultTimeout, a zero Retries
-// DefaultRetries (NoRetries means none); an app already in a set is not
-// filled again. The first problem found is the error.
+// timeouts in (0, MaxTimeout], retries in [0, MaxRetries], each rule's
+// Limits within the bounds and combinations a template allows
+// (docs/flow-control.md). It fills the template's defaults in place: a
+// zero Concurrency takes DefaultConcurrency, a zero Timeout
+// DefaultTimeout, a zero Retries DefaultRetries (NoRetries means none), a
+// Rate without a RateBurst DefaultRateBurst, a ConcurrencyKey
+// ScopeCluster; an app already in a set is not filled again. The first problem found is the error.
 func NewSet(apps ...*App) (*Set, error) {
 	for _, a := range apps {
 		if err := check(a); err != nil {
@@ -228,7 +281,10 @@ func check(a *App) error {
 			return fmt.Errorf("app: app %q: handler %q defined twice", a.Name, r.Handler)
 		}
 		seen[r.Handler] = true
-		if err := fill(&r.Timeout, &r.Retries); err != nil {
+		if err := fill(&r.Timeout, r.Retry, &r.Retries); err != nil {
+			return fmt.Errorf("app: %s: %w", what, err)
+		}
+		if err := r.Limits.fill(a.Concurrency); err != nil {
 			return fmt.Errorf("app: %s: %w", what, err)
 		}
 	}
@@ -242,7 +298,7 @@ func check(a *App) error {
 		if err := validate(s.Handler); err != nil {
 			return fmt.Errorf("app: app %q schedule %q: %w", a.Name, s.Name, err)
 		}
-		if err := fill(&s.Timeout, &s.Retries); err != nil {
+		if err := fill(&s.Timeout, s.Retry, &s.Retries); err != nil {
 			return fmt.Errorf("app: app %q schedule %q: %w", a.Name, s.Name, err)
 		}
 	}
@@ -251,8 +307,9 @@ func check(a *App) error {
 }
 
 // fill checks a rule's or schedule's timeout and retries and puts in the
-// template's defaults.
-func fill(timeout *time.Duration, retries *int) error {
+// template's defaults: retries is set from retry, or from its own legacy
+// value when retry is the default.
+func fill(timeout *time.Duration, retry Retry, retries *int) error {
 	switch {
 	case *timeout < 0:
 		return fmt.Errorf("timeout %s must be > 0 (0 takes the default %s)", *timeout, DefaultTimeout)
@@ -261,13 +318,23 @@ func fill(timeout *time.Duration, retries *int) error {
 	case *timeout == 0:
 		*timeout = DefaultTimeout
 	}
+	if !retry.IsDefault() {
+		switch {
+		case retry.n < 0 || retry.n > MaxRetries:
+			return fmt.Errorf("Retry: app.Retries(%d): must be between 0 and %d", retry.n, MaxRetries)
+		case *retries != 0:
+			return fmt.Errorf("Retry is app.Retries(%d) and Retries %d: set Retry only", retry.n, *retries)
+		}
+		*retries = retry.n
+		return nil
+	}
 	switch {
 	case *retries == NoRetries:
 		*retries = 0
 	case *retries == 0:
 		*retries = DefaultRetries
 	case *retries < 0 || *retries > MaxRetries:
-		return fmt.Errorf("retries %d must be between 0 and %d (0 takes the default %d; app.NoRetries means none)", *retries, MaxRetries, DefaultRetries)
+		return fmt.Errorf("retries %d must be between 0 and %d (set Retry: app.Retries(n); the zero Retry takes the default %d)", *retries, MaxRetries, DefaultRetries)
 	}
 	return nil
 }

@@ -72,6 +72,9 @@ func TestNewSet(t *testing.T) {
 		"duplicate handler":  {func(a *app.App) { a.Rules = append(a.Rules, a.Rules[0]) }, `handler "h.run" defined twice`},
 		"negative retries":   {func(a *app.App) { a.Rules[0].Retries = -2 }, "retries -2 must be between 0 and 1000"},
 		"too many retries":   {func(a *app.App) { a.Schedules[0].Retries = 1001 }, "retries 1001 must be between 0 and 1000"},
+		"negative Retry":     {func(a *app.App) { a.Rules[0].Retry = app.Retries(-1) }, "app.Retries(-1): must be between 0 and 1000"},
+		"too large Retry":    {func(a *app.App) { a.Schedules[0].Retry = app.Retries(1001) }, "app.Retries(1001): must be between 0 and 1000"},
+		"Retry and Retries":  {func(a *app.App) { a.Rules[0].Retry, a.Rules[0].Retries = app.Retries(1), 3 }, "set Retry only"},
 		"schedule no cron":   {func(a *app.App) { a.Schedules[0].Cron = nil }, "needs a valid name unique in the app and a Cron"},
 		"timeout too long":   {func(a *app.App) { a.Rules[0].Timeout = 20 * time.Minute }, "timeout 20m0s is longer than the maximum 15m0s"},
 		"negative timeout":   {func(a *app.App) { a.Schedules[0].Timeout = -time.Second }, "timeout -1s must be > 0"},
@@ -100,6 +103,35 @@ func TestParseSize(t *testing.T) {
 	for _, in := range []string{"", "1", "1MB", "0MiB", "-1KiB", "1.5MiB", "99999999999999GiB"} {
 		if _, err := app.ParseSize("size", in); err == nil {
 			t.Errorf("ParseSize(%q): no error", in)
+		}
+	}
+}
+
+// TestRetry: a rule defined in Go says default, none or n retries through
+// its Retry, whose zero value is the default and whose none is
+// Retries(0), not a number that reads as none and means 4
+// (docs/embedding.md#apps-in-go).
+func TestRetry(t *testing.T) {
+	pattern := &matcher.Pattern{}
+	for _, c := range []struct {
+		retry app.Retry
+		want  int
+		text  string
+	}{
+		{app.Retry{}, app.DefaultRetries, "default (4)"},
+		{app.Retries(0), 0, "0"},
+		{app.Retries(2), 2, "2"},
+		{app.Retries(app.MaxRetries), app.MaxRetries, "1000"},
+	} {
+		a := &app.App{Name: "orders", Rules: []app.Rule{{Handler: "h.run", Pattern: pattern, Retry: c.retry}},
+			Schedules: []app.Schedule{{Name: "nightly", Handler: "h.nightly", Cron: cron.MustParse("@daily", nil), Retry: c.retry}}}
+		if _, err := app.NewSet(a); err != nil {
+			t.Fatalf("Retry %v: %v", c.retry, err)
+		}
+		if a.Rules[0].Retries != c.want || a.Schedules[0].Retries != c.want || c.retry.Count() != c.want || c.retry.String() != c.text ||
+			c.retry.IsDefault() != (c.text == "default (4)") {
+			t.Errorf("Retry %v: rule retries %d, schedule retries %d, Count %d, String %q; want %d, %q",
+				c.retry, a.Rules[0].Retries, a.Schedules[0].Retries, c.retry.Count(), c.retry.String(), c.want, c.text)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"fmt"
 	"html"
 	"io"
 	"log/slog"
@@ -17,35 +16,10 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 )
-
-// backtestStream fills the fixture's stream with entries of known content,
-// oldest first, and returns the ids of the small orders, newest first:
-// 7 big orders (shop/orders.charge), 4 small ones, 3 refunds
-// (shop/refunds.run), 2 events no rule matches, one entry that is not
-// JSON and one without an event field. broken/orders.audit matches all 11
-// orders; nothing has the created_at of shop/orders.stale.
-func backtestStream(f *fixture) (small []string) {
-	f.t.Helper()
-	for i := range 7 {
-		f.publish(fmt.Sprintf(`{"kind":"order","amount":150,"id":"ord_%d"}`, i))
-	}
-	for i := range 4 {
-		small = append([]string{f.publish(fmt.Sprintf(`{"kind":"order","amount":20,"id":"ord_s%d"}`, i))}, small...)
-	}
-	for range 3 {
-		f.publish(`{"kind":"refund"}`)
-	}
-	f.publish(`{"kind":"other"}`)
-	f.publish(`{"kind":"other"}`)
-	f.publish(`nope`)
-	if err := f.rc.Do(f.t.Context(), f.rc.B().Xadd().Key(f.stream).Id("*").FieldValue().FieldValue("payload", "{}").Build()).Error(); err != nil {
-		f.t.Fatal(err)
-	}
-	return small
-}
 
 var (
 	btRowRE    = regexp.MustCompile(`(?s)<tr><td><code>([^<]*)</code>.*?<td class="n bt-count">(\d+)</td>`)
@@ -66,7 +40,7 @@ func backtestCounts(t *testing.T, body string) (rules []string, totals string) {
 
 func TestPlaygroundBacktest(t *testing.T) {
 	f := newFixture(t)
-	small := backtestStream(f)
+	small := f.BacktestStream()
 	backtest := func(form url.Values) string {
 		t.Helper()
 		form.Set("action", "backtest")
@@ -103,7 +77,7 @@ func TestPlaygroundBacktest(t *testing.T) {
 	check("edited pattern", body, "4/12/2", "edited pattern=4")
 	contains(t, "edited pattern", body, "Backtest of the edited pattern", "amount: [{lt: 100}]")
 	link := func(id string) string {
-		return html.EscapeString(`/event?id=` + url.QueryEscape(id) + `&stream=` + url.QueryEscape(f.stream))
+		return html.EscapeString(`/event?id=` + url.QueryEscape(id) + `&stream=` + url.QueryEscape(f.Stream))
 	}
 	for _, id := range small {
 		contains(t, "edited pattern", body, link(id))
@@ -129,7 +103,7 @@ func TestPlaygroundBacktest(t *testing.T) {
 	contains(t, "unknown app", body, "app: no app nope is loaded")
 
 	// Each rule offers its pattern to edit and backtest.
-	_, body = f.get("/playground?stream=" + url.QueryEscape(f.stream) + "&app=shop&handler=orders.charge")
+	_, body = f.get("/playground?stream=" + url.QueryEscape(f.Stream) + "&app=shop&handler=orders.charge")
 	contains(t, "load a rule", body, "from rule shop/orders.charge", "kind: [&#34;order&#34;]\namount:\n  - gte: 100\n")
 	// What it loads parses back to the same rule.
 	m := regexp.MustCompile(`(?s)name="pattern"[^>]*>(.*?)</textarea>`).FindStringSubmatch(body)
@@ -144,12 +118,12 @@ func TestPlaygroundBacktest(t *testing.T) {
 // console allows it; a stale token keeps the pattern and the window.
 func TestPlaygroundBacktestReadOnly(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
-	backtestStream(f)
+	f.BacktestStream()
 	_, body := f.post("/playground", url.Values{"action": {"backtest"}, "window": {"4"}})
 	if _, totals := backtestCounts(t, body); totals != "0/2/2" {
 		t.Errorf("read-only backtest of the newest 4: totals %q, want 0/2/2", totals)
 	}
-	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.stream}, "action": {"backtest"},
+	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.Stream}, "action": {"backtest"},
 		"pattern": {"kind: [refund]"}, "window": {"77"}, "csrf": {strings.Repeat("0", 64)}})
 	if code != http.StatusForbidden {
 		t.Errorf("stale token: status %d, want 403", code)
@@ -164,7 +138,7 @@ func TestPlaygroundBacktestRedisDown(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	st := redistest.Name(t, "events")
 	c, err := console.New(console.Config{Redis: redistest.Connect(t, srv.Addr), Streams: []string{st}, Group: "shop",
-		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": consoletest.ShopTemplate})),
 		RequestTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -16,10 +16,12 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // Sizes of the large-data benchmark (docs/console.md#scale).
@@ -101,7 +103,7 @@ func BenchmarkPages(b *testing.B) {
 			}
 		}
 	}
-	rec := stats.NewRecorder(rc, streamName, group)
+	rec := redisstats.NewRecorder(rc, streamName, group)
 	for i := range stats.FeedBurst {
 		rec.Add(stats.Received)
 		rec.Record(stats.Event{Time: time.Now(), MessageID: strconv.Itoa(i) + "-0", App: "billing", Handler: "invoices.charge", Outcome: "failed", Reason: "exit 3"})
@@ -125,7 +127,7 @@ events:
 	if err != nil {
 		b.Fatal(err)
 	}
-	firstEntry, err := dlq.NewStore(rc, streamName).Page(ctx, dlq.PageQuery{Count: 1})
+	firstEntry, err := redisdlq.NewStore(rc, streamName).Page(ctx, dlq.PageQuery{Count: 1})
 	if err != nil {
 		b.Fatal(err)
 	}

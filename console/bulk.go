@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -26,10 +28,23 @@ const (
 	bulkBatch = 100
 	// maxJobs is how many bulk actions the console keeps, newest.
 	maxJobs = 50
-	// jobRows is how many entries that were not replayed or removed a
-	// bulk action lists, newest.
-	jobRows = 100
+	// jobGroups is how many reasons a bulk action lists the entries it
+	// kept by; the entries of further reasons count in one more row.
+	jobGroups = 100
+	// groupIDs is how many of the newest entries each reason links.
+	groupIDs = 5
 )
+
+// keptGroup is the entries a bulk action kept for one reason: one
+// app/handler, result and message (docs/console.md#pages).
+type keptGroup struct {
+	Target, Result, Message string
+	Count                   int
+	// Newest are the newest entries of the group, newest first.
+	Newest []string
+	// Other marks the row of every reason beyond jobGroups.
+	Other bool
+}
 
 // job is one "replay/remove all matching", run in the background in
 // batches; its page shows its progress and stops it.
@@ -40,7 +55,7 @@ type job struct {
 	mu       sync.Mutex
 	done     int // entries tried
 	ok       int // replayed or removed
-	rows     []resultRow
+	groups   []keptGroup
 	stop     bool
 	stopped  string // why it ended early, "" when it did not
 	finished bool
@@ -52,11 +67,12 @@ type job struct {
 type jobView struct {
 	ID, Stream, Action, Filter, Back string
 	Total, Done, OK                  int
-	Rows                             []resultRow
-	Stopping                         bool
-	Stopped                          string
-	Finished                         bool
-	Started, Ended                   time.Time
+	// Groups are the entries kept, by reason, the most first.
+	Groups         []keptGroup
+	Stopping       bool
+	Stopped        string
+	Finished       bool
+	Started, Ended time.Time
 }
 
 // Heading is the job page's heading: "Replay all matching: 120 of 500
@@ -76,8 +92,22 @@ func (v jobView) Heading() string {
 func (j *job) view() jobView {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	groups := make([]keptGroup, len(j.groups))
+	for i, g := range j.groups {
+		g.Newest = slices.Clone(g.Newest)
+		groups[i] = g
+	}
+	slices.SortStableFunc(groups, func(a, b keptGroup) int {
+		if a.Other != b.Other { // the rest last
+			if a.Other {
+				return 1
+			}
+			return -1
+		}
+		return b.Count - a.Count
+	})
 	return jobView{ID: j.ID, Stream: j.Stream, Action: j.Action, Filter: j.Filter, Back: j.Back, Total: j.Total,
-		Done: j.done, OK: j.ok, Rows: append([]resultRow(nil), j.rows...), Stopping: j.stop && !j.finished,
+		Done: j.done, OK: j.ok, Groups: groups, Stopping: j.stop && !j.finished,
 		Stopped: j.stopped, Finished: j.finished, Started: j.started, Ended: j.ended}
 }
 
@@ -89,9 +119,25 @@ func (j *job) record(row resultRow, ok bool) {
 		j.ok++
 		return
 	}
-	j.rows = append(j.rows, row)
-	if len(j.rows) > jobRows {
-		j.rows = j.rows[len(j.rows)-jobRows:]
+	i := slices.IndexFunc(j.groups, func(g keptGroup) bool {
+		return !g.Other && g.Target == row.Target && g.Result == row.Result && g.Message == row.Message
+	})
+	if i < 0 && len(j.groups) >= jobGroups {
+		if i = slices.IndexFunc(j.groups, func(g keptGroup) bool { return g.Other }); i < 0 {
+			j.groups = append(j.groups, keptGroup{Other: true, Message: "other reasons"})
+			i = len(j.groups) - 1
+		}
+	}
+	if i < 0 {
+		j.groups = append(j.groups, keptGroup{Target: row.Target, Result: row.Result, Message: row.Message})
+		i = len(j.groups) - 1
+	}
+	g := &j.groups[i]
+	g.Count++
+	// Entries come oldest first: the one just tried is the newest.
+	g.Newest = slices.Insert(g.Newest, 0, row.ID)
+	if len(g.Newest) > groupIDs {
+		g.Newest = g.Newest[:groupIDs]
 	}
 }
 
@@ -181,7 +227,7 @@ func (s *Server) dlqBulk(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	store := dlq.NewStore(s.redis(r.Context()), st)
+	store := redisdlq.NewStore(s.redis(r.Context()), st)
 	if r.PostFormValue("confirm") != "yes" {
 		s.bulkConfirm(w, r, store, f, q, action)
 		return
@@ -200,7 +246,7 @@ func (s *Server) dlqBulk(w http.ResponseWriter, r *http.Request) {
 }
 
 // bulkConfirm counts what the filter selects, exactly, and asks.
-func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *dlq.Store, f dlqFilter, q dlq.PageQuery, action string) {
+func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *redisdlq.Store, f dlqFilter, q dlq.PageQuery, action string) {
 	ctx := r.Context()
 	q.Newest, q.Count, q.Scan = true, 1, bulkMax
 	n, complete, err := store.Count(ctx, q, bulkMax)
@@ -234,7 +280,7 @@ func (s *Server) bulkConfirm(w http.ResponseWriter, r *http.Request, store *dlq.
 // j.Total of them, bulkBatch at a time, until done or stopped.
 func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
 	ctx := s.jobCtx
-	store := dlq.NewStore(s.redis(ctx), j.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), j.Stream)
 	var apps *app.Set
 	if j.Action == "replay" {
 		var err error
@@ -288,9 +334,9 @@ func (s *Server) runJob(j *job, q dlq.PageQuery, upto string) {
 }
 
 // jobStep acts on one entry; stop says why the rest would fail alike.
-func (s *Server) jobStep(ctx context.Context, j *job, apps *app.Set, store *dlq.Store, e dlq.Entry, removed *[]string) (stop string) {
+func (s *Server) jobStep(ctx context.Context, j *job, apps *app.Set, store *redisdlq.Store, e dlq.Entry, removed *[]string) (stop string) {
 	if j.Action == "replay" {
-		row, stop := s.replayOne(ctx, apps, store, e.ID)
+		row, stop := s.replayOne(ctx, j.Stream, apps, store, e.ID)
 		j.record(row, row.Result == "replayed")
 		if ctx.Err() != nil {
 			return "the console stopped"

@@ -118,6 +118,10 @@ type Config struct {
 	// every entry, an InvocationRetention of 0 deletes the state with the
 	// acknowledgement.
 	StreamRetention, InvocationRetention time.Duration
+	// RetentionInterval is how often the workers trim the streams
+	// (worker.Config.RetentionInterval): the projection is the peak just
+	// before a trim. 0 means their default, worker.DefaultRetentionInterval.
+	RetentionInterval time.Duration
 	// MaxEventBytes is the workers' MAX_EVENT_BYTES: the playground's
 	// backtest counts a larger event as malformed, as they dead-letter it
 	// undecoded. 0 means their default (1 MiB), < 0 no limit.
@@ -182,12 +186,15 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Apps == nil:
 		return nil, fmt.Errorf("%w: no apps source", ErrConfig)
 	case cfg.SampleInterval < 0 || cfg.SampleWindow < 0 || cfg.PageSize < 0 || cfg.DLQRetention < 0 || cfg.RequestTimeout < 0 ||
-		cfg.StreamRetention < 0 || cfg.InvocationRetention < 0 ||
+		cfg.StreamRetention < 0 || cfg.InvocationRetention < 0 || cfg.RetentionInterval < 0 ||
 		cfg.ReconnectInterval < 0 || cfg.SessionTTL < 0:
 		return nil, fmt.Errorf("%w: negative interval, window, page size, retention, request timeout, reconnect interval or session TTL", ErrConfig)
 	}
 	if cfg.SessionTTL == 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.RetentionInterval == 0 {
+		cfg.RetentionInterval = worker.DefaultRetentionInterval
 	}
 	if cfg.ReconnectInterval == 0 {
 		cfg.ReconnectInterval = DefaultReconnectInterval

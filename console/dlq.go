@@ -10,9 +10,12 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -68,7 +71,7 @@ func (s *Server) dlqEntry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.FormValue("id")
-	store := dlq.NewStore(s.redis(r.Context()), st)
+	store := redisdlq.NewStore(s.redis(r.Context()), st)
 	e, err := store.Get(r.Context(), id)
 	switch {
 	case errors.Is(err, dlq.ErrNotFound):
@@ -208,10 +211,10 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "loading the apps failed: "+err.Error())
 		return
 	}
-	store := dlq.NewStore(s.redis(ctx), st)
+	store := redisdlq.NewStore(s.redis(ctx), st)
 	v := resultView{Stream: st, Action: "Replay", Back: backTo(r, st)}
 	for i, id := range ids {
-		row, stop := s.replayOne(ctx, apps, store, id)
+		row, stop := s.replayOne(ctx, st, apps, store, id)
 		v.Rows = append(v.Rows, row)
 		if row.Result == "replayed" {
 			v.Done++
@@ -233,7 +236,7 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request) {
 // replayOne replays one entry; stop says why the rest of a selection
 // would fail the same way (Redis or the runtime unreachable), "" when it
 // would not.
-func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store, id string) (row resultRow, stop string) {
+func (s *Server) replayOne(ctx context.Context, stream string, apps *app.Set, store *redisdlq.Store, id string) (row resultRow, stop string) {
 	row = resultRow{ID: id}
 	// The replay itself may run for minutes, but reading the entry must
 	// not wait that long for a Redis that is down: the client retries
@@ -288,8 +291,41 @@ func (s *Server) replayOne(ctx context.Context, apps *app.Set, store *dlq.Store,
 		}
 		row.Replays = h.Count
 	}
+	if e.ID != "" && !errors.Is(err, dlq.ErrNotFound) {
+		s.countReplay(ctx, stream, e, row)
+	}
 	s.log.Info("console: replay", "stream", store.Key(), "id", id, "target", row.Target, "result", row.Result, "replays", row.Replays)
 	return row, stop
+}
+
+// Outcomes of the console's replays in the feed, beside a worker's
+// (docs/console.md#pages): the Live page shows them.
+const (
+	outcomeReplayed     = "replayed"
+	outcomeReplayFailed = "replay-failed"
+)
+
+// countReplay adds the replay of entry e, whose result is row, to the
+// stream's counters (stats.Replays, stats.ReplayFailures) and to its
+// feed, as consumer "console". The caller leaves out a replay that found
+// the entry gone: it ran nothing.
+func (s *Server) countReplay(ctx context.Context, stream string, e dlq.Entry, row resultRow) {
+	ev := stats.Event{Time: time.Now(), Consumer: "console", MessageID: e.OriginalID, App: e.App, Handler: e.Handler,
+		Attempt: e.HandlerAttempts + 1, Duration: row.Duration, Reason: row.Message, Result: row.Result}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RequestTimeout)
+	defer cancel()
+	rec := redisstats.NewRecorder(s.redis(rctx), stream, s.cfg.Group)
+	if row.Result == "replayed" {
+		rec.Add(stats.Replays)
+		ev.Outcome = outcomeReplayed
+	} else {
+		rec.Add(stats.ReplayFailures)
+		ev.Outcome, ev.DLQID = outcomeReplayFailed, e.ID
+	}
+	rec.Record(ev)
+	if err := rec.Flush(rctx); err != nil {
+		s.log.Warn("console: counting a replay failed", "stream", stream, "id", e.ID, "error", err)
+	}
 }
 
 const removedMsg = "deleted without running"
@@ -319,7 +355,7 @@ func (s *Server) dlqRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	store := dlq.NewStore(s.redis(ctx), st)
+	store := redisdlq.NewStore(s.redis(ctx), st)
 	now := time.Now()
 	var rows []dlqRow
 	var unknown []string

@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -87,16 +89,62 @@ func (f dlqFilter) pageQuery(now time.Time) (dlq.PageQuery, error) {
 	if q.Before, err = dlq.ParseAge(clean(f.Older), now); err != nil {
 		return q, errors.New("older than: " + err.Error())
 	}
-	if f.Text != "" {
+	if f.Set() {
+		// A filtered page reads as far as its count does, so a page of
+		// the newest entries lists every match the count found, up to its
+		// size, rather than stopping at DefaultPageScan entries.
 		q.Scan = searchWindow
 	}
 	return q, nil
+}
+
+// excerptAround is how many bytes of the event an excerpt shows on each
+// side of the match.
+const excerptAround = 60
+
+// excerpt is the part of a dead letter's event around the first match of
+// the event-text filter, as the list shows it.
+type excerpt struct {
+	Before, Match, After string
+	// Cut: there is more of the event before or after.
+	CutBefore, CutAfter bool
+}
+
+// findExcerpt returns the text around text's first match in event,
+// ignoring case as the filter does (dlq.PageQuery.Text); false when
+// there is none.
+func findExcerpt(event, text string) (excerpt, bool) {
+	if text == "" {
+		return excerpt{}, false
+	}
+	lower := strings.ToLower(event)
+	i := strings.Index(lower, strings.ToLower(text))
+	if i < 0 {
+		return excerpt{}, false
+	}
+	if len(lower) != len(event) {
+		event = lower // case folding changed lengths: show the folded text
+	}
+	j := i + len(text)
+	from, to := runeStart(event, max(i-excerptAround, 0)), runeStart(event, min(j+excerptAround, len(event)))
+	return excerpt{Before: clean(event[from:i]), Match: clean(event[i:j]), After: clean(event[j:to]),
+		CutBefore: from > 0, CutAfter: to < len(event)}, true
+}
+
+// runeStart moves i back to the start of the rune it is in.
+func runeStart(s string, i int) int {
+	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
 }
 
 type dlqRow struct {
 	dlq.Entry
 	Age     time.Duration
 	Expires string
+	// Excerpt is the event around the text filter's match, when it is set.
+	Excerpt *excerpt
 	// Problem is set for an entry that cannot be decoded; only its ID is
 	// meaningful then.
 	Problem string
@@ -167,7 +215,7 @@ func (s *Server) dlqList(w http.ResponseWriter, r *http.Request) {
 // dlqPage reads one page of the list into v: forward from after (or the
 // start), or the page before before, or the last page; then the count.
 func (s *Server) dlqPage(ctx context.Context, v *dlqView, f dlqFilter, q dlq.PageQuery, after, before string, last bool) error {
-	store := dlq.NewStore(s.redis(ctx), f.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), f.Stream)
 	backward := before != "" || last
 	if backward {
 		// The page before is the next one in the other order, turned round.
@@ -185,7 +233,11 @@ func (s *Server) dlqPage(ctx context.Context, v *dlqView, f dlqFilter, q dlq.Pag
 		v.Rows = append(v.Rows, dlqRow{Entry: dlq.Entry{ID: id}, Problem: bad.Error()})
 	}
 	for _, e := range p.Entries {
-		v.Rows = append(v.Rows, s.dlqRow(e, now))
+		row := s.dlqRow(e, now)
+		if x, ok := findExcerpt(e.Event, f.Text); ok {
+			row.Excerpt = &x
+		}
+		v.Rows = append(v.Rows, row)
 	}
 	// Undecodable entries were listed first: put every row in order.
 	slices.SortStableFunc(v.Rows, func(a, b dlqRow) int {
@@ -220,7 +272,7 @@ func (s *Server) dlqPage(ctx context.Context, v *dlqView, f dlqFilter, q dlq.Pag
 
 // dlqCount counts what the filter selects: the queue's length without
 // one, else at most searchWindow entries read.
-func (s *Server) dlqCount(ctx context.Context, store *dlq.Store, v *dlqView, q dlq.PageQuery) error {
+func (s *Server) dlqCount(ctx context.Context, store *redisdlq.Store, v *dlqView, q dlq.PageQuery) error {
 	total, err := store.Len(ctx)
 	if err != nil {
 		return err
@@ -249,7 +301,7 @@ func (s *Server) dlqSearch(w http.ResponseWriter, r *http.Request, f dlqFilter, 
 		return
 	}
 	ctx := r.Context()
-	store := dlq.NewStore(s.redis(ctx), f.Stream)
+	store := redisdlq.NewStore(s.redis(ctx), f.Stream)
 	to := func(entry string) {
 		http.Redirect(w, r, query("/dlq/entry", "stream", f.Stream, "id", entry, "back", f.URL()), http.StatusSeeOther)
 	}
@@ -282,7 +334,7 @@ func (s *Server) dlqSearch(w http.ResponseWriter, r *http.Request, f dlqFilter, 
 
 // dlqScan calls each for the entries of q, in pages, until it returns
 // false or q's Scan budget is spent; it returns how many were read.
-func dlqScan(ctx context.Context, store *dlq.Store, q dlq.PageQuery, each func(dlq.Entry) bool) (int, error) {
+func dlqScan(ctx context.Context, store *redisdlq.Store, q dlq.PageQuery, each func(dlq.Entry) bool) (int, error) {
 	budget, read := q.Scan, 0
 	q.Count = 500
 	for read < budget {

@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -9,46 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/internal/testutil"
 )
-
-// fillDLQ writes n dead letters with ids one second apart, the newest
-// now: entry i (1..n) is app shop when i is even, else billing, handler
-// refunds.run when i%4 == 0, else orders.charge, its event names customer
-// c_<i>, its original id <i>-7. It returns the ids, oldest first.
-func (f *fixture) fillDLQ(n int) []string {
-	f.t.Helper()
-	now := time.Now().UnixMilli()
-	ids := make([]string, n)
-	cmds := make(rueidis.Commands, 0, n)
-	for i := 1; i <= n; i++ {
-		app, handler := "billing", "orders.charge"
-		if i%2 == 0 {
-			app = "shop"
-		}
-		if i%4 == 0 {
-			handler = "refunds.run"
-		}
-		at := now - int64(n-i)*1000
-		ids[i-1] = fmt.Sprintf("%d-0", at)
-		cmds = append(cmds, f.rc.B().Xadd().Key(f.store.Key()).Id(ids[i-1]).FieldValue().
-			FieldValue("original_stream", f.stream).FieldValue("original_id", fmt.Sprintf("%d-7", i)).
-			FieldValue("group", f.group).FieldValue("consumer", "worker-1").
-			FieldValue("event", fmt.Sprintf(`{"kind":"order","customer":"c_%d"}`, i)).
-			FieldValue("reason", "handler exited with code 3").FieldValue("app", app).FieldValue("handler", handler).
-			FieldValue("deliveries", "3").FieldValue("handler_attempts", "3").
-			FieldValue("timestamp", time.UnixMilli(at).UTC().Format(time.RFC3339Nano)).Build())
-	}
-	for _, r := range f.rc.DoMulti(f.t.Context(), cmds...) {
-		if err := r.Error(); err != nil {
-			f.t.Fatal(err)
-		}
-	}
-	return ids
-}
 
 var (
 	entryLinkRE = regexp.MustCompile(`/dlq/entry\?back=[^"]*id=([0-9]+-[0-9]+)`)
@@ -74,8 +36,8 @@ func pageIDs(body string) ([]string, map[string]string) {
 // heading, and jumps to an entry by its id or its original message id.
 func TestDLQThousands(t *testing.T) {
 	f := newFixture(t)
-	ids := f.fillDLQ(2000)
-	s := url.QueryEscape(f.stream)
+	ids := f.FillDLQ(2000)
+	s := url.QueryEscape(f.Stream)
 	_, body := f.get("/dlq?size=100&stream=" + s)
 	got, links := pageIDs(body)
 	if len(got) != 100 || got[0] != ids[1999] || got[99] != ids[1900] {
@@ -127,8 +89,8 @@ func TestDLQThousands(t *testing.T) {
 	// The search box: an entry id, an original message id.
 	for q, want := range map[string]string{ids[5]: ids[5], "1500-7": ids[1499]} {
 		code, _ := f.get("/dlq?q=" + q + "&stream=" + s)
-		if code != http.StatusSeeOther || !strings.Contains(f.location, "id="+want) {
-			t.Errorf("search %s: status %d to %q, want the entry %s", q, code, f.location, want)
+		if code != http.StatusSeeOther || !strings.Contains(f.Location, "id="+want) {
+			t.Errorf("search %s: status %d to %q, want the entry %s", q, code, f.Location, want)
 		}
 	}
 	if code, body := f.get("/dlq?q=9-9&stream=" + s); code != http.StatusNotFound || !strings.Contains(body, "newest 10\u202f000") {
@@ -138,9 +100,9 @@ func TestDLQThousands(t *testing.T) {
 
 // waitJob follows a bulk action's page until it finishes, and returns it.
 func (f *fixture) waitJob(jobURL string) string {
-	f.t.Helper()
+	f.T.Helper()
 	var body string
-	testutil.WaitFor(f.t, 60*time.Second, "the bulk action to finish", func() bool {
+	testutil.WaitFor(f.T, 60*time.Second, "the bulk action to finish", func() bool {
 		_, body = f.get(jobURL)
 		return strings.Contains(body, `<span class="badge good">finished</span>`)
 	})
@@ -152,8 +114,8 @@ func (f *fixture) waitJob(jobURL string) string {
 // a remove of all that match is stopped part way; read-only refuses both.
 func TestDLQReplayAllMatching(t *testing.T) {
 	f := newFixture(t)
-	ids := f.fillDLQ(2000)
-	f.failing.Store(false)
+	ids := f.FillDLQ(2000)
+	f.Failing.Store(false)
 	filter := url.Values{"app": {"shop"}, "handler": {"refunds"}, "action": {"replay"}}
 	code, body := f.post("/dlq/bulk", filter)
 	if code != http.StatusOK {
@@ -161,34 +123,34 @@ func TestDLQReplayAllMatching(t *testing.T) {
 	}
 	contains(t, "confirmation", body, `<b id="bulk-count">500</b>`, `name="count" value="500"`, `name="upto" value="`+ids[1999]+`"`,
 		`entries with app &#34;shop&#34;, handler starting with &#34;refunds&#34;`)
-	if f.ran.Load() != 0 {
+	if f.Ran.Load() != 0 {
 		t.Fatal("the confirmation ran handlers")
 	}
-	f.publish(`{}`) // not a dead letter: nothing changes the count
-	form := url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "app": {"shop"}, "handler": {"refunds"}, "action": {"replay"},
+	f.Publish(`{}`) // not a dead letter: nothing changes the count
+	form := url.Values{"csrf": {f.csrf()}, "stream": {f.Stream}, "app": {"shop"}, "handler": {"refunds"}, "action": {"replay"},
 		"count": {"500"}, "upto": {ids[1999]}, "confirm": {"yes"}}
 	code, _ = f.do(http.MethodPost, "/dlq/bulk", form)
-	if code != http.StatusSeeOther || !strings.HasPrefix(f.location, "/dlq/job?") {
-		t.Fatalf("confirmed bulk replay: status %d to %q", code, f.location)
+	if code != http.StatusSeeOther || !strings.HasPrefix(f.Location, "/dlq/job?") {
+		t.Fatalf("confirmed bulk replay: status %d to %q", code, f.Location)
 	}
-	body = f.waitJob(f.location)
+	body = f.waitJob(f.Location)
 	contains(t, "finished job", body, "Replay all matching: 500 of 500 done, 500 replayed")
-	if n := f.ran.Load(); n != 500 {
+	if n := f.Ran.Load(); n != 500 {
 		t.Errorf("handlers ran %d times, want 500", n)
 	}
-	if n, _ := f.store.Len(t.Context()); n != 1500 {
+	if n, _ := f.Store.Len(t.Context()); n != 1500 {
 		t.Errorf("%d entries left, want 1500", n)
 	}
 
 	// Stop: a replay of all that match, held in its first handler, stops
 	// after it.
 	hold := make(chan struct{})
-	f.hold.Store(&hold)
-	form = url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "app": {"shop"}, "action": {"replay"}, "count": {"500"},
+	f.Hold.Store(&hold)
+	form = url.Values{"csrf": {f.csrf()}, "stream": {f.Stream}, "app": {"shop"}, "action": {"replay"}, "count": {"500"},
 		"upto": {ids[1999]}, "confirm": {"yes"}}
 	f.do(http.MethodPost, "/dlq/bulk", form)
-	job := f.location
-	testutil.WaitFor(t, 10*time.Second, "the first replay to start", func() bool { return f.ran.Load() == 501 })
+	job := f.Location
+	testutil.WaitFor(t, 10*time.Second, "the first replay to start", func() bool { return f.Ran.Load() == 501 })
 	jobID := strings.TrimPrefix(regexp.MustCompile(`id=[0-9a-f]+`).FindString(job), "id=")
 	if code, _ := f.post("/dlq/job/stop", url.Values{"id": {jobID}}); code != http.StatusSeeOther {
 		t.Errorf("stop: status %d", code)
@@ -196,21 +158,21 @@ func TestDLQReplayAllMatching(t *testing.T) {
 	close(hold)
 	body = f.waitJob(job)
 	contains(t, "stopped job", body, "Replay all matching: 1 of 500 done, 1 replayed", "stopped on request")
-	if n := f.ran.Load(); n != 501 {
+	if n := f.Ran.Load(); n != 501 {
 		t.Errorf("handlers ran %d times, want 501: the stop did not stop", n)
 	}
 
 	// Remove all that match.
-	form = url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "app": {"billing"}, "action": {"remove"}}
+	form = url.Values{"csrf": {f.csrf()}, "stream": {f.Stream}, "app": {"billing"}, "action": {"remove"}}
 	_, body = f.do(http.MethodPost, "/dlq/bulk", form)
 	contains(t, "remove confirmation", body, `<b id="bulk-count">1 000</b>`, "cannot be undone")
 	form.Set("count", "1000")
 	form.Set("upto", ids[1998])
 	form.Set("confirm", "yes")
 	f.do(http.MethodPost, "/dlq/bulk", form)
-	body = f.waitJob(f.location)
+	body = f.waitJob(f.Location)
 	contains(t, "bulk remove", body, "Remove all matching: 1000 of 1000 done, 1000 removed")
-	if n, _ := f.store.Len(t.Context()); n != 499 {
+	if n, _ := f.Store.Len(t.Context()); n != 499 {
 		t.Errorf("%d entries left, want 499 (shop, orders.charge)", n)
 	}
 
@@ -224,16 +186,16 @@ func TestDLQReplayAllMatching(t *testing.T) {
 // after the entry it is on, and waits for it.
 func TestDLQJobEndsWithTheConsole(t *testing.T) {
 	f := newFixture(t)
-	ids := f.fillDLQ(40)
+	ids := f.FillDLQ(40)
 	hold := make(chan struct{})
-	f.hold.Store(&hold)
-	form := url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "app": {"shop"}, "action": {"replay"}, "count": {"20"},
+	f.Hold.Store(&hold)
+	form := url.Values{"csrf": {f.csrf()}, "stream": {f.Stream}, "app": {"shop"}, "action": {"replay"}, "count": {"20"},
 		"upto": {ids[39]}, "confirm": {"yes"}}
 	f.do(http.MethodPost, "/dlq/bulk", form)
-	job := f.location
-	testutil.WaitFor(t, 10*time.Second, "the first replay to start", func() bool { return f.ran.Load() == 1 })
+	job := f.Location
+	testutil.WaitFor(t, 10*time.Second, "the first replay to start", func() bool { return f.Ran.Load() == 1 })
 	closed := make(chan struct{})
-	go func() { f.srv.Close(); close(closed) }()
+	go func() { f.Server.Close(); close(closed) }()
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a replay of the job was running")
@@ -243,7 +205,7 @@ func TestDLQJobEndsWithTheConsole(t *testing.T) {
 	<-closed
 	_, body := f.get(job)
 	contains(t, "job after Close", body, "Replay all matching: 1 of 20 done", "the console stopped")
-	if n := f.ran.Load(); n != 1 {
+	if n := f.Ran.Load(); n != 1 {
 		t.Errorf("handlers ran %d times, want 1", n)
 	}
 }

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -84,7 +83,7 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 			v.Invocations = append(v.Invocations, iv)
 		}
 		sort.Slice(v.Invocations, func(i, j int) bool { return v.Invocations[i].Field < v.Invocations[j].Field })
-		s.linkDeadLetters(ctx, st, id, v.Invocations)
+		linkDeadLetters(st, m, v.Invocations)
 	}
 	s.renderPage(w, r, "event", page{Title: "Event " + id, Active: "pending", Stream: st, Data: v})
 }
@@ -103,25 +102,14 @@ func (s *Server) streamEntry(ctx context.Context, st, id string) (map[string]str
 }
 
 // linkDeadLetters links each dead-lettered invocation to its DLQ entry,
-// whose id the written marker keeps (keys.DLQWritten).
-func (s *Server) linkDeadLetters(ctx context.Context, st, id string, invs []invocationView) {
-	rc := s.redis(ctx)
-	var cmds rueidis.Commands
-	var at []int
+// whose id the message's state m keeps beside it (invocation.DLQField).
+func linkDeadLetters(st string, m map[string]string, invs []invocationView) {
 	for i, iv := range invs {
-		app, handler, ok := strings.Cut(iv.Key, "/")
-		if iv.State != "dead-lettered" || !ok {
+		if iv.State != "dead-lettered" {
 			continue
 		}
-		cmds = append(cmds, rc.B().Get().Key(keys.DLQWritten(st, s.cfg.Group, id, app, handler)).Build())
-		at = append(at, i)
-	}
-	if len(cmds) == 0 {
-		return
-	}
-	for j, res := range rc.DoMulti(ctx, cmds...) {
-		if entry, err := res.ToString(); err == nil && stream.IsID(entry) {
-			invs[at[j]].DLQURL = query("/dlq/entry", "stream", st, "id", entry)
+		if entry := m[invocation.DLQField(iv.Key)]; stream.IsID(entry) {
+			invs[i].DLQURL = query("/dlq/entry", "stream", st, "id", entry)
 		}
 	}
 }

@@ -1,32 +1,26 @@
 package console_test
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -38,143 +32,37 @@ const (
 	invalidU8 = "bad\xff\xfeutf8"
 )
 
-const shopTemplate = `image: relay.local/busybox:latest
-command: ["/bin/sh", "/app/handler.sh"]
-concurrency: 3
-env:
-  API_TOKEN: s3cret-token-value
-events:
-  - handler: orders.charge
-    pattern:
-      kind: [order]
-      amount: [{gte: 100}]
-      id: [{prefix: "ord_"}]
-    timeout: 5s
-    retries: 2
-  - handler: refunds.run
-    pattern:
-      kind: [refund]
-  - handler: orders.stale
-    pattern:
-      kind: [order]
-      created_at: [{lt: "now()-1h"}]
-schedules:
-  - name: nightly
-    handler: reports.nightly
-    cron: "0 3 * * *"
-    timezone: Europe/Paris
-`
+// fixture is the shared console fixture (internal/consoletest, which the
+// browser tests in tools/console use too), with the helpers of these tests
+// that send requests and write the state of workers.
+type fixture struct{ *consoletest.Fixture }
 
-const brokenTemplate = `image: relay.local/busybox:latest
-command: ["/bin/sh", "/app/handler.sh"]
-events:
-  - handler: orders.audit
-    pattern:
-      kind: [order]
-    timeout: forever
-`
-
-// fixture is a console on a real redis-server, with apps on disk and a
-// Func runner whose handlers a test can fix.
-type fixture struct {
-	t       *testing.T
-	rc      rueidis.Client
-	stream  string
-	group   string
-	apps    string
-	srv     *console.Server
-	http    *httptest.Server
-	client  *http.Client
-	failing atomic.Bool // orders.charge fails while set
-	ran     atomic.Int64
-	// hold, when set, is received from before a handler returns.
-	hold  atomic.Pointer[chan struct{}]
-	store *dlq.Store
-	cfg   console.Config
-	// location is the Location of the last response, "" when none.
-	location string
-}
-
-type fixtureOpt func(*console.Config)
-
-func newFixture(t *testing.T, opts ...fixtureOpt) *fixture {
+func newFixture(t *testing.T, opts ...consoletest.Option) *fixture {
 	t.Helper()
-	f := &fixture{t: t, rc: redistest.Client(t), group: "shop"}
-	f.stream = redistest.Name(t, "events")
-	f.apps = testutil.AppsRoot(t, map[string]string{"shop": shopTemplate, "broken": brokenTemplate})
-	f.failing.Store(true)
-	fail := func(ctx context.Context, req runtime.Request) error {
-		f.ran.Add(1)
-		if h := f.hold.Load(); h != nil {
-			<-*h
-		}
-		if f.failing.Load() {
-			return &runtime.ExitError{Code: 3}
-		}
-		return nil
-	}
-	runner := runtime.NewFunc(map[string]runtime.HandlerFunc{
-		"shop/orders.charge": fail,
-		"shop/refunds.run":   fail,
-	})
-	src := stream.New(f.rc, f.stream, f.group, "worker-1")
-	if err := src.EnsureGroup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	f.store = dlq.NewStore(f.rc, f.stream)
-	f.cfg = console.Config{Redis: f.rc, Streams: []string{f.stream}, Group: f.group, Apps: template.Dir(f.apps),
-		Runner: runner, DLQRetention: 336 * time.Hour, SampleInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, o := range opts {
-		o(&f.cfg)
-	}
-	srv, err := console.New(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv = srv
-	f.http = httptest.NewServer(srv)
-	t.Cleanup(f.http.Close)
-	jar, _ := cookiejar.New(nil)
-	f.client = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return f
-}
-
-// publish adds an event to the stream and returns its id.
-func (f *fixture) publish(event string, extra ...string) string {
-	f.t.Helper()
-	cmd := f.rc.B().Xadd().Key(f.stream).Id("*").FieldValue().FieldValue("event", event)
-	for i := 0; i+1 < len(extra); i += 2 {
-		cmd = cmd.FieldValue(extra[i], extra[i+1])
-	}
-	id, err := f.rc.Do(f.t.Context(), cmd.Build()).ToString()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return id
+	return &fixture{consoletest.New(t, opts...)}
 }
 
 // deliver reads every new entry as consumer, leaving it pending.
 func (f *fixture) deliver(consumer string) {
-	f.t.Helper()
-	err := f.rc.Do(f.t.Context(), f.rc.B().Xreadgroup().Group(f.group, consumer).Count(1000).Streams().Key(f.stream).Id(">").Build()).Error()
+	f.T.Helper()
+	err := f.Redis.Do(f.T.Context(), f.Redis.B().Xreadgroup().Group(f.Group, consumer).Count(1000).Streams().Key(f.Stream).Id(">").Build()).Error()
 	if err != nil && !rueidis.IsRedisNil(err) {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 }
 
 // deadLetter writes a DLQ entry as a worker does and returns its id.
 func (f *fixture) deadLetter(app, handler, event, reason string) string {
-	f.t.Helper()
+	f.T.Helper()
 	attempts := 3
 	if app == dlq.MalformedName {
 		attempts = 0
 	}
-	id, err := f.store.Write(f.t.Context(), dlq.Entry{OriginalStream: f.stream, OriginalID: f.publish(event), Group: f.group,
+	id, err := f.Store.Write(f.T.Context(), dlq.Entry{OriginalStream: f.Stream, OriginalID: f.Publish(event), Group: f.Group,
 		Consumer: "worker-1", Event: event, Reason: reason, App: app, Handler: handler, Deliveries: 3, HandlerAttempts: attempts,
 		Timestamp: time.Now()})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	return id
 }
@@ -182,35 +70,36 @@ func (f *fixture) deadLetter(app, handler, event, reason string) string {
 // claim records the state of an invocation as a worker does: attempt 1
 // running, or failed with a retry due when retryIn > 0.
 func (f *fixture) claim(msgID, field string, retryIn time.Duration) {
-	f.t.Helper()
-	st := invocation.New(f.rc)
-	key := invocation.Key{Stream: f.stream, Group: f.group, MessageID: msgID}
-	c, err := st.Claim(f.t.Context(), key, field, time.Hour, 3, invocation.Record{})
-	if err != nil {
-		f.t.Fatal(err)
+	f.T.Helper()
+	st := redisstate.New(f.Redis)
+	key := invocation.Key{Stream: f.Stream, Group: f.Group, MessageID: msgID}
+	r := st.Claim(f.T.Context(), []invocation.ClaimRequest{{Key: key, Field: field, Lease: time.Hour, MaxAttempts: 3}})
+	if r[0].Err != nil {
+		f.T.Fatal(r[0].Err)
 	}
 	if retryIn > 0 {
-		if _, err := st.ScheduleRetry(f.t.Context(), c.Lease, retryIn); err != nil {
-			f.t.Fatal(err)
+		s := invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Retry, Lease: r[0].Lease, Backoff: retryIn}}}
+		if res := st.Settle(f.T.Context(), []invocation.Settlement{s}); res[0].Err != nil {
+			f.T.Fatal(res[0].Err)
 		}
 	}
 }
 
 // get fetches a console path and returns the status and body.
 func (f *fixture) get(path string) (int, string) {
-	f.t.Helper()
+	f.T.Helper()
 	return f.do(http.MethodGet, path, nil)
 }
 
 func (f *fixture) do(method, path string, form url.Values, header ...string) (int, string) {
-	f.t.Helper()
+	f.T.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
-	req, err := http.NewRequestWithContext(f.t.Context(), method, f.http.URL+path, body)
+	req, err := http.NewRequestWithContext(f.T.Context(), method, f.HTTP.URL+path, body)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -218,16 +107,16 @@ func (f *fixture) do(method, path string, form url.Values, header ...string) (in
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := f.client.Do(req)
+	resp, err := f.Client.Do(req)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
-	f.location = resp.Header.Get("Location")
+	f.Location = resp.Header.Get("Location")
 	return resp.StatusCode, string(b)
 }
 
@@ -235,36 +124,36 @@ var csrfRE = regexp.MustCompile(`name="csrf" value="([0-9a-f]{64})"`)
 
 // csrf loads a page with a form and returns its CSRF token.
 func (f *fixture) csrf() string {
-	f.t.Helper()
-	code, body := f.get("/playground?stream=" + url.QueryEscape(f.stream))
+	f.T.Helper()
+	code, body := f.get("/playground?stream=" + url.QueryEscape(f.Stream))
 	m := csrfRE.FindStringSubmatch(body)
 	if code != http.StatusOK || m == nil {
-		f.t.Fatalf("no CSRF token on the playground (status %d)", code)
+		f.T.Fatalf("no CSRF token on the playground (status %d)", code)
 	}
 	return m[1]
 }
 
 // post submits a form with the CSRF token and the stream.
 func (f *fixture) post(path string, form url.Values) (int, string) {
-	f.t.Helper()
+	f.T.Helper()
 	if form == nil {
 		form = url.Values{}
 	}
 	form.Set("csrf", f.csrf())
-	form.Set("stream", f.stream)
+	form.Set("stream", f.Stream)
 	code, body := f.do(http.MethodPost, path, form)
-	if code == http.StatusSeeOther && strings.HasPrefix(f.location, "/dlq/result?") {
+	if code == http.StatusSeeOther && strings.HasPrefix(f.Location, "/dlq/result?") {
 		// A replay or remove redirects to its result (POST-redirect-GET).
-		return f.get(f.location)
+		return f.get(f.Location)
 	}
 	return code, body
 }
 
 func (f *fixture) dlqIDs() []string {
-	f.t.Helper()
-	p, err := f.store.Page(f.t.Context(), dlq.PageQuery{Count: 1000})
+	f.T.Helper()
+	p, err := f.Store.Page(f.T.Context(), dlq.PageQuery{Count: 1000})
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	var out []string
 	for _, e := range p.Entries {
@@ -275,16 +164,17 @@ func (f *fixture) dlqIDs() []string {
 
 // fixApps rewrites a template of the apps root.
 func (f *fixture) writeTemplate(app, src string) {
-	f.t.Helper()
-	if err := os.WriteFile(filepath.Join(f.apps, app, "template.yaml"), []byte(src), 0o644); err != nil {
-		f.t.Fatal(err)
+	f.T.Helper()
+	if err := os.WriteFile(filepath.Join(f.Apps, app, "template.yaml"), []byte(src), 0o644); err != nil {
+		f.T.Fatal(err)
 	}
 }
 
-// record adds counters and feed events as a worker's stats.Recorder does.
+// record adds counters and feed events as a worker's redisstats.Recorder
+// does.
 func (f *fixture) record(evs ...stats.Event) {
-	f.t.Helper()
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	f.T.Helper()
+	r := redisstats.NewRecorder(f.Redis, f.Stream, f.Group)
 	for range 5 {
 		r.Add(stats.Received)
 		r.Add(stats.Matched)
@@ -293,8 +183,8 @@ func (f *fixture) record(evs ...stats.Event) {
 	for _, ev := range evs {
 		r.Record(ev)
 	}
-	if err := r.Flush(f.t.Context()); err != nil {
-		f.t.Fatal(err)
+	if err := r.Flush(f.T.Context()); err != nil {
+		f.T.Fatal(err)
 	}
 }
 

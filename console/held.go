@@ -8,6 +8,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // holdView is one reason the workers hold messages of a stream pending
@@ -30,12 +31,17 @@ type holdView struct {
 }
 
 // readHolds reads why the live workers of stream hold messages, from the
-// status they publish (stats.ReadHolds); nil when none do.
+// status they publish (redisstats.ReadHolds); nil when none do.
 func (s *Server) readHolds(ctx context.Context, rc rueidis.Client, stream string) ([]holdView, error) {
-	hs, err := stats.ReadHolds(ctx, rc, stream, s.cfg.Group)
+	hs, err := redisstats.ReadHolds(ctx, rc, stream, s.cfg.Group)
 	if err != nil {
 		return nil, err
 	}
+	return holdViews(stream, hs), nil
+}
+
+// holdViews says each of hs, holds of stream, in plain words.
+func holdViews(stream string, hs []stats.Hold) []holdView {
 	out := make([]holdView, 0, len(hs))
 	for _, h := range hs {
 		v := holdView{Stream: clean(stream), App: clean(h.App), Reason: h.Reason, Error: clean(h.Error), Held: h.Held, AtLeast: h.AtLeast}
@@ -56,7 +62,7 @@ func (s *Server) readHolds(ctx context.Context, rc rueidis.Client, stream string
 		}
 		out = append(out, v)
 	}
-	return out, nil
+	return out
 }
 
 // Short is the reason a held invocation or message shows on the
@@ -101,7 +107,7 @@ func markHeld(rows []pendingRow, holds []holdView) {
 // finished reports a terminal invocation: it holds its message no more.
 func (v invocationView) finished() bool {
 	switch v.State {
-	case "succeeded", "exhausted", "dead-lettered":
+	case "succeeded", "exhausted", "dead-lettered", "superseded":
 		return true
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	relaystream "github.com/relaydev/relay/stream"
 )
 
@@ -70,7 +71,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v := liveView{Stream: st}
-	evs, err := stats.LatestFeed(r.Context(), s.redis(r.Context()), st, s.cfg.Group, liveBacklog)
+	evs, err := redisstats.LatestFeed(r.Context(), s.redis(r.Context()), st, s.cfg.Group, liveBacklog)
 	if err != nil {
 		v.Problem = err.Error()
 	}
@@ -110,7 +111,7 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 	failing := false
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, liveBlock+s.cfg.RequestTimeout)
-		evs, err := stats.ReadFeed(rctx, s.redis(rctx), st, s.cfg.Group, after, 100, liveBlock)
+		evs, err := redisstats.ReadFeed(rctx, s.redis(rctx), st, s.cfg.Group, after, 100, liveBlock)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -141,7 +142,7 @@ func (s *Server) liveEvents(w http.ResponseWriter, r *http.Request) {
 			if after == "$" {
 				// Pin the position, so an outcome added between two
 				// blocking reads is not missed.
-				if last, err := stats.LatestFeed(ctx, s.redis(ctx), st, s.cfg.Group, 1); err == nil && len(last) == 1 {
+				if last, err := redisstats.LatestFeed(ctx, s.redis(ctx), st, s.cfg.Group, 1); err == nil && len(last) == 1 {
 					after = last[0].ID
 				}
 			}

@@ -8,11 +8,12 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // memoryMaxAge is how long the overview shows a stream's memory
 // measurement before measuring again: a measurement takes up to a few
-// hundred Redis commands (stats.MeasureMemory), too many for every page
+// hundred Redis commands (redisstats.MeasureMemory), too many for every page
 // load.
 const memoryMaxAge = time.Minute
 
@@ -45,15 +46,20 @@ type memoryCache struct {
 }
 
 // streamMemory returns stream's memory view, measuring when the last
-// measurement is older than memoryMaxAge or failed.
-func (s *Server) streamMemory(ctx context.Context, rc rueidis.Client, stream string) memoryView {
+// measurement is older than memoryMaxAge, failed, or disagrees with now,
+// what the overview read of the stream just before: a stream or a
+// dead-letter queue holding less than half of what was measured was
+// reset (Redis lost its data), trimmed or emptied, and the measurement
+// would show what is gone.
+func (s *Server) streamMemory(ctx context.Context, rc rueidis.Client, stream string, now streamView) memoryView {
 	s.memory.mu.Lock()
 	defer s.memory.mu.Unlock() // one measurement at a time
-	if v, ok := s.memory.by[stream]; ok && v.Problem == "" && time.Since(v.Measured) < memoryMaxAge {
+	if v, ok := s.memory.by[stream]; ok && v.Problem == "" && time.Since(v.Measured) < memoryMaxAge && !v.shrunk(now) {
 		return v
 	}
+	delete(s.memory.by, stream)
 	r := s.cfg.retentions()
-	m, err := stats.MeasureMemory(ctx, rc, stream, s.cfg.Group, r, stats.Budget{})
+	m, err := redisstats.MeasureMemory(ctx, rc, stream, s.cfg.Group, r, stats.Budget{})
 	if err != nil {
 		return memoryView{Problem: "measuring Redis memory failed: " + err.Error()}
 	}
@@ -77,7 +83,23 @@ func (s *Server) streamMemory(ctx context.Context, rc rueidis.Client, stream str
 	return v
 }
 
+// shrunk reports whether the stream or its dead-letter queue, as the
+// overview read them now, hold less than half the items v measured.
+func (v memoryView) shrunk(now streamView) bool {
+	less := func(read bool, n, measured int64) bool { return read && n < measured/2 }
+	return less(now.Read.Length, now.Length, v.M.Stream.Items) || less(now.Read.DLQ, now.DLQ, v.M.DLQ.Items)
+}
+
+// forgetMemory drops stream's measurement: Redis could not be read, so
+// what comes back may be another Redis, or one that lost its data.
+func (s *Server) forgetMemory(stream string) {
+	s.memory.mu.Lock()
+	defer s.memory.mu.Unlock()
+	delete(s.memory.by, stream)
+}
+
 // retentions are the workers' retentions as the projection reads them.
 func (c Config) retentions() stats.Retentions {
-	return stats.Retentions{Stream: c.StreamRetention, DLQ: c.DLQRetention, Invocation: c.InvocationRetention}
+	return stats.Retentions{Stream: c.StreamRetention, DLQ: c.DLQRetention, Invocation: c.InvocationRetention,
+		TrimInterval: c.RetentionInterval}
 }

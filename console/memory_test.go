@@ -28,13 +28,13 @@ func TestOverviewMemory(t *testing.T) {
 		{"stream kept forever", func(*console.Config) {},
 			[]string{"the stream (REDIS_STREAM_RETENTION 0 keeps every entry) grows without bound"}, "forever</td><td class=\"n\">unbounded"},
 		{"stream kept an hour", func(c *console.Config) { c.StreamRetention = time.Hour },
-			[]string{"projected steady state at this rate:", "0 (deleted at ack)"}, "1h0m0s</td><td class=\"n\">"},
+			[]string{"projected peak at this rate:", "0 (deleted at ack)"}, "1h0m0s</td><td class=\"n\">"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFixture(t, c.opt)
-			f.publish(`{"kind":"order","amount":5}`)
-			f.publish(`{"kind":"order","amount":500}`)
-			f.publish(`{"kind":"refund"}`)
+			f.Publish(`{"kind":"order","amount":5}`)
+			f.Publish(`{"kind":"order","amount":500}`)
+			f.Publish(`{"kind":"refund"}`)
 			f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
 			code, body := f.get("/")
 			if code != http.StatusOK {

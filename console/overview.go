@@ -9,9 +9,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamView is one stream of the overview.
@@ -34,10 +35,14 @@ type streamView struct {
 	Consumers     []consumerView
 	DLQ           int64
 	Counters      []counterView
-	Sampled       time.Duration // the span the rates cover
+	Sampled       time.Duration // the span the sparklines cover
 	Samples       int
-	// Holds say why the live workers hold messages of the stream.
-	Holds []holdView
+	RateSpan      time.Duration // the span the rates per minute cover
+	// Holds say why the live workers hold messages of the stream; Workers
+	// is all that they publish (the attempts they run, their slots, what
+	// stalls, whether Redis lost the group).
+	Holds   []holdView
+	Workers workersView
 	// Memory is the Redis memory by part and its projection; nil when the
 	// stream could not be read.
 	Memory *memoryView
@@ -56,13 +61,14 @@ type consumerView struct {
 }
 
 type overviewView struct {
+	Now      time.Time
 	Streams  []streamView
 	Interval time.Duration
 	Window   time.Duration
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
-	v := overviewView{Interval: s.cfg.SampleInterval, Window: s.cfg.SampleWindow}
+	v := overviewView{Now: time.Now(), Interval: s.cfg.SampleInterval, Window: s.cfg.SampleWindow}
 	for _, st := range s.cfg.Streams {
 		v.Streams = append(v.Streams, s.streamOverview(r.Context(), st))
 	}
@@ -84,10 +90,13 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 	if s.readGroup(&v, res[0], res[1]) {
 		v.Consumers, v.Read.Consumers = consumers(res[2])
 		s.readQueues(ctx, rc, &v)
-		mem := s.streamMemory(ctx, rc, name)
+		mem := s.streamMemory(ctx, rc, name, v)
 		v.Memory = &mem
+	} else {
+		// What was measured before is no longer what Redis holds.
+		s.forgetMemory(name)
 	}
-	c, err := stats.Read(ctx, rc, name, s.cfg.Group)
+	c, err := redisstats.Read(ctx, rc, name, s.cfg.Group)
 	if err != nil {
 		if v.Problem == "" {
 			v.Problem = "reading the counters failed: " + err.Error()
@@ -96,11 +105,16 @@ func (s *Server) streamOverview(ctx context.Context, name string) streamView {
 		v.Read.Counters = true
 	}
 	v.Counters = s.counterViews(name, c)
-	if v.Holds, err = s.readHolds(ctx, rc, name); err != nil && v.Problem == "" {
+	pending := int64(-1)
+	if v.Read.Pending {
+		pending = v.Pending
+	}
+	if v.Workers, err = s.readWorkers(ctx, rc, name, pending); err != nil && v.Problem == "" {
 		v.Problem = "reading the workers' status failed: " + err.Error()
 	}
+	v.Holds = v.Workers.Holds
 	if sm := s.sampler.get(name); len(sm) > 0 {
-		v.Samples, v.Sampled = len(sm), sm[len(sm)-1].at.Sub(sm[0].at)
+		v.Samples, v.Sampled, v.RateSpan = len(sm), sm[len(sm)-1].at.Sub(sm[0].at), rateSpan(sm)
 	}
 	return v
 }
@@ -173,13 +187,13 @@ func consumers(res rueidis.RedisResult) ([]consumerView, bool) {
 // readQueues reads the PEL summary and the DLQ length.
 func (s *Server) readQueues(ctx context.Context, rc rueidis.Client, v *streamView) {
 	var err error
-	v.Pending, v.OldestPending, err = stream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Pending, v.OldestPending, err = redisstream.New(rc, v.Name, s.cfg.Group, "relay-console").Pending(ctx)
 	if err != nil && !errors.Is(err, stream.ErrNoGroup) {
 		v.Problem = "XPENDING failed: " + err.Error()
 	} else {
 		v.Read.Pending = true
 	}
-	if v.DLQ, err = dlq.NewStore(rc, v.Name).Len(ctx); err != nil {
+	if v.DLQ, err = redisdlq.NewStore(rc, v.Name).Len(ctx); err != nil {
 		v.Problem = "reading the dead-letter queue failed: " + err.Error()
 	} else {
 		v.Read.DLQ = true

@@ -18,25 +18,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 func TestOverview(t *testing.T) {
 	f := newFixture(t)
-	f.publish(`{"kind":"order","amount":5}`)
-	f.publish(`{"kind":"order","amount":500}`)
+	f.Publish(`{"kind":"order","amount":5}`)
+	f.Publish(`{"kind":"order","amount":500}`)
 	f.deliver("worker-1")
-	f.publish(`{"kind":"refund"}`) // not delivered: lag 1
+	f.Publish(`{"kind":"refund"}`) // not delivered: lag 1
 	f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
 	f.record()
 
@@ -44,13 +44,13 @@ func TestOverview(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	contains(t, "overview", body, f.stream, "worker-1", ">dead letters<", "received", "sampling…")
+	contains(t, "overview", body, f.Stream, "worker-1", ">dead letters<", "received", "sampling…")
 
 	// Sampling draws the rates: once two samples span an increase, the
 	// received sparkline is drawn and its rate is not "-".
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	go f.srv.Sample(ctx)
+	go f.Server.Sample(ctx)
 	testutil.WaitFor(t, 5*time.Second, "three samples", func() bool {
 		_, body = f.get("/")
 		return strings.Count(body, "sampling…") == 0
@@ -67,11 +67,11 @@ func TestOverview(t *testing.T) {
 func TestOverviewTiles(t *testing.T) {
 	f := newFixture(t)
 	for range 3 {
-		f.publish(`{"kind":"order"}`)
+		f.Publish(`{"kind":"order"}`)
 	}
 	f.deliver("worker-a")
-	f.publish(`{"kind":"order"}`)
-	f.publish(`{"kind":"order"}`)
+	f.Publish(`{"kind":"order"}`)
+	f.Publish(`{"kind":"order"}`)
 	f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
 	_, body := f.get("/")
 	tile := func(name, want string) {
@@ -88,8 +88,8 @@ func TestOverviewTiles(t *testing.T) {
 
 func TestOverviewMissingGroup(t *testing.T) {
 	f := newFixture(t)
-	f.cfg.Group = "nobody"
-	srv, err := console.New(f.cfg)
+	f.Config.Group = "nobody"
+	srv, err := console.New(f.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +120,16 @@ func TestApps(t *testing.T) {
 
 func TestPending(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.PageSize = 2 })
-	running := f.publish(`{"kind":"order","amount":500,"id":"ord_1"}`)
-	waiting := f.publish(`{"kind":"order","amount":700,"id":"ord_2"}`)
-	fresh := f.publish(`{"kind":"refund"}`)
+	running := f.Publish(`{"kind":"order","amount":500,"id":"ord_1"}`)
+	waiting := f.Publish(`{"kind":"order","amount":700,"id":"ord_2"}`)
+	fresh := f.Publish(`{"kind":"refund"}`)
 	f.deliver("worker-1")
 	f.claim(running, "shop/orders.charge", 0)
 	f.claim(waiting, "shop/orders.charge", 10*time.Minute)
 	f.record(stats.Event{Time: time.Now(), Consumer: "worker-1", MessageID: waiting, App: "shop", Handler: "orders.charge",
 		Outcome: "failed", Attempt: 1, MaxAttempts: 3, Reason: "payment provider unreachable"})
 
-	code, body := f.get("/pending?stream=" + url.QueryEscape(f.stream))
+	code, body := f.get("/pending?stream=" + url.QueryEscape(f.Stream))
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
@@ -143,7 +143,7 @@ func TestPending(t *testing.T) {
 	if !strings.Contains(body, next) {
 		t.Fatalf("pending page 1: no next link %q", next)
 	}
-	_, body = f.get("/pending?after=" + waiting + "&stream=" + url.QueryEscape(f.stream))
+	_, body = f.get("/pending?after=" + waiting + "&stream=" + url.QueryEscape(f.Stream))
 	contains(t, "pending page 2", body, fresh, "no invocation claimed yet")
 	lacks(t, "pending page 2", body, running+"</code>", "next 1")
 
@@ -157,16 +157,16 @@ func TestPending(t *testing.T) {
 
 func TestEvent(t *testing.T) {
 	f := newFixture(t)
-	id := f.publish(`{"kind":"order","amount":500,"id":"ord_1"}`, "traceparent", "00-abc-def-01")
+	id := f.Publish(`{"kind":"order","amount":500,"id":"ord_1"}`, "traceparent", "00-abc-def-01")
 	f.deliver("worker-9")
 	f.claim(id, "shop/orders.charge", time.Minute)
-	code, body := f.get("/event?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	code, body := f.get("/event?id=" + id + "&stream=" + url.QueryEscape(f.Stream))
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
 	contains(t, "event", body, "yes, held by <code>worker-9</code>", "&#34;amount&#34;: 500", "traceparent",
 		"00-abc-def-01", "<code>shop/orders.charge</code>", "waiting", "/playground?id="+id)
-	_, body = f.get("/event?id=1-1&stream=" + url.QueryEscape(f.stream))
+	_, body = f.get("/event?id=1-1&stream=" + url.QueryEscape(f.Stream))
 	contains(t, "a trimmed event", body, "no longer in the stream")
 	if code, _ := f.get("/event?id=x"); code != http.StatusBadRequest {
 		t.Errorf("a bad id: status %d", code)
@@ -178,7 +178,7 @@ func TestDLQList(t *testing.T) {
 	a := f.deadLetter("shop", "orders.charge", `{"n":1}`, "exit 3: Payment provider down")
 	b := f.deadLetter("shop", "refunds.run", `{"n":2}`, "exit 1: refund rejected")
 	c := f.deadLetter("shop", "orders.charge", `{"n":3}`, "timeout after 5s")
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 
 	// Newest first by default.
 	_, body := f.get("/dlq?x=1" + s)
@@ -214,14 +214,14 @@ func TestDLQList(t *testing.T) {
 func TestDLQInspect(t *testing.T) {
 	f := newFixture(t)
 	id := f.deadLetter("shop", "orders.charge", `{"kind":"order","amount":500}`, "handler exited with code 3: payment provider unreachable")
-	code, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	code, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.Stream))
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
 	contains(t, "inspect", body, "<code>shop/orders.charge</code>", "payment provider unreachable", "worker-1",
 		"&#34;kind&#34;: &#34;order&#34;,\n  &#34;amount&#34;: 500", "in 13d", "<dt>handler attempts</dt><dd>3 before it was dead-lettered</dd>", "<dt>replays</dt><dd class=\"replays\">none</dd>",
 		`formaction="/dlq/replay"`, `formaction="/dlq/remove"`, "/playground?dlq="+id)
-	code, body = f.get("/dlq/entry?id=1-1&stream=" + url.QueryEscape(f.stream))
+	code, body = f.get("/dlq/entry?id=1-1&stream=" + url.QueryEscape(f.Stream))
 	if code != http.StatusNotFound || !strings.Contains(body, "no dead-letter entry 1-1") {
 		t.Errorf("unknown entry: status %d", code)
 	}
@@ -242,16 +242,16 @@ func TestDLQReplay(t *testing.T) {
 		t.Fatalf("status %d: %s", code, body)
 	}
 	contains(t, "failing replay", body, "Replay of 1 entry: 0 replayed, 1 kept", "failed", "handler exited with code 3; the entry is kept")
-	if f.ran.Load() != 1 {
-		t.Errorf("handler ran %d times, want 1", f.ran.Load())
+	if f.Ran.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1", f.Ran.Load())
 	}
 
-	f.failing.Store(false) // the app is fixed
+	f.Failing.Store(false) // the app is fixed
 	_, body = f.post("/dlq/replay", url.Values{"id": {charge, malformed, gone, broken}})
 	contains(t, "replay", body, "Replay of 4 entries: 1 replayed, 3 kept", "replayed", "the entry is deleted",
 		"malformed message", "is not in the apps root any more", "the app is unavailable")
-	if f.ran.Load() != 2 {
-		t.Errorf("handler ran %d times, want 2", f.ran.Load())
+	if f.Ran.Load() != 2 {
+		t.Errorf("handler ran %d times, want 2", f.Ran.Load())
 	}
 	if got := f.dlqIDs(); strings.Join(got, " ") != strings.Join([]string{malformed, gone, broken}, " ") {
 		t.Errorf("entries left %v, want the three refused", got)
@@ -271,9 +271,9 @@ func TestDLQReplay(t *testing.T) {
 // selection is still replayed: it is not the runtime that failed.
 func TestDLQReplayUndecodable(t *testing.T) {
 	f := newFixture(t)
-	f.failing.Store(false)
-	bad, err := f.rc.Do(t.Context(), f.rc.B().Xadd().Key(f.store.Key()).Id("*").FieldValue().
-		FieldValue("original_stream", f.stream).FieldValue("original_id", "1-0").FieldValue("app", "shop").
+	f.Failing.Store(false)
+	bad, err := f.Redis.Do(t.Context(), f.Redis.B().Xadd().Key(f.Store.Key()).Id("*").FieldValue().
+		FieldValue("original_stream", f.Stream).FieldValue("original_id", "1-0").FieldValue("app", "shop").
 		FieldValue("handler", "orders.charge").FieldValue("event", "{}").FieldValue("reason", "x").
 		FieldValue("deliveries", "NaN").FieldValue("handler_attempts", "1").Build()).ToString()
 	if err != nil {
@@ -286,10 +286,10 @@ func TestDLQReplayUndecodable(t *testing.T) {
 	}
 	contains(t, "replay", body, "Replay of 2 entries: 1 replayed, 1 kept", `field &#34;deliveries&#34;`, "remove it instead")
 	lacks(t, "replay", body, "not tried", "the runtime could not run")
-	if f.ran.Load() != 1 {
-		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.ran.Load())
+	if f.Ran.Load() != 1 {
+		t.Errorf("handler ran %d times, want 1 (the decodable entry)", f.Ran.Load())
 	}
-	if n, err := f.store.Len(t.Context()); err != nil || n != 1 {
+	if n, err := f.Store.Len(t.Context()); err != nil || n != 1 {
 		t.Errorf("%d entries left (%v), want only the undecodable %s", n, err, bad)
 	}
 }
@@ -298,12 +298,12 @@ func TestDLQReplayUndecodable(t *testing.T) {
 // whose template was broken replays once it is fixed, without a restart.
 func TestDLQReplayAfterTemplateFix(t *testing.T) {
 	f := newFixture(t)
-	f.failing.Store(false)
-	f.writeTemplate("shop", strings.Replace(shopTemplate, "timeout: 5s", "timeout: soon", 1))
+	f.Failing.Store(false)
+	f.writeTemplate("shop", strings.Replace(consoletest.ShopTemplate, "timeout: 5s", "timeout: soon", 1))
 	id := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "exit 3")
 	_, body := f.post("/dlq/replay", url.Values{"id": {id}})
 	contains(t, "broken template", body, "refused", "the app is unavailable")
-	f.writeTemplate("shop", shopTemplate)
+	f.writeTemplate("shop", consoletest.ShopTemplate)
 	_, body = f.post("/dlq/replay", url.Values{"id": {id}})
 	contains(t, "fixed template", body, "Replay of 1 entry: 1 replayed")
 	if ids := f.dlqIDs(); len(ids) != 0 {
@@ -336,7 +336,7 @@ func TestDLQRemove(t *testing.T) {
 	if got := f.dlqIDs(); len(got) != 1 || got[0] != c {
 		t.Errorf("entries left %v, want [%s]", got, c)
 	}
-	if f.ran.Load() != 0 {
+	if f.Ran.Load() != 0 {
 		t.Error("remove ran a handler")
 	}
 }
@@ -344,7 +344,7 @@ func TestDLQRemove(t *testing.T) {
 func TestReadOnly(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.ReadOnly = true })
 	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 	for _, p := range []string{"/dlq?x=1" + s, "/dlq/entry?id=" + id + s} {
 		_, body := f.get(p)
 		contains(t, p, body, "read-only")
@@ -356,7 +356,7 @@ func TestReadOnly(t *testing.T) {
 			t.Errorf("%s: status %d, want 403", p, code)
 		}
 	}
-	if len(f.dlqIDs()) != 1 || f.ran.Load() != 0 {
+	if len(f.dlqIDs()) != 1 || f.Ran.Load() != 0 {
 		t.Error("a read-only console changed the DLQ or ran a handler")
 	}
 }
@@ -364,7 +364,7 @@ func TestReadOnly(t *testing.T) {
 func TestNoRunner(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.Runner = nil })
 	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
-	_, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.stream))
+	_, body := f.get("/dlq/entry?id=" + id + "&stream=" + url.QueryEscape(f.Stream))
 	lacks(t, "entry", body, "/dlq/replay")
 	contains(t, "entry", body, "/dlq/remove")
 	if code, _ := f.post("/dlq/replay", url.Values{"id": {id}}); code != http.StatusForbidden {
@@ -393,9 +393,9 @@ func TestPlayground(t *testing.T) {
 	contains(t, "bad now", body, "want an RFC 3339 time")
 
 	// Picking an event from the stream or the DLQ loads and evaluates it.
-	id := f.publish(`{"kind":"refund"}`)
+	id := f.Publish(`{"kind":"refund"}`)
 	dl := f.deadLetter("shop", "orders.charge", `{"kind":"order","amount":100,"id":"ord_1"}`, "exit 3")
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 	_, body = f.get("/playground?id=" + id + s)
 	contains(t, "from the stream", body, "from stream entry "+id, "<code>shop/refunds.run</code> matched", "/playground?id="+id)
 	_, body = f.get("/playground?dlq=" + dl + s)
@@ -406,7 +406,7 @@ func TestLivePage(t *testing.T) {
 	f := newFixture(t)
 	f.record(stats.Event{Time: time.Now(), Consumer: "worker-1", MessageID: "1-1", App: "shop", Handler: "orders.charge",
 		Outcome: "dead-lettered", Attempt: 3, MaxAttempts: 3, Reason: "exit 3", DLQID: "5-5"})
-	code, body := f.get("/live?stream=" + url.QueryEscape(f.stream))
+	code, body := f.get("/live?stream=" + url.QueryEscape(f.Stream))
 	if code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
@@ -421,8 +421,8 @@ func TestLiveEvents(t *testing.T) {
 	f.record(stats.Event{Time: time.Now(), MessageID: "1-1", App: "shop", Handler: "orders.charge", Outcome: "failed", Reason: "first"})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.http.URL+"/live/events?after=0-0&stream="+url.QueryEscape(f.stream), nil)
-	resp, err := f.client.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.HTTP.URL+"/live/events?after=0-0&stream="+url.QueryEscape(f.Stream), nil)
+	resp, err := f.Client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestLiveEvents(t *testing.T) {
 func TestLiveEventsEndWithTheirReader(t *testing.T) {
 	f := newFixture(t)
 	blockedReads := func() int {
-		list, err := f.rc.Do(t.Context(), f.rc.B().ClientList().Build()).ToString()
+		list, err := f.Redis.Do(t.Context(), f.Redis.B().ClientList().Build()).ToString()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -492,8 +492,8 @@ func TestLiveEventsEndWithTheirReader(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.http.URL+"/live/events?stream="+url.QueryEscape(f.stream), nil)
-	resp, err := f.client.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.HTTP.URL+"/live/events?stream="+url.QueryEscape(f.Stream), nil)
+	resp, err := f.Client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,24 +524,6 @@ func TestErrorsAndNotFound(t *testing.T) {
 	}
 }
 
-// stoppableRedis starts a private redis-server that a test may stop, and
-// returns it, a client made as relay console makes its own
-// (console.RetryDelay), and a stream with the group shop.
-func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
-	t.Helper()
-	srv := redistest.Start(t, redistest.Options{})
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true, RetryDelay: console.RetryDelay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rc.Close)
-	st := redistest.Name(t, "events")
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return srv, rc, st
-}
-
 // TestPagesWhileRedisIsDown stops the console's redis-server mid-session:
 // every page answers at once (the client gives up on a refused connection,
 // console.RetryDelay, instead of retrying until the request timeout) with
@@ -549,12 +531,12 @@ func stoppableRedis(t *testing.T) (*redistest.Server, rueidis.Client, string) {
 // reports the error at once; and once Redis is back the pages show its
 // figures without a restart.
 func TestPagesWhileRedisIsDown(t *testing.T) {
-	srv, rc, st := stoppableRedis(t)
+	srv, rc, st := consoletest.StoppableRedis(t)
 	// A request timeout far above what a page may take: a page that waits
 	// for Redis to come back trips the client's timeout below.
 	const requestTimeout = time.Minute
 	c, err := console.New(console.Config{Redis: rc, Streams: []string{st}, Group: "shop",
-		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": consoletest.ShopTemplate})),
 		Runner:         runtime.NewFunc(map[string]runtime.HandlerFunc{}),
 		RequestTimeout: requestTimeout, SampleInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -781,12 +763,12 @@ func TestDLQReplayPostRedirectGet(t *testing.T) {
 	var logs syncBuffer
 	f := newFixture(t, func(c *console.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	id := f.deadLetter("shop", "orders.charge", `{"kind":"order"}`, "handler exited with code 3: first failure")
-	form := url.Values{"id": {id}, "csrf": {f.csrf()}, "stream": {f.stream}}
+	form := url.Values{"id": {id}, "csrf": {f.csrf()}, "stream": {f.Stream}}
 	code, _ := f.do(http.MethodPost, "/dlq/replay", form)
-	if code != http.StatusSeeOther || !strings.HasPrefix(f.location, "/dlq/result?") {
-		t.Fatalf("POST /dlq/replay: status %d to %q, want 303 to /dlq/result", code, f.location)
+	if code != http.StatusSeeOther || !strings.HasPrefix(f.Location, "/dlq/result?") {
+		t.Fatalf("POST /dlq/replay: status %d to %q, want 303 to /dlq/result", code, f.Location)
 	}
-	result := f.location
+	result := f.Location
 	for range 3 {
 		code, body := f.get(result)
 		if code != http.StatusOK {
@@ -795,11 +777,11 @@ func TestDLQReplayPostRedirectGet(t *testing.T) {
 		contains(t, "result page", body, "Replay of 1 entry: 0 replayed, 1 kept", "handler exited with code 3; the entry is kept",
 			"replayed 1 time without success", "it does not act again")
 	}
-	if n := f.ran.Load(); n != 1 {
+	if n := f.Ran.Load(); n != 1 {
 		t.Errorf("the handler ran %d times after one replay and three loads of its result, want 1", n)
 	}
 	f.post("/dlq/replay", url.Values{"id": {id}})
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 	_, body := f.get("/dlq/entry?id=" + id + s)
 	contains(t, "entry after two failed replays", body, "2 replays without success; the last",
 		`<span class="badge failed">failed</span>`, "handler exited with code 3; the entry is kept",
@@ -809,9 +791,9 @@ func TestDLQReplayPostRedirectGet(t *testing.T) {
 	}
 
 	other := f.deadLetter("shop", "refunds.run", `{}`, "exit 1")
-	f.failing.Store(false)
+	f.Failing.Store(false)
 	f.post("/dlq/replay", url.Values{"id": {id}})
-	if h, err := f.store.Replays(t.Context(), id); err != nil || h.Count != 0 {
+	if h, err := f.Store.Replays(t.Context(), id); err != nil || h.Count != 0 {
 		t.Errorf("the history of a replayed (deleted) entry: %+v, %v; want none", h, err)
 	}
 	f.post("/dlq/remove", url.Values{"id": {other}, "confirm": {"yes"}})
@@ -825,23 +807,24 @@ func TestDLQReplayPostRedirectGet(t *testing.T) {
 // keeps the playground's event; the overview counts malformed messages.
 func TestSmallerFixes(t *testing.T) {
 	f := newFixture(t)
-	msg := f.publish(`{"kind":"order"}`)
-	entry, err := f.store.Write(t.Context(), dlq.Entry{OriginalStream: f.stream, OriginalID: msg, Group: f.group, Consumer: "worker-1",
+	msg := f.Publish(`{"kind":"order"}`)
+	entry, err := f.Store.Write(t.Context(), dlq.Entry{OriginalStream: f.Stream, OriginalID: msg, Group: f.Group, Consumer: "worker-1",
 		Event: `{"kind":"order"}`, Reason: "exit 3", App: "shop", Handler: "orders.charge", Deliveries: 1, HandlerAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.rc.Do(t.Context(), f.rc.B().Hset().Key(keys.Invocation(f.stream, f.group, msg)).FieldValue().
-		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").Build()).Error(); err != nil {
+	if err := f.Redis.Do(t.Context(), f.Redis.B().Hset().Key(keys.Invocation(f.Stream, f.Group, msg)).FieldValue().
+		FieldValue("shop/orders.charge", "exhausted:1:1700000000000:dlq").
+		FieldValue(invocation.DLQField("shop/orders.charge"), entry).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 	_, body := f.get("/event?id=" + msg + s)
 	contains(t, "event of a dead-lettered message", body, "after 1 attempt\n", `class="dlq-link"`, "/dlq/entry?id="+entry)
 	lacks(t, "event of a dead-lettered message", body, "1 attempts")
 
 	const event = `{"kind":"order","amount":7}`
-	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.stream}, "event": {event}, "csrf": {strings.Repeat("0", 64)}})
+	code, body := f.do(http.MethodPost, "/playground", url.Values{"stream": {f.Stream}, "event": {event}, "csrf": {strings.Repeat("0", 64)}})
 	if code != http.StatusForbidden {
 		t.Errorf("playground with a stale token: status %d, want 403", code)
 	}
@@ -850,13 +833,13 @@ func TestSmallerFixes(t *testing.T) {
 	if m := csrfRE.FindStringSubmatch(body); m == nil {
 		t.Error("playground with a stale token: no fresh token to send again")
 	}
-	code, body = f.do(http.MethodPost, "/dlq/remove", url.Values{"stream": {f.stream}, "id": {entry}})
+	code, body = f.do(http.MethodPost, "/dlq/remove", url.Values{"stream": {f.Stream}, "id": {entry}})
 	if code != http.StatusForbidden {
 		t.Errorf("remove without a token: status %d", code)
 	}
 	contains(t, "remove without a token", body, "<!doctype html>", "<nav>", "reload the page and try again")
 
-	r := stats.NewRecorder(f.rc, f.stream, f.group)
+	r := redisstats.NewRecorder(f.Redis, f.Stream, f.Group)
 	r.Add(stats.Received)
 	r.Add(stats.Malformed)
 	if err := r.Flush(t.Context()); err != nil {

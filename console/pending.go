@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,8 +12,11 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // feedScan is how many of the newest feed events the pending page reads
@@ -34,6 +36,9 @@ type pendingRow struct {
 	// Held are the holds of apps whose rules cannot be read: they keep
 	// every message pending, whatever its invocations.
 	Held []holdView
+	// FullSlots are the apps whose slots are all taken on the message's
+	// worker: for a message without state, what it may wait for.
+	FullSlots []slotView
 }
 
 // invocationView is one invocation of a pending message, from its field
@@ -59,6 +64,12 @@ type invocationView struct {
 	// Held is set when the invocation's app is unavailable: it waits for
 	// the app, not for a retry.
 	Held *holdView
+	// Run is the attempt a worker runs now for a running invocation, as
+	// the workers published it; nil when none did.
+	Run *runView
+	// Slots is set when the invocation is not running and its app's
+	// slots are all taken on the message's worker: it waits for a slot.
+	Slots *slotView
 }
 
 type pendingView struct {
@@ -69,12 +80,16 @@ type pendingView struct {
 	Count   int64
 	Oldest  time.Duration
 	Rows    []pendingRow
-	// Holds say why the workers hold messages of the stream.
-	Holds   []holdView
-	After   string
-	Next    string
-	Problem string
-	Now     time.Time
+	// Holds say why the workers hold messages of the stream; Workers is
+	// all they publish, LostRuns the attempts they run for messages no
+	// longer pending (no row shows them).
+	Holds    []holdView
+	Workers  workersView
+	LostRuns []runView
+	After    string
+	Next     string
+	Problem  string
+	Now      time.Time
 }
 
 func (s *Server) pending(w http.ResponseWriter, r *http.Request) {
@@ -102,7 +117,7 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 	v := pendingView{Stream: st, After: after, Now: time.Now()}
 	rc := s.redis(ctx)
 	var err error
-	v.Count, v.Oldest, err = stream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
+	v.Count, v.Oldest, err = redisstream.New(rc, st, s.cfg.Group, "relay-console").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return v, errors.New("consumer group " + s.cfg.Group + " does not exist on stream " + st)
 	}
@@ -110,9 +125,10 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	v.Counted = true
-	if v.Holds, err = s.readHolds(ctx, rc, st); err != nil {
+	if v.Workers, err = s.readWorkers(ctx, rc, st, v.Count); err != nil {
 		return v, err
 	}
+	v.Holds, v.LostRuns = v.Workers.Holds, v.Workers.lostRuns()
 	if v.Rows, v.Next, err = s.pendingRows(ctx, rc, st, after); err != nil || len(v.Rows) == 0 {
 		return v, err
 	}
@@ -120,7 +136,30 @@ func (s *Server) pendingPage(ctx context.Context, st, after string) (pendingView
 		return v, err
 	}
 	markHeld(v.Rows, v.Holds)
+	markRuns(v.Rows, v.Workers)
 	return v, nil
+}
+
+// markRuns adds to the pending rows what the workers publish: the
+// attempt each running invocation is, and the full slots that an
+// invocation not running, or a message without state, waits for.
+func markRuns(rows []pendingRow, w workersView) {
+	for i := range rows {
+		row := &rows[i]
+		if row.NoState {
+			row.FullSlots = w.fullOn(row.Consumer)
+		}
+		for j := range row.Invocations {
+			iv := &row.Invocations[j]
+			switch {
+			case iv.State == "running":
+				iv.Run = w.run(row.ID, iv.Key)
+			case !iv.finished() && iv.Held == nil:
+				name, _, _ := strings.Cut(iv.Key, "/")
+				iv.Slots = w.full(row.Consumer, name)
+			}
+		}
+	}
 }
 
 // pendingRows reads a page of the PEL after the cursor; next is the
@@ -195,7 +234,7 @@ func (s *Server) addInvocations(ctx context.Context, rc rueidis.Client, st strin
 // lastErrors is the newest failure in the sampled feed of each message
 // and handler, keyed "<message-id> <app>/<handler>".
 func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) map[string]stats.Event {
-	feed, _ := stats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
+	feed, _ := redisstats.LatestFeed(ctx, rc, st, s.cfg.Group, feedScan)
 	lastErr := map[string]stats.Event{}
 	for _, ev := range feed { // newest first: keep the first seen
 		if ev.Outcome == "succeeded" {
@@ -210,28 +249,16 @@ func (s *Server) lastErrors(ctx context.Context, rc rueidis.Client, st string) m
 }
 
 // parseInvocation reads one field of the invocation hash
-// (docs/delivery.md#invocation-state).
+// (docs/delivery.md#invocation-state), through invocation.ParseValue.
 func parseInvocation(field, val string) invocationView {
 	v := invocationView{Field: clean(field), Key: field, State: "unknown", Raw: clean(val)}
-	parts := strings.Split(val, ":")
-	num := func(i int) int64 {
-		if i >= len(parts) {
-			return 0
-		}
-		n, _ := strconv.ParseInt(parts[i], 10, 64)
-		return n
+	p, err := invocation.ParseValue(val)
+	if err != nil {
+		return v
 	}
-	switch {
-	case val == "ok":
-		v.State = "succeeded"
-	case parts[0] == "running" && len(parts) == 4:
-		v.State, v.Until, v.Attempt = "running", time.UnixMilli(num(1)), int(num(2))
-	case parts[0] == "next_attempt_at" && len(parts) == 4:
-		v.State, v.Until, v.Attempt = "waiting", time.UnixMilli(num(1)), int(num(2))
-	case parts[0] == "exhausted" && len(parts) == 4 && parts[3] == "dlq":
-		v.State, v.Attempt = "dead-lettered", int(num(1))
-	case parts[0] == "exhausted" && len(parts) == 3:
-		v.State, v.Attempt = "exhausted", int(num(1))
+	v.State, v.Attempt = p.State.String(), p.Attempt
+	if p.State == invocation.StateRunning || p.State == invocation.StateWaiting {
+		v.Until = p.Until
 	}
 	return v
 }

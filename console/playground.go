@@ -10,7 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/backtest"
 	"github.com/relaydev/relay/matcher"
 	"github.com/relaydev/relay/stream"
@@ -106,7 +106,7 @@ func (s *Server) playground(w http.ResponseWriter, r *http.Request) {
 				v.Event, v.From = prettyEvent(raw["event"]), "stream entry "+id
 			}
 		case dlqID != "":
-			e, err := dlq.NewStore(s.redis(ctx), st).Get(ctx, dlqID)
+			e, err := redisdlq.NewStore(s.redis(ctx), st).Get(ctx, dlqID)
 			if err != nil {
 				v.Error = clean(err.Error())
 				break
@@ -238,7 +238,7 @@ func (s *Server) recentPicks(r *http.Request, v *playgroundView) {
 	b := rc.B()
 	res := rc.DoMulti(r.Context(),
 		b.Xrevrange().Key(v.Stream).End("+").Start("-").Count(recentPicks).Build(),
-		b.Xrevrange().Key(dlq.NewStore(rc, v.Stream).Key()).End("+").Start("-").Count(recentPicks).Build())
+		b.Xrevrange().Key(redisdlq.NewStore(rc, v.Stream).Key()).End("+").Start("-").Count(recentPicks).Build())
 	if es, err := res[0].AsXRange(); err == nil {
 		for _, e := range es {
 			v.Recent = append(v.Recent, pick{Label: e.ID + "  " + oneLine(clean(e.FieldValues["event"]), 60),

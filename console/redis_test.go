@@ -17,9 +17,10 @@ import (
 
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/console"
+	"github.com/relaydev/relay/internal/consoletest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // connector is a Config.Connect for addr that counts its calls and names
@@ -62,7 +63,7 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 	conn := &connector{addr: srv.Addr}
 	st := redistest.Name(t, "events")
 	c, err := console.New(console.Config{Connect: conn.connect, Streams: []string{st}, Group: "shop",
-		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Apps:           template.Dir(testutil.AppsRoot(t, map[string]string{"shop": consoletest.ShopTemplate})),
 		RequestTimeout: time.Second, ReconnectInterval: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -100,7 +101,7 @@ func TestStartWhileRedisIsDown(t *testing.T) {
 
 	srv.Restart(t)
 	rc := redistest.Connect(t, srv.Addr)
-	if err := stream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, st, "shop", "worker-1").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -130,7 +131,7 @@ func TestConnectPaced(t *testing.T) {
 			calls.Add(1)
 			return nil, errors.New("connect to Redis at 192.0.2.1:6379: i/o timeout")
 		},
-		Apps:              template.Dir(testutil.AppsRoot(t, map[string]string{"shop": shopTemplate})),
+		Apps:              template.Dir(testutil.AppsRoot(t, map[string]string{"shop": consoletest.ShopTemplate})),
 		ReconnectInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/relaydev/relay/internal/plural"
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/stats"
 )
@@ -58,6 +59,8 @@ var funcs = template.FuncMap{
 	"bytes":     stats.FormatBytes,
 	"int64f":    func(f float64) int64 { return int64(f) },
 	"inc":       func(i int) int { return i + 1 },
+	"sub":       func(a, b int) int { return a - b },
+	"perHour":   func(perSecond float64) float64 { return perSecond * 3600 },
 	"plural":    plural.Of,
 	"int64":     func(n int) int64 { return int64(n) },
 	"has":       func(l []string, v string) bool { return slices.Contains(l, v) },
@@ -195,21 +198,9 @@ func prettyEvent(event string) string {
 	return clean(event)
 }
 
-// age renders a duration as a short relative age: 45s, 12m, 3h, 2d (as
-// the CLI's tables do).
-func age(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
-}
+// age is reltime.Age, the CLI's rendering, of d, and "0s" for a negative
+// d: a page shows no time ago in the future.
+func age(d time.Duration) string { return reltime.Age(max(d, 0)) }
 
 // ago is "3m ago", or "in 3m" for a time after now.
 func ago(t, now time.Time) string {

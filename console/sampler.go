@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // sample is the cluster counters of one stream at one time.
@@ -60,7 +61,7 @@ func (s *sampler) get(stream string) []sample {
 // sampleOnce reads every stream's counters once.
 func (s *Server) sampleOnce(ctx context.Context) {
 	for _, st := range s.cfg.Streams {
-		c, err := stats.Read(ctx, s.redis(ctx), st, s.cfg.Group)
+		c, err := redisstats.Read(ctx, s.redis(ctx), st, s.cfg.Group)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("console: reading the counters failed; the rates skip this sample", "stream", st, "error", err)
@@ -71,17 +72,43 @@ func (s *Server) sampleOnce(ctx context.Context) {
 	}
 }
 
-// counterView is one counter of the overview: its total, its rate over
-// the sampled window and a sparkline of its per-interval increments.
+// counterView is one counter of the overview: its total, its current
+// rate and a sparkline of its per-interval increments over the window.
 type counterView struct {
 	Name  string
 	Class string // "bad" for failures and dead letters, for colour
 	Total int64
-	// PerMin is the rate over the sampled window; Rated is false with
-	// fewer than two samples.
+	// PerMin is the rate over the newest rateSamples intervals (the
+	// current rate, not the window's average); Rated is false with fewer
+	// than two samples.
 	PerMin float64
 	Rated  bool
 	Spark  spark
+}
+
+// rateSamples is how many of the newest sample intervals the current
+// rate spans: a minute at the default interval, so a burst that ended
+// leaves the rate within a minute.
+const rateSamples = 6
+
+// increase is how much a counter rose from prev to cur. A counter lower
+// than before was reset (Redis lost its data, or the hash was deleted)
+// and counted again from 0, so it rose by cur: never a negative rate.
+func increase(prev, cur int64) int64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
+}
+
+// rateSpan is the time the current rate spans: the newest rateSamples
+// intervals of samples, or all of them when there are fewer.
+func rateSpan(samples []sample) time.Duration {
+	if len(samples) < 2 {
+		return 0
+	}
+	first := max(len(samples)-1-rateSamples, 0)
+	return samples[len(samples)-1].at.Sub(samples[first].at)
 }
 
 // spark is an inline SVG sparkline: a polyline in a 0..sparkW × 0..sparkH
@@ -113,19 +140,23 @@ func (s *Server) counterViews(stream string, now stats.Counts) []counterView {
 		{"succeeded", "good", func(c stats.Counts) int64 { return c.Successes }},
 		{"failed", "bad", func(c stats.Counts) int64 { return c.Failures }},
 		{"dead-lettered", "bad", func(c stats.Counts) int64 { return c.DLQEntries }},
+		{"replayed", "good", func(c stats.Counts) int64 { return c.Replays }},
+		{"replay failed", "bad", func(c stats.Counts) int64 { return c.ReplayFailures }},
 	}
 	out := make([]counterView, 0, len(defs))
+	span := rateSpan(samples)
 	for _, d := range defs {
 		v := counterView{Name: d.name, Class: d.class, Total: d.get(now)}
-		if len(samples) >= 2 {
-			first, last := samples[0], samples[len(samples)-1]
-			if el := last.at.Sub(first.at); el > 0 {
-				v.PerMin, v.Rated = float64(d.get(last.counts)-d.get(first.counts))/el.Minutes(), true
-			}
-		}
 		vals := make([]int64, 0, len(samples))
 		for i := 1; i < len(samples); i++ {
-			vals = append(vals, max(d.get(samples[i].counts)-d.get(samples[i-1].counts), 0))
+			vals = append(vals, increase(d.get(samples[i-1].counts), d.get(samples[i].counts)))
+		}
+		if span > 0 {
+			var rose int64
+			for _, n := range vals[max(len(vals)-rateSamples, 0):] {
+				rose += n
+			}
+			v.PerMin, v.Rated = float64(rose)/span.Minutes(), true
 		}
 		v.Spark = sparkline(vals)
 		out = append(out, v)

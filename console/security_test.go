@@ -17,8 +17,8 @@ import (
 func TestSecurityHeaders(t *testing.T) {
 	f := newFixture(t)
 	for _, p := range []string{"/", "/apps", "/dlq", "/login", "/nope", "/assets/style.css"} {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.http.URL+p, nil)
-		resp, err := f.client.Do(req)
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.HTTP.URL+p, nil)
+		resp, err := f.Client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestCSRF(t *testing.T) {
 	f := newFixture(t)
 	id := f.deadLetter("shop", "orders.charge", `{}`, "exit 3")
 	token := f.csrf()
-	base := url.Values{"stream": {f.stream}, "id": {id}, "confirm": {"yes"}}
+	base := url.Values{"stream": {f.Stream}, "id": {id}, "confirm": {"yes"}}
 	for _, tc := range []struct {
 		name   string
 		csrf   string
@@ -75,7 +75,7 @@ func TestCSRF(t *testing.T) {
 	for k, v := range base {
 		form[k] = v
 	}
-	code, _ := f.do(http.MethodPost, "/dlq/remove", form, "Origin", f.http.URL, "Sec-Fetch-Site", "same-origin")
+	code, _ := f.do(http.MethodPost, "/dlq/remove", form, "Origin", f.HTTP.URL, "Sec-Fetch-Site", "same-origin")
 	if code != http.StatusSeeOther || len(f.dlqIDs()) != 0 {
 		t.Errorf("a genuine request: status %d, %d entries left", code, len(f.dlqIDs()))
 	}
@@ -86,8 +86,8 @@ func TestCSRF(t *testing.T) {
 func TestToken(t *testing.T) {
 	const token = "t0ken-for-tests-0123"
 	f := newFixture(t, func(c *console.Config) { c.Token = token })
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.http.URL+"/dlq?x=1", nil)
-	resp, err := f.client.Do(req)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, f.HTTP.URL+"/dlq?x=1", nil)
+	resp, err := f.Client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,10 @@ func TestToken(t *testing.T) {
 	if code != http.StatusUnauthorized {
 		t.Errorf("wrong login: %d", code)
 	}
-	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPost, f.http.URL+"/login",
+	req, _ = http.NewRequestWithContext(t.Context(), http.MethodPost, f.HTTP.URL+"/login",
 		strings.NewReader(url.Values{"csrf": {csrf}, "token": {token}, "next": {"//evil.example/x"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err = f.client.Do(req)
+	resp, err = f.Client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +157,11 @@ func TestHostileContent(t *testing.T) {
 	rawEvent := "not json " + xss + invalidU8
 	id := f.deadLetter(hostile, hostile, event, hostile)
 	bad := f.deadLetter("shop", "orders.charge", rawEvent, "reason "+xss)
-	msg := f.publish(event, "extra", hostile)
+	msg := f.Publish(event, "extra", hostile)
 	f.deliver(xss + invalidU8)
 	f.claim(msg, "shop/"+xss, 0)
 
-	s := "&stream=" + url.QueryEscape(f.stream)
+	s := "&stream=" + url.QueryEscape(f.Stream)
 	pages := map[string]string{
 		"overview":  "/",
 		"pending":   "/pending?x=1" + s,
@@ -191,7 +191,7 @@ func TestHostileContent(t *testing.T) {
 	// A backtest lists matching events, a broken pattern's errors and the
 	// pattern itself, all hostile here. (The events above are not JSON:
 	// xss holds quotes.)
-	f.publish(`{"name":` + strconv.Quote(xss) + `}`)
+	f.Publish(`{"name":` + strconv.Quote(xss) + `}`)
 	_, body = f.post("/playground", url.Values{"action": {"backtest"}, "pattern": {`name: [` + strconv.Quote(xss) + `]`}})
 	contains(t, "backtest", body, `class="bt-matched">1<`)
 	checkEscaped(t, "backtest", body)
@@ -244,7 +244,7 @@ func TestRebindingHostRefused(t *testing.T) {
 		h.ServeHTTP(w, req)
 		return w
 	}
-	h := f.http.Config.Handler
+	h := f.HTTP.Config.Handler
 	for _, host := range []string{"evil.example:8089", "evil.example", "127.0.0.1.evil.example", "10.0.0.1:8089", ""} {
 		for _, mp := range [][2]string{{http.MethodGet, "/dlq"}, {http.MethodGet, "/assets/style.css"}, {http.MethodPost, "/dlq/remove"}} {
 			w := serve(h, host, mp[0], mp[1])
@@ -260,7 +260,7 @@ func TestRebindingHostRefused(t *testing.T) {
 	}
 	const token = "t0ken-for-tests-0123"
 	ft := newFixture(t, func(c *console.Config) { c.Token = token })
-	if w := serve(ft.http.Config.Handler, "relay.example.com", http.MethodGet, "/dlq", "Authorization", "Bearer "+token); w.Code != http.StatusOK {
+	if w := serve(ft.HTTP.Config.Handler, "relay.example.com", http.MethodGet, "/dlq", "Authorization", "Bearer "+token); w.Code != http.StatusOK {
 		t.Errorf("GET /dlq with the token and Host relay.example.com: %d, want 200", w.Code)
 	}
 }
@@ -269,7 +269,7 @@ func TestRebindingHostRefused(t *testing.T) {
 // the 1 MiB limit) is answered as such, not as a missing CSRF token.
 func TestOversizedForm(t *testing.T) {
 	f := newFixture(t)
-	form := url.Values{"csrf": {f.csrf()}, "stream": {f.stream}, "event": {`{"x":"` + strings.Repeat("a", 11<<20) + `"}`}}
+	form := url.Values{"csrf": {f.csrf()}, "stream": {f.Stream}, "event": {`{"x":"` + strings.Repeat("a", 11<<20) + `"}`}}
 	code, body := f.do(http.MethodPost, "/playground", form)
 	if code != http.StatusRequestEntityTooLarge || strings.Contains(body, "CSRF") {
 		t.Errorf("status %d, body %.200q; want 413 naming the size, not the CSRF token", code, body)
@@ -279,13 +279,13 @@ func TestOversizedForm(t *testing.T) {
 // login posts the login form from a fresh client and returns the
 // response's session cookie and status.
 func (f *fixture) login(token string, header ...string) (*http.Cookie, int) {
-	f.t.Helper()
+	f.T.Helper()
 	code, body := f.get("/login")
 	m := csrfRE.FindStringSubmatch(body)
 	if code != http.StatusOK || m == nil {
-		f.t.Fatalf("login form: status %d, no CSRF token", code)
+		f.T.Fatalf("login form: status %d, no CSRF token", code)
 	}
-	req, _ := http.NewRequestWithContext(f.t.Context(), http.MethodPost, f.http.URL+"/login",
+	req, _ := http.NewRequestWithContext(f.T.Context(), http.MethodPost, f.HTTP.URL+"/login",
 		strings.NewReader(url.Values{"csrf": {m[1]}, "token": {token}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for i := 0; i+1 < len(header); i += 2 {
@@ -293,16 +293,16 @@ func (f *fixture) login(token string, header ...string) (*http.Cookie, int) {
 			// The client sends no jar cookies to a request whose Host
 			// differs from its URL's: send them.
 			req.Host = header[i+1]
-			for _, c := range f.client.Jar.Cookies(req.URL) {
+			for _, c := range f.Client.Jar.Cookies(req.URL) {
 				req.AddCookie(c)
 			}
 			continue
 		}
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := f.client.Do(req)
+	resp, err := f.Client.Do(req)
 	if err != nil {
-		f.t.Fatal(err)
+		f.T.Fatal(err)
 	}
 	resp.Body.Close()
 	for _, c := range resp.Cookies() {
@@ -339,7 +339,7 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("login: status %d, cookie %v", code, a)
 	}
 	jar, _ := cookiejar.New(nil)
-	f.client.Jar = jar // another browser: a login revokes the session it replaces
+	f.Client.Jar = jar // another browser: a login revokes the session it replaces
 	b, _ := f.login(token)
 	if b == nil || a.Value == b.Value || len(a.Value) != 64 {
 		t.Fatalf("two logins gave cookies %q and %q: want two random 64-hex ids", a.Value, b.Value)
@@ -348,7 +348,7 @@ func TestSessions(t *testing.T) {
 		t.Errorf("session cookie over plain HTTP: MaxAge %d Secure %v; want a lifetime and no Secure", a.MaxAge, a.Secure)
 	}
 	for _, c := range []*http.Cookie{a, b} {
-		if code := getWith(t, f.http.URL, "/apps", c); code != http.StatusOK {
+		if code := getWith(t, f.HTTP.URL, "/apps", c); code != http.StatusOK {
 			t.Errorf("a live session: status %d", code)
 		}
 	}
@@ -356,15 +356,15 @@ func TestSessions(t *testing.T) {
 	if code, _ := f.post("/logout", nil); code != http.StatusSeeOther {
 		t.Fatalf("logout: status %d", code)
 	}
-	if code := getWith(t, f.http.URL, "/apps", b); code != http.StatusSeeOther {
+	if code := getWith(t, f.HTTP.URL, "/apps", b); code != http.StatusSeeOther {
 		t.Errorf("a logged-out session replayed: status %d, want a redirect to the login", code)
 	}
-	if code := getWith(t, f.http.URL, "/apps", a); code != http.StatusOK {
+	if code := getWith(t, f.HTTP.URL, "/apps", a); code != http.StatusOK {
 		t.Errorf("another browser's session after a logout: status %d", code)
 	}
 	// A console with another token does not know the session.
 	g := newFixture(t, func(c *console.Config) { c.Token = token + "-rotated" })
-	if code := getWith(t, g.http.URL, "/apps", a); code != http.StatusSeeOther {
+	if code := getWith(t, g.HTTP.URL, "/apps", a); code != http.StatusSeeOther {
 		t.Errorf("a session after the token changed: status %d, want a redirect to the login", code)
 	}
 	// The bearer scheme is case-insensitive.
@@ -419,5 +419,5 @@ func TestLoginPageShowsNothing(t *testing.T) {
 	f := newFixture(t, func(c *console.Config) { c.Token = "0123456789abcdef-visitor" })
 	_, body := f.get("/login")
 	contains(t, "login page", body, `name="token"`)
-	lacks(t, "login page", body, "<nav>", f.group, f.stream, "Log out")
+	lacks(t, "login page", body, "<nav>", f.Group, f.Stream, "Log out")
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/relaydev/relay/stream"
 )
 
-// Wire field names of an entry, in the order Write sends them
-// (docs/delivery.md#dead-letter-queue). trace is optional.
+// Wire field names of an entry, in the order redisdlq.Writer.Write sends
+// them (docs/delivery.md#dead-letter-queue). trace is optional.
 const (
 	fieldOriginalStream  = "original_stream"
 	fieldOriginalID      = "original_id"
@@ -35,7 +35,7 @@ const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 // Encode returns the wire fields of e. Timestamp is written in UTC with
 // millisecond precision and omitted when zero; trace is omitted when empty;
 // every other field is always present. e.ID is not a field. Encode does not
-// validate; Write does.
+// validate: Entry.Validate does.
 func Encode(e Entry) map[string]string {
 	m := map[string]string{
 		fieldOriginalStream:  e.OriginalStream,
@@ -56,6 +56,20 @@ func Encode(e Entry) map[string]string {
 		m[fieldTrace] = e.Trace
 	}
 	return m
+}
+
+// EncodePairs returns the wire fields of e as Encode does, as field/value
+// pairs in the order of docs/delivery.md#dead-letter-queue: what an XADD
+// of the entry takes.
+func EncodePairs(e Entry) []string {
+	m := Encode(e)
+	out := make([]string, 0, 2*len(m))
+	for _, f := range fieldOrder {
+		if v, ok := m[f]; ok {
+			out = append(out, f, v)
+		}
+	}
+	return out
 }
 
 // Decode builds the entry with id from its wire fields. original_id, app and
@@ -105,13 +119,14 @@ func Decode(id string, fields map[string]string) (Entry, error) {
 	return e, nil
 }
 
-// Validate reports whether e may be written (Writer.Write refuses it
+// Validate reports whether e may be written (redisdlq.Writer.Write refuses it
 // otherwise): every identifying field and the reason set, OriginalID a full
 // stream id "<ms>-<seq>", Deliveries >= 0, and either App and Handler both
 // MalformedName with HandlerAttempts 0 (a malformed message) or neither,
-// with HandlerAttempts >= 1 (an exhausted invocation). The error is a
-// *FieldError naming the field. Other DLQWriter implementations
-// (relaytest's) call it to refuse the same entries.
+// with HandlerAttempts >= 0 (an exhausted invocation: 0 when no attempt
+// ran, as for a message past its rule's max_age). The error is a
+// *FieldError naming the field. Other implementations (relaytest's) call
+// it to refuse the same entries.
 func (e Entry) Validate() error {
 	bad := func(field, msg string) error { return &FieldError{Field: field, Msg: msg} }
 	required := []struct{ field, value string }{
@@ -140,8 +155,8 @@ func (e Entry) Validate() error {
 		return bad(fieldHandler, "app and handler must both be "+strconv.Quote(MalformedName)+" or neither")
 	case malformed && e.HandlerAttempts != 0:
 		return bad(fieldHandlerAttempts, "must be 0 for a malformed message")
-	case !malformed && e.HandlerAttempts < 1:
-		return bad(fieldHandlerAttempts, "must be >= 1 for an exhausted invocation")
+	case e.HandlerAttempts < 0:
+		return bad(fieldHandlerAttempts, "negative")
 	}
 	return nil
 }

@@ -8,41 +8,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/internal/dlqfixture"
 )
-
-var ts = time.Date(2026, 3, 4, 5, 6, 7, 89_000_000, time.UTC)
-
-func fullEntry() dlq.Entry {
-	return dlq.Entry{
-		OriginalStream:  "events",
-		OriginalID:      "1700000000000-3",
-		Group:           "relay",
-		Consumer:        "worker-1",
-		Event:           `{"event_name":"INSERT","table_name":"users"}`,
-		Reason:          "exit code 3",
-		App:             "billing",
-		Handler:         "events.created.handler",
-		Deliveries:      7,
-		HandlerAttempts: 5,
-		Timestamp:       ts,
-		Trace:           "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-	}
-}
-
-func malformedEntry() dlq.Entry {
-	return dlq.Entry{
-		OriginalStream: "events",
-		OriginalID:     "1700000000000-4",
-		Group:          "relay",
-		Consumer:       "worker-1",
-		Event:          "not json",
-		Reason:         "malformed: event is not a JSON object",
-		App:            dlq.MalformedName,
-		Handler:        dlq.MalformedName,
-		Deliveries:     1,
-		Timestamp:      ts,
-	}
-}
 
 func TestEncode(t *testing.T) {
 	want := map[string]string{
@@ -59,13 +26,13 @@ func TestEncode(t *testing.T) {
 		"timestamp":        "2026-03-04T05:06:07.089Z",
 		"trace":            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 	}
-	if diff := cmp.Diff(want, dlq.Encode(fullEntry())); diff != "" {
+	if diff := cmp.Diff(want, dlq.Encode(dlqfixture.Full())); diff != "" {
 		t.Errorf("Encode (-want +got):\n%s", diff)
 	}
 
 	// A non-UTC timestamp is written in UTC; an empty trace is omitted.
-	e := malformedEntry()
-	e.Timestamp = ts.In(time.FixedZone("CET", 3600))
+	e := dlqfixture.Malformed()
+	e.Timestamp = dlqfixture.Timestamp.In(time.FixedZone("CET", 3600))
 	got := dlq.Encode(e)
 	if got["timestamp"] != "2026-03-04T05:06:07.089Z" {
 		t.Errorf("timestamp = %q", got["timestamp"])
@@ -96,8 +63,8 @@ func TestDecode(t *testing.T) {
 		want     dlq.Entry
 		badField string // non-empty: Decode fails naming this field
 	}{
-		{name: "full round trip", fields: dlq.Encode(fullEntry()), want: withID(fullEntry())},
-		{name: "malformed round trip", fields: dlq.Encode(malformedEntry()), want: withID(malformedEntry())},
+		{name: "full round trip", fields: dlq.Encode(dlqfixture.Full()), want: withID(dlqfixture.Full())},
+		{name: "malformed round trip", fields: dlq.Encode(dlqfixture.Malformed()), want: withID(dlqfixture.Malformed())},
 		{name: "only required fields", fields: minimal, want: dlq.Entry{ID: id, OriginalID: "1-0", App: "a", Handler: "h"}},
 		{name: "unknown field ignored", fields: with("extra", "x"), want: dlq.Entry{ID: id, OriginalID: "1-0", App: "a", Handler: "h"}},
 		{

@@ -9,8 +9,8 @@ import (
 // the error is a *FieldError that names the field.
 var ErrInvalidEntry = errors.New("dlq: invalid entry")
 
-// FieldError is an invalid field of an entry, found by Write before writing
-// or by Decode when reading. It matches ErrInvalidEntry with errors.Is.
+// FieldError is an invalid field of an entry, found by
+// redisdlq.Writer.Write before writing or by Decode when reading. It matches ErrInvalidEntry with errors.Is.
 type FieldError struct {
 	// ID is the entry id; empty for an entry not written yet.
 	ID string

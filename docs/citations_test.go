@@ -127,3 +127,71 @@ func TestNothingCitesDocumentsOutsideTheRepository(t *testing.T) {
 		}
 	})
 }
+
+// architectureFile matches a file or directory the architecture page
+// names: a backticked path that ends in .go or .lua, or a package
+// directory of the module.
+var architectureFile = regexp.MustCompile("`([a-z0-9_./-]+\\.(?:go|lua))`")
+
+// TestArchitectureNamesFilesThatExist: every file docs/architecture.md
+// names (the stage table, the supervisor's loops, the scripts) and every
+// package of its diagram exists, so the page a new contributor reads first
+// stays true as files move.
+func TestArchitectureNamesFilesThatExist(t *testing.T) {
+	b, err := os.ReadFile("architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := 0
+	for _, m := range architectureFile.FindAllStringSubmatch(string(b), -1) {
+		names++
+		if _, err := os.Stat(filepath.Join("..", m[1])); err != nil {
+			t.Errorf("architecture.md names %s: %v", m[1], err)
+		}
+	}
+	// In the diagram a package is what starts a line or follows an arrow,
+	// and the names listed after it on the line ("stream, invocation,").
+	inCode := false
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+			continue
+		}
+		if !inCode {
+			continue
+		}
+		for _, pkg := range diagramPackages(line) {
+			names++
+			dir := filepath.Join("..", pkg)
+			if pkg == "relay" {
+				dir = ".." // the root
+			}
+			if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+				t.Errorf("architecture.md's diagram names package %s, which is not a directory of the module", pkg)
+			}
+		}
+	}
+	if names < 10 {
+		t.Errorf("architecture.md names %d files and packages; the check no longer finds them", names)
+	}
+}
+
+// diagramPackage matches the package names at the start of a line of the
+// architecture diagram or after an arrow: lower-case paths, separated by
+// commas, before the description.
+var diagramPackage = regexp.MustCompile(`^(?:[│├└ ]{0,16}(?:──▶ )?)((?:[a-z]+(?:/[a-z]+)*)(?:, (?:[a-z]+(?:/[a-z]+)*))*,?)(?: |$)`)
+
+// diagramPackages returns the packages one diagram line names.
+func diagramPackages(line string) []string {
+	m := diagramPackage.FindStringSubmatch(line)
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for p := range strings.SplitSeq(m[1], ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,10 +1,15 @@
-// Package invocation stores per-invocation retry state in Redis.
+// Package invocation defines per-invocation retry state: the Key of a
+// message's state, what a relay.StateStore takes and returns (ClaimRequest,
+// Claim, Lease, Settlement, Transition and their results), their checks
+// (ClaimRequest.Check, Settlement.Check, Lease.Check, CheckClaim,
+// CheckRecord, CheckField, CheckToken, CheckRetention), the errors that
+// fence a transition (ErrStale, ErrTerminal, ClaimUnknownError) and the
+// policy helpers Backoff, DefaultBackoff, DefaultRetries and
+// DefaultRetention (docs/delivery.md#invocation-state,
+// docs/delivery.md#attempts-retries-backoff).
 //
-// It implements docs/delivery.md#invocation-state and the state side of
-// docs/delivery.md#attempts-retries-backoff and
-// docs/delivery.md#dead-letter-queue. Each message of a consumer group has
-// one hash (internal/keys.Invocation) with one field per invocation,
-// "<app>/<handler>", whose value is one of
+// Each message of a consumer group has one hash (internal/keys.Invocation)
+// with one field per invocation, Field(app, handler), whose value is one of
 // (docs/delivery.md#data-layout-in-redis):
 //
 //	running:<deadline_ms>:<attempt>:<token>          an attempt is executing
@@ -12,54 +17,16 @@
 //	ok                                               succeeded
 //	exhausted:<attempt>:<token>                      last attempt failed; DLQ entry pending
 //	exhausted:<attempt>:<token>:dlq                  DLQ entry persisted
+//	superseded:<message id>                          not run: a newer event of its
+//	                                                 debounce group, that message,
+//	                                                 was recorded
 //
-// Fields starting with "__" are reserved and are not invocations:
-// "__terminal" marks a retained hash, "__schedule" is the pin of a schedule
-// occurrence (Store.Pin), and "__trace:<app>/<handler>" holds the trace
-// lineage of the invocation's latest unsuccessful attempt (a W3C traceparent,
-// written by Release, ScheduleRetry and Exhaust from Lease.Trace and returned
-// by the next Claim as Claim.PrevTrace), so a retry on any worker can link
-// its span to the attempt before it.
+// Fields starting with "__" are reserved and are not invocations: TraceField
+// and DLQField name two of them. UnfinishedOf reads what is not final from
+// a copy of the hash.
 //
-// Times are Unix milliseconds from the Redis server's TIME, so worker clock
-// skew cannot change outcomes. attempt counts real handler executions.
-// Every transition is one Lua script in scripts/, run by the Store method of
-// the same name: it first checks the reserved field __terminal (once set,
-// the hash is inert: Claim reports Terminal and every other transition
-// returns ErrTerminal), then fences on attempt and token (ErrStale when they
-// no longer match, so a stale owner never overwrites a newer claim), reads
-// the server time, writes and returns. Nothing is read and then written from
-// Go across round trips. Every transition also checks, in its script, that
-// the message is still in its consumer group's PEL (a single-id XPENDING):
-// once it left (acknowledged, or its reference cleared) a transition of a
-// stale delivery is inert (Claim reports Terminal, the others ErrTerminal),
-// with or without a hash, so no retained marker is needed for that. The
-// hash has no TTL while the message is pending; only Settle, FinishSettle,
-// Retain and, for a hash its message left the PEL without, RetainAcked
-// apply the retention: delete the hash (retention 0) or set __terminal and
-// the retention TTL.
-//
-// An expired running lease means its owner died or stalled mid-run. Claim
-// counts that attempt as executed and failed: the next claim gets attempt+1,
-// or, when that would exceed the caller's maximum number of attempts, the
-// field becomes exhausted with the expired attempt and Claim returns
-// Exhausted, so the handler is not run again. A live but slow owner that
-// comes back after the takeover gets ErrStale. Release, by contrast, gives an
-// attempt back uncharged (the app was unavailable, the worker is stopping).
-// Finish is strictly fenced: it needs the running value of its own lease,
-// and an "ok" already stored returns ErrStale, since "ok" carries no token.
-//
-// The package does not decide policy beyond the helpers Backoff,
-// DefaultBackoff, DefaultRetries and DefaultRetention: the caller compares
-// attempts with the rule's retries, picks the backoff, and writes the DLQ
-// entry (package dlq) between Exhaust and MarkDLQ. It does not read, ACK or
-// reclaim stream entries apart from the XACK of Settle and FinishSettle, and
-// it deletes a hash only with retention 0: an un-retained hash is kept for
-// as long as the message is pending, never expired early. A hash leaked by
-// a crash between an XACK and Retain is found by RetainLeaked, a janitor
-// step the caller runs now and then, which applies the retention once an
-// atomic check shows its message is in no PEL of its group.
-//
-// A Store is safe for concurrent use, also by several workers sharing one
-// Redis: each script runs atomically on the server.
+// The Redis implementation, a Store whose every transition is one Lua
+// script run atomically on the server, is package invocation/redisstate.
+// This package links no Redis client, so the engine (package relay) and
+// other StateStores (relaytest's) use its types without one.
 package invocation

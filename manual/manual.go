@@ -150,7 +150,7 @@ func (m Invoker) Invoke(ctx context.Context, a *app.App, event []byte) ([]Result
 	return results, nil
 }
 
-// DLQReader reads and deletes dead-letter entries by id; dlq.Store and
+// DLQReader reads and deletes dead-letter entries by id; redisdlq.Store and
 // relaytest.DLQ implement it. Get returns dlq.ErrNotFound for an unknown
 // id; so may Delete.
 type DLQReader interface {

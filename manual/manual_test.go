@@ -13,6 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/manual"
@@ -185,7 +186,7 @@ func TestInvokeStopsWhenCancelled(t *testing.T) {
 type replayFixture struct {
 	seq   int
 	t     *testing.T
-	store *dlq.Store
+	store *redisdlq.Store
 	apps  *app.Set
 }
 
@@ -193,7 +194,7 @@ func newReplayFixture(t *testing.T) *replayFixture {
 	t.Helper()
 	return &replayFixture{
 		t:     t,
-		store: dlq.NewStore(redistest.Client(t), redistest.Name(t, "events")),
+		store: redisdlq.NewStore(redistest.Client(t), redistest.Name(t, "events")),
 		apps: apptest.Load(t, map[string]string{
 			"shop":   shopApp,
 			"broken": "image: x\nbogus: 1\nevents:\n  - {handler: a.b, pattern: {kind: [order]}}\n",
@@ -334,7 +335,7 @@ func TestReplayRefuses(t *testing.T) {
 // stdin, not the envelope, under the schedule's timeout.
 func TestReplayScheduleOccurrence(t *testing.T) {
 	t.Parallel()
-	store := dlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
+	store := redisdlq.NewStore(redistest.Client(t), redistest.Name(t, "events"))
 	apps := apptest.Load(t, map[string]string{"billing": apptest.NightlyApp})
 	runner, reqs := recorder(t, map[string]runtime.HandlerFunc{"jobs.nightly": nil})
 	env := schedule.NewEnvelope(apptest.NightlySpec(), apptest.NightlyAt)

@@ -41,22 +41,37 @@
 //  1. A key that is exactly an operator name (prefix, suffix, exists, gt,
 //     gte, lt, lte) makes the map an operator map, which must hold that one
 //     key and nothing else, with an operand of the right type. So an operator
-//     name can never be a field name, at any level (prefix: [x] at the top,
-//     or {exists: [true]} in a list, are errors), and {prefix: a, suffix: b}
-//     must be written as two alternatives.
-//  2. A key whose value is a scalar or null is an attempted operator too,
+//     name is never read as a field name, at any level (prefix: [x] at the
+//     top, or {exists: [true]} in a list, are errors), and
+//     {prefix: a, suffix: b} must be written as two alternatives.
+//  2. A key that is an operator name of another pattern language (eq,
+//     equals, in, ne, not, nin, anything-but, numeric, contains, regex,
+//     wildcard, equals-ignore-case, starts_with, $gt, ... ignoring case,
+//     "-", "_" and a leading "$") is an error whatever its value, at any
+//     level, top level included: read as a nested field it would only
+//     match events that have such a field, which is never what was meant.
+//     The error says what Relay has instead, written out when it can be
+//     (status: {equals: [COMPLETED]} says write status: [COMPLETED]).
+//  3. A key whose value is a scalar or null is an attempted operator too,
 //     because a field's condition is never a scalar. It is an error: "unknown
 //     operator" with a suggestion when the key looks like an operator, else
 //     "a condition is a list" with the fix (write status: [COMPLETED]). A key
 //     looks like an operator when, ignoring case, "-" and "_", it is a known
-//     foreign spelling (eq, equals, >=, starts_with, ...) or within edit
+//     foreign spelling (as in 2, or >=, exist, present) or within edit
 //     distance 1 of an operator name (transpositions count 1: prefx, perfix,
 //     GTE, exist). Distance 2 from prefix, suffix or exists, or distance 1
 //     from gt, gte, lt, lte with another first letter ("exit", "at"), gives a
 //     suggestion that also shows the field spelling. Short names such as
 //     "id" (distance 2 from "gt") get no suggestion.
-//  3. Every other map, where each key has a list or map value, is a nested
+//  4. Every other map, where each key has a list or map value, is a nested
 //     map, and its keys are child fields.
+//
+// A key written with a leading backslash names the field after the
+// backslash and is never an operator: \not: [x] matches an event whose
+// field "not" is "x", new_image: {\prefix: [{prefix: "p_"}]} tests a field
+// named "prefix", and \\x names the field "\x". Quoting a key does not make
+// it a field ({"prefix": "user_"} is still an operator map), since patterns
+// written in JSON style quote every key. String writes such names escaped.
 //
 // An unknown key therefore either is an error or, having a list or map
 // value, names a child field that must then match, which can only narrow a

@@ -67,17 +67,23 @@ func (l literal) String() string {
 	return "null"
 }
 
-// formatKey writes a field name bare when YAML reads it back unchanged as a
-// plain scalar, else double-quoted.
+// formatKey writes a field name as the parser reads it back: with a
+// leading backslash when the name would read as an operator or starts with
+// one itself (docs/apps.md#patterns), then bare when YAML reads it back
+// unchanged as a plain scalar, else double-quoted.
 func formatKey(name string) string {
+	key := name
+	if isOperator(name) || refusedAsField(name) || strings.HasPrefix(name, `\`) {
+		key = `\` + name
+	}
 	if name == "" {
 		return `""`
 	}
 	for i := range len(name) {
 		c := name[i]
 		if !(c == '_' || isDigit(c) && i > 0 || c == '-' && i > 0 || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-			return strconv.Quote(name)
+			return strconv.Quote(key)
 		}
 	}
-	return name
+	return key
 }

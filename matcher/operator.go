@@ -2,6 +2,7 @@ package matcher
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,55 +52,115 @@ func (o op) String() string {
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
-// aliases are operator names from other pattern languages and common
-// spellings, mapped to the hint given when a key uses one.
-var aliases = map[string]string{
-	"startswith": `did you mean "prefix"?`,
-	"beginswith": `did you mean "prefix"?`,
-	"endswith":   `did you mean "suffix"?`,
-	"exist":      `did you mean "exists"?`,
-	"present":    `did you mean "exists: true"?`,
-	"missing":    `did you mean "exists: false"?`,
-	">":          `did you mean "gt"?`,
-	">=":         `did you mean "gte"?`,
-	"<":          `did you mean "lt"?`,
-	"<=":         `did you mean "lte"?`,
-	"ge":         `did you mean "gte"?`,
-	"le":         `did you mean "lte"?`,
-	"eq":         "there is no equals operator: a bare literal is equality, write field: [value]",
-	"equal":      "there is no equals operator: a bare literal is equality, write field: [value]",
-	"equals":     "there is no equals operator: a bare literal is equality, write field: [value]",
-	"=":          "there is no equals operator: a bare literal is equality, write field: [value]",
-	"==":         "there is no equals operator: a bare literal is equality, write field: [value]",
-	// Operators of other pattern languages that Relay does not have.
-	"regex":            noRegex,
-	"regexp":           noRegex,
-	"matches":          noRegex,
-	"wildcard":         noWildcard,
-	"glob":             noWildcard,
-	"like":             noWildcard,
-	"contains":         noWildcard,
-	"anythingbut":      "there is no negation operator: list the values to match, or use exists: false for an absent field",
-	"not":              "there is no negation operator: list the values to match, or use exists: false for an absent field",
-	"equalsignorecase": "there is no case-insensitive operator: list each spelling to match",
+// foreign is what Relay has instead of an operator of another pattern
+// language, or of a common misspelling of its own.
+type foreign struct {
+	// hint says what Relay has instead.
+	hint string
+	// as is the operator that does the same with one operand ("=" for a
+	// bare literal, "numeric" for EventBridge's [">", n] pairs), from which
+	// a fix is written out; "" when there is none.
+	as string
+	// field marks a name refused as a field name too (its value a list or
+	// a map): an operator name of another pattern language read as a
+	// nested field would only ever match events that have such a field,
+	// which is never what was meant (docs/apps.md#patterns). The few
+	// ordinary words among the spellings (present, missing, matches) stay
+	// field names.
+	field bool
+}
+
+// foreigns are operator names from other pattern languages (EventBridge
+// and quamina, MongoDB without its $, SQL) and common spellings, keyed as
+// normaliseKey writes them.
+var foreigns = map[string]foreign{
+	"startswith":       {`did you mean "prefix"?`, "prefix", true},
+	"beginswith":       {`did you mean "prefix"?`, "prefix", true},
+	"endswith":         {`did you mean "suffix"?`, "suffix", true},
+	"exist":            {`did you mean "exists"?`, "exists", true},
+	">":                {`did you mean "gt"?`, "gt", true},
+	">=":               {`did you mean "gte"?`, "gte", true},
+	"<":                {`did you mean "lt"?`, "lt", true},
+	"<=":               {`did you mean "lte"?`, "lte", true},
+	"ge":               {`did you mean "gte"?`, "gte", true},
+	"le":               {`did you mean "lte"?`, "lte", true},
+	"eq":               {noEquals, "=", true},
+	"equal":            {noEquals, "=", true},
+	"equals":           {noEquals, "=", true},
+	"=":                {noEquals, "=", true},
+	"==":               {noEquals, "=", true},
+	"in":               {"there is no in operator: a list of literals matches any of them", "=", true},
+	"ne":               {noNegation, "", true},
+	"neq":              {noNegation, "", true},
+	"not":              {noNegation, "", true},
+	"nin":              {noNegation, "", true},
+	"notin":            {noNegation, "", true},
+	"anythingbut":      {noNegation, "", true},
+	"!=":               {noNegation, "", true},
+	"<>":               {noNegation, "", true},
+	"numeric":          {"there is no numeric operator: compare with gt, gte, lt or lte", "numeric", true},
+	"regex":            {noRegex, "", true},
+	"regexp":           {noRegex, "", true},
+	"wildcard":         {noWildcard, "", true},
+	"shellstyle":       {noWildcard, "", true},
+	"glob":             {noWildcard, "", true},
+	"like":             {noWildcard, "", true},
+	"contains":         {noWildcard, "", true},
+	"cidr":             {"there is no cidr operator: use prefix for an address prefix, or list the addresses", "", true},
+	"equalsignorecase": {"there is no case-insensitive operator: list each spelling to match", "", true},
+	"present":          {`did you mean "exists: true"?`, "", false},
+	"missing":          {`did you mean "exists: false"?`, "", false},
+	"matches":          {noRegex, "", false},
 }
 
 const (
+	noEquals   = "there is no equals operator: a bare literal is equality"
+	noNegation = "there is no negation operator: list the values to match, or use exists: false for an absent field"
 	noRegex    = "there is no regular expression operator (a pattern matches in time linear in the event): use prefix or suffix, or list the values"
 	noWildcard = "there is no wildcard or substring operator: use prefix or suffix, or list the values"
 )
 
+// normaliseKey is key as operator look-ups compare it: lower case, without
+// "-", "_" and a leading "$" (MongoDB's operators start with one).
+func normaliseKey(key string) string {
+	return strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(strings.TrimPrefix(key, "$")))
+}
+
+// foreignOperator reports what Relay has instead of key when key is an
+// operator name of another pattern language or a known spelling of one of
+// Relay's own ($gt, EXISTS); ok is false for any other key.
+func foreignOperator(key string) (f foreign, ok bool) {
+	k := normaliseKey(key)
+	if f, ok := foreigns[k]; ok {
+		return f, true
+	}
+	if isOperator(k) && k != key {
+		// Refused as a field name only with a $: "Prefix" may well be a
+		// field of someone's events, "$prefix" is not.
+		return foreign{hint: fmt.Sprintf("did you mean %q?", k), as: k, field: strings.HasPrefix(key, "$")}, true
+	}
+	return foreign{}, false
+}
+
+// refusedAsField reports whether key, unescaped, is an operator name of
+// another pattern language, which is never read as a field name.
+func refusedAsField(key string) bool {
+	f, ok := foreignOperator(key)
+	return ok && f.field
+}
+
 // operatorHint returns a hint when key looks like a misspelled or foreign
-// operator name. Case, "-" and "_" are ignored. A known alias (eq, >=,
-// starts_with) or a name at edit distance 0 or 1 from an operator is a sure
-// hint; distance 2 from prefix, suffix or exists, or distance 1 from gt, gte,
-// lt or lte with a different first letter ("at"), is an unsure one, and the
-// caller also says how to write the key as a field. Anything further gets no
-// hint, so that short field names such as "id" are not taken for "gt".
+// operator name. Case, "-", "_" and a leading "$" are ignored. A known
+// foreign name (eq, >=, starts_with) or a name at edit distance 0 or 1
+// from an operator is a sure hint; distance 2 from prefix, suffix or
+// exists, or distance 1 from gt, gte, lt or lte with a different first
+// letter ("at"), is an unsure one, and the caller also says how to write
+// the key as a field. Anything further gets no hint, so that short field
+// names such as "id" are not taken for "gt".
 func operatorHint(key string) (hint string, sure, ok bool) {
-	k := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(key))
-	if h, ok := aliases[k]; ok {
-		return h, true, true
+	k := normaliseKey(key)
+	if f, ok := foreigns[k]; ok {
+		return f.hint, true, true
 	}
 	best, bestDist, bestSure := "", 3, false
 	for _, name := range []string{"prefix", "suffix", "exists", "gt", "gte", "lt", "lte"} {
@@ -118,6 +179,84 @@ func operatorHint(key string) (hint string, sure, ok bool) {
 		return "", false, false
 	}
 	return fmt.Sprintf("did you mean %q?", best), bestSure, true
+}
+
+// foreignFix writes out what to write instead of key: value under field,
+// when key is a foreign operator Relay has an equivalent of and value holds
+// scalar operands; "" otherwise. field is "" at the top level.
+func foreignFix(key, field string, value *Node) string {
+	f, ok := foreignOperator(key)
+	if !ok || f.as == "" {
+		return ""
+	}
+	if field == "" {
+		field = "<field>"
+	}
+	operands, ok := scalarOperands(value)
+	if !ok {
+		return ""
+	}
+	if f.as == "numeric" {
+		return numericFix(field, operands)
+	}
+	alts := make([]string, len(operands))
+	for i, o := range operands {
+		switch f.as {
+		case "=":
+			alts[i] = scalarText(o)
+		case "prefix", "suffix":
+			text := o.Text
+			if o.Kind == KindString || o.Kind == KindBlock {
+				text = o.Value
+			}
+			alts[i] = "{" + f.as + ": " + strconv.Quote(text) + "}"
+		default:
+			alts[i] = "{" + f.as + ": " + scalarText(o) + "}"
+		}
+	}
+	return "write " + field + ": [" + strings.Join(alts, ", ") + "]"
+}
+
+// numericFix translates EventBridge's numeric: [">", 0] into a Relay
+// comparison; a range ([">=", 0, "<", 5]) has no equivalent, since the
+// alternatives of one field are OR.
+func numericFix(field string, operands []*Node) string {
+	ops := map[string]string{">": "gt", ">=": "gte", "<": "lt", "<=": "lte", "=": "="}
+	switch {
+	case len(operands) > 2:
+		return "a range cannot be one condition: the alternatives of a field are OR, so match one bound, e.g. " + field + ": [{gt: 0}]"
+	case len(operands) == 2:
+		if op, ok := ops[operands[0].Text]; ok && operands[0].Kind == KindString {
+			if op == "=" {
+				return "write " + field + ": [" + scalarText(operands[1]) + "]"
+			}
+			return "write " + field + ": [{" + op + ": " + scalarText(operands[1]) + "}]"
+		}
+	}
+	return "write e.g. " + field + ": [{gt: 0}]"
+}
+
+// scalarOperands returns the operands of a foreign operator: value itself
+// when it is a scalar, else its elements when every one is; ok is false
+// otherwise (a map, a nested list, nothing).
+func scalarOperands(value *Node) ([]*Node, bool) {
+	switch syntaxKind(value) {
+	case KindString, KindInt, KindFloat, KindBool, KindNull, KindBlock:
+		return []*Node{value}, true
+	case KindSequence:
+		if len(value.Elems) == 0 {
+			return nil, false
+		}
+		for _, e := range value.Elems {
+			switch syntaxKind(e) {
+			case KindString, KindInt, KindFloat, KindBool, KindNull, KindBlock:
+			default:
+				return nil, false
+			}
+		}
+		return value.Elems, true
+	}
+	return nil, false
 }
 
 // editDistance is the optimal string alignment distance between a and b,

@@ -115,6 +115,10 @@ func TestOperatorHint(t *testing.T) {
 		{"<", `did you mean "lt"?`, false},
 		{"eq", "there is no equals operator", false},
 		{"Equals", "there is no equals operator", false},
+		{"$eq", "there is no equals operator", false},
+		{"$in", "there is no in operator", false},
+		{"NOT", "no negation operator", false},
+		{"$exists", `did you mean "exists"?`, false},
 		// Ordinary field names get no hint.
 		{"at", `did you mean "gt"?`, true},
 		{"it", `did you mean "gt"?`, true},

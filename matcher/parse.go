@@ -48,10 +48,26 @@ func (p *parser) errorf(at pos, path, format string, args ...any) {
 
 // entry is one key: value pair of a mapping.
 type entry struct {
-	name   string
-	keyPos pos
-	value  *Node // anchors removed; may be nil
-	valPos pos
+	name string
+	// escaped is set when the key was written with a leading backslash:
+	// then it names a field whatever it reads as (docs/apps.md#patterns).
+	escaped bool
+	keyPos  pos
+	value   *Node // anchors removed; may be nil
+	valPos  pos
+}
+
+// key is the entry's key as written, for the fixes messages suggest.
+func (e entry) key() string {
+	if e.escaped {
+		return `\` + e.name
+	}
+	return e.name
+}
+
+// escapeNote tells how to write a field that is named like operator name.
+func escapeNote(name string) string {
+	return fmt.Sprintf("to match a field named %q, write \\%s", name, name)
 }
 
 // topLevel parses the pattern's root mapping: fields only, no operators.
@@ -84,8 +100,18 @@ func (p *parser) topLevel(node *Node, path string) []field {
 	fields := make([]field, 0, len(entries))
 	for _, e := range entries {
 		cpath := childPath(path, e.name)
-		if _, isOp := operators[e.name]; isOp {
-			p.errorf(e.keyPos, cpath, "%q is an operator, not a field name; an operator goes inside a field's list, e.g. id: [{%s: ...}]", e.name, e.name)
+		if !e.escaped && isOperator(e.name) {
+			p.errorf(e.keyPos, cpath, "%q is an operator, not a field name; an operator goes inside a field's list, e.g. id: [{%s: ...}]; %s", e.name, e.name, escapeNote(e.name))
+			continue
+		}
+		if !e.escaped && refusedAsField(e.name) {
+			f, _ := foreignOperator(e.name)
+			msg := f.hint
+			if fix := foreignFix(e.name, "", e.value); fix != "" {
+				msg += ": " + fix
+			}
+			p.errorf(e.keyPos, cpath, "%q is an operator of other pattern languages, not a field name: %s; %s", e.name, msg, escapeNote(e.name))
+			p.condition(e, cpath) // report the errors inside too
 			continue
 		}
 		alts := p.condition(e, cpath)
@@ -100,14 +126,14 @@ func (p *parser) condition(e entry, path string) []alt {
 	v := e.value
 	switch syntaxKind(v) {
 	case missing, KindImplicitNull:
-		p.errorf(e.valPos, path, "empty condition: give a list of alternatives, e.g. %s: [value]", e.name)
+		p.errorf(e.valPos, path, "empty condition: give a list of alternatives, e.g. %s: [value]", e.key())
 		return nil
 	case KindNull:
-		p.errorf(e.valPos, path, "null condition: every condition is a list; to match JSON null write %s: [null]", e.name)
+		p.errorf(e.valPos, path, "null condition: every condition is a list; to match JSON null write %s: [null]", e.key())
 		return nil
 	case KindSequence:
 		if len(v.Elems) == 0 {
-			p.errorf(e.valPos, path, "empty list: a condition needs at least one alternative, e.g. %s: [value]", e.name)
+			p.errorf(e.valPos, path, "empty list: a condition needs at least one alternative, e.g. %s: [value]", e.key())
 			return nil
 		}
 		alts := make([]alt, 0, len(v.Elems))
@@ -124,7 +150,7 @@ func (p *parser) condition(e entry, path string) []alt {
 		}
 		return nil
 	}
-	p.errorf(e.valPos, path, "a condition is a list of alternatives, not a scalar: write %s: [%s]", e.name, scalarText(e.value))
+	p.errorf(e.valPos, path, "a condition is a list of alternatives, not a scalar: write %s: [%s]", e.key(), scalarText(e.value))
 	return nil
 }
 
@@ -169,13 +195,17 @@ func (p *parser) mapElement(node *Node, fieldName, path string, where pos) (alt,
 		p.errorf(where, path, "empty map: give an operator such as {prefix: \"x\"} or child fields such as {status: [OK]}")
 		return alt{}, false
 	}
-	var ops, opLike, children []entry
+	var ops, opLike, foreignOps, children []entry
 	for _, e := range entries {
 		switch {
+		case e.escaped:
+			children = append(children, e)
 		case isOperator(e.name):
 			ops = append(ops, e)
 		case isScalar(e.value):
 			opLike = append(opLike, e)
+		case refusedAsField(e.name):
+			foreignOps = append(foreignOps, e)
 		default:
 			children = append(children, e)
 		}
@@ -183,7 +213,7 @@ func (p *parser) mapElement(node *Node, fieldName, path string, where pos) (alt,
 	if len(ops) == 1 && len(entries) == 1 {
 		return p.operator(ops[0], fieldName, path)
 	}
-	if len(ops) == 0 && len(opLike) == 0 {
+	if len(ops) == 0 && len(opLike) == 0 && len(foreignOps) == 0 {
 		fields := make([]field, 0, len(children))
 		for _, e := range children {
 			cpath := childPath(path, e.name)
@@ -193,9 +223,22 @@ func (p *parser) mapElement(node *Node, fieldName, path string, where pos) (alt,
 	}
 
 	// A broken map. Report what is wrong with each key, once.
+	for _, e := range foreignOps {
+		// An operator of another language with a list or a map: not a
+		// field, which would never match what was meant.
+		f, _ := foreignOperator(e.name)
+		msg := f.hint
+		if fix := foreignFix(e.name, fieldName, e.value); fix != "" {
+			msg += ": " + fix
+		}
+		p.errorf(e.keyPos, childPath(path, e.name), "unknown operator %q: %s; %s", e.name, msg, escapeNote(e.name))
+	}
 	for _, e := range opLike {
 		cpath := childPath(path, e.name)
 		if hint, sure, ok := operatorHint(e.name); ok {
+			if fix := foreignFix(e.name, fieldName, e.value); fix != "" {
+				hint += ": " + fix
+			}
 			if sure || len(ops) > 0 {
 				p.errorf(e.keyPos, cpath, "unknown operator %q: %s", e.name, hint)
 			} else {
@@ -216,7 +259,7 @@ func (p *parser) mapElement(node *Node, fieldName, path string, where pos) (alt,
 	}
 	if len(children) > 0 {
 		for _, e := range ops {
-			p.errorf(e.keyPos, childPath(path, e.name), "operator %q cannot be used as a field name or beside fields (%s): an operator map holds exactly one operator", e.name, children[0].name)
+			p.errorf(e.keyPos, childPath(path, e.name), "operator %q cannot be used as a field name or beside fields (%s): an operator map holds exactly one operator; %s", e.name, children[0].name, escapeNote(e.name))
 		}
 	}
 	for _, e := range children {
@@ -236,13 +279,13 @@ func (p *parser) operator(e entry, fieldName, path string) (alt, bool) {
 	switch syntaxKind(e.value) {
 	case KindSequence:
 		if o == opExists {
-			p.errorf(e.valPos, path, "exists takes a boolean, not a list: write exists: true or exists: false (an operator name cannot be a field name)")
+			p.errorf(e.valPos, path, "exists takes a boolean, not a list: write exists: true or exists: false (%s)", escapeNote(e.name))
 		} else {
-			p.errorf(e.valPos, path, "%s takes a single operand, not a list: write each %s as its own alternative, e.g. %s: [{%s: a}, {%s: b}] (an operator name cannot be a field name)", e.name, e.name, fieldName, e.name, e.name)
+			p.errorf(e.valPos, path, "%s takes a single operand, not a list: write each %s as its own alternative, e.g. %s: [{%s: a}, {%s: b}] (%s)", e.name, e.name, fieldName, e.name, e.name, escapeNote(e.name))
 		}
 		return alt{}, false
 	case KindMapping:
-		p.errorf(e.valPos, path, "%s takes a single scalar operand, not a map (an operator name cannot be a field name)", e.name)
+		p.errorf(e.valPos, path, "%s takes a single scalar operand, not a map (%s)", e.name, escapeNote(e.name))
 		return alt{}, false
 	case missing, KindImplicitNull:
 		p.errorf(e.valPos, path, "%s needs an operand, e.g. %s", e.name, operandExample(o))
@@ -303,7 +346,7 @@ func (p *parser) scalarCondition(e entry, path string) {
 		p.condition(e, path)
 		return
 	}
-	p.errorf(e.valPos, path, "a condition is a list of alternatives, not a scalar: write %s: [%s]", e.name, scalarText(e.value))
+	p.errorf(e.valPos, path, "a condition is a list of alternatives, not a scalar: write %s: [%s]", e.key(), scalarText(e.value))
 }
 
 // literal converts a scalar node to a literal. Plain (unquoted) scalars that
@@ -409,6 +452,9 @@ func (p *parser) entries(node *Node, path string, where pos) ([]entry, bool) {
 			good = false
 			continue
 		}
+		// A leading backslash makes the key a field name, whatever it
+		// reads as: \not names the field "not" (docs/apps.md#patterns).
+		name, escaped := strings.CutPrefix(name, `\`)
 		cpath := childPath(path, name)
 		if seen[name] {
 			p.errorf(kpos, cpath, "duplicate key %q: list every alternative once, e.g. %s: [a, b]", name, name)
@@ -423,7 +469,7 @@ func (p *parser) entries(node *Node, path string, where pos) ([]entry, bool) {
 			continue
 		}
 		vpos = at(value, vpos)
-		entries = append(entries, entry{name: name, keyPos: kpos, value: value, valPos: vpos})
+		entries = append(entries, entry{name: name, escaped: escaped, keyPos: kpos, value: value, valPos: vpos})
 	}
 	if !good && len(entries) == 0 {
 		return nil, false

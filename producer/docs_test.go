@@ -73,7 +73,7 @@ func TestDocsProducersWriteWhatTheGoProducerWrites(t *testing.T) {
 			}
 			// The Go producer writes the same event into a second stream.
 			goStream := stream + "-go"
-			p, err := producer.New(c, goStream)
+			p, err := producer.New(producer.Redis(c, goStream))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,7 +31,7 @@ func newProducer(t *testing.T) (*producer.Producer, rueidis.Client, string) {
 	t.Helper()
 	c := redistest.Client(t)
 	s := redistest.Name(t, "events")
-	p, err := producer.New(c, s)
+	p, err := producer.New(producer.Redis(c, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +177,14 @@ func TestPublishNeverTrims(t *testing.T) {
 func TestMaxEventBytes(t *testing.T) {
 	_, c, s := newProducer(t)
 	ctx := context.Background()
-	small, err := producer.New(c, s, producer.WithMaxEventBytes(16))
+	small, err := producer.New(producer.Redis(c, s), producer.WithMaxEventBytes(16))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := small.PublishJSON(ctx, []byte(`{"a":"0123456789abcdef"}`)); !errors.Is(err, producer.ErrInvalidEvent) {
 		t.Errorf("a 24-byte event under a 16-byte limit: %v", err)
 	}
-	unlimited, _ := producer.New(c, s, producer.WithMaxEventBytes(0))
+	unlimited, _ := producer.New(producer.Redis(c, s), producer.WithMaxEventBytes(0))
 	big := []byte(`{"pad":"` + strings.Repeat("x", producer.DefaultMaxEventBytes) + `"}`)
 	if _, err := unlimited.PublishJSON(ctx, big); err != nil {
 		t.Errorf("no limit: %v", err)
@@ -195,11 +195,14 @@ func TestMaxEventBytes(t *testing.T) {
 }
 
 func TestNewRefusesEmptyArguments(t *testing.T) {
-	if _, err := producer.New(nil, "s"); err == nil {
-		t.Error("New(nil client) succeeded")
+	if _, err := producer.New(producer.Redis(nil, "s")); err == nil {
+		t.Error("New(Redis(nil client)) succeeded")
 	}
-	if _, err := producer.New(redistest.Client(t), ""); err == nil {
-		t.Error("New(empty stream) succeeded")
+	if _, err := producer.New(producer.Redis(redistest.Client(t), "")); err == nil {
+		t.Error("New(Redis(empty stream)) succeeded")
+	}
+	if _, err := producer.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
 	}
 }
 

@@ -3,6 +3,7 @@ package relaytest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -10,47 +11,66 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/stream"
 )
+
+// DLQWriter appends entries to the dead-letter queue of one source
+// stream outside any delivery, as redisdlq.Writer and DLQ do. The Engine's
+// entries are written by the StateStore's Settle instead, with their
+// invocations' markers (TestStateStore covers those).
+type DLQWriter interface {
+	// Write validates e and appends it, returning the new entry id; see
+	// redisdlq.Writer.Write.
+	Write(ctx context.Context, e dlq.Entry) (string, error)
+}
+
+// DLQReader is the reading side of a dead-letter queue, as redisdlq.Store and
+// DLQ have it: relay dlq ls, inspect and rm.
+type DLQReader interface {
+	List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error)
+	Get(ctx context.Context, id string) (dlq.Entry, error)
+	Delete(ctx context.Context, id string) error
+	Len(ctx context.Context) (int64, error)
+}
 
 // DLQWriterHarness is one dead-letter queue under test, for TestDLQWriter.
 // Every harness must have a queue of its own (a source stream named with
 // UniqueName).
 type DLQWriterHarness struct {
 	// Writer is the implementation under test.
-	Writer relay.DLQWriter
+	Writer DLQWriter
+	// Reader reads the same queue back: redisdlq.Store, or the DLQ itself.
+	Reader DLQReader
 	// Stream is the source stream whose dead letters Writer writes.
 	Stream string
-	// List reads back every entry of the queue, oldest first, as
-	// dlq.Store.List with an empty filter does.
-	List func(t *testing.T) []dlq.Entry
 	// Now returns the current time on the clock Write fills a zero
 	// Timestamp from.
 	Now func(t *testing.T) time.Time
 }
 
-// TestDLQWriter runs the contract of relay.DLQWriter
-// (docs/delivery.md#dead-letter-queue) against the harnesses newHarness
-// returns, one per parallel sub-test.
+// TestDLQWriter runs the contract of a dead-letter queue's writing and
+// reading sides (docs/delivery.md#dead-letter-queue): DLQWriter and
+// DLQReader, which redisdlq.Writer and redisdlq.Store, and DLQ, implement, against
+// the harnesses newHarness returns, one per parallel sub-test.
 //
 // It covers: an entry reading back field for field under the id Write
 // returned (Timestamp in UTC, millisecond precision; trace optional); an
 // empty OriginalStream and a zero Timestamp filled in; malformed-message
 // entries (app and handler "-", handler_attempts 0); invalid entries
 // refused with a *dlq.FieldError naming the wire field, writing nothing;
-// writes idempotent per invocation (original id, app, handler: a second
-// write returns the first id and appends nothing, even after the entry was
-// deleted) while other invocations of the same message get their own
-// entries; and concurrent writes all kept, with distinct, increasing ids.
+// every write appending, those of one invocation included, in order, with
+// increasing ids; concurrent writes all kept, with distinct, increasing
+// ids; and the reading side: List filtered by app, handler, the time of
+// the id and a limit, Get by id, Delete, Len, dlq.ErrNotFound for an
+// unknown or ill-formed id.
 func TestDLQWriter(t *testing.T, newHarness func(t *testing.T) DLQWriterHarness) {
 	for _, c := range dlqWriterCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			if h.Writer == nil || h.Stream == "" || h.List == nil || h.Now == nil {
-				t.Fatal("relaytest: DLQWriterHarness needs Writer, Stream, List and Now")
+			if h.Writer == nil || h.Reader == nil || h.Stream == "" || h.Now == nil {
+				t.Fatal("relaytest: DLQWriterHarness needs Writer, Reader, Stream and Now")
 			}
 			c.run(t, h)
 		})
@@ -68,8 +88,9 @@ var dlqWriterCases = []struct {
 	{"DefaultsFilled", dlqWriterDefaultsFilled},
 	{"MalformedMessageEntry", dlqWriterMalformedMessageEntry},
 	{"InvalidEntriesRefused", dlqWriterInvalidEntriesRefused},
-	{"IdempotentPerInvocation", dlqWriterIdempotentPerInvocation},
+	{"EveryWriteAppends", dlqWriterEveryWriteAppends},
 	{"ConcurrentWrites", dlqWriterConcurrentWrites},
+	{"ReadingSide", dlqWriterReadingSide},
 }
 
 func dlqWriterEntryReadsBack(t *testing.T, h DLQWriterHarness) {
@@ -78,7 +99,7 @@ func dlqWriterEntryReadsBack(t *testing.T, h DLQWriterHarness) {
 	e.Trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e.Timestamp = time.Date(2026, 9, 12, 10, 0, 0, 123456789, time.FixedZone("CEST", 2*3600))
 	id := write(t, h, e)
-	got := h.List(t)
+	got := list(t, h, dlq.Filter{})
 	want := e
 	want.ID = id
 	want.Timestamp = e.Timestamp.UTC().Truncate(time.Millisecond)
@@ -97,7 +118,7 @@ func dlqWriterDefaultsFilled(t *testing.T, h DLQWriterHarness) {
 	before := h.Now(t)
 	id := write(t, h, e)
 	after := h.Now(t)
-	got := h.List(t)
+	got := list(t, h, dlq.Filter{})
 	if len(got) != 1 {
 		t.Fatalf("%d entries, want 1", len(got))
 	}
@@ -112,7 +133,7 @@ func dlqWriterMalformedMessageEntry(t *testing.T, h DLQWriterHarness) {
 	e.App, e.Handler, e.HandlerAttempts = dlq.MalformedName, dlq.MalformedName, 0
 	e.Event, e.Reason = "{not json", "malformed event: not valid JSON"
 	write(t, h, e)
-	got := h.List(t)
+	got := list(t, h, dlq.Filter{})
 	if len(got) != 1 || got[0].App != dlq.MalformedName || got[0].Handler != dlq.MalformedName ||
 		got[0].HandlerAttempts != 0 || got[0].Event != e.Event {
 		t.Errorf("entries = %+v, want the malformed-message entry", got)
@@ -137,7 +158,7 @@ func dlqWriterInvalidEntriesRefused(t *testing.T, h DLQWriterHarness) {
 		{"handler_attempts", func(e *dlq.Entry) {
 			e.App, e.Handler, e.HandlerAttempts = dlq.MalformedName, dlq.MalformedName, 1
 		}},
-		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = 0 }},
+		{"handler_attempts", func(e *dlq.Entry) { e.HandlerAttempts = -1 }},
 	} {
 		e := dlqEntry(h.Stream)
 		c.edit(&e)
@@ -152,35 +173,37 @@ func dlqWriterInvalidEntriesRefused(t *testing.T, h DLQWriterHarness) {
 			t.Errorf("Write: %v names field %q, want %q", err, fe.Field, c.field)
 		}
 	}
-	if got := h.List(t); len(got) != 0 {
+	if got := list(t, h, dlq.Filter{}); len(got) != 0 {
 		t.Errorf("refused writes left %d entries: %+v", len(got), got)
 	}
 }
 
-func dlqWriterIdempotentPerInvocation(t *testing.T, h DLQWriterHarness) {
+// dlqWriterEveryWriteAppends: Write only appends (a retry after a lost
+// reply may append twice; the Engine's entries are written once by
+// Settle): a second write of one invocation is a second, later entry, as
+// are other invocations of the message and the same invocation in another
+// consumer group.
+func dlqWriterEveryWriteAppends(t *testing.T, h DLQWriterHarness) {
 	e := dlqEntry(h.Stream)
-	a := write(t, h, e)
 	again := e
 	again.Reason, again.HandlerAttempts = "a later delivery's reason", e.HandlerAttempts+1
-	if b := write(t, h, again); b != a {
-		t.Errorf("second write of one invocation = %s, want the first id %s", b, a)
-	}
 	other := e
 	other.Handler = "invoices.refund"
-	b := write(t, h, other)
-	if stream.CompareID(a, b) >= 0 {
-		t.Errorf("ids %s, %s: another invocation of the message wants its own, later entry", a, b)
-	}
-	// Each consumer group reading the stream runs, and exhausts, its own
-	// invocations: the same invocation in another group is another entry.
 	otherGroup := e
 	otherGroup.Group = "analytics"
-	c := write(t, h, otherGroup)
-	if stream.CompareID(b, c) >= 0 {
-		t.Errorf("ids %s, %s: the invocation in another consumer group wants its own, later entry", b, c)
+	want := []dlq.Entry{e, again, other, otherGroup}
+	var ids []string
+	for i := range want {
+		ids = append(ids, write(t, h, want[i]))
+		want[i].ID = ids[i]
 	}
-	if got := h.List(t); len(got) != 3 || got[0].ID != a || got[0].Reason != e.Reason || got[1].ID != b || got[2].ID != c || got[2].Group != "analytics" {
-		t.Errorf("entries = %+v, want %s (the first write's), %s, then %s of group analytics", got, a, b, c)
+	for i := 1; i < len(ids); i++ {
+		if stream.CompareID(ids[i-1], ids[i]) >= 0 {
+			t.Errorf("ids %v are not strictly increasing", ids)
+		}
+	}
+	if diff := cmp.Diff(want, list(t, h, dlq.Filter{})); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
 	}
 }
 
@@ -200,7 +223,7 @@ func dlqWriterConcurrentWrites(t *testing.T, h DLQWriterHarness) {
 		})
 	}
 	wg.Wait()
-	got := h.List(t)
+	got := list(t, h, dlq.Filter{})
 	if len(got) != n {
 		t.Fatalf("%d entries, want %d", len(got), n)
 	}
@@ -215,6 +238,87 @@ func dlqWriterConcurrentWrites(t *testing.T, h DLQWriterHarness) {
 		if byID[id] != "1700000000000-"+strconv.Itoa(i) {
 			t.Errorf("Write %d returned %s, which holds %q", i, id, byID[id])
 		}
+	}
+}
+
+// dlqWriterReadingSide: List filters by app, handler (MalformedName
+// selects malformed-message entries), the time of the entry id (Since) and
+// a limit, oldest first; Get finds an entry by id; Delete removes it; Len
+// counts; an unknown or ill-formed id wraps dlq.ErrNotFound.
+func dlqWriterReadingSide(t *testing.T, h DLQWriterHarness) {
+	ctx := t.Context()
+	var written []dlq.Entry
+	for i, ah := range [][2]string{{"billing", "charge"}, {"users", "welcome"}, {"billing", "refund"}, {dlq.MalformedName, dlq.MalformedName}, {"billing", "charge"}} {
+		e := dlqEntry(h.Stream)
+		e.OriginalID = "1700000000000-" + strconv.Itoa(i)
+		e.App, e.Handler = ah[0], ah[1]
+		if e.App == dlq.MalformedName {
+			e.HandlerAttempts = 0
+		}
+		e.ID = write(t, h, e)
+		written = append(written, e)
+	}
+	pick := func(is ...int) []string {
+		var ids []string
+		for _, i := range is {
+			ids = append(ids, written[i].ID)
+		}
+		return ids
+	}
+	// Since keeps the entries whose id's time is at or after it: those
+	// from the third on, and any earlier one written in the same
+	// millisecond.
+	since, _, _ := stream.ParseID(written[2].ID)
+	var fromSince []string
+	for _, e := range written {
+		if ms, _, _ := stream.ParseID(e.ID); ms >= since {
+			fromSince = append(fromSince, e.ID)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		f    dlq.Filter
+		want []string
+	}{
+		{"all", dlq.Filter{}, pick(0, 1, 2, 3, 4)},
+		{"app", dlq.Filter{App: "billing"}, pick(0, 2, 4)},
+		{"app and handler", dlq.Filter{App: "billing", Handler: "charge"}, pick(0, 4)},
+		{"handler", dlq.Filter{Handler: "welcome"}, pick(1)},
+		{"malformed", dlq.Filter{App: dlq.MalformedName}, pick(3)},
+		{"limit", dlq.Filter{App: "billing", Limit: 2}, pick(0, 2)},
+		{"since", dlq.Filter{Since: time.UnixMilli(int64(since))}, fromSince},
+		{"no match", dlq.Filter{App: "nobody"}, nil},
+	} {
+		if got := entryIDs(list(t, h, c.f)); !slices.Equal(got, c.want) {
+			t.Errorf("List(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if _, err := h.Reader.List(ctx, dlq.Filter{Limit: -1}); err == nil {
+		t.Error("List with a negative Limit succeeded, want an error")
+	}
+	got, err := h.Reader.Get(ctx, written[1].ID)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", written[1].ID, err)
+	}
+	if diff := cmp.Diff(written[1], got); diff != "" {
+		t.Errorf("Get(%s) (-want +got):\n%s", written[1].ID, diff)
+	}
+	if err := h.Reader.Delete(ctx, written[1].ID); err != nil {
+		t.Fatalf("Delete(%s): %v", written[1].ID, err)
+	}
+	for _, id := range []string{written[1].ID, "1-1", "nope"} {
+		if _, err := h.Reader.Get(ctx, id); !errors.Is(err, dlq.ErrNotFound) {
+			t.Errorf("Get(%q): %v, want dlq.ErrNotFound", id, err)
+		}
+		if err := h.Reader.Delete(ctx, id); !errors.Is(err, dlq.ErrNotFound) {
+			t.Errorf("Delete(%q): %v, want dlq.ErrNotFound", id, err)
+		}
+	}
+	if n, err := h.Reader.Len(ctx); err != nil || n != 4 {
+		t.Errorf("Len = %d, %v; want 4", n, err)
+	}
+	if got := entryIDs(list(t, h, dlq.Filter{})); !slices.Equal(got, pick(0, 2, 3, 4)) {
+		t.Errorf("List after the delete = %v, want %v", got, pick(0, 2, 3, 4))
 	}
 }
 
@@ -238,4 +342,22 @@ func write(t *testing.T, h DLQWriterHarness, e dlq.Entry) string {
 		t.Fatalf("Write returned %v", err)
 	}
 	return id
+}
+
+// list reads the queue's entries that pass f, oldest first.
+func list(t *testing.T, h DLQWriterHarness, f dlq.Filter) []dlq.Entry {
+	t.Helper()
+	entries, err := h.Reader.List(t.Context(), f)
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	return entries
+}
+
+func entryIDs(entries []dlq.Entry) []string {
+	var ids []string
+	for _, e := range entries {
+		ids = append(ids, e.ID)
+	}
+	return ids
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // Cases of TestStateStore about the attempts of one invocation: claims and
-// leases, success, retries, expired leases, exhaustion and the DLQ marker,
-// attempts given back, what is left unfinished, and the trace lineage
-// between attempts.
+// leases, success, retries, expired leases, exhaustion, attempts given
+// back, probes, what is left unfinished and recorded, and the trace
+// lineage between attempts.
 
 func stateClaimNew(t *testing.T, s *stateSuite) {
 	before := s.h.Now(t)
@@ -34,16 +34,16 @@ func stateClaimWhileRunning(t *testing.T, s *stateSuite) {
 		if c.Status != invocation.Running || !c.RunningUntil.Equal(first.Lease.Deadline) {
 			t.Fatalf("claim during a live lease = %+v, want running until %v", c, first.Lease.Deadline)
 		}
-		if c.Lease != (invocation.Lease{}) {
-			t.Errorf("running claim carries a lease: %+v", c.Lease)
+		if want := (invocation.Lease{Key: s.key, Field: field, Attempt: 1}); c.Lease != want {
+			t.Errorf("running claim's lease = %+v, want only the attempt running: %+v", c.Lease, want)
 		}
 	}
 }
 
 func stateFinishThenSucceeded(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 3)
-	if err := s.h.Store.Finish(t.Context(), c.Lease); err != nil {
-		t.Fatalf("finish: %v", err)
+	if res := s.apply(t, "finish", finish(c.Lease)); res[0] != (invocation.TransitionResult{}) {
+		t.Errorf("finish result = %+v, want none (no next attempt, no entry)", res[0])
 	}
 	for range 2 {
 		if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Succeeded {
@@ -51,40 +51,33 @@ func stateFinishThenSucceeded(t *testing.T, s *stateSuite) {
 		}
 	}
 	// "ok" carries no token: a repeated Finish cannot prove it wrote it.
-	s.wantErr(t, "second finish", invocation.ErrStale, s.h.Store.Finish(t.Context(), c.Lease))
+	s.wantErr(t, "second finish", invocation.ErrStale, s.transit(t, finish(c.Lease)).Err)
 }
 
 func stateRetryNotDue(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 3)
 	before := s.h.Now(t)
-	next, err := s.h.Store.ScheduleRetry(t.Context(), c.Lease, time.Hour)
+	next := s.retry(t, c.Lease, time.Hour)
 	after := s.h.Now(t)
-	if err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
 	checkBetween(t, "next attempt", next, before.Add(time.Hour), after.Add(time.Hour))
 	got := s.claim(t, field, time.Hour, 3)
 	if got.Status != invocation.NotDue || !got.NextAttemptAt.Equal(next) {
 		t.Fatalf("claim before the retry is due = %+v, want not due at %v", got, next)
 	}
 	// The failed attempt's lease is spent.
-	s.wantErr(t, "finish after schedule_retry", invocation.ErrStale, s.h.Store.Finish(t.Context(), c.Lease))
+	s.wantErr(t, "finish after the retry", invocation.ErrStale, s.transit(t, finish(c.Lease)).Err)
 }
 
 func stateRetryDue(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 3)
-	if _, err := s.h.Store.ScheduleRetry(t.Context(), c.Lease, s.h.Short); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, c.Lease, s.h.Short)
 	s.h.Advance(t, s.h.Short)
 	c2 := s.claim(t, field, time.Hour, 3)
 	if c2.Status != invocation.Claimed || c2.Lease.Attempt != 2 || c2.Lease.Token == c.Lease.Token || c2.Lost != 0 {
 		t.Fatalf("claim of a due retry = %+v, want attempt 2 with a new token, nothing lost", c2)
 	}
 	// A zero backoff is due at once.
-	if _, err := s.h.Store.ScheduleRetry(t.Context(), c2.Lease, 0); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, c2.Lease, 0)
 	if c3 := s.claim(t, field, time.Hour, 3); c3.Status != invocation.Claimed || c3.Lease.Attempt != 3 {
 		t.Fatalf("claim after a zero backoff = %+v, want attempt 3", c3)
 	}
@@ -102,9 +95,7 @@ func stateExpiredLeaseIsAFailedAttempt(t *testing.T, s *stateSuite) {
 	}
 	// The slow owner of attempt 1 comes back: every write is refused.
 	s.wantAllStale(t, old.Lease, invocation.ErrStale)
-	if err := s.h.Store.Finish(t.Context(), c.Lease); err != nil {
-		t.Fatalf("finish attempt 2: %v", err)
-	}
+	s.finish(t, c.Lease)
 	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Succeeded {
 		t.Errorf("claim after finish = %+v, want succeeded", got)
 	}
@@ -127,71 +118,37 @@ func stateExpiredLastLeaseExhausts(t *testing.T, s *stateSuite) {
 		t.Errorf("exhausted lease = %+v, want key %+v and field %q", ex.Lease, s.key, field)
 	}
 	// Every later delivery sees the same exhausted attempt and token,
-	// so they all write the DLQ entry under one marker.
+	// so they all write the dead-letter entry under one marker.
 	again := s.claim(t, field, time.Hour, 2)
 	if again.Status != invocation.Exhausted || again.Lease.Attempt != 2 || again.Lease.Token != ex.Lease.Token || again.Lost != 0 {
 		t.Fatalf("second claim = %+v, want %+v without Lost (reported once)", again, ex)
 	}
-	s.wantErr(t, "exhaust with the expired lease", invocation.ErrStale, s.h.Store.Exhaust(t.Context(), second.Lease))
-	if err := s.h.Store.MarkDLQ(t.Context(), ex.Lease); err != nil {
-		t.Fatalf("mark_dlq: %v", err)
+	s.wantErr(t, "exhaust with the expired lease", invocation.ErrStale, s.transit(t, exhaust(second.Lease)).Err)
+	if n := len(s.h.DeadLetters(t, s.key)); n != 0 {
+		t.Fatalf("%d dead-letter entries before the dead-letter transition, want none", n)
+	}
+	if id := s.markDead(t, ex.Lease); id == "" {
+		t.Error("dead-letter of the exhausted attempt returned no entry id")
 	}
 	dl := s.claim(t, field, time.Hour, 2)
 	if dl.Status != invocation.DeadLettered || dl.Lease.Attempt != 2 || dl.Lease.Token != ex.Lease.Token {
-		t.Fatalf("claim after mark_dlq = %+v, want dead-lettered at attempt 2", dl)
+		t.Fatalf("claim after the dead-letter transition = %+v, want dead-lettered at attempt 2", dl)
 	}
 }
 
 func stateDueRetryBeyondMaxAttemptsExhausts(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 1)
-	if _, err := s.h.Store.ScheduleRetry(t.Context(), c.Lease, 0); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, c.Lease, 0)
 	ex := s.claim(t, field, time.Hour, 1)
 	if ex.Status != invocation.Exhausted || ex.Lease.Attempt != 1 {
 		t.Fatalf("claim beyond max attempts = %+v, want exhausted at attempt 1", ex)
 	}
 }
 
-func stateExhaustThenMarkDLQ(t *testing.T, s *stateSuite) {
-	ctx := t.Context()
-	c := s.claim(t, field, time.Hour, 1)
-	if err := s.h.Store.Exhaust(ctx, c.Lease); err != nil {
-		t.Fatalf("exhaust: %v", err)
-	}
-	ex := s.claim(t, field, time.Hour, 1)
-	if ex.Status != invocation.Exhausted || ex.Lease.Attempt != 1 || ex.Lease.Token != c.Lease.Token {
-		t.Fatalf("claim after exhaust = %+v, want exhausted with the lease's attempt and token", ex)
-	}
-	s.wantErr(t, "second exhaust", invocation.ErrStale, s.h.Store.Exhaust(ctx, c.Lease))
-	s.wantErr(t, "finish after exhaust", invocation.ErrStale, s.h.Store.Finish(ctx, c.Lease))
-	wrong := c.Lease
-	wrong.Token += "x"
-	s.wantErr(t, "mark_dlq with another token", invocation.ErrStale, s.h.Store.MarkDLQ(ctx, wrong))
-	for i := range 2 { // idempotent
-		if err := s.h.Store.MarkDLQ(ctx, c.Lease); err != nil {
-			t.Fatalf("mark_dlq #%d: %v", i+1, err)
-		}
-	}
-	if dl := s.claim(t, field, time.Hour, 1); dl.Status != invocation.DeadLettered || dl.Lease.Token != c.Lease.Token {
-		t.Fatalf("claim after mark_dlq = %+v, want dead-lettered", dl)
-	}
-}
-
-func stateMarkDLQNeedsExhausted(t *testing.T, s *stateSuite) {
-	c := s.claim(t, field, time.Hour, 1)
-	s.wantErr(t, "mark_dlq of a running attempt", invocation.ErrStale, s.h.Store.MarkDLQ(t.Context(), c.Lease))
-	if got := s.claim(t, field, time.Hour, 1); got.Status != invocation.Running {
-		t.Errorf("claim after a refused mark_dlq = %+v, want still running", got)
-	}
-}
-
 func stateReleaseFirstAttempt(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 2)
-	if err := s.h.Store.Release(t.Context(), c.Lease); err != nil {
-		t.Fatalf("release: %v", err)
-	}
-	s.wantErr(t, "second release", invocation.ErrStale, s.h.Store.Release(t.Context(), c.Lease))
+	s.release(t, c.Lease)
+	s.wantErr(t, "second release", invocation.ErrStale, s.transit(t, release(c.Lease)).Err)
 	// Still recorded, so that a redelivery that no longer matches the
 	// rule drives it anyway.
 	if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || !slices.Equal(u.Fields, []string{field}) || u.Complete {
@@ -205,21 +162,94 @@ func stateReleaseFirstAttempt(t *testing.T, s *stateSuite) {
 
 func stateReleaseLaterAttempt(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 2)
-	if _, err := s.h.Store.ScheduleRetry(t.Context(), c.Lease, 0); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, c.Lease, 0)
 	c2 := s.claim(t, field, time.Hour, 2)
 	if c2.Status != invocation.Claimed || c2.Lease.Attempt != 2 {
 		t.Fatalf("claim of attempt 2 = %+v", c2)
 	}
-	if err := s.h.Store.Release(t.Context(), c2.Lease); err != nil {
-		t.Fatalf("release: %v", err)
-	}
+	s.release(t, c2.Lease)
 	// Released, the last attempt is not charged: it is due at once and
 	// runs again instead of exhausting.
 	got := s.claim(t, field, time.Hour, 2)
 	if got.Status != invocation.Claimed || got.Lease.Attempt != 2 {
 		t.Fatalf("claim after releasing attempt 2 = %+v, want attempt 2 again", got)
+	}
+}
+
+// stateProbe: a probe decides as a claim does, but where a claim would
+// take an attempt it records the invocation due now with its attempts
+// unchanged (Probed, the attempts used in Lease.Attempt), charging an
+// expired lease it finds (Lost) once; elsewhere it reports what a claim
+// would, and the claim after it sees the state the probe left.
+func stateProbe(t *testing.T, s *stateSuite) {
+	type want struct {
+		status  invocation.Status
+		attempt int
+		lost    int
+	}
+	cases := []struct {
+		field       string
+		maxAttempts int
+		setup       func(t *testing.T, f string)
+		probe, then want
+	}{
+		{"probe/none", 3, func(*testing.T, string) {},
+			want{invocation.Probed, 0, 0}, want{invocation.Claimed, 1, 0}},
+		{"probe/running", 3, func(t *testing.T, f string) { s.claim(t, f, time.Hour, 3) },
+			want{invocation.Running, 1, 0}, want{invocation.Running, 1, 0}},
+		{"probe/expired", 3, func(t *testing.T, f string) { s.claim(t, f, s.h.Short, 3) },
+			want{invocation.Probed, 1, 1}, want{invocation.Claimed, 2, 0}},
+		{"probe/expired-last", 1, func(t *testing.T, f string) { s.claim(t, f, s.h.Short, 1) },
+			want{invocation.Exhausted, 1, 1}, want{invocation.Exhausted, 1, 0}},
+		{"probe/due", 3, func(t *testing.T, f string) { s.retry(t, s.claim(t, f, time.Hour, 3).Lease, 0) },
+			want{invocation.Probed, 1, 0}, want{invocation.Claimed, 2, 0}},
+		{"probe/not-due", 3, func(t *testing.T, f string) { s.retry(t, s.claim(t, f, time.Hour, 3).Lease, time.Hour) },
+			want{invocation.NotDue, 1, 0}, want{invocation.NotDue, 1, 0}},
+		{"probe/succeeded", 3, func(t *testing.T, f string) { s.finish(t, s.claim(t, f, time.Hour, 3).Lease) },
+			want{invocation.Succeeded, 0, 0}, want{invocation.Succeeded, 0, 0}},
+		{"probe/dead-lettered", 1, func(t *testing.T, f string) { s.exhaust(t, s.claim(t, f, time.Hour, 1).Lease) },
+			want{invocation.DeadLettered, 1, 0}, want{invocation.DeadLettered, 1, 0}},
+	}
+	for _, c := range cases {
+		c.setup(t, c.field)
+	}
+	s.h.Advance(t, s.h.Short) // the Short leases expire
+	for _, c := range cases {
+		r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: c.field, Lease: time.Hour, MaxAttempts: c.maxAttempts, Probe: true})
+		got := want{r.Status, r.Lease.Attempt, r.Lost}
+		if r.Err != nil || got != c.probe {
+			t.Errorf("probe of %s = %+v, %v; want %+v", c.field, r.Claim, r.Err, c.probe)
+			continue
+		}
+		if r.Status == invocation.Probed && (r.Lease.Key != s.key || r.Lease.Field != c.field || r.Lease.Token == "") {
+			t.Errorf("probed lease of %s = %+v, want key %+v, the field and a token", c.field, r.Lease, s.key)
+		}
+		next := s.claim(t, c.field, time.Hour, c.maxAttempts)
+		if got := (want{next.Status, next.Lease.Attempt, next.Lost}); got != c.then {
+			t.Errorf("claim of %s after the probe = %+v, want %+v", c.field, next, c.then)
+		}
+	}
+}
+
+// stateProbeTakesNoLease: a probe leaves no running lease, so time passing
+// after it charges nothing and no transition can use what it returned; it
+// records the message's other invocations as a claim does.
+func stateProbeTakesNoLease(t *testing.T, s *stateSuite) {
+	rec := invocation.Record{Fields: []string{otherField}, Complete: true}
+	r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: field, Lease: s.h.Short, MaxAttempts: 3, Probe: true, Record: rec})
+	if r.Err != nil || r.Status != invocation.Probed || r.Lease.Attempt != 0 {
+		t.Fatalf("probe = %+v, %v; want probed with no attempt used", r.Claim, r.Err)
+	}
+	u, err := s.h.Store.Unfinished(t.Context(), s.key)
+	if err != nil || !u.Complete || !slices.Equal(u.Fields, []string{field, otherField}) {
+		t.Fatalf("unfinished after a recording probe = %+v, %v; want [%s %s], complete", u, err, field, otherField)
+	}
+	used := r.Lease
+	used.Attempt = 1
+	s.wantAllStale(t, used, invocation.ErrStale)
+	s.h.Advance(t, s.h.Short) // past the deadline a claim with the probe's lease would have
+	if c := s.claim(t, field, time.Hour, 3); c.Status != invocation.Claimed || c.Lease.Attempt != 1 || c.Lost != 0 {
+		t.Fatalf("claim after the probe = %+v, want attempt 1 with nothing lost", c)
 	}
 }
 
@@ -240,25 +270,14 @@ func stateUnfinishedListsWhatIsNotFinal(t *testing.T, s *stateSuite) {
 		t.Fatalf("unfinished without state = %v, want none", got)
 	}
 	s.claim(t, "a/running", time.Hour, 3)
-	retry := s.claim(t, "a/retrying", time.Hour, 3)
-	if _, err := s.h.Store.ScheduleRetry(ctx, retry.Lease, time.Hour); err != nil {
-		t.Fatal(err)
+	s.retry(t, s.claim(t, "a/retrying", time.Hour, 3).Lease, time.Hour)
+	s.finish(t, s.claim(t, "a/done", time.Hour, 3).Lease)
+	// Exhausted by a claim, its dead-letter entry not written yet.
+	s.retry(t, s.claim(t, "a/exhausted", time.Hour, 1).Lease, 0)
+	if c := s.claim(t, "a/exhausted", time.Hour, 1); c.Status != invocation.Exhausted {
+		t.Fatalf("claim beyond max attempts = %+v, want exhausted", c)
 	}
-	done := s.claim(t, "a/done", time.Hour, 3)
-	if err := s.h.Store.Finish(ctx, done.Lease); err != nil {
-		t.Fatal(err)
-	}
-	ex := s.claim(t, "a/exhausted", time.Hour, 1)
-	if err := s.h.Store.Exhaust(ctx, ex.Lease); err != nil {
-		t.Fatal(err)
-	}
-	dl := s.claim(t, "a/dead", time.Hour, 1)
-	if err := s.h.Store.Exhaust(ctx, dl.Lease); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.h.Store.MarkDLQ(ctx, dl.Lease); err != nil {
-		t.Fatal(err)
-	}
+	s.exhaust(t, s.claim(t, "a/dead", time.Hour, 1).Lease)
 	if _, err := s.h.Store.Pin(ctx, s.key, "__schedule", "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +285,9 @@ func stateUnfinishedListsWhatIsNotFinal(t *testing.T, s *stateSuite) {
 	if got := unfinished("with state"); !slices.Equal(got, want) {
 		t.Errorf("unfinished = %v, want %v (sorted; no ok, dead-lettered or reserved fields)", got, want)
 	}
-	s.settle(t, s.key, time.Hour)
-	if got := unfinished("after retain"); len(got) != 0 {
-		t.Errorf("unfinished after retain = %v, want none", got)
+	s.ack(t, s.key, time.Hour)
+	if got := unfinished("after the ack"); len(got) != 0 {
+		t.Errorf("unfinished after the ack = %v, want none", got)
 	}
 }
 
@@ -276,49 +295,51 @@ func stateTraceLineage(t *testing.T, s *stateSuite) {
 	if s.h.NoTraceLineage {
 		t.Skip("the store keeps no trace lineage (StateStoreHarness.NoTraceLineage)")
 	}
-	ctx := t.Context()
-	claimed := func(wantAttempt int, wantPrev string) invocation.Lease {
+	claimed := func(f string, maxAttempts, wantAttempt int, wantPrev string) invocation.Lease {
 		t.Helper()
-		c := s.claim(t, field, time.Hour, 2)
+		c := s.claim(t, f, time.Hour, maxAttempts)
 		if c.Status != invocation.Claimed || c.Lease.Attempt != wantAttempt || c.PrevTrace != wantPrev || c.Lease.Trace != "" {
-			t.Fatalf("claim = %+v, want attempt %d with PrevTrace %q and no Lease.Trace", c, wantAttempt, wantPrev)
+			t.Fatalf("claim of %s = %+v, want attempt %d with PrevTrace %q and no Lease.Trace", f, c, wantAttempt, wantPrev)
 		}
 		return c.Lease
 	}
-	l := claimed(1, "")
+	wantPrev := func(f string, maxAttempts int, status invocation.Status, prev string) invocation.Claim {
+		t.Helper()
+		c := s.claim(t, f, time.Hour, maxAttempts)
+		if c.Status != status || c.PrevTrace != prev {
+			t.Fatalf("claim of %s = %+v, want %v with PrevTrace %q", f, c, status, prev)
+		}
+		return c
+	}
+	l := claimed(field, 2, 1, "")
 	l.Trace = "trace-released"
-	if err := s.h.Store.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	l = claimed(1, "trace-released")
+	s.release(t, l)
+	l = claimed(field, 2, 1, "trace-released")
 	l.Trace = "trace-failed"
-	if _, err := s.h.Store.ScheduleRetry(ctx, l, 0); err != nil {
-		t.Fatal(err)
-	}
-	l = claimed(2, "trace-failed")
+	s.retry(t, l, 0)
+	l = claimed(field, 2, 2, "trace-failed")
 	// A lease without lineage keeps what is stored.
-	if err := s.h.Store.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	l = claimed(2, "trace-failed")
+	s.release(t, l)
+	l = claimed(field, 2, 2, "trace-failed")
 	l.Trace = "trace-last"
-	if err := s.h.Store.Exhaust(ctx, l); err != nil {
-		t.Fatal(err)
+	s.exhaust(t, l)
+	wantPrev(field, 2, invocation.DeadLettered, "trace-last")
+	// Applied again, an Exhaust writes nothing, its lineage included.
+	l.Trace = "trace-again"
+	if id := s.apply(t, "exhaust again", exhaust(l))[0].DLQID; id != "" {
+		t.Errorf("exhaust applied again wrote entry %s", id)
 	}
-	ex := s.claim(t, field, time.Hour, 2)
-	if ex.Status != invocation.Exhausted || ex.PrevTrace != "trace-last" {
-		t.Fatalf("claim after exhaust = %+v, want exhausted with PrevTrace trace-last", ex)
-	}
-	if err := s.h.Store.MarkDLQ(ctx, ex.Lease); err != nil {
-		t.Fatal(err)
-	}
-	if dl := s.claim(t, field, time.Hour, 2); dl.Status != invocation.DeadLettered || dl.PrevTrace != "trace-last" {
-		t.Fatalf("claim after mark_dlq = %+v, want dead-lettered with PrevTrace trace-last", dl)
-	}
-	// Lineage is per invocation field.
-	if c := s.claim(t, otherField, time.Hour, 2); c.Status != invocation.Claimed || c.PrevTrace != "" {
-		t.Errorf("claim of another field = %+v, want claimed without PrevTrace", c)
-	}
+	wantPrev(field, 2, invocation.DeadLettered, "trace-last")
+
+	// Lineage is per invocation field; a claim that exhausts the
+	// invocation returns it, and DeadLetter does not store one.
+	l = claimed(otherField, 1, 1, "")
+	l.Trace = "trace-other"
+	s.retry(t, l, 0)
+	ex := wantPrev(otherField, 1, invocation.Exhausted, "trace-other")
+	ex.Lease.Trace = "trace-dead-letter"
+	s.markDead(t, ex.Lease)
+	wantPrev(otherField, 1, invocation.DeadLettered, "trace-other")
 }
 
 // stateClaimRecords: a first delivery's claim records the message's other
@@ -326,13 +347,11 @@ func stateTraceLineage(t *testing.T, s *stateSuite) {
 // and marks the record complete, so Unfinished lists exactly what is left.
 func stateClaimRecords(t *testing.T, s *stateSuite) {
 	ctx := t.Context()
-	done := s.claim(t, "b/done", time.Hour, 3)
-	if err := s.h.Store.Finish(ctx, done.Lease); err != nil {
-		t.Fatal(err)
-	}
-	c, err := s.h.Store.Claim(ctx, s.key, "a/first", time.Hour, 3, invocation.Record{Fields: []string{"a/second", "b/done"}, Complete: true})
-	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 1 {
-		t.Fatalf("claim with a record = %+v, %v; want attempt 1 claimed", c, err)
+	s.finish(t, s.claim(t, "b/done", time.Hour, 3).Lease)
+	r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: "a/first", Lease: time.Hour, MaxAttempts: 3,
+		Record: invocation.Record{Fields: []string{"a/second", "b/done"}, Complete: true}})
+	if r.Err != nil || r.Status != invocation.Claimed || r.Lease.Attempt != 1 {
+		t.Fatalf("claim with a record = %+v, %v; want attempt 1 claimed", r.Claim, r.Err)
 	}
 	u, err := s.h.Store.Unfinished(ctx, s.key)
 	if err != nil || !u.Complete || !slices.Equal(u.Fields, []string{"a/first", "a/second"}) {
@@ -352,8 +371,10 @@ func stateClaimRecords(t *testing.T, s *stateSuite) {
 // could not be read) stores the invocations but not the mark, so a
 // redelivery matches the event again.
 func stateIncompleteRecord(t *testing.T, s *stateSuite) {
-	if _, err := s.h.Store.Claim(t.Context(), s.key, "a/first", time.Hour, 3, invocation.Record{Fields: []string{"a/second"}}); err != nil {
-		t.Fatal(err)
+	r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: "a/first", Lease: time.Hour, MaxAttempts: 3,
+		Record: invocation.Record{Fields: []string{"a/second"}}})
+	if r.Err != nil {
+		t.Fatal(r.Err)
 	}
 	u, err := s.h.Store.Unfinished(t.Context(), s.key)
 	if err != nil || u.Complete || !slices.Equal(u.Fields, []string{"a/first", "a/second"}) {
@@ -367,8 +388,9 @@ func stateRecordArguments(t *testing.T, s *stateSuite) {
 	for _, rec := range []invocation.Record{
 		{Fields: []string{"a/first"}}, {Fields: []string{"__matched"}}, {Fields: []string{"a/x", "a/x"}}, {Fields: []string{""}},
 	} {
-		if _, err := s.h.Store.Claim(t.Context(), s.key, "a/first", time.Hour, 3, rec); err == nil {
-			t.Errorf("claim with record %v: no error", rec.Fields)
+		r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: "a/first", Lease: time.Hour, MaxAttempts: 3, Record: rec})
+		if r.Err == nil || isContractErr(r.Err) {
+			t.Errorf("claim with record %v = %+v, %v; want an argument error", rec.Fields, r.Claim, r.Err)
 		}
 	}
 	if u, err := s.h.Store.Unfinished(t.Context(), s.key); err != nil || len(u.Fields) != 0 {

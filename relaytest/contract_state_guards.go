@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/invocation"
 )
 
 // Cases of TestStateStore about what a store refuses or keeps apart:
 // writes with another lease or without state, anything after the
-// retention switch, the retention TTL, crossed fields and keys, racing
-// claims, pins after the first, and ill-formed arguments.
+// acknowledgement, crossed fields and keys, racing claims, pins after the
+// first, and ill-formed claims and settlements.
 
 func stateFencingRejectsAnotherLease(t *testing.T, s *stateSuite) {
 	c := s.claim(t, field, time.Hour, 3)
@@ -27,37 +28,41 @@ func stateFencingRejectsAnotherLease(t *testing.T, s *stateSuite) {
 	if got.Status != invocation.Running || !got.RunningUntil.Equal(c.Lease.Deadline) {
 		t.Fatalf("claim after refused writes = %+v, want the original lease still running", got)
 	}
-	if err := s.h.Store.Finish(t.Context(), c.Lease); err != nil {
-		t.Fatalf("finish with the right lease: %v", err)
-	}
+	s.finish(t, c.Lease)
 }
 
 func stateTransitionsWithoutState(t *testing.T, s *stateSuite) {
 	s.wantAllStale(t, invocation.Lease{Key: s.key, Field: field, Attempt: 1, Token: "never-claimed"}, invocation.ErrStale)
+	if state := s.h.State(t, s.key); len(state) != 0 {
+		t.Errorf("refused writes created state %v", state)
+	}
 	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Claimed || got.Lease.Attempt != 1 {
 		t.Fatalf("claim after refused writes = %+v, want attempt 1", got)
 	}
 }
 
-func stateRetainMakesStateInert(t *testing.T, s *stateSuite) {
-	ctx := t.Context()
+// stateAckMakesStateInert: once another delivery acknowledged the message,
+// its state is frozen: claims are Terminal, every transition ErrTerminal,
+// and a Cleared settlement (the janitor's) changes nothing more.
+func stateAckMakesStateInert(t *testing.T, s *stateSuite) {
 	done := s.claim(t, field, time.Hour, 3)
-	if err := s.h.Store.Finish(ctx, done.Lease); err != nil {
-		t.Fatal(err)
-	}
+	s.finish(t, done.Lease)
 	live := s.claim(t, otherField, time.Hour, 3)
-	s.settle(t, s.key, time.Hour)
-	if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil { // idempotent
-		t.Fatalf("retain again: %v", err)
+	s.ack(t, s.key, time.Hour)
+	if err := s.clear(t, s.key, time.Hour); err != nil { // idempotent
+		t.Fatalf("retention again: %v", err)
 	}
 	for _, f := range []string{field, otherField, "never/claimed"} {
-		if got := s.claim(t, f, time.Hour, 3); got.Status != invocation.Terminal {
-			t.Errorf("claim %s on a retained hash = %+v, want terminal", f, got)
+		if got := s.claim(t, f, time.Hour, 3); got.Status != invocation.Terminal || got.NotPending {
+			t.Errorf("claim %s on a retained hash = %+v, want terminal, the state retained (NotPending false)", f, got)
 		}
 	}
 	// A stale in-memory delivery can change nothing any more.
 	s.wantAllStale(t, live.Lease, invocation.ErrTerminal)
 	s.wantAllStale(t, done.Lease, invocation.ErrTerminal)
+	if state := s.h.State(t, s.key); state[field] != "ok" || state["__terminal"] != "1" {
+		t.Errorf("state after the stale writes = %v, want %s ok and retained", state, field)
+	}
 }
 
 func stateFieldsAndKeysAreIndependent(t *testing.T, s *stateSuite) {
@@ -67,46 +72,47 @@ func stateFieldsAndKeysAreIndependent(t *testing.T, s *stateSuite) {
 		t.Fatalf("claims of two fields = %+v, %+v; want both claimed", a, b)
 	}
 	otherKey := s.other
-	c, err := s.h.Store.Claim(t.Context(), otherKey, field, time.Hour, 3, invocation.Record{})
-	if err != nil || c.Status != invocation.Claimed || c.Lease.Attempt != 1 || c.Lease.Key != otherKey {
-		t.Fatalf("claim on another message = %+v, %v; want claimed attempt 1", c, err)
+	c := s.claimOf(t, otherKey, field, time.Hour, 3)
+	if c.Status != invocation.Claimed || c.Lease.Attempt != 1 || c.Lease.Key != otherKey {
+		t.Fatalf("claim on another message = %+v; want claimed attempt 1", c)
 	}
 	// The same lease fields on another key do not fence this one.
 	moved := a.Lease
 	moved.Key = otherKey
-	s.wantErr(t, "finish with the lease moved to another key", invocation.ErrStale, s.h.Store.Finish(t.Context(), moved))
-	if err := s.h.Store.Finish(t.Context(), a.Lease); err != nil {
-		t.Fatal(err)
-	}
+	s.wantErr(t, "finish with the lease moved to another key", invocation.ErrStale, s.transit(t, finish(moved)).Err)
+	s.finish(t, a.Lease)
 	if got := s.claim(t, otherField, time.Hour, 3); got.Status != invocation.Running {
 		t.Errorf("claim of the other field = %+v, want still running", got)
 	}
-	s.settle(t, otherKey, time.Hour)
+	if got := s.claimOf(t, otherKey, field, time.Hour, 3); got.Status != invocation.Running {
+		t.Errorf("claim on the other message after finishing this one = %+v, want still running", got)
+	}
+	s.ack(t, otherKey, time.Hour)
+	s.wantPending(t, "after acknowledging another message", s.key, true)
 	if got := s.claim(t, otherField, time.Hour, 3); got.Status != invocation.Running {
-		t.Errorf("claim after retaining another message = %+v, want still running", got)
+		t.Errorf("claim after acknowledging another message = %+v, want still running", got)
 	}
 }
 
 func stateConcurrentClaimsHaveOneWinner(t *testing.T, s *stateSuite) {
 	const n = 16
 	var wg sync.WaitGroup
-	results := make([]invocation.Claim, n)
-	errs := make([]error, n)
+	results := make([]invocation.ClaimResult, n)
 	for i := range n {
 		wg.Go(func() {
-			results[i], errs[i] = s.h.Store.Claim(t.Context(), s.key, field, time.Hour, 3, invocation.Record{})
+			results[i] = s.h.Store.Claim(t.Context(), []invocation.ClaimRequest{{Key: s.key, Field: field, Lease: time.Hour, MaxAttempts: 3}})[0]
 		})
 	}
 	wg.Wait()
 	won := 0
-	for i := range n {
+	for i, r := range results {
 		switch {
-		case errs[i] != nil:
-			t.Errorf("claim %d: %v", i, errs[i])
-		case results[i].Status == invocation.Claimed:
+		case r.Err != nil:
+			t.Errorf("claim %d: %v", i, r.Err)
+		case r.Status == invocation.Claimed:
 			won++
-		case results[i].Status != invocation.Running:
-			t.Errorf("claim %d = %+v, want claimed or running", i, results[i])
+		case r.Status != invocation.Running:
+			t.Errorf("claim %d = %+v, want claimed or running", i, r.Claim)
 		}
 	}
 	if won != 1 {
@@ -146,9 +152,7 @@ func statePinFirstWriterWins(t *testing.T, s *stateSuite) {
 	if c.Status != invocation.Claimed || c.Lease.Attempt != 1 {
 		t.Fatalf("claim beside a pin = %+v, want attempt 1", c)
 	}
-	if err := s.h.Store.Release(ctx, c.Lease); err != nil {
-		t.Fatal(err)
-	}
+	s.release(t, c.Lease)
 	if v, err := s.h.Store.Pin(ctx, s.key, pin, "after-release"); err != nil || v != got[0] {
 		t.Errorf("pin after releasing the only invocation = %q, %v; want %q kept", v, err, got[0])
 	}
@@ -157,14 +161,15 @@ func statePinFirstWriterWins(t *testing.T, s *stateSuite) {
 			t.Errorf("pin of field %q succeeded, want an error (pins take a reserved \"__<name>\" field)", bad)
 		}
 	}
-	s.settle(t, s.key, time.Hour)
+	s.ack(t, s.key, time.Hour)
 	if _, err := s.h.Store.Pin(ctx, s.key, "__other", "x"); !errors.Is(err, invocation.ErrTerminal) {
 		t.Errorf("pin on retained state: %v, want ErrTerminal", err)
 	}
 }
 
-func stateInvalidArguments(t *testing.T, s *stateSuite) {
-	ctx := t.Context()
+// stateInvalidClaims: a claim with an ill-formed field, lease or attempts
+// is refused, and nothing is written.
+func stateInvalidClaims(t *testing.T, s *stateSuite) {
 	for _, c := range []struct {
 		name        string
 		field       string
@@ -176,24 +181,65 @@ func stateInvalidArguments(t *testing.T, s *stateSuite) {
 		{"lease below 1ms", field, 0, 3},
 		{"no attempts", field, time.Hour, 0},
 	} {
-		if got, err := s.h.Store.Claim(ctx, s.key, c.field, c.lease, c.maxAttempts, invocation.Record{}); err == nil || isContractErr(err) {
-			t.Errorf("claim with %s = %+v, %v; want an argument error", c.name, got, err)
+		for _, probe := range []bool{false, true} {
+			r := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: c.field, Lease: c.lease, MaxAttempts: c.maxAttempts, Probe: probe})
+			if r.Err == nil || isContractErr(r.Err) {
+				t.Errorf("claim (probe %v) with %s = %+v, %v; want an argument error", probe, c.name, r.Claim, r.Err)
+			}
 		}
 	}
-	l := s.claim(t, field, time.Hour, 3).Lease
-	if _, err := s.h.Store.ScheduleRetry(ctx, l, -time.Second); err == nil || isContractErr(err) {
-		t.Errorf("schedule_retry with a negative backoff: %v, want an argument error", err)
+	if state := s.h.State(t, s.key); len(state) != 0 {
+		t.Errorf("refused claims wrote %v", state)
 	}
+}
+
+// stateInvalidSettlements: a settlement that invocation.Settlement.Check
+// refuses is refused before anything changes.
+func stateInvalidSettlements(t *testing.T, s *stateSuite) {
+	l := s.claim(t, field, time.Hour, 3).Lease
+	o := s.claim(t, otherField, time.Hour, 3).Lease
 	noAttempt := l
 	noAttempt.Attempt = 0
-	if err := s.h.Store.Finish(ctx, noAttempt); err == nil || errors.Is(err, invocation.ErrTerminal) {
-		t.Errorf("finish of attempt 0: %v, want an error", err)
+	noToken := l
+	noToken.Token = ""
+	otherMessage := l
+	otherMessage.Key = s.other
+	e := deadLetter(l)
+	for _, c := range []struct {
+		name string
+		st   invocation.Settlement
+	}{
+		{"a negative backoff", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{retry(l, -time.Second)}}},
+		{"attempt 0", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(noAttempt)}}},
+		{"no token", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(noToken)}}},
+		{"a lease of another message", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(otherMessage)}}},
+		{"one invocation twice", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(l), retry(l, 0)}}},
+		{"an exhaust without an entry", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l}}}},
+		{"a dead-letter without an entry", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{{Kind: invocation.DeadLetter, Lease: l}}}},
+		{"an unknown kind", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{{Kind: 99, Lease: l, Entry: &e}}}},
+		{"an ack beside a retry", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(o), retry(l, 0)}, Ack: true}},
+		{"an ack beside a release", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{release(l)}, Ack: true}},
+		{"a negative retention", invocation.Settlement{Key: s.key, Ack: true, Retention: -time.Second}},
+		{"a retention below 1ms", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{finish(l)}, Ack: true, Retention: time.Microsecond}},
+		{"cleared with an ack", invocation.Settlement{Key: s.key, Cleared: true, Ack: true}},
+		{"cleared with a transition", invocation.Settlement{Key: s.key, Cleared: true, Transitions: []invocation.Transition{finish(l)}}},
+		{"an invalid entry", invocation.Settlement{Key: s.key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &dlq.Entry{}}}}},
+	} {
+		if r := s.settleOne(t, c.st); r.Err == nil || isContractErr(r.Err) {
+			t.Errorf("settlement with %s = %+v; want an argument error", c.name, r)
+		}
 	}
-	if err := s.h.Store.Retain(ctx, s.key, -time.Second); err == nil {
-		t.Error("retain with a negative retention succeeded, want an argument error")
+	// Nothing was changed by the refused settlements.
+	s.wantPending(t, "after the refused settlements", s.key, true)
+	for _, c := range []struct {
+		f string
+		l invocation.Lease
+	}{{field, l}, {otherField, o}} {
+		if got := s.claim(t, c.f, time.Hour, 3); got.Status != invocation.Running || !got.RunningUntil.Equal(c.l.Deadline) {
+			t.Errorf("claim of %s after the refused settlements = %+v, want still running", c.f, got)
+		}
 	}
-	// Nothing was changed by the refused calls.
-	if got := s.claim(t, field, time.Hour, 3); got.Status != invocation.Running {
-		t.Errorf("claim after refused calls = %+v, want still running", got)
+	if got := s.h.DeadLetters(t, s.key); len(got) != 0 {
+		t.Errorf("refused settlements wrote entries: %+v", got)
 	}
 }

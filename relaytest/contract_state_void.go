@@ -38,9 +38,7 @@ func stateVoidAfterTheClaimRan(t *testing.T, s *stateSuite) {
 	v := s.voider(t)
 	ctx := t.Context()
 	first := s.claim(t, field, s.h.Short, 3)
-	if _, err := s.h.Store.ScheduleRetry(ctx, first.Lease, 0); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, first.Lease, 0)
 	lost := s.claim(t, field, s.h.Short, 3)
 	if lost.Status != invocation.Claimed || lost.Lease.Attempt != 2 {
 		t.Fatalf("claim after a due retry = %+v, want attempt 2", lost)
@@ -53,14 +51,12 @@ func stateVoidAfterTheClaimRan(t *testing.T, s *stateSuite) {
 	if next.Status != invocation.Claimed || next.Lease.Attempt != 2 || next.Lost != 0 {
 		t.Fatalf("claim after void = %+v, want attempt 2 again with nothing lost", next)
 	}
-	s.wantErr(t, "finish with the voided lease", invocation.ErrStale, s.h.Store.Finish(ctx, lost.Lease))
+	s.wantErr(t, "finish with the voided lease", invocation.ErrStale, s.transit(t, finish(lost.Lease)).Err)
 	// Idempotent, and the new lease is not the lost claim's.
 	if err := v.Void(ctx, lostClaim(s.key, field, lost.Lease.Token)); err != nil {
 		t.Fatalf("second void: %v", err)
 	}
-	if err := s.h.Store.Finish(ctx, next.Lease); err != nil {
-		t.Fatalf("finish of the next delivery's lease after a second void: %v", err)
-	}
+	s.finish(t, next.Lease)
 	// Nor is "ok".
 	if err := v.Void(ctx, lostClaim(s.key, field, next.Lease.Token)); err != nil {
 		t.Fatalf("void after success: %v", err)
@@ -82,9 +78,7 @@ func stateVoidBeforeTheClaimLands(t *testing.T, s *stateSuite) {
 	ctx := t.Context()
 	// otherField has no state; field has a due retry of attempt 1.
 	first := s.claim(t, field, time.Hour, 3)
-	if _, err := s.h.Store.ScheduleRetry(ctx, first.Lease, 0); err != nil {
-		t.Fatalf("schedule_retry: %v", err)
-	}
+	s.retry(t, first.Lease, 0)
 	for _, c := range []struct {
 		field       string
 		wantAttempt int
@@ -98,9 +92,9 @@ func stateVoidBeforeTheClaimLands(t *testing.T, s *stateSuite) {
 			t.Fatalf("second void of %s: %v", c.field, err)
 		}
 		s.h.ClaimToken(t, token)
-		late, err := s.h.Store.Claim(ctx, s.key, c.field, s.h.Short, 3, invocation.Record{})
-		if err == nil {
-			t.Fatalf("the voided claim of %s, arriving late = %+v; want an error and nothing recorded", c.field, late)
+		late := s.claimReq(t, invocation.ClaimRequest{Key: s.key, Field: c.field, Lease: s.h.Short, MaxAttempts: 3})
+		if late.Err == nil {
+			t.Fatalf("the voided claim of %s, arriving late = %+v; want an error and nothing recorded", c.field, late.Claim)
 		}
 		s.h.Advance(t, s.h.Short) // past the late claim's deadline, had it recorded one
 		next := s.claim(t, c.field, time.Hour, 3)
@@ -128,7 +122,7 @@ func stateVoidAfterTheMessageLeft(t *testing.T, s *stateSuite) {
 	s.h.Ack(t, s.key)
 	s.wantErr(t, "void after the ack", invocation.ErrTerminal, v.Void(ctx, lostClaim(s.key, field, c.Lease.Token)))
 	s.wantErr(t, "void without state after the ack", invocation.ErrTerminal, v.Void(ctx, lostClaim(s.key, otherField, "tok")))
-	if err := s.h.Store.Retain(ctx, s.key, time.Hour); err != nil {
+	if err := s.clear(t, s.key, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	s.wantErr(t, "void of a retained hash", invocation.ErrTerminal, v.Void(ctx, lostClaim(s.key, field, c.Lease.Token)))

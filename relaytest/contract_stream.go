@@ -24,6 +24,9 @@ type StreamSourceHarness struct {
 	// the group's PEL. Read should block briefly (tens of milliseconds):
 	// the suite reads when nothing is new and expects (nil, nil).
 	Consumer func(t *testing.T, name string) relay.StreamSource
+	// Ack acknowledges ids in the harness's group (XACK), as a StateStore's
+	// settlement does: a source does not acknowledge.
+	Ack func(t *testing.T, ids ...string)
 	// Delete removes entries from the stream while they may be pending, as
 	// XDEL by an operator or an unsafe trim would.
 	Delete func(t *testing.T, ids ...string)
@@ -45,22 +48,25 @@ type StreamSourceHarness struct {
 //
 // It covers: Read returning each published entry once, in order, with its
 // fields and delivery count 1, count honoured and (nil, nil) when nothing
-// is new; entries split between consumers of the group; Ack removing
-// entries from the PEL, unknown ids included; Reclaim taking only entries
-// idle for minIdle, from any consumer, resetting their idle time and
-// raising their delivery count, at most max per call, walking the PEL
-// across calls until done; Reclaim reporting PEL ids whose entry was
-// deleted, once, and clearing them; Heartbeat keeping entries from being
-// reclaimed without raising their delivery count; Pending counting the
-// PEL; Owned naming the entries pending for its consumer alone; and
-// concurrent readers never sharing an entry.
+// is new; entries split between consumers of the group; acknowledged
+// entries (Ack of the harness, as a settlement makes) no longer reclaimed,
+// heartbeated or pending; Reclaim taking only entries idle for minIdle,
+// from any consumer, resetting their idle time and raising their delivery
+// count, at most max per call, walking the PEL across calls until done;
+// Reclaim reporting PEL ids whose entry was deleted, once, and clearing
+// them; Heartbeat keeping entries from being reclaimed without raising
+// their delivery count, taking them over from another consumer, and
+// returning, in the order asked, the ids that are not pending
+// (acknowledged, never delivered, unknown, or whose entry was deleted);
+// Pending counting the PEL; Owned naming the entries pending for its
+// consumer alone; and concurrent readers never sharing an entry.
 func TestStreamSource(t *testing.T, newHarness func(t *testing.T) StreamSourceHarness) {
 	for _, c := range streamCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			h := newHarness(t)
-			if h.Publish == nil || h.Consumer == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
-				t.Fatal("relaytest: StreamSourceHarness needs Publish, Consumer, Delete, Advance and a positive Short")
+			if h.Publish == nil || h.Consumer == nil || h.Ack == nil || h.Delete == nil || h.Advance == nil || h.Short <= 0 {
+				t.Fatal("relaytest: StreamSourceHarness needs Publish, Consumer, Ack, Delete, Advance and a positive Short")
 			}
 			c.run(t, h)
 		})
@@ -77,10 +83,11 @@ var streamCases = []struct {
 	{"PublishThenRead", streamPublishThenRead},
 	{"ReadHonoursCount", streamReadHonoursCount},
 	{"ConsumersShareTheGroup", streamConsumersShareTheGroup},
-	{"AckRemovesFromThePEL", streamAckRemovesFromThePEL},
+	{"AckedEntriesLeaveThePEL", streamAckedEntriesLeaveThePEL},
 	{"ReclaimTakesIdleEntries", streamReclaimTakesIdleEntries},
 	{"ReclaimReportsDeletedEntries", streamReclaimReportsDeletedEntries},
 	{"Heartbeat", streamHeartbeat},
+	{"HeartbeatReportsWhatIsGone", streamHeartbeatReportsWhatIsGone},
 	{"Pending", streamPending},
 	{"Ping", streamPing},
 	{"Owned", streamOwned},
@@ -146,29 +153,21 @@ func streamConsumersShareTheGroup(t *testing.T, h StreamSourceHarness) {
 	}
 }
 
-func streamAckRemovesFromThePEL(t *testing.T, h StreamSourceHarness) {
-	ctx := t.Context()
+// streamAckedEntriesLeaveThePEL: entries acknowledged (by any consumer's
+// settlement) are neither reclaimed nor heartbeated; the others still are.
+func streamAckedEntriesLeaveThePEL(t *testing.T, h StreamSourceHarness) {
 	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
 	ids := publishN(t, h, 3)
 	read(t, c1, 10)
-	if err := c1.Ack(ctx, ids[0]); err != nil {
-		t.Fatalf("Ack: %v", err)
-	}
-	// Acking again, an id that was never pending, or nothing, is fine.
-	if err := c1.Ack(ctx, ids[0], "1-1"); err != nil {
-		t.Errorf("Ack of ids that are not pending: %v", err)
-	}
-	if err := c1.Ack(ctx); err != nil {
-		t.Errorf("Ack of no ids: %v", err)
-	}
-	// Any consumer of the group may ack.
-	if err := c2.Ack(ctx, ids[1]); err != nil {
-		t.Fatalf("Ack by another consumer: %v", err)
-	}
+	h.Ack(t, ids[0])
+	h.Ack(t, ids[1])
 	h.Advance(t, h.Short)
 	msgs, deleted := reclaim(t, c2, h.Short)
 	if got := msgIDs(msgs); !slices.Equal(got, ids[2:]) || len(deleted) != 0 {
 		t.Fatalf("Reclaim = %v, deleted %v; want only the unacked %v", got, deleted, ids[2:])
+	}
+	if gone := heartbeat(t, c2, ids...); !slices.Equal(gone, ids[:2]) {
+		t.Errorf("Heartbeat(%v) = %v gone, want the acknowledged %v", ids, gone, ids[:2])
 	}
 }
 
@@ -233,16 +232,15 @@ func streamReclaimReportsDeletedEntries(t *testing.T, h StreamSourceHarness) {
 
 func streamHeartbeat(t *testing.T, h StreamSourceHarness) {
 	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
-	ctx := t.Context()
 	ids := publishN(t, h, 2)
 	live, stuck := ids[0], ids[1]
 	read(t, c1, 10)
 	h.Advance(t, h.Short)
-	if err := c1.Heartbeat(ctx, live, "1-1"); err != nil { // 1-1 was never pending
-		t.Fatalf("Heartbeat: %v", err)
+	if gone := heartbeat(t, c1, live, "1-1"); !slices.Equal(gone, []string{"1-1"}) { // 1-1 was never pending
+		t.Errorf("Heartbeat(%s, 1-1) = %v gone, want [1-1]", live, gone)
 	}
-	if err := c1.Heartbeat(ctx); err != nil {
-		t.Errorf("Heartbeat of no ids: %v", err)
+	if gone, err := c1.Heartbeat(t.Context()); err != nil || len(gone) != 0 {
+		t.Errorf("Heartbeat of no ids = %v, %v; want nothing", gone, err)
 	}
 	msgs, _ := reclaim(t, c2, h.Short)
 	if got := msgIDs(msgs); !slices.Equal(got, []string{stuck}) {
@@ -258,6 +256,38 @@ func streamHeartbeat(t *testing.T, h StreamSourceHarness) {
 	}
 	if !slices.Contains(msgIDs(msgs), live) {
 		t.Errorf("Reclaim without a heartbeat = %v, want %s included", msgIDs(msgs), live)
+	}
+}
+
+// streamHeartbeatReportsWhatIsGone: Heartbeat returns, in the order asked,
+// the ids that are not pending in the group, for the Engine to end what it
+// runs for them: acknowledged, never delivered, never added, or whose
+// stream entry was deleted (dropped from the PEL as it goes). An entry
+// another consumer holds is pending: it is taken over, not gone.
+func streamHeartbeatReportsWhatIsGone(t *testing.T, h StreamSourceHarness) {
+	c1, c2 := h.Consumer(t, "c1"), h.Consumer(t, "c2")
+	ids := publishN(t, h, 4)
+	acked, deleted, theirs, live := ids[0], ids[1], ids[2], ids[3]
+	read(t, c1, 4)
+	undelivered := publish(t, h, map[string]string{"n": "undelivered"})
+	h.Ack(t, acked)
+	h.Delete(t, deleted)
+	if gone := heartbeat(t, c2, theirs); len(gone) != 0 { // c2 takes it over
+		t.Fatalf("Heartbeat of another consumer's pending entry = %v gone, want none", gone)
+	}
+	asked := []string{live, undelivered, acked, theirs, "1-1", deleted}
+	want := []string{undelivered, acked, "1-1", deleted}
+	if gone := heartbeat(t, c1, asked...); !slices.Equal(gone, want) {
+		t.Errorf("Heartbeat(%v) = %v gone, want %v", asked, gone, want)
+	}
+	// What was gone stays gone; the deleted entry's reference was dropped.
+	if gone := heartbeat(t, c1, deleted, live); !slices.Equal(gone, []string{deleted}) {
+		t.Errorf("second Heartbeat = %v gone, want [%s]", gone, deleted)
+	}
+	h.Advance(t, h.Short)
+	msgs, del := reclaim(t, c2, h.Short)
+	if got := msgIDs(msgs); !slices.Equal(got, []string{theirs, live}) || len(del) != 0 {
+		t.Errorf("Reclaim = %v, deleted %v; want %v and nothing deleted", got, del, []string{theirs, live})
 	}
 }
 
@@ -278,9 +308,7 @@ func streamPending(t *testing.T, h StreamSourceHarness) {
 	if err != nil || n != 3 || age < h.Short {
 		t.Fatalf("Pending = %d, %s, %v; want 3 entries, the oldest at least %s old", n, age, err, h.Short)
 	}
-	if err := c1.Ack(ctx, ids...); err != nil {
-		t.Fatal(err)
-	}
+	h.Ack(t, ids...)
 	if n, age, err := pr.Pending(ctx); err != nil || n != 0 || age != 0 {
 		t.Errorf("Pending after acking everything = %d, %s, %v; want 0, 0", n, age, err)
 	}
@@ -310,13 +338,9 @@ func streamOwned(t *testing.T, h StreamSourceHarness) {
 	ctx := t.Context()
 	ids := publishN(t, h, 5)
 	read(t, c1, 4) // ids[4] is never delivered
-	if err := c1.Ack(ctx, ids[1]); err != nil {
-		t.Fatal(err)
-	}
-	if err := c2.Heartbeat(ctx, ids[2]); err != nil { // c2 takes it over
-		t.Fatal(err)
-	}
-	h.Delete(t, ids[3]) // its PEL reference stays
+	h.Ack(t, ids[1])
+	heartbeat(t, c2, ids[2]) // c2 takes it over
+	h.Delete(t, ids[3])      // its PEL reference stays
 	asked := append(slices.Clone(ids), "1-1")
 	for _, c := range []struct {
 		name string
@@ -446,6 +470,16 @@ func read(t *testing.T, s relay.StreamSource, count int) []stream.Message {
 		t.Fatalf("Read: %v", err)
 	}
 	return msgs
+}
+
+// heartbeat heartbeats ids from s and returns those gone.
+func heartbeat(t *testing.T, s relay.StreamSource, ids ...string) []string {
+	t.Helper()
+	gone, err := s.Heartbeat(t.Context(), ids...)
+	if err != nil {
+		t.Fatalf("Heartbeat(%v): %v", ids, err)
+	}
+	return gone
 }
 
 func reclaim(t *testing.T, s relay.StreamSource, minIdle time.Duration) ([]stream.Message, []string) {

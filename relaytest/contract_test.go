@@ -23,10 +23,12 @@ var (
 	_ relay.StateStore      = (*relaytest.StateStore)(nil)
 	_ relay.ClaimVoider     = (*relaytest.StateStore)(nil)
 	_ relay.StreamSource    = (*relaytest.Consumer)(nil)
+	_ relay.GroupEnsurer    = (*relaytest.Consumer)(nil)
 	_ relay.PendingReporter = (*relaytest.Consumer)(nil)
 	_ relay.OwnerChecker    = (*relaytest.Consumer)(nil)
 	_ relay.Pinger          = (*relaytest.Consumer)(nil)
-	_ relay.DLQWriter       = (*relaytest.DLQ)(nil)
+	_ relaytest.DLQWriter   = (*relaytest.DLQ)(nil)
+	_ relaytest.DLQReader   = (*relaytest.DLQ)(nil)
 	_ relay.Runner          = (*relaytest.Runner)(nil)
 )
 
@@ -36,15 +38,74 @@ var start = time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC)
 func TestStateStoreContract(t *testing.T) {
 	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
 		clock := relaytest.NewManualClock(start)
-		p := newPEL(t)
-		h := p.harness()
-		tokens := &nextToken{}
-		h.Store = relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithPending(p.has), relaytest.WithTokenSource(tokens.token))
-		h.ClaimToken = tokens.set
-		h.Now = func(*testing.T) time.Time { return clock.Now() }
-		h.Advance, h.Short = relaytest.AdvanceManual(clock), time.Minute
-		return h
+		return stateHarness(t, clock, relaytest.AdvanceManual(clock), time.Minute)
 	})
+}
+
+// The suites also hold on the system clock, inside a synctest bubble or not.
+func TestStateStoreContractSystemClock(t *testing.T) {
+	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
+		now := func(*testing.T) time.Time { return time.Now() }
+		return stateHarness(t, relaytest.SystemClock{}, relaytest.AdvanceByPolling(now), 50*time.Millisecond)
+	})
+}
+
+// stateHarness returns a StateStoreHarness of a fake StateStore on clock,
+// settling on a Stream of its own (WithStream) and writing dead letters to
+// a DLQ of its own (WithDLQ), as redisstate.Store does on one Redis.
+func stateHarness(t *testing.T, clock relaytest.Clock, advance func(*testing.T, time.Duration), short time.Duration) relaytest.StateStoreHarness {
+	name := relaytest.UniqueName(t)
+	src := relaytest.NewStream(relaytest.WithClock(clock), relaytest.WithBlock(time.Millisecond))
+	dead := relaytest.NewDLQ(name, relaytest.WithClock(clock))
+	tokens := &nextToken{}
+	store := relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithStream(src), relaytest.WithDLQ(dead),
+		relaytest.WithTokenSource(tokens.token))
+	reader := src.Consumer("reader")
+	readAll := func(t *testing.T) {
+		t.Helper()
+		if _, err := reader.Read(t.Context(), 1000); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	return relaytest.StateStoreHarness{
+		Store:      store,
+		ClaimToken: tokens.set,
+		Now:        func(*testing.T) time.Time { return clock.Now() },
+		Advance:    advance,
+		Short:      short,
+		Deliver: func(t *testing.T) invocation.Key {
+			t.Helper()
+			id, err := src.Publish(t.Context(), map[string]string{"event": "{}"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t)
+			return invocation.Key{Stream: name, Group: "group", MessageID: id}
+		},
+		Ack: func(t *testing.T, k invocation.Key) {
+			t.Helper()
+			if err := reader.Ack(t.Context(), k.MessageID); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Pending: func(_ *testing.T, k invocation.Key) bool { return src.IsPending(k.MessageID) },
+		State:   func(_ *testing.T, k invocation.Key) map[string]string { return store.Get(k) },
+		DeadLetters: func(t *testing.T, _ invocation.Key) []dlq.Entry {
+			t.Helper()
+			entries, err := dead.List(t.Context(), dlq.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return entries
+		},
+		Redeliver: func(t *testing.T, _ invocation.Key) {
+			t.Helper()
+			if err := src.SetID("0-0"); err != nil {
+				t.Fatal(err)
+			}
+			readAll(t)
+		},
+	}
 }
 
 // nextToken is a claim token source whose next token a test may choose
@@ -72,47 +133,6 @@ func (n *nextToken) token() string {
 	return hex.EncodeToString(b)
 }
 
-// pel is a consumer group's PEL for the StateStore harnesses: the messages
-// Deliver adds are pending until Ack, and again after Redeliver.
-type pel struct {
-	stream string
-	mu     sync.Mutex
-	n      int
-	ids    map[invocation.Key]bool
-}
-
-func newPEL(t *testing.T) *pel {
-	return &pel{stream: relaytest.UniqueName(t), ids: map[invocation.Key]bool{}}
-}
-
-func (p *pel) has(k invocation.Key) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ids[k]
-}
-
-func (p *pel) set(k invocation.Key, pending bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ids[k] = pending
-}
-
-// harness returns a StateStoreHarness with Deliver, Ack and Redeliver on p.
-func (p *pel) harness() relaytest.StateStoreHarness {
-	return relaytest.StateStoreHarness{
-		Deliver: func(*testing.T) invocation.Key {
-			p.mu.Lock()
-			p.n++
-			k := invocation.Key{Stream: p.stream, Group: "group", MessageID: "1700000000000-" + strconv.Itoa(p.n)}
-			p.mu.Unlock()
-			p.set(k, true)
-			return k
-		},
-		Ack:       func(_ *testing.T, k invocation.Key) { p.set(k, false) },
-		Redeliver: func(_ *testing.T, k invocation.Key) { p.set(k, true) },
-	}
-}
-
 func TestStreamSourceContract(t *testing.T) {
 	relaytest.TestStreamSource(t, func(t *testing.T) relaytest.StreamSourceHarness {
 		clock := relaytest.NewManualClock(start)
@@ -126,9 +146,15 @@ func TestStreamSourceContract(t *testing.T) {
 				return id
 			},
 			Consumer: func(_ *testing.T, name string) relay.StreamSource { return s.Consumer(name) },
-			Delete:   func(_ *testing.T, ids ...string) { s.Delete(ids...) },
-			Advance:  relaytest.AdvanceManual(clock),
-			Short:    time.Minute,
+			Ack: func(t *testing.T, ids ...string) {
+				t.Helper()
+				if err := s.Consumer("settler").Ack(t.Context(), ids...); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Delete:  func(_ *testing.T, ids ...string) { s.Delete(ids...) },
+			Advance: relaytest.AdvanceManual(clock),
+			Short:   time.Minute,
 		}
 	})
 }
@@ -140,31 +166,10 @@ func TestDLQWriterContract(t *testing.T) {
 		d := relaytest.NewDLQ(name, relaytest.WithClock(clock))
 		return relaytest.DLQWriterHarness{
 			Writer: d,
+			Reader: d,
 			Stream: name,
-			List: func(t *testing.T) []dlq.Entry {
-				t.Helper()
-				entries, err := d.List(context.Background(), dlq.Filter{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return entries
-			},
-			Now: func(*testing.T) time.Time { return clock.Now() },
+			Now:    func(*testing.T) time.Time { return clock.Now() },
 		}
-	})
-}
-
-// The suites also hold on the system clock, inside a synctest bubble or not.
-func TestStateStoreContractSystemClock(t *testing.T) {
-	relaytest.TestStateStore(t, func(t *testing.T) relaytest.StateStoreHarness {
-		now := func(*testing.T) time.Time { return time.Now() }
-		p := newPEL(t)
-		h := p.harness()
-		tokens := &nextToken{}
-		h.Store = relaytest.NewStateStore(relaytest.WithPending(p.has), relaytest.WithTokenSource(tokens.token))
-		h.ClaimToken = tokens.set
-		h.Now, h.Advance, h.Short = now, relaytest.AdvanceByPolling(now), 50*time.Millisecond
-		return h
 	})
 }
 

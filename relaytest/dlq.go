@@ -6,13 +6,14 @@ import (
 	"sync"
 
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
 )
 
 // DLQ is an in-memory dead-letter queue of one source stream
-// (docs/delivery.md#dead-letter-queue). It implements relay.DLQWriter with
-// the validation and defaults of dlq.Writer, and the reading side of
-// dlq.Store with the same method signatures: List, Get, Delete, Len.
+// (docs/delivery.md#dead-letter-queue): where a StateStore given WithDLQ
+// writes the entries of its settlements, with the validation and defaults
+// of redisstate.Store, and the reading side of redisdlq.Store with the same
+// method signatures: List, Get, Delete, Len. Write appends an entry as
+// redisdlq.Writer.Write does, outside any delivery.
 //
 // Entries are stored as a Redis reader would decode them (dlq.Encode, then
 // dlq.Decode): Timestamp in UTC with millisecond precision. Ids are
@@ -20,62 +21,58 @@ import (
 //
 // Safe for concurrent use.
 type DLQ struct {
-	stream  string
-	clock   Clock
-	pending func(invocation.Key) bool // WithPending; nil: every message
+	stream string
+	clock  Clock
 
 	mu      sync.Mutex
 	entries []dlq.Entry // in id order
 	last    streamID
-	// written maps an invocation (group, original id, app, handler) to the id of
-	// its entry, as dlq.Writer's marker keys do.
-	written map[[4]string]string
 }
 
 // NewDLQ returns an empty dead-letter queue for sourceStream. Options:
-// WithClock, and WithPending, which makes Write refuse an entry whose
-// message is not pending with dlq.ErrNotPending, as a dlq.Writer
-// WithPELFence (a worker.Worker's) does. It panics on an empty
-// sourceStream, as dlq.NewWriter does.
+// WithClock. It panics on an empty sourceStream, as redisdlq.NewWriter does.
 func NewDLQ(sourceStream string, opts ...Option) *DLQ {
 	if sourceStream == "" {
 		panic("relaytest: NewDLQ: empty source stream")
 	}
-	o := buildConfig("NewDLQ", opts, "WithClock", "WithPending")
-	return &DLQ{stream: sourceStream, clock: o.clock, pending: o.pending}
+	o := buildConfig("NewDLQ", opts, "WithClock")
+	return &DLQ{stream: sourceStream, clock: o.clock}
 }
 
-// Write validates e as dlq.Writer.Write does and appends it, returning the
-// new entry id; like dlq.Writer it is idempotent per invocation (a second
-// write for the same Group, OriginalID, App and Handler returns the first id). An empty OriginalStream is taken to be the queue's source
+// Write validates e as redisdlq.Writer.Write does and appends it, returning the
+// new entry id. An empty OriginalStream is taken to be the queue's source
 // stream and any other value is an error; a zero Timestamp becomes the
 // clock's time; e.ID is ignored. A validation failure is a *dlq.FieldError
 // (errors.Is dlq.ErrInvalidEntry) naming the wire field, and writes nothing.
 func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	if e.OriginalStream == "" {
-		e.OriginalStream = d.stream
-	}
-	if e.OriginalStream != d.stream {
-		return "", &dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, d.stream)}
-	}
-	if e.Timestamp.IsZero() {
-		e.Timestamp = d.clock.Now()
-	}
-	if err := e.Validate(); err != nil {
+	e, err := d.check(e)
+	if err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("relaytest: dlq write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, err)
 	}
+	return d.append(e), nil
+}
+
+// check fills e's defaults and validates it, as Write does.
+func (d *DLQ) check(e dlq.Entry) (dlq.Entry, error) {
+	if e.OriginalStream == "" {
+		e.OriginalStream = d.stream
+	}
+	if e.OriginalStream != d.stream {
+		return e, &dlq.FieldError{Field: "original_stream", Msg: fmt.Sprintf("%q is not this queue's stream %q", e.OriginalStream, d.stream)}
+	}
+	if e.Timestamp.IsZero() {
+		e.Timestamp = d.clock.Now()
+	}
+	return e, e.Validate()
+}
+
+// append stores e, checked, and returns its new id.
+func (d *DLQ) append(e dlq.Entry) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	inv := [4]string{e.Group, e.OriginalID, e.App, e.Handler}
-	if id, ok := d.written[inv]; ok {
-		return id, nil
-	}
-	if d.pending != nil && !d.pending(invocation.Key{Stream: d.stream, Group: e.Group, MessageID: e.OriginalID}) {
-		return "", fmt.Errorf("relaytest: dlq write %s/%s for %s: %w", e.App, e.Handler, e.OriginalID, dlq.ErrNotPending)
-	}
 	id := streamID{ms: uint64(max(nowMS(d.clock), 0))}
 	if id.compare(d.last) <= 0 {
 		id = streamID{ms: d.last.ms, seq: d.last.seq + 1}
@@ -83,18 +80,14 @@ func (d *DLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
 	stored, err := dlq.Decode(id.String(), dlq.Encode(e))
 	if err != nil {
 		// Entry.Validate accepts only entries that decode; this is a bug here.
-		return "", fmt.Errorf("relaytest: dlq write: entry does not read back: %w", err)
+		panic("relaytest: dlq write: entry does not read back: " + err.Error())
 	}
 	d.last = id
 	d.entries = append(d.entries, stored)
-	if d.written == nil {
-		d.written = map[[4]string]string{}
-	}
-	d.written[inv] = stored.ID
-	return stored.ID, nil
+	return stored.ID
 }
 
-// List returns the entries that pass f, oldest first, as dlq.Store.List
+// List returns the entries that pass f, oldest first, as redisdlq.Store.List
 // does: App and Handler match exactly, Since compares with the millisecond
 // part of the entry id, Limit 0 means no limit.
 func (d *DLQ) List(ctx context.Context, f dlq.Filter) ([]dlq.Entry, error) {

@@ -61,12 +61,26 @@ func (r *Outcomes) All() []Recorded {
 }
 
 // Of returns the outcomes of one message's invocation of app's handler, in
-// order: one per delivery that reached it.
+// order: one per delivery that reached it, those that ran nothing included
+// (a redelivery before the retry was due is NotDue, one while another
+// delivery held the lease is Leased). Ran returns only the attempts.
 func (r *Outcomes) Of(messageID, app, handler string) []relay.Outcome {
 	var out []relay.Outcome
 	for _, o := range r.All() {
 		if o.MessageID == messageID && o.App == app && o.Handler == handler {
 			out = append(out, o.Outcome)
+		}
+	}
+	return out
+}
+
+// Ran returns the outcomes of the attempts of one message's invocation of
+// app's handler that ran a handler, in order: count retries with it.
+func (r *Outcomes) Ran(messageID, app, handler string) []relay.Outcome {
+	var out []relay.Outcome
+	for _, o := range r.Of(messageID, app, handler) {
+		if o.Result != "" && o.Result != relay.ResultUnavailable {
+			out = append(out, o)
 		}
 	}
 	return out

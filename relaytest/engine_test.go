@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -51,49 +50,16 @@ func (a *attempts) get(user string) []runAt {
 // handlers only: no Redis, no containers. It runs in a synctest bubble, so
 // the Engine's default timings (1m MinPendingIdle, 1m/2m backoff) pass in
 // virtual time, and the gaps between attempts show the backoff schedule.
-//
-// It runs twice: with the Source and the State apart, and paired by a
-// Settler (its successes settled in batches), as worker.New pairs them
-// on Redis; the outcomes are the same.
+// The StateStore settles on the Stream and writes dead letters to the DLQ
+// (WithStream, WithDLQ), as redisstate.Store does on one Redis.
 func TestEngineOnFakes(t *testing.T) {
-	for _, paired := range []bool{false, true} {
-		t.Run(map[bool]string{false: "apart", true: "settler"}[paired], func(t *testing.T) { engineOnFakes(t, paired) })
-	}
-}
-
-// countingSettler counts the successes a relaytest.Settler settles, alone
-// or in batches.
-type countingSettler struct {
-	*relaytest.Settler
-	finished atomic.Int64
-}
-
-func (c *countingSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
-	c.finished.Add(1)
-	return c.Settler.FinishSettle(ctx, l, ttl)
-}
-
-func (c *countingSettler) FinishSettleBatch(ctx context.Context, ls []invocation.Lease, ttl time.Duration) []error {
-	c.finished.Add(int64(len(ls)))
-	return c.Settler.FinishSettleBatch(ctx, ls, ttl)
-}
-
-func engineOnFakes(t *testing.T, paired bool) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		const streamName, group = "events", "workers"
 		src := relaytest.NewStream()
 		consumer := src.Consumer("worker-1")
-		state := relaytest.NewStateStore()
 		dead := relaytest.NewDLQ(streamName)
-		var settler relay.Settler
-		counted := &countingSettler{}
-		if paired {
-			pending := relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) })
-			state, dead = relaytest.NewStateStore(pending), relaytest.NewDLQ(streamName, pending)
-			counted.Settler = relaytest.NewSettler(consumer, state)
-			settler = counted
-		}
+		state := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(dead))
 
 		pattern, err := yamlpattern.Parse("signups", []byte(`{type: [signup]}`))
 		if err != nil {
@@ -127,7 +93,7 @@ func engineOnFakes(t *testing.T, paired bool) {
 			},
 		})
 		engine, err := relay.NewEngine(apps, relay.Components{
-			Source: consumer, State: state, Settler: settler, Runner: runner, DLQ: dead,
+			Source: consumer, State: state, Runner: runner,
 			Stream: streamName, Group: group, Consumer: "worker-1",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -213,12 +179,6 @@ func engineOnFakes(t *testing.T, paired bool) {
 			t.Errorf("malformed message's DLQ entry = %+v", m)
 		}
 
-		// Paired, ada's and bob's successes were settled by the Settler
-		// (alone here: ada came first, in a read of her own, and bob's
-		// success was a retry).
-		if paired && counted.finished.Load() != 2 {
-			t.Errorf("%d successes settled through the Settler, want ada's and bob's", counted.finished.Load())
-		}
 		// Every message was acknowledged; the invocation state of those that
 		// matched is retained, with the terminal outcome of each.
 		for name, id := range ids {
@@ -255,7 +215,7 @@ func TestEngineUnavailableChargesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
 		src := relaytest.NewStream()
-		state := relaytest.NewStateStore()
+		state := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events")))
 		pattern, err := yamlpattern.Parse("t", []byte(`{type: [order]}`))
 		if err != nil {
 			t.Fatal(err)
@@ -267,7 +227,7 @@ func TestEngineUnavailableChargesNothing(t *testing.T) {
 		runner := relaytest.NewRunner()
 		runner.Script("orders/ship", relaytest.Unavailable("image missing"), relaytest.Unavailable("image missing"), relaytest.Succeed())
 		engine, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("w"), State: state, Runner: runner, DLQ: relaytest.NewDLQ("events"),
+			Source: src.Consumer("w"), State: state, Runner: runner,
 			Stream: "events", Group: "g", Consumer: "w",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
@@ -315,9 +275,10 @@ func TestEngineOnFakesMissesNoCapability(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs strings.Builder
+		src := relaytest.NewStream()
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: relaytest.NewStream().Consumer("w"), State: relaytest.NewStateStore(), Runner: relaytest.NewRunner(),
-			DLQ: relaytest.NewDLQ("events"), Stream: "events", Group: "g", Consumer: "w",
+			Source: src.Consumer("w"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events"))),
+			Runner: relaytest.NewRunner(), Stream: "events", Group: "g", Consumer: "w",
 		}, relay.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -17,23 +17,30 @@ func ExampleStateStore() {
 	clock := relaytest.NewManualClock(time.Date(2026, 9, 12, 10, 0, 0, 0, time.UTC))
 	store := relaytest.NewStateStore(relaytest.WithClock(clock))
 	key := invocation.Key{Stream: "events", Group: "workers", MessageID: "1700000000000-0"}
+	claim := func() invocation.Claim {
+		return store.Claim(ctx, []invocation.ClaimRequest{
+			{Key: key, Field: "billing/invoices.charge", Lease: time.Minute, MaxAttempts: 2},
+		})[0].Claim
+	}
 
-	first, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
+	first := claim()
 	fmt.Println(first.Status, first.Lease.Attempt, first.Lease.Deadline.UTC().Format(time.TimeOnly))
 
 	clock.Advance(2 * time.Minute) // the worker died mid-run
-	second, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
-	fmt.Println(second.Status, second.Lease.Attempt)
+	second := claim()
+	fmt.Println(second.Status, second.Lease.Attempt, second.Lost)
 
-	err := store.Finish(ctx, first.Lease) // the first worker comes back
-	fmt.Println(errors.Is(err, invocation.ErrStale))
+	// The first worker comes back and settles its success: refused.
+	res := store.Settle(ctx, []invocation.Settlement{{Key: key, Ack: true,
+		Transitions: []invocation.Transition{{Kind: invocation.Finish, Lease: first.Lease}}}})
+	fmt.Println(errors.Is(res[0].Err, invocation.ErrStale))
 
 	clock.Advance(2 * time.Minute) // attempt 2 expires too: that was the last
-	last, _ := store.Claim(ctx, key, "billing/invoices.charge", time.Minute, 2, invocation.Record{})
+	last := claim()
 	fmt.Println(last.Status, last.Lease.Attempt)
 	// Output:
 	// claimed 1 10:01:00
-	// claimed 2
+	// claimed 2 1
 	// true
 	// exhausted 2
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -140,7 +141,58 @@ func TestStreamReadBlocksUntilPublish(t *testing.T) {
 	})
 }
 
-// TestStateStoreWireForm checks that Get shows the values invocation.Store
+// TestStreamSetID: a rewound group delivers the entries after the id
+// again, acknowledged ones included, as XGROUP SETID then XREADGROUP do.
+func TestStreamSetID(t *testing.T) {
+	ctx := t.Context()
+	clock := relaytest.NewManualClock(start)
+	s := relaytest.NewStream(relaytest.WithClock(clock), relaytest.WithBlock(time.Millisecond))
+	c1, c2 := s.Consumer("c1"), s.Consumer("c2")
+	var ids []string
+	for i := range 3 {
+		id, err := s.Publish(ctx, map[string]string{"n": fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if _, err := c1.Read(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Ack(ctx, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	if err := s.SetID(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := c2.Read(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{msgs[0].ID, msgs[1].ID}; len(msgs) != 2 || !slices.Equal(got, ids[1:]) {
+		t.Fatalf("Read after SetID(%s) = %+v, want %v", ids[0], msgs, ids[1:])
+	}
+	if err := s.SetID("0-0"); err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := c2.Read(ctx, 1); err != nil || len(msgs) != 1 || msgs[0].ID != ids[0] || msgs[0].Deliveries != 1 {
+		t.Fatalf("Read after SetID(0-0) = %+v, %v; want the acknowledged %s again, delivery 1", msgs, err, ids[0])
+	}
+	want := []relaytest.PendingEntry{
+		{ID: ids[0], Consumer: "c2", Deliveries: 1},
+		{ID: ids[1], Consumer: "c2", Deliveries: 1},
+		{ID: ids[2], Consumer: "c2", Deliveries: 1},
+	}
+	if diff := cmp.Diff(want, s.Pending()); diff != "" {
+		t.Errorf("Pending after the rewound reads (-want +got):\n%s", diff)
+	}
+	if err := s.SetID("bad"); err == nil {
+		t.Error("SetID of an ill-formed id succeeded")
+	}
+}
+
+// TestStateStoreWireForm checks that Get shows the values redisstate.Store
 // writes, so assertions on state read the same with the fake and Redis.
 func TestStateStoreWireForm(t *testing.T) {
 	ctx := t.Context()
@@ -148,15 +200,25 @@ func TestStateStoreWireForm(t *testing.T) {
 	var n int
 	var mu sync.Mutex
 	tokens := func() string { mu.Lock(); defer mu.Unlock(); n++; return fmt.Sprintf("t%d", n) }
-	s := relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithTokenSource(tokens))
+	s := relaytest.NewStateStore(relaytest.WithClock(clock), relaytest.WithTokenSource(tokens),
+		relaytest.WithDLQ(relaytest.NewDLQ("events", relaytest.WithClock(clock))))
 	key := invocation.Key{Stream: "events", Group: "g", MessageID: "1-0"}
 	claim := func(field string) invocation.Lease {
 		t.Helper()
-		c, err := s.Claim(ctx, key, field, time.Minute, 2, invocation.Record{})
-		if err != nil || c.Status != invocation.Claimed {
-			t.Fatalf("claim %s = %+v, %v", field, c, err)
+		r := s.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: field, Lease: time.Minute, MaxAttempts: 2}})[0]
+		if r.Err != nil || r.Status != invocation.Claimed {
+			t.Fatalf("claim %s = %+v, %v", field, r.Claim, r.Err)
 		}
-		return c.Lease
+		return r.Lease
+	}
+	settle := func(st invocation.Settlement) []invocation.TransitionResult {
+		t.Helper()
+		st.Key = key
+		r := s.Settle(ctx, []invocation.Settlement{st})[0]
+		if r.Err != nil {
+			t.Fatalf("settle: %v", r.Err)
+		}
+		return r.Transitions
 	}
 	check := func(want map[string]string) {
 		t.Helper()
@@ -168,11 +230,11 @@ func TestStateStoreWireForm(t *testing.T) {
 	a, b := claim("a/h"), claim("b/h")
 	check(map[string]string{"a/h": "running:1060000:1:t1", "b/h": "running:1060000:1:t2"})
 	a.Trace = "tr-1"
-	if _, err := s.ScheduleRetry(ctx, a, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Finish(ctx, b); err != nil {
-		t.Fatal(err)
+	res := settle(invocation.Settlement{Transitions: []invocation.Transition{
+		{Kind: invocation.Retry, Lease: a, Backoff: 30 * time.Second}, {Kind: invocation.Finish, Lease: b},
+	}})
+	if want := time.UnixMilli(1_030_000); !res[0].Next.Equal(want) {
+		t.Errorf("retry's next attempt = %v, want %v", res[0].Next, want)
 	}
 	if _, err := s.Pin(ctx, key, "__schedule", `{"handler":"h"}`); err != nil {
 		t.Fatal(err)
@@ -180,16 +242,12 @@ func TestStateStoreWireForm(t *testing.T) {
 	check(map[string]string{"a/h": "next_attempt_at:1030000:1:t1", "__trace:a/h": "tr-1", "b/h": "ok", "__schedule": `{"handler":"h"}`})
 	clock.Advance(30 * time.Second)
 	a = claim("a/h")
-	if err := s.Exhaust(ctx, a); err != nil {
-		t.Fatal(err)
+	e := dlq.Entry{OriginalID: key.MessageID, Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 2}
+	res = settle(invocation.Settlement{Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: a, Entry: &e}}, Ack: true, Retention: time.Hour})
+	if res[0].DLQID != "1030000-0" {
+		t.Errorf("exhaust's entry id = %q, want 1030000-0 (the DLQ's clock)", res[0].DLQID)
 	}
-	if err := s.MarkDLQ(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Retain(ctx, key, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	check(map[string]string{"a/h": "exhausted:2:t3:dlq", "__trace:a/h": "tr-1", "b/h": "ok", "__schedule": `{"handler":"h"}`, "__terminal": "1"})
+	check(map[string]string{"a/h": "exhausted:2:t3:dlq", "__dlq:a/h": "1030000-0", "__trace:a/h": "tr-1", "b/h": "ok", "__schedule": `{"handler":"h"}`, "__terminal": "1"})
 	clock.Advance(time.Minute)
 	if ttl, ok := s.TTL(key); !ok || ttl != 59*time.Minute {
 		t.Errorf("TTL = %s, %v; want 59m", ttl, ok)
@@ -205,68 +263,135 @@ func TestFakesHonourCancelledContexts(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	key := invocation.Key{Stream: "s", Group: "g", MessageID: "1-0"}
-	st := relaytest.NewStateStore()
-	if _, err := st.Claim(ctx, key, "a/h", time.Minute, 1, invocation.Record{}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Claim: %v, want context.Canceled", err)
+	d := relaytest.NewDLQ("s")
+	st := relaytest.NewStateStore(relaytest.WithDLQ(d))
+	if r := st.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "a/h", Lease: time.Minute, MaxAttempts: 1}}); !errors.Is(r[0].Err, context.Canceled) {
+		t.Errorf("Claim: %v, want context.Canceled", r[0].Err)
 	}
 	if got := st.Get(key); len(got) != 0 {
 		t.Errorf("a cancelled Claim wrote %v", got)
+	}
+	c := st.Claim(t.Context(), []invocation.ClaimRequest{{Key: key, Field: "a/h", Lease: time.Minute, MaxAttempts: 1}})[0]
+	e := dlq.Entry{OriginalID: "1-0", Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
+	exhaust := invocation.Settlement{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: c.Lease, Entry: &e}}, Ack: true}
+	if r := st.Settle(ctx, []invocation.Settlement{exhaust}); !errors.Is(r[0].Err, context.Canceled) {
+		t.Errorf("Settle: %v, want context.Canceled", r[0].Err)
+	}
+	if got := st.Get(key); !strings.HasPrefix(got["a/h"], "running:") {
+		t.Errorf("a cancelled Settle changed the state: %v", got)
 	}
 	s := relaytest.NewStream()
 	if _, err := s.Publish(ctx, map[string]string{"k": "v"}); !errors.Is(err, context.Canceled) || s.Len() != 0 {
 		t.Errorf("Publish: %v with %d entries, want context.Canceled and none", err, s.Len())
 	}
-	d := relaytest.NewDLQ("s")
-	e := dlq.Entry{OriginalID: "1-0", Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
 	if _, err := d.Write(ctx, e); !errors.Is(err, context.Canceled) {
 		t.Errorf("Write: %v, want context.Canceled", err)
 	}
+	if n, _ := d.Len(t.Context()); n != 0 {
+		t.Errorf("cancelled calls wrote %d entries", n)
+	}
 }
 
-// TestDLQPELFence: a DLQ WithPending writes an entry only while its
-// message is pending, as a dlq.Writer WithPELFence does; refused, it
-// returns dlq.ErrNotPending and writes nothing. Once written, a later
-// write returns the entry's id wherever the message is.
-func TestDLQPELFence(t *testing.T) {
+// TestStateStoreDeadLettersFencedByThePEL: a StateStore WithStream writes
+// a dead-letter entry only while its message is pending, in the step of
+// its marker, as redisstate.Store's Settle does: for a message
+// acknowledged, never delivered or never added the settlement is
+// ErrTerminal and writes nothing, and once the entry is written and the
+// message acknowledged a stale delivery's second Exhaust writes none.
+func TestStateStoreDeadLettersFencedByThePEL(t *testing.T) {
 	ctx := t.Context()
 	src := relaytest.NewStream()
 	c := src.Consumer("c")
-	acked, err := src.Publish(ctx, map[string]string{"event": "{}"})
-	if err != nil {
-		t.Fatal(err)
+	d := relaytest.NewDLQ("events")
+	store := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(d))
+	publish := func() string {
+		t.Helper()
+		id, err := src.Publish(ctx, map[string]string{"event": "{}"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
 	}
-	pending, _ := src.Publish(ctx, map[string]string{"event": "{}"})
+	key := func(id string) invocation.Key { return invocation.Key{Stream: "events", Group: "g", MessageID: id} }
+	claim := func(id string) invocation.Claim {
+		t.Helper()
+		r := store.Claim(ctx, []invocation.ClaimRequest{{Key: key(id), Field: "a/h", Lease: time.Minute, MaxAttempts: 1}})[0]
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		return r.Claim
+	}
+	exhaust := func(l invocation.Lease) invocation.SettleResult {
+		t.Helper()
+		e := dlq.Entry{OriginalID: l.Key.MessageID, Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
+		return store.Settle(ctx, []invocation.Settlement{{Key: l.Key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &e}}}})[0]
+	}
+	acked, pending := publish(), publish()
 	if _, err := c.Read(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
+	ackedLease := claim(acked).Lease
 	if err := c.Ack(ctx, acked); err != nil {
 		t.Fatal(err)
 	}
-	undelivered, _ := src.Publish(ctx, map[string]string{"event": "{}"})
-	d := relaytest.NewDLQ("events", relaytest.WithPending(func(k invocation.Key) bool { return src.IsPending(k.MessageID) }))
-	entry := func(id string) dlq.Entry {
-		return dlq.Entry{OriginalID: id, Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
-	}
-	for name, id := range map[string]string{"acknowledged": acked, "never delivered": undelivered, "never added": "1-1"} {
-		if got, err := d.Write(ctx, entry(id)); !errors.Is(err, dlq.ErrNotPending) || got != "" {
-			t.Errorf("%s: Write = %q, %v; want dlq.ErrNotPending", name, got, err)
+	undelivered := publish()
+	for name, l := range map[string]invocation.Lease{
+		"acknowledged":    ackedLease,
+		"never delivered": {Key: key(undelivered), Field: "a/h", Attempt: 1, Token: "t"},
+		"never added":     {Key: key("1-1"), Field: "a/h", Attempt: 1, Token: "t"},
+	} {
+		if got := claim(l.Key.MessageID); got.Status != invocation.Terminal {
+			t.Errorf("%s: claim = %+v, want terminal", name, got)
+		}
+		if r := exhaust(l); !errors.Is(r.Err, invocation.ErrTerminal) {
+			t.Errorf("%s: exhaust = %+v, want ErrTerminal", name, r)
 		}
 	}
 	if n, err := d.Len(ctx); err != nil || n != 0 {
-		t.Fatalf("%d entries after refused writes (%v), want none", n, err)
+		t.Fatalf("%d entries after refused settlements (%v), want none", n, err)
 	}
-	id, err := d.Write(ctx, entry(pending))
-	if err != nil || id == "" {
-		t.Fatalf("Write of a pending message = %q, %v", id, err)
+	l := claim(pending).Lease
+	r := exhaust(l)
+	if r.Err != nil || r.Transitions[0].DLQID == "" {
+		t.Fatalf("exhaust of a pending message = %+v", r)
 	}
-	if err := c.Ack(ctx, pending); err != nil {
-		t.Fatal(err)
+	if got := store.Get(key(pending))[invocation.DLQField("a/h")]; got != r.Transitions[0].DLQID {
+		t.Errorf("%s = %q, want %q", invocation.DLQField("a/h"), got, r.Transitions[0].DLQID)
 	}
-	if again, err := d.Write(ctx, entry(pending)); err != nil || again != id {
-		t.Errorf("Write after the ack = %q, %v; want the entry written while pending, %q", again, err, id)
+	if r := store.Settle(ctx, []invocation.Settlement{{Key: key(pending), Ack: true, Retention: time.Hour}})[0]; r.Err != nil || src.IsPending(pending) {
+		t.Fatalf("ack = %+v, pending %v; want acknowledged", r, src.IsPending(pending))
+	}
+	if again := exhaust(l); !errors.Is(again.Err, invocation.ErrTerminal) {
+		t.Errorf("exhaust after the ack = %+v, want ErrTerminal", again)
 	}
 	if n, err := d.Len(ctx); err != nil || n != 1 {
 		t.Errorf("%d entries (%v), want 1", n, err)
+	}
+}
+
+// TestStateStoreDeadLettersOfItsStream: an entry without OriginalStream is
+// of the settlement's stream, as redisstate.Store fills it; a message of
+// another stream than the DLQ's gets none written, with a *dlq.FieldError.
+func TestStateStoreDeadLettersOfItsStream(t *testing.T) {
+	ctx := t.Context()
+	d := relaytest.NewDLQ("events")
+	store := relaytest.NewStateStore(relaytest.WithDLQ(d))
+	for _, c := range []struct {
+		stream  string
+		wantErr bool
+	}{{"events", false}, {"other", true}} {
+		key := invocation.Key{Stream: c.stream, Group: "g", MessageID: "1-0"}
+		l := store.Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "a/h", Lease: time.Minute, MaxAttempts: 1}})[0].Lease
+		e := dlq.Entry{OriginalID: "1-0", Group: "g", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}
+		r := store.Settle(ctx, []invocation.Settlement{{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &e}}}})[0]
+		var fe *dlq.FieldError
+		if got := errors.As(r.Err, &fe) && fe.Field == "original_stream"; got != c.wantErr || (!c.wantErr && r.Err != nil) {
+			t.Errorf("exhaust of a message of %s: %v, want an original_stream error %v", c.stream, r.Err, c.wantErr)
+		}
+	}
+	entries, err := d.List(ctx, dlq.Filter{})
+	if err != nil || len(entries) != 1 || entries[0].OriginalStream != "events" {
+		t.Errorf("entries = %+v, %v; want one of events", entries, err)
 	}
 }
 
@@ -277,7 +402,7 @@ func TestDLQReading(t *testing.T) {
 	msg := 0
 	write := func(app, handler string) string {
 		t.Helper()
-		msg++ // each a message of its own: writes are idempotent per invocation
+		msg++
 		id, err := d.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", msg), Group: "g", Consumer: "c", Reason: "r", App: app, Handler: handler, HandlerAttempts: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -414,6 +539,10 @@ func TestOptionMisuse(t *testing.T) {
 		"block below 1ms":        func() { relaytest.NewStream(relaytest.WithBlock(0)) },
 		"empty consumer":         func() { relaytest.NewStream().Consumer("") },
 		"empty DLQ stream":       func() { relaytest.NewDLQ("") },
+		"stream and pending": func() {
+			relaytest.NewStateStore(relaytest.WithStream(relaytest.NewStream()), relaytest.WithPending(func(invocation.Key) bool { return true }))
+		},
+		"DLQ option on a DLQ": func() { relaytest.NewDLQ("s", relaytest.WithDLQ(relaytest.NewDLQ("s"))) },
 	} {
 		func() {
 			defer func() {

@@ -11,7 +11,7 @@ import (
 
 // DefaultBlock is how long Consumer.Read waits for a new entry before it
 // returns (nil, nil), unless its context ends first. It is shorter than
-// stream.DefaultBlock because nothing is saved by blocking longer in memory,
+// redisstream.DefaultBlock because nothing is saved by blocking longer in memory,
 // and an Engine's read loop then notices shutdown sooner.
 const DefaultBlock = 100 * time.Millisecond
 
@@ -25,6 +25,8 @@ type config struct {
 	block   time.Duration
 	token   func() string
 	pending func(invocation.Key) bool
+	stream  *Stream
+	dlq     *DLQ
 	// set records which options were given, by name, so a constructor can
 	// reject the ones that do not apply to it.
 	set map[string]bool
@@ -59,7 +61,7 @@ func WithBlock(d time.Duration) Option {
 // for tests that assert tokens. f must be safe for concurrent use and return
 // a non-empty string without ':' that no earlier claim of the same
 // invocation used; a token that breaks this makes Claim fail. Default: 16
-// random bytes, hex-encoded, as invocation.Store uses.
+// random bytes, hex-encoded, as redisstate.Store uses.
 func WithTokenSource(f func() string) Option {
 	return func(o *config) error {
 		if f == nil {
@@ -70,20 +72,15 @@ func WithTokenSource(f func() string) Option {
 	}
 }
 
-// WithPending tells a StateStore or a DLQ whether a message is in its
-// consumer group's PEL, as invocation.Store asks Redis in every transition
-// (docs/delivery.md#invocation-state): a transition or claim of a message
-// that is not is inert (ErrTerminal, Terminal), Retain refuses one that
-// is, and a DLQ writes no entry for one that is not (dlq.ErrNotPending,
-// unless the invocation's entry was written already). f is called with
-// the fake's lock held, must be safe for concurrent use and must not call
-// the fake. Beside a Stream:
-//
-//	relaytest.WithPending(func(k invocation.Key) bool { return s.IsPending(k.MessageID) })
-//
-// Default: the fakes do not know the PEL; a StateStore's transitions take
-// every message as pending, Retain trusts its caller that the message left
-// the PEL, and a DLQ writes every entry.
+// WithPending tells a StateStore whether a message is in its consumer
+// group's PEL, as redisstate.Store asks Redis in every transition
+// (docs/delivery.md#invocation-state): a claim or settlement of a message
+// that is not is inert (Terminal, ErrTerminal), and a Cleared settlement
+// refuses one that is. f is called with the fake's lock held, must be
+// safe for concurrent use and must not call the fake. Beside a Stream,
+// give WithStream instead. Default: the store does not know the PEL;
+// every message counts as pending, and a Cleared settlement trusts its
+// caller that the message left the PEL.
 func WithPending(f func(key invocation.Key) bool) Option {
 	return func(o *config) error {
 		if f == nil {
@@ -91,6 +88,33 @@ func WithPending(f func(key invocation.Key) bool) Option {
 		}
 		o.pending = f
 		return o.once("WithPending")
+	}
+}
+
+// WithStream gives a StateStore the Stream whose messages it keeps state
+// of, as redisstate.Store and redisstream.Source share one Redis: its PEL
+// fences every transition (as WithPending does), and Settle acknowledges on
+// it. s must not be nil.
+func WithStream(s *Stream) Option {
+	return func(o *config) error {
+		if s == nil {
+			return fmt.Errorf("WithStream: nil Stream")
+		}
+		o.stream = s
+		return o.once("WithStream")
+	}
+}
+
+// WithDLQ gives a StateStore the dead-letter queue its Settle writes
+// entries to, in the same step as their ":dlq" markers, as
+// redisstate.Store writes keys.DLQ of the stream. d must not be nil.
+func WithDLQ(d *DLQ) Option {
+	return func(o *config) error {
+		if d == nil {
+			return fmt.Errorf("WithDLQ: nil DLQ")
+		}
+		o.dlq = d
+		return o.once("WithDLQ")
 	}
 }
 

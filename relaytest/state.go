@@ -8,24 +8,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/invocation"
 )
 
 // StateStore is an in-memory relay.StateStore with the semantics of
-// invocation.Store (docs/delivery.md#invocation-state; see that package's doc
+// redisstate.Store (docs/delivery.md#invocation-state; see that package's doc
 // for the state machine): one hash per message key, one field per invocation
 // "<app>/<handler>", every transition fenced on the lease's attempt and
-// token, inert once the hash is retained or, with WithPending, once the
-// message left its group's PEL (acknowledged, or its reference cleared),
-// whatever the hash holds; first-writer-wins pins in reserved fields (Pin);
-// the trace lineage of the latest unsuccessful attempt (Lease.Trace,
-// returned by the next Claim as Claim.PrevTrace); and claims given back
-// uncharged when their reply was lost (Void, relay.ClaimVoider). Its clock
-// plays the part of the Redis server's TIME: deadlines are Unix
-// milliseconds of it.
+// token, inert once the hash is retained or, with WithStream or
+// WithPending, once the message left its group's PEL (acknowledged, or its
+// reference cleared), whatever the hash holds; settlements applied
+// atomically per message, their dead-letter entries written to the DLQ
+// given WithDLQ and their acknowledgements made on the Stream given
+// WithStream; first-writer-wins pins in reserved fields (Pin); the trace
+// lineage of the latest unsuccessful attempt (Lease.Trace, returned by the
+// next Claim as Claim.PrevTrace); and claims given back uncharged when
+// their reply was lost (Void, relay.ClaimVoider). Its clock plays the part
+// of the Redis server's TIME: deadlines are Unix milliseconds of it.
 //
-// Arguments are checked as invocation.Store checks them, with errors that
+// Arguments are checked as redisstate.Store checks them, with errors that
 // name the operation, the invocation field and the hash; ErrStale and
 // ErrTerminal are wrapped the same way. A cancelled context fails a call
 // before it changes anything.
@@ -35,9 +38,12 @@ type StateStore struct {
 	clock     Clock
 	token     func() string
 	isPending func(invocation.Key) bool
+	stream    *Stream // WithStream: where Settle acknowledges
+	dlq       *DLQ    // WithDLQ: where Settle writes dead-letter entries
 
 	mu     sync.Mutex
 	hashes map[invocation.Key]*stateHash
+	gates  gates
 }
 
 // stateHash is one message's hash.
@@ -73,19 +79,21 @@ const (
 	kindNextAttempt
 	kindOK
 	kindExhausted
+	kindSuperseded
 )
 
 // stateValue is one field's value, the parsed form of the strings
-// invocation.Store writes (running:<deadline_ms>:<attempt>:<token>, ...).
+// redisstate.Store writes (running:<deadline_ms>:<attempt>:<token>, ...).
 type stateValue struct {
 	kind       stateKind
 	deadlineMS int64 // running, next attempt
 	attempt    int
 	token      string
-	dlq        bool // exhausted with its DLQ entry recorded
+	dlq        bool   // exhausted with its DLQ entry recorded
+	by         string // superseded: the newer message's id
 }
 
-// String returns the value as invocation.Store stores it.
+// String returns the value as redisstate.Store stores it.
 func (v stateValue) String() string {
 	switch v.kind {
 	case kindRunning:
@@ -100,15 +108,28 @@ func (v stateValue) String() string {
 			s += ":dlq"
 		}
 		return s
+	case kindSuperseded:
+		return "superseded:" + v.by
 	}
 	return "?"
 }
 
 // NewStateStore returns an empty StateStore. Options: WithClock,
-// WithTokenSource, WithPending.
+// WithTokenSource, WithStream (the Stream whose PEL fences transitions and
+// on which Settle acknowledges), WithPending (a PEL of another kind, when
+// there is no Stream) and WithDLQ (where Settle writes dead-letter
+// entries). Without WithStream an acknowledgement only retains the state;
+// without WithDLQ a settlement that writes an entry fails.
 func NewStateStore(opts ...Option) *StateStore {
-	o := buildConfig("NewStateStore", opts, "WithClock", "WithTokenSource", "WithPending")
-	return &StateStore{clock: o.clock, token: o.token, isPending: o.pending, hashes: map[invocation.Key]*stateHash{}}
+	o := buildConfig("NewStateStore", opts, "WithClock", "WithTokenSource", "WithPending", "WithStream", "WithDLQ")
+	if o.stream != nil && o.pending != nil {
+		panic("relaytest: NewStateStore: WithStream and WithPending both say which messages are pending; give one")
+	}
+	st := &StateStore{clock: o.clock, token: o.token, isPending: o.pending, stream: o.stream, dlq: o.dlq, hashes: map[invocation.Key]*stateHash{}, gates: newGates()}
+	if o.stream != nil {
+		st.isPending = func(k invocation.Key) bool { return o.stream.IsPending(k.MessageID) }
+	}
+	return st
 }
 
 // hash returns the live hash of key at nowMS, dropping it first when its
@@ -127,36 +148,49 @@ func (s *StateStore) hash(key invocation.Key, nowMS int64) *stateHash {
 // message's invocations (invocation.Record).
 const matchedField = "__matched"
 
-// Claim implements relay.StateStore.Claim as claim.lua does; see
-// invocation.Store.Claim for every outcome, and for rec. A message that is
-// not pending (WithPending) is Terminal and nothing is written. A claim
-// whose token the field holds already was given back by Void before it
-// ran: it fails and writes nothing.
-func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string, lease time.Duration, maxAttempts int, rec invocation.Record) (invocation.Claim, error) {
+// Claim implements relay.StateStore.Claim as claim.lua does, for each of
+// reqs; see redisstate.Store.Claim for every outcome, and for Record and
+// Probe. A message that is not pending (WithStream, WithPending) is
+// Terminal and nothing is written. A claim whose token the field holds
+// already was given back by Void before it ran: it fails and writes
+// nothing.
+func (s *StateStore) Claim(ctx context.Context, reqs []invocation.ClaimRequest) []invocation.ClaimResult {
+	out := make([]invocation.ClaimResult, len(reqs))
+	for i, r := range reqs {
+		c, err := s.claim(ctx, r)
+		out[i] = invocation.ClaimResult{Claim: c, Err: err}
+	}
+	return out
+}
+
+func (s *StateStore) claim(ctx context.Context, r invocation.ClaimRequest) (invocation.Claim, error) {
 	fail := func(err error) (invocation.Claim, error) {
-		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", field, hashName(key), err)
+		return invocation.Claim{}, fmt.Errorf("claim %s in %s: %w", r.Field, hashName(r.Key), err)
 	}
 	token := s.token()
-	if err := checkClaim(ctx, field, lease, maxAttempts, rec, token); err != nil {
+	if err := checkClaim(ctx, r, token); err != nil {
 		return fail(err)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
-	h := s.hash(key, now)
-	if h != nil && h.terminal || !s.pending(key) {
+	h := s.hash(r.Key, now)
+	if h != nil && h.terminal {
 		return invocation.Claim{Status: invocation.Terminal}, nil
 	}
+	if !s.pending(r.Key) {
+		return invocation.Claim{Status: invocation.Terminal, NotPending: true}, nil
+	}
 	if h != nil {
-		if v, ok := h.fields[field]; ok && strings.HasSuffix(v.String(), ":"+token) {
+		if v, ok := h.fields[r.Field]; ok && strings.HasSuffix(v.String(), ":"+token) {
 			// Only Void writes a claim's token before the claim runs: the
 			// caller gave this claim up for lost, so it records nothing.
 			return fail(errors.New("claim voided before it ran: its token was given back (Void)"))
 		}
 	}
-	c := claimer{s: s, key: key, field: field, lease: lease, maxAttempts: maxAttempts, token: token, now: now, h: h}
-	c.record(rec)
+	c := claimer{s: s, key: r.Key, field: r.Field, lease: r.Lease, maxAttempts: r.MaxAttempts, probe: r.Probe, gate: r.Gate, token: token, now: now, h: h}
+	c.record(r.Record)
 	out, err := c.decide()
 	if err != nil {
 		return fail(err)
@@ -164,12 +198,9 @@ func (s *StateStore) Claim(ctx context.Context, key invocation.Key, field string
 	return out, nil
 }
 
-// checkClaim refuses what invocation.Store's Claim refuses, and a done ctx.
-func checkClaim(ctx context.Context, field string, lease time.Duration, maxAttempts int, rec invocation.Record, token string) error {
-	if err := invocation.CheckClaim(field, lease, maxAttempts); err != nil {
-		return err
-	}
-	if err := invocation.CheckRecord(field, rec); err != nil {
+// checkClaim refuses what redisstate.Store's Claim refuses, and a done ctx.
+func checkClaim(ctx context.Context, r invocation.ClaimRequest, token string) error {
+	if err := r.Check(); err != nil {
 		return err
 	}
 	if err := invocation.CheckToken(token); err != nil {
@@ -186,6 +217,8 @@ type claimer struct {
 	field       string
 	lease       time.Duration
 	maxAttempts int
+	probe       bool
+	gate        invocation.Gate
 	token       string
 	now         int64
 	h           *stateHash
@@ -224,9 +257,28 @@ func (c *claimer) prevTrace() string {
 	return c.h.reserved[traceField(c.field)]
 }
 
-// start claims attempt: the field runs until now+lease.
+// start claims attempt: the field runs until now+lease. A probe records
+// the field due now with the attempts before it used, instead.
 func (c *claimer) start(attempt int) invocation.Claim {
+	if c.probe {
+		c.ensure().fields[c.field] = stateValue{kind: kindNextAttempt, deadlineMS: c.now, attempt: attempt - 1, token: c.token}
+		l := invocation.Lease{Key: c.key, Field: c.field, Attempt: attempt - 1, Token: c.token}
+		return invocation.Claim{Status: invocation.Probed, Lease: l}
+	}
 	deadline := c.now + c.lease.Milliseconds()
+	if !c.gate.IsZero() {
+		if out, ok := c.s.gates.pass(c.key, c.field, c.gate, attempt, c.now, deadline); !ok {
+			h := c.ensure()
+			if out.Status == invocation.Superseded {
+				h.fields[c.field] = stateValue{kind: kindSuperseded, by: out.SupersededBy}
+			} else if _, ok := h.fields[c.field]; !ok {
+				// Recorded due, as the record does, so a redelivery
+				// finds the invocation unfinished.
+				h.fields[c.field] = stateValue{kind: kindNextAttempt, deadlineMS: c.now, token: c.token}
+			}
+			return out
+		}
+	}
 	c.ensure().fields[c.field] = stateValue{kind: kindRunning, deadlineMS: deadline, attempt: attempt, token: c.token}
 	l := invocation.Lease{Key: c.key, Field: c.field, Attempt: attempt, Token: c.token, Deadline: time.UnixMilli(deadline)}
 	return invocation.Claim{Status: invocation.Claimed, Lease: l, PrevTrace: c.prevTrace()}
@@ -242,7 +294,9 @@ func (c *claimer) nextAfter(executed, lost int) invocation.Claim {
 		return invocation.Claim{Status: invocation.Exhausted, Lease: l, PrevTrace: c.prevTrace(), Lost: lost}
 	}
 	out := c.start(executed + 1)
-	out.Lost = lost
+	if out.Status == invocation.Claimed || out.Status == invocation.Probed {
+		out.Lost = lost // charged with the field written; a gate writes none
+	}
 	return out
 }
 
@@ -259,15 +313,19 @@ func (c *claimer) decide() (invocation.Claim, error) {
 	switch v.kind {
 	case kindOK:
 		return invocation.Claim{Status: invocation.Succeeded}, nil
+	case kindSuperseded:
+		return invocation.Claim{Status: invocation.Superseded, SupersededBy: v.by}, nil
 	case kindRunning:
 		if v.deadlineMS > c.now {
-			return invocation.Claim{Status: invocation.Running, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
+			l := invocation.Lease{Key: c.key, Field: c.field, Attempt: v.attempt}
+			return invocation.Claim{Status: invocation.Running, Lease: l, RunningUntil: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		// The owner died or stalled mid-run: that attempt counts as failed.
 		return c.nextAfter(v.attempt, v.attempt), nil
 	case kindNextAttempt:
 		if v.deadlineMS > c.now {
-			return invocation.Claim{Status: invocation.NotDue, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
+			l := invocation.Lease{Key: c.key, Field: c.field, Attempt: v.attempt}
+			return invocation.Claim{Status: invocation.NotDue, Lease: l, NextAttemptAt: time.UnixMilli(v.deadlineMS)}, nil
 		}
 		return c.nextAfter(v.attempt, 0), nil
 	case kindExhausted:
@@ -281,19 +339,7 @@ func (c *claimer) decide() (invocation.Claim, error) {
 	return invocation.Claim{}, fmt.Errorf("malformed state %q", v)
 }
 
-// Release implements relay.StateStore.Release as release.lua does: the
-// attempt becomes due at once with attempt-1 used (0 for attempt 1, which
-// stays recorded as unfinished); a non-empty l.Trace is kept as the lineage. ErrStale
-// unless the field is running with l's attempt and token; ErrTerminal on a
-// retained hash.
-func (s *StateStore) Release(ctx context.Context, l invocation.Lease) error {
-	return s.transition(ctx, "release", l, kindRunning, func(h *stateHash, _ stateValue, now int64) {
-		h.saveTrace(l.Field, l.Trace)
-		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: l.Attempt - 1, token: l.Token}
-	})
-}
-
-// Void implements relay.ClaimVoider as void.lua does (invocation.Store.Void,
+// Void implements relay.ClaimVoider as void.lua does (redisstate.Store.Void,
 // docs/delivery.md#lost-replies): it gives back the claim of l.Field with
 // l.Token whose outcome the caller did not learn; l.Attempt is ignored. A
 // field running with that token is released as Release does, uncharged; a
@@ -324,77 +370,143 @@ func (s *StateStore) Void(ctx context.Context, l invocation.Lease) error {
 	})
 }
 
-// Finish implements relay.StateStore.Finish as finish.lua does: the field
-// becomes "ok". ErrStale unless the field is running with l's attempt and
-// token, including when it is "ok" already; ErrTerminal on a retained hash.
-func (s *StateStore) Finish(ctx context.Context, l invocation.Lease) error {
-	return s.transition(ctx, "finish", l, kindRunning, func(h *stateHash, _ stateValue, _ int64) {
-		h.fields[l.Field] = stateValue{kind: kindOK}
-	})
-}
-
-// ScheduleRetry implements relay.StateStore.ScheduleRetry as
-// schedule_retry.lua does and returns now+backoff (ms precision) on the
-// store's clock; a non-empty l.Trace is kept as the lineage. backoff must be
-// >= 0. ErrStale unless the field is running with l's attempt and token;
-// ErrTerminal on a retained hash.
-func (s *StateStore) ScheduleRetry(ctx context.Context, l invocation.Lease, backoff time.Duration) (time.Time, error) {
-	if backoff < 0 {
-		return time.Time{}, fmt.Errorf("schedule_retry %s in %s: backoff %v: must be >= 0", l.Field, hashName(l.Key), backoff)
+// Settle implements relay.StateStore.Settle as settle.lua does, for each
+// of ss (see redisstate.Store.Settle): each settlement applies whole or
+// not at all. Its transitions are fenced on their leases (an Exhaust or
+// DeadLetter already written with the same lease is not written again);
+// an acknowledgement removes the message from the Stream's PEL
+// (WithStream) and applies the retention (deleted with 0, else retained
+// with a TTL); a dead-letter entry goes to the DLQ (WithDLQ), validated
+// and defaulted as redisdlq.Writer.Write does (an empty OriginalStream is the
+// settlement's stream, which must be the DLQ's). ErrTerminal on a
+// retained hash or a message not pending, ErrStale when a lease lost its
+// token.
+func (s *StateStore) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	out := make([]invocation.SettleResult, len(ss))
+	for i, st := range ss {
+		res, err := s.settle(ctx, st)
+		if err != nil {
+			err = fmt.Errorf("settle %s: %w", hashName(st.Key), err)
+		}
+		out[i] = invocation.SettleResult{Err: err, Transitions: res}
 	}
-	var next int64
-	err := s.transition(ctx, "schedule_retry", l, kindRunning, func(h *stateHash, _ stateValue, now int64) {
-		next = now + backoff.Milliseconds()
-		h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: next, attempt: l.Attempt, token: l.Token}
-		h.saveTrace(l.Field, l.Trace)
-	})
-	if err != nil {
-		return time.Time{}, err
+	return out
+}
+
+func (s *StateStore) settle(ctx context.Context, st invocation.Settlement) ([]invocation.TransitionResult, error) {
+	if err := st.Check(); err != nil {
+		return nil, err
 	}
-	return time.UnixMilli(next), nil
-}
-
-// Exhaust implements relay.StateStore.Exhaust as exhaust.lua does; a
-// non-empty l.Trace is kept as the lineage. ErrStale unless the field is
-// running with l's attempt and token; ErrTerminal on a retained hash.
-func (s *StateStore) Exhaust(ctx context.Context, l invocation.Lease) error {
-	return s.transition(ctx, "exhaust", l, kindRunning, func(h *stateHash, _ stateValue, _ int64) {
-		h.fields[l.Field] = stateValue{kind: kindExhausted, attempt: l.Attempt, token: l.Token}
-		h.saveTrace(l.Field, l.Trace)
-	})
-}
-
-// MarkDLQ implements relay.StateStore.MarkDLQ as mark_dlq.lua does.
-// Idempotent. ErrStale unless the field is exhausted with l's attempt and
-// token; ErrTerminal on a retained hash.
-func (s *StateStore) MarkDLQ(ctx context.Context, l invocation.Lease) error {
-	return s.transition(ctx, "mark_dlq", l, kindExhausted, func(h *stateHash, v stateValue, _ int64) {
-		v.dlq = true
-		h.fields[l.Field] = v
-	})
-}
-
-// Retain implements relay.StateStore.Retain as retain.lua does: with
-// retention 0 it deletes the hash of key; otherwise it marks it terminal
-// with a TTL of retention (ms precision) on the store's clock, a running
-// TTL being kept (idempotent). A missing hash stays missing. A message
-// still pending (WithPending) is left alone and an error returned. When
-// the TTL has run out the hash is gone, as if never written.
-func (s *StateStore) Retain(ctx context.Context, key invocation.Key, retention time.Duration) error {
-	fail := func(err error) error { return fmt.Errorf("retain %s: %w", hashName(key), err) }
-	if err := invocation.CheckRetention(retention); err != nil {
-		return fail(err)
+	entries := make([]dlq.Entry, len(st.Transitions))
+	for i, t := range st.Transitions {
+		if t.Entry == nil {
+			continue
+		}
+		if s.dlq == nil {
+			return nil, fmt.Errorf("%s %s: a dead-letter entry, and no DLQ (WithDLQ)", t.Kind, t.Lease.Field)
+		}
+		e := *t.Entry
+		if e.OriginalStream == "" {
+			e.OriginalStream = st.Key.Stream // as redisstate.Store fills it
+		}
+		e, err := s.dlq.check(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: dead-letter entry: %w", t.Kind, t.Lease.Field, err)
+		}
+		entries[i] = e
 	}
 	if err := ctx.Err(); err != nil {
-		return fail(err)
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.isPending != nil && s.isPending(key) {
-		return fail(fmt.Errorf("message %s is still pending in %s group %s: its state is live", key.MessageID, key.Stream, key.Group))
+	now := nowMS(s.clock)
+	h := s.hash(st.Key, now)
+	if st.Cleared {
+		if s.isPending != nil && s.isPending(st.Key) {
+			return nil, fmt.Errorf("message %s is still pending in %s group %s: its state is live", st.Key.MessageID, st.Key.Stream, st.Key.Group)
+		}
+		s.retainLocked(st.Key, st.Retention, now)
+		return nil, nil
 	}
-	s.retainLocked(key, retention, nowMS(s.clock))
-	return nil
+	done := make([]bool, len(st.Transitions))
+	if len(st.Transitions) > 0 {
+		if h != nil && h.terminal {
+			return nil, invocation.ErrTerminal
+		}
+		for i, t := range st.Transitions {
+			var ok bool
+			if ok, done[i] = fencedBy(h, t); !ok {
+				if !s.pending(st.Key) {
+					return nil, invocation.ErrTerminal
+				}
+				return nil, invocation.ErrStale
+			}
+		}
+	}
+	if !s.pending(st.Key) {
+		return nil, invocation.ErrTerminal
+	}
+	if st.Ack && s.stream != nil {
+		s.stream.ack(st.Key.MessageID)
+	}
+	res := make([]invocation.TransitionResult, len(st.Transitions))
+	for i, t := range st.Transitions {
+		l := t.Lease
+		s.gates.release(st.Key, t)
+		if h == nil {
+			h = newHash()
+			s.hashes[st.Key] = h
+		}
+		switch t.Kind {
+		case invocation.Finish:
+			h.fields[l.Field] = stateValue{kind: kindOK}
+		case invocation.Retry:
+			next := now + t.Backoff.Milliseconds()
+			h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: next, attempt: l.Attempt, token: l.Token}
+			h.saveTrace(l.Field, l.Trace)
+			res[i].Next = time.UnixMilli(next)
+		case invocation.Release:
+			h.fields[l.Field] = stateValue{kind: kindNextAttempt, deadlineMS: now, attempt: l.Attempt - 1, token: l.Token}
+			h.saveTrace(l.Field, l.Trace)
+		case invocation.Exhaust, invocation.DeadLetter:
+			if done[i] {
+				continue
+			}
+			res[i].DLQID = s.dlq.append(entries[i])
+			h.fields[l.Field] = stateValue{kind: kindExhausted, attempt: l.Attempt, token: l.Token, dlq: true}
+			h.reserved[invocation.DLQField(l.Field)] = res[i].DLQID
+			if t.Kind == invocation.Exhaust {
+				h.saveTrace(l.Field, l.Trace)
+			}
+		}
+	}
+	// Stateless says something only without transitions, as settle.lua
+	// reads it: a settlement that writes a transition has state to retain.
+	if st.Ack && (!st.Stateless || len(st.Transitions) > 0) {
+		s.retainLocked(st.Key, st.Retention, now)
+	}
+	return res, nil
+}
+
+// fencedBy reports whether transition t may apply to hash h (nil: none),
+// as settle.lua fences it, and whether it was applied before: an Exhaust
+// or a DeadLetter whose field is exhausted with t's lease and marked.
+func fencedBy(h *stateHash, t invocation.Transition) (ok, done bool) {
+	if h == nil {
+		return false, false
+	}
+	v, has := h.fields[t.Lease.Field]
+	same := has && v.attempt == t.Lease.Attempt && v.token == t.Lease.Token
+	switch {
+	case !same:
+		return false, false
+	case v.kind == kindExhausted && v.dlq && (t.Kind == invocation.Exhaust || t.Kind == invocation.DeadLetter):
+		return true, true
+	case t.Kind == invocation.DeadLetter:
+		return v.kind == kindExhausted, false
+	}
+	return v.kind == kindRunning, false
 }
 
 // retainLocked applies retention to key's hash, if there is one: deleted
@@ -443,7 +555,7 @@ func (s *StateStore) Pin(ctx context.Context, key invocation.Key, field, value s
 	return value, nil
 }
 
-// Unfinished implements relay.StateStore.Unfinished as invocation.Store
+// Unfinished implements relay.StateStore.Unfinished as redisstate.Store
 // does: the fields that are running, waiting for a retry (recorded ones
 // included) or exhausted without a recorded DLQ entry, sorted, and whether
 // the first delivery's record is complete; nothing once retained.
@@ -454,8 +566,8 @@ func (s *StateStore) Unfinished(ctx context.Context, key invocation.Key) (invoca
 	return invocation.UnfinishedOf(s.Get(key)), nil
 }
 
-// Get returns every field of the hash of key as invocation.Store.Get does:
-// invocation fields with values in invocation.Store's wire form
+// Get returns every field of the hash of key as redisstate.Store.Get does:
+// invocation fields with values in redisstate.Store's wire form
 // ("running:<deadline_ms>:<attempt>:<token>", "ok", ...), the reserved
 // fields ("__terminal" = "1" once retained, pins, "__trace:<field>"); an
 // empty map when there is none. For assertions in tests.
@@ -492,26 +604,7 @@ func (s *StateStore) TTL(key invocation.Key) (time.Duration, bool) {
 	return time.Duration(h.expiresMS-now) * time.Millisecond, true
 }
 
-// transition runs one fenced write: after the checks invocation.Store makes
-// in Go, it returns ErrTerminal on a retained hash or when the message is
-// not pending (WithPending), and ErrStale unless the
-// field has kind want with l's attempt and token, and otherwise calls apply
-// with the current value and time.
-func (s *StateStore) transition(ctx context.Context, op string, l invocation.Lease, want stateKind, apply func(h *stateHash, v stateValue, nowMS int64)) error {
-	return s.fenced(ctx, op, l, l, func(h *stateHash, now int64) error {
-		if h == nil {
-			return invocation.ErrStale
-		}
-		v, ok := h.fields[l.Field]
-		if !ok || v.kind != want || v.attempt != l.Attempt || v.token != l.Token {
-			return invocation.ErrStale
-		}
-		apply(h, v, now)
-		return nil
-	})
-}
-
-// fenced checks check as invocation.Store checks a lease in Go and, under
+// fenced checks check as redisstate.Store checks a lease in Go and, under
 // the store's lock, returns ErrTerminal on a retained hash or when l's
 // message is not pending (WithPending); otherwise it returns what fn
 // returns, given l's hash (nil when none) and the store's time. Errors

@@ -9,11 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaydev/relay/producer"
 	"github.com/relaydev/relay/stream"
 )
 
 // Stream is an in-memory Redis Stream with one consumer group, created from
-// id 0: the delivery semantics stream.Source gets from Redis
+// id 0: the delivery semantics redisstream.Source gets from Redis
 // (docs/delivery.md#from-entry-to-acknowledgement). Consumer returns the
 // relay.StreamSource of one consumer; any number of consumers share the
 // group's PEL.
@@ -27,7 +28,12 @@ import (
 //     delivery count; PEL entries whose stream entry was deleted are
 //     reported as deleted and dropped (XAUTOCLAIM on Redis 7).
 //   - Heartbeat resets idle times without raising delivery counts (XCLAIM
-//     ... 0 JUSTID); Ack removes entries from the PEL (XACK).
+//     ... 0 JUSTID); Ack removes entries from the PEL (XACK), as does the
+//     Settle of a StateStore given WithStream.
+//   - SetID rewinds the group (XGROUP SETID), so that acknowledged entries
+//     are delivered again.
+//   - PublishOnce appends at most one entry per idempotency key and window,
+//     as producer.RedisStream's does (producer.IdempotentStream).
 //
 // Idle time is measured on the Stream's clock with millisecond precision.
 //
@@ -43,6 +49,16 @@ type Stream struct {
 	pel       map[streamID]*pelEntry
 	// wake is closed and replaced by every Publish, to end blocked Reads.
 	wake chan struct{}
+	// once maps PublishOnce's idempotency keys to what they record; made
+	// by the first PublishOnce.
+	once map[string]onceKey
+}
+
+// onceKey is what an idempotency key records: the entry its first
+// PublishOnce added, and when, in Unix ms on the clock.
+type onceKey struct {
+	id      string
+	addedMS int64
 }
 
 type streamID struct{ ms, seq uint64 }
@@ -100,6 +116,42 @@ func (s *Stream) Publish(ctx context.Context, fields map[string]string) (string,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.add(fields), nil
+}
+
+// PublishOnce appends an entry with a copy of fields, as Publish does,
+// unless a PublishOnce of key added one less than window ago on the
+// Stream's clock; it returns the id the key records and whether this call
+// added it (producer.IdempotentStream, docs/producing.md#idempotent-publish).
+// Deleting the entry does not free the key, as on Redis. key and window
+// must pass producer.ValidateIdempotency, and fields must not be empty.
+func (s *Stream) PublishOnce(ctx context.Context, key string, window time.Duration, fields map[string]string) (id string, first bool, err error) {
+	if err := producer.ValidateIdempotency(key, window); err != nil {
+		return "", false, fmt.Errorf("relaytest: publish once: %w", err)
+	}
+	if len(fields) == 0 {
+		return "", false, fmt.Errorf("relaytest: publish once: no fields")
+	}
+	if err := ctx.Err(); err != nil {
+		return "", false, fmt.Errorf("relaytest: publish once: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := nowMS(s.clock)
+	if k, ok := s.once[key]; ok && now-k.addedMS < window.Milliseconds() {
+		return k.id, false, nil
+	}
+	if s.once == nil {
+		s.once = map[string]onceKey{}
+	}
+	id = s.add(fields)
+	s.once[key] = onceKey{id: id, addedMS: now}
+	return id, true, nil
+}
+
+// add appends an entry with a copy of fields, wakes blocked Reads and
+// returns its id. s.mu must be held.
+func (s *Stream) add(fields map[string]string) string {
 	id := streamID{ms: uint64(max(nowMS(s.clock), 0))}
 	if id.compare(s.last) <= 0 {
 		id = streamID{ms: s.last.ms, seq: s.last.seq + 1}
@@ -108,7 +160,7 @@ func (s *Stream) Publish(ctx context.Context, fields map[string]string) (string,
 	s.entries = append(s.entries, streamEntry{id: id, fields: maps.Clone(fields)})
 	close(s.wake)
 	s.wake = make(chan struct{})
-	return id.String(), nil
+	return id.String()
 }
 
 // Delete removes entries from the stream, pending or not, as XDEL does (an
@@ -130,6 +182,23 @@ func (s *Stream) Delete(ids ...string) int {
 		}
 	}
 	return n
+}
+
+// SetID sets the group's last-delivered id, as XGROUP SETID does: Read
+// then delivers the entries after id again, acknowledged ones included,
+// as a rewound group does (docs/delivery.md#replaying-and-reused-message-ids);
+// an entry still pending goes to the reading consumer with its delivery
+// count back at 1, as XREADGROUP gives it. "0-0" rewinds to the start.
+// An id that is not of the form "<ms>-<seq>" is an error.
+func (s *Stream) SetID(id string) error {
+	sid, err := parseID(id)
+	if err != nil {
+		return fmt.Errorf("relaytest: set id: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delivered = sid
+	return nil
 }
 
 // Len returns the number of entries in the stream (XLEN).
@@ -214,7 +283,7 @@ func (s *Stream) pelIDs() []streamID {
 // Consumer is one consumer of a Stream's group. It implements
 // relay.StreamSource, relay.GroupEnsurer, relay.PendingReporter,
 // relay.OwnerChecker and relay.Pinger, with the semantics of the same
-// methods of stream.Source.
+// methods of redisstream.Source.
 // Safe for concurrent use.
 type Consumer struct {
 	s    *Stream
@@ -338,44 +407,64 @@ func (c *Consumer) Ack(ctx context.Context, ids ...string) error {
 	return nil
 }
 
+// ack removes id from the PEL, for a StateStore's Settle (WithStream).
+func (s *Stream) ack(id string) {
+	parsed, err := parseID(id)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	delete(s.pel, parsed)
+	s.mu.Unlock()
+}
+
 // Publish appends an entry to the Stream; see Stream.Publish.
 func (c *Consumer) Publish(ctx context.Context, fields map[string]string) (string, error) {
 	return c.s.Publish(ctx, fields)
 }
 
+// PublishOnce appends an entry to the Stream at most once per key and
+// window; see Stream.PublishOnce.
+func (c *Consumer) PublishOnce(ctx context.Context, key string, window time.Duration, fields map[string]string) (string, bool, error) {
+	return c.s.PublishOnce(ctx, key, window, fields)
+}
+
 // Heartbeat resets the idle time of those ids that are pending and makes
 // them this consumer's, without raising their delivery count (XCLAIM ... 0
-// JUSTID). Ids that are not pending are ignored; a pending id whose stream
-// entry was deleted is dropped from the PEL, as Redis 7 does.
-func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) error {
+// JUSTID), and returns the others: not pending. A pending id whose stream
+// entry was deleted is dropped from the PEL, as Redis 7 does, and
+// returned too.
+func (c *Consumer) Heartbeat(ctx context.Context, ids ...string) (gone []string, err error) {
 	parsed, err := parseIDs("heartbeat", ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("relaytest: heartbeat: %w", err)
+		return nil, fmt.Errorf("relaytest: heartbeat: %w", err)
 	}
 	s := c.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := nowMS(s.clock)
-	for _, id := range parsed {
+	for i, id := range parsed {
 		p, ok := s.pel[id]
 		if !ok {
+			gone = append(gone, ids[i])
 			continue
 		}
 		if _, exists := s.find(id); !exists {
 			delete(s.pel, id)
+			gone = append(gone, ids[i])
 			continue
 		}
 		p.consumer, p.deliveredMS = c.name, now
 	}
-	return nil
+	return gone, nil
 }
 
 // Pending returns the size of the group's PEL and the age of its oldest
 // entry: the clock's time minus the millisecond part of that entry's id, 0
-// when nothing is pending (stream.Source.Pending).
+// when nothing is pending (redisstream.Source.Pending).
 func (c *Consumer) Pending(ctx context.Context) (count int64, oldestAge time.Duration, err error) {
 	if err := ctx.Err(); err != nil {
 		return 0, 0, fmt.Errorf("relaytest: pending: %w", err)
@@ -403,7 +492,7 @@ func (c *Consumer) EnsureGroup(ctx context.Context) error {
 }
 
 // Owned reports which of ids are in the group's PEL and delivered to this
-// consumer, as stream.Source.Owned does (relay.OwnerChecker,
+// consumer, as redisstream.Source.Owned does (relay.OwnerChecker,
 // docs/delivery.md#held-messages): an id missing from the map was
 // acknowledged, never delivered, or taken over by another consumer (a
 // Reclaim or Heartbeat of its). A pending id whose stream entry was deleted

@@ -19,11 +19,13 @@ const Source = "relay.schedule"
 // fraction is dropped). The dedup key is "relay:" plus the same parts, built
 // by internal/keys.
 func OccurrenceID(app, schedule string, at time.Time) string {
-	return "schedule:" + app + ":" + schedule + ":" + formatAt(at)
+	return "schedule:" + app + ":" + schedule + ":" + FormatAt(at)
 }
 
-// formatAt writes an occurrence instant the one way the wire accepts.
-func formatAt(at time.Time) string {
+// FormatAt writes an occurrence instant the one way the wire accepts:
+// RFC3339 in UTC, whole seconds (any fraction is dropped), as scheduled_at
+// and the last part of OccurrenceID hold it.
+func FormatAt(at time.Time) string {
 	return at.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
@@ -53,7 +55,7 @@ func NewEnvelope(s Spec, at time.Time) Envelope {
 		App:          s.App,
 		Schedule:     s.Name,
 		Handler:      s.Handler,
-		ScheduledAt:  formatAt(at),
+		ScheduledAt:  FormatAt(at),
 		OccurrenceID: OccurrenceID(s.App, s.Name, at),
 	}
 }
@@ -76,7 +78,7 @@ func (e Envelope) Time() (time.Time, error) {
 
 func parseAt(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339, s)
-	if err != nil || formatAt(t) != s {
+	if err != nil || FormatAt(t) != s {
 		return time.Time{}, fmt.Errorf("%w: field \"scheduled_at\" is %q, want an RFC3339 UTC time with whole seconds such as \"2026-03-08T07:00:00Z\"", ErrInvalidEnvelope, s)
 	}
 	return t.UTC(), nil

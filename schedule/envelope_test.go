@@ -9,7 +9,13 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/relaydev/relay/internal/testutil"
 )
+
+func mustZone(t testing.TB, name string) *time.Location { return testutil.Zone(t, name) }
+
+func mustTime(t testing.TB, s string) time.Time { return testutil.Time(t, s) }
 
 func nightly(t testing.TB) Spec {
 	return Spec{App: "billing", Name: "nightly", Handler: "invoice.run", Cron: cron.MustParse("30 2 * * *", mustZone(t, "America/New_York"))}
@@ -164,11 +170,11 @@ func TestValidateRejects(t *testing.T) {
 			`field "occurrence_id"`},
 		{"scheduled_at that does not fire, with a matching id", func(e *Envelope) {
 			at := mustTime(t, "2026-03-09T07:30:00Z") // 03:30 EDT
-			e.ScheduledAt, e.OccurrenceID = formatAt(at), OccurrenceID(e.App, e.Schedule, at)
+			e.ScheduledAt, e.OccurrenceID = FormatAt(at), OccurrenceID(e.App, e.Schedule, at)
 		}, `field "scheduled_at" 2026-03-09T07:30:00Z is not a firing of cron "30 2 * * *" in America/New_York`},
 		{"the repeated 01:30 EST is not a firing", func(e *Envelope) {
 			at := mustTime(t, "2026-11-01T06:30:00Z")
-			e.ScheduledAt, e.OccurrenceID = formatAt(at), OccurrenceID(e.App, e.Schedule, at)
+			e.ScheduledAt, e.OccurrenceID = FormatAt(at), OccurrenceID(e.App, e.Schedule, at)
 		}, `is not a firing`},
 		{"other app", func(e *Envelope) { e.App = "shop" }, `field "app" is "shop", want "billing"`},
 		{"other schedule", func(e *Envelope) { e.Schedule = "hourly" }, `field "schedule" is "hourly", want "nightly"`},

@@ -9,7 +9,3 @@ import "errors"
 // (docs/schedules.md#the-stream-entry). DecodeEnvelope and Envelope.Validate
 // wrap it; match it with errors.Is.
 var ErrInvalidEnvelope = errors.New("schedule: invalid occurrence envelope")
-
-// ErrRunning is returned by Scheduler.Run when the Scheduler is already
-// running: one Scheduler runs one loop at a time.
-var ErrRunning = errors.New("schedule: scheduler is already running")

@@ -5,7 +5,7 @@
 # the Containerfile's `CGO_ENABLED=0 go build` lines with /out in a staging
 # directory, copies the host's CA bundle (Debian's ca-certificates, as in the
 # golang:bookworm build stage) to the same path there, and has
-# internal/tools/mkimage build the final stage from it. OUT (default
+# tools/mkimage build the final stage from it. OUT (default
 # dist/relay-image.tar) is an OCI image layout that is also a docker-archive:
 # `ctr images import`, `docker load`, `skopeo copy oci-archive:OUT ...` and
 # `crane push OUT ...` take it. REF (default $IMAGE_REF, else
@@ -14,7 +14,8 @@
 # Reproducible: file and image times are SOURCE_DATE_EPOCH, by default the
 # time of the checked-out commit, and the label org.opencontainers.image.revision
 # its hash, so one commit gives one digest with the same Go toolchain,
-# wherever it is checked out (go test ./deploy/ builds twice and compares).
+# wherever it is checked out (go -C tools test ./deploy/ builds twice and
+# compares).
 # Prints "OUT REF DIGEST" on stdout last.
 set -euo pipefail
 
@@ -50,4 +51,4 @@ rev=${IMAGE_REVISION:-$(git -C "$repo" rev-parse HEAD 2>/dev/null || true)}
 if [[ -n $rev ]]; then
 	labels+=(-label "org.opencontainers.image.revision=$rev")
 fi
-go run ./internal/tools/mkimage -o "$out" -ref "$ref" -containerfile "$containerfile" -stage "build=$stage" "${labels[@]}"
+go -C tools run ./mkimage -o "$out" -ref "$ref" -containerfile "$containerfile" -stage "build=$stage" "${labels[@]}"

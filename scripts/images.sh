@@ -6,7 +6,7 @@
 # SOCKET, namespace NAMESPACE (default "relay").
 #
 # The archive is cached at STATE_DIR/images/busybox.tar and rebuilt only when
-# /bin/busybox or the builder (internal/tools/mkimage) is newer, or with
+# /bin/busybox or the builder (tools/mkimage) is newer, or with
 # FORCE=1. The import is skipped when the image already exists. The archive
 # path is printed on stdout last; tests read it from RELAY_TEST_IMAGE_ARCHIVE:
 #
@@ -19,6 +19,7 @@ sock=$2
 ns=${3:-relay}
 ref=relay.local/busybox:latest
 busybox=${BUSYBOX:-/bin/busybox}
+[[ $busybox == /* ]] || busybox=$PWD/$busybox # mkimage runs in tools/
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$state_dir/images"
@@ -31,12 +32,12 @@ if ldd "$busybox" >/dev/null 2>&1; then
 fi
 
 stale=${FORCE:-0}
-if [[ ! -s $archive || $busybox -nt $archive || $repo/internal/tools/mkimage/main.go -nt $archive ]]; then
+if [[ ! -s $archive || $busybox -nt $archive || $repo/tools/mkimage/main.go -nt $archive ]]; then
 	stale=1
 fi
 if [[ $stale == 1 ]]; then
 	echo "building $archive" >&2
-	(cd "$repo" && go run ./internal/tools/mkimage -o "$archive" -ref "$ref" -busybox "$busybox") >&2
+	go -C "$repo/tools" run ./mkimage -o "$archive" -ref "$ref" -busybox "$busybox" >&2
 fi
 
 if [[ $stale == 0 ]] && ctr --address "$sock" --namespace "$ns" images check "name==$ref" 2>/dev/null | grep -q complete; then

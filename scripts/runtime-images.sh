@@ -21,7 +21,7 @@
 # Recipe: `debootstrap --variant=minbase --include=PACKAGES bookworm`, minus
 # what a handler never needs (apt lists and caches, docs, man pages,
 # translations, logs, the build host's hostname and resolver), packed into
-# one layer by internal/tools/mkimage -rootfs. mkimage sets every file's
+# one layer by tools/mkimage -rootfs. mkimage sets every file's
 # modification time to one fixed instant, so that a rebuild gives the same
 # layer; Python's bytecode caches (.pyc) record their source's time, so the
 # python3 image's are compiled again first, as unchecked-hash caches, which
@@ -86,7 +86,7 @@ prune=${prune[*]}"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$state_dir/images"
 images=$(cd "$state_dir/images" && pwd)
-hash=$({ printf '%s\n' "$recipe"; cat "$repo/internal/tools/mkimage/main.go"; } | sha256sum | cut -c1-12)
+hash=$({ printf '%s\n' "$recipe"; cat "$repo/tools/mkimage/main.go"; } | sha256sum | cut -c1-12)
 archive=$images/$runtime-$suite-$hash.tar
 marker=$archive.imported # the SOCKET/NAMESPACE pairs this archive went into
 
@@ -137,8 +137,8 @@ if [[ ${FORCE:-0} == 1 || ! -s $archive ]]; then
 	rm -f "$rootfs/etc/hostname"
 	: >"$rootfs/etc/resolv.conf"
 	mkdir -p "$rootfs/app" # the mount point of the app directory
-	(cd "$repo" && go run ./internal/tools/mkimage -o "$archive" -ref "$ref" -rootfs "$rootfs" \
-		-env LANG=C.UTF-8 -cmd "$cmd" -description "relay $runtime runtime: Debian $suite minbase + $packages") >&2
+	go -C "$repo/tools" run ./mkimage -o "$archive" -ref "$ref" -rootfs "$rootfs" \
+		-env LANG=C.UTF-8 -cmd "$cmd" -description "relay $runtime runtime: Debian $suite minbase + $packages" >&2
 	rm -rf "$rootfs"
 	rootfs=
 	# Older archives of this runtime were built from another recipe.

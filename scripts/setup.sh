@@ -30,8 +30,8 @@ dpkg -s node-redis >/dev/null 2>&1 || need+=(node-redis)
 # --- relay image (scripts/image.sh, make image): Debian's CA bundle goes into it.
 [ -s /etc/ssl/certs/ca-certificates.crt ] || need+=(ca-certificates)
 # --- end relay image
-# --- console: the browser test (console/browser_test.go) drives Debian's
-# headless chromium; fonts-dejavu-core gives its screenshots legible text.
+# --- console: the browser tests (tools/console/) drive Debian's
+# headless chromium; fonts-dejavu-core gives their screenshots legible text.
 command -v chromium >/dev/null || need+=(chromium)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 # --- end console

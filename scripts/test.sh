@@ -22,6 +22,11 @@ export RELAY_TEST_PYTHON_IMAGE_ARCHIVE RELAY_TEST_NODE_IMAGE_ARCHIVE
 export RELAY_TEST_REQUIRE=1
 echo "test: go vet ./..."
 go vet ./...
+# tools/ is a module of its own (the image builder and the tests that need
+# Kubernetes, BuildKit or a browser), so that a module requiring Relay does
+# not get their dependencies: ./... above does not reach into it.
+echo "test: go vet ./... in tools/"
+go -C tools vet ./...
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.state/*'))
 if [ -n "$unformatted" ]; then
 	echo "test: gofmt would change: $unformatted" >&2
@@ -30,4 +35,6 @@ fi
 # ./... includes the Redis Cluster and Sentinel suites (make test-cluster runs them alone).
 echo "test: go test -race ./..."
 go test -race -count=1 -timeout 40m ${GOTESTFLAGS:-} ./...
+echo "test: go test -race ./... in tools/"
+go -C tools test -race -count=1 -timeout 40m ${GOTESTFLAGS:-} ./...
 bash scripts/fuzz.sh

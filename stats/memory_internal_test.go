@@ -15,7 +15,7 @@ func TestProjection(t *testing.T) {
 		Other:       Part{Bytes: 500_000},
 		Rate:        10, DLQRate: 0.01, MatchedShare: 0.5,
 	}
-	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, Invocation: 2 * time.Hour})
+	m.Project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, Invocation: 2 * time.Hour})
 	// 1 MB + 0.5 MB other + 10×3600×1000 + 0.01×86400×500 + 5×7200×250
 	want := int64(1_000_000 + 500_000 + 36_000_000 + 432_000 + 9_000_000)
 	if m.Projected != want || m.Unbounded != "" {
@@ -24,17 +24,23 @@ func TestProjection(t *testing.T) {
 	if m.Stream.Projected != 36_000_000 || m.DLQ.Projected != 432_000 || m.Invocations.Projected != 9_000_000 || m.Other.Projected != 500_000 {
 		t.Errorf("parts projected %d %d %d %d", m.Stream.Projected, m.DLQ.Projected, m.Invocations.Projected, m.Other.Projected)
 	}
-	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour}) // invocation state deleted at ack
+	m.Project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour}) // invocation state deleted at ack
 	if want -= 9_000_000; m.Projected != want {
 		t.Errorf("with invocation retention 0: projected %d, want %d", m.Projected, want)
 	}
 	// The state of 100 pending messages stays at any retention.
 	m.Invocations.Live = 100
-	m.project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour})
+	m.Project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour})
 	if want += 25_000; m.Projected != want || m.Invocations.Projected != 25_000 {
 		t.Errorf("with 100 live hashes: projected %d (state %d), want %d (25000)", m.Projected, m.Invocations.Projected, want)
 	}
-	m.project(Retentions{Stream: time.Hour, DLQ: 0})
+	// Trimmed every minute, each stream peaks a minute past its retention,
+	// just before a trim; the invocation state expires by itself.
+	m.Project(Retentions{Stream: time.Hour, DLQ: 24 * time.Hour, TrimInterval: time.Minute})
+	if m.Stream.Projected != 10*3660*1000 || m.DLQ.Projected != 432_300 || m.Invocations.Projected != 25_000 {
+		t.Errorf("trimmed every minute: parts projected %d %d %d, want %d 432300 25000", m.Stream.Projected, m.DLQ.Projected, m.Invocations.Projected, 10*3660*1000)
+	}
+	m.Project(Retentions{Stream: time.Hour, DLQ: 0})
 	if m.Projected != -1 || m.Unbounded == "" {
 		t.Errorf("DLQ kept forever with dead letters arriving: projected %d (%q), want unbounded", m.Projected, m.Unbounded)
 	}

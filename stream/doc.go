@@ -1,19 +1,14 @@
-// Package stream reads a Redis Stream through a consumer group.
+// Package stream holds the Redis-free side of reading a stream through a
+// consumer group: the Message a relay.StreamSource delivers, stream entry
+// ids (ParseID, IsID, CompareID), the errors a source reports when its
+// stream or group is missing (ErrNoStream, ErrNoGroup), the retention
+// defaults and TrimResult (docs/delivery.md#from-entry-to-acknowledgement,
+// docs/operations.md#retention).
 //
-// A Source owns one (stream, group, consumer) triple and implements the
-// delivery half of docs/delivery.md#from-entry-to-acknowledgement: it creates
-// the group (MKSTREAM, from id 0), reads new entries with a short XREADGROUP
-// BLOCK, reclaims idle pending entries with XAUTOCLAIM (including the ids of
-// entries deleted while pending, docs/delivery.md#missing-payloads),
-// acknowledges, publishes, and keeps live entries from being reclaimed
-// (Heartbeat). Trim removes entries older than a retention but never one
-// that any consumer group of the stream still holds pending or has not been
-// delivered (docs/operations.md#retention); the caller decides how often to
-// run it.
-//
-// It does not decide whether a message is acknowledged, retried or
-// dead-lettered, and it never interprets entry fields; the delivery count it
-// reports is diagnostic only. It never closes the rueidis client it is given.
-//
-// A Source is safe for concurrent use.
+// The Redis implementation is package stream/redisstream: a Source that
+// reads a Redis Stream with XREADGROUP, reclaims idle entries with
+// XAUTOCLAIM, heartbeats, publishes and trims. The Engine's
+// acknowledgements are not the source's: the StateStore's Settle makes
+// them, with the message's last transitions. This package links no Redis
+// client, so the engine (package relay) uses its types without one.
 package stream

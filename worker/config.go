@@ -13,7 +13,7 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 	"github.com/relaydev/relay/stream"
 )
 
@@ -57,7 +57,9 @@ const (
 	// with nothing pending before a worker removes it.
 	DefaultConsumerIdle = stream.DefaultConsumerIdle
 	// Disabled turns a retention off: Config.StreamRetention, DLQRetention
-	// or ConsumerIdle set to it keep entries (consumers) forever.
+	// or ConsumerIdle set to it keep entries (consumers) forever, and
+	// Config.MemoryCheckInterval set to it measures nothing. Any other
+	// negative value of those is an error.
 	Disabled time.Duration = -1
 )
 
@@ -115,9 +117,9 @@ type Config struct {
 	SweepInterval time.Duration
 	// DisableStats turns off the cluster-wide counters of relay stats.
 	DisableStats bool
-	// ScheduleOptions are passed to every schedule.Scheduler the worker
+	// ScheduleOptions are passed to every redisschedule.Scheduler the worker
 	// runs (after its own), so tests can shrink its timings.
-	ScheduleOptions []schedule.Option
+	ScheduleOptions []redisschedule.Option
 	// ReloadInterval is how often the apps are rescanned even when the
 	// AppSource reported no change (docs/apps.md#changing-apps). Default:
 	// DefaultReloadInterval.
@@ -137,8 +139,8 @@ type Config struct {
 	PolicyCheckInterval time.Duration
 	// MemoryCheckInterval is how often each stream's Redis memory is
 	// measured and projected at the worker's retentions
-	// (stats.MeasureMemory): the projection is exported as a gauge, and a
-	// projection over 90% of maxmemory is warned about once, then when it
+	// (redisstats.MeasureMemory): the projection is exported as a gauge, and
+	// a projection over 90% of maxmemory is warned about once, then when it
 	// changes (docs/operations.md#memory-budget). Default:
 	// DefaultMemoryCheckInterval; Disabled turns the measurement off.
 	MemoryCheckInterval time.Duration
@@ -174,11 +176,19 @@ type Config struct {
 	// gets: a hook to observe or decorate a part (count its calls, record
 	// what it does) while the Worker still runs everything else. The
 	// wrappers must keep each part's contract and the Source's optional
-	// capabilities, and a wrapped Source needs a wrapped or nil Settler:
-	// New refuses them otherwise, naming what is hidden
+	// capabilities: New refuses them otherwise, naming what is hidden
 	// (docs/embedding.md#wrapping-the-parts). The Worker's own retention,
 	// janitor and reload keep using the parts it built. Optional.
 	WrapComponents func(relay.Components) relay.Components
+	// StartupWait is how long Run waits at start for Redis to answer a
+	// PING, retrying with backoff and logging once per 10 s, when the
+	// client cannot reach it (a Redis restarting, or not started yet; make
+	// a client that cannot be made yet with Connect), before it fails
+	// with ErrRedisUnreachable (docs/embedding.md#starting-before-redis).
+	// Default: 0, no wait: Run fails at once when the first PING gets no
+	// answer within 2 s, as a library should not hide a wrong address for
+	// a minute unasked.
+	StartupWait time.Duration
 	// RequireStreams refuses to start (Run) when a stream of Streams does
 	// not exist yet; by default it is created with its group, with a WARN
 	// naming it, so that a misspelled name shows.
@@ -252,10 +262,23 @@ func (c Config) check() error {
 		"SweepInterval": c.SweepInterval, "ReloadInterval": c.ReloadInterval,
 		"RetentionInterval": c.RetentionInterval, "JanitorInterval": c.JanitorInterval,
 		"PrepareWait": c.PrepareWait, "PrepareRetry": c.PrepareRetry,
-		"PolicyCheckInterval": c.PolicyCheckInterval,
+		"PolicyCheckInterval": c.PolicyCheckInterval, "StartupWait": c.StartupWait,
 	} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be >= 0, got %s", name, d))
+		switch {
+		case d < 0:
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be >= 0 (0 means the default), got %s", name, d))
+		case d > 0 && d < time.Millisecond && name != "StartupWait":
+			// A bare number is nanoseconds, and a loop that short spins.
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be 0 (the default) or at least 1ms, got %s (a time.Duration: write 2 * time.Second, not 2)", name, d))
+		}
+	}
+	// The settings that Disabled turns off.
+	for name, d := range map[string]time.Duration{
+		"StreamRetention": c.StreamRetention, "DLQRetention": c.DLQRetention,
+		"ConsumerIdle": c.ConsumerIdle, "MemoryCheckInterval": c.MemoryCheckInterval,
+	} {
+		if d < 0 && d != Disabled || d > 0 && d < time.Millisecond {
+			errs = append(errs, fmt.Errorf("worker: New: Config.%s: must be 0 (the default), Disabled (off) or at least 1ms, got %s", name, d))
 		}
 	}
 	return errors.Join(errs...)
@@ -270,17 +293,6 @@ func (c Config) stateRetention() time.Duration {
 		return 0
 	case c.Engine.Retention > 0:
 		return c.Engine.Retention
-	}
-	return relay.DefaultRetention
-}
-
-// markerRetention is how long a DLQ written marker is kept: the state's
-// retention, and the default when the state is deleted with the ack, since
-// a stale delivery that already holds an exhausted claim may still try to
-// write its entry (docs/delivery.md#data-layout-in-redis).
-func (c Config) markerRetention() time.Duration {
-	if r := c.stateRetention(); r > 0 {
-		return r
 	}
 	return relay.DefaultRetention
 }

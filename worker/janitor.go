@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relaydev/relay/internal/ctxtime"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 )
 
 // janitorPass is how long one pass of the janitor over a node's keys may
@@ -24,7 +24,7 @@ const janitorPass = time.Hour
 // the node's key count so that a pass over it takes about an hour.
 type janitor struct {
 	interval, ttl time.Duration
-	state         *invocation.Store
+	state         *redisstate.Store
 	stream, group string
 	log           *slog.Logger
 	retained      prometheus.Counter
@@ -33,7 +33,7 @@ type janitor struct {
 // Run takes a step every interval until ctx ends.
 func (j *janitor) Run(ctx context.Context) {
 	var cursor uint64
-	count := invocation.DefaultLeakScanCount
+	count := redisstate.DefaultLeakScanCount
 	ctxtime.Every(ctx, j.interval, func() {
 		res, err := j.state.RetainLeaked(ctx, j.stream, j.group, cursor, count, j.ttl)
 		if err != nil {
@@ -52,6 +52,6 @@ func (j *janitor) Run(ctx context.Context) {
 			j.log.LogAttrs(ctx, slog.LevelInfo, msg, slog.Int("hashes", res.Retained))
 		}
 		steps := int64(janitorPass / j.interval)
-		count = max(invocation.DefaultLeakScanCount, int(res.Keys/max(steps, 1))+1)
+		count = max(redisstate.DefaultLeakScanCount, int(res.Keys/max(steps, 1))+1)
 	})
 }

@@ -11,10 +11,11 @@ import (
 
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // memoryWatch measures one stream's Redis memory and its projection at
-// the worker's retentions every interval (stats.MeasureMemory), exports
+// the worker's retentions every interval (redisstats.MeasureMemory), exports
 // them as gauges, and warns when the projection is over stats.BudgetShare
 // of maxmemory: once, and again only when the verdict changes (back under
 // budget, or another part is to blame).
@@ -39,7 +40,8 @@ type memoryWatch struct {
 // memoryRetentions are c's retentions as a projection reads them: a
 // disabled stream retention keeps every entry (0 in stats.Retentions).
 func memoryRetentions(c Config) stats.Retentions {
-	return stats.Retentions{Stream: max(c.StreamRetention, 0), DLQ: max(c.DLQRetention, 0), Invocation: c.stateRetention()}
+	return stats.Retentions{Stream: max(c.StreamRetention, 0), DLQ: max(c.DLQRetention, 0), Invocation: c.stateRetention(),
+		TrimInterval: c.RetentionInterval}
 }
 
 // Run measures now and every interval until ctx ends.
@@ -55,7 +57,7 @@ func (m *memoryWatch) Run(ctx context.Context) {
 // stay as if there were no maxmemory. The first success after them is
 // logged at info.
 func (m *memoryWatch) check(ctx context.Context) {
-	mem, err := stats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
+	mem, err := redisstats.MeasureMemory(ctx, m.redis, m.stream, m.group, m.retentions, stats.Budget{})
 	if err != nil {
 		if ctx.Err() == nil {
 			level := slog.LevelDebug

@@ -11,7 +11,7 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // gatedPreparer is a Runner whose Prepare of a version of an app (the
@@ -102,7 +102,7 @@ func prepareHarness(t *testing.T) (*workerHarness, string, *gatedPreparer) {
 // pending returns how many messages of h's stream are pending.
 func (h *workerHarness) pending() int64 {
 	h.t.Helper()
-	n, _, err := stream.New(h.cfg.Redis, h.streams[0], "workers", "probe").Pending(context.Background())
+	n, _, err := redisstream.New(h.cfg.Redis, h.streams[0], "workers", "probe").Pending(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const invoicesApp = `
@@ -69,7 +69,7 @@ func writeTemplate(t *testing.T, root, name, src string) {
 
 func (h *workerHarness) publish(event string) string {
 	h.t.Helper()
-	id, err := stream.New(h.cfg.Redis, h.streams[0], "workers", "producer").Publish(h.t.Context(), map[string]string{"event": event})
+	id, err := redisstream.New(h.cfg.Redis, h.streams[0], "workers", "producer").Publish(h.t.Context(), map[string]string{"event": event})
 	if err != nil {
 		h.t.Fatal(err)
 	}

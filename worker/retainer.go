@@ -6,9 +6,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/ctxtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // maxTrimCalls bounds the Trim calls of one retention round; a stream with
@@ -30,8 +31,8 @@ func retainerConfigOf(c Config) retainerConfig {
 // group's long-idle consumers (docs/operations.md#retention).
 type retainer struct {
 	cfg    retainerConfig
-	source *stream.Source
-	dlq    *dlq.Writer
+	source *redisstream.Source
+	dlq    *redisdlq.Writer
 	log    *slog.Logger
 	m      *streamMetrics
 	// floor is confined to Run's goroutine.
@@ -117,7 +118,7 @@ func (r *retainer) noteFloor(ctx context.Context, res stream.TrimResult) {
 }
 
 // pruneConsumers removes the group's consumers that have nothing pending
-// and have been idle for consumerIdle (stream.Source.PruneConsumers).
+// and have been idle for consumerIdle (redisstream.Source.PruneConsumers).
 func (r *retainer) pruneConsumers(ctx context.Context) {
 	removed, err := r.source.PruneConsumers(ctx, r.cfg.consumerIdle)
 	if err != nil {

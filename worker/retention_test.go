@@ -14,6 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestWorkerStreamRetention: with a 3s retention, 2,000 events acknowledged
@@ -29,7 +30,7 @@ func TestWorkerStreamRetention(t *testing.T) {
 	name := h.streams[0]
 	ctx := t.Context()
 	// The second group exists before any entry, from id 0.
-	other := stream.New(rc, name, "audit", "a1")
+	other := redisstream.New(rc, name, "audit", "a1")
 	if err := other.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestWorkerStuckGroupIsLogged(t *testing.T) {
 	h.cfg.StreamRetention = 500 * time.Millisecond
 	h.cfg.RetentionInterval = 50 * time.Millisecond
 	rc := h.cfg.Redis
-	stuck := stream.New(rc, h.streams[0], "stuck", "s1")
+	stuck := redisstream.New(rc, h.streams[0], "stuck", "s1")
 	if err := stuck.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestWorkerRemovesIdleConsumers(t *testing.T) {
 	// No handler runs: the harness's worker must not take the entry.
 	rc := h.cfg.Redis
 	name := h.streams[0]
-	src := stream.New(rc, name, "workers", "old-pod-1")
+	src := redisstream.New(rc, name, "workers", "old-pod-1")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func testJanitor(t *testing.T, retention time.Duration) {
 	rc := h.cfg.Redis
 	ctx := t.Context()
 	name := h.streams[0]
-	src := stream.New(rc, name, "workers", "old-worker")
+	src := redisstream.New(rc, name, "workers", "old-worker")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // scheduleConfig is what the Scheduler of the apps' schedules is built
@@ -23,26 +24,26 @@ type scheduleConfig struct {
 	tracer   trace.TracerProvider
 	stateDir string
 	log      *slog.Logger
-	observe  func(schedule.Spec, time.Time, schedule.Result)
-	opts     []schedule.Option
+	observe  func(schedule.Spec, time.Time, redisschedule.Result)
+	opts     []redisschedule.Option
 }
 
 // scheduler builds the Scheduler of every app's schedules, or nil when no
 // app has a schedule.
-func (c scheduleConfig) scheduler(apps *app.Set) (*schedule.Scheduler, error) {
+func (c scheduleConfig) scheduler(apps *app.Set) (*redisschedule.Scheduler, error) {
 	specs := apps.ScheduleSpecs()
 	if len(specs) == 0 {
 		return nil, nil
 	}
-	pub, err := schedule.NewPublisher(c.redis, c.stream, schedule.WithTracerProvider(c.tracer))
+	pub, err := redisschedule.NewPublisher(c.redis, c.stream, redisschedule.WithTracerProvider(c.tracer))
 	if err != nil {
 		return nil, fmt.Errorf("worker: schedules: %w", err)
 	}
-	opts := []schedule.Option{schedule.WithLogger(c.log), schedule.WithObserver(c.observe)}
+	opts := []redisschedule.Option{redisschedule.WithLogger(c.log), redisschedule.WithObserver(c.observe)}
 	if c.stateDir != "" {
-		opts = append(opts, schedule.WithStateDir(c.stateDir))
+		opts = append(opts, redisschedule.WithStateDir(c.stateDir))
 	}
-	s, err := schedule.New(pub, specs, append(opts, c.opts...)...)
+	s, err := redisschedule.New(pub, specs, append(opts, c.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: schedules: %w", err)
 	}

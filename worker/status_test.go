@@ -13,41 +13,24 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 )
 
 // gauge is the value of gauge name with the label values labels (name=value
 // pairs) in h's registry; -1 when there is none.
 func (h *workerHarness) gauge(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
+	ms := testutil.Metrics(h.t, h.reg, name, labels...)
+	if len(ms) == 0 {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
-				}
-				if !found {
-					continue metrics
-				}
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
+	return ms[0].GetGauge().GetValue()
 }
 
 // holds reads the holds the harness's worker published for its stream.
 func (h *workerHarness) holds() []stats.Hold {
 	h.t.Helper()
-	hs, err := stats.ReadHolds(h.t.Context(), h.cfg.Redis, h.streams[0], "workers")
+	hs, err := redisstats.ReadHolds(h.t.Context(), h.cfg.Redis, h.streams[0], "workers")
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -109,7 +92,7 @@ func TestStatusNamesAnAppWithUnreadableRules(t *testing.T) {
 		t.Errorf("relay_held_messages{reason=rules_unreadable} = %v after the fix, want 0", got)
 	}
 	stop()
-	if ws, err := stats.ReadStatus(t.Context(), h.cfg.Redis, h.streams[0], "workers", time.Now()); err != nil || len(ws) != 0 {
+	if ws, err := redisstats.ReadStatus(t.Context(), h.cfg.Redis, h.streams[0], "workers", time.Now()); err != nil || len(ws) != 0 {
 		t.Errorf("status after the worker stopped = %+v, %v; want none", ws, err)
 	}
 }

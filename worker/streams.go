@@ -9,10 +9,10 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
-	"github.com/relaydev/relay/dlq"
-	"github.com/relaydev/relay/invocation"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/invocation/redisstate"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // streamParts are the Redis-backed parts of one stream, the Engine that
@@ -21,7 +21,7 @@ import (
 type streamParts struct {
 	name   string
 	engine *relay.Engine
-	source *stream.Source
+	source *redisstream.Source
 	// ping is the Engine's source as a relay.Pinger, for readiness: the
 	// wrapped one when WrapComponents wrapped it (checkWrapped keeps its
 	// Pinger), else source.
@@ -32,8 +32,8 @@ type streamParts struct {
 }
 
 // newStreamParts builds the parts of stream name: its source, invocation
-// store (also the Settler: one Redis client), dead-letter writer and
-// stats recorder, the Engine over them, and its retainer and janitor. reg
+// store (which settles the source's messages: one Redis client),
+// dead-letter writer (for trimming) and stats recorder, the Engine over them, and its retainer and janitor. reg
 // is where the parts register their metrics, labelled by stream when the
 // worker has several.
 func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slog.Logger) (*streamParts, error) {
@@ -43,25 +43,21 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 		ecfg.Metrics = reg
 	}
 	if !cfg.DisableStats {
-		ecfg.Stats = stats.NewRecorder(cfg.Redis, name, cfg.Group)
+		ecfg.Stats = redisstats.NewRecorder(cfg.Redis, name, cfg.Group)
 	}
-	var srcOpts []stream.Option
+	var srcOpts []redisstream.Option
 	if ecfg.Logger != nil {
-		srcOpts = append(srcOpts, stream.WithLogger(ecfg.Logger))
+		srcOpts = append(srcOpts, redisstream.WithLogger(ecfg.Logger))
 	}
-	src := stream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
-	store := invocation.New(cfg.Redis)
-	// A dead-letter entry's written marker lives as long as the invocation
-	// state it guards (docs/delivery.md#dead-letter-queue), and no entry
-	// is written for a message that left the PEL, as no transition of its
-	// state is (docs/delivery.md#invocation-state).
-	dlqw := dlq.NewWriter(cfg.Redis, name, dlq.WithWrittenTTL(cfg.markerRetention()), dlq.WithPELFence())
+	src := redisstream.New(cfg.Redis, name, cfg.Group, cfg.Consumer, srcOpts...)
+	// The store settles the source's messages: one Redis client, so a
+	// message's last transitions, its dead-letter entries, its XACK and
+	// its retention take one script (docs/delivery.md#invocation-state).
+	store := redisstate.New(cfg.Redis)
+	dlqw := redisdlq.NewWriter(cfg.Redis, name)
 	c := relay.Components{
-		Source: src, State: store, Runner: cfg.Runner, DLQ: dlqw,
-		// The source and the store share the client: a message's last
-		// transition, its XACK and its retention take one script.
-		Settler: store,
-		Stream:  name, Group: cfg.Group, Consumer: cfg.Consumer,
+		Source: src, State: store, Runner: cfg.Runner,
+		Stream: name, Group: cfg.Group, Consumer: cfg.Consumer,
 	}
 	if cfg.WrapComponents != nil {
 		orig := c
@@ -100,9 +96,7 @@ func newStreamParts(cfg Config, name string, reg prometheus.Registerer, log *slo
 // checkWrapped refuses wrapped parts that break a promise of the parts the
 // Worker built (docs/embedding.md#wrapping-the-parts): a Source that lost
 // an optional capability (the group would not be created, the PEL gauges
-// would stay 0, readiness would not ask the stream), or a wrapped Source
-// beside the Worker's own Settler, which acknowledges without calling
-// Source.Ack, so the wrapper would never see an acknowledgement.
+// would stay 0, readiness would not ask the stream).
 func checkWrapped(orig, c relay.Components) error {
 	var errs []error
 	for _, capability := range []struct {
@@ -116,10 +110,6 @@ func checkWrapped(orig, c relay.Components) error {
 		if c.Source != nil && capability.has(orig.Source) && !capability.has(c.Source) {
 			errs = append(errs, fmt.Errorf("the Source %T hides %s of the Worker's source: implement it and forward the call", c.Source, capability.name))
 		}
-	}
-	if c.Source != orig.Source && c.Settler != nil && c.Settler == orig.Settler {
-		errs = append(errs, errors.New("the Source is wrapped but the Settler is the Worker's, which acknowledges without Source.Ack: "+
-			"set Settler to nil to acknowledge through Source.Ack (then State.Retain), or wrap the Settler too"))
 	}
 	return errors.Join(errs...)
 }

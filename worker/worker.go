@@ -16,7 +16,8 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redisinfo"
-	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // ErrNoApps is returned by Worker.Run when its AppSource holds no app:
@@ -48,11 +49,14 @@ type Worker struct {
 }
 
 // New validates cfg and builds the Worker's Engines and services,
-// registering their metrics. It does no I/O: Run loads the apps and
-// connects. The error names every missing or invalid field, and for
-// Static apps and a Runner that serves a fixed set of Go functions
-// (runtime.Func), every handler that does not match (relay.CheckHandlers;
-// Run checks apps from any other source once it loaded them).
+// registering their metrics. It does not connect: Run does. The error
+// names every missing or invalid field, and, when the Runner serves a
+// fixed set of Go functions (a runtime.HandlerChecker such as
+// runtime.Func), every handler of the apps that has no function
+// (relay.CheckHandlers, docs/embedding.md#go-handlers): New loads the apps
+// once for that check, from templates too (template.Dir reads its files),
+// and leaves a source that cannot be read to Run, which loads and checks
+// them again.
 func New(cfg Config) (*Worker, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -66,11 +70,8 @@ func New(cfg Config) (*Worker, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry() // kept, not exported
 	}
-	if st, ok := cfg.Apps.(staticApps); ok {
-		// Apps built in Go are known now: a handler typo fails New.
-		if err := relay.CheckHandlers(st.set, cfg.Runner); relay.Refuses(err) {
-			return nil, fmt.Errorf("worker: New: %w", err)
-		}
+	if err := checkHandlers(cfg); err != nil {
+		return nil, err
 	}
 	w := &Worker{cfg: cfg, log: log, policy: &policyWatch{redis: cfg.Redis, interval: cfg.PolicyCheckInterval, log: log}}
 	if sw, ok := cfg.Runner.(relay.Sweeper); ok {
@@ -92,10 +93,28 @@ func New(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
+// checkHandlers refuses apps naming a Go function the Runner does not
+// serve, so that a handler typo fails New rather than Run. Only a Runner
+// that says which functions it serves is checked; New takes no context,
+// and the sources that load from files or memory need none.
+func checkHandlers(cfg Config) error {
+	if _, ok := cfg.Runner.(runtime.HandlerChecker); !ok {
+		return nil
+	}
+	apps, err := cfg.Apps.Load(context.Background())
+	if err != nil || apps == nil {
+		return nil // Run reports it
+	}
+	if err := relay.CheckHandlers(apps, cfg.Runner); relay.Refuses(err) {
+		return fmt.Errorf("worker: New: %w", err)
+	}
+	return nil
+}
+
 // newScheduleConfig is what the Worker's Schedulers are built from; it
 // registers their metrics.
 func newScheduleConfig(cfg Config, log *slog.Logger, reg prometheus.Registerer) (scheduleConfig, error) {
-	sm, err := schedule.NewMetrics(reg)
+	sm, err := redisschedule.NewMetrics(reg)
 	if err != nil {
 		return scheduleConfig{}, fmt.Errorf("worker: register schedule metrics: %w", err)
 	}
@@ -115,7 +134,8 @@ func newScheduleConfig(cfg Config, log *slog.Logger, reg prometheus.Registerer) 
 // error when the worker cannot start: the apps cannot be loaded or there
 // are none (ErrNoApps), a stream violates the Redis Cluster key layout,
 // the Redis user lacks a permission (the error quotes the server's
-// refusal), a consumer group cannot be created, or the Scheduler fails.
+// refusal), Redis did not answer within StartupWait (ErrRedisUnreachable),
+// a consumer group cannot be created, or the Scheduler fails.
 // When one part fails the others are stopped: a worker never runs with a
 // stream or its schedules silently left out. Run runs once (ErrRan).
 func (w *Worker) Run(ctx context.Context) error {
@@ -124,6 +144,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	apps, err := w.reloader.load(ctx)
 	if err != nil {
+		return err
+	}
+	if err := w.waitForRedis(ctx); err != nil {
 		return err
 	}
 	if err := w.checkLayout(ctx); err != nil {
@@ -137,7 +160,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if w.cfg.StateDir != "" && len(apps.ScheduleSpecs()) > 0 {
 		// The Scheduler would find out only once the worker had started.
-		if err := schedule.CheckStateDir(w.cfg.StateDir); err != nil {
+		if err := redisschedule.CheckStateDir(w.cfg.StateDir); err != nil {
 			return fmt.Errorf("worker: Config.StateDir: %w", err)
 		}
 	}
@@ -186,7 +209,7 @@ func (w *Worker) runServices(ctx context.Context, stop context.CancelFunc) error
 	w.sched.replace(ctx, apps)
 	defer w.sched.stop()
 	status := &statusPublisher{redis: w.cfg.Redis, group: w.cfg.Group, consumer: w.cfg.Consumer,
-		interval: statusInterval(w.cfg), streams: w.streams, log: w.log}
+		interval: statusInterval(w.cfg), streams: w.streams, limiter: w.cfg.Engine.Limiter, log: w.log}
 	services := []interface{ Run(context.Context) }{w.reloader, w.policy, status}
 	if w.sweeper != nil {
 		services = append(services, w.sweeper)

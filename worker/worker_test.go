@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,14 +22,16 @@ import (
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/apptest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -95,17 +98,9 @@ func (h *workerHarness) counter(name string) float64 {
 
 func (h *workerHarness) sum(name string, value func(*dto.Metric) float64) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += value(m)
-			}
-		}
+	for _, m := range testutil.Metrics(h.t, h.reg, name) {
+		sum += value(m)
 	}
 	return sum
 }
@@ -150,7 +145,7 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	rc := h.cfg.Redis
 	ids := map[string]string{}
 	for _, s := range h.streams {
-		id, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
+		id, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,12 +156,12 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	})
 	for _, s := range h.streams {
 		testutil.WaitFor(t, 10*time.Second, s+" acknowledged", func() bool {
-			n, _, err := stream.New(rc, s, "workers", "probe").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "probe").Pending(t.Context())
 			return err == nil && n == 0
 		})
 		// The Worker pairs XACK and retention: the state is retained.
 		testutil.WaitFor(t, 5*time.Second, s+" retained", func() bool {
-			st, err := invocation.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
+			st, err := redisstate.New(rc).Get(t.Context(), invocation.Key{Stream: s, Group: "workers", MessageID: ids[s]})
 			return err == nil && st["__terminal"] == "1" && st["users/events.created"] == "ok"
 		})
 	}
@@ -183,30 +178,21 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 		t.Errorf("Ready after the stop = %v, want the engines named as not consuming", err)
 	}
 	// The occurrence went to the first stream.
-	c, err := stats.Read(t.Context(), rc, h.streams[0], "workers")
+	c, err := redisstats.Read(t.Context(), rc, h.streams[0], "workers")
 	if err != nil || c.Received != 1 || c.Successes < 2 {
 		t.Errorf("stats of %s = %+v, %v; want 1 event received and 2+ successes (the event and the tick)", h.streams[0], c, err)
 	}
 	// The feed relay console tails has the event's outcome.
-	feed, err := stats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
+	feed, err := redisstats.ReadFeed(t.Context(), rc, h.streams[1], "workers", "0", 10, 0)
 	if err != nil || len(feed) != 1 || feed[0].MessageID != ids[h.streams[1]] || feed[0].Outcome != "succeeded" ||
 		feed[0].Consumer != "w1" || feed[0].Handler != "events.created" {
 		t.Errorf("feed of %s = %+v, %v; want the event's success", h.streams[1], feed, err)
 	}
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	labelled := map[string]bool{}
-	for _, mf := range mfs {
-		if mf.GetName() != "relay_events_received_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
-					labelled[l.GetValue()] = true
-				}
+	for _, m := range testutil.Metrics(t, h.reg, "relay_events_received_total") {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "stream" && m.GetCounter().GetValue() == 1 {
+				labelled[l.GetValue()] = true
 			}
 		}
 	}
@@ -215,57 +201,61 @@ func TestWorkerRunsStreamsAndSchedules(t *testing.T) {
 	}
 }
 
-// tallyDLQ counts the dead-letter writes of the Engine it wraps, once
-// each has returned.
-type tallyDLQ struct {
-	relay.DLQWriter
+// tallyState counts the settlements of the Engine it wraps that write a
+// dead-letter entry, once each has returned. It keeps the store's
+// ClaimVoider.
+type tallyState struct {
+	relay.StateStore
 	writes atomic.Int64
 }
 
-func (d *tallyDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	id, err := d.DLQWriter.Write(ctx, e)
-	d.writes.Add(1)
-	return id, err
+func (d *tallyState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	res := d.StateStore.Settle(ctx, ss)
+	for _, s := range ss {
+		for _, t := range s.Transitions {
+			if t.Entry != nil {
+				d.writes.Add(1)
+			}
+		}
+	}
+	return res
+}
+
+func (d *tallyState) Void(ctx context.Context, l invocation.Lease) error {
+	return d.StateStore.(relay.ClaimVoider).Void(ctx, l)
 }
 
 // TestWorkerWrapsComponentsAndRetainsDLQMarkers: WrapComponents sees the
 // parts the Worker built and the Engine uses what it returns; the marker
-// of a written dead-letter entry lives as long as the invocation state
-// (Config.Retention), not a fixed week; the writer writes nothing for a
-// message no longer pending (dlq.WithPELFence).
+// of a written dead-letter entry is in the invocation state and lives as
+// long as it (Config.Retention), with no key of its own beside the queue;
+// no entry is written for a message no longer pending.
 func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 	h := newWorkerHarness(t, "orders")
 	h.cfg.Engine.Retention = time.Hour
-	var wrapped []*tallyDLQ
+	var wrapped []*tallyState
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		if _, ok := c.DLQ.(*dlq.Writer); !ok {
-			t.Errorf("WrapComponents got DLQ %T, want the Worker's *dlq.Writer", c.DLQ)
+		if _, ok := c.State.(*redisstate.Store); !ok {
+			t.Errorf("WrapComponents got State %T, want the Worker's *redisstate.Store", c.State)
 		}
-		if c.Source == nil || c.State == nil || c.Settler == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
+		if c.Source == nil || c.State == nil || c.Stream != h.streams[0] || c.Consumer != "w1" {
 			t.Errorf("WrapComponents got incomplete components %+v", c)
 		}
-		d := &tallyDLQ{DLQWriter: c.DLQ}
+		d := &tallyState{StateStore: c.State}
 		wrapped = append(wrapped, d)
-		c.DLQ = d
+		c.State = d
 		return c
 	}
 	_, stop := h.run()
 	defer stop()
 	rc := h.cfg.Redis
-	id, err := stream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
+	id, err := redisstream.New(rc, h.streams[0], "workers", "producer").Publish(t.Context(), map[string]string{"event": `{not json`})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the malformed event dead-lettered", func() bool {
 		return len(wrapped) == 1 && wrapped[0].writes.Load() == 1
 	})
-	marker := keys.DLQWritten(h.streams[0], "workers", id, dlq.MalformedName, dlq.MalformedName)
-	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(marker).Build()).AsInt64()
-	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
-		t.Errorf("PTTL of the written marker = %dms, %v; want at most the state retention, 1h", ttl, err)
-	}
-	// The writer is fenced by the PEL (dlq.WithPELFence): once the message
-	// is acknowledged, no entry of it is written.
 	testutil.WaitFor(t, 10*time.Second, "the malformed event acknowledged", func() bool {
 		summary, err := rc.Do(t.Context(), rc.B().Xpending().Key(h.streams[0]).Group("workers").Build()).ToArray()
 		if err != nil || len(summary) == 0 {
@@ -274,10 +264,30 @@ func TestWorkerWrapsComponentsAndRetainsDLQMarkers(t *testing.T) {
 		n, err := summary[0].AsInt64()
 		return err == nil && n == 0
 	})
+	key := invocation.Key{Stream: h.streams[0], Group: "workers", MessageID: id}
+	hash := keys.Invocation(key.Stream, key.Group, key.MessageID)
+	st, err := rc.Do(t.Context(), rc.B().Hgetall().Key(hash).Build()).AsStrMap()
+	malformed := dlq.MalformedName + "/" + dlq.MalformedName
+	if err != nil || !strings.HasSuffix(st[malformed], ":dlq") || st[invocation.DLQField(malformed)] == "" {
+		t.Errorf("state of the dead-lettered message = %v, %v; want its marker and entry id", st, err)
+	}
+	ttl, err := rc.Do(t.Context(), rc.B().Pttl().Key(hash).Build()).AsInt64()
+	if err != nil || ttl <= 0 || ttl > time.Hour.Milliseconds() {
+		t.Errorf("PTTL of the state holding the marker = %dms, %v; want at most the state retention, 1h", ttl, err)
+	}
+	if others, err := rc.Do(t.Context(), rc.B().Keys().Pattern("relay:*"+h.streams[0]+"*:dlq:*").Build()).AsStrSlice(); err != nil || len(others) != 0 {
+		t.Errorf("keys beside the queue = %v, %v; want none", others, err)
+	}
+	// The message is acknowledged: no entry of it is written any more.
 	late := dlq.Entry{OriginalID: id, Group: "workers", Consumer: "w1", Event: "{}", Reason: "late",
 		App: "orders", Handler: "events.late", HandlerAttempts: 1}
-	if eid, err := wrapped[0].DLQWriter.Write(t.Context(), late); !errors.Is(err, dlq.ErrNotPending) {
-		t.Errorf("write for an acknowledged message = %q, %v; want dlq.ErrNotPending", eid, err)
+	l := invocation.Lease{Key: key, Field: "orders/events.late", Attempt: 1, Token: "late"}
+	res := wrapped[0].Settle(t.Context(), []invocation.Settlement{{Key: key, Transitions: []invocation.Transition{{Kind: invocation.Exhaust, Lease: l, Entry: &late}}}})
+	if !errors.Is(res[0].Err, invocation.ErrTerminal) {
+		t.Errorf("dead-letter settlement for an acknowledged message = %v; want invocation.ErrTerminal", res[0].Err)
+	}
+	if n, err := redisdlq.NewStore(rc, h.streams[0]).Len(t.Context()); err != nil || n != 1 {
+		t.Errorf("%d DLQ entries, %v; want the one", n, err)
 	}
 }
 
@@ -313,9 +323,10 @@ func TestWorkerRefusesToRunWithoutApps(t *testing.T) {
 	}
 }
 
-// A handler with no Go function fails New for apps built in Go, and Run for
-// apps from templates (runtime: go), naming every missing and unused one;
-// a function nothing names is no reason to refuse
+// A handler with no Go function fails New, for apps built in Go and for
+// apps from templates (runtime: go) in a directory or an fs.FS alike,
+// naming every missing and unused one, and Run when a template changed
+// after New; a function nothing names is no reason to refuse
 // (docs/embedding.md#go-handlers).
 func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
 	h := newWorkerHarness(t, "events")
@@ -333,9 +344,30 @@ func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
 		t.Errorf("New = %v, want it to name the missing orders.charge and the unused orders.plaecd", err)
 	}
 
-	h.cfg.Apps = template.Dir(testutil.AppsRoot(t, map[string]string{"orders": "runtime: go\nevents:\n  - {handler: orders.charge, pattern: {type: [x]}}\n"}))
+	const charge = "runtime: go\nevents:\n  - {handler: orders.charge, pattern: {type: [x]}}\n"
+	root := testutil.AppsRoot(t, map[string]string{"orders": charge})
+	for name, src := range map[string]worker.AppSource{
+		"template.Dir": template.Dir(root),
+		"template.FS":  template.FS(os.DirFS(root), "."),
+	} {
+		h.cfg.Apps = src
+		if _, err := worker.New(h.cfg); err == nil || !strings.Contains(err.Error(), "worker: New: ") ||
+			!strings.Contains(err.Error(), "no Go function registered for orders/orders.charge") {
+			t.Errorf("New with %s = %v, want it to name the missing orders.charge", name, err)
+		}
+	}
+
+	// A template edited between New and Run: Run checks again.
+	placed := filepath.Join(root, "orders", app.TemplateFile)
+	if err := os.WriteFile(placed, []byte("runtime: go\nevents:\n  - {handler: orders.placed, pattern: {type: [x]}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Apps = template.Dir(root)
 	w, err := worker.New(h.cfg)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(placed, []byte(charge), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Run(t.Context()); err == nil || !strings.Contains(err.Error(), "no Go function registered for orders/orders.charge") {
@@ -343,10 +375,56 @@ func TestWorkerRefusesHandlersWithoutFunctions(t *testing.T) {
 	}
 }
 
+// countingSource counts the Loads of an AppSource.
+type countingSource struct {
+	worker.AppSource
+	loads atomic.Int32
+}
+
+func (c *countingSource) Load(ctx context.Context) (*app.Set, error) {
+	c.loads.Add(1)
+	return c.AppSource.Load(ctx)
+}
+
+// TestWorkerServesAppsFromAnFS: a Worker serves the apps of an fs.FS (an
+// embed.FS in a service's binary) and a reload, which finds the same
+// files, changes nothing and logs no change.
+func TestWorkerServesAppsFromAnFS(t *testing.T) {
+	h := newWorkerHarness(t, "events")
+	fsys := fstest.MapFS{"apps/users/template.yaml": {Data: []byte("runtime: go\nevents:\n  - {handler: events.created, pattern: {event_name: [INSERT]}}\n")}}
+	src := &countingSource{AppSource: template.FS(fsys, "apps")}
+	h.cfg.Apps = src
+	h.cfg.ReloadInterval = 20 * time.Millisecond
+	w, stop := h.run()
+	testutil.WaitFor(t, 5*time.Second, "the apps served", func() bool { return w.Apps() != nil })
+	first := w.Apps()
+	rc := h.cfg.Redis
+	if err := rc.Do(t.Context(), rc.B().Xadd().Key(h.streams[0]).Id("*").FieldValue().FieldValue("event", `{"event_name":"INSERT"}`).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the handler run", func() bool { return h.calls.Count("users/events.created") == 1 })
+	w.Reload()
+	loads := src.loads.Load() // New's, Run's and the reloads' so far
+	testutil.WaitFor(t, 5*time.Second, "two reloads more", func() bool { return src.loads.Load() >= loads+2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if w.Apps() != first {
+		t.Error("a reload of an fs.FS replaced the apps served, which did not change")
+	}
+	if strings.Contains(h.logs.String(), "app changed") || strings.Count(h.logs.String(), "app loaded") != 1 {
+		t.Errorf("log of reloads of unchanged files:\n%s", h.logs)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
-	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1}})
+	_, err := worker.New(worker.Config{Streams: []string{"a", "a"}, Engine: relay.Config{MinPendingIdle: -1},
+		RetentionInterval: 1, DLQRetention: 1, StreamRetention: -2 * time.Hour, MemoryCheckInterval: worker.Disabled})
 	for _, want := range []string{"Config.Redis is required", "Config.Group is required", "Config.Apps is required",
-		"Config.Runner is required", `"a" is empty or listed twice`} {
+		"Config.Runner is required", `"a" is empty or listed twice`,
+		"Config.RetentionInterval: must be 0 (the default) or at least 1ms, got 1ns",
+		"Config.DLQRetention: must be 0 (the default), Disabled (off) or at least 1ms, got 1ns",
+		"Config.StreamRetention: must be 0 (the default), Disabled (off) or at least 1ms, got -2h0m0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New error %v does not say %q", err, want)
 		}
@@ -389,30 +467,20 @@ func TestWorkerReadyBlamesOnlyWhatHangs(t *testing.T) {
 	}
 }
 
-// ackCounter wraps a StreamSource by embedding the interface, which hides
-// every optional capability of the Worker's source.
-type ackCounter struct {
-	relay.StreamSource
-	acks atomic.Int64
-}
+// hidingSource wraps a StreamSource by embedding the interface, which
+// hides every optional capability of the Worker's source.
+type hidingSource struct{ relay.StreamSource }
 
-func (a *ackCounter) Ack(ctx context.Context, ids ...string) error {
-	a.acks.Add(int64(len(ids)))
-	return a.StreamSource.Ack(ctx, ids...)
-}
-
-// A wrapper that hides the source's optional capabilities, or that wraps
-// the source but leaves acknowledgements to the Worker's Settler (so it
-// would never see one), is refused by New, naming what it hides
-// (docs/embedding.md#wrapping-the-parts).
+// A wrapper that hides the source's optional capabilities is refused by
+// New, naming what it hides (docs/embedding.md#wrapping-the-parts).
 func TestWorkerRefusesWrappersThatHideCapabilities(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		c.Source = &ackCounter{StreamSource: c.Source}
+		c.Source = hidingSource{c.Source}
 		return c
 	}
 	_, err := worker.New(h.cfg)
-	for _, want := range []string{"hides relay.GroupEnsurer", "hides relay.PendingReporter", "hides relay.Pinger", "the Settler is the Worker's"} {
+	for _, want := range []string{"hides relay.GroupEnsurer", "hides relay.PendingReporter", "hides relay.Pinger"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New = %v, want it to say %q", err, want)
 		}
@@ -442,9 +510,9 @@ func TestWorkerNamesAMissingStream(t *testing.T) {
 }
 
 // pingCounter wraps the Worker's source keeping every capability (it
-// embeds the *stream.Source) and counts the readiness pings it sees.
+// embeds the *redisstream.Source) and counts the readiness pings it sees.
 type pingCounter struct {
-	*stream.Source
+	*redisstream.Source
 	pings atomic.Int32
 }
 
@@ -460,8 +528,8 @@ func TestWorkerReadyPingsTheWrappedSource(t *testing.T) {
 	h := newWorkerHarness(t, "events")
 	var pc *pingCounter
 	h.cfg.WrapComponents = func(c relay.Components) relay.Components {
-		pc = &pingCounter{Source: c.Source.(*stream.Source)}
-		c.Source, c.Settler = pc, nil
+		pc = &pingCounter{Source: c.Source.(*redisstream.Source)}
+		c.Source = pc
 		return c
 	}
 	w, stop := h.run()
@@ -505,7 +573,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 	rc := h.cfg.Redis
 	for _, s := range h.streams {
 		for range 3 {
-			if _, err := stream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
+			if _, err := redisstream.New(rc, s, "workers", "producer").Publish(t.Context(), map[string]string{"event": `{"event_name":"INSERT"}`}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -522,7 +590,7 @@ func TestWorkerMaxConcurrencyIsWorkerGlobal(t *testing.T) {
 			return false
 		}
 		for _, s := range h.streams {
-			n, _, err := stream.New(rc, s, "workers", "w1").Pending(t.Context())
+			n, _, err := redisstream.New(rc, s, "workers", "w1").Pending(t.Context())
 			if err != nil || n != 0 {
 				return false
 			}

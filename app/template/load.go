@@ -136,28 +136,40 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("cannot read template: %v", err))
 		return a, true
 	}
+	if parseSource(a, src, o) {
+		loadDeps(a, dir)
+	}
+	a.Errors.Sort()
+	return a, true
+}
+
+// parseSource checks the template source src of a within the bounds of
+// hostile input and parses it into a; false when it was refused before
+// parsing.
+func parseSource(a *app.App, src []byte, o options) bool {
+	file, name := a.File, a.Name
 	sum := sha256.Sum256(src)
 	a.Digest = hex.EncodeToString(sum[:])
 	if len(src) > maxTemplateBytes {
 		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("template is larger than %d bytes", maxTemplateBytes))
-		return a, true
+		return false
 	}
 	if n := bytes.Count(src, []byte("\n")); n > maxTemplateLines {
 		a.Errors.Add(file, maxTemplateLines+1, 1, "", fmt.Sprintf("template has %d lines, more than %d: split the app, or write long lists and maps in flow style ([a, b], {k: v})", n, maxTemplateLines))
-		return a, true
+		return false
 	}
 	if line, col, c, bad := invalidUTF8(src); bad {
 		// The YAML parser would read each invalid byte as U+FFFD, so a
 		// pattern would match other text than the file holds.
 		a.Errors.Add(file, line, col, "", fmt.Sprintf("template is not valid UTF-8 (byte %#x); save it as UTF-8", c))
-		return a, true
+		return false
 	}
 	if !app.ValidName(name) {
 		a.Errors.Add(file, 1, 1, "", fmt.Sprintf("app name %q (the directory name) must match [a-z0-9][a-z0-9._-]* and be at most 63 characters; rename the directory", name))
 	}
 	if line, col, msg := checkNesting(src); msg != "" {
 		a.Errors.Add(file, line, col, "", msg)
-		return a, true
+		return false
 	}
 	if line, col, msg := yamlpattern.CheckBounds(src); msg != "" {
 		hint := "flatten it"
@@ -165,12 +177,10 @@ func LoadApp(dir string, opts ...Option) (a *app.App, ok bool) {
 			hint = "split the app"
 		}
 		a.Errors.Add(file, line, col, "", "template "+msg+"; "+hint)
-		return a, true
+		return false
 	}
 	parseTemplate(a, src, o)
-	loadDeps(a, dir)
-	a.Errors.Sort()
-	return a, true
+	return true
 }
 
 // invalidUTF8 returns the line and column (in characters, 1-based) of the

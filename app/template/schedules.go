@@ -2,6 +2,7 @@ package template
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/goccy/go-yaml/ast"
@@ -122,6 +123,10 @@ func (t *tpl) scheduleField(r *scheduleReader, fl field, p string, seen map[stri
 	case "retries":
 		r.s.Retries = t.retries(fl.value, p)
 	default:
+		if slices.Contains(flowKeys, fl.key) {
+			t.errorf(fl.keyN, p, "%s applies to event rules only: a schedule takes no flow-control keys, and the app's defaults do not apply to its occurrences, each published once (docs/flow-control.md)", fl.key)
+			return
+		}
 		t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"name", "handler", "cron", "timezone", "timeout", "retries"}))
 	}
 }

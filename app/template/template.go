@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -35,6 +36,15 @@ type tpl struct {
 	// longer than a process can be given; parseTemplate reports them once
 	// it knows the app's handlers are not Go functions.
 	longEnv []longVar
+	// top holds the flow-control defaults written at the top level, rules
+	// the flow-control keys of each event rule; resolveLimits combines
+	// them once the whole template is read. reportedTop records the
+	// top-level keys a combination error was already reported at.
+	top         *limitKeys
+	rules       []*limitKeys
+	reportedTop map[string]bool
+	// badConcurrency is set when the app's concurrency is invalid.
+	badConcurrency bool
 }
 
 // longVar is a variable NAME=value of size bytes, from the node n at path.
@@ -281,7 +291,7 @@ func notRefChar(r rune) bool {
 
 // parseTemplate fills app from template source, adding every error found.
 func parseTemplate(a *app.App, src []byte, opts options) {
-	t := &tpl{file: a.File, opts: opts, errs: &a.Errors}
+	t := &tpl{file: a.File, opts: opts, errs: &a.Errors, top: newLimitKeys(""), reportedTop: map[string]bool{}}
 	a.Concurrency = app.DefaultConcurrency
 	a.Spec.MemoryBytes = app.DefaultMemoryBytes
 	a.Spec.CPUs = app.DefaultCPUs
@@ -296,6 +306,7 @@ func parseTemplate(a *app.App, src []byte, opts options) {
 	for _, fl := range fields {
 		t.topField(a, fl, &top)
 	}
+	t.resolveLimits(a)
 	if top.runtime == nil && top.image == nil {
 		t.errs.Add(t.file, 1, 1, "", "set image (an OCI reference) or runtime (python3, node, or go for Go functions)")
 	}
@@ -395,11 +406,14 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 		t.checkArgs(fl.value, a.Spec.Command)
 	case "concurrency":
 		if v, ok := t.integer(fl.value, "concurrency"); ok {
-			if v <= 0 || v > 10000 {
-				t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most 10000)")
+			if v <= 0 || v > app.MaxConcurrency {
+				t.errorf(fl.value, "concurrency", "concurrency must be a positive integer (at most %d)", app.MaxConcurrency)
+				t.badConcurrency = true
 			} else {
 				a.Concurrency = int(v)
 			}
+		} else {
+			t.badConcurrency = true
 		}
 	case "warm":
 		top.warm = fl.value
@@ -427,7 +441,9 @@ func (t *tpl) topField(a *app.App, fl field, top *topNodes) {
 	case "schedules":
 		t.schedules(a, fl.value)
 	default:
-		t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
+		if !t.topLimitField(fl) {
+			t.errorf(fl.keyN, fl.key, "unknown key %q%s", fl.key, suggest(fl.key, templateKeys))
+		}
 	}
 }
 
@@ -445,7 +461,14 @@ func (t *tpl) checkImage(n ast.Node, s string) {
 	}
 }
 
-var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "secrets", "events", "schedules"}
+// templateKeys are the keys of a template's top level, as an unknown
+// key's error lists them: concurrency_scope and concurrency_key are rule
+// keys, refused at the top with an error of their own.
+var templateKeys = []string{"runtime", "image", "command", "concurrency", "warm", "resources", "network", "env", "secrets", "events", "schedules",
+	"rate", "rate_burst", "rate_key", "debounce", "max_age"}
+
+// ruleKeys are the keys of an event rule.
+var ruleKeys = append([]string{"handler", "pattern", "timeout", "retries"}, flowKeys...)
 
 // secrets reads the names of the app's secrets, files of the secrets
 // directory mounted at /run/secrets (docs/apps.md "Secrets").
@@ -623,6 +646,8 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 			continue
 		}
 		r := app.Rule{Timeout: app.DefaultTimeout, Retries: app.DefaultRetries}
+		rk := newLimitKeys(path)
+		t.rules = append(t.rules, rk)
 		var handlerN, patternN ast.Node
 		for _, fl := range fields {
 			p := path + "." + fl.key
@@ -647,7 +672,11 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 			case "retries":
 				r.Retries = t.retries(fl.value, p)
 			default:
-				t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, []string{"handler", "pattern", "timeout", "retries"}))
+				if slices.Contains(flowKeys, fl.key) {
+					t.limitField(rk, fl, p)
+				} else {
+					t.errorf(fl.keyN, p, "unknown key %q%s", fl.key, suggest(fl.key, ruleKeys))
+				}
 			}
 		}
 		if handlerN == nil {
@@ -664,6 +693,7 @@ func (t *tpl) events(a *app.App, n ast.Node) {
 		// stay pending instead of being acknowledged as unmatched.
 		if pat != nil && len(errs) == 0 {
 			r.Pattern = pat
+			rk.index = len(a.Rules)
 			a.Rules = append(a.Rules, r)
 		}
 	}

@@ -41,7 +41,7 @@ import (
 
 	"github.com/relaydev/relay/bench/internal/benchkit"
 	"github.com/relaydev/relay/internal/keys"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const group = "bench"
@@ -171,7 +171,7 @@ func run(addr string, n, concurrency int) error {
 // the expected handlers and claimed what it will claim, and returns its
 // memory report and how many PEL entries it owns.
 func measure(ctx context.Context, addr, apps string, admin rueidis.Client, name string, n int, sc scenario) (benchkit.Report, int64, error) {
-	if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
 		return benchkit.Report{}, 0, err
 	}
 	if err := sc.prepare(ctx, admin, name, n); err != nil {

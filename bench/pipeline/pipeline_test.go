@@ -38,6 +38,8 @@ func TestMeasureDrainsEveryEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// cfg.reads stays zero: the test server may have other clients, so
+	// the reads counted include the polls' (and maybe theirs).
 	cfg := config{redis: redistest.Addr(t), events: 300, concurrency: 4, batch: 8, runs: 1, logLevel: "info", dir: dir, apps: apps}
 	for _, tc := range []struct {
 		mode      string
@@ -58,6 +60,11 @@ func TestMeasureDrainsEveryEvent(t *testing.T) {
 		// The stream's 300 entries of about 1 KB stay.
 		if r.events != cfg.events || r.elapsed <= 0 || r.rate() <= 0 || r.bytes < 100*int64(cfg.events) {
 			t.Errorf("%s: result %+v", tc.mode, r)
+		}
+		// The workers' cost up to the drain, and the reads of their round
+		// trips: at least one per batch read, however the loop polled.
+		if r.workerCPU <= 0 || r.mallocs == 0 || r.server.Reads < int64(cfg.events/cfg.batch) {
+			t.Errorf("%s: worker CPU %s, %d allocations, %d Redis reads for %d events", tc.mode, r.workerCPU, r.mallocs, r.server.Reads, r.events)
 		}
 		for _, c := range tc.want {
 			if r.server.Calls[c] == 0 {
@@ -100,5 +107,25 @@ func TestMeasureDrainsEveryEvent(t *testing.T) {
 		if n, err := admin.Do(t.Context(), admin.B().Exists().Key(name).Build()).AsInt64(); err != nil || n != 0 {
 			t.Errorf("%s: stream left after cleanup: %d, %v", tc.mode, n, err)
 		}
+	}
+}
+
+// TestTrickleTracesEveryAcknowledgement runs the trickle latency briefly:
+// it fails unless each worker traced the acknowledgement of every event,
+// after its XADD.
+func TestTrickleTracesEveryAcknowledgement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	admin := redistest.Client(t)
+	dir := t.TempDir()
+	apps, err := benchkit.WriteApps(dir, benchkit.AppSpec{Concurrency: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config{redis: redistest.Addr(t), concurrency: 4, batch: 8, logLevel: "info", dir: dir, apps: apps,
+		retentions: []retention{{text: "48h", d: 48 * time.Hour}}, trickle: 3, trickleInterval: 40 * time.Millisecond}
+	if err := trickle(t.Context(), cfg, admin, redistest.Name(t, "trickle")); err != nil {
+		t.Fatal(err)
 	}
 }

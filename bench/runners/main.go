@@ -64,13 +64,13 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/bench/internal/benchkit"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const group = "bench"
@@ -400,12 +400,12 @@ func measureEngine(ctx context.Context, cfg config, rc rueidis.Client, mode stri
 	if err != nil {
 		return row{}, err
 	}
-	src := &timedSource{Source: stream.New(rc, name, group, "bench"), acked: map[string]chan time.Time{}}
+	src := &timedSource{Source: redisstream.New(rc, name, group, "bench"), waits: map[string]chan time.Time{}}
 	timed := &timedRunner{r: runner, took: map[string]time.Duration{}, failed: make(chan error, 1)}
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: src, State: invocation.New(rc), Runner: timed, DLQ: dlq.NewWriter(rc, name),
+		Source: src, State: &timedState{Store: redisstate.New(rc), src: src}, Runner: timed,
 		Stream: name, Group: group, Consumer: "bench",
-	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: stats.NewRecorder(rc, name, group)})
+	}, relay.Config{Logger: quietLog(), Metrics: prometheus.NewRegistry(), Stats: redisstats.NewRecorder(rc, name, group)})
 	if err != nil {
 		return row{}, err
 	}
@@ -584,12 +584,13 @@ func measureCtrBurst(ctx context.Context, cfg config) (row, error) {
 }
 
 // timedSource records when the Engine's XACK of an awaited message
-// returned. Embedding keeps every optional capability of *stream.Source
-// (GroupEnsurer, PendingReporter, Pinger) visible to the Engine.
+// returned (timedState tells it). Embedding keeps every optional
+// capability of *redisstream.Source (GroupEnsurer, PendingReporter, Pinger)
+// visible to the Engine.
 type timedSource struct {
-	*stream.Source
+	*redisstream.Source
 	mu    sync.Mutex
-	acked map[string]chan time.Time
+	waits map[string]chan time.Time
 	// early holds acks of ids not registered yet: XADD's reply may arrive
 	// after the Engine already acknowledged the entry.
 	early map[string]time.Time
@@ -607,21 +608,41 @@ func (s *timedSource) publishAwaited(ctx context.Context, event string, ch chan 
 		ch <- at
 		return id, nil
 	}
-	s.acked[id] = ch
+	s.waits[id] = ch
 	return id, nil
 }
 
-func (s *timedSource) Ack(ctx context.Context, ids ...string) error {
-	err := s.Source.Ack(ctx, ids...)
-	if err != nil {
-		return err
+// timedState tells src when a settlement acknowledged its message.
+// Embedding keeps the optional capabilities of *redisstate.Store
+// (ClaimVoider) visible to the Engine.
+type timedState struct {
+	*redisstate.Store
+	src *timedSource
+}
+
+func (s *timedState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	res := s.Store.Settle(ctx, ss)
+	var ids []string
+	for i, st := range ss {
+		if st.Ack && res[i].Err == nil {
+			ids = append(ids, st.Key.MessageID)
+		}
+	}
+	s.src.acked(ids...)
+	return res
+}
+
+// acked records that ids were acknowledged now.
+func (s *timedSource) acked(ids ...string) {
+	if len(ids) == 0 {
+		return
 	}
 	at := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range ids {
-		if ch, ok := s.acked[id]; ok {
-			delete(s.acked, id)
+		if ch, ok := s.waits[id]; ok {
+			delete(s.waits, id)
 			ch <- at
 			continue
 		}
@@ -630,7 +651,6 @@ func (s *timedSource) Ack(ctx context.Context, ids ...string) error {
 		}
 		s.early[id] = at
 	}
-	return nil
 }
 
 // timedRunner records how long Runner.Run took per message, and reports

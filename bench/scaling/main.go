@@ -50,6 +50,7 @@ import (
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -261,7 +262,7 @@ type measurement struct {
 func measure(ctx context.Context, opt rueidis.ClientOption, admin rueidis.Client, apps *app.Set, names []string, nw, events int) (measurement, error) {
 	last := map[string]string{}
 	for i, name := range names {
-		if err := stream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
+		if err := redisstream.New(admin, name, group, "bench").EnsureGroup(ctx); err != nil {
 			return measurement{}, err
 		}
 		n := events / len(names)
@@ -374,7 +375,7 @@ func fill(ctx context.Context, c rueidis.Client, name string, n int) (string, er
 // settled reports whether the group delivered everything up to last and
 // nothing is pending.
 func settled(ctx context.Context, c rueidis.Client, name, last string) (bool, error) {
-	n, _, err := stream.New(c, name, group, "bench").Pending(ctx)
+	n, _, err := redisstream.New(c, name, group, "bench").Pending(ctx)
 	if err != nil || n != 0 {
 		return false, err
 	}

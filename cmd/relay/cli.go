@@ -47,6 +47,24 @@ type Globals struct {
 	RedisTLSKeyFile       string `name:"redis-tls-key-file" env:"REDIS_TLS_KEY_FILE" help:"PEM key of REDIS_TLS_CERT_FILE." group:"redis"`
 
 	stdout, stderr io.Writer
+	// appsSet is set when --apps or RELAY_APPS gave the apps root, rather
+	// than its default (appsGiven).
+	appsSet bool
+}
+
+// appsGiven reports whether kctx's command line or the environment set
+// the apps root: relay health checks the templates of a root it was told
+// about, and of the default one only when it exists.
+func appsGiven(kctx *kong.Context) bool {
+	if _, ok := os.LookupEnv("RELAY_APPS"); ok {
+		return true
+	}
+	for _, p := range kctx.Path {
+		if p.Flag != nil && p.Flag.Name == "apps" {
+			return true
+		}
+	}
+	return false
 }
 
 // CLI is the root command.
@@ -113,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (code int
 		}
 		return exitUsage
 	}
+	cli.appsSet = appsGiven(kctx)
 	if err := kctx.Run(&cli.Globals); err != nil {
 		if closedOutput(err) {
 			// The reader of the output went away (| head): nothing to

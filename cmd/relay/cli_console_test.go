@@ -15,7 +15,7 @@ import (
 	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestCLIConsoleRefuses checks the settings relay console refuses before
@@ -75,7 +75,7 @@ func TestCLIConsole(t *testing.T) {
 	rc := redistest.Client(t)
 	a, b := redistest.Name(t, "a"), redistest.Name(t, "b")
 	for _, s := range []string{a, b} {
-		if err := stream.New(rc, s, "g", "c").EnsureGroup(t.Context()); err != nil {
+		if err := redisstream.New(rc, s, "g", "c").EnsureGroup(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}

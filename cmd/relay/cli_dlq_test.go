@@ -16,8 +16,9 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // dlqFixture is a dead-letter queue on the shared redis-server, seeded
@@ -26,7 +27,7 @@ type dlqFixture struct {
 	t      *testing.T
 	rc     rueidis.Client
 	stream string
-	store  *dlq.Store
+	store  *redisdlq.Store
 }
 
 // Ids of the fixture entries, oldest first.
@@ -42,10 +43,10 @@ func newDLQFixture(t *testing.T) *dlqFixture {
 	t.Helper()
 	rc := redistest.Client(t)
 	f := &dlqFixture{t: t, rc: rc, stream: redistest.Name(t, "events")}
-	f.store = dlq.NewStore(rc, f.stream)
+	f.store = redisdlq.NewStore(rc, f.stream)
 	// A DLQ exists because its source stream does; relay refuses a stream
 	// that is not there (a mistyped REDIS_STREAM).
-	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()

@@ -18,28 +18,62 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
+	"github.com/relaydev/relay/worker"
 )
 
 // newGroup creates a stream with its consumer group "workers".
-func newGroup(t *testing.T) (name string, src *stream.Source) {
+func newGroup(t *testing.T) (name string, src *redisstream.Source) {
 	t.Helper()
 	name = redistest.Name(t, "events")
-	src = stream.New(redistest.Client(t), name, "workers", "test")
+	src = redisstream.New(redistest.Client(t), name, "workers", "test")
 	if err := src.EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return name, src
+}
+
+// runWorker runs a worker of group "workers" on cfg, as consumer w1 with a
+// state directory of its own and no log unless cfg says otherwise, until
+// the test ends; a worker that stops in error fails the test.
+func runWorker(t *testing.T, cfg worker.Config) {
+	t.Helper()
+	if cfg.Group == "" {
+		cfg.Group = "workers"
+	}
+	if cfg.Consumer == "" {
+		cfg.Consumer = "w1"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	if cfg.Engine.Logger == nil {
+		cfg.Engine.Logger = slog.New(slog.DiscardHandler)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 func TestCLIHealth(t *testing.T) {
@@ -65,6 +99,11 @@ func TestCLIHealth(t *testing.T) {
 		{"health_no_stream", []string{"--redis-uri", addr, "--stream", "no-such-stream", "--group", "workers", "--runner", "process"}, exitFailure},
 		{"health_containerd_down", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--containerd-address", "testdata/no-such.sock"}, exitFailure},
 		{"health_no_settings", nil, exitUsage},
+		// The templates, as relay validate reads them, with no worker running.
+		{"health_apps_unavailable", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps"}, exitFailure},
+		{"health_apps_unavailable_json", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/health_apps", "--json"}, exitFailure},
+		{"health_apps_valid", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", validApps}, exitOK},
+		{"health_apps_missing_root", []string{"--redis-uri", addr, "--stream", ready, "--group", "workers", "--runner", "process", "--apps", "testdata/no-such-apps"}, exitFailure},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := relayCLI(t, "", append([]string{"health"}, tc.args...)...)
@@ -79,6 +118,21 @@ func TestCLIHealth(t *testing.T) {
 	}
 }
 
+// TestCLIHealthAppsFromEnv: RELAY_APPS names the root to check, and an
+// unavailable app fails the health while Redis is down too: it needs no
+// worker.
+func TestCLIHealthAppsFromEnv(t *testing.T) {
+	isolateEnv(t)
+	down := redistest.Start(t, redistest.Options{})
+	down.Kill()
+	t.Setenv("RELAY_APPS", "testdata/health_apps")
+	r := relayCLI(t, "", "health", "--redis-uri", down.Addr, "--stream", "events", "--group", "workers", "--runner", "process")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "relay: unhealthy: redis, apps") ||
+		!regexp.MustCompile(`(?m)^apps +FAIL +shop unavailable, its rules unreadable: every message of the stream stays pending: shop/template.yaml:7:13: events\[0\]\.pattern\.id\[0\]\.prefx: unknown operator "prefx": did you mean "prefix"\? \(and 1 more error; relay validate lists them\)$`).MatchString(r.stdout) {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestCLIHealthContainerd checks a reachable containerd and namespace.
 func TestCLIHealthContainerd(t *testing.T) {
 	isolateEnv(t)
@@ -87,7 +141,7 @@ func TestCLIHealthContainerd(t *testing.T) {
 	r := relayCLI(t, "", "health", "--redis-uri", redistest.Addr(t), "--stream", ready, "--group", "workers",
 		"--containerd-namespace", cc.DefaultNamespace(), "--json")
 	var got healthJSON
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 6 ||
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.code != exitOK || !got.Healthy || len(got.Checks) != 10 ||
 		got.Checks[4].Name != "containerd" || !got.Checks[4].OK || !strings.Contains(got.Checks[4].Detail, cc.DefaultNamespace()) {
 		t.Errorf("exit %d, %v\nstdout:\n%s\nstderr:\n%s", r.code, err, r.stdout, r.stderr)
 	}
@@ -121,7 +175,7 @@ func TestCLIStats(t *testing.T) {
 	if err := src.Ack(ctx, ids[1]); err != nil {
 		t.Fatal(err)
 	}
-	w := dlq.NewWriter(rc, name)
+	w := redisdlq.NewWriter(rc, name)
 	for i := range 2 {
 		if _, err := w.Write(ctx, dlq.Entry{OriginalID: fmt.Sprintf("1-%d", i+1), Group: "workers", Consumer: "c", Reason: "r", App: "a", Handler: "h", HandlerAttempts: 1}); err != nil {
 			t.Fatal(err)
@@ -166,7 +220,7 @@ func TestCLIStats(t *testing.T) {
 	}
 }
 
-var projection = regexp.MustCompile(`(projected steady state at this rate:) [0-9.]+ [KMG]?i?B`)
+var projection = regexp.MustCompile(`(projected peak at this rate:) [0-9.]+ [KMG]?i?B`)
 
 // TestCLIStatsAfterEngine runs a known sequence through an Engine that
 // keeps stats, then reads them with relay stats.
@@ -185,10 +239,10 @@ events:
 		"bad.run": func(context.Context, runtime.Request) error { return errors.New("no") },
 	})
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: stream.New(rc, name, "workers", "c1", stream.WithBlock(50*time.Millisecond)),
-		State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, name),
+		Source: redisstream.New(rc, name, "workers", "c1", redisstream.WithBlock(50*time.Millisecond)),
+		State:  redisstate.New(rc), Runner: runner,
 		Stream: name, Group: "workers", Consumer: "c1",
-	}, relay.Config{Stats: stats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	}, relay.Config{Stats: redisstats.NewRecorder(rc, name, "workers"), StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +256,8 @@ events:
 	}
 	testutil.WaitFor(t, 10*time.Second, "every message handled", func() bool {
 		n, _, err := src.Pending(t.Context())
-		l, _ := dlq.NewStore(rc, name).Len(t.Context())
-		s, _ := stats.Read(t.Context(), rc, name, "workers")
+		l, _ := redisdlq.NewStore(rc, name).Len(t.Context())
+		s, _ := redisstats.Read(t.Context(), rc, name, "workers")
 		return err == nil && n == 0 && l == 2 && s.Received == 5
 	})
 	cancel()
@@ -223,7 +277,10 @@ events:
 	if got.Holds == nil || len(got.Holds) != 0 {
 		t.Errorf("stats holds = %#v, want [] (nothing held)", got.Holds)
 	}
-	if got.Memory, got.Holds = nil, nil; !reflect.DeepEqual(got, want) {
+	if got.Waiting == nil || len(got.Waiting) != 0 {
+		t.Errorf("stats waiting = %#v, want [] (nothing waits)", got.Waiting)
+	}
+	if got.Memory, got.Holds, got.Waiting = nil, nil, nil; !reflect.DeepEqual(got, want) {
 		t.Errorf("stats = %+v\nwant    %+v", got, want)
 	}
 }
@@ -237,7 +294,7 @@ func TestCLIHealthWarnsOnEviction(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rc := redistest.Connect(t, srv.Addr)
 	ready := redistest.Name(t, "events")
-	if err := stream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(rc, ready, "workers", "test").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	for policy, mayEvict := range map[string]string{
@@ -272,7 +329,7 @@ func TestCLIStatsMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 60 entries in the last 30 s: 1 per second over the 60 s window.
@@ -299,7 +356,7 @@ func TestCLIStatsMemory(t *testing.T) {
 	}
 	year := append([]string{"--stream-retention", "8760h"}, base...)
 	r = relayCLI(t, "", append([]string{"stats"}, year...)...)
-	if r.code != exitOK || !strings.Contains(r.stdout, "OVER BUDGET: projected steady state") || !strings.Contains(r.stdout, "source stream") {
+	if r.code != exitOK || !strings.Contains(r.stdout, "OVER BUDGET: projected peak") || !strings.Contains(r.stdout, "source stream") {
 		t.Errorf("stats with a year's retention: exit %d\n%s", r.code, r.stdout)
 	}
 	r = relayCLI(t, "", append([]string{"health", "--runner", "process"}, year...)...)
@@ -331,7 +388,7 @@ func TestCLIHealthAtMaxmemory(t *testing.T) {
 	rc := redistest.Connect(t, srv.Addr)
 	ctx := t.Context()
 	const name = "orders"
-	if err := stream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
+	if err := redisstream.New(rc, name, "workers", "c").EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// 500 entries of 2 KB, all older than the rate's one-minute window.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -30,31 +30,17 @@ func TestCLIHealthAndStatsNameHeldMessages(t *testing.T) {
 		"users":  "image: x\nevents:\n  - {handler: events.created, pattern: {kind: [user]}}\n",
 		"orders": "image: x\nevents:\n  - {handler: orders.new, pattern: {kind: [{prefx: ord}]}}\n",
 	})
-	w, err := worker.New(worker.Config{
-		Redis: redistest.Client(t), Streams: []string{name}, Group: "workers", Consumer: "w1",
-		Apps: template.Dir(root), StateDir: t.TempDir(),
+	runWorker(t, worker.Config{Redis: redistest.Client(t), Streams: []string{name}, Apps: template.Dir(root),
 		Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"users/events.created": func(context.Context, runtime.Request) error { return nil }}),
-		Engine: relay.Config{StatsInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+		Engine: relay.Config{StatsInterval: 20 * time.Millisecond},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
 	for range 2 {
 		if _, err := src.Publish(t.Context(), map[string]string{"event": `{"kind":"user"}`}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	testutil.WaitFor(t, 10*time.Second, "the worker to publish the held messages", func() bool {
-		hs, err := stats.ReadHolds(t.Context(), redistest.Client(t), name, "workers")
+		hs, err := redisstats.ReadHolds(t.Context(), redistest.Client(t), name, "workers")
 		return err == nil && len(hs) == 1 && hs[0].Held == 2
 	})
 	args := []string{"--redis-uri", redistest.Addr(t), "--stream", name, "--group", "workers"}

@@ -8,10 +8,12 @@ import (
 	"testing"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // TestCLIDLQReplay replays the fixture entries with the process runner:
@@ -106,10 +108,10 @@ func TestCLIDLQReplayContainerd(t *testing.T) {
 	}
 
 	f := &dlqFixture{t: t, rc: redistest.Client(t), stream: redistest.Name(t, "events")}
-	f.store = dlq.NewStore(f.rc, f.stream)
+	f.store = redisdlq.NewStore(f.rc, f.stream)
 	// A DLQ exists because its source stream does; relay refuses a stream
 	// that is not there (a mistyped REDIS_STREAM).
-	if err := stream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
+	if err := redisstream.New(f.rc, f.stream, "relay", "fixture").EnsureGroup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	const usersID, billingID = "1700000000000-0", "1700000000000-1"

@@ -31,6 +31,10 @@ func cliApps(t *testing.T) string {
 	return dir
 }
 
+// validApps is an apps root whose every template is valid, for the apps
+// check of relay health in tests about something else.
+const validApps = "../../examples/embed/apps"
+
 // isolateEnv unsets every environment variable the CLI reads, so that the
 // developer's settings do not leak into a test; set what a test needs after.
 func isolateEnv(t *testing.T) {
@@ -39,7 +43,7 @@ func isolateEnv(t *testing.T) {
 		"CONTAINERD_NAMESPACE", "LOG_LEVEL", "LOG_FORMAT", "COLUMNS",
 		"REDIS_CLUSTER", "REDIS_SENTINEL_MASTER", "REDIS_USERNAME", "REDIS_PASSWORD", "REDIS_SENTINEL_USERNAME",
 		"REDIS_SENTINEL_PASSWORD", "REDIS_TLS_CA_FILE", "REDIS_TLS_CERT_FILE", "REDIS_TLS_KEY_FILE", "RELAY_STATE_DIR",
-		"RELAY_SHUTDOWN_TIMEOUT", "MAX_CONCURRENCY", "METRICS_ADDR", "REDIS_DLQ_RETENTION", "RELAY_CONSOLE_TOKEN", "TRACEPARENT"} {
+		"RELAY_SHUTDOWN_TIMEOUT", "RELAY_STARTUP_WAIT", "MAX_CONCURRENCY", "METRICS_ADDR", "REDIS_DLQ_RETENTION", "RELAY_CONSOLE_TOKEN", "TRACEPARENT"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // ConsoleCmd is `relay console`.
@@ -126,7 +127,7 @@ func (c *ConsoleCmd) connect(ctx context.Context, g *Globals, cfg *console.Confi
 	switch {
 	case err == nil:
 		for _, st := range cfg.Streams {
-			if err := stream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
+			if err := redisstream.New(rc, st, g.RedisGroup, "relay-console").Ping(ctx); err != nil && !errors.Is(err, stream.ErrNoStream) && !errors.Is(err, stream.ErrNoGroup) {
 				rc.Close()
 				return nil, fmt.Errorf("redis at %s: %w", redactURI(g.RedisURI), err)
 			}

@@ -15,11 +15,12 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/depstest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // depsSecret is the value of the api-key secret: it must appear nowhere
@@ -143,7 +144,7 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 		return true
 	})
 
-	src := stream.New(rc, streamName, "relay", "publisher")
+	src := redisstream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
 	for _, ev := range []string{
 		`{"table_name":"people","name":"ada"}`,
@@ -155,7 +156,7 @@ func TestStartDependenciesAndSecrets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 2*time.Minute, "handlers ran and the failure was dead-lettered", func() bool {
 		n, _ := store.Len(ctx)
 		s := out1.String()

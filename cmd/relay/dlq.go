@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/app"
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/internal/textsafe"
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/manual"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
@@ -89,7 +91,7 @@ func (r DLQRetention) expires(e dlq.Entry, now time.Time) string {
 	case !at.After(now):
 		return "due"
 	}
-	return "in " + age(at.Sub(now))
+	return "in " + reltime.Age(at.Sub(now))
 }
 
 // expiresJSON is expires as an RFC 3339 time; "" when kept forever.
@@ -109,7 +111,7 @@ func (r DLQRetention) check() error {
 
 // dlqStore connects to Redis and returns the store of REDIS_STREAM's DLQ,
 // and a function that closes the connection.
-func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
+func (g *Globals) dlqStore(ctx context.Context) (*redisdlq.Store, func(), error) {
 	if err := g.requireStream(false); err != nil {
 		return nil, nil, err
 	}
@@ -117,19 +119,19 @@ func (g *Globals) dlqStore(ctx context.Context) (*dlq.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return dlq.NewStore(rc, g.RedisStream), rc.Close, nil
+	return redisdlq.NewStore(rc, g.RedisStream), rc.Close, nil
 }
 
 // notFound rewrites dlq.ErrNotFound for an operator, and says how to get
 // rid of an entry that cannot be decoded (see unreadable).
-func notFound(store *dlq.Store, err error, id string) error {
+func notFound(store *redisdlq.Store, err error, id string) error {
 	if errors.Is(err, dlq.ErrNotFound) {
 		return fmt.Errorf("no dead-letter entry %s in %s (relay dlq ls lists them)", id, store.Key())
 	}
 	return unreadable(err)
 }
 
-// unreadable adds to an error of dlq.Store.Get or List that names an entry
+// unreadable adds to an error of redisdlq.Store.Get or List that names an entry
 // dlq.Decode rejected (one written by hand or by another program) what the
 // operator can do: relay dlq rm deletes it by id (docs/operations.md).
 func unreadable(err error) error {
@@ -209,7 +211,7 @@ func replaysText(h dlq.Replays, now time.Time) string {
 	if h.Count == 0 {
 		return "none"
 	}
-	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, age(now.Sub(h.LastAt)),
+	return fmt.Sprintf("%d without success; the last %s ago (%s): %s: %s", h.Count, reltime.Age(now.Sub(h.LastAt)),
 		h.LastAt.UTC().Format(time.RFC3339), h.LastResult, h.LastError)
 }
 
@@ -267,7 +269,7 @@ func entryTable(w io.Writer, entries []dlq.Entry, r *DLQRetention) error {
 	now := time.Now()
 	rows := make([][]string, 0, len(entries))
 	for _, e := range entries {
-		row := []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts), age(now.Sub(e.Timestamp))}
+		row := []string{e.ID, e.OriginalID, e.App, e.Handler, strconv.Itoa(e.HandlerAttempts), reltime.Age(now.Sub(e.Timestamp))}
 		if r != nil {
 			row = append(row, r.expires(e, now))
 		}
@@ -321,7 +323,7 @@ func (c *DLQInspectCmd) Run(ctx context.Context, g *Globals) error {
 	}
 	written := "-"
 	if !e.Timestamp.IsZero() {
-		written = fmt.Sprintf("%s ago (%s)", age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
+		written = fmt.Sprintf("%s ago (%s)", reltime.Age(time.Since(e.Timestamp)), e.Timestamp.UTC().Format(time.RFC3339))
 	}
 	expires := c.expires(e, time.Now())
 	if at := e.Expires(c.Retention); !at.IsZero() {
@@ -479,7 +481,7 @@ func (c *DLQReplayCmd) Run(ctx context.Context, g *Globals) error {
 }
 
 // selected returns the entry given by ID, or with --all those f selects.
-func (c *DLQReplayCmd) selected(ctx context.Context, store *dlq.Store, f dlq.Filter) ([]dlq.Entry, error) {
+func (c *DLQReplayCmd) selected(ctx context.Context, store *redisdlq.Store, f dlq.Filter) ([]dlq.Entry, error) {
 	if c.All {
 		entries, err := store.List(ctx, f)
 		if err != nil {
@@ -518,7 +520,7 @@ func (c *DLQReplayCmd) summary(g *Globals, entries []dlq.Entry, results []replay
 // replay replays one entry and returns its outcome. In text mode it prints
 // the progress on stdout and, with --all, each failure; a single entry's
 // failure is left to the command's error.
-func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, runner relay.Runner, store *dlq.Store, e dlq.Entry) replayJSON {
+func (c *DLQReplayCmd) replay(ctx context.Context, g *Globals, apps *app.Set, runner relay.Runner, store *redisdlq.Store, e dlq.Entry) replayJSON {
 	r := replayJSON{ID: e.ID, App: e.App, Handler: e.Handler}
 	target := e.App + "/" + e.Handler
 	if !c.JSON {
@@ -660,7 +662,7 @@ func (c *DLQRmCmd) Run(ctx context.Context, g *Globals) error {
 // one ID must not leave a half-done deletion behind. An entry that cannot
 // be decoded exists all the same, and deleting it by id is the way to get
 // rid of it. An ID given twice is one entry.
-func (c *DLQRmCmd) removeIDs(ctx context.Context, g *Globals, store *dlq.Store) error {
+func (c *DLQRmCmd) removeIDs(ctx context.Context, g *Globals, store *redisdlq.Store) error {
 	ids := make([]string, 0, len(c.IDs))
 	for _, id := range c.IDs {
 		if !slices.Contains(ids, id) {

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -70,7 +71,7 @@ func TestStartEndToEnd(t *testing.T) {
 	})
 	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
 
-	src := stream.New(rc, streamName, "relay", "publisher")
+	src := redisstream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
 	okID, err := src.Publish(ctx, map[string]string{"event": `{"event_name":"INSERT","table_name":"users","new_image":{"id":42,"email":"ada@example.com"}}`})
 	if err != nil {
@@ -80,7 +81,7 @@ func TestStartEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 60*time.Second, "handler output and DLQ entry", func() bool {
 		n, _ := store.Len(ctx)
 		return n == 1 && strings.Contains(stdout.String(), "[users/events.created] welcome user ada@example.com (message "+okID)

@@ -5,28 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/plural"
 	"github.com/relaydev/relay/internal/redisinfo"
+	"github.com/relaydev/relay/internal/reltime"
+	"github.com/relaydev/relay/internal/textsafe"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // HealthCmd is `relay health`.
 type HealthCmd struct {
 	RunnerFlags    `embed:""`
 	RetentionFlags `embed:""`
-	JSON           bool `name:"json" help:"Print JSON instead of a table."`
+	JSON           bool          `name:"json" help:"Print JSON instead of a table."`
+	WaitingAge     time.Duration `name:"waiting-age" default:"15m" help:"Warn when an invocation waiting for its rule's flow control (concurrency, rate, debounce) has an event older than this: the waiting grows faster than the limit lets it drain (docs/flow-control.md#waiting)."`
 }
 
 // Help shows examples under relay health --help.
 func (c *HealthCmd) Help() string {
-	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), and that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
+	return `Checks that Redis answers and the stream and consumer group exist, and that containerd answers and its namespace can be used (skipped with --runner process), that no worker holds messages pending for an app it cannot serve (a template or pattern error, a missing image or secret), and that every template of the apps root is valid, as relay validate checks them, whether or not a worker runs (the default root /apps only when it exists). It warns (WARN, exit 0) when a worker runs a handler past its timeout or for a message Redis no longer has pending, when an app's slots are stuck full while messages wait (docs/operations.md#stalled-handlers), when a worker created the consumer group again in the last hour: Redis lost its data (docs/operations.md#redis-lost-its-data), and when a rule has an invocation waiting for its flow control with an event older than --waiting-age (docs/flow-control.md#waiting). The memory budget check fails when the Redis memory, projected at the current event rate with the retentions given (set them as the workers have them), or the memory in use now, is over 90% of maxmemory (docs/operations.md#memory-budget). Exits 1 naming each failing part.
 
 Examples:
 
@@ -71,7 +78,8 @@ func (c *HealthCmd) Run(ctx context.Context, g *Globals) error {
 	if !reachable {
 		rc = nil
 	}
-	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc)}
+	checks := []healthCheckJSON{redisCheck, c.checkAccess(ctx, g, rc), c.checkMemory(ctx, rc), c.checkBudget(ctx, g, rc), c.checkContainerd(ctx, g), c.checkHolds(ctx, g, rc), checkApps(g)}
+	checks = append(checks, c.checkWorkers(ctx, g, rc)...)
 	var failing []string
 	for _, ch := range checks {
 		if !ch.OK {
@@ -126,7 +134,7 @@ func (c *HealthCmd) checkRedis(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
+	err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Ping(pctx)
 	reachable = err == nil || errors.Is(err, stream.ErrNoStream) || errors.Is(err, stream.ErrNoGroup)
 	switch {
 	case errors.Is(err, stream.ErrNoStream):
@@ -213,7 +221,7 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Clien
 	}
 	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	workers, err := stats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, time.Now())
 	switch {
 	case err != nil:
 		ch.OK, ch.Skipped = true, true
@@ -238,6 +246,136 @@ func (c *HealthCmd) checkHolds(ctx context.Context, g *Globals, rc rueidis.Clien
 		lines[i] = h.String()
 	}
 	ch.Detail = strings.Join(lines, "; ")
+	return ch
+}
+
+// checkApps loads the apps root as relay validate does and fails naming
+// each unavailable app with its first error, whether or not a worker runs
+// (docs/operations.md#commands): a worker would serve none of its
+// handlers, and an app whose rules cannot be read holds every message of
+// the stream. The default root is checked only when it exists.
+func checkApps(g *Globals) healthCheckJSON {
+	ch := healthCheckJSON{Name: "apps"}
+	apps, err := g.loadApps()
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !g.appsSet:
+		ch.OK, ch.Skipped = true, true
+		ch.Detail = fmt.Sprintf("not checked: no apps root at %s; set RELAY_APPS (--apps) to the workers' to check their templates", g.Apps)
+		return ch
+	case err != nil:
+		ch.Detail = err.Error()
+		return ch
+	case len(apps.List()) == 0:
+		ch.Detail = errNoApps(g.Apps).Error()
+		return ch
+	}
+	var bad []string
+	for _, a := range apps.List() {
+		if a.Available() {
+			continue
+		}
+		what := "unavailable: its messages stay pending"
+		if a.Incomplete {
+			what = "unavailable, its rules unreadable: every message of the stream stays pending"
+		}
+		more := ""
+		if n := len(a.Errors) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %s; relay validate lists them)", plural.Of(n, "more error"))
+		}
+		bad = append(bad, fmt.Sprintf("%s %s: %s%s", a.Name, what, textsafe.Escape(a.Errors[0].Error(), false), more))
+	}
+	if len(bad) > 0 {
+		ch.Detail = strings.Join(bad, "; ")
+		return ch
+	}
+	ch.OK = true
+	ch.Detail = fmt.Sprintf("%s in %s, every template valid", plural.Of(len(apps.List()), "app"), g.Apps)
+	return ch
+}
+
+// checkWorkers warns about what the live workers publish
+// (docs/operations.md#stalled-handlers): "running handlers" names every
+// attempt past its timeout or running for a message Redis lost, and every
+// app whose slots are stuck full while messages wait; "redis data" names
+// every worker that created the consumer group again within
+// stats.RecreationShownFor (docs/operations.md#redis-lost-its-data). Both
+// only warn: the workers go on, and the operator decides.
+func (c *HealthCmd) checkWorkers(ctx context.Context, g *Globals, rc rueidis.Client) []healthCheckJSON {
+	runs, data := healthCheckJSON{Name: "running handlers", OK: true}, healthCheckJSON{Name: "redis data", OK: true}
+	waits := healthCheckJSON{Name: "flow control", OK: true}
+	if rc == nil {
+		redisToCheck(rc, &runs)
+		redisToCheck(rc, &data)
+		redisToCheck(rc, &waits)
+		return []healthCheckJSON{runs, data, waits}
+	}
+	rctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	now := time.Now()
+	workers, err := redisstats.ReadStatus(rctx, rc, g.RedisStream, g.RedisGroup, now)
+	switch {
+	case err != nil:
+		runs.Skipped, data.Skipped, waits.Skipped = true, true, true
+		runs.Detail = "not checked: " + err.Error()
+		data.Detail, waits.Detail = runs.Detail, runs.Detail
+		return []healthCheckJSON{runs, data, waits}
+	case len(workers) == 0:
+		runs.Skipped, data.Skipped, waits.Skipped = true, true, true
+		runs.Detail = fmt.Sprintf("not checked: no worker of group %s published its status in the last %s", g.RedisGroup, stats.StatusStaleAfter)
+		data.Detail, waits.Detail = runs.Detail, runs.Detail
+		return []healthCheckJSON{runs, data, waits}
+	}
+	waits = c.checkWaiting(workers, now)
+	pending, _, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-health").Pending(rctx)
+	if err != nil {
+		pending = -1 // full slots are not judged
+	}
+	var lines []string
+	n := 0
+	for _, w := range workers {
+		n += len(w.Running)
+	}
+	for _, st := range stats.Stalls(workers, pending, now) {
+		lines = append(lines, st.String())
+	}
+	if len(lines) > 0 {
+		runs.Warning, runs.Detail = true, strings.Join(lines, "; ")
+	} else {
+		runs.Detail = fmt.Sprintf("%s on %s, none past its timeout or for a lost message", plural.Of(n, "handler attempt"), plural.Of(len(workers), "worker"))
+	}
+	lines = lines[:0]
+	for _, r := range stats.Recreations(workers, now) {
+		lines = append(lines, r.String(g.RedisGroup)+"; check why Redis lost its data and publish again what the producers still have")
+	}
+	if len(lines) > 0 {
+		data.Warning, data.Detail = true, strings.Join(lines, "; ")
+	} else {
+		data.Detail = fmt.Sprintf("no worker created consumer group %s again in the last %s", g.RedisGroup, strings.TrimSuffix(stats.RecreationShownFor.String(), "0m0s"))
+	}
+	return []healthCheckJSON{runs, data, waits}
+}
+
+// checkWaiting warns about every rule whose invocations wait for its flow
+// control with an event older than --waiting-age: a limit that lets fewer
+// through than arrive keeps the oldest waiting ever older, until max_age
+// (if set) dead-letters them (docs/flow-control.md#waiting).
+func (c *HealthCmd) checkWaiting(workers []stats.WorkerStatus, now time.Time) healthCheckJSON {
+	ch := healthCheckJSON{Name: "flow control", OK: true}
+	waiting := stats.SumWaiting(workers)
+	var lines []string
+	n := 0
+	for _, w := range waiting {
+		n += w.Count
+		if !w.Oldest.IsZero() && now.Sub(w.Oldest) > c.WaitingAge {
+			lines = append(lines, fmt.Sprintf("%s/%s: %s waiting for its %s limit, the oldest event %s old (over --waiting-age %s): the limit drains them slower than they arrive; raise it, or set max_age to give up on stale events",
+				w.App, w.Handler, plural.Of(w.Count, "invocation"), w.Limit, reltime.Age(now.Sub(w.Oldest)), c.WaitingAge))
+		}
+	}
+	if len(lines) > 0 {
+		ch.Warning, ch.Detail = true, strings.Join(lines, "; ")
+		return ch
+	}
+	ch.Detail = fmt.Sprintf("%s waiting for flow control, none with an event older than %s", plural.Of(n, "invocation"), c.WaitingAge)
 	return ch
 }
 

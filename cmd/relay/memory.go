@@ -10,6 +10,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/worker"
 )
 
 // RetentionFlags are the retentions a memory projection assumes, read
@@ -22,7 +24,9 @@ type RetentionFlags struct {
 }
 
 func (r RetentionFlags) retentions() stats.Retentions {
-	return stats.Retentions{Stream: r.StreamRetention, DLQ: r.Retention, Invocation: r.InvocationRetention}
+	// relay start trims at the worker's default interval.
+	return stats.Retentions{Stream: r.StreamRetention, DLQ: r.Retention, Invocation: r.InvocationRetention,
+		TrimInterval: worker.DefaultRetentionInterval}
 }
 
 func (r RetentionFlags) check() error {
@@ -34,7 +38,7 @@ func (r RetentionFlags) check() error {
 
 // measureMemory measures the stream's Redis memory with the retentions.
 func (r RetentionFlags) measureMemory(ctx context.Context, rc rueidis.Client, g *Globals) (stats.Memory, error) {
-	return stats.MeasureMemory(ctx, rc, g.RedisStream, g.RedisGroup, r.retentions(), stats.Budget{})
+	return redisstats.MeasureMemory(ctx, rc, g.RedisStream, g.RedisGroup, r.retentions(), stats.Budget{})
 }
 
 type memoryJSON struct {

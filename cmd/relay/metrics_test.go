@@ -16,7 +16,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func freeAddr(t *testing.T) string {
@@ -80,7 +80,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	base := "http://" + addr
 	testutil.WaitFor(t, 30*time.Second, "ready", func() bool { code, _ := get(base + "/readyz"); return code == 200 })
 
-	src := stream.New(rc, streamName, "relay", "publisher")
+	src := redisstream.New(rc, streamName, "relay", "publisher")
 	ctx := context.Background()
 	for _, ev := range []string{
 		`{"event_name":"INSERT","table_name":"users","new_image":{"id":1}}`, // users/events.created succeeds

@@ -30,7 +30,7 @@ import (
 
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestTracingFromEnv(t *testing.T) {
@@ -325,7 +325,7 @@ func TestStartTracesEndToEnd(t *testing.T) {
 	})
 
 	const producerTrace = "0af7651916cd43dd8448eb211c80319c"
-	src := stream.New(rc, "events", "relay", "publisher")
+	src := redisstream.New(rc, "events", "relay", "publisher")
 	id, err := src.Publish(t.Context(), map[string]string{
 		"event": `{"kind":"order"}`, "traceparent": "00-" + producerTrace + "-b7ad6b7169203331-01",
 	})

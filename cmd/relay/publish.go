@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/producer"
 )
 
@@ -29,17 +32,24 @@ type PublishCmd struct {
 	Trace string    `placeholder:"TRACEPARENT" env:"TRACEPARENT" help:"W3C traceparent to put on every entry, so the workers' spans continue that trace."`
 	// MaxEventBytes is the workers' limit; a larger event is refused.
 	MaxEventBytes byteSize `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"The workers' MAX_EVENT_BYTES: a larger event is refused, since they would dead-letter it undecoded."`
+	// IdempotencyKey and IdempotencyWindow are pointers so that an empty
+	// key, or a window without a key, is refused rather than ignored.
+	IdempotencyKey    *string        `name:"idempotency-key" placeholder:"KEY" help:"Publish at most once per KEY within the window: a repeat adds nothing and prints the first publish's id. With --file, the n-th event of the file uses KEY:n. Not with --count > 1."`
+	IdempotencyWindow *time.Duration `name:"idempotency-window" placeholder:"DURATION" help:"How long --idempotency-key is remembered, from the publish that added the event: 1s to 720h (default 24h)."`
 }
 
 // Help is shown by relay publish --help.
 func (c *PublishCmd) Help() string {
 	return `Writes events to REDIS_STREAM the way Relay's producers should: one XADD per event with the field "event" (and "traceparent" with --trace), never a MAXLEN or MINID trim, which would lose entries no worker has read. Every event is checked first, as a worker decodes it; when any is not a JSON object nothing is written and the error names its line. The ids are printed one per line. Needs no consumer group.
 
+With --idempotency-key a repeat of the same publish within the window (24h) adds nothing: its id is the first publish's, and stderr says it was a duplicate. With --file (or -f -), the n-th event of the input is keyed KEY:n, blank lines not counted, so running the same command again publishes only what is missing; --count > 1 is refused.
+
 Examples:
 
     relay publish '{"type":"orders.placed","amount":42}'
     echo '{"type":"orders.placed"}' | relay publish
-    relay publish --file events.ndjson --rate 50 --count 10`
+    relay publish --file events.ndjson --rate 50 --count 10
+    relay publish --idempotency-key order-7 '{"type":"orders.placed","order_id":7}'`
 }
 
 // Run validates every input event, then publishes them.
@@ -53,6 +63,9 @@ func (c *PublishCmd) Run(ctx context.Context, g *Globals) error {
 	if c.Event != "" && c.File != "" {
 		return usagef("give the event as an argument or --file, not both")
 	}
+	if err := c.checkIdempotency(); err != nil {
+		return err
+	}
 	ctx, err := c.traceContext(ctx)
 	if err != nil {
 		return err
@@ -64,14 +77,21 @@ func (c *PublishCmd) Run(ctx context.Context, g *Globals) error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkEventKeys(len(events)); err != nil {
+		return err
+	}
 	rc, err := g.redisClient()
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	p, err := producer.New(rc, g.RedisStream, producer.WithMaxEventBytes(int(c.MaxEventBytes)))
+	p, err := producer.New(producer.Redis(rc, g.RedisStream), producer.WithMaxEventBytes(int(c.MaxEventBytes)),
+		producer.WithIdempotencyWindow(c.window()))
 	if err != nil {
 		return err
+	}
+	if c.IdempotencyKey != nil {
+		return c.publishOnce(ctx, p, events, g.stdout, g.stderr)
 	}
 	return c.publish(ctx, p, events, g.stdout)
 }
@@ -201,6 +221,122 @@ func (c *PublishCmd) publish(ctx context.Context, p *producer.Producer, events [
 		all = all[n:]
 	}
 	return nil
+}
+
+// window is --idempotency-window or its default.
+func (c *PublishCmd) window() time.Duration {
+	if c.IdempotencyWindow == nil {
+		return producer.DefaultIdempotencyWindow
+	}
+	return *c.IdempotencyWindow
+}
+
+// checkIdempotency refuses idempotency flags that cannot mean what they
+// say, before anything is read or written.
+func (c *PublishCmd) checkIdempotency() error {
+	if c.IdempotencyKey == nil {
+		if c.IdempotencyWindow != nil {
+			return usagef("--idempotency-window needs --idempotency-key")
+		}
+		return nil
+	}
+	if c.Count > 1 {
+		return usagef("--idempotency-key publishes each event once, --count %d repeats it on purpose: drop one of them", c.Count)
+	}
+	// Each flag on its own, so the error names the one that is wrong.
+	if err := producer.ValidateIdempotency(*c.IdempotencyKey, producer.DefaultIdempotencyWindow); err != nil {
+		return usagef("--idempotency-key: %s", bareIdempotencyError(err))
+	}
+	if err := producer.ValidateIdempotency("key", c.window()); err != nil {
+		return usagef("--idempotency-window: %s", bareIdempotencyError(err))
+	}
+	return nil
+}
+
+// checkEventKeys refuses a --file run whose last event's key, the longest
+// (KEY:<n>), is over the limit, before anything is written.
+func (c *PublishCmd) checkEventKeys(n int) error {
+	if c.IdempotencyKey == nil {
+		return nil
+	}
+	if err := producer.ValidateIdempotency(c.eventKey(n-1), c.window()); err != nil {
+		from := c.File
+		if from == "-" {
+			from = "stdin"
+		}
+		return usagef("--idempotency-key: the key of event %d of %s, %q: %s; nothing published", n, from, c.eventKey(n-1), bareIdempotencyError(err))
+	}
+	return nil
+}
+
+func bareIdempotencyError(err error) string {
+	return strings.TrimPrefix(err.Error(), producer.ErrInvalidIdempotency.Error()+": ")
+}
+
+// eventKey is the idempotency key of event i (0-based) of the input: the
+// key as given for an argument or stdin, KEY:<i+1> for the events of
+// --file, so that each line of a file is published once.
+func (c *PublishCmd) eventKey(i int) string {
+	if c.File == "" {
+		return *c.IdempotencyKey
+	}
+	return *c.IdempotencyKey + ":" + strconv.Itoa(i+1)
+}
+
+// publishOnce publishes each event once per its key (eventKey), paced by
+// Rate, printing each id, new or the first publish's; stderr says which
+// were duplicates, also when Redis fails midway.
+func (c *PublishCmd) publishOnce(ctx context.Context, p *producer.Producer, events [][]byte, out, errOut io.Writer) error {
+	every := time.Duration(0)
+	if c.Rate > 0 {
+		every = time.Duration(float64(time.Second) / c.Rate)
+	}
+	var dups []string
+	defer func() { reportDuplicates(errOut, dups, c.window()) }()
+	next := time.Now()
+	for i, ev := range events {
+		if every > 0 {
+			if err := sleepUntil(ctx, next); err != nil {
+				return err
+			}
+			next = next.Add(every)
+		}
+		id, first, err := p.PublishOnceJSON(ctx, c.eventKey(i), ev)
+		if err != nil {
+			return fmt.Errorf("%w; %d of %d done (the ids above), the next is event %d; the same command run again publishes only the rest",
+				err, i, len(events), i+1)
+		}
+		if !first {
+			dups = append(dups, c.eventKey(i))
+		}
+		if _, err := fmt.Fprintln(out, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reportDuplicates says on w which publishes were duplicates: the key of
+// a lone one, or how many and the first few keys.
+func reportDuplicates(w io.Writer, dups []string, window time.Duration) {
+	switch len(dups) {
+	case 0:
+		return
+	case 1:
+		fmt.Fprintf(w, "relay: duplicate: idempotency key %q was published within the last %s; nothing added, the id printed is the first publish's\n", dups[0], app.FormatDuration(window))
+		return
+	}
+	const shown = 5
+	names := make([]string, 0, shown)
+	for _, k := range dups[:min(len(dups), shown)] {
+		names = append(names, strconv.Quote(k))
+	}
+	more := ""
+	if len(dups) > shown {
+		more = fmt.Sprintf(" and %d more", len(dups)-shown)
+	}
+	fmt.Fprintf(w, "relay: %d duplicates: idempotency keys %s%s were published within the last %s; nothing added for them, the ids printed are the first publishes'\n",
+		len(dups), strings.Join(names, ", "), more, app.FormatDuration(window))
 }
 
 // sleepUntil waits until t or ctx ends.

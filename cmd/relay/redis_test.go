@@ -391,7 +391,7 @@ func TestACLUser(t *testing.T) {
 
 // aclRules are the ACL rules docs/deployment.md recommends for Relay's
 // user; TestACLWorker runs a worker under exactly these.
-const aclRules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info +memory|usage ~*"
+const aclRules = "-@all +@stream +@hash +@sortedset +@scripting +@string +@keyspace +@connection +time +info +memory|usage ~*"
 
 // aclClusterRules are what a Redis Cluster user needs on top of aclRules:
 // the client learns the slot map with CLUSTER SLOTS.
@@ -479,8 +479,9 @@ func TestACLWorker(t *testing.T) {
 		t.Errorf("the worker hit a missing ACL permission:\n%s", stderr)
 	}
 	// health's access probe reads every key the worker wrote, the
-	// dead-letter stream and the invocation hashes among them.
-	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}, {"health", "--runner", "process"}} {
+	// dead-letter stream and the invocation hashes among them. Its apps
+	// check reads valid apps: cli_apps holds a broken one on purpose.
+	for _, args := range [][]string{{"stats"}, {"dlq", "ls"}, {"health", "--runner", "process", "--apps", validApps}} {
 		if r := relayCLI(t, "", args...); r.code != exitOK {
 			t.Errorf("relay %s as the ACL user: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 		}
@@ -561,7 +562,7 @@ func TestACLMissingPermissions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r := relayCLI(t, "", "health", "--runner", "process"); r.code != exitOK || !regexp.MustCompile(`redis access +ok`).MatchString(r.stdout) {
+	if r := relayCLI(t, "", "health", "--runner", "process", "--apps", validApps); r.code != exitOK || !regexp.MustCompile(`redis access +ok`).MatchString(r.stdout) {
 		t.Errorf("relay health as the user of the documented narrower key pattern: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/redis/rueidis"
+
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
@@ -39,6 +41,7 @@ type StartCmd struct {
 	StreamRetention time.Duration `name:"stream-retention" env:"REDIS_STREAM_RETENTION" default:"24h" help:"Trim each stream to entries younger than this, never past an entry any consumer group holds pending or has not been delivered (0: never trim)."`
 	DLQRetention    `embed:""`
 	MaxEventBytes   byteSize      `name:"max-event-bytes" env:"MAX_EVENT_BYTES" default:"1MiB" help:"Larger events are dead-lettered once, undecoded, with a summary (KiB, MiB or GiB)."`
+	StartupWait     time.Duration `name:"startup-wait" env:"RELAY_STARTUP_WAIT" default:"1m" help:"At start, how long to wait for a Redis that refuses connections or does not answer yet, retrying with backoff, before exiting 1 (0: exit at once)."`
 	DepsRetention   time.Duration `name:"deps-retention" env:"RELAY_DEPS_RETENTION" default:"168h" help:"Remove a dependency image no worker of the containerd namespace used for this long (0: keep them; else at least 1h)."`
 
 	// InvocationRetention: docs/operations.md#redis-memory sizes it.
@@ -72,6 +75,9 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	if c.MaxConcurrency <= 0 {
 		return usagef("MAX_CONCURRENCY must be > 0, got %d", c.MaxConcurrency)
 	}
+	if c.StartupWait < 0 {
+		return usagef("RELAY_STARTUP_WAIT must be >= 0 (0: exit at once), got %s", c.StartupWait)
+	}
 	if c.ShutdownTimeout <= 0 {
 		return usagef("RELAY_SHUTDOWN_TIMEOUT must be > 0, got %s", c.ShutdownTimeout)
 	}
@@ -97,7 +103,9 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer stopTracing()
-	rc, err := g.redisClient()
+	// A worker started with its Redis (a pod beside it, a host at boot)
+	// waits for it rather than exiting into a restart loop.
+	rc, err := worker.Connect(ctx, func(context.Context) (rueidis.Client, error) { return g.redisClient() }, c.StartupWait, log)
 	if err != nil {
 		return err
 	}
@@ -117,7 +125,7 @@ func (c *StartCmd) Run(ctx context.Context, g *Globals) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	w, err := worker.New(worker.Config{
 		Redis: rc, Streams: streams, Group: g.RedisGroup, Consumer: c.Consumer,
-		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir,
+		Apps: template.Dir(g.Apps), Runner: runner.Runner, StateDir: c.StateDir, StartupWait: c.StartupWait,
 		StreamRetention: orDisabled(c.StreamRetention), DLQRetention: orDisabled(c.DLQRetention.Retention),
 		Engine: relay.Config{
 			MaxConcurrency: c.MaxConcurrency, ShutdownTimeout: c.ShutdownTimeout,

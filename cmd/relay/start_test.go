@@ -94,19 +94,8 @@ func TestStartInvocationRetention(t *testing.T) {
 			t.Setenv("REDIS_STREAM", name)
 			t.Setenv("REDIS_GROUP", "relay")
 			t.Setenv("RELAY_APPS", cliApps(t))
-			ctx, stop := context.WithCancel(t.Context())
-			stdout, stderr := &testutil.Buffer{}, &testutil.Buffer{}
-			exit := make(chan int, 1)
-			go func() {
-				exit <- run(ctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", "w1"}, stdout, stderr)
-			}()
-			t.Cleanup(func() {
-				stop()
-				<-exit
-				if t.Failed() {
-					t.Logf("stderr:\n%s", stderr)
-				}
-			})
+			stdout, stderr := startInBackground(t)
+			ctx := t.Context()
 			testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
 			id, err := rc.Do(ctx, rc.B().Xadd().Key(name).Id("*").FieldValue().FieldValue("event", `{"kind":"refund"}`).Build()).ToString()
 			if err != nil {
@@ -136,4 +125,56 @@ func TestStartInvocationRetention(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartWaitsForALateRedis: relay start begun before its Redis waits
+// for it, saying so once, and starts when it answers; with a shorter
+// --startup-wait it exits 1 naming the wait and the refusal
+// (docs/operations.md#starting-before-redis).
+func TestStartWaitsForALateRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a worker")
+	}
+	isolateRedisEnv(t)
+	srv := redistest.Start(t, redistest.Options{})
+	srv.Stop()
+	t.Setenv("REDIS_URI", srv.Addr)
+	t.Setenv("REDIS_STREAM", "events")
+	t.Setenv("REDIS_GROUP", "relay")
+	t.Setenv("RELAY_APPS", cliApps(t))
+
+	r := relayCLI(t, "", "start", "--runner", "process", "--state-dir", t.TempDir(), "--startup-wait", "1s")
+	if r.code != exitFailure || !strings.Contains(r.stderr, "relay: worker: Redis did not answer within the start-up wait of 1s") ||
+		!strings.Contains(r.stderr, "connection refused") || strings.Count(r.stderr, "Redis does not answer yet") != 1 {
+		t.Errorf("relay start --startup-wait 1s on a stopped Redis: exit %d\n%s", r.code, r.stderr)
+	}
+
+	_, stderr := startInBackground(t)
+	testutil.WaitFor(t, 30*time.Second, "relay start to wait for Redis", func() bool {
+		return strings.Contains(stderr.String(), "Redis does not answer yet; waiting for it")
+	})
+	if err := srv.TryRestart(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 30*time.Second, "worker started", func() bool { return strings.Contains(stderr.String(), "worker started") })
+}
+
+// startInBackground runs relay start with the process runner as consumer
+// w1 until the test ends, and returns its output.
+func startInBackground(t *testing.T) (stdout, stderr *testutil.Buffer) {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	stdout, stderr = &testutil.Buffer{}, &testutil.Buffer{}
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(ctx, []string{"start", "--runner", "process", "--state-dir", t.TempDir(), "--consumer", "w1"}, stdout, stderr)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-exit
+		if t.Failed() {
+			t.Logf("stderr:\n%s", stderr)
+		}
+	})
+	return stdout, stderr
 }

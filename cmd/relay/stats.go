@@ -9,10 +9,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relaydev/relay/internal/reltime"
 	"github.com/relaydev/relay/stats"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
+	"github.com/relaydev/relay/stats/redisstats"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // StatsCmd is `relay stats`.
@@ -25,7 +28,7 @@ type StatsCmd struct {
 func (c *StatsCmd) Help() string {
 	return `Counters are cluster-wide: every worker of the stream and group adds to them in Redis, from when it first ran. received counts deliveries, so a redelivered message counts again; successes and failures count handler attempts. pending and the age of the oldest pending entry come from XPENDING, dead-letter entries now from the DLQ stream.
 
-Then the memory budget: the Redis memory of the stream, the dead-letter stream, the invocation state and the other relay: keys, the event rate, and the memory they level off at if that rate goes on with the retentions given (set --stream-retention, --invocation-retention and --dlq-retention, or their variables, as the workers have them), against 90% of maxmemory (docs/operations.md#memory-budget). Needs +memory|usage and +info in the Redis user's ACL.
+Then the memory budget: the Redis memory of the stream, the dead-letter stream, the invocation state and the other relay: keys, the event rate, and the memory they peak at (just before a trim, the workers trimming every minute) if that rate goes on with the retentions given (set --stream-retention, --invocation-retention and --dlq-retention, or their variables, as the workers have them), against 90% of maxmemory (docs/operations.md#memory-budget). Needs +memory|usage and +info in the Redis user's ACL.
 
 Examples:
 
@@ -44,6 +47,7 @@ type statsJSON struct {
 	Failures         int64   `json:"failures"`
 	Retries          int64   `json:"retries"`
 	DLQEntries       int64   `json:"dlq_entries"`
+	Superseded       int64   `json:"superseded"`
 	DLQLength        int64   `json:"dlq_length"`
 	Pending          int64   `json:"pending"`
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
@@ -51,6 +55,10 @@ type statsJSON struct {
 	// Holds says why live workers hold messages pending
 	// (docs/delivery.md#held-messages); empty when nothing is held.
 	Holds []stats.Hold `json:"holds"`
+	// Waiting are the invocations live workers keep waiting for their
+	// rules' flow control, by rule and limit
+	// (docs/flow-control.md#waiting); empty when none waits.
+	Waiting []stats.Waiting `json:"waiting"`
 	// Memory is nil when it could not be measured; MemoryError says why.
 	Memory      *memoryJSON `json:"memory"`
 	MemoryError string      `json:"memory_error,omitempty"`
@@ -69,25 +77,26 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		return err
 	}
 	defer rc.Close()
-	s, err := stats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
+	s, err := redisstats.Read(ctx, rc, g.RedisStream, g.RedisGroup)
 	if err != nil {
 		return err
 	}
-	pending, oldest, err := stream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
+	pending, oldest, err := redisstream.New(rc, g.RedisStream, g.RedisGroup, "relay-stats").Pending(ctx)
 	if errors.Is(err, stream.ErrNoGroup) {
 		return fmt.Errorf("consumer group %q does not exist on stream %q: check REDIS_GROUP (--group)", g.RedisGroup, g.RedisStream)
 	}
 	if err != nil {
 		return err
 	}
-	dlqLen, err := dlq.NewStore(rc, g.RedisStream).Len(ctx)
+	dlqLen, err := redisdlq.NewStore(rc, g.RedisStream).Len(ctx)
 	if err != nil {
 		return err
 	}
-	holds, err := stats.ReadHolds(ctx, rc, g.RedisStream, g.RedisGroup)
+	workers, err := redisstats.ReadStatus(ctx, rc, g.RedisStream, g.RedisGroup, time.Now())
 	if err != nil {
 		return err
 	}
+	holds, waiting := stats.Holds(workers), stats.SumWaiting(workers)
 	// Memory is measured last and may be refused (an ACL user without
 	// +memory or +info): the counters are still worth printing.
 	mem, memErr := c.measureMemory(ctx, rc, g)
@@ -95,8 +104,8 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if c.JSON {
 		out := statsJSON{Stream: g.RedisStream, Group: g.RedisGroup, Received: s.Received, Matched: s.Matched,
 			Unmatched: s.Unmatched, Malformed: s.Malformed, Successes: s.Successes, Failures: s.Failures,
-			Retries: s.Retries, DLQEntries: s.DLQEntries, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds(),
-			Holds: append([]stats.Hold{}, holds...)}
+			Retries: s.Retries, DLQEntries: s.DLQEntries, Superseded: s.Superseded, DLQLength: dlqLen, Pending: pending, OldestPendingAge: oldest.Seconds(),
+			Holds: append([]stats.Hold{}, holds...), Waiting: append([]stats.Waiting{}, waiting...)}
 		if pending > 0 {
 			out.OldestPendingAt = time.Now().Add(-oldest).UTC().Format(time.RFC3339)
 		}
@@ -110,7 +119,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
 	oldestText := "-"
 	if pending > 0 {
-		oldestText = age(oldest)
+		oldestText = reltime.Age(oldest)
 	}
 	fmt.Fprintf(g.stdout, "Stream %s, group %s\n\n", g.RedisStream, g.RedisGroup)
 	err = table(g.stdout, []string{"COUNTER", "VALUE"}, [][]string{
@@ -123,6 +132,7 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 		{"retries", n(s.Retries)},
 		{"dlq entries written", n(s.DLQEntries)},
 		{"dlq entries now", n(dlqLen)},
+		{"superseded", n(s.Superseded)},
 		{"pending", n(pending)},
 		{"oldest pending age", oldestText},
 	})
@@ -132,11 +142,34 @@ func (c *StatsCmd) Run(ctx context.Context, g *Globals) error {
 	if err := writeHolds(g.stdout, holds); err != nil {
 		return err
 	}
+	if err := writeWaiting(g.stdout, waiting, time.Now()); err != nil {
+		return err
+	}
 	if memErr != nil {
 		_, err = fmt.Fprintf(g.stdout, "\nRedis memory: not measured: %v\n", memErr)
 		return err
 	}
 	return view.write(g.stdout)
+}
+
+// writeWaiting prints the invocations workers keep waiting for their
+// rules' flow control, when any waits.
+func writeWaiting(w io.Writer, waiting []stats.Waiting, now time.Time) error {
+	if len(waiting) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\nWaiting for flow control (docs/flow-control.md#waiting):"); err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(waiting))
+	for _, v := range waiting {
+		oldest := "-"
+		if !v.Oldest.IsZero() {
+			oldest = reltime.Age(now.Sub(v.Oldest))
+		}
+		rows = append(rows, []string{v.App + "/" + v.Handler, v.Limit, strconv.Itoa(v.Count), oldest})
+	}
+	return table(w, []string{"RULE", "LIMIT", "WAITING", "OLDEST EVENT"}, rows)
 }
 
 // writeHolds prints why workers hold messages pending, when they do.

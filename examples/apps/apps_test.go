@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
@@ -91,6 +92,16 @@ var demo = []demoCase{
 		app:   "notify", handler: "mail.send",
 		wantOut: "[notify/mail.send] welcome mail to ada@example.com sent, SMTP login with a 14-byte password (sha256 " + demoSecretSum + "...)\n",
 	},
+	{
+		event: `{"event_name":"INSERT","table_name":"payments","new_image":{"id":"pay_1","customer_id":"c-42","amount":30}}`,
+		app:   "ledger", handler: "payments.capture",
+		wantOut: "[ledger/payments.capture] captured payment pay_1 of customer c-42: 30 EUR (message 1-0)\n",
+	},
+	{
+		event: `{"event_name":"UPDATE","table_name":"customers","new_image":{"id":"c-42","name":"Ada"}}`,
+		app:   "ledger", handler: "search.reindex",
+		wantOut: "[ledger/search.reindex] search entry of customer c-42 rebuilt: Ada\n",
+	},
 }
 
 // demoSecret is the notify app's smtp-password in the tests; the output
@@ -116,7 +127,7 @@ func loadApps(t *testing.T) *app.Set {
 	if errs := apps.Errors(); len(errs) > 0 {
 		t.Fatalf("example templates are invalid:\n%v", errs)
 	}
-	for _, name := range []string{"users", "billing", "orders", "products", "inventory", "notify"} {
+	for _, name := range []string{"users", "billing", "orders", "products", "inventory", "notify", "ledger"} {
 		if apps.Get(name) == nil {
 			t.Fatalf("app %s not loaded", name)
 		}
@@ -140,6 +151,24 @@ func TestTemplates(t *testing.T) {
 		if r.Handler == "invoices.charge" && r.Retries != 0 {
 			t.Errorf("invoices.charge retries = %d, want 0 (straight to the DLQ)", r.Retries)
 		}
+	}
+	// The ledger app's flow control, as docs/flow-control.md describes it.
+	ledger := apps.Get("ledger")
+	want := []app.Limits{
+		{Concurrency: 2, Scope: app.ScopeCluster, ConcurrencyKey: "new_image.customer_id",
+			Rate: app.Rate{Count: 20, Per: time.Second}, RateBurst: 5, MaxAge: 15 * time.Minute},
+		{Debounce: app.Debounce{Key: "new_image.id", Period: 5 * time.Second}, MaxAge: time.Hour},
+	}
+	for i, r := range ledger.Rules {
+		if i < len(want) && r.Limits != want[i] {
+			t.Errorf("ledger %s: Limits %s, want %s", r.Handler, r.Limits, want[i])
+		}
+	}
+	if ledger.Concurrency != 4 || len(ledger.Rules) != len(want) {
+		t.Errorf("ledger: concurrency %d, %d rules", ledger.Concurrency, len(ledger.Rules))
+	}
+	if key := app.KeyOf([]byte(demo[len(demo)-2].event), ledger.Rules[0].Limits.ConcurrencyKey); key != "c-42" {
+		t.Errorf("the payment's concurrency key is %q, want c-42", key)
 	}
 	for rt, name := range map[string]string{runtime.RuntimePython3: "orders", runtime.RuntimeNode: "products"} {
 		spec := apps.Get(name).Spec

@@ -248,14 +248,14 @@ func TestEngineChargesNoAttemptWhileOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apps, err := app.NewSet(&app.App{Name: "payments", Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 2}}})
+		apps, err := app.NewSet(&app.App{Name: "payments", Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retry: app.Retries(2)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		src := relaytest.NewStream()
 		dead := relaytest.NewDLQ("events")
 		engine, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("w"), State: relaytest.NewStateStore(), Runner: counter, DLQ: dead,
+			Source: src.Consumer("w"), State: relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(dead)), Runner: counter,
 			Stream: "events", Group: "g", Consumer: "w",
 		}, relay.Config{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {

@@ -70,7 +70,7 @@ func run(w io.Writer, tm timings) error {
 	}
 	apps, err := app.NewSet(&app.App{
 		Name:  "payments",
-		Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retries: 4}},
+		Rules: []app.Rule{{Handler: "charge", Pattern: pattern, Retry: app.Retries(4)}},
 	})
 	if err != nil {
 		return err
@@ -96,9 +96,9 @@ func run(w io.Writer, tm timings) error {
 	}
 
 	src := relaytest.NewStream()
+	state := relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("events")))
 	engine, err := relay.NewEngine(apps, relay.Components{
-		Source: src.Consumer("worker-1"), State: relaytest.NewStateStore(), Runner: breaker,
-		DLQ:    relaytest.NewDLQ("events"),
+		Source: src.Consumer("worker-1"), State: state, Runner: breaker,
 		Stream: "events", Group: "payments", Consumer: "worker-1",
 	}, relay.Config{
 		Logger:          slog.New(slog.DiscardHandler),

@@ -1,6 +1,6 @@
 // Command embed is an orders service that embeds Relay: its rules are in
-// apps/orders/template.yaml (runtime: go), its handlers Go functions with
-// typed payloads (docs/embedding.md). Run it from this directory:
+// apps/orders/template.yaml (runtime: go), built into the binary, its
+// handlers Go functions with typed payloads (docs/embedding.md). Run it:
 //
 //	REDIS_ADDR=127.0.0.1:6379 go run .
 //	redis-cli XADD orders '*' event '{"type":"orders.charge","id":"o-1","total":1200}'
@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"embed"
 	"fmt"
 	"log/slog"
 	"os"
@@ -20,6 +21,11 @@ import (
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/worker"
 )
+
+// Apps holds apps/orders/template.yaml: the binary carries its rules.
+//
+//go:embed apps
+var Apps embed.FS
 
 // Order is the payload of both events.
 type Order struct {
@@ -49,7 +55,7 @@ func main() {
 		defer rc.Close() // the Worker never closes what it did not open
 		var w *worker.Worker
 		w, err = worker.New(worker.Config{Redis: rc, Streams: []string{"orders"}, Group: "orders",
-			Apps: template.Dir("apps"), Runner: runtime.NewFunc(Handlers)})
+			Apps: template.FS(Apps, "apps"), Runner: runtime.NewFunc(Handlers)})
 		if err == nil {
 			err = w.Run(ctx) // nil after SIGINT/SIGTERM, once running handlers finished
 		}

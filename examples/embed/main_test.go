@@ -9,6 +9,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/producer"
 	"github.com/relaydev/relay/relaytest"
 	"github.com/relaydev/relay/runtime"
 )
@@ -19,14 +20,15 @@ import (
 // 1m, 2m, ...) pass in virtual time.
 func TestOrders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		apps, err := template.LoadDir("apps")
+		apps, err := template.LoadFS(Apps, "apps") // the apps built into the binary
 		if err != nil || len(apps.Errors()) > 0 {
 			t.Fatalf("load apps: %v %v", err, apps.Errors())
 		}
 		src, outcomes := relaytest.NewStream(), &relaytest.Outcomes{}
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: src.Consumer("test"), State: relaytest.NewStateStore(), Runner: runtime.NewFunc(Handlers),
-			DLQ: relaytest.NewDLQ("orders"), Stream: "orders", Group: "orders", Consumer: "test",
+			Source: src.Consumer("test"), Runner: runtime.NewFunc(Handlers),
+			State:  relaytest.NewStateStore(relaytest.WithStream(src), relaytest.WithDLQ(relaytest.NewDLQ("orders"))),
+			Stream: "orders", Group: "orders", Consumer: "test",
 		}, relay.Config{OnOutcome: outcomes.Record, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err) // also when a handler of the template has no function
@@ -35,8 +37,13 @@ func TestOrders(t *testing.T) {
 		done := make(chan error)
 		go func() { done <- e.Run(ctx) }()
 
+		// The service's producer code, on the in-memory stream.
+		p, err := producer.New(src)
+		if err != nil {
+			t.Fatal(err)
+		}
 		publish := func(event string) string {
-			id, err := src.Publish(ctx, map[string]string{"event": event})
+			id, err := p.PublishJSON(ctx, []byte(event))
 			if err != nil {
 				t.Fatal(err)
 			}

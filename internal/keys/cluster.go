@@ -14,9 +14,9 @@ var ErrClusterLayout = errors.New("stream breaks the Redis Cluster key layout")
 // CheckClusterLayout enforces the Redis Cluster rule of
 // docs/deployment.md#redis-cluster-one-hash-slot-per-stream:
 // every key Relay derives from a stream (its DLQ stream, invocation hashes,
-// stats hash and schedule dedup keys) must hash to the stream's own slot,
-// because Lua scripts and the schedule publisher touch several of them at
-// once and a cluster refuses cross-slot scripts. That holds when the stream
+// stats hash, schedule and idempotent-publish dedup keys) must hash to the
+// stream's own slot, because Lua scripts, the schedule publisher and the
+// idempotent producer touch several of them at once and a cluster refuses cross-slot scripts. That holds when the stream
 // name carries a hash tag ("{orders}", "{orders}.events") free of ':' and
 // '%', which internal/keys escapes. It returns one warning per hash tag
 // that several streams share: legal, but those streams then live on one
@@ -61,16 +61,18 @@ func CheckClusterLayout(streams []string, group string) (warnings []string, err 
 
 // Derived are the keys Relay builds from a stream for group, with
 // placeholder ids where only their shape matters: the DLQ stream, an
-// invocation hash, a dead-letter written marker, the stats hash, the feed
-// and a schedule dedup key (docs/delivery.md#data-layout-in-redis).
+// invocation hash, the stats hash, the feed, a flow-control limit key, a
+// schedule dedup key and an idempotent-publish dedup key
+// (docs/delivery.md#data-layout-in-redis).
 func Derived(stream, group string) []string {
 	return []string{
 		DLQ(stream),
 		Invocation(stream, group, "0-0"),
-		DLQWritten(stream, group, "0-0", "app", "handler"),
 		Stats(stream, group),
 		Feed(stream, group),
+		Limit(stream, group, "slots", "app/handler", "key"),
 		ScheduleOccurrence(stream, "app", "schedule", time.Unix(0, 0)),
+		Idempotency(stream, "key"),
 	}
 }
 

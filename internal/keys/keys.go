@@ -48,13 +48,15 @@ func InvocationMessageID(stream, group, key string) (string, bool) {
 // DLQ is the dead-letter stream of a source stream: relay:<stream>:dlq.
 func DLQ(stream string) string { return prefix + stream + ":dlq" }
 
-// DLQWritten marks that the dead-letter entry of one invocation of one
-// message, as consumed by one group, is written, holding the entry's id:
-// relay:<stream>:dlq:written:<group>:<message-id>:<app>/<handler>. Groups
-// reading one stream each run their invocations, so each gets its entry.
-// It shares the DLQ stream's hash tag, so the write script stays in one
-// slot.
-func DLQWritten(stream, group, messageID, app, handler string) string {
+// LegacyDLQWritten is the marker a worker of the previous version of
+// Relay wrote once the dead-letter entry of one invocation was written,
+// holding the entry's id:
+// relay:<stream>:dlq:written:<group>:<message-id>:<app>/<handler>. This
+// version writes none; its dead-letter transition reads one, so that it
+// takes over an invocation the previous version left exhausted, entry
+// written but not marked, without writing the entry twice. The markers
+// expire on the TTL they were written with.
+func LegacyDLQWritten(stream, group, messageID, app, handler string) string {
 	return DLQ(stream) + ":written:" + Escape(group) + ":" + Escape(messageID) + ":" + Escape(app) + "/" + Escape(handler)
 }
 
@@ -79,6 +81,22 @@ func ScheduleOccurrence(stream, app, schedule string, at time.Time) string {
 	return prefix + "schedule:" + tag + app + ":" + schedule + ":" + at.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
 
+// Idempotency is the dedup key of one idempotent publish into stream (a
+// string holding the id of the entry the first publish with key added,
+// docs/producing.md#idempotent-publish):
+// relay:idempotency:<stream>:<key>, stream and key percent-escaped. When
+// stream carries a Redis Cluster hash tag ("{orders}"), the tag is
+// inserted after "idempotency:" so the key shares the stream's hash slot
+// and the publish script, which touches both, stays within one slot; the
+// tag comes first, so braces in key cannot move the slot.
+func Idempotency(stream, key string) string {
+	tag := ""
+	if t, ok := HashTag(stream); ok {
+		tag = "{" + t + "}:"
+	}
+	return prefix + "idempotency:" + tag + Escape(stream) + ":" + Escape(key)
+}
+
 // Feed is the capped stream of recent invocation outcomes of one stream
 // and group, which relay console tails: relay:feed:<stream>:<group>.
 func Feed(stream, group string) string {
@@ -98,6 +116,25 @@ func HashTag(key string) (string, bool) {
 		return "", false
 	}
 	return key[open+1 : open+1+end], true
+}
+
+// Limit is the key of one flow-control group of the rule of invocation
+// field ("<app>/<handler>") of stream and group
+// (docs/flow-control.md): relay:limit:<stream>:<group>:<kind>:<field>:<limit key>,
+// kind "slots" (a sorted set of the running attempts' message ids, scored
+// by their leases' ends), "rate" (the GCRA's theoretical arrival time) or
+// "debounce" (a hash of the latest event's id and the end of its period).
+// It shares the stream's hash tag.
+func Limit(stream, group, kind, field, limitKey string) string {
+	return prefix + "limit:" + Escape(stream) + ":" + Escape(group) + ":" + kind + ":" + Escape(field) + ":" + Escape(limitKey)
+}
+
+// IsSlots reports whether key is a Limit key of kind "slots", a sorted
+// set. Stream, group and field are escaped in a Limit key, so ":slots:"
+// after the prefix can only be its kind.
+func IsSlots(key string) bool {
+	rest, ok := strings.CutPrefix(key, prefix+"limit:")
+	return ok && strings.Contains(rest, ":slots:")
 }
 
 // Stats is the hash of cluster-wide counters for one stream and group.

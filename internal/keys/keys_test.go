@@ -14,9 +14,11 @@ func TestKeys(t *testing.T) {
 		{Invocation("events", "workers", "1700000000000-0"), "relay:invocation:events:workers:1700000000000-0"},
 		{Invocation("a:b", "g%1", "1-0"), "relay:invocation:a%3Ab:g%251:1-0"},
 		{DLQ("events"), "relay:events:dlq"},
-		{DLQWritten("{orders}", "relay", "1-0", "billing", "a.b"), "relay:{orders}:dlq:written:relay:1-0:billing/a.b"},
 		{ScheduleOccurrence("events", "billing", "nightly", at), "relay:schedule:billing:nightly:2026-03-08T06:00:00Z"},
 		{ScheduleOccurrence("{orders}.in", "billing", "nightly", at), "relay:schedule:{orders}:billing:nightly:2026-03-08T06:00:00Z"},
+		{Idempotency("events", "order-7"), "relay:idempotency:events:order-7"},
+		{Idempotency("{orders}.in", "order:7%"), "relay:idempotency:{orders}:{orders}.in:order%3A7%25"},
+		{Idempotency("a:b", "{k}"), "relay:idempotency:a%3Ab:{k}"},
 		{Stats("events", "workers"), "relay:stats:events:workers"},
 		{Feed("events", "workers"), "relay:feed:events:workers"},
 		{Feed("a:b", "g%"), "relay:feed:a%3Ab:g%25"},
@@ -65,6 +67,26 @@ func TestSlot(t *testing.T) {
 	}
 	if Slot("{}a") == Slot("a") {
 		t.Error("an empty hash tag must not reduce the key to its tag")
+	}
+}
+
+// TestIdempotencySharesTheStreamsSlot: under Redis Cluster the publish
+// script names the dedup key and the stream together, so they must hash to
+// one slot whatever the idempotency key holds, braces included; and the
+// escaping keeps two (stream, key) pairs from building one name.
+func TestIdempotencySharesTheStreamsSlot(t *testing.T) {
+	for _, stream := range []string{"{orders}", "{orders}.events", "x{p}y"} {
+		for _, key := range []string{"order-7", "{other}", "a:b", "}{", "%3A", strings.Repeat("k", 256)} {
+			if got, want := Slot(Idempotency(stream, key)), Slot(stream); got != want {
+				t.Errorf("Idempotency(%q, %q) = %s: slot %d, the stream's is %d", stream, key, Idempotency(stream, key), got, want)
+			}
+		}
+	}
+	if Idempotency("a:b", "c") == Idempotency("a", "b:c") {
+		t.Error("stream and key segments can be forged with ':'")
+	}
+	if Idempotency("{t}", "k") == Idempotency("{t}:{t}", "k") {
+		t.Error("the inserted hash tag can be forged by the stream name")
 	}
 }
 
@@ -127,6 +149,26 @@ func TestInvocationMessageID(t *testing.T) {
 		id, ok := InvocationMessageID("{orders}", "relay", c.key)
 		if id != c.id || ok != c.ok {
 			t.Errorf("InvocationMessageID(%q) = %q, %v; want %q, %v", c.key, id, ok, c.id, c.ok)
+		}
+	}
+}
+
+// IsSlots tells a slots key from every other key, whatever the stream,
+// group, field and limit key hold.
+func TestIsSlots(t *testing.T) {
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{Limit("orders", "g", "slots", "shop/charge", "c-1"), true},
+		{Limit("{o}:slots:", "g:slots:", "slots", "a/h", ":slots:"), true},
+		{Limit("orders", "g", "rate", "shop/charge", ":slots:"), false},
+		{Limit("o:slots:x", "g", "debounce", "a/h", "k"), false},
+		{Invocation("relay:limit:x:slots:", "g", "1-0"), false},
+		{DLQ("orders"), false},
+	} {
+		if got := IsSlots(c.key); got != c.want {
+			t.Errorf("IsSlots(%q) = %v, want %v", c.key, got, c.want)
 		}
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
+
+	relaykeys "github.com/relaydev/relay/internal/keys"
 )
 
 // NoEviction is the maxmemory-policy under which Redis refuses writes
@@ -35,10 +37,10 @@ type Memory struct {
 
 // Evicts reports whether the server may evict keys to stay under
 // maxmemory: any policy but noeviction. Eviction can remove a stream, a
-// pending message's invocation state or a dead-letter marker, which
-// breaks Relay's delivery guarantees; volatile-* policies evict only keys
-// with a TTL (retained invocation state, dedup markers), which weakens
-// them. With noeviction a full Redis refuses writes and Relay fails
+// pending message's invocation state (with its dead-letter markers) or a
+// dedup key, which breaks Relay's delivery guarantees; volatile-* policies
+// evict only keys with a TTL (retained invocation state, dedup keys),
+// which weakens them. With noeviction a full Redis refuses writes and Relay fails
 // closed: messages stay pending until memory is freed.
 func (m Memory) Evicts() bool { return m.Policy != NoEviction }
 
@@ -132,14 +134,17 @@ var ErrNoPermission = errors.New("the Redis user lacks a permission Relay needs"
 
 // accessProbe reads, never writes: TIME (the clock every transition
 // uses), TYPE on every key and, by what it holds, HEXISTS (a hash, or a
-// key not there yet), XLEN (a stream) or EXISTS. Redis checks the declared
-// keys against the user's key patterns before the script runs, and each
+// key not there yet), XLEN (a stream), ZCARD (a sorted set, or a key
+// ARGV marks 'z': a flow-control slots key, not there yet) or EXISTS.
+// Redis checks the declared keys against the user's key patterns before the script runs, and each
 // call inside it against the user's commands.
 var accessProbe = rueidis.NewLuaScript(`
 redis.call('TIME')
-for _, k in ipairs(KEYS) do
+for i, k in ipairs(KEYS) do
   local t = redis.call('TYPE', k)['ok']
-  if t == 'hash' or t == 'none' then
+  if t == 'zset' or (t == 'none' and ARGV[i] == 'z') then
+    redis.call('ZCARD', k)
+  elseif t == 'hash' or t == 'none' then
     redis.call('HEXISTS', k, '__probe')
   elseif t == 'stream' then
     redis.call('XLEN', k)
@@ -169,7 +174,14 @@ func Access(ctx context.Context, client rueidis.Client, keys []string) error {
 	if len(keys) == 0 {
 		return errors.New("redisinfo: access probe: no keys")
 	}
-	err := accessProbe.Exec(ctx, client, keys, nil).Error()
+	kinds := make([]string, len(keys))
+	for i, k := range keys {
+		kinds[i] = "-"
+		if relaykeys.IsSlots(k) {
+			kinds[i] = "z"
+		}
+	}
+	err := accessProbe.Exec(ctx, client, keys, kinds).Error()
 	if e, ok := rueidis.IsRedisErr(err); ok && refused(e.Error()) {
 		return fmt.Errorf("%w: %s (keys probed: %s)", ErrNoPermission, e.Error(), strings.Join(keys, ", "))
 	}

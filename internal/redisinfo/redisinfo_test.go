@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/rueidis"
 
+	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redisinfo"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/topology"
@@ -111,13 +112,14 @@ func TestAccess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	unused := []string{"fresh", "relay:fresh:dlq", "relay:invocation:fresh:g:1-0"}
-	const rules = "-@all +@stream +@hash +@scripting +@string +@keyspace +@connection +time +info"
+	unused := []string{"fresh", "relay:fresh:dlq", "relay:invocation:fresh:g:1-0", keys.Limit("fresh", "g", "slots", "a/h", "k")}
+	const rules = "-@all +@stream +@hash +@sortedset +@scripting +@string +@keyspace +@connection +time +info"
 	for user, extra := range map[string]string{
-		"ok":        "~events ~fresh ~relay:*",
-		"noscripts": "-@scripting ~*",
-		"norelay":   "~events ~fresh",
-		"notime":    "-time ~*",
+		"ok":           "~events ~fresh ~relay:*",
+		"noscripts":    "-@scripting ~*",
+		"norelay":      "~events ~fresh",
+		"notime":       "-time ~*",
+		"nosortedsets": "-@sortedset ~*", // the slots of a rule's concurrency across workers
 	} {
 		rule := append([]string{"on", ">pw"}, strings.Fields(rules+" "+extra)...)
 		if err := admin.Do(ctx, admin.B().AclSetuser().Username(user).Rule(rule...).Build()).Error(); err != nil {
@@ -127,12 +129,15 @@ func TestAccess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ks := range [][]string{used, unused} {
+		for i, ks := range [][]string{used, unused} {
 			err := redisinfo.Access(ctx, c, ks)
+			// Only unused has a slots key, the one a user without
+			// sorted sets cannot read.
+			allowed := user == "ok" || user == "nosortedsets" && i == 0
 			switch {
-			case user == "ok" && err != nil:
+			case allowed && err != nil:
 				t.Errorf("Access(%v) as %s: %v, want nil", ks, user, err)
-			case user != "ok" && (!errors.Is(err, redisinfo.ErrNoPermission) || !strings.Contains(err.Error(), "keys probed: "+strings.Join(ks, ", "))):
+			case !allowed && (!errors.Is(err, redisinfo.ErrNoPermission) || !strings.Contains(err.Error(), "keys probed: "+strings.Join(ks, ", "))):
 				t.Errorf("Access(%v) as %s: %v, want ErrNoPermission naming the keys probed", ks, user, err)
 			}
 		}

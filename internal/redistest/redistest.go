@@ -29,6 +29,7 @@ import (
 
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 var (
@@ -308,7 +309,7 @@ func Ctx(t testing.TB) context.Context {
 // Settled reports whether group has delivered everything up to last on
 // streamName and nothing is pending: every message was acknowledged.
 func Settled(ctx context.Context, rc rueidis.Client, streamName, group, last string) bool {
-	n, _, err := stream.New(rc, streamName, group, "checker").Pending(ctx)
+	n, _, err := redisstream.New(rc, streamName, group, "checker").Pending(ctx)
 	if err != nil || n != 0 {
 		return false
 	}

@@ -4,6 +4,7 @@ package testutil
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -107,4 +108,24 @@ func RunCommand(t testing.TB, cmd *exec.Cmd) (stdout, stderr string, code int) {
 		t.Fatal(err)
 	}
 	return out.String(), errOut.String(), code
+}
+
+// Every runs f every "every" plus a random part of jitter (> 0), one run at a
+// time, until the returned stop, which waits for a run under way to end.
+// Tests inject faults this way (kill a worker at random, say) while their
+// load goes on.
+func Every(every, jitter time.Duration, f func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(every + rand.N(jitter)):
+			}
+			f()
+		}
+	}()
+	return func() { close(quit); <-done }
 }

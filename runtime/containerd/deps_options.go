@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/relaydev/relay/runtime/containerd/internal/deps"
+	"github.com/relaydev/relay/runtime/containerd/internal/secrets"
 )
 
 // Defaults of dependency builds (docs/runtimes.md "Dependencies").
@@ -18,15 +21,16 @@ const (
 	// not tried again: invocations of the app fail at once with its error
 	// meanwhile. A changed manifest builds at once.
 	DefaultBuildRetryInterval = 5 * time.Minute
-	// BuildMemoryBytes and BuildPIDs limit a build container.
-	BuildMemoryBytes = 2 << 30
-	BuildPIDs        = 1024
+	// BuildMemoryBytes (2 GiB) and BuildPIDs (1024) limit a build
+	// container.
+	BuildMemoryBytes = deps.BuildMemoryBytes
+	BuildPIDs        = deps.BuildPIDs
 	// DefaultDepsRetention is how long a dependency image no Runner uses
 	// stays in containerd (WithDepsRetention).
 	DefaultDepsRetention = 7 * 24 * time.Hour
-	// DepsImagePrefix names dependency images: DepsImagePrefix + the cache
-	// key (64 hex digits).
-	DepsImagePrefix = "relay.local/deps:"
+	// DepsImagePrefix ("relay.local/deps:") names dependency images:
+	// DepsImagePrefix + the cache key (64 hex digits).
+	DepsImagePrefix = deps.ImagePrefix
 )
 
 // BuildEnvNames are the variables of the worker's environment passed to
@@ -34,6 +38,10 @@ const (
 // (docs/runtimes.md "Dependencies").
 var BuildEnvNames = []string{"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "npm_config_registry",
 	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+
+// MaxSecretBytes (1 MiB) bounds one secret file (the size of a Kubernetes
+// Secret).
+const MaxSecretBytes = secrets.MaxBytes
 
 // WithSecretsDir sets the directory whose files an app's `secrets` name
 // (RELAY_SECRETS_DIR; docs/apps.md "Secrets"). Default:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/depstest"
+	"github.com/relaydev/relay/internal/repeats"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/runtime/containerd"
@@ -140,9 +141,13 @@ func TestContainerdDiskFull(t *testing.T) {
 	}
 	t.Logf("on the full disk %d attempts ran (prepared containers), %d failed", len(ran), failed)
 	// The two creations under way when the disk filled, then none for a
-	// while: not one more per attempt.
+	// while: not one more per attempt, and one line at WARN for the one
+	// cause, whichever temporary directory each creation named.
 	if n := strings.Count(logs.String(), "preparing a container failed"); n > 2 {
 		t.Errorf("%d containers failed to be prepared for %d attempts on a full disk, want at most 2:\n%s", n, failed+len(ran), logs)
+	}
+	if n := strings.Count(logs.String(), `level=WARN msg="preparing a container failed"`); n > 1 {
+		t.Errorf("%d WARN lines for preparations that failed on one full disk, want 1 per %s:\n%s", n, repeats.Window, logs)
 	}
 	if err := r.Sweep(ctx); err != nil {
 		t.Logf("Sweep on the full disk: %v", err)

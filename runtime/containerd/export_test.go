@@ -2,46 +2,38 @@ package containerd
 
 import (
 	"context"
-	"strconv"
+
+	"github.com/relaydev/relay/runtime/containerd/internal/presence"
+	"github.com/relaydev/relay/runtime/containerd/internal/statedir"
 )
 
 // StopPresence stops r refreshing its presence label and leaves the label
 // and every container in place, as a SIGKILL of its process would.
-func StopPresence(r *Runner) { r.stopPresence() }
+func StopPresence(r *Runner) { r.presence.Stop() }
 
-// OwnedByAnotherLiveRunner exposes ownedByAnotherLiveRunner.
+// OwnedByAnotherLiveRunner exposes presence.OwnedByAnotherLiveRunner.
 func OwnedByAnotherLiveRunner(r *Runner, owner string) bool {
-	return r.ownedByAnotherLiveRunner(context.Background(), owner)
+	return r.presence.OwnedByAnotherLiveRunner(context.Background(), owner)
 }
 
 // Owner returns r's relay.owner value.
-func Owner(r *Runner) string { return r.presence.owner }
+func Owner(r *Runner) string { return r.host.Owner }
 
 // OwnerOf returns the "<pid>-<start time>" prefix of a relay.owner value
 // for process pid.
-func OwnerOf(pid int) string {
-	start, _, _ := procStat(pid)
-	return strconv.Itoa(pid) + "-" + start
-}
+func OwnerOf(pid int) string { return presence.OwnerPrefix(pid) }
 
 // PreparedReady returns how many prepared containers of app r holds ready
 // to be taken.
-func PreparedReady(r *Runner, app string) int {
-	r.oneShot.mu.Lock()
-	defer r.oneShot.mu.Unlock()
-	if a := r.oneShot.apps[app]; a != nil {
-		return len(a.ready)
-	}
-	return 0
-}
+func PreparedReady(r *Runner, app string) int { return r.oneShot.Ready(app) }
 
-// LockDeps exposes lockDeps: it takes the build lock of key and returns
-// its release.
+// LockDeps exposes deps.Builder.Lock: it takes the build lock of key and
+// returns its release.
 func LockDeps(ctx context.Context, r *Runner, key string) (func(), error) {
-	_, unlock, err := r.lockDeps(ctx, key)
+	_, unlock, err := r.deps.Lock(ctx, key)
 	return unlock, err
 }
 
 // CopyRetention is how long an unused copy of the exec helper or of a
 // bootstrap stays.
-const CopyRetention = copyRetention
+const CopyRetention = statedir.Retention

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/relaydev/relay/runtime"
+	"github.com/relaydev/relay/runtime/containerd/internal/core"
+	"github.com/relaydev/relay/runtime/containerd/internal/exechelper"
 )
 
 // Defaults (docs/apps.md "template.yaml", docs/operations.md).
@@ -18,21 +20,22 @@ const (
 	DefaultNamespace = "relay"
 	// DefaultSnapshotter is the snapshotter of container root filesystems.
 	DefaultSnapshotter = "overlayfs"
-	// DefaultMemoryBytes, DefaultCPUs and DefaultPIDs apply when the Spec
-	// leaves a limit at 0.
-	DefaultMemoryBytes = 128 << 20
-	DefaultCPUs        = 1.0
-	DefaultPIDs        = 128
-	// DefaultTmpBytes is the size of the tmpfs at /tmp when the Spec leaves
-	// TmpBytes at 0, capped at half the memory limit (its files count
-	// against it).
-	DefaultTmpBytes = 64 << 20
+	// DefaultMemoryBytes (128 MiB), DefaultCPUs (1) and DefaultPIDs (128)
+	// apply when the Spec leaves a limit at 0.
+	DefaultMemoryBytes = core.DefaultMemoryBytes
+	DefaultCPUs        = core.DefaultCPUs
+	DefaultPIDs        = core.DefaultPIDs
+	// DefaultTmpBytes (64 MiB) is the size of the tmpfs at /tmp when the
+	// Spec leaves TmpBytes at 0, capped at half the memory limit (its
+	// files count against it).
+	DefaultTmpBytes = core.DefaultTmpBytes
 	// DefaultCleanupTimeout bounds the removal of one container, task and
 	// snapshot, which runs detached from the caller's context.
 	DefaultCleanupTimeout = 30 * time.Second
-	// HandlerUID and HandlerGID are the ids handlers run as (nobody/nogroup).
-	HandlerUID = 65534
-	HandlerGID = 65534
+	// HandlerUID and HandlerGID are the ids handlers run as
+	// (nobody/nogroup, 65534).
+	HandlerUID = core.HandlerUID
+	HandlerGID = core.HandlerGID
 	// DefaultPullTimeout bounds one image pull, download and unpack.
 	DefaultPullTimeout = 10 * time.Minute
 	// DefaultPullRetryInterval is how long a failed pull of an image is not
@@ -74,22 +77,6 @@ func DefaultImage(rt string) string {
 	}
 	return ""
 }
-
-// Labels set on every container and snapshot the Runner creates.
-const (
-	LabelHost    = "relay.host"
-	LabelApp     = "relay.app"
-	LabelHandler = "relay.handler"
-	// LabelWarm is "true" on warm containers, which serve many invocations
-	// (their relay.handler label is empty).
-	LabelWarm = "relay.warm"
-	// LabelOwner names the Runner that created the object,
-	// "<pid>-<start time>-<random>":
-	// Sweep spares another live process's objects under its own host id (two
-	// workers given one consumer name), and sweeps at once those of a
-	// process that is gone (a restart after a crash).
-	LabelOwner = "relay.owner"
-)
 
 // Option configures a Runner.
 type Option func(*options) error
@@ -355,6 +342,54 @@ func WithWarmIdleTimeout(d time.Duration) Option {
 		return nil
 	}
 }
+
+// DefaultPreparedContainers is WithPreparedContainers's default.
+const DefaultPreparedContainers = 2
+
+// WithPreparedContainers sets how many one-shot containers (snapshot and
+// container object) are kept ready per app, created in the background after
+// the app's first Run, so that a Run skips their creation (docs/runtimes.md
+// "One-shot containers"); they are removed 10 s after the app's last Run.
+// n must be >= 0; 0 disables them, which suits a
+// process that runs a few attempts and exits (relay app invoke).
+// Default: DefaultPreparedContainers.
+func WithPreparedContainers(n int) Option {
+	return func(o *options) error {
+		if n < 0 {
+			return errors.New("containerd: WithPreparedContainers: must be >= 0")
+		}
+		o.preparedContainers = n
+		return nil
+	}
+}
+
+// ExecHelperName ("relay-exec") is the file name of the exec helper that
+// relay start looks for next to its own executable.
+const ExecHelperName = exechelper.Name
+
+// ExecHelperNextTo returns the path of ExecHelperName in the directory of
+// executable, or "" when there is no such file.
+func ExecHelperNextTo(executable string) string { return exechelper.NextTo(executable) }
+
+// WithExecHelper sets the exec helper (cmd/relay-exec, a static
+// executable) with which prepared containers get their task created ahead
+// of demand as well (docs/runtimes.md "One-shot containers"). New copies it
+// into dir/bin of the state directory (WithStateDir; without one, into
+// relay-exec-<uid> under os.TempDir()), from where containers mount it.
+// A path that is not a static ELF executable readable and executable by
+// all is logged once and ignored: prepared containers then have no task.
+// Default: none.
+func WithExecHelper(path string) Option {
+	return func(o *options) error {
+		o.execHelper = path
+		return nil
+	}
+}
+
+// TmpBytes returns the size in bytes of the tmpfs at /tmp of spec's
+// containers: resources.tmp, or DefaultTmpBytes but at most half the
+// memory limit (docs/apps.md#templateyaml).
+func TmpBytes(spec runtime.Spec) int64 { return core.TmpBytes(spec) }
 
 // WithWarmMaxContainers caps the warm containers of one app, busy or idle;
 // a Run that finds them all busy waits for one. n must be >= 0; 0 means no

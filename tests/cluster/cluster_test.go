@@ -23,11 +23,13 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
 	"github.com/relaydev/relay/schedule"
+	"github.com/relaydev/relay/schedule/redisschedule"
 )
 
 // The cluster suite's app: ok.run succeeds, bad.run fails at once and is
@@ -193,7 +195,7 @@ func TestClusterEndToEnd(t *testing.T) {
 
 	// Each stream's DLQ holds exactly its own failures.
 	for _, s := range streams {
-		entries, err := dlq.NewStore(rc, s).List(ctx, dlq.Filter{})
+		entries, err := redisdlq.NewStore(rc, s).List(ctx, dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +415,7 @@ func TestClusterSchedulePublish(t *testing.T) {
 	spec := schedule.Spec{App: "billing", Name: "nightly", Handler: "reports.nightly", Cron: cron.MustParse("0 3 * * *", time.UTC)}
 	at := time.Date(2026, 3, 8, 3, 0, 0, 0, time.UTC)
 
-	pub, err := schedule.NewPublisher(rc, "{billing}.events")
+	pub, err := redisschedule.NewPublisher(rc, "{billing}.events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +431,7 @@ func TestClusterSchedulePublish(t *testing.T) {
 
 	// rueidis's cluster client would refuse the cross-slot script by
 	// panicking; NewPublisher refuses an untagged stream up front instead.
-	if _, err := schedule.NewPublisher(rc, "billing.events"); err == nil || !strings.Contains(err.Error(), "no hash tag") {
+	if _, err := redisschedule.NewPublisher(rc, "billing.events"); err == nil || !strings.Contains(err.Error(), "no hash tag") {
 		t.Errorf("NewPublisher on an untagged stream under Cluster = %v, want a refusal naming the hash tag", err)
 	}
 }

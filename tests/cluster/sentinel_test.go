@@ -18,13 +18,14 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/internal/topology"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 const failoverApp = `
@@ -103,8 +104,8 @@ func TestSentinelFailover(t *testing.T) {
 	for _, consumer := range []string{"w1", "w2"} {
 		rc := topology.Connect(t, s.ClientOption())
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: stream.New(rc, streamName, group, consumer, stream.WithBlock(100*time.Millisecond)),
-			State:  invocation.New(rc), Runner: runner, DLQ: dlq.NewWriter(rc, streamName),
+			Source: redisstream.New(rc, streamName, group, consumer, redisstream.WithBlock(100*time.Millisecond)),
+			State:  redisstate.New(rc), Runner: runner,
 			Stream: streamName, Group: group, Consumer: consumer,
 		}, failoverConfig(log.With(slog.String("consumer", consumer))))
 		if err != nil {
@@ -211,7 +212,7 @@ func TestSentinelFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqLen, err := dlq.NewStore(check, streamName).Len(ctx)
+	dlqLen, err := redisdlq.NewStore(check, streamName).Len(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

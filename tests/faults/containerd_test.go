@@ -23,6 +23,7 @@ import (
 	"github.com/relaydev/relay/internal/redistest"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // containerdConcurrency is each containerd worker's MAX_CONCURRENCY: three
@@ -136,7 +137,7 @@ func TestContainerdSoak(t *testing.T) {
 	streamName := redistest.Name(t, "soak")
 	appsRoot := writeSoakApp(t, containerdApp, containerdHandler)
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}

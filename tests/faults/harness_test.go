@@ -2,10 +2,7 @@ package faults_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,23 +14,15 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/internal/testutil"
+	"github.com/relaydev/relay/internal/workerproc"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
-
-// worker is one running worker process.
-type worker struct {
-	name     string
-	cmd      *exec.Cmd
-	log      string
-	done     chan struct{}
-	stopping bool // set (under soak.mu) before the soak signals it
-}
 
 // soak runs worker processes and counts the faults it injects.
 type soak struct {
-	t      *testing.T
-	env    []string
-	logDir string
+	t     *testing.T
+	procs *workerproc.Set
 	// workerEnv, when set, adds to the environment of worker name.
 	workerEnv func(name string) []string
 
@@ -42,50 +31,29 @@ type soak struct {
 	faultMu sync.Mutex
 
 	mu                 sync.Mutex
-	alive              map[string]*worker
 	kills              int // SIGKILL
 	killsMidHandler    int // SIGKILL while the victim had a handler container running
 	graceful           int // SIGTERM, before the soak's final stop
 	restarts           int // workers started again after a kill or stop
 	redisRestarts      int
 	containerdRestarts int
-	starts             int
-	crashes            []string // workers that exited without being told to
 }
 
 // newSoak returns a soak whose workers get env. Their logs go to a
 // temporary directory, or to FAULTS_LOG_DIR/<test name> when that is set,
-// where they are kept for a look after the run.
+// where they are kept for a look after the run. Workers still running
+// when the test ends are killed, and one that exited by itself fails the
+// test, also when it fails early: a crash is often why.
 func newSoak(t *testing.T, env ...string) *soak {
-	dir := t.TempDir()
-	if root := os.Getenv("FAULTS_LOG_DIR"); root != "" {
-		dir = filepath.Join(root, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("worker logs in %s", dir)
-	}
-	s := &soak{t: t, env: env, logDir: dir, alive: map[string]*worker{}}
-	// Also when the test fails early: a crash is often why.
-	t.Cleanup(s.checkCrashes)
-	return s
+	procs := workerproc.New(t, workerproc.Config{ConsumerVar: envWorker, LogDirVar: "FAULTS_LOG_DIR", Env: env})
+	return &soak{t: t, procs: procs}
 }
 
 // waitStarted waits until every live worker's engine runs (its log says
 // so), so that the first fault does not hit a process still connecting.
 func (s *soak) waitStarted() {
 	s.t.Helper()
-	testutil.WaitFor(s.t, time.Minute, "every worker started", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, w := range s.alive {
-			b, _ := os.ReadFile(w.log)
-			if !strings.Contains(string(b), `msg="engine started"`) {
-				return false
-			}
-		}
-		return true
-	})
+	s.procs.WaitStarted()
 }
 
 func (s *soak) start(name string) { s.startAs(name, name) }
@@ -108,41 +76,11 @@ func (s *soak) startWorkers(names ...string) {
 // startAs starts the worker process known as name, consuming as consumer.
 // Its output goes to a log file, shown when it exits on its own.
 func (s *soak) startAs(name, consumer string) {
-	s.mu.Lock()
-	s.starts++
-	logPath := filepath.Join(s.logDir, fmt.Sprintf("%s.%d.log", name, s.starts))
-	s.mu.Unlock()
-	f, err := os.Create(logPath)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
-	cmd.Env = append(append(os.Environ(), s.env...), envWorker+"="+consumer)
+	var env []string
 	if s.workerEnv != nil {
-		cmd.Env = append(cmd.Env, s.workerEnv(name)...)
+		env = s.workerEnv(name)
 	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	w := &worker{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		err := cmd.Wait()
-		s.mu.Lock()
-		if !w.stopping {
-			s.crashes = append(s.crashes, fmt.Sprintf("worker %s exited by itself (%v); end of %s:\n%s", name, err, logPath, tail(logPath, 30)))
-			if s.alive[name] == w {
-				delete(s.alive, name)
-			}
-		}
-		s.mu.Unlock()
-		close(w.done)
-	}()
-	s.mu.Lock()
-	s.alive[name] = w
-	s.mu.Unlock()
+	s.procs.StartAs(name, consumer, env...)
 }
 
 // restart stops worker name with sig and starts it again.
@@ -158,49 +96,29 @@ func (s *soak) restart(name string, sig syscall.Signal) {
 // fault.
 func (s *soak) kill(name string, sig syscall.Signal) { s.signal(name, sig, true) }
 
+// signal signals worker name and waits for it to exit; a fault, when it
+// ran, is counted as a kill (SIGKILL) or a graceful stop.
 func (s *soak) signal(name string, sig syscall.Signal, fault bool) {
-	s.mu.Lock()
-	w := s.alive[name]
-	delete(s.alive, name)
-	switch {
-	case w == nil || !fault:
-	case sig == syscall.SIGKILL:
-		s.kills++
-	default:
-		s.graceful++
-	}
-	if w != nil {
-		w.stopping = true
-	}
-	s.mu.Unlock()
-	if w == nil {
+	if !s.procs.Signal(name, sig) || !fault {
 		return
 	}
-	_ = w.cmd.Process.Signal(sig)
-	<-w.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sig == syscall.SIGKILL {
+		s.kills++
+	} else {
+		s.graceful++
+	}
 }
 
 // stopAll stops every worker gracefully, at the end of a soak, and waits
 // for them.
-func (s *soak) stopAll() {
-	s.mu.Lock()
-	var names []string
-	for n := range s.alive {
-		names = append(names, n)
-	}
-	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, n := range names {
-		wg.Go(func() { s.signal(n, syscall.SIGTERM, false) })
-	}
-	wg.Wait()
-}
+func (s *soak) stopAll() { s.procs.SignalAll(syscall.SIGTERM) }
 
 // logLinesOf logs the lines of every worker's log that name id (a
 // container left behind, say), to show what the workers did with it.
 func (s *soak) logLinesOf(id string) {
-	logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
-	for _, path := range logs {
+	for _, path := range s.procs.Logs() {
 		b, _ := os.ReadFile(path)
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, id) {
@@ -211,26 +129,11 @@ func (s *soak) logLinesOf(id string) {
 }
 
 // countLogLines counts the lines of every worker's log that contain text.
-func (s *soak) countLogLines(text string) int {
-	n := 0
-	logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
-	for _, path := range logs {
-		b, _ := os.ReadFile(path)
-		n += strings.Count(string(b), text)
-	}
-	return n
-}
+func (s *soak) countLogLines(text string) int { return s.procs.Count(text) }
 
 // checkCrashes fails the test for every worker that exited on its own
 // since the last check.
-func (s *soak) checkCrashes() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.crashes {
-		s.t.Error(c)
-	}
-	s.crashes = nil
-}
+func (s *soak) checkCrashes() { s.procs.CheckCrashes() }
 
 // fault runs f while no other fault is under way.
 func (s *soak) fault(f func()) {
@@ -242,28 +145,7 @@ func (s *soak) fault(f func()) {
 // faultEvery runs f as a fault every "every" plus up to jitter, until the
 // returned stop, which waits for the fault under way to end.
 func (s *soak) faultEvery(every, jitter time.Duration, f func()) (stop func()) {
-	quit, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-quit:
-				return
-			case <-time.After(every + rand.N(jitter)):
-			}
-			s.fault(f)
-		}
-	}()
-	return func() { close(quit); <-done }
-}
-
-func tail(path string, lines int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
+	return testutil.Every(every, jitter, func() { s.fault(f) })
 }
 
 // ghostReadScript publishes one event and reads up to ARGV[4] new entries
@@ -337,7 +219,7 @@ func missingMetricSum(ctx context.Context, rc rueidis.Client, streamName string)
 
 // waitQuiet waits until every entry up to newest was delivered and
 // acknowledged.
-func waitQuiet(t *testing.T, rc rueidis.Client, src *stream.Source, newest string, timeout time.Duration) {
+func waitQuiet(t *testing.T, rc rueidis.Client, src *redisstream.Source, newest string, timeout time.Duration) {
 	ctx := context.Background()
 	testutil.WaitFor(t, timeout, "every entry acknowledged", func() bool {
 		n, _, err := src.Pending(ctx)
@@ -359,7 +241,7 @@ func waitQuiet(t *testing.T, rc rueidis.Client, src *stream.Source, newest strin
 // error first looks for the event among the newest entries: a Redis restart
 // can cut off the reply of an XADD that was applied, and publishing again
 // would add an entry the ledger does not know. Events must be unique.
-func publish(t *testing.T, rc rueidis.Client, src *stream.Source, event string) string {
+func publish(t *testing.T, rc rueidis.Client, src *redisstream.Source, event string) string {
 	t.Helper()
 	// rueidis retries a read on a broken connection for as long as its
 	// context lasts: bounded, so that a Redis that never comes back fails

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/stream"
 )
@@ -139,7 +140,7 @@ func checkLedger(t *testing.T, in ledgerInput) figures {
 		ackStates = hash(keyAckStates)
 	} else {
 		var err error
-		entries, err = dlq.NewStore(rc, in.stream).List(ctx, dlq.Filter{})
+		entries, err = redisdlq.NewStore(rc, in.stream).List(ctx, dlq.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,9 +21,10 @@ import (
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/internal/netfault"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	relayworker "github.com/relaydev/relay/worker"
 )
 
@@ -99,20 +100,11 @@ func TestSoakNetworkFaults(t *testing.T) {
 
 	// Resets of every connection of every worker, every 2–4 s.
 	var resets int
-	stopResets, resetsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(resetsDone)
-		for {
-			select {
-			case <-stopResets:
-				return
-			case <-time.After(2*time.Second + rand.N(2*time.Second)):
-			}
-			for _, p := range proxies {
-				resets += p.ResetAll()
-			}
+	stopResets := testutil.Every(2*time.Second, 2*time.Second, func() {
+		for _, p := range proxies {
+			resets += p.ResetAll()
 		}
-	}()
+	})
 
 	nf := &networkFaults{t: t, s: s, rc: rc, stream: streamName, proxies: proxies}
 	end := time.Now().Add(dur)
@@ -132,8 +124,7 @@ func TestSoakNetworkFaults(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	close(stopResets)
-	<-resetsDone
+	stopResets()
 	close(stopPub)
 	<-pubDone
 	waitQuiet(t, rc, src, newest, 3*time.Minute)
@@ -151,7 +142,8 @@ func TestSoakNetworkFaults(t *testing.T) {
 		attemptBudget: faults * 2 * relay.DefaultConcurrency,
 	})
 	logFigures(t, t.Name()+": ledger", f, s)
-	refused := s.countLogLines("attempt's lease taken over by another delivery") + s.countLogLines("a retried write found the attempt's lease gone")
+	refused := s.countLogLines("attempt's lease taken over by another delivery") + s.countLogLines("a retried write found the attempt's lease gone") +
+		s.countLogLines("the message is no longer pending in the consumer group")
 	given := s.countLogLines("claim whose outcome was not learnt given back")
 	healthFailed, healthDetail := healthSummary(nf.health)
 	t.Logf("%s: network faults\n"+
@@ -223,7 +215,7 @@ type healthCheck struct {
 }
 
 // checkHealth runs what relay health's Redis check runs (cmd/relay
-// health.go): a new client of addr and stream.Source.Ping within 10 s.
+// health.go): a new client of addr and redisstream.Source.Ping within 10 s.
 func checkHealth(addr, streamName string) healthCheck {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -231,7 +223,7 @@ func checkHealth(addr, streamName string) healthCheck {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 	if err == nil {
 		defer c.Close()
-		err = stream.New(c, streamName, soakGroup, "relay-health").Ping(ctx)
+		err = redisstream.New(c, streamName, soakGroup, "relay-health").Ping(ctx)
 	}
 	return healthCheck{err: err, took: time.Since(start)}
 }
@@ -396,13 +388,11 @@ func (nf *networkFaults) recovered(victim string, ended time.Time) {
 // firstSuccessAfter is the time of victim's first "invocation succeeded"
 // log line after t.
 func (nf *networkFaults) firstSuccessAfter(victim string, t time.Time) (time.Time, bool) {
-	nf.s.mu.Lock()
-	w := nf.s.alive[victim]
-	nf.s.mu.Unlock()
+	w := nf.s.procs.Proc(victim)
 	if w == nil {
 		return time.Time{}, false
 	}
-	f, err := os.Open(w.log)
+	f, err := os.Open(w.Log)
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -460,9 +450,8 @@ func networkWorker(ctx context.Context, t *testing.T, engineRC rueidis.Client, r
 		StreamRetention: relayworker.Disabled, DLQRetention: relayworker.Disabled, ConsumerIdle: relayworker.Disabled,
 		DisableStats: true,
 		WrapComponents: func(c relay.Components) relay.Components {
-			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.Source = ledgerSource{c.Source.(*redisstream.Source), rec}
 			c.State = ledgerState{c.State, rec}
-			c.Settler = ledgerSettler{c.Settler.(*invocation.Store), rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
 			return c
 		},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,12 +15,12 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/v2/client"
 
-	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // pausedApp's handler sleeps 3 s on its first attempt, past the rule's
@@ -64,9 +63,9 @@ func TestPausedWorkerOwnExit(t *testing.T) {
 	}
 	// Each path has a stream of its own; they run one after the other, as
 	// both count the namespace's running tasks.
-	setup := func(t *testing.T) (*soak, *stream.Source) {
+	setup := func(t *testing.T) (*soak, *redisstream.Source) {
 		streamName := redistest.Name(t, "paused")
-		src := stream.New(rc, streamName, soakGroup, "publisher")
+		src := redisstream.New(rc, streamName, soakGroup, "publisher")
 		if err := src.EnsureGroup(t.Context()); err != nil {
 			t.Fatal(err)
 		}
@@ -96,14 +95,15 @@ func TestPausedWorkerOwnExit(t *testing.T) {
 			s.startWorkers("a")
 			id := publish(t, rc, src, fmt.Sprintf(`{"kind":"twice","code":%d}`, code))
 			// Past the lease (1 s timeout + 3 s grace) another worker
-			// counts the stopped attempt as lost and runs the second.
+			// counts the stopped attempt as lost and runs the second; once b
+			// acknowledged the message, a's late outcome is refused.
 			pauseWhileHandlerRuns(t, s, cc, "a", func() {
 				s.startWorkers("b")
 				testutil.WaitFor(t, time.Minute, "worker b finishing the invocation", func() bool {
 					return s.countLogLines(`msg="invocation succeeded" stream=`+src.Stream()+` message_id=`+id) == 1
 				})
 			})
-			line := logLine(t, s, id, "lease taken over")
+			line := logLine(t, s, id, "no longer pending in the consumer group")
 			want := regexp.MustCompile(fmt.Sprintf(`attempt=1 .*exit_code=%d error="handler exited with code %d`, code, code))
 			if code == 0 {
 				want = regexp.MustCompile(`attempt=1 duration=\S+ op=finish error=.* handler_result=success`)
@@ -139,12 +139,10 @@ func pauseWhileHandlerRuns(t *testing.T, s *soak, cc *client.Client, name string
 		return i >= 0
 	})
 	time.Sleep(300 * time.Millisecond) // past the start of the worker's timer
-	s.mu.Lock()
-	w := s.alive[name]
-	s.mu.Unlock()
-	testutil.StopProcess(t, w.cmd.Process.Pid)
+	w := s.procs.Proc(name)
+	testutil.StopProcess(t, w.Pid())
 	stopped := time.Now()
-	t.Cleanup(func() { _ = w.cmd.Process.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = w.Cmd.Process.Signal(syscall.SIGCONT) })
 	if during != nil {
 		during()
 	}
@@ -155,7 +153,7 @@ func pauseWhileHandlerRuns(t *testing.T, s *soak, cc *client.Client, name string
 		})
 	})
 	time.Sleep(time.Until(stopped.Add(2 * time.Second)))
-	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := w.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,8 +186,7 @@ func logLine(t *testing.T, s *soak, id, text string) string {
 	t.Helper()
 	var line string
 	testutil.WaitFor(t, 30*time.Second, "a log line with "+text, func() bool {
-		logs, _ := filepath.Glob(filepath.Join(s.logDir, "*.log"))
-		for _, path := range logs {
+		for _, path := range s.procs.Logs() {
 			b, _ := os.ReadFile(path)
 			for l := range strings.Lines(string(b)) {
 				if strings.Contains(l, "message_id="+id) && strings.Contains(l, text) {
@@ -204,7 +201,7 @@ func logLine(t *testing.T, s *soak, id, text string) string {
 }
 
 // pending is the number of src's group's pending entries.
-func pending(t *testing.T, src *stream.Source) int64 {
+func pending(t *testing.T, src *redisstream.Source) int64 {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	n, _, err := src.Pending(ctx)
@@ -215,9 +212,9 @@ func pending(t *testing.T, src *stream.Source) int64 {
 }
 
 // dlqLen is the length of src's stream's DLQ.
-func dlqLen(t *testing.T, src *stream.Source) int64 {
+func dlqLen(t *testing.T, src *redisstream.Source) int64 {
 	rc := src.Client()
-	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(dlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
+	n, err := rc.Do(t.Context(), rc.B().Xlen().Key(redisdlq.NewWriter(rc, src.Stream()).Key()).Build()).AsInt64()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/keys"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
 	"github.com/relaydev/relay/runtime"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // The ledger a soak's workers keep in Redis, next to the engine's own state,
@@ -225,28 +227,10 @@ func terminalValue(v string) bool {
 	return v == "ok" || strings.HasPrefix(v, "exhausted:") && strings.HasSuffix(v, ":dlq")
 }
 
-// checkAck records an early ack if some invocation of messageID is not
-// terminal. Its error (Redis unreachable) makes the ack fail, as if XACK
-// had: every ack the engine makes is checked.
-func (r *recorder) checkAck(ctx context.Context, messageID string) error {
-	return r.checkAckFinishing(ctx, messageID, "")
-}
-
-// checkAckFinishing is checkAck for an ack that comes with the success of
-// invocation finishing (relay.Settler.FinishSettle): that one is still
-// running when checked, every other must be terminal.
-func (r *recorder) checkAckFinishing(ctx context.Context, messageID, finishing string) error {
-	st, bad, err := r.ackState(ctx, messageID, finishing)
-	if err != nil {
-		return err
-	}
-	return r.recordAck(ctx, messageID, finishing, st, bad)
-}
-
 // ackState reads the invocation hash of messageID before its ack and the
-// invocations in it that are not terminal, finishing excepted while it
-// runs.
-func (r *recorder) ackState(ctx context.Context, messageID, finishing string) (map[string]string, []string, error) {
+// invocations in it that are not terminal, those the ack's own settlement
+// writes (writing, with the value they get) excepted.
+func (r *recorder) ackState(ctx context.Context, messageID string, writing map[string]string) (map[string]string, []string, error) {
 	st, err := r.rc.Do(ctx, r.rc.B().Hgetall().Key(keys.Invocation(r.stream, r.group, messageID)).Build()).AsStrMap()
 	if err != nil {
 		return nil, nil, err
@@ -258,7 +242,7 @@ func (r *recorder) ackState(ctx context.Context, messageID, finishing string) (m
 			continue
 		}
 		n++
-		if f == finishing && strings.HasPrefix(v, "running:") {
+		if _, ok := writing[f]; ok {
 			continue
 		}
 		if !terminalValue(v) {
@@ -271,23 +255,13 @@ func (r *recorder) ackState(ctx context.Context, messageID, finishing string) (m
 	return st, bad, nil
 }
 
-// recordAck records the state of an ack of messageID that ackState read:
-// for keepAcked, and as an early ack when bad lists invocations.
-func (r *recorder) recordAck(ctx context.Context, messageID, finishing string, st map[string]string, bad []string) error {
-	if err := r.keepAckState(ctx, messageID, finishing, st); err != nil {
-		return err
-	}
-	return r.recordEarly(ctx, messageID, bad)
-}
-
 // keepAckState records, for keepAcked, the state the ack of messageID is
 // made with, before the ack: a kill right after the ack must not lose it.
-func (r *recorder) keepAckState(ctx context.Context, messageID, finishing string, st map[string]string) error {
+// The fields the ack's own settlement writes are kept as it writes them.
+func (r *recorder) keepAckState(ctx context.Context, messageID string, st, writing map[string]string) error {
 	if r.keepAcked {
-		// The finishing invocation is acknowledged only if its success
-		// is recorded in the same step.
-		if finishing != "" {
-			st[finishing] = "ok"
+		for f, v := range writing {
+			st[f] = v
 		}
 		b, _ := json.Marshal(st)
 		if err := r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyAckStates)).FieldValue().
@@ -349,25 +323,20 @@ func (r *recorder) pushMissingMetric(ctx context.Context, reg *prometheus.Regist
 }
 
 func missingPayloadTotal(reg *prometheus.Registry) (float64, bool) {
-	mfs, err := reg.Gather()
-	if err != nil {
+	ms, err := testutil.GatherMetrics(reg, "relay_missing_payload_total")
+	if err != nil || len(ms) != 1 {
 		return 0, false
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "relay_missing_payload_total" && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetCounter().GetValue(), true
-		}
-	}
-	return 0, false
+	return ms[0].GetCounter().GetValue(), true
 }
 
 // ledgerSource is the worker's stream source: it records what the engine is
-// told by Reclaim and checks every Ack against the invocation state.
+// told by Reclaim.
 // Embedding keeps Heartbeat and the optional capabilities (EnsureGroup,
 // Pending); Reclaim, which reports deleted entries, is wrapped here, or the
 // engine would learn of deletions the ledger misses.
 type ledgerSource struct {
-	*stream.Source
+	*redisstream.Source
 	rec *recorder
 }
 
@@ -377,89 +346,130 @@ func (s ledgerSource) Reclaim(ctx context.Context, minIdle time.Duration, max in
 	return msgs, deleted, done, err
 }
 
-func (s ledgerSource) Ack(ctx context.Context, ids ...string) error {
-	for _, id := range ids {
-		if err := s.rec.checkAck(ctx, id); err != nil {
-			return fmt.Errorf("faults: check state before ack of %s: %w", id, err)
-		}
-	}
-	return s.Source.Ack(ctx, ids...)
-}
-
-// ledgerState is the worker's state store: it takes a sequence number after
-// each successful Finish.
+// ledgerState is the worker's state store, which settles its messages:
+// every acknowledgement it makes is checked against the invocation state
+// read just before (an early ack is one made while an invocation its
+// settlement does not write is not terminal), a success it records takes a
+// sequence number, and a dead-letter entry it writes is in the ledger
+// (keyDLQEntries). The state is read and kept before the step, but an
+// early ack is recorded only once the step applied: the fence may refuse
+// it (a stale lease), and then nothing was acknowledged. It keeps the
+// store's ClaimVoider.
 type ledgerState struct {
 	relay.StateStore
 	rec *recorder
 }
 
-func (s ledgerState) Finish(ctx context.Context, l invocation.Lease) error {
-	err := s.StateStore.Finish(ctx, l)
-	if err == nil {
-		s.rec.finished(ctx, l)
+func (s ledgerState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	out := make([]invocation.SettleResult, len(ss))
+	bad := make([][]string, len(ss))
+	var pass []invocation.Settlement
+	var at []int
+	for i, st := range ss {
+		if err := s.rec.intendDeadLetters(ctx, st); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if st.Ack {
+			writing := map[string]string{}
+			for _, t := range st.Transitions {
+				writing[t.Lease.Field] = "ok"
+				if t.Kind == invocation.Exhaust || t.Kind == invocation.DeadLetter {
+					writing[t.Lease.Field] = fmt.Sprintf("exhausted:%d:%s:dlq", t.Lease.Attempt, t.Lease.Token)
+				}
+			}
+			state, b, err := s.rec.ackState(ctx, st.Key.MessageID, writing)
+			if err == nil {
+				err = s.rec.keepAckState(ctx, st.Key.MessageID, state, writing)
+			}
+			if err != nil {
+				out[i].Err = fmt.Errorf("faults: check state before ack of %s: %w", st.Key.MessageID, err)
+				continue
+			}
+			bad[i] = b
+		}
+		pass, at = append(pass, st), append(at, i)
 	}
-	return err
+	if len(pass) == 0 {
+		return out
+	}
+	for k, res := range s.StateStore.Settle(ctx, pass) {
+		i := at[k]
+		out[i] = res
+		st := ss[i]
+		_ = persistently(ctx, func(ctx context.Context) error { return s.rec.deadLettered(ctx, st, res) })
+		if res.Err != nil {
+			continue
+		}
+		for _, t := range st.Transitions {
+			if t.Kind == invocation.Finish {
+				s.rec.finished(ctx, t.Lease)
+			}
+		}
+		if st.Ack {
+			_ = persistently(ctx, func(ctx context.Context) error { return s.rec.recordEarly(ctx, st.Key.MessageID, bad[i]) })
+		}
+	}
+	return out
 }
 
-// ledgerSettler is the worker's Settler, the invocation.Store a Worker
-// pairs with its source: every acknowledgement it makes is checked as
-// ledgerSource.Ack checks the others, and a success it records is in the
-// ledger like ledgerState.Finish's.
-type ledgerSettler struct {
-	store *invocation.Store
-	rec   *recorder
-}
-
-func (s ledgerSettler) Settle(ctx context.Context, key invocation.Key, ttl time.Duration) (ackErr, retainErr error) {
-	if err := s.rec.checkAck(ctx, key.MessageID); err != nil {
-		return fmt.Errorf("faults: check state before ack of %s: %w", key.MessageID, err), nil
+// intendDeadLetters records, before st is applied, each dead-letter entry
+// it writes (keyDLQEntries), under a field of its own until the entry's id
+// is known (deadLettered): a kill after the settlement applied, which
+// acknowledges the message, must not leave an entry the ledger misses.
+// One that did not apply leaves a phantom entry, counted as a duplicate of
+// the entry its redelivery then writes: at most one per fault.
+func (r *recorder) intendDeadLetters(ctx context.Context, st invocation.Settlement) error {
+	for _, t := range st.Transitions {
+		if t.Entry == nil {
+			continue
+		}
+		if err := r.recordEntry(ctx, intentField(t), "", *t.Entry); err != nil {
+			return err
+		}
 	}
-	return s.store.Settle(ctx, key, ttl)
-}
-
-// FinishSettle reads the state and keeps it before the step, but records
-// an early ack only once the step applied: the fence may refuse it (a
-// stale lease), and then nothing was acknowledged.
-func (s ledgerSettler) FinishSettle(ctx context.Context, l invocation.Lease, ttl time.Duration) error {
-	st, bad, err := s.rec.ackState(ctx, l.Key.MessageID, l.Field)
-	if err == nil {
-		err = s.rec.keepAckState(ctx, l.Key.MessageID, l.Field, st)
-	}
-	if err != nil {
-		return fmt.Errorf("faults: check state before ack of %s: %w", l.Key.MessageID, err)
-	}
-	if err := s.store.FinishSettle(ctx, l, ttl); err != nil {
-		return err
-	}
-	s.rec.finished(ctx, l)
-	_ = persistently(ctx, func(ctx context.Context) error { return s.rec.recordEarly(ctx, l.Key.MessageID, bad) })
 	return nil
 }
 
-// ledgerDLQ records every dead-letter entry written (keyDLQEntries) once
-// its write returned: a kill in between leaves the invocation without its
-// ":dlq" marker, so a redelivery writes again and, the write being
-// idempotent, records the same entry.
-type ledgerDLQ struct {
-	relay.DLQWriter
-	rec *recorder
+// deadLettered records the ids of the dead-letter entries st wrote, with
+// result res, in place of the intents intendDeadLetters recorded.
+func (r *recorder) deadLettered(ctx context.Context, st invocation.Settlement, res invocation.SettleResult) error {
+	for n, t := range st.Transitions {
+		if t.Entry == nil {
+			continue
+		}
+		if res.Err == nil && res.Transitions[n].DLQID != "" {
+			if err := r.recordEntry(ctx, res.Transitions[n].DLQID, res.Transitions[n].DLQID, *t.Entry); err != nil {
+				return err
+			}
+		}
+		// Applied, written before, or refused: the intent is done with.
+		if err := r.rc.Do(ctx, r.rc.B().Hdel().Key(ledgerKey(r.stream, keyDLQEntries)).Field(intentField(t)).Build()).Error(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (d ledgerDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	id, err := d.DLQWriter.Write(ctx, e)
-	if err != nil {
-		return id, err
+// intentField is the ledger field of the entry t is about to write.
+func intentField(t invocation.Transition) string {
+	return fmt.Sprintf("intent:%s:%s:%d:%s", t.Lease.Key.MessageID, t.Lease.Field, t.Lease.Attempt, t.Lease.Token)
+}
+
+// recordEntry records dead-letter entry e, with id, under field.
+func (r *recorder) recordEntry(ctx context.Context, field, id string, e dlq.Entry) error {
+	e.ID, e.OriginalStream = id, r.stream
+	if e.ID == "" {
+		e.ID = "0-0" // not written yet: sorted first
 	}
-	e.ID, e.OriginalStream = id, d.rec.stream
 	if e.Timestamp.IsZero() {
 		e.Timestamp = time.Now()
 	}
 	b, _ := json.Marshal(e)
-	err = d.rec.rc.Do(ctx, d.rec.rc.B().Hset().Key(ledgerKey(d.rec.stream, keyDLQEntries)).FieldValue().FieldValue(id, string(b)).Build()).Error()
-	if err != nil {
-		return "", fmt.Errorf("faults: record DLQ entry %s: %w", id, err)
+	if err := r.rc.Do(ctx, r.rc.B().Hset().Key(ledgerKey(r.stream, keyDLQEntries)).FieldValue().FieldValue(field, string(b)).Build()).Error(); err != nil {
+		return fmt.Errorf("faults: record DLQ entry %s: %w", field, err)
 	}
-	return id, nil
+	return nil
 }
 
 // ledgerRunner records every attempt handed to the runtime, and keeps the

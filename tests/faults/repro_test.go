@@ -26,13 +26,16 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/dlq"
+	"github.com/relaydev/relay/dlq/redisdlq"
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // closeAtCleanup closes r when the test ends, before the containerd client
@@ -155,7 +158,7 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "repro")
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "w", stream.WithBlock(100*time.Millisecond))
+	src := redisstream.New(rc, streamName, soakGroup, "w", redisstream.WithBlock(100*time.Millisecond))
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -169,8 +172,8 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 	}
 	const minIdle = 300 * time.Millisecond
 	e, err := relay.NewEngine(reproApps(t), relay.Components{
-		Source: src, State: invocation.New(rc), Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"repro/slow.run": slow}),
-		DLQ: dlq.NewWriter(rc, streamName), Stream: streamName, Group: soakGroup, Consumer: "w",
+		Source: src, State: redisstate.New(rc), Runner: runtime.NewFunc(map[string]runtime.HandlerFunc{"repro/slow.run": slow}),
+		Stream: streamName, Group: soakGroup, Consumer: "w",
 	}, relay.Config{MaxConcurrency: 1, MinPendingIdle: minIdle, ReclaimInterval: 50 * time.Millisecond,
 		HeartbeatInterval: 50 * time.Millisecond, ConcurrencyWait: 30 * time.Second, ShutdownTimeout: time.Second})
 	if err != nil {
@@ -229,7 +232,7 @@ func TestReproReclaimedMessageNotHeartbeated(t *testing.T) {
 // one way; a duplicate consumer name or a worker paused past
 // MinPendingIdle are others).
 type onceSource struct {
-	*stream.Source
+	*redisstream.Source
 	msg  stream.Message
 	sent atomic.Bool
 }
@@ -249,30 +252,39 @@ func (s *onceSource) Reclaim(context.Context, time.Duration, int) ([]stream.Mess
 	return nil, nil, true, nil
 }
 
-// barrierDLQ holds each Write until two writers arrived or a few seconds
-// passed, so that two deliveries that both decided to write are sure to
-// overlap.
-type barrierDLQ struct {
-	w       relay.DLQWriter
+// barrierState holds each settlement that writes a dead-letter entry
+// until two arrived or a few seconds passed, so that two deliveries that
+// both decided to write are sure to overlap.
+type barrierState struct {
+	relay.StateStore
 	arrived chan struct{}
 }
 
-func (b *barrierDLQ) Write(ctx context.Context, e dlq.Entry) (string, error) {
-	b.arrived <- struct{}{}
-	deadline := time.After(3 * time.Second)
-	for len(b.arrived) < 2 {
-		select {
-		case <-deadline:
-			return b.w.Write(ctx, e)
-		case <-time.After(5 * time.Millisecond):
+func (b *barrierState) Settle(ctx context.Context, ss []invocation.Settlement) []invocation.SettleResult {
+	for _, st := range ss {
+		for _, t := range st.Transitions {
+			if t.Entry == nil {
+				continue
+			}
+			b.arrived <- struct{}{}
+			deadline := time.After(3 * time.Second)
+			for len(b.arrived) < 2 {
+				select {
+				case <-deadline:
+					return b.StateStore.Settle(ctx, ss)
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			return b.StateStore.Settle(ctx, ss)
 		}
 	}
-	return b.w.Write(ctx, e)
+	return b.StateStore.Settle(ctx, ss)
 }
 
 // TestReproDuplicateDLQFromOverlappingDeliveries guards a bug the
-// containerd soak found, since fixed (dlq.Writer writes once per
-// invocation): an invocation's last attempt ended without an outcome (its
+// containerd soak found, since fixed (the settlement writes the entry in
+// one step with its marker, fenced on the exhausted attempt's token): an
+// invocation's last attempt ended without an outcome (its
 // worker died; the lease expired) and two deliveries of its message ran at
 // once. Each Claim reported it Exhausted without a DLQ marker, so each
 // wrote a DLQ entry: two entries for one exhausted invocation, without any
@@ -281,7 +293,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "repro")
 	ctx := context.Background()
-	pub := stream.New(rc, streamName, soakGroup, "w")
+	pub := redisstream.New(rc, streamName, soakGroup, "w")
 	if err := pub.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -296,19 +308,19 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 	// Its only attempt was claimed by a worker that then died: the lease
 	// expires at once.
 	key := invocation.Key{Stream: streamName, Group: soakGroup, MessageID: id}
-	if c, err := invocation.New(rc).Claim(ctx, key, "repro/bad.run", time.Millisecond, 1, invocation.Record{}); err != nil || c.Status != invocation.Claimed {
-		t.Fatalf("seed claim: %+v %v", c, err)
+	if r := redisstate.New(rc).Claim(ctx, []invocation.ClaimRequest{{Key: key, Field: "repro/bad.run", Lease: time.Millisecond, MaxAttempts: 1}}); r[0].Err != nil || r[0].Status != invocation.Claimed {
+		t.Fatalf("seed claim: %+v", r[0])
 	}
 	time.Sleep(10 * time.Millisecond)
 
 	apps := reproApps(t)
-	w := &barrierDLQ{w: dlq.NewWriter(rc, streamName), arrived: make(chan struct{}, 2)}
+	arrived := make(chan struct{}, 2)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, consumer := range []string{"a", "b"} {
-		src := &onceSource{Source: stream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
+		src := &onceSource{Source: redisstream.New(rc, streamName, soakGroup, consumer), msg: stream.Message{ID: id, Fields: map[string]string{"event": event}}}
 		e, err := relay.NewEngine(apps, relay.Components{
-			Source: src, State: invocation.New(rc), Runner: runtime.NewFunc(nil), DLQ: w,
+			Source: src, State: &barrierState{StateStore: redisstate.New(rc), arrived: arrived}, Runner: runtime.NewFunc(nil),
 			Stream: streamName, Group: soakGroup, Consumer: consumer,
 		}, relay.Config{ShutdownTimeout: time.Second})
 		if err != nil {
@@ -316,7 +328,7 @@ func TestReproDuplicateDLQFromOverlappingDeliveries(t *testing.T) {
 		}
 		wg.Go(func() { _ = e.Run(runCtx) })
 	}
-	store := dlq.NewStore(rc, streamName)
+	store := redisdlq.NewStore(rc, streamName)
 	testutil.WaitFor(t, 10*time.Second, "a DLQ entry", func() bool { n, _ := store.Len(ctx); return n >= 1 })
 	time.Sleep(3500 * time.Millisecond) // past the barrier's wait: a second writer would have written
 	stop()

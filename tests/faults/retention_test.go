@@ -23,7 +23,8 @@ import (
 	"github.com/relaydev/relay/internal/keys"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/stats"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stats/redisstats"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // The retention soak's settings. Its length is RELAY_SOAK_RETENTION_DURATION
@@ -55,7 +56,7 @@ var (
 )
 
 // projectionTolerance is how far the memory the parts level off at may be
-// from what stats.MeasureMemory projected earlier in the run.
+// from what redisstats.MeasureMemory projected earlier in the run.
 const projectionTolerance = 0.25
 
 func retentionSoakDuration() time.Duration {
@@ -106,7 +107,7 @@ type retentionSample struct {
 	markers, markersNoTTL int
 	otherKeys             int
 	consumers             int
-	// mem is what stats.MeasureMemory measured and projected at the
+	// mem is what redisstats.MeasureMemory measured and projected at the
 	// soak's retentions; measured is false when it failed.
 	mem      stats.Memory
 	measured bool
@@ -146,7 +147,7 @@ func TestSoakRetention(t *testing.T) {
 // or acknowledged early and no pending entry trimmed
 // (docs/operations.md#retention). The stream, dead-letter stream and
 // invocation state must level off within projectionTolerance of what
-// stats.MeasureMemory projected in the middle of the run
+// redisstats.MeasureMemory projected in the middle of the run
 // (docs/operations.md#memory-budget).
 func soakRetention(t *testing.T, rs retentionSettings) {
 	duration := retentionSoakDuration()
@@ -179,7 +180,7 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 	writeApp(soakAppName, soakApp, true)
 	writeApp(auxAppName, auxApp, true)
 	ctx := context.Background()
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 			t.Logf("sample: %v", err)
 			return
 		}
-		sm.mem, err = stats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
+		sm.mem, err = redisstats.MeasureMemory(ctx, rc, streamName, soakGroup, stats.Retentions{Stream: rs.stream, DLQ: rs.dlq, Invocation: rs.state}, stats.Budget{})
 		if sm.measured = err == nil; err != nil {
 			t.Logf("measure memory: %v", err)
 		}
@@ -308,14 +309,15 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 	// Everything settled: nothing may be left without a TTL (the janitor
 	// retains what a kill leaked), and once the retentions pass, both
 	// streams are empty but for the group's last delivered entry, and
-	// every invocation hash and marker has expired. With the state deleted
-	// at the ack the markers keep the default retention (markerRetention):
-	// they must only all have a TTL.
+	// every invocation hash has expired. No dead-letter marker key may
+	// exist at all: an entry's id lives in its invocation hash
+	// (invocation.DLQField), so with the state deleted at the ack nothing
+	// of a dead letter outlives the XACK but the entry.
 	var end retentionSample
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		var err error
 		end, err = sampleRedis(ctx, rc, streamName)
-		markersDone := end.markers == 0 || rs.state == 0 && end.markersNoTTL == 0
+		markersDone := end.markers == 0
 		if err == nil && end.streamLen <= 1 && end.dlqLen == 0 && end.hashes == 0 && markersDone &&
 			end.consumers <= len(names) {
 			break
@@ -359,16 +361,6 @@ func soakRetention(t *testing.T, rs retentionSettings) {
 		t.Name(), published, publishedFor.Round(time.Second), rate, rs.stream, rs.dlq, rs.state, rs.interval, curve(samples, 16))
 }
 
-// markerRetention is how long the workers of rs keep a dead-letter
-// marker: as long as the invocation state, or the default retention when
-// the state is deleted at the ack (worker.Config, markerRetention).
-func markerRetention(rs retentionSettings) time.Duration {
-	if rs.state > 0 {
-		return rs.state
-	}
-	return relay.DefaultRetention
-}
-
 // checkPlateaus fails the soak when a sample is over its bound, or the
 // memory grows in the last third of the run.
 func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings, rate float64) {
@@ -387,8 +379,8 @@ func checkPlateaus(t *testing.T, samples []retentionSample, rs retentionSettings
 		{"DLQ length", rate*dlqShare*(secs(rs.dlq)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.dlqLen) }},
 		{"invocation hashes", rate*(secs(rs.state)+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.hashes) }},
 		{"invocation hashes without a TTL", rate*hold + retentionSlack, func(s retentionSample) float64 { return float64(s.hashesNoTTL) }},
-		{"dead-letter markers", rate*dlqShare*(secs(markerRetention(rs))+hold) + retentionSlack, func(s retentionSample) float64 { return float64(s.markers) }},
-		{"dead-letter markers without a TTL", 0, func(s retentionSample) float64 { return float64(s.markersNoTTL) }},
+		// The previous version's markers: this one writes none.
+		{"dead-letter markers", 0, func(s retentionSample) float64 { return float64(s.markers) }},
 		// The stats hash, the console feed and the group's keys.
 		{"other keys", 10, func(s retentionSample) float64 { return float64(s.otherKeys) }},
 		// Three live workers, and those killed while their consumer waits
@@ -524,7 +516,7 @@ func sampleRedis(ctx context.Context, rc rueidis.Client, streamName string) (ret
 		}
 	}
 	invocationPrefix := keys.Invocation(streamName, soakGroup, "")
-	markerPrefix := keys.DLQ(streamName) + ":written:"
+	markerPrefix := keys.DLQ(streamName) + ":written:" // keys.LegacyDLQWritten
 	ledgerPrefix := ledgerKey(streamName, "")
 	var invocations, markers, ledger, engine []string
 	var cursor uint64

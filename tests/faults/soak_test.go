@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -46,11 +45,11 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/relaydev/relay/app"
-
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/internal/redistest"
+	"github.com/relaydev/relay/internal/testutil"
 	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
@@ -132,17 +131,11 @@ func spreadAt(i, events, n int) bool { return i > 0 && i%max(1, events/(n+1)) ==
 // newSoakStream connects to addr and returns the client, a new stream with
 // the soak's group, an apps root holding the soak app of template
 // tmpl, and the publisher's source.
-func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *stream.Source) {
+func newSoakStream(t *testing.T, addr, tmpl string) (rueidis.Client, string, string, *redisstream.Source) {
 	rc := redistest.Connect(t, addr)
 	streamName := redistest.Name(t, "soak")
-	appsRoot := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(appsRoot, soakAppName), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(appsRoot, soakAppName, app.TemplateFile), []byte(tmpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	appsRoot := testutil.AppsRoot(t, map[string]string{soakAppName: tmpl})
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	if err := src.EnsureGroup(context.Background()); err != nil {
 		t.Fatal(err)
 	}

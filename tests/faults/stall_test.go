@@ -13,7 +13,7 @@ import (
 	"github.com/relaydev/relay/internal/containerdtest"
 	"github.com/relaydev/relay/internal/redistest"
 	"github.com/relaydev/relay/internal/testutil"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 )
 
 // stallDuration is how long TestContainerdStallSoak stalls containerd:
@@ -49,7 +49,7 @@ func TestContainerdStallSoak(t *testing.T) {
 	ns := cc.DefaultNamespace()
 	rc := redistest.Client(t)
 	streamName := redistest.Name(t, "stall")
-	src := stream.New(rc, streamName, soakGroup, "publisher")
+	src := redisstream.New(rc, streamName, soakGroup, "publisher")
 	ctx := context.Background()
 	if err := src.EnsureGroup(ctx); err != nil {
 		t.Fatal(err)

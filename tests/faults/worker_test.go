@@ -8,27 +8,25 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/relaydev/relay/app/template"
-	"github.com/relaydev/relay/stats"
+	"github.com/relaydev/relay/stats/redisstats"
 
 	ctrdclient "github.com/containerd/containerd/v2/client"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/rueidis"
 
 	"github.com/relaydev/relay"
-	"github.com/relaydev/relay/dlq"
 	"github.com/relaydev/relay/internal/redistest"
-	"github.com/relaydev/relay/invocation"
+	"github.com/relaydev/relay/internal/workerproc"
+	"github.com/relaydev/relay/invocation/redisstate"
 	"github.com/relaydev/relay/runtime"
 	ctrd "github.com/relaydev/relay/runtime/containerd"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	relayworker "github.com/relaydev/relay/worker"
 )
 
@@ -97,12 +95,7 @@ const containerdSweepInterval = 500 * time.Millisecond
 // runs one Engine until SIGKILL, or until SIGTERM stops it gracefully.
 // Around the engine's real components it keeps the ledger (record_test.go).
 func TestWorkerProcess(t *testing.T) {
-	consumer := os.Getenv(envWorker)
-	if consumer == "" {
-		t.Skip("worker process only")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
+	consumer, ctx := workerproc.Worker(t, envWorker)
 	rc := redistest.Connect(t, os.Getenv(envRedis))
 	streamName := os.Getenv(envStream)
 	apps, err := template.LoadDir(os.Getenv(envApps))
@@ -139,18 +132,14 @@ func TestWorkerProcess(t *testing.T) {
 		retentionWorker(ctx, t, rc, rec, runner, cfg, rs, consumer)
 		return
 	}
-	src := stream.New(rc, streamName, soakGroup, consumer, stream.WithBlock(100*time.Millisecond))
-	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, stats.NewRecorder(rc, streamName, soakGroup)
+	src := redisstream.New(rc, streamName, soakGroup, consumer, redisstream.WithBlock(100*time.Millisecond))
+	cfg.Logger, cfg.Metrics, cfg.Stats = log, reg, redisstats.NewRecorder(rc, streamName, soakGroup)
 	// The ledger wraps each component, so the soak builds the Engine that a
 	// worker.Worker would, and sweeps its runner as the Worker does.
-	store := invocation.New(rc)
 	e, err := relay.NewEngine(apps, relay.Components{
-		Source: ledgerSource{src, rec}, State: ledgerState{store, rec},
-		Runner: ledgerRunner{runner, rec}, DLQ: dlq.NewWriter(rc, streamName, dlq.WithPELFence()),
-		// Paired as a Worker pairs them, so the soak runs the production
-		// path: the last invocation's success settles its message.
-		Settler: ledgerSettler{store, rec},
-		Stream:  streamName, Group: soakGroup, Consumer: consumer,
+		Source: ledgerSource{src, rec}, State: ledgerState{redisstate.New(rc), rec},
+		Runner: ledgerRunner{runner, rec},
+		Stream: streamName, Group: soakGroup, Consumer: consumer,
 	}, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -213,11 +202,9 @@ func retentionWorker(ctx context.Context, t *testing.T, rc rueidis.Client, rec *
 		// Restarted workers come back under new names, like pods.
 		ConsumerIdle: rs.stream,
 		WrapComponents: func(c relay.Components) relay.Components {
-			c.Source = ledgerSource{c.Source.(*stream.Source), rec}
+			c.Source = ledgerSource{c.Source.(*redisstream.Source), rec}
 			c.State = ledgerState{c.State, rec}
-			c.Settler = ledgerSettler{c.Settler.(*invocation.Store), rec}
 			c.Runner = ledgerRunner{c.Runner, rec}
-			c.DLQ = ledgerDLQ{c.DLQ, rec}
 			return c
 		},
 		Engine: cfg,

@@ -17,16 +17,21 @@ import (
 // ServerStats is a snapshot of what a Redis server counted: calls and time
 // spent per command (INFO commandstats, which also counts the commands
 // scripts call, so a script's time includes theirs) and the CPU time the
-// server process used (INFO cpu).
+// server process used (INFO cpu), and the reads from client sockets it
+// processed (INFO stats total_reads_processed: one per read(2) of a
+// connection with data, which is about one per round trip a client makes,
+// however many commands the read carries).
 type ServerStats struct {
 	Calls map[string]int64
 	Time  map[string]time.Duration
 	CPU   time.Duration
+	Reads int64
 }
 
 // ReadServerStats takes a ServerStats snapshot.
 func ReadServerStats(ctx context.Context, c rueidis.Client) (ServerStats, error) {
-	res := c.DoMulti(ctx, c.B().Info().Section("commandstats").Build(), c.B().Info().Section("cpu").Build())
+	res := c.DoMulti(ctx, c.B().Info().Section("commandstats").Build(), c.B().Info().Section("cpu").Build(),
+		c.B().Info().Section("stats").Build())
 	cmdText, err := res[0].ToString()
 	if err != nil {
 		return ServerStats{}, fmt.Errorf("info commandstats: %w", err)
@@ -34,6 +39,10 @@ func ReadServerStats(ctx context.Context, c rueidis.Client) (ServerStats, error)
 	cpuText, err := res[1].ToString()
 	if err != nil {
 		return ServerStats{}, fmt.Errorf("info cpu: %w", err)
+	}
+	statsText, err := res[2].ToString()
+	if err != nil {
+		return ServerStats{}, fmt.Errorf("info stats: %w", err)
 	}
 	s := ServerStats{Calls: map[string]int64{}, Time: map[string]time.Duration{}}
 	for line := range strings.Lines(cmdText) {
@@ -70,12 +79,19 @@ func ReadServerStats(ctx context.Context, c rueidis.Client) (ServerStats, error)
 		}
 		s.CPU += time.Duration(sec * float64(time.Second))
 	}
+	for line := range strings.Lines(statsText) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); ok {
+			if s.Reads, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return ServerStats{}, fmt.Errorf("info stats: %q: %w", line, err)
+			}
+		}
+	}
 	return s, nil
 }
 
 // Sub returns what was counted between earlier and s.
 func (s ServerStats) Sub(earlier ServerStats) ServerStats {
-	d := ServerStats{Calls: map[string]int64{}, Time: map[string]time.Duration{}, CPU: s.CPU - earlier.CPU}
+	d := ServerStats{Calls: map[string]int64{}, Time: map[string]time.Duration{}, CPU: s.CPU - earlier.CPU, Reads: s.Reads - earlier.Reads}
 	for k, v := range s.Calls {
 		if n := v - earlier.Calls[k]; n != 0 {
 			d.Calls[k] = n
@@ -165,4 +181,45 @@ func UsedMemory(ctx context.Context, c rueidis.Client) (int64, error) {
 		}
 	}
 	return 0, errors.New("info memory: no used_memory")
+}
+
+// ReadOverhead is what the measuring side's own traffic adds to the Reads
+// of a ServerStats delta: the closing snapshot's read, and the reads of
+// each Settled poll in between. CalibrateReads measures it.
+type ReadOverhead struct {
+	Snapshot, PerPoll float64
+}
+
+// CalibrateReads measures the ReadOverhead of c's snapshots and of Settled
+// polls of an existing stream name and group, on a server no other client
+// is using: a pair of snapshots with nothing between them, then one around
+// 200 polls.
+func CalibrateReads(ctx context.Context, c rueidis.Client, name, group, last string) (ReadOverhead, error) {
+	const polls = 200
+	a, err := ReadServerStats(ctx, c)
+	if err != nil {
+		return ReadOverhead{}, err
+	}
+	b, err := ReadServerStats(ctx, c)
+	if err != nil {
+		return ReadOverhead{}, err
+	}
+	for range polls {
+		if _, err := Settled(ctx, c, name, group, last); err != nil {
+			return ReadOverhead{}, err
+		}
+	}
+	d, err := ReadServerStats(ctx, c)
+	if err != nil {
+		return ReadOverhead{}, err
+	}
+	snap := float64(b.Reads - a.Reads)
+	return ReadOverhead{Snapshot: snap, PerPoll: max(0, (float64(d.Reads-b.Reads)-snap)/polls)}, nil
+}
+
+// WithoutReads subtracts the measuring side's reads (o, polls Settled
+// calls) from s.Reads, so they are the workers' alone.
+func (s ServerStats) WithoutReads(o ReadOverhead, polls int) ServerStats {
+	s.Reads = max(0, s.Reads-int64(o.Snapshot+o.PerPoll*float64(polls)+0.5))
+	return s
 }

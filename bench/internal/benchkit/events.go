@@ -53,6 +53,9 @@ type AppSpec struct {
 	Warm    bool
 	// Timeout is the rule's timeout, a Go duration ("30s").
 	Timeout string
+	// Retries, when set, is the rule's retries ("0": a failed attempt is
+	// dead-lettered at once); "" keeps the default.
+	Retries string
 }
 
 // pythonHandler is the handler module of a python3 bench app: HandlerName
@@ -108,6 +111,9 @@ func WriteApps(dir string, spec AppSpec) (string, error) {
 	}
 	fmt.Fprintf(&b, "concurrency: %d\n", max(spec.Concurrency, 1))
 	fmt.Fprintf(&b, "events:\n  - handler: %s\n    timeout: %s\n    pattern: {event_name: [INSERT], table_name: [users]}\n", HandlerName, spec.Timeout)
+	if spec.Retries != "" {
+		fmt.Fprintf(&b, "    retries: %s\n", spec.Retries)
+	}
 	if err := os.WriteFile(filepath.Join(appDir, app.TemplateFile), []byte(b.String()), 0o644); err != nil {
 		return "", fmt.Errorf("write bench app: %w", err)
 	}

@@ -30,6 +30,9 @@ const (
 	// stops), then returns nil: it keeps invocations, and so messages, in
 	// flight for memory measurements.
 	HandlerBlock = "block"
+	// HandlerFailEvery fails the events whose id (Event's new_image.id) is
+	// a multiple of WorkerSpec.FailEvery and returns nil for the others.
+	HandlerFailEvery = "fail-every"
 )
 
 // WorkerSpec configures one worker child process.
@@ -44,8 +47,10 @@ type WorkerSpec struct {
 	Concurrency int
 	// Batch is the raw loop's XREADGROUP COUNT.
 	Batch int
-	// Handler is HandlerNoop or HandlerBlock.
+	// Handler is HandlerNoop, HandlerBlock or HandlerFailEvery.
 	Handler string
+	// FailEvery is the modulus of HandlerFailEvery.
+	FailEvery int
 	// LogFile receives the engine's log, a text log at LogLevel as relay
 	// start writes to stderr; "" discards it after formatting.
 	LogFile  string
@@ -54,8 +59,14 @@ type WorkerSpec struct {
 	// the reclaim and heartbeat cadences); 0 keeps the default.
 	MinPendingIdle time.Duration
 	// CPUProfile, when set, is where the worker writes a CPU profile of
-	// the time between Go and Stop.
-	CPUProfile string
+	// the time between Go and Stop; AllocProfile, where it writes its
+	// allocations profile (pprof "allocs") at Stop.
+	CPUProfile   string
+	AllocProfile string
+	// TraceAcks records when the worker's commands that can acknowledge a
+	// message returned, for AckAt. It adds the parsing of their arguments
+	// to every command: for latency at a trickle, not for throughput.
+	TraceAcks bool
 	// Retention is the engine's invocation state retention,
 	// relay.Config.Retention: 0 keeps the default, relay.DeleteOnAck
 	// deletes the state with the acknowledgement.
@@ -64,7 +75,7 @@ type WorkerSpec struct {
 
 // Report is what a worker tells its parent, one JSON object per line.
 type Report struct {
-	// Event is "ready", "mem", "stopped" or "error".
+	// Event is "ready", "mem", "sample", "ackat", "stopped" or "error".
 	Event string `json:"event"`
 	Error string `json:"error,omitempty"`
 	// Handled counts messages acknowledged (raw) or invocations that
@@ -80,8 +91,13 @@ type Report struct {
 	HeapAlloc  int64 `json:"heap_alloc"`
 	StackInuse int64 `json:"stack_inuse"`
 	Goroutines int   `json:"goroutines"`
-	// CPU is the user+system CPU time used since Go.
-	CPU time.Duration `json:"cpu"`
+	// CPU is the user+system CPU time used since Go; Mallocs, the heap
+	// objects allocated since Go (runtime.MemStats.Mallocs).
+	CPU     time.Duration `json:"cpu"`
+	Mallocs uint64        `json:"mallocs"`
+	// AckAt answers AckAt: the wall-clock time (Unix ns) at which the last
+	// command naming the id returned, 0 when none did.
+	AckAt int64 `json:"ack_at,omitempty"`
 }
 
 // workerEnv carries the JSON WorkerSpec to the child.
@@ -163,6 +179,31 @@ func (w *Worker) Mem() (Report, error) {
 		return Report{}, err
 	}
 	return w.await("mem", time.Minute)
+}
+
+// Sample returns the CPU time and the allocations of the worker since Go,
+// without the forced GC of Mem: what the measured work cost, taken as soon
+// as it is done.
+func (w *Worker) Sample() (Report, error) {
+	if err := w.send("sample"); err != nil {
+		return Report{}, err
+	}
+	return w.await("sample", time.Minute)
+}
+
+// AckAt returns when the last command of the worker that could have
+// acknowledged stream entry id (XACK, or a script naming it) returned; the
+// spec must set TraceAcks. ok is false when no such command was seen, nor
+// returned within a second of asking.
+func (w *Worker) AckAt(id string) (at time.Time, ok bool, err error) {
+	if err := w.send("ackat " + id); err != nil {
+		return time.Time{}, false, err
+	}
+	r, err := w.await("ackat", time.Minute)
+	if err != nil || r.AckAt == 0 {
+		return time.Time{}, false, err
+	}
+	return time.Unix(0, r.AckAt), true, nil
 }
 
 // Stop stops the worker gracefully (its Engine's Run returns) and returns

@@ -11,6 +11,7 @@ import (
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,7 @@ import (
 
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/runtime"
-	"github.com/relaydev/relay/stream"
+	"github.com/relaydev/relay/stream/redisstream"
 	"github.com/relaydev/relay/worker"
 )
 
@@ -58,11 +59,13 @@ func serve(out *json.Encoder) error {
 	defer stop()
 	runErr := make(chan error, 1)
 	var cpuStart time.Duration
+	var mallocsStart uint64
 	started := false
 	in := bufio.NewScanner(os.Stdin)
 commands:
 	for in.Scan() {
-		switch cmd := in.Text(); cmd {
+		cmd, arg, _ := strings.Cut(in.Text(), " ")
+		switch cmd {
 		case "go":
 			if started {
 				return errors.New("go sent twice")
@@ -78,8 +81,26 @@ commands:
 					return err
 				}
 			}
+			mallocsStart = mallocs()
 			cpuStart = CPUTime()
 			go func() { runErr <- w.run(ctx) }()
+		case "sample":
+			// CPU first: reading the allocations stops the world.
+			r := Report{Event: "sample", Handled: w.handled.Load(), Started: w.begun.Load(), CPU: CPUTime() - cpuStart}
+			r.Mallocs = mallocs() - mallocsStart
+			if err := out.Encode(r); err != nil {
+				return err
+			}
+		case "ackat":
+			r := Report{Event: "ackat"}
+			if w.tracer != nil {
+				if at, ok := w.tracer.ackAt(arg, time.Second); ok {
+					r.AckAt = at.UnixNano()
+				}
+			}
+			if err := out.Encode(r); err != nil {
+				return err
+			}
 		case "mem":
 			r := w.report("mem")
 			r.CPU = CPUTime() - cpuStart
@@ -106,15 +127,41 @@ commands:
 			pprof.StopCPUProfile()
 		}
 	}
+	n := mallocs() - mallocsStart
+	if spec.AllocProfile != "" {
+		if err := writeAllocProfile(spec.AllocProfile); err != nil {
+			return err
+		}
+	}
 	r := w.report("stopped")
-	r.CPU = cpu
+	r.CPU, r.Mallocs = cpu, n
 	return out.Encode(r)
+}
+
+// mallocs is the count of heap objects this process allocated so far.
+func mallocs() uint64 {
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // child is the worker's side: an engine or a raw loop.
 type child struct {
 	spec     WorkerSpec
 	rc       rueidis.Client
+	tracer   *ackTracer // rc when the spec sets TraceAcks
 	worker   *worker.Worker
 	logFile  *os.File
 	handled  atomic.Int64
@@ -129,6 +176,10 @@ func newChild(spec WorkerSpec) (*child, error) {
 		return nil, err
 	}
 	w := &child{spec: spec, rc: rc, released: make(chan struct{})}
+	if spec.TraceAcks {
+		w.tracer = newAckTracer(rc)
+		w.rc = w.tracer
+	}
 	switch spec.Kind {
 	case KindRaw:
 		if spec.Batch <= 0 {
@@ -172,6 +223,26 @@ func (w *child) buildEngine() error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+		}
+	case HandlerFailEvery:
+		if w.spec.FailEvery <= 0 {
+			return fmt.Errorf("handler %s: FailEvery %d must be > 0", HandlerFailEvery, w.spec.FailEvery)
+		}
+		h = func(_ context.Context, req runtime.Request) error {
+			w.begun.Add(1)
+			defer w.handled.Add(1)
+			var ev struct {
+				NewImage struct {
+					ID int `json:"id"`
+				} `json:"new_image"`
+			}
+			if err := json.Unmarshal(req.Event, &ev); err != nil {
+				return err
+			}
+			if ev.NewImage.ID%w.spec.FailEvery == 0 {
+				return fmt.Errorf("bench: event %d fails (every %d)", ev.NewImage.ID, w.spec.FailEvery)
+			}
+			return nil
 		}
 	default:
 		return fmt.Errorf("unknown handler %q", w.spec.Handler)
@@ -230,7 +301,7 @@ func (w *child) run(ctx context.Context) error {
 // nothing in between.
 func (w *child) rawLoop(ctx context.Context) error {
 	s := w.spec
-	src := stream.New(w.rc, s.Stream, s.Group, s.Consumer)
+	src := redisstream.New(w.rc, s.Stream, s.Group, s.Consumer)
 	for ctx.Err() == nil {
 		msgs, err := src.Read(ctx, s.Batch)
 		if err != nil {

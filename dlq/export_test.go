@@ -1,4 +1,0 @@
-package dlq
-
-// TrimWithLimit is Writer.Trim with the node-pass limit of a test.
-var TrimWithLimit = (*Writer).trim
