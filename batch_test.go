@@ -74,6 +74,27 @@ func inOneCall(calls [][]string, want []string) bool {
 	})
 }
 
+// callsHolding is how many of calls hold an id of want, or len(calls)+1
+// when some id of want is in none.
+func callsHolding(calls [][]string, want []string) int {
+	n, seen := 0, map[string]bool{}
+	for _, c := range calls {
+		holds := false
+		for _, id := range c {
+			if slices.Contains(want, id) {
+				holds, seen[id] = true, true
+			}
+		}
+		if holds {
+			n++
+		}
+	}
+	if len(seen) < len(want) {
+		return len(calls) + 1
+	}
+	return n
+}
+
 func sorted(ids ...string) []string {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
@@ -100,9 +121,12 @@ func TestReadSettlesInOneCall(t *testing.T) {
 	h.start("c1", settleLinger(time.Minute), writeTimeout(5*time.Minute))
 	testutil.WaitFor(t, 10*time.Second, "every message settled", h.settled)
 	// The first read takes one entry (the stream was idle), the next the
-	// rest, while the first is still in flight: they may share a call.
-	if calls, want := rec.seen(), sorted(append(slices.Clone(oks), fail, none)...); !inOneCall(calls, want) {
-		t.Errorf("Settle calls %v; want %v in one call", calls, want)
+	// rest, while the first is still in flight: they may share a call. A
+	// delivery goroutine the scheduler starts late may miss its read's
+	// call (a loaded machine does that), so the rest take two at most:
+	// never one call each, and the minute's linger is not waited for.
+	if calls, want := rec.seen(), sorted(append(slices.Clone(oks), fail, none)...); callsHolding(calls, want) > 2 {
+		t.Errorf("Settle calls %v; want %v in one call, or two at most", calls, want)
 	}
 	for _, id := range append(oks, first) {
 		if st := h.hash(id); st["shop/orders.ok"] != "ok" || st["__terminal"] != "1" {
