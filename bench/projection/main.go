@@ -39,8 +39,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/relaydev/relay"
 	"github.com/relaydev/relay/app/template"
 	"github.com/relaydev/relay/bench/internal/benchkit"
@@ -149,7 +147,7 @@ func run(cfg config) (bool, error) {
 	defer stopFeed()
 	fed := make(chan error, 1)
 	start := time.Now()
-	go func() { fed <- feed(feedCtx, admin, cfg.rate, start) }()
+	go func() { fed <- benchkit.Feed(feedCtx, admin, streamName, cfg.rate, start, nil) }()
 
 	ret := stats.Retentions{Stream: cfg.streamRetention, DLQ: cfg.dlqRetention, TrimInterval: cfg.interval}
 	var peak int64
@@ -233,21 +231,4 @@ func report(cfg config, baseline int64, used []int64, peak int64, peakAt time.Du
 	}
 	fmt.Printf("FAIL: the projected growth is %+.0f%% of the measured peak growth (over %.0f%%)\n", 100*off, 100*cfg.tolerance)
 	return false
-}
-
-// feed publishes event i at start + i/rate until ctx ends.
-func feed(ctx context.Context, c rueidis.Client, rate int, start time.Time) error {
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
-		if !ctxtime.Sleep(ctx, time.Until(at)) {
-			return nil
-		}
-		cmd := c.B().Xadd().Key(streamName).Id("*").FieldValue().FieldValue("event", benchkit.Event(i)).Build()
-		if err := c.Do(ctx, cmd).Error(); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-	}
 }

@@ -148,7 +148,7 @@ func run(cfg config) (bool, error) {
 	fed := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		fed <- feed(feedCtx, admin, cfg.rate, start, &published)
+		fed <- benchkit.Feed(feedCtx, admin, streamName, cfg.rate, start, &published)
 	}()
 	var samples []sample
 	take := func(label string) error {
@@ -250,24 +250,6 @@ func restText(rest []string) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d: %s", len(rest), strings.Join(rest, ", "))
-}
-
-// feed publishes event i at start + i/rate until ctx ends.
-func feed(ctx context.Context, c rueidis.Client, rate int, start time.Time, published *atomic.Int64) error {
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
-		if !ctxtime.Sleep(ctx, time.Until(at)) {
-			return nil
-		}
-		cmd := c.B().Xadd().Key(streamName).Id("*").FieldValue().FieldValue("event", benchkit.Event(i)).Build()
-		if err := c.Do(ctx, cmd).Error(); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		published.Store(int64(i + 1))
-	}
 }
 
 // count samples the key count and sorts every key into its kind.

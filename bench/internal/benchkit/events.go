@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/relaydev/relay/app"
 	"github.com/relaydev/relay/app/template"
+	"github.com/relaydev/relay/internal/ctxtime"
 
 	"github.com/redis/rueidis"
 
@@ -244,4 +247,27 @@ func PendingOf(ctx context.Context, c rueidis.Client, name, group, consumer stri
 		}
 	}
 	return 0, nil
+}
+
+// Feed publishes the i-th benchmark event (Event) to stream at start +
+// i/rate, from the calling goroutine, until ctx ends; published, when not
+// nil, counts the events added. It returns nil once ctx ends, or the
+// first XADD error.
+func Feed(ctx context.Context, c rueidis.Client, stream string, rate int, start time.Time, published *atomic.Int64) error {
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+		if !ctxtime.Sleep(ctx, time.Until(at)) {
+			return nil
+		}
+		cmd := c.B().Xadd().Key(stream).Id("*").FieldValue().FieldValue("event", Event(i)).Build()
+		if err := c.Do(ctx, cmd).Error(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if published != nil {
+			published.Store(int64(i + 1))
+		}
+	}
 }
